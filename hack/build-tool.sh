@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# build-tool.sh NAME builds the upstream binaries that tools/NAME/go.mod lists
+# on its `tool` lines, from the Go module proxy, into bin/.tools/NAME-KEY, and
+# links each binary as bin/BINARY. KEY hashes the module's go.mod and go.sum, so
+# a pinned version change rebuilds and anything else reuses the cached build.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+name=${1:?usage: build-tool.sh NAME}
+mod="$root/tools/$name"
+[ -f "$mod/go.mod" ] || { echo "build-tool.sh: no tools module at tools/$name" >&2; exit 2; }
+key=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-12)
+out="$root/bin/.tools/$name-$key"
+if [ ! -f "$out/.done" ]; then
+	echo "building $name from the Go module proxy into bin/ (cold: minutes; cached by version afterwards)" >&2
+	rm -rf "$out.tmp"
+	mkdir -p "$out.tmp"
+	start=$(date +%s)
+	(cd "$mod" && go build -trimpath -ldflags='-s -w' -o "$out.tmp/" tool)
+	# A main package at a /vN module root is named after its parent element.
+	if [ "$name" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
+	touch "$out.tmp/.done"
+	rm -rf "$out"
+	mv "$out.tmp" "$out"
+	echo "built $name in $(( $(date +%s) - start ))s" >&2
+fi
+for f in "$out"/*; do
+	ln -sfn "$f" "$root/bin/$(basename "$f")"
+done

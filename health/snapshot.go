@@ -1,0 +1,87 @@
+package health
+
+import "time"
+
+// Side says whose socket a counter belongs to inside a pod's network namespace.
+// In ambient mode ztunnel opens its sockets inside every pod's namespace, so a
+// pod's traffic is split between the application and the in-pod proxy.
+type Side string
+
+const (
+	// SideApp is every socket that is not ztunnel's own.
+	SideApp Side = "app"
+	// SideProxy is a socket marked with SO_MARK 1337 or bound to a ztunnel port (15001, 15006, 15008).
+	SideProxy Side = "proxy"
+)
+
+// Agent modes, as reported in Snapshot.Mode.
+const (
+	ModeEBPF = "ebpf"
+	ModeProc = "proc"
+)
+
+// ConnectErrorClass groups failed connects by errno.
+type ConnectErrorClass string
+
+const (
+	ConnectRefused     ConnectErrorClass = "refused"     // ECONNREFUSED: RST answered the SYN
+	ConnectTimeout     ConnectErrorClass = "timeout"     // ETIMEDOUT
+	ConnectUnreachable ConnectErrorClass = "unreachable" // EHOSTUNREACH, ENETUNREACH
+	ConnectReset       ConnectErrorClass = "reset"       // ECONNRESET before ESTABLISHED
+	ConnectOther       ConnectErrorClass = "other"
+)
+
+// Log2Histogram counts samples in power-of-two buckets of microseconds:
+// Buckets[0] counts [0, 2) µs and Buckets[i] counts [2^i, 2^(i+1)) µs for i ≥ 1.
+// The slice always has Log2Buckets entries.
+type Log2Histogram struct {
+	Buckets []uint64 `json:"buckets"`
+}
+
+// Log2Buckets is the number of buckets in every Log2Histogram (the last one
+// holds everything from 2^31 µs, about 36 minutes, upwards).
+const Log2Buckets = 32
+
+// AgeBucketBoundsSeconds are the upper bounds of the connection-age buckets.
+// The bounds sit on the drain deadlines that matter (ztunnel's default is 25 s),
+// so "connections older than the deadline" can be read without interpolation
+// for the common grace periods. A last, implicit bucket holds everything older.
+var AgeBucketBoundsSeconds = []float64{1, 2, 5, 9, 10, 15, 20, 25, 30, 45, 60, 120, 300, 600, 1800, 3600}
+
+// PodCounters are the cumulative counters of one pod and side since the agent
+// started (or since the pod appeared). Two snapshots are subtracted to get a window.
+type PodCounters struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Side      Side   `json:"side"`
+
+	ResetsSent      uint64                       `json:"resetsSent"`
+	ResetsReceived  uint64                       `json:"resetsReceived"`
+	Connects        uint64                       `json:"connects"` // active opens that reached ESTABLISHED
+	ConnectFailures map[ConnectErrorClass]uint64 `json:"connectFailures,omitempty"`
+	Retransmits     uint64                       `json:"retransmits"`
+
+	// ConnectLatency is SYN_SENT → ESTABLISHED per active open.
+	ConnectLatency Log2Histogram `json:"connectLatency"`
+	// SRTT is the smoothed round-trip time, sampled from the socket.
+	SRTT Log2Histogram `json:"srtt"`
+
+	// ConnAges is a gauge, not a counter: the established connections open at
+	// Snapshot.Time, by age. ConnAges[i] counts ages below AgeBucketBoundsSeconds[i]
+	// (and at or above the previous bound); the last entry counts the older ones.
+	// It has len(AgeBucketBoundsSeconds)+1 entries.
+	ConnAges []uint64 `json:"connAges"`
+}
+
+// Snapshot is what a node agent serves at /v1/snapshot.
+type Snapshot struct {
+	Node         string    `json:"node"`
+	Time         time.Time `json:"time"`
+	Mode         string    `json:"mode"` // ModeEBPF or ModeProc
+	AgentVersion string    `json:"agentVersion"`
+	// StartTime is when the agent's counters started. Two snapshots with
+	// different start times cannot be subtracted: the counters were reset.
+	StartTime time.Time     `json:"startTime"`
+	Pods      []PodCounters `json:"pods"`
+}
