@@ -1,0 +1,277 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DrainPolicy says whether a node is drained before its data plane is swapped.
+// +kubebuilder:validation:Enum=never;always;auto
+type DrainPolicy string
+
+const (
+	// DrainNever swaps in place: connections older than ztunnel's drain deadline are reset.
+	DrainNever DrainPolicy = "never"
+	// DrainAlways evicts the node's pods (Eviction API, PDBs respected) before the swap.
+	DrainAlways DrainPolicy = "always"
+	// DrainAuto drains only when the node agent sees connections older than the drain
+	// deadline. Until the agent is wired in, auto behaves like always (fail safe).
+	DrainAuto DrainPolicy = "auto"
+)
+
+// PDBBlockedPolicy says what happens when a PodDisruptionBudget keeps a drain from finishing.
+// +kubebuilder:validation:Enum=wait;skip-node;halt
+type PDBBlockedPolicy string
+
+const (
+	// PDBWait keeps retrying the eviction until the budget allows it (no drain timeout).
+	PDBWait PDBBlockedPolicy = "wait"
+	// PDBSkipNode uncordons the node, marks it Skipped and moves on.
+	PDBSkipNode PDBBlockedPolicy = "skip-node"
+	// PDBHalt halts the rollout with the blocking budget as the reason.
+	PDBHalt PDBBlockedPolicy = "halt"
+)
+
+// TargetRef names a DaemonSet the rollout swaps, node by node.
+type TargetRef struct {
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// DrainSpec is the drain policy.
+type DrainSpec struct {
+	// +kubebuilder:default=never
+	// +optional
+	Policy DrainPolicy `json:"policy,omitempty"`
+	// Timeout bounds a drain (default 5m). With pdbBlocked=wait it is ignored.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// +kubebuilder:default=halt
+	// +optional
+	PDBBlocked PDBBlockedPolicy `json:"pdbBlocked,omitempty"`
+}
+
+// Weekday is a three-letter English day name.
+// +kubebuilder:validation:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+type Weekday string
+
+// MaintenanceWindow is a daily span, on the listed days, in a time zone. No node
+// starts outside every window; a node already in flight finishes.
+// +kubebuilder:validation:XValidation:rule="self.end > self.start",message="window end must be after its start (same day, HH:MM)"
+type MaintenanceWindow struct {
+	// Days the window opens on; empty means every day.
+	// +optional
+	// +listType=set
+	Days []Weekday `json:"days,omitempty"`
+	// Start is HH:MM (24-hour) in TimeZone.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// End is HH:MM (24-hour) in TimeZone, after Start.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$`
+	End string `json:"end"`
+	// TimeZone is an IANA name such as Europe/Berlin (default UTC). CEL cannot
+	// check the name against the tz database, so the orchestrator and the CLI
+	// validate it in Go; an unknown zone halts the rollout before any node starts.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// NodeRolloutSpec is what to roll and how.
+type NodeRolloutSpec struct {
+	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
+	// then istio-system/ztunnel (CNI first).
+	// +kubebuilder:default={{namespace:"istio-system",name:"istio-cni-node"},{namespace:"istio-system",name:"ztunnel"}}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +optional
+	Targets []TargetRef `json:"targets,omitempty"`
+	// NodeSelector limits the rollout to matching nodes (default: every node).
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// CanaryNodes are swapped first, one at a time.
+	// +optional
+	// +listType=set
+	CanaryNodes []string `json:"canaryNodes,omitempty"`
+	// MaxParallel caps a wave. Waves ramp 1, 2, 4 … up to MaxParallel.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxParallel int32 `json:"maxParallel,omitempty"`
+	// MaxUnavailable caps the nodes that are cordoned, mid-swap, failed or halted at once.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxUnavailable int32 `json:"maxUnavailable,omitempty"`
+	// +optional
+	Drain DrainSpec `json:"drain,omitempty"`
+	// SwapTimeout bounds the wait for a new pod to be Ready on the new revision (default 5m).
+	// +optional
+	SwapTimeout *metav1.Duration `json:"swapTimeout,omitempty"`
+	// Baseline is the window measured before the swap (default 0: no baseline).
+	// +optional
+	Baseline *metav1.Duration `json:"baseline,omitempty"`
+	// Soak is how long a node runs on the new revision before its gate (default 0).
+	// +optional
+	Soak *metav1.Duration `json:"soak,omitempty"`
+	// MaintenanceWindows: when set, nodes start only inside one of them.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+	// Paused stops new nodes from starting; nodes in flight finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// Abort stops the rollout once the nodes in flight are made safe (uncordoned).
+	// Set by `nodewise abort`; it cannot be undone.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!oldSelf || self",message="abort cannot be undone"
+	Abort bool `json:"abort,omitempty"`
+	// Rollback swaps the upgraded nodes back, in reverse order, once the user has
+	// restored the old template. Set by `nodewise rollback`.
+	// +optional
+	Rollback bool `json:"rollback,omitempty"`
+	// Gates judge each node after its soak.
+	// +optional
+	Gates GatesSpec `json:"gates,omitempty"`
+}
+
+// RolloutPhase is where the whole rollout is.
+// +kubebuilder:validation:Enum=Pending;Progressing;Paused;WaitingForWindow;Halted;Aborted;Completed;RollingBack;RolledBack
+type RolloutPhase string
+
+const (
+	PhasePending          RolloutPhase = "Pending"
+	PhaseProgressing      RolloutPhase = "Progressing"
+	PhasePaused           RolloutPhase = "Paused"
+	PhaseWaitingForWindow RolloutPhase = "WaitingForWindow"
+	PhaseHalted           RolloutPhase = "Halted"
+	PhaseAborted          RolloutPhase = "Aborted"
+	PhaseCompleted        RolloutPhase = "Completed"
+	PhaseRollingBack      RolloutPhase = "RollingBack"
+	PhaseRolledBack       RolloutPhase = "RolledBack"
+)
+
+// NodeState is one node's step. Every in-flight state is persisted before it is acted on.
+type NodeState string
+
+const (
+	NodePending      NodeState = "Pending"
+	NodePreflight    NodeState = "Preflight"
+	NodeCordon       NodeState = "Cordon"
+	NodeDrain        NodeState = "Drain"
+	NodeSwapCNI      NodeState = "SwapCNI"
+	NodeSwapZtunnel  NodeState = "SwapZtunnel"
+	NodeWaitReady    NodeState = "WaitReady"
+	NodeUncordon     NodeState = "Uncordon"
+	NodeSoak         NodeState = "Soak"
+	NodeGate         NodeState = "Gate"
+	NodeDone         NodeState = "Done"
+	NodeSkipped      NodeState = "Skipped"
+	NodeFailed       NodeState = "Failed"
+	NodeRollingBack  NodeState = "RollingBack"
+	NodeRolledBack   NodeState = "RolledBack"
+	NodeAbortCleanup NodeState = "AbortCleanup"
+)
+
+// NodeStatus is one node's entry in the rollout status.
+type NodeStatus struct {
+	Name string `json:"name"`
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// +optional
+	Canary bool `json:"canary,omitempty"`
+	// Wave is the planned wave, counted from 1.
+	// +optional
+	Wave int32     `json:"wave,omitempty"`
+	State NodeState `json:"state"`
+	// StateSince is when the node entered State.
+	// +optional
+	StateSince *metav1.Time `json:"stateSince,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	FinishTime *metav1.Time `json:"finishTime,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Verdict is the gate's outcome and a summary of its reasons.
+	// +optional
+	Verdict string `json:"verdict,omitempty"`
+}
+
+// RolloutCounts sums the node entries.
+type RolloutCounts struct {
+	Total      int32 `json:"total"`
+	Pending    int32 `json:"pending"`
+	InProgress int32 `json:"inProgress"`
+	Done       int32 `json:"done"`
+	Skipped    int32 `json:"skipped"`
+	Failed     int32 `json:"failed"`
+	RolledBack int32 `json:"rolledBack"`
+}
+
+// TargetStatus is what the rollout observed of one target.
+type TargetStatus struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Revision is the controller-revision-hash of the newest ControllerRevision owned by the DaemonSet.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+}
+
+// NodeRolloutStatus is where the rollout is.
+type NodeRolloutStatus struct {
+	// +optional
+	Phase RolloutPhase `json:"phase,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	HaltReason string `json:"haltReason,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// +optional
+	Targets []TargetStatus `json:"targets,omitempty"`
+	// +optional
+	Counts RolloutCounts `json:"counts,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Nodes []NodeStatus `json:"nodes,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// NodeRollout rolls the ambient data plane (istio-cni, ztunnel) node by node.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nr,categories=nodewise
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Done",type=integer,JSONPath=`.status.counts.done`
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.counts.total`
+// +kubebuilder:printcolumn:name="In-Flight",type=integer,JSONPath=`.status.counts.inProgress`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.haltReason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeRollout struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec NodeRolloutSpec `json:"spec,omitempty"`
+	// +optional
+	Status NodeRolloutStatus `json:"status,omitempty"`
+}
+
+// NodeRolloutList is a list of NodeRollouts.
+// +kubebuilder:object:root=true
+type NodeRolloutList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeRollout `json:"items"`
+}
+
+func init() { register(&NodeRollout{}, &NodeRolloutList{}) }
