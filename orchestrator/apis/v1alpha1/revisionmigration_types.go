@@ -1,0 +1,200 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DefaultMigrationTag is the revision tag a RevisionMigration moves namespaces onto.
+const DefaultMigrationTag = "canary"
+
+// DefaultTierLabel is the namespace label that orders namespaces into waves.
+const DefaultTierLabel = "nodewise.io/tier"
+
+// WaveSelector selects namespaces by label equality. It is deliberately a
+// matchLabels-only selector: two selector waves must be provably disjoint
+// (some key they both name has different values), which the API server can
+// check with CEL. Expressions would make overlap undecidable up front.
+type WaveSelector struct {
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=8
+	MatchLabels map[string]string `json:"matchLabels"`
+}
+
+// Wave is one step of a migration: either the namespaces a selector matches,
+// or a cumulative percentage of the in-scope namespaces in tier order.
+// +kubebuilder:validation:XValidation:rule="has(self.namespaceSelector) != has(self.percent)",message="a wave sets exactly one of namespaceSelector or percent"
+type Wave struct {
+	// Name identifies the wave in status and events.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// NamespaceSelector picks the wave's namespaces among those not moved yet.
+	// +optional
+	NamespaceSelector *WaveSelector `json:"namespaceSelector,omitempty"`
+	// Percent is cumulative: after this wave, at least this share of the
+	// in-scope namespaces (in tier order, rounded up, at least one) has moved.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Percent *int32 `json:"percent,omitempty"`
+}
+
+// RevisionMigrationSpec says which sidecar namespaces move from one istiod
+// revision to another, through which tag, in which waves and how fast.
+// +kubebuilder:validation:XValidation:rule="self.from != self.to",message="from and to must be different revisions"
+// +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, a.name == b.name || !has(a.namespaceSelector) || !has(b.namespaceSelector) || a.namespaceSelector.matchLabels.exists(k, k in b.namespaceSelector.matchLabels && a.namespaceSelector.matchLabels[k] != b.namespaceSelector.matchLabels[k])))",message="wave namespace selectors overlap: every two selector waves must name a common label key with different values"
+// +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, !has(a.percent) || !has(b.percent) || self.waves.indexOf(a) >= self.waves.indexOf(b) || a.percent < b.percent))",message="percent waves must strictly increase"
+type RevisionMigrationSpec struct {
+	// From is the istiod revision the namespaces use now (e.g. 1-27).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	From string `json:"from"`
+	// To is the istiod revision they move to (e.g. 1-28). It must be installed.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	To string `json:"to"`
+	// Tag is the revision tag pointed at To; moved namespaces get istio.io/rev=<tag>.
+	// +kubebuilder:default=canary
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="the default tag is not a migration tag: pick another name (default canary)"
+	// +optional
+	Tag string `json:"tag,omitempty"`
+	// TierLabel is the namespace label that orders namespaces (lowest tier first).
+	// +kubebuilder:default="nodewise.io/tier"
+	// +optional
+	TierLabel string `json:"tierLabel,omitempty"`
+	// Waves in order. Empty means: canary (the first namespace in tier order), 5%, 30%, 100%.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Waves []Wave `json:"waves,omitempty"`
+	// RateLimit bounds how fast pods are restarted, to stay within istiod's
+	// certificate-issuance headroom.
+	RateLimit RestartRateLimit `json:"rateLimit"`
+	// Gates are the judge's external gates run after each wave is Ready.
+	// +optional
+	Gates *GatesSpec `json:"gates,omitempty"`
+	// Abort retags every moved namespace back to From and restarts it.
+	// +optional
+	Abort bool `json:"abort,omitempty"`
+}
+
+// RestartRateLimit is a pod restart budget.
+type RestartRateLimit struct {
+	// PodsPerSecond is the most pods restarted per second, cluster-wide for this migration.
+	// +kubebuilder:validation:XValidation:rule="self > 0",message="rateLimit.podsPerSecond must be greater than 0"
+	PodsPerSecond int32 `json:"podsPerSecond"`
+}
+
+// MigrationPhase is where a migration is.
+// +kubebuilder:validation:Enum=Pending;Progressing;Gating;Succeeded;Halted;Aborting;Aborted;Refused
+type MigrationPhase string
+
+const (
+	MigrationPending     MigrationPhase = "Pending"
+	MigrationProgressing MigrationPhase = "Progressing"
+	MigrationGating      MigrationPhase = "Gating"
+	MigrationSucceeded   MigrationPhase = "Succeeded"
+	MigrationHalted      MigrationPhase = "Halted"
+	MigrationAborting    MigrationPhase = "Aborting"
+	MigrationAborted     MigrationPhase = "Aborted"
+	// MigrationRefused means the controller will not start: an unknown
+	// revision, or a move outside the supported skew. The reason says which.
+	MigrationRefused MigrationPhase = "Refused"
+)
+
+// NamespacePhase is where one namespace is.
+// +kubebuilder:validation:Enum=Pending;Retagged;Restarting;Ready;RolledBack
+type NamespacePhase string
+
+const (
+	NamespacePending    NamespacePhase = "Pending"
+	NamespaceRetagged   NamespacePhase = "Retagged"
+	NamespaceRestarting NamespacePhase = "Restarting"
+	NamespaceReady      NamespacePhase = "Ready"
+	NamespaceRolledBack NamespacePhase = "RolledBack"
+)
+
+// NamespaceStatus is one namespace's progress. Everything a restarted
+// controller needs to continue without restarting a namespace twice is here.
+type NamespaceStatus struct {
+	Name string `json:"name"`
+	// Wave is the index of the wave the namespace belongs to.
+	Wave int32 `json:"wave"`
+	// OriginalRev is the namespace's istio.io/rev value before the move (restored on abort).
+	OriginalRev string `json:"originalRev"`
+	// +optional
+	Phase NamespacePhase `json:"phase,omitempty"`
+	// RestartedAt is the kubectl.kubernetes.io/restartedAt value stamped on the
+	// namespace's workloads. It is written here before any workload is patched;
+	// a workload already carrying it is never patched again.
+	// +optional
+	RestartedAt string `json:"restartedAt,omitempty"`
+	// Generation counts the restarts of this namespace by this migration
+	// (1 after the move, 2 after an abort's restart).
+	// +optional
+	Generation int32 `json:"generation,omitempty"`
+	// Pods is how many pods the namespace's restart covers.
+	// +optional
+	Pods int32 `json:"pods,omitempty"`
+	// Message says what the namespace waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// RevisionMigrationStatus is where the migration is.
+type RevisionMigrationStatus struct {
+	// +optional
+	Phase MigrationPhase `json:"phase,omitempty"`
+	// Reason explains the phase, for people.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// CurrentWave is the index of the wave in flight.
+	// +optional
+	CurrentWave int32 `json:"currentWave,omitempty"`
+	// Waves is the resolved plan: the namespaces of each wave, fixed at start.
+	// +optional
+	Waves []ResolvedWave `json:"waves,omitempty"`
+	// +optional
+	Namespaces []NamespaceStatus `json:"namespaces,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ResolvedWave is a wave with its namespaces fixed.
+type ResolvedWave struct {
+	Name string `json:"name"`
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// RevisionMigration moves sidecar namespaces between istiod revisions in gated waves.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=revmig
+// +kubebuilder:printcolumn:name="From",type=string,JSONPath=`.spec.from`
+// +kubebuilder:printcolumn:name="To",type=string,JSONPath=`.spec.to`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Wave",type=integer,JSONPath=`.status.currentWave`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+type RevisionMigration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec RevisionMigrationSpec `json:"spec"`
+	// +optional
+	Status RevisionMigrationStatus `json:"status,omitempty"`
+}
+
+// RevisionMigrationList is a list of RevisionMigrations.
+// +kubebuilder:object:root=true
+type RevisionMigrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RevisionMigration `json:"items"`
+}
+
+func init() { register(&RevisionMigration{}, &RevisionMigrationList{}) }
