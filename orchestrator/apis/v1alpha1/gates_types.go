@@ -1,6 +1,192 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 // GatesSpec says how a node's soak is judged before the rollout moves on.
-// The judge (package health) fills in its fields; the orchestrator only passes
-// it through to the gate it builds.
-type GatesSpec struct{}
+// The judge (package health) reads it through health/gatespec; the orchestrator
+// only passes it through. Every field is optional: an empty `gates: {}` judges
+// every metric with the defaults documented on each field (and in docs/health.md).
+//
+// Numbers that are not integers (ratios, rates, significance) are decimal strings,
+// because CRDs cannot carry floats portably; CEL rules check their ranges.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || duration(self.interval) > duration('0s')",message="gates.interval must be a positive duration such as 1m"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSnapshotAge) || duration(self.maxSnapshotAge) > duration('0s')",message="gates.maxSnapshotAge must be a positive duration such as 30s"
+type GatesSpec struct {
+	// Interval is how often the judge compares the soak so far with the baseline
+	// (default 1m). A node fails only after ConsecutiveFailures failing intervals.
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+	// ConsecutiveFailures is how many failing intervals in a row fail the node (default 2).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+	// Inconclusive says what too little traffic to judge means: Pass moves on,
+	// Pause holds the node and the rollout until there is enough traffic or a
+	// person decides, Fail halts (default Pause).
+	// +optional
+	Inconclusive InconclusivePolicy `json:"inconclusive,omitempty"`
+	// Significance is the family-wise false-alarm rate of one judgement of one
+	// node, across all its pods and metrics (Holm correction), as a decimal in
+	// (0, 0.5] (default "0.01").
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 0.5",message="gates.significance must be a decimal in (0, 0.5], such as 0.01"
+	// +optional
+	Significance string `json:"significance,omitempty"`
+	// MinEvents is the fewest events (counts, or latency samples) in each window
+	// before a pod's metric is tested at all (default 20). Fewer is "not enough traffic".
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinEvents int32 `json:"minEvents,omitempty"`
+	// MinNodeConnections is the fewest connections the whole node must make in
+	// the soak window; fewer makes the node's verdict Inconclusive (default 100).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinNodeConnections int32 `json:"minNodeConnections,omitempty"`
+	// MaxSnapshotAge is how old an agent snapshot may be before the agent counts
+	// as stale, which fails the gate (default 30s).
+	// +optional
+	MaxSnapshotAge *metav1.Duration `json:"maxSnapshotAge,omitempty"`
+	// Counts overrides the thresholds of the count metrics. Metrics not listed use
+	// their defaults; list a metric with disabled: true to skip it.
+	// +listType=map
+	// +listMapKey=metric
+	// +kubebuilder:validation:MaxItems=4
+	// +optional
+	Counts []CountGate `json:"counts,omitempty"`
+	// Latency overrides the thresholds of the latency metrics, like Counts.
+	// +listType=map
+	// +listMapKey=metric
+	// +kubebuilder:validation:MaxItems=2
+	// +optional
+	Latency []LatencyGate `json:"latency,omitempty"`
+	// Prometheus adds external gates: instant queries with thresholds.
+	// +optional
+	Prometheus *PrometheusGates `json:"prometheus,omitempty"`
+}
+
+// InconclusivePolicy is what an Inconclusive verdict does to the rollout.
+// +kubebuilder:validation:Enum=Pass;Pause;Fail
+type InconclusivePolicy string
+
+const (
+	InconclusivePass  InconclusivePolicy = "Pass"
+	InconclusivePause InconclusivePolicy = "Pause"
+	InconclusiveFail  InconclusivePolicy = "Fail"
+)
+
+// CountMetric names a per-pod counter the node agent reports.
+// +kubebuilder:validation:Enum=resetsReceived;resetsSent;connectFailures;retransmits
+type CountMetric string
+
+const (
+	MetricResetsReceived  CountMetric = "resetsReceived"
+	MetricResetsSent      CountMetric = "resetsSent"
+	MetricConnectFailures CountMetric = "connectFailures"
+	MetricRetransmits     CountMetric = "retransmits"
+)
+
+// LatencyMetric names a per-pod latency histogram the node agent reports.
+// +kubebuilder:validation:Enum=connectLatency;srtt
+type LatencyMetric string
+
+const (
+	MetricConnectLatency LatencyMetric = "connectLatency"
+	MetricSRTT           LatencyMetric = "srtt"
+)
+
+// CountGate is a one-sided Poisson rate test on one counter: a pod regresses
+// when its rate rose significantly AND by at least MinRatio AND by at least
+// MinExcessPerSecond.
+type CountGate struct {
+	Metric CountMetric `json:"metric"`
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// MinRatio is the smallest after/before rate ratio that counts, a decimal ≥ 1 (default "2").
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="double(self) >= 1.0",message="minRatio must be a decimal of at least 1, such as 2"
+	// +optional
+	MinRatio string `json:"minRatio,omitempty"`
+	// MinExcessPerSecond is the smallest rate increase that counts, in events per
+	// second, a decimal ≥ 0 (default "0.05").
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	MinExcessPerSecond string `json:"minExcessPerSecond,omitempty"`
+}
+
+// LatencyGate is a one-sided Mann-Whitney U test on one latency histogram: a
+// pod regresses when its latency shifted up significantly AND its p50 or p99
+// grew by at least MinRatio AND by at least MinIncrease.
+type LatencyGate struct {
+	Metric LatencyMetric `json:"metric"`
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// MinRatio is the smallest after/before ratio of p50 or p99 that counts, a decimal ≥ 1 (default "1.25").
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="double(self) >= 1.0",message="minRatio must be a decimal of at least 1, such as 1.25"
+	// +optional
+	MinRatio string `json:"minRatio,omitempty"`
+	// MinIncrease is the smallest increase of that quantile that counts (default 500us).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="minIncrease must not be negative"
+	// +optional
+	MinIncrease *metav1.Duration `json:"minIncrease,omitempty"`
+}
+
+// PrometheusGates are instant queries against a Prometheus server. A query
+// that errors MaxConsecutiveErrors times in a row fails the gate.
+type PrometheusGates struct {
+	// Address is the server's base URL, such as http://prometheus.monitoring:9090.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	Address string `json:"address"`
+	// Timeout bounds one query, retries included (default 10s).
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="prometheus.timeout must be a positive duration"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// MaxConsecutiveErrors is how many failed evaluations in a row fail the gate (default 3).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxConsecutiveErrors int32 `json:"maxConsecutiveErrors,omitempty"`
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Queries []PrometheusQuery `json:"queries"`
+}
+
+// PrometheusQuery is one PromQL instant query and its threshold. The query may
+// use $node, replaced by the node's name. Every sample the query returns is
+// compared with the threshold; an empty result passes.
+type PrometheusQuery struct {
+	// Name is how reasons and status refer to the query.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query"`
+	// FailWhen says which side of Threshold fails: Above or Below.
+	FailWhen ThresholdDirection `json:"failWhen"`
+	// Threshold is a decimal, such as "0.99" or "0.250".
+	// +kubebuilder:validation:Pattern=`^-?(0|[1-9][0-9]*)?(\.[0-9]+)?([eE][-+]?[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	Threshold string `json:"threshold"`
+}
+
+// ThresholdDirection says which side of a threshold fails.
+// +kubebuilder:validation:Enum=Above;Below
+type ThresholdDirection string
+
+const (
+	FailAbove ThresholdDirection = "Above"
+	FailBelow ThresholdDirection = "Below"
+)
