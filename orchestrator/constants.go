@@ -1,0 +1,42 @@
+package orchestrator
+
+// Every label and annotation key nodewise's orchestrator reads or writes. The
+// table in docs/orchestrator.md lists the same keys; keep them in step.
+const (
+	// AnnotationRollout on a Node names the NodeRollout that owns its in-flight step.
+	AnnotationRollout = "nodewise.io/rollout"
+	// AnnotationRolloutUID on a Node is that NodeRollout's UID, so a recreated
+	// rollout with the same name never resumes a stale step.
+	AnnotationRolloutUID = "nodewise.io/rollout-uid"
+	// AnnotationStep on a Node is the step about to be acted on (a NodeState).
+	// It is written before the step acts, so a successor resumes it.
+	AnnotationStep = "nodewise.io/step"
+	// AnnotationStepSince on a Node is when AnnotationStep was written (RFC 3339).
+	AnnotationStepSince = "nodewise.io/step-since"
+	// AnnotationPriorUnschedulable on a Node is "true" or "false": whether the node
+	// was already cordoned when nodewise first touched it. Written once, before the
+	// cordon; nodewise uncordons only nodes where it is "false".
+	AnnotationPriorUnschedulable = "nodewise.io/prior-unschedulable"
+	// AnnotationCordonedBy on a Node says nodewise set spec.unschedulable (value: rollout name).
+	AnnotationCordonedBy = "nodewise.io/cordoned-by"
+	// AnnotationSwappedPrefix + target name on a Node is the UID of the old pod
+	// nodewise deleted for that target, so a resumed swap never deletes twice.
+	AnnotationSwappedPrefix = "swapped.nodewise.io/"
+	// AnnotationResumeToken on a NodeRollout is set by `nodewise resume`; a new
+	// value clears a halt (the failed nodes are retried from preflight).
+	AnnotationResumeToken = "nodewise.io/resume-token"
+	// AnnotationAckedResumeToken on a NodeRollout is the last resume token the
+	// orchestrator acted on.
+	AnnotationAckedResumeToken = "nodewise.io/acked-resume-token"
+
+	// LabelZone is the well-known zone label the planner groups nodes by.
+	LabelZone = "topology.kubernetes.io/zone"
+	// LabelControllerRevisionHash is set by the DaemonSet controller on each pod
+	// and ControllerRevision; a node is done when its pods carry the newest one.
+	LabelControllerRevisionHash = "controller-revision-hash"
+
+	// LeaseName is the leader-election Lease in the orchestrator's namespace.
+	LeaseName = "nodewise-orchestrator"
+	// FieldManager is the server-side field manager of every orchestrator write.
+	FieldManager = "nodewise-orchestrator"
+)

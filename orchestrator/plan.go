@@ -1,0 +1,234 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// ActionKind is what the executor is asked to do with one node.
+type ActionKind string
+
+const (
+	// ActStart persists Preflight on the node and starts its steps.
+	ActStart ActionKind = "Start"
+	// ActResume keeps driving a node whose persisted step is in flight.
+	ActResume ActionKind = "Resume"
+	// ActMarkDone records a node already on the newest revisions of every target.
+	ActMarkDone ActionKind = "MarkDone"
+	// ActRollback swaps an upgraded node back to the (restored) newest revision.
+	ActRollback ActionKind = "Rollback"
+	// ActMarkRolledBack records a node already back on the restored revision.
+	ActMarkRolledBack ActionKind = "MarkRolledBack"
+	// ActRetry resets a failed node to Pending after `nodewise resume` cleared a halt.
+	ActRetry ActionKind = "Retry"
+)
+
+// Action is one step the executor takes.
+type Action struct {
+	Kind   ActionKind
+	Node   string
+	Reason string
+}
+
+// Decision is the planner's answer: the phase to record, why, the full ordered
+// plan, and the actions to take now.
+type Decision struct {
+	Phase   v1alpha1.RolloutPhase
+	Reason  string
+	Order   []PlannedNode
+	Actions []Action
+	// NextWindow is when the next maintenance window opens, if waiting for one.
+	NextWindow time.Time
+}
+
+// ErrInvalid wraps every reason a rollout cannot start.
+var ErrInvalid = errors.New("invalid rollout")
+
+// ValidateTargets checks the targets exist, use OnDelete and have a revision.
+func ValidateTargets(targets []TargetView) error {
+	var errs []error
+	for _, t := range targets {
+		switch {
+		case !t.Found:
+			errs = append(errs, fmt.Errorf("DaemonSet %s not found", t.Key()))
+		case t.Strategy != appsv1.OnDeleteDaemonSetStrategyType:
+			errs = append(errs, fmt.Errorf("DaemonSet %s uses updateStrategy %s: nodewise never edits a template; install the chart with the Helm value updateStrategy.type=OnDelete (e.g. --set updateStrategy.type=OnDelete) and re-apply", t.Key(), t.Strategy))
+		case t.NewestHash == "":
+			errs = append(errs, fmt.Errorf("DaemonSet %s has no ControllerRevision yet", t.Key()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Plan decides the next actions from a snapshot, a policy and the time. It is
+// pure: it reads nothing else and changes nothing.
+func Plan(s Snapshot, p Policy, now time.Time) Decision {
+	selected := make([]NodeView, 0, len(s.Nodes))
+	byName := map[string]NodeView{}
+	for _, n := range s.Nodes {
+		if p.Selector == nil || p.Selector.Matches(labelSet(n.Labels)) {
+			selected = append(selected, n)
+			byName[n.Name] = n
+		}
+	}
+	order, missing := Order(selected, p.Canaries, p.MaxParallel)
+	d := Decision{Order: order}
+
+	// Nodes in flight always finish, whatever else is true.
+	inflight, failed := 0, 0
+	for _, n := range selected {
+		switch {
+		case InFlight(n.State):
+			inflight++
+			d.Actions = append(d.Actions, Action{Kind: ActResume, Node: n.Name})
+		case n.State == v1alpha1.NodeFailed:
+			failed++
+		}
+	}
+
+	var problems []error
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Errorf("canary nodes not found or not selected: %s", strings.Join(missing, ", ")))
+	}
+	if err := ValidateTargets(s.Targets); err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		d.Phase, d.Reason = v1alpha1.PhasePending, oneLine(errors.Join(problems...))
+		return d
+	}
+
+	if p.Rollback {
+		return planRollback(s, p, d, byName, inflight)
+	}
+	if p.Abort {
+		d.Phase, d.Reason = v1alpha1.PhaseAborted, "aborted by the user"
+		if inflight > 0 {
+			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("aborting: making %d in-flight node(s) safe", inflight)
+		}
+		return d
+	}
+	if failed > 0 || s.Status.Phase == v1alpha1.PhaseHalted {
+		if s.ResumeRequested {
+			for _, n := range selected {
+				if n.State == v1alpha1.NodeFailed {
+					d.Actions = append(d.Actions, Action{Kind: ActRetry, Node: n.Name, Reason: "halt cleared by resume"})
+				}
+			}
+			d.Phase, d.Reason = v1alpha1.PhaseProgressing, "resumed after a halt"
+			return d
+		}
+		d.Phase, d.Reason = v1alpha1.PhaseHalted, s.Status.HaltReason
+		if d.Reason == "" {
+			d.Reason = failedReason(selected)
+		}
+		return d
+	}
+
+	// Nodes already on the newest revisions are done without disruption.
+	done := 0
+	current := 0 // the lowest wave with unfinished work
+	for _, pn := range order {
+		n := byName[pn.Name]
+		st := n.State
+		if (st == "" || st == v1alpha1.NodePending) && n.UpToDate(s.Targets) {
+			d.Actions = append(d.Actions, Action{Kind: ActMarkDone, Node: n.Name, Reason: "already on the newest revision"})
+			st = v1alpha1.NodeDone
+		}
+		if Terminal(st) {
+			done++
+			continue
+		}
+		if current == 0 {
+			current = pn.Wave
+		}
+	}
+	if done == len(order) {
+		d.Phase, d.Reason = v1alpha1.PhaseCompleted, fmt.Sprintf("%d node(s) on the newest revision", done)
+		return d
+	}
+
+	switch {
+	case p.Paused:
+		d.Phase, d.Reason = v1alpha1.PhasePaused, "paused by the user"
+		return d
+	case !InAnyWindow(p.Windows, now):
+		d.Phase, d.Reason = v1alpha1.PhaseWaitingForWindow, "outside every maintenance window"
+		if next, ok := NextWindowOpen(p.Windows, now); ok {
+			d.NextWindow = next
+			d.Reason = "outside every maintenance window; next opens " + next.UTC().Format(time.RFC3339)
+		}
+		if inflight > 0 {
+			d.Phase = v1alpha1.PhaseProgressing
+			d.Reason = fmt.Sprintf("finishing %d in-flight node(s); %s", inflight, d.Reason)
+		}
+		return d
+	}
+
+	budget := p.MaxUnavailable - inflight - failed
+	for _, pn := range order {
+		if pn.Wave != current || budget <= 0 {
+			continue
+		}
+		n := byName[pn.Name]
+		if (n.State == "" || n.State == v1alpha1.NodePending) && !n.UpToDate(s.Targets) {
+			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
+			budget--
+		}
+	}
+	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", current)
+	return d
+}
+
+// planRollback swaps upgraded nodes back in reverse plan order once every
+// target's newest revision differs from the one the rollout moved nodes to.
+func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, inflight int) Decision {
+	for _, t := range s.Targets {
+		for _, rec := range s.Status.Targets {
+			if rec.Namespace == t.Ref.Namespace && rec.Name == t.Ref.Name && rec.Revision == t.NewestHash {
+				d.Phase = v1alpha1.PhaseRollingBack
+				d.Reason = fmt.Sprintf("waiting for the old template: DaemonSet %s is still at revision %s; re-apply the previous chart (updateStrategy.type=OnDelete)", t.Key(), t.NewestHash)
+				return d
+			}
+		}
+	}
+	remaining := 0
+	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight
+	for i := len(d.Order) - 1; i >= 0; i-- {
+		n := byName[d.Order[i].Name]
+		if n.State != v1alpha1.NodeDone {
+			continue
+		}
+		if n.UpToDate(s.Targets) {
+			d.Actions = append(d.Actions, Action{Kind: ActMarkRolledBack, Node: n.Name, Reason: "already on the restored revision"})
+			continue
+		}
+		remaining++
+		if budget > 0 {
+			d.Actions = append(d.Actions, Action{Kind: ActRollback, Node: n.Name})
+			budget--
+		}
+	}
+	d.Phase, d.Reason = v1alpha1.PhaseRollingBack, fmt.Sprintf("%d node(s) to swap back", remaining)
+	if remaining == 0 && inflight == 0 {
+		d.Phase, d.Reason = v1alpha1.PhaseRolledBack, "every upgraded node is back on the restored revision"
+	}
+	return d
+}
+
+func failedReason(nodes []NodeView) string {
+	for _, n := range nodes {
+		if n.State == v1alpha1.NodeFailed {
+			return "node " + n.Name + " failed"
+		}
+	}
+	return "halted"
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }

@@ -1,0 +1,334 @@
+package orchestrator
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+const oldHash, newHash = "old111", "new222"
+
+func targets(strategy appsv1.DaemonSetUpdateStrategyType) []TargetView {
+	var ts []TargetView
+	for _, r := range DefaultTargets {
+		ts = append(ts, TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash})
+	}
+	return ts
+}
+
+// fleet builds n nodes per zone, named z<zone>-<i>, every pod on the old revision.
+func fleet(zones, perZone int) []NodeView {
+	var ns []NodeView
+	for z := 0; z < zones; z++ {
+		for i := 0; i < perZone; i++ {
+			zone := fmt.Sprintf("zone-%c", 'a'+z)
+			name := fmt.Sprintf("%s-%02d", zone, i)
+			pods := map[string]PodView{}
+			for _, r := range DefaultTargets {
+				pods[r.Namespace+"/"+r.Name] = PodView{Name: r.Name + "-" + name, Hash: oldHash, Ready: true}
+			}
+			ns = append(ns, NodeView{Name: name, Zone: zone, Ready: true, Labels: map[string]string{LabelZone: zone}, State: v1alpha1.NodePending, Pods: pods})
+		}
+	}
+	return ns
+}
+
+func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
+	t.Helper()
+	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
+	if mut != nil {
+		mut(&spec)
+	}
+	p, err := NewPolicy(spec)
+	if err != nil {
+		t.Fatalf("NewPolicy: %v", err)
+	}
+	return p
+}
+
+func setState(ns []NodeView, name string, st v1alpha1.NodeState) {
+	for i := range ns {
+		if ns[i].Name == name {
+			ns[i].State = st
+		}
+	}
+}
+
+func upgrade(ns []NodeView, name string) {
+	for i := range ns {
+		if ns[i].Name == name {
+			for k, p := range ns[i].Pods {
+				p.Hash = newHash
+				ns[i].Pods[k] = p
+			}
+		}
+	}
+}
+
+func starts(d Decision) []string {
+	var out []string
+	for _, a := range d.Actions {
+		if a.Kind == ActStart {
+			out = append(out, a.Node)
+		}
+	}
+	return out
+}
+
+func TestOrderCanariesThenZonesWithRampingWaves(t *testing.T) {
+	ns := fleet(3, 5)
+	plan, missing := Order(ns, []string{"zone-c-04", "zone-a-02"}, 4)
+	if len(missing) != 0 {
+		t.Fatalf("missing %v", missing)
+	}
+	var got []string
+	for _, p := range plan {
+		got = append(got, fmt.Sprintf("%d:%s", p.Wave, p.Name))
+	}
+	want := []string{
+		"1:zone-c-04", "2:zone-a-02", // canaries, one wave each, in the order given
+		"3:zone-a-00", "4:zone-a-01", "4:zone-a-03", "5:zone-a-04", // ramp 1,2, then cut at the zone boundary
+		"6:zone-b-00", "6:zone-b-01", "6:zone-b-02", "6:zone-b-03", "7:zone-b-04", // maxParallel 4
+		"8:zone-c-00", "8:zone-c-01", "8:zone-c-02", "8:zone-c-03",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("order\n got %v\nwant %v", got, want)
+	}
+	if _, missing := Order(ns, []string{"nope"}, 1); !reflect.DeepEqual(missing, []string{"nope"}) {
+		t.Fatalf("missing canary not reported: %v", missing)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	monday10 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC) // a Monday
+	cases := []struct {
+		name      string
+		spec      func(*v1alpha1.NodeRolloutSpec)
+		world     func(ns []NodeView) []NodeView
+		targets   []TargetView
+		status    v1alpha1.NodeRolloutStatus
+		now       time.Time
+		wantPhase v1alpha1.RolloutPhase
+		wantStart []string
+		reason    string // substring of Decision.Reason
+	}{
+		{
+			name:      "canary first, alone",
+			spec:      func(s *v1alpha1.NodeRolloutSpec) { s.CanaryNodes = []string{"zone-b-01"} },
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-b-01"},
+		},
+		{
+			name: "second wave waits for the first to finish",
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeSoak)
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil,
+		},
+		{
+			name: "after wave 1 (1 node) wave 2 starts two nodes",
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeDone)
+				upgrade(ns, "zone-a-00")
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01", "zone-a-02"},
+		},
+		{
+			name: "maxUnavailable caps a wave",
+			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 1 },
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeDone)
+				upgrade(ns, "zone-a-00")
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01"},
+		},
+		{
+			name: "in-flight nodes use the maxUnavailable budget",
+			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 2 },
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeDone)
+				upgrade(ns, "zone-a-00")
+				setState(ns, "zone-a-01", v1alpha1.NodeWaitReady)
+				setState(ns, "zone-a-02", v1alpha1.NodeCordon)
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil,
+		},
+		{
+			name: "a failed node halts and nothing new starts",
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeFailed)
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseHalted, wantStart: nil, reason: "zone-a-00",
+		},
+		{
+			name:      "a persisted halt is never resumed automatically",
+			status:    v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: "gate failed on zone-a-00"},
+			wantPhase: v1alpha1.PhaseHalted, wantStart: nil, reason: "gate failed",
+		},
+		{
+			name:      "paused starts nothing",
+			spec:      func(s *v1alpha1.NodeRolloutSpec) { s.Paused = true },
+			wantPhase: v1alpha1.PhasePaused, wantStart: nil,
+		},
+		{
+			name: "outside every window: nothing starts, next opening given",
+			spec: func(s *v1alpha1.NodeRolloutSpec) {
+				s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Tue"}, Start: "02:00", End: "04:00", TimeZone: "Europe/Berlin"}}
+			},
+			now:       monday10,
+			wantPhase: v1alpha1.PhaseWaitingForWindow, wantStart: nil, reason: "2026-12-01T01:00:00Z",
+		},
+		{
+			name: "outside the window an in-flight node still finishes",
+			spec: func(s *v1alpha1.NodeRolloutSpec) {
+				s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "02:00", End: "04:00"}}
+			},
+			world: func(ns []NodeView) []NodeView {
+				setState(ns, "zone-a-00", v1alpha1.NodeDrain)
+				return ns
+			},
+			now:       monday10,
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil, reason: "finishing 1 in-flight",
+		},
+		{
+			name: "inside a window (Berlin 11:00 = 10:00 UTC) nodes start",
+			spec: func(s *v1alpha1.NodeRolloutSpec) {
+				s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Days: []v1alpha1.Weekday{"Mon"}, Start: "10:30", End: "11:30", TimeZone: "Europe/Berlin"}}
+			},
+			now:       monday10,
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-00"},
+		},
+		{
+			name:      "RollingUpdate target is refused naming the Helm value",
+			targets:   targets(appsv1.RollingUpdateDaemonSetStrategyType),
+			wantPhase: v1alpha1.PhasePending, wantStart: nil, reason: "updateStrategy.type=OnDelete",
+		},
+		{
+			name:      "unknown DaemonSet",
+			targets:   []TargetView{{Ref: v1alpha1.TargetRef{Namespace: "istio-system", Name: "nope"}}},
+			wantPhase: v1alpha1.PhasePending, wantStart: nil, reason: "istio-system/nope not found",
+		},
+		{
+			name: "a node already on the newest revision is done, not swapped",
+			world: func(ns []NodeView) []NodeView {
+				upgrade(ns, "zone-a-00")
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01", "zone-a-02"},
+		},
+		{
+			name: "a pod on the new revision but not Ready is not done",
+			world: func(ns []NodeView) []NodeView {
+				upgrade(ns, "zone-a-00")
+				p := ns[0].Pods["istio-system/ztunnel"]
+				p.Ready = false
+				ns[0].Pods["istio-system/ztunnel"] = p
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-00"},
+		},
+		{
+			name: "all nodes on the newest revision completes",
+			world: func(ns []NodeView) []NodeView {
+				for _, n := range ns {
+					upgrade(ns, n.Name)
+				}
+				return ns
+			},
+			wantPhase: v1alpha1.PhaseCompleted, wantStart: nil,
+		},
+		{
+			name: "node selector limits the rollout",
+			spec: func(s *v1alpha1.NodeRolloutSpec) {
+				s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelZone: "zone-b"}}
+			},
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-b-00"},
+		},
+		{
+			name:      "abort starts nothing",
+			spec:      func(s *v1alpha1.NodeRolloutSpec) { s.Abort = true },
+			wantPhase: v1alpha1.PhaseAborted, wantStart: nil,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fleet(3, 4)
+			if tc.world != nil {
+				ns = tc.world(ns)
+			}
+			ts := tc.targets
+			if ts == nil {
+				ts = targets(appsv1.OnDeleteDaemonSetStrategyType)
+			}
+			now := tc.now
+			if now.IsZero() {
+				now = monday10
+			}
+			d := Plan(Snapshot{Nodes: ns, Targets: ts, Status: tc.status}, policy(t, tc.spec), now)
+			if d.Phase != tc.wantPhase {
+				t.Errorf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
+			}
+			if got := starts(d); !reflect.DeepEqual(got, tc.wantStart) {
+				t.Errorf("starts %v, want %v", got, tc.wantStart)
+			}
+			if !strings.Contains(d.Reason, tc.reason) {
+				t.Errorf("reason %q does not mention %q", d.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+func TestPlanResumesInFlightEvenWhenHalted(t *testing.T) {
+	ns := fleet(1, 3)
+	setState(ns, "zone-a-00", v1alpha1.NodeFailed)
+	setState(ns, "zone-a-01", v1alpha1.NodeUncordon)
+	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	if d.Phase != v1alpha1.PhaseHalted {
+		t.Fatalf("phase %s", d.Phase)
+	}
+	if len(d.Actions) != 1 || d.Actions[0].Kind != ActResume || d.Actions[0].Node != "zone-a-01" {
+		t.Fatalf("actions %+v, want only Resume zone-a-01", d.Actions)
+	}
+	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), ResumeRequested: true}, policy(t, nil), time.Now())
+	if d.Phase != v1alpha1.PhaseProgressing || d.Actions[len(d.Actions)-1] != (Action{Kind: ActRetry, Node: "zone-a-00", Reason: "halt cleared by resume"}) {
+		t.Fatalf("resume: %s %+v", d.Phase, d.Actions)
+	}
+}
+
+func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
+	ns := fleet(1, 4)
+	for _, n := range ns[:3] { // three nodes were upgraded to "new222"
+		setState(ns, n.Name, v1alpha1.NodeDone)
+		upgrade(ns, n.Name)
+	}
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel = 2; s.MaxUnavailable = 2 })
+	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
+	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
+	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 0 || !strings.Contains(d.Reason, "re-apply the previous chart") {
+		t.Fatalf("template not restored yet: %s %q %+v", d.Phase, d.Reason, d.Actions)
+	}
+	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	for i := range restored {
+		restored[i].NewestHash = oldHash
+	}
+	d = Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	var got []string
+	for _, a := range d.Actions {
+		got = append(got, string(a.Kind)+":"+a.Node)
+	}
+	want := []string{"Rollback:zone-a-02", "Rollback:zone-a-01"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("rollback actions %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,155 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// Defaults for the durations a NodeRollout leaves empty.
+const (
+	DefaultDrainTimeout = 5 * time.Minute
+	DefaultSwapTimeout  = 5 * time.Minute
+)
+
+// DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
+var DefaultTargets = []v1alpha1.TargetRef{
+	{Namespace: "istio-system", Name: "istio-cni-node"},
+	{Namespace: "istio-system", Name: "ztunnel"},
+}
+
+// Policy is a NodeRollout spec with defaults filled in and parsed, ready for the planner.
+type Policy struct {
+	Targets        []v1alpha1.TargetRef
+	Selector       labels.Selector
+	Canaries       []string
+	MaxParallel    int
+	MaxUnavailable int
+	Drain          v1alpha1.DrainPolicy
+	DrainTimeout   time.Duration
+	PDBBlocked     v1alpha1.PDBBlockedPolicy
+	SwapTimeout    time.Duration
+	Baseline       time.Duration
+	Soak           time.Duration
+	Windows        []Window
+	Paused         bool
+	Abort          bool
+	Rollback       bool
+}
+
+// NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
+// (time zones, label selector syntax), and fills in defaults. Every problem is
+// returned, joined, each naming its field.
+func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
+	var errs []error
+	p := Policy{
+		Targets:        spec.Targets,
+		Canaries:       spec.CanaryNodes,
+		MaxParallel:    int(spec.MaxParallel),
+		MaxUnavailable: int(spec.MaxUnavailable),
+		Drain:          spec.Drain.Policy,
+		PDBBlocked:     spec.Drain.PDBBlocked,
+		DrainTimeout:   durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
+		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
+		Baseline:       durationOr(spec.Baseline, 0),
+		Soak:           durationOr(spec.Soak, 0),
+		Paused:         spec.Paused,
+		Abort:          spec.Abort,
+		Rollback:       spec.Rollback,
+		Selector:       labels.Everything(),
+	}
+	if len(p.Targets) == 0 {
+		p.Targets = DefaultTargets
+	}
+	seen := map[string]bool{}
+	for i, t := range p.Targets {
+		if t.Namespace == "" || t.Name == "" {
+			errs = append(errs, fmt.Errorf("spec.targets[%d]: namespace and name are required", i))
+		}
+		if seen[t.Namespace+"/"+t.Name] {
+			errs = append(errs, fmt.Errorf("spec.targets[%d]: %s/%s is listed twice", i, t.Namespace, t.Name))
+		}
+		seen[t.Namespace+"/"+t.Name] = true
+	}
+	if spec.MaxParallel == 0 {
+		p.MaxParallel = 1 // the API server defaults an absent field; an explicit 0 is caught below when raw.
+	}
+	if spec.MaxUnavailable == 0 {
+		p.MaxUnavailable = 1
+	}
+	if p.MaxParallel < 1 {
+		errs = append(errs, fmt.Errorf("spec.maxParallel: %d must be at least 1", spec.MaxParallel))
+	}
+	if p.MaxUnavailable < 1 {
+		errs = append(errs, fmt.Errorf("spec.maxUnavailable: %d must be at least 1", spec.MaxUnavailable))
+	}
+	if p.Drain == "" {
+		p.Drain = v1alpha1.DrainNever
+	}
+	switch p.Drain {
+	case v1alpha1.DrainNever, v1alpha1.DrainAlways, v1alpha1.DrainAuto:
+	default:
+		errs = append(errs, fmt.Errorf("spec.drain.policy: %q is not one of never, always, auto", p.Drain))
+	}
+	if p.PDBBlocked == "" {
+		p.PDBBlocked = v1alpha1.PDBHalt
+	}
+	switch p.PDBBlocked {
+	case v1alpha1.PDBWait, v1alpha1.PDBSkipNode, v1alpha1.PDBHalt:
+	default:
+		errs = append(errs, fmt.Errorf("spec.drain.pdbBlocked: %q is not one of wait, skip-node, halt", p.PDBBlocked))
+	}
+	for name, d := range map[string]time.Duration{"spec.drain.timeout": p.DrainTimeout, "spec.swapTimeout": p.SwapTimeout, "spec.baseline": p.Baseline, "spec.soak": p.Soak} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s: %s must not be negative", name, d))
+		}
+	}
+	if p.SwapTimeout == 0 {
+		errs = append(errs, errors.New("spec.swapTimeout: must be positive"))
+	}
+	if spec.NodeSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.nodeSelector: %w", err))
+		} else {
+			p.Selector = sel
+		}
+	}
+	for i, w := range spec.MaintenanceWindows {
+		win, err := ParseWindow(w)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.maintenanceWindows[%d]: %w", i, err))
+			continue
+		}
+		p.Windows = append(p.Windows, win)
+	}
+	return p, errors.Join(errs...)
+}
+
+// ValidateRaw checks what defaulting would hide: an explicit maxParallel or
+// maxUnavailable of 0 in a file the CLI read (the API server rejects those
+// through the CRD minimum, since its defaulting applies only to absent fields).
+func ValidateRaw(raw map[string]any) error {
+	spec, _ := raw["spec"].(map[string]any)
+	var errs []error
+	for _, f := range []string{"maxParallel", "maxUnavailable"} {
+		if v, ok := spec[f]; ok {
+			if n, ok := v.(float64); ok && n < 1 {
+				errs = append(errs, fmt.Errorf("spec.%s: %v must be at least 1", f, n))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}

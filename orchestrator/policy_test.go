@@ -1,0 +1,66 @@
+package orchestrator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+func TestNewPolicyRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		spec v1alpha1.NodeRolloutSpec
+		want string
+	}{
+		{"negative maxParallel", v1alpha1.NodeRolloutSpec{MaxParallel: -1}, "spec.maxParallel"},
+		{"window end before start", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "09:00"}}}, "not after start"},
+		{"unknown time zone", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "11:00", TimeZone: "Mars/Olympus"}}}, "unknown time zone"},
+		{"bad clock", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "25:00", End: "26:00"}}}, "not HH:MM"},
+		{"drain policy", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Policy: "sometimes"}}, "spec.drain.policy"},
+		{"duplicate target", v1alpha1.NodeRolloutSpec{Targets: []v1alpha1.TargetRef{{Namespace: "a", Name: "b"}, {Namespace: "a", Name: "b"}}}, "listed twice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewPolicy(tc.spec)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want mention of %q", err, tc.want)
+			}
+		})
+	}
+	if err := ValidateRaw(map[string]any{"spec": map[string]any{"maxParallel": float64(0)}}); err == nil {
+		t.Fatal("explicit maxParallel 0 accepted")
+	}
+}
+
+func TestNewPolicyDefaults(t *testing.T) {
+	p, err := NewPolicy(v1alpha1.NodeRolloutSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Targets) != 2 || p.Targets[0].Name != "istio-cni-node" || p.Targets[1].Name != "ztunnel" {
+		t.Fatalf("targets %v: want CNI then ztunnel", p.Targets)
+	}
+	if p.MaxParallel != 1 || p.MaxUnavailable != 1 || p.Drain != v1alpha1.DrainNever || p.PDBBlocked != v1alpha1.PDBHalt || p.SwapTimeout != DefaultSwapTimeout {
+		t.Fatalf("defaults %+v", p)
+	}
+}
+
+func TestWindowContainsUsesTimeZoneAndDays(t *testing.T) {
+	w, err := ParseWindow(v1alpha1.MaintenanceWindow{Days: []v1alpha1.Weekday{"Sat"}, Start: "22:00", End: "24:00", TimeZone: "America/New_York"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	satNY2230 := time.Date(2026, 11, 29, 3, 30, 0, 0, time.UTC) // Sun 03:30 UTC = Sat 22:30 EST
+	if !w.Contains(satNY2230) {
+		t.Fatal("Sat 22:30 New York should be inside")
+	}
+	if w.Contains(satNY2230.Add(2 * time.Hour)) {
+		t.Fatal("Sun 00:30 New York should be outside")
+	}
+	next, ok := w.NextOpen(satNY2230.Add(2 * time.Hour))
+	if !ok || !next.Equal(time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)) {
+		t.Fatalf("next open %v %v, want next Saturday 22:00 EST", next, ok)
+	}
+}

@@ -1,0 +1,80 @@
+package orchestrator
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// Snapshot is the immutable world the planner decides from. observe.go builds
+// it from informer caches; tests build it by hand.
+type Snapshot struct {
+	Nodes   []NodeView
+	Targets []TargetView
+	// Status is the NodeRollout's status as last persisted.
+	Status v1alpha1.NodeRolloutStatus
+	// ResumeRequested is true when `nodewise resume` asked to clear a halt.
+	ResumeRequested bool
+}
+
+// TargetView is one target DaemonSet as the planner needs it.
+type TargetView struct {
+	Ref      v1alpha1.TargetRef
+	Found    bool
+	UID      types.UID
+	Strategy appsv1.DaemonSetUpdateStrategyType
+	// NewestHash is the controller-revision-hash of the newest ControllerRevision
+	// owned by the DaemonSet (matched by owner UID).
+	NewestHash string
+}
+
+// Key is "namespace/name".
+func (t TargetView) Key() string { return t.Ref.Namespace + "/" + t.Ref.Name }
+
+// PodView is one target pod on a node.
+type PodView struct {
+	Name        string
+	UID         types.UID
+	Hash        string
+	Ready       bool
+	Terminating bool
+}
+
+// NodeView is one node: its placement, schedulability and persisted step.
+type NodeView struct {
+	Name          string
+	Zone          string
+	Labels        map[string]string
+	Unschedulable bool
+	Ready         bool
+	// State is the node's persisted step for this rollout (annotation first, then status).
+	State v1alpha1.NodeState
+	// Pods maps a target key to that target's live (non-terminating, if any) pod.
+	Pods map[string]PodView
+}
+
+// UpToDate is true when every target has a Ready pod on the node at the target's newest revision.
+func (n NodeView) UpToDate(targets []TargetView) bool {
+	for _, t := range targets {
+		p, ok := n.Pods[t.Key()]
+		if !ok || p.Terminating || !p.Ready || p.Hash != t.NewestHash || t.NewestHash == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// InFlight states are the ones a worker is (or must be) driving.
+func InFlight(s v1alpha1.NodeState) bool {
+	switch s {
+	case "", v1alpha1.NodePending, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack:
+		return false
+	}
+	return true
+}
+
+// Terminal states need nothing more in a forward rollout.
+func Terminal(s v1alpha1.NodeState) bool {
+	return s == v1alpha1.NodeDone || s == v1alpha1.NodeSkipped
+}
