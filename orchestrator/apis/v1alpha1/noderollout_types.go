@@ -184,7 +184,7 @@ type NodeStatus struct {
 	Canary bool `json:"canary,omitempty"`
 	// Wave is the planned wave, counted from 1.
 	// +optional
-	Wave int32     `json:"wave,omitempty"`
+	Wave  int32     `json:"wave,omitempty"`
 	State NodeState `json:"state"`
 	// StateSince is when the node entered State.
 	// +optional
