@@ -1,0 +1,6 @@
+// Package bpf holds the agent's eBPF programs (src/nodewise.c, compiled CO-RE
+// against the pinned src/vmlinux.h) and the bpf2go-generated Go bindings. The
+// generated objects are committed, so building needs no clang.
+package bpf
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type counter_key -type sock_counters -type hist_key -type conn_start Nodewise src/nodewise.c -- -I/usr/include/x86_64-linux-gnu -Isrc

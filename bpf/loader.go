@@ -1,0 +1,200 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Sides, as the programs write them into keys.
+const (
+	SideApp   = 0
+	SideProxy = 1
+)
+
+// Histogram kinds, as the programs write them into keys.
+const (
+	HistConnectLatency = 0
+	HistSRTT           = 1
+	HistBuckets        = 32
+)
+
+// Connect failure classes: the index into Counters.ConnectFailures.
+const (
+	FailRefused = iota
+	FailTimeout
+	FailUnreachable
+	FailReset
+	FailOther
+	FailClasses
+)
+
+// Key identifies the counters of one side of one network namespace.
+type Key struct {
+	Netns uint32
+	Side  uint32
+}
+
+// Counters are the summed per-CPU counters of one Key.
+type Counters struct {
+	ResetsSent      uint64
+	ResetsReceived  uint64
+	Connects        uint64
+	Retransmits     uint64
+	ConnectFailures [FailClasses]uint64
+	ConnectLatency  [HistBuckets]uint64
+	SRTT            [HistBuckets]uint64
+}
+
+// Conn is one established socket: when it reached ESTABLISHED (monotonic
+// nanoseconds, as bpf_ktime_get_ns) and whose it is.
+type Conn struct {
+	StartNs uint64
+	Key     Key
+}
+
+// Probe is the loaded and attached set of programs. Close detaches them.
+type Probe struct {
+	objs  NodewiseObjects
+	links []link.Link
+}
+
+// Load loads the programs into the kernel and attaches them. The error wraps
+// ebpf.ErrNotSupported when the kernel lacks what they need.
+func Load() (*Probe, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("removing the memlock limit: %w", err)
+	}
+	p := &Probe{}
+	if err := LoadNodewiseObjects(&p.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("loading eBPF objects (verifier): %+v", verr)
+		}
+		return nil, fmt.Errorf("loading eBPF objects: %w", err)
+	}
+	for _, prog := range []*ebpf.Program{
+		p.objs.TcpSendReset, p.objs.TcpReceiveReset, p.objs.TcpRetransmitSkb, p.objs.InetSockSetState,
+	} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("attaching %s: %w", prog, err)
+		}
+		p.links = append(p.links, l)
+	}
+	return p, nil
+}
+
+// Close detaches the programs and frees the maps.
+func (p *Probe) Close() error {
+	var errs []error
+	for _, l := range p.links {
+		errs = append(errs, l.Close())
+	}
+	p.links = nil
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Programs returns the attached programs by name, for their run statistics.
+func (p *Probe) Programs() map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		NodewiseProgTcpSendReset:     p.objs.TcpSendReset,
+		NodewiseProgTcpReceiveReset:  p.objs.TcpReceiveReset,
+		NodewiseProgTcpRetransmitSkb: p.objs.TcpRetransmitSkb,
+		NodewiseProgInetSockSetState: p.objs.InetSockSetState,
+	}
+}
+
+// ReadCounters sums the per-CPU counters and histograms of every key.
+func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
+	out := map[Key]*Counters{}
+	get := func(k Key) *Counters {
+		c := out[k]
+		if c == nil {
+			c = &Counters{}
+			out[k] = c
+		}
+		return c
+	}
+	var (
+		ck   NodewiseCounterKey
+		cvs  []NodewiseSockCounters
+		iter = p.objs.Counters.Iterate()
+	)
+	for iter.Next(&ck, &cvs) {
+		c := get(Key{Netns: ck.Netns, Side: ck.Side})
+		for _, v := range cvs {
+			c.ResetsSent += v.ResetsSent
+			c.ResetsReceived += v.ResetsReceived
+			c.Connects += v.Connects
+			c.Retransmits += v.Retransmits
+			for i := range c.ConnectFailures {
+				c.ConnectFailures[i] += v.ConnectFailures[i]
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("reading the counters map: %w", err)
+	}
+	var (
+		hk    NodewiseHistKey
+		hvs   []uint64
+		hiter = p.objs.Histograms.Iterate()
+	)
+	for hiter.Next(&hk, &hvs) {
+		if int(hk.Bucket) >= HistBuckets {
+			continue
+		}
+		var sum uint64
+		for _, v := range hvs {
+			sum += v
+		}
+		c := get(Key{Netns: hk.Netns, Side: uint32(hk.Side)})
+		switch hk.Kind {
+		case HistConnectLatency:
+			c.ConnectLatency[hk.Bucket] += sum
+		case HistSRTT:
+			c.SRTT[hk.Bucket] += sum
+		}
+	}
+	if err := hiter.Err(); err != nil {
+		return nil, fmt.Errorf("reading the histograms map: %w", err)
+	}
+	return out, nil
+}
+
+// ReadConns lists the established sockets.
+func (p *Probe) ReadConns() ([]Conn, error) {
+	var (
+		k    uint64
+		v    NodewiseConnStart
+		out  []Conn
+		iter = p.objs.EstablishedSocks.Iterate()
+	)
+	for iter.Next(&k, &v) {
+		out = append(out, Conn{StartNs: v.StartNs, Key: Key{Netns: v.Netns, Side: v.Side}})
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("reading the established map: %w", err)
+	}
+	return out, nil
+}
+
+// EstablishedOverflow is how many established sockets the map could not
+// hold (they are missing from the age buckets).
+func (p *Probe) EstablishedOverflow() (uint64, error) {
+	var vs []uint64
+	if err := p.objs.EstablishedOverflow.Lookup(uint32(0), &vs); err != nil {
+		return 0, fmt.Errorf("reading the overflow counter: %w", err)
+	}
+	var sum uint64
+	for _, v := range vs {
+		sum += v
+	}
+	return sum, nil
+}
