@@ -1,0 +1,192 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// Agent is one node's agent. Build it with New, start it with Run.
+type Agent struct {
+	cfg   Config
+	log   *zap.Logger
+	cert  tls.Certificate
+	auth  *tokenAuth
+	start time.Time
+
+	modeGauge *prometheus.GaugeVec
+	fallback  prometheus.Gauge
+
+	mu  sync.Mutex
+	src source
+
+	ready chan struct{}
+	addr  net.Addr
+}
+
+// New validates cfg, fills its defaults and loads the certificate and the
+// token. It loads no eBPF and opens no port: Run does.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cert, err := loadCert(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := newTokenAuth(cfg.TokenFile, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:  cfg,
+		log:  cfg.Logger,
+		cert: cert,
+		auth: auth,
+		modeGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_agent_mode",
+			Help: "1 for the counting mode in use (ebpf or proc).",
+		}, []string{"mode"}),
+		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodewise_agent_ebpf_fallback",
+			Help: "1 when --mode=auto could not load the eBPF programs and fell back to /proc (a warning: no histograms, no sides, no ages).",
+		}),
+		ready: make(chan struct{}),
+	}
+	if err := errors.Join(
+		cfg.Registry.Register(a.modeGauge),
+		cfg.Registry.Register(a.fallback),
+		cfg.Registry.Register(newCollector(a.Snapshot)),
+	); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	return a, nil
+}
+
+// openSource picks the counting source for the configured mode.
+func (a *Agent) openSource() (source, error) {
+	if a.cfg.Mode == ModeProc {
+		return newProcSource(a.cfg.ProcRoot), nil
+	}
+	p, err := a.cfg.loadProbe()
+	if err == nil {
+		return &ebpfSource{p: p}, nil
+	}
+	if a.cfg.Mode == ModeEBPF {
+		return nil, fmt.Errorf("loading eBPF (mode ebpf has no fallback): %w", err)
+	}
+	a.log.Warn("eBPF programs did not load; falling back to /proc counters", zap.Error(err))
+	a.fallback.Set(1)
+	return newProcSource(a.cfg.ProcRoot), nil
+}
+
+// Run listens, loads the counting source and serves until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.cfg.ListenAddr, err)
+	}
+	src, err := a.openSource()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer src.close()
+	a.start = time.Now()
+	if _, err := src.read(); err != nil { // the proc source takes its baseline here
+		ln.Close()
+		return fmt.Errorf("first read of the %s counters: %w", src.mode(), err)
+	}
+	a.mu.Lock()
+	a.src = src
+	a.mu.Unlock()
+	a.modeGauge.WithLabelValues(src.mode()).Set(1)
+	a.log.Info("node agent started", zap.String("node", a.cfg.Node), zap.String("mode", src.mode()), zap.String("addr", ln.Addr().String()))
+
+	srv := &http.Server{
+		Handler:           a.handler(),
+		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{a.cert}, MinVersion: tls.VersionTLS12},
+		ErrorLog:          zap.NewStdLog(a.log),
+	}
+	a.addr = ln.Addr()
+	close(a.ready)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	return nil
+}
+
+// Addr waits until Run listens and returns the address (useful with port 0).
+func (a *Agent) Addr(ctx context.Context) (net.Addr, error) {
+	select {
+	case <-a.ready:
+		return a.addr, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Snapshot reads the counters and attributes them to pods.
+func (a *Agent) Snapshot() (health.Snapshot, error) {
+	a.mu.Lock()
+	src := a.src
+	a.mu.Unlock()
+	if src == nil {
+		return health.Snapshot{}, errors.New("agent not running")
+	}
+	r, err := src.read()
+	if err != nil {
+		return health.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
+	}
+	pods, err := a.cfg.Resolver.Pods()
+	if err != nil {
+		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
+	}
+	meta := snapshotMeta{node: a.cfg.Node, mode: src.mode(), version: a.cfg.Version, start: a.start, now: time.Now()}
+	return buildSnapshot(meta, r, pods), nil
+}
+
+func (a *Agent) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /v1/snapshot", a.auth.wrap(http.HandlerFunc(a.serveSnapshot)))
+	mux.Handle("GET /metrics", a.auth.wrap(promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{})))
+	return mux
+}
+
+func (a *Agent) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
+	s, err := a.Snapshot()
+	if err != nil {
+		a.log.Error("snapshot failed", zap.Error(err))
+		http.Error(w, "snapshot failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(s); err != nil {
+		a.log.Debug("writing snapshot", zap.Error(err))
+	}
+}

@@ -1,0 +1,80 @@
+package nodeagent
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// tokenAuth checks the bearer token against the token file, re-reading the
+// file when its modification time changes.
+type tokenAuth struct {
+	path string
+	log  *zap.Logger
+
+	mu     sync.Mutex
+	mtime  time.Time
+	digest [sha256.Size]byte
+}
+
+func newTokenAuth(path string, log *zap.Logger) (*tokenAuth, error) {
+	a := &tokenAuth{path: path, log: log}
+	if err := a.reload(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *tokenAuth) reload() error {
+	fi, err := os.Stat(a.path)
+	if err != nil {
+		return err
+	}
+	tok, err := readToken(a.path)
+	if err != nil {
+		return err
+	}
+	a.mtime = fi.ModTime()
+	a.digest = sha256.Sum256([]byte(tok))
+	return nil
+}
+
+func (a *tokenAuth) current() [sha256.Size]byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fi, err := os.Stat(a.path); err == nil && !fi.ModTime().Equal(a.mtime) {
+		if err := a.reload(); err != nil {
+			// Keep the old token rather than locking everyone out.
+			a.log.Warn("token file changed but cannot be read; keeping the previous token", zap.Error(err))
+		}
+	}
+	return a.digest
+}
+
+func (a *tokenAuth) ok(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, found := strings.CutPrefix(h, "Bearer ")
+	if !found {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	want := a.current()
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+func (a *tokenAuth) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.ok(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="nodewise-agent"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,110 @@
+package nodeagent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Modes accepted by Config.Mode.
+const (
+	ModeAuto = "auto" // eBPF, falling back to /proc when the programs cannot load
+	ModeEBPF = "ebpf" // eBPF only: a failed load is an error
+	ModeProc = "proc" // /proc counters only
+)
+
+// Config is everything the agent needs. New validates it and fills defaults.
+type Config struct {
+	Node       string // node name reported in snapshots; default: the hostname
+	Mode       string // ModeAuto (default), ModeEBPF or ModeProc
+	ListenAddr string // default ":9443"
+	CertFile   string // TLS serving certificate (required)
+	KeyFile    string // TLS private key (required)
+	TokenFile  string // bearer token callers must present (required)
+	ProcRoot   string // default "/proc"
+	Version    string // default "dev"
+	// Resolver maps namespaces to pods; default: a ProcResolver over ProcRoot.
+	Resolver Resolver
+	// Registry receives the agent's metrics; default: a new registry.
+	Registry *prometheus.Registry
+	Logger   *zap.Logger
+	// ReadHeaderTimeout bounds slow clients; default 10s.
+	ReadHeaderTimeout time.Duration
+
+	// loadProbe replaces the eBPF loader in tests.
+	loadProbe func() (probe, error)
+}
+
+func (c *Config) validate() error {
+	switch c.Mode {
+	case "":
+		c.Mode = ModeAuto
+	case ModeAuto, ModeEBPF, ModeProc:
+	default:
+		return fmt.Errorf("mode %q: want one of %s, %s, %s", c.Mode, ModeAuto, ModeEBPF, ModeProc)
+	}
+	if c.CertFile == "" || c.KeyFile == "" {
+		return errors.New("cert and key files are required (TLS is mandatory)")
+	}
+	if c.TokenFile == "" {
+		return errors.New("token file is required (callers must present its bearer token)")
+	}
+	if c.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("node name not set and hostname unknown: %w", err)
+		}
+		c.Node = h
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = ":9443"
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Resolver == nil {
+		c.Resolver = &ProcResolver{ProcRoot: c.ProcRoot}
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.loadProbe == nil {
+		c.loadProbe = loadProbe
+	}
+	return nil
+}
+
+func loadCert(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("loading TLS certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
+}
+
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}

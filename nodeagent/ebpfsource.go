@@ -1,0 +1,44 @@
+package nodeagent
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/bpf"
+	"github.com/nodewise/nodewise/health"
+)
+
+// probe is what the agent needs from the loaded programs.
+type probe interface {
+	ReadCounters() (map[bpf.Key]*bpf.Counters, error)
+	ReadConns() ([]bpf.Conn, error)
+	EstablishedOverflow() (uint64, error)
+	Close() error
+}
+
+func loadProbe() (probe, error) { return bpf.Load() }
+
+type ebpfSource struct {
+	p probe
+}
+
+func (s *ebpfSource) mode() string { return health.ModeEBPF }
+
+func (s *ebpfSource) read() (reading, error) {
+	cs, err := s.p.ReadCounters()
+	if err != nil {
+		return reading{}, err
+	}
+	conns, err := s.p.ReadConns()
+	if err != nil {
+		return reading{}, err
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return reading{}, fmt.Errorf("reading the monotonic clock: %w", err)
+	}
+	return reading{counters: cs, ages: bucketAges(conns, uint64(ts.Nano()))}, nil
+}
+
+func (s *ebpfSource) close() error { return s.p.Close() }

@@ -1,0 +1,181 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// PodLister names the pods on this node by UID. The agent's main backs it
+// with the Kubernetes API; a nil PodLister leaves names empty and uses the
+// UID as the name.
+type PodLister interface {
+	PodsByUID(ctx context.Context) (map[string]Pod, error)
+}
+
+// ProcResolver attributes network namespaces to pods by scanning /proc:
+// each process's /proc/<pid>/ns/net gives the namespace inode and its
+// /proc/<pid>/cgroup the pod UID (the kubelet puts every container under a
+// kubepods…pod<uid> cgroup). Processes in the host's namespace (the one of
+// PID 1) are never attributed: hostNetwork pods share it with the node.
+//
+// A namespace that disappears keeps its pod for Retain, so the last counts
+// of a deleted pod are still reported.
+type ProcResolver struct {
+	ProcRoot string        // default /proc
+	Lister   PodLister     // optional
+	Retain   time.Duration // default 10m
+	now      func() time.Time
+
+	mu   sync.Mutex
+	seen map[uint32]seenPod
+}
+
+type seenPod struct {
+	pod  Pod
+	last time.Time
+}
+
+var podUIDInCgroup = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
+
+// podUIDFromCgroup returns the pod UID in the content of a /proc/<pid>/cgroup
+// file, for both the systemd (underscores) and cgroupfs (dashes) drivers.
+func podUIDFromCgroup(content string) (string, bool) {
+	m := podUIDInCgroup.FindStringSubmatch(content)
+	if m == nil {
+		return "", false
+	}
+	return strings.ReplaceAll(m[1], "_", "-"), true
+}
+
+func nsInode(path string) (uint32, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return uint32(st.Ino), nil
+}
+
+// Pods scans /proc and returns the namespaces it can attribute.
+func (r *ProcResolver) Pods() (map[uint32]Pod, error) {
+	root := r.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	now := time.Now
+	if r.now != nil {
+		now = r.now
+	}
+	retain := r.Retain
+	if retain == 0 {
+		retain = 10 * time.Minute
+	}
+	host, err := nsInode(filepath.Join(root, "1", "ns", "net"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the host network namespace: %w", err)
+	}
+	uids, err := scanNetnsUIDs(root, host)
+	if err != nil {
+		return nil, err
+	}
+	var names map[string]Pod
+	if r.Lister != nil {
+		names, err = r.Lister.PodsByUID(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("listing the node's pods: %w", err)
+		}
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[uint32]seenPod{}
+	}
+	t := now()
+	for ns, uid := range uids {
+		p, ok := names[uid]
+		if !ok {
+			p = Pod{Name: uid}
+		}
+		p.UID = uid
+		r.seen[ns] = seenPod{pod: p, last: t}
+	}
+	out := map[uint32]Pod{}
+	for ns, s := range r.seen {
+		if t.Sub(s.last) > retain {
+			delete(r.seen, ns)
+			continue
+		}
+		out[ns] = s.pod
+	}
+	return out, nil
+}
+
+// scanNetnsUIDs maps each non-host network namespace to its pod UID. A
+// namespace whose processes name two different pods is left out.
+func scanNetnsUIDs(root string, host uint32) (map[uint32]string, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", root, err)
+	}
+	uids := map[uint32]string{}
+	conflict := map[uint32]bool{}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		ns, err := nsInode(filepath.Join(dir, "ns", "net"))
+		if err != nil || ns == host {
+			continue // the process exited, or shares the host's namespace
+		}
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil {
+			continue
+		}
+		uid, ok := podUIDFromCgroup(string(cg))
+		if !ok {
+			continue
+		}
+		if prev, ok := uids[ns]; ok && prev != uid {
+			conflict[ns] = true
+		}
+		uids[ns] = uid
+	}
+	for ns := range conflict {
+		delete(uids, ns)
+	}
+	return uids, nil
+}
+
+// netnsPIDs maps every network namespace to one process in it (the lowest
+// PID), for reading that namespace's /proc/<pid>/net counters.
+func netnsPIDs(root string) (map[uint32]int, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", root, err)
+	}
+	out := map[uint32]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := nsInode(filepath.Join(root, e.Name(), "ns", "net"))
+		if err != nil {
+			continue
+		}
+		if prev, ok := out[ns]; !ok || pid < prev {
+			out[ns] = pid
+		}
+	}
+	return out, nil
+}
