@@ -56,9 +56,14 @@ type PodCounters struct {
 	UID       string `json:"uid"`
 	Side      Side   `json:"side"`
 
-	ResetsSent      uint64                       `json:"resetsSent"`
-	ResetsReceived  uint64                       `json:"resetsReceived"`
-	Connects        uint64                       `json:"connects"` // active opens that reached ESTABLISHED
+	ResetsSent     uint64 `json:"resetsSent"`
+	ResetsReceived uint64 `json:"resetsReceived"`
+	Connects       uint64 `json:"connects"` // active opens that reached ESTABLISHED
+	// Accepts are passive opens that reached ESTABLISHED. With Connects and
+	// ConnectFailures it is the pod's traffic, which the judge uses to tell a
+	// burst of traffic (more resets because more connections) from a regression.
+	// An agent that cannot count it leaves it 0; the judge then uses Connects only.
+	Accepts         uint64                       `json:"accepts,omitempty"`
 	ConnectFailures map[ConnectErrorClass]uint64 `json:"connectFailures,omitempty"`
 	Retransmits     uint64                       `json:"retransmits"`
 
