@@ -1,0 +1,259 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+const (
+	// podCIDRBase is where node pod CIDRs are carved from: node i gets
+	// 198.18.i.0/24. It is the RFC 2544 benchmarking range, so pod IPs are
+	// never confused with a real network; they only exist inside network
+	// namespaces a test creates.
+	podCIDRBase = "198.18"
+	// serviceCIDR holds the cluster's service IPs (RFC 2544 as well).
+	serviceCIDR = "198.19.0.0/16"
+	serviceIP   = "198.19.0.1"
+	// maxNodes is bounded by the /24 per node inside 198.18.0.0/16.
+	maxNodes = 256
+)
+
+// controllers are the kube-controller-manager loops the simulated cluster
+// runs: the workload controllers nodewise exercises, PDB (disruption), garbage
+// collection, namespaces, service accounts, and node lifecycle for NotReady.
+var controllers = []string{
+	"daemonset-controller", "deployment-controller", "replicaset-controller",
+	"statefulset-controller", "disruption-controller", "garbage-collector-controller",
+	"namespace-controller", "serviceaccount-controller", "node-lifecycle-controller",
+	"taint-eviction-controller", "endpointslice-controller", "job-controller",
+	"pod-garbage-collector-controller", "root-ca-certificate-publisher-controller",
+	"clusterrole-aggregation-controller",
+}
+
+// binaries are the upstream executables, built by `make tools` into bin/.
+type binaries struct {
+	Etcd, APIServer, ControllerManager, Scheduler, Kubectl string
+}
+
+// findBinaries looks in dir, or when dir is empty in $NODEWISE_BIN_DIR, the
+// running executable's directory, and bin/ of any parent of the working
+// directory, for the first place that has all of them.
+func findBinaries(dir string) (binaries, error) {
+	var candidates []string
+	if dir != "" {
+		candidates = []string{dir}
+	} else {
+		if env := os.Getenv("NODEWISE_BIN_DIR"); env != "" {
+			candidates = append(candidates, env)
+		}
+		if exe, err := os.Executable(); err == nil {
+			candidates = append(candidates, filepath.Dir(exe))
+		}
+		if wd, err := os.Getwd(); err == nil {
+			for d := wd; ; d = filepath.Dir(d) {
+				candidates = append(candidates, filepath.Join(d, "bin"))
+				if filepath.Dir(d) == d {
+					break
+				}
+			}
+		}
+	}
+	for _, c := range candidates {
+		b := binaries{
+			Etcd:              filepath.Join(c, "etcd"),
+			APIServer:         filepath.Join(c, "kube-apiserver"),
+			ControllerManager: filepath.Join(c, "kube-controller-manager"),
+			Scheduler:         filepath.Join(c, "kube-scheduler"),
+			Kubectl:           filepath.Join(c, "kubectl"),
+		}
+		if allExecutable(b.Etcd, b.APIServer, b.ControllerManager, b.Scheduler) {
+			return b, nil
+		}
+	}
+	return binaries{}, fmt.Errorf("etcd, kube-apiserver, kube-controller-manager and kube-scheduler not found in %v: run `make tools` (or set NODEWISE_BIN_DIR)", candidates)
+}
+
+func allExecutable(paths ...string) bool {
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ports are the loopback ports the components listen on.
+type ports struct {
+	Etcd, EtcdPeer, APIServer, ControllerManager, Scheduler int
+}
+
+func freePorts() (ports, error) {
+	var ps [5]int
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for i := range ps {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return ports{}, fmt.Errorf("finding a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ps[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports{ps[0], ps[1], ps[2], ps[3], ps[4]}, nil
+}
+
+func (s *state) etcdArgv(b binaries) []string {
+	client := fmt.Sprintf("http://127.0.0.1:%d", s.Ports.Etcd)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", s.Ports.EtcdPeer)
+	return []string{b.Etcd,
+		"--name=sim", "--data-dir=" + filepath.Join(s.Dir, "etcd"),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=sim=" + peer,
+		// A test cluster trades durability for speed: a crash of the whole
+		// machine loses the cluster anyway.
+		"--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296",
+		"--log-level=warn",
+	}
+}
+
+func (s *state) apiserverArgv(b binaries) []string {
+	pk := pki{dir: filepath.Join(s.Dir, "pki")}
+	return []string{b.APIServer,
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", s.Ports.Etcd),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
+		"--tls-cert-file=" + pk.path("serving.crt"), "--tls-private-key-file=" + pk.path("serving.key"),
+		"--client-ca-file=" + pk.path("ca.crt"),
+		"--token-auth-file=" + pk.path("tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pk.path("sa.pub"),
+		"--service-account-signing-key-file=" + pk.path("sa.key"),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--allow-privileged=true",
+		// The kubernetes Service gets no endpoints: its only address would be
+		// loopback, which the endpoint reconciler refuses, and nothing in the
+		// simulated cluster reaches the API server from inside a pod.
+		"--endpoint-reconciler-type=none",
+		// Webhooks that name a Service are reached through its endpoints, never
+		// through a ClusterIP that exists on no network here.
+		"--enable-aggregator-routing=true",
+		"--profiling=false", "--v=1",
+	}
+}
+
+func (s *state) controllerManagerArgv(b binaries) []string {
+	pk := pki{dir: filepath.Join(s.Dir, "pki")}
+	kc := filepath.Join(s.Dir, "controller-manager.kubeconfig")
+	ctrls := ""
+	for i, c := range controllers {
+		if i > 0 {
+			ctrls += ","
+		}
+		ctrls += c
+	}
+	return []string{b.ControllerManager,
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(s.Ports.ControllerManager),
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + pk.path("sa.key"),
+		"--root-ca-file=" + pk.path("ca.crt"),
+		"--controllers=" + ctrls,
+		"--concurrent-daemonset-syncs=5",
+		"--profiling=false", "--v=1",
+	}
+}
+
+func (s *state) schedulerArgv(b binaries) []string {
+	kc := filepath.Join(s.Dir, "scheduler.kubeconfig")
+	return []string{b.Scheduler,
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(s.Ports.Scheduler),
+		"--leader-elect=false", "--profiling=false", "--v=1",
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for user that trusts the cluster CA.
+func (s *state) writeKubeconfig(path, user string, pk pki) error {
+	ca, err := os.ReadFile(pk.path("ca.crt"))
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["nodewise-sim"] = &clientcmdapi.Cluster{Server: s.serverURL(), CertificateAuthorityData: ca}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: pk.tokens[user]}
+	cfg.Contexts["nodewise-sim"] = &clientcmdapi.Context{Cluster: "nodewise-sim", AuthInfo: user}
+	cfg.CurrentContext = "nodewise-sim"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (s *state) serverURL() string { return fmt.Sprintf("https://127.0.0.1:%d", s.Ports.APIServer) }
+
+// restConfig reads one of the cluster's kubeconfigs.
+func restConfig(path string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400 // the sim's clients are trusted; do not throttle tests
+	return cfg, nil
+}
+
+// waitHealthy polls an HTTPS health endpoint on loopback until it answers 200.
+func waitHealthy(ctx context.Context, url, token string, caFile string, proc *process) error {
+	tlsCfg := &tls.Config{InsecureSkipVerify: true} // components' self-signed serving certs
+	if caFile != "" {
+		pool := x509.NewCertPool()
+		ca, err := os.ReadFile(caFile)
+		if err != nil {
+			return err
+		}
+		pool.AppendCertsFromPEM(ca)
+		tlsCfg = &tls.Config{RootCAs: pool}
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		last = err
+		if proc != nil && !proc.alive() {
+			return proc.exitedErr()
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(fmt.Errorf("waiting for %s: %w", url, ctx.Err()), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

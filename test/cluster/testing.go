@@ -1,0 +1,43 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Start starts a cluster for a test and stops it when the test ends. When the
+// test failed, the tail of every component's log is printed.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := Up(ctx, filepath.Join(t.TempDir(), "sim"), opts)
+	if err != nil {
+		t.Fatalf("starting the simulated cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.state.Processes {
+				t.Logf("--- tail of %s log:\n%s", p.Name, tail(p.Log, 20))
+			}
+		}
+		c.Stop()
+	})
+	return c
+}
+
+func tail(path string, lines int) []byte {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	parts := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return bytes.Join(parts, []byte("\n"))
+}
