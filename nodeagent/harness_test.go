@@ -1,0 +1,206 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// tlsFiles writes a self-signed serving certificate for 127.0.0.1, its key
+// and a token file, and returns their paths and a CA pool trusting the cert.
+type tlsFiles struct {
+	cert, key, token string
+	pool             *x509.CertPool
+	tokenValue       string
+}
+
+func writeTLSFiles(t testing.TB) tlsFiles {
+	t.Helper()
+	dir := t.TempDir()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "nodewise-agent-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := tlsFiles{
+		cert:       filepath.Join(dir, "tls.crt"),
+		key:        filepath.Join(dir, "tls.key"),
+		token:      filepath.Join(dir, "token"),
+		tokenValue: "s3cret-" + t.Name(),
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	for path, data := range map[string][]byte{
+		f.cert:  certPEM,
+		f.key:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		f.token: []byte(f.tokenValue + "\n"),
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.pool = x509.NewCertPool()
+	f.pool.AppendCertsFromPEM(certPEM)
+	return f
+}
+
+// runningAgent is an agent serving on loopback, with a client holding the
+// credential.
+type runningAgent struct {
+	*Agent
+	url    string
+	files  tlsFiles
+	client *http.Client
+	reg    *prometheus.Registry
+}
+
+func startAgent(t testing.TB, mode string, res Resolver, tweak func(*Config)) *runningAgent {
+	t.Helper()
+	files := writeTLSFiles(t)
+	reg := prometheus.NewRegistry()
+	cfg := Config{
+		Node:       "test-node",
+		Mode:       mode,
+		ListenAddr: "127.0.0.1:0",
+		CertFile:   files.cert,
+		KeyFile:    files.key,
+		TokenFile:  files.token,
+		Resolver:   res,
+		Registry:   reg,
+		Version:    "test",
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	addr, err := a.Addr(actx)
+	if err != nil {
+		select {
+		case rerr := <-errc:
+			t.Fatalf("agent did not start: %v", rerr)
+		default:
+		}
+		t.Fatalf("agent did not start: %v", err)
+	}
+	return &runningAgent{
+		Agent: a,
+		url:   "https://" + addr.String(),
+		files: files,
+		reg:   reg,
+		client: &http.Client{
+			Timeout:   30 * time.Second,
+			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: files.pool}},
+		},
+	}
+}
+
+// get fetches path with the given bearer token ("" for none).
+func (ra *runningAgent) get(t testing.TB, path, token string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, ra.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := ra.client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// snapshot fetches /v1/snapshot over HTTPS with the credential.
+func (ra *runningAgent) snapshot(t testing.TB) health.Snapshot {
+	t.Helper()
+	code, body := ra.get(t, "/v1/snapshot", ra.files.tokenValue)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/snapshot: %d %s", code, body)
+	}
+	var s health.Snapshot
+	if err := json.Unmarshal(body, &s); err != nil {
+		t.Fatalf("decoding snapshot: %v", err)
+	}
+	return s
+}
+
+// podSide finds one pod's counters for one side.
+func podSide(t testing.TB, s health.Snapshot, name string, side health.Side) health.PodCounters {
+	t.Helper()
+	for _, p := range s.Pods {
+		if p.Name == name && p.Side == side {
+			return p
+		}
+	}
+	t.Fatalf("snapshot has no %s/%s", name, side)
+	return health.PodCounters{}
+}
+
+func sum(xs []uint64) uint64 {
+	var n uint64
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func describe(p health.PodCounters) string {
+	return fmt.Sprintf("%s/%s sent=%d recv=%d connects=%d fails=%v retrans=%d lat=%d ages=%v",
+		p.Name, p.Side, p.ResetsSent, p.ResetsReceived, p.Connects, p.ConnectFailures, p.Retransmits, sum(p.ConnectLatency.Buckets), p.ConnAges)
+}

@@ -1,0 +1,13 @@
+package nodeagent
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nodewise/nodewise/test/netrig"
+)
+
+func TestMain(m *testing.M) {
+	netrig.RunStandinIfChild() // the rig re-executes this binary as the ztunnel stand-in
+	os.Exit(m.Run())
+}

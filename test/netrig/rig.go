@@ -1,0 +1,184 @@
+// Package netrig is the real-kernel test rig for the node agent: network
+// namespaces joined by veth act as pods, a ztunnel stand-in process listens
+// inside each pod namespace, and client loads count what they observe.
+//
+// Everything the rig creates (namespaces, links, processes) is named with a
+// per-run prefix and removed by t.Cleanup. Traffic stays inside those
+// namespaces.
+package netrig
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequireKernel skips t, saying why, unless the process is root on a kernel
+// with BTF: what loading the agent's eBPF and building namespaces needs.
+func RequireKernel(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("SKIP: not root (euid %d): cannot load eBPF or create network namespaces", os.Geteuid())
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skipf("SKIP: kernel has no BTF (%v): the eBPF programs need it", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("SKIP: iproute2 'ip' not installed (run make deps): %v", err)
+	}
+}
+
+// Rig is one test's set of namespaces: a hub namespace with a bridge and
+// the pods attached to it.
+type Rig struct {
+	t   testing.TB
+	id  string
+	Hub *Netns
+
+	mu   sync.Mutex
+	pods []*Pod
+	echo net.Listener
+}
+
+// Netns is a named network namespace the rig created.
+type Netns struct {
+	Name  string
+	Inode uint32
+	fd    int
+}
+
+// New creates the hub namespace. It registers cleanup of everything the rig
+// creates later.
+func New(t testing.TB) *Rig {
+	t.Helper()
+	RequireKernel(t)
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	r := &Rig{t: t, id: "nw" + hex.EncodeToString(b)}
+	r.Hub = r.newNetns("hub")
+	r.ip("-n", r.Hub.Name, "link", "add", "br0", "type", "bridge")
+	r.ip("-n", r.Hub.Name, "addr", "add", "10.77.0.1/24", "dev", "br0")
+	r.ip("-n", r.Hub.Name, "link", "set", "br0", "up")
+	return r
+}
+
+// ip runs one iproute2 command and fails the test on error.
+func (r *Rig) ip(args ...string) {
+	r.t.Helper()
+	if err := runIP(args...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func runIP(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (r *Rig) newNetns(suffix string) *Netns {
+	r.t.Helper()
+	name := r.id + "-" + suffix
+	r.ip("netns", "add", name)
+	r.t.Cleanup(func() {
+		if err := runIP("netns", "del", name); err != nil {
+			r.t.Logf("cleanup: %v", err)
+		}
+	})
+	path := filepath.Join("/run/netns", name)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		r.t.Fatalf("opening %s: %v", path, err)
+	}
+	r.t.Cleanup(func() { unix.Close(fd) })
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		r.t.Fatal(err)
+	}
+	r.ip("-n", name, "link", "set", "lo", "up")
+	return &Netns{Name: name, Inode: uint32(st.Ino), fd: fd}
+}
+
+// Enter locks the calling goroutine to its thread and moves the thread into
+// the namespace for good: sockets the goroutine creates afterwards live
+// there. The thread is discarded when the goroutine exits (it stays locked),
+// so only call Enter in a goroutine of its own.
+func (n *Netns) Enter() error {
+	runtime.LockOSThread()
+	if err := unix.Setns(n.fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("entering netns %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// Do runs fn on a fresh goroutine inside the namespace and waits for it.
+func (n *Netns) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		if err := n.Enter(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Pod is a network namespace with one veth leg on the hub bridge, a pause
+// process (so /proc has a process in it) and, once started, a ztunnel
+// stand-in.
+type Pod struct {
+	*Netns
+	PodName string
+	IP      net.IP
+	rig     *Rig
+
+	mu      sync.Mutex
+	standin *exec.Cmd
+}
+
+// AddPod creates pod number len(pods)+1 with address 10.77.0.(n+1).
+func (r *Rig) AddPod(name string) *Pod {
+	r.t.Helper()
+	r.mu.Lock()
+	n := len(r.pods) + 1
+	r.mu.Unlock()
+	if n > 250 {
+		r.t.Fatalf("too many pods")
+	}
+	ns := r.newNetns(fmt.Sprintf("p%d", n))
+	p := &Pod{Netns: ns, PodName: name, IP: net.IPv4(10, 77, 0, byte(n+1)).To4(), rig: r}
+	hubLeg := fmt.Sprintf("v%d", n)
+	r.ip("link", "add", "eth0", "netns", ns.Name, "type", "veth", "peer", "name", hubLeg, "netns", r.Hub.Name)
+	r.ip("-n", r.Hub.Name, "link", "set", hubLeg, "master", "br0", "up")
+	r.ip("-n", ns.Name, "addr", "add", p.IP.String()+"/24", "dev", "eth0")
+	r.ip("-n", ns.Name, "link", "set", "eth0", "up")
+	r.ip("-n", ns.Name, "route", "add", "default", "via", "10.77.0.1")
+	pause := exec.Command("ip", "netns", "exec", ns.Name, "sleep", "1000000")
+	if err := pause.Start(); err != nil {
+		r.t.Fatalf("starting pause process in %s: %v", ns.Name, err)
+	}
+	r.t.Cleanup(func() {
+		_ = pause.Process.Kill()
+		_ = pause.Wait()
+	})
+	r.mu.Lock()
+	r.pods = append(r.pods, p)
+	r.mu.Unlock()
+	return p
+}
