@@ -13,6 +13,8 @@ const (
 	AnnotationStep = "nodewise.io/step"
 	// AnnotationStepSince on a Node is when AnnotationStep was written (RFC 3339).
 	AnnotationStepSince = "nodewise.io/step-since"
+	// AnnotationSoakSince on a Node is when its soak began (RFC 3339): the gate's window start.
+	AnnotationSoakSince = "nodewise.io/soak-since"
 	// AnnotationPriorUnschedulable on a Node is "true" or "false": whether the node
 	// was already cordoned when nodewise first touched it. Written once, before the
 	// cordon; nodewise uncordons only nodes where it is "false".

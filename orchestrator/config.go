@@ -1,0 +1,87 @@
+package orchestrator
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// Config configures the orchestrator. Zero values get the defaults below.
+type Config struct {
+	// RESTConfig reaches the API server (required).
+	RESTConfig *rest.Config
+	// Namespace holds the leader Lease (default "nodewise-system").
+	Namespace string
+	// Identity names this replica in the Lease (default: hostname).
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader
+	// election timings (defaults 15 s, 10 s, 2 s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Resync is how often every NodeRollout is re-planned without an event (default 2 s).
+	Resync time.Duration
+	// EvictRetryDelay is the wait after a refused eviction (default and minimum 5 s).
+	EvictRetryDelay time.Duration
+	// MetricsAddr serves /metrics and /healthz when set (e.g. ":8080").
+	MetricsAddr string
+	// Registry receives the metrics (default: a new registry).
+	Registry *prometheus.Registry
+	// Logger is the structured logger (default: no-op).
+	Logger *zap.Logger
+	// Gate judges each node after its soak (default: ReadinessGate).
+	Gate Gate
+	// HoldAfterPersist, a test hook, makes a worker block forever right after it
+	// first persists this step, so a test can kill -9 the process at that point.
+	HoldAfterPersist v1alpha1.NodeState
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.RESTConfig == nil {
+		errs = append(errs, errors.New("RESTConfig: required"))
+	}
+	if c.Namespace == "" {
+		c.Namespace = "nodewise-system"
+	}
+	if c.Identity == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("Identity: empty and no hostname: %w", err))
+		}
+		c.Identity = h
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseDuration, 15*time.Second)
+	def(&c.RenewDeadline, 10*time.Second)
+	def(&c.RetryPeriod, 2*time.Second)
+	def(&c.Resync, 2*time.Second)
+	def(&c.EvictRetryDelay, 5*time.Second)
+	if !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod && c.RetryPeriod > 0) {
+		errs = append(errs, fmt.Errorf("LeaseDuration %s > RenewDeadline %s > RetryPeriod %s > 0 must hold", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod))
+	}
+	if c.EvictRetryDelay < 5*time.Second {
+		errs = append(errs, fmt.Errorf("EvictRetryDelay: %s is below the 5s minimum", c.EvictRetryDelay))
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return errors.Join(errs...)
+}

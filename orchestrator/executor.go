@@ -1,0 +1,69 @@
+package orchestrator
+
+import (
+	"sync"
+	"time"
+
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// executor is the acting half, alive while this replica leads. It reads from
+// informer caches, writes through the API and remembers only what it wrote
+// (the overlay), which a successor rebuilds from the API.
+type executor struct {
+	o        *Orchestrator
+	nodes    corelisters.NodeLister
+	pods     corelisters.PodLister
+	dss      appslisters.DaemonSetLister
+	revs     appslisters.ControllerRevisionLister
+	gate     Gate
+	recorder record.EventRecorder
+
+	rolloutStore cache.Store
+	kick         chan struct{}
+	wg           *sync.WaitGroup
+
+	mu sync.Mutex
+	// workers holds "rollout/node" for every node a goroutine is driving.
+	workers map[string]bool
+	// overlay is the node step this process last persisted ("rollout/node"),
+	// newer than the informer cache until the watch catches up.
+	overlay map[string]nodeMark
+	// soaks remembers when each node's soak began ("rollout/node").
+	soaks map[string]time.Time
+	// statusMu serialises status writes; current is the last NodeRollout the
+	// API returned to this process, by name.
+	statusMu sync.Mutex
+	current  map[string]*v1alpha1.NodeRollout
+	rollouts map[string]*v1alpha1.NodeRollout
+}
+
+type nodeMark struct {
+	state v1alpha1.NodeState
+	since time.Time
+}
+
+func (e *executor) poke() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (e *executor) mark(rollout, node string, st v1alpha1.NodeState, since time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.overlay[rollout+"/"+node] = nodeMark{state: st, since: since}
+}
+
+func (e *executor) marked(rollout, node string) (nodeMark, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m, ok := e.overlay[rollout+"/"+node]
+	return m, ok
+}

@@ -1,0 +1,123 @@
+package orchestrator
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+)
+
+// Metrics are the orchestrator's Prometheus metrics, registered in an injected registry.
+type Metrics struct {
+	NodesByState *prometheus.GaugeVec
+	StepSeconds  *prometheus.HistogramVec
+	Halts        *prometheus.CounterVec
+	APIRequests  *prometheus.CounterVec
+	IsLeader     prometheus.Gauge
+}
+
+// NewMetrics declares every metric once and registers it in reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		NodesByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_rollout_nodes", Help: "Nodes of each NodeRollout by state.",
+		}, []string{"rollout", "state"}),
+		StepSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nodewise_rollout_step_duration_seconds", Help: "Time a node spent in each rollout step.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"step"}),
+		Halts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodewise_rollout_halts_total", Help: "Rollout halts by reason.",
+		}, []string{"reason"}),
+		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodewise_api_requests_total", Help: "Kubernetes API requests the orchestrator made, by verb and resource.",
+		}, []string{"verb", "resource"}),
+		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodewise_orchestrator_leader", Help: "1 while this replica holds the leader Lease.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.APIRequests, m.IsLeader} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Halt reasons (bounded label values of nodewise_rollout_halts_total).
+const (
+	HaltGateFailed      = "gate_failed"
+	HaltSwapTimeout     = "swap_timeout"
+	HaltPDBBlocked      = "pdb_blocked"
+	HaltDrainFailed     = "drain_failed"
+	HaltPreflightFailed = "preflight_failed"
+)
+
+// CountRequests wraps cfg's transport so every request is counted by verb and resource.
+func (m *Metrics) CountRequests(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			verb, res := classify(r)
+			m.APIRequests.WithLabelValues(verb, res).Inc()
+			return rt.RoundTrip(r)
+		})
+	})
+	return c
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// classify maps a request to a Kubernetes verb (get, list, watch, create,
+// update, patch, delete) and resource[/subresource].
+func classify(r *http.Request) (verb, resource string) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return strings.ToLower(r.Method), "other"
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		if len(parts) == 2 {
+			parts = parts[:1]
+		} else {
+			parts = parts[2:]
+		}
+	}
+	named := len(parts) >= 2
+	resource = "other"
+	if len(parts) > 0 {
+		resource = parts[0]
+	}
+	if len(parts) >= 3 {
+		resource += "/" + parts[2]
+	}
+	switch r.Method {
+	case http.MethodGet:
+		switch {
+		case r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1":
+			verb = "watch"
+		case named:
+			verb = "get"
+		default:
+			verb = "list"
+		}
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+	default:
+		verb = strings.ToLower(r.Method)
+	}
+	return verb, resource
+}

@@ -1,0 +1,147 @@
+package orchestrator
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// observe builds the planner's snapshot from the caches plus this process's overlay.
+func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
+	s := Snapshot{Status: nr.Status}
+	s.ResumeRequested = nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]
+	for _, ref := range p.Targets {
+		tv, err := e.target(ref)
+		if err != nil {
+			return s, err
+		}
+		s.Targets = append(s.Targets, tv)
+	}
+	nodes, err := e.nodes.List(labels.Everything())
+	if err != nil {
+		return s, fmt.Errorf("listing nodes: %w", err)
+	}
+	byNode := map[string]map[string]PodView{}
+	for _, tv := range s.Targets {
+		if !tv.Found {
+			continue
+		}
+		pods, err := e.pods.Pods(tv.Ref.Namespace).List(labels.Everything())
+		if err != nil {
+			return s, fmt.Errorf("listing pods in %s: %w", tv.Ref.Namespace, err)
+		}
+		for _, pod := range pods {
+			if !ownedBy(pod, tv) || pod.Spec.NodeName == "" {
+				continue
+			}
+			pv := podView(pod)
+			m := byNode[pod.Spec.NodeName]
+			if m == nil {
+				m = map[string]PodView{}
+				byNode[pod.Spec.NodeName] = m
+			}
+			// Prefer the live pod over one that is terminating.
+			if old, ok := m[tv.Key()]; !ok || (old.Terminating && !pv.Terminating) {
+				m[tv.Key()] = pv
+			}
+		}
+	}
+	statusState := map[string]v1alpha1.NodeState{}
+	for _, ns := range nr.Status.Nodes {
+		statusState[ns.Name] = ns.State
+	}
+	for _, n := range nodes {
+		nv := NodeView{
+			Name: n.Name, Zone: n.Labels[LabelZone], Labels: n.Labels,
+			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
+			State: statusState[n.Name],
+		}
+		if n.Annotations[AnnotationRolloutUID] == string(nr.UID) && n.Annotations[AnnotationStep] != "" {
+			nv.State = v1alpha1.NodeState(n.Annotations[AnnotationStep])
+		}
+		if m, ok := e.marked(nr.Name, n.Name); ok {
+			nv.State = m.state
+		}
+		if nv.State == "" {
+			nv.State = v1alpha1.NodePending
+		}
+		s.Nodes = append(s.Nodes, nv)
+	}
+	return s, nil
+}
+
+// target reads one DaemonSet and its newest ControllerRevision (by owner UID).
+func (e *executor) target(ref v1alpha1.TargetRef) (TargetView, error) {
+	tv := TargetView{Ref: ref}
+	ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		return tv, nil
+	}
+	if err != nil {
+		return tv, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	tv.Found, tv.UID, tv.Strategy = true, ds.UID, ds.Spec.UpdateStrategy.Type
+	revs, err := e.revs.ControllerRevisions(ref.Namespace).List(labels.Everything())
+	if err != nil {
+		return tv, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+	}
+	var newest *appsv1.ControllerRevision
+	for _, r := range revs {
+		for _, o := range r.OwnerReferences {
+			if o.UID == ds.UID && (newest == nil || r.Revision > newest.Revision) {
+				newest = r
+			}
+		}
+	}
+	if newest != nil {
+		tv.NewestHash = newest.Labels[LabelControllerRevisionHash]
+	}
+	return tv, nil
+}
+
+func ownedBy(p *corev1.Pod, tv TargetView) bool {
+	for _, o := range p.OwnerReferences {
+		if o.UID == tv.UID {
+			return true
+		}
+	}
+	return false
+}
+
+func podView(p *corev1.Pod) PodView {
+	ready, _ := podReadyCondition(p)
+	return PodView{Name: p.Name, UID: p.UID, Hash: p.Labels[LabelControllerRevisionHash], Ready: ready, Terminating: p.DeletionTimestamp != nil}
+}
+
+// targetPods returns the live and terminating pods of a target on a node.
+func (e *executor) targetPods(tv TargetView, node string) (live []*corev1.Pod, terminating int, err error) {
+	pods, err := e.pods.Pods(tv.Ref.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing pods in %s: %w", tv.Ref.Namespace, err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != node || !ownedBy(p, tv) {
+			continue
+		}
+		if p.DeletionTimestamp != nil {
+			terminating++
+			continue
+		}
+		live = append(live, p)
+	}
+	return live, terminating, nil
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}

@@ -1,0 +1,144 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// conflictBackoff retries 409s for a few seconds: the leader is the only
+// writer of status, so conflicts come from users editing spec.
+var conflictBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.6, Jitter: 0.2, Cap: 2 * time.Second}
+
+// patchNode merge-patches a node's annotations (nil value = delete) and,
+// when unschedulable is set, spec.unschedulable. With rv set the patch is
+// conditional on that resourceVersion, so a racing write returns 409.
+func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) error {
+	meta := map[string]any{"annotations": ann}
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
+	body := map[string]any{"metadata": meta}
+	if unschedulable != nil {
+		body["spec"] = map[string]any{"unschedulable": *unschedulable}
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encoding node patch: %w", err)
+	}
+	if _, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("patching node %s: %w", node, err)
+	}
+	return nil
+}
+
+// persistStep records that node is about to act on st: node annotations
+// first, then the NodeRollout status. Only after both succeed does the step act.
+func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) (time.Time, error) {
+	now := e.o.cfg.Now()
+	ts := now.UTC().Format(time.RFC3339Nano)
+	ann := map[string]*string{
+		AnnotationRollout:    ptr(nr.Name),
+		AnnotationRolloutUID: ptr(string(nr.UID)),
+		AnnotationStep:       ptr(string(st)),
+		AnnotationStepSince:  ptr(ts),
+	}
+	if st == v1alpha1.NodeSoak {
+		ann[AnnotationSoakSince] = ptr(ts)
+		e.mu.Lock()
+		e.soaks[nr.Name+"/"+node] = now
+		e.mu.Unlock()
+	}
+	if err := e.patchNode(ctx, node, "", ann, nil); err != nil {
+		return now, err
+	}
+	prev, hadPrev := e.marked(nr.Name, node)
+	e.mark(nr.Name, node, st, now)
+	if hadPrev && prev.state != st && !prev.since.IsZero() {
+		e.o.metrics.StepSeconds.WithLabelValues(string(prev.state)).Observe(now.Sub(prev.since).Seconds())
+	}
+	err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		ns := nodeEntry(s, node)
+		if ns.State != st {
+			ns.StateSince = &metav1.Time{Time: now}
+		}
+		ns.State, ns.Reason = st, reason
+		switch {
+		case st == v1alpha1.NodePreflight && ns.StartTime == nil:
+			ns.StartTime = &metav1.Time{Time: now}
+		case !InFlight(st) && st != v1alpha1.NodePending:
+			ns.FinishTime = &metav1.Time{Time: now}
+		}
+	})
+	if err != nil {
+		return now, err
+	}
+	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", reason))
+	if st == e.o.cfg.HoldAfterPersist && st != "" {
+		e.o.log.Info("holding after persisting (test hook)", zap.String("step", string(st)))
+		<-ctx.Done()
+		return now, ctx.Err()
+	}
+	return now, nil
+}
+
+// mutateStatus applies f to the latest NodeRollout status this process knows
+// and writes it with its resourceVersion, re-reading and re-applying on 409.
+func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+		cur := e.current[name]
+		if cur == nil {
+			fresh, err := e.o.rollouts.Get(ctx, name)
+			if err != nil {
+				return fmt.Errorf("reading NodeRollout %s: %w", name, err)
+			}
+			cur = fresh
+		}
+		next := cur.DeepCopy()
+		f(&next.Status)
+		if equalStatus(cur.Status, next.Status) {
+			e.current[name] = cur
+			return nil
+		}
+		out, err := e.o.rollouts.UpdateStatus(ctx, next)
+		if apierrors.IsConflict(err) {
+			delete(e.current, name)
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("writing NodeRollout %s status: %w", name, err)
+		}
+		e.current[name] = out
+		return nil
+	})
+}
+
+func equalStatus(a, b v1alpha1.NodeRolloutStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func nodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus {
+	for i := range s.Nodes {
+		if s.Nodes[i].Name == node {
+			return &s.Nodes[i]
+		}
+	}
+	s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: node, State: v1alpha1.NodePending})
+	return &s.Nodes[len(s.Nodes)-1]
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,219 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// reconcileAll plans and acts on every NodeRollout, oldest first.
+func (e *executor) reconcileAll(ctx context.Context) {
+	var nrs []*v1alpha1.NodeRollout
+	for _, obj := range e.rolloutStore.List() {
+		nrs = append(nrs, obj.(*v1alpha1.NodeRollout))
+	}
+	sort.Slice(nrs, func(i, j int) bool { return nrs[i].CreationTimestamp.Before(&nrs[j].CreationTimestamp) })
+	for _, nr := range nrs {
+		if err := e.reconcile(ctx, nr.DeepCopy()); err != nil && ctx.Err() == nil {
+			e.o.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
+		}
+	}
+}
+
+// reconcile is one observe → plan → act pass over a NodeRollout.
+func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) error {
+	e.statusMu.Lock()
+	if cur := e.current[nr.Name]; cur != nil && cur.UID == nr.UID {
+		nr.Status = *cur.Status.DeepCopy() // our own last write is never older than the cache
+	} else if cur != nil {
+		delete(e.current, nr.Name)
+	}
+	e.statusMu.Unlock()
+
+	now := e.o.cfg.Now()
+	p, perr := NewPolicy(nr.Spec)
+	if perr != nil {
+		return e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil)
+	}
+	snap, err := e.observe(nr, p)
+	if err != nil {
+		return err
+	}
+	d := Plan(snap, p, now)
+	for _, a := range d.Actions {
+		if err := e.act(ctx, nr, p, a); err != nil {
+			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
+		}
+	}
+	if snap.ResumeRequested && d.Phase != v1alpha1.PhaseHalted {
+		if err := e.ackResume(ctx, nr); err != nil {
+			return err
+		}
+	}
+	return e.writePhase(ctx, nr, d, snap.Targets)
+}
+
+func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
+	switch a.Kind {
+	case ActResume:
+		e.startWorker(ctx, nr, p, a.Node)
+	case ActStart, ActRollback:
+		if e.running(nr.Name, a.Node) {
+			return nil
+		}
+		if _, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePreflight, ""); err != nil {
+			return err
+		}
+		e.startWorker(ctx, nr, p, a.Node)
+	case ActMarkDone:
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
+		return err
+	case ActMarkRolledBack:
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
+		return err
+	case ActRetry:
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
+		return err
+	}
+	return nil
+}
+
+// writePhase records the decision's phase, the plan's node list, counts,
+// targets and conditions, and emits an Event when the phase changes.
+func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d Decision, targets []TargetView) error {
+	now := metav1.NewTime(e.o.cfg.Now())
+	var prevPhase v1alpha1.RolloutPhase
+	err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		prevPhase = s.Phase
+		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && d.Phase != v1alpha1.PhasePending {
+			return // a halt is only cleared by resume
+		}
+		s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
+		if d.Phase == v1alpha1.PhaseHalted {
+			if s.HaltReason == "" {
+				s.HaltReason = d.Reason
+			}
+		} else {
+			s.HaltReason = ""
+		}
+		if s.StartTime == nil && d.Phase == v1alpha1.PhaseProgressing {
+			s.StartTime = &now
+		}
+		if d.Phase == v1alpha1.PhaseCompleted || d.Phase == v1alpha1.PhaseRolledBack || d.Phase == v1alpha1.PhaseAborted {
+			if s.CompletionTime == nil {
+				s.CompletionTime = &now
+			}
+		} else {
+			s.CompletionTime = nil
+		}
+		if len(targets) > 0 && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending {
+			s.Targets = s.Targets[:0]
+			for _, t := range targets {
+				s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash})
+			}
+		}
+		for _, pn := range d.Order {
+			ns := nodeEntry(s, pn.Name)
+			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
+		}
+		s.Counts = counts(s.Nodes)
+		setConditions(s, d, nr.Generation)
+	})
+	if err != nil {
+		return err
+	}
+	cur := e.currentStatus(nr.Name)
+	e.updateGauges(nr.Name, cur.Nodes)
+	if prevPhase != cur.Phase {
+		typ := corev1.EventTypeNormal
+		if cur.Phase == v1alpha1.PhaseHalted {
+			typ = corev1.EventTypeWarning
+		}
+		e.recorder.Eventf(nr, typ, string(cur.Phase), "rollout %s: %s", cur.Phase, d.Reason)
+		e.o.log.Info("rollout phase", zap.String("rollout", nr.Name), zap.String("phase", string(cur.Phase)), zap.String("reason", d.Reason))
+	}
+	return nil
+}
+
+func resumed(nr *v1alpha1.NodeRollout) bool {
+	return nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]
+}
+
+func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationAckedResumeToken, nr.Annotations[AnnotationResumeToken])
+	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch)); err != nil {
+		return fmt.Errorf("acknowledging resume: %w", err)
+	}
+	return nil
+}
+
+func (e *executor) currentStatus(name string) v1alpha1.NodeRolloutStatus {
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	if cur := e.current[name]; cur != nil {
+		return *cur.Status.DeepCopy()
+	}
+	return v1alpha1.NodeRolloutStatus{}
+}
+
+func counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {
+	c := v1alpha1.RolloutCounts{Total: int32(len(nodes))}
+	for _, n := range nodes {
+		switch {
+		case n.State == v1alpha1.NodeDone:
+			c.Done++
+		case n.State == v1alpha1.NodeSkipped:
+			c.Skipped++
+		case n.State == v1alpha1.NodeFailed:
+			c.Failed++
+		case n.State == v1alpha1.NodeRolledBack:
+			c.RolledBack++
+		case InFlight(n.State):
+			c.InProgress++
+		default:
+			c.Pending++
+		}
+	}
+	return c
+}
+
+func setConditions(s *v1alpha1.NodeRolloutStatus, d Decision, gen int64) {
+	cond := func(t string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.Now()})
+	}
+	valid := d.Phase != v1alpha1.PhasePending
+	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
+	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
+	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")
+}
+
+func (e *executor) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
+	by := map[v1alpha1.NodeState]int{}
+	for _, n := range nodes {
+		by[n.State]++
+	}
+	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
+		e.o.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
+	}
+}
+
+func (e *executor) running(rollout, node string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.workers[rollout+"/"+node]
+}
+
+var _ = time.Second

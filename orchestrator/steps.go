@@ -1,0 +1,243 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// pollEvery is how often a waiting step re-reads the informer cache (no API requests).
+const pollEvery = 100 * time.Millisecond
+
+// preflight checks the node is there and Ready, then waits out the baseline window.
+func (e *executor) preflight(ctx context.Context, p Policy, node string, since time.Time) error {
+	n, err := e.nodes.Get(node)
+	if apierrors.IsNotFound(err) {
+		return halt(HaltPreflightFailed, "preflight: node no longer exists")
+	}
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	if !nodeReady(n) {
+		return halt(HaltPreflightFailed, "preflight: node is not Ready")
+	}
+	return sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
+}
+
+// cordon records whether the node was already unschedulable (once, before
+// anything else) and cordons it, conditional on the resourceVersion it read.
+func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string) error {
+	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+		n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", node, err)
+		}
+		ann := map[string]*string{}
+		if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok {
+			ann[AnnotationPriorUnschedulable] = ptr(fmt.Sprint(n.Spec.Unschedulable))
+		}
+		if n.Spec.Unschedulable {
+			if len(ann) == 0 {
+				return nil
+			}
+			return e.patchNode(ctx, node, n.ResourceVersion, ann, nil)
+		}
+		ann[AnnotationCordonedBy] = ptr(nr.Name)
+		return e.patchNode(ctx, node, n.ResourceVersion, ann, ptr(true))
+	})
+}
+
+// uncordon makes the node schedulable again only if nodewise cordoned it;
+// a node that was already cordoned stays cordoned.
+func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string) error {
+	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+		n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", node, err)
+		}
+		clear := map[string]*string{AnnotationPriorUnschedulable: nil, AnnotationCordonedBy: nil}
+		if n.Annotations[AnnotationPriorUnschedulable] == "true" || n.Annotations[AnnotationCordonedBy] == "" {
+			if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok && n.Annotations[AnnotationCordonedBy] == "" {
+				return nil
+			}
+			return e.patchNode(ctx, node, n.ResourceVersion, clear, nil)
+		}
+		return e.patchNode(ctx, node, n.ResourceVersion, clear, ptr(false))
+	})
+}
+
+// swap deletes the target's old pod on the node (once: the deleted UID is
+// persisted first) and waits for the DaemonSet controller's new pod to be
+// Ready on the newest revision.
+func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, ref v1alpha1.TargetRef, node string, since time.Time) error {
+	tv, err := e.target(ref)
+	if err != nil {
+		return err
+	}
+	if !tv.Found {
+		return halt(HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
+	}
+	live, _, err := e.targetPods(tv, node)
+	if err != nil {
+		return err
+	}
+	n, err := e.nodes.Get(node)
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", node, err)
+	}
+	key := AnnotationSwappedPrefix + ref.Name
+	for _, pod := range live {
+		if pod.Labels[LabelControllerRevisionHash] == tv.NewestHash {
+			continue
+		}
+		if n.Annotations[key] == string(pod.UID) {
+			continue // deleted before a crash; the cache has not caught up
+		}
+		if err := e.patchNode(ctx, node, "", map[string]*string{key: ptr(string(pod.UID))}, nil); err != nil {
+			return err
+		}
+		uid := pod.UID
+		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		e.o.log.Debug("deleted old pod", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node))
+	}
+	return e.waitReady(ctx, ref, node, since, p.SwapTimeout)
+}
+
+// waitReady waits until the node has a Ready pod of the target on its newest
+// revision, or halts when the swap timeout (counted from the persisted step
+// start, so a restart does not extend it) passes.
+func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, since time.Time, timeout time.Duration) error {
+	deadline := since.Add(timeout)
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for {
+		tv, err := e.target(ref)
+		if err != nil {
+			return err
+		}
+		live, _, err := e.targetPods(tv, node)
+		if err != nil {
+			return err
+		}
+		var why string
+		for _, pod := range live {
+			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash {
+				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[LabelControllerRevisionHash], tv.NewestHash)
+				continue
+			}
+			if ok, _ := podReadyCondition(pod); ok {
+				return nil
+			}
+			why = fmt.Sprintf("pod %s on revision %s is not Ready%s", pod.Name, tv.NewestHash, waitingReason(pod))
+		}
+		if why == "" {
+			why = "no pod scheduled yet"
+		}
+		if !e.o.cfg.Now().Before(deadline) {
+			return halt(HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func waitingReason(p *corev1.Pod) string {
+	var parts []string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+			parts = append(parts, cs.State.Waiting.Reason)
+		}
+		if cs.RestartCount > 0 {
+			parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// judge runs the gate; an error fails closed.
+func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node string) error {
+	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
+	st := e.currentStatus(nr.Name)
+	for _, ns := range st.Nodes {
+		if ns.Name == node && ns.StartTime != nil {
+			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
+		}
+	}
+	if m, ok := e.soakStart(nr, node); ok {
+		in.SoakStart = m
+	}
+	v, err := e.gate.Judge(ctx, in)
+	if err != nil {
+		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
+	}
+	summary := string(v.Outcome)
+	if len(v.Reasons) > 0 {
+		summary += ": " + strings.Join(v.Reasons, "; ")
+	}
+	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { nodeEntry(s, node).Verdict = summary }); err != nil {
+		return err
+	}
+	if v.Outcome != health.Pass {
+		return halt(HaltGateFailed, "gate %s", summary)
+	}
+	return nil
+}
+
+// soakStart is when the node entered Soak: remembered by this process, or
+// read back from the node annotation after a restart.
+func (e *executor) soakStart(nr *v1alpha1.NodeRollout, node string) (time.Time, bool) {
+	e.mu.Lock()
+	m, ok := e.soaks[nr.Name+"/"+node]
+	e.mu.Unlock()
+	if ok {
+		return m, true
+	}
+	if n, err := e.nodes.Get(node); err == nil && n.Annotations[AnnotationRolloutUID] == string(nr.UID) {
+		if t := parseTime(n.Annotations[AnnotationSoakSince]); !t.IsZero() {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (e *executor) upToDate(p Policy, node string) bool {
+	for _, ref := range p.Targets {
+		tv, err := e.target(ref)
+		if err != nil || !tv.Found {
+			return false
+		}
+		live, _, err := e.targetPods(tv, node)
+		if err != nil {
+			return false
+		}
+		ok := false
+		for _, pod := range live {
+			if r, _ := podReadyCondition(pod); r && pod.Labels[LabelControllerRevisionHash] == tv.NewestHash {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,265 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// stepError ends a node's steps with a halt (or a skip) and a reason.
+type stepError struct {
+	halt   string // a HaltXxx metric label
+	reason string
+	skip   bool // skip the node instead of halting the rollout
+}
+
+func (s *stepError) Error() string { return s.reason }
+
+func halt(kind, format string, args ...any) error {
+	return &stepError{halt: kind, reason: fmt.Sprintf(format, args...)}
+}
+
+// swapState names the step that swaps target i.
+func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
+	switch {
+	case strings.Contains(t.Name, "cni"):
+		return v1alpha1.NodeSwapCNI
+	case strings.Contains(t.Name, "ztunnel"):
+		return v1alpha1.NodeSwapZtunnel
+	}
+	return v1alpha1.NodeState("Swap/" + t.Namespace + "/" + t.Name)
+}
+
+// steps is the per-node sequence for a policy.
+func steps(p Policy) []v1alpha1.NodeState {
+	s := []v1alpha1.NodeState{v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain}
+	for _, t := range p.Targets {
+		s = append(s, swapState(t))
+	}
+	return append(s, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate)
+}
+
+func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) {
+	key := nr.Name + "/" + node
+	e.mu.Lock()
+	if e.workers[key] {
+		e.mu.Unlock()
+		return
+	}
+	e.workers[key] = true
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.workers, key)
+			e.mu.Unlock()
+			e.poke()
+		}()
+		if err := e.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
+			e.o.log.Warn("node worker stopped; it is resumed on the next pass", zap.String("node", node), zap.Error(err))
+		}
+	}()
+}
+
+// runNode drives one node from its persisted step to the end. Every step is
+// idempotent: after a crash it is simply run again.
+func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+	seq := steps(p)
+	cur, since := e.persistedStep(nr, node)
+	idx := -1
+	for i, s := range seq {
+		if s == cur {
+			idx = i
+		}
+	}
+	abortSafe := false
+	if cur == v1alpha1.NodeAbortCleanup {
+		idx, abortSafe = indexOf(seq, v1alpha1.NodeUncordon), true
+	}
+	if idx < 0 {
+		return fmt.Errorf("node %s: unknown persisted step %q", node, cur)
+	}
+	for ; idx < len(seq); idx++ {
+		st := seq[idx]
+		if st != cur { // persist before acting
+			var err error
+			if since, err = e.persistStep(ctx, nr, node, st, ""); err != nil {
+				return err
+			}
+			cur = st
+		}
+		if live := e.latest(nr.Name); live != nil && live.Spec.Abort && !abortSafe && st != v1alpha1.NodeUncordon {
+			// Make the node safe: a started swap finishes, anything before it is skipped.
+			if idx <= indexOf(seq, v1alpha1.NodeDrain) || idx > indexOf(seq, v1alpha1.NodeWaitReady) {
+				abortSafe = true
+				if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeAbortCleanup, "aborted"); err != nil {
+					return err
+				}
+				idx = indexOf(seq, v1alpha1.NodeUncordon) - 1
+				cur = v1alpha1.NodeAbortCleanup
+				continue
+			}
+		}
+		err := e.doStep(ctx, nr, p, node, st, since)
+		var se *stepError
+		switch {
+		case errors.As(err, &se):
+			return e.finishBad(ctx, nr, p, node, se)
+		case err != nil:
+			return err
+		}
+		if abortSafe && st == v1alpha1.NodeUncordon {
+			break
+		}
+	}
+	final := v1alpha1.NodeDone
+	reason := ""
+	switch {
+	case p.Rollback:
+		final = v1alpha1.NodeRolledBack
+	case abortSafe:
+		final, reason = v1alpha1.NodePending, "aborted before the swap"
+		if e.upToDate(p, node) {
+			final, reason = v1alpha1.NodeDone, "aborted after the swap; not gated"
+		}
+	}
+	if _, err := e.persistStep(ctx, nr, node, final, reason); err != nil {
+		return err
+	}
+	return e.patchNode(ctx, node, "", e.swappedCleanup(p), nil)
+}
+
+func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, st v1alpha1.NodeState, since time.Time) error {
+	switch st {
+	case v1alpha1.NodePreflight:
+		return e.preflight(ctx, p, node, since)
+	case v1alpha1.NodeCordon:
+		return e.cordon(ctx, nr, node)
+	case v1alpha1.NodeDrain:
+		return e.drain(ctx, nr, p, node)
+	case v1alpha1.NodeWaitReady:
+		for _, ref := range p.Targets {
+			if err := e.waitReady(ctx, ref, node, since, p.SwapTimeout); err != nil {
+				return err
+			}
+		}
+		return nil
+	case v1alpha1.NodeUncordon:
+		return e.uncordon(ctx, nr, node)
+	case v1alpha1.NodeSoak:
+		return sleepUntil(ctx, since.Add(p.Soak), e.o.cfg.Now)
+	case v1alpha1.NodeGate:
+		return e.judge(ctx, nr, node)
+	}
+	for _, ref := range p.Targets {
+		if swapState(ref) == st {
+			return e.swap(ctx, nr, p, ref, node, since)
+		}
+	}
+	return fmt.Errorf("no action for step %s", st)
+}
+
+// finishBad ends a node that failed: skip-node uncordons and skips it, a halt
+// records the reason on the node, in status and in Events.
+func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, se *stepError) error {
+	if se.skip {
+		if err := e.uncordon(ctx, nr, node); err != nil {
+			return err
+		}
+		if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeSkipped, se.reason); err != nil {
+			return err
+		}
+		e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, se.reason)
+		return e.patchNode(ctx, node, "", e.swappedCleanup(p), nil)
+	}
+	if se.halt == HaltPDBBlocked || se.halt == HaltPreflightFailed {
+		// Nothing was swapped: the node is safe to hand back.
+		if err := e.uncordon(ctx, nr, node); err != nil {
+			return err
+		}
+	}
+	if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeFailed, se.reason); err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("node %s: %s", node, se.reason)
+	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		s.Phase = v1alpha1.PhaseHalted
+		if s.HaltReason == "" {
+			s.HaltReason = reason
+		}
+	}); err != nil {
+		return err
+	}
+	e.o.metrics.Halts.WithLabelValues(se.halt).Inc()
+	e.recorder.Eventf(nr, corev1.EventTypeWarning, "Halted", "rollout halted: %s", reason)
+	e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeWarning, "NodewiseHalted", "NodeRollout %s halted on this node: %s", nr.Name, se.reason)
+	e.o.log.Warn("rollout halted", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", se.reason))
+	return nil
+}
+
+func (e *executor) persistedStep(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeState, time.Time) {
+	if m, ok := e.marked(nr.Name, node); ok {
+		return m.state, m.since
+	}
+	n, err := e.nodes.Get(node)
+	if err == nil && n.Annotations[AnnotationRolloutUID] == string(nr.UID) {
+		return v1alpha1.NodeState(n.Annotations[AnnotationStep]), parseTime(n.Annotations[AnnotationStepSince])
+	}
+	return v1alpha1.NodePending, time.Time{}
+}
+
+func (e *executor) latest(name string) *v1alpha1.NodeRollout {
+	obj, ok, err := e.rolloutStore.GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	return obj.(*v1alpha1.NodeRollout)
+}
+
+func (e *executor) nodeUID(node string) (uid typesUID) {
+	if n, err := e.nodes.Get(node); err == nil {
+		return n.UID
+	}
+	return ""
+}
+
+func (e *executor) swappedCleanup(p Policy) map[string]*string {
+	m := map[string]*string{}
+	for _, t := range p.Targets {
+		m[AnnotationSwappedPrefix+t.Name] = nil
+	}
+	return m
+}
+
+func indexOf(seq []v1alpha1.NodeState, s v1alpha1.NodeState) int {
+	for i, x := range seq {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func sleepUntil(ctx context.Context, t time.Time, now func() time.Time) error {
+	d := t.Sub(now())
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
