@@ -33,6 +33,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "path to the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
 	root.AddCommand(
 		newSimCmd(g),
+		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
 	)
 	return root
 }

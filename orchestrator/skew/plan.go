@@ -39,10 +39,13 @@ func Plan(p Policy, oldest, target Version) ([]Pass, error) {
 			next = target
 		}
 		why := fmt.Sprintf("move every proxy from %s to %s", cur.MinorString(), next.MinorString())
-		if total > step {
+		if total > step && len(passes) == 0 {
 			why += fmt.Sprintf(": istiod %s supports proxies at most %d minor(s) older (%s), so proxies still on %s must reach %s before %s is installed",
 				target.MinorString(), p[Sidecar].MaxBehind, p[Sidecar].Source, oldest.MinorString(),
 				Version{Major: target.Major, Minor: target.Minor - step}.MinorString(), target.MinorString())
+		}
+		if len(passes) > 0 {
+			why += fmt.Sprintf(": with every proxy on %s, istiod %s is within the supported skew", cur.MinorString(), next.MinorString())
 		}
 		passes = append(passes, Pass{From: cur, To: next, Why: why})
 		cur = next

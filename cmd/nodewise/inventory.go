@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+)
+
+// sidecarFlags are shared by the sidecar commands (inventory, skew, tag, revision).
+type sidecarFlags struct {
+	istioNamespace string
+}
+
+func (f *sidecarFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.istioNamespace, "istio-namespace", "istio-system", "namespace of istiod, ztunnel and istio-cni")
+}
+
+// sidecarRESTConfig loads the kubeconfig the global flags name.
+func sidecarRESTConfig(g *globalFlags) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if g.kubeconfig != "" {
+		rules.ExplicitPath = g.kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+func sidecarClient(g *globalFlags) (kubernetes.Interface, error) {
+	cfg, err := sidecarRESTConfig(g)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func newInventoryCmd(g *globalFlags) *cobra.Command {
+	var f sidecarFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "inventory",
+		Short: "Show every meshed pod's proxy version and revision, ztunnel and istio-cni per node, and istiod revisions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			client, err := sidecarClient(g)
+			if err != nil {
+				return err
+			}
+			inv, err := inventory.Observe(cmd.Context(), client, inventory.Options{IstioNamespace: f.istioNamespace})
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(inv)
+			}
+			return printInventory(cmd.OutOrStdout(), inv)
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func printInventory(out io.Writer, inv inventory.Inventory) error {
+	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "REVISION\tVERSION\tREADY\tTAGS")
+	for _, r := range inv.Revisions {
+		fmt.Fprintf(w, "%s\t%s\t%t\t%s\n", r.Name, r.Version, r.Ready, strings.Join(r.Tags, ","))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NODE\tZTUNNEL\tISTIO-CNI")
+	for _, n := range inv.Nodes {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Ztunnel, n.CNI)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NAMESPACE\tMODE\tREVISION\tVERSION\tPODS")
+	counts := inv.Counts()
+	keys := make([]inventory.Key, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", k.Namespace, k.Mode, k.Revision, k.Version, counts[k])
+	}
+	return w.Flush()
+}
+
+func sortKeys(keys []inventory.Key) {
+	less := func(a, b inventory.Key) bool {
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Revision != b.Revision {
+			return a.Revision < b.Revision
+		}
+		return a.Version < b.Version
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && less(keys[j], keys[j-1]); j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodewise/nodewise/orchestrator/revtag"
+)
+
+func newTagCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tag",
+		Short: "List, set and remove Istio revision tags (compatible with istioctl tag)",
+	}
+	cmd.AddCommand(newTagListCmd(g), newTagSetCmd(g), newTagRemoveCmd(g))
+	return cmd
+}
+
+func newTagListCmd(g *globalFlags) *cobra.Command {
+	var f sidecarFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List revision tags, the revision each points at, and the namespaces using it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			client, err := sidecarClient(g)
+			if err != nil {
+				return err
+			}
+			tags, err := revtag.List(cmd.Context(), client, f.istioNamespace)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(tags)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
+			fmt.Fprintln(w, "TAG\tREVISION\tNAMESPACES")
+			for _, t := range tags {
+				fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Revision, strings.Join(t.Namespaces, ","))
+			}
+			return w.Flush()
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func newTagSetCmd(g *globalFlags) *cobra.Command {
+	var f sidecarFlags
+	var o revtag.SetOptions
+	cmd := &cobra.Command{
+		Use:   "set TAG --revision REV [--overwrite]",
+		Short: "Create the tag istio-revision-tag-TAG pointing at REV, or move it with --overwrite",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Tag, o.IstioNamespace = args[0], f.istioNamespace
+			if o.Revision == "" {
+				return errors.New("--revision is required")
+			}
+			client, err := sidecarClient(g)
+			if err != nil {
+				return err
+			}
+			if err := revtag.Set(cmd.Context(), client, o); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tag %s now points at revision %s; restart workloads in namespaces labelled istio.io/rev=%s to move their proxies\n", o.Tag, o.Revision, o.Tag)
+			return nil
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVar(&o.Revision, "revision", "", "revision the tag points at (required)")
+	cmd.Flags().BoolVar(&o.Overwrite, "overwrite", false, "move the tag if it already exists")
+	return cmd
+}
+
+func newTagRemoveCmd(g *globalFlags) *cobra.Command {
+	var f sidecarFlags
+	cmd := &cobra.Command{
+		Use:   "remove TAG",
+		Short: "Remove a revision tag no namespace uses",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, err := sidecarClient(g)
+			if err != nil {
+				return err
+			}
+			if err := revtag.Remove(cmd.Context(), client, args[0], f.istioNamespace); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tag %s removed\n", args[0])
+			return nil
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
