@@ -12,6 +12,6 @@ type fakeProbe struct {
 }
 
 func (f *fakeProbe) ReadCounters() (map[bpf.Key]*bpf.Counters, error) { return f.counters, nil }
-func (f *fakeProbe) ReadConns() ([]bpf.Conn, error)                    { return f.conns, nil }
-func (f *fakeProbe) EstablishedOverflow() (uint64, error)              { return 0, nil }
-func (f *fakeProbe) Close() error                                      { return nil }
+func (f *fakeProbe) ReadConns() ([]bpf.Conn, error)                   { return f.conns, nil }
+func (f *fakeProbe) EstablishedOverflow() (uint64, error)             { return 0, nil }
+func (f *fakeProbe) Close() error                                     { return nil }

@@ -102,7 +102,6 @@ func fakeProc(t *testing.T) (root string, podNS uint32) {
 	return root, ino
 }
 
-
 func TestProcResolver(t *testing.T) {
 	root, podNS := fakeProc(t)
 	now := time.Unix(1000, 0)
