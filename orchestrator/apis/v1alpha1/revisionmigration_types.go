@@ -105,7 +105,7 @@ const (
 )
 
 // NamespacePhase is where one namespace is.
-// +kubebuilder:validation:Enum=Pending;Retagged;Restarting;Ready;RolledBack
+// +kubebuilder:validation:Enum=Pending;Retagged;Restarting;Ready;Reverting;RolledBack
 type NamespacePhase string
 
 const (
@@ -113,6 +113,8 @@ const (
 	NamespaceRetagged   NamespacePhase = "Retagged"
 	NamespaceRestarting NamespacePhase = "Restarting"
 	NamespaceReady      NamespacePhase = "Ready"
+	// NamespaceReverting: abort retagged it back and its restart is in flight.
+	NamespaceReverting  NamespacePhase = "Reverting"
 	NamespaceRolledBack NamespacePhase = "RolledBack"
 )
 
@@ -160,6 +162,11 @@ type RevisionMigrationStatus struct {
 	Namespaces []NamespaceStatus `json:"namespaces,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// StartedAt is when the migration started; WaveStartedAt when the current wave did.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	WaveStartedAt *metav1.Time `json:"waveStartedAt,omitempty"`
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

@@ -501,6 +501,14 @@ func (in *RevisionMigrationStatus) DeepCopyInto(out *RevisionMigrationStatus) {
 		*out = make([]NamespaceStatus, len(*in))
 		copy(*out, *in)
 	}
+	if in.StartedAt != nil {
+		in, out := &in.StartedAt, &out.StartedAt
+		*out = (*in).DeepCopy()
+	}
+	if in.WaveStartedAt != nil {
+		in, out := &in.WaveStartedAt, &out.WaveStartedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
