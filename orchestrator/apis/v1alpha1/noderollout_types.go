@@ -63,11 +63,14 @@ type MaintenanceWindow struct {
 	// Days the window opens on; empty means every day.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=7
 	Days []Weekday `json:"days,omitempty"`
 	// Start is HH:MM (24-hour) in TimeZone.
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	Start string `json:"start"`
 	// End is HH:MM (24-hour) in TimeZone, after Start.
+	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$`
 	End string `json:"end"`
 	// TimeZone is an IANA name such as Europe/Berlin (default UTC). CEL cannot
@@ -94,6 +97,7 @@ type NodeRolloutSpec struct {
 	// CanaryNodes are swapped first, one at a time.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
 	CanaryNodes []string `json:"canaryNodes,omitempty"`
 	// MaxParallel caps a wave. Waves ramp 1, 2, 4 … up to MaxParallel.
 	// +kubebuilder:default=1
