@@ -29,13 +29,23 @@ type GatesSpec struct {
 	Inconclusive InconclusivePolicy `json:"inconclusive,omitempty"`
 	// Significance is the family-wise false-alarm rate of one judgement of one
 	// node, across all its pods and metrics (Holm correction), as a decimal in
-	// (0, 0.5] (default "0.01").
+	// (0, 0.5] (default "0.005").
 	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="double(self) > 0.0 && double(self) <= 0.5",message="gates.significance must be a decimal in (0, 0.5], such as 0.01"
 	// +optional
 	Significance string `json:"significance,omitempty"`
+	// CountDispersion is the least quasi-Poisson dispersion φ the count tests
+	// assume, a decimal ≥ 1 (default "1"). The judge measures φ per pod from the
+	// baseline's snapshots (resets come in clumps); this is the floor under it,
+	// and the value used when the baseline has fewer than three snapshots.
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="double(self) >= 1.0",message="gates.countDispersion must be a decimal of at least 1"
+	// +optional
+	CountDispersion string `json:"countDispersion,omitempty"`
 	// MinEvents is the fewest events (counts, or latency samples) in each window
 	// before a pod's metric is tested at all (default 20). Fewer is "not enough traffic".
 	// +kubebuilder:validation:Minimum=1

@@ -1,0 +1,185 @@
+package health
+
+import (
+	"fmt"
+	"time"
+)
+
+// Metric names a per-pod measurement the judge compares. The names are the
+// ones NodeRollout spec.gates uses.
+type Metric string
+
+const (
+	MetricResetsReceived  Metric = "resetsReceived"
+	MetricResetsSent      Metric = "resetsSent"
+	MetricConnectFailures Metric = "connectFailures"
+	MetricRetransmits     Metric = "retransmits"
+	MetricConnectLatency  Metric = "connectLatency"
+	MetricSRTT            Metric = "srtt"
+)
+
+// CountMetrics and LatencyMetrics are every metric the judge knows, in report order.
+var (
+	CountMetrics   = []Metric{MetricResetsReceived, MetricResetsSent, MetricConnectFailures, MetricRetransmits}
+	LatencyMetrics = []Metric{MetricConnectLatency, MetricSRTT}
+)
+
+func (m Metric) label() string {
+	switch m {
+	case MetricResetsReceived:
+		return "resets received"
+	case MetricResetsSent:
+		return "resets sent"
+	case MetricConnectFailures:
+		return "failed connects"
+	case MetricRetransmits:
+		return "retransmits"
+	case MetricConnectLatency:
+		return "connect latency"
+	case MetricSRTT:
+		return "srtt"
+	}
+	return string(m)
+}
+
+// InconclusivePolicy says what too little traffic to judge does.
+type InconclusivePolicy string
+
+const (
+	PolicyPass  InconclusivePolicy = "Pass"
+	PolicyPause InconclusivePolicy = "Pause"
+	PolicyFail  InconclusivePolicy = "Fail"
+)
+
+// CountThresholds are the floors a count's rise must clear besides significance.
+type CountThresholds struct {
+	Disabled           bool
+	MinRatio           float64 // after/before rate ratio, ≥ 1
+	MinExcessPerSecond float64 // after − before rate, ≥ 0
+}
+
+// LatencyThresholds are the floors a latency shift must clear besides significance.
+type LatencyThresholds struct {
+	Disabled    bool
+	MinRatio    float64       // after/before ratio of p50 or p99, ≥ 1
+	MinIncrease time.Duration // after − before of that same quantile, ≥ 0
+}
+
+// Config holds every threshold of the judge. The zero value of each field means
+// its default (see Defaults); NewConfig validates and fills them in.
+type Config struct {
+	Significance        float64 // family-wise α per judgement of a node (Holm)
+	CountDispersion     float64 // prior quasi-Poisson φ, ≥ 1: used where the baseline cannot measure φ, and the least φ used anywhere
+	MinEvents           uint64  // per window, before a pod's metric is tested
+	MinNodeConnections  uint64  // in the soak window, or the node is Inconclusive
+	ConsecutiveFailures int     // failing intervals in a row before Fail
+	Inconclusive        InconclusivePolicy
+	MaxSnapshotAge      time.Duration
+	Counts              map[Metric]CountThresholds
+	Latency             map[Metric]LatencyThresholds
+}
+
+// Defaults are the thresholds used for every field left zero. docs/health.md
+// explains each one, and the acceptance simulation (sim_test.go) measures them.
+func Defaults() Config {
+	c := Config{
+		Significance:        0.005,
+		CountDispersion:     1,
+		MinEvents:           20,
+		MinNodeConnections:  100,
+		ConsecutiveFailures: 2,
+		Inconclusive:        PolicyPause,
+		MaxSnapshotAge:      30 * time.Second,
+		Counts:              map[Metric]CountThresholds{},
+		Latency:             map[Metric]LatencyThresholds{},
+	}
+	for _, m := range CountMetrics {
+		c.Counts[m] = CountThresholds{MinRatio: 2, MinExcessPerSecond: 0.05}
+	}
+	for _, m := range LatencyMetrics {
+		c.Latency[m] = LatencyThresholds{MinRatio: 1.25, MinIncrease: 500 * time.Microsecond}
+	}
+	return c
+}
+
+// NewConfig fills the zero fields of c with Defaults and validates the result.
+// Errors name the field and what is allowed.
+func NewConfig(c Config) (Config, error) {
+	d := Defaults()
+	if c.Significance == 0 {
+		c.Significance = d.Significance
+	}
+	if c.CountDispersion == 0 {
+		c.CountDispersion = d.CountDispersion
+	}
+	if c.MinEvents == 0 {
+		c.MinEvents = d.MinEvents
+	}
+	if c.MinNodeConnections == 0 {
+		c.MinNodeConnections = d.MinNodeConnections
+	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = d.ConsecutiveFailures
+	}
+	if c.Inconclusive == "" {
+		c.Inconclusive = d.Inconclusive
+	}
+	if c.MaxSnapshotAge == 0 {
+		c.MaxSnapshotAge = d.MaxSnapshotAge
+	}
+	counts := map[Metric]CountThresholds{}
+	for m, v := range d.Counts {
+		counts[m] = v
+	}
+	for m, v := range c.Counts {
+		if _, ok := d.Counts[m]; !ok {
+			return Config{}, fmt.Errorf("gates.counts: unknown metric %q (known: resetsReceived, resetsSent, connectFailures, retransmits)", m)
+		}
+		if v.MinRatio == 0 {
+			v.MinRatio = d.Counts[m].MinRatio
+		}
+		if v.MinRatio < 1 {
+			return Config{}, fmt.Errorf("gates.counts[%s].minRatio %g: must be at least 1", m, v.MinRatio)
+		}
+		if v.MinExcessPerSecond < 0 {
+			return Config{}, fmt.Errorf("gates.counts[%s].minExcessPerSecond %g: must not be negative", m, v.MinExcessPerSecond)
+		}
+		counts[m] = v
+	}
+	lat := map[Metric]LatencyThresholds{}
+	for m, v := range d.Latency {
+		lat[m] = v
+	}
+	for m, v := range c.Latency {
+		if _, ok := d.Latency[m]; !ok {
+			return Config{}, fmt.Errorf("gates.latency: unknown metric %q (known: connectLatency, srtt)", m)
+		}
+		if v.MinRatio == 0 {
+			v.MinRatio = d.Latency[m].MinRatio
+		}
+		if v.MinRatio < 1 {
+			return Config{}, fmt.Errorf("gates.latency[%s].minRatio %g: must be at least 1", m, v.MinRatio)
+		}
+		if v.MinIncrease < 0 {
+			return Config{}, fmt.Errorf("gates.latency[%s].minIncrease %s: must not be negative", m, v.MinIncrease)
+		}
+		lat[m] = v
+	}
+	c.Counts, c.Latency = counts, lat
+	switch {
+	case c.Significance <= 0 || c.Significance > 0.5:
+		return Config{}, fmt.Errorf("gates.significance %g: must be in (0, 0.5]", c.Significance)
+	case c.CountDispersion < 1:
+		return Config{}, fmt.Errorf("gates.countDispersion %g: must be at least 1", c.CountDispersion)
+	case c.ConsecutiveFailures < 1:
+		return Config{}, fmt.Errorf("gates.consecutiveFailures %d: must be at least 1", c.ConsecutiveFailures)
+	case c.MaxSnapshotAge < 0:
+		return Config{}, fmt.Errorf("gates.maxSnapshotAge %s: must be positive", c.MaxSnapshotAge)
+	}
+	switch c.Inconclusive {
+	case PolicyPass, PolicyPause, PolicyFail:
+	default:
+		return Config{}, fmt.Errorf("gates.inconclusive %q: must be Pass, Pause or Fail", c.Inconclusive)
+	}
+	return c, nil
+}
