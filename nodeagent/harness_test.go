@@ -133,14 +133,18 @@ func startAgent(t testing.TB, mode string, res Resolver, tweak func(*Config)) *r
 		t.Fatalf("agent did not start: %v", err)
 	}
 	return &runningAgent{
-		Agent: a,
-		url:   "https://" + addr.String(),
-		files: files,
-		reg:   reg,
-		client: &http.Client{
-			Timeout:   30 * time.Second,
-			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: files.pool}},
-		},
+		Agent:  a,
+		url:    "https://" + addr.String(),
+		files:  files,
+		reg:    reg,
+		client: newTestClient(files),
+	}
+}
+
+func newTestClient(files tlsFiles) *http.Client {
+	return &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: files.pool}},
 	}
 }
 

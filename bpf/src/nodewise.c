@@ -82,9 +82,12 @@ struct {
 	__type(value, __u64);
 } histograms SEC(".maps");
 
-// Connect start times of sockets in SYN_SENT, by socket address.
+// Connect start times of sockets in SYN_SENT, by socket address. Per-CPU
+// LRU lists: no shared lock on the connect path; a socket that never
+// reaches ESTABLISHED or CLOSE simply ages out.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, __u64);
@@ -112,22 +115,22 @@ static __always_inline int is_ztunnel_port(__u16 port)
 	return port == 15001 || port == 15006 || port == 15008;
 }
 
+// The hooks get BTF-typed pointers, so fields are read directly (CO-RE
+// relocated loads, no helper calls): this runs on every TCP state change.
 static __always_inline __u32 sk_netns(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	return sk->__sk_common.skc_net.net->ns.inum;
 }
 
 // sk_side reads the mark only from full sockets: time-wait and request
 // sockets share sock_common but have no sk_mark.
 static __always_inline __u32 sk_side(const struct sock *sk)
 {
-	__u8 state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	__u8 state = sk->__sk_common.skc_state;
 
-	if (is_ztunnel_port(lport))
+	if (is_ztunnel_port(sk->__sk_common.skc_num))
 		return SIDE_PROXY;
-	if (state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV &&
-	    BPF_CORE_READ(sk, sk_mark) == ZTUNNEL_MARK)
+	if (state != TCP_TIME_WAIT && state != TCP_NEW_SYN_RECV && sk->sk_mark == ZTUNNEL_MARK)
 		return SIDE_PROXY;
 	return SIDE_APP;
 }
@@ -185,9 +188,12 @@ static __always_inline void hist_add(__u32 netns, __u32 side, __u8 kind, __u64 u
 
 static __always_inline void srtt_sample(const struct sock *sk, __u32 netns, __u32 side)
 {
-	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
-	__u32 srtt = BPF_CORE_READ(tp, srtt_us) >> 3;
+	const struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	__u32 srtt;
 
+	if (!tp)
+		return;
+	srtt = tp->srtt_us >> 3;
 	if (srtt)
 		hist_add(netns, side, HIST_SRTT, srtt);
 }
@@ -265,7 +271,12 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	__u64 now, *start;
 	__u32 netns, side;
 
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	// Most transitions (FIN_WAIT*, TIME_WAIT, LAST_ACK, SYN_RECV…) matter
+	// to nobody here: leave before touching the socket.
+	if (newstate != TCP_SYN_SENT && newstate != TCP_ESTABLISHED &&
+	    oldstate != TCP_ESTABLISHED && !(newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT))
+		return 0;
+	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 
 	if (newstate == TCP_SYN_SENT) {
@@ -313,20 +324,17 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		return 0;
 	}
 
-	if (newstate == TCP_CLOSE) {
-		if (oldstate == TCP_SYN_SENT) {
-			int err = BPF_CORE_READ(sk, sk_err);
+	// SYN_SENT → CLOSE: a failed connect, unless the caller gave up
+	// before any error (sk_err 0).
+	int err = sk->sk_err;
 
-			bpf_map_delete_elem(&connect_start, &key);
-			if (err) {
-				struct sock_counters *c = counters_for(netns, side);
-				__u32 cls = failure_class(err);
+	bpf_map_delete_elem(&connect_start, &key);
+	if (err) {
+		struct sock_counters *c = counters_for(netns, side);
+		__u32 cls = failure_class(err);
 
-				if (c && cls < FAIL_CLASSES)
-					c->connect_failures[cls]++;
-			}
-		}
-		bpf_map_delete_elem(&established_socks, &key);
+		if (c && cls < FAIL_CLASSES)
+			c->connect_failures[cls]++;
 	}
 	return 0;
 }

@@ -129,3 +129,29 @@ func (p *Pod) KillStandin() {
 	}
 	_ = cmd.Wait()
 }
+
+// ListenEcho starts an echo server inside the namespace, in this process,
+// on port (marked like ztunnel's when marked is set). It is closed by the
+// test's cleanup. Benchmarks use it instead of 50 stand-in processes.
+func (n *Netns) ListenEcho(t interface {
+	Helper()
+	Fatalf(string, ...any)
+	Cleanup(func())
+}, port int, marked bool) {
+	t.Helper()
+	var l net.Listener
+	err := n.Do(func() error {
+		lc := net.ListenConfig{}
+		if marked {
+			lc = markedListenConfig
+		}
+		var err error
+		l, err = lc.Listen(context.Background(), "tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("echo server in %s: %v", n.Name, err)
+	}
+	go serveEcho(l)
+	t.Cleanup(func() { l.Close() })
+}

@@ -1,0 +1,360 @@
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/test/netrig"
+)
+
+const benchAgentEnv = "NODEWISE_BENCH_AGENT"
+
+// benchAgentConfig is what the parent benchmark hands the agent process.
+type benchAgentConfig struct {
+	Cert, Key, Token string
+	Pods             map[uint32]Pod
+}
+
+// runBenchAgentIfChild runs this test binary as a node agent process when
+// the benchmark started it that way, so its CPU and memory are its own.
+func runBenchAgentIfChild() {
+	raw := os.Getenv(benchAgentEnv)
+	if raw == "" {
+		return
+	}
+	var c benchAgentConfig
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench agent:", err)
+		os.Exit(1)
+	}
+	a, err := New(Config{
+		Node: "bench", Mode: ModeEBPF, ListenAddr: "127.0.0.1:0",
+		CertFile: c.Cert, KeyFile: c.Key, TokenFile: c.Token,
+		Resolver: NewStaticResolver(c.Pods),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench agent:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		addr, err := a.Addr(ctx)
+		if err == nil {
+			fmt.Println("ready", addr)
+		}
+	}()
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "bench agent:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// procCPU returns a process's user+system CPU time.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseUint(fields[11], 10, 64)       // utime, field 14
+	st, _ := strconv.ParseUint(fields[12], 10, 64)       // stime, field 15
+	return time.Duration(ut+st) * time.Second / 100, nil // USER_HZ is 100 on Linux
+}
+
+// procPeakRSS returns VmHWM in bytes.
+func procPeakRSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM")
+}
+
+// churn opens and closes paced short connections from every pod to its own
+// echo server and returns the connect (Dial) durations.
+func churn(pods []*netrig.Pod, perPodRate float64, d time.Duration) (lat []time.Duration, conns int, elapsed time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / perPodRate)
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.Enter(); err != nil {
+				return
+			}
+			target := fmt.Sprintf("%s:8080", p.IP)
+			buf := make([]byte, 64)
+			var mine []time.Duration
+			for i := 0; ; i++ {
+				next := start.Add(time.Duration(i) * interval)
+				if next.Sub(start) >= d {
+					break
+				}
+				if w := time.Until(next); w > 0 {
+					time.Sleep(w)
+				}
+				t0 := time.Now()
+				c, err := net.DialTimeout("tcp4", target, 5*time.Second)
+				if err != nil {
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+				_, _ = c.Write(buf[:16])
+				_, _ = io.ReadFull(c, buf[:16])
+				c.Close()
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed = time.Since(start)
+	return lat, len(lat), elapsed
+}
+
+func quantile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), xs...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(q*float64(len(s)-1))]
+}
+
+// nodewisePrograms finds the agent's programs loaded after minID.
+func nodewisePrograms(minID ebpf.ProgramID) (map[string]*ebpf.Program, error) {
+	names := map[string]bool{"tcp_send_reset": true, "tcp_receive_reset": true, "tcp_retransmit_skb": true, "inet_sock_set_state": true}
+	out := map[string]*ebpf.Program{}
+	id := minID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, err := p.Info()
+		if err != nil || !names[info.Name] {
+			p.Close()
+			continue
+		}
+		out[info.Name] = p
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no nodewise programs with id > %d", minID)
+	}
+	return out, nil
+}
+
+func maxProgramID() ebpf.ProgramID {
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return id
+		}
+		id = next
+	}
+}
+
+// agentProcess is the agent running as its own process for one B phase.
+type agentProcess struct {
+	cmd *exec.Cmd
+	ra  *runningAgent
+}
+
+func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agentProcess {
+	b.Helper()
+	cfg, err := json.Marshal(benchAgentConfig{Cert: files.cert, Key: files.key, Token: files.token, Pods: pods})
+	if err != nil {
+		b.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), benchAgentEnv+"="+string(cfg))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.Fatalf("agent process: %q %v", line, err)
+	}
+	url := "https://" + strings.TrimSpace(strings.TrimPrefix(line, "ready "))
+	return &agentProcess{cmd: cmd, ra: &runningAgent{url: url, files: files, client: newTestClient(files)}}
+}
+
+func (a *agentProcess) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.cmd.Wait()
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkAgentConnectionChurn runs 7,000 new connections per second
+// (offered) across 50 pod namespaces in rounds of A (no agent) and B (the
+// agent as a separate process, eBPF mode, its snapshot polled once a
+// second), and reports the programs' cost from the kernel's BPF stats, the
+// agent's CPU share and peak RSS, and the connect latency it adds (median
+// over rounds of B minus A, so machine noise hits both sides alike).
+func BenchmarkAgentConnectionChurn(b *testing.B) {
+	const (
+		npods  = 50
+		rate   = 7000.0 // offered new connections per second, all pods together
+		phase  = 2 * time.Second
+		rounds = 5
+	)
+	r := netrig.New(b)
+	var pods []*netrig.Pod
+	podMap := map[uint32]Pod{}
+	for i := range npods {
+		p := r.AddPod(fmt.Sprintf("bench-%d", i))
+		p.ListenEcho(b, 8080, false)
+		pods = append(pods, p)
+		podMap[p.Inode] = Pod{Namespace: "bench", Name: p.PodName, UID: p.Name}
+	}
+	files := writeTLSFiles(b)
+	perPod := rate / npods
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		b.Fatalf("enabling BPF run-time stats: %v", err)
+	}
+	defer stats.Close()
+
+	for i := 0; i < b.N; i++ {
+		churn(pods, perPod, time.Second) // warm up
+		var (
+			d50, d99, rateB       []float64
+			cpu, wall, kernelTime time.Duration
+			runs                  = map[string]uint64{}
+			runtime               = map[string]time.Duration{}
+			peakRSS               uint64
+			agentConnects, nConns uint64
+		)
+		for round := range rounds {
+			latA, _, _ := churn(pods, perPod, phase)
+
+			minID := maxProgramID()
+			ap := startAgentProcess(b, files, podMap)
+			cpu0, _ := procCPU(ap.cmd.Process.Pid)
+			t0 := time.Now()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				tick := time.NewTicker(time.Second)
+				defer tick.Stop()
+				end := time.After(phase)
+				for {
+					select {
+					case <-tick.C:
+						ap.ra.snapshot(b)
+					case <-end:
+						return
+					}
+				}
+			}()
+			latB, nB, elB := churn(pods, perPod, phase)
+			<-done
+			cpu1, _ := procCPU(ap.cmd.Process.Pid)
+			wall += time.Since(t0)
+			cpu += cpu1 - cpu0
+			if rss, _ := procPeakRSS(ap.cmd.Process.Pid); rss > peakRSS {
+				peakRSS = rss
+			}
+			snap := ap.ra.snapshot(b)
+			for _, p := range snap.Pods {
+				agentConnects += p.Connects
+			}
+			nConns += uint64(nB)
+			progs, err := nodewisePrograms(minID)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for name, p := range progs {
+				if st, err := p.Stats(); err == nil {
+					runs[name] += st.RunCount
+					runtime[name] += st.Runtime
+					kernelTime += st.Runtime
+				}
+				p.Close()
+			}
+			ap.stop()
+
+			d50 = append(d50, float64(quantile(latB, 0.5)-quantile(latA, 0.5))/1e3)
+			d99 = append(d99, float64(quantile(latB, 0.99)-quantile(latA, 0.99))/1e3)
+			rateB = append(rateB, float64(nB)/elB.Seconds())
+			b.Logf("round %d: A p50 %v p99 %v | B p50 %v p99 %v, %.0f conns/s",
+				round, quantile(latA, 0.5), quantile(latA, 0.99), quantile(latB, 0.5), quantile(latB, 0.99), float64(nB)/elB.Seconds())
+		}
+		for name, n := range runs {
+			if n == 0 {
+				continue
+			}
+			per := float64(runtime[name].Nanoseconds()) / float64(n)
+			b.ReportMetric(per, "ns/run-"+name)
+			b.Logf("program %-20s runs %8d  run_time %12v  %6.0f ns/run (mean)", name, n, runtime[name], per)
+		}
+		cpuShare := float64(cpu) / float64(wall) * 100
+		kernelShare := float64(kernelTime) / float64(wall) * 100
+		b.ReportMetric(median(rateB), "conns/s")
+		// The programs run synchronously on the connect path, so their
+		// time per connection bounds what they add to it, free of the
+		// scheduling noise that dominates the A/B figures on a busy host.
+		b.ReportMetric(float64(kernelTime.Nanoseconds())/float64(nConns), "bpf-ns/conn")
+		b.ReportMetric(cpuShare, "agent-cpu-%core")
+		b.ReportMetric(kernelShare, "bpf-cpu-%core")
+		b.ReportMetric(float64(peakRSS)/(1<<20), "agent-peak-rss-MiB")
+		b.ReportMetric(median(d50), "added-connect-p50-µs")
+		b.ReportMetric(median(d99), "added-connect-p99-µs")
+		b.Logf("agent: %.2f%% of one core in user space, programs %.2f%% of one core in the kernel, peak RSS %.1f MiB",
+			cpuShare, kernelShare, float64(peakRSS)/(1<<20))
+		b.Logf("added connect latency (median over %d rounds of B−A): p50 %+.1f µs, p99 %+.1f µs; per-round p50 %v", rounds, median(d50), median(d99), d50)
+		b.Logf("in-kernel program time per connection (client and server side together): %.0f ns", float64(kernelTime.Nanoseconds())/float64(nConns))
+		b.Logf("with the agent: %.0f new conns/s (median round); the agent counted %d of the %d client connects", median(rateB), agentConnects, nConns)
+	}
+}
