@@ -233,7 +233,23 @@ func simTrial(r *rand.Rand, cfg Config, pods []simPod, ch *simChange) Assessment
 
 // simWindows draws the baseline snapshots (one a minute), and the baseline and soak windows.
 func simWindows(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Window, Window) {
-	start := time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+	series, s2, s3 := simSnapshots(r, pods, ch)
+	base, err := NewWindow(series[0], series[len(series)-1])
+	if err != nil {
+		panic(err)
+	}
+	soak, err := NewWindow(s2, s3)
+	if err != nil {
+		panic(err)
+	}
+	return series, base, soak
+}
+
+var simStart = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+// simSnapshots draws the baseline series, the snapshot at the soak's start and the one at its end.
+func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snapshot, Snapshot) {
+	start := simStart
 	cum := make([]PodCounters, len(pods))
 	for i := range cum {
 		cum[i] = PodCounters{Namespace: fmt.Sprintf("ns%d", i%5), Name: fmt.Sprintf("pod-%02d", i), UID: fmt.Sprintf("uid-%d", i),
@@ -248,21 +264,12 @@ func simWindows(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Window,
 		t1 = t1.Add(time.Minute)
 		series = append(series, snapshotOf("node-a", start, t1, cum))
 	}
-	s0, s1 := series[0], series[len(series)-1]
 	addWindow(r, pods, cum, 60, nil) // the swap itself: not judged
 	t2 := t1.Add(time.Minute)
 	s2 := snapshotOf("node-a", start, t2, cum)
 	addWindow(r, pods, cum, int(simSoak.Seconds()), ch)
 	s3 := snapshotOf("node-a", start, t2.Add(simSoak), cum)
-	base, err := NewWindow(s0, s1)
-	if err != nil {
-		panic(err)
-	}
-	soak, err := NewWindow(s2, s3)
-	if err != nil {
-		panic(err)
-	}
-	return series, base, soak
+	return series, s2, s3
 }
 
 // eligible picks a pod for a regression: one whose regression is big enough to

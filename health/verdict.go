@@ -15,4 +15,8 @@ type Verdict struct {
 	// Reasons are short sentences such as
 	// "pod shop/cart-7d9: resets received 0.2/s → 3.1/s, p<0.001".
 	Reasons []string `json:"reasons,omitempty"`
+	// Summary holds the numbers behind the outcome, small enough to persist
+	// in the node's entry in NodeRollout.status (see Summary). It is nil for
+	// gates that have no numbers.
+	Summary *Summary `json:"summary,omitempty"`
 }

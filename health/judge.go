@@ -1,0 +1,219 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// SnapshotSource is all the judge needs from a node agent: its current
+// snapshot. AgentClient implements it over HTTPS; tests use a function.
+type SnapshotSource interface {
+	Snapshot(ctx context.Context, node string) (Snapshot, error)
+}
+
+// SnapshotFunc adapts a function to SnapshotSource.
+type SnapshotFunc func(ctx context.Context, node string) (Snapshot, error)
+
+// Snapshot calls f.
+func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (Snapshot, error) { return f(ctx, node) }
+
+// ExternalGate is a gate outside the node agent, such as a Prometheus query.
+// Check returns the failures it found (empty: pass). A non-nil error means the
+// gate could not look (the source is down or the query broken): the judge
+// counts those in a row and fails at MaxConsecutiveErrors.
+type ExternalGate interface {
+	Name() string
+	Check(ctx context.Context, node string) ([]string, error)
+	MaxConsecutiveErrors() int
+}
+
+// Input is one judgement of one node. The orchestrator (or Recorder) supplies
+// the snapshots; the judge fetches the current one itself.
+type Input struct {
+	Node  string
+	Gates Config // from NewConfig (health/gatespec converts NodeRollout spec.gates)
+	// Baseline are the snapshots taken at regular intervals before the node
+	// was cordoned, oldest first: at least two (the window), three or more to
+	// measure each pod's dispersion. The last one is the one just before the
+	// swap, whose connection ages give the planned resets.
+	Baseline []Snapshot
+	// SoakStart is the snapshot taken when the node was back in service on the
+	// new revision. The soak window runs from it to now.
+	SoakStart Snapshot
+	// SwappedInPlace: the node was not drained, so connections older than
+	// DrainDeadline were reset by the swap on purpose.
+	SwappedInPlace bool
+	DrainDeadline  time.Duration
+	// External gates to evaluate in this interval.
+	External []ExternalGate
+	// Previous is the summary persisted from the last judgement of this node
+	// (nil for the first), which carries the consecutive-failure counters.
+	Previous *Summary
+}
+
+// JudgeConfig configures a Judge.
+type JudgeConfig struct {
+	Source SnapshotSource // required
+	Logger *zap.Logger    // default: no logging
+	Now    func() time.Time
+}
+
+// Judge compares a node's soak with its baseline and decides. It keeps no
+// state between calls: what must survive (consecutive failures) travels in
+// Input.Previous and Verdict.Summary.
+type Judge struct {
+	src SnapshotSource
+	log *zap.Logger
+	now func() time.Time
+}
+
+// NewJudge validates cfg and fills its defaults.
+func NewJudge(cfg JudgeConfig) (*Judge, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("health.JudgeConfig.Source is required (an AgentClient or any SnapshotSource)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Judge{src: cfg.Source, log: cfg.Logger, now: cfg.Now}, nil
+}
+
+// Judge makes one judgement. Outcomes mean, for the orchestrator:
+//   - Pass: the node is done.
+//   - Fail: halt the rollout; Reasons say why.
+//   - Inconclusive: hold the node and judge again after gates.interval,
+//     passing Verdict.Summary back as Input.Previous (too little traffic under
+//     the Pause policy, a failing interval short of consecutiveFailures, or a
+//     gate source error short of maxConsecutiveErrors).
+//
+// A missing, stale or restarted agent is Fail at once (fail closed). An error
+// is returned only for input the caller got wrong; treat it as Fail too.
+func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
+	if in.Node == "" {
+		return Verdict{}, errors.New("judge: Input.Node is empty")
+	}
+	if len(in.Baseline) < 2 {
+		return failClosed(in, "no baseline for node %s: %d snapshots recorded before the swap, need at least 2", in.Node, len(in.Baseline)), nil
+	}
+	cfg, err := NewConfig(in.Gates)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("judge: %w", err)
+	}
+	now := j.now()
+	cur, err := j.src.Snapshot(ctx, in.Node)
+	if err != nil {
+		return failClosed(in, "agent on node %s did not answer: %v", in.Node, err), nil
+	}
+	if age := now.Sub(cur.Time); age > cfg.MaxSnapshotAge {
+		return failClosed(in, "agent on node %s is stale: its snapshot is %s old (max %s)", in.Node, age.Round(time.Second), cfg.MaxSnapshotAge), nil
+	}
+	base, err := NewWindow(in.Baseline[0], in.Baseline[len(in.Baseline)-1])
+	if err != nil {
+		return failClosed(in, "baseline window: %v", err), nil
+	}
+	soak, err := NewWindow(in.SoakStart, cur)
+	if err != nil {
+		return failClosed(in, "soak window: %v", err), nil
+	}
+	disp, err := EstimateDispersion(in.Baseline, cfg.CountDispersion)
+	if err != nil {
+		return failClosed(in, "baseline dispersion: %v", err), nil
+	}
+	var planned map[PodKey]uint64
+	if in.SwappedInPlace {
+		planned = PlannedResets(in.Baseline[len(in.Baseline)-1], in.DrainDeadline)
+	}
+	a := Assess(cfg, base, soak, disp, planned)
+	sum := summarize(a, now)
+	reasons := append([]string(nil), a.Reasons...)
+	intervalFails := a.Outcome == Fail
+
+	// External gates: a crossed threshold fails the interval; errors count.
+	var prevErrs int32
+	if in.Previous != nil {
+		prevErrs = in.Previous.ConsecutiveQueryErrors
+	}
+	gateErr := false
+	for _, g := range in.External {
+		fails, err := g.Check(ctx, in.Node)
+		if err != nil {
+			gateErr = true
+			n := prevErrs + 1
+			if int(n) >= g.MaxConsecutiveErrors() {
+				sum.ConsecutiveQueryErrors = n
+				reasons = append(reasons, fmt.Sprintf("gate %s: %d evaluations in a row could not query their source (limit %d), last: %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
+				return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+			}
+			reasons = append(reasons, fmt.Sprintf("gate %s: query failed (%d of %d allowed in a row): %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
+			continue
+		}
+		if len(fails) > 0 {
+			intervalFails = true
+			for _, f := range fails {
+				reasons = append(reasons, "gate "+g.Name()+": "+f)
+			}
+		}
+	}
+	if gateErr {
+		sum.ConsecutiveQueryErrors = prevErrs + 1
+	}
+
+	sum.Judgements = 1
+	var prevFails int32
+	if in.Previous != nil {
+		sum.Judgements = in.Previous.Judgements + 1
+		prevFails = in.Previous.ConsecutiveFailures
+	}
+	if intervalFails {
+		sum.IntervalOutcome = Fail
+		sum.ConsecutiveFailures = prevFails + 1
+		if int(sum.ConsecutiveFailures) >= cfg.ConsecutiveFailures {
+			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+		}
+		reasons = append(reasons, fmt.Sprintf("failing interval %d of %d in a row needed to fail: judging again", sum.ConsecutiveFailures, cfg.ConsecutiveFailures))
+		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+	}
+	if gateErr {
+		// A gate that could not look cannot pass the node: fail closed, but only
+		// after maxConsecutiveErrors; until then judge again.
+		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+	}
+	if a.Outcome == Inconclusive {
+		switch cfg.Inconclusive {
+		case PolicyPass:
+			reasons = append(reasons, "inconclusive counts as Pass (gates.inconclusive: Pass)")
+			return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
+		case PolicyFail:
+			reasons = append(reasons, "inconclusive counts as Fail (gates.inconclusive: Fail)")
+			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+		default:
+			return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+		}
+	}
+	reasons = append([]string{fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
+		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))}, reasons...)
+	return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
+}
+
+func (j *Judge) finish(in Input, v Verdict) Verdict {
+	j.log.Info("judged node", zap.String("node", in.Node), zap.String("outcome", string(v.Outcome)), zap.Strings("reasons", v.Reasons))
+	return v
+}
+
+// failClosed is the verdict when the judge cannot trust its inputs.
+func failClosed(in Input, format string, args ...any) Verdict {
+	s := &Summary{IntervalOutcome: Fail}
+	if in.Previous != nil {
+		s.Judgements = in.Previous.Judgements
+		s.ConsecutiveFailures = in.Previous.ConsecutiveFailures
+	}
+	s.Judgements++
+	return Verdict{Outcome: Fail, Reasons: []string{fmt.Sprintf(format, args...)}, Summary: s}
+}

@@ -1,0 +1,191 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+type fakeGate struct {
+	fails []string
+	err   error
+	max   int
+}
+
+func (g fakeGate) Name() string                                    { return "fake" }
+func (g fakeGate) MaxConsecutiveErrors() int                       { return g.max }
+func (g fakeGate) Check(context.Context, string) ([]string, error) { return g.fails, g.err }
+
+// judgeScenario draws one simulated node and returns a judge whose agent
+// answers with the soak's last snapshot, and the input to judge it.
+func judgeScenario(t *testing.T, seed uint64, ch func(r *rand.Rand, pods []simPod) *simChange) (*Judge, Input, Snapshot) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed))
+	pods := newSimNode(r)
+	var c *simChange
+	if ch != nil {
+		c = ch(r, pods)
+	}
+	series, soakStart, cur := simSnapshots(r, pods, c)
+	j, err := NewJudge(JudgeConfig{
+		Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil }),
+		Now:    func() time.Time { return cur.Time.Add(5 * time.Second) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, Input{Node: "node-a", Baseline: series, SoakStart: soakStart}, cur
+}
+
+func mustJudge(t *testing.T, j *Judge, in Input) Verdict {
+	t.Helper()
+	v, err := j.Judge(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Summary == nil {
+		t.Fatalf("verdict without summary: %+v", v)
+	}
+	return v
+}
+
+func hasReason(v Verdict, sub string) bool {
+	for _, r := range v.Reasons {
+		if strings.Contains(r, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestJudgeHealthyPasses(t *testing.T) {
+	j, in, _ := judgeScenario(t, 1, nil)
+	v := mustJudge(t, j, in)
+	if v.Outcome != Pass || v.Summary.PodsCompared != simPods || v.Summary.Tests < 100 || v.Summary.ConsecutiveFailures != 0 {
+		t.Fatalf("healthy node: %s %q %+v", v.Outcome, v.Reasons, v.Summary)
+	}
+}
+
+func TestJudgeRegressionFailsAfterConsecutiveIntervals(t *testing.T) {
+	j, in, _ := judgeScenario(t, 2, injectResets)
+	first := mustJudge(t, j, in)
+	if first.Outcome != Inconclusive || first.Summary.ConsecutiveFailures != 1 || !hasReason(first, "failing interval 1 of 2") {
+		t.Fatalf("first failing interval: %s %q", first.Outcome, first.Reasons)
+	}
+	in.Previous = first.Summary
+	second := mustJudge(t, j, in)
+	if second.Outcome != Fail || second.Summary.ConsecutiveFailures != 2 || !hasReason(second, "resets received") || second.Summary.Regressions == 0 {
+		t.Fatalf("second failing interval: %s %q", second.Outcome, second.Reasons)
+	}
+	// A passing interval in between resets the count.
+	in.Previous = &Summary{Judgements: 3, ConsecutiveFailures: 0}
+	if v := mustJudge(t, j, in); v.Outcome != Inconclusive || v.Summary.Judgements != 4 {
+		t.Fatalf("after a pass the count restarts: %s %+v", v.Outcome, v.Summary)
+	}
+	in.Gates.ConsecutiveFailures = 1
+	in.Previous = nil
+	if v := mustJudge(t, j, in); v.Outcome != Fail {
+		t.Fatalf("consecutiveFailures 1 fails at once: %s", v.Outcome)
+	}
+}
+
+func TestJudgeFailsClosed(t *testing.T) {
+	_, in, cur := judgeScenario(t, 1, nil)
+	for _, c := range []struct {
+		name   string
+		snap   func() (Snapshot, error)
+		now    time.Time
+		reason string
+	}{
+		{"agent down", func() (Snapshot, error) { return Snapshot{}, errors.New("connection refused") }, cur.Time, "did not answer: connection refused"},
+		{"stale", func() (Snapshot, error) { return cur, nil }, cur.Time.Add(5 * time.Minute), "is stale"},
+		{"agent restarted", func() (Snapshot, error) {
+			s := cur
+			s.StartTime = cur.Time.Add(-time.Minute)
+			return s, nil
+		}, cur.Time, "agent restarted"},
+	} {
+		j, err := NewJudge(JudgeConfig{
+			Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) { return c.snap() }),
+			Now:    func() time.Time { return c.now },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := mustJudge(t, j, in); v.Outcome != Fail || !hasReason(v, c.reason) {
+			t.Errorf("%s: %s %q, want Fail with %q", c.name, v.Outcome, v.Reasons, c.reason)
+		}
+	}
+	j, _, _ := judgeScenario(t, 1, nil)
+	in.Baseline = in.Baseline[:1]
+	if v := mustJudge(t, j, in); v.Outcome != Fail || !hasReason(v, "no baseline") {
+		t.Errorf("no baseline: %s %q", v.Outcome, v.Reasons)
+	}
+}
+
+func TestJudgePlannedResetsAreNotARegression(t *testing.T) {
+	j, in, cur := judgeScenario(t, 1, nil)
+	// An in-place swap: 400 connections of one pod were older than the 25 s
+	// deadline just before the swap, and the swap reset every one of them.
+	last := &in.Baseline[len(in.Baseline)-1]
+	last.Pods = append([]PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods[3].ConnAges[10] = 400 // [45 s, 60 s)
+	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods[3].ResetsReceived += 400
+	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	in.Gates.ConsecutiveFailures = 1
+
+	drained := mustJudge(t, j, in)
+	if drained.Outcome != Fail || !hasReason(drained, "pod "+cur.Pods[3].Namespace+"/"+cur.Pods[3].Name+": resets received") {
+		t.Fatalf("without an in-place swap the burst is a regression: %s %q", drained.Outcome, drained.Reasons)
+	}
+	in.SwappedInPlace, in.DrainDeadline = true, DrainDeadline(30*time.Second)
+	inPlace := mustJudge(t, j, in)
+	if inPlace.Outcome != Pass || inPlace.Summary.PlannedResets != 400 || !hasReason(inPlace, "planned resets: 400 on 1 pods") {
+		t.Fatalf("planned resets: %s %q %+v", inPlace.Outcome, inPlace.Reasons, inPlace.Summary)
+	}
+}
+
+func TestJudgeInconclusivePolicy(t *testing.T) {
+	j, in, _ := judgeScenario(t, 1, nil)
+	in.Gates.MinNodeConnections = 1 << 40 // no node has that much traffic
+	for policy, want := range map[InconclusivePolicy]Outcome{PolicyPass: Pass, PolicyPause: Inconclusive, PolicyFail: Fail, "": Inconclusive} {
+		in.Gates.Inconclusive = policy
+		v := mustJudge(t, j, in)
+		if v.Outcome != want || !hasReason(v, "not enough traffic") {
+			t.Errorf("policy %q: %s %q, want %s", policy, v.Outcome, v.Reasons, want)
+		}
+	}
+	in.Gates.Inconclusive = "Maybe"
+	if _, err := j.Judge(context.Background(), in); err == nil || !strings.Contains(err.Error(), "Pass, Pause or Fail") {
+		t.Errorf("bad policy: %v", err)
+	}
+}
+
+func TestJudgeExternalGates(t *testing.T) {
+	j, in, _ := judgeScenario(t, 1, nil)
+	in.Gates.ConsecutiveFailures = 1
+	in.External = []ExternalGate{fakeGate{fails: []string{"success rate 0.91 below 0.99"}, max: 3}}
+	if v := mustJudge(t, j, in); v.Outcome != Fail || !hasReason(v, "gate fake: success rate 0.91") {
+		t.Errorf("threshold crossed: %s %q", v.Outcome, v.Reasons)
+	}
+	in.External = []ExternalGate{fakeGate{err: errors.New("connection refused"), max: 3}}
+	var prev *Summary
+	for i, want := range []Outcome{Inconclusive, Inconclusive, Fail} {
+		in.Previous = prev
+		v := mustJudge(t, j, in)
+		if v.Outcome != want || int(v.Summary.ConsecutiveQueryErrors) != i+1 {
+			t.Fatalf("query error %d: %s %q errors %d, want %s", i+1, v.Outcome, v.Reasons, v.Summary.ConsecutiveQueryErrors, want)
+		}
+		prev = v.Summary
+	}
+	in.External = []ExternalGate{fakeGate{max: 3}}
+	in.Previous = prev
+	if v := mustJudge(t, j, in); v.Outcome != Pass || v.Summary.ConsecutiveQueryErrors != 0 {
+		t.Errorf("a good query resets the error count: %s %+v", v.Outcome, v.Summary)
+	}
+}
