@@ -19,7 +19,9 @@ type SnapshotSource interface {
 type SnapshotFunc func(ctx context.Context, node string) (Snapshot, error)
 
 // Snapshot calls f.
-func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (Snapshot, error) { return f(ctx, node) }
+func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (Snapshot, error) {
+	return f(ctx, node)
+}
 
 // ExternalGate is a gate outside the node agent, such as a Prometheus query.
 // Check returns the failures it found (empty: pass). A non-nil error means the
