@@ -71,13 +71,13 @@ func parseWave(s string) (v1alpha1.Wave, error) {
 		p := int32(n)
 		return v1alpha1.Wave{Name: name, Percent: &p}, nil
 	}
-	sel := map[string]string{}
+	sel := map[string]v1alpha1.LabelValue{}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return v1alpha1.Wave{}, fmt.Errorf("--wave %q: selector %q is not key=value", s, kv)
 		}
-		sel[k] = v
+		sel[k] = v1alpha1.LabelValue(v)
 	}
 	return v1alpha1.Wave{Name: name, NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: sel}}, nil
 }

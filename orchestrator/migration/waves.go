@@ -96,7 +96,7 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 
 // overlap is true unless a and b name a common key with different values,
 // which is the only way two matchLabels selectors are provably disjoint.
-func overlap(a, b map[string]string) bool {
+func overlap(a, b map[string]v1alpha1.LabelValue) bool {
 	for k, v := range a {
 		if w, ok := b[k]; ok && w != v {
 			return false
@@ -172,9 +172,9 @@ func Resolve(waves []v1alpha1.Wave, tierLabel string, nss []Candidate) []v1alpha
 	return out
 }
 
-func matches(sel, labels map[string]string) bool {
+func matches(sel map[string]v1alpha1.LabelValue, labels map[string]string) bool {
 	for k, v := range sel {
-		if labels[k] != v {
+		if labels[k] != string(v) {
 			return false
 		}
 	}

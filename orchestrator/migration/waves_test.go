@@ -59,8 +59,8 @@ func TestResolveDefaultWaves(t *testing.T) {
 
 func TestResolveSelectors(t *testing.T) {
 	waves := []v1alpha1.Wave{
-		{Name: "t1", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]string{v1alpha1.DefaultTierLabel: "1"}}},
-		{Name: "t2", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]string{v1alpha1.DefaultTierLabel: "2"}}},
+		{Name: "t1", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{v1alpha1.DefaultTierLabel: "1"}}},
+		{Name: "t2", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{v1alpha1.DefaultTierLabel: "2"}}},
 		{Name: "rest", Percent: p32(100)},
 	}
 	got := Resolve(waves, v1alpha1.DefaultTierLabel, candidates(9))
@@ -75,7 +75,7 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel := func(k, v string) *v1alpha1.WaveSelector {
-		return &v1alpha1.WaveSelector{MatchLabels: map[string]string{k: v}}
+		return &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{k: v1alpha1.LabelValue(v)}}
 	}
 	for name, tc := range map[string]struct {
 		mut  func(*v1alpha1.RevisionMigrationSpec)

@@ -16,9 +16,13 @@ const DefaultTierLabel = "nodewise.io/tier"
 // check with CEL. Expressions would make overlap undecidable up front.
 type WaveSelector struct {
 	// +kubebuilder:validation:MinProperties=1
-	// +kubebuilder:validation:MaxProperties=8
-	MatchLabels map[string]string `json:"matchLabels"`
+	// +kubebuilder:validation:MaxProperties=4
+	MatchLabels map[string]LabelValue `json:"matchLabels"`
 }
+
+// LabelValue is a Kubernetes label value.
+// +kubebuilder:validation:MaxLength=63
+type LabelValue string
 
 // Wave is one step of a migration: either the namespaces a selector matches,
 // or a cumulative percentage of the in-scope namespaces in tier order.
@@ -66,7 +70,7 @@ type RevisionMigrationSpec struct {
 	// Waves in order. Empty means: canary (the first namespace in tier order), 5%, 30%, 100%.
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Waves []Wave `json:"waves,omitempty"`
 	// RateLimit bounds how fast pods are restarted, to stay within istiod's

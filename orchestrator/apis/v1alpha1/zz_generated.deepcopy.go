@@ -603,7 +603,7 @@ func (in *WaveSelector) DeepCopyInto(out *WaveSelector) {
 	*out = *in
 	if in.MatchLabels != nil {
 		in, out := &in.MatchLabels, &out.MatchLabels
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]LabelValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}

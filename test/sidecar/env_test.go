@@ -1,0 +1,269 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/test/injector"
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	c   *cluster.Cluster
+	inj *injector.Server
+	mc  migration.Client
+}
+
+// start boots a cluster, registers the test injector for every version and
+// installs those Istio versions (the first one gets the default tag).
+func start(t *testing.T, nodes int, versions ...string) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inj, err := injector.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inj.Close)
+	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 3})
+	for _, v := range versions {
+		rev, err := cluster.Revision(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inj.SetRevision(rev, v)
+		if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: v, InjectorURL: inj.URL, CABundle: inj.CABundle, SkipSamples: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installCRD(t, ctx, c)
+	mc, err := migration.NewClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, c: c, inj: inj, mc: mc}
+}
+
+func installCRD(t *testing.T, ctx context.Context, c *cluster.Cluster) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "crds", "nodewise.io_revisionmigrations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := apiext.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the API server refused the RevisionMigration CRD: %v", err)
+	}
+	waitFor(t, time.Minute, "CRD established", func() (bool, string) {
+		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "not established"
+	})
+}
+
+// waitFor polls cond every 250 ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
+
+// app is a workload the tests put in a namespace.
+type app struct {
+	name     string
+	replicas int32
+	sts      bool
+}
+
+// namespace creates a namespace with labels, apps and a maxUnavailable=1 PDB per app.
+func (e *env) namespace(name string, labels map[string]string, apps ...app) {
+	e.t.Helper()
+	ctx, cs := e.ctx, e.c.Client
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, a := range apps {
+		l := map[string]string{"app": a.name}
+		tmpl := corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: l},
+			Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: ptr(int64(1)),
+				Containers:                    []corev1.Container{{Name: a.name, Image: "docker.io/nodewise/sample-" + a.name + ":1.0"}},
+			},
+		}
+		r := a.replicas
+		var err error
+		if a.sts {
+			_, err = cs.AppsV1().StatefulSets(name).Create(ctx, &appsv1.StatefulSet{
+				ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: name},
+				Spec: appsv1.StatefulSetSpec{Replicas: &r, Selector: &metav1.LabelSelector{MatchLabels: l}, Template: tmpl,
+					ServiceName: a.name, PodManagementPolicy: appsv1.ParallelPodManagement},
+			}, metav1.CreateOptions{})
+		} else {
+			_, err = cs.AppsV1().Deployments(name).Create(ctx, &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: name},
+				Spec:       appsv1.DeploymentSpec{Replicas: &r, Selector: &metav1.LabelSelector{MatchLabels: l}, Template: tmpl},
+			}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		one := intstr.FromInt32(1)
+		if _, err := cs.PolicyV1().PodDisruptionBudgets(name).Create(ctx, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: name},
+			Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: l}},
+		}, metav1.CreateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// proxies returns, for a namespace, the proxy image tag of each Ready,
+// non-terminating pod ("" for a pod without a sidecar), and how many pods are not Ready.
+func (e *env) proxies(ns string) (tags map[string]string, notReady int) {
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tags = map[string]string{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		if !ready {
+			notReady++
+			continue
+		}
+		tags[p.Name] = ""
+		for _, c := range p.Spec.Containers {
+			if c.Name == "istio-proxy" {
+				tags[p.Name] = strings.TrimPrefix(c.Image, "docker.io/istio/proxyv2:")
+			}
+		}
+	}
+	return tags, notReady
+}
+
+// allOn waits until every pod of the namespaces is Ready with proxy version.
+func (e *env) allOn(timeout time.Duration, version string, wantPods int, nss ...string) {
+	e.t.Helper()
+	waitFor(e.t, timeout, "pods on "+version, func() (bool, string) {
+		for _, ns := range nss {
+			tags, notReady := e.proxies(ns)
+			if notReady > 0 || len(tags) != wantPods {
+				return false, fmt.Sprintf("%s: %d ready, %d not ready", ns, len(tags), notReady)
+			}
+			for p, v := range tags {
+				if v != version {
+					return false, fmt.Sprintf("%s/%s runs %q", ns, p, v)
+				}
+			}
+		}
+		return true, ""
+	})
+}
+
+// controller runs a migration controller until the returned stop is called.
+func (e *env) controller(gate migration.Gate) (stop func()) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	ctrl, err := migration.New(migration.Config{
+		Kube: e.c.Client, Migrations: e.mc, Log: zaptest.NewLogger(e.t).Named("migration"),
+		Registry: prometheus.NewRegistry(), Gate: gate, Interval: 200 * time.Millisecond,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ctrl.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) migration(name string) *v1alpha1.RevisionMigration {
+	e.t.Helper()
+	rm, err := e.mc.Get(e.ctx, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rm
+}
+
+func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.MigrationPhase) *v1alpha1.RevisionMigration {
+	e.t.Helper()
+	var rm *v1alpha1.RevisionMigration
+	waitFor(e.t, timeout, fmt.Sprintf("%s in %v", name, phases), func() (bool, string) {
+		rm = e.migration(name)
+		for _, p := range phases {
+			if rm.Status.Phase == p {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
+	})
+	return rm
+}
