@@ -1,0 +1,148 @@
+package health
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+	"go.uber.org/zap"
+)
+
+// ErrAgentUnavailable wraps every reason the judge could not get a snapshot
+// from a node's agent. The judge fails closed on it.
+var ErrAgentUnavailable = errors.New("node agent unavailable")
+
+// AgentClientConfig configures the client the orchestrator uses to read node
+// agents' snapshots. The credential is the one the node agent documents
+// (package nodeagent, docs/nodeagent.md): TLS with the agent's CA, and a
+// bearer token read from a file shared with the agents.
+type AgentClientConfig struct {
+	// CAFile is the PEM bundle that signs the agents' serving certificates (required).
+	CAFile string
+	// TokenFile holds the bearer token (required). It is read on every
+	// request, so a rotated Secret takes effect at once.
+	TokenFile string
+	// URLFor returns the base URL of the agent on a node, such as
+	// https://10.0.0.7:9443 (default: https://<node>:9443).
+	URLFor func(ctx context.Context, node string) (string, error)
+	// ServerName is the name to verify in the agents' certificates when they
+	// are addressed by IP (default: the host in the URL).
+	ServerName string
+	// Timeout bounds each attempt (default 5s); RetryMax retries follow with
+	// exponential backoff between RetryWaitMin (250ms) and RetryWaitMax (2s);
+	// RetryMax 0 means the default, 2, and -1 means no retries.
+	Timeout      time.Duration
+	RetryMax     int
+	RetryWaitMin time.Duration
+	RetryWaitMax time.Duration
+	Logger       *zap.Logger
+}
+
+// AgentClient reads snapshots from node agents over HTTPS. It implements
+// SnapshotSource.
+type AgentClient struct {
+	cfg  AgentClientConfig
+	http *retryablehttp.Client
+}
+
+// NewAgentClient validates cfg, fills defaults and loads the CA.
+func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
+	if cfg.CAFile == "" {
+		return nil, errors.New("health.AgentClientConfig.CAFile is required: the PEM bundle that signs the node agents' certificates")
+	}
+	if cfg.TokenFile == "" {
+		return nil, errors.New("health.AgentClientConfig.TokenFile is required: the bearer token the node agents accept")
+	}
+	if _, err := readTokenFile(cfg.TokenFile); err != nil {
+		return nil, err
+	}
+	pool, err := loadCA(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("health.AgentClientConfig.CAFile: %w", err)
+	}
+	if cfg.URLFor == nil {
+		cfg.URLFor = func(_ context.Context, node string) (string, error) { return "https://" + node + ":9443", nil }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	o := retryOptions{Timeout: cfg.Timeout, RetryMax: cfg.RetryMax, RetryWaitMin: cfg.RetryWaitMin, RetryWaitMax: cfg.RetryWaitMax}
+	if cfg.RetryMax < 0 {
+		o.RetryMax = 0 // explicit "no retries"
+	}
+	o.defaults(5 * time.Second)
+	if cfg.RetryMax < 0 {
+		o.RetryMax = 0
+	}
+	if err := o.validate("health.AgentClientConfig"); err != nil {
+		return nil, err
+	}
+	tlsConfig := &tls.Config{RootCAs: pool, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}
+	return &AgentClient{cfg: cfg, http: newRetryClient(o, tlsConfig, cfg.Logger)}, nil
+}
+
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading agent token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("agent token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// Snapshot fetches the node's current snapshot. Every failure wraps
+// ErrAgentUnavailable and says what went wrong.
+func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, error) {
+	fail := func(format string, args ...any) (Snapshot, error) {
+		return Snapshot{}, fmt.Errorf("%w: node %s: %s", ErrAgentUnavailable, node, fmt.Sprintf(format, args...))
+	}
+	base, err := c.cfg.URLFor(ctx, node)
+	if err != nil {
+		return fail("finding the agent: %v", err)
+	}
+	tok, err := readTokenFile(c.cfg.TokenFile)
+	if err != nil {
+		return fail("%v", err)
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/v1/snapshot", nil)
+	if err != nil {
+		return fail("building the request: %v", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fail("GET %s/v1/snapshot: %v", base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		hint := ""
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			hint = " (the agent rejected the token: check the token file matches the agents' Secret)"
+		}
+		return fail("GET %s/v1/snapshot: %s%s: %s", base, resp.Status, hint, strings.TrimSpace(string(body)))
+	}
+	var s Snapshot
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&s); err != nil {
+		return fail("decoding the snapshot: %v", err)
+	}
+	if s.Node != node {
+		return fail("the agent at %s answered for node %q", base, s.Node)
+	}
+	if s.Time.IsZero() || s.StartTime.IsZero() {
+		return fail("the snapshot has no time or start time")
+	}
+	return s, nil
+}
