@@ -1,0 +1,249 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// findPrometheus finds bin/prometheus, built from tools/prometheus by
+// `hack/build-tool.sh prometheus` (or `make tools`).
+func findPrometheus(t *testing.T) string {
+	t.Helper()
+	var dirs []string
+	if env := os.Getenv("NODEWISE_BIN_DIR"); env != "" {
+		dirs = append(dirs, env)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			dirs = append(dirs, filepath.Join(d, "bin"))
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, d := range dirs {
+		if p := filepath.Join(d, "prometheus"); isExecutable(p) {
+			return p
+		}
+	}
+	t.Fatalf("prometheus not found in %v: run `hack/build-tool.sh prometheus` (or `make tools`, or set NODEWISE_BIN_DIR)", dirs)
+	return ""
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// promRig is a real Prometheus on loopback scraping a real /metrics endpoint.
+type promRig struct {
+	addr    string
+	cmd     *exec.Cmd
+	success *prometheus.GaugeVec
+	rejects prometheus.Counter
+}
+
+func startPromRig(t *testing.T) *promRig {
+	t.Helper()
+	bin := findPrometheus(t)
+	reg := prometheus.NewRegistry()
+	r := &promRig{
+		success: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shop_request_success_ratio", Help: "caller-side success ratio"}, []string{"service", "node"}),
+		rejects: prometheus.NewCounter(prometheus.CounterOpts{Name: "pilot_total_xds_rejects", Help: "istiod config rejections"}),
+	}
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "shop_request_duration_seconds", Help: "caller-side latency",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}}, []string{"node"})
+	reg.MustRegister(r.success, r.rejects, latency)
+	r.success.WithLabelValues("cart", "node-a").Set(0.999)
+	r.success.WithLabelValues("checkout", "node-b").Set(0.5) // another node: never judged here
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		for range 100 { // traffic between scrapes
+			latency.WithLabelValues("node-a").Observe(0.008)
+		}
+		metrics.ServeHTTP(w, req)
+	}))
+	t.Cleanup(target.Close)
+
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: shop\n    static_configs:\n      - targets: [%q]\n",
+		strings.TrimPrefix(target.URL, "http://"))
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd = exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+r.addr, "--log.level=warn")
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill() // the PID this test started
+		_ = r.cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	waitFor(t, "prometheus ready", func() bool {
+		resp, err := http.Get("http://" + r.addr + "/-/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return r
+}
+
+// waitFor polls cond until it holds; it gives up after a minute, which is a
+// bound on a broken rig, not a timing assertion.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (r *promRig) gate(t *testing.T, queries ...PromQuery) *PrometheusGate {
+	t.Helper()
+	g, err := NewPrometheusGate(PrometheusGateConfig{Address: "http://" + r.addr, Queries: queries, Timeout: 2 * time.Second,
+		RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+var (
+	qSuccess = PromQuery{Name: "success-rate", Query: `min by (service) (shop_request_success_ratio{node="$node"})`, Threshold: 0.99}
+	qP99     = PromQuery{Name: "p99", Query: `histogram_quantile(0.99, sum by (le) (rate(shop_request_duration_seconds_bucket{node="$node"}[5s])))`, FailAbove: true, Threshold: 0.25}
+	qRejects = PromQuery{Name: "istiod-rejections", Query: `sum(pilot_total_xds_rejects)`, FailAbove: true, Threshold: 0}
+)
+
+func TestPrometheusGateAgainstRealServer(t *testing.T) {
+	r := startPromRig(t)
+	ctx := context.Background()
+	all := r.gate(t, qSuccess, qP99, qRejects)
+	waitFor(t, "the first scrapes", func() bool {
+		s, err := all.query(ctx, `rate(shop_request_duration_seconds_count[5s]) > 0`)
+		return err == nil && len(s) > 0
+	})
+
+	t.Run("healthy passes", func(t *testing.T) {
+		fails, err := all.Check(ctx, "node-a")
+		if err != nil || len(fails) != 0 {
+			t.Fatalf("healthy: %v %q", err, fails)
+		}
+		if err := all.Validate(ctx); err != nil {
+			t.Fatalf("valid queries: %v", err)
+		}
+		// The gate compared real numbers, not empty results.
+		for _, q := range []PromQuery{qSuccess, qP99} {
+			s, err := all.query(ctx, expand(q.Query, "node-a"))
+			if err != nil || len(s) != 1 || s[0].value <= 0 || s[0].value > 1 {
+				t.Fatalf("%s returned %v %v, want one sample in (0, 1]", q.Name, s, err)
+			}
+		}
+	})
+
+	t.Run("malformed query is a clear error at plan time", func(t *testing.T) {
+		bad := r.gate(t, qSuccess, PromQuery{Name: "broken", Query: `sum(rate(shop_request_duration_seconds_count[5m])`, Threshold: 1})
+		err := bad.Validate(ctx)
+		if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), "queries[broken]") || !strings.Contains(err.Error(), "parse error") {
+			t.Fatalf("malformed query: %v", err)
+		}
+		t.Logf("plan-time error: %v", err)
+	})
+
+	t.Run("threshold crossed fails", func(t *testing.T) {
+		r.success.WithLabelValues("cart", "node-a").Set(0.9)
+		r.rejects.Add(2)
+		waitFor(t, "the new values to be scraped", func() bool {
+			fails, err := all.Check(ctx, "node-a")
+			return err == nil && len(fails) == 2
+		})
+		fails, _ := all.Check(ctx, "node-a")
+		if !strings.Contains(strings.Join(fails, "\n"), `query success-rate: 0.9{service="cart"} is below the threshold 0.99`) ||
+			!strings.Contains(strings.Join(fails, "\n"), "query istiod-rejections: 2 is above the threshold 0") {
+			t.Fatalf("failures %q", fails)
+		}
+		j, in, _ := judgeScenario(t, 1, nil)
+		in.Gates.ConsecutiveFailures = 1
+		in.External = []ExternalGate{all}
+		v := mustJudge(t, j, in)
+		if v.Outcome != Fail || !hasReason(v, "gate prometheus: query success-rate") {
+			t.Fatalf("judge: %s %q", v.Outcome, v.Reasons)
+		}
+	})
+
+	t.Run("server down fails after N errors", func(t *testing.T) {
+		if err := r.cmd.Process.Kill(); err != nil { // the PID this test started
+			t.Fatal(err)
+		}
+		_ = r.cmd.Wait()
+		j, in, _ := judgeScenario(t, 1, nil)
+		in.External = []ExternalGate{all}
+		var prev *Summary
+		for i, want := range []Outcome{Inconclusive, Inconclusive, Fail} {
+			in.Previous = prev
+			v := mustJudge(t, j, in)
+			if v.Outcome != want || !hasReason(v, "connection refused") {
+				t.Fatalf("evaluation %d with the server down: %s %q, want %s", i+1, v.Outcome, v.Reasons, want)
+			}
+			if want == Fail && !hasReason(v, "3 evaluations in a row could not query") {
+				t.Fatalf("the failing reason must say how many errors in a row: %q", v.Reasons)
+			}
+			prev = v.Summary
+		}
+		if err := all.Validate(ctx); err == nil || errors.Is(err, ErrBadQuery) {
+			t.Fatalf("validation with the server down: %v", err)
+		}
+	})
+}
+
+func TestNewPrometheusGateValidation(t *testing.T) {
+	for _, c := range []struct {
+		cfg  PrometheusGateConfig
+		want string
+	}{
+		{PrometheusGateConfig{Address: "prometheus:9090", Queries: []PromQuery{qSuccess}}, "must be an http:// or https:// URL"},
+		{PrometheusGateConfig{Address: "http://p:9090"}, "at least one query"},
+		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{{Name: "Bad Name", Query: "up"}}}, "lower-case"},
+		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess, qSuccess}}, "used twice"},
+		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{{Name: "x", Query: " "}}}, "must not be empty"},
+		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess}, MaxConsecutiveErrors: -1}, "at least 1"},
+	} {
+		if _, err := NewPrometheusGate(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
