@@ -365,7 +365,7 @@ func (e *env) watch(preCordoned ...string) *watcher {
 				delete(w.pods, string(p.UID))
 			} else {
 				if p.DeletionTimestamp != nil {
-					if old := w.pods[string(p.UID)]; old != nil && old.DeletionTimestamp == nil {
+					if old := w.pods[string(p.UID)]; old != nil && old.DeletionTimestamp == nil && dsOf(p) != "" {
 						if _, seen := w.firstSwap[p.Spec.NodeName]; !seen {
 							w.firstSwap[p.Spec.NodeName] = time.Now()
 						}

@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// TestResumeAfterKillAtEveryStep kills -9 the orchestrator process right after
+// it persists each step (one run per step) and checks a successor finishes:
+// no node swapped twice, no cordon left, maxUnavailable never exceeded.
+func TestResumeAfterKillAtEveryStep(t *testing.T) {
+	const nodes = 6
+	e := newEnv(t, nodes, 2)
+	steps := []v1alpha1.NodeState{
+		v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel,
+		v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone,
+	}
+	for i, step := range steps {
+		version := fmt.Sprintf("1.28.%d", i+1)
+		name := "crash-" + strings.ToLower(string(step))
+		t.Run(string(step), func(t *testing.T) {
+			e.t = t
+			w := e.watch()
+			e.upgrade(version)
+			first := e.startProcess("first-"+name, "127.0.0.1:0", "--test-hold-after-persist", string(step))
+			e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
+				s.MaxParallel, s.MaxUnavailable = 2, 2
+				s.Drain.Policy = v1alpha1.DrainAlways
+				s.Soak = &metav1.Duration{Duration: time.Second}
+			}))
+			node := e.waitStep(name, step)
+			first.kill()
+			t.Logf("killed -9 pid %d with node %s at step %s", first.cmd.Process.Pid, node, step)
+			e.startProcess("second-"+name, "127.0.0.1:0")
+			nr := e.waitPhase(name, 4*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
+			if nr.Status.Phase != v1alpha1.PhaseCompleted {
+				t.Fatalf("phase %s: %s", nr.Status.Phase, nr.Status.HaltReason)
+			}
+			e.assertAllOnNewest(nodes)
+			time.Sleep(300 * time.Millisecond)
+			w.stop()
+			if got, worst := w.max(); got > 2 {
+				t.Errorf("%d nodes unavailable at once (> 2): %s", got, worst)
+			}
+			for k, n := range w.deletes {
+				if n != 1 {
+					t.Errorf("%s: %d old pods deleted, want exactly 1 (swapped twice?)", k, n)
+				}
+			}
+			if len(w.deletes) != 2*nodes {
+				t.Errorf("%d node/DaemonSet swaps seen, want %d", len(w.deletes), 2*nodes)
+			}
+			if uns := e.unschedulable(); len(uns) != 0 {
+				t.Errorf("cordons left behind: %v", uns)
+			}
+		})
+	}
+}
+
+// waitStep waits until some node's persisted step for the rollout is step.
+func (e *env) waitStep(rollout string, step v1alpha1.NodeState) string {
+	e.t.Helper()
+	var node string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		nodes, err := e.c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range nodes.Items {
+			if n.Annotations[orchestrator.AnnotationRollout] == rollout && n.Annotations[orchestrator.AnnotationStep] == string(step) {
+				node = n.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("no node reached step %s", step)
+	}
+	return node
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrape returns the metric families served at addr.
+func scrape(t *testing.T, addr string) map[string]*dto {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing metrics: %v", err)
+	}
+	return fams
+}
