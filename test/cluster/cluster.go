@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -425,11 +426,11 @@ func Down(dir string) error {
 // on the same port with the same flags, waiting until it is ready.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	p := c.state.process("kube-apiserver")
-	if err := p.signal(9); err != nil {
+	if err := p.signal(syscall.SIGKILL); err != nil {
 		return fmt.Errorf("killing kube-apiserver: %w", err)
 	}
-	for p.alive() {
-		time.Sleep(20 * time.Millisecond)
+	if !p.waitExited(10 * time.Second) {
+		return fmt.Errorf("kube-apiserver (pid %d) did not exit after SIGKILL", p.PID)
 	}
 	if c.bins.APIServer == "" {
 		return fmt.Errorf("restarting kube-apiserver: binaries unknown in an attached cluster")

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -101,6 +102,11 @@ type ports struct {
 	Etcd, EtcdPeer, APIServer, ControllerManager, Scheduler int
 }
 
+// freePorts picks free loopback ports below the kernel's ephemeral range
+// (32768 and up by default). A server port inside that range can be taken
+// while the server is down by a reconnecting client whose own local port
+// happens to equal it (a TCP self-connect), and then the restarted server
+// cannot bind.
 func freePorts() (ports, error) {
 	var ps [5]int
 	var listeners []net.Listener
@@ -110,12 +116,19 @@ func freePorts() (ports, error) {
 		}
 	}()
 	for i := range ps {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return ports{}, fmt.Errorf("finding a free port: %w", err)
+		for attempt := 0; ; attempt++ {
+			if attempt == 200 {
+				return ports{}, fmt.Errorf("no free loopback port found in 20000-32767")
+			}
+			port := 20000 + mathrand.IntN(12768)
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				continue
+			}
+			listeners = append(listeners, l)
+			ps[i] = port
+			break
 		}
-		listeners = append(listeners, l)
-		ps[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports{ps[0], ps[1], ps[2], ps[3], ps[4]}, nil
 }
@@ -157,6 +170,9 @@ func (s *state) apiserverArgv(b binaries) []string {
 		// Webhooks that name a Service are reached through its endpoints, never
 		// through a ClusterIP that exists on no network here.
 		"--enable-aggregator-routing=true",
+		// SO_REUSEADDR, so a restarted API server can bind its port while the
+		// killed one's connections linger in TIME_WAIT.
+		"--permit-address-sharing=true",
 		"--profiling=false", "--v=1",
 	}
 }

@@ -46,9 +46,7 @@ func startProcess(name string, argv []string, logPath string, detach bool) (*pro
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{Name: name, PID: cmd.Process.Pid, Argv: argv, Log: logPath, cmd: cmd}
-	if !detach {
-		go func() { _ = cmd.Wait() }() // reap, so a dead child is not a zombie
-	}
+	go func() { _ = cmd.Wait() }() // reap while we live; init reaps after
 	return p, nil
 }
 
@@ -75,23 +73,37 @@ func (p *process) signal(sig syscall.Signal) error {
 
 var errNotRunning = errors.New("process is not running")
 
+// exited reports whether the PID has been reaped. A zombie is not enough:
+// the leader of a killed multi-threaded process is a zombie while its other
+// threads are still closing its files, listening sockets included. Processes
+// this package starts are always reaped, by the Wait in startProcess or, once
+// the starting CLI has exited, by init.
+func (p *process) exited() bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", p.PID))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// waitExited waits until the process has exited, up to timeout.
+func (p *process) waitExited(timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if p.exited() {
+			return true
+		}
+	}
+	return p.exited()
+}
+
 // stop sends SIGTERM, waits up to grace, then SIGKILLs. It never touches a
 // PID whose command line is not the one recorded.
 func (p *process) stop(grace time.Duration) {
 	if p.signal(syscall.SIGTERM) != nil {
 		return
 	}
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !p.alive() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if p.waitExited(grace) {
+		return
 	}
 	_ = p.signal(syscall.SIGKILL)
-	for i := 0; i < 100 && p.alive(); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.waitExited(5 * time.Second)
 }
 
 // writePIDFile records the PID as DIR/pids/NAME.pid for people and scripts.
