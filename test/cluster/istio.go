@@ -307,4 +307,3 @@ func sampleDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 		},
 	}
 }
-
