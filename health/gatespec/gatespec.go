@@ -1,0 +1,150 @@
+// Package gatespec turns NodeRollout spec.gates (orchestrator/apis/v1alpha1)
+// into the judge's configuration and external gates. It is the one place that
+// knows both shapes, so package health stays free of API types and the
+// orchestrator never parses thresholds itself.
+package gatespec
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// DefaultInterval is how often a node is judged during its soak when
+// spec.gates.interval is not set.
+const DefaultInterval = time.Minute
+
+// Interval returns spec.gates.interval or its default.
+func Interval(g v1alpha1.GatesSpec) (time.Duration, error) {
+	if g.Interval == nil {
+		return DefaultInterval, nil
+	}
+	if g.Interval.Duration <= 0 {
+		return 0, fmt.Errorf("gates.interval %s: must be a positive duration such as 1m", g.Interval.Duration)
+	}
+	return g.Interval.Duration, nil
+}
+
+// Config converts spec.gates into a validated health.Config with every default
+// filled in. Errors name the field, like the API server's CEL messages.
+func Config(g v1alpha1.GatesSpec) (health.Config, error) {
+	c := health.Config{
+		MinEvents:           uint64(max(g.MinEvents, 0)),
+		MinNodeConnections:  uint64(max(g.MinNodeConnections, 0)),
+		ConsecutiveFailures: int(g.ConsecutiveFailures),
+		Inconclusive:        health.InconclusivePolicy(g.Inconclusive),
+		Counts:              map[health.Metric]health.CountThresholds{},
+		Latency:             map[health.Metric]health.LatencyThresholds{},
+	}
+	if g.MinEvents < 0 {
+		return health.Config{}, fmt.Errorf("gates.minEvents %d: must be at least 1", g.MinEvents)
+	}
+	if g.MinNodeConnections < 0 {
+		return health.Config{}, fmt.Errorf("gates.minNodeConnections %d: must not be negative", g.MinNodeConnections)
+	}
+	if g.ConsecutiveFailures < 0 {
+		return health.Config{}, fmt.Errorf("gates.consecutiveFailures %d: must be at least 1", g.ConsecutiveFailures)
+	}
+	var err error
+	if c.Significance, err = decimal("gates.significance", g.Significance); err != nil {
+		return health.Config{}, err
+	}
+	if c.CountDispersion, err = decimal("gates.countDispersion", g.CountDispersion); err != nil {
+		return health.Config{}, err
+	}
+	if g.MaxSnapshotAge != nil {
+		if g.MaxSnapshotAge.Duration <= 0 {
+			return health.Config{}, fmt.Errorf("gates.maxSnapshotAge %s: must be a positive duration such as 30s", g.MaxSnapshotAge.Duration)
+		}
+		c.MaxSnapshotAge = g.MaxSnapshotAge.Duration
+	}
+	if _, err := Interval(g); err != nil {
+		return health.Config{}, err
+	}
+	for _, cg := range g.Counts {
+		m := health.Metric(cg.Metric)
+		if _, dup := c.Counts[m]; dup {
+			return health.Config{}, fmt.Errorf("gates.counts: metric %q listed twice", cg.Metric)
+		}
+		t := health.CountThresholds{Disabled: cg.Disabled}
+		if t.MinRatio, err = decimal(fmt.Sprintf("gates.counts[%s].minRatio", cg.Metric), cg.MinRatio); err != nil {
+			return health.Config{}, err
+		}
+		if cg.MinExcessPerSecond == "" {
+			t.MinExcessPerSecond = health.Defaults().Counts[health.MetricResetsReceived].MinExcessPerSecond
+		} else if t.MinExcessPerSecond, err = decimal(fmt.Sprintf("gates.counts[%s].minExcessPerSecond", cg.Metric), cg.MinExcessPerSecond); err != nil {
+			return health.Config{}, err
+		}
+		c.Counts[m] = t
+	}
+	for _, lg := range g.Latency {
+		m := health.Metric(lg.Metric)
+		if _, dup := c.Latency[m]; dup {
+			return health.Config{}, fmt.Errorf("gates.latency: metric %q listed twice", lg.Metric)
+		}
+		t := health.LatencyThresholds{Disabled: lg.Disabled}
+		if t.MinRatio, err = decimal(fmt.Sprintf("gates.latency[%s].minRatio", lg.Metric), lg.MinRatio); err != nil {
+			return health.Config{}, err
+		}
+		if lg.MinIncrease == nil {
+			t.MinIncrease = health.Defaults().Latency[health.MetricConnectLatency].MinIncrease
+		} else {
+			t.MinIncrease = lg.MinIncrease.Duration
+		}
+		c.Latency[m] = t
+	}
+	return health.NewConfig(c)
+}
+
+// decimal parses one of the spec's decimal strings; empty means "default" (0).
+func decimal(field, s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: must be a decimal number", field, s)
+	}
+	return f, nil
+}
+
+// Prometheus builds the Prometheus gate of spec.gates.prometheus, or nil when
+// there is none. Call Validate on it at plan/apply time to have the server
+// reject malformed queries before the rollout starts.
+func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, error) {
+	p := g.Prometheus
+	if p == nil {
+		return nil, nil
+	}
+	cfg := health.PrometheusGateConfig{Address: p.Address, MaxConsecutiveErrors: int(p.MaxConsecutiveErrors), Logger: log}
+	if p.MaxConsecutiveErrors < 0 {
+		return nil, fmt.Errorf("gates.prometheus.maxConsecutiveErrors %d: must be at least 1", p.MaxConsecutiveErrors)
+	}
+	if p.Timeout != nil {
+		if p.Timeout.Duration <= 0 {
+			return nil, fmt.Errorf("gates.prometheus.timeout %s: must be a positive duration", p.Timeout.Duration)
+		}
+		cfg.Timeout = p.Timeout.Duration
+	}
+	for _, q := range p.Queries {
+		th, err := strconv.ParseFloat(q.Threshold, 64)
+		if err != nil {
+			return nil, fmt.Errorf("gates.prometheus.queries[%s].threshold %q: must be a decimal number", q.Name, q.Threshold)
+		}
+		var above bool
+		switch q.FailWhen {
+		case v1alpha1.FailAbove:
+			above = true
+		case v1alpha1.FailBelow:
+		default:
+			return nil, fmt.Errorf("gates.prometheus.queries[%s].failWhen %q: must be Above or Below", q.Name, q.FailWhen)
+		}
+		cfg.Queries = append(cfg.Queries, health.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th})
+	}
+	return health.NewPrometheusGate(cfg)
+}

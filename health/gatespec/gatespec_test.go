@@ -1,0 +1,165 @@
+package gatespec
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := Config(v1alpha1.GatesSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := health.NewConfig(health.Config{})
+	if c.Significance != 0.005 || c.ConsecutiveFailures != 2 || c.Inconclusive != health.PolicyPause || c.MinEvents != 20 ||
+		c.Counts[health.MetricResetsReceived] != d.Counts[health.MetricResetsReceived] || c.Latency[health.MetricSRTT].MinIncrease != 500*time.Microsecond {
+		t.Errorf("defaults %+v", c)
+	}
+	if iv, _ := Interval(v1alpha1.GatesSpec{}); iv != time.Minute {
+		t.Errorf("interval default %s", iv)
+	}
+}
+
+func TestConfigOverrides(t *testing.T) {
+	c, err := Config(v1alpha1.GatesSpec{
+		Significance: "0.001", ConsecutiveFailures: 3, Inconclusive: v1alpha1.InconclusiveFail, CountDispersion: "1.5",
+		MaxSnapshotAge: dur(time.Minute),
+		Counts:         []v1alpha1.CountGate{{Metric: v1alpha1.MetricRetransmits, MinRatio: "3"}, {Metric: v1alpha1.MetricResetsSent, Disabled: true}},
+		Latency:        []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinRatio: "1.5", MinIncrease: dur(2 * time.Millisecond)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Significance != 0.001 || c.ConsecutiveFailures != 3 || c.Inconclusive != health.PolicyFail || c.CountDispersion != 1.5 || c.MaxSnapshotAge != time.Minute {
+		t.Errorf("scalars %+v", c)
+	}
+	if r := c.Counts[health.MetricRetransmits]; r.MinRatio != 3 || r.MinExcessPerSecond != 0.05 {
+		t.Errorf("retransmits %+v", r)
+	}
+	if !c.Counts[health.MetricResetsSent].Disabled || c.Counts[health.MetricResetsReceived].MinRatio != 2 {
+		t.Errorf("counts %+v", c.Counts)
+	}
+	if l := c.Latency[health.MetricSRTT]; l.MinRatio != 1.5 || l.MinIncrease != 2*time.Millisecond {
+		t.Errorf("srtt %+v", l)
+	}
+}
+
+// badGates are the inputs both this package and the API server must reject,
+// with the field each error must name.
+var badGates = []struct {
+	name string
+	spec map[string]any // as JSON, for the CRD schema
+	gs   v1alpha1.GatesSpec
+	want string
+}{
+	{"negative interval", map[string]any{"interval": "-1m"}, v1alpha1.GatesSpec{Interval: dur(-time.Minute)}, "gates.interval"},
+	{"negative snapshot age", map[string]any{"maxSnapshotAge": "-30s"}, v1alpha1.GatesSpec{MaxSnapshotAge: dur(-30 * time.Second)}, "gates.maxSnapshotAge"},
+	{"negative latency increase", map[string]any{"latency": []any{map[string]any{"metric": "srtt", "minIncrease": "-1ms"}}},
+		v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: dur(-time.Millisecond)}}}, "minIncrease"},
+	{"count ratio below 1", map[string]any{"counts": []any{map[string]any{"metric": "resetsReceived", "minRatio": "0.5"}}},
+		v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: v1alpha1.MetricResetsReceived, MinRatio: "0.5"}}}, "minRatio"},
+	{"latency ratio below 1", map[string]any{"latency": []any{map[string]any{"metric": "connectLatency", "minRatio": "0.9"}}},
+		v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricConnectLatency, MinRatio: "0.9"}}}, "minRatio"},
+	{"dispersion below 1", map[string]any{"countDispersion": "0.5"}, v1alpha1.GatesSpec{CountDispersion: "0.5"}, "countDispersion"},
+	{"unknown count metric", map[string]any{"counts": []any{map[string]any{"metric": "resets"}}},
+		v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, "resets"},
+	{"unknown latency metric", map[string]any{"latency": []any{map[string]any{"metric": "p99"}}},
+		v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, "p99"},
+	{"significance above 0.5", map[string]any{"significance": "0.9"}, v1alpha1.GatesSpec{Significance: "0.9"}, "significance"},
+	{"unknown policy", map[string]any{"inconclusive": "Maybe"}, v1alpha1.GatesSpec{Inconclusive: "Maybe"}, "inconclusive"},
+}
+
+func TestConfigRejectsBadInput(t *testing.T) {
+	for _, c := range badGates {
+		if _, err := Config(c.gs); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestCRDRejectsBadInput runs the same inputs through the generated CRD's
+// OpenAPI schema and CEL rules with the API server's own validation code
+// (k8s.io/apiextensions-apiserver), so the two never drift apart.
+func TestCRDRejectsBadInput(t *testing.T) {
+	schema, structural := gatesSchema(t)
+	validate := func(obj map[string]any) field.ErrorList {
+		v, _, err := apiservervalidation.NewSchemaValidator(schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
+		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
+			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		return append(errs, celErrs...)
+	}
+	good := map[string]any{"interval": "1m", "significance": "0.01", "countDispersion": "1", "maxSnapshotAge": "30s",
+		"counts":  []any{map[string]any{"metric": "resetsReceived", "minRatio": "2", "minExcessPerSecond": "0.05"}},
+		"latency": []any{map[string]any{"metric": "connectLatency", "minRatio": "1.25", "minIncrease": "500us"}},
+		"prometheus": map[string]any{"address": "http://prometheus:9090", "queries": []any{
+			map[string]any{"name": "success-rate", "query": "up", "failWhen": "Below", "threshold": "0.99"}}}}
+	if errs := validate(good); len(errs) != 0 {
+		t.Fatalf("a valid gates spec was rejected: %v", errs)
+	}
+	for _, c := range badGates {
+		errs := validate(c.spec)
+		if len(errs) == 0 {
+			t.Errorf("%s: the CRD accepted %v", c.name, c.spec)
+			continue
+		}
+		t.Logf("%s: %v", c.name, errs.ToAggregate())
+		if !strings.Contains(errs.ToAggregate().Error(), c.want) {
+			t.Errorf("%s: %v, want a message naming %q", c.name, errs.ToAggregate(), c.want)
+		}
+	}
+}
+
+// gatesSchema reads the NodeRollout CRD from deploy/crds and returns the schema of spec.gates.
+func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschema.Structural) {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for ; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		if filepath.Dir(dir) == dir {
+			t.Fatal("repository root not found")
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "deploy", "crds", "nodewise.io_noderollouts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	v1 := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["gates"]
+	var internal apiextensions.JSONSchemaProps
+	if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(&v1, &internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structuralschema.NewStructural(&internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &internal, s
+}
