@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
+		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,16 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newAbortCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "abort NAME",
+		Short: "Stop a NodeRollout once the nodes in flight are made safe (uncordoned); cannot be undone",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return patchRollout(cmd, g, args[0], `{"spec":{"abort":true}}`, "aborting")
+		},
+	}
+}

@@ -1,0 +1,16 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newPauseCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Start no new node; nodes in flight finish",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return patchRollout(cmd, g, args[0], `{"spec":{"paused":true}}`, "paused")
+		},
+	}
+}

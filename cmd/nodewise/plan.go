@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+func newPlanCmd(g *globalFlags) *cobra.Command {
+	var (
+		file    string
+		offline bool
+		perSwap time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "plan -f rollout.yaml",
+		Short: "Print a NodeRollout's ordered plan, waves, windows and estimated duration; writes nothing",
+		Long: "plan validates the file as the API server would, then reads (never writes) the cluster's nodes,\n" +
+			"DaemonSets, pods and ControllerRevisions to order the nodes and check the targets.\n" +
+			"With --offline it only validates the file.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nr, p, err := loadAndCheck(cmd.Context(), g, file, offline)
+			if err != nil {
+				return err
+			}
+			if offline {
+				_, err := cmd.OutOrStdout().Write([]byte("valid NodeRollout " + nr.Name + " (offline: nodes and targets not checked)\n"))
+				return err
+			}
+			d, err := planAgainstCluster(cmd.Context(), g, nr, p)
+			if err != nil {
+				return err
+			}
+			return orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap))
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest (required)")
+	cmd.Flags().BoolVar(&offline, "offline", false, "validate the file only, without reading a cluster")
+	cmd.Flags().DurationVar(&perSwap, "swap-estimate", 30*time.Second, "expected time to swap one DaemonSet pod, for the estimate")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+// loadAndCheck parses and validates the file and, unless offline, checks it
+// against the cluster (unknown DaemonSets, RollingUpdate targets, missing canaries).
+func loadAndCheck(ctx context.Context, g *globalFlags, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
+	nr, p, err := orchestrator.LoadRolloutFile(file)
+	if err != nil {
+		return nil, p, errors.New(orchestrator.OneLine(err))
+	}
+	if offline {
+		return nr, p, nil
+	}
+	d, err := planAgainstCluster(ctx, g, nr, p)
+	if err != nil {
+		return nil, p, err
+	}
+	if d.Phase == v1alpha1.PhasePending {
+		return nil, p, errors.New(d.Reason)
+	}
+	return nr, p, nil
+}
+
+func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p orchestrator.Policy) (orchestrator.Decision, error) {
+	kube, _, err := rolloutClients(g)
+	if err != nil {
+		return orchestrator.Decision{}, err
+	}
+	snap, err := orchestrator.SnapshotFromAPI(ctx, kube, nr, p)
+	if err != nil {
+		return orchestrator.Decision{}, err
+	}
+	return orchestrator.Plan(snap, p, time.Now()), nil
+}

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodewise/nodewise/orchestrator"
+)
+
+func newResumeCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Unpause a NodeRollout, and clear a halt (failed nodes are retried from preflight)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token := time.Now().UTC().Format(time.RFC3339Nano)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, orchestrator.AnnotationResumeToken, token)
+			return patchRollout(cmd, g, args[0], patch, "resumed")
+		},
+	}
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func newRollbackCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rollback NAME",
+		Short: "Swap the upgraded nodes back in reverse order, once you have re-applied the old chart (updateStrategy OnDelete)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return patchRollout(cmd, g, args[0], `{"spec":{"rollback":true}}`, "rolling back")
+		},
+	}
+}
+
+// patchRollout merge-patches a NodeRollout and prints one line.
+func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) error {
+	_, rc, err := rolloutClients(g)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch)); err != nil {
+		return fmt.Errorf("updating NodeRollout %s: %w", name, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", name, what)
+	return nil
+}

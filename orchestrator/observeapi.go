@@ -1,0 +1,64 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// SnapshotFromAPI builds the planner's snapshot with plain List calls (for
+// the CLI's plan, which reads but never writes).
+func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
+	idx := func() cache.Indexer {
+		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	}
+	nodes, pods, dss, revs := idx(), idx(), idx(), idx()
+	nl, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("listing nodes: %w", err)
+	}
+	for i := range nl.Items {
+		_ = nodes.Add(&nl.Items[i])
+	}
+	seen := map[string]bool{}
+	for _, t := range p.Targets {
+		if seen[t.Namespace] {
+			continue
+		}
+		seen[t.Namespace] = true
+		pl, err := kube.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("listing pods in %s: %w", t.Namespace, err)
+		}
+		for i := range pl.Items {
+			_ = pods.Add(&pl.Items[i])
+		}
+		dl, err := kube.AppsV1().DaemonSets(t.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("listing DaemonSets in %s: %w", t.Namespace, err)
+		}
+		for i := range dl.Items {
+			_ = dss.Add(&dl.Items[i])
+		}
+		rl, err := kube.AppsV1().ControllerRevisions(t.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("listing ControllerRevisions in %s: %w", t.Namespace, err)
+		}
+		for i := range rl.Items {
+			_ = revs.Add(&rl.Items[i])
+		}
+	}
+	e := &executor{
+		nodes: corelisters.NewNodeLister(nodes), pods: corelisters.NewPodLister(pods),
+		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
+		overlay: map[string]nodeMark{},
+	}
+	return e.observe(nr, p)
+}

@@ -1,0 +1,108 @@
+package orchestrator
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// RenderStatus writes the human view of a NodeRollout: phase, a progress
+// bar, the halt reason, then one line per node in plan order.
+func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
+	s := nr.Status
+	c := s.Counts
+	finished := c.Done + c.Skipped + c.RolledBack
+	fmt.Fprintf(w, "NodeRollout %s  phase %s  %s %d/%d done", nr.Name, orDash(string(s.Phase)), bar(finished, c.Total, 30), finished, c.Total)
+	fmt.Fprintf(w, "  (in flight %d, failed %d, skipped %d)\n", c.InProgress, c.Failed, c.Skipped)
+	if s.HaltReason != "" {
+		fmt.Fprintf(w, "HALTED: %s\n", s.HaltReason)
+	}
+	for _, cond := range s.Conditions {
+		if cond.Type == "Valid" && cond.Status == "False" {
+			fmt.Fprintf(w, "INVALID: %s\n", cond.Message)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WAVE\tNODE\tZONE\tSTATE\tIN STATE\tVERDICT\tREASON")
+	nodes := append([]v1alpha1.NodeStatus(nil), s.Nodes...)
+	sortNodeStatus(nodes)
+	for _, n := range nodes {
+		since := "-"
+		if n.StateSince != nil {
+			since = now.Sub(n.StateSince.Time).Round(time.Second).String()
+		}
+		name := n.Name
+		if n.Canary {
+			name += " (canary)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Wave, name, orDash(n.Zone), n.State, since, orDash(trunc(n.Verdict, 60)), orDash(trunc(n.Reason, 80)))
+	}
+	return tw.Flush()
+}
+
+func sortNodeStatus(ns []v1alpha1.NodeStatus) {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && (ns[j].Wave < ns[j-1].Wave || (ns[j].Wave == ns[j-1].Wave && ns[j].Name < ns[j-1].Name)); j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+}
+
+func bar(done, total int32, width int) string {
+	if total <= 0 {
+		return "[" + strings.Repeat(".", width) + "]"
+	}
+	n := int(int64(done) * int64(width) / int64(total))
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+// RenderPlan writes the ordered plan with its waves, windows and estimate.
+func RenderPlan(w io.Writer, d Decision, p Policy, now time.Time, est time.Duration) error {
+	fmt.Fprintf(w, "Targets (swapped in this order on each node):")
+	for _, t := range p.Targets {
+		fmt.Fprintf(w, " %s/%s", t.Namespace, t.Name)
+	}
+	fmt.Fprintf(w, "\nmaxParallel %d, maxUnavailable %d, drain %s (timeout %s, PDB blocked: %s), swap timeout %s, baseline %s, soak %s\n",
+		p.MaxParallel, p.MaxUnavailable, p.Drain, p.DrainTimeout, p.PDBBlocked, p.SwapTimeout, p.Baseline, p.Soak)
+	if len(p.Windows) == 0 {
+		fmt.Fprintln(w, "Maintenance windows: none (nodes may start at any time)")
+	} else {
+		open := InAnyWindow(p.Windows, now)
+		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v", len(p.Windows), open)
+		if next, ok := NextWindowOpen(p.Windows, now); ok && !open {
+			fmt.Fprintf(w, ", next opens %s", next.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "Phase now: %s (%s)\n", d.Phase, d.Reason)
+	waves := 0
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WAVE\tNODE\tZONE\tCANARY")
+	for _, n := range d.Order {
+		waves = max(waves, n.Wave)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", n.Wave, n.Name, orDash(n.Zone), n.Canary)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d nodes in %d waves; estimated duration %s (excluding drains and waits for windows)\n", len(d.Order), waves, est.Round(time.Second))
+	return err
+}
