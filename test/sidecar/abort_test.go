@@ -1,0 +1,182 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/migration"
+)
+
+func tierWaves(tiers ...string) []v1alpha1.Wave {
+	var ws []v1alpha1.Wave
+	for _, t := range tiers {
+		ws = append(ws, v1alpha1.Wave{Name: "tier-" + t, NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{v1alpha1.DefaultTierLabel: v1alpha1.LabelValue(t)}}})
+	}
+	return ws
+}
+
+// TestAbortMidWave aborts while the second wave's namespaces are restarting
+// onto 1-28: every moved namespace is retagged back to 1-27 and restarted
+// onto 1.27.3; the third wave's namespaces are never touched.
+func TestAbortMidWave(t *testing.T) {
+	e := start(t, 4, "1.27.3", "1.28.1")
+	ctx, cs := e.ctx, e.c.Client
+	for i := 0; i < 6; i++ {
+		e.namespace(fmt.Sprintf("ab-%d", i), map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: fmt.Sprint(1 + i/2)}, app{name: "web", replicas: 4})
+	}
+	nss := []string{"ab-0", "ab-1", "ab-2", "ab-3", "ab-4", "ab-5"}
+	e.allOn(3*time.Minute, "1.27.3", 4, nss...)
+	untouched := podUIDs(t, ctx, cs, "ab-4")
+	for k := range podUIDs(t, ctx, cs, "ab-5") {
+		untouched[k] = true
+	}
+	e.controller(nil)
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "ab"},
+		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
+			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 1}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Mid-wave: wave 2 (index 1) restarting, some of its pods already on 1.28.1.
+	waitFor(t, 5*time.Minute, "wave tier-2 half restarted", func() (bool, string) {
+		rm := e.migration("ab")
+		if rm.Status.CurrentWave != 1 {
+			return false, fmt.Sprintf("wave %d %s", rm.Status.CurrentWave, rm.Status.Reason)
+		}
+		tags, _ := e.proxies("ab-2")
+		moved := 0
+		for _, v := range tags {
+			if v == "1.28.1" {
+				moved++
+			}
+		}
+		return moved > 0, fmt.Sprintf("%d pods of ab-2 on 1.28.1", moved)
+	})
+	rm := e.migration("ab")
+	rm.Spec.Abort = true
+	if _, err := e.mc.Update(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	rm = e.waitPhase("ab", 5*time.Minute, v1alpha1.MigrationAborted)
+	t.Logf("aborted: %s", rm.Status.Reason)
+
+	for _, ns := range nss[:4] {
+		n, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels["istio.io/rev"] != "1-27" {
+			t.Errorf("%s labelled %q after abort, want 1-27", ns, n.Labels["istio.io/rev"])
+		}
+	}
+	e.allOn(time.Minute, "1.27.3", 4, nss...)
+	for _, st := range rm.Status.Namespaces {
+		switch st.Wave {
+		case 0, 1:
+			// Moved, then restarted back: two restarts, recorded.
+			if st.Phase != v1alpha1.NamespaceRolledBack || st.Generation != 2 {
+				t.Errorf("%s: phase %s generation %d, want RolledBack after 2 restarts", st.Name, st.Phase, st.Generation)
+			}
+		case 2:
+			if st.Phase != v1alpha1.NamespacePending || st.Generation != 0 {
+				t.Errorf("%s (not yet moved): phase %s generation %d", st.Name, st.Phase, st.Generation)
+			}
+		}
+	}
+	now := podUIDs(t, ctx, cs, "ab-4")
+	for k := range podUIDs(t, ctx, cs, "ab-5") {
+		now[k] = true
+	}
+	if len(now) != len(untouched) {
+		t.Fatalf("wave 3 pods changed: %d before, %d after", len(untouched), len(now))
+	}
+	for uid := range now {
+		if !untouched[uid] {
+			t.Fatalf("wave 3 pod %s was recreated", uid)
+		}
+	}
+	for _, ns := range []string{"ab-4", "ab-5"} {
+		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := d.Spec.Template.Annotations[migration.AnnotationRestartedAt]; ok {
+			t.Errorf("%s/web was restarted", ns)
+		}
+	}
+}
+
+// TestGates: a wave is judged by the external gate only once its pods are
+// Ready on the new version; Inconclusive holds the wave (fail closed), Fail
+// halts the migration with the gate's reason, and the next wave never starts.
+func TestGates(t *testing.T) {
+	e := start(t, 3, "1.27.3", "1.28.1")
+	ctx := e.ctx
+	e.namespace("g-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2})
+	e.namespace("g-2", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "2"}, app{name: "web", replicas: 2})
+	e.allOn(2*time.Minute, "1.27.3", 2, "g-1", "g-2")
+
+	var mu sync.Mutex
+	outcome := health.Inconclusive
+	var judged []string
+	gate := migration.GateFunc(func(_ context.Context, in migration.WaveInput) (health.Verdict, error) {
+		// The gate sees the wave only when its pods are on the new proxy.
+		tags, notReady := e.proxies(in.Namespaces[0])
+		for _, v := range tags {
+			if v != "1.28.1" || notReady > 0 {
+				return health.Verdict{}, fmt.Errorf("gate called before %s was Ready on 1.28.1", in.Namespaces[0])
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		judged = append(judged, in.Wave)
+		return health.Verdict{Outcome: outcome, Reasons: []string{"caller success rate 97.1% < 99.5% (test)"}}, nil
+	})
+	e.controller(gate)
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "g"},
+		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waves: tierWaves("1", "2"),
+			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rm := e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationGating)
+	if !strings.Contains(rm.Status.Reason, "held by its gate") {
+		t.Fatalf("gating reason %q", rm.Status.Reason)
+	}
+	time.Sleep(2 * time.Second) // several reconciles: an Inconclusive gate must not let wave 2 start
+	if rm = e.migration("g"); rm.Status.CurrentWave != 0 || rm.Status.Namespaces[1].Phase != v1alpha1.NamespacePending {
+		t.Fatalf("wave 2 started under an inconclusive gate: %+v", rm.Status)
+	}
+	mu.Lock()
+	outcome = health.Fail
+	mu.Unlock()
+	rm = e.waitPhase("g", time.Minute, v1alpha1.MigrationHalted)
+	if !strings.Contains(rm.Status.Reason, "caller success rate") {
+		t.Fatalf("halt reason %q does not carry the gate's reason", rm.Status.Reason)
+	}
+	if tags, _ := e.proxies("g-2"); tags[firstKey(tags)] != "1.27.3" {
+		t.Fatalf("g-2 moved after a failed gate: %v", tags)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(judged) < 2 || judged[0] != "tier-1" {
+		t.Fatalf("gate calls %v", judged)
+	}
+}
+
+func firstKey(m map[string]string) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
