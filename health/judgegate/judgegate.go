@@ -1,0 +1,131 @@
+// Package judgegate plugs the judge (package health) into the orchestrator's
+// soak step: it implements orchestrator.Gate over a health.Judge, a
+// health.Recorder that keeps each node's snapshots, and NodeRollout
+// spec.gates. cmd/orchestrator builds one and sets orchestrator.Config.Gate.
+package judgegate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/orchestrator"
+)
+
+// Config configures a Gate.
+type Config struct {
+	Judge    *health.Judge    // required
+	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
+	// Drain says whether the node was swapped in place (not drained) and with
+	// what ztunnel termination grace period, so planned resets are not counted
+	// as a regression. Default: drained (nothing planned).
+	Drain  func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
+	Logger *zap.Logger
+	// Sleep waits between judgements (default: a timer that honours ctx).
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Gate implements orchestrator.Gate.
+type Gate struct{ cfg Config }
+
+var _ orchestrator.Gate = (*Gate)(nil)
+
+// New validates cfg.
+func New(cfg Config) (*Gate, error) {
+	if cfg.Judge == nil || cfg.Recorder == nil {
+		return nil, errors.New("judgegate.Config: Judge and Recorder are required")
+	}
+	if cfg.Drain == nil {
+		cfg.Drain = func(orchestrator.GateInput) (bool, time.Duration) { return false, 0 }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				return nil
+			}
+		}
+	}
+	return &Gate{cfg: cfg}, nil
+}
+
+// Prepare starts recording a node's snapshots; the orchestrator calls it when
+// the node enters preflight, before its baseline window. It fails when the
+// node's agent does not answer, so a node without a working agent is never
+// touched.
+func (g *Gate) Prepare(ctx context.Context, node string) error {
+	if err := g.cfg.Recorder.Track(ctx, node); err != nil {
+		return fmt.Errorf("preflight: node agent on %s: %w", node, err)
+	}
+	return nil
+}
+
+// Done forgets a node's snapshots once its gate has passed or failed.
+func (g *Gate) Done(node string) { g.cfg.Recorder.Untrack(node) }
+
+// Judge implements orchestrator.Gate. It judges the node every
+// spec.gates.interval until the judge says Pass or Fail: Inconclusive (a
+// failing interval short of consecutiveFailures, a gate query error short of
+// its limit, or too little traffic under the Pause policy) waits and judges
+// again, carrying the judge's Summary from one judgement to the next. The
+// last verdict's Summary is what the orchestrator persists in status.
+func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Verdict, error) {
+	cfg, err := gatespec.Config(in.Spec)
+	if err != nil {
+		return health.Verdict{}, err
+	}
+	interval, err := gatespec.Interval(in.Spec)
+	if err != nil {
+		return health.Verdict{}, err
+	}
+	var external []health.ExternalGate
+	prom, err := gatespec.Prometheus(in.Spec, g.cfg.Logger)
+	if err != nil {
+		return health.Verdict{}, err
+	}
+	if prom != nil {
+		external = append(external, prom)
+	}
+	if !in.SwapStart.After(in.BaselineStart) {
+		return health.Verdict{Outcome: health.Fail, Reasons: []string{fmt.Sprintf(
+			"no baseline window: the swap started at %s, not after the baseline started at %s",
+			in.SwapStart.UTC().Format(time.RFC3339), in.BaselineStart.UTC().Format(time.RFC3339))}}, nil
+	}
+	inPlace, grace := g.cfg.Drain(in)
+	var prev *health.Summary
+	for {
+		baseline, soakStart, err := g.cfg.Recorder.Windows(in.Node, in.BaselineStart, in.SwapStart, in.SoakStart)
+		if err != nil {
+			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
+		}
+		v, err := g.cfg.Judge.Judge(ctx, health.Input{
+			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
+			SwappedInPlace: inPlace, DrainDeadline: health.DrainDeadline(grace),
+			External: external, Previous: prev,
+		})
+		if err != nil || v.Outcome != health.Inconclusive {
+			if err == nil {
+				g.Done(in.Node)
+			}
+			return v, err
+		}
+		prev = v.Summary
+		g.cfg.Logger.Info("judgement inconclusive, judging again", zap.String("node", in.Node),
+			zap.Duration("in", interval), zap.Strings("reasons", v.Reasons))
+		if err := g.cfg.Sleep(ctx, interval); err != nil {
+			return v, err
+		}
+	}
+}
