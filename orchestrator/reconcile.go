@@ -39,6 +39,12 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	e.statusMu.Unlock()
 
+	switch nr.Status.Phase {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
+		if nr.Status.ObservedGeneration == nr.Generation {
+			return nil // finished; a spec change (e.g. rollback) wakes it
+		}
+	}
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
 	if perr != nil {
