@@ -112,11 +112,19 @@ func TestBadInput(t *testing.T) {
 		mut  func(*v1alpha1.RevisionMigrationSpec)
 		want string
 	}{
-		"zero-rate":   {func(s *v1alpha1.RevisionMigrationSpec) { s.RateLimit.PodsPerSecond = 0 }, "podsPerSecond must be greater than 0"},
-		"overlap":     {func(s *v1alpha1.RevisionMigrationSpec) { s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("team", "x")}} }, "wave namespace selectors overlap"},
-		"same-labels": {func(s *v1alpha1.RevisionMigrationSpec) { s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("tier", "1")}} }, "wave namespace selectors overlap"},
-		"both":        {func(s *v1alpha1.RevisionMigrationSpec) { s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("t", "1"), Percent: p(5)}} }, "exactly one of namespaceSelector or percent"},
-		"decreasing":  {func(s *v1alpha1.RevisionMigrationSpec) { s.Waves = []v1alpha1.Wave{{Name: "a", Percent: p(30)}, {Name: "b", Percent: p(5)}} }, "percent waves must strictly increase"},
+		"zero-rate": {func(s *v1alpha1.RevisionMigrationSpec) { s.RateLimit.PodsPerSecond = 0 }, "podsPerSecond must be greater than 0"},
+		"overlap": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("team", "x")}}
+		}, "wave namespace selectors overlap"},
+		"same-labels": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("tier", "1")}}
+		}, "wave namespace selectors overlap"},
+		"both": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("t", "1"), Percent: p(5)}}
+		}, "exactly one of namespaceSelector or percent"},
+		"decreasing": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waves = []v1alpha1.Wave{{Name: "a", Percent: p(30)}, {Name: "b", Percent: p(5)}}
+		}, "percent waves must strictly increase"},
 		"same-rev":    {func(s *v1alpha1.RevisionMigrationSpec) { s.To = "1-27" }, "from and to must be different revisions"},
 		"default-tag": {func(s *v1alpha1.RevisionMigrationSpec) { s.Tag = "default" }, "the default tag is not a migration tag"},
 	} {
