@@ -93,7 +93,7 @@ func (e *env) waitStep(rollout string, step v1alpha1.NodeState) string {
 	return node
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -104,7 +104,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // scrape returns the metric families served at addr.
-func scrape(t *testing.T, addr string) map[string]*dto {
+func scrape(t testing.TB, addr string) map[string]*dto {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {

@@ -35,7 +35,7 @@ const ns = cluster.IstioNamespace
 
 // env is a simulated cluster with the CRDs and Istio 1.27.3 (OnDelete) installed.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	c        *cluster.Cluster
 	rollouts orchestrator.RolloutClient
 }
@@ -45,7 +45,7 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func newEnv(t *testing.T, nodes, zones int) *env {
+func newEnv(t testing.TB, nodes, zones int) *env {
 	t.Helper()
 	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: zones, ReadyDelay: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func newEnv(t *testing.T, nodes, zones int) *env {
 	return e
 }
 
-func installCRDs(t *testing.T, c *cluster.Cluster) {
+func installCRDs(t testing.TB, c *cluster.Cluster) {
 	t.Helper()
 	ax, err := apiextclient.NewForConfig(c.Config)
 	if err != nil {
@@ -210,7 +210,7 @@ var (
 )
 
 // orchestratorBinary builds cmd/orchestrator once per test binary.
-func orchestratorBinary(t *testing.T) string {
+func orchestratorBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "nodewise-e2e-bin")

@@ -91,7 +91,7 @@ type leaseView struct {
 	}
 }
 
-func waitHolder(t *testing.T, e *env, id string) leaseView {
+func waitHolder(t testing.TB, e *env, id string) leaseView {
 	t.Helper()
 	var lv leaseView
 	start := time.Now()
