@@ -44,7 +44,8 @@ type Options struct {
 	Log *zap.Logger `json:"-"`
 }
 
-func (o *Options) validate() error {
+// Validate checks the options and fills in defaults.
+func (o *Options) Validate() error {
 	if o.Nodes < 1 || o.Nodes > maxNodes {
 		return fmt.Errorf("nodes must be between 1 and %d, got %d", maxNodes, o.Nodes)
 	}
@@ -141,18 +142,15 @@ type Cluster struct {
 // Up starts a cluster in dir and returns once every component is healthy and
 // every node is Ready. On any error it stops what it started and removes dir.
 func Up(ctx context.Context, dir string, opts Options) (*Cluster, error) {
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
-		return nil, fmt.Errorf("state dir %s is already in use by a simulated cluster (run `nodewise sim down --state-dir %s` first)", dir, dir)
-	}
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("state dir %s is not empty; choose a new or empty directory", dir)
+	if err := CheckStateDir(dir); err != nil {
+		return nil, err
 	}
 	bins, err := findBinaries(opts.BinDir)
 	if err != nil {
@@ -171,6 +169,18 @@ func Up(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// CheckStateDir returns an error unless dir is free for a new cluster: absent
+// or empty.
+func CheckStateDir(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
+		return fmt.Errorf("state dir %s is already in use by a simulated cluster (run `nodewise sim down --state-dir %s` first)", dir, dir)
+	}
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("state dir %s is not empty; choose a new or empty directory", dir)
+	}
+	return nil
 }
 
 func (c *Cluster) boot(ctx context.Context) error {

@@ -136,7 +136,7 @@ func (k *Kubelet) adoptRunningPods() {
 	defer k.mu.Unlock()
 	for _, obj := range k.pods.List() {
 		pod := obj.(*corev1.Pod)
-		if _, ours := k.nodes[pod.Spec.NodeName]; ours && pod.Status.PodIP != "" {
+		if _, ours := k.nodes[pod.Spec.NodeName]; ours && pod.Status.PodIP != "" && !pod.Spec.HostNetwork {
 			k.ips.claim(k.nodes[pod.Spec.NodeName], pod.UID, pod.Status.PodIP)
 			k.started[pod.UID] = pod
 		}
@@ -199,11 +199,15 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 
 // start asks the runtime to start the pod, then reports it Running.
 func (k *Kubelet) start(ctx context.Context, node *NodeSpec, pod *corev1.Pod) (time.Duration, error) {
-	k.mu.Lock()
-	ip, err := k.ips.allocate(node, pod.UID)
-	k.mu.Unlock()
-	if err != nil {
-		return 0, err
+	ip := node.IP // a host-network pod has its node's address
+	if !pod.Spec.HostNetwork {
+		var err error
+		k.mu.Lock()
+		ip, err = k.ips.allocate(node, pod.UID)
+		k.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
 	}
 	if err := k.cfg.Runtime.Start(ctx, pod, ip); err != nil {
 		k.log.Debug("runtime not ready to start pod", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.Error(err))

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// nodewiseBinary builds the CLI once per test run: `sim up` re-executes it
+// as the background kubelet, so the tests run the real binary.
+func nodewiseBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building nodewise: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(bin string, args ...string) (stdout, stderr string, err error) {
+	var o, e bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+func recordedPIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
+	if err != nil || len(files) != 5 {
+		t.Fatalf("want 5 PID files in %s/pids, got %v (%v)", dir, files, err)
+	}
+	var pids []int
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func running(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// `sim up` leaves a ready cluster running in the background with its PIDs
+// recorded; `sim down` stops exactly those processes.
+func TestSimUpStatusDown(t *testing.T) {
+	bin := nodewiseBinary(t)
+	dir := filepath.Join(t.TempDir(), "sim")
+	out, errOut, err := run(bin, "sim", "up", "--nodes", "3", "--zones", "2", "--state-dir", dir)
+	if err != nil {
+		t.Fatalf("sim up: %v\n%s%s", err, out, errOut)
+	}
+	pids := recordedPIDs(t, dir)
+	t.Cleanup(func() { _, _, _ = run(bin, "sim", "down", "--state-dir", dir) })
+	for _, pid := range pids {
+		if !running(pid) {
+			t.Fatalf("pid %d recorded by sim up is not running", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kubeconfig")); err != nil {
+		t.Fatalf("sim up wrote no kubeconfig: %v", err)
+	}
+	out, _, err = run(bin, "sim", "status", "--state-dir", dir)
+	if err != nil || !strings.Contains(out, "nodes: 3/3 Ready") {
+		t.Fatalf("sim status: %v\n%s", err, out)
+	}
+	if _, errOut, err := run(bin, "sim", "install-istio", "--version", "1.27.3", "--state-dir", dir); err != nil {
+		t.Fatalf("sim install-istio: %v\n%s", err, errOut)
+	}
+	if _, errOut, err := run(bin, "sim", "down", "--state-dir", dir); err != nil {
+		t.Fatalf("sim down: %v\n%s", err, errOut)
+	}
+	for _, pid := range pids {
+		if running(pid) {
+			t.Errorf("pid %d started by sim up still runs after sim down", pid)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("sim down left the state dir behind: %v", err)
+	}
+}
+
+// Bad input gets one line on stderr, a non-zero exit, and starts nothing.
+func TestSimBadInput(t *testing.T) {
+	bin := nodewiseBinary(t)
+	base := t.TempDir()
+	inUse := filepath.Join(base, "in-use")
+	if err := os.MkdirAll(inUse, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inUse, "cluster.json"), []byte(`{"processes":[{"name":"etcd","pid":1,"argv":["/nonexistent"]}],"ports":{"APIServer":1}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := filepath.Join(base, "corrupt")
+	if err := os.MkdirAll(corrupt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(corrupt, "cluster.json"), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "up", "--nodes", "0", "--state-dir", filepath.Join(base, "zero")}, "nodes must be between 1 and 256"},
+		{[]string{"sim", "up", "--nodes", "2", "--zones", "3", "--state-dir", filepath.Join(base, "zones")}, "zones must be between 1"},
+		{[]string{"sim", "up", "--nodes", "2", "--state-dir", inUse}, "already in use"},
+		{[]string{"sim", "down", "--state-dir", filepath.Join(base, "missing")}, "no simulated cluster"},
+		{[]string{"sim", "down", "--state-dir", corrupt}, "is corrupt"},
+		{[]string{"sim", "up", "--nodes", "2"}, `"state-dir" not set`},
+	} {
+		out, errOut, err := run(bin, tc.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if err == nil || len(lines) != 1 || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%v: exit %v, stdout %q, stderr %q; want one stderr line with %q and a non-zero exit", tc.args, err, out, errOut, tc.want)
+		}
+	}
+	for _, dir := range []string{"zero", "zones", "missing"} {
+		if _, err := os.Stat(filepath.Join(base, dir)); !os.IsNotExist(err) {
+			t.Errorf("bad input created %s", dir)
+		}
+	}
+	// Refusing an in-use state dir leaves its state alone.
+	if _, err := os.Stat(filepath.Join(inUse, "cluster.json")); err != nil {
+		t.Errorf("refusing an in-use state dir removed its state: %v", err)
+	}
+}
