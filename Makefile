@@ -15,6 +15,9 @@ APT_PACKAGES := clang llvm bpftool libbpf-dev iproute2 nftables procps
 # Paths that `make generate` writes; check-generate fails when they differ from the commit.
 GENERATED := bpf orchestrator/apis deploy/crds
 
+# Upstream binaries the tests run (tools/controller-gen runs through `go tool`).
+TOOLS := etcd kubernetes prometheus istioctl
+
 export PATH := $(BIN):$(PATH)
 export NODEWISE_BIN_DIR := $(BIN)
 
@@ -64,8 +67,8 @@ deps: ## Install the Debian packages the build and tests need (once).
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 .PHONY: tools
-tools: ## Build the pinned upstream tools (etcd, Kubernetes, ...) into bin/, cached by version.
-	@for t in $$(ls tools); do hack/build-tool.sh $$t; done
+tools: ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
+	@for t in $(TOOLS); do hack/build-tool.sh $$t; done
 
 .PHONY: clean
 clean: ## Remove built binaries (the cached tools too).
