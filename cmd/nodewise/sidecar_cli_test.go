@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/orchestrator/revtag"
+	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/test/injector"
+)
+
+// TestSidecarCommands runs the real binary's sidecar commands against the
+// simulated cluster: what they print, and that bad input exits non-zero with
+// one line on stderr and changes nothing.
+func TestSidecarCommands(t *testing.T) {
+	bin := nodewiseBinary(t)
+	ctx := context.Background()
+	inj, err := injector.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inj.Close()
+	c := cluster.Start(t, cluster.Options{Nodes: 3, Zones: 3})
+	for v, rev := range map[string]string{"1.27.3": "1-27", "1.28.1": "1-28"} {
+		inj.SetRevision(rev, v)
+	}
+	for _, v := range []string{"1.27.3", "1.28.1"} {
+		if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: v, InjectorURL: inj.URL, CABundle: inj.CABundle, SkipSamples: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installRevisionMigrationCRD(t, c)
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"istio.io/rev": "1-27"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "sample:1"}}}}
+	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc := "--kubeconfig=" + c.Kubeconfig
+
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := run(bin, append([]string{kc}, args...)...)
+		if err != nil {
+			t.Fatalf("nodewise %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	bad := func(want string, args ...string) {
+		t.Helper()
+		out, errOut, err := run(bin, append([]string{kc}, args...)...)
+		if err == nil {
+			t.Fatalf("nodewise %s succeeded; want an error with %q", strings.Join(args, " "), want)
+		}
+		if out != "" || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, want) {
+			t.Fatalf("nodewise %s: stdout %q, stderr %q; want nothing on stdout and one line with %q", strings.Join(args, " "), out, errOut, want)
+		}
+	}
+
+	// inventory: the injected pod, in both formats.
+	var inv inventory.Inventory
+	if err := json.Unmarshal([]byte(ok("inventory", "-o", "json")), &inv); err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Pods) != 1 || inv.Pods[0].Version != "1.27.3" || inv.Pods[0].Revision != "1-27" {
+		t.Fatalf("inventory pods %+v", inv.Pods)
+	}
+	if table := ok("inventory"); !strings.Contains(table, "shop") || !strings.Contains(table, "1.27.3") {
+		t.Fatalf("inventory table:\n%s", table)
+	}
+	bad("want table or json", "inventory", "-o", "yaml")
+
+	// skew.
+	if out := ok("skew"); !strings.Contains(out, "no skew violations") {
+		t.Fatalf("skew: %s", out)
+	}
+	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1"); !strings.Contains(out, "pass 2: 1.27 -> 1.28") {
+		t.Fatalf("skew plan: %s", out)
+	}
+	bad("unknown component", "skew", "--max-behind", "waypoint=1")
+
+	// tags.
+	bad(`unknown revision "1-99"`, "tag", "set", "canary", "--revision", "1-99")
+	ok("tag", "set", "canary", "--revision", "1-28")
+	bad("pass --overwrite", "tag", "set", "canary", "--revision", "1-27")
+	if rev, _ := revtag.Get(ctx, c.Client, "canary"); rev != "1-28" {
+		t.Fatalf("a refused tag set moved canary to %s", rev)
+	}
+	ok("tag", "set", "canary", "--revision", "1-27", "--overwrite")
+	if out := ok("tag", "list"); !strings.Contains(strings.Join(strings.Fields(out), " "), "canary 1-27") {
+		t.Fatalf("tag list:\n%s", out)
+	}
+	bad("unknown revision tag", "tag", "remove", "nope")
+
+	// revision remove is refused while a proxy runs it.
+	bad("1 proxies in namespace shop", "revision", "remove", "1-27")
+
+	// revision migrate: bad input changes nothing.
+	bad("podsPerSecond must be greater than 0", "revision", "migrate", "--from", "1-27", "--to", "1-28")
+	bad("selectors overlap", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--wave", "a=tier=1", "--wave", "b=team=x")
+	bad(`unknown revision "1-99"`, "revision", "migrate", "--from", "1-27", "--to", "1-99", "--rate", "2")
+	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
+	mc, err := migration.NewClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := mc.List(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("bad input created migrations: %v %v", l, err)
+	}
+	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%")
+	ok("revision", "abort", "1-27-to-1-28")
+	rm, err := mc.Get(ctx, "1-27-to-1-28")
+	if err != nil || !rm.Spec.Abort || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
+		t.Fatalf("created migration %+v %v", rm, err)
+	}
+}
+
+func installRevisionMigrationCRD(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "nodewise.io_revisionmigrations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := apiext.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+					return
+				}
+			}
+		}
+	}
+	t.Fatal("RevisionMigration CRD not established")
+}
