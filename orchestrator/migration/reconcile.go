@@ -106,9 +106,15 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 	var cands []Candidate
 	inScope := map[string]string{}
+	istioNS := c.cfg.Inventory.IstioNamespace
+	if istioNS == "" {
+		istioNS = "istio-system"
+	}
 	for _, ns := range nsList.Items {
 		rev := ns.Labels[LabelRev]
-		if rev == spec.Tag || inv.Resolve(rev) != spec.From {
+		// The control plane's own namespace is never restarted: its DaemonSets
+		// are the ambient data plane, which NodeRollout moves node by node.
+		if rev == spec.Tag || inv.Resolve(rev) != spec.From || ns.Name == istioNS {
 			continue
 		}
 		cands = append(cands, Candidate{Name: ns.Name, Labels: ns.Labels})

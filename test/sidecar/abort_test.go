@@ -3,12 +3,15 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
@@ -118,6 +121,7 @@ func TestAbortMidWave(t *testing.T) {
 // TestGates: a wave is judged by the external gate only once its pods are
 // Ready on the new version; Inconclusive holds the wave (fail closed), Fail
 // halts the migration with the gate's reason, and the next wave never starts.
+// The controller runs with deploy/'s RBAC only.
 func TestGates(t *testing.T) {
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx := e.ctx
@@ -141,7 +145,18 @@ func TestGates(t *testing.T) {
 		judged = append(judged, in.Wave)
 		return health.Verdict{Outcome: outcome, Reasons: []string{"caller success rate 97.1% < 99.5% (test)"}}, nil
 	})
-	e.controller(gate)
+	// Run as the orchestrator's ServiceAccount with only deploy/'s RBAC, to
+	// prove the shipped roles suffice.
+	for _, f := range []string{"orchestrator/namespace.yaml", "orchestrator/rbac.yaml", "sidecar/rbac.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyYAML(t, e.c.Kubeconfig, string(raw))
+	}
+	sa := rest.CopyConfig(e.c.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator"}
+	e.controllerAs(gate, sa)
 	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "g"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waves: tierWaves("1", "2"),

@@ -19,6 +19,8 @@ import (
 	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
@@ -220,11 +222,25 @@ func (e *env) allOn(timeout time.Duration, version string, wantPods int, nss ...
 	})
 }
 
-// controller runs a migration controller until the returned stop is called.
+// controller runs a migration controller as the cluster admin until the
+// returned stop is called.
 func (e *env) controller(gate migration.Gate) (stop func()) {
+	return e.controllerAs(gate, e.c.Config)
+}
+
+// controllerAs runs a migration controller with the given credentials.
+func (e *env) controllerAs(gate migration.Gate, cfg *rest.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mc, err := migration.NewClient(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	ctrl, err := migration.New(migration.Config{
-		Kube: e.c.Client, Migrations: e.mc, Log: zaptest.NewLogger(e.t).Named("migration"),
+		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
 		Registry: prometheus.NewRegistry(), Gate: gate, Interval: 200 * time.Millisecond,
 	})
 	if err != nil {
