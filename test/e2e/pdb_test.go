@@ -119,8 +119,18 @@ func TestPDBBlockedPolicies(t *testing.T) {
 		if n.State != v1alpha1.NodeSkipped || !strings.Contains(n.Reason, "PodDisruptionBudget") {
 			t.Errorf("guarded node %s %q, want Skipped with the PDB reason", n.State, n.Reason)
 		}
-		if nr.Status.Counts.Skipped != 1 || nr.Status.Counts.Done != nodes-1 {
-			t.Errorf("counts %+v, want 1 skipped and %d done", nr.Status.Counts, nodes-1)
+		// Other nodes may be skipped too: the sample workloads carry their own
+		// PDBs, which can block a drain while their pods are being rescheduled.
+		if c := nr.Status.Counts; c.Skipped < 1 || c.Done+c.Skipped != nodes {
+			t.Errorf("counts %+v, want every node Done or Skipped, at least one Skipped", c)
+		}
+		for _, n := range nr.Status.Nodes {
+			if n.State == v1alpha1.NodeSkipped {
+				t.Logf("skipped %s: %s", n.Name, n.Reason)
+				if !strings.Contains(n.Reason, "PodDisruptionBudget") {
+					t.Errorf("node %s skipped without a PDB reason: %q", n.Name, n.Reason)
+				}
+			}
 		}
 		if uns := e.unschedulable(); len(uns) != 0 {
 			t.Errorf("cordons left: %v", uns)
