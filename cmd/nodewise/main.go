@@ -35,7 +35,7 @@ func newRootCmd() *cobra.Command {
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
 		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
-		newExplainCmd(g),
+		newExplainCmd(g), newDemoCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/test/demo"
+)
+
+// newDemoCmd runs nodewise's whole job on the built-in simulated cluster.
+func newDemoCmd(_ *globalFlags) *cobra.Command {
+	var (
+		cfg     demo.Config
+		redraw  string
+		logFile string
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start a simulated cluster, roll the ambient data plane to a new version, then halt a faulty build at the canary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch redraw {
+			case "auto":
+				cfg.Redraw = isTerminal(os.Stdout)
+			case "always", "never":
+				cfg.Redraw = redraw == "always"
+			default:
+				return fmt.Errorf("--redraw must be auto, always or never, got %q", redraw)
+			}
+			log := zap.NewNop()
+			if logFile != "" {
+				zc := zap.NewProductionConfig()
+				zc.OutputPaths, zc.ErrorOutputPaths = []string{logFile}, []string{logFile}
+				l, err := zc.Build()
+				if err != nil {
+					return err
+				}
+				defer l.Sync()
+				log = l
+			}
+			cfg.Log, cfg.Out = log, cmd.OutOrStdout()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			_, err := demo.Run(ctx, cfg)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Nodes, "nodes", 12, "simulated nodes")
+	f.IntVar(&cfg.Zones, "zones", 3, "zones the nodes are spread over")
+	f.StringVar(&cfg.From, "from", "1.27.3", "Istio version installed first")
+	f.StringVar(&cfg.To, "to", "1.28.1", "Istio version of the healthy rollout")
+	f.StringVar(&cfg.FaultyTag, "faulty-tag", "", "ztunnel image tag of the rollout that must halt (default 1.28.2-neverready)")
+	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster's state (default: a temporary directory, removed at the end)")
+	f.StringVar(&redraw, "redraw", "auto", "redraw the node table in place: auto (on a terminal), always, never")
+	f.StringVar(&logFile, "log-file", "", "write the orchestrator's and kubelet's logs to this file")
+	return cmd
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

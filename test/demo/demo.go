@@ -1,0 +1,327 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+// DataPlane is what the demo needs of a live data plane: the simulated
+// kubelet's container runtime, plus the traffic's own ground truth.
+type DataPlane interface {
+	cluster.Runtime
+	// Report is a short human summary of what the traffic saw so far.
+	Report() string
+	// Close stops every process and removes every namespace it created.
+	Close() error
+}
+
+// Config configures a demo run. Zero values get the defaults below.
+type Config struct {
+	// Nodes and Zones shape the simulated cluster (default 12 nodes, 3 zones).
+	Nodes, Zones int
+	// From and To are the Istio versions of the healthy rollout (default 1.27.3 → 1.28.1).
+	From, To string
+	// FaultyTag is the ztunnel image tag of the faulty rollout (default 1.28.2-neverready).
+	FaultyTag string
+	// WorkDir holds the cluster's state; empty means a new temporary directory,
+	// removed at the end.
+	WorkDir string
+	// CRDDir holds the CRDs (default: FindCRDDir).
+	CRDDir string
+	// BinDir holds etcd and the Kubernetes binaries (empty: the cluster package searches).
+	BinDir string
+	// DataPlane, when set, runs the pods' containers (live traffic); nil runs none.
+	DataPlane DataPlane
+	// Out receives the progress view and the summary (default os.Stdout).
+	Out io.Writer
+	// Redraw redraws the node table in place (for a terminal) instead of printing changes.
+	Redraw bool
+	// Log receives the components' logs (default: discarded).
+	Log *zap.Logger
+}
+
+func (c *Config) validate() error {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 12
+	}
+	if c.Zones == 0 {
+		c.Zones = 3
+	}
+	def(&c.From, "1.27.3")
+	def(&c.To, "1.28.1")
+	def(&c.FaultyTag, "1.28.2"+cluster.TagNeverReady)
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	for name, v := range map[string]string{"From": c.From, "To": c.To} {
+		if _, err := cluster.Revision(v); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if c.CRDDir == "" {
+		dir, err := FindCRDDir()
+		if err != nil {
+			return err
+		}
+		c.CRDDir = dir
+	}
+	return nil
+}
+
+// Summary is what a demo run measured.
+type Summary struct {
+	ClusterUp, Healthy, Faulty, Total time.Duration
+	HealthyPhase, FaultyPhase       v1alpha1.RolloutPhase
+	HaltReason, HaltedNode          string
+	DataPlane                       string
+}
+
+// Run runs the demo until it finishes or ctx ends (Ctrl-C); either way it
+// stops everything it started before returning.
+func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
+	if err := cfg.validate(); err != nil {
+		return sum, err
+	}
+	start := time.Now()
+	out := cfg.Out
+	dir, cleanupDir, err := workDir(cfg.WorkDir)
+	if err != nil {
+		return sum, err
+	}
+	defer cleanupDir()
+	if cfg.DataPlane != nil {
+		defer func() {
+			if cerr := cfg.DataPlane.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up the data plane: %w", cerr))
+			}
+		}()
+	}
+
+	step(out, "starting the simulated cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, %d nodes in %d zones", cfg.Nodes, cfg.Zones)
+	opts := cluster.Options{Nodes: cfg.Nodes, Zones: cfg.Zones, ReadyDelay: 300 * time.Millisecond, BinDir: cfg.BinDir, Log: cfg.Log.Named("kubelet")}
+	if cfg.DataPlane != nil {
+		opts.Runtime = cfg.DataPlane
+	}
+	upCtx, cancelUp := context.WithTimeout(ctx, 4*time.Minute)
+	c, err := cluster.Up(upCtx, dir, opts)
+	cancelUp()
+	if err != nil {
+		return sum, fmt.Errorf("starting the simulated cluster: %w", err)
+	}
+	defer c.Stop()
+	sum.ClusterUp = time.Since(start)
+	fmt.Fprintf(out, "   cluster ready in %s. Look around while the demo runs:\n     export KUBECONFIG=%s\n     kubectl get nodes,pods -A -o wide; kubectl get noderollouts\n",
+		sum.ClusterUp.Round(100*time.Millisecond), c.Kubeconfig)
+
+	step(out, "installing the NodeRollout CRD and Istio %s (ztunnel and istio-cni with updateStrategy OnDelete, sample apps)", cfg.From)
+	if err := installCRD(ctx, c.Config, cfg.CRDDir); err != nil {
+		return sum, err
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.From, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
+		return sum, err
+	}
+	if err := waitDaemonSets(ctx, c, cfg.Nodes); err != nil {
+		return sum, err
+	}
+
+	step(out, "starting the orchestrator (in this process, leader election on a Lease)")
+	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"))
+	if err != nil {
+		return sum, err
+	}
+	defer stopOrch()
+	rc, err := orchestrator.NewRolloutClient(c.Config)
+	if err != nil {
+		return sum, err
+	}
+	if err := waitSamples(ctx, c); err != nil {
+		return sum, err
+	}
+
+	step(out, "upgrading the charts to %s (OnDelete: no pod changes yet), then applying NodeRollout %q with drain auto", cfg.To, "upgrade-"+cfg.To)
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.To, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
+		return sum, err
+	}
+	if err := waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName); err != nil {
+		return sum, err
+	}
+	t0 := time.Now()
+	healthy, err := runRollout(ctx, rc, healthyRollout("upgrade-"+cfg.To, c.Nodes[0].Name), newView(out, cfg.Redraw))
+	if err != nil {
+		return sum, err
+	}
+	sum.Healthy, sum.HealthyPhase = time.Since(t0), healthy.Status.Phase
+	fmt.Fprintf(out, "   rollout %s: %s in %s\n", healthy.Name, healthy.Status.Phase, sum.Healthy.Round(time.Second))
+
+	canary := c.Nodes[len(c.Nodes)/2].Name
+	step(out, "rolling ztunnel to the faulty build %s with canary %s: it %s", cfg.FaultyTag, canary, faultyExpectation(cfg.FaultyTag))
+	if err := setZtunnelTag(ctx, c, cfg.FaultyTag); err != nil {
+		return sum, err
+	}
+	if err := waitTemplateObserved(ctx, c, cluster.ZtunnelName); err != nil {
+		return sum, err
+	}
+	t0 = time.Now()
+	faulty, err := runRollout(ctx, rc, faultyRollout("faulty-"+cfg.FaultyTag, canary), newView(out, cfg.Redraw))
+	if err != nil {
+		return sum, err
+	}
+	sum.Faulty, sum.FaultyPhase, sum.HaltReason = time.Since(t0), faulty.Status.Phase, faulty.Status.HaltReason
+	for _, n := range faulty.Status.Nodes {
+		if n.State == v1alpha1.NodeFailed {
+			sum.HaltedNode = n.Name
+		}
+	}
+	if cfg.DataPlane != nil {
+		sum.DataPlane = cfg.DataPlane.Report()
+	}
+	sum.Total = time.Since(start)
+	printSummary(out, sum, cfg)
+	return sum, nil
+}
+
+func faultyExpectation(tag string) string {
+	switch {
+	case strings.HasSuffix(tag, cluster.TagNeverReady):
+		return "never gets Ready, so the canary's swap timeout halts the rollout"
+	case strings.HasSuffix(tag, "-rst"):
+		return "resets a share of connections, so the judge fails the canary's gate and halts the rollout"
+	}
+	return "should halt at the canary"
+}
+
+func step(out io.Writer, format string, args ...any) {
+	fmt.Fprintf(out, "\n==> %s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// workDir returns the cluster's state directory and what removes it.
+func workDir(dir string) (string, func(), error) {
+	if dir != "" {
+		return filepath.Join(dir, "sim"), func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "nodewise-demo-")
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(tmp, "sim"), func() { _ = os.RemoveAll(tmp) }, nil
+}
+
+func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger) (stop func(), err error) {
+	o, err := orchestrator.New(orchestrator.Config{
+		RESTConfig: c.Config, Namespace: "default", Identity: "nodewise-demo",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Resync: time.Second, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	octx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := o.Run(octx); err != nil {
+			log.Error("orchestrator stopped", zap.Error(err))
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
+			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || ds.Status.NumberReady != int32(nodes) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for ztunnel and istio-cni to be Ready on %d nodes: %w", nodes, err)
+	}
+	return nil
+}
+
+// waitTemplateObserved waits until the DaemonSet controller has seen each
+// DaemonSet's new template (its newest ControllerRevision exists), so a
+// rollout applied next finds the nodes out of date.
+func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...string) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || ds.Status.ObservedGeneration != ds.Generation || ds.Status.UpdatedNumberScheduled >= ds.Status.DesiredNumberScheduled {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the DaemonSet controller to observe the new templates of %v: %w", names, err)
+	}
+	return nil
+}
+
+// waitSamples waits until every sample Deployment has its replicas available.
+func waitSamples(ctx context.Context, c *cluster.Cluster) error {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := c.Client.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, d := range ds.Items {
+			if d.Namespace != cluster.IstioNamespace && (d.Spec.Replicas == nil || d.Status.AvailableReplicas != *d.Spec.Replicas) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the sample apps: %w", err)
+	}
+	return nil
+}
+
+// setZtunnelTag points the ztunnel template at another image tag, as a chart
+// upgrade to that build would (OnDelete: no pod changes by itself).
+func setZtunnelTag(ctx context.Context, c *cluster.Cluster, tag string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		api := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace)
+		ds, err := api.Get(ctx, cluster.ZtunnelName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range ds.Spec.Template.Spec.Containers {
+			img := ds.Spec.Template.Spec.Containers[i].Image
+			if j := strings.LastIndex(img, ":"); j >= 0 {
+				img = img[:j]
+			}
+			ds.Spec.Template.Spec.Containers[i].Image = img + ":" + tag
+		}
+		_, err = api.Update(ctx, ds, metav1.UpdateOptions{})
+		return err
+	})
+}

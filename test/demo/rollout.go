@@ -1,0 +1,67 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// healthyRollout rolls every node with drain auto, canary first, then waves
+// of up to two nodes; a PDB that refuses an eviction is waited out.
+func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	nr.Spec.CanaryNodes = []string{canary}
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 2, 2
+	nr.Spec.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait}
+	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
+	return nr
+}
+
+// faultyRollout is the same rollout with a short swap timeout, so a build
+// that never gets Ready halts the canary quickly.
+func faultyRollout(name, canary string) *v1alpha1.NodeRollout {
+	nr := healthyRollout(name, canary)
+	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	return nr
+}
+
+func terminal(p v1alpha1.RolloutPhase) bool {
+	switch p {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
+		return true
+	}
+	return false
+}
+
+// runRollout creates nr and shows its progress until it reaches a terminal phase.
+func runRollout(ctx context.Context, rc orchestrator.RolloutClient, nr *v1alpha1.NodeRollout, v *view) (*v1alpha1.NodeRollout, error) {
+	if _, err := rc.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("creating NodeRollout %s: %w", nr.Name, err)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline:
+			return nil, fmt.Errorf("NodeRollout %s did not finish within 15m", nr.Name)
+		case <-tick.C:
+		}
+		cur, err := rc.Get(ctx, nr.Name)
+		if err != nil {
+			continue // the API server may be busy; the next tick retries
+		}
+		v.show(cur)
+		if terminal(cur.Status.Phase) {
+			v.final(cur)
+			return cur, nil
+		}
+	}
+}
