@@ -95,9 +95,9 @@ func (c *Config) validate() error {
 // Summary is what a demo run measured.
 type Summary struct {
 	ClusterUp, Healthy, Faulty, Total time.Duration
-	HealthyPhase, FaultyPhase       v1alpha1.RolloutPhase
-	HaltReason, HaltedNode          string
-	DataPlane                       string
+	HealthyPhase, FaultyPhase         v1alpha1.RolloutPhase
+	HaltReason, HaltedNode            string
+	DataPlane                         string
 }
 
 // Run runs the demo until it finishes or ctx ends (Ctrl-C); either way it
