@@ -198,3 +198,21 @@ func (p *Probe) EstablishedOverflow() (uint64, error) {
 	}
 	return sum, nil
 }
+
+// ReadNetnsCgroups returns, by network namespace inode, the cgroup v2 ids
+// of the processes seen connecting, listening or closing inside it.
+func (p *Probe) ReadNetnsCgroups() (map[uint32][]uint64, error) {
+	var (
+		k    NodewiseNetnsOwner
+		v    uint8
+		out  = map[uint32][]uint64{}
+		iter = p.objs.NetnsOwners.Iterate()
+	)
+	for iter.Next(&k, &v) {
+		out[k.Netns] = append(out[k.Netns], k.Cgroup)
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("reading the namespace owners map: %w", err)
+	}
+	return out, nil
+}

@@ -35,6 +35,13 @@ type NodewiseHistKey struct {
 	Pad    uint8
 }
 
+type NodewiseNetnsOwner struct {
+	_      structs.HostLayout
+	Netns  uint32
+	Pad    uint32
+	Cgroup uint64
+}
+
 type NodewiseSockCounters struct {
 	_               structs.HostLayout
 	ResetsSent      uint64
@@ -53,6 +60,7 @@ const (
 	NodewiseMapEstablishedOverflow = "established_overflow"
 	NodewiseMapEstablishedSocks    = "established_socks"
 	NodewiseMapHistograms          = "histograms"
+	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
 	NodewiseProgTcpRetransmitSkb   = "tcp_retransmit_skb"
@@ -60,6 +68,7 @@ const (
 	NodewiseVarUnusedCounterKey    = "unused_counter_key"
 	NodewiseVarUnusedEstablished   = "unused_established"
 	NodewiseVarUnusedHistKey       = "unused_hist_key"
+	NodewiseVarUnusedNetnsOwner    = "unused_netns_owner"
 	NodewiseVarUnusedSockCounters  = "unused_sock_counters"
 )
 
@@ -120,6 +129,7 @@ type NodewiseMapSpecs struct {
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
 	EstablishedSocks    *ebpf.MapSpec `ebpf:"established_socks"`
 	Histograms          *ebpf.MapSpec `ebpf:"histograms"`
+	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 }
 
 // NodewiseVariableSpecs contains global variables before they are loaded into the kernel.
@@ -129,6 +139,7 @@ type NodewiseVariableSpecs struct {
 	UnusedCounterKey   *ebpf.VariableSpec `ebpf:"unused_counter_key"`
 	UnusedEstablished  *ebpf.VariableSpec `ebpf:"unused_established"`
 	UnusedHistKey      *ebpf.VariableSpec `ebpf:"unused_hist_key"`
+	UnusedNetnsOwner   *ebpf.VariableSpec `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.VariableSpec `ebpf:"unused_sock_counters"`
 }
 
@@ -157,6 +168,7 @@ type NodewiseMaps struct {
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
 	EstablishedSocks    *ebpf.Map `ebpf:"established_socks"`
 	Histograms          *ebpf.Map `ebpf:"histograms"`
+	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 }
 
 func (m *NodewiseMaps) Close() error {
@@ -166,6 +178,7 @@ func (m *NodewiseMaps) Close() error {
 		m.EstablishedOverflow,
 		m.EstablishedSocks,
 		m.Histograms,
+		m.NetnsOwners,
 	)
 }
 
@@ -176,6 +189,7 @@ type NodewiseVariables struct {
 	UnusedCounterKey   *ebpf.Variable `ebpf:"unused_counter_key"`
 	UnusedEstablished  *ebpf.Variable `ebpf:"unused_established"`
 	UnusedHistKey      *ebpf.Variable `ebpf:"unused_hist_key"`
+	UnusedNetnsOwner   *ebpf.Variable `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.Variable `ebpf:"unused_sock_counters"`
 }
 

@@ -29,8 +29,9 @@ type Agent struct {
 	modeGauge *prometheus.GaugeVec
 	fallback  prometheus.Gauge
 
-	mu  sync.Mutex
-	src source
+	mu       sync.Mutex
+	src      source
+	resolver Resolver
 
 	ready chan struct{}
 	addr  net.Addr
@@ -92,6 +93,28 @@ func (a *Agent) openSource() (source, error) {
 	return newProcSource(a.cfg.ProcRoot), nil
 }
 
+// defaultResolver is Config.Resolver, or the resolvers that fit the source.
+func (a *Agent) defaultResolver(src source) (Resolver, error) {
+	if a.cfg.Resolver != nil {
+		return a.cfg.Resolver, nil
+	}
+	proc := &ProcResolver{ProcRoot: a.cfg.ProcRoot, Lister: a.cfg.PodLister}
+	es, ok := src.(*ebpfSource)
+	if !ok {
+		return proc, nil
+	}
+	// The agent runs in the host's network namespace (hostNetwork), so its
+	// own namespace is the one never to attribute.
+	host, err := nsInode("/proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent's own network namespace: %w", err)
+	}
+	return unionResolver{
+		&CgroupResolver{Owners: es.p.ReadNetnsCgroups, CgroupRoot: a.cfg.CgroupRoot, HostNetns: host, Lister: a.cfg.PodLister},
+		proc,
+	}, nil
+}
+
 // Run listens, loads the counting source and serves until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", a.cfg.ListenAddr)
@@ -109,8 +132,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("first read of the %s counters: %w", src.mode(), err)
 	}
+	res, err := a.defaultResolver(src)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	a.mu.Lock()
-	a.src = src
+	a.src, a.resolver = src, res
 	a.mu.Unlock()
 	a.modeGauge.WithLabelValues(src.mode()).Set(1)
 	a.log.Info("node agent started", zap.String("node", a.cfg.Node), zap.String("mode", src.mode()), zap.String("addr", ln.Addr().String()))
@@ -151,7 +179,7 @@ func (a *Agent) Addr(ctx context.Context) (net.Addr, error) {
 // Snapshot reads the counters and attributes them to pods.
 func (a *Agent) Snapshot() (health.Snapshot, error) {
 	a.mu.Lock()
-	src := a.src
+	src, res := a.src, a.resolver
 	a.mu.Unlock()
 	if src == nil {
 		return health.Snapshot{}, errors.New("agent not running")
@@ -160,7 +188,7 @@ func (a *Agent) Snapshot() (health.Snapshot, error) {
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
 	}
-	pods, err := a.cfg.Resolver.Pods()
+	pods, err := res.Pods()
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
 	}

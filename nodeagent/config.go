@@ -29,8 +29,14 @@ type Config struct {
 	TokenFile  string // bearer token callers must present (required)
 	ProcRoot   string // default "/proc"
 	Version    string // default "dev"
-	// Resolver maps namespaces to pods; default: a ProcResolver over ProcRoot.
+	// Resolver maps namespaces to pods. Default: in eBPF mode a
+	// CgroupResolver fed by the programs (then a ProcResolver for what it
+	// misses); in proc mode a ProcResolver. Both name pods via PodLister.
 	Resolver Resolver
+	// PodLister names pods by UID for the default resolvers (optional).
+	PodLister PodLister
+	// CgroupRoot is the cgroup v2 mount (default /sys/fs/cgroup).
+	CgroupRoot string
 	// Registry receives the agent's metrics; default: a new registry.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger
@@ -71,8 +77,8 @@ func (c *Config) validate() error {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
-	if c.Resolver == nil {
-		c.Resolver = &ProcResolver{ProcRoot: c.ProcRoot}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = "/sys/fs/cgroup"
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()

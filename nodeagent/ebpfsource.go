@@ -14,6 +14,7 @@ type probe interface {
 	ReadCounters() (map[bpf.Key]*bpf.Counters, error)
 	ReadConns() ([]bpf.Conn, error)
 	EstablishedOverflow() (uint64, error)
+	ReadNetnsCgroups() (map[uint32][]uint64, error)
 	Close() error
 }
 

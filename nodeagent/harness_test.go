@@ -113,24 +113,30 @@ func startAgent(t testing.TB, mode string, res Resolver, tweak func(*Config)) *r
 		t.Fatalf("New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- a.Run(ctx) }()
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = a.Run(ctx)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("Run: %v", err)
+		<-done
+		if runErr != nil {
+			t.Errorf("Run: %v", runErr)
 		}
 	})
 	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
 	defer acancel()
-	addr, err := a.Addr(actx)
+	var addr net.Addr
+	go func() {
+		<-done // Run returned before listening: stop waiting
+		acancel()
+	}()
+	addr, err = a.Addr(actx)
 	if err != nil {
-		select {
-		case rerr := <-errc:
-			t.Fatalf("agent did not start: %v", rerr)
-		default:
-		}
-		t.Fatalf("agent did not start: %v", err)
+		<-done
+		t.Fatalf("agent did not start: %v", runErr)
 	}
 	return &runningAgent{
 		Agent:  a,

@@ -110,6 +110,26 @@ struct {
 	__type(value, __u64);
 } established_overflow SEC(".maps");
 
+// The cgroups (v2 ids) of application processes seen acting on sockets in
+// their own network namespace: how the agent finds the pod of a namespace
+// without reading other processes' /proc/<pid>/ns links (which would need
+// CAP_SYS_PTRACE). Keyed by both, since a namespace also sees visitors
+// (CNI plugins, probes) whose cgroups are not the pod's; user space picks.
+struct netns_owner {
+	__u32 netns;
+	__u32 pad;
+	__u64 cgroup;
+};
+
+const struct netns_owner *unused_netns_owner __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct netns_owner);
+	__type(value, __u8);
+} netns_owners SEC(".maps");
+
 static __always_inline int is_ztunnel_port(__u16 port)
 {
 	return port == 15001 || port == 15006 || port == 15008;
@@ -264,6 +284,29 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk)
 	return 0;
 }
 
+// note_owner records the current task's cgroup for the socket's namespace.
+// Call it only on transitions made by a system call (connect, listen,
+// close, shutdown), never in softirq where "current" is unrelated. Tasks
+// outside the namespace (ztunnel entering pods to open its sockets) and
+// ztunnel's own sockets are skipped.
+static __always_inline void note_owner(__u32 netns, __u32 side)
+{
+	struct task_struct *task;
+	struct netns_owner key = {};
+	__u8 one = 1;
+
+	if (side != SIDE_APP)
+		return;
+	task = bpf_get_current_task_btf();
+	if (task->nsproxy->net_ns->ns.inum != netns)
+		return;
+	key.netns = netns;
+	key.cgroup = bpf_get_current_cgroup_id();
+	if (bpf_map_lookup_elem(&netns_owners, &key))
+		return;
+	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
+}
+
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, const int newstate)
 {
@@ -274,9 +317,20 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	// Most transitions (FIN_WAIT*, TIME_WAIT, LAST_ACK, SYN_RECV…) matter
 	// to nobody here: leave before touching the socket.
 	if (newstate != TCP_SYN_SENT && newstate != TCP_ESTABLISHED &&
-	    oldstate != TCP_ESTABLISHED && !(newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT))
+	    oldstate != TCP_ESTABLISHED && newstate != TCP_LISTEN && newstate != TCP_LAST_ACK &&
+	    !(newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT))
 		return 0;
 	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+
+	netns = sk_netns(sk);
+	side = sk_side(sk);
+
+	// connect(), listen() and close() run in the owner's context.
+	if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_LAST_ACK ||
+	    newstate == TCP_FIN_WAIT1)
+		note_owner(netns, side);
+	if (newstate == TCP_LISTEN || newstate == TCP_LAST_ACK)
 		return 0;
 
 	if (newstate == TCP_SYN_SENT) {
@@ -284,9 +338,6 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		bpf_map_update_elem(&connect_start, &key, &now, BPF_ANY);
 		return 0;
 	}
-
-	netns = sk_netns(sk);
-	side = sk_side(sk);
 
 	if (newstate == TCP_ESTABLISHED) {
 		struct conn_start e = {};

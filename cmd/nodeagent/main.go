@@ -38,10 +38,11 @@ func run(args []string) error {
 	fs.StringVar(&cfg.CertFile, "tls-cert", "", "TLS serving certificate (PEM)")
 	fs.StringVar(&cfg.KeyFile, "tls-key", "", "TLS private key (PEM)")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present")
-	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "the host's /proc")
+	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "the /proc to read (the host's, with hostPID, for proc mode)")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup v2 mount")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w (flags: -node -mode -listen -tls-cert -tls-key -token-file -proc-root -kubeconfig)", err)
+		return fmt.Errorf("%w (flags: -node -mode -listen -tls-cert -tls-key -token-file -proc-root -cgroup-root -kubeconfig)", err)
 	}
 	log, err := zap.NewProduction()
 	if err != nil {
@@ -50,17 +51,17 @@ func run(args []string) error {
 	defer log.Sync() //nolint:errcheck
 	cfg.Logger, cfg.Version = log, version
 
-	resolver := &nodeagent.ProcResolver{ProcRoot: cfg.ProcRoot}
-	if rc, err := restConfig(kubeconfig); err == nil && rc != nil {
+	rc, err := restConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	if rc != nil {
 		client, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return fmt.Errorf("building the Kubernetes client: %w", err)
 		}
-		resolver.Lister = &nodeagent.KubePodLister{Client: client, Node: cfg.Node}
-	} else if err != nil {
-		return err
+		cfg.PodLister = &nodeagent.KubePodLister{Client: client, Node: cfg.Node}
 	}
-	cfg.Resolver = resolver
 
 	agent, err := nodeagent.New(cfg)
 	if err != nil {

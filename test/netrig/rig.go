@@ -182,3 +182,25 @@ func (r *Rig) AddPod(name string) *Pod {
 	r.mu.Unlock()
 	return p
 }
+
+// PodCgroup creates a cgroup v2 directory shaped like the kubelet's
+// (<root>/<rig id>/kubepods/besteffort/pod<uid>) and removes it at cleanup.
+// It returns the directory; root is the cgroup v2 mount.
+func (r *Rig) PodCgroup(root, uid string) string {
+	r.t.Helper()
+	base := filepath.Join(root, r.id)
+	dir := filepath.Join(base, "kubepods", "besteffort", "pod"+uid)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		r.t.Fatalf("creating cgroup %s: %v", dir, err)
+	}
+	r.t.Cleanup(func() {
+		// Children first; a cgroup directory is removed with rmdir. The
+		// processes in it were killed by earlier cleanups.
+		for d := dir; len(d) >= len(base); d = filepath.Dir(d) {
+			if err := unix.Rmdir(d); err != nil {
+				r.t.Logf("cleanup: removing cgroup %s: %v", d, err)
+			}
+		}
+	})
+	return dir
+}

@@ -20,16 +20,26 @@ const ZtunnelMark = 1337
 // ZtunnelPorts are the ports the stand-in listens on in each pod namespace.
 var ZtunnelPorts = []int{15001, 15006, 15008}
 
-const standinEnv = "NODEWISE_NETRIG_STANDIN"
+const (
+	standinEnv = "NODEWISE_NETRIG_STANDIN"
+	// AppPort is where an app process (StartApp) serves plain echo.
+	AppPort = 8080
+)
 
 // RunStandinIfChild turns the current process into the ztunnel stand-in
 // when the rig started it (call it first thing in TestMain). It never
 // returns in that case.
 func RunStandinIfChild() {
-	if os.Getenv(standinEnv) != "1" {
+	var err error
+	switch os.Getenv(standinEnv) {
+	case "1":
+		err = standinMain()
+	case "app":
+		err = appMain()
+	default:
 		return
 	}
-	if err := standinMain(); err != nil {
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "standin: %v\n", err)
 		os.Exit(1)
 	}
@@ -67,6 +77,17 @@ func standinMain() error {
 	select {}
 }
 
+// appMain is a plain application: an unmarked echo server on AppPort.
+func appMain() error {
+	l, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", AppPort))
+	if err != nil {
+		return err
+	}
+	go serveEcho(l)
+	fmt.Println("ready")
+	select {}
+}
+
 func serveEcho(l net.Listener) {
 	for {
 		c, err := l.Accept()
@@ -82,7 +103,15 @@ func serveEcho(l net.Listener) {
 
 // StartStandin starts the ztunnel stand-in in the pod namespace (a copy of
 // the test binary, see RunStandinIfChild) and waits until it listens.
-func (p *Pod) StartStandin() {
+func (p *Pod) StartStandin() { p.start("1", "") }
+
+// StartApp starts an application process (an unmarked echo server on
+// AppPort) in the pod namespace, inside the cgroup v2 directory cgroupDir
+// as the kubelet would put a pod's container (or in the test's own cgroup
+// when cgroupDir is empty). It is killed at cleanup.
+func (p *Pod) StartApp(cgroupDir string) { p.start("app", cgroupDir) }
+
+func (p *Pod) start(role, cgroupDir string) {
 	t := p.rig.t
 	t.Helper()
 	exe, err := os.Executable()
@@ -90,8 +119,16 @@ func (p *Pod) StartStandin() {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("ip", "netns", "exec", p.Name, exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), standinEnv+"=1")
+	cmd.Env = append(os.Environ(), standinEnv+"="+role)
 	cmd.Stderr = os.Stderr
+	if cgroupDir != "" {
+		dir, err := os.Open(cgroupDir)
+		if err != nil {
+			t.Fatalf("opening cgroup %s: %v", cgroupDir, err)
+		}
+		defer dir.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -105,11 +142,13 @@ func (p *Pod) StartStandin() {
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("stand-in in %s did not get ready: %q %v", p.Name, line, err)
+		t.Fatalf("%s process in %s did not get ready: %q %v", role, p.Name, line, err)
 	}
-	p.mu.Lock()
-	p.standin = cmd
-	p.mu.Unlock()
+	if role == "1" {
+		p.mu.Lock()
+		p.standin = cmd
+		p.mu.Unlock()
+	}
 }
 
 // KillStandin sends SIGKILL to the stand-in and waits for it to die: the

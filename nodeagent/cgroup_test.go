@@ -1,0 +1,65 @@
+package nodeagent
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/test/netrig"
+)
+
+// cgroup2Root finds a cgroup v2 mount: /sys/fs/cgroup on unified hosts,
+// /sys/fs/cgroup/unified on hybrid ones.
+func cgroup2Root(t *testing.T) string {
+	for _, p := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(p + "/cgroup.procs"); err == nil {
+			if _, err := os.Stat(p + "/cgroup.controllers"); err == nil {
+				return p
+			}
+		}
+	}
+	t.Skip("SKIP: no cgroup v2 mount found under /sys/fs/cgroup")
+	return ""
+}
+
+// TestDefaultResolverAttributesByPodCgroup runs the agent with its default
+// resolver: the eBPF programs see an app process in a kubelet-shaped pod
+// cgroup listen inside the pod namespace, and the agent names the
+// namespace by that pod's UID. The test's
+// own threads also connect inside that namespace from a non-pod cgroup:
+// such visitors must not confuse attribution, and the host namespace must
+// stay unattributed.
+func TestDefaultResolverAttributesByPodCgroup(t *testing.T) {
+	root := cgroup2Root(t)
+	r := netrig.New(t)
+	const uid = "0a1b2c3d-0000-4000-8000-00000000c0de"
+	pod := r.AddPod("cgroup-pod")
+	other := r.AddPod("unowned") // traffic but no pod cgroup: must not be attributed
+	ra := startAgent(t, ModeEBPF, nil, func(c *Config) { c.CgroupRoot = root; c.ProcRoot = t.TempDir() + "/noproc" })
+	pod.StartApp(r.PodCgroup(root, uid)) // the app listens from the pod's cgroup
+	pod.StartStandin()                   // ztunnel's sockets: never evidence of ownership
+	other.StartStandin()
+	for _, p := range []*netrig.Pod{pod, other} {
+		l := p.StartLoad(netrig.LoadOptions{Target: fmt.Sprintf("%s:15001", p.IP), Short: 1, ShortGap: 10 * time.Millisecond})
+		time.Sleep(300 * time.Millisecond)
+		if o := l.Stop(); o.Connects == 0 {
+			t.Fatalf("no traffic in %s: %+v", p.Name, o)
+		}
+	}
+	// Host-namespace traffic from this (non-pod) process.
+	if c, err := net.Dial("tcp4", "127.0.0.1:1"); err == nil {
+		c.Close()
+	}
+
+	s := ra.snapshot(t)
+	if len(s.Pods) != 2 {
+		t.Fatalf("want exactly the cgroup pod's two sides, got %d entries: %+v", len(s.Pods), s.Pods)
+	}
+	app := podSide(t, s, uid, health.SideApp)
+	if app.UID != uid || app.Connects == 0 {
+		t.Errorf("pod attributed by cgroup: %s (uid %q)", describe(app), app.UID)
+	}
+}
