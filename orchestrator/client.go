@@ -24,6 +24,7 @@ type RolloutClient interface {
 	Update(ctx context.Context, nr *v1alpha1.NodeRollout) (*v1alpha1.NodeRollout, error)
 	UpdateStatus(ctx context.Context, nr *v1alpha1.NodeRollout) (*v1alpha1.NodeRollout, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte) (*v1alpha1.NodeRollout, error)
+	Delete(ctx context.Context, name string) error
 }
 
 // Scheme knows the nodewise types.
@@ -89,4 +90,8 @@ func (c *rolloutClient) UpdateStatus(ctx context.Context, nr *v1alpha1.NodeRollo
 func (c *rolloutClient) Patch(ctx context.Context, name string, pt types.PatchType, data []byte) (*v1alpha1.NodeRollout, error) {
 	out := &v1alpha1.NodeRollout{}
 	return out, c.rc.Patch(pt).Resource(resource).Name(name).Body(data).Do(ctx).Into(out)
+}
+
+func (c *rolloutClient) Delete(ctx context.Context, name string) error {
+	return c.rc.Delete().Resource(resource).Name(name).Do(ctx).Error()
 }

@@ -73,9 +73,12 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$`
 	End string `json:"end"`
-	// TimeZone is an IANA name such as Europe/Berlin (default UTC). CEL cannot
-	// check the name against the tz database, so the orchestrator and the CLI
-	// validate it in Go; an unknown zone halts the rollout before any node starts.
+	// TimeZone is an IANA name such as Europe/Berlin (default UTC). The CRD
+	// checks it by evaluating a CEL timestamp in that zone, which fails for a
+	// zone the API server's tz database does not know; the CLI and the
+	// orchestrator also check it in Go (time.LoadLocation), since the two tz
+	// databases may differ. An unknown zone keeps the rollout Pending (Valid=False).
+	// +kubebuilder:validation:XValidation:rule="timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="timeZone is not a known IANA time zone"
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
 	// +optional

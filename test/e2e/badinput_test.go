@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)
+
+func nodewiseCLI(t testing.TB) string {
+	t.Helper()
+	cliOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodewise-e2e-cli")
+		if err != nil {
+			cliErr = err
+			return
+		}
+		cliPath = filepath.Join(dir, "nodewise")
+		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/nodewise")
+		cmd.Dir = repoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cliErr = err
+			cliPath = string(out)
+		}
+	})
+	if cliErr != nil {
+		t.Fatalf("building nodewise: %v\n%s", cliErr, cliPath)
+	}
+	return cliPath
+}
+
+const goodRollout = `apiVersion: nodewise.io/v1alpha1
+kind: NodeRollout
+metadata:
+  name: bad
+spec:
+  maxParallel: 2
+  maxUnavailable: 1
+  maintenanceWindows:
+  - {start: "00:00", end: "24:00", timeZone: Europe/Berlin}
+`
+
+// TestBadInputRejected: each bad rollout gets a one-line error and a
+// non-zero exit from plan and apply, nothing is written, and the API server
+// rejects the same object through the CRD's validation.
+func TestBadInputRejected(t *testing.T) {
+	e := newEnv(t, 3, 1)
+	bin := nodewiseCLI(t)
+	dir := t.TempDir()
+	cases := []struct {
+		name, yaml, want string
+		apiRejects       bool // the CRD can express the rule
+	}{
+		{"malformed YAML", "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: bad}\nspec: {maxParallel: [\n", "malformed", false},
+		{"unknown DaemonSet", strings.Replace(goodRollout, "spec:\n", "spec:\n  targets: [{namespace: istio-system, name: ztunnel-typo}]\n", 1), "ztunnel-typo not found", false},
+		{"maxParallel 0", strings.Replace(goodRollout, "maxParallel: 2", "maxParallel: 0", 1), "maxParallel", true},
+		{"window ends before it starts", strings.Replace(goodRollout, `end: "24:00"`, `end: "00:00"`, 1), "not after start", true},
+		{"unknown time zone", strings.Replace(goodRollout, "Europe/Berlin", "Europe/Atlantis", 1), "unknown time zone", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(file, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, verb := range []string{"plan", "apply"} {
+				var stdout, stderr bytes.Buffer
+				cmd := exec.Command(bin, "--kubeconfig", e.c.Kubeconfig, verb, "-f", file)
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				if err == nil {
+					t.Errorf("%s exited 0", verb)
+				}
+				msg := strings.TrimRight(stderr.String(), "\n")
+				if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, tc.want) {
+					t.Errorf("%s stderr %q: want one line mentioning %q", verb, msg, tc.want)
+				}
+				if _, err := e.rollouts.Get(context.Background(), "bad"); !apierrors.IsNotFound(err) {
+					t.Fatalf("%s wrote a NodeRollout (get: %v)", verb, err)
+				}
+			}
+			if tc.name == "malformed YAML" {
+				return // cannot be sent to the API server at all
+			}
+			// Send the manifest as written (as kubectl would), not a typed object
+			// whose omitempty would drop an explicit 0.
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(tc.yaml), &obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			dyn, err := dynamic.NewForConfig(e.c.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gvr := v1alpha1.GroupVersion.WithResource("noderollouts")
+			_, err = dyn.Resource(gvr).Create(context.Background(), obj, metav1.CreateOptions{})
+			if tc.apiRejects && err == nil {
+				defer func() { _ = e.rollouts.Delete(context.Background(), "bad") }()
+			}
+			switch {
+			case tc.apiRejects && err == nil:
+				t.Errorf("API server accepted it")
+			case tc.apiRejects && !apierrors.IsInvalid(err):
+				t.Errorf("API server error %v, want 422 Invalid", err)
+			case tc.apiRejects:
+				t.Logf("API server: %v", err)
+			case !tc.apiRejects && err == nil:
+				// A schema cannot know which DaemonSets exist: the orchestrator
+				// keeps such a rollout Pending with Valid=False and touches nothing.
+				stop, _ := e.runInProcess("validator")
+				got := e.waitPhase("bad", time.Minute, v1alpha1.PhasePending)
+				for i := 0; i < 20 && !strings.Contains(validMessage(got), tc.want); i++ {
+					time.Sleep(200 * time.Millisecond)
+					got, _ = e.rollouts.Get(context.Background(), "bad")
+				}
+				stop()
+				if !strings.Contains(validMessage(got), tc.want) || got.Status.Counts.InProgress+got.Status.Counts.Done != 0 {
+					t.Errorf("orchestrator: phase %s Valid message %q counts %+v", got.Status.Phase, validMessage(got), got.Status.Counts)
+				}
+				if err := e.rollouts.Delete(context.Background(), "bad"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func validMessage(nr *v1alpha1.NodeRollout) string {
+	for _, c := range nr.Status.Conditions {
+		if c.Type == "Valid" && c.Status == metav1.ConditionFalse {
+			return c.Message
+		}
+	}
+	return ""
+}
