@@ -106,6 +106,11 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 	inPlace, grace := g.cfg.Drain(in)
 	var prev *health.Summary
 	for {
+		// A fresh sample: a soak shorter than the Recorder's period still has
+		// one, and an agent that stopped answering is named as such.
+		if err := g.cfg.Recorder.Sample(ctx, in.Node); err != nil {
+			return health.Verdict{Outcome: health.Fail, Reasons: []string{fmt.Sprintf("agent on node %s did not answer: %v", in.Node, err)}}, nil
+		}
 		baseline, soakStart, err := g.cfg.Recorder.Windows(in.Node, in.BaselineStart, in.SwapStart, in.SoakStart)
 		if err != nil {
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
