@@ -43,6 +43,7 @@ type Counters struct {
 	ResetsSent      uint64
 	ResetsReceived  uint64
 	Connects        uint64
+	Accepts         uint64
 	Retransmits     uint64
 	ConnectFailures [FailClasses]uint64
 	ConnectLatency  [HistBuckets]uint64
@@ -132,6 +133,7 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 			c.ResetsSent += v.ResetsSent
 			c.ResetsReceived += v.ResetsReceived
 			c.Connects += v.Connects
+			c.Accepts += v.Accepts
 			c.Retransmits += v.Retransmits
 			for i := range c.ConnectFailures {
 				c.ConnectFailures[i] += v.ConnectFailures[i]

@@ -47,6 +47,7 @@ type NodewiseSockCounters struct {
 	ResetsSent      uint64
 	ResetsReceived  uint64
 	Connects        uint64
+	Accepts         uint64
 	Retransmits     uint64
 	ConnectFailures [5]uint64
 }

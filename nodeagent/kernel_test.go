@@ -93,6 +93,9 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		if uint64(o.Refused) != app.ConnectFailures[health.ConnectRefused] {
 			t.Errorf("%s: agent counts %d refused connects, the clients saw %d", n, app.ConnectFailures[health.ConnectRefused], o.Refused)
 		}
+		if uint64(o.Connects) != proxy.Accepts {
+			t.Errorf("%s: the stand-in's side accepted %d connections, the clients made %d", n, proxy.Accepts, o.Connects)
+		}
 		if o.Connects < 50 {
 			t.Errorf("%s: only %d connects: the load did not run", n, o.Connects)
 		}

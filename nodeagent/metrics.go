@@ -15,9 +15,9 @@ var podLabels = []string{"namespace", "pod", "side"}
 type collector struct {
 	snapshot func() (health.Snapshot, error)
 
-	resetsSent, resetsReceived, connects, failures, retransmits *prometheus.Desc
-	connectLatency, srtt, ages                                  *prometheus.Desc
-	scrapeErrors                                                prometheus.Counter
+	resetsSent, resetsReceived, connects, accepts, failures, retransmits *prometheus.Desc
+	connectLatency, srtt, ages                                           *prometheus.Desc
+	scrapeErrors                                                         prometheus.Counter
 }
 
 func newCollector(snapshot func() (health.Snapshot, error)) *collector {
@@ -29,6 +29,7 @@ func newCollector(snapshot func() (health.Snapshot, error)) *collector {
 		resetsSent:     d("resets_sent_total", "TCP resets sent by sockets in the pod's network namespace."),
 		resetsReceived: d("resets_received_total", "TCP resets received by sockets in the pod's network namespace."),
 		connects:       d("connects_total", "Active opens that reached ESTABLISHED."),
+		accepts:        d("accepts_total", "Passive opens that reached ESTABLISHED."),
 		failures:       d("connect_failures_total", "Active opens that failed (all errno classes; /v1/snapshot splits them)."),
 		retransmits:    d("retransmits_total", "Retransmitted segments."),
 		connectLatency: d("connect_latency_seconds", "SYN_SENT to ESTABLISHED time of active opens (log2 buckets; the sum is estimated from bucket midpoints)."),
@@ -42,7 +43,7 @@ func newCollector(snapshot func() (health.Snapshot, error)) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.resetsSent, c.resetsReceived, c.connects, c.failures, c.retransmits, c.connectLatency, c.srtt, c.ages} {
+	for _, d := range []*prometheus.Desc{c.resetsSent, c.resetsReceived, c.connects, c.accepts, c.failures, c.retransmits, c.connectLatency, c.srtt, c.ages} {
 		ch <- d
 	}
 	c.scrapeErrors.Describe(ch)
@@ -63,6 +64,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.resetsSent, p.ResetsSent)
 		counter(c.resetsReceived, p.ResetsReceived)
 		counter(c.connects, p.Connects)
+		counter(c.accepts, p.Accepts)
 		var fails uint64
 		for _, n := range p.ConnectFailures {
 			fails += n

@@ -11,7 +11,7 @@ import (
 )
 
 // both adds up the two sides of one pod, the way /proc sees a namespace.
-func both(t testing.TB, s health.Snapshot, pod string) (sent, recvEstablished, connects, fails uint64) {
+func both(t testing.TB, s health.Snapshot, pod string) (sent, recvEstablished, connects, accepts, fails uint64) {
 	for _, side := range []health.Side{health.SideApp, health.SideProxy} {
 		p := podSide(t, s, pod, side)
 		sent += p.ResetsSent
@@ -19,6 +19,7 @@ func both(t testing.TB, s health.Snapshot, pod string) (sent, recvEstablished, c
 		// EstabResets, which leaves out resets answering a SYN.
 		recvEstablished += p.ResetsReceived - p.ConnectFailures[health.ConnectRefused]
 		connects += p.Connects
+		accepts += p.Accepts
 		for _, n := range p.ConnectFailures {
 			fails += n
 		}
@@ -58,11 +59,11 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 		t.Fatalf("proc agent reports mode %q", ps.Mode)
 	}
 	for _, n := range []string{"killed", "survivor", "idle"} {
-		sent, recv, connects, fails := both(t, es, n)
+		sent, recv, connects, accepts, fails := both(t, es, n)
 		pa := podSide(t, ps, n, health.SideApp)
 		pp := podSide(t, ps, n, health.SideProxy)
 		t.Logf("%s: observed %+v", n, observed[n])
-		t.Logf("  ebpf: sent=%d recvEstablished=%d connects=%d fails=%d", sent, recv, connects, fails)
+		t.Logf("  ebpf: sent=%d recvEstablished=%d connects=%d accepts=%d fails=%d", sent, recv, connects, accepts, fails)
 		t.Logf("  proc: %s", describe(pa))
 		checks := []struct {
 			what       string
@@ -70,6 +71,7 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 		}{
 			{"resets sent (OutRsts)", sent, pa.ResetsSent},
 			{"connects (ActiveOpens - AttemptFails)", connects, pa.Connects},
+			{"accepts (PassiveOpens)", accepts, pa.Accepts},
 			{"failed connects (AttemptFails)", fails, pa.ConnectFailures[health.ConnectOther]},
 		}
 		var bad []string

@@ -78,6 +78,7 @@ func (s *procSource) read() (reading, error) {
 			ResetsSent:     d.OutRsts,
 			ResetsReceived: sub(d.EstabResets, d.Aborts),
 			Connects:       sub(d.ActiveOpens, d.AttemptFails),
+			Accepts:        d.PassiveOpens,
 			Retransmits:    d.RetransSegs,
 		}
 		c.ConnectFailures[bpf.FailOther] = d.AttemptFails

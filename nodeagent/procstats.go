@@ -50,6 +50,7 @@ type procCounts struct {
 	EstabResets  uint64 // Tcp EstabResets: ESTABLISHED/CLOSE_WAIT → CLOSE, by a reset received or an abort
 	AttemptFails uint64 // Tcp AttemptFails: SYN_SENT/SYN_RECV → CLOSE
 	ActiveOpens  uint64 // Tcp ActiveOpens: connect() calls that sent a SYN
+	PassiveOpens uint64 // Tcp PassiveOpens: LISTEN → SYN_RECV
 	RetransSegs  uint64 // Tcp RetransSegs
 	Aborts       uint64 // TcpExt TCPAbortOn{Close,Linger,Timeout,Memory}: local aborts counted in EstabResets
 }
@@ -61,6 +62,7 @@ func procCountsFrom(snmp, netstat map[string]map[string]uint64) procCounts {
 		EstabResets:  tcp["EstabResets"],
 		AttemptFails: tcp["AttemptFails"],
 		ActiveOpens:  tcp["ActiveOpens"],
+		PassiveOpens: tcp["PassiveOpens"],
 		RetransSegs:  tcp["RetransSegs"],
 		Aborts:       ext["TCPAbortOnClose"] + ext["TCPAbortOnLinger"] + ext["TCPAbortOnTimeout"] + ext["TCPAbortOnMemory"],
 	}
@@ -80,6 +82,7 @@ func (cur procCounts) delta(base procCounts) procCounts {
 		EstabResets:  sub(cur.EstabResets, base.EstabResets),
 		AttemptFails: sub(cur.AttemptFails, base.AttemptFails),
 		ActiveOpens:  sub(cur.ActiveOpens, base.ActiveOpens),
+		PassiveOpens: sub(cur.PassiveOpens, base.PassiveOpens),
 		RetransSegs:  sub(cur.RetransSegs, base.RetransSegs),
 		Aborts:       sub(cur.Aborts, base.Aborts),
 	}

@@ -76,6 +76,7 @@ func podCounters(pod Pod, side uint32, c *bpf.Counters, ages []uint64) health.Po
 	pc.ResetsSent = c.ResetsSent
 	pc.ResetsReceived = c.ResetsReceived
 	pc.Connects = c.Connects
+	pc.Accepts = c.Accepts
 	pc.Retransmits = c.Retransmits
 	copy(pc.ConnectLatency.Buckets, c.ConnectLatency[:])
 	copy(pc.SRTT.Buckets, c.SRTT[:])

@@ -44,6 +44,7 @@ struct sock_counters {
 	__u64 resets_sent;
 	__u64 resets_received;
 	__u64 connects;
+	__u64 accepts;
 	__u64 retransmits;
 	__u64 connect_failures[FAIL_CLASSES];
 };
@@ -352,6 +353,12 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 			__u64 *o = bpf_map_lookup_elem(&established_overflow, &zero);
 			if (o)
 				*o += 1;
+		}
+		if (oldstate == TCP_SYN_RECV) {
+			c = counters_for(netns, side);
+			if (c)
+				c->accepts++;
+			return 0;
 		}
 		if (oldstate != TCP_SYN_SENT)
 			return 0;
