@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -62,15 +63,20 @@ type JudgeConfig struct {
 	Source SnapshotSource // required
 	Logger *zap.Logger    // default: no logging
 	Now    func() time.Time
+	// Registry receives the judge's metrics (nodewise_judgements_total,
+	// nodewise_judge_failed_closed_total, nodewise_gate_query_errors_total);
+	// nil registers none.
+	Registry prometheus.Registerer
 }
 
 // Judge compares a node's soak with its baseline and decides. It keeps no
 // state between calls: what must survive (consecutive failures) travels in
 // Input.Previous and Verdict.Summary.
 type Judge struct {
-	src SnapshotSource
-	log *zap.Logger
-	now func() time.Time
+	src     SnapshotSource
+	log     *zap.Logger
+	now     func() time.Time
+	metrics *judgeMetrics
 }
 
 // NewJudge validates cfg and fills its defaults.
@@ -84,7 +90,11 @@ func NewJudge(cfg JudgeConfig) (*Judge, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Judge{src: cfg.Source, log: cfg.Logger, now: cfg.Now}, nil
+	m, err := newJudgeMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("registering the judge's metrics: %w", err)
+	}
+	return &Judge{src: cfg.Source, log: cfg.Logger, now: cfg.Now, metrics: m}, nil
 }
 
 // Judge makes one judgement. Outcomes mean, for the orchestrator:
@@ -102,7 +112,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 		return Verdict{}, errors.New("judge: Input.Node is empty")
 	}
 	if len(in.Baseline) < 2 {
-		return failClosed(in, "no baseline for node %s: %d snapshots recorded before the swap, need at least 2", in.Node, len(in.Baseline)), nil
+		return j.failClosed(in, "no_baseline", "no baseline for node %s: %d snapshots recorded before the swap, need at least 2", in.Node, len(in.Baseline)), nil
 	}
 	cfg, err := NewConfig(in.Gates)
 	if err != nil {
@@ -111,22 +121,22 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	now := j.now()
 	cur, err := j.src.Snapshot(ctx, in.Node)
 	if err != nil {
-		return failClosed(in, "agent on node %s did not answer: %v", in.Node, err), nil
+		return j.failClosed(in, "agent_unavailable", "agent on node %s did not answer: %v", in.Node, err), nil
 	}
 	if age := now.Sub(cur.Time); age > cfg.MaxSnapshotAge {
-		return failClosed(in, "agent on node %s is stale: its snapshot is %s old (max %s)", in.Node, age.Round(time.Second), cfg.MaxSnapshotAge), nil
+		return j.failClosed(in, "agent_stale", "agent on node %s is stale: its snapshot is %s old (max %s)", in.Node, age.Round(time.Second), cfg.MaxSnapshotAge), nil
 	}
 	base, err := NewWindow(in.Baseline[0], in.Baseline[len(in.Baseline)-1])
 	if err != nil {
-		return failClosed(in, "baseline window: %v", err), nil
+		return j.failClosed(in, "window", "baseline window: %v", err), nil
 	}
 	soak, err := NewWindow(in.SoakStart, cur)
 	if err != nil {
-		return failClosed(in, "soak window: %v", err), nil
+		return j.failClosed(in, "window", "soak window: %v", err), nil
 	}
 	disp, err := EstimateDispersion(in.Baseline, cfg.CountDispersion)
 	if err != nil {
-		return failClosed(in, "baseline dispersion: %v", err), nil
+		return j.failClosed(in, "window", "baseline dispersion: %v", err), nil
 	}
 	var planned map[PodKey]uint64
 	if in.SwappedInPlace {
@@ -147,6 +157,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 		fails, err := g.Check(ctx, in.Node)
 		if err != nil {
 			gateErr = true
+			j.metrics.gateQueryErrs.Inc()
 			n := prevErrs + 1
 			if int(n) >= g.MaxConsecutiveErrors() {
 				sum.ConsecutiveQueryErrors = n
@@ -205,17 +216,19 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 }
 
 func (j *Judge) finish(in Input, v Verdict) Verdict {
+	j.metrics.judgements.WithLabelValues(string(v.Outcome)).Inc()
 	j.log.Info("judged node", zap.String("node", in.Node), zap.String("outcome", string(v.Outcome)), zap.Strings("reasons", v.Reasons))
 	return v
 }
 
 // failClosed is the verdict when the judge cannot trust its inputs.
-func failClosed(in Input, format string, args ...any) Verdict {
+func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict {
+	j.metrics.failedClosed.WithLabelValues(cause).Inc()
 	s := &Summary{IntervalOutcome: Fail}
 	if in.Previous != nil {
 		s.Judgements = in.Previous.Judgements
 		s.ConsecutiveFailures = in.Previous.ConsecutiveFailures
 	}
 	s.Judgements++
-	return Verdict{Outcome: Fail, Reasons: []string{fmt.Sprintf(format, args...)}, Summary: s}
+	return j.finish(in, Verdict{Outcome: Fail, Reasons: []string{fmt.Sprintf(format, args...)}, Summary: s})
 }

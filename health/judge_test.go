@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 type fakeGate struct {
@@ -187,5 +190,45 @@ func TestJudgeExternalGates(t *testing.T) {
 	in.Previous = prev
 	if v := mustJudge(t, j, in); v.Outcome != Pass || v.Summary.ConsecutiveQueryErrors != 0 {
 		t.Errorf("a good query resets the error count: %s %+v", v.Outcome, v.Summary)
+	}
+}
+
+func TestJudgeMetrics(t *testing.T) {
+	_, in, cur := judgeScenario(t, 1, nil)
+	reg := prometheus.NewRegistry()
+	down := false
+	j, err := NewJudge(JudgeConfig{Registry: reg, Now: func() time.Time { return cur.Time },
+		Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) {
+			if down {
+				return Snapshot{}, errors.New("refused")
+			}
+			return cur, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustJudge(t, j, in)
+	down = true
+	mustJudge(t, j, in)
+	in.External = []ExternalGate{fakeGate{err: errors.New("x"), max: 3}}
+	down = false
+	mustJudge(t, j, in)
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(`
+# HELP nodewise_judgements_total Judgements of a node's soak against its baseline, by outcome (Pass, Fail, Inconclusive).
+# TYPE nodewise_judgements_total counter
+nodewise_judgements_total{outcome="Fail"} 1
+nodewise_judgements_total{outcome="Inconclusive"} 1
+nodewise_judgements_total{outcome="Pass"} 1
+# HELP nodewise_judge_failed_closed_total Judgements failed because the judge could not trust its input, by cause (agent_unavailable, agent_stale, window, no_baseline).
+# TYPE nodewise_judge_failed_closed_total counter
+nodewise_judge_failed_closed_total{cause="agent_unavailable"} 1
+# HELP nodewise_gate_query_errors_total External gate evaluations (Prometheus queries) that could not query their source.
+# TYPE nodewise_gate_query_errors_total counter
+nodewise_gate_query_errors_total 1
+`)); err != nil {
+		t.Error(err)
+	}
+	if _, err := NewJudge(JudgeConfig{Registry: reg, Source: j.src}); err == nil {
+		t.Error("registering twice on one registry must fail")
 	}
 }
