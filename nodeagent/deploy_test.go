@@ -1,0 +1,91 @@
+package nodeagent
+
+import (
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/bpf"
+)
+
+// TestDaemonSetIsLeastPrivilege checks deploy/nodeagent against what the
+// agent is allowed: not privileged, CAP_BPF and CAP_PERFMON only, a
+// read-only root filesystem, RuntimeDefault seccomp, no hostPID.
+func TestDaemonSetIsLeastPrivilege(t *testing.T) {
+	b, err := os.ReadFile("../deploy/nodeagent/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict(b, &ds); err != nil {
+		t.Fatalf("daemonset.yaml: %v", err)
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.HostPID || spec.HostIPC {
+		t.Errorf("hostPID/hostIPC set: attribution does not need them")
+	}
+	if !spec.HostNetwork {
+		t.Errorf("hostNetwork must be set: the agent excludes its own (the node's) namespace")
+	}
+	if sc := spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != "RuntimeDefault" {
+		t.Errorf("pod seccomp profile is not RuntimeDefault")
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("want one container, got %d", len(spec.Containers))
+	}
+	c := spec.Containers[0].SecurityContext
+	if c == nil || c.Privileged == nil || *c.Privileged || c.ReadOnlyRootFilesystem == nil || !*c.ReadOnlyRootFilesystem ||
+		c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation {
+		t.Errorf("container security context: %+v", c)
+	}
+	var add []string
+	for _, a := range c.Capabilities.Add {
+		add = append(add, string(a))
+	}
+	sort.Strings(add)
+	if strings.Join(add, ",") != "BPF,PERFMON" || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("capabilities add %v drop %v, want add BPF,PERFMON and drop ALL", add, c.Capabilities.Drop)
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path != "/sys/fs/cgroup" {
+			t.Errorf("unexpected hostPath %s", v.HostPath.Path)
+		}
+	}
+}
+
+// TestDashboardUsesExportedMetrics checks every nodewise_ metric the
+// Grafana dashboard queries is one the agent exports.
+func TestDashboardUsesExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../deploy/nodeagent/nodewise-node-health.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakeProbe{counters: map[bpf.Key]*bpf.Counters{{Netns: 1}: {}}}
+	ra := startAgent(t, ModeEBPF, NewStaticResolver(map[uint32]Pod{1: {Namespace: "ns", Name: "p", UID: "u"}}), fakeLoaded(fp))
+	mfs, err := ra.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, mf := range mfs {
+		n := mf.GetName()
+		exported[n] = true
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			exported[n+suffix] = true
+		}
+	}
+	used := regexp.MustCompile(`nodewise_[a-z_]+`).FindAllString(string(b), -1)
+	if len(used) == 0 {
+		t.Fatal("dashboard queries no nodewise metric")
+	}
+	for _, m := range used {
+		if !exported[m] {
+			t.Errorf("dashboard queries %s, which the agent does not export", m)
+		}
+	}
+}
