@@ -13,8 +13,8 @@ import (
 )
 
 // TestMigrationWavesCrashAndResume moves 30 namespaces in 3 tiers from 1-27
-// to 1-28 with the default waves (canary, 5%, 30%, 100%) at 2 pods/s (the
-// pods would otherwise be recreated at about 4-7/s here, so the limit binds).
+// to 1-28 with the default waves (canary, 5%, 30%, 100%) at 2 pods/s (at
+// 10 pods/s, which does not bind, 42 pods were recreated within 10 s here).
 // The controller runs as a child process and is killed with SIGKILL in the
 // middle of the 30% wave (some of its Deployments restarted, some not); a new
 // process finishes. Checked: every pod ends on
