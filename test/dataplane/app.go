@@ -1,0 +1,270 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Traffic shapes what each client pod sends. Zero values get defaults.
+type Traffic struct {
+	// ShortGap is the pause between one short request and the next (default 200 ms).
+	ShortGap time.Duration
+	// Streams is the number of long-lived streams each client pod holds (default 2).
+	Streams int
+	// StreamLife is how long a stream lives before the client closes it; it
+	// should be longer than the drain deadline (default 40 s).
+	StreamLife time.Duration
+	// StreamGap is the pause between messages on a stream (default 500 ms).
+	StreamGap time.Duration
+}
+
+func (t *Traffic) defaults() {
+	if t.ShortGap == 0 {
+		t.ShortGap = 200 * time.Millisecond
+	}
+	if t.Streams == 0 {
+		t.Streams = 2
+	}
+	if t.StreamLife == 0 {
+		t.StreamLife = 40 * time.Second
+	}
+	if t.StreamGap == 0 {
+		t.StreamGap = 500 * time.Millisecond
+	}
+}
+
+var message = []byte("nodewise-dataplane-0123456789ab\n")
+
+// app is one app pod: an echo server on AppPort and, in client pods, short
+// requests and long-lived streams to other pods.
+type app struct {
+	netns   string
+	ip      string
+	traffic Traffic
+	target  func(self string) string
+	truth   truthCounters
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	clients sync.WaitGroup
+	ln      net.Listener
+
+	mu       sync.Mutex
+	stopping bool
+	conns    map[*net.TCPConn]bool
+	handlers sync.WaitGroup
+}
+
+func startApp(netns, ip string, client bool, traffic Traffic, target func(self string) string) (*app, error) {
+	a := &app{netns: netns, ip: ip, traffic: traffic, target: target, conns: map[*net.TCPConn]bool{}}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	err := inNetns(netns, func() error {
+		var err error
+		a.ln, err = net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", AppPort))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("app server in %s: %w", netns, err)
+	}
+	go a.serve()
+	if client {
+		a.clients.Add(1 + traffic.Streams)
+		go a.inNetns(a.shortLoop)
+		for range traffic.Streams {
+			go a.inNetns(a.streamLoop)
+		}
+	}
+	return a, nil
+}
+
+func (a *app) inNetns(body func()) {
+	defer a.clients.Done()
+	if err := enterNetns(a.netns); err != nil {
+		return
+	}
+	body()
+}
+
+func (a *app) serve() {
+	for {
+		c, err := a.ln.Accept()
+		if err != nil {
+			return
+		}
+		tc := c.(*net.TCPConn)
+		a.mu.Lock()
+		if a.stopping {
+			a.mu.Unlock()
+			tc.Close()
+			continue
+		}
+		a.conns[tc] = true
+		a.handlers.Add(1)
+		a.mu.Unlock()
+		go a.handle(tc)
+	}
+}
+
+// handle echoes until the client closes; once the pod is stopping it only
+// reads (and discards) until the client's FIN, so closing never resets.
+func (a *app) handle(c *net.TCPConn) {
+	defer a.handlers.Done()
+	defer func() {
+		a.mu.Lock()
+		delete(a.conns, c)
+		a.mu.Unlock()
+		c.Close()
+	}()
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		a.mu.Lock()
+		stopping := a.stopping
+		a.mu.Unlock()
+		if !stopping {
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// stop is the app's SIGTERM handling: clients close their streams with a
+// FIN, the server stops accepting and sends a FIN on every connection, then
+// waits (up to ctx) for the clients to close theirs.
+func (a *app) stop(ctx context.Context) {
+	a.cancel()
+	a.ln.Close()
+	a.mu.Lock()
+	a.stopping = true
+	for c := range a.conns {
+		_ = c.CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	}
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() { a.clients.Wait(); a.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (a *app) pause(d time.Duration) bool {
+	select {
+	case <-a.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (a *app) dial() (*net.TCPConn, error) {
+	dst := a.target(a.ip)
+	if dst == "" {
+		return nil, errNoTarget
+	}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	c, err := d.DialContext(a.ctx, "tcp4", net.JoinHostPort(dst, fmt.Sprint(AppPort)))
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+var errNoTarget = errors.New("no other app pod to talk to")
+
+func exchange(c *net.TCPConn, buf []byte) error {
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(message); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, buf[:len(message)])
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return err
+}
+
+func (a *app) shortLoop() {
+	buf := make([]byte, 64)
+	for a.ctx.Err() == nil {
+		c, err := a.dial()
+		if errors.Is(err, errNoTarget) || a.ctx.Err() != nil {
+			if c != nil {
+				c.Close()
+			}
+			a.pause(a.traffic.ShortGap)
+			continue
+		}
+		a.truth.requests.Add(1)
+		if err == nil {
+			err = exchange(c, buf)
+			c.Close()
+		}
+		if err != nil {
+			a.truth.requestsFailed.Add(1)
+		}
+		a.pause(a.traffic.ShortGap)
+	}
+}
+
+func (a *app) streamLoop() {
+	buf := make([]byte, 64)
+	for a.ctx.Err() == nil {
+		c, err := a.dial()
+		if err != nil {
+			a.pause(a.traffic.StreamGap)
+			continue
+		}
+		a.truth.streams.Add(1)
+		a.stream(c, buf)
+	}
+}
+
+// stream runs one long-lived stream and records how it ended.
+func (a *app) stream(c *net.TCPConn, buf []byte) {
+	end := time.Now().Add(a.traffic.StreamLife)
+	for {
+		if err := exchange(c, buf); err != nil {
+			switch {
+			case isReset(err):
+				a.truth.streamsReset.Add(1)
+				c.Close()
+			case errors.Is(err, io.EOF):
+				a.truth.streamsGraceful.Add(1)
+				c.Close()
+			default:
+				a.truth.streamsOther.Add(1)
+				resetConn(c)
+			}
+			return
+		}
+		if time.Now().After(end) || !a.pause(a.traffic.StreamGap) {
+			a.closeGracefully(c)
+			return
+		}
+	}
+}
+
+// closeGracefully sends a FIN and reads until the peer's FIN, so the close
+// never turns into a reset; a reset seen meanwhile still counts as one.
+func (a *app) closeGracefully(c *net.TCPConn) {
+	_ = c.CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	c.Close()
+	if isReset(err) {
+		a.truth.streamsReset.Add(1)
+		return
+	}
+	a.truth.streamsGraceful.Add(1)
+}

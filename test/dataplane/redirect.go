@@ -1,0 +1,41 @@
+package dataplane
+
+import "fmt"
+
+// Ports of the in-pod model: app servers listen on AppPort; the ztunnel
+// stand-in's listeners in each ambient pod take redirected outbound traffic on
+// OutboundPort and inbound traffic on InboundPort.
+const (
+	AppPort      = 8080
+	OutboundPort = 15001
+	InboundPort  = 15006
+	// ZtunnelMark is the SO_MARK ztunnel puts on its own sockets: the
+	// redirect rules let them through untouched.
+	ZtunnelMark = 1337
+	// podRange is every pod IP of the simulated cluster (RFC 2544 space).
+	podRange = "198.18.0.0/16"
+)
+
+// redirectRules is the nftables ruleset istio-cni would install inside an
+// ambient pod's namespace: app connections out to other pods go to the
+// stand-in's outbound listener, connections in to the app go to its inbound
+// listener; the stand-in's own marked sockets pass.
+func redirectRules() string {
+	return fmt.Sprintf(`table ip nodewise {
+	chain out {
+		type nat hook output priority -100; policy accept;
+		meta mark %[1]d return
+		ip daddr %[2]s tcp dport %[3]d redirect to :%[4]d
+	}
+	chain in {
+		type nat hook prerouting priority -100; policy accept;
+		iifname "eth0" tcp dport %[3]d redirect to :%[5]d
+	}
+}
+`, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort)
+}
+
+// installRedirect loads the redirect rules into the pod namespace.
+func installRedirect(podNS string) error {
+	return run(redirectRules(), "ip", "netns", "exec", podNS, "nft", "-f", "-")
+}

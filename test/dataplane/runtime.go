@@ -1,0 +1,412 @@
+package dataplane
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+// Config configures a DataPlane. Zero values get defaults.
+type Config struct {
+	// StandinArgv starts a ztunnel stand-in process: a program that calls
+	// RunStandin when StandinEnv is set (required).
+	StandinArgv []string
+	// StandinLog receives the stand-ins' stderr (default: discarded).
+	StandinLog io.Writer
+	// Traffic shapes the app pods' clients.
+	Traffic Traffic
+	// Log is the data plane's logger (default: no-op).
+	Log *zap.Logger
+}
+
+// DataPlane is the live data plane: a cluster.Runtime for the simulated kubelet.
+type DataPlane struct {
+	cfg    Config
+	prefix string
+	fab    *fabric
+	log    *zap.Logger
+
+	mu        sync.Mutex
+	client    kubernetes.Interface
+	ambientNS map[string]bool
+	cniUp     map[string]bool               // node → istio-cni stand-in running
+	standins  map[types.UID]*standinProc    // ztunnel pod → its process
+	pods      map[types.UID]*podSandbox     // app pods
+	byNode    map[string]map[types.UID]bool // node → app pods
+	gone      map[string]Truth              // ground truth of app pods that stopped, by namespace/name
+	next      int
+}
+
+// podSandbox is one app pod's namespace, veth leg and app.
+type podSandbox struct {
+	key, node, netns, leg, ip string
+	ambient                   bool
+	app                       *app
+}
+
+// New creates the fabric namespace. Close removes everything New and the
+// runtime created.
+func New(cfg Config) (*DataPlane, error) {
+	if len(cfg.StandinArgv) == 0 {
+		return nil, errors.New("dataplane: StandinArgv: required")
+	}
+	cfg.Traffic.defaults()
+	if cfg.StandinLog == nil {
+		cfg.StandinLog = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	b := make([]byte, 3)
+	if _, err := crand.Read(b); err != nil {
+		return nil, err
+	}
+	d := &DataPlane{
+		cfg: cfg, prefix: "nwdp" + hex.EncodeToString(b), log: cfg.Log,
+		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, standins: map[types.UID]*standinProc{},
+		pods: map[types.UID]*podSandbox{}, byNode: map[string]map[types.UID]bool{}, gone: map[string]Truth{},
+	}
+	fab, err := newFabric(d.prefix + "-fabric")
+	if err != nil {
+		_ = delNetns(d.prefix + "-fabric")
+		return nil, err
+	}
+	d.fab = fab
+	return d, nil
+}
+
+// Prefix is the name prefix of every namespace the data plane creates.
+func (d *DataPlane) Prefix() string { return d.prefix }
+
+// UseClient lets the data plane read namespaces (which are ambient). Until
+// it is called, app pods stay in ContainerCreating.
+func (d *DataPlane) UseClient(c kubernetes.Interface) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.client = c
+}
+
+type podKind int
+
+const (
+	kindOther podKind = iota
+	kindCNI
+	kindZtunnel
+	kindApp
+)
+
+func kindOf(pod *corev1.Pod) podKind {
+	switch {
+	case pod.Namespace == cluster.IstioNamespace && pod.Labels["k8s-app"] == cluster.CNIName:
+		return kindCNI
+	case pod.Namespace == cluster.IstioNamespace && pod.Labels["app"] == "ztunnel":
+		return kindZtunnel
+	case pod.Namespace == cluster.IstioNamespace || pod.Namespace == metav1.NamespaceSystem || pod.Spec.HostNetwork:
+		return kindOther
+	}
+	return kindApp
+}
+
+// Start implements cluster.Runtime.
+func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) error {
+	switch kindOf(pod) {
+	case kindCNI:
+		d.mu.Lock()
+		d.cniUp[pod.Spec.NodeName] = true
+		d.mu.Unlock()
+		return nil
+	case kindZtunnel:
+		return d.startZtunnel(pod)
+	case kindApp:
+		return d.startApp(ctx, pod, podIP)
+	}
+	return nil
+}
+
+// Stop implements cluster.Runtime.
+func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
+	switch kindOf(pod) {
+	case kindCNI:
+		d.mu.Lock()
+		d.cniUp[pod.Spec.NodeName] = false
+		d.mu.Unlock()
+	case kindZtunnel:
+		d.mu.Lock()
+		p := d.standins[pod.UID]
+		d.mu.Unlock()
+		if p != nil {
+			p.terminate(ctx)
+			d.mu.Lock()
+			delete(d.standins, pod.UID)
+			d.mu.Unlock()
+		}
+	case kindApp:
+		d.stopApp(ctx, pod.UID)
+	}
+}
+
+// startZtunnel starts the node's new stand-in and hands it every ambient pod
+// already on the node, as istio-cni does when ztunnel connects.
+func (d *DataPlane) startZtunnel(pod *corev1.Pod) error {
+	d.mu.Lock()
+	if _, ok := d.standins[pod.UID]; ok {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	var env []string
+	tag := ""
+	for _, c := range pod.Spec.Containers {
+		if i := strings.LastIndex(c.Image, ":"); i >= 0 {
+			tag = c.Image[i+1:]
+		}
+		for _, e := range c.Env {
+			if e.Name == graceEnv && e.Value != "" {
+				env = append(env, graceEnv+"="+e.Value)
+			}
+		}
+	}
+	env = append(env, tagEnv+"="+tag)
+	p, err := startStandin(d.cfg.StandinArgv, env, d.cfg.StandinLog, pod.Spec.NodeName, pod.Namespace+"/"+pod.Name)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.standins[pod.UID] = p
+	var netns []string
+	for uid := range d.byNode[pod.Spec.NodeName] {
+		if sb := d.pods[uid]; sb.ambient {
+			netns = append(netns, sb.netns)
+		}
+	}
+	d.mu.Unlock()
+	for _, ns := range netns {
+		if err := p.command("add", ns); err != nil {
+			d.log.Warn("ztunnel stand-in could not listen in a pod", zap.String("netns", ns), zap.Error(err))
+		}
+	}
+	d.log.Debug("ztunnel stand-in started", zap.String("pod", p.pod), zap.String("node", p.node), zap.String("tag", tag))
+	return nil
+}
+
+// activeStandins are the node's stand-ins that are not draining.
+func (d *DataPlane) activeStandins(node string) []*standinProc {
+	var out []*standinProc
+	for _, p := range d.standins {
+		if p.node == node && !p.isTerminating() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (d *DataPlane) isAmbient(ctx context.Context, ns string) (bool, error) {
+	d.mu.Lock()
+	client := d.client
+	amb, known := d.ambientNS[ns]
+	d.mu.Unlock()
+	if known {
+		return amb, nil
+	}
+	if client == nil {
+		return false, errors.New("data plane not attached to the API yet")
+	}
+	n, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", ns, err)
+	}
+	amb = n.Labels["istio.io/dataplane-mode"] == "ambient"
+	d.mu.Lock()
+	d.ambientNS[ns] = amb
+	d.mu.Unlock()
+	return amb, nil
+}
+
+// startApp builds the pod's sandbox. Like a real node with istio-cni, it
+// refuses (the pod stays in ContainerCreating) while the node's istio-cni is
+// down, or, for an ambient pod, while no ztunnel serves the node.
+func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string) error {
+	node := pod.Spec.NodeName
+	ambient, err := d.isAmbient(ctx, pod.Namespace)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if _, ok := d.pods[pod.UID]; ok {
+		d.mu.Unlock()
+		return nil
+	}
+	if !d.cniUp[node] {
+		d.mu.Unlock()
+		return fmt.Errorf("istio-cni is not running on node %s", node)
+	}
+	zts := d.activeStandins(node)
+	if ambient && len(zts) == 0 {
+		d.mu.Unlock()
+		return fmt.Errorf("no ztunnel serves node %s", node)
+	}
+	d.next++
+	sb := &podSandbox{key: pod.Namespace + "/" + pod.Name, node: node, ip: podIP, ambient: ambient,
+		netns: fmt.Sprintf("%s-p%d", d.prefix, d.next), leg: fmt.Sprintf("v%d", d.next)}
+	d.mu.Unlock()
+	if err := d.buildSandbox(sb, zts); err != nil {
+		d.teardown(sb)
+		return err
+	}
+	d.mu.Lock()
+	d.pods[pod.UID] = sb
+	if d.byNode[node] == nil {
+		d.byNode[node] = map[types.UID]bool{}
+	}
+	d.byNode[node][pod.UID] = true
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
+	if err := addNetns(sb.netns); err != nil {
+		return err
+	}
+	if err := d.fab.attach(sb.netns, sb.leg, sb.ip); err != nil {
+		return err
+	}
+	if sb.ambient {
+		if err := installRedirect(sb.netns); err != nil {
+			return err
+		}
+		for _, p := range zts {
+			if err := p.command("add", sb.netns); err != nil {
+				return err
+			}
+		}
+	}
+	a, err := startApp(sb.netns, sb.ip, sb.ambient, d.cfg.Traffic, d.pickTarget)
+	if err != nil {
+		return err
+	}
+	sb.app = a
+	return nil
+}
+
+func (d *DataPlane) teardown(sb *podSandbox) {
+	d.mu.Lock()
+	var zts []*standinProc
+	for _, p := range d.standins {
+		if p.node == sb.node {
+			zts = append(zts, p)
+		}
+	}
+	d.mu.Unlock()
+	for _, p := range zts {
+		_ = p.command("del", sb.netns)
+	}
+	_ = d.fab.detach(sb.leg)
+	if err := delNetns(sb.netns); err != nil {
+		d.log.Warn("removing pod namespace", zap.String("netns", sb.netns), zap.Error(err))
+	}
+}
+
+func (d *DataPlane) stopApp(ctx context.Context, uid types.UID) {
+	d.mu.Lock()
+	sb := d.pods[uid]
+	d.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	sb.app.stop(ctx)
+	d.teardown(sb)
+	d.mu.Lock()
+	delete(d.pods, uid)
+	delete(d.byNode[sb.node], uid)
+	d.gone[sb.key] = d.gone[sb.key].Add(sb.app.truth.load())
+	d.mu.Unlock()
+}
+
+// pickTarget returns the IP of a random ambient app pod other than self.
+func (d *DataPlane) pickTarget(self string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ips []string
+	for _, sb := range d.pods {
+		if sb.ambient && sb.ip != self {
+			ips = append(ips, sb.ip)
+		}
+	}
+	if len(ips) == 0 {
+		return ""
+	}
+	return ips[rand.IntN(len(ips))]
+}
+
+// Truth returns every app pod's ground truth so far, by namespace/name
+// (pods that stopped included), and the total.
+func (d *DataPlane) Truth() (map[string]Truth, Truth) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]Truth{}
+	var total Truth
+	for k, t := range d.gone {
+		out[k] = t
+	}
+	for _, sb := range d.pods {
+		if sb.app != nil {
+			out[sb.key] = out[sb.key].Add(sb.app.truth.load())
+		}
+	}
+	for _, t := range out {
+		total = total.Add(t)
+	}
+	return out, total
+}
+
+// Report is the total ground truth in one line.
+func (d *DataPlane) Report() string {
+	_, t := d.Truth()
+	return t.String()
+}
+
+// Close stops every app and stand-in and removes every namespace the data
+// plane created.
+func (d *DataPlane) Close() error {
+	d.mu.Lock()
+	pods := make([]*podSandbox, 0, len(d.pods))
+	for _, sb := range d.pods {
+		pods = append(pods, sb)
+	}
+	procs := make([]*standinProc, 0, len(d.standins))
+	for _, p := range d.standins {
+		procs = append(procs, p)
+	}
+	d.pods, d.standins = map[types.UID]*podSandbox{}, map[types.UID]*standinProc{}
+	d.mu.Unlock()
+	for _, sb := range pods {
+		if sb.app != nil {
+			sb.app.cancel()
+			sb.app.ln.Close()
+		}
+	}
+	for _, p := range procs {
+		p.kill()
+	}
+	var errs []error
+	for _, ns := range listNetns(d.prefix) {
+		if err := delNetns(ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,254 @@
+package dataplane
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// StandinEnv, set to 1, tells a process started by the data plane to run as
+// the ztunnel stand-in (see RunStandin).
+const StandinEnv = "NODEWISE_ZTUNNEL_STANDIN"
+
+// Environment the stand-in reads: the grace period, as ztunnel's chart passes
+// it, and the image tag that selects its behaviour profile.
+const (
+	graceEnv = "TERMINATION_GRACE_PERIOD_SECONDS"
+	tagEnv   = "NODEWISE_ZTUNNEL_TAG"
+)
+
+// DrainDeadline is how long ztunnel keeps established connections after
+// SIGTERM: the grace period minus 5 s when it is over 10 s, minus 1 s
+// otherwise, and 5 s when the grace period is unknown.
+func DrainDeadline(grace time.Duration, known bool) time.Duration {
+	switch {
+	case !known:
+		return 5 * time.Second
+	case grace > 10*time.Second:
+		return grace - 5*time.Second
+	default:
+		return max(grace-time.Second, 0)
+	}
+}
+
+// Profile is a build's behaviour, chosen by its image tag.
+type Profile struct {
+	// Latency is added before each proxied connection is opened (-slow).
+	Latency time.Duration
+	// ResetShare of accepted connections are reset at once (-rst).
+	ResetShare float64
+}
+
+// ProfileFor returns the behaviour of an image tag: a tag ending in -slow
+// adds 50 ms per connection; one ending in -rst resets a quarter of them.
+func ProfileFor(tag string) Profile {
+	switch {
+	case strings.HasSuffix(tag, "-slow"):
+		return Profile{Latency: 50 * time.Millisecond}
+	case strings.HasSuffix(tag, "-rst"):
+		return Profile{ResetShare: 0.25}
+	}
+	return Profile{}
+}
+
+// RunStandin runs the ztunnel stand-in until it has drained after SIGTERM or
+// its parent goes away (stdin closes). The parent drives it over stdin with
+// "add <netns>" and "del <netns>" lines and reads "ok <netns>" or
+// "err <netns> <message>" back on stdout.
+func RunStandin() error {
+	grace, err := strconv.Atoi(os.Getenv(graceEnv))
+	deadline := DrainDeadline(time.Duration(grace)*time.Second, err == nil)
+	s := &standin{profile: ProfileFor(os.Getenv(tagEnv)), listeners: map[string][]net.Listener{}, relays: map[*relay]bool{}, idle: make(chan struct{}, 1)}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	gone := make(chan struct{})
+	go func() {
+		s.serveControl(os.Stdin, os.Stdout)
+		close(gone)
+	}()
+	fmt.Println("ready")
+	select {
+	case <-gone:
+		return nil
+	case <-term:
+	}
+	s.drain(deadline, gone)
+	return nil
+}
+
+type standin struct {
+	profile Profile
+
+	mu        sync.Mutex
+	draining  bool
+	listeners map[string][]net.Listener
+	relays    map[*relay]bool
+	idle      chan struct{} // poked when the last relay ends
+}
+
+func (s *standin) serveControl(in io.Reader, out io.Writer) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		verb, ns, _ := strings.Cut(sc.Text(), " ")
+		var err error
+		switch verb {
+		case "add":
+			err = s.add(ns)
+		case "del":
+			s.del(ns)
+		default:
+			err = fmt.Errorf("unknown command %q", verb)
+		}
+		if err != nil {
+			fmt.Fprintf(out, "err %s %v\n", ns, err)
+			continue
+		}
+		fmt.Fprintf(out, "ok %s\n", ns)
+	}
+}
+
+// add opens the outbound and inbound listeners inside a pod's namespace.
+func (s *standin) add(ns string) error {
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		return fmt.Errorf("draining")
+	}
+	var ls []net.Listener
+	for _, port := range []int{OutboundPort, InboundPort} {
+		l, err := listenIn(ns, port)
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return err
+		}
+		ls = append(ls, l)
+		go s.accept(ns, l)
+	}
+	s.mu.Lock()
+	s.listeners[ns] = append(s.listeners[ns], ls...)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *standin) del(ns string) {
+	s.mu.Lock()
+	ls := s.listeners[ns]
+	delete(s.listeners, ns)
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+func (s *standin) accept(ns string, l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go s.proxy(ns, c.(*net.TCPConn))
+	}
+}
+
+// proxy relays one redirected connection to where it was headed, dialled
+// from the same pod namespace with the ztunnel mark.
+func (s *standin) proxy(ns string, down *net.TCPConn) {
+	if s.profile.ResetShare > 0 && rand.Float64() < s.profile.ResetShare {
+		resetConn(down)
+		return
+	}
+	dst, err := originalDst(down)
+	if err != nil {
+		resetConn(down)
+		return
+	}
+	time.Sleep(s.profile.Latency)
+	up, err := dialIn(ns, dst)
+	if err != nil {
+		resetConn(down)
+		return
+	}
+	r := &relay{down: down, up: up}
+	s.mu.Lock()
+	s.relays[r] = true
+	s.mu.Unlock()
+	r.run()
+	s.mu.Lock()
+	delete(s.relays, r)
+	last := s.draining && len(s.relays) == 0
+	s.mu.Unlock()
+	if last {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drain closes every listener, keeps established connections until the
+// deadline (or until none is left), then resets the rest.
+func (s *standin) drain(deadline time.Duration, gone <-chan struct{}) {
+	s.mu.Lock()
+	s.draining = true
+	for ns, ls := range s.listeners {
+		for _, l := range ls {
+			l.Close()
+		}
+		delete(s.listeners, ns)
+	}
+	left := len(s.relays)
+	s.mu.Unlock()
+	if left > 0 {
+		select {
+		case <-s.idle:
+		case <-gone:
+		case <-time.After(deadline):
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r := range s.relays {
+		r.reset()
+	}
+}
+
+// relay copies bytes both ways. A FIN is passed on as a FIN; a reset or
+// error on either side resets both.
+type relay struct {
+	down, up *net.TCPConn
+}
+
+func (r *relay) run() {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	half := func(dst, src *net.TCPConn) {
+		defer wg.Done()
+		if _, err := io.Copy(dst, src); err != nil {
+			r.reset()
+			return
+		}
+		_ = dst.CloseWrite()
+	}
+	go half(r.up, r.down)
+	go half(r.down, r.up)
+	wg.Wait()
+	r.down.Close()
+	r.up.Close()
+}
+
+func (r *relay) reset() {
+	resetConn(r.down)
+	resetConn(r.up)
+}
