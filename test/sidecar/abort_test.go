@@ -121,13 +121,16 @@ func TestAbortMidWave(t *testing.T) {
 // TestGates: a wave is judged by the external gate only once its pods are
 // Ready on the new version; Inconclusive holds the wave (fail closed), Fail
 // halts the migration with the gate's reason, and the next wave never starts.
-// The controller runs with deploy/'s RBAC only.
+// The controller runs with deploy/'s RBAC only; a DaemonSet is restarted too;
+// the halted migration is then aborted.
 func TestGates(t *testing.T) {
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx := e.ctx
-	e.namespace("g-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2})
+	// g-1 also runs a DaemonSet (3 nodes): restarted through the split-out RBAC role.
+	e.namespace("g-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2}, app{name: "agent", ds: true})
 	e.namespace("g-2", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "2"}, app{name: "web", replicas: 2})
-	e.allOn(2*time.Minute, "1.27.3", 2, "g-1", "g-2")
+	e.allOn(2*time.Minute, "1.27.3", 5, "g-1")
+	e.allOn(2*time.Minute, "1.27.3", 2, "g-2")
 
 	var mu sync.Mutex
 	outcome := health.Inconclusive
@@ -183,9 +186,25 @@ func TestGates(t *testing.T) {
 		t.Fatalf("g-2 moved after a failed gate: %v", tags)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(judged) < 2 || judged[0] != "tier-1" {
 		t.Fatalf("gate calls %v", judged)
+	}
+	mu.Unlock()
+	d, err := e.c.Client.AppsV1().DaemonSets("g-1").Get(ctx, "agent", metav1.GetOptions{})
+	if err != nil || d.Spec.Template.Annotations[migration.AnnotationRestartedAt] != rm.Status.Namespaces[0].RestartedAt {
+		t.Fatalf("DaemonSet g-1/agent not restarted with the recorded stamp: %v", err)
+	}
+
+	// A halted migration can still be aborted: g-1 goes back to 1-27.
+	rm.Spec.Abort = true
+	if _, err := e.mc.Update(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	rm = e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationAborted)
+	e.allOn(time.Minute, "1.27.3", 5, "g-1")
+	e.allOn(time.Minute, "1.27.3", 2, "g-2")
+	if rm.Status.Namespaces[0].Generation != 2 || rm.Status.Namespaces[1].Generation != 0 {
+		t.Fatalf("after abort: %+v", rm.Status.Namespaces)
 	}
 }
 

@@ -124,6 +124,7 @@ type app struct {
 	name     string
 	replicas int32
 	sts      bool
+	ds       bool // a DaemonSet (one pod per node, no PDB)
 }
 
 // namespace creates a namespace with labels, apps and a maxUnavailable=1 PDB per app.
@@ -144,6 +145,15 @@ func (e *env) namespace(name string, labels map[string]string, apps ...app) {
 		}
 		r := a.replicas
 		var err error
+		if a.ds {
+			if _, err := cs.AppsV1().DaemonSets(name).Create(ctx, &appsv1.DaemonSet{
+				ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: name},
+				Spec:       appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: l}, Template: tmpl},
+			}, metav1.CreateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			continue
+		}
 		if a.sts {
 			_, err = cs.AppsV1().StatefulSets(name).Create(ctx, &appsv1.StatefulSet{
 				ObjectMeta: metav1.ObjectMeta{Name: a.name, Namespace: name},
