@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
@@ -58,6 +59,9 @@ type Config struct {
 	Interval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Events, when set, gets an Event on the RevisionMigration at every phase
+	// change (its scheme must include v1alpha1). Status carries the same reasons.
+	Events record.EventRecorder
 }
 
 // Controller reconciles RevisionMigrations.

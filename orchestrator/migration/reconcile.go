@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -56,8 +57,20 @@ func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigra
 
 func (c *Controller) setPhase(ctx context.Context, rm *v1alpha1.RevisionMigration, p v1alpha1.MigrationPhase, reason string) error {
 	c.cfg.Log.Info("migration phase", zap.String("migration", rm.Name), zap.String("phase", string(p)), zap.String("reason", reason))
+	changed := rm.Status.Phase != p
 	rm.Status.Phase, rm.Status.Reason = p, reason
-	return c.writeStatus(ctx, rm)
+	if err := c.writeStatus(ctx, rm); err != nil {
+		return err
+	}
+	if c.cfg.Events != nil && changed {
+		typ := corev1.EventTypeNormal
+		switch p {
+		case v1alpha1.MigrationHalted, v1alpha1.MigrationRefused, v1alpha1.MigrationAborting:
+			typ = corev1.EventTypeWarning
+		}
+		c.cfg.Events.Event(rm, typ, string(p), reason)
+	}
+	return nil
 }
 
 func (c *Controller) refuse(ctx context.Context, rm *v1alpha1.RevisionMigration, reason string) error {

@@ -128,3 +128,40 @@ func TestRemovalBlockers(t *testing.T) {
 		t.Fatalf("unused revision blocked by %q", b)
 	}
 }
+
+// When the revision has an istiod Service, the tag gets istioctl's tag
+// Service, and moving the tag moves it (else istioctl would list the tag twice).
+func TestSetKeepsTagServiceInStep(t *testing.T) {
+	ctx := context.Background()
+	svc := func(rev string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "istiod-" + rev, Labels: map[string]string{LabelRev: rev, "app": "istiod", "operator.istio.io/component": "Pilot"}},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "grpc-xds", Port: 15010}}},
+		}
+	}
+	c := fake.NewSimpleClientset(injector("1-27", "u"), injector("1-28", "u"), svc("1-27"), svc("1-28"))
+	if err := Set(ctx, c, SetOptions{Tag: "prod", Revision: "1-27"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.CoreV1().Services("istio-system").Get(ctx, ServicePrefix+"prod", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[LabelTag] != "prod" || got.Labels[LabelRev] != "1-27" || got.Spec.Selector[LabelRev] != "1-27" || len(got.Spec.Ports) != 1 {
+		t.Fatalf("tag service %+v", got)
+	}
+	if _, ok := got.Labels["operator.istio.io/component"]; ok {
+		t.Fatal("installer label copied onto the tag service")
+	}
+	if err := Set(ctx, c, SetOptions{Tag: "prod", Revision: "1-28", Overwrite: true}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = c.CoreV1().Services("istio-system").Get(ctx, ServicePrefix+"prod", metav1.GetOptions{})
+	if got.Labels[LabelRev] != "1-28" || got.Spec.Selector[LabelRev] != "1-28" {
+		t.Fatalf("tag service not moved: %+v", got)
+	}
+	tags, _ := List(ctx, c, "istio-system")
+	if len(tags) != 1 || tags[0].Revision != "1-28" {
+		t.Fatalf("list after move: %+v", tags)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
@@ -35,11 +36,13 @@ func repoRoot() string {
 }
 
 type env struct {
-	t   *testing.T
-	ctx context.Context
-	c   *cluster.Cluster
-	inj *injector.Server
-	mc  migration.Client
+	// events records the Events of the last controller started.
+	events *record.FakeRecorder
+	t      *testing.T
+	ctx    context.Context
+	c      *cluster.Cluster
+	inj    *injector.Server
+	mc     migration.Client
 }
 
 // start boots a cluster, registers the test injector for every version and
@@ -249,9 +252,11 @@ func (e *env) controllerAs(gate migration.Gate, cfg *rest.Config) (stop func()) 
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.events = record.NewFakeRecorder(1000)
 	ctrl, err := migration.New(migration.Config{
 		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
 		Registry: prometheus.NewRegistry(), Gate: gate, Interval: 200 * time.Millisecond,
+		Events: e.events,
 	})
 	if err != nil {
 		e.t.Fatal(err)

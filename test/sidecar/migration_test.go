@@ -46,7 +46,7 @@ func TestMigrationWavesCrashAndResume(t *testing.T) {
 		}
 		e.allOn(3*time.Minute, "1.27.3", want, ns)
 	}
-	rec := record(t, ctx, cs, "app-", floor)
+	rec := watchPods(t, ctx, cs, "app-", floor)
 
 	before := podUIDs(t, ctx, cs, "app-")
 	kill := e.controllerProcess("controller-1")

@@ -42,7 +42,7 @@ func podUIDs(t *testing.T, ctx context.Context, cs kubernetes.Interface, prefix 
 	return out
 }
 
-func record(t *testing.T, ctx context.Context, cs kubernetes.Interface, prefix string, floor map[string]int) *recorder {
+func watchPods(t *testing.T, ctx context.Context, cs kubernetes.Interface, prefix string, floor map[string]int) *recorder {
 	r := &recorder{created: map[string]time.Time{}, ready: map[string]map[string]bool{}, minReady: map[string]int{}, floor: floor}
 	w, err := cs.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{})
 	if err != nil {

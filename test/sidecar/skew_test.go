@@ -152,4 +152,15 @@ func TestBadInput(t *testing.T) {
 	if !strings.Contains(rm.Status.Reason, `unknown revision "1-99"`) || !strings.Contains(rm.Status.Reason, "1-27, 1-28") {
 		t.Fatalf("refusal %q", rm.Status.Reason)
 	}
+	// The refusal is also an Event (Warning) with the same reason.
+	for {
+		select {
+		case ev := <-e.events.Events:
+			if strings.HasPrefix(ev, "Warning Refused") && strings.Contains(ev, `unknown revision "1-99"`) {
+				return
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no Warning Refused event for the unknown revision")
+		}
+	}
 }
