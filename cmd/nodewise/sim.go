@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/nodewise/nodewise/test/cluster"
 )
 
 // newSimCmd groups the commands that run the built-in simulated cluster.
@@ -28,4 +30,12 @@ func requireStateDir(dir string) error {
 		return fmt.Errorf("--state-dir must not be empty")
 	}
 	return nil
+}
+
+// attachSim connects to the cluster `sim up` left running in dir.
+func attachSim(dir string) (*cluster.Cluster, error) {
+	if err := requireStateDir(dir); err != nil {
+		return nil, err
+	}
+	return cluster.Attach(dir)
 }

@@ -16,10 +16,7 @@ func newSimInstallIstioCmd() *cobra.Command {
 		Short: "Install (or, run again, upgrade) Istio fixtures shaped like the real charts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireStateDir(dir); err != nil {
-				return err
-			}
-			c, err := cluster.Attach(dir)
+			c, err := attachSim(dir)
 			if err != nil {
 				return err
 			}

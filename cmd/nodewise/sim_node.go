@@ -20,7 +20,7 @@ func newSimNodeReadyCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("second argument must be true or false, got %q", args[1])
 			}
-			c, err := cluster.Attach(dir)
+			c, err := attachSim(dir)
 			if err != nil {
 				return err
 			}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/nodewise/nodewise/test/cluster"
 )
 
 func newSimStatusCmd() *cobra.Command {
@@ -15,10 +13,7 @@ func newSimStatusCmd() *cobra.Command {
 		Short: "Report the simulated cluster's processes, nodes and pods",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := requireStateDir(dir); err != nil {
-				return err
-			}
-			c, err := cluster.Attach(dir)
+			c, err := attachSim(dir)
 			if err != nil {
 				return err
 			}

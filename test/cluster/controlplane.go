@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -180,33 +181,39 @@ func (s *state) apiserverArgv(b binaries) []string {
 func (s *state) controllerManagerArgv(b binaries) []string {
 	pk := pki{dir: filepath.Join(s.Dir, "pki")}
 	kc := filepath.Join(s.Dir, "controller-manager.kubeconfig")
-	ctrls := ""
-	for i, c := range controllers {
-		if i > 0 {
-			ctrls += ","
-		}
-		ctrls += c
-	}
-	return []string{b.ControllerManager,
-		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(s.Ports.ControllerManager),
-		"--leader-elect=false",
+	return flatten([]string{b.ControllerManager}, kubeconfigFlags(kc), servingFlags(s.Ports.ControllerManager), []string{
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + pk.path("sa.key"),
 		"--root-ca-file=" + pk.path("ca.crt"),
-		"--controllers=" + ctrls,
+		"--controllers=" + strings.Join(controllers, ","),
 		"--concurrent-daemonset-syncs=5",
 		"--profiling=false", "--v=1",
-	}
+	})
 }
 
 func (s *state) schedulerArgv(b binaries) []string {
 	kc := filepath.Join(s.Dir, "scheduler.kubeconfig")
-	return []string{b.Scheduler,
-		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(s.Ports.Scheduler),
-		"--leader-elect=false", "--profiling=false", "--v=1",
+	return flatten([]string{b.Scheduler}, kubeconfigFlags(kc), servingFlags(s.Ports.Scheduler),
+		[]string{"--profiling=false", "--v=1"})
+}
+
+// kubeconfigFlags point a component's client, authentication and
+// authorization at one kubeconfig.
+func kubeconfigFlags(kc string) []string {
+	return []string{"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc}
+}
+
+// servingFlags serve a single (non-leader-electing) component's health on loopback.
+func servingFlags(port int) []string {
+	return []string{"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--leader-elect=false"}
+}
+
+func flatten(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
 	}
+	return out
 }
 
 // writeKubeconfig writes a kubeconfig for user that trusts the cluster CA.
