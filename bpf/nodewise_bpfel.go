@@ -61,6 +61,7 @@ const (
 	NodewiseMapEstablishedOverflow = "established_overflow"
 	NodewiseMapEstablishedSocks    = "established_socks"
 	NodewiseMapHistograms          = "histograms"
+	NodewiseMapLastOwner           = "last_owner"
 	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
@@ -130,6 +131,7 @@ type NodewiseMapSpecs struct {
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
 	EstablishedSocks    *ebpf.MapSpec `ebpf:"established_socks"`
 	Histograms          *ebpf.MapSpec `ebpf:"histograms"`
+	LastOwner           *ebpf.MapSpec `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 }
 
@@ -169,6 +171,7 @@ type NodewiseMaps struct {
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
 	EstablishedSocks    *ebpf.Map `ebpf:"established_socks"`
 	Histograms          *ebpf.Map `ebpf:"histograms"`
+	LastOwner           *ebpf.Map `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 }
 
@@ -179,6 +182,7 @@ func (m *NodewiseMaps) Close() error {
 		m.EstablishedOverflow,
 		m.EstablishedSocks,
 		m.Histograms,
+		m.LastOwner,
 		m.NetnsOwners,
 	)
 }

@@ -131,6 +131,15 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
+// The last owner each CPU recorded: a repeat (the common case: one app
+// opening connection after connection) skips the hash.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct netns_owner);
+} last_owner SEC(".maps");
+
 static __always_inline int is_ztunnel_port(__u16 port)
 {
 	return port == 15001 || port == 15006 || port == 15008;
@@ -303,6 +312,12 @@ static __always_inline void note_owner(__u32 netns, __u32 side)
 		return;
 	key.netns = netns;
 	key.cgroup = bpf_get_current_cgroup_id();
+	__u32 zero = 0;
+	struct netns_owner *last = bpf_map_lookup_elem(&last_owner, &zero);
+	if (last && last->netns == key.netns && last->cgroup == key.cgroup)
+		return;
+	if (last)
+		*last = key;
 	if (bpf_map_lookup_elem(&netns_owners, &key))
 		return;
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);

@@ -16,12 +16,14 @@ import (
 // truth the agent's counts are checked against.
 type Observed struct {
 	// Resets counts connections that ended because a reset arrived:
-	// ECONNRESET or EPIPE on a read or write, or ECONNREFUSED on connect
-	// (a reset answering the SYN).
+	// ECONNRESET or EPIPE on a read or write, ECONNREFUSED on connect (a
+	// reset answering the SYN), or ECONNRESET on connect (the handshake
+	// completed and a reset followed before connect() returned).
 	Resets int64
 	// Refused is the ECONNREFUSED part of Resets.
 	Refused int64
-	// Connects counts connects that succeeded.
+	// Connects counts connects whose handshake completed (including the
+	// ones reset before connect() returned).
 	Connects int64
 	// EOFs counts connections the server closed cleanly (no reset).
 	EOFs int64
@@ -46,12 +48,18 @@ func isReset(err error) bool {
 
 // classifyDial records a failed connect.
 func (c *counters) classifyDial(err error) {
-	if errors.Is(err, syscall.ECONNREFUSED) {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
 		c.resets.Add(1)
 		c.refused.Add(1)
-		return
+	case isReset(err):
+		// The handshake completed, then a reset arrived before connect()
+		// reported back: an established connection that was reset.
+		c.connects.Add(1)
+		c.resets.Add(1)
+	default:
+		c.other.Add(1)
 	}
-	c.other.Add(1)
 }
 
 // classifyEnd records how an open connection ended after err from a read or
