@@ -112,6 +112,16 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	if _, err := revtag.RevisionWebhook(ctx, c.cfg.Kube, spec.To); err != nil {
 		return c.refuse(ctx, rm, err.Error())
 	}
+	for _, r := range inv.Revisions {
+		if r.Name == spec.To && !r.Ready {
+			// Not a refusal: the install may still be rolling out. Nothing moves until it is Ready.
+			reason := fmt.Sprintf("waiting for istiod of revision %s to have a Ready replica", spec.To)
+			if rm.Status.Phase == v1alpha1.MigrationPending && rm.Status.Reason == reason {
+				return nil
+			}
+			return c.setPhase(ctx, rm, v1alpha1.MigrationPending, reason)
+		}
+	}
 
 	nsList, err := c.cfg.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: LabelRev})
 	if err != nil {
@@ -127,7 +137,9 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		rev := ns.Labels[LabelRev]
 		// The control plane's own namespace is never restarted: its DaemonSets
 		// are the ambient data plane, which NodeRollout moves node by node.
-		if rev == spec.Tag || inv.Resolve(rev) != spec.From || ns.Name == istioNS {
+		// Ambient namespaces have no sidecars to move (their istio.io/rev
+		// selects waypoints): NodeRollout moves their data plane.
+		if rev == spec.Tag || inv.Resolve(rev) != spec.From || ns.Name == istioNS || ns.Labels[inventory.LabelDataplaneMode] == string(inventory.ModeAmbient) {
 			continue
 		}
 		cands = append(cands, Candidate{Name: ns.Name, Labels: ns.Labels})
@@ -180,27 +192,21 @@ type target struct {
 	version skew.Version
 }
 
-func (c *Controller) targets(ctx context.Context, spec v1alpha1.RevisionMigrationSpec) (fwd, back target, err error) {
+// target observes where a revision's proxies are headed: its istiod version.
+func (c *Controller) target(ctx context.Context, rev string) (target, error) {
 	inv, err := inventory.Observe(ctx, c.cfg.Kube, c.cfg.Inventory)
 	if err != nil {
-		return fwd, back, err
+		return target{}, err
 	}
-	get := func(rev string) (skew.Version, error) {
-		s, ok := inv.RevisionVersion(rev)
-		if !ok {
-			return skew.Version{}, fmt.Errorf("revision %s is no longer installed", rev)
-		}
-		return skew.ParseVersion(s)
+	s, ok := inv.RevisionVersion(rev)
+	if !ok {
+		return target{}, fmt.Errorf("revision %s is no longer installed", rev)
 	}
-	toV, err := get(spec.To)
+	v, err := skew.ParseVersion(s)
 	if err != nil {
-		return fwd, back, err
+		return target{}, fmt.Errorf("revision %s: %w", rev, err)
 	}
-	fromV, err := get(spec.From)
-	if err != nil {
-		return fwd, back, err
-	}
-	return target{rev: spec.To, version: toV}, target{rev: spec.From, version: fromV}, nil
+	return target{rev: rev, version: v}, nil
 }
 
 // progress drives the current wave: retag, stamp, restart, wait, gate.
@@ -209,7 +215,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	if int(st.CurrentWave) >= len(st.Waves) {
 		return c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 	}
-	to, _, err := c.targets(ctx, spec)
+	to, err := c.target(ctx, spec.To)
 	if err != nil {
 		return err
 	}
@@ -282,7 +288,8 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 // moved are left alone.
 func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec) error {
 	st := &rm.Status
-	_, back, err := c.targets(ctx, spec)
+	// Only From is needed to go back: an abort works even if To is gone.
+	back, err := c.target(ctx, spec.From)
 	if err != nil {
 		return err
 	}

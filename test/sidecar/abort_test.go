@@ -129,6 +129,8 @@ func TestGates(t *testing.T) {
 	// g-1 also runs a DaemonSet (3 nodes): restarted through the split-out RBAC role.
 	e.namespace("g-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2}, app{name: "agent", ds: true})
 	e.namespace("g-2", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "2"}, app{name: "web", replicas: 2})
+	// An ambient namespace whose istio.io/rev picks its waypoint revision has no sidecars to move.
+	e.namespace("g-amb", map[string]string{"istio.io/rev": "1-27", "istio.io/dataplane-mode": "ambient", v1alpha1.DefaultTierLabel: "1"})
 	e.allOn(2*time.Minute, "1.27.3", 5, "g-1")
 	e.allOn(2*time.Minute, "1.27.3", 2, "g-2")
 
@@ -168,6 +170,9 @@ func TestGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	rm := e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationGating)
+	if len(rm.Status.Namespaces) != 2 || rm.Status.Namespaces[0].Name != "g-1" || rm.Status.Namespaces[1].Name != "g-2" {
+		t.Fatalf("migration scope %+v, want g-1 and g-2 (not the ambient namespace)", rm.Status.Namespaces)
+	}
 	if !strings.Contains(rm.Status.Reason, "held by its gate") {
 		t.Fatalf("gating reason %q", rm.Status.Reason)
 	}
