@@ -69,8 +69,12 @@ const struct sock_counters *unused_sock_counters __attribute__((unused));
 const struct hist_key *unused_hist_key __attribute__((unused));
 const struct conn_start *unused_established __attribute__((unused));
 
+// The per-CPU hashes are allocated on demand (BPF_F_NO_PREALLOC): a key
+// is inserted once per namespace and side, and preallocating per-CPU values
+// for every possible key would cost tens of MiB on a many-core node.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
 	__type(key, struct counter_key);
 	__type(value, struct sock_counters);
@@ -78,6 +82,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, struct hist_key);
 	__type(value, __u64);
@@ -98,7 +103,7 @@ struct {
 // from it at snapshot time.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 131072);
 	__type(key, __u64);
 	__type(value, struct conn_start);
 } established_socks SEC(".maps");
@@ -126,7 +131,7 @@ const struct netns_owner *unused_netns_owner __attribute__((unused));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct netns_owner);
 	__type(value, __u8);
 } netns_owners SEC(".maps");
