@@ -185,11 +185,19 @@ func Holm(p []float64) []float64 {
 }
 
 // Quantile returns the q-quantile (0 < q < 1) of a log2 histogram in
-// microseconds. Inside the bucket it falls in it interpolates geometrically
-// (uniformly in log space, which suits latencies: they are close to lognormal),
-// except in bucket 0, [0, 2) µs, where it interpolates linearly. Linear
-// interpolation in a bucket that spans a factor of two flattens ratios: a true
-// +50% p99 read as +20%. It returns 0 for an empty histogram.
+// microseconds. It returns 0 for an empty histogram.
+//
+// Inside the bucket the quantile falls in, it interpolates the log of the tail
+// beyond it linearly in log x: the survival function S for q ≥ ½, the CDF for
+// q < ½. Between S(lo) and S(hi) at the bucket's edges,
+//
+//	x = lo · (hi/lo)^((ln S − ln S(lo)) / (ln S(hi) − ln S(lo)))
+//
+// This is exact for a power-law tail and close for lognormal ones. A uniform
+// spread inside a factor-of-two bucket, linear or geometric, flattens ratios:
+// a true +50% p99 read as +20%. Where the far edge's tail is empty (the last
+// occupied bucket), it falls back to geometric interpolation; bucket 0,
+// [0, 2) µs, is linear.
 func (h Log2Histogram) Quantile(q float64) float64 {
 	total := float64(h.Total())
 	if total == 0 {
@@ -204,16 +212,26 @@ func (h Log2Histogram) Quantile(q float64) float64 {
 		next := cum + float64(c)
 		if rank <= next {
 			lo, hi := bucketBounds(i)
-			f := (rank - cum) / float64(c)
+			f := (rank - cum) / float64(c) // share of the bucket below the quantile
 			if i == 0 {
 				return lo + (hi-lo)*f
+			}
+			// Tail masses beyond the edges and beyond the quantile, on the side
+			// of the distribution the quantile is in.
+			tLo, tHi, t := total-cum, total-next, total-rank
+			if q < 0.5 {
+				tLo, tHi, t = next, cum, rank // the CDF, read from the top edge down
+				lo, hi = hi, lo
+				f = 1 - f
+			}
+			if tHi > 0 && t > 0 && tLo > tHi {
+				return lo * math.Pow(hi/lo, math.Log(t/tLo)/math.Log(tHi/tLo))
 			}
 			return lo * math.Pow(hi/lo, f)
 		}
 		cum = next
 	}
-	lo, hi := bucketBounds(len(h.Buckets) - 1)
-	_ = lo
+	_, hi := bucketBounds(len(h.Buckets) - 1)
 	return hi
 }
 
@@ -247,4 +265,59 @@ func (h Log2Histogram) GeoMean() float64 {
 		return 0
 	}
 	return math.Exp2(sum / n)
+}
+
+// TailTest is a one-sided test that more of the after sample lies in the
+// baseline's upper tail: the fewest top buckets that hold at least tailShare
+// of the before sample (log2 buckets are coarse, so the region is usually
+// larger). It compares the two tail counts as rates per sample with the
+// conditional binomial test, and catches a slower tail (p99 up, median flat)
+// that a rank test of location barely sees.
+func TailTest(before, after Log2Histogram, tailShare float64) RateTest {
+	nb, na := before.Total(), after.Total()
+	if nb == 0 || na == 0 {
+		return RateTest{P: 1}
+	}
+	var above uint64
+	k := len(before.Buckets)
+	for i := len(before.Buckets) - 1; i >= 0 && float64(above) < tailShare*float64(nb); i-- {
+		above += before.Buckets[i]
+		k = i
+	}
+	if above == nb { // the "tail" is everything: no tail to compare
+		return RateTest{P: 1}
+	}
+	var aAbove uint64
+	for i := k; i < len(after.Buckets); i++ {
+		aAbove += after.Buckets[i]
+	}
+	return PoissonRateTest(above, float64(nb), aAbove, float64(na))
+}
+
+// LognormalP99 estimates the 99th percentile in microseconds from the mean and
+// variance of the samples' log2 bucket centres, as if they were lognormal, with
+// Sheppard's correction for the bucket width (variance − 1/12). Inside a
+// factor-of-two bucket an interpolated p99 barely moves when the tail grows; the
+// fitted one follows the spread of the whole sample. It returns 0 for fewer
+// than two samples.
+func (h Log2Histogram) LognormalP99() float64 {
+	var n, sum, sq float64
+	for i, c := range h.Buckets {
+		if c == 0 {
+			continue
+		}
+		x := 0.0
+		if i > 0 {
+			x = float64(i) + 0.5
+		}
+		n += float64(c)
+		sum += float64(c) * x
+		sq += float64(c) * x * x
+	}
+	if n < 2 {
+		return 0
+	}
+	mean := sum / n
+	v := math.Max(0, sq/n-mean*mean-1.0/12)
+	return math.Exp2(mean + 2.3263478740408408*math.Sqrt(v))
 }

@@ -108,6 +108,17 @@ func TestQuantile(t *testing.T) {
 	if q := h.Quantile(0.99); !near(q, 8*math.Pow(2, 0.98), 1e-12) {
 		t.Errorf("p99 = %g, want 8·2^0.98", q)
 	}
+	// Inside a bucket, the log of the tail beyond is linear in log x:
+	// S(2048) = 100, S(4096) = 10, S = 50 at 2048·2^(ln 0.5 / ln 0.1).
+	h = hist(map[int]uint64{10: 900, 11: 90, 12: 10})
+	if q := h.Quantile(0.95); !near(q, 2048*math.Pow(2, math.Log(0.5)/math.Log(0.1)), 1e-12) {
+		t.Errorf("p95 = %g, want 2523.6", q)
+	}
+	// Below the median the CDF plays that role: F(2048) = 10, F(4096) = 100, F = 50.
+	h = hist(map[int]uint64{10: 10, 11: 90, 12: 900})
+	if q := h.Quantile(0.05); !near(q, math.Exp2(11+math.Log(5)/math.Log(10)), 1e-12) {
+		t.Errorf("p5 = %g, want 3324.2", q)
+	}
 	if q := newHist().Quantile(0.5); q != 0 {
 		t.Errorf("empty p50 = %g", q)
 	}
