@@ -39,6 +39,10 @@ type executor struct {
 	// statusMu serialises status writes; current is the last NodeRollout the
 	// API returned to this process, by name.
 	statusMu sync.Mutex
+	// batchMu guards pending and flushing (group commit of status writes).
+	batchMu  sync.Mutex
+	pending  []statusReq
+	flushing bool
 	current  map[string]*v1alpha1.NodeRollout
 	rollouts map[string]*v1alpha1.NodeRollout
 }

@@ -92,9 +92,53 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 	return now, nil
 }
 
+// statusReq is one queued status mutation and where its result goes.
+type statusReq struct {
+	name string
+	f    func(*v1alpha1.NodeRolloutStatus)
+	done chan error
+}
+
 // mutateStatus applies f to the latest NodeRollout status this process knows
 // and writes it with its resourceVersion, re-reading and re-applying on 409.
+// It returns only once a write containing f succeeded (so a step is persisted
+// before it acts). Concurrent callers are group-committed: whoever finds no
+// write in progress writes every queued mutation at once.
 func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
+	r := statusReq{name: name, f: f, done: make(chan error, 1)}
+	e.batchMu.Lock()
+	e.pending = append(e.pending, r)
+	if e.flushing {
+		e.batchMu.Unlock()
+		return <-r.done
+	}
+	e.flushing = true
+	e.batchMu.Unlock()
+	for {
+		e.batchMu.Lock()
+		batch := e.pending
+		e.pending = nil
+		if len(batch) == 0 {
+			e.flushing = false
+			e.batchMu.Unlock()
+			break
+		}
+		e.batchMu.Unlock()
+		byName := map[string][]statusReq{}
+		for _, q := range batch {
+			byName[q.name] = append(byName[q.name], q)
+		}
+		for n, qs := range byName {
+			err := e.writeStatus(ctx, n, qs)
+			for _, q := range qs {
+				q.done <- err
+			}
+		}
+	}
+	return <-r.done
+}
+
+func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq) error {
 	e.statusMu.Lock()
 	defer e.statusMu.Unlock()
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
@@ -107,7 +151,10 @@ func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alph
 			cur = fresh
 		}
 		next := cur.DeepCopy()
-		f(&next.Status)
+		for _, q := range qs {
+			q.f(&next.Status)
+		}
+		next.Status.Counts = counts(next.Status.Nodes)
 		if equalStatus(cur.Status, next.Status) {
 			e.current[name] = cur
 			return nil

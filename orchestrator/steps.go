@@ -37,10 +37,12 @@ func (e *executor) preflight(ctx context.Context, p Policy, node string, since t
 // cordon records whether the node was already unschedulable (once, before
 // anything else) and cordons it, conditional on the resourceVersion it read.
 func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string) error {
+	attempt := 0
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		attempt++
+		n, err := e.readNode(ctx, node, attempt)
 		if err != nil {
-			return fmt.Errorf("reading node %s: %w", node, err)
+			return err
 		}
 		ann := map[string]*string{}
 		if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok {
@@ -57,13 +59,30 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 	})
 }
 
+// readNode reads a node from the cache on the first attempt and from the API
+// after a conflict; the write that follows is conditional on its resourceVersion,
+// so a stale cache costs a 409 and a retry, never a lost update.
+func (e *executor) readNode(ctx context.Context, node string, attempt int) (*corev1.Node, error) {
+	if attempt == 1 {
+		if n, err := e.nodes.Get(node); err == nil {
+			return n, nil
+		}
+	}
+	n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", node, err)
+	}
+	return n, nil
+}
+
 // uncordon makes the node schedulable again only if nodewise cordoned it;
 // a node that was already cordoned stays cordoned.
+// It reads the node from the API: a stale cache could hide nodewise's own cordon.
 func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string) error {
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n, err := e.readNode(ctx, node, 2)
 		if err != nil {
-			return fmt.Errorf("reading node %s: %w", node, err)
+			return err
 		}
 		clear := map[string]*string{AnnotationPriorUnschedulable: nil, AnnotationCordonedBy: nil}
 		if n.Annotations[AnnotationPriorUnschedulable] == "true" || n.Annotations[AnnotationCordonedBy] == "" {
@@ -182,6 +201,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
 		}
 	}
+	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
 	if m, ok := e.soakStart(nr, node); ok {
 		in.SoakStart = m
 	}

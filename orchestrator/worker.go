@@ -90,6 +90,9 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	}
 	for ; idx < len(seq); idx++ {
 		st := seq[idx]
+		if st != cur && noop(p, st) {
+			continue // nothing to act on, nothing to persist
+		}
 		if st != cur { // persist before acting
 			var err error
 			if since, err = e.persistStep(ctx, nr, node, st, ""); err != nil {
@@ -238,6 +241,11 @@ func (e *executor) swappedCleanup(p Policy) map[string]*string {
 		m[AnnotationSwappedPrefix+t.Name] = nil
 	}
 	return m
+}
+
+// noop steps do nothing under this policy: no drain, or a zero soak.
+func noop(p Policy, st v1alpha1.NodeState) bool {
+	return (st == v1alpha1.NodeDrain && p.Drain == v1alpha1.DrainNever) || (st == v1alpha1.NodeSoak && p.Soak == 0)
 }
 
 func indexOf(seq []v1alpha1.NodeState, s v1alpha1.NodeState) int {

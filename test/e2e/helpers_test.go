@@ -509,3 +509,5 @@ func dsOf(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+func writeFile(path, body string) error { return os.WriteFile(path, []byte(body), 0o644) }
