@@ -5,6 +5,7 @@
 package gatespec
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -147,4 +148,19 @@ func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, 
 		cfg.Queries = append(cfg.Queries, health.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th})
 	}
 	return health.NewPrometheusGate(cfg)
+}
+
+// Validate checks spec.gates the way the judge will read it, and asks the
+// Prometheus server (if any) to evaluate every query once, so `nodewise plan`
+// and `apply` reject a malformed PromQL query (errors.Is(err,
+// health.ErrBadQuery)) or an unreachable server before the rollout starts.
+func Validate(ctx context.Context, g v1alpha1.GatesSpec, log *zap.Logger) error {
+	if _, err := Config(g); err != nil {
+		return err
+	}
+	prom, err := Prometheus(g, log)
+	if err != nil || prom == nil {
+		return err
+	}
+	return prom.Validate(ctx)
 }

@@ -2,6 +2,9 @@ package gatespec
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,4 +165,38 @@ func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschem
 		t.Fatal(err)
 	}
 	return &internal, s
+}
+
+// TestValidateAsksPrometheus: a server answering like Prometheus does to a
+// syntax error (400, errorType bad_data) makes Validate fail with ErrBadQuery;
+// the real server is exercised in health's TestPrometheusGateAgainstRealServer.
+func TestValidateAsksPrometheus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Count(r.URL.Query().Get("query"), "(") != strings.Count(r.URL.Query().Get("query"), ")") {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"invalid parameter \"query\": 1:9: parse error: unclosed left parenthesis"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
+	}))
+	defer srv.Close()
+	spec := func(q string) v1alpha1.GatesSpec {
+		return v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL, Queries: []v1alpha1.PrometheusQuery{
+			{Name: "ok", Query: "sum(up)", FailWhen: v1alpha1.FailBelow, Threshold: "1"},
+			{Name: "q", Query: q, FailWhen: v1alpha1.FailAbove, Threshold: "0.5"}}}}
+	}
+	ctx := context.Background()
+	if err := Validate(ctx, spec("rate(x[5m])"), nil); err != nil {
+		t.Fatalf("valid: %v", err)
+	}
+	err := Validate(ctx, spec("sum(rate(x[5m])"), nil)
+	if !errors.Is(err, health.ErrBadQuery) || !strings.Contains(err.Error(), "queries[q]") {
+		t.Fatalf("malformed: %v", err)
+	}
+	if err := Validate(ctx, v1alpha1.GatesSpec{Significance: "2"}, nil); err == nil || !strings.Contains(err.Error(), "gates.significance") {
+		t.Fatalf("bad threshold: %v", err)
+	}
+	if err := Validate(ctx, v1alpha1.GatesSpec{}, nil); err != nil {
+		t.Fatalf("no prometheus: %v", err)
+	}
 }
