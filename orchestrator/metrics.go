@@ -83,12 +83,8 @@ func classify(r *http.Request) (verb, resource string) {
 	default:
 		return strings.ToLower(r.Method), "other"
 	}
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		if len(parts) == 2 {
-			parts = parts[:1]
-		} else {
-			parts = parts[2:]
-		}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		parts = parts[2:] // namespaced resource; "namespaces/<ns>" alone is a namespace
 	}
 	named := len(parts) >= 2
 	resource = "other"
