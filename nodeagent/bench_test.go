@@ -275,6 +275,7 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 			runtime               = map[string]time.Duration{}
 			peakRSS               uint64
 			agentConnects, nConns uint64
+			roundLogs             []string
 		)
 		for round := range rounds {
 			latA, _, _ := churn(pods, perPod, phase)
@@ -328,16 +329,17 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 			d50 = append(d50, float64(quantile(latB, 0.5)-quantile(latA, 0.5))/1e3)
 			d99 = append(d99, float64(quantile(latB, 0.99)-quantile(latA, 0.99))/1e3)
 			rateB = append(rateB, float64(nB)/elB.Seconds())
-			b.Logf("round %d: A p50 %v p99 %v | B p50 %v p99 %v, %.0f conns/s",
-				round, quantile(latA, 0.5), quantile(latA, 0.99), quantile(latB, 0.5), quantile(latB, 0.99), float64(nB)/elB.Seconds())
+			roundLogs = append(roundLogs, fmt.Sprintf("round %d: A p50 %v p99 %v | B p50 %v p99 %v, %.0f conns/s",
+				round, quantile(latA, 0.5), quantile(latA, 0.99), quantile(latB, 0.5), quantile(latB, 0.99), float64(nB)/elB.Seconds()))
 		}
+		var progLogs []string
 		for name, n := range runs {
 			if n == 0 {
 				continue
 			}
 			per := float64(runtime[name].Nanoseconds()) / float64(n)
 			b.ReportMetric(per, "ns/run-"+name)
-			b.Logf("program %-20s runs %8d  run_time %12v  %6.0f ns/run (mean)", name, n, runtime[name], per)
+			progLogs = append(progLogs, fmt.Sprintf("program %-20s runs %8d  run_time %12v  %6.0f ns/run (mean)", name, n, runtime[name], per))
 		}
 		cpuShare := float64(cpu) / float64(wall) * 100
 		kernelShare := float64(kernelTime) / float64(wall) * 100
@@ -356,5 +358,8 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 		b.Logf("added connect latency (median over %d rounds of B−A): p50 %+.1f µs, p99 %+.1f µs; per-round p50 %v", rounds, median(d50), median(d99), d50)
 		b.Logf("in-kernel program time per connection (client and server side together): %.0f ns", float64(kernelTime.Nanoseconds())/float64(nConns))
 		b.Logf("with the agent: %.0f new conns/s (median round); the agent counted %d of the %d client connects", median(rateB), agentConnects, nConns)
+		for _, l := range append(progLogs, roundLogs...) {
+			b.Log(l)
+		}
 	}
 }
