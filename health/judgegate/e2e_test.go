@@ -383,3 +383,44 @@ func waitDaemonSets(t *testing.T, c *cluster.Cluster) {
 		t.Fatalf("DaemonSets not ready: %v", err)
 	}
 }
+
+// TestE2EAPIServerRejectsBadGates: the real kube-apiserver, with the generated
+// CRD, rejects the gates that gatespec rejects, naming the field.
+func TestE2EAPIServerRejectsBadGates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a simulated cluster")
+	}
+	c := cluster.Start(t, cluster.Options{Nodes: 1})
+	installCRD(t, c)
+	rolls, err := orchestrator.NewRolloutClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	for i, tc := range []struct {
+		gates v1alpha1.GatesSpec
+		want  string
+	}{
+		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "gates.interval must be a positive duration"},
+		{v1alpha1.GatesSpec{MaxSnapshotAge: d(-time.Second)}, "gates.maxSnapshotAge must be a positive duration"},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "minIncrease must not be negative"},
+		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: v1alpha1.MetricResetsSent, MinRatio: "0.5"}}}, "minRatio must be a decimal of at least 1"},
+		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, `Unsupported value: "resets"`},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, `Unsupported value: "p99"`},
+		{v1alpha1.GatesSpec{Significance: "0.9"}, "gates.significance must be a decimal in (0, 0.5]"},
+	} {
+		nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i)}}
+		nr.Spec.Gates = tc.gates
+		_, err := rolls.Create(context.Background(), nr, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gates %+v: %v, want Invalid with %q", tc.gates, err, tc.want)
+		}
+	}
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "good"}}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: d(time.Minute), Significance: "0.01",
+		Counts:  []v1alpha1.CountGate{{Metric: v1alpha1.MetricRetransmits, MinRatio: "3", MinExcessPerSecond: "0.5"}},
+		Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricConnectLatency, MinRatio: "1.5", MinIncrease: d(time.Millisecond)}}}
+	if _, err := rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
+		t.Errorf("valid gates rejected: %v", err)
+	}
+}
