@@ -281,6 +281,19 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 	return series, s2, s3
 }
 
+// simMore continues a node's soak: it returns the snapshot `seconds` after last.
+func simMore(r *rand.Rand, pods []simPod, ch *simChange, last Snapshot, seconds int) Snapshot {
+	cum := make([]PodCounters, len(last.Pods))
+	for i, p := range last.Pods {
+		p.ConnectFailures = map[ConnectErrorClass]uint64{ConnectRefused: p.ConnectFailures[ConnectRefused]}
+		p.ConnectLatency.Buckets = append([]uint64(nil), p.ConnectLatency.Buckets...)
+		p.SRTT.Buckets = append([]uint64(nil), p.SRTT.Buckets...)
+		cum[i] = p
+	}
+	addWindow(r, pods, cum, seconds, ch)
+	return snapshotOf(last.Node, last.StartTime, last.Time.Add(time.Duration(seconds)*time.Second), cum)
+}
+
 // eligible picks a pod for a regression: one whose regression is big enough to
 // matter by the configured floors (see docs/health.md: a 3× rise from 0.002/s
 // to 0.006/s is not a regression the judge is meant to halt for).
@@ -466,5 +479,35 @@ func TestSimTailLatencyPower(t *testing.T) {
 	}
 	if last < 0.9 {
 		t.Errorf("a tail regression in a busy pod is caught in only %.1f%% of trials", 100*last)
+	}
+}
+
+// TestSimHealthyConsecutive measures the rollout-level false-Fail rate with the
+// default consecutiveFailures (2): a healthy node fails only if the interval
+// after a failing one (the soak window one interval longer) fails too.
+func TestSimHealthyConsecutive(t *testing.T) {
+	cfg, _ := NewConfig(Config{})
+	r := rand.New(rand.NewPCG(1, 1^0x9e3779b97f4a7c15))
+	first, both := 0, 0
+	const trials = 1000
+	for range trials {
+		pods := newSimNode(r)
+		series, s2, s3 := simSnapshots(r, pods, nil)
+		disp, _ := EstimateDispersion(series, cfg.CountDispersion)
+		base, _ := NewWindow(series[0], series[len(series)-1])
+		soak, _ := NewWindow(s2, s3)
+		if Assess(cfg, base, soak, disp, nil).Outcome != Fail {
+			continue
+		}
+		first++
+		soak2, _ := NewWindow(s2, simMore(r, pods, nil, s3, 60))
+		if Assess(cfg, base, soak2, disp, nil).Outcome == Fail {
+			both++
+		}
+	}
+	t.Logf("healthy: %d of %d nodes fail one interval (%.1f%%), %d fail two in a row (%.1f%%): the rollout-level false-Fail rate",
+		first, trials, 100*float64(first)/trials, both, 100*float64(both)/trials)
+	if both > first || float64(both)/trials > 0.01 {
+		t.Errorf("two in a row: %d of %d", both, trials)
 	}
 }
