@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ type Agent struct {
 
 	modeGauge *prometheus.GaugeVec
 	fallback  prometheus.Gauge
+	untracked atomic.Uint64
 
 	mu       sync.Mutex
 	src      source
@@ -66,9 +68,14 @@ func New(cfg Config) (*Agent, error) {
 		}),
 		ready: make(chan struct{}),
 	}
+	untracked := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nodewise_agent_untracked_connections_total",
+		Help: "Established connections the kernel map had no room for (as of the last read): they are missing from the connection ages.",
+	}, func() float64 { return float64(a.untracked.Load()) })
 	if err := errors.Join(
 		cfg.Registry.Register(a.modeGauge),
 		cfg.Registry.Register(a.fallback),
+		cfg.Registry.Register(untracked),
 		cfg.Registry.Register(newCollector(a.Snapshot)),
 	); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -188,6 +195,7 @@ func (a *Agent) Snapshot() (health.Snapshot, error) {
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
 	}
+	a.untracked.Store(r.untracked)
 	pods, err := res.Pods()
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)

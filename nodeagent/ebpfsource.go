@@ -39,7 +39,11 @@ func (s *ebpfSource) read() (reading, error) {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		return reading{}, fmt.Errorf("reading the monotonic clock: %w", err)
 	}
-	return reading{counters: cs, ages: bucketAges(conns, uint64(ts.Nano()))}, nil
+	over, err := s.p.EstablishedOverflow()
+	if err != nil {
+		return reading{}, err
+	}
+	return reading{counters: cs, ages: bucketAges(conns, uint64(ts.Nano())), untracked: over}, nil
 }
 
 func (s *ebpfSource) close() error { return s.p.Close() }

@@ -10,6 +10,9 @@ import (
 type reading struct {
 	counters map[bpf.Key]*bpf.Counters
 	ages     map[bpf.Key][]uint64 // len(health.AgeBucketBoundsSeconds)+1 entries
+	// untracked counts established sockets missing from ages because the
+	// kernel map was full.
+	untracked uint64
 }
 
 // source is where counts come from: the eBPF programs or /proc.
