@@ -53,32 +53,9 @@ func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (In
 		inv.Tags[wh.Labels[LabelTag]] = wh.Labels[LabelRev]
 	}
 
-	deps, err := client.AppsV1().Deployments(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: opts.IstiodSelector})
-	if err != nil {
-		return inv, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
+	if inv.Revisions, err = Revisions(ctx, client, opts, inv.Tags); err != nil {
+		return inv, err
 	}
-	for _, d := range deps.Items {
-		r := Revision{Name: d.Labels[LabelRev], Version: Unknown}
-		if r.Name == "" {
-			r.Name = DefaultRevision
-		}
-		cs := d.Spec.Template.Spec.Containers
-		for i, c := range cs {
-			if c.Name == "discovery" || i == len(cs)-1 {
-				r.Version = ImageTag(c.Image)
-				break
-			}
-		}
-		r.Ready = d.Status.ReadyReplicas > 0
-		for tag, rev := range inv.Tags {
-			if rev == r.Name {
-				r.Tags = append(r.Tags, tag)
-			}
-		}
-		sort.Strings(r.Tags)
-		inv.Revisions = append(inv.Revisions, r)
-	}
-	sort.Slice(inv.Revisions, func(i, j int) bool { return inv.Revisions[i].Name < inv.Revisions[j].Name })
 
 	nodes := map[string]Node{}
 	for _, sel := range []struct {
@@ -144,4 +121,38 @@ func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (In
 		return inv.Pods[i].Name < inv.Pods[j].Name
 	})
 	return inv, nil
+}
+
+// Revisions lists the istiod revisions with their versions, readiness and
+// (given the tag map) tags, sorted by name.
+func Revisions(ctx context.Context, client kubernetes.Interface, opts Options, tags map[string]string) ([]Revision, error) {
+	opts = opts.withDefaults()
+	deps, err := client.AppsV1().Deployments(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: opts.IstiodSelector})
+	if err != nil {
+		return nil, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
+	}
+	var out []Revision
+	for _, d := range deps.Items {
+		r := Revision{Name: d.Labels[LabelRev], Version: Unknown}
+		if r.Name == "" {
+			r.Name = DefaultRevision
+		}
+		cs := d.Spec.Template.Spec.Containers
+		for i, c := range cs {
+			if c.Name == "discovery" || i == len(cs)-1 {
+				r.Version = ImageTag(c.Image)
+				break
+			}
+		}
+		r.Ready = d.Status.ReadyReplicas > 0
+		for tag, rev := range tags {
+			if rev == r.Name {
+				r.Tags = append(r.Tags, tag)
+			}
+		}
+		sort.Strings(r.Tags)
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }

@@ -194,19 +194,21 @@ type target struct {
 
 // target observes where a revision's proxies are headed: its istiod version.
 func (c *Controller) target(ctx context.Context, rev string) (target, error) {
-	inv, err := inventory.Observe(ctx, c.cfg.Kube, c.cfg.Inventory)
+	revs, err := inventory.Revisions(ctx, c.cfg.Kube, c.cfg.Inventory, nil)
 	if err != nil {
 		return target{}, err
 	}
-	s, ok := inv.RevisionVersion(rev)
-	if !ok {
-		return target{}, fmt.Errorf("revision %s is no longer installed", rev)
+	for _, r := range revs {
+		if r.Name != rev {
+			continue
+		}
+		v, err := skew.ParseVersion(r.Version)
+		if err != nil {
+			return target{}, fmt.Errorf("revision %s: %w", rev, err)
+		}
+		return target{rev: rev, version: v}, nil
 	}
-	v, err := skew.ParseVersion(s)
-	if err != nil {
-		return target{}, fmt.Errorf("revision %s: %w", rev, err)
-	}
-	return target{rev: rev, version: v}, nil
+	return target{}, fmt.Errorf("revision %s is no longer installed", rev)
 }
 
 // progress drives the current wave: retag, stamp, restart, wait, gate.
@@ -391,18 +393,19 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			idx = append(idx, i)
 		}
 	}
+	if len(idx) == 0 {
+		return nil
+	}
+	snap, err := observe(ctx, c.cfg.Kube)
+	if err != nil {
+		return err
+	}
 	sort.SliceStable(idx, func(a, z int) bool { return st.Namespaces[idx[a]].Wave < st.Namespaces[idx[z]].Wave })
 	budgetGone := false
 	for _, i := range idx {
 		ns := &st.Namespaces[i]
-		wls, err := listWorkloads(ctx, c.cfg.Kube, ns.Name)
-		if err != nil {
-			return err
-		}
-		pdbs, err := c.cfg.Kube.PolicyV1().PodDisruptionBudgets(ns.Name).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return fmt.Errorf("listing PDBs in %s: %w", ns.Name, err)
-		}
+		wls := snap.workloads[ns.Name]
+		pdbs := snap.pdbs[ns.Name]
 		msg := ""
 		pending, total := 0, 0
 		for _, w := range wls {
@@ -414,7 +417,7 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			if budgetGone {
 				continue
 			}
-			if why := pdbBlock(pdbs.Items, w, wls, ns.RestartedAt); why != "" {
+			if why := pdbBlock(pdbs, w, wls, ns.RestartedAt); why != "" {
 				msg = why
 				continue
 			}
@@ -435,12 +438,8 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			ns.Pods, changed = int32(total), true
 		}
 		if pending == 0 {
-			pods, err := c.cfg.Kube.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return fmt.Errorf("listing pods in %s: %w", ns.Name, err)
-			}
 			var ready bool
-			ready, msg = podsOn(pods.Items, inventory.Namespace{Name: ns.Name}, t.rev, t.version)
+			ready, msg = podsOn(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version)
 			if ready {
 				for _, w := range wls {
 					if !w.Settled {

@@ -46,11 +46,13 @@ func scaled(v *intstr.IntOrString, def string, total int) int {
 	return n
 }
 
-func listWorkloads(ctx context.Context, c kubernetes.Interface, ns string) ([]workload, error) {
-	var out []workload
-	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+// listWorkloads lists every Deployment, StatefulSet and DaemonSet once, by
+// namespace: a few calls per reconcile however many namespaces are in flight.
+func listWorkloads(ctx context.Context, c kubernetes.Interface) (map[string][]workload, error) {
+	out := map[string][]workload{}
+	deps, err := c.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing deployments in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing deployments: %w", err)
 	}
 	for _, d := range deps.Items {
 		n := 1
@@ -69,16 +71,17 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface, ns string) ([]wo
 			}
 		}
 		st := d.Status
-		out = append(out, workload{
+		ns := d.Namespace
+		out[ns] = append(out[ns], workload{
 			Kind: "Deployment", Namespace: ns, Name: d.Name, Pods: n,
 			TemplateLabels: d.Spec.Template.Labels, Stamp: d.Spec.Template.Annotations[AnnotationRestartedAt],
 			Settled:        st.ObservedGeneration >= d.Generation && int(st.UpdatedReplicas) == n && int(st.Replicas) == n && int(st.AvailableReplicas) == n,
 			MaxUnavailable: mu,
 		})
 	}
-	sts, err := c.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	sts, err := c.AppsV1().StatefulSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing statefulsets in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing statefulsets: %w", err)
 	}
 	for _, s := range sts.Items {
 		n := 1
@@ -90,16 +93,17 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface, ns string) ([]wo
 			mu = max(1, scaled(ru.MaxUnavailable, "1", n))
 		}
 		st := s.Status
-		out = append(out, workload{
+		ns := s.Namespace
+		out[ns] = append(out[ns], workload{
 			Kind: "StatefulSet", Namespace: ns, Name: s.Name, Pods: n,
 			TemplateLabels: s.Spec.Template.Labels, Stamp: s.Spec.Template.Annotations[AnnotationRestartedAt],
 			Settled:        st.ObservedGeneration >= s.Generation && int(st.UpdatedReplicas) == n && int(st.ReadyReplicas) == n && st.CurrentRevision == st.UpdateRevision,
 			MaxUnavailable: mu,
 		})
 	}
-	dss, err := c.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	dss, err := c.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing daemonsets in %s: %w", ns, err)
+		return nil, fmt.Errorf("listing daemonsets: %w", err)
 	}
 	for _, d := range dss.Items {
 		n := int(d.Status.DesiredNumberScheduled)
@@ -108,7 +112,8 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface, ns string) ([]wo
 			mu = max(1, scaled(ru.MaxUnavailable, "1", n))
 		}
 		st := d.Status
-		out = append(out, workload{
+		ns := d.Namespace
+		out[ns] = append(out[ns], workload{
 			Kind: "DaemonSet", Namespace: ns, Name: d.Name, Pods: n,
 			TemplateLabels: d.Spec.Template.Labels, Stamp: d.Spec.Template.Annotations[AnnotationRestartedAt],
 			Settled:        st.ObservedGeneration >= d.Generation && int(st.UpdatedNumberScheduled) == n && int(st.NumberAvailable) == n,
@@ -201,4 +206,34 @@ func podsOn(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.
 func sameMinor(tag string, v skew.Version) bool {
 	pv, err := skew.ParseVersion(tag)
 	return err == nil && pv.Major == v.Major && pv.Minor == v.Minor
+}
+
+// snapshot is what one reconcile sees: listed once, read by every step.
+type snapshot struct {
+	workloads map[string][]workload
+	pdbs      map[string][]policyv1.PodDisruptionBudget
+	pods      map[string][]corev1.Pod
+}
+
+func observe(ctx context.Context, c kubernetes.Interface) (*snapshot, error) {
+	wls, err := listWorkloads(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	s := &snapshot{workloads: wls, pdbs: map[string][]policyv1.PodDisruptionBudget{}, pods: map[string][]corev1.Pod{}}
+	pdbs, err := c.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PDBs: %w", err)
+	}
+	for _, p := range pdbs.Items {
+		s.pdbs[p.Namespace] = append(s.pdbs[p.Namespace], p)
+	}
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		s.pods[p.Namespace] = append(s.pods[p.Namespace], p)
+	}
+	return s, nil
 }
