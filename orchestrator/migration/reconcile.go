@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -57,6 +58,7 @@ func (c *Controller) setPhase(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	c.cfg.Log.Info("migration phase", zap.String("migration", rm.Name), zap.String("phase", string(p)), zap.String("reason", reason))
 	changed := rm.Status.Phase != p
 	rm.Status.Phase, rm.Status.Reason = p, reason
+	meta.SetStatusCondition(&rm.Status.Conditions, completeCondition(p, reason, rm.Generation))
 	if err := c.writeStatus(ctx, rm); err != nil {
 		return err
 	}
@@ -69,6 +71,22 @@ func (c *Controller) setPhase(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		c.cfg.Events.Event(rm, typ, string(p), reason)
 	}
 	return nil
+}
+
+// ConditionComplete is True once a migration succeeded, so that
+// `kubectl wait --for=condition=Complete revisionmigration/NAME` works; its
+// reason is the phase.
+const ConditionComplete = "Complete"
+
+func completeCondition(p v1alpha1.MigrationPhase, reason string, gen int64) metav1.Condition {
+	st := metav1.ConditionFalse
+	if p == v1alpha1.MigrationSucceeded {
+		st = metav1.ConditionTrue
+	}
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	return metav1.Condition{Type: ConditionComplete, Status: st, Reason: string(p), Message: reason, ObservedGeneration: gen}
 }
 
 func (c *Controller) refuse(ctx context.Context, rm *v1alpha1.RevisionMigration, reason string) error {

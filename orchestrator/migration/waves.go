@@ -133,7 +133,8 @@ func Order(nss []Candidate, tierLabel string) {
 }
 
 // Resolve fixes each wave's namespaces. Percent waves are cumulative shares
-// of the namespaces in tier order (rounded up, at least one); selector waves
+// of the namespaces in tier order (rounded up, and at least one more
+// namespace than before while any remain); selector waves
 // take the matching namespaces no earlier wave took. Namespaces no wave takes
 // are left where they are.
 func Resolve(waves []v1alpha1.Wave, tierLabel string, nss []Candidate) []v1alpha1.ResolvedWave {
@@ -145,10 +146,10 @@ func Resolve(waves []v1alpha1.Wave, tierLabel string, nss []Candidate) []v1alpha
 		rw := v1alpha1.ResolvedWave{Name: w.Name}
 		if w.Percent != nil {
 			target := int(math.Ceil(float64(*w.Percent) * float64(len(ordered)) / 100))
-			if target < 1 && len(ordered) > 0 {
-				target = 1
-			}
 			have := len(taken)
+			// Every percent wave moves at least one namespace while any remain,
+			// so small fleets get no empty waves.
+			target = max(target, have+1)
 			for _, ns := range ordered {
 				if have >= target {
 					break

@@ -57,6 +57,24 @@ func TestResolveDefaultWaves(t *testing.T) {
 	}
 }
 
+func TestResolveSmallFleet(t *testing.T) {
+	// 10 namespaces: 1% and 5% both round to 1, 30% to 3; no wave is empty.
+	var sizes []int
+	for _, w := range Resolve(DefaultWaves(), v1alpha1.DefaultTierLabel, candidates(10)) {
+		sizes = append(sizes, len(w.Namespaces))
+	}
+	if fmt.Sprint(sizes) != "[1 1 1 7]" {
+		t.Fatalf("wave sizes %v, want [1 1 1 7]", sizes)
+	}
+	var one []int
+	for _, w := range Resolve(DefaultWaves(), v1alpha1.DefaultTierLabel, candidates(1)) {
+		one = append(one, len(w.Namespaces))
+	}
+	if fmt.Sprint(one) != "[1 0 0 0]" {
+		t.Fatalf("one namespace: %v", one)
+	}
+}
+
 func TestResolveSelectors(t *testing.T) {
 	waves := []v1alpha1.Wave{
 		{Name: "t1", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{v1alpha1.DefaultTierLabel: "1"}}},
