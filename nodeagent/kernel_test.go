@@ -93,8 +93,12 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		if uint64(o.Refused) != app.ConnectFailures[health.ConnectRefused] {
 			t.Errorf("%s: agent counts %d refused connects, the clients saw %d", n, app.ConnectFailures[health.ConnectRefused], o.Refused)
 		}
-		if uint64(o.Connects) != proxy.Accepts {
-			t.Errorf("%s: the stand-in's side accepted %d connections, the clients made %d", n, proxy.Accepts, o.Connects)
+		// A handshake the kill cuts between the SYN-ACK and the client's
+		// ACK is a connect for the client but never an accept for the dead
+		// listener; the client's ACK then draws a reset it sees.
+		if cut := int64(o.Connects) - int64(proxy.Accepts); cut < 0 || cut > o.Resets-o.Refused || (n == "survivor" && cut != 0) {
+			t.Errorf("%s: the stand-in's side accepted %d connections, the clients made %d (%d resets on established connections)",
+				n, proxy.Accepts, o.Connects, o.Resets-o.Refused)
 		}
 		if o.Connects < 50 {
 			t.Errorf("%s: only %d connects: the load did not run", n, o.Connects)
