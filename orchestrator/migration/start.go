@@ -84,6 +84,15 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	if len(cands) == 0 {
 		return c.refuse(ctx, rm, fmt.Sprintf("no namespace uses revision %s (directly or through a tag other than %s)", spec.From, spec.Tag))
 	}
+	// A namespace belongs to one live migration at a time. Read fresh: a
+	// migration started earlier in this pass has just written its namespaces.
+	others, err := c.cfg.Migrations.List(ctx)
+	if err != nil {
+		return err
+	}
+	if owner, ns := claimedBy(others, rm.Name, inScope); owner != "" {
+		return c.refuse(ctx, rm, fmt.Sprintf("namespace %s belongs to RevisionMigration %s, which is still live; wait for it to finish or abort it", ns, owner))
+	}
 	var proxies []skew.Observation
 	for _, p := range inv.Pods {
 		if _, ok := inScope[p.Namespace]; !ok || p.Mode != inventory.ModeSidecar {
@@ -120,4 +129,24 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	now := metav1.NewTime(c.cfg.Now())
 	st.StartedAt, st.WaveStartedAt, st.CurrentWave = &now, &now, 0
 	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("%d namespaces in %d waves, %s (%s) -> %s (%s) via tag %s", len(st.Namespaces), len(waves), spec.From, fromV, spec.To, toV, spec.Tag))
+}
+
+// claimedBy returns the first live migration (other than self) holding one of
+// the namespaces, and that namespace. It is pure.
+func claimedBy(all []v1alpha1.RevisionMigration, self string, namespaces map[string]string) (string, string) {
+	for _, o := range all {
+		if o.Name == self {
+			continue
+		}
+		switch o.Status.Phase {
+		case v1alpha1.MigrationSucceeded, v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
+			continue
+		}
+		for _, ns := range o.Status.Namespaces {
+			if _, ok := namespaces[ns.Name]; ok && ns.Phase != v1alpha1.NamespaceRolledBack {
+				return o.Name, ns.Name
+			}
+		}
+	}
+	return "", ""
 }

@@ -154,7 +154,16 @@ func TestBadInput(t *testing.T) {
 	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "unknown"}, Spec: unknown}); err != nil {
 		t.Fatal(err)
 	}
+	// Two live migrations never share a namespace: m1 (listed first) takes bi, m2 is refused.
+	for _, name := range []string{"m1", "m2"} {
+		if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: good}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.controller(nil)
+	if rm := e.waitPhase("m2", time.Minute, v1alpha1.MigrationRefused, v1alpha1.MigrationSucceeded); !strings.Contains(rm.Status.Reason, "namespace bi belongs to RevisionMigration m1") {
+		t.Fatalf("m2: %s %q", rm.Status.Phase, rm.Status.Reason)
+	}
 	rm := e.waitPhase("unknown", time.Minute, v1alpha1.MigrationRefused)
 	if !strings.Contains(rm.Status.Reason, `unknown revision "1-99"`) || !strings.Contains(rm.Status.Reason, "1-27, 1-28") {
 		t.Fatalf("refusal %q", rm.Status.Reason)
