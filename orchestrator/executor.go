@@ -36,6 +36,8 @@ type executor struct {
 	overlay map[string]nodeMark
 	// soaks remembers when each node's soak began ("rollout/node").
 	soaks map[string]time.Time
+	// verdicts holds a gate's summary until the next step persists it.
+	verdicts map[string]string
 	// statusMu serialises status writes; current is the last NodeRollout the
 	// API returned to this process, by name.
 	statusMu sync.Mutex
@@ -46,6 +48,10 @@ type executor struct {
 	current  map[string]*v1alpha1.NodeRollout
 	rollouts map[string]*v1alpha1.NodeRollout
 }
+
+// claimed is the in-memory state of a node the planner started whose worker
+// has not yet persisted Preflight. It is never written to the API.
+const claimed v1alpha1.NodeState = "Claimed"
 
 type nodeMark struct {
 	state v1alpha1.NodeState

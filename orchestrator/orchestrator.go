@@ -144,6 +144,7 @@ func (o *Orchestrator) lead(ctx context.Context) error {
 		workers:  map[string]bool{},
 		overlay:  map[string]nodeMark{},
 		soaks:    map[string]time.Time{},
+		verdicts: map[string]string{},
 		current:  map[string]*v1alpha1.NodeRollout{},
 		rollouts: map[string]*v1alpha1.NodeRollout{},
 	}

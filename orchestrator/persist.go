@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,9 +43,12 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	return nil
 }
 
-// persistStep records that node is about to act on st: node annotations
-// first, then the NodeRollout status. Only after both succeed does the step act.
-func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) (time.Time, error) {
+// persistStep records that node is about to act on st, in the node's
+// annotations (plus extra ones; nil deletes) and in the NodeRollout status.
+// The two writes run concurrently; the step acts only after both succeeded.
+// If one fails, the older record wins on resume and the (idempotent) earlier
+// step simply runs again.
+func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string) (time.Time, error) {
 	now := e.o.cfg.Now()
 	ts := now.UTC().Format(time.RFC3339Nano)
 	ann := map[string]*string{
@@ -53,26 +57,30 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 		AnnotationStep:       ptr(string(st)),
 		AnnotationStepSince:  ptr(ts),
 	}
+	for k, v := range extra {
+		ann[k] = v
+	}
 	if st == v1alpha1.NodeSoak {
 		ann[AnnotationSoakSince] = ptr(ts)
 		e.mu.Lock()
 		e.soaks[nr.Name+"/"+node] = now
 		e.mu.Unlock()
 	}
-	if err := e.patchNode(ctx, node, "", ann, nil); err != nil {
-		return now, err
-	}
-	prev, hadPrev := e.marked(nr.Name, node)
-	e.mark(nr.Name, node, st, now)
-	if hadPrev && prev.state != st && !prev.since.IsZero() {
-		e.o.metrics.StepSeconds.WithLabelValues(string(prev.state)).Observe(now.Sub(prev.since).Seconds())
-	}
-	err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+	e.mu.Lock()
+	verdict, hasVerdict := e.verdicts[nr.Name+"/"+node]
+	delete(e.verdicts, nr.Name+"/"+node)
+	e.mu.Unlock()
+	nodeErr := make(chan error, 1)
+	go func() { nodeErr <- e.patchNode(ctx, node, "", ann, nil) }()
+	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		ns := nodeEntry(s, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
 		}
 		ns.State, ns.Reason = st, reason
+		if hasVerdict {
+			ns.Verdict = verdict
+		}
 		switch {
 		case st == v1alpha1.NodePreflight && ns.StartTime == nil:
 			ns.StartTime = &metav1.Time{Time: now}
@@ -80,8 +88,13 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 			ns.FinishTime = &metav1.Time{Time: now}
 		}
 	})
-	if err != nil {
+	if err := errors.Join(<-nodeErr, statusErr); err != nil {
 		return now, err
+	}
+	prev, hadPrev := e.marked(nr.Name, node)
+	e.mark(nr.Name, node, st, now)
+	if hadPrev && prev.state != st && !prev.since.IsZero() {
+		e.o.metrics.StepSeconds.WithLabelValues(string(prev.state)).Observe(now.Sub(prev.since).Seconds())
 	}
 	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", reason))
 	if st == e.o.cfg.HoldAfterPersist && st != "" {

@@ -76,18 +76,19 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 		if e.running(nr.Name, a.Node) {
 			return nil
 		}
-		if _, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePreflight, ""); err != nil {
-			return err
-		}
+		// Claim the node in memory (it counts as in flight from now on); its
+		// worker persists Preflight before acting, so the nodes of a wave
+		// persist in parallel.
+		e.mark(nr.Name, a.Node, claimed, time.Time{})
 		e.startWorker(ctx, nr, p, a.Node)
 	case ActMarkDone:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason, nil)
 		return err
 	case ActMarkRolledBack:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason, nil)
 		return err
 	case ActRetry:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
+		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason, nil)
 		return err
 	}
 	return nil
@@ -221,5 +222,3 @@ func (e *executor) running(rollout, node string) bool {
 	defer e.mu.Unlock()
 	return e.workers[rollout+"/"+node]
 }
-
-var _ = time.Second

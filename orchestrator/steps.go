@@ -110,20 +110,13 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 	if err != nil {
 		return err
 	}
-	n, err := e.nodes.Get(node)
-	if err != nil {
-		return fmt.Errorf("reading node %s: %w", node, err)
-	}
-	key := AnnotationSwappedPrefix + ref.Name
+	// Delete every live pod not on the newest revision, with a UID
+	// precondition: a pod on the newest revision is never touched, so a
+	// resumed swap cannot swap a node twice, and re-deleting a pod that is
+	// already terminating (the cache may lag) is harmless.
 	for _, pod := range live {
 		if pod.Labels[LabelControllerRevisionHash] == tv.NewestHash {
 			continue
-		}
-		if n.Annotations[key] == string(pod.UID) {
-			continue // deleted before a crash; the cache has not caught up
-		}
-		if err := e.patchNode(ctx, node, "", map[string]*string{key: ptr(string(pod.UID))}, nil); err != nil {
-			return err
 		}
 		uid := pod.UID
 		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -213,9 +206,10 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 	if len(v.Reasons) > 0 {
 		summary += ": " + strings.Join(v.Reasons, "; ")
 	}
-	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { nodeEntry(s, node).Verdict = summary }); err != nil {
-		return err
-	}
+	// The verdict is written with the next step (Done or Failed), not on its own.
+	e.mu.Lock()
+	e.verdicts[nr.Name+"/"+node] = summary
+	e.mu.Unlock()
 	if v.Outcome != health.Pass {
 		return halt(HaltGateFailed, "gate %s", summary)
 	}

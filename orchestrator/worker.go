@@ -75,11 +75,17 @@ func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p 
 func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
 	seq := steps(p)
 	cur, since := e.persistedStep(nr, node)
+	if cur == claimed {
+		cur = v1alpha1.NodePending // the loop persists Preflight first
+	}
 	idx := -1
 	for i, s := range seq {
 		if s == cur {
 			idx = i
 		}
+	}
+	if cur == v1alpha1.NodePending {
+		idx = 0
 	}
 	abortSafe := false
 	if cur == v1alpha1.NodeAbortCleanup {
@@ -95,7 +101,7 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		}
 		if st != cur { // persist before acting
 			var err error
-			if since, err = e.persistStep(ctx, nr, node, st, ""); err != nil {
+			if since, err = e.persistStep(ctx, nr, node, st, "", e.stepAnnotations(p, node, st)); err != nil {
 				return err
 			}
 			cur = st
@@ -104,7 +110,7 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 			// Make the node safe: a started swap finishes, anything before it is skipped.
 			if idx <= indexOf(seq, v1alpha1.NodeDrain) || idx > indexOf(seq, v1alpha1.NodeWaitReady) {
 				abortSafe = true
-				if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeAbortCleanup, "aborted"); err != nil {
+				if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeAbortCleanup, "aborted", nil); err != nil {
 					return err
 				}
 				idx = indexOf(seq, v1alpha1.NodeUncordon) - 1
@@ -135,10 +141,8 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 			final, reason = v1alpha1.NodeDone, "aborted after the swap; not gated"
 		}
 	}
-	if _, err := e.persistStep(ctx, nr, node, final, reason); err != nil {
-		return err
-	}
-	return e.patchNode(ctx, node, "", e.swappedCleanup(p), nil)
+	_, err := e.persistStep(ctx, nr, node, final, reason, e.swappedCleanup(p))
+	return err
 }
 
 func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, st v1alpha1.NodeState, since time.Time) error {
@@ -178,11 +182,11 @@ func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 		if err := e.uncordon(ctx, nr, node); err != nil {
 			return err
 		}
-		if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeSkipped, se.reason); err != nil {
+		if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeSkipped, se.reason, e.swappedCleanup(p)); err != nil {
 			return err
 		}
 		e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, se.reason)
-		return e.patchNode(ctx, node, "", e.swappedCleanup(p), nil)
+		return nil
 	}
 	if se.halt == HaltPDBBlocked || se.halt == HaltPreflightFailed {
 		// Nothing was swapped: the node is safe to hand back.
@@ -190,7 +194,7 @@ func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 			return err
 		}
 	}
-	if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeFailed, se.reason); err != nil {
+	if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeFailed, se.reason, nil); err != nil {
 		return err
 	}
 	reason := fmt.Sprintf("node %s: %s", node, se.reason)
@@ -233,6 +237,30 @@ func (e *executor) nodeUID(node string) (uid typesUID) {
 		return n.UID
 	}
 	return ""
+}
+
+// stepAnnotations are written with a step: before a swap, the UID of the old
+// pod it is about to delete (a record for people and for the resume log).
+func (e *executor) stepAnnotations(p Policy, node string, st v1alpha1.NodeState) map[string]*string {
+	for _, ref := range p.Targets {
+		if swapState(ref) != st {
+			continue
+		}
+		tv, err := e.target(ref)
+		if err != nil || !tv.Found {
+			return nil
+		}
+		live, _, err := e.targetPods(tv, node)
+		if err != nil {
+			return nil
+		}
+		for _, pod := range live {
+			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash {
+				return map[string]*string{AnnotationSwappedPrefix + ref.Name: ptr(string(pod.UID))}
+			}
+		}
+	}
+	return nil
 }
 
 func (e *executor) swappedCleanup(p Policy) map[string]*string {
