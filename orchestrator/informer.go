@@ -5,10 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
@@ -20,10 +18,6 @@ func newRuntimeScheme() *runtime.Scheme { return runtime.NewScheme() }
 func metaName(name, ns string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: ns}
 }
-
-var _ = resourcelock.LeaseLock{}
-
-type typesUID = types.UID
 
 // newRolloutInformer watches NodeRollouts through the typed client.
 func newRolloutInformer(c RolloutClient) cache.SharedIndexInformer {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
@@ -232,7 +233,7 @@ func (e *executor) latest(name string) *v1alpha1.NodeRollout {
 	return obj.(*v1alpha1.NodeRollout)
 }
 
-func (e *executor) nodeUID(node string) (uid typesUID) {
+func (e *executor) nodeUID(node string) types.UID {
 	if n, err := e.nodes.Get(node); err == nil {
 		return n.UID
 	}
