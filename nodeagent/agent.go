@@ -105,11 +105,11 @@ func (a *Agent) defaultResolver(src source) (Resolver, error) {
 	if a.cfg.Resolver != nil {
 		return a.cfg.Resolver, nil
 	}
-	proc := &ProcResolver{ProcRoot: a.cfg.ProcRoot, Lister: a.cfg.PodLister}
 	es, ok := src.(*ebpfSource)
 	if !ok {
-		return proc, nil
+		return &ProcResolver{ProcRoot: a.cfg.ProcRoot, Key: KeyProcNet, Lister: a.cfg.PodLister}, nil
 	}
+	proc := &ProcResolver{ProcRoot: a.cfg.ProcRoot, Key: KeyNetnsInode, Lister: a.cfg.PodLister}
 	// The agent runs in the host's network namespace (hostNetwork), so its
 	// own namespace is the one never to attribute.
 	host, err := nsInode("/proc/self/ns/net")

@@ -63,3 +63,27 @@ func TestDefaultResolverAttributesByPodCgroup(t *testing.T) {
 		t.Errorf("pod attributed by cgroup: %s (uid %q)", describe(app), app.UID)
 	}
 }
+
+// TestProcModeDefaultResolverFindsPodByCgroup runs proc mode with its
+// default resolver: the pod's app process sits in a kubelet-shaped cgroup,
+// its namespace is told apart by /proc/<pid>/net/snmp (no ptrace rights
+// needed), and its counters land on the pod's UID.
+func TestProcModeDefaultResolverFindsPodByCgroup(t *testing.T) {
+	root := cgroup2Root(t)
+	r := netrig.New(t)
+	const uid = "0a1b2c3d-0000-4000-8000-0000000f411b"
+	pod := r.AddPod("proc-pod")
+	pod.StartApp(r.PodCgroup(root, uid))
+	ra := startAgent(t, ModeProc, nil, nil)
+	l := pod.StartLoad(netrig.LoadOptions{Target: fmt.Sprintf("%s:%d", pod.IP, netrig.AppPort), Short: 1, ShortGap: 10 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+	o := l.Stop()
+	s := ra.snapshot(t)
+	if s.Mode != health.ModeProc {
+		t.Fatalf("mode %q", s.Mode)
+	}
+	app := podSide(t, s, uid, health.SideApp)
+	if app.UID != uid || app.Connects != uint64(o.Connects) || app.Accepts != uint64(o.Connects) || o.Connects == 0 {
+		t.Errorf("proc mode, pod found by cgroup: %s; clients made %d connects", describe(app), o.Connects)
+	}
+}

@@ -32,6 +32,8 @@ type Config struct {
 	// Resolver maps namespaces to pods. Default: in eBPF mode a
 	// CgroupResolver fed by the programs (then a ProcResolver for what it
 	// misses); in proc mode a ProcResolver. Both name pods via PodLister.
+	// Namespaces are keyed by their inode in eBPF mode and by KeyProcNet in
+	// proc mode, so a Resolver given here must match the mode.
 	Resolver Resolver
 	// PodLister names pods by UID for the default resolvers (optional).
 	PodLister PodLister

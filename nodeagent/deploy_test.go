@@ -51,8 +51,13 @@ func TestDaemonSetIsLeastPrivilege(t *testing.T) {
 	if strings.Join(add, ",") != "BPF,PERFMON" || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("capabilities add %v drop %v, want add BPF,PERFMON and drop ALL", add, c.Capabilities.Drop)
 	}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("volume %s is mounted writable", m.Name)
+		}
+	}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && v.HostPath.Path != "/sys/fs/cgroup" {
+		if v.HostPath != nil && v.HostPath.Path != "/sys/fs/cgroup" && v.HostPath.Path != "/proc" {
 			t.Errorf("unexpected hostPath %s", v.HostPath.Path)
 		}
 	}

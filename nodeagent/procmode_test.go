@@ -36,8 +36,18 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 	for _, p := range pods {
 		p.StartStandin()
 	}
+	// Proc mode tells namespaces apart by /proc/<pid>/net/snmp's inode
+	// (readable without ptrace rights): its resolver is keyed that way.
+	procRes := NewStaticResolver(nil)
+	for n, p := range pods {
+		id, err := KeyProcNet.of(fmt.Sprintf("/proc/%d", p.PausePID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		procRes.Set(id, Pod{Namespace: "rig", Name: n, UID: p.Name})
+	}
 	ebpfAgent := startAgent(t, ModeEBPF, res, nil)
-	procAgent := startAgent(t, ModeProc, res, nil)
+	procAgent := startAgent(t, ModeProc, procRes, nil)
 
 	loads := map[string]*netrig.Load{}
 	for _, n := range []string{"killed", "survivor"} {

@@ -22,15 +22,17 @@ type PodLister interface {
 }
 
 // ProcResolver attributes network namespaces to pods by scanning /proc:
-// each process's /proc/<pid>/ns/net gives the namespace inode and its
-// /proc/<pid>/cgroup the pod UID (the kubelet puts every container under a
-// kubepods…pod<uid> cgroup). Processes in the host's namespace (the one of
-// PID 1) are never attributed: hostNetwork pods share it with the node.
+// each process's namespace id (see NamespaceKey) and its /proc/<pid>/cgroup,
+// which names the pod UID (the kubelet puts every container under a
+// kubepods…pod<uid> cgroup). Processes in the agent's own namespace (the
+// node's: the agent runs with hostNetwork) are never attributed:
+// hostNetwork pods share it with the node.
 //
 // A namespace that disappears keeps its pod for Retain, so the last counts
 // of a deleted pod are still reported.
 type ProcResolver struct {
 	ProcRoot string        // default /proc
+	Key      NamespaceKey  // default KeyNetnsInode
 	Lister   PodLister     // optional
 	Retain   time.Duration // default 10m
 	now      func() time.Time
@@ -56,6 +58,29 @@ func podUIDFromCgroup(content string) (string, bool) {
 	return strings.ReplaceAll(m[1], "_", "-"), true
 }
 
+// NamespaceKey says how a process's network namespace is identified.
+type NamespaceKey int
+
+const (
+	// KeyNetnsInode is the inode of /proc/<pid>/ns/net, the id the eBPF
+	// programs use. Reading another process's link needs ptrace read
+	// access to it (CAP_SYS_PTRACE for most pods).
+	KeyNetnsInode NamespaceKey = iota
+	// KeyProcNet is the inode of /proc/<pid>/net/snmp: procfs creates that
+	// file once per network namespace, so its inode tells namespaces apart
+	// just as well, and it is world-readable. Proc mode uses it.
+	KeyProcNet
+)
+
+// of returns the id of the namespace of the process whose /proc directory
+// is dir.
+func (k NamespaceKey) of(dir string) (uint32, error) {
+	if k == KeyProcNet {
+		return nsInode(filepath.Join(dir, "net", "snmp"))
+	}
+	return nsInode(filepath.Join(dir, "ns", "net"))
+}
+
 func nsInode(path string) (uint32, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
@@ -78,11 +103,13 @@ func (r *ProcResolver) Pods() (map[uint32]Pod, error) {
 	if retain == 0 {
 		retain = 10 * time.Minute
 	}
-	host, err := nsInode(filepath.Join(root, "1", "ns", "net"))
+	// The agent's own namespace, through the same /proc (ProcRoot may be
+	// the host's /proc mounted into the container).
+	host, err := r.Key.of(filepath.Join(root, "self"))
 	if err != nil {
-		return nil, fmt.Errorf("reading the host network namespace: %w", err)
+		return nil, fmt.Errorf("reading the agent's own network namespace: %w", err)
 	}
-	uids, err := scanNetnsUIDs(root, host)
+	uids, err := scanNetnsUIDs(root, host, r.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +148,7 @@ func (r *ProcResolver) Pods() (map[uint32]Pod, error) {
 
 // scanNetnsUIDs maps each non-host network namespace to its pod UID. A
 // namespace whose processes name two different pods is left out.
-func scanNetnsUIDs(root string, host uint32) (map[uint32]string, error) {
+func scanNetnsUIDs(root string, host uint32, key NamespaceKey) (map[uint32]string, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", root, err)
@@ -133,7 +160,7 @@ func scanNetnsUIDs(root string, host uint32) (map[uint32]string, error) {
 			continue
 		}
 		dir := filepath.Join(root, e.Name())
-		ns, err := nsInode(filepath.Join(dir, "ns", "net"))
+		ns, err := key.of(dir)
 		if err != nil || ns == host {
 			continue // the process exited, or shares the host's namespace
 		}
@@ -158,7 +185,7 @@ func scanNetnsUIDs(root string, host uint32) (map[uint32]string, error) {
 
 // netnsPIDs maps every network namespace to one process in it (the lowest
 // PID), for reading that namespace's /proc/<pid>/net counters.
-func netnsPIDs(root string) (map[uint32]int, error) {
+func netnsPIDs(root string, key NamespaceKey) (map[uint32]int, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", root, err)
@@ -169,7 +196,7 @@ func netnsPIDs(root string) (map[uint32]int, error) {
 		if err != nil {
 			continue
 		}
-		ns, err := nsInode(filepath.Join(root, e.Name(), "ns", "net"))
+		ns, err := key.of(filepath.Join(root, e.Name()))
 		if err != nil {
 			continue
 		}

@@ -15,7 +15,8 @@ import (
 // /proc/<pid>/net/{snmp,netstat} of one process in each namespace. It
 // cannot tell ztunnel's sockets from the app's, so everything is side=app;
 // it has no histograms and no connection ages. Counts start from the first
-// read of each namespace.
+// read of each namespace. Namespaces are keyed by KeyProcNet (no ptrace
+// rights needed), so a Resolver for proc mode must be keyed the same way.
 type procSource struct {
 	root string
 	pids func() (map[uint32]int, error)
@@ -28,7 +29,7 @@ type procSource struct {
 func newProcSource(root string) *procSource {
 	return &procSource{
 		root: root,
-		pids: func() (map[uint32]int, error) { return netnsPIDs(root) },
+		pids: func() (map[uint32]int, error) { return netnsPIDs(root, KeyProcNet) },
 		base: map[uint32]procCounts{},
 		last: map[uint32]procCounts{},
 	}

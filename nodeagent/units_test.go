@@ -68,64 +68,84 @@ func TestAgeBuckets(t *testing.T) {
 	}
 }
 
-// fakeProc builds a /proc tree: pid 1 in the host namespace, pod processes
-// in their own, one hostNetwork pod sharing the host's.
-func fakeProc(t *testing.T) (root string, podNS uint32) {
+// fakeProc builds a /proc tree: pid 1 (also "self") in the host namespace,
+// pod processes in their own, one hostNetwork pod sharing the host's. Files
+// of processes sharing a namespace are hard links, so they share an inode as
+// the kernel's do.
+func fakeProc(t *testing.T) (root string, podNS, podNet uint32) {
 	t.Helper()
 	root = t.TempDir()
-	mk := func(pid int, cgroup string, nsFrom string) string {
+	mk := func(pid int, cgroup string, from int) {
 		dir := filepath.Join(root, fmt.Sprint(pid))
-		if err := os.MkdirAll(filepath.Join(dir, "ns"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		ns := filepath.Join(dir, "ns", "net")
-		if nsFrom != "" {
-			if err := os.Link(nsFrom, ns); err != nil {
+		for _, sub := range []string{"ns", "net"} {
+			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 				t.Fatal(err)
 			}
-		} else if err := os.WriteFile(ns, nil, 0o644); err != nil {
-			t.Fatal(err)
+		}
+		for _, f := range []string{"ns/net", "net/snmp"} {
+			path := filepath.Join(dir, f)
+			if from != 0 {
+				if err := os.Link(filepath.Join(root, fmt.Sprint(from), f), path); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(path, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cgroup), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return ns
 	}
-	host := mk(1, "0::/init.scope\n", "")
-	pod := mk(40, "0::/kubepods/burstable/pod11111111-2222-3333-4444-555555555555/c1\n", "")
-	mk(41, "0::/kubepods/burstable/pod11111111-2222-3333-4444-555555555555/c2\n", pod)
-	mk(50, "0::/kubepods/besteffort/pod99999999-2222-3333-4444-555555555555/c\n", host) // hostNetwork pod
-	ino, err := nsInode(pod)
-	if err != nil {
+	mk(1, "0::/init.scope\n", 0)
+	if err := os.Symlink(filepath.Join(root, "1"), filepath.Join(root, "self")); err != nil {
 		t.Fatal(err)
 	}
-	return root, ino
+	mk(40, "0::/kubepods/burstable/pod11111111-2222-3333-4444-555555555555/c1\n", 0)
+	mk(41, "0::/kubepods/burstable/pod11111111-2222-3333-4444-555555555555/c2\n", 40)
+	mk(50, "0::/kubepods/besteffort/pod99999999-2222-3333-4444-555555555555/c\n", 1) // hostNetwork pod
+	var err error
+	if podNS, err = KeyNetnsInode.of(filepath.Join(root, "40")); err != nil {
+		t.Fatal(err)
+	}
+	if podNet, err = KeyProcNet.of(filepath.Join(root, "40")); err != nil {
+		t.Fatal(err)
+	}
+	return root, podNS, podNet
 }
 
 func TestProcResolver(t *testing.T) {
-	root, podNS := fakeProc(t)
-	now := time.Unix(1000, 0)
-	r := &ProcResolver{ProcRoot: root, Retain: time.Minute, now: func() time.Time { return now }}
-	got, err := r.Pods()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[podNS].UID != "11111111-2222-3333-4444-555555555555" {
-		t.Fatalf("Pods() = %+v, want only the pod namespace %d (never the host's)", got, podNS)
-	}
-	// The pod's processes exit: it stays attributed for Retain, then goes.
-	if err := os.RemoveAll(filepath.Join(root, "40")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(filepath.Join(root, "41")); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(30 * time.Second)
-	if got, _ := r.Pods(); len(got) != 1 {
-		t.Errorf("within Retain: %+v", got)
-	}
-	now = now.Add(2 * time.Minute)
-	if got, _ := r.Pods(); len(got) != 0 {
-		t.Errorf("after Retain: %+v", got)
+	for _, key := range []NamespaceKey{KeyNetnsInode, KeyProcNet} {
+		root, podNS, podNet := fakeProc(t)
+		want := podNS
+		if key == KeyProcNet {
+			want = podNet
+		}
+		now := time.Unix(1000, 0)
+		r := &ProcResolver{ProcRoot: root, Key: key, Retain: time.Minute, now: func() time.Time { return now }}
+		got, err := r.Pods()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[want].UID != "11111111-2222-3333-4444-555555555555" {
+			t.Fatalf("key %d: Pods() = %+v, want only the pod namespace %d (never the host's)", key, got, want)
+		}
+		pids, err := netnsPIDs(root, key)
+		if err != nil || pids[want] != 40 || len(pids) != 2 {
+			t.Errorf("key %d: netnsPIDs = %v, %v; want the pod namespace at pid 40 and the host's", key, pids, err)
+		}
+		// The pod's processes exit: it stays attributed for Retain, then goes.
+		for _, pid := range []string{"40", "41"} {
+			if err := os.RemoveAll(filepath.Join(root, pid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(30 * time.Second)
+		if got, _ := r.Pods(); len(got) != 1 {
+			t.Errorf("key %d: within Retain: %+v", key, got)
+		}
+		now = now.Add(2 * time.Minute)
+		if got, _ := r.Pods(); len(got) != 0 {
+			t.Errorf("key %d: after Retain: %+v", key, got)
+		}
 	}
 }

@@ -146,7 +146,9 @@ type Pod struct {
 	*Netns
 	PodName string
 	IP      net.IP
-	rig     *Rig
+	// PausePID is a process that lives in the namespace for the pod's life.
+	PausePID int
+	rig      *Rig
 
 	mu      sync.Mutex
 	standin *exec.Cmd
@@ -173,6 +175,7 @@ func (r *Rig) AddPod(name string) *Pod {
 	if err := pause.Start(); err != nil {
 		r.t.Fatalf("starting pause process in %s: %v", ns.Name, err)
 	}
+	p.PausePID = pause.Process.Pid
 	r.t.Cleanup(func() {
 		_ = pause.Process.Kill()
 		_ = pause.Wait()
