@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -16,8 +17,9 @@ type Traffic struct {
 	ShortGap time.Duration
 	// Streams is the number of long-lived streams each client pod holds (default 2).
 	Streams int
-	// StreamLife is how long a stream lives before the client closes it; it
-	// should be longer than the drain deadline (default 40 s).
+	// StreamLife is the shortest life of a stream before the client closes
+	// it (lives are spread up to 1.5 times that); it should be longer than
+	// the drain deadline (default 40 s).
 	StreamLife time.Duration
 	// StreamGap is the pause between messages on a stream (default 500 ms).
 	StreamGap time.Duration
@@ -225,6 +227,15 @@ func (a *app) streamLoop() {
 			a.pause(a.traffic.StreamGap)
 			continue
 		}
+		// A stream counts once its first exchange succeeds; one that fails
+		// to open is a failed request, not a stream reset.
+		a.truth.requests.Add(1)
+		if err := exchange(c, buf); err != nil {
+			a.truth.requestsFailed.Add(1)
+			c.Close()
+			a.pause(a.traffic.StreamGap)
+			continue
+		}
 		a.truth.streams.Add(1)
 		a.stream(c, buf)
 	}
@@ -232,12 +243,15 @@ func (a *app) streamLoop() {
 
 // stream runs one long-lived stream and records how it ended.
 func (a *app) stream(c *net.TCPConn, buf []byte) {
-	end := time.Now().Add(a.traffic.StreamLife)
+	opened := time.Now()
+	// Lives are spread over [StreamLife, 1.5 StreamLife) so streams do not
+	// end in lockstep.
+	end := opened.Add(a.traffic.StreamLife + time.Duration(rand.Int64N(int64(a.traffic.StreamLife)/2+1)))
 	for {
 		if err := exchange(c, buf); err != nil {
 			switch {
 			case isReset(err):
-				a.truth.streamsReset.Add(1)
+				a.truth.reset(time.Since(opened))
 				c.Close()
 			case errors.Is(err, io.EOF):
 				a.truth.streamsGraceful.Add(1)
@@ -249,7 +263,7 @@ func (a *app) stream(c *net.TCPConn, buf []byte) {
 			return
 		}
 		if time.Now().After(end) || !a.pause(a.traffic.StreamGap) {
-			a.closeGracefully(c)
+			a.closeGracefully(c, opened)
 			return
 		}
 	}
@@ -257,13 +271,13 @@ func (a *app) stream(c *net.TCPConn, buf []byte) {
 
 // closeGracefully sends a FIN and reads until the peer's FIN, so the close
 // never turns into a reset; a reset seen meanwhile still counts as one.
-func (a *app) closeGracefully(c *net.TCPConn) {
+func (a *app) closeGracefully(c *net.TCPConn, opened time.Time) {
 	_ = c.CloseWrite()
 	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	_, err := io.Copy(io.Discard, c)
 	c.Close()
 	if isReset(err) {
-		a.truth.streamsReset.Add(1)
+		a.truth.reset(time.Since(opened))
 		return
 	}
 	a.truth.streamsGraceful.Add(1)

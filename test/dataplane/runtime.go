@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -149,7 +150,9 @@ func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
 		p := d.standins[pod.UID]
 		d.mu.Unlock()
 		if p != nil {
+			start := time.Now()
 			p.terminate(ctx)
+			d.log.Debug("ztunnel stand-in stopped", zap.String("pod", p.pod), zap.String("node", p.node), zap.Duration("took", time.Since(start)))
 			d.mu.Lock()
 			delete(d.standins, pod.UID)
 			d.mu.Unlock()

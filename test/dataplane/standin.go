@@ -210,15 +210,21 @@ func (s *standin) drain(deadline time.Duration, gone <-chan struct{}) {
 	}
 	left := len(s.relays)
 	s.mu.Unlock()
+	logf("SIGTERM: listeners closed, %d connections kept until the drain deadline %s", left, deadline)
 	if left > 0 {
 		select {
 		case <-s.idle:
+			logf("drained: no connection left")
 		case <-gone:
+			logf("parent gone")
 		case <-time.After(deadline):
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.relays) > 0 {
+		logf("drain deadline: resetting %d connections", len(s.relays))
+	}
 	for r := range s.relays {
 		r.reset()
 	}
@@ -251,4 +257,8 @@ func (r *relay) run() {
 func (r *relay) reset() {
 	resetConn(r.down)
 	resetConn(r.up)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ztunnel stand-in %d: "+format+"\n", append([]any{os.Getpid()}, args...)...)
 }

@@ -2,19 +2,23 @@ package dataplane
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Truth is what an app pod's clients saw with their own eyes.
 type Truth struct {
-	Requests       int64 // short requests attempted
-	RequestsFailed int64 // short requests that did not get their answer
-	Streams        int64 // long-lived streams opened
+	Requests       int64 // short requests and stream opens attempted
+	RequestsFailed int64 // of those, the ones that did not get their answer
+	Streams        int64 // long-lived streams opened (first answer received)
 	StreamsReset   int64 // streams that ended with a reset (ECONNRESET/EPIPE)
 	// StreamsGraceful counts streams the other side closed with a FIN, or
 	// that the client closed itself (at the end of their life or on SIGTERM).
 	StreamsGraceful int64
 	StreamsOther    int64 // streams that ended otherwise (timeouts)
+	// ResetAges are the ages the reset streams had when they were reset.
+	ResetAges []time.Duration
 }
 
 // Add sums two Truths.
@@ -23,6 +27,7 @@ func (t Truth) Add(o Truth) Truth {
 		Requests: t.Requests + o.Requests, RequestsFailed: t.RequestsFailed + o.RequestsFailed,
 		Streams: t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful + o.StreamsGraceful, StreamsOther: t.StreamsOther + o.StreamsOther,
+		ResetAges: append(append([]time.Duration(nil), t.ResetAges...), o.ResetAges...),
 	}
 }
 
@@ -32,7 +37,19 @@ func (t Truth) Sub(o Truth) Truth {
 		Requests: t.Requests - o.Requests, RequestsFailed: t.RequestsFailed - o.RequestsFailed,
 		Streams: t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful - o.StreamsGraceful, StreamsOther: t.StreamsOther - o.StreamsOther,
+		ResetAges: t.ResetAges[min(len(o.ResetAges), len(t.ResetAges)):],
 	}
+}
+
+// MinResetAge is the age of the youngest reset stream (0 when none was reset).
+func (t Truth) MinResetAge() time.Duration {
+	var m time.Duration
+	for i, a := range t.ResetAges {
+		if i == 0 || a < m {
+			m = a
+		}
+	}
+	return m
 }
 
 func (t Truth) String() string {
@@ -42,11 +59,28 @@ func (t Truth) String() string {
 
 type truthCounters struct {
 	requests, requestsFailed, streams, streamsReset, streamsGraceful, streamsOther atomic.Int64
+
+	mu        sync.Mutex
+	resetAges []time.Duration
+}
+
+func (c *truthCounters) reset(age time.Duration) {
+	c.streamsReset.Add(1)
+	c.mu.Lock()
+	c.resetAges = append(c.resetAges, age)
+	c.mu.Unlock()
 }
 
 func (c *truthCounters) load() Truth {
 	return Truth{
 		Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(), Streams: c.streams.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamsGraceful: c.streamsGraceful.Load(), StreamsOther: c.streamsOther.Load(),
+		ResetAges: c.ages(),
 	}
+}
+
+func (c *truthCounters) ages() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.resetAges...)
 }

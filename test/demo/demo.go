@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/orchestrator"
@@ -25,6 +27,8 @@ import (
 // kubelet's container runtime, plus the traffic's own ground truth.
 type DataPlane interface {
 	cluster.Runtime
+	// UseClient lets the data plane read the API once the cluster is up.
+	UseClient(kubernetes.Interface)
 	// Report is a short human summary of what the traffic saw so far.
 	Report() string
 	// Close stops every process and removes every namespace it created.
@@ -133,6 +137,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, fmt.Errorf("starting the simulated cluster: %w", err)
 	}
 	defer c.Stop()
+	if cfg.DataPlane != nil {
+		cfg.DataPlane.UseClient(c.Client)
+	}
 	sum.ClusterUp = time.Since(start)
 	fmt.Fprintf(out, "   cluster ready in %s. Look around while the demo runs:\n     export KUBECONFIG=%s\n     kubectl get nodes,pods -A -o wide; kubectl get noderollouts\n",
 		sum.ClusterUp.Round(100*time.Millisecond), c.Kubeconfig)
@@ -250,11 +257,23 @@ func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger)
 	return func() { cancel(); <-done }, nil
 }
 
+// waitDaemonSets waits until every node has a Ready, running ztunnel and
+// istio-cni pod. It counts pods rather than trusting the DaemonSet status,
+// which the controller may update late on a loaded machine.
 func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
-			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || ds.Status.NumberReady != int32(nodes) {
+		for _, sel := range []string{"app=ztunnel", "k8s-app=" + cluster.CNIName} {
+			pods, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				return false, nil
+			}
+			ready := map[string]bool{}
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil && podReady(&p) {
+					ready[p.Spec.NodeName] = true
+				}
+			}
+			if len(ready) != nodes {
 				return false, nil
 			}
 		}
@@ -264,6 +283,15 @@ func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 		return fmt.Errorf("waiting for ztunnel and istio-cni to be Ready on %d nodes: %w", nodes, err)
 	}
 	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // waitTemplateObserved waits until the DaemonSet controller has seen each
@@ -303,6 +331,30 @@ func waitSamples(ctx context.Context, c *cluster.Cluster) error {
 		return fmt.Errorf("waiting for the sample apps: %w", err)
 	}
 	return nil
+}
+
+// setZtunnelGrace sets the ztunnel template's termination grace period and
+// the TERMINATION_GRACE_PERIOD_SECONDS it passes to the process (tests use a
+// short one so the drain deadline comes sooner).
+func setZtunnelGrace(ctx context.Context, c *cluster.Cluster, seconds int64) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		api := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace)
+		ds, err := api.Get(ctx, cluster.ZtunnelName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ds.Spec.Template.Spec.TerminationGracePeriodSeconds = &seconds
+		for i := range ds.Spec.Template.Spec.Containers {
+			env := ds.Spec.Template.Spec.Containers[i].Env
+			for j := range env {
+				if env[j].Name == "TERMINATION_GRACE_PERIOD_SECONDS" {
+					env[j].Value = fmt.Sprint(seconds)
+				}
+			}
+		}
+		_, err = api.Update(ctx, ds, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // setZtunnelTag points the ztunnel template at another image tag, as a chart

@@ -1,0 +1,215 @@
+package demo
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/test/dataplane"
+)
+
+// testGrace is the ztunnel grace period the live tests use: its drain
+// deadline is 5 s (grace − 1 s), and streams live 30 s or more, longer than
+// the whole swap.
+const testGrace = 6
+
+// liveEnv is a small simulated cluster on the live data plane, with the CRD,
+// Istio 1.27.3 (OnDelete, grace testGrace) and an in-process orchestrator.
+type liveEnv struct {
+	t  *testing.T
+	dp *dataplane.DataPlane
+	c  *cluster.Cluster
+	rc orchestrator.RolloutClient
+}
+
+func requireKernel(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("SKIP: not root (euid %d): cannot create network namespaces", os.Geteuid())
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("SKIP: %s not installed (run make deps): %v", tool, err)
+		}
+	}
+}
+
+func repoCRDDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds")
+}
+
+func newLiveEnv(t *testing.T, nodes int) *liveEnv {
+	t.Helper()
+	requireKernel(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, err := dataplane.New(dataplane.Config{Log: testLog(t), StandinArgv: []string{exe, "-test.run=^$"}, StandinLog: os.Stderr,
+		Traffic: dataplane.Traffic{StreamLife: 30 * time.Second, StreamGap: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dp.Close(); err != nil {
+			t.Errorf("closing the data plane: %v", err)
+		}
+	})
+	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1, ReadyDelay: 300 * time.Millisecond, Runtime: dp, Log: testLog(t)})
+	dp.UseClient(c.Client)
+	ctx := context.Background()
+	if err := installCRD(ctx, c.Config, repoCRDDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
+		t.Fatal(err)
+	}
+	if err := setZtunnelGrace(ctx, c, testGrace); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDaemonSets(ctx, c, nodes); err != nil {
+		t.Fatal(err)
+	}
+	// Replace the first ztunnels at once (no grace) so every node runs one
+	// with the short grace.
+	zero := int64(0)
+	if err := c.Client.CoreV1().Pods(cluster.IstioNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: "app=ztunnel"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := waitDaemonSets(ctx, c, nodes); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitSamples(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := startOrchestrator(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	rc, err := orchestrator.NewRolloutClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &liveEnv{t: t, dp: dp, c: c, rc: rc}
+}
+
+// rolloutOn rolls one node with a drain policy and waits for a terminal phase.
+func (e *liveEnv) rolloutOn(name, node string, policy v1alpha1.DrainPolicy) *v1alpha1.NodeRollout {
+	e.t.Helper()
+	nr := healthyRollout(name, node)
+	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
+	nr.Spec.Drain.Policy = policy
+	got, err := runRollout(context.Background(), e.rc, nr, newView(testWriter{e.t}, false))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+// testLog writes the kubelet's debug log to $NODEWISE_TEST_LOG when set.
+func testLog(t *testing.T) *zap.Logger {
+	path := os.Getenv("NODEWISE_TEST_LOG")
+	if path == "" {
+		return nil
+	}
+	zc := zap.NewDevelopmentConfig()
+	zc.OutputPaths = []string{path}
+	l, err := zc.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// upgrade moves both charts to version and waits until the DaemonSet
+// controller sees it.
+func (e *liveEnv) upgrade(version string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := cluster.InstallIstio(ctx, e.c.Client, cluster.IstioOptions{Version: version, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := setZtunnelGrace(ctx, e.c, testGrace); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := waitTemplateObserved(ctx, e.c, cluster.CNIName, cluster.ZtunnelName); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// settle lets streams open on every pod: a stream older than the drain
+// deadline exists when the swap begins.
+func (e *liveEnv) settle() dataplane.Truth {
+	time.Sleep(7 * time.Second)
+	_, t := e.dp.Truth()
+	return t
+}
+
+// TestLiveDrainAutoSwapNoReset: one node swapped with drain auto while
+// traffic runs: its pods are evicted (streams closed with FIN) before the
+// ztunnel swap, so no long-lived stream anywhere sees a reset.
+func TestLiveDrainAutoSwapNoReset(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	e.upgrade("1.28.1")
+	before := e.settle()
+	nr := e.rolloutOn("auto", "node-001", v1alpha1.DrainAuto)
+	time.Sleep(2 * time.Second)
+	_, after := e.dp.Truth()
+	w := after.Sub(before)
+	t.Logf("during the swap: %s", w)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Fatalf("rollout %s: %s", nr.Status.Phase, nr.Status.HaltReason)
+	}
+	if w.StreamsReset != 0 {
+		t.Errorf("%d streams reset (ages %v); drain auto must reset none", w.StreamsReset, w.ResetAges)
+	}
+	if w.StreamsGraceful == 0 || w.Requests == 0 {
+		t.Errorf("no traffic measured during the swap: %s", w)
+	}
+}
+
+// TestLiveInPlaceSwapResetsOldStreams: one node swapped in place (drain
+// never): the old ztunnel stand-in keeps established streams until its
+// drain deadline, then resets them, so the streams reset are exactly ones
+// older than the deadline, and the rollout still completes.
+func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	e.upgrade("1.28.1")
+	before := e.settle()
+	nr := e.rolloutOn("inplace", "node-001", v1alpha1.DrainNever)
+	time.Sleep(dataplane.DrainDeadline(testGrace*time.Second, true) + 2*time.Second)
+	_, after := e.dp.Truth()
+	w := after.Sub(before)
+	t.Logf("during the swap: %s; reset ages %v", w, w.ResetAges)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Fatalf("rollout %s: %s", nr.Status.Phase, nr.Status.HaltReason)
+	}
+	if w.StreamsReset == 0 {
+		t.Fatalf("no stream was reset by the in-place swap: the old stand-in did not reset at its deadline")
+	}
+	deadline := dataplane.DrainDeadline(testGrace*time.Second, true)
+	if m := w.MinResetAge(); m < deadline {
+		t.Errorf("a stream %s old was reset; only streams older than the drain deadline %s should be", m, deadline)
+	}
+}
