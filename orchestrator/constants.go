@@ -15,6 +15,9 @@ const (
 	AnnotationStepSince = "nodewise.io/step-since"
 	// AnnotationSoakSince on a Node is when its soak began (RFC 3339): the gate's window start.
 	AnnotationSoakSince = "nodewise.io/soak-since"
+	// AnnotationSwapSince on a Node is when it was cordoned (RFC 3339): the end
+	// of its baseline window and the start of the swap, for the gate.
+	AnnotationSwapSince = "nodewise.io/swap-since"
 	// AnnotationPriorUnschedulable on a Node is "true" or "false": whether the node
 	// was already cordoned when nodewise first touched it. Written once, before the
 	// cordon; nodewise uncordons only nodes where it is "false".

@@ -34,7 +34,7 @@ type executor struct {
 	// overlay is the node step this process last persisted ("rollout/node"),
 	// newer than the informer cache until the watch catches up.
 	overlay map[string]nodeMark
-	// soaks remembers when each node's soak began ("rollout/node").
+	// soaks remembers when each node's soak and swap began ("rollout/node/key").
 	soaks map[string]time.Time
 	// verdicts holds a gate's summary until the next step persists it.
 	verdicts map[string]string

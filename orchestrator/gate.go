@@ -30,6 +30,19 @@ type Gate interface {
 	Judge(ctx context.Context, in GateInput) (health.Verdict, error)
 }
 
+// Preparer is implemented by gates that sample before the swap (the judge):
+// Prepare is called when a node enters preflight, before its baseline window,
+// and again after a restart (it must be idempotent). An error halts the node.
+type Preparer interface {
+	Prepare(ctx context.Context, node string) error
+}
+
+// Releaser is implemented by gates that hold per-node state: Done is called
+// when a node leaves the rollout, judged or not.
+type Releaser interface {
+	Done(node string)
+}
+
 // GateFunc adapts a function to Gate.
 type GateFunc func(ctx context.Context, in GateInput) (health.Verdict, error)
 

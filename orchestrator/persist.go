@@ -60,11 +60,13 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 	for k, v := range extra {
 		ann[k] = v
 	}
-	if st == v1alpha1.NodeSoak {
-		ann[AnnotationSoakSince] = ptr(ts)
-		e.mu.Lock()
-		e.soaks[nr.Name+"/"+node] = now
-		e.mu.Unlock()
+	for step, key := range map[v1alpha1.NodeState]string{v1alpha1.NodeSoak: AnnotationSoakSince, v1alpha1.NodeCordon: AnnotationSwapSince} {
+		if st == step {
+			ann[key] = ptr(ts)
+			e.mu.Lock()
+			e.soaks[nr.Name+"/"+node+"/"+key] = now
+			e.mu.Unlock()
+		}
 	}
 	e.mu.Lock()
 	verdict, hasVerdict := e.verdicts[nr.Name+"/"+node]
@@ -90,6 +92,9 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 	})
 	if err := errors.Join(<-nodeErr, statusErr); err != nil {
 		return now, err
+	}
+	if r, ok := e.gate.(Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!InFlight(st) && st != v1alpha1.NodePending)) {
+		r.Done(node)
 	}
 	prev, hadPrev := e.marked(nr.Name, node)
 	e.mark(nr.Name, node, st, now)

@@ -31,6 +31,11 @@ func (e *executor) preflight(ctx context.Context, p Policy, node string, since t
 	if !nodeReady(n) {
 		return halt(HaltPreflightFailed, "preflight: node is not Ready")
 	}
+	if pr, ok := e.gate.(Preparer); ok {
+		if err := pr.Prepare(ctx, node); err != nil {
+			return halt(HaltPreflightFailed, "preflight: gate: %v", err)
+		}
+	}
 	return sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
 }
 
@@ -195,8 +200,11 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 		}
 	}
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
-	if m, ok := e.soakStart(nr, node); ok {
+	if m, ok := e.stepStart(nr, node, AnnotationSoakSince); ok {
 		in.SoakStart = m
+	}
+	if m, ok := e.stepStart(nr, node, AnnotationSwapSince); ok {
+		in.SwapStart = m // the baseline window ends when the node is cordoned
 	}
 	v, err := e.gate.Judge(ctx, in)
 	if err != nil {
@@ -216,17 +224,18 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 	return nil
 }
 
-// soakStart is when the node entered Soak: remembered by this process, or
-// read back from the node annotation after a restart.
-func (e *executor) soakStart(nr *v1alpha1.NodeRollout, node string) (time.Time, bool) {
+// stepStart is when the node's soak (AnnotationSoakSince) or swap
+// (AnnotationSwapSince, written with Cordon) began: remembered by this
+// process, or read back from the node annotation after a restart.
+func (e *executor) stepStart(nr *v1alpha1.NodeRollout, node, key string) (time.Time, bool) {
 	e.mu.Lock()
-	m, ok := e.soaks[nr.Name+"/"+node]
+	m, ok := e.soaks[nr.Name+"/"+node+"/"+key]
 	e.mu.Unlock()
 	if ok {
 		return m, true
 	}
 	if n, err := e.nodes.Get(node); err == nil && n.Annotations[AnnotationRolloutUID] == string(nr.UID) {
-		if t := parseTime(n.Annotations[AnnotationSoakSince]); !t.IsZero() {
+		if t := parseTime(n.Annotations[key]); !t.IsZero() {
 			return t, true
 		}
 	}
