@@ -21,10 +21,59 @@ import (
 )
 
 // TestDeployServerSideApply builds deploy/ with kustomize and applies every
-// object with server-side apply; the API server must accept all of them, and
-// the orchestrator's ServiceAccount must not be able to write DaemonSets.
+// object with server-side apply; the API server must accept all of them.
 func TestDeployServerSideApply(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
+	applyDeploy(t, c)
+	dep, err := c.Client.AppsV1().Deployments("nodewise-system").Get(context.Background(), "nodewise-orchestrator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 2 {
+		t.Errorf("orchestrator replicas %d, want 2", *dep.Spec.Replicas)
+	}
+}
+
+// TestOrchestratorRBACLeastPrivilege applies deploy/ and asks the API server
+// what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
+// never edits a template), pod deletes and evictions, node patches.
+func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Nodes: 2})
+	applyDeploy(t, c)
+	ctx := context.Background()
+	sa := "system:serviceaccount:nodewise-system:nodewise-orchestrator"
+	for _, tc := range []struct {
+		group, resource, sub, verb, ns string
+		want                           bool
+	}{
+		{"apps", "daemonsets", "", "update", "istio-system", false},
+		{"apps", "daemonsets", "", "patch", "istio-system", false},
+		{"apps", "daemonsets", "", "delete", "istio-system", false},
+		{"apps", "daemonsets", "", "list", "istio-system", true},
+		{"", "pods", "", "delete", "istio-system", true},
+		{"", "pods", "", "create", "istio-system", false},
+		{"", "pods", "eviction", "create", "default", true},
+		{"", "nodes", "", "patch", "", true},
+		{"", "nodes", "", "delete", "", false},
+		{"nodewise.io", "noderollouts", "status", "update", "", true},
+		{"coordination.k8s.io", "leases", "", "update", "nodewise-system", true},
+		{"coordination.k8s.io", "leases", "", "update", "kube-system", false},
+	} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Verb: tc.verb, Namespace: tc.ns}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.want {
+			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.group, tc.ns, got.Status.Allowed, tc.want)
+		}
+	}
+}
+
+// applyDeploy server-side-applies everything `kustomize build deploy/` yields.
+func applyDeploy(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
 	ctx := context.Background()
 	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(), "deploy"))
 	if err != nil {
@@ -69,41 +118,6 @@ func TestDeployServerSideApply(t *testing.T) {
 			}
 		}
 		mapper.Reset()
-	}
-	dep, err := c.Client.AppsV1().Deployments("nodewise-system").Get(ctx, "nodewise-orchestrator", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *dep.Spec.Replicas != 2 {
-		t.Errorf("orchestrator replicas %d, want 2", *dep.Spec.Replicas)
-	}
-	sa := "system:serviceaccount:nodewise-system:nodewise-orchestrator"
-	for _, tc := range []struct {
-		group, resource, sub, verb, ns string
-		want                           bool
-	}{
-		{"apps", "daemonsets", "", "update", "istio-system", false},
-		{"apps", "daemonsets", "", "patch", "istio-system", false},
-		{"apps", "daemonsets", "", "delete", "istio-system", false},
-		{"apps", "daemonsets", "", "list", "istio-system", true},
-		{"", "pods", "", "delete", "istio-system", true},
-		{"", "pods", "", "create", "istio-system", false},
-		{"", "pods", "eviction", "create", "default", true},
-		{"", "nodes", "", "patch", "", true},
-		{"", "nodes", "", "delete", "", false},
-		{"nodewise.io", "noderollouts", "status", "update", "", true},
-		{"coordination.k8s.io", "leases", "", "update", "nodewise-system", true},
-		{"coordination.k8s.io", "leases", "", "update", "kube-system", false},
-	} {
-		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts"},
-			ResourceAttributes: &authv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Verb: tc.verb, Namespace: tc.ns}}}
-		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.Allowed != tc.want {
-			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.group, tc.ns, got.Status.Allowed, tc.want)
-		}
 	}
 }
 
