@@ -3,4 +3,4 @@
 // generated objects are committed, so building needs no clang.
 package bpf
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel -type counter_key -type sock_counters -type hist_key -type conn_start -type netns_owner Nodewise src/nodewise.c -- -I/usr/include/x86_64-linux-gnu -Isrc
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type counter_key -type sock_counters -type sock_slot -type netns_owner Nodewise src/nodewise.c -- -I/usr/include/x86_64-linux-gnu -Isrc

@@ -1,8 +1,11 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -61,6 +64,10 @@ type Conn struct {
 type Probe struct {
 	objs  NodewiseObjects
 	links []link.Link
+	// slots is the socket table, mapped into this process: ReadConns
+	// scans it without a system call per entry.
+	slots *ebpf.Memory
+	buf   []byte
 }
 
 // Load loads the programs into the kernel and attaches them. The error wraps
@@ -87,6 +94,12 @@ func Load() (*Probe, error) {
 		}
 		p.links = append(p.links, l)
 	}
+	mem, err := p.objs.SockSlots.Memory()
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("mapping the socket table: %w", err)
+	}
+	p.slots = mem
 	return p, nil
 }
 
@@ -138,57 +151,53 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 			for i := range c.ConnectFailures {
 				c.ConnectFailures[i] += v.ConnectFailures[i]
 			}
+			for i := range c.ConnectLatency {
+				c.ConnectLatency[i] += v.ConnectLatency[i]
+				c.SRTT[i] += v.Srtt[i]
+			}
 		}
 	}
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("reading the counters map: %w", err)
 	}
-	var (
-		hk    NodewiseHistKey
-		hvs   []uint64
-		hiter = p.objs.Histograms.Iterate()
-	)
-	for hiter.Next(&hk, &hvs) {
-		if int(hk.Bucket) >= HistBuckets {
-			continue
-		}
-		var sum uint64
-		for _, v := range hvs {
-			sum += v
-		}
-		c := get(Key{Netns: hk.Netns, Side: uint32(hk.Side)})
-		switch hk.Kind {
-		case HistConnectLatency:
-			c.ConnectLatency[hk.Bucket] += sum
-		case HistSRTT:
-			c.SRTT[hk.Bucket] += sum
-		}
-	}
-	if err := hiter.Err(); err != nil {
-		return nil, fmt.Errorf("reading the histograms map: %w", err)
-	}
 	return out, nil
 }
 
-// ReadConns lists the established sockets.
+// ReadConns lists the established sockets the programs saw become
+// established, from the socket table. Not safe for concurrent use.
 func (p *Probe) ReadConns() ([]Conn, error) {
-	var (
-		k    uint64
-		v    NodewiseConnStart
-		out  []Conn
-		iter = p.objs.EstablishedSocks.Iterate()
-	)
-	for iter.Next(&k, &v) {
-		out = append(out, Conn{StartNs: v.StartNs, Key: Key{Netns: v.Netns, Side: v.Side}})
+	const slotSize = int(unsafe.Sizeof(NodewiseSockSlot{}))
+	if p.buf == nil {
+		p.buf = make([]byte, 1<<16-(1<<16)%slotSize)
 	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("reading the established map: %w", err)
+	var out []Conn
+	size := int64(p.slots.Size())
+	for off := int64(0); off < size; off += int64(len(p.buf)) {
+		n, err := p.slots.ReadAt(p.buf, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("reading the socket table: %w", err)
+		}
+		for b := p.buf[:n-n%slotSize]; len(b) > 0; b = b[slotSize:] {
+			// Field order of struct sock_slot: sk, connect_ns,
+			// established_ns, netns, side.
+			if binary.NativeEndian.Uint64(b[0:8]) == 0 {
+				continue
+			}
+			est := binary.NativeEndian.Uint64(b[16:24])
+			if est == 0 {
+				continue
+			}
+			out = append(out, Conn{StartNs: est, Key: Key{
+				Netns: binary.NativeEndian.Uint32(b[24:28]),
+				Side:  binary.NativeEndian.Uint32(b[28:32]),
+			}})
+		}
 	}
 	return out, nil
 }
 
-// EstablishedOverflow is how many established sockets the map could not
-// hold (they are missing from the age buckets).
+// EstablishedOverflow is how many established sockets found no free slot
+// in the socket table (they are missing from the age buckets).
 func (p *Probe) EstablishedOverflow() (uint64, error) {
 	var vs []uint64
 	if err := p.objs.EstablishedOverflow.Lookup(uint32(0), &vs); err != nil {

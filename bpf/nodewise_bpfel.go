@@ -13,26 +13,10 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type NodewiseConnStart struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Netns   uint32
-	Side    uint32
-}
-
 type NodewiseCounterKey struct {
 	_     structs.HostLayout
 	Netns uint32
 	Side  uint32
-}
-
-type NodewiseHistKey struct {
-	_      structs.HostLayout
-	Netns  uint32
-	Side   uint8
-	Kind   uint8
-	Bucket uint8
-	Pad    uint8
 }
 
 type NodewiseNetnsOwner struct {
@@ -50,28 +34,36 @@ type NodewiseSockCounters struct {
 	Accepts         uint64
 	Retransmits     uint64
 	ConnectFailures [5]uint64
+	ConnectLatency  [32]uint64
+	Srtt            [32]uint64
+}
+
+type NodewiseSockSlot struct {
+	_             structs.HostLayout
+	Sk            uint64
+	ConnectNs     uint64
+	EstablishedNs uint64
+	Netns         uint32
+	Side          uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	NodewiseMapConnectStart        = "connect_start"
 	NodewiseMapCounters            = "counters"
 	NodewiseMapEstablishedOverflow = "established_overflow"
-	NodewiseMapEstablishedSocks    = "established_socks"
-	NodewiseMapHistograms          = "histograms"
 	NodewiseMapLastOwner           = "last_owner"
 	NodewiseMapNetnsOwners         = "netns_owners"
+	NodewiseMapSockSlots           = "sock_slots"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
 	NodewiseProgTcpRetransmitSkb   = "tcp_retransmit_skb"
 	NodewiseProgTcpSendReset       = "tcp_send_reset"
 	NodewiseVarUnusedCounterKey    = "unused_counter_key"
-	NodewiseVarUnusedEstablished   = "unused_established"
-	NodewiseVarUnusedHistKey       = "unused_hist_key"
 	NodewiseVarUnusedNetnsOwner    = "unused_netns_owner"
 	NodewiseVarUnusedSockCounters  = "unused_sock_counters"
+	NodewiseVarUnusedSockSlot      = "unused_sock_slot"
 )
 
 // LoadNodewise returns the embedded CollectionSpec for Nodewise.
@@ -126,13 +118,11 @@ type NodewiseProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseMapSpecs struct {
-	ConnectStart        *ebpf.MapSpec `ebpf:"connect_start"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
-	EstablishedSocks    *ebpf.MapSpec `ebpf:"established_socks"`
-	Histograms          *ebpf.MapSpec `ebpf:"histograms"`
 	LastOwner           *ebpf.MapSpec `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
+	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
 
 // NodewiseVariableSpecs contains global variables before they are loaded into the kernel.
@@ -140,10 +130,9 @@ type NodewiseMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseVariableSpecs struct {
 	UnusedCounterKey   *ebpf.VariableSpec `ebpf:"unused_counter_key"`
-	UnusedEstablished  *ebpf.VariableSpec `ebpf:"unused_established"`
-	UnusedHistKey      *ebpf.VariableSpec `ebpf:"unused_hist_key"`
 	UnusedNetnsOwner   *ebpf.VariableSpec `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.VariableSpec `ebpf:"unused_sock_counters"`
+	UnusedSockSlot     *ebpf.VariableSpec `ebpf:"unused_sock_slot"`
 }
 
 // NodewiseObjects contains all objects after they have been loaded into the kernel.
@@ -166,24 +155,20 @@ func (o *NodewiseObjects) Close() error {
 //
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseMaps struct {
-	ConnectStart        *ebpf.Map `ebpf:"connect_start"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
-	EstablishedSocks    *ebpf.Map `ebpf:"established_socks"`
-	Histograms          *ebpf.Map `ebpf:"histograms"`
 	LastOwner           *ebpf.Map `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
+	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
 
 func (m *NodewiseMaps) Close() error {
 	return _NodewiseClose(
-		m.ConnectStart,
 		m.Counters,
 		m.EstablishedOverflow,
-		m.EstablishedSocks,
-		m.Histograms,
 		m.LastOwner,
 		m.NetnsOwners,
+		m.SockSlots,
 	)
 }
 
@@ -192,10 +177,9 @@ func (m *NodewiseMaps) Close() error {
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseVariables struct {
 	UnusedCounterKey   *ebpf.Variable `ebpf:"unused_counter_key"`
-	UnusedEstablished  *ebpf.Variable `ebpf:"unused_established"`
-	UnusedHistKey      *ebpf.Variable `ebpf:"unused_hist_key"`
 	UnusedNetnsOwner   *ebpf.Variable `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.Variable `ebpf:"unused_sock_counters"`
+	UnusedSockSlot     *ebpf.Variable `ebpf:"unused_sock_slot"`
 }
 
 // NodewisePrograms contains all programs after they have been loaded into the kernel.

@@ -40,6 +40,8 @@ struct counter_key {
 	__u32 side;
 };
 
+// Everything counted for one side of one namespace, in one per-CPU value:
+// an event looks up its key once and updates fields in place.
 struct sock_counters {
 	__u64 resets_sent;
 	__u64 resets_received;
@@ -47,18 +49,16 @@ struct sock_counters {
 	__u64 accepts;
 	__u64 retransmits;
 	__u64 connect_failures[FAIL_CLASSES];
+	__u64 connect_latency[HIST_BUCKETS];
+	__u64 srtt[HIST_BUCKETS];
 };
 
-struct hist_key {
-	__u32 netns;
-	__u8 side;
-	__u8 kind;
-	__u8 bucket;
-	__u8 pad;
-};
-
-struct conn_start {
-	__u64 start_ns;
+// One slot of the socket table: a socket the programs saw enter SYN_SENT
+// or reach ESTABLISHED, until it leaves that state.
+struct sock_slot {
+	__u64 sk;             // socket address; 0 when the slot is free
+	__u64 connect_ns;     // when it entered SYN_SENT; 0 if not seen connecting
+	__u64 established_ns; // when it reached ESTABLISHED; 0 before
 	__u32 netns;
 	__u32 side;
 };
@@ -66,11 +66,10 @@ struct conn_start {
 // Force the generated Go types.
 const struct counter_key *unused_counter_key __attribute__((unused));
 const struct sock_counters *unused_sock_counters __attribute__((unused));
-const struct hist_key *unused_hist_key __attribute__((unused));
-const struct conn_start *unused_established __attribute__((unused));
+const struct sock_slot *unused_sock_slot __attribute__((unused));
 
-// The per-CPU hashes are allocated on demand (BPF_F_NO_PREALLOC): a key
-// is inserted once per namespace and side, and preallocating per-CPU values
+// The per-CPU hash is allocated on demand (BPF_F_NO_PREALLOC): a key is
+// inserted once per namespace and side, and preallocating per-CPU values
 // for every possible key would cost tens of MiB on a many-core node.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -80,35 +79,34 @@ struct {
 	__type(value, struct sock_counters);
 } counters SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct hist_key);
-	__type(value, __u64);
-} histograms SEC(".maps");
+// The socket table: an open-addressing table in a plain array, keyed by
+// socket address. A socket's slots are the SOCK_PROBES slots from
+// hash(address); claiming one is a compare-and-swap, finding one reads at
+// most SOCK_PROBES slots, and freeing one is two stores. Array lookups are
+// inlined by the verifier: no hashing helper, no bucket lock, no
+// allocation on the connection path (a hash insert and delete cost ~150 ns
+// each on a busy host; socket-local storage allocates twice per socket).
+// Connect start times and established sockets both live here; the agent
+// reads the established ones' ages from a read-only mapping of the array
+// at snapshot time.
+#define SOCK_SLOTS (1 << 17)
+#define SOCK_SLOT_BITS 17
+#define SOCK_PROBES 8
+// A SYN_SENT slot older than this belongs to a socket that went away
+// without a transition the programs see (the kernel gives up on a
+// connect after about two minutes): claiming may reuse it.
+#define STALE_CONNECT_NS (600ULL * 1000000000ULL)
 
-// Connect start times of sockets in SYN_SENT, by socket address. Per-CPU
-// LRU lists: no shared lock on the connect path; a socket that never
-// reaches ESTABLISHED or CLOSE simply ages out.
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU);
-	__uint(max_entries, 65536);
-	__type(key, __u64);
-	__type(value, __u64);
-} connect_start SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SOCK_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sock_slot);
+} sock_slots SEC(".maps");
 
-// Established sockets, by socket address: the agent computes age buckets
-// from it at snapshot time.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 131072);
-	__type(key, __u64);
-	__type(value, struct conn_start);
-} established_socks SEC(".maps");
-
-// Entries the established map could not take because it was full.
+// Sockets that reached ESTABLISHED and found no free slot: they are
+// missing from the age buckets.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -170,6 +168,9 @@ static __always_inline __u32 sk_side(const struct sock *sk)
 	return SIDE_APP;
 }
 
+// A zero value to insert a new key from (too big for the BPF stack).
+static const struct sock_counters zero_counters;
+
 static __always_inline struct sock_counters *counters_for(__u32 netns, __u32 side)
 {
 	struct counter_key key = { .netns = netns, .side = side };
@@ -177,8 +178,7 @@ static __always_inline struct sock_counters *counters_for(__u32 netns, __u32 sid
 
 	if (c)
 		return c;
-	struct sock_counters zero = {};
-	bpf_map_update_elem(&counters, &key, &zero, BPF_NOEXIST);
+	bpf_map_update_elem(&counters, &key, &zero_counters, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&counters, &key);
 }
 
@@ -199,29 +199,7 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return r;
 }
 
-static __always_inline void hist_add(__u32 netns, __u32 side, __u8 kind, __u64 us)
-{
-	struct hist_key key = {
-		.netns = netns,
-		.side = side,
-		.kind = kind,
-		.bucket = log2_bucket(us),
-	};
-	__u64 *v = bpf_map_lookup_elem(&histograms, &key);
-
-	if (v) {
-		*v += 1;
-		return;
-	}
-	__u64 one = 1;
-	if (bpf_map_update_elem(&histograms, &key, &one, BPF_NOEXIST) != 0) {
-		v = bpf_map_lookup_elem(&histograms, &key);
-		if (v)
-			*v += 1;
-	}
-}
-
-static __always_inline void srtt_sample(const struct sock *sk, __u32 netns, __u32 side)
+static __always_inline void srtt_sample(const struct sock *sk, struct sock_counters *c)
 {
 	const struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 	__u32 srtt;
@@ -230,7 +208,7 @@ static __always_inline void srtt_sample(const struct sock *sk, __u32 netns, __u3
 		return;
 	srtt = tp->srtt_us >> 3;
 	if (srtt)
-		hist_add(netns, side, HIST_SRTT, srtt);
+		c->srtt[log2_bucket(srtt) & (HIST_BUCKETS - 1)]++;
 }
 
 static __always_inline __u32 failure_class(int err)
@@ -328,15 +306,87 @@ static __always_inline void note_owner(__u32 netns, __u32 side)
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
 }
 
+static __always_inline __u32 slot_hash(__u64 sk)
+{
+	// Fibonacci hashing: the top bits of the product spread the
+	// slab-aligned addresses of sockets evenly.
+	return (__u32)((sk * 0x9E3779B97F4A7C15ULL) >> (64 - SOCK_SLOT_BITS));
+}
+
+// slot_find returns the socket's slot, or NULL.
+static __always_inline struct sock_slot *slot_find(__u64 sk)
+{
+	__u32 h = slot_hash(sk);
+
+	for (__u32 i = 0; i < SOCK_PROBES; i++) {
+		__u32 idx = (h + i) & (SOCK_SLOTS - 1);
+		struct sock_slot *s = bpf_map_lookup_elem(&sock_slots, &idx);
+
+		if (s && s->sk == sk)
+			return s;
+	}
+	return NULL;
+}
+
+// slot_claim takes a free (or stale) slot for the socket, or returns NULL
+// when all of its slots hold other live sockets.
+static __always_inline struct sock_slot *slot_claim(__u64 sk, __u64 now)
+{
+	__u32 h = slot_hash(sk);
+
+	for (__u32 i = 0; i < SOCK_PROBES; i++) {
+		__u32 idx = (h + i) & (SOCK_SLOTS - 1);
+		struct sock_slot *s = bpf_map_lookup_elem(&sock_slots, &idx);
+		__u64 cur;
+
+		if (!s)
+			continue;
+		cur = s->sk;
+		if (cur == sk)
+			return s;
+		if (cur && !(s->established_ns == 0 && s->connect_ns &&
+			     now - s->connect_ns > STALE_CONNECT_NS))
+			continue;
+		if (__sync_val_compare_and_swap(&s->sk, cur, sk) == cur)
+			return s;
+	}
+	return NULL;
+}
+
+// slot_free releases a slot: the times first, so a reader that sees the
+// address never pairs it with a stale time.
+static __always_inline void slot_free(struct sock_slot *s)
+{
+	s->established_ns = 0;
+	s->connect_ns = 0;
+	__sync_lock_test_and_set(&s->sk, 0);
+}
+
+static __always_inline void count_overflow(void)
+{
+	__u32 zero = 0;
+	__u64 *o = bpf_map_lookup_elem(&established_overflow, &zero);
+
+	if (o)
+		*o += 1;
+}
+
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, const int newstate)
 {
-	__u64 key = (__u64)sk;
-	__u64 now, *start;
+	// The socket as a number the table can hash: the verifier lets a
+	// pointer be subtracted from a pointer (giving a scalar) but not be
+	// multiplied. The map's address is a constant, so this identifies the
+	// socket as well as its address does.
+	__u64 key = (__u64)sk - (__u64)&sock_slots;
+	struct sock_counters *c;
+	struct sock_slot *st;
 	__u32 netns, side;
+	__u64 now;
 
-	// Most transitions (FIN_WAIT*, TIME_WAIT, LAST_ACK, SYN_RECV…) matter
-	// to nobody here: leave before touching the socket.
+	// Most transitions (FIN_WAIT2, TIME_WAIT, CLOSE after a FIN,
+	// CLOSE → SYN_RECV…) matter to nobody here: leave before touching the
+	// socket.
 	if (newstate != TCP_SYN_SENT && newstate != TCP_ESTABLISHED &&
 	    oldstate != TCP_ESTABLISHED && newstate != TCP_LISTEN && newstate != TCP_LAST_ACK &&
 	    !(newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT))
@@ -356,23 +406,30 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 
 	if (newstate == TCP_SYN_SENT) {
 		now = bpf_ktime_get_ns();
-		bpf_map_update_elem(&connect_start, &key, &now, BPF_ANY);
+		st = slot_claim(key, now);
+		if (st) {
+			st->established_ns = 0;
+			st->connect_ns = now;
+		}
 		return 0;
 	}
 
 	if (newstate == TCP_ESTABLISHED) {
-		struct conn_start e = {};
-		struct sock_counters *c;
+		__u64 start = 0;
 
 		now = bpf_ktime_get_ns();
-		e.start_ns = now;
-		e.netns = netns;
-		e.side = side;
-		if (bpf_map_update_elem(&established_socks, &key, &e, BPF_ANY) != 0) {
-			__u32 zero = 0;
-			__u64 *o = bpf_map_lookup_elem(&established_overflow, &zero);
-			if (o)
-				*o += 1;
+		// A passive open's socket is new: it has no slot to find.
+		st = oldstate == TCP_SYN_RECV ? NULL : slot_find(key);
+		if (!st)
+			st = slot_claim(key, now);
+		if (st) {
+			start = st->connect_ns;
+			st->connect_ns = 0;
+			st->netns = netns;
+			st->side = side;
+			st->established_ns = now;
+		} else {
+			count_overflow();
 		}
 		if (oldstate == TCP_SYN_RECV) {
 			c = counters_for(netns, side);
@@ -380,25 +437,27 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 				c->accepts++;
 			return 0;
 		}
-		if (oldstate != TCP_SYN_SENT)
+		// A connect the programs saw start (not one already under way
+		// when they were loaded).
+		if (oldstate != TCP_SYN_SENT || !start)
 			return 0;
-		start = bpf_map_lookup_elem(&connect_start, &key);
-		if (!start)
-			return 0;
-		__u64 us = (now - *start) / 1000;
-		bpf_map_delete_elem(&connect_start, &key);
 		c = counters_for(netns, side);
-		if (c)
+		if (c) {
 			c->connects++;
-		hist_add(netns, side, HIST_CONNECT_LATENCY, us);
+			c->connect_latency[log2_bucket((now - start) / 1000) & (HIST_BUCKETS - 1)]++;
+		}
 		return 0;
 	}
 
 	if (oldstate == TCP_ESTABLISHED) {
 		// Leaving ESTABLISHED: one SRTT sample per connection, and it
 		// no longer counts towards the age buckets.
-		srtt_sample(sk, netns, side);
-		bpf_map_delete_elem(&established_socks, &key);
+		st = slot_find(key);
+		if (st)
+			slot_free(st);
+		c = counters_for(netns, side);
+		if (c)
+			srtt_sample(sk, c);
 		return 0;
 	}
 
@@ -406,11 +465,13 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	// before any error (sk_err 0).
 	int err = sk->sk_err;
 
-	bpf_map_delete_elem(&connect_start, &key);
+	st = slot_find(key);
+	if (st)
+		slot_free(st);
 	if (err) {
-		struct sock_counters *c = counters_for(netns, side);
 		__u32 cls = failure_class(err);
 
+		c = counters_for(netns, side);
 		if (c && cls < FAIL_CLASSES)
 			c->connect_failures[cls]++;
 	}
