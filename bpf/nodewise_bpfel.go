@@ -19,6 +19,14 @@ type NodewiseCounterKey struct {
 	Side  uint32
 }
 
+type NodewiseLastOwner struct {
+	_      structs.HostLayout
+	Cset   uint64
+	Netns  uint32
+	Pad    uint32
+	Cgroup uint64
+}
+
 type NodewiseNetnsOwner struct {
 	_      structs.HostLayout
 	Netns  uint32

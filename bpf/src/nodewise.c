@@ -134,13 +134,23 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
-// The last owner each CPU recorded: a repeat (the common case: one app
-// opening connection after connection) skips the hash.
+// The last owner each CPU recorded, and the css_set (the task's set of
+// cgroups, shared by tasks with the same memberships and replaced when a
+// task moves) it came from: the same css_set again in the same namespace
+// (the common case: an app opening connection after connection) skips the
+// cgroup helper, and the same cgroup again skips the hash.
+struct last_owner {
+	__u64 cset; // the css_set's address as a number
+	__u32 netns;
+	__u32 pad;
+	__u64 cgroup;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct netns_owner);
+	__type(value, struct last_owner);
 } last_owner SEC(".maps");
 
 static __always_inline int is_ztunnel_port(__u16 port)
@@ -286,6 +296,9 @@ static __always_inline void note_owner(__u32 netns, __u32 side)
 {
 	struct task_struct *task;
 	struct netns_owner key = {};
+	struct last_owner *last;
+	__u32 zero = 0;
+	__u64 cset;
 	__u8 one = 1;
 
 	if (side != SIDE_APP)
@@ -293,14 +306,20 @@ static __always_inline void note_owner(__u32 netns, __u32 side)
 	task = bpf_get_current_task_btf();
 	if (task->nsproxy->net_ns->ns.inum != netns)
 		return;
+	last = bpf_map_lookup_elem(&last_owner, &zero);
+	if (!last)
+		return;
+	// Pointer minus pointer is a number to the verifier.
+	cset = (__u64)task->cgroups - (__u64)&last_owner;
+	if (last->cset == cset && last->netns == netns)
+		return;
 	key.netns = netns;
 	key.cgroup = bpf_get_current_cgroup_id();
-	__u32 zero = 0;
-	struct netns_owner *last = bpf_map_lookup_elem(&last_owner, &zero);
-	if (last && last->netns == key.netns && last->cgroup == key.cgroup)
+	last->cset = cset;
+	if (last->netns == netns && last->cgroup == key.cgroup)
 		return;
-	if (last)
-		*last = key;
+	last->netns = netns;
+	last->cgroup = key.cgroup;
 	if (bpf_map_lookup_elem(&netns_owners, &key))
 		return;
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
