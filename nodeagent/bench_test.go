@@ -355,6 +355,11 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 		b.ReportMetric(median(d99), "added-connect-p99-µs")
 		b.Logf("agent: %.2f%% of one core in user space, programs %.2f%% of one core in the kernel, peak RSS %.1f MiB",
 			cpuShare, kernelShare, float64(peakRSS)/(1<<20))
+		// The host is shared: its load says how far figures from
+		// different runs compare.
+		if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+			b.Logf("load average at the end: %s", strings.TrimSpace(string(la)))
+		}
 		b.Logf("added connect latency (median over %d rounds of B−A): p50 %+.1f µs, p99 %+.1f µs; per-round p50 %v", rounds, median(d50), median(d99), d50)
 		b.Logf("in-kernel program time per connection (client and server side together): %.0f ns", float64(kernelTime.Nanoseconds())/float64(nConns))
 		b.Logf("with the agent: %.0f new conns/s (median round); the agent counted %d of the %d client connects", median(rateB), agentConnects, nConns)
