@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/test/dataplane"
 	"github.com/nodewise/nodewise/test/demo"
 )
 
@@ -18,6 +20,7 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 		cfg     demo.Config
 		redraw  string
 		logFile string
+		live    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -44,6 +47,13 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 				log = l
 			}
 			cfg.Log, cfg.Out = log, cmd.OutOrStdout()
+			if live {
+				dp, err := newLiveDataPlane(log)
+				if err != nil {
+					return err
+				}
+				cfg.DataPlane = dp
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			_, err := demo.Run(ctx, cfg)
@@ -59,7 +69,38 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster's state (default: a temporary directory, removed at the end)")
 	f.StringVar(&redraw, "redraw", "auto", "redraw the node table in place: auto (on a terminal), always, never")
 	f.StringVar(&logFile, "log-file", "", "write the orchestrator's and kubelet's logs to this file")
+	f.BoolVar(&live, "live", true, "run the pods on the live data plane (network namespaces, ztunnel stand-ins, traffic); needs root, ip and nft")
+	cmd.AddCommand(newDemoStandinCmd())
 	return cmd
+}
+
+// newLiveDataPlane builds the live data plane, whose ztunnel stand-ins are
+// this binary's hidden `demo ztunnel-standin` command.
+func newLiveDataPlane(log *zap.Logger) (*dataplane.DataPlane, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("--live needs root to create network namespaces (run as root, or pass --live=false)")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("--live needs %s (run make deps, or pass --live=false)", tool)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return dataplane.New(dataplane.Config{StandinArgv: []string{self, "demo", "ztunnel-standin"}, Log: log.Named("dataplane")})
+}
+
+// newDemoStandinCmd is the ztunnel stand-in process the live data plane
+// starts, one per simulated node's ztunnel pod. People never run it.
+func newDemoStandinCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "ztunnel-standin",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE:   func(*cobra.Command, []string) error { return dataplane.RunStandin() },
+	}
 }
 
 func isTerminal(f *os.File) bool {

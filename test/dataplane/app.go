@@ -76,19 +76,16 @@ func startApp(netns, ip string, client bool, traffic Traffic, target func(self s
 	go a.serve()
 	if client {
 		a.clients.Add(1 + traffic.Streams)
-		go a.inNetns(a.shortLoop)
+		go a.run(a.shortLoop)
 		for range traffic.Streams {
-			go a.inNetns(a.streamLoop)
+			go a.run(a.streamLoop)
 		}
 	}
 	return a, nil
 }
 
-func (a *app) inNetns(body func()) {
+func (a *app) run(body func()) {
 	defer a.clients.Done()
-	if err := enterNetns(a.netns); err != nil {
-		return
-	}
 	body()
 }
 
@@ -175,7 +172,12 @@ func (a *app) dial() (*net.TCPConn, error) {
 		return nil, errNoTarget
 	}
 	d := net.Dialer{Timeout: 3 * time.Second}
-	c, err := d.DialContext(a.ctx, "tcp4", net.JoinHostPort(dst, fmt.Sprint(AppPort)))
+	var c net.Conn
+	err := inNetns(a.netns, func() error {
+		var err error
+		c, err = d.DialContext(a.ctx, "tcp4", net.JoinHostPort(dst, fmt.Sprint(AppPort)))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

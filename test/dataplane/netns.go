@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,32 +59,36 @@ func listNetns(prefix string) []string {
 	return out
 }
 
-// enterNetns locks the calling goroutine to its thread and moves the thread
-// into the namespace for good: sockets the goroutine creates afterwards live
-// there. The thread is discarded when the goroutine exits (it stays locked),
-// so call it only in a goroutine of its own.
-func enterNetns(name string) error {
+// inNetns runs fn on the calling goroutine with its thread moved into the
+// namespace: sockets fn creates live there. The thread is moved back and
+// unlocked afterwards. It must never be left to exit in another namespace:
+// the simulated cluster starts its components with Pdeathsig, so a thread
+// that exits kills the components it happened to start.
+func inNetns(name string, fn func() error) error {
 	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("opening this thread's netns: %w", err)
+	}
+	defer unix.Close(orig)
 	fd, err := unix.Open(filepath.Join(netnsDir, name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("opening netns %s: %w", name, err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
 		return fmt.Errorf("entering netns %s: %w", name, err)
 	}
-	return nil
-}
-
-// inNetns runs fn on a fresh goroutine inside the namespace and waits for it.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		if err := enterNetns(name); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	ferr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		// Stay locked: this thread cannot be reused, so the runtime ends it
+		// with the goroutine. Callers run inNetns on goroutines that started
+		// no process.
+		return errors.Join(ferr, fmt.Errorf("returning from netns %s: %w", name, err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
 }

@@ -29,6 +29,8 @@ type DataPlane interface {
 	cluster.Runtime
 	// UseClient lets the data plane read the API once the cluster is up.
 	UseClient(kubernetes.Interface)
+	// Prefix names every network namespace the data plane creates.
+	Prefix() string
 	// Report is a short human summary of what the traffic saw so far.
 	Report() string
 	// Close stops every process and removes every namespace it created.
@@ -139,6 +141,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	defer c.Stop()
 	if cfg.DataPlane != nil {
 		cfg.DataPlane.UseClient(c.Client)
+		fmt.Fprintf(out, "   live data plane: pod namespaces /run/netns/%s-*, one ztunnel stand-in process per node, traffic between the ambient pods\n", cfg.DataPlane.Prefix())
 	}
 	sum.ClusterUp = time.Since(start)
 	fmt.Fprintf(out, "   cluster ready in %s. Look around while the demo runs:\n     export KUBECONFIG=%s\n     kubectl get nodes,pods -A -o wide; kubectl get noderollouts\n",

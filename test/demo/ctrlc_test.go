@@ -1,0 +1,127 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemoCtrlCLeavesNothingBehind runs `nodewise demo` with the live data
+// plane, sends SIGINT once traffic flows, and checks that no network
+// namespace, process or mount of the run is left.
+func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
+	requireKernel(t)
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
+	build.Dir = filepath.Join(repoCRDDir(), "..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	work := t.TempDir()
+	cmd := exec.Command(bin, "demo", "--nodes", "3", "--zones", "1", "--redraw", "never", "--work-dir", work)
+	cmd.Dir = build.Dir
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	prefixRE := regexp.MustCompile(`/run/netns/(nwdp[0-9a-f]+)-`)
+	prefix, interrupted := "", false
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		out.WriteString(line + "\n")
+		if m := prefixRE.FindStringSubmatch(line); m != nil {
+			prefix = m[1]
+		}
+		// The first rollout has begun: pods, stand-ins and traffic all run.
+		if !interrupted && strings.Contains(line, "→ Cordon") {
+			if len(listNetnsNamed(prefix)) == 0 {
+				t.Errorf("no namespace of %q exists while the demo runs; the check below would prove nothing", prefix)
+			}
+			time.Sleep(2 * time.Second)
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			interrupted = true
+		}
+	}
+	err = cmd.Wait()
+	t.Logf("demo output:\n%s", out.String())
+	if !interrupted {
+		t.Fatalf("the demo ended (%v) before its rollout started", err)
+	}
+	if prefix == "" {
+		t.Fatalf("the demo did not print its namespace prefix")
+	}
+	if left := listNetnsNamed(prefix); len(left) > 0 {
+		t.Errorf("network namespaces left behind: %v", left)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mounts, []byte(prefix)) || bytes.Contains(mounts, []byte(work)) {
+		t.Errorf("mounts left behind:\n%s", grepLines(mounts, prefix, work))
+	}
+	if procs := processesMentioning(bin, work); len(procs) > 0 {
+		t.Errorf("processes left behind: %v", procs)
+	}
+}
+
+func listNetnsNamed(prefix string) []string {
+	if prefix == "" {
+		return nil
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func grepLines(data []byte, words ...string) string {
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// processesMentioning lists the processes whose command line contains any
+// of words (our binary, or our cluster's state directory).
+func processesMentioning(words ...string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		s := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		for _, w := range words {
+			if strings.Contains(s, w) {
+				out = append(out, e.Name()+": "+s)
+				break
+			}
+		}
+	}
+	return out
+}
