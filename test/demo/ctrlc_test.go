@@ -45,7 +45,7 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 			prefix = m[1]
 		}
 		// The first rollout has begun: pods, stand-ins and traffic all run.
-		if !interrupted && strings.Contains(line, "→ Cordon") {
+		if !interrupted && strings.Contains(line, "  wave ") {
 			if len(listNetnsNamed(prefix)) == 0 {
 				t.Errorf("no namespace of %q exists while the demo runs; the check below would prove nothing", prefix)
 			}
