@@ -87,6 +87,7 @@ func (e *executor) target(ref v1alpha1.TargetRef) (TargetView, error) {
 		return tv, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	tv.Found, tv.UID, tv.Strategy = true, ds.UID, ds.Spec.UpdateStrategy.Type
+	tv.Settled = ds.Status.ObservedGeneration >= ds.Generation
 	revs, err := e.revs.ControllerRevisions(ref.Namespace).List(labels.Everything())
 	if err != nil {
 		return tv, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)

@@ -49,6 +49,14 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 // If one fails, the older record wins on resume and the (idempotent) earlier
 // step simply runs again.
 func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string) (time.Time, error) {
+	return e.persistStepWith(ctx, nr, node, st, reason, extra, nil)
+}
+
+// persistStepWith is persistStep whose node write is write(annotations)
+// instead of a plain annotation patch: cordon and uncordon write their step
+// and act in one patch, conditional on the node's resourceVersion, so the
+// record and the act happen together or not at all.
+func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string, write func(map[string]*string) error) (time.Time, error) {
 	now := e.o.cfg.Now()
 	ts := now.UTC().Format(time.RFC3339Nano)
 	ann := map[string]*string{
@@ -73,7 +81,10 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 	delete(e.verdicts, nr.Name+"/"+node)
 	e.mu.Unlock()
 	nodeErr := make(chan error, 1)
-	go func() { nodeErr <- e.patchNode(ctx, node, "", ann, nil) }()
+	if write == nil {
+		write = func(ann map[string]*string) error { return e.patchNode(ctx, node, "", ann, nil) }
+	}
+	go func() { nodeErr <- write(ann) }()
 	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		ns := nodeEntry(s, node)
 		if ns.State != st {

@@ -104,6 +104,14 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		return d
 	}
 
+	for _, t := range s.Targets {
+		if !t.Settled {
+			// Right after a chart is applied the DaemonSet controller may not have
+			// written the new ControllerRevision yet: nothing is "newest" until it has.
+			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("waiting for the DaemonSet controller to observe %s", t.Key())
+			return d
+		}
+	}
 	if p.Rollback {
 		return planRollback(s, p, d, byName, inflight)
 	}

@@ -18,7 +18,7 @@ const oldHash, newHash = "old111", "new222"
 func targets(strategy appsv1.DaemonSetUpdateStrategyType) []TargetView {
 	var ts []TargetView
 	for _, r := range DefaultTargets {
-		ts = append(ts, TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash})
+		ts = append(ts, TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash, Settled: true})
 	}
 	return ts
 }
@@ -218,6 +218,19 @@ func TestPlan(t *testing.T) {
 			name:      "unknown DaemonSet",
 			targets:   []TargetView{{Ref: v1alpha1.TargetRef{Namespace: "istio-system", Name: "nope"}}},
 			wantPhase: v1alpha1.PhasePending, wantStart: nil, reason: "istio-system/nope not found",
+		},
+		{
+			name: "a template the DaemonSet controller has not observed: nothing starts, nothing is done",
+			world: func(ns []NodeView) []NodeView {
+				upgrade(ns, "zone-a-00")
+				return ns
+			},
+			targets: func() []TargetView {
+				ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+				ts[1].Settled = false
+				return ts
+			}(),
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil, reason: "waiting for the DaemonSet controller",
 		},
 		{
 			name: "a node already on the newest revision is done, not swapped",

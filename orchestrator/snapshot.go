@@ -27,6 +27,10 @@ type TargetView struct {
 	// NewestHash is the controller-revision-hash of the newest ControllerRevision
 	// owned by the DaemonSet (matched by owner UID).
 	NewestHash string
+	// Settled is true once the DaemonSet controller has observed the current
+	// template (status.observedGeneration ≥ generation), so its ControllerRevision
+	// exists and NewestHash is really the newest.
+	Settled bool
 }
 
 // Key is "namespace/name".
@@ -58,7 +62,7 @@ type NodeView struct {
 func (n NodeView) UpToDate(targets []TargetView) bool {
 	for _, t := range targets {
 		p, ok := n.Pods[t.Key()]
-		if !ok || p.Terminating || !p.Ready || p.Hash != t.NewestHash || t.NewestHash == "" {
+		if !ok || p.Terminating || !p.Ready || p.Hash != t.NewestHash || t.NewestHash == "" || !t.Settled {
 			return false
 		}
 	}

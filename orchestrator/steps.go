@@ -41,7 +41,8 @@ func (e *executor) preflight(ctx context.Context, p Policy, node string, since t
 
 // cordon records whether the node was already unschedulable (once, before
 // anything else) and cordons it, conditional on the resourceVersion it read.
-func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string) error {
+// with are more annotations for the same patch (the step record).
+func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, with map[string]*string) error {
 	attempt := 0
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
@@ -50,6 +51,9 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 			return err
 		}
 		ann := map[string]*string{}
+		for k, v := range with {
+			ann[k] = v
+		}
 		if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok {
 			ann[AnnotationPriorUnschedulable] = ptr(fmt.Sprint(n.Spec.Unschedulable))
 		}
@@ -83,15 +87,18 @@ func (e *executor) readNode(ctx context.Context, node string, attempt int) (*cor
 // uncordon makes the node schedulable again only if nodewise cordoned it;
 // a node that was already cordoned stays cordoned.
 // It reads the node from the API: a stale cache could hide nodewise's own cordon.
-func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string) error {
+func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string, with map[string]*string) error {
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		n, err := e.readNode(ctx, node, 2)
 		if err != nil {
 			return err
 		}
 		clear := map[string]*string{AnnotationPriorUnschedulable: nil, AnnotationCordonedBy: nil}
+		for k, v := range with {
+			clear[k] = v
+		}
 		if n.Annotations[AnnotationPriorUnschedulable] == "true" || n.Annotations[AnnotationCordonedBy] == "" {
-			if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok && n.Annotations[AnnotationCordonedBy] == "" {
+			if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok && n.Annotations[AnnotationCordonedBy] == "" && len(with) == 0 {
 				return nil
 			}
 			return e.patchNode(ctx, node, n.ResourceVersion, clear, nil)
@@ -110,6 +117,12 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 	}
 	if !tv.Found {
 		return halt(HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
+	}
+	if err := e.waitSettled(ctx, ref, since, p.SwapTimeout); err != nil {
+		return err
+	}
+	if tv, err = e.target(ref); err != nil {
+		return err
 	}
 	live, _, err := e.targetPods(tv, node)
 	if err != nil {
@@ -133,6 +146,30 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 	return e.waitReady(ctx, ref, node, since, p.SwapTimeout)
 }
 
+// waitSettled waits until the DaemonSet controller has observed the current
+// template, so the newest ControllerRevision is known (bounded by the swap timeout).
+func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, since time.Time, timeout time.Duration) error {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for {
+		tv, err := e.target(ref)
+		if err != nil {
+			return err
+		}
+		if tv.Settled {
+			return nil
+		}
+		if !e.o.cfg.Now().Before(since.Add(timeout)) {
+			return halt(HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 // waitReady waits until the node has a Ready pod of the target on its newest
 // revision, or halts when the swap timeout (counted from the persisted step
 // start, so a restart does not extend it) passes.
@@ -150,6 +187,9 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 			return err
 		}
 		var why string
+		if !tv.Settled {
+			live, why = nil, "the DaemonSet controller has not observed the current template yet"
+		}
 		for _, pod := range live {
 			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash {
 				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[LabelControllerRevisionHash], tv.NewestHash)
@@ -245,7 +285,7 @@ func (e *executor) stepStart(nr *v1alpha1.NodeRollout, node, key string) (time.T
 func (e *executor) upToDate(p Policy, node string) bool {
 	for _, ref := range p.Targets {
 		tv, err := e.target(ref)
-		if err != nil || !tv.Found {
+		if err != nil || !tv.Found || !tv.Settled {
 			return false
 		}
 		live, _, err := e.targetPods(tv, node)

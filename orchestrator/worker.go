@@ -100,12 +100,20 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		if st != cur && noop(p, st) {
 			continue // nothing to act on, nothing to persist
 		}
+		acted := false
 		if st != cur { // persist before acting
+			var write func(map[string]*string) error
+			switch {
+			case st == v1alpha1.NodeCordon:
+				write = func(ann map[string]*string) error { return e.cordon(ctx, nr, node, ann) }
+			case st == v1alpha1.NodeUncordon:
+				write = func(ann map[string]*string) error { return e.uncordon(ctx, nr, node, ann) }
+			}
 			var err error
-			if since, err = e.persistStep(ctx, nr, node, st, "", e.stepAnnotations(p, node, st)); err != nil {
+			if since, err = e.persistStepWith(ctx, nr, node, st, "", e.stepAnnotations(p, node, st), write); err != nil {
 				return err
 			}
-			cur = st
+			cur, acted = st, write != nil
 		}
 		if live := e.latest(nr.Name); live != nil && live.Spec.Abort && !abortSafe && st != v1alpha1.NodeUncordon {
 			// Make the node safe: a started swap finishes, anything before it is skipped.
@@ -119,7 +127,10 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 				continue
 			}
 		}
-		err := e.doStep(ctx, nr, p, node, st, since)
+		var err error
+		if !acted { // cordon and uncordon acted in the same patch as their record
+			err = e.doStep(ctx, nr, p, node, st, since)
+		}
 		var se *stepError
 		switch {
 		case errors.As(err, &se):
@@ -151,7 +162,7 @@ func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Polic
 	case v1alpha1.NodePreflight:
 		return e.preflight(ctx, p, node, since)
 	case v1alpha1.NodeCordon:
-		return e.cordon(ctx, nr, node)
+		return e.cordon(ctx, nr, node, nil)
 	case v1alpha1.NodeDrain:
 		return e.drain(ctx, nr, p, node)
 	case v1alpha1.NodeWaitReady:
@@ -162,7 +173,7 @@ func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Polic
 		}
 		return nil
 	case v1alpha1.NodeUncordon:
-		return e.uncordon(ctx, nr, node)
+		return e.uncordon(ctx, nr, node, nil)
 	case v1alpha1.NodeSoak:
 		return sleepUntil(ctx, since.Add(p.Soak), e.o.cfg.Now)
 	case v1alpha1.NodeGate:
@@ -180,7 +191,7 @@ func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Polic
 // records the reason on the node, in status and in Events.
 func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, se *stepError) error {
 	if se.skip {
-		if err := e.uncordon(ctx, nr, node); err != nil {
+		if err := e.uncordon(ctx, nr, node, nil); err != nil {
 			return err
 		}
 		if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeSkipped, se.reason, e.swappedCleanup(p)); err != nil {
@@ -191,7 +202,7 @@ func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 	}
 	if se.halt == HaltPDBBlocked || se.halt == HaltPreflightFailed {
 		// Nothing was swapped: the node is safe to hand back.
-		if err := e.uncordon(ctx, nr, node); err != nil {
+		if err := e.uncordon(ctx, nr, node, nil); err != nil {
 			return err
 		}
 	}
