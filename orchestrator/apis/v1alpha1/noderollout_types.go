@@ -205,6 +205,10 @@ type NodeStatus struct {
 	// Verdict is the gate's outcome and a summary of its reasons.
 	// +optional
 	Verdict string `json:"verdict,omitempty"`
+	// Judgement is the judge's before/after summary behind Verdict (absent
+	// for gates without numbers); `nodewise explain` prints it.
+	// +optional
+	Judgement *NodeJudgement `json:"judgement,omitempty"`
 }
 
 // RolloutCounts sums the node entries.
