@@ -18,6 +18,10 @@ const (
 	// AnnotationSwapSince on a Node is when it was cordoned (RFC 3339): the end
 	// of its baseline window and the start of the swap, for the gate.
 	AnnotationSwapSince = "nodewise.io/swap-since"
+	// AnnotationDrainedAt on a Node is when a drain of it finished (RFC 3339),
+	// written with the step after Drain. A value at or after AnnotationSwapSince
+	// means this attempt drained the node; otherwise it was swapped in place.
+	AnnotationDrainedAt = "nodewise.io/drained-at"
 	// AnnotationPriorUnschedulable on a Node is "true" or "false": whether the node
 	// was already cordoned when nodewise first touched it. Written once, before the
 	// cordon; nodewise uncordons only nodes where it is "false".
@@ -42,6 +46,8 @@ const (
 
 	// LeaseName is the leader-election Lease in the orchestrator's namespace.
 	LeaseName = "nodewise-orchestrator"
+	// RevisionsLeaseName is the RevisionMigration controller's Lease, beside it.
+	RevisionsLeaseName = "nodewise-revisions"
 	// FieldManager is the server-side field manager of every orchestrator write.
 	FieldManager = "nodewise-orchestrator"
 )

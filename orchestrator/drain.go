@@ -40,6 +40,9 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		}
 		err := drain.RunNodeDrain(h, node)
 		if err == nil {
+			// Persisted with the next step: the gate reads it back to know the
+			// node was not swapped in place.
+			e.carryNext(nr.Name, node, func(c *carried) { c.drained = true })
 			return nil
 		}
 		if ctx.Err() != nil {

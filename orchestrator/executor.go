@@ -38,6 +38,10 @@ type executor struct {
 	soaks map[string]time.Time
 	// verdicts holds a gate's summary until the next step persists it.
 	verdicts map[string]string
+	// carry holds what a node's next step persists with it besides the
+	// verdict ("rollout/node"): the judge's summary, and that a drain
+	// finished. Made on first use.
+	carry map[string]carried
 	// statusMu serialises status writes; current is the last NodeRollout the
 	// API returned to this process, by name.
 	statusMu sync.Mutex
@@ -52,6 +56,24 @@ type executor struct {
 // claimed is the in-memory state of a node the planner started whose worker
 // has not yet persisted Preflight. It is never written to the API.
 const claimed v1alpha1.NodeState = "Claimed"
+
+// carried is persisted with a node's next step (see persistStepWith).
+type carried struct {
+	judgement *v1alpha1.NodeJudgement // written with the verdict (nil clears an older one)
+	drained   bool                    // write AnnotationDrainedAt
+}
+
+// carryNext records what the node's next step persists with it.
+func (e *executor) carryNext(rollout, node string, f func(*carried)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.carry == nil {
+		e.carry = map[string]carried{}
+	}
+	c := e.carry[rollout+"/"+node]
+	f(&c)
+	e.carry[rollout+"/"+node] = c
+}
 
 type nodeMark struct {
 	state v1alpha1.NodeState

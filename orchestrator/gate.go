@@ -21,6 +21,14 @@ type GateInput struct {
 	SoakStart     time.Time // the node was uncordoned on the new revision
 	Now           time.Time
 	Spec          v1alpha1.GatesSpec
+	// SwappedInPlace: ztunnel was swapped on the node without a drain (drain
+	// policy never, or no finished drain recorded since the cordon), so the
+	// connections older than ztunnel's drain deadline were reset as planned.
+	// Read back from the node's annotations after a restart.
+	SwappedInPlace bool
+	// ZtunnelGrace is terminationGracePeriodSeconds of the ztunnel target's
+	// pod template (default 30 s): ztunnel's drain deadline derives from it.
+	ZtunnelGrace time.Duration
 }
 
 // Gate decides whether a node that finished its soak may count as done. An

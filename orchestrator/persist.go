@@ -79,6 +79,12 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 	e.mu.Lock()
 	verdict, hasVerdict := e.verdicts[nr.Name+"/"+node]
 	delete(e.verdicts, nr.Name+"/"+node)
+	carry := e.carry[nr.Name+"/"+node]
+	delete(e.carry, nr.Name+"/"+node)
+	if carry.drained {
+		ann[AnnotationDrainedAt] = ptr(ts)
+		e.soaks[nr.Name+"/"+node+"/"+AnnotationDrainedAt] = now
+	}
 	e.mu.Unlock()
 	nodeErr := make(chan error, 1)
 	if write == nil {
@@ -92,7 +98,7 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 		}
 		ns.State, ns.Reason = st, reason
 		if hasVerdict {
-			ns.Verdict = verdict
+			ns.Verdict, ns.Judgement = verdict, carry.judgement
 		}
 		switch {
 		case st == v1alpha1.NodePreflight && ns.StartTime == nil:

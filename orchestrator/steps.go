@@ -231,7 +231,7 @@ func waitingReason(p *corev1.Pod) string {
 }
 
 // judge runs the gate; an error fails closed.
-func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node string) error {
+func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	st := e.currentStatus(nr.Name)
 	for _, ns := range st.Nodes {
@@ -246,6 +246,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 	if m, ok := e.stepStart(nr, node, AnnotationSwapSince); ok {
 		in.SwapStart = m // the baseline window ends when the node is cordoned
 	}
+	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(nr, p, node, in.SwapStart)
 	v, err := e.gate.Judge(ctx, in)
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
@@ -254,19 +255,40 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, node str
 	if len(v.Reasons) > 0 {
 		summary += ": " + strings.Join(v.Reasons, "; ")
 	}
-	// The verdict is written with the next step (Done or Failed), not on its own.
+	// The verdict and the judge's summary are written with the next step
+	// (Done or Failed), not on their own.
 	e.mu.Lock()
 	e.verdicts[nr.Name+"/"+node] = summary
 	e.mu.Unlock()
+	e.carryNext(nr.Name, node, func(c *carried) { c.judgement = judgementOf(v.Summary) })
 	if v.Outcome != health.Pass {
 		return halt(HaltGateFailed, "gate %s", summary)
 	}
 	return nil
 }
 
+// drainFacts says whether ztunnel was swapped on the node in place (from the
+// policy and the persisted drain record, so it holds after a restart) and
+// ztunnel's termination grace period, from the ztunnel target's pod template.
+func (e *executor) drainFacts(nr *v1alpha1.NodeRollout, p Policy, node string, swapStart time.Time) (bool, time.Duration) {
+	grace, swapsZtunnel := defaultZtunnelGrace, false
+	for _, ref := range p.Targets {
+		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
+			continue
+		}
+		swapsZtunnel = true
+		if ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name); err == nil {
+			grace = ztunnelGrace(ds)
+		}
+	}
+	drainedAt, _ := e.stepStart(nr, node, AnnotationDrainedAt)
+	return swappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
+}
+
 // stepStart is when the node's soak (AnnotationSoakSince) or swap
-// (AnnotationSwapSince, written with Cordon) began: remembered by this
-// process, or read back from the node annotation after a restart.
+// (AnnotationSwapSince, written with Cordon) began, or its drain finished
+// (AnnotationDrainedAt): remembered by this process, or read back from the
+// node annotation after a restart.
 func (e *executor) stepStart(nr *v1alpha1.NodeRollout, node, key string) (time.Time, bool) {
 	e.mu.Lock()
 	m, ok := e.soaks[nr.Name+"/"+node+"/"+key]

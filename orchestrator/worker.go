@@ -177,7 +177,7 @@ func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Polic
 	case v1alpha1.NodeSoak:
 		return sleepUntil(ctx, since.Add(p.Soak), e.o.cfg.Now)
 	case v1alpha1.NodeGate:
-		return e.judge(ctx, nr, node)
+		return e.judge(ctx, nr, p, node)
 	}
 	for _, ref := range p.Targets {
 		if swapState(ref) == st {
