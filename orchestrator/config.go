@@ -43,6 +43,9 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Validate checks the configuration and fills in its defaults; New calls it.
+func (c *Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	var errs []error
 	if c.RESTConfig == nil {

@@ -8,12 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -21,8 +18,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
@@ -69,66 +64,24 @@ func New(cfg Config) (*Orchestrator, error) {
 // when ctx ends.
 func (o *Orchestrator) Run(ctx context.Context) error {
 	if o.cfg.MetricsAddr != "" {
-		srv, err := o.serveMetrics()
+		srv, err := ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metaName(LeaseName, o.cfg.Namespace),
-		Client:     o.kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: o.cfg.Identity},
-	}
-	leadErr := make(chan error, 1)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   o.cfg.LeaseDuration,
-		RenewDeadline:   o.cfg.RenewDeadline,
-		RetryPeriod:     o.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				o.metrics.IsLeader.Set(1)
-				o.log.Info("leading", zap.String("identity", o.cfg.Identity))
-				leadErr <- o.lead(lctx)
-			},
-			OnStoppedLeading: func() {
-				o.metrics.IsLeader.Set(0)
-				o.log.Info("stopped leading", zap.String("identity", o.cfg.Identity))
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	le.Run(ctx)
-	if ctx.Err() != nil {
-		return nil
-	}
-	select {
-	case err := <-leadErr:
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
-	default:
-	}
-	return ErrLostLeadership
+	return RunWhileLeading(ctx, LeaderElection{
+		Client: o.kube, Namespace: o.cfg.Namespace, Name: LeaseName, Identity: o.cfg.Identity,
+		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
+		Log: o.log, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
+	}, o.lead)
 }
 
-func (o *Orchestrator) serveMetrics() (*http.Server, error) {
-	ln, err := net.Listen("tcp", o.cfg.MetricsAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", o.cfg.MetricsAddr, err)
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(o.cfg.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	o.log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
-	return srv, nil
+	return 0
 }
 
 // lead runs while this replica holds the Lease: informers, then the reconcile loop.

@@ -1,4 +1,11 @@
-// Command orchestrator runs the NodeRollout controller: flags → orchestrator.Config → Run.
+// Command orchestrator runs nodewise's controllers: flags → config → run.
+//
+//	--controllers=noderollout   the NodeRollout controller (default)
+//	--controllers=revisions     the RevisionMigration controller and the proxy inventory
+//
+// Each set campaigns for its own Lease, so each can run under its own
+// ServiceAccount: the NodeRollout one may not write DaemonSets, the revision
+// one must (to restart sidecar DaemonSets).
 package main
 
 import (
@@ -10,21 +17,25 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodewise/nodewise/health/judgegate"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 func main() {
 	var (
-		cfg        orchestrator.Config
-		kubeconfig string
-		hold       string
-		debug      bool
+		cfg         orchestrator.Config
+		agents      judgegate.AgentConfig
+		kubeconfig  string
+		controllers string
+		istioNS     string
+		hold        string
+		debug       bool
 	)
+	flag.StringVar(&controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (empty: in-cluster)")
-	flag.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Lease")
+	flag.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases")
 	flag.StringVar(&cfg.Identity, "identity", os.Getenv("POD_NAME"), "leader-election identity (default: hostname)")
 	flag.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader Lease duration (default 15s)")
 	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader renew deadline (default 10s)")
@@ -32,6 +43,11 @@ func main() {
 	flag.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
 	flag.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
+	flag.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
+	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
+	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	flag.StringVar(&istioNS, "istio-namespace", "istio-system", "where istiod and its injector webhooks live (revisions controller)")
 	flag.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()
@@ -43,20 +59,11 @@ func main() {
 	}
 	cfg.Logger = log
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		log.Fatal("loading kubeconfig", zap.Error(err))
-	}
-	o, err := orchestrator.New(cfg)
-	if err != nil {
-		log.Fatal("configuring", zap.Error(err))
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := o.Run(ctx); err != nil {
-		log.Fatal("orchestrator stopped", zap.Error(err))
+	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS}); err != nil {
+		log.Error("orchestrator stopped", zap.Error(err))
+		os.Exit(1)
 	}
 }
 

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodewise/nodewise/health/judgegate"
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/orchestrator/migration"
+)
+
+type runConfig struct {
+	orchestrator   orchestrator.Config
+	agents         judgegate.AgentConfig
+	kubeconfig     string
+	controllers    string
+	istioNamespace string
+}
+
+// task is one long-running loop; run stops them all when one returns.
+type task func(context.Context) error
+
+func run(ctx context.Context, rc runConfig) error {
+	set, err := parseControllers(rc.controllers)
+	if err != nil {
+		return err
+	}
+	cfg := rc.orchestrator
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = rc.kubeconfig
+	if cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger
+	var tasks []task
+	if set["noderollout"] {
+		if rc.agents.CAFile != "" || rc.agents.TokenFile != "" {
+			gate, rec, err := judgegate.Build(rc.agents, kube, cfg.Registry, log)
+			if err != nil {
+				return err
+			}
+			cfg.Gate = gate
+			tasks = append(tasks, rec.Run)
+			log.Info("judging nodes through their agents", zap.Int("agentPort", rc.agents.Port))
+		} else {
+			log.Info("no --agent-ca/--agent-token-file: nodes are gated on readiness only")
+		}
+		o, err := orchestrator.New(cfg)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, o.Run) // serves the metrics of every controller here
+	}
+	if set["revisions"] {
+		revisions, err := revisionTasks(kube, cfg, rc.istioNamespace)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, revisions...)
+		if !set["noderollout"] && cfg.MetricsAddr != "" {
+			srv, err := orchestrator.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log)
+			if err != nil {
+				return err
+			}
+			defer srv.Close()
+		}
+	}
+	return runAll(ctx, tasks)
+}
+
+// revisionTasks are the proxy inventory (read-only, on every replica) and the
+// RevisionMigration controller (only while holding its own Lease).
+func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS string) ([]task, error) {
+	log := cfg.Logger
+	opts := inventory.Options{IstioNamespace: istioNS}
+	col, err := inventory.NewCollector(inventory.CollectorConfig{Client: kube, Registry: cfg.Registry, Log: log.Named("inventory"), Options: opts})
+	if err != nil {
+		return nil, err
+	}
+	mc, err := migration.NewClient(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := migration.New(migration.Config{
+		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
+		Gate: migration.SpecGates(log.Named("gates")), Inventory: opts,
+	})
+	if err != nil {
+		return nil, err
+	}
+	lead := func(ctx context.Context) error {
+		return orchestrator.RunWhileLeading(ctx, orchestrator.LeaderElection{
+			Client: kube, Namespace: cfg.Namespace, Name: orchestrator.RevisionsLeaseName, Identity: cfg.Identity,
+			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
+		}, ctrl.Run)
+	}
+	return []task{col.Run, lead}, nil
+}
+
+func parseControllers(s string) (map[string]bool, error) {
+	set := map[string]bool{}
+	for _, c := range strings.Split(s, ",") {
+		switch c = strings.TrimSpace(c); c {
+		case "noderollout", "revisions":
+			set[c] = true
+		default:
+			return nil, fmt.Errorf("--controllers: unknown controller %q (want noderollout, revisions or both, comma-separated)", c)
+		}
+	}
+	return set, nil
+}
+
+// runAll runs the tasks until ctx ends or one of them returns; the first
+// error (or nil) ends them all.
+func runAll(ctx context.Context, tasks []task) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(tasks))
+	for _, t := range tasks {
+		go func() { errs <- t(ctx) }()
+	}
+	err := <-errs
+	cancel()
+	for range len(tasks) - 1 {
+		<-errs
+	}
+	return err
+}

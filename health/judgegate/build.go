@@ -1,0 +1,71 @@
+package judgegate
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// AgentConfig says how the orchestrator reaches the node agents.
+type AgentConfig struct {
+	CAFile     string // the PEM bundle that signs the agents' serving certificates
+	TokenFile  string // the bearer token the agents accept
+	Port       int    // the agents' port on each node's InternalIP (default 9443)
+	ServerName string // name to verify in the agents' certificates (default: the IP)
+}
+
+// Build assembles the judge over the node agents: an agent client that
+// reaches each node's agent on its InternalIP, the recorder that samples
+// nodes in flight (run it alongside the orchestrator), and the gate.
+func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
+	if cfg.CAFile == "" || cfg.TokenFile == "" {
+		return nil, nil, fmt.Errorf("the judge needs both the agents' CA file and token file")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 9443
+	}
+	agents, err := health.NewAgentClient(health.AgentClientConfig{
+		CAFile: cfg.CAFile, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
+		URLFor: func(ctx context.Context, node string) (string, error) { return agentURL(ctx, kube, node, cfg.Port) },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Logger: log.Named("recorder")})
+	if err != nil {
+		return nil, nil, err
+	}
+	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log.Named("judge"), Registry: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	gate, err := New(Config{Judge: judge, Recorder: rec, Logger: log.Named("gate")})
+	if err != nil {
+		return nil, nil, err
+	}
+	return gate, rec, nil
+}
+
+// agentURL is https://<InternalIP>:<port> of a node: the agent runs on the
+// host network.
+func agentURL(ctx context.Context, kube kubernetes.Interface, node string, port int) (string, error) {
+	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("finding the agent of node %s: %w", node, err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return "https://" + net.JoinHostPort(a.Address, strconv.Itoa(port)), nil
+		}
+	}
+	return "", fmt.Errorf("node %s has no InternalIP to reach its agent on", node)
+}
