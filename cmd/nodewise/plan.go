@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
@@ -20,9 +22,10 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
 		Short: "Print a NodeRollout's ordered plan, waves, windows and estimated duration; writes nothing",
-		Long: "plan validates the file as the API server would, then reads (never writes) the cluster's nodes,\n" +
-			"DaemonSets, pods and ControllerRevisions to order the nodes and check the targets.\n" +
-			"With --offline it only validates the file.",
+		Long: "plan validates the file as the API server would, has the Prometheus server of spec.gates\n" +
+			"evaluate each gate query once, then reads (never writes) the cluster's nodes, DaemonSets,\n" +
+			"pods and ControllerRevisions to order the nodes and check the targets.\n" +
+			"With --offline it only validates the file (gate queries are not sent to Prometheus).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nr, p, err := loadAndCheck(cmd.Context(), g, file, offline)
@@ -54,6 +57,9 @@ func loadAndCheck(ctx context.Context, g *globalFlags, file string, offline bool
 	if err != nil {
 		return nil, p, errors.New(orchestrator.OneLine(err))
 	}
+	if err := checkGates(ctx, nr.Spec.Gates, offline); err != nil {
+		return nil, p, err
+	}
 	if offline {
 		return nr, p, nil
 	}
@@ -65,6 +71,26 @@ func loadAndCheck(ctx context.Context, g *globalFlags, file string, offline bool
 		return nil, p, errors.New(d.Reason)
 	}
 	return nr, p, nil
+}
+
+// checkGates validates spec.gates as the judge will read them. Online, the
+// Prometheus server of spec.gates.prometheus evaluates each query once
+// (gatespec.Validate), so a malformed PromQL query or an unreachable server
+// is refused before anything is written; offline, thresholds and the queries'
+// shape are checked without that round trip.
+func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, offline bool) error {
+	var err error
+	if offline {
+		if _, err = gatespec.Config(gates); err == nil {
+			_, err = gatespec.Prometheus(gates, zap.NewNop())
+		}
+	} else {
+		err = gatespec.Validate(ctx, gates, zap.NewNop())
+	}
+	if err != nil {
+		return errors.New(orchestrator.OneLine(err))
+	}
+	return nil
 }
 
 func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p orchestrator.Policy) (orchestrator.Decision, error) {

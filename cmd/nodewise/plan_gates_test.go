@@ -1,0 +1,120 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPlanApplyRejectBadGates: plan and apply refuse malformed spec.gates with
+// one line and a non-zero exit before touching a cluster. A malformed PromQL
+// query is rejected by a real Prometheus (bin/prometheus, built by
+// `hack/build-tool.sh prometheus`); plan --offline checks thresholds but sends
+// no query.
+func TestPlanApplyRejectBadGates(t *testing.T) {
+	bin := nodewiseBinary(t)
+	prom := startPrometheus(t)
+	dir := t.TempDir()
+	file := func(name, gates string) string {
+		p := filepath.Join(dir, name+".yaml")
+		doc := "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: r}\nspec:\n  gates:\n" + gates + "\n"
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	query := func(q, threshold string) string {
+		return `    prometheus: {address: "http://` + prom + `", timeout: 5s, queries: [{name: q1, query: "` + q + `", failWhen: Below, threshold: "` + threshold + `"}]}`
+	}
+	badQuery := file("bad-query", query("sum(rate(x[5m])", "0.99"))
+	badThreshold := file("bad-threshold", query("up", "ninety"))
+	dupMetric := file("dup-metric", "    counts: [{metric: retransmits}, {metric: retransmits, minRatio: \"3\"}]")
+	// No cluster: a kubeconfig that points nowhere. Gate errors come first,
+	// so nothing is read or written.
+	noCluster := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(noCluster, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply", "-f", badQuery}, `gates.prometheus.queries[q1] "sum(rate(x[5m])": malformed PromQL query`},
+		{[]string{"plan", "-f", badQuery}, `malformed PromQL query`},
+		{[]string{"plan", "--offline", "-f", badThreshold}, `gates.prometheus.queries[q1].threshold "ninety": must be a decimal number`},
+		{[]string{"apply", "-f", badThreshold}, `threshold "ninety"`},
+		{[]string{"plan", "--offline", "-f", dupMetric}, `gates.counts: metric "retransmits" listed twice`},
+		{[]string{"apply", "-f", dupMetric}, `listed twice`},
+	} {
+		out, errOut, err := run(bin, append(tc.args, "--kubeconfig", noCluster)...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if err == nil || len(lines) != 1 || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("%v: exit %v, stdout %q, stderr %q; want one stderr line with %q and a non-zero exit", tc.args, err, out, errOut, tc.want)
+		}
+	}
+	// Offline sends no query: the malformed one passes, and plan says what it checked.
+	if out, errOut, err := run(bin, "plan", "--offline", "-f", badQuery); err != nil || !strings.Contains(out, "valid NodeRollout r") {
+		t.Errorf("plan --offline with a query only the server can check: %v %q %q", err, out, errOut)
+	}
+	// A well-formed query passes the gate check and reaches the cluster step.
+	good := file("good", query("up", "0.99"))
+	if _, errOut, err := run(bin, "plan", "-f", good, "--kubeconfig", noCluster); err == nil || strings.Contains(errOut, "gates.") {
+		t.Errorf("plan with good gates and no cluster: %v %q; want a cluster error, not a gate error", err, errOut)
+	}
+}
+
+// startPrometheus runs bin/prometheus on loopback with an empty scrape config
+// and returns its address; the test kills it (the PID it started) at cleanup.
+func startPrometheus(t *testing.T) string {
+	t.Helper()
+	var bin string
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; bin == "" && filepath.Dir(d) != d; d = filepath.Dir(d) {
+			if p := filepath.Join(d, "bin", "prometheus"); isFile(p) {
+				bin = p
+			}
+		}
+	}
+	if bin == "" {
+		t.Fatal("bin/prometheus not found: run `hack/build-tool.sh prometheus` (or `make tools`)")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte("global:\n  scrape_interval: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(time.Minute) // a bound on a broken rig, not a timing assertion
+	for {
+		if resp, err := http.Get("http://" + addr + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("prometheus did not become ready")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
+}
