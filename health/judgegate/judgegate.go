@@ -23,7 +23,8 @@ type Config struct {
 	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
 	// Drain says whether the node was swapped in place (not drained) and with
 	// what ztunnel termination grace period, so planned resets are not counted
-	// as a regression. Default: drained (nothing planned).
+	// as a regression. Default: what the orchestrator persisted,
+	// in.SwappedInPlace and in.ZtunnelGrace.
 	Drain  func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
 	Logger *zap.Logger
 	// Sleep waits between judgements (default: a timer that honours ctx).
@@ -41,7 +42,7 @@ func New(cfg Config) (*Gate, error) {
 		return nil, errors.New("judgegate.Config: Judge and Recorder are required")
 	}
 	if cfg.Drain == nil {
-		cfg.Drain = func(orchestrator.GateInput) (bool, time.Duration) { return false, 0 }
+		cfg.Drain = func(in orchestrator.GateInput) (bool, time.Duration) { return in.SwappedInPlace, in.ZtunnelGrace }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -31,7 +31,9 @@ func newAgent(start time.Time) *agent {
 	for i := range 5 {
 		a.cum = append(a.cum, health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprint(i), Side: health.SideApp,
 			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)}})
+			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
+			ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1)})
+		a.cum[i].ConnAges[12] = 4 // 4 open connections aged 120–300 s
 	}
 	return a
 }
@@ -167,5 +169,33 @@ func TestGateFailsClosed(t *testing.T) {
 	a.down = true
 	if err := g.Prepare(context.Background(), "w3"); err == nil || !strings.Contains(err.Error(), "preflight: node agent on w3") {
 		t.Errorf("preflight with the agent down: %v", err)
+	}
+}
+
+// TestGateReadsDrainFactsFromGateInput: without Config.Drain the gate takes
+// the orchestrator's GateInput.SwappedInPlace and ZtunnelGrace. An in-place
+// swap's connections older than ztunnel's drain deadline (grace − 5 s) are
+// planned resets; a drained node has none, and a grace longer than the
+// connections' age plans none either.
+func TestGateReadsDrainFactsFromGateInput(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		inPlace bool
+		grace   time.Duration
+		want    int64
+	}{
+		{"drained", false, 30 * time.Second, 0},
+		{"in place, 30 s grace", true, 30 * time.Second, 20}, // 4 old connections on each of 5 pods
+		{"in place, 10 min grace", true, 10 * time.Minute, 0},
+	} {
+		g, _, in, _ := rig(t, false, v1alpha1.GatesSpec{MinNodeConnections: 10})
+		in.SwappedInPlace, in.ZtunnelGrace = tc.inPlace, tc.grace
+		v, err := g.Judge(context.Background(), in)
+		if err != nil || v.Summary == nil {
+			t.Fatalf("%s: %v %+v", tc.name, err, v)
+		}
+		if v.Summary.PlannedResets != tc.want || v.Outcome != health.Pass {
+			t.Errorf("%s: %s, %d planned resets, want Pass with %d (%q)", tc.name, v.Outcome, v.Summary.PlannedResets, tc.want, v.Reasons)
+		}
 	}
 }
