@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -42,12 +44,42 @@ func startProcess(name string, argv []string, logPath string, detach bool) (*pro
 	} else {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &process{Name: name, PID: cmd.Process.Pid, Argv: argv, Log: logPath, cmd: cmd}
 	go func() { _ = cmd.Wait() }() // reap while we live; init reaps after
 	return p, nil
+}
+
+// Pdeathsig fires when the OS thread that forked a child exits, not when the
+// process does. Go may end a thread (a goroutine that locked its thread and
+// returns without unlocking it, as namespace-switching test code does), which
+// would kill the control plane mid-test. So every child is forked from one
+// thread that is locked and never exits.
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
 }
 
 // alive reports whether PID still runs the command this process recorded.
