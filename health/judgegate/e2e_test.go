@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -143,29 +144,12 @@ func (f *fleet) watchSwaps(t *testing.T, c *cluster.Cluster) {
 	inf.WaitForCacheSync(stop)
 }
 
-// shim stands in for two orchestrator changes judgegate needs (see
-// docs/health.md, "Wiring"): GateInput.SwapStart is the end of the baseline
-// window (the orchestrator sets it to the node's start today), and Prepare is
-// called at preflight (here: for every node before the rollout starts).
-type shim struct {
-	g    *judgegate.Gate
-	mu   sync.Mutex
-	seen map[string]health.Verdict
-}
-
-func (s *shim) Judge(ctx context.Context, in orchestrator.GateInput) (health.Verdict, error) {
-	in.SwapStart = in.BaselineStart.Add(e2eBaseline)
-	v, err := s.g.Judge(ctx, in)
-	s.mu.Lock()
-	s.seen[in.Node] = v
-	s.mu.Unlock()
-	return v, err
-}
-
+// The gate is wired as cmd/orchestrator wires it: the orchestrator calls
+// Prepare at each node's preflight, sets GateInput.SwapStart at the cordon and
+// the drain facts, and persists the judge's summary in status.nodes[].judgement.
 type e2e struct {
 	c     *cluster.Cluster
 	f     *fleet
-	shim  *shim
 	rolls orchestrator.RolloutClient
 }
 
@@ -209,16 +193,10 @@ func startE2E(t *testing.T) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range c.Nodes {
-		if err := g.Prepare(ctx, n.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := &shim{g: g, seen: map[string]health.Verdict{}}
 	o, err := orchestrator.New(orchestrator.Config{
 		RESTConfig: c.Config, Namespace: "default", Identity: "judge-e2e",
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Resync: 500 * time.Millisecond, Registry: prometheus.NewRegistry(), Logger: log, Gate: s,
+		Resync: 500 * time.Millisecond, Registry: prometheus.NewRegistry(), Logger: log, Gate: g,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +211,7 @@ func startE2E(t *testing.T) *e2e {
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
 		t.Fatal(err)
 	}
-	return &e2e{c: c, f: f, shim: s, rolls: rolls}
+	return &e2e{c: c, f: f, rolls: rolls}
 }
 
 func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
@@ -267,21 +245,39 @@ func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
 	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != e2eNodes {
 		t.Fatalf("phase %s, counts %+v, halt %q", nr.Status.Phase, nr.Status.Counts, nr.Status.HaltReason)
 	}
-	e.shim.mu.Lock()
-	defer e.shim.mu.Unlock()
-	if len(e.shim.seen) != e2eNodes {
-		t.Fatalf("judged %d nodes, want %d", len(e.shim.seen), e2eNodes)
-	}
-	for node, v := range e.shim.seen {
-		if v.Outcome != health.Pass || v.Summary == nil || v.Summary.PodsCompared != 10 || v.Summary.Tests == 0 {
-			t.Errorf("node %s: %s %q %+v", node, v.Outcome, v.Reasons, v.Summary)
-		}
+	if len(nr.Status.Nodes) != e2eNodes {
+		t.Fatalf("%d nodes in status, want %d", len(nr.Status.Nodes), e2eNodes)
 	}
 	for _, ns := range nr.Status.Nodes {
-		if !strings.HasPrefix(ns.Verdict, "Pass") {
-			t.Errorf("node %s verdict in status %q", ns.Name, ns.Verdict)
+		j := ns.Judgement
+		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != string(health.Pass) || j.PodsCompared != 10 || j.Tests == 0 || len(j.Rows) == 0 {
+			t.Errorf("node %s: verdict %q, judgement in status %+v", ns.Name, ns.Verdict, j)
 		}
 	}
+	out := explain(t, e, nr.Name, nr.Status.Nodes[0].Name)
+	for _, want := range []string{"state Done", "verdict: Pass", "10 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// explain runs `nodewise explain` against the cluster, as a user would.
+func explain(t *testing.T, e *e2e, rollout, node string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(filepath.Dir(file), "..", "..", "cmd", "nodewise")).CombinedOutput(); err != nil {
+		t.Fatalf("building nodewise: %v\n%s", err, out)
+	}
+	var stdout, stderr strings.Builder
+	cmd := exec.Command(bin, "explain", rollout, "--node", node, "--kubeconfig", e.c.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("nodewise explain %s --node %s: %v: %s", rollout, node, err, stderr.String())
+	}
+	t.Logf("nodewise explain %s --node %s:\n%s", rollout, node, stdout.String())
+	return stdout.String()
 }
 
 func TestE2ERegressionHaltsAtThatNode(t *testing.T) {
@@ -292,11 +288,20 @@ func TestE2ERegressionHaltsAtThatNode(t *testing.T) {
 	e.f.mu.Unlock()
 	nr := e.rollout(t)
 	assertHaltedAt(t, e, nr, bad, "pod shop/"+bad+"-app-3: resets received")
-	e.shim.mu.Lock()
-	v := e.shim.seen[bad]
-	e.shim.mu.Unlock()
-	if v.Outcome != health.Fail || v.Summary == nil || v.Summary.ConsecutiveFailures != 2 || v.Summary.Judgements != 2 {
-		t.Errorf("the node failed after %+v judgements, want 2 consecutive (one interval after the first)", v.Summary)
+	var j *v1alpha1.NodeJudgement
+	for _, ns := range nr.Status.Nodes {
+		if ns.Name == bad {
+			j = ns.Judgement
+		}
+	}
+	if j == nil || j.IntervalOutcome != string(health.Fail) || j.ConsecutiveFailures != 2 || j.Judgements != 2 || j.Regressions == 0 {
+		t.Errorf("judgement in status %+v, want the node failed after 2 consecutive judgements (one interval after the first)", j)
+	}
+	out := explain(t, e, nr.Name, bad)
+	for _, want := range []string{"state Failed", "2 failing in a row", "shop/" + bad + "-app-3", "resets received", "REGRESSED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
+		}
 	}
 }
 
