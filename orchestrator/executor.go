@@ -61,6 +61,7 @@ const claimed v1alpha1.NodeState = "Claimed"
 type carried struct {
 	judgement *v1alpha1.NodeJudgement // written with the verdict (nil clears an older one)
 	drained   bool                    // write AnnotationDrainedAt
+	halt      string                  // halt the rollout with this reason
 }
 
 // carryNext records what the node's next step persists with it.

@@ -100,6 +100,14 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 		if hasVerdict {
 			ns.Verdict, ns.Judgement = verdict, carry.judgement
 		}
+		if carry.halt != "" {
+			// In the same write as the Failed step: a planner pass in between
+			// would otherwise halt with a generic reason first.
+			s.Phase = v1alpha1.PhaseHalted
+			if s.HaltReason == "" {
+				s.HaltReason = carry.halt
+			}
+		}
 		switch {
 		case st == v1alpha1.NodePreflight && ns.StartTime == nil:
 			ns.StartTime = &metav1.Time{Time: now}

@@ -206,16 +206,9 @@ func (e *executor) finishBad(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 			return err
 		}
 	}
-	if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeFailed, se.reason, nil); err != nil {
-		return err
-	}
 	reason := fmt.Sprintf("node %s: %s", node, se.reason)
-	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-		s.Phase = v1alpha1.PhaseHalted
-		if s.HaltReason == "" {
-			s.HaltReason = reason
-		}
-	}); err != nil {
+	e.carryNext(nr.Name, node, func(c *carried) { c.halt = reason })
+	if _, err := e.persistStep(ctx, nr, node, v1alpha1.NodeFailed, se.reason, nil); err != nil {
 		return err
 	}
 	e.o.metrics.Halts.WithLabelValues(se.halt).Inc()

@@ -66,7 +66,35 @@ func TestResumeAfterKillAtEveryStep(t *testing.T) {
 			if uns := e.unschedulable(); len(uns) != 0 {
 				t.Errorf("cordons left behind: %v", uns)
 			}
+			e.assertDrainRecorded(name, nodes)
 		})
+	}
+}
+
+// assertDrainRecorded: under drain always, every node carries a drain record
+// at or after its cordon, although a process was killed mid-way, so the gate
+// (GateInput.SwappedInPlace) reads it as drained, not swapped in place.
+func (e *env) assertDrainRecorded(rollout string, want int) {
+	e.t.Helper()
+	nodes, err := e.c.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	seen := 0
+	for _, n := range nodes.Items {
+		if n.Annotations[orchestrator.AnnotationRollout] != rollout {
+			continue
+		}
+		seen++
+		drained, err1 := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationDrainedAt])
+		cordon, err2 := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationSwapSince])
+		if err1 != nil || err2 != nil || drained.Before(cordon) {
+			e.t.Errorf("node %s: drained-at %q, swap-since %q: want a drain recorded at or after the cordon",
+				n.Name, n.Annotations[orchestrator.AnnotationDrainedAt], n.Annotations[orchestrator.AnnotationSwapSince])
+		}
+	}
+	if seen != want {
+		e.t.Errorf("%d nodes carry rollout %s, want %d", seen, rollout, want)
 	}
 }
 
