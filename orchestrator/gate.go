@@ -86,11 +86,14 @@ func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, e
 			continue
 		}
 		ready, since := podReadyCondition(p)
-		existed := p.CreationTimestamp.Time.Before(in.SoakStart)
+		// A pod counts as there at soak start only once it had started: a
+		// replica scheduled just before the soak and still starting has not
+		// gone from Ready to not Ready (under load it was judged so).
+		existed := p.Status.StartTime != nil && p.Status.StartTime.Time.Before(in.SoakStart)
 		switch {
 		case existed && !ready:
 			reasons = append(reasons, fmt.Sprintf("pod %s/%s went not Ready during the soak", p.Namespace, p.Name))
-		case existed && ready && since.After(in.SoakStart) && p.Status.StartTime != nil && p.Status.StartTime.Time.Before(in.SoakStart):
+		case existed && ready && since.After(in.SoakStart):
 			reasons = append(reasons, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, since.UTC().Format(time.RFC3339)))
 		case !existed && !ready && isTargetPod(p):
 			reasons = append(reasons, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))

@@ -1,0 +1,61 @@
+package orchestrator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+func TestReadinessGate(t *testing.T) {
+	soak := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	before, after := metav1.NewTime(soak.Add(-time.Minute)), metav1.NewTime(soak.Add(time.Minute))
+	pod := func(name string, started *metav1.Time, ready bool, since metav1.Time, ds bool) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: before},
+			Spec:       corev1.PodSpec{NodeName: "n1"},
+			Status:     corev1.PodStatus{StartTime: started},
+		}
+		if ds {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel"}}
+		}
+		if started != nil {
+			st := corev1.ConditionFalse
+			if ready {
+				st = corev1.ConditionTrue
+			}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: since}}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want health.Outcome
+	}{
+		{"ready all along", pod("a", &before, true, before, false), health.Pass},
+		{"started before the soak, now not Ready", pod("b", &before, false, after, false), health.Fail},
+		{"flapped Ready during the soak", pod("c", &before, true, after, false), health.Fail},
+		{"app replica scheduled before the soak, still starting", pod("d", nil, false, metav1.Time{}, false), health.Pass},
+		{"new DaemonSet pod not Ready", pod("e", nil, false, metav1.Time{}, true), health.Fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+			_ = pods.Add(tc.pod)
+			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: corelisters.NewPodLister(pods)}
+			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak, Now: soak.Add(2 * time.Minute)})
+			if err != nil || v.Outcome != tc.want {
+				t.Fatalf("got %s %v (%v), want %s", v.Outcome, v.Reasons, err, tc.want)
+			}
+		})
+	}
+}
