@@ -3,17 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/orchestrator/inventory"
 	"github.com/nodewise/nodewise/orchestrator/migration"
@@ -131,31 +126,7 @@ func TestSidecarCommands(t *testing.T) {
 
 func installRevisionMigrationCRD(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "nodewise.io_revisionmigrations.yaml"))
-	if err != nil {
+	if err := cluster.InstallCRD(context.Background(), c.Config, filepath.Join("..", "..", "deploy", "crds", "nodewise.io_revisionmigrations.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	var crd apiextv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := apiext.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
-					return
-				}
-			}
-		}
-	}
-	t.Fatal("RevisionMigration CRD not established")
 }

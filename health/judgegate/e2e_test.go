@@ -27,14 +27,11 @@ import (
 	"go.uber.org/zap/zaptest"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/judgegate"
@@ -340,37 +337,10 @@ func assertHaltedAt(t *testing.T, e *e2e, nr *v1alpha1.NodeRollout, bad, reason 
 }
 
 func installCRD(t *testing.T, c *cluster.Cluster) {
-	ax, err := apiextclient.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	_, file, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml"))
-	if err != nil {
+	path := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")
+	if err := cluster.InstallCRD(context.Background(), c.Config, path); err != nil {
 		t.Fatal(err)
-	}
-	crd := &apiextv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := ax.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := ax.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("CRD not established: %v", err)
 	}
 }
 

@@ -5,15 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/test/cluster"
 )
 
 // crdFile is the NodeRollout CRD, relative to the repository root.
@@ -40,36 +35,5 @@ func FindCRDDir() (string, error) {
 
 // installCRD creates the NodeRollout CRD and waits until it is established.
 func installCRD(ctx context.Context, cfg *rest.Config, dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, filepath.Base(crdFile)))
-	if err != nil {
-		return fmt.Errorf("reading the NodeRollout CRD: %w", err)
-	}
-	crd := &apiextv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return fmt.Errorf("parsing the NodeRollout CRD: %w", err)
-	}
-	ax, err := apiextclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	crds := ax.ApiextensionsV1().CustomResourceDefinitions()
-	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for CRD %s to be established: %w", crd.Name, err)
-	}
-	return nil
+	return cluster.InstallCRD(ctx, cfg, filepath.Join(dir, filepath.Base(crdFile)))
 }

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -15,14 +14,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/migration"
@@ -77,33 +73,9 @@ func start(t *testing.T, nodes int, versions ...string) *env {
 
 func installCRD(t *testing.T, ctx context.Context, c *cluster.Cluster) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", "crds", "nodewise.io_revisionmigrations.yaml"))
-	if err != nil {
+	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join(repoRoot(), "deploy", "crds", "nodewise.io_revisionmigrations.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	var crd apiextv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(raw, &crd); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := apiext.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the API server refused the RevisionMigration CRD: %v", err)
-	}
-	waitFor(t, time.Minute, "CRD established", func() (bool, string) {
-		got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, cond := range got.Status.Conditions {
-			if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, "not established"
-	})
 }
 
 // waitFor polls cond every 250 ms until it holds or timeout passes.
