@@ -115,24 +115,7 @@ func (r *CgroupResolver) Pods() (map[uint32]Pod, error) {
 			return nil, fmt.Errorf("listing the node's pods: %w", err)
 		}
 	}
-	now := time.Now()
-	for ns, uid := range uids {
-		p, ok := names[uid]
-		if !ok {
-			p = Pod{Name: uid}
-		}
-		p.UID = uid
-		r.seen[ns] = seenPod{pod: p, last: now}
-	}
-	out := map[uint32]Pod{}
-	for ns, s := range r.seen {
-		if now.Sub(s.last) > retain {
-			delete(r.seen, ns)
-			continue
-		}
-		out[ns] = s.pod
-	}
-	return out, nil
+	return remember(r.seen, uids, names, time.Now(), retain), nil
 }
 
 // unionResolver asks each resolver in turn; the first to name a namespace wins.

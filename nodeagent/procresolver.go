@@ -126,24 +126,31 @@ func (r *ProcResolver) Pods() (map[uint32]Pod, error) {
 	if r.seen == nil {
 		r.seen = map[uint32]seenPod{}
 	}
-	t := now()
+	return remember(r.seen, uids, names, now(), retain), nil
+}
+
+// remember records the pods seen now in each network namespace (by UID, named
+// from names when the pod lister knows them) and returns every pod seen within
+// retain, forgetting older ones: a namespace whose processes are briefly gone
+// keeps its pod.
+func remember(seen map[uint32]seenPod, uids map[uint32]string, names map[string]Pod, now time.Time, retain time.Duration) map[uint32]Pod {
 	for ns, uid := range uids {
 		p, ok := names[uid]
 		if !ok {
 			p = Pod{Name: uid}
 		}
 		p.UID = uid
-		r.seen[ns] = seenPod{pod: p, last: t}
+		seen[ns] = seenPod{pod: p, last: now}
 	}
 	out := map[uint32]Pod{}
-	for ns, s := range r.seen {
-		if t.Sub(s.last) > retain {
-			delete(r.seen, ns)
+	for ns, s := range seen {
+		if now.Sub(s.last) > retain {
+			delete(seen, ns)
 			continue
 		}
 		out[ns] = s.pod
 	}
-	return out, nil
+	return out
 }
 
 // scanNetnsUIDs maps each non-host network namespace to its pod UID. A
