@@ -24,6 +24,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The main goroutine keeps the process's main thread for itself. Enter
+// moves a thread into another network namespace and leaves it there; were
+// that thread the main one (the thread-group leader), /proc/self/net of the
+// whole process would name the pod's namespace, and anything reading its
+// own namespace from /proc/self, such as the node agent under test, would
+// mistake the pod for the host. The runtime never kills the main thread, so
+// a locked goroutine that exits on it would leave it wedged in the pod's
+// namespace for the rest of the test binary.
+func init() { runtime.LockOSThread() }
+
 // RequireKernel skips t, saying why, unless the process is root on a kernel
 // with BTF: what loading the agent's eBPF and building namespaces needs.
 func RequireKernel(t testing.TB) {
