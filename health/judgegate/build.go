@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -21,6 +22,10 @@ type AgentConfig struct {
 	TokenFile  string // the bearer token the agents accept
 	Port       int    // the agents' port on each node's InternalIP (default 9443)
 	ServerName string // name to verify in the agents' certificates (default: the IP)
+	// SampleEvery is how often the recorder samples each node in flight
+	// (default 1m, health.RecorderConfig.Every). A baseline needs three
+	// samples for its dispersion estimate, so short baselines need a short period.
+	SampleEvery time.Duration
 }
 
 // Build assembles the judge over the node agents: an agent client that
@@ -40,7 +45,7 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Logger: log.Named("recorder")})
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Every: cfg.SampleEvery, Logger: log.Named("recorder")})
 	if err != nil {
 		return nil, nil, err
 	}
