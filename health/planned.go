@@ -77,3 +77,22 @@ func subtractPlanned(w *Window, planned map[PodKey]uint64) map[PodKey]uint64 {
 	w.Totals = node
 	return removed
 }
+
+// MayBeOlderThan counts the connections in ages (a PodCounters.ConnAges) that
+// may be older than age: every bucket whose upper bound is above it, the last
+// (unbounded) bucket included. It is the cautious dual of PlannedResets, which
+// counts only buckets entirely at or above the deadline: a count that decides
+// whether a swap in place is safe must not miss a connection, so a bucket
+// that straddles age counts whole. ages of the wrong length (an agent with
+// other bucket bounds) count as unknown: ok is false.
+func MayBeOlderThan(ages []uint64, age time.Duration) (n uint64, ok bool) {
+	if len(ages) != len(AgeBucketBoundsSeconds)+1 {
+		return 0, false
+	}
+	for i, c := range ages {
+		if i == len(AgeBucketBoundsSeconds) || AgeBucketBoundsSeconds[i] > age.Seconds() {
+			n += c
+		}
+	}
+	return n, true
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	Logger *zap.Logger
 	// Gate judges each node after its soak (default: ReadinessGate).
 	Gate Gate
+	// Agents reads the node agents' snapshots for drain policy auto, which
+	// drains a node only when its agent may see connections older than
+	// ztunnel's drain deadline. Nil: auto drains every node (fail safe).
+	Agents health.SnapshotSource
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step, so a test can kill -9 the process at that point.
 	HoldAfterPersist v1alpha1.NodeState

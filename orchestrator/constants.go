@@ -22,6 +22,14 @@ const (
 	// written with the step after Drain. A value at or after AnnotationSwapSince
 	// means this attempt drained the node; otherwise it was swapped in place.
 	AnnotationDrainedAt = "nodewise.io/drained-at"
+	// AnnotationDrainDecision on a Node is drain policy auto's choice for it,
+	// "drain" or "in-place", written (with AnnotationDrainDecidedAt) before the
+	// Drain step acts, so a successor after a crash makes the same choice.
+	AnnotationDrainDecision = "nodewise.io/drain-decision"
+	// AnnotationDrainDecidedAt on a Node is when AnnotationDrainDecision was
+	// written (RFC 3339); one older than the Drain step's start belongs to an
+	// earlier attempt and is decided again.
+	AnnotationDrainDecidedAt = "nodewise.io/drain-decided-at"
 	// AnnotationPriorUnschedulable on a Node is "true" or "false": whether the node
 	// was already cordoned when nodewise first touched it. Written once, before the
 	// cordon; nodewise uncordons only nodes where it is "false".

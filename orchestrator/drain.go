@@ -3,13 +3,18 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/kubectl/pkg/drain"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
@@ -17,13 +22,16 @@ import (
 // ignored, mirror pods skipped (the library's default filter), evictions go
 // through the Eviction API with a finite timeout and a retry delay of at
 // least 5 s. A PodDisruptionBudget that keeps refusing follows pdbBlocked.
-func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+// Under policy auto the node agent's connection ages decide first (autoDrain).
+func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, since time.Time) error {
 	switch p.Drain {
 	case v1alpha1.DrainNever:
 		return nil
 	case v1alpha1.DrainAuto:
-		// The node agent's connection ages decide this once it exists; until
-		// then auto drains (the safe choice).
+		drain, err := e.autoDrain(ctx, nr, p, node, since)
+		if err != nil || !drain {
+			return err
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		errOut := &lineRecorder{}
@@ -67,6 +75,97 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			return err
 		}
 	}
+}
+
+// autoDrain decides drain policy auto for the node (decideAuto) and
+// persists the choice before anything acts on it: the node's decision
+// annotations, the reason in its status entry, and an Event on the
+// NodeRollout and the Node. A successor after a crash reads the choice back
+// instead of asking the agent again, so a half-done drain is never followed
+// by a swap in place.
+func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, since time.Time) (bool, error) {
+	if n, err := e.nodes.Get(node); err == nil {
+		if drain, ok := persistedAuto(n.Annotations, nr.UID, since); ok {
+			return drain, nil
+		}
+	}
+	in, err := e.observeAuto(ctx, p, node)
+	if err != nil {
+		return false, err
+	}
+	c := decideAuto(in)
+	value := DrainDecisionInPlace
+	if c.Drain {
+		value = DrainDecisionDrain
+	}
+	ts := e.o.cfg.Now().UTC().Format(time.RFC3339Nano)
+	nodeErr := make(chan error, 1)
+	go func() {
+		nodeErr <- e.patchNode(ctx, node, "", map[string]*string{AnnotationDrainDecision: ptr(value), AnnotationDrainDecidedAt: ptr(ts)}, nil)
+	}()
+	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		nodeEntry(s, node).Reason = "drain auto: " + c.Reason
+	})
+	if err := errors.Join(<-nodeErr, statusErr); err != nil {
+		return false, fmt.Errorf("persisting the drain decision for node %s: %w", node, err)
+	}
+	e.recorder.Eventf(nr, corev1.EventTypeNormal, "DrainDecision", "node %s: %s", node, c.Reason)
+	e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseDrainDecision", "NodeRollout %s: %s", nr.Name, c.Reason)
+	e.o.log.Info("drain decision", zap.String("rollout", nr.Name), zap.String("node", node), zap.Bool("drain", c.Drain), zap.String("reason", c.Reason))
+	return c.Drain, nil
+}
+
+// observeAuto gathers decideAuto's input: the node's pods from the cache,
+// ztunnel's drain deadline from the old ztunnel pod on the node (its grace
+// period is the one SIGTERM will honour), and the agent's snapshot.
+func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (autoInput, error) {
+	var in autoInput
+	grace := time.Duration(-1)
+	for _, ref := range p.Targets {
+		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
+			continue
+		}
+		in.SwapsZtunnel = true
+		tv, err := e.target(ref)
+		if err != nil {
+			return in, err
+		}
+		live, _, err := e.targetPods(tv, node)
+		if err != nil {
+			return in, err
+		}
+		for _, pod := range live {
+			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash && pod.Spec.TerminationGracePeriodSeconds != nil {
+				grace = max(grace, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
+			}
+		}
+		if grace < 0 {
+			ds, _ := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+			grace = ztunnelGrace(ds)
+		}
+	}
+	in.Deadline = health.DrainDeadline(grace)
+	pods, err := e.pods.List(labels.Everything())
+	if err != nil {
+		return in, fmt.Errorf("listing pods: %w", err)
+	}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == node {
+			in.Pods = append(in.Pods, pod)
+		}
+	}
+	if !in.SwapsZtunnel || len(movablePods(in.Pods)) == 0 {
+		return in, nil // nothing to ask the agent
+	}
+	if e.o.cfg.Agents == nil {
+		in.AgentErr = errors.New("no node agent configured (orchestrator --agent-ca and --agent-token-file)")
+		return in, nil
+	}
+	in.Snapshot, in.AgentErr = e.o.cfg.Agents.Snapshot(ctx, node)
+	if ctx.Err() != nil {
+		return in, ctx.Err()
+	}
+	return in, nil
 }
 
 // lineRecorder keeps what the drain library prints, to tell a PDB refusal

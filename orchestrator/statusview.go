@@ -82,6 +82,9 @@ func RenderPlan(w io.Writer, d Decision, p Policy, now time.Time, est time.Durat
 	}
 	fmt.Fprintf(w, "\nmaxParallel %d, maxUnavailable %d, drain %s (timeout %s, PDB blocked: %s), swap timeout %s, baseline %s, soak %s\n",
 		p.MaxParallel, p.MaxUnavailable, p.Drain, p.DrainTimeout, p.PDBBlocked, p.SwapTimeout, p.Baseline, p.Soak)
+	if p.Drain == v1alpha1.DrainAuto {
+		fmt.Fprintln(w, "Drain auto is decided per node at run time: drain when the node's agent may see a connection older than ztunnel's drain deadline (or cannot tell), else swap in place")
+	}
 	if len(p.Windows) == 0 {
 		fmt.Fprintln(w, "Maintenance windows: none (nodes may start at any time)")
 	} else {

@@ -164,7 +164,7 @@ func (e *executor) doStep(ctx context.Context, nr *v1alpha1.NodeRollout, p Polic
 	case v1alpha1.NodeCordon:
 		return e.cordon(ctx, nr, node, nil)
 	case v1alpha1.NodeDrain:
-		return e.drain(ctx, nr, p, node)
+		return e.drain(ctx, nr, p, node, since)
 	case v1alpha1.NodeWaitReady:
 		for _, ref := range p.Targets {
 			if err := e.waitReady(ctx, ref, node, since, p.SwapTimeout); err != nil {

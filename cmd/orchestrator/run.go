@@ -54,9 +54,13 @@ func run(ctx context.Context, rc runConfig) error {
 			}
 			cfg.Gate = gate
 			tasks = append(tasks, rec.Run)
+			// Drain policy auto reads the same agents' connection ages.
+			if cfg.Agents, err = judgegate.Agents(rc.agents, kube, log); err != nil {
+				return err
+			}
 			log.Info("judging nodes through their agents", zap.Int("agentPort", rc.agents.Port))
 		} else {
-			log.Info("no --agent-ca/--agent-token-file: nodes are gated on readiness only")
+			log.Info("no --agent-ca/--agent-token-file: nodes are gated on readiness only, and drain policy auto drains every node")
 		}
 		o, err := orchestrator.New(cfg)
 		if err != nil {

@@ -32,16 +32,7 @@ type AgentConfig struct {
 // reaches each node's agent on its InternalIP, the recorder that samples
 // nodes in flight (run it alongside the orchestrator), and the gate.
 func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
-	if cfg.CAFile == "" || cfg.TokenFile == "" {
-		return nil, nil, fmt.Errorf("the judge needs both the agents' CA file and token file")
-	}
-	if cfg.Port == 0 {
-		cfg.Port = 9443
-	}
-	agents, err := health.NewAgentClient(health.AgentClientConfig{
-		CAFile: cfg.CAFile, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
-		URLFor: func(ctx context.Context, node string) (string, error) { return agentURL(ctx, kube, node, cfg.Port) },
-	})
+	agents, err := Agents(cfg, kube, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,6 +49,22 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 		return nil, nil, err
 	}
 	return gate, rec, nil
+}
+
+// Agents is the client that reads each node's agent on its InternalIP, as
+// the judge does. The orchestrator also uses it for drain policy auto
+// (orchestrator.Config.Agents).
+func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*health.AgentClient, error) {
+	if cfg.CAFile == "" || cfg.TokenFile == "" {
+		return nil, fmt.Errorf("the node agents need both their CA file and token file")
+	}
+	if cfg.Port == 0 {
+		cfg.Port = 9443
+	}
+	return health.NewAgentClient(health.AgentClientConfig{
+		CAFile: cfg.CAFile, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
+		URLFor: func(ctx context.Context, node string) (string, error) { return agentURL(ctx, kube, node, cfg.Port) },
+	})
 }
 
 // agentURL is https://<InternalIP>:<port> of a node: the agent runs on the

@@ -1,0 +1,199 @@
+package orchestrator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// Values of AnnotationDrainDecision.
+const (
+	DrainDecisionDrain   = "drain"
+	DrainDecisionInPlace = "in-place"
+)
+
+// autoInput is what drain policy auto decides from, observed at the node's
+// Drain step.
+type autoInput struct {
+	// SwapsZtunnel: ztunnel is a target. Only ztunnel's swap resets
+	// connections (istio-cni carries no traffic).
+	SwapsZtunnel bool
+	// Deadline is ztunnel's drain deadline on the node (health.DrainDeadline
+	// of the old ztunnel pod's grace period).
+	Deadline time.Duration
+	// Pods are the pods bound to the node (from the cache).
+	Pods []*corev1.Pod
+	// Snapshot is the node agent's snapshot, valid when AgentErr is nil.
+	Snapshot health.Snapshot
+	// AgentErr is why there is no snapshot (no agent configured, or it did not answer).
+	AgentErr error
+}
+
+// autoChoice is drain policy auto's decision for one node, with the reason a
+// person reads in status, in the Event and in the log.
+type autoChoice struct {
+	Drain  bool
+	Reason string
+}
+
+// maxNamed is how many pods a reason names before "and N more".
+const maxNamed = 3
+
+// decideAuto is drain policy auto, a pure function: drain the node when a pod
+// that a drain would move may hold an established connection older than
+// ztunnel's drain deadline, since a swap in place resets exactly those; swap
+// in place otherwise.
+//
+// Whenever the agent cannot vouch for a pod, the answer is drain. A needless
+// drain costs a rescheduling of pods that PDBs and the Eviction API keep
+// orderly; a wrong swap in place resets long-lived connections on every pod
+// of the node, which is the disruption nodewise exists to prevent. So the
+// node is drained when:
+//   - no agent is configured or it did not answer (AgentErr);
+//   - the agent has no connection ages (proc mode, or buckets of another shape);
+//   - a pod started before the agent did: connections opened before the agent
+//     started are not in its ages (docs/nodeagent.md), so it cannot see them;
+//   - a pod old enough to hold such a connection is missing from the snapshot
+//     (an unattributed network namespace). A pod younger than the deadline
+//     cannot hold a connection older than it and needs no ages.
+//
+// Only pods a drain would evict count: DaemonSet pods (ztunnel's own among
+// them) and mirror pods stay on the node either way, and finished or
+// terminating pods hold no connection worth moving. Both sides (app and
+// proxy) of a pod count: ztunnel's in-pod sockets carry the pod's traffic.
+// A bucket straddling the deadline counts whole (health.MayBeOlderThan).
+func decideAuto(in autoInput) autoChoice {
+	if !in.SwapsZtunnel {
+		return autoChoice{Reason: "in place: ztunnel is not a target, so the swap resets no connection"}
+	}
+	movable := movablePods(in.Pods)
+	if len(movable) == 0 {
+		return autoChoice{Reason: "in place: no pod on the node that a drain would move"}
+	}
+	deadline := in.Deadline.String()
+	if in.AgentErr != nil {
+		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain (fail safe): the node agent cannot tell connection ages: %v", in.AgentErr)}
+	}
+	s := in.Snapshot
+	if s.Mode == health.ModeProc {
+		return autoChoice{Drain: true, Reason: "drain (fail safe): the node agent runs in proc mode, which has no connection ages"}
+	}
+	type counters struct {
+		seen, unknown bool
+		old           uint64
+	}
+	byUID := map[types.UID]*counters{}
+	byName := map[string]*counters{}
+	for i := range s.Pods {
+		pc := &s.Pods[i]
+		c := byUID[types.UID(pc.UID)]
+		if c == nil {
+			c = byName[pc.Namespace+"/"+pc.Name]
+		}
+		if c == nil {
+			c = &counters{}
+		}
+		if pc.UID != "" {
+			byUID[types.UID(pc.UID)] = c
+		}
+		byName[pc.Namespace+"/"+pc.Name] = c
+		c.seen = true
+		n, ok := health.MayBeOlderThan(pc.ConnAges, in.Deadline)
+		c.old += n
+		c.unknown = c.unknown || !ok
+	}
+	var holding, blind []string
+	for _, p := range movable {
+		name := p.Namespace + "/" + p.Name
+		c := byUID[p.UID]
+		if c == nil {
+			c = byName[name]
+		}
+		started := podStart(p)
+		seen := c != nil && c.seen
+		switch {
+		case s.Time.Sub(started) < in.Deadline:
+			// Too young to hold a connection older than the deadline.
+		case seen && c.old > 0:
+			holding = append(holding, fmt.Sprintf("%s (%d)", name, c.old))
+		case !s.StartTime.IsZero() && started.Before(s.StartTime):
+			blind = append(blind, fmt.Sprintf("%s started before the agent (%s), whose ages miss older connections", name, s.StartTime.UTC().Format(time.RFC3339)))
+		case !seen:
+			blind = append(blind, fmt.Sprintf("%s is not in the agent's snapshot", name))
+		case c.unknown:
+			blind = append(blind, fmt.Sprintf("%s has no connection ages", name))
+		}
+	}
+	switch {
+	case len(holding) > 0:
+		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain: connections that may be older than ztunnel's drain deadline %s on %s", deadline, named(holding))}
+	case len(blind) > 0:
+		return autoChoice{Drain: true, Reason: "drain (fail safe): the agent cannot vouch for every pod: " + named(blind)}
+	}
+	return autoChoice{Reason: fmt.Sprintf("in place: no connection older than ztunnel's drain deadline %s among %d pods (agent snapshot at %s)",
+		deadline, len(movable), s.Time.UTC().Format(time.RFC3339))}
+}
+
+// movablePods are the pods a drain would evict, sorted by namespace/name.
+func movablePods(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if isTargetPod(p) { // owned by a DaemonSet
+			continue
+		}
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out
+}
+
+// podStart is when the pod's containers could first have opened a
+// connection: its status start time, else its creation.
+func podStart(p *corev1.Pod) time.Time {
+	if p.Status.StartTime != nil {
+		return p.Status.StartTime.Time
+	}
+	return p.CreationTimestamp.Time
+}
+
+func named(items []string) string {
+	if len(items) <= maxNamed {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamed], ", "), len(items)-maxNamed)
+}
+
+// persistedAuto reads back a decision made in this attempt: the node's
+// decision annotations belong to this rollout (uid) and were written at or
+// after the Drain step began (since). An older one belongs to an earlier
+// attempt (a retry after resume, or a rollback) and is decided again.
+func persistedAuto(ann map[string]string, uid types.UID, since time.Time) (drain, ok bool) {
+	if ann[AnnotationRolloutUID] != string(uid) {
+		return false, false
+	}
+	at := parseTime(ann[AnnotationDrainDecidedAt])
+	if at.IsZero() || at.Before(since) {
+		return false, false
+	}
+	switch ann[AnnotationDrainDecision] {
+	case DrainDecisionDrain:
+		return true, true
+	case DrainDecisionInPlace:
+		return false, true
+	}
+	return false, false
+}

@@ -1,0 +1,210 @@
+package orchestrator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+func TestDecideAuto(t *testing.T) {
+	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	agentStart := now.Add(-time.Hour)
+	pod := func(name string, age time.Duration, mut ...func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID("uid-" + name)},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: now.Add(-age)}}}
+		for _, m := range mut {
+			m(p)
+		}
+		return p
+	}
+	daemon := func(p *corev1.Pod) {
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel"}}
+	}
+	mirror := func(p *corev1.Pod) { p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"} }
+	done := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	// ages puts n connections in the bucket holding age (bucket i ends at bound i).
+	ages := func(age time.Duration, n uint64) []uint64 {
+		a := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+		i := len(health.AgeBucketBoundsSeconds)
+		for j, b := range health.AgeBucketBoundsSeconds {
+			if age.Seconds() < b {
+				i = j
+				break
+			}
+		}
+		a[i] = n
+		return a
+	}
+	counters := func(name string, side health.Side, a []uint64) health.PodCounters {
+		return health.PodCounters{Namespace: "shop", Name: name, UID: "uid-" + name, Side: side, ConnAges: a}
+	}
+	snap := func(pcs ...health.PodCounters) health.Snapshot {
+		return health.Snapshot{Node: "n1", Time: now, StartTime: agentStart, Mode: health.ModeEBPF, Pods: pcs}
+	}
+	const deadline = 25 * time.Second
+	for _, tc := range []struct {
+		name      string
+		in        autoInput
+		drain     bool
+		reasonHas []string
+	}{
+		{
+			name:      "young connections only: in place",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(3*time.Second, 40)), counters("a", health.SideProxy, ages(20*time.Second, 2)))},
+			reasonHas: []string{"in place", "no connection older than ztunnel's drain deadline 25s among 1 pods"},
+		},
+		{
+			name:      "one connection at the deadline: drain, naming the pod",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 5)), counters("b", health.SideApp, ages(25*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"drain: ", "deadline 25s", "shop/b (1)"},
+		},
+		{
+			name:      "proxy side counts too (ztunnel's in-pod sockets carry the pod's traffic)",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)), counters("a", health.SideProxy, ages(10*time.Minute, 3)))},
+			drain:     true,
+			reasonHas: []string{"shop/a (3)"},
+		},
+		{
+			name:      "a shorter grace period lowers the deadline: 12s (grace 17s) catches a 15s connection",
+			in:        autoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(15*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"deadline 12s"},
+		},
+		{
+			name:      "a bucket straddling the deadline counts whole: 12s deadline, a [10s,15s) connection drains",
+			in:        autoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(11*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"shop/a (1)"},
+		},
+		{
+			name: "DaemonSet, mirror and finished pods stay either way: their old connections do not drain",
+			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("zt", time.Minute, daemon), pod("static", time.Minute, mirror), pod("job", time.Minute, done)},
+				Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 1)), counters("zt", health.SideApp, ages(time.Hour, 9)), counters("static", health.SideApp, ages(time.Hour, 9)), counters("job", health.SideApp, ages(time.Hour, 9)))},
+			reasonHas: []string{"in place", "among 1 pods"},
+		},
+		{
+			name:      "nothing a drain would move: in place without asking the agent",
+			in:        autoInput{Pods: []*corev1.Pod{pod("zt", time.Hour, daemon)}, AgentErr: errors.New("never asked")},
+			reasonHas: []string{"in place: no pod on the node that a drain would move"},
+		},
+		{
+			name:      "ztunnel not a target: nothing is reset",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, AgentErr: errors.New("down")},
+			reasonHas: []string{"ztunnel is not a target"},
+		},
+		{
+			name:      "agent unreachable: drain (fail safe) with the agent's error",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, AgentErr: errors.New("node agent unavailable: node n1: timeout")},
+			drain:     true,
+			reasonHas: []string{"fail safe", "timeout"},
+		},
+		{
+			name:      "proc mode has no ages: drain",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot { s := snap(counters("a", health.SideApp, ages(0, 0))); s.Mode = health.ModeProc; return s }()},
+			drain:     true,
+			reasonHas: []string{"proc mode"},
+		},
+		{
+			name:      "ages of another shape are unknown: drain",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, []uint64{0, 0}))},
+			drain:     true,
+			reasonHas: []string{"shop/a has no connection ages"},
+		},
+		{
+			name:      "a pod older than the deadline missing from the snapshot: drain",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			drain:     true,
+			reasonHas: []string{"shop/b is not in the agent's snapshot"},
+		},
+		{
+			name:      "a pod younger than the deadline needs no ages",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 5*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			reasonHas: []string{"in place", "among 2 pods"},
+		},
+		{
+			name:      "a pod that started before the agent may hold connections it never saw: drain",
+			in:        autoInput{Pods: []*corev1.Pod{pod("a", 2*time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			drain:     true,
+			reasonHas: []string{"shop/a started before the agent"},
+		},
+		{
+			name: "a pod matched by name when the agent has no UID",
+			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
+				c := counters("a", health.SideApp, ages(time.Minute, 2))
+				c.UID = ""
+				return c
+			}())},
+			drain:     true,
+			reasonHas: []string{"shop/a (2)"},
+		},
+		{
+			name: "many pods are named up to three",
+			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
+				Snapshot: snap(counters("a", health.SideApp, ages(time.Minute, 1)), counters("b", health.SideApp, ages(time.Minute, 1)), counters("c", health.SideApp, ages(time.Minute, 1)), counters("d", health.SideApp, ages(time.Minute, 1)))},
+			drain:     true,
+			reasonHas: []string{"shop/a (1), shop/b (1), shop/c (1) and 1 more"},
+		},
+	} {
+		in := tc.in
+		if in.Deadline == 0 {
+			in.Deadline = deadline
+		}
+		in.SwapsZtunnel = !strings.Contains(tc.name, "ztunnel not a target")
+		got := decideAuto(in)
+		if got.Drain != tc.drain {
+			t.Errorf("%s: drain %v, want %v (reason %q)", tc.name, got.Drain, tc.drain, got.Reason)
+		}
+		for _, w := range tc.reasonHas {
+			if !strings.Contains(got.Reason, w) {
+				t.Errorf("%s: reason %q lacks %q", tc.name, got.Reason, w)
+			}
+		}
+	}
+}
+
+func TestPersistedAuto(t *testing.T) {
+	since := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return since.Add(d).Format(time.RFC3339Nano) }
+	ann := func(uid, decision, decidedAt string) map[string]string {
+		return map[string]string{AnnotationRolloutUID: uid, AnnotationDrainDecision: decision, AnnotationDrainDecidedAt: decidedAt}
+	}
+	for _, tc := range []struct {
+		name      string
+		ann       map[string]string
+		drain, ok bool
+	}{
+		{"in place, this attempt", ann("u1", DrainDecisionInPlace, at(time.Second)), false, true},
+		{"drain, this attempt", ann("u1", DrainDecisionDrain, at(0)), true, true},
+		{"an earlier attempt's decision is decided again", ann("u1", DrainDecisionInPlace, at(-time.Second)), false, false},
+		{"another rollout's decision is decided again", ann("u0", DrainDecisionDrain, at(time.Second)), false, false},
+		{"no decision", map[string]string{AnnotationRolloutUID: "u1"}, false, false},
+		{"an unknown value is decided again", ann("u1", "maybe", at(time.Second)), false, false},
+	} {
+		drain, ok := persistedAuto(tc.ann, "u1", since)
+		if drain != tc.drain || ok != tc.ok {
+			t.Errorf("%s: got %v, %v; want %v, %v", tc.name, drain, ok, tc.drain, tc.ok)
+		}
+	}
+}
+
+func TestRenderPlanSaysAutoIsDecidedPerNode(t *testing.T) {
+	for _, policy := range []v1alpha1.DrainPolicy{v1alpha1.DrainAuto, v1alpha1.DrainAlways} {
+		var b strings.Builder
+		if err := RenderPlan(&b, Decision{}, Policy{Drain: policy}, time.Now(), 0); err != nil {
+			t.Fatal(err)
+		}
+		says := strings.Contains(b.String(), "decided per node at run time")
+		if says != (policy == v1alpha1.DrainAuto) {
+			t.Errorf("drain %s: plan says auto is decided per node: %v\n%s", policy, says, b.String())
+		}
+	}
+}
