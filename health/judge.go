@@ -138,11 +138,13 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if err != nil {
 		return j.failClosed(in, "window", "baseline dispersion: %v", err), nil
 	}
-	var planned map[PodKey]uint64
+	var planned, swapResets map[PodKey]uint64
 	if in.SwappedInPlace {
-		planned = PlannedResets(in.Baseline[len(in.Baseline)-1], in.DrainDeadline)
+		last := in.Baseline[len(in.Baseline)-1]
+		planned, swapResets = plannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
 	}
 	a := Assess(cfg, base, soak, disp, planned)
+	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
 	reasons := append([]string(nil), a.Reasons...)
 	intervalFails := a.Outcome == Fail

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -230,5 +231,33 @@ nodewise_gate_query_errors_total 1
 	}
 	if _, err := NewJudge(JudgeConfig{Registry: reg, Source: j.src}); err == nil {
 		t.Error("registering twice on one registry must fail")
+	}
+}
+
+// TestJudgePlannedResetsDuringTheSwap: the old ztunnel resets its old
+// connections at its drain deadline, before the new one is Ready, so the
+// resets fall between the baseline and the soak. They are counted as
+// planned (at most one per old connection) and the node passes.
+func TestJudgePlannedResetsDuringTheSwap(t *testing.T) {
+	j, in, cur := judgeScenario(t, 1, nil)
+	last := &in.Baseline[len(in.Baseline)-1]
+	last.Pods = append([]PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods[3].ConnAges[10] = 30 // [45 s, 60 s)
+	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods[3].ResetsReceived += 40
+	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	in.SoakStart.Pods = append([]PodCounters(nil), in.SoakStart.Pods...)
+	swapBefore := in.SoakStart.Pods[3].ResetsReceived - last.Pods[3].ResetsReceived
+	in.SoakStart.Pods[3].ResetsReceived += 40 // 30 planned, and 10 more than the plan
+	in.Gates.ConsecutiveFailures = 1
+
+	if v := mustJudge(t, j, in); v.Summary.PlannedResets != 0 {
+		t.Fatalf("a drained node has no planned resets: %+v", v.Summary)
+	}
+	in.SwappedInPlace, in.DrainDeadline = true, DrainDeadline(30*time.Second)
+	v := mustJudge(t, j, in)
+	if want := min(30, swapBefore+40); v.Outcome != Pass || v.Summary.PlannedResets != int64(want) || !hasReason(v, fmt.Sprintf("planned resets during the swap: %d on 1 pods", want)) {
+		t.Fatalf("want Pass with %d planned resets during the swap: %s %q %+v", want, v.Outcome, v.Reasons, v.Summary)
 	}
 }
