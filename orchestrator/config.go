@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/skew"
 )
 
 // Config configures the orchestrator. Zero values get the defaults below.
@@ -41,6 +42,12 @@ type Config struct {
 	// drains a node only when its agent may see connections older than
 	// ztunnel's drain deadline. Nil: auto drains every node (fail safe).
 	Agents health.SnapshotSource
+	// IstioNamespace holds istiod, whose version preflight checks the target
+	// templates against (default "istio-system").
+	IstioNamespace string
+	// SkewPolicy is the supported version skew between istiod and the
+	// ztunnel and istio-cni templates (default skew.DefaultPolicy()).
+	SkewPolicy skew.Policy
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step, so a test can kill -9 the process at that point.
 	HoldAfterPersist v1alpha1.NodeState
@@ -58,6 +65,12 @@ func (c *Config) validate() error {
 	}
 	if c.Namespace == "" {
 		c.Namespace = "nodewise-system"
+	}
+	if c.IstioNamespace == "" {
+		c.IstioNamespace = "istio-system"
+	}
+	if c.SkewPolicy == nil {
+		c.SkewPolicy = skew.DefaultPolicy()
 	}
 	if c.Identity == "" {
 		h, err := os.Hostname()

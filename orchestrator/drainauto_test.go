@@ -108,8 +108,12 @@ func TestDecideAuto(t *testing.T) {
 			reasonHas: []string{"fail safe", "timeout"},
 		},
 		{
-			name:      "proc mode has no ages: drain",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot { s := snap(counters("a", health.SideApp, ages(0, 0))); s.Mode = health.ModeProc; return s }()},
+			name: "proc mode has no ages: drain",
+			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot {
+				s := snap(counters("a", health.SideApp, ages(0, 0)))
+				s.Mode = health.ModeProc
+				return s
+			}()},
 			drain:     true,
 			reasonHas: []string{"proc mode"},
 		},

@@ -51,6 +51,10 @@ type executor struct {
 	flushing bool
 	current  map[string]*v1alpha1.NodeRollout
 	rollouts map[string]*v1alpha1.NodeRollout
+
+	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
+	cpMu sync.Mutex
+	cp   *controlPlane
 }
 
 // claimed is the in-memory state of a node the planner started whose worker

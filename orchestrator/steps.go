@@ -31,6 +31,9 @@ func (e *executor) preflight(ctx context.Context, p Policy, node string, since t
 	if !nodeReady(n) {
 		return halt(HaltPreflightFailed, "preflight: node is not Ready")
 	}
+	if err := e.preflightSkew(ctx, p, node); err != nil {
+		return err
+	}
 	if pr, ok := e.gate.(Preparer); ok {
 		if err := pr.Prepare(ctx, node); err != nil {
 			return halt(HaltPreflightFailed, "preflight: gate: %v", err)

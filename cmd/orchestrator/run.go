@@ -32,6 +32,7 @@ func run(ctx context.Context, rc runConfig) error {
 		return err
 	}
 	cfg := rc.orchestrator
+	cfg.IstioNamespace = rc.istioNamespace // preflight checks the skew against istiod there
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = rc.kubeconfig
 	if cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {

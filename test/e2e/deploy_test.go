@@ -50,6 +50,10 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"apps", "daemonsets", "", "patch", "istio-system", false},
 		{"apps", "daemonsets", "", "delete", "istio-system", false},
 		{"apps", "daemonsets", "", "list", "istio-system", true},
+		{"apps", "deployments", "", "list", "istio-system", true}, // preflight skew: istiod versions
+		{"apps", "deployments", "", "update", "istio-system", false},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "list", "", true}, // revision tags
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
 		{"", "pods", "", "delete", "istio-system", true},
 		{"", "pods", "", "create", "istio-system", false},
 		{"", "pods", "eviction", "create", "default", true},

@@ -1,0 +1,140 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/orchestrator/skew"
+)
+
+// controlPlaneTTL is how long one observation of the istiod revisions and
+// tags serves the preflights that ask for it: the nodes of a wave start
+// together and share one observation instead of two lists each.
+const controlPlaneTTL = 2 * time.Second
+
+// templateVersion is what a target's current (new) pod template will run on
+// every node: the image tag of its first container and its istio.io/rev label.
+type templateVersion struct {
+	Ref      v1alpha1.TargetRef
+	Image    string
+	Revision string
+}
+
+// controlPlane is the istiod revisions and the revision tags.
+type controlPlane struct {
+	at        time.Time
+	revisions []inventory.Revision
+	tags      map[string]string
+}
+
+// checkSkew refuses a node's swap when the target templates would put
+// ztunnel or istio-cni outside the supported skew with the istiod that
+// serves them, as package skew defines it (the table `nodewise skew`
+// prints). It is pure: the caller observes the templates and the control
+// plane. A version that cannot be read from a template's image is refused
+// too: a skew that cannot be shown legal is not assumed legal.
+func checkSkew(policy skew.Policy, node string, targets []templateVersion, cp controlPlane) error {
+	n := inventory.Node{Name: node}
+	var cniRev string
+	for _, t := range targets {
+		var comp skew.Component
+		switch swapState(t.Ref) {
+		case v1alpha1.NodeSwapZtunnel:
+			comp = skew.Ztunnel
+		case v1alpha1.NodeSwapCNI:
+			comp = skew.CNI
+		default:
+			continue // not a component the skew policy knows
+		}
+		tag := inventory.ImageTag(t.Image)
+		if _, err := skew.ParseVersion(tag); err != nil {
+			return fmt.Errorf("cannot check the version skew of %s/%s: its image %q has no readable version tag (%v)", t.Ref.Namespace, t.Ref.Name, t.Image, err)
+		}
+		if comp == skew.Ztunnel {
+			n.Ztunnel, n.ZtunnelRevision = tag, t.Revision
+		} else {
+			n.CNI, cniRev = tag, t.Revision
+		}
+	}
+	if n.Ztunnel == "" {
+		// istio-cni alone: it follows the istiod of its own revision label.
+		n.ZtunnelRevision = cniRev
+	}
+	obs, err := skew.FromInventory(inventory.Inventory{Revisions: cp.revisions, Tags: cp.tags, Nodes: []inventory.Node{n}})
+	if err != nil {
+		return err
+	}
+	v := skew.Check(policy, obs)
+	if len(v) == 0 {
+		return nil
+	}
+	reasons := make([]string, len(v))
+	for i, x := range v {
+		reasons[i] = x.Reason
+	}
+	return fmt.Errorf("the new templates break the supported version skew: %s", strings.Join(reasons, "; "))
+}
+
+// preflightSkew observes the target templates and the control plane, then
+// checks them. A skew outside the policy halts the node (it is uncordoned:
+// nothing was swapped), and so does an API refusal to show the control plane
+// (RBAC); another API error is returned for the worker to retry.
+func (e *executor) preflightSkew(ctx context.Context, p Policy, node string) error {
+	var targets []templateVersion
+	for _, ref := range p.Targets {
+		ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+		if apierrors.IsNotFound(err) {
+			return halt(HaltPreflightFailed, "preflight: DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		t := templateVersion{Ref: ref, Revision: ds.Spec.Template.Labels[inventory.LabelRev]}
+		if cs := ds.Spec.Template.Spec.Containers; len(cs) > 0 {
+			t.Image = cs[0].Image
+		}
+		targets = append(targets, t)
+	}
+	cp, err := e.controlPlane(ctx)
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return halt(HaltPreflightFailed, "preflight: cannot check the version skew: %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkSkew(e.o.cfg.SkewPolicy, node, targets, cp); err != nil {
+		return halt(HaltPreflightFailed, "preflight: %v", err)
+	}
+	return nil
+}
+
+// controlPlane lists the istiod revisions and revision tags, at most once
+// per controlPlaneTTL.
+func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
+	e.cpMu.Lock()
+	defer e.cpMu.Unlock()
+	now := e.o.cfg.Now()
+	if e.cp != nil && now.Sub(e.cp.at) < controlPlaneTTL && !now.Before(e.cp.at) {
+		return *e.cp, nil
+	}
+	cp := controlPlane{at: now, tags: map[string]string{}}
+	whs, err := e.o.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: inventory.LabelTag})
+	if err != nil {
+		return cp, fmt.Errorf("listing revision tags: %w", err)
+	}
+	for _, wh := range whs.Items {
+		cp.tags[wh.Labels[inventory.LabelTag]] = wh.Labels[inventory.LabelRev]
+	}
+	if cp.revisions, err = inventory.Revisions(ctx, e.o.kube, inventory.Options{IstioNamespace: e.o.cfg.IstioNamespace}, cp.tags); err != nil {
+		return cp, err
+	}
+	e.cp = &cp
+	return cp, nil
+}
