@@ -123,6 +123,7 @@ func (a *app) handle(c *net.TCPConn) {
 	for {
 		n, err := c.Read(buf)
 		if err != nil {
+			a.truth.rst(err)
 			return
 		}
 		a.mu.Lock()
@@ -130,6 +131,7 @@ func (a *app) handle(c *net.TCPConn) {
 		a.mu.Unlock()
 		if !stopping {
 			if _, err := c.Write(buf[:n]); err != nil {
+				a.truth.rst(err)
 				return
 			}
 		}
@@ -216,6 +218,7 @@ func (a *app) shortLoop() {
 		}
 		if err != nil {
 			a.truth.requestsFailed.Add(1)
+			a.truth.rst(err)
 		}
 		a.pause(a.traffic.ShortGap)
 	}
@@ -226,6 +229,7 @@ func (a *app) streamLoop() {
 	for a.ctx.Err() == nil {
 		c, err := a.dial()
 		if err != nil {
+			a.truth.rst(err)
 			a.pause(a.traffic.StreamGap)
 			continue
 		}
@@ -234,6 +238,7 @@ func (a *app) streamLoop() {
 		a.truth.requests.Add(1)
 		if err := exchange(c, buf); err != nil {
 			a.truth.requestsFailed.Add(1)
+			a.truth.rst(err)
 			c.Close()
 			a.pause(a.traffic.StreamGap)
 			continue

@@ -89,6 +89,12 @@ func resetConn(c *net.TCPConn) {
 	_ = c.Close()
 }
 
+// gotRST reports whether err means a reset arrived: the connection was
+// reset, or a connect was refused (the SYN answered by a reset).
+func gotRST(err error) bool {
+	return isReset(err) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // isReset reports whether err means the peer reset the connection.
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)

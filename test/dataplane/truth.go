@@ -17,6 +17,11 @@ type Truth struct {
 	// that the client closed itself (at the end of their life or on SIGTERM).
 	StreamsGraceful int64
 	StreamsOther    int64 // streams that ended otherwise (timeouts)
+	// RSTs counts the resets the pod's app sockets received, as the app saw
+	// them: connects refused, requests and streams reset, and connections
+	// its server was serving that were reset. It is what the node agent's
+	// app-side "resets received" of that pod should count.
+	RSTs int64
 	// ResetAges are the ages the reset streams had when they were reset.
 	ResetAges []time.Duration
 }
@@ -27,6 +32,7 @@ func (t Truth) Add(o Truth) Truth {
 		Requests: t.Requests + o.Requests, RequestsFailed: t.RequestsFailed + o.RequestsFailed,
 		Streams: t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful + o.StreamsGraceful, StreamsOther: t.StreamsOther + o.StreamsOther,
+		RSTs:      t.RSTs + o.RSTs,
 		ResetAges: append(append([]time.Duration(nil), t.ResetAges...), o.ResetAges...),
 	}
 }
@@ -37,7 +43,15 @@ func (t Truth) Sub(o Truth) Truth {
 		Requests: t.Requests - o.Requests, RequestsFailed: t.RequestsFailed - o.RequestsFailed,
 		Streams: t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful - o.StreamsGraceful, StreamsOther: t.StreamsOther - o.StreamsOther,
+		RSTs:      t.RSTs - o.RSTs,
 		ResetAges: t.ResetAges[min(len(o.ResetAges), len(t.ResetAges)):],
+	}
+}
+
+// rst counts a reset the app saw when err says it got one.
+func (c *truthCounters) rst(err error) {
+	if gotRST(err) {
+		c.rsts.Add(1)
 	}
 }
 
@@ -53,12 +67,12 @@ func (t Truth) MinResetAge() time.Duration {
 }
 
 func (t Truth) String() string {
-	return fmt.Sprintf("requests %d (failed %d), streams %d (reset %d, closed gracefully %d, other %d)",
-		t.Requests, t.RequestsFailed, t.Streams, t.StreamsReset, t.StreamsGraceful, t.StreamsOther)
+	return fmt.Sprintf("requests %d (failed %d), streams %d (reset %d, closed gracefully %d, other %d), resets received by apps %d",
+		t.Requests, t.RequestsFailed, t.Streams, t.StreamsReset, t.StreamsGraceful, t.StreamsOther, t.RSTs)
 }
 
 type truthCounters struct {
-	requests, requestsFailed, streams, streamsReset, streamsGraceful, streamsOther atomic.Int64
+	requests, requestsFailed, streams, streamsReset, streamsGraceful, streamsOther, rsts atomic.Int64
 
 	mu        sync.Mutex
 	resetAges []time.Duration
@@ -66,6 +80,7 @@ type truthCounters struct {
 
 func (c *truthCounters) reset(age time.Duration) {
 	c.streamsReset.Add(1)
+	c.rsts.Add(1)
 	c.mu.Lock()
 	c.resetAges = append(c.resetAges, age)
 	c.mu.Unlock()
@@ -75,6 +90,7 @@ func (c *truthCounters) load() Truth {
 	return Truth{
 		Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(), Streams: c.streams.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamsGraceful: c.streamsGraceful.Load(), StreamsOther: c.streamsOther.Load(),
+		RSTs:      c.rsts.Load(),
 		ResetAges: c.ages(),
 	}
 }

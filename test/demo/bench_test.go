@@ -99,7 +99,7 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 		must(b, waitUpgraded(ctx, c))
 	} else {
 		must(b, waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName))
-		stop, err := startOrchestrator(ctx, c, nil)
+		stop, err := startOrchestrator(ctx, c, nil, nil)
 		must(b, err)
 		defer stop()
 		rc, err := orchestrator.NewRolloutClient(c.Config)

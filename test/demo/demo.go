@@ -21,6 +21,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/test/dataplane"
 )
 
 // DataPlane is what the demo needs of a live data plane: the simulated
@@ -33,6 +34,8 @@ type DataPlane interface {
 	Prefix() string
 	// Report is a short human summary of what the traffic saw so far.
 	Report() string
+	// StartAgents starts a real node agent for each simulated node.
+	StartAgents(context.Context, dataplane.AgentsConfig) (*dataplane.Agents, error)
 	// Close stops every process and removes every namespace it created.
 	Close() error
 }
@@ -43,8 +46,13 @@ type Config struct {
 	Nodes, Zones int
 	// From and To are the Istio versions of the healthy rollout (default 1.27.3 → 1.28.1).
 	From, To string
-	// FaultyTag is the ztunnel image tag of the faulty rollout (default 1.28.2-neverready).
+	// FaultyTag is the ztunnel image tag of the faulty rollout (default
+	// 1.28.2-rst with a live data plane, whose node agents and judge catch
+	// its resets; 1.28.2-neverready without one).
 	FaultyTag string
+	// AgentPort is where the node agents listen on their node's InternalIP
+	// (default 9443, as the orchestrator's --agent-port).
+	AgentPort int
 	// WorkDir holds the cluster's state; empty means a new temporary directory,
 	// removed at the end.
 	WorkDir string
@@ -76,6 +84,9 @@ func (c *Config) validate() error {
 	}
 	def(&c.From, "1.27.3")
 	def(&c.To, "1.28.1")
+	if c.DataPlane != nil {
+		def(&c.FaultyTag, "1.28.2-rst")
+	}
 	def(&c.FaultyTag, "1.28.2"+cluster.TagNeverReady)
 	if c.Out == nil {
 		c.Out = os.Stdout
@@ -139,9 +150,15 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, fmt.Errorf("starting the simulated cluster: %w", err)
 	}
 	defer c.Stop()
+	var agents *dataplane.Agents
 	if cfg.DataPlane != nil {
 		cfg.DataPlane.UseClient(c.Client)
 		fmt.Fprintf(out, "   live data plane: pod namespaces /run/netns/%s-*, one ztunnel stand-in process per node, traffic between the ambient pods\n", cfg.DataPlane.Prefix())
+		if agents, err = startAgents(ctx, cfg.DataPlane, c, filepath.Join(filepath.Dir(dir), "agents"), cfg.AgentPort, cfg.Log.Named("agent")); err != nil {
+			return sum, err
+		}
+		defer agents.Close()
+		fmt.Fprintf(out, "   node agents: one per node (eBPF), each on its node's InternalIP:%d, TLS with a test CA and a bearer token\n", agents.Port)
 	}
 	sum.ClusterUp = time.Since(start)
 	fmt.Fprintf(out, "   cluster ready in %s. Look around while the demo runs:\n     export KUBECONFIG=%s\n     kubectl get nodes,pods -A -o wide; kubectl get noderollouts\n",
@@ -158,8 +175,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 
-	step(out, "starting the orchestrator (in this process, leader election on a Lease)")
-	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"))
+	if agents != nil {
+		step(out, "starting the orchestrator (in this process, leader election on a Lease), each node gated by the judge over its node agent")
+	} else {
+		step(out, "starting the orchestrator (in this process, leader election on a Lease), nodes gated on readiness (no agents without the live data plane)")
+	}
+	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents))
 	if err != nil {
 		return sum, err
 	}
@@ -180,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	t0 := time.Now()
-	healthy, err := runRollout(ctx, rc, healthyRollout("upgrade-"+cfg.To, c.Nodes[0].Name), newView(out, cfg.Redraw))
+	healthy, err := runRollout(ctx, rc, demoHealthyRollout("upgrade-"+cfg.To, c.Nodes[0].Name, agents != nil), newView(out, cfg.Redraw))
 	if err != nil {
 		return sum, err
 	}
@@ -188,6 +209,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	fmt.Fprintf(out, "   rollout %s: %s in %s\n", healthy.Name, healthy.Status.Phase, sum.Healthy.Round(time.Second))
 
 	canary := c.Nodes[len(c.Nodes)/2].Name
+	judgeRst := agents != nil && strings.HasSuffix(cfg.FaultyTag, "-rst")
+	if judgeRst {
+		// The node with the most ambient pods: the most traffic to judge.
+		if canary, err = busiestAmbientNode(ctx, c); err != nil {
+			return sum, err
+		}
+	}
 	step(out, "rolling ztunnel to the faulty build %s with canary %s: it %s", cfg.FaultyTag, canary, faultyExpectation(cfg.FaultyTag))
 	if err := setZtunnelTag(ctx, c, cfg.FaultyTag); err != nil {
 		return sum, err
@@ -196,7 +224,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	t0 = time.Now()
-	faulty, err := runRollout(ctx, rc, faultyRollout("faulty-"+cfg.FaultyTag, canary), newView(out, cfg.Redraw))
+	faulty, err := runRollout(ctx, rc, faultyRollout("faulty-"+cfg.FaultyTag, canary, judgeRst), newView(out, cfg.Redraw))
 	if err != nil {
 		return sum, err
 	}
@@ -219,7 +247,7 @@ func faultyExpectation(tag string) string {
 	case strings.HasSuffix(tag, cluster.TagNeverReady):
 		return "never gets Ready, so the canary's swap timeout halts the rollout"
 	case strings.HasSuffix(tag, "-rst"):
-		return "resets a share of connections, so the judge fails the canary's gate and halts the rollout"
+		return "resets a share of connections; the canary is swapped in place (drain never) so its pods keep their traffic, and the judge fails its gate and halts the rollout"
 	}
 	return "should halt at the canary"
 }
@@ -238,26 +266,6 @@ func workDir(dir string) (string, func(), error) {
 		return "", nil, err
 	}
 	return filepath.Join(tmp, "sim"), func() { _ = os.RemoveAll(tmp) }, nil
-}
-
-func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger) (stop func(), err error) {
-	o, err := orchestrator.New(orchestrator.Config{
-		RESTConfig: c.Config, Namespace: "default", Identity: "nodewise-demo",
-		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Resync: time.Second, Logger: log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	octx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := o.Run(octx); err != nil {
-			log.Error("orchestrator stopped", zap.Error(err))
-		}
-	}()
-	return func() { cancel(); <-done }, nil
 }
 
 // waitDaemonSets waits until every node has a Ready, running ztunnel and

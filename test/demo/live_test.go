@@ -2,10 +2,12 @@ package demo
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +29,11 @@ const testGrace = 6
 // liveEnv is a small simulated cluster on the live data plane, with the CRD,
 // Istio 1.27.3 (OnDelete, grace testGrace) and an in-process orchestrator.
 type liveEnv struct {
-	t  *testing.T
-	dp *dataplane.DataPlane
-	c  *cluster.Cluster
-	rc orchestrator.RolloutClient
+	t      *testing.T
+	dp     *dataplane.DataPlane
+	c      *cluster.Cluster
+	rc     orchestrator.RolloutClient
+	agents *dataplane.Agents
 }
 
 func requireKernel(t *testing.T) {
@@ -70,6 +73,15 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1, ReadyDelay: 300 * time.Millisecond, Runtime: dp, Log: testLog(t)})
 	dp.UseClient(c.Client)
 	ctx := context.Background()
+	agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := agents.Close(); err != nil {
+			t.Errorf("stopping the node agents: %v", err)
+		}
+	})
 	if err := installCRD(ctx, c.Config, repoCRDDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +107,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startOrchestrator(ctx, c, nil)
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentConfig(agents))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,15 +116,34 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &liveEnv{t: t, dp: dp, c: c, rc: rc}
+	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
 }
 
-// rolloutOn rolls one node with a drain policy and waits for a terminal phase.
-func (e *liveEnv) rolloutOn(name, node string, policy v1alpha1.DrainPolicy) *v1alpha1.NodeRollout {
+// freePort is a port free on ip now, so that agents of tests running at the
+// same time (each cluster's nodes share the 127.1.x.y addresses) do not collide.
+func freePort(t *testing.T, ip string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// rolloutOn rolls one node with a drain policy, judged with a 5 s baseline and
+// soak, and waits for a terminal phase.
+func (e *liveEnv) rolloutOn(name, node string, policy v1alpha1.DrainPolicy, inconclusive v1alpha1.InconclusivePolicy) *v1alpha1.NodeRollout {
 	e.t.Helper()
-	nr := healthyRollout(name, node)
-	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
+	nr := judged(healthyRollout(name, node), 5*time.Second, 5*time.Second, inconclusive)
 	nr.Spec.Drain.Policy = policy
+	return e.run(nr, node)
+}
+
+// run applies nr to node alone and waits for a terminal phase.
+func (e *liveEnv) run(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeRollout {
+	e.t.Helper()
+	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
 	got, err := runRollout(context.Background(), e.rc, nr, newView(testWriter{e.t}, false))
 	if err != nil {
 		e.t.Fatal(err)
@@ -166,14 +197,28 @@ func (e *liveEnv) settle() dataplane.Truth {
 	return t
 }
 
+// nodeStatus is node's entry in the rollout's status.
+func nodeStatus(t *testing.T, nr *v1alpha1.NodeRollout, node string) v1alpha1.NodeStatus {
+	t.Helper()
+	for _, n := range nr.Status.Nodes {
+		if n.Name == node {
+			return n
+		}
+	}
+	t.Fatalf("node %s is not in the status of rollout %s", node, nr.Name)
+	return v1alpha1.NodeStatus{}
+}
+
 // TestLiveDrainAutoSwapNoReset: one node swapped with drain auto while
 // traffic runs: its pods are evicted (streams closed with FIN) before the
-// ztunnel swap, so no long-lived stream anywhere sees a reset.
+// ztunnel swap, so no long-lived stream anywhere sees a reset. The judge
+// gated the node through its agent (a drained node has no traffic left in
+// its soak: Inconclusive, which this rollout lets pass).
 func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	e.upgrade("1.28.1")
 	before := e.settle()
-	nr := e.rolloutOn("auto", "node-001", v1alpha1.DrainAuto)
+	nr := e.rolloutOn("auto", "node-001", v1alpha1.DrainAuto, v1alpha1.InconclusivePass)
 	time.Sleep(2 * time.Second)
 	_, after := e.dp.Truth()
 	w := after.Sub(before)
@@ -187,21 +232,28 @@ func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 	if w.StreamsGraceful == 0 || w.Requests == 0 {
 		t.Errorf("no traffic measured during the swap: %s", w)
 	}
+	ns := nodeStatus(t, nr, "node-001")
+	t.Logf("verdict: %s", ns.Verdict)
+	if !strings.HasPrefix(ns.Verdict, "Pass") || ns.Judgement == nil || ns.Judgement.Judgements == 0 {
+		t.Errorf("node-001 was not judged through its agent: verdict %q, judgement %+v", ns.Verdict, ns.Judgement)
+	}
 }
 
 // TestLiveInPlaceSwapResetsOldStreams: one node swapped in place (drain
 // never): the old ztunnel stand-in keeps established streams until its
 // drain deadline, then resets them, so the streams reset are exactly ones
-// older than the deadline, and the rollout still completes.
+// older than the deadline. The judge counts those resets as planned (from
+// the agent's connection ages before the swap) and passes the node.
 func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	e.upgrade("1.28.1")
 	before := e.settle()
-	nr := e.rolloutOn("inplace", "node-001", v1alpha1.DrainNever)
-	time.Sleep(dataplane.DrainDeadline(testGrace*time.Second, true) + 2*time.Second)
+	nr := e.rolloutOn("inplace", "node-001", v1alpha1.DrainNever, v1alpha1.InconclusivePause)
 	_, after := e.dp.Truth()
 	w := after.Sub(before)
 	t.Logf("during the swap: %s; reset ages %v", w, w.ResetAges)
+	ns := nodeStatus(t, nr, "node-001")
+	t.Logf("verdict: %s", ns.Verdict)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {
 		t.Fatalf("rollout %s: %s", nr.Status.Phase, nr.Status.HaltReason)
 	}
@@ -211,5 +263,37 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	deadline := dataplane.DrainDeadline(testGrace*time.Second, true)
 	if m := w.MinResetAge(); m < deadline {
 		t.Errorf("a stream %s old was reset; only streams older than the drain deadline %s should be", m, deadline)
+	}
+	if j := ns.Judgement; !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.PlannedResets == 0 || j.Tests == 0 {
+		t.Errorf("want the gate passed with planned resets counted: verdict %q, judgement %+v", ns.Verdict, j)
+	}
+}
+
+// TestLiveRstBuildHaltsAtCanary: a ztunnel build that resets a share of
+// connections (-rst), swapped in place on the node with the most ambient
+// pods: the judge sees the resets through that node's agent and the rollout
+// halts there, with the judge's reason.
+func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	ctx := context.Background()
+	if err := setZtunnelTag(ctx, e.c, "1.27.4-rst"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	node, err := busiestAmbientNode(ctx, e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nr := e.run(faultyRollout("rst", node, true), node)
+	ns := nodeStatus(t, nr, node)
+	t.Logf("halt reason: %s", nr.Status.HaltReason)
+	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
+		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at %s", nr.Status.Phase, node, ns.State, ns.Verdict, node)
+	}
+	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") || ns.Judgement == nil || ns.Judgement.Regressions == 0 {
+		t.Errorf("want the judge's reset regression as the reason: verdict %q, halt %q, judgement %+v", ns.Verdict, nr.Status.HaltReason, ns.Judgement)
 	}
 }

@@ -22,11 +22,38 @@ func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 	return nr
 }
 
+// demoHealthyRollout is the demo's healthy rollout; judged, each node gets a
+// 5 s baseline and a 5 s soak. A drained node has no pods left in its soak,
+// so the judge has no traffic to go on there: too little traffic passes
+// (gates.inconclusive Pass) instead of holding the rollout forever.
+func demoHealthyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
+	nr := healthyRollout(name, canary)
+	if judge {
+		judged(nr, 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass)
+	}
+	return nr
+}
+
 // faultyRollout is the same rollout with a short swap timeout, so a build
-// that never gets Ready halts the canary quickly.
-func faultyRollout(name, canary string) *v1alpha1.NodeRollout {
+// that never gets Ready halts the canary quickly. Judged (an -rst build), the
+// canary is swapped in place so its pods keep their traffic through the new
+// build, and soaks long enough for its resets to be significant.
+func faultyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
 	nr := healthyRollout(name, canary)
 	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	if judge {
+		nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute} // the old ztunnel drains first
+		nr.Spec.Drain.Policy = v1alpha1.DrainNever
+		rstGates(judged(nr, 5*time.Second, 10*time.Second, v1alpha1.InconclusivePause))
+	}
+	return nr
+}
+
+// rstGates lowers the judge's traffic floors to what one simulated node's
+// few pods make in a 10 s soak (a couple of requests a second each).
+func rstGates(nr *v1alpha1.NodeRollout) *v1alpha1.NodeRollout {
+	nr.Spec.Gates.MinEvents = 10
+	nr.Spec.Gates.MinNodeConnections = 50
 	return nr
 }
 
