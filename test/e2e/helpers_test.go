@@ -272,12 +272,13 @@ type watcher struct {
 	worst       string
 	firstSwap   map[string]time.Time // node → first time a data-plane pod on it was deleted
 	deletes     map[string]int       // node/ds → old pods deleted
+	lastDelete  map[string]time.Time // node/ds → when the last of them was deleted
 	stop        func()
 }
 
 func (e *env) watch(preCordoned ...string) *watcher {
 	e.t.Helper()
-	w := &watcher{preCordoned: map[string]bool{}, cordoned: map[string]bool{}, pods: map[string]*corev1.Pod{}, firstSwap: map[string]time.Time{}, deletes: map[string]int{}}
+	w := &watcher{preCordoned: map[string]bool{}, cordoned: map[string]bool{}, pods: map[string]*corev1.Pod{}, firstSwap: map[string]time.Time{}, deletes: map[string]int{}, lastDelete: map[string]time.Time{}}
 	for _, n := range preCordoned {
 		w.preCordoned[n] = true
 	}
@@ -338,6 +339,7 @@ func (e *env) watch(preCordoned ...string) *watcher {
 							w.firstSwap[p.Spec.NodeName] = time.Now()
 						}
 						w.deletes[p.Spec.NodeName+"/"+dsOf(p)]++
+						w.lastDelete[p.Spec.NodeName+"/"+dsOf(p)] = time.Now()
 					}
 				}
 				w.pods[string(p.UID)] = p
