@@ -50,9 +50,10 @@ func agentConfig(a *dataplane.Agents) *judgegate.AgentConfig {
 }
 
 // startOrchestrator runs the orchestrator in this process. With agents it
-// gates every node on the judge, built as cmd/orchestrator builds it
-// (judgegate.Build, the recorder running beside the controller); without,
-// on readiness only.
+// gates every node on the judge and decides drain policy auto from the
+// agents' connection ages, wired as cmd/orchestrator wires them
+// (judgegate.Build, the recorder running beside the controller,
+// judgegate.Agents); without, it gates on readiness and auto drains every node.
 func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig) (stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -69,6 +70,10 @@ func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger,
 			return nil, err
 		}
 		cfg.Gate, rec = gate, r
+		// Drain policy auto reads the same agents' connection ages.
+		if cfg.Agents, err = judgegate.Agents(*agents, c.Client, log); err != nil {
+			return nil, err
+		}
 	}
 	o, err := orchestrator.New(cfg)
 	if err != nil {
