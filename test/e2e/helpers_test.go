@@ -152,13 +152,23 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.R
 // runInProcess runs an orchestrator in this process until the test ends.
 func (e *env) runInProcess(identity string) (cancel func(), reg *prometheus.Registry) {
 	e.t.Helper()
+	return e.runInProcessWith(identity, nil)
+}
+
+// runInProcessWith is runInProcess with the config changed by mut (when set).
+func (e *env) runInProcessWith(identity string, mut func(*orchestrator.Config)) (cancel func(), reg *prometheus.Registry) {
+	e.t.Helper()
 	reg = prometheus.NewRegistry()
-	o, err := orchestrator.New(orchestrator.Config{
+	cfg := orchestrator.Config{
 		RESTConfig: e.c.Config, Namespace: "default", Identity: identity,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Resync: 500 * time.Millisecond, Registry: reg,
 		Logger: zaptest.NewLogger(e.t, zaptest.Level(zap.WarnLevel)),
-	})
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	o, err := orchestrator.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -21,26 +21,7 @@ func (e *env) blockDrain(node string) {
 	e.t.Helper()
 	ctx := context.Background()
 	nsName := "pdb"
-	_, _ = e.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
-	labels := map[string]string{"app": "guarded"}
-	one := int32(1)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: nsName},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{"kubernetes.io/hostname": node},
-					Containers:   []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
-				},
-			},
-		},
-	}
-	if _, err := e.c.Client.AppsV1().Deployments(nsName).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	labels := e.pinApp(nsName, "guarded", node)
 	minAvail := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: nsName},
@@ -56,6 +37,34 @@ func (e *env) blockDrain(node string) {
 	if err != nil {
 		e.t.Fatalf("PDB never became blocking: %v", err)
 	}
+}
+
+// pinApp creates (namespace and) a one-replica Deployment pinned to node,
+// and returns its pod labels.
+func (e *env) pinApp(nsName, name, node string) map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	_, _ = e.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
+	labels := map[string]string{"app": name}
+	one := int32(1)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nsName},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+					Containers:   []corev1.Container{{Name: "app", Image: "example.com/app:1"}},
+				},
+			},
+		},
+	}
+	if _, err := e.c.Client.AppsV1().Deployments(nsName).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return labels
 }
 
 func (e *env) unblockDrain() {
