@@ -30,6 +30,7 @@ func main() {
 		kubeconfig  string
 		controllers string
 		istioNS     string
+		skewMax     []string
 		hold        string
 		debug       bool
 	)
@@ -48,6 +49,10 @@ func main() {
 	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
 	flag.StringVar(&istioNS, "istio-namespace", "istio-system", "where istiod and its injector webhooks live (revisions controller)")
+	flag.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
+		skewMax = append(skewMax, v)
+		return nil
+	})
 	flag.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
 	flag.BoolVar(&debug, "debug", false, "debug logging")
 	flag.Parse()
@@ -61,7 +66,7 @@ func main() {
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS}); err != nil {
+	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax}); err != nil {
 		log.Error("orchestrator stopped", zap.Error(err))
 		os.Exit(1)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/inventory"
 	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/orchestrator/skew"
 )
 
 type runConfig struct {
@@ -21,6 +22,7 @@ type runConfig struct {
 	kubeconfig     string
 	controllers    string
 	istioNamespace string
+	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 }
 
 // task is one long-running loop; run stops them all when one returns.
@@ -33,6 +35,9 @@ func run(ctx context.Context, rc runConfig) error {
 	}
 	cfg := rc.orchestrator
 	cfg.IstioNamespace = rc.istioNamespace // preflight checks the skew against istiod there
+	if cfg.SkewPolicy, err = skew.DefaultPolicy().Override(rc.skewMaxBehind); err != nil {
+		return fmt.Errorf("--skew-max-behind: %w", err)
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = rc.kubeconfig
 	if cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {

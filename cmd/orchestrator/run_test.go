@@ -23,3 +23,10 @@ func TestParseControllers(t *testing.T) {
 		}
 	}
 }
+
+func TestRunRejectsABadSkewOverride(t *testing.T) {
+	err := run(t.Context(), runConfig{controllers: "noderollout", kubeconfig: "/nonexistent", skewMaxBehind: []string{"ztunnel=-1"}})
+	if err == nil || !strings.Contains(err.Error(), "--skew-max-behind") || !strings.Contains(err.Error(), "whole number") {
+		t.Errorf("run with --skew-max-behind ztunnel=-1: %v; want the flag named and why", err)
+	}
+}
