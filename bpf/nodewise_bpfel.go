@@ -22,6 +22,7 @@ type NodewiseCounterKey struct {
 type NodewiseLastOwner struct {
 	_      structs.HostLayout
 	Cset   uint64
+	Net    uint64
 	Netns  uint32
 	Pad    uint32
 	Cgroup uint64

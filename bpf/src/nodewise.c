@@ -137,10 +137,12 @@ struct {
 // The last owner each CPU recorded, and the css_set (the task's set of
 // cgroups, shared by tasks with the same memberships and replaced when a
 // task moves) it came from: the same css_set again in the same namespace
-// (the common case: an app opening connection after connection) skips the
-// cgroup helper, and the same cgroup again skips the hash.
+// (the common case: an app opening connection after connection) returns
+// before reading the socket's side, the namespace's inode or the cgroup,
+// and the same cgroup again skips the hash.
 struct last_owner {
 	__u64 cset; // the css_set's address as a number
+	__u64 net;  // the struct net's address as a number
 	__u32 netns;
 	__u32 pad;
 	__u64 cgroup;
@@ -209,9 +211,23 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return r;
 }
 
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
+// as_tcp_sock gives the TCP fields of a full TCP socket: through the
+// bpf_rdonly_cast kfunc where the kernel has it (Linux 6.2 and later; the
+// verifier turns it into nothing), else through the bpf_skc_to_tcp_sock
+// helper (a call per use). The loader zeroes the address of a missing weak
+// kfunc, and the verifier drops the branch that would call it.
+static __always_inline const struct tcp_sock *as_tcp_sock(const struct sock *sk)
+{
+	if (bpf_rdonly_cast)
+		return bpf_rdonly_cast(sk, bpf_core_type_id_kernel(struct tcp_sock));
+	return bpf_skc_to_tcp_sock((void *)sk);
+}
+
 static __always_inline void srtt_sample(const struct sock *sk, struct sock_counters *c)
 {
-	const struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	const struct tcp_sock *tp = as_tcp_sock(sk);
 	__u32 srtt;
 
 	if (!tp)
@@ -292,33 +308,37 @@ int BPF_PROG(tcp_retransmit_skb, const struct sock *sk)
 // close, shutdown), never in softirq where "current" is unrelated. Tasks
 // outside the namespace (ztunnel entering pods to open its sockets) and
 // ztunnel's own sockets are skipped.
-static __always_inline void note_owner(__u32 netns, __u32 side)
+static __always_inline void note_owner(const struct sock *sk)
 {
+	const struct net *net = sk->__sk_common.skc_net.net;
 	struct task_struct *task;
 	struct netns_owner key = {};
 	struct last_owner *last;
+	__u64 cset, netp;
 	__u32 zero = 0;
-	__u64 cset;
 	__u8 one = 1;
 
-	if (side != SIDE_APP)
-		return;
 	task = bpf_get_current_task_btf();
-	if (task->nsproxy->net_ns->ns.inum != netns)
+	// The same namespace is the same struct net.
+	if (task->nsproxy->net_ns != net)
 		return;
 	last = bpf_map_lookup_elem(&last_owner, &zero);
 	if (!last)
 		return;
 	// Pointer minus pointer is a number to the verifier.
 	cset = (__u64)task->cgroups - (__u64)&last_owner;
-	if (last->cset == cset && last->netns == netns)
+	netp = (__u64)net - (__u64)&last_owner;
+	if (last->cset == cset && last->net == netp)
 		return;
-	key.netns = netns;
+	if (sk_side(sk) != SIDE_APP)
+		return;
+	key.netns = net->ns.inum;
 	key.cgroup = bpf_get_current_cgroup_id();
 	last->cset = cset;
-	if (last->netns == netns && last->cgroup == key.cgroup)
+	last->net = netp;
+	if (last->netns == key.netns && last->cgroup == key.cgroup)
 		return;
-	last->netns = netns;
+	last->netns = key.netns;
 	last->cgroup = key.cgroup;
 	if (bpf_map_lookup_elem(&netns_owners, &key))
 		return;
@@ -398,32 +418,45 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	// multiplied. The map's address is a constant, so this identifies the
 	// socket as well as its address does.
 	__u64 key = (__u64)sk - (__u64)&sock_slots;
+	const struct tcp_sock *tp;
 	struct sock_counters *c;
 	struct sock_slot *st;
 	__u32 netns, side;
-	__u64 now;
+	__u64 now, start;
 
-	// Most transitions (FIN_WAIT2, TIME_WAIT, CLOSE after a FIN,
-	// CLOSE → SYN_RECV…) matter to nobody here: leave before touching the
-	// socket.
-	if (newstate != TCP_SYN_SENT && newstate != TCP_ESTABLISHED &&
-	    oldstate != TCP_ESTABLISHED && newstate != TCP_LISTEN && newstate != TCP_LAST_ACK &&
-	    !(newstate == TCP_CLOSE && oldstate == TCP_SYN_SENT))
+	// Each case reads only the socket fields it needs, and transitions
+	// that matter to nobody here (FIN_WAIT2, TIME_WAIT, CLOSE after a FIN,
+	// CLOSE → SYN_RECV…) leave before touching the socket.
+	if (oldstate == TCP_ESTABLISHED) {
+		if (sk->sk_protocol != IPPROTO_TCP)
+			return 0;
+		// Leaving ESTABLISHED: one SRTT sample per connection, and it
+		// no longer counts towards the age buckets. The slot says
+		// whose socket it is.
+		st = slot_find(key);
+		if (st) {
+			netns = st->netns;
+			side = st->side;
+			slot_free(st);
+		} else {
+			netns = sk_netns(sk);
+			side = sk_side(sk);
+		}
+		// close() or shutdown() runs in the owner's context.
+		if (newstate == TCP_FIN_WAIT1)
+			note_owner(sk);
+		c = counters_for(netns, side);
+		if (c)
+			srtt_sample(sk, c);
 		return 0;
-	if (sk->sk_protocol != IPPROTO_TCP)
-		return 0;
+	}
 
-	netns = sk_netns(sk);
-	side = sk_side(sk);
-
-	// connect(), listen() and close() run in the owner's context.
-	if (newstate == TCP_SYN_SENT || newstate == TCP_LISTEN || newstate == TCP_LAST_ACK ||
-	    newstate == TCP_FIN_WAIT1)
-		note_owner(netns, side);
-	if (newstate == TCP_LISTEN || newstate == TCP_LAST_ACK)
-		return 0;
-
-	if (newstate == TCP_SYN_SENT) {
+	switch (newstate) {
+	case TCP_SYN_SENT:
+		if (sk->sk_protocol != IPPROTO_TCP)
+			return 0;
+		// connect() runs in the owner's context.
+		note_owner(sk);
 		now = bpf_ktime_get_ns();
 		st = slot_claim(key, now);
 		if (st) {
@@ -431,68 +464,84 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 			st->connect_ns = now;
 		}
 		return 0;
-	}
-
-	if (newstate == TCP_ESTABLISHED) {
-		__u64 start = 0;
-
-		now = bpf_ktime_get_ns();
-		// A passive open's socket is new: it has no slot to find.
-		st = oldstate == TCP_SYN_RECV ? NULL : slot_find(key);
-		if (!st)
-			st = slot_claim(key, now);
-		if (st) {
-			start = st->connect_ns;
-			st->connect_ns = 0;
-			st->netns = netns;
-			st->side = side;
-			st->established_ns = now;
-		} else {
-			count_overflow();
-		}
-		if (oldstate == TCP_SYN_RECV) {
-			c = counters_for(netns, side);
-			if (c)
-				c->accepts++;
+	case TCP_ESTABLISHED:
+		if (sk->sk_protocol != IPPROTO_TCP)
 			return 0;
-		}
-		// A connect the programs saw start (not one already under way
-		// when they were loaded).
-		if (oldstate != TCP_SYN_SENT || !start)
-			return 0;
-		c = counters_for(netns, side);
-		if (c) {
-			c->connects++;
-			c->connect_latency[log2_bucket((now - start) / 1000) & (HIST_BUCKETS - 1)]++;
-		}
+		break;
+	case TCP_LISTEN:
+	case TCP_LAST_ACK:
+		// listen() and close() run in the owner's context.
+		if (sk->sk_protocol == IPPROTO_TCP)
+			note_owner(sk);
+		return 0;
+	case TCP_CLOSE:
+		if (oldstate == TCP_SYN_SENT && sk->sk_protocol == IPPROTO_TCP)
+			goto failed_connect;
+		return 0;
+	default:
 		return 0;
 	}
 
-	if (oldstate == TCP_ESTABLISHED) {
-		// Leaving ESTABLISHED: one SRTT sample per connection, and it
-		// no longer counts towards the age buckets.
+	// Reaching ESTABLISHED. The kernel refreshed the socket's clock
+	// (CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns) for the segment
+	// that completes the handshake, just before this transition: reading
+	// it spares a clock read.
+	tp = as_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	now = tp->tcp_clock_cache;
+	netns = sk_netns(sk);
+	side = sk_side(sk);
+	// A passive open's socket is new: it has no slot to find.
+	st = oldstate == TCP_SYN_RECV ? NULL : slot_find(key);
+	start = st ? st->connect_ns : 0;
+	// Should a path to ESTABLISHED not have refreshed the socket's
+	// clock, read the clock.
+	if (now <= start)
+		now = bpf_ktime_get_ns();
+	if (!st)
+		st = slot_claim(key, now);
+	if (st) {
+		st->connect_ns = 0;
+		st->netns = netns;
+		st->side = side;
+		st->established_ns = now;
+	} else {
+		count_overflow();
+	}
+	if (oldstate == TCP_SYN_RECV) {
+		c = counters_for(netns, side);
+		if (c)
+			c->accepts++;
+		return 0;
+	}
+	// A connect the programs saw start (not one already under way when
+	// they were loaded).
+	if (oldstate != TCP_SYN_SENT || !start)
+		return 0;
+	c = counters_for(netns, side);
+	if (c) {
+		c->connects++;
+		c->connect_latency[log2_bucket((now - start) / 1000) & (HIST_BUCKETS - 1)]++;
+	}
+	return 0;
+
+failed_connect:
+	// SYN_SENT → CLOSE: a failed connect, unless the caller gave up
+	// before any error (sk_err 0).
+	{
+		int err = sk->sk_err;
+
 		st = slot_find(key);
 		if (st)
 			slot_free(st);
-		c = counters_for(netns, side);
-		if (c)
-			srtt_sample(sk, c);
-		return 0;
-	}
+		if (err) {
+			__u32 cls = failure_class(err);
 
-	// SYN_SENT → CLOSE: a failed connect, unless the caller gave up
-	// before any error (sk_err 0).
-	int err = sk->sk_err;
-
-	st = slot_find(key);
-	if (st)
-		slot_free(st);
-	if (err) {
-		__u32 cls = failure_class(err);
-
-		c = counters_for(netns, side);
-		if (c && cls < FAIL_CLASSES)
-			c->connect_failures[cls]++;
+			c = counters_for(sk_netns(sk), sk_side(sk));
+			if (c && cls < FAIL_CLASSES)
+				c->connect_failures[cls]++;
+		}
 	}
 	return 0;
 }
