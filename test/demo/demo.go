@@ -32,8 +32,8 @@ type DataPlane interface {
 	UseClient(kubernetes.Interface)
 	// Prefix names every network namespace the data plane creates.
 	Prefix() string
-	// Report is a short human summary of what the traffic saw so far.
-	Report() string
+	// Truth is the traffic's own ground truth so far (per pod, and in total).
+	Truth() (map[string]dataplane.Truth, dataplane.Truth)
 	// StartAgents starts a real node agent for each simulated node.
 	StartAgents(context.Context, dataplane.AgentsConfig) (*dataplane.Agents, error)
 	// Close stops every process and removes every namespace it created.
@@ -115,6 +115,9 @@ type Summary struct {
 	HealthyPhase, FaultyPhase         v1alpha1.RolloutPhase
 	HaltReason, HaltedNode            string
 	DataPlane                         string
+	// HealthyTruth and FaultyTruth are the traffic's ground truth during
+	// each rollout (live data plane only).
+	HealthyTruth, FaultyTruth dataplane.Truth
 }
 
 // Run runs the demo until it finishes or ctx ends (Ctrl-C); either way it
@@ -200,12 +203,14 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err := waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName); err != nil {
 		return sum, err
 	}
-	t0 := time.Now()
+	t0, truth0 := time.Now(), truthOf(cfg.DataPlane)
 	healthy, err := runRollout(ctx, rc, demoHealthyRollout("upgrade-"+cfg.To, c.Nodes[0].Name, agents != nil), newView(out, cfg.Redraw))
 	if err != nil {
 		return sum, err
 	}
 	sum.Healthy, sum.HealthyPhase = time.Since(t0), healthy.Status.Phase
+	truth1 := truthOf(cfg.DataPlane)
+	sum.HealthyTruth = truth1.Sub(truth0)
 	fmt.Fprintf(out, "   rollout %s: %s in %s\n", healthy.Name, healthy.Status.Phase, sum.Healthy.Round(time.Second))
 
 	canary := c.Nodes[len(c.Nodes)/2].Name
@@ -235,11 +240,21 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		}
 	}
 	if cfg.DataPlane != nil {
-		sum.DataPlane = cfg.DataPlane.Report()
+		total := truthOf(cfg.DataPlane)
+		sum.FaultyTruth, sum.DataPlane = total.Sub(truth1), total.String()
 	}
 	sum.Total = time.Since(start)
 	printSummary(out, sum, cfg)
 	return sum, nil
+}
+
+// truthOf is the data plane's ground truth so far (zero without one).
+func truthOf(dp DataPlane) dataplane.Truth {
+	if dp == nil {
+		return dataplane.Truth{}
+	}
+	_, t := dp.Truth()
+	return t
 }
 
 func faultyExpectation(tag string) string {

@@ -25,11 +25,12 @@ func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 // demoHealthyRollout is the demo's healthy rollout; judged, each node gets a
 // 5 s baseline and a 5 s soak. A drained node has no pods left in its soak,
 // so the judge has no traffic to go on there: too little traffic passes
-// (gates.inconclusive Pass) instead of holding the rollout forever.
+// (gates.inconclusive Pass) instead of holding the rollout forever. A node
+// swapped in place keeps its pods and is judged on them.
 func demoHealthyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
 	nr := healthyRollout(name, canary)
 	if judge {
-		judged(nr, 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass)
+		demoGates(judged(nr, 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
 	}
 	return nr
 }
@@ -44,14 +45,14 @@ func faultyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
 	if judge {
 		nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute} // the old ztunnel drains first
 		nr.Spec.Drain.Policy = v1alpha1.DrainNever
-		rstGates(judged(nr, 5*time.Second, 10*time.Second, v1alpha1.InconclusivePause))
+		demoGates(judged(nr, 5*time.Second, 10*time.Second, v1alpha1.InconclusivePause))
 	}
 	return nr
 }
 
-// rstGates lowers the judge's traffic floors to what one simulated node's
-// few pods make in a 10 s soak (a couple of requests a second each).
-func rstGates(nr *v1alpha1.NodeRollout) *v1alpha1.NodeRollout {
+// demoGates lowers the judge's traffic floors to what one simulated node's
+// few pods make in a soak of seconds (a few connections a second each).
+func demoGates(nr *v1alpha1.NodeRollout) *v1alpha1.NodeRollout {
 	nr.Spec.Gates.MinEvents = 10
 	nr.Spec.Gates.MinNodeConnections = 50
 	return nr

@@ -104,6 +104,8 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 	}
 	if s.DataPlane != "" {
 		fmt.Fprintf(out, "   traffic ground truth  %s\n", s.DataPlane)
+		fmt.Fprintf(out, "     during %s → %s   %s\n", cfg.From, cfg.To, s.HealthyTruth)
+		fmt.Fprintf(out, "     during %s  %s\n", cfg.FaultyTag, s.FaultyTruth)
 	} else {
 		fmt.Fprintf(out, "   traffic               none (the pods ran without a live data plane)\n")
 	}
