@@ -345,11 +345,24 @@ static __always_inline void note_owner(const struct sock *sk)
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
 }
 
+// slot_hash places a socket in the table. Sockets come from slabs of
+// 32 KiB (13 TCP sockets each): all the sockets of one 32 KiB region of
+// addresses go to one block of 512 slots (16 KiB of table, 4 pages), in
+// address order, rotated by an amount drawn for the region. The table pages
+// the programs touch then follow the few slabs in use rather than one page
+// per socket, so few TLB entries cover them (a TLB miss walks both the
+// guest's and the host's page tables on a VM), while Fibonacci hashing of
+// the region still spreads regions over the blocks and the rotations spread
+// the sockets of regions that share a block.
+#define SLOT_BLOCK_BITS 9
 static __always_inline __u32 slot_hash(__u64 sk)
 {
-	// Fibonacci hashing: the top bits of the product spread the
-	// slab-aligned addresses of sockets evenly.
-	return (__u32)((sk * 0x9E3779B97F4A7C15ULL) >> (64 - SOCK_SLOT_BITS));
+	__u64 h = (sk >> 15) * 0x9E3779B97F4A7C15ULL;
+	__u32 block = (__u32)(h >> (64 - (SOCK_SLOT_BITS - SLOT_BLOCK_BITS)));
+	__u32 rot = (__u32)(h >> 23);
+
+	return (block << SLOT_BLOCK_BITS) |
+	       (((__u32)(sk >> 6) + rot) & ((1 << SLOT_BLOCK_BITS) - 1));
 }
 
 // slot_find returns the socket's slot, or NULL.
@@ -434,16 +447,19 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		// no longer counts towards the age buckets. The slot says
 		// whose socket it is.
 		st = slot_find(key);
+		start = 0;
 		if (st) {
 			netns = st->netns;
 			side = st->side;
+			start = st->connect_ns;
 			slot_free(st);
 		} else {
 			netns = sk_netns(sk);
 			side = sk_side(sk);
 		}
-		// close() or shutdown() runs in the owner's context.
-		if (newstate == TCP_FIN_WAIT1)
+		// close() or shutdown() runs in the owner's context; a socket
+		// seen connecting had its owner noted then.
+		if (newstate == TCP_FIN_WAIT1 && !start)
 			note_owner(sk);
 		c = counters_for(netns, side);
 		if (c)
@@ -499,10 +515,15 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	// clock, read the clock.
 	if (now <= start)
 		now = bpf_ktime_get_ns();
-	if (!st)
+	if (!st) {
 		st = slot_claim(key, now);
+		if (st)
+			st->connect_ns = 0;
+	}
 	if (st) {
-		st->connect_ns = 0;
+		// A found slot keeps connect_ns: it marks a socket whose
+		// connect() the programs saw (claiming skips established slots
+		// whatever their connect_ns).
 		st->netns = netns;
 		st->side = side;
 		st->established_ns = now;
