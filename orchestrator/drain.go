@@ -116,8 +116,9 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 }
 
 // observeAuto gathers decideAuto's input: the node's pods from the cache,
-// ztunnel's drain deadline from the old ztunnel pod on the node (its grace
-// period is the one SIGTERM will honour), and the agent's snapshot.
+// ztunnel's drain deadline from the ztunnel pod running on the node (the old
+// one: nothing is swapped before Drain, and its grace period is the one
+// SIGTERM will honour), and the agent's snapshot.
 func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (autoInput, error) {
 	var in autoInput
 	grace := time.Duration(-1)
@@ -134,9 +135,16 @@ func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (auto
 		if err != nil {
 			return in, err
 		}
+		// Not filtered by revision: right after a template change the
+		// ControllerRevision cache can lag, and the pod's own grace is what
+		// counts. With more than one, the shortest deadline is the cautious one.
 		for _, pod := range live {
-			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash && pod.Spec.TerminationGracePeriodSeconds != nil {
-				grace = max(grace, time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second)
+			g := defaultZtunnelGrace
+			if pod.Spec.TerminationGracePeriodSeconds != nil {
+				g = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+			}
+			if grace < 0 || g < grace {
+				grace = g
 			}
 		}
 		if grace < 0 {

@@ -229,7 +229,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("node %s never waited on its PDB: %v; last status %+v; node annotations %v", old, err, last.Status, e.nodeAnnotations(old))
+		t.Fatalf("node %s never waited on its PDB: %v; decision Events %q; last status %+v; node annotations %v", old, err, e.decisionEvents(old), last.Status, e.nodeAnnotations(old))
 	}
 	if !strings.Contains(sawReason, "drain: connections that may be older than ztunnel's drain deadline 1s on pdb/guarded-") || !strings.HasSuffix(sawReason, " (4)") {
 		t.Errorf("node %s status reason during Drain %q, want the drain decision naming pdb/guarded's 4 old connections", old, sawReason)
@@ -261,10 +261,6 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		mute:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent cannot tell connection ages", "node agent unavailable"}},
 		proc:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent runs in proc mode"}},
 	}
-	events, err := e.c.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for node, w := range want {
 		ann := e.nodeAnnotations(node)
 		if got := ann[orchestrator.AnnotationDrainDecision]; got != w.decision {
@@ -275,12 +271,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		if drained != (w.decision == orchestrator.DrainDecisionDrain) {
 			t.Errorf("node %s: drained-at %q swap-since %q, but the decision was %s", node, drainedAt, swapSince, w.decision)
 		}
-		var msgs []string
-		for _, ev := range events.Items {
-			if ev.Reason == "NodewiseDrainDecision" && ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == node {
-				msgs = append(msgs, ev.Message)
-			}
-		}
+		msgs := e.decisionEvents(node)
 		if len(msgs) != 1 {
 			t.Errorf("node %s: %d drain decision Events %q, want exactly 1 (a successor reads the decision back)", node, len(msgs), msgs)
 			continue
@@ -313,4 +304,20 @@ func (e *env) nodeAnnotations(node string) map[string]string {
 		e.t.Fatal(err)
 	}
 	return n.Annotations
+}
+
+// decisionEvents are the messages of the NodewiseDrainDecision Events on a node.
+func (e *env) decisionEvents(node string) []string {
+	e.t.Helper()
+	events, err := e.c.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + node})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var msgs []string
+	for _, ev := range events.Items {
+		if ev.Reason == "NodewiseDrainDecision" {
+			msgs = append(msgs, ev.Message)
+		}
+	}
+	return msgs
 }
