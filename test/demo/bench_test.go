@@ -24,17 +24,20 @@ const benchNodes = 4
 
 // disruptionRun is one row of the disruption table.
 type disruptionRun struct {
-	name  string
-	truth dataplane.Truth
-	wall  time.Duration
-	note  string
+	name   string
+	truth  dataplane.Truth
+	wall   time.Duration
+	agents agreement // the node agents' per-pod resets vs the apps' own
+	judge  string    // the judge's verdict on each node
 }
 
 // BenchmarkDisruption runs the same cluster and traffic four times, with the
 // real 30 s ztunnel grace period (drain deadline 25 s) and streams that live
 // 40–60 s: (a) Istio's default DaemonSet RollingUpdate (maxSurge 1,
 // maxUnavailable 0), then nodewise with drain (b) never, (c) always,
-// (d) auto. It prints the clients' own ground truth for each.
+// (d) auto. It prints the clients' own ground truth for each, then what the
+// node agents counted per pod against the apps' own count of resets, and the
+// judge's verdict on each node (nodewise runs are gated by the judge).
 // Run it with `make bench-disruption`.
 func BenchmarkDisruption(b *testing.B) {
 	if os.Geteuid() != 0 {
@@ -58,7 +61,15 @@ func BenchmarkDisruption(b *testing.B) {
 	}
 	_ = tw.Flush()
 	fmt.Printf("\nDisruption of a ztunnel upgrade 1.27.3 → 1.28.1 on %d simulated nodes (ground truth from the clients):\n%s", benchNodes, sb.String())
-	fmt.Println("node agent / judge: not wired into these runs yet; the gate is the orchestrator's readiness gate, and drain auto drains every node (the orchestrator's fail-safe without an agent).")
+
+	sb.Reset()
+	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\tresets received by apps: agents (Σ pods)\tground truth (Σ pods)\tper pod\tjudge verdict per node\n")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", r.name, r.agents.agent, r.agents.truth, r.agents, r.judge)
+	}
+	_ = tw.Flush()
+	fmt.Printf("\nWhat the node agents (eBPF, app side, per pod) and the judge saw, against the apps' own count of resets received\n(connects refused, requests and streams reset, served connections reset), each pod from the first to the last reading\nthat saw it (every 0.5 s):\n%s", sb.String())
 }
 
 // benchRun starts a fresh cluster on the live data plane, lets traffic
@@ -83,6 +94,9 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 	}
 	defer c.Stop()
 	dp.UseClient(c.Client)
+	agents, err := startAgents(ctx, dp, c, b.TempDir(), freePort(b, c.Nodes[0].IP), nil)
+	must(b, err)
+	defer agents.Close()
 	strategy := appsv1.OnDeleteDaemonSetStrategyType
 	if policy == "" {
 		strategy = appsv1.RollingUpdateDaemonSetStrategyType
@@ -93,30 +107,39 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 	must(b, waitSamples(ctx, c))
 	time.Sleep(10 * time.Second) // streams open on every pod
 	_, before := dp.Truth()
+	tally := startTally(agents, dp, 500*time.Millisecond)
 	start := time.Now()
+	var judgedRollout *v1alpha1.NodeRollout
+	var decisions map[string]string
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: strategy, SkipSamples: true}))
 	if policy == "" {
 		must(b, waitUpgraded(ctx, c))
 	} else {
 		must(b, waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName))
-		stop, err := startOrchestrator(ctx, c, nil, nil)
+		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents))
 		must(b, err)
 		defer stop()
 		rc, err := orchestrator.NewRolloutClient(c.Config)
 		must(b, err)
-		nr := healthyRollout("bench", c.Nodes[0].Name)
+		// Judged like the demo: a drained node has no traffic left in its
+		// soak, which passes; a node swapped in place is judged on its pods.
+		nr := demoGates(judged(healthyRollout("bench", c.Nodes[0].Name), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
 		nr.Spec.Drain.Policy = policy
 		got, err := runRollout(ctx, rc, nr, newView(nopWriter{}, false))
 		must(b, err)
 		if got.Status.Phase != v1alpha1.PhaseCompleted {
 			b.Fatalf("%s: rollout %s: %s", name, got.Status.Phase, got.Status.HaltReason)
 		}
+		judgedRollout = got
+		decisions = drainDecisions(ctx, c)
 	}
 	must(b, waitUpgraded(ctx, c))
 	wall := time.Since(start)
 	time.Sleep(2 * time.Second) // the last resets reach the clients
+	perPod := tally.finish()
 	_, after := dp.Truth()
-	return disruptionRun{name: name, truth: after.Sub(before), wall: wall}
+	return disruptionRun{name: name, truth: after.Sub(before), wall: wall,
+		agents: compareAgents(perPod), judge: verdicts(judgedRollout, decisions)}
 }
 
 // waitUpgraded waits until every node runs a Ready 1.28.1 ztunnel and no

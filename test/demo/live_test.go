@@ -121,7 +121,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 
 // freePort is a port free on ip now, so that agents of tests running at the
 // same time (each cluster's nodes share the 127.1.x.y addresses) do not collide.
-func freePort(t *testing.T, ip string) int {
+func freePort(t testing.TB, ip string) int {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
