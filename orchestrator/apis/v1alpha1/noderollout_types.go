@@ -14,7 +14,8 @@ const (
 	// DrainAlways evicts the node's pods (Eviction API, PDBs respected) before the swap.
 	DrainAlways DrainPolicy = "always"
 	// DrainAuto drains only when the node agent sees connections older than the drain
-	// deadline. Until the agent is wired in, auto behaves like always (fail safe).
+	// deadline, and whenever the agent cannot tell (fail safe); decided per node at
+	// its Drain step and persisted (see orchestrator/drainauto.go).
 	DrainAuto DrainPolicy = "auto"
 )
 
