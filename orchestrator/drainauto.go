@@ -88,21 +88,21 @@ func decideAuto(in autoInput) autoChoice {
 		seen, unknown bool
 		old           uint64
 	}
+	// Matched by UID; by name only for entries without one (an agent with no
+	// pod lister), so a recreated pod never inherits its predecessor's ages.
 	byUID := map[types.UID]*counters{}
-	byName := map[string]*counters{}
+	byName := map[types.UID]*counters{}
 	for i := range s.Pods {
 		pc := &s.Pods[i]
-		c := byUID[types.UID(pc.UID)]
-		if c == nil {
-			c = byName[pc.Namespace+"/"+pc.Name]
+		index, key := byUID, types.UID(pc.UID)
+		if pc.UID == "" {
+			index, key = byName, types.UID(pc.Namespace+"/"+pc.Name)
 		}
+		c := index[key]
 		if c == nil {
 			c = &counters{}
+			index[key] = c
 		}
-		if pc.UID != "" {
-			byUID[types.UID(pc.UID)] = c
-		}
-		byName[pc.Namespace+"/"+pc.Name] = c
 		c.seen = true
 		n, ok := health.MayBeOlderThan(pc.ConnAges, in.Deadline)
 		c.old += n
@@ -113,7 +113,7 @@ func decideAuto(in autoInput) autoChoice {
 		name := p.Namespace + "/" + p.Name
 		c := byUID[p.UID]
 		if c == nil {
-			c = byName[name]
+			c = byName[types.UID(name)]
 		}
 		started := podStart(p)
 		seen := c != nil && c.seen

@@ -151,6 +151,15 @@ func TestDecideAuto(t *testing.T) {
 			reasonHas: []string{"shop/a (2)"},
 		},
 		{
+			name: "a recreated pod with the same name does not inherit its predecessor's ages",
+			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
+				c := counters("a", health.SideApp, ages(time.Hour, 7))
+				c.UID = "uid-a-before"
+				return c
+			}(), counters("a", health.SideApp, ages(0, 1)))},
+			reasonHas: []string{"in place"},
+		},
+		{
 			name: "many pods are named up to three",
 			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
 				Snapshot: snap(counters("a", health.SideApp, ages(time.Minute, 1)), counters("b", health.SideApp, ages(time.Minute, 1)), counters("c", health.SideApp, ages(time.Minute, 1)), counters("d", health.SideApp, ages(time.Minute, 1)))},
