@@ -232,6 +232,11 @@ func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 	if w.StreamsGraceful == 0 || w.Requests == 0 {
 		t.Errorf("no traffic measured during the swap: %s", w)
 	}
+	// Auto decided from the node agent's connection ages (streams older
+	// than the 5 s deadline), so it drained.
+	if d := drainDecisions(context.Background(), e.c)["node-001"]; d != orchestrator.DrainDecisionDrain {
+		t.Errorf("drain auto's decision on node-001: %q, want %q", d, orchestrator.DrainDecisionDrain)
+	}
 	ns := nodeStatus(t, nr, "node-001")
 	t.Logf("verdict: %s", ns.Verdict)
 	if !strings.HasPrefix(ns.Verdict, "Pass") || ns.Judgement == nil || ns.Judgement.Judgements == 0 {
