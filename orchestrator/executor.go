@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -42,14 +43,14 @@ type executor struct {
 	// verdict ("rollout/node"): the judge's summary, and that a drain
 	// finished. Made on first use.
 	carry map[string]carried
-	// statusMu serialises status writes; current is the last NodeRollout the
-	// API returned to this process, by name.
-	statusMu sync.Mutex
-	// batchMu guards pending and flushing (group commit of status writes).
-	batchMu  sync.Mutex
-	pending  []statusReq
-	flushing bool
-	current  map[string]*v1alpha1.NodeRollout
+	// written is the Node object the API returned to this process's last
+	// patch of it, by name: at least as new as anything this process wrote,
+	// so a conditional patch based on it needs no GET (see readNode).
+	written map[string]*corev1.Node
+	// changes wakes the steps that wait on the informer caches (see changes.go).
+	changes changes
+	// status queues and group-commits status writes (see statuswriter.go).
+	status   statusWriter
 	rollouts map[string]*v1alpha1.NodeRollout
 
 	// cpMu guards cp, the last observation of the control plane (preflight's skew check).

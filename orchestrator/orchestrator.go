@@ -98,14 +98,15 @@ func (o *Orchestrator) lead(ctx context.Context) error {
 		overlay:  map[string]nodeMark{},
 		soaks:    map[string]time.Time{},
 		verdicts: map[string]string{},
-		current:  map[string]*v1alpha1.NodeRollout{},
+		written:  map[string]*corev1.Node{},
+		status:   statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
 		rollouts: map[string]*v1alpha1.NodeRollout{},
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}
 	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer(), f.Apps().V1().DaemonSets().Informer(), f.Apps().V1().ControllerRevisions().Informer()} {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, _ any) { ex.poke() }, DeleteFunc: func(any) { ex.poke() }}); err != nil {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.changed() }, UpdateFunc: func(_, _ any) { ex.changed() }, DeleteFunc: func(any) { ex.changed() }}); err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
 	}

@@ -10,12 +10,21 @@ type PlannedNode struct {
 	Zone   string
 	Canary bool
 	Wave   int // from 1
+	// Window groups the nodes that may overlap, from 1: a node starts only
+	// once every node of a lower window is finished, and within a window a
+	// node starts as soon as a slot frees (at most maxParallel at once, and
+	// maxUnavailable). Each canary wave and each ramp wave is a window of
+	// its own (a barrier: the next, larger wave waits until all its nodes
+	// passed their gate); once the ramp reaches maxParallel, the rest of the
+	// zone is one window, a sliding window like the DaemonSet controller's
+	// RollingUpdate. A zone boundary is always a barrier.
+	Window int
 }
 
-// Order puts the selected nodes in rollout order and assigns waves: each canary
-// is a wave of its own; then zone by zone (zones sorted by name, nodes by name),
-// waves ramp 1, 2, 4 … up to maxParallel, and a wave never spans two zones.
-// Canaries missing from nodes are returned in missing.
+// Order puts the selected nodes in rollout order and assigns waves and
+// windows: each canary is a wave of its own; then zone by zone (zones sorted
+// by name, nodes by name), waves ramp 1, 2, 4 … up to maxParallel, and a wave
+// never spans two zones. Canaries missing from nodes are returned in missing.
 func Order(nodes []NodeView, canaries []string, maxParallel int) (plan []PlannedNode, missing []string) {
 	byName := map[string]NodeView{}
 	for _, n := range nodes {
@@ -34,7 +43,7 @@ func Order(nodes []NodeView, canaries []string, maxParallel int) (plan []Planned
 		}
 		isCanary[c] = true
 		wave++
-		plan = append(plan, PlannedNode{Name: c, Zone: n.Zone, Canary: true, Wave: wave})
+		plan = append(plan, PlannedNode{Name: c, Zone: n.Zone, Canary: true, Wave: wave, Window: wave})
 	}
 	zones := map[string][]string{}
 	for _, n := range nodes {
@@ -50,15 +59,24 @@ func Order(nodes []NodeView, canaries []string, maxParallel int) (plan []Planned
 	if maxParallel < 1 {
 		maxParallel = 1
 	}
-	size := 1
+	size, window := 1, wave
 	for _, z := range zoneNames {
 		names := zones[z]
 		sort.Strings(names)
+		full := 0 // this zone's sliding window, once the ramp reached maxParallel
 		for i := 0; i < len(names); {
 			wave++
+			w := full
+			if size < maxParallel || full == 0 {
+				window++
+				w = window
+			}
+			if size >= maxParallel {
+				full = w
+			}
 			end := min(i+size, len(names))
 			for _, name := range names[i:end] {
-				plan = append(plan, PlannedNode{Name: name, Zone: z, Wave: wave})
+				plan = append(plan, PlannedNode{Name: name, Zone: z, Wave: wave, Window: w})
 			}
 			i = end
 			size = min(size*2, maxParallel)

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
@@ -37,9 +35,13 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	if err != nil {
 		return fmt.Errorf("encoding node patch: %w", err)
 	}
-	if _, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
 		return fmt.Errorf("patching node %s: %w", node, err)
 	}
+	e.mu.Lock()
+	e.written[node] = out
+	e.mu.Unlock()
 	return nil
 }
 
@@ -56,7 +58,10 @@ func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, no
 // instead of a plain annotation patch: cordon and uncordon write their step
 // and act in one patch, conditional on the node's resourceVersion, so the
 // record and the act happen together or not at all.
-func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string, write func(map[string]*string) error) (time.Time, error) {
+//
+// stamps are annotation keys set to the step's time with it (and remembered):
+// AnnotationSwapSince with the cordon, AnnotationSoakSince with the soak.
+func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string, write func(map[string]*string) error, stamps ...string) (time.Time, error) {
 	now := e.o.cfg.Now()
 	ts := now.UTC().Format(time.RFC3339Nano)
 	ann := map[string]*string{
@@ -68,13 +73,11 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 	for k, v := range extra {
 		ann[k] = v
 	}
-	for step, key := range map[v1alpha1.NodeState]string{v1alpha1.NodeSoak: AnnotationSoakSince, v1alpha1.NodeCordon: AnnotationSwapSince} {
-		if st == step {
-			ann[key] = ptr(ts)
-			e.mu.Lock()
-			e.soaks[nr.Name+"/"+node+"/"+key] = now
-			e.mu.Unlock()
-		}
+	for _, key := range stamps {
+		ann[key] = ptr(ts)
+		e.mu.Lock()
+		e.soaks[nr.Name+"/"+node+"/"+key] = now
+		e.mu.Unlock()
 	}
 	e.mu.Lock()
 	verdict, hasVerdict := e.verdicts[nr.Name+"/"+node]
@@ -91,7 +94,7 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 		write = func(ann map[string]*string) error { return e.patchNode(ctx, node, "", ann, nil) }
 	}
 	go func() { nodeErr <- write(ann) }()
-	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+	mirror := func(s *v1alpha1.NodeRolloutStatus) {
 		ns := nodeEntry(s, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
@@ -109,12 +112,23 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 			}
 		}
 		switch {
-		case st == v1alpha1.NodePreflight && ns.StartTime == nil:
+		case InFlight(st) && ns.StartTime == nil: // Preflight, or the cordon when preflight has no record
 			ns.StartTime = &metav1.Time{Time: now}
 		case !InFlight(st) && st != v1alpha1.NodePending:
 			ns.FinishTime = &metav1.Time{Time: now}
 		}
-	})
+	}
+	// The node annotation is the record a successor resumes from (observe
+	// reads it before status), so a step acts once it is written. The status
+	// entry mirrors it and is written behind, group-committed with the other
+	// nodes' steps, except where status itself is the record: a halt, a
+	// failed or skipped node, a reason, a verdict, a node the planner changes.
+	var statusErr error
+	if statusBehind(st, reason, hasVerdict, carry) {
+		e.mutateStatusLater(ctx, nr.Name, mirror)
+	} else {
+		statusErr = e.mutateStatus(ctx, nr.Name, mirror)
+	}
 	if err := errors.Join(<-nodeErr, statusErr); err != nil {
 		return now, err
 	}
@@ -135,90 +149,17 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 	return now, nil
 }
 
-// statusReq is one queued status mutation and where its result goes.
-type statusReq struct {
-	name string
-	f    func(*v1alpha1.NodeRolloutStatus)
-	done chan error
-}
-
-// mutateStatus applies f to the latest NodeRollout status this process knows
-// and writes it with its resourceVersion, re-reading and re-applying on 409.
-// It returns only once a write containing f succeeded (so a step is persisted
-// before it acts). Concurrent callers are group-committed: whoever finds no
-// write in progress writes every queued mutation at once.
-func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
-	r := statusReq{name: name, f: f, done: make(chan error, 1)}
-	e.batchMu.Lock()
-	e.pending = append(e.pending, r)
-	if e.flushing {
-		e.batchMu.Unlock()
-		return <-r.done
+// statusBehind says whether a step's status mirror may be written behind:
+// the forward in-flight steps and Done, whose node annotation alone lets a
+// successor resume. A halt, a reason (failed, skipped, aborted, retried
+// nodes) or a verdict that is not a pass is written before anything goes on.
+// A passed node's verdict rides with its Done: a crash within that one
+// status write loses the verdict text, never the node's state.
+func statusBehind(st v1alpha1.NodeState, reason string, hasVerdict bool, c carried) bool {
+	if reason != "" || c.halt != "" || (hasVerdict && st != v1alpha1.NodeDone) {
+		return false
 	}
-	e.flushing = true
-	e.batchMu.Unlock()
-	for {
-		e.batchMu.Lock()
-		batch := e.pending
-		e.pending = nil
-		if len(batch) == 0 {
-			e.flushing = false
-			e.batchMu.Unlock()
-			break
-		}
-		e.batchMu.Unlock()
-		byName := map[string][]statusReq{}
-		for _, q := range batch {
-			byName[q.name] = append(byName[q.name], q)
-		}
-		for n, qs := range byName {
-			err := e.writeStatus(ctx, n, qs)
-			for _, q := range qs {
-				q.done <- err
-			}
-		}
-	}
-	return <-r.done
-}
-
-func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq) error {
-	e.statusMu.Lock()
-	defer e.statusMu.Unlock()
-	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		cur := e.current[name]
-		if cur == nil {
-			fresh, err := e.o.rollouts.Get(ctx, name)
-			if err != nil {
-				return fmt.Errorf("reading NodeRollout %s: %w", name, err)
-			}
-			cur = fresh
-		}
-		next := cur.DeepCopy()
-		for _, q := range qs {
-			q.f(&next.Status)
-		}
-		next.Status.Counts = counts(next.Status.Nodes)
-		if equalStatus(cur.Status, next.Status) {
-			e.current[name] = cur
-			return nil
-		}
-		out, err := e.o.rollouts.UpdateStatus(ctx, next)
-		if apierrors.IsConflict(err) {
-			delete(e.current, name)
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("writing NodeRollout %s status: %w", name, err)
-		}
-		e.current[name] = out
-		return nil
-	})
-}
-
-func equalStatus(a, b v1alpha1.NodeRolloutStatus) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return string(ja) == string(jb)
+	return st == v1alpha1.NodeDone || (InFlight(st) && st != v1alpha1.NodeAbortCleanup)
 }
 
 func nodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus {

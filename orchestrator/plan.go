@@ -141,7 +141,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 
 	// Nodes already on the newest revisions are done without disruption.
 	done := 0
-	current := 0 // the lowest wave with unfinished work
+	current := 0 // the lowest window with unfinished work
 	for _, pn := range order {
 		n := byName[pn.Name]
 		st := n.State
@@ -154,7 +154,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 			continue
 		}
 		if current == 0 {
-			current = pn.Wave
+			current = pn.Window
 		}
 	}
 	if done == len(order) {
@@ -179,18 +179,26 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		return d
 	}
 
-	budget := p.MaxUnavailable - inflight - failed
+	// Within the current window, nodes start in plan order as slots free.
+	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight - failed
+	wave := 0
 	for _, pn := range order {
-		if pn.Wave != current || budget <= 0 {
+		if pn.Window != current {
 			continue
 		}
 		n := byName[pn.Name]
+		if wave == 0 && !Terminal(n.State) {
+			wave = pn.Wave // the lowest wave with unfinished work, for the reason
+		}
+		if budget <= 0 {
+			continue
+		}
 		if (n.State == "" || n.State == v1alpha1.NodePending) && !n.UpToDate(s.Targets) {
 			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
 			budget--
 		}
 	}
-	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", current)
+	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", wave)
 	return d
 }
 

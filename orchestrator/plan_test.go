@@ -345,3 +345,62 @@ func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
 		t.Fatalf("rollback actions %v, want %v", got, want)
 	}
 }
+
+func TestOrderWindowsSlideOnceTheRampIsFull(t *testing.T) {
+	ns := fleet(3, 5)
+	plan, _ := Order(ns, []string{"zone-c-04"}, 2)
+	var got []string
+	for _, p := range plan {
+		got = append(got, fmt.Sprintf("%d/%d:%s", p.Wave, p.Window, p.Name))
+	}
+	want := []string{
+		"1/1:zone-c-04",                                                    // a canary is a barrier
+		"2/2:zone-a-00",                                                    // ramp wave of 1: a barrier
+		"3/3:zone-a-01", "3/3:zone-a-02", "4/3:zone-a-03", "4/3:zone-a-04", // full size: one sliding window for the rest of the zone
+		"5/4:zone-b-00", "5/4:zone-b-01", "6/4:zone-b-02", "6/4:zone-b-03", "7/4:zone-b-04", // a zone boundary is a barrier
+		"8/5:zone-c-00", "8/5:zone-c-01", "9/5:zone-c-02", "9/5:zone-c-03",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("order\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestPlanSlidingWindow(t *testing.T) {
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 3 })
+	// zone-a: wave 1 (a-00) and wave 2 (a-01, a-02) are ramp waves and
+	// barriers; a-03 … a-05 share zone-a's sliding window with waves 3 and 4.
+	ns := fleet(2, 6)
+	for _, n := range []string{"zone-a-00", "zone-a-01", "zone-a-02"} {
+		setState(ns, n, v1alpha1.NodeDone)
+		upgrade(ns, n)
+	}
+	setState(ns, "zone-a-03", v1alpha1.NodeDone)
+	upgrade(ns, "zone-a-03")
+	setState(ns, "zone-a-04", v1alpha1.NodeSwapZtunnel)
+	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	// a-03 finished while a-04 (its wave) is still swapping: a-05 (next wave)
+	// takes the free slot; maxParallel 2 caps it below maxUnavailable 3.
+	if got := starts(d); !reflect.DeepEqual(got, []string{"zone-a-05"}) {
+		t.Fatalf("starts %v, want [zone-a-05]", got)
+	}
+	// The next zone waits until zone-a is finished.
+	setState(ns, "zone-a-05", v1alpha1.NodeCordon)
+	setState(ns, "zone-a-04", v1alpha1.NodeDone)
+	upgrade(ns, "zone-a-04")
+	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	if got := starts(d); len(got) != 0 {
+		t.Fatalf("starts %v across a zone boundary while zone-a-05 is in flight", got)
+	}
+	// A ramp wave is a barrier: with wave 2 half done, wave 3 does not start.
+	ns = fleet(1, 6)
+	setState(ns, "zone-a-00", v1alpha1.NodeDone)
+	upgrade(ns, "zone-a-00")
+	setState(ns, "zone-a-01", v1alpha1.NodeDone)
+	upgrade(ns, "zone-a-01")
+	setState(ns, "zone-a-02", v1alpha1.NodeGate)
+	p = policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 4 })
+	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	if got := starts(d); len(got) != 0 {
+		t.Fatalf("starts %v before ramp wave 2 finished", got)
+	}
+}

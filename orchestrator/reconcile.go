@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,13 +32,11 @@ func (e *executor) reconcileAll(ctx context.Context) {
 
 // reconcile is one observe → plan → act pass over a NodeRollout.
 func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) error {
-	e.statusMu.Lock()
-	if cur := e.current[nr.Name]; cur != nil && cur.UID == nr.UID {
-		nr.Status = *cur.Status.DeepCopy() // our own last write is never older than the cache
-	} else if cur != nil {
-		delete(e.current, nr.Name)
+	if cur, ok := e.currentStatus(nr.Name, nr.UID); ok {
+		nr.Status = cur // our own last write (and queued ones) are never older than the cache
+	} else {
+		e.forgetStatus(nr.Name)
 	}
-	e.statusMu.Unlock()
 
 	switch nr.Status.Phase {
 	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
@@ -98,9 +97,10 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 // targets and conditions, and emits an Event when the phase changes.
 func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d Decision, targets []TargetView) error {
 	now := metav1.NewTime(e.o.cfg.Now())
-	var prevPhase v1alpha1.RolloutPhase
-	err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-		prevPhase = s.Phase
+	// The mutation must stay pure (currentStatus applies queued ones to copies).
+	prev, known := e.currentStatus(nr.Name, nr.UID)
+	prevPhase := prev.Phase
+	mutate := func(s *v1alpha1.NodeRolloutStatus) {
 		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && d.Phase != v1alpha1.PhasePending {
 			return // a halt is only cleared by resume
 		}
@@ -134,11 +134,24 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 		}
 		s.Counts = counts(s.Nodes)
 		setConditions(s, d, nr.Generation)
-	})
-	if err != nil {
-		return err
 	}
-	cur := e.currentStatus(nr.Name)
+	// A new phase (or generation, or halt reason) is written before the loop
+	// goes on: a successor plans from it (a halt stays a halt). The rest
+	// (counts, the plan's node list, conditions of the same phase) is written
+	// behind, so the loop is free to start the next node meanwhile.
+	next := *prev.DeepCopy()
+	mutate(&next)
+	switch {
+	case known && equality.Semantic.DeepEqual(prev, next):
+		// nothing new to write
+	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
+		e.mutateStatusLater(ctx, nr.Name, mutate)
+	default:
+		if err := e.mutateStatus(ctx, nr.Name, mutate); err != nil {
+			return err
+		}
+	}
+	cur, _ := e.currentStatus(nr.Name, "")
 	e.updateGauges(nr.Name, cur.Nodes)
 	if prevPhase != cur.Phase {
 		typ := corev1.EventTypeNormal
@@ -161,15 +174,6 @@ func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		return fmt.Errorf("acknowledging resume: %w", err)
 	}
 	return nil
-}
-
-func (e *executor) currentStatus(name string) v1alpha1.NodeRolloutStatus {
-	e.statusMu.Lock()
-	defer e.statusMu.Unlock()
-	if cur := e.current[name]; cur != nil {
-		return *cur.Status.DeepCopy()
-	}
-	return v1alpha1.NodeRolloutStatus{}
 }
 
 func counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {

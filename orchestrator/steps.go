@@ -16,11 +16,18 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
-// pollEvery is how often a waiting step re-reads the informer cache (no API requests).
-const pollEvery = 100 * time.Millisecond
-
 // preflight checks the node is there and Ready, then waits out the baseline window.
 func (e *executor) preflight(ctx context.Context, p Policy, node string, since time.Time) error {
+	if err := e.preflightChecks(ctx, p, node); err != nil {
+		return err
+	}
+	return sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
+}
+
+// preflightChecks is preflight without the wait: observations only (the
+// node, the skew, the gate's first sample), so they may run while the
+// Preflight record is being written.
+func (e *executor) preflightChecks(ctx context.Context, p Policy, node string) error {
 	n, err := e.nodes.Get(node)
 	if apierrors.IsNotFound(err) {
 		return halt(HaltPreflightFailed, "preflight: node no longer exists")
@@ -39,7 +46,7 @@ func (e *executor) preflight(ctx context.Context, p Policy, node string, since t
 			return halt(HaltPreflightFailed, "preflight: gate: %v", err)
 		}
 	}
-	return sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
+	return nil
 }
 
 // cordon records whether the node was already unschedulable (once, before
@@ -49,7 +56,7 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 	attempt := 0
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
-		n, err := e.readNode(ctx, node, attempt)
+		n, err := e.readNode(ctx, node, attempt, false)
 		if err != nil {
 			return err
 		}
@@ -71,13 +78,27 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 	})
 }
 
-// readNode reads a node from the cache on the first attempt and from the API
-// after a conflict; the write that follows is conditional on its resourceVersion,
-// so a stale cache costs a 409 and a retry, never a lost update.
-func (e *executor) readNode(ctx context.Context, node string, attempt int) (*corev1.Node, error) {
+// readNode reads a node for a conditional write. On the first attempt: the
+// cache once it holds this process's last step record (then it is at least
+// as new as every write of ours, and it may hold others' later writes, such
+// as the unschedulable taint), else what that last patch returned, else
+// (unless ownWrites: only a copy holding this process's own writes will do)
+// the cache. After a conflict: the API. The write that follows is
+// conditional on its resourceVersion, so a stale copy costs a 409 and a
+// retry, never a lost update.
+func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWrites bool) (*corev1.Node, error) {
 	if attempt == 1 {
-		if n, err := e.nodes.Get(node); err == nil {
-			return n, nil
+		e.mu.Lock()
+		w := e.written[node]
+		e.mu.Unlock()
+		c, err := e.nodes.Get(node)
+		switch {
+		case err == nil && w != nil && c.Annotations[AnnotationStepSince] == w.Annotations[AnnotationStepSince]:
+			return c, nil
+		case w != nil:
+			return w, nil
+		case err == nil && !ownWrites:
+			return c, nil
 		}
 	}
 	n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -89,10 +110,13 @@ func (e *executor) readNode(ctx context.Context, node string, attempt int) (*cor
 
 // uncordon makes the node schedulable again only if nodewise cordoned it;
 // a node that was already cordoned stays cordoned.
-// It reads the node from the API: a stale cache could hide nodewise's own cordon.
+// It never decides from a copy that could hide nodewise's own cordon: only
+// from one holding this process's last step record (readNode), or the API.
 func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string, with map[string]*string) error {
+	attempt := 0
 	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		n, err := e.readNode(ctx, node, 2)
+		attempt++
+		n, err := e.readNode(ctx, node, attempt, true)
 		if err != nil {
 			return err
 		}
@@ -152,9 +176,8 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 // waitSettled waits until the DaemonSet controller has observed the current
 // template, so the newest ControllerRevision is known (bounded by the swap timeout).
 func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, since time.Time, timeout time.Duration) error {
-	t := time.NewTicker(pollEvery)
-	defer t.Stop()
 	for {
+		changed := e.changes.wait()
 		tv, err := e.target(ref)
 		if err != nil {
 			return err
@@ -165,10 +188,8 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, sinc
 		if !e.o.cfg.Now().Before(since.Add(timeout)) {
 			return halt(HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		if err := waitChange(ctx, changed, since.Add(timeout), e.o.cfg.Now); err != nil {
+			return err
 		}
 	}
 }
@@ -178,9 +199,8 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, sinc
 // start, so a restart does not extend it) passes.
 func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, since time.Time, timeout time.Duration) error {
 	deadline := since.Add(timeout)
-	t := time.NewTicker(pollEvery)
-	defer t.Stop()
 	for {
+		changed := e.changes.wait()
 		tv, err := e.target(ref)
 		if err != nil {
 			return err
@@ -209,10 +229,8 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 		if !e.o.cfg.Now().Before(deadline) {
 			return halt(HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
+			return err
 		}
 	}
 }
@@ -236,7 +254,7 @@ func waitingReason(p *corev1.Pod) string {
 // judge runs the gate; an error fails closed.
 func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
-	st := e.currentStatus(nr.Name)
+	st, _ := e.currentStatus(nr.Name, nr.UID)
 	for _, ns := range st.Nodes {
 		if ns.Name == node && ns.StartTime != nil {
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time

@@ -101,19 +101,36 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 			continue // nothing to act on, nothing to persist
 		}
 		acted := false
-		if st != cur { // persist before acting
+		var checked chan error
+		if st == v1alpha1.NodePreflight && st != cur {
+			// Preflight only observes: its checks run while its record is
+			// written; nothing acts (cordons) before both are done.
+			checked = make(chan error, 1)
+			go func() { checked <- e.preflightChecks(ctx, p, node) }()
+		}
+		if st != cur && !unrecorded(p, st) { // persist before acting
 			var write func(map[string]*string) error
+			var stamps []string
 			switch {
 			case st == v1alpha1.NodeCordon:
 				write = func(ann map[string]*string) error { return e.cordon(ctx, nr, node, ann) }
+				stamps = []string{AnnotationSwapSince}
+				if next := cordonsWith(p, seq, idx); next >= 0 {
+					// Nothing observes the API between the cordon and the
+					// first swap (no drain): one patch cordons and records
+					// that swap (and the pod it deletes), which then acts.
+					idx, st = next, seq[next]
+				}
 			case st == v1alpha1.NodeUncordon:
 				write = func(ann map[string]*string) error { return e.uncordon(ctx, nr, node, ann) }
+			case st == v1alpha1.NodeSoak:
+				stamps = []string{AnnotationSoakSince}
 			}
 			var err error
-			if since, err = e.persistStepWith(ctx, nr, node, st, "", e.stepAnnotations(p, node, st), write); err != nil {
+			if since, err = e.persistStepWith(ctx, nr, node, st, "", e.stepAnnotations(p, node, st), write, stamps...); err != nil {
 				return err
 			}
-			cur, acted = st, write != nil
+			cur, acted = st, st == v1alpha1.NodeCordon || st == v1alpha1.NodeUncordon
 		}
 		if live := e.latest(nr.Name); live != nil && live.Spec.Abort && !abortSafe && st != v1alpha1.NodeUncordon {
 			// Make the node safe: a started swap finishes, anything before it is skipped.
@@ -128,7 +145,13 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 			}
 		}
 		var err error
-		if !acted { // cordon and uncordon acted in the same patch as their record
+		switch {
+		case acted: // cordon and uncordon acted in the same patch as their record
+		case checked != nil:
+			if err = <-checked; err == nil {
+				err = sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
+			}
+		default:
 			err = e.doStep(ctx, nr, p, node, st, since)
 		}
 		var se *stepError
@@ -274,6 +297,32 @@ func (e *executor) swappedCleanup(p Policy) map[string]*string {
 		m[AnnotationSwappedPrefix+t.Name] = nil
 	}
 	return m
+}
+
+// unrecorded steps only observe (wait for Ready, judge, preflight checks
+// with no baseline window to wait out): they get no record of their own. A
+// successor repeats the observation from the record before it (none, the
+// last swap, or the soak), and the next step's record (Cordon, Uncordon, Done
+// or Failed with the verdict) says it passed. Preflight with a baseline is
+// recorded: the baseline window counts from its record, across a restart.
+func unrecorded(p Policy, st v1alpha1.NodeState) bool {
+	return st == v1alpha1.NodeWaitReady || st == v1alpha1.NodeGate || (st == v1alpha1.NodePreflight && p.Baseline == 0)
+}
+
+// cordonsWith is the index of the step whose record the cordon's patch
+// carries instead of its own (the first swap, when every step between them
+// is a noop: no drain), or -1.
+func cordonsWith(p Policy, seq []v1alpha1.NodeState, cordon int) int {
+	for i := cordon + 1; i < len(seq); i++ {
+		switch {
+		case noop(p, seq[i]):
+			continue
+		case seq[i] == v1alpha1.NodeSwapCNI || seq[i] == v1alpha1.NodeSwapZtunnel || strings.HasPrefix(string(seq[i]), "Swap/"):
+			return i
+		}
+		return -1
+	}
+	return -1
 }
 
 // noop steps do nothing under this policy: no drain, or a zero soak.

@@ -1,0 +1,241 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+)
+
+// statusWriter group-commits NodeRollout status writes: mutations queue up,
+// and one writer at a time applies every queued mutation to the last status
+// the API returned and writes it with its resourceVersion (re-reading and
+// re-applying on 409). A caller either waits for the write that carries its
+// mutation (mutateStatus) or does not (mutateStatusLater).
+type statusWriter struct {
+	// mu guards everything below; it is never held across a request.
+	mu      sync.Mutex
+	pending []statusReq // queued, not yet taken by the writer
+	writing []statusReq // taken by the writer, request in flight
+	active  bool        // a writer goroutine is running
+	last    time.Time   // when the last write was sent
+	// urgent wakes a writer pacing a write behind when a caller waits.
+	urgent chan struct{}
+	// current is the last NodeRollout the API returned to this process, by name.
+	current map[string]*v1alpha1.NodeRollout
+}
+
+// statusReq is one queued status mutation; done (nil for a write behind)
+// receives the result of the write that carried it.
+type statusReq struct {
+	name string
+	f    func(*v1alpha1.NodeRolloutStatus)
+	done chan error
+}
+
+// mutateStatus applies f to the NodeRollout's status and returns once a
+// write containing f succeeded.
+func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
+	r := statusReq{name: name, f: f, done: make(chan error, 1)}
+	e.enqueueStatus(ctx, r)
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// mutateStatusLater queues f without waiting for its write: for the status
+// mirror of a node step whose record of truth (the node annotation) is
+// already persisted. A failed write is retried with the next batch.
+func (e *executor) mutateStatusLater(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) {
+	e.enqueueStatus(ctx, statusReq{name: name, f: f})
+}
+
+// statusEvery paces writes behind: a batch nobody waits for is sent at most
+// this often, so it carries more nodes' steps, and the 200-entry object is
+// decoded, validated, stored and sent to every watcher fewer times. A write
+// somebody waits for goes out as soon as the one in flight returns.
+const statusEvery = 500 * time.Millisecond
+
+func (e *executor) enqueueStatus(ctx context.Context, r statusReq) {
+	w := &e.status
+	w.mu.Lock()
+	if w.urgent == nil {
+		w.urgent = make(chan struct{}, 1)
+	}
+	w.pending = append(w.pending, r)
+	start := !w.active
+	w.active = true
+	urgent := w.urgent
+	w.mu.Unlock()
+	if r.done != nil {
+		select {
+		case urgent <- struct{}{}:
+		default:
+		}
+	}
+	if start {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.writeStatuses(ctx)
+		}()
+	}
+}
+
+// writeStatuses writes queued mutations until the queue is empty.
+func (e *executor) writeStatuses(ctx context.Context) {
+	w := &e.status
+	for {
+		w.mu.Lock()
+		wait := statusEvery - time.Since(w.last)
+		for _, q := range w.pending {
+			if q.done != nil {
+				wait = 0
+			}
+		}
+		urgent := w.urgent
+		w.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-urgent:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		w.mu.Lock()
+		w.last = time.Now()
+		batch := w.pending
+		w.pending, w.writing = nil, batch
+		if len(batch) == 0 {
+			w.active = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		var names []string
+		byName := map[string][]statusReq{}
+		for _, q := range batch {
+			if _, ok := byName[q.name]; !ok {
+				names = append(names, q.name)
+			}
+			byName[q.name] = append(byName[q.name], q)
+		}
+		var retry []statusReq
+		for _, n := range names {
+			err := e.writeStatus(ctx, n, byName[n])
+			for _, q := range byName[n] {
+				switch {
+				case q.done != nil:
+					q.done <- err
+				case err != nil && ctx.Err() == nil:
+					retry = append(retry, q)
+				}
+			}
+			if err != nil && ctx.Err() == nil {
+				e.o.log.Warn("writing NodeRollout status; retrying", zap.String("rollout", n), zap.Error(err))
+			}
+		}
+		w.mu.Lock()
+		w.writing = nil
+		w.pending = append(retry, w.pending...)
+		w.mu.Unlock()
+		if len(retry) > 0 {
+			if err := sleepUntil(ctx, time.Now().Add(200*time.Millisecond), time.Now); err != nil {
+				w.mu.Lock()
+				w.active = false
+				w.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq) error {
+	w := &e.status
+	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+		w.mu.Lock()
+		cur := w.current[name]
+		w.mu.Unlock()
+		if cur == nil {
+			fresh, err := e.o.rollouts.Get(ctx, name)
+			if err != nil {
+				return fmt.Errorf("reading NodeRollout %s: %w", name, err)
+			}
+			cur = fresh
+		}
+		next := cur.DeepCopy()
+		for _, q := range qs {
+			q.f(&next.Status)
+		}
+		next.Status.Counts = counts(next.Status.Nodes)
+		if equalStatus(cur.Status, next.Status) {
+			w.remember(name, cur)
+			return nil
+		}
+		out, err := e.o.rollouts.UpdateStatus(ctx, next)
+		switch {
+		case apierrors.IsConflict(err):
+			w.remember(name, nil) // re-read on the retry
+			return err
+		case err != nil:
+			return fmt.Errorf("writing NodeRollout %s status: %w", name, err)
+		}
+		w.remember(name, out)
+		return nil
+	})
+}
+
+// remember records the NodeRollout the API returned (nil forgets it).
+func (w *statusWriter) remember(name string, nr *v1alpha1.NodeRollout) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if nr == nil {
+		delete(w.current, name)
+		return
+	}
+	w.current[name] = nr
+}
+
+// currentStatus is the NodeRollout's status as this process last wrote it
+// (the API's answer) with every mutation still queued or in flight applied:
+// what the status will be once the queue is written. ok is false when this
+// process has not written the rollout (uid: of the same object) yet.
+func (e *executor) currentStatus(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool) {
+	w := &e.status
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cur := w.current[name]
+	if cur == nil || (uid != "" && cur.UID != uid) {
+		return v1alpha1.NodeRolloutStatus{}, false
+	}
+	s := *cur.Status.DeepCopy()
+	for _, q := range append(w.writing[:len(w.writing):len(w.writing)], w.pending...) {
+		if q.name == name {
+			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing
+		}
+	}
+	s.Counts = counts(s.Nodes)
+	return s, true
+}
+
+// forgetStatus drops a rollout's remembered status (it was recreated).
+func (e *executor) forgetStatus(name string) { e.status.remember(name, nil) }
+
+func equalStatus(a, b v1alpha1.NodeRolloutStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
