@@ -73,11 +73,27 @@ type Probe struct {
 // Load loads the programs into the kernel and attaches them. The error wraps
 // ebpf.ErrNotSupported when the kernel lacks what they need.
 func Load() (*Probe, error) {
+	blocks, err := counterBlocks()
+	if err != nil {
+		return nil, err
+	}
+	return load(blocks)
+}
+
+// load loads and attaches the programs with the given number of counter
+// blocks.
+func load(blocks uint32) (*Probe, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing the memlock limit: %w", err)
 	}
 	p := &Probe{}
-	if err := LoadNodewiseObjects(&p.objs, nil); err != nil {
+	spec, err := LoadNodewise()
+	if err != nil {
+		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
+	}
+	spec.Maps["counter_blocks"].MaxEntries = blocks
+	spec.Maps["counter_index"].MaxEntries = blocks
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("loading eBPF objects (verifier): %+v", verr)
@@ -103,6 +119,22 @@ func Load() (*Probe, error) {
 	return p, nil
 }
 
+// counterBlockBudget bounds the kernel memory of the per-CPU counter
+// blocks, which are preallocated for every possible CPU.
+const counterBlockBudget = 16 << 20
+
+// counterBlocks is how many (namespace, side) keys get a per-CPU counter
+// block (the fast path) within the budget: 1,024 on up to 27 CPUs, 295 on
+// 96, never fewer than 64. Further keys count in the per-CPU hash.
+func counterBlocks() (uint32, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("counting possible CPUs: %w", err)
+	}
+	n := counterBlockBudget / (int(unsafe.Sizeof(NodewiseSockCounters{})) * cpus)
+	return uint32(min(max(n, 64), 1024)), nil
+}
+
 // Close detaches the programs and frees the maps.
 func (p *Probe) Close() error {
 	var errs []error
@@ -124,7 +156,8 @@ func (p *Probe) Programs() map[string]*ebpf.Program {
 	}
 }
 
-// ReadCounters sums the per-CPU counters and histograms of every key.
+// ReadCounters sums the per-CPU counters and histograms of every key, from
+// its counter block and from the hash of keys that found no block.
 func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 	out := map[Key]*Counters{}
 	get := func(k Key) *Counters {
@@ -136,31 +169,46 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 		return c
 	}
 	var (
-		ck   NodewiseCounterKey
-		cvs  []NodewiseSockCounters
-		iter = p.objs.Counters.Iterate()
+		ck    NodewiseCounterKey
+		block uint32
+		cvs   []NodewiseSockCounters
+		index = p.objs.CounterIndex.Iterate()
 	)
-	for iter.Next(&ck, &cvs) {
-		c := get(Key{Netns: ck.Netns, Side: ck.Side})
-		for _, v := range cvs {
-			c.ResetsSent += v.ResetsSent
-			c.ResetsReceived += v.ResetsReceived
-			c.Connects += v.Connects
-			c.Accepts += v.Accepts
-			c.Retransmits += v.Retransmits
-			for i := range c.ConnectFailures {
-				c.ConnectFailures[i] += v.ConnectFailures[i]
-			}
-			for i := range c.ConnectLatency {
-				c.ConnectLatency[i] += v.ConnectLatency[i]
-				c.SRTT[i] += v.Srtt[i]
-			}
+	for index.Next(&ck, &block) {
+		if err := p.objs.CounterBlocks.Lookup(block, &cvs); err != nil {
+			return nil, fmt.Errorf("reading counter block %d: %w", block, err)
 		}
+		addCounters(get(Key{Netns: ck.Netns, Side: ck.Side}), cvs)
+	}
+	if err := index.Err(); err != nil {
+		return nil, fmt.Errorf("reading the counter index: %w", err)
+	}
+	iter := p.objs.Counters.Iterate()
+	for iter.Next(&ck, &cvs) {
+		addCounters(get(Key{Netns: ck.Netns, Side: ck.Side}), cvs)
 	}
 	if err := iter.Err(); err != nil {
 		return nil, fmt.Errorf("reading the counters map: %w", err)
 	}
 	return out, nil
+}
+
+// addCounters adds per-CPU values to c.
+func addCounters(c *Counters, cvs []NodewiseSockCounters) {
+	for _, v := range cvs {
+		c.ResetsSent += v.ResetsSent
+		c.ResetsReceived += v.ResetsReceived
+		c.Connects += v.Connects
+		c.Accepts += v.Accepts
+		c.Retransmits += v.Retransmits
+		for i := range c.ConnectFailures {
+			c.ConnectFailures[i] += v.ConnectFailures[i]
+		}
+		for i := range c.ConnectLatency {
+			c.ConnectLatency[i] += v.ConnectLatency[i]
+			c.SRTT[i] += v.Srtt[i]
+		}
+	}
 }
 
 // ReadConns lists the established sockets the programs saw become

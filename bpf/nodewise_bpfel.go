@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type NodewiseBlockCacheEntry struct {
+	_         structs.HostLayout
+	Netns     uint32
+	SidePlus1 uint32
+	Block     uint32
+	Pad       uint32
+}
+
 type NodewiseCounterKey struct {
 	_     structs.HostLayout
 	Netns uint32
@@ -60,10 +68,14 @@ type NodewiseSockSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	NodewiseMapBlockCache          = "block_cache"
+	NodewiseMapCounterBlocks       = "counter_blocks"
+	NodewiseMapCounterIndex        = "counter_index"
 	NodewiseMapCounters            = "counters"
 	NodewiseMapEstablishedOverflow = "established_overflow"
 	NodewiseMapLastOwner           = "last_owner"
 	NodewiseMapNetnsOwners         = "netns_owners"
+	NodewiseMapNextBlock           = "next_block"
 	NodewiseMapSockSlots           = "sock_slots"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
@@ -127,10 +139,14 @@ type NodewiseProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseMapSpecs struct {
+	BlockCache          *ebpf.MapSpec `ebpf:"block_cache"`
+	CounterBlocks       *ebpf.MapSpec `ebpf:"counter_blocks"`
+	CounterIndex        *ebpf.MapSpec `ebpf:"counter_index"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
 	LastOwner           *ebpf.MapSpec `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
+	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
 	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
 
@@ -164,19 +180,27 @@ func (o *NodewiseObjects) Close() error {
 //
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseMaps struct {
+	BlockCache          *ebpf.Map `ebpf:"block_cache"`
+	CounterBlocks       *ebpf.Map `ebpf:"counter_blocks"`
+	CounterIndex        *ebpf.Map `ebpf:"counter_index"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
 	LastOwner           *ebpf.Map `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
+	NextBlock           *ebpf.Map `ebpf:"next_block"`
 	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
 
 func (m *NodewiseMaps) Close() error {
 	return _NodewiseClose(
+		m.BlockCache,
+		m.CounterBlocks,
+		m.CounterIndex,
 		m.Counters,
 		m.EstablishedOverflow,
 		m.LastOwner,
 		m.NetnsOwners,
+		m.NextBlock,
 		m.SockSlots,
 	)
 }
