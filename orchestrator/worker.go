@@ -100,6 +100,11 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		if st != cur && noop(p, st) {
 			continue // nothing to act on, nothing to persist
 		}
+		if st == v1alpha1.NodeUncordon && st != cur && !abortSafe && p.Soak == 0 {
+			if live := e.latest(nr.Name); live == nil || !live.Spec.Abort {
+				return e.uncordonGated(ctx, nr, p, node)
+			}
+		}
 		acted := false
 		var checked chan error
 		if st == v1alpha1.NodePreflight && st != cur {
@@ -297,6 +302,32 @@ func (e *executor) swappedCleanup(p Policy) map[string]*string {
 		m[AnnotationSwappedPrefix+t.Name] = nil
 	}
 	return m
+}
+
+// uncordonGated ends a node that has no soak: the gate judges right before
+// the uncordon (which cannot change what it reads: readiness, the agent's
+// counters), and a pass is recorded (Done with the verdict, or RolledBack)
+// in the uncordon's own conditional patch, one write instead of two. A fail
+// goes the usual way: the Uncordon record with the uncordon, then the halt.
+func (e *executor) uncordonGated(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+	uncordon := func(ann map[string]*string) error { return e.uncordon(ctx, nr, node, ann) }
+	err := e.judge(ctx, nr, p, node)
+	var se *stepError
+	switch {
+	case errors.As(err, &se):
+		if _, err := e.persistStepWith(ctx, nr, node, v1alpha1.NodeUncordon, "", nil, uncordon); err != nil {
+			return err
+		}
+		return e.finishBad(ctx, nr, p, node, se)
+	case err != nil:
+		return err
+	}
+	final := v1alpha1.NodeDone
+	if p.Rollback {
+		final = v1alpha1.NodeRolledBack
+	}
+	_, err = e.persistStepWith(ctx, nr, node, final, "", e.swappedCleanup(p), uncordon)
+	return err
 }
 
 // unrecorded steps only observe (wait for Ready, judge, preflight checks
