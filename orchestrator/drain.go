@@ -153,6 +153,7 @@ func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (auto
 		}
 	}
 	in.Deadline = health.DrainDeadline(grace)
+	in.LongLived = p.LongLivedAfter
 	pods, err := e.pods.List(labels.Everything())
 	if err != nil {
 		return in, fmt.Errorf("listing pods: %w", err)

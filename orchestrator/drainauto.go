@@ -27,6 +27,9 @@ type autoInput struct {
 	// Deadline is ztunnel's drain deadline on the node (health.DrainDeadline
 	// of the old ztunnel pod's grace period).
 	Deadline time.Duration
+	// LongLived is spec.drain.longLivedAfter: a connection open longer than
+	// this is taken to be one that will still be open at the deadline.
+	LongLived time.Duration
 	// Pods are the pods bound to the node (from the cache).
 	Pods []*corev1.Pod
 	// Snapshot is the node agent's snapshot, valid when AgentErr is nil.
@@ -46,9 +49,13 @@ type autoChoice struct {
 const maxNamed = 3
 
 // decideAuto is drain policy auto, a pure function: drain the node when a pod
-// that a drain would move may hold an established connection older than
-// ztunnel's drain deadline, since a swap in place resets exactly those; swap
-// in place otherwise.
+// that a drain would move may hold a long-lived connection, one open longer
+// than LongLived (capped by ztunnel's drain deadline); swap in place
+// otherwise. A swap in place resets every connection still open at the old
+// ztunnel's deadline, and what is open then is not only what is older than
+// the deadline now: a stream 10 s old at the decision is cut just the same
+// if it lives on. So the question is whether the pods hold connections that
+// outlive short requests at all.
 //
 // Whenever the agent cannot vouch for a pod, the answer is drain. A needless
 // drain costs a rescheduling of pods that PDBs and the Eviction API keep
@@ -60,14 +67,14 @@ const maxNamed = 3
 //   - a pod started before the agent did: connections opened before the agent
 //     started are not in its ages (docs/nodeagent.md), so it cannot see them;
 //   - a pod old enough to hold such a connection is missing from the snapshot
-//     (an unattributed network namespace). A pod younger than the deadline
+//     (an unattributed network namespace). A pod younger than the threshold
 //     cannot hold a connection older than it and needs no ages.
 //
 // Only pods a drain would evict count: DaemonSet pods (ztunnel's own among
 // them) and mirror pods stay on the node either way, and finished or
 // terminating pods hold no connection worth moving. Both sides (app and
 // proxy) of a pod count: ztunnel's in-pod sockets carry the pod's traffic.
-// A bucket straddling the deadline counts whole (health.MayBeOlderThan).
+// A bucket straddling the threshold counts whole (health.MayBeOlderThan).
 func decideAuto(in autoInput) autoChoice {
 	if !in.SwapsZtunnel {
 		return autoChoice{Reason: "in place: ztunnel is not a target, so the swap resets no connection"}
@@ -76,7 +83,11 @@ func decideAuto(in autoInput) autoChoice {
 	if len(movable) == 0 {
 		return autoChoice{Reason: "in place: no pod on the node that a drain would move"}
 	}
-	deadline := in.Deadline.String()
+	threshold := in.Deadline
+	if in.LongLived > 0 && in.LongLived < threshold {
+		threshold = in.LongLived
+	}
+	longLived := fmt.Sprintf("open longer than %s (ztunnel's drain deadline %s cuts what is still open)", threshold, in.Deadline)
 	if in.AgentErr != nil {
 		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain (fail safe): the node agent cannot tell connection ages: %v", in.AgentErr)}
 	}
@@ -104,7 +115,7 @@ func decideAuto(in autoInput) autoChoice {
 			index[key] = c
 		}
 		c.seen = true
-		n, ok := health.MayBeOlderThan(pc.ConnAges, in.Deadline)
+		n, ok := health.MayBeOlderThan(pc.ConnAges, threshold)
 		c.old += n
 		c.unknown = c.unknown || !ok
 	}
@@ -118,8 +129,8 @@ func decideAuto(in autoInput) autoChoice {
 		started := podStart(p)
 		seen := c != nil && c.seen
 		switch {
-		case s.Time.Sub(started) < in.Deadline:
-			// Too young to hold a connection older than the deadline.
+		case s.Time.Sub(started) < threshold:
+			// Too young to hold a long-lived connection.
 		case seen && c.old > 0:
 			holding = append(holding, fmt.Sprintf("%s (%d)", name, c.old))
 		case !s.StartTime.IsZero() && started.Before(s.StartTime):
@@ -132,12 +143,12 @@ func decideAuto(in autoInput) autoChoice {
 	}
 	switch {
 	case len(holding) > 0:
-		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain: connections that may be older than ztunnel's drain deadline %s on %s", deadline, named(holding))}
+		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain: connections %s on %s", longLived, named(holding))}
 	case len(blind) > 0:
 		return autoChoice{Drain: true, Reason: "drain (fail safe): the agent cannot vouch for every pod: " + named(blind)}
 	}
-	return autoChoice{Reason: fmt.Sprintf("in place: no connection older than ztunnel's drain deadline %s among %d pods (agent snapshot at %s)",
-		deadline, len(movable), s.Time.UTC().Format(time.RFC3339))}
+	return autoChoice{Reason: fmt.Sprintf("in place: no connection %s among %d pods (agent snapshot at %s)",
+		longLived, len(movable), s.Time.UTC().Format(time.RFC3339))}
 }
 
 // movablePods are the pods a drain would evict, sorted by namespace/name.

@@ -59,7 +59,29 @@ func TestDecideAuto(t *testing.T) {
 		{
 			name:      "young connections only: in place",
 			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(3*time.Second, 40)), counters("a", health.SideProxy, ages(20*time.Second, 2)))},
-			reasonHas: []string{"in place", "no connection older than ztunnel's drain deadline 25s among 1 pods"},
+			reasonHas: []string{"in place", "no connection open longer than 25s (ztunnel's drain deadline 25s cuts what is still open) among 1 pods"},
+		},
+		{
+			name:      "longLivedAfter 5s: only short requests stay in place",
+			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			reasonHas: []string{"in place", "open longer than 5s"},
+		},
+		{
+			name:      "longLivedAfter 5s: a 10s stream under a 25s deadline drains (it is cut if it lives on)",
+			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
+		},
+		{
+			name:      "longLivedAfter 5s: a pod 3s old cannot hold one and needs no ages",
+			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 3*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 1)))},
+			reasonHas: []string{"in place", "among 2 pods"},
+		},
+		{
+			name:      "longLivedAfter above the deadline is capped by it",
+			in:        autoInput{LongLived: time.Minute, Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(30*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"open longer than 25s"},
 		},
 		{
 			name:      "one connection at the deadline: drain, naming the pod",

@@ -14,7 +14,10 @@ import (
 // Defaults for the durations a NodeRollout leaves empty.
 const (
 	DefaultDrainTimeout = 5 * time.Minute
-	DefaultSwapTimeout  = 5 * time.Minute
+	// DefaultLongLivedAfter is spec.drain.longLivedAfter's default: longer
+	// than a short request, far shorter than ztunnel's drain deadline.
+	DefaultLongLivedAfter = 5 * time.Second
+	DefaultSwapTimeout    = 5 * time.Minute
 )
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
@@ -32,6 +35,7 @@ type Policy struct {
 	MaxUnavailable int
 	Drain          v1alpha1.DrainPolicy
 	DrainTimeout   time.Duration
+	LongLivedAfter time.Duration
 	PDBBlocked     v1alpha1.PDBBlockedPolicy
 	SwapTimeout    time.Duration
 	Baseline       time.Duration
@@ -55,6 +59,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		Drain:          spec.Drain.Policy,
 		PDBBlocked:     spec.Drain.PDBBlocked,
 		DrainTimeout:   durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
+		LongLivedAfter: durationOr(spec.Drain.LongLivedAfter, DefaultLongLivedAfter),
 		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
 		Baseline:       durationOr(spec.Baseline, 0),
 		Soak:           durationOr(spec.Soak, 0),
@@ -108,6 +113,9 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %s must not be negative", name, d))
 		}
+	}
+	if p.LongLivedAfter <= 0 {
+		errs = append(errs, fmt.Errorf("spec.drain.longLivedAfter: %s must be positive", p.LongLivedAfter))
 	}
 	if p.SwapTimeout == 0 {
 		errs = append(errs, errors.New("spec.swapTimeout: must be positive"))

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
@@ -19,6 +21,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"unknown time zone", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "11:00", TimeZone: "Mars/Olympus"}}}, "unknown time zone"},
 		{"bad clock", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "25:00", End: "26:00"}}}, "not HH:MM"},
 		{"drain policy", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Policy: "sometimes"}}, "spec.drain.policy"},
+		{"zero longLivedAfter", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{LongLivedAfter: &metav1.Duration{}}}, "spec.drain.longLivedAfter"},
 		{"duplicate target", v1alpha1.NodeRolloutSpec{Targets: []v1alpha1.TargetRef{{Namespace: "a", Name: "b"}, {Namespace: "a", Name: "b"}}}, "listed twice"},
 	}
 	for _, tc := range cases {

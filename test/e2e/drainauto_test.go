@@ -231,7 +231,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node %s never waited on its PDB: %v; decision Events %q; last status %+v; node annotations %v", old, err, e.decisionEvents(old), last.Status, e.nodeAnnotations(old))
 	}
-	if !strings.Contains(sawReason, "drain: connections that may be older than ztunnel's drain deadline 1s on pdb/guarded-") || !strings.HasSuffix(sawReason, " (4)") {
+	if !strings.Contains(sawReason, "drain: connections open longer than 1s (ztunnel's drain deadline 1s cuts what is still open) on pdb/guarded-") || !strings.HasSuffix(sawReason, " (4)") {
 		t.Errorf("node %s status reason during Drain %q, want the drain decision naming pdb/guarded's 4 old connections", old, sawReason)
 	}
 	first := e.nodeAnnotations(old)
@@ -256,8 +256,8 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		decision string
 		reason   []string
 	}{
-		old:   {orchestrator.DrainDecisionDrain, []string{"deadline 1s on pdb/guarded-", " (4)"}},
-		young: {orchestrator.DrainDecisionInPlace, []string{"in place: no connection older than ztunnel's drain deadline 1s among"}},
+		old:   {orchestrator.DrainDecisionDrain, []string{"deadline 1s cuts what is still open) on pdb/guarded-", " (4)"}},
+		young: {orchestrator.DrainDecisionInPlace, []string{"in place: no connection open longer than 1s (ztunnel's drain deadline 1s cuts what is still open) among"}},
 		mute:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent cannot tell connection ages", "node agent unavailable"}},
 		proc:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent runs in proc mode"}},
 	}

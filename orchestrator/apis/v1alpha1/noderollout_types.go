@@ -51,6 +51,13 @@ type DrainSpec struct {
 	// +kubebuilder:default=halt
 	// +optional
 	PDBBlocked PDBBlockedPolicy `json:"pdbBlocked,omitempty"`
+	// LongLivedAfter is the age from which drain policy auto treats a
+	// connection as long-lived (default 5s). The old ztunnel resets every
+	// connection still open at its drain deadline, and a connection that has
+	// outlived a short request is the kind that will be: auto drains a node
+	// whose pods hold one. Ztunnel's drain deadline caps it.
+	// +optional
+	LongLivedAfter *metav1.Duration `json:"longLivedAfter,omitempty"`
 }
 
 // Weekday is a three-letter English day name.
