@@ -65,7 +65,7 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 	f.IntVar(&cfg.Zones, "zones", 3, "zones the nodes are spread over")
 	f.StringVar(&cfg.From, "from", "1.27.3", "Istio version installed first")
 	f.StringVar(&cfg.To, "to", "1.28.1", "Istio version of the healthy rollout")
-	f.StringVar(&cfg.FaultyTag, "faulty-tag", "", "ztunnel image tag of the rollout that must halt (default 1.28.2-neverready)")
+	f.StringVar(&cfg.FaultyTag, "faulty-tag", "", "ztunnel image tag of the rollout that must halt (default 1.28.2-rst with --live, whose resets the judge catches; 1.28.2-neverready without)")
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster's state (default: a temporary directory, removed at the end)")
 	f.StringVar(&redraw, "redraw", "auto", "redraw the node table in place: auto (on a terminal), always, never")
 	f.StringVar(&logFile, "log-file", "", "write the orchestrator's and kubelet's logs to this file")
