@@ -55,7 +55,29 @@ func (v *view) show(nr *v1alpha1.NodeRollout) {
 			line += "  reason: " + n.Reason
 		}
 		fmt.Fprintln(v.out, line)
+		if ba := beforeAfter(n.Judgement); ba != "" {
+			fmt.Fprintf(v.out, "             before → after (node): %s\n", ba)
+		}
 	}
+}
+
+// beforeAfter is the judge's node-total rows, "metric before → after" each:
+// what the node's pods did in the baseline and in the soak.
+func beforeAfter(j *v1alpha1.NodeJudgement) string {
+	if j == nil {
+		return ""
+	}
+	s := ""
+	for _, r := range j.Rows {
+		if r.Pod != "" {
+			continue
+		}
+		if s != "" {
+			s += "; "
+		}
+		s += fmt.Sprintf("%s %s → %s", r.Metric, r.Before, r.After)
+	}
+	return s
 }
 
 // final prints the whole node table once the rollout has finished.
