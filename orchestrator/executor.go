@@ -56,6 +56,8 @@ type executor struct {
 	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
 	cpMu sync.Mutex
 	cp   *controlPlane
+	// cpCache serves the control plane from informers once synced (nil in tests).
+	cpCache *controlPlaneCache
 }
 
 // claimed is the in-memory state of a node the planner started whose worker

@@ -70,11 +70,26 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		}
 		defer srv.Close()
 	}
+	// A replica campaigns only once its caches are synced: the leader acts
+	// as soon as it holds the Lease (a handover is the lease time, not the
+	// lease time plus listing every node and pod), and a replica that cannot
+	// sync (RBAC) never holds the Lease from one that can. The caches only
+	// read; only the leader acts.
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	c := startCaches(cctx, o)
+	if err := c.waitSynced(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	o.log.Info("caches synced; campaigning for the Lease")
 	return RunWhileLeading(ctx, LeaderElection{
 		Client: o.kube, Namespace: o.cfg.Namespace, Name: LeaseName, Identity: o.cfg.Identity,
 		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
 		Log: o.log, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
-	}, o.lead)
+	}, func(lctx context.Context) error { return o.lead(lctx, c) })
 }
 
 func boolGauge(b bool) float64 {
@@ -84,9 +99,45 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// lead runs while this replica holds the Lease: informers, then the reconcile loop.
-func (o *Orchestrator) lead(ctx context.Context) error {
-	f := informers.NewSharedInformerFactory(o.kube, 0)
+// caches are the informers the executor reads, started before campaigning.
+type caches struct {
+	f       informers.SharedInformerFactory
+	rollout cache.SharedIndexInformer
+	cp      *controlPlaneCache
+}
+
+func startCaches(ctx context.Context, o *Orchestrator) *caches {
+	c := &caches{f: informers.NewSharedInformerFactory(o.kube, 0), rollout: newRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
+	c.informers() // registers them with the factory, which starts only those
+	c.f.Start(ctx.Done())
+	go c.rollout.Run(ctx.Done())
+	c.cp.run(ctx.Done())
+	return c
+}
+
+// waitSynced waits for the executor's caches (not the control-plane cache,
+// see controlPlaneCache).
+func (c *caches) waitSynced(ctx context.Context) error {
+	for typ, ok := range c.f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("syncing the %v cache", typ)
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.rollout.HasSynced) {
+		return errors.New("syncing the NodeRollout cache")
+	}
+	return nil
+}
+
+// informers are the ones whose events wake the executor.
+func (c *caches) informers() []cache.SharedIndexInformer {
+	return []cache.SharedIndexInformer{c.f.Core().V1().Nodes().Informer(), c.f.Core().V1().Pods().Informer(), c.f.Apps().V1().DaemonSets().Informer(), c.f.Apps().V1().ControllerRevisions().Informer()}
+}
+
+// lead runs while this replica holds the Lease: wait for the caches, then
+// the reconcile loop.
+func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
+	f := c.f
 	ex := &executor{
 		o:        o,
 		nodes:    f.Core().V1().Nodes().Lister(),
@@ -101,18 +152,27 @@ func (o *Orchestrator) lead(ctx context.Context) error {
 		written:  map[string]*corev1.Node{},
 		status:   statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
 		rollouts: map[string]*v1alpha1.NodeRollout{},
+		cpCache:  c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}
-	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), f.Core().V1().Pods().Informer(), f.Apps().V1().DaemonSets().Informer(), f.Apps().V1().ControllerRevisions().Informer()} {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.changed() }, UpdateFunc: func(_, _ any) { ex.changed() }, DeleteFunc: func(any) { ex.changed() }}); err != nil {
+	wake := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandlerFuncs) error {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
+		go func() { <-ctx.Done(); _ = inf.RemoveEventHandler(reg) }()
+		return nil
 	}
-	rinf := newRolloutInformer(o.rollouts)
-	if _, err := rinf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.poke() }, UpdateFunc: func(_, _ any) { ex.poke() }}); err != nil {
-		return fmt.Errorf("adding event handler: %w", err)
+	for _, inf := range c.informers() {
+		if err := wake(inf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.changed() }, UpdateFunc: func(_, _ any) { ex.changed() }, DeleteFunc: func(any) { ex.changed() }}); err != nil {
+			return err
+		}
+	}
+	rinf := c.rollout
+	if err := wake(rinf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.poke() }, UpdateFunc: func(_, _ any) { ex.poke() }}); err != nil {
+		return err
 	}
 	ex.rolloutStore = rinf.GetStore()
 
@@ -121,15 +181,8 @@ func (o *Orchestrator) lead(ctx context.Context) error {
 	defer bc.Shutdown()
 	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: FieldManager})
 
-	f.Start(ctx.Done())
-	go rinf.Run(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("syncing the %v cache", typ)
-		}
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), rinf.HasSynced) {
-		return errors.New("syncing the NodeRollout cache")
+	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
+		return err
 	}
 	o.log.Info("caches synced; reconciling")
 	var wg sync.WaitGroup

@@ -115,12 +115,17 @@ func (e *executor) preflightSkew(ctx context.Context, p Policy, node string) err
 	return nil
 }
 
-// controlPlane lists the istiod revisions and revision tags, at most once
-// per controlPlaneTTL.
+// controlPlane observes the istiod revisions and revision tags: from the
+// informer caches once they have synced (no request on a node's critical
+// path), else by listing them, at most once per controlPlaneTTL. The list is
+// also what turns an RBAC refusal into a halt: a forbidden watch never syncs.
 func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
+	now := e.o.cfg.Now()
+	if e.cpCache != nil && e.cpCache.synced() {
+		return e.cpCache.observe(now)
+	}
 	e.cpMu.Lock()
 	defer e.cpMu.Unlock()
-	now := e.o.cfg.Now()
 	if e.cp != nil && now.Sub(e.cp.at) < controlPlaneTTL && !now.Before(e.cp.at) {
 		return *e.cp, nil
 	}

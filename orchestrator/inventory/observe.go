@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"sort"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
+
+// DefaultIstiodSelector selects istiod Deployments unless Options say otherwise.
+const DefaultIstiodSelector = "app=istiod"
 
 // Options say where the Istio control plane and node agents live.
 type Options struct {
@@ -27,7 +31,7 @@ func (o Options) withDefaults() Options {
 		o.IstioNamespace = "istio-system"
 	}
 	if o.IstiodSelector == "" {
-		o.IstiodSelector = "app=istiod"
+		o.IstiodSelector = DefaultIstiodSelector
 	}
 	if o.ZtunnelSelector == "" {
 		o.ZtunnelSelector = "app=ztunnel"
@@ -131,8 +135,14 @@ func Revisions(ctx context.Context, client kubernetes.Interface, opts Options, t
 	if err != nil {
 		return nil, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
 	}
+	return RevisionsOf(deps.Items, tags), nil
+}
+
+// RevisionsOf is Revisions given the istiod Deployments already observed
+// (from a list or an informer cache).
+func RevisionsOf(deps []appsv1.Deployment, tags map[string]string) []Revision {
 	var out []Revision
-	for _, d := range deps.Items {
+	for _, d := range deps {
 		r := Revision{Name: d.Labels[LabelRev], Version: Unknown}
 		if r.Name == "" {
 			r.Name = DefaultRevision
@@ -154,5 +164,5 @@ func Revisions(ctx context.Context, client kubernetes.Interface, opts Options, t
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }

@@ -50,9 +50,11 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"apps", "daemonsets", "", "patch", "istio-system", false},
 		{"apps", "daemonsets", "", "delete", "istio-system", false},
 		{"apps", "daemonsets", "", "list", "istio-system", true},
-		{"apps", "deployments", "", "list", "istio-system", true}, // preflight skew: istiod versions
+		{"apps", "deployments", "", "list", "istio-system", true},  // preflight skew: istiod versions
+		{"apps", "deployments", "", "watch", "istio-system", true}, // from an informer
 		{"apps", "deployments", "", "update", "istio-system", false},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "list", "", true}, // revision tags
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "watch", "", true},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
 		{"", "pods", "", "delete", "istio-system", true},
 		{"", "pods", "", "create", "istio-system", false},

@@ -1,0 +1,75 @@
+package orchestrator
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	admissioninformers "k8s.io/client-go/informers/admissionregistration/v1"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	"k8s.io/client-go/kubernetes"
+	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+)
+
+// controlPlaneCache watches what preflight's skew check reads: the istiod
+// Deployments in the Istio namespace and the revision-tag webhooks. It is
+// not part of the caches the reconcile loop waits for, so an RBAC that
+// refuses the watch does not stall the orchestrator: preflight then lists,
+// and the refusal halts the node with its reason.
+type controlPlaneCache struct {
+	istiods  cache.SharedIndexInformer
+	webhooks cache.SharedIndexInformer
+	deps     appslisters.DeploymentLister
+	tags     admissionlisters.MutatingWebhookConfigurationLister
+	ns       string
+}
+
+func newControlPlaneCache(kube kubernetes.Interface, istioNamespace string) *controlPlaneCache {
+	c := &controlPlaneCache{ns: istioNamespace}
+	c.istiods = appsinformers.NewFilteredDeploymentInformer(kube, istioNamespace, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) { o.LabelSelector = inventory.DefaultIstiodSelector })
+	c.webhooks = admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(kube, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = inventory.LabelTag })
+	c.deps = appslisters.NewDeploymentLister(c.istiods.GetIndexer())
+	c.tags = admissionlisters.NewMutatingWebhookConfigurationLister(c.webhooks.GetIndexer())
+	return c
+}
+
+// run starts both informers; they stop with stop.
+func (c *controlPlaneCache) run(stop <-chan struct{}) {
+	go c.istiods.Run(stop)
+	go c.webhooks.Run(stop)
+}
+
+func (c *controlPlaneCache) synced() bool {
+	return c.istiods.HasSynced() && c.webhooks.HasSynced()
+}
+
+// observe builds the control plane from the caches.
+func (c *controlPlaneCache) observe(now time.Time) (controlPlane, error) {
+	cp := controlPlane{at: now, tags: map[string]string{}}
+	whs, err := c.tags.List(labels.Everything())
+	if err != nil {
+		return cp, fmt.Errorf("reading revision tags from the cache: %w", err)
+	}
+	for _, wh := range whs {
+		cp.tags[wh.Labels[inventory.LabelTag]] = wh.Labels[inventory.LabelRev]
+	}
+	ptrs, err := c.deps.Deployments(c.ns).List(labels.Everything())
+	if err != nil {
+		return cp, fmt.Errorf("reading istiod deployments from the cache: %w", err)
+	}
+	deps := make([]appsv1.Deployment, len(ptrs))
+	for i, d := range ptrs {
+		deps[i] = *d
+	}
+	cp.revisions = inventory.RevisionsOf(deps, cp.tags)
+	return cp, nil
+}

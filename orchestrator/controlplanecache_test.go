@@ -1,0 +1,66 @@
+package orchestrator
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/orchestrator/inventory"
+)
+
+// TestControlPlaneCacheMatchesList: the informer-fed control plane preflight
+// reads is what listing the istiod Deployments and tag webhooks gives.
+func TestControlPlaneCacheMatchesList(t *testing.T) {
+	dep := func(ns, name string, lbl map[string]string, image string, ready int32) *appsv1.Deployment {
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl},
+			Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "discovery", Image: image}}}}},
+			Status: appsv1.DeploymentStatus{ReadyReplicas: ready},
+		}
+	}
+	wh := func(name string, lbl map[string]string) *admissionv1.MutatingWebhookConfiguration {
+		return &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}
+	}
+	kube := fake.NewClientset(
+		dep("istio-system", "istiod-1-28-1", map[string]string{"app": "istiod", inventory.LabelRev: "1-28-1"}, "istio/pilot:1.28.1", 1),
+		dep("istio-system", "istiod-1-27-3", map[string]string{"app": "istiod", inventory.LabelRev: "1-27-3"}, "istio/pilot:1.27.3", 0),
+		dep("istio-system", "other", map[string]string{"app": "other"}, "x/other:9.9.9", 1),
+		dep("elsewhere", "istiod", map[string]string{"app": "istiod"}, "istio/pilot:1.20.0", 1),
+		wh("istio-revision-tag-prod", map[string]string{inventory.LabelTag: "prod", inventory.LabelRev: "1-28-1"}),
+		wh("unrelated", map[string]string{"x": "y"}),
+	)
+	c := newControlPlaneCache(kube, "istio-system")
+	if c.synced() {
+		t.Fatal("synced before its informers ran: preflight would never list (nor halt on a refusal)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c.run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		t.Fatal("control-plane cache never synced")
+	}
+	now := time.Unix(1000, 0)
+	got, err := c.observe(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := controlPlane{at: now, tags: map[string]string{"prod": "1-28-1"}}
+	if want.revisions, err = inventory.Revisions(ctx, kube, inventory.Options{IstioNamespace: "istio-system"}, want.tags); err != nil {
+		t.Fatal(err)
+	}
+	if len(want.revisions) != 2 {
+		t.Fatalf("the list itself saw %d istiod revisions, want 2: %+v", len(want.revisions), want.revisions)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("from the cache:\n %+v\nlisted:\n %+v", got, want)
+	}
+}
