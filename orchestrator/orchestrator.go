@@ -184,6 +184,14 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err
 	}
+	if rounds, err := catchUp(ctx, o.kube, ex.nodes); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		o.log.Warn("going on from the node cache", zap.Error(err))
+	} else {
+		o.log.Info("node cache caught up with the API", zap.Int("reads", rounds))
+	}
 	o.log.Info("caches synced; reconciling")
 	var wg sync.WaitGroup
 	ex.wg = &wg

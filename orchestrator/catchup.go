@@ -1,0 +1,58 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// catchUpTimeout bounds catchUp. Past it the leader goes on from its cache:
+// the node writes are conditional and the swapped.nodewise.io records keep a
+// pod from being deleted twice, so a cache that is still behind costs a
+// conflict and a retry, not a wrong action.
+const catchUpTimeout = 10 * time.Second
+
+// catchUp waits, after this replica wins the Lease, until its node cache
+// holds everything a consistent read of the API shows. Replicas sync their
+// caches before campaigning, so the cache of a new leader may still be
+// missing the previous leader's last node records (the watch delay); the
+// node records are what the executor resumes from. It lists the nodes (a
+// quorum read) and returns once every listed node is in the cache at the
+// listed resourceVersion, listing again while a node differs: a node written
+// since the list shows a newer version in the cache than in the list, and
+// resourceVersions may only be compared for equality.
+func catchUp(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister) (rounds int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		rounds++
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil // retried until the timeout, which reports it
+		}
+		cached, err := nodes.List(labels.Everything())
+		if err != nil {
+			return false, nil
+		}
+		have := make(map[string]string, len(cached))
+		for _, n := range cached {
+			have[n.Name] = n.ResourceVersion
+		}
+		for i := range list.Items {
+			if have[list.Items[i].Name] != list.Items[i].ResourceVersion {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return rounds, fmt.Errorf("node cache not caught up with the API after %d reads: %w", rounds, err)
+	}
+	return rounds, nil
+}
