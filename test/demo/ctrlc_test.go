@@ -31,7 +31,8 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
+	var out, errOut bytes.Buffer
+	cmd.Stderr = &errOut // one line saying why, should the demo fail
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 		}
 	}
 	err = cmd.Wait()
-	t.Logf("demo output:\n%s", out.String())
+	t.Logf("demo output:\n%s\nstderr:\n%s", out.String(), lastLines(errOut.String(), 20))
 	if !interrupted {
 		t.Fatalf("the demo ended (%v) before its rollout started", err)
 	}
@@ -124,4 +125,13 @@ func processesMentioning(words ...string) []string {
 		}
 	}
 	return out
+}
+
+// lastLines is the end of a long log.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
