@@ -5,16 +5,14 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nodewise/nodewise/test/testpki"
 )
 
 // Identities the cluster's token file knows. Each component authenticates as
@@ -42,27 +40,16 @@ func newPKI(dir string) (pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, err
 	}
-	caKey, caCert, err := selfSignedCA()
-	if err != nil {
-		return p, fmt.Errorf("creating CA: %w", err)
-	}
-	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	const year = 365 * 24 * time.Hour
+	ca, err := testpki.NewCA("nodewise-sim-ca", 10*year)
 	if err != nil {
 		return p, err
 	}
-	serving := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)},
-	}
-	servingDER, err := x509.CreateCertificate(rand.Reader, serving, caCert, &servingKey.PublicKey, caKey)
+	servingCert, servingKey, err := ca.IssueServing("kube-apiserver",
+		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)},
+		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, year)
 	if err != nil {
-		return p, fmt.Errorf("signing serving certificate: %w", err)
+		return p, err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -72,12 +59,16 @@ func newPKI(dir string) (pki, error) {
 	if err != nil {
 		return p, err
 	}
+	saKeyPEM, err := testpki.KeyPEM(saKey)
+	if err != nil {
+		return p, err
+	}
 	files := map[string][]byte{
-		"ca.crt":      pemBlock("CERTIFICATE", caCert.Raw),
-		"serving.crt": pemBlock("CERTIFICATE", servingDER),
-		"serving.key": mustECKey(servingKey),
-		"sa.key":      mustECKey(saKey),
-		"sa.pub":      pemBlock("PUBLIC KEY", saPub),
+		"ca.crt":      ca.CertPEM(),
+		"serving.crt": servingCert,
+		"serving.key": servingKey,
+		"sa.key":      saKeyPEM,
+		"sa.pub":      testpki.PEM("PUBLIC KEY", saPub),
 	}
 	var csv strings.Builder
 	for i, u := range []struct{ user, groups string }{
@@ -86,7 +77,7 @@ func newPKI(dir string) (pki, error) {
 		{userScheduler, ""},
 		{userKubelet, "nodewise:sim"},
 	} {
-		tok, err := randomToken()
+		tok, err := testpki.Token()
 		if err != nil {
 			return p, err
 		}
@@ -117,46 +108,4 @@ func loadPKI(dir string) (pki, error) {
 		p.tokens[f[1]] = f[0]
 	}
 	return p, nil
-}
-
-func selfSignedCA() (*ecdsa.PrivateKey, *x509.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "nodewise-sim-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	return key, cert, err
-}
-
-func pemBlock(kind string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der})
-}
-
-func mustECKey(k *ecdsa.PrivateKey) []byte {
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		panic(err) // only fails for keys on unsupported curves; P-256 is supported
-	}
-	return pemBlock("EC PRIVATE KEY", der)
-}
-
-func randomToken() (string, error) {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }
