@@ -68,6 +68,10 @@ type Probe struct {
 	// scans it without a system call per entry.
 	slots *ebpf.Memory
 	buf   []byte
+	// blocks is the length of a counter row; rows is a buffer for one
+	// row of every CPU.
+	blocks uint32
+	rows   [][]uint64
 }
 
 // Load loads the programs into the kernel and attaches them. The error wraps
@@ -91,8 +95,16 @@ func load(blocks uint32) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
 	}
-	spec.Maps["counter_blocks"].MaxEntries = blocks
+	// Rows of fewer blocks than the object's: the value's type no longer
+	// matches its size, so the map goes without BTF.
+	rows := spec.Maps["counter_rows"]
+	rows.ValueSize = blocks * 8
+	rows.Key, rows.Value = nil, nil
 	spec.Maps["counter_index"].MaxEntries = blocks
+	if err := spec.Variables["counter_blocks_n"].Set(blocks); err != nil {
+		return nil, fmt.Errorf("setting the counter blocks: %w", err)
+	}
+	p.blocks = blocks
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -123,9 +135,10 @@ func load(blocks uint32) (*Probe, error) {
 // blocks, which are preallocated for every possible CPU.
 const counterBlockBudget = 16 << 20
 
-// counterBlocks is how many (namespace, side) keys get a per-CPU counter
-// block (the fast path) within the budget: 1,024 on up to 27 CPUs, 295 on
-// 96, never fewer than 64. Further keys count in the per-CPU hash.
+// counterBlocks is how many (namespace, side) keys get a block, a column
+// of the per-CPU counter rows (the fast path), within the budget: 1,024 on
+// up to 27 CPUs, 295 on 96, never fewer than 64. Further keys count in the
+// per-CPU hash.
 func counterBlocks() (uint32, error) {
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -133,6 +146,15 @@ func counterBlocks() (uint32, error) {
 	}
 	n := counterBlockBudget / (int(unsafe.Sizeof(NodewiseSockCounters{})) * cpus)
 	return uint32(min(max(n, 64), 1024)), nil
+}
+
+// counterFields is how many counters a key has: the rows of counter_rows,
+// in the order of the fields of Counters (and of struct sock_counters).
+const counterFields = int(unsafe.Sizeof(Counters{}) / 8)
+
+// fields gives the counters of c in the order of the rows.
+func (c *Counters) fields() *[counterFields]uint64 {
+	return (*[counterFields]uint64)(unsafe.Pointer(c))
 }
 
 // Close detaches the programs and frees the maps.
@@ -169,19 +191,24 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 		return c
 	}
 	var (
-		ck    NodewiseCounterKey
-		block uint32
-		cvs   []NodewiseSockCounters
-		index = p.objs.CounterIndex.Iterate()
+		ck     NodewiseCounterKey
+		block  uint32
+		cvs    []NodewiseSockCounters
+		index  = p.objs.CounterIndex.Iterate()
+		blocks = map[uint32]*Counters{}
 	)
 	for index.Next(&ck, &block) {
-		if err := p.objs.CounterBlocks.Lookup(block, &cvs); err != nil {
-			return nil, fmt.Errorf("reading counter block %d: %w", block, err)
+		if block < p.blocks {
+			blocks[block] = get(Key{Netns: ck.Netns, Side: ck.Side})
 		}
-		addCounters(get(Key{Netns: ck.Netns, Side: ck.Side}), cvs)
 	}
 	if err := index.Err(); err != nil {
 		return nil, fmt.Errorf("reading the counter index: %w", err)
+	}
+	if len(blocks) > 0 {
+		if err := p.readRows(blocks); err != nil {
+			return nil, err
+		}
 	}
 	iter := p.objs.Counters.Iterate()
 	for iter.Next(&ck, &cvs) {
@@ -191,6 +218,33 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 		return nil, fmt.Errorf("reading the counters map: %w", err)
 	}
 	return out, nil
+}
+
+// readRows adds every CPU's row of every field to the counters of the
+// blocks in use.
+func (p *Probe) readRows(blocks map[uint32]*Counters) error {
+	if p.rows == nil {
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			return fmt.Errorf("counting possible CPUs: %w", err)
+		}
+		p.rows = make([][]uint64, cpus)
+		for i := range p.rows {
+			p.rows[i] = make([]uint64, p.blocks)
+		}
+	}
+	for f := range counterFields {
+		if err := p.objs.CounterRows.Lookup(uint32(f), p.rows); err != nil {
+			return fmt.Errorf("reading counter row %d: %w", f, err)
+		}
+		for b, c := range blocks {
+			v := &c.fields()[f]
+			for _, row := range p.rows {
+				*v += row[b]
+			}
+		}
+	}
+	return nil
 }
 
 // addCounters adds per-CPU values to c.
@@ -227,7 +281,7 @@ func (p *Probe) ReadConns() ([]Conn, error) {
 		}
 		for b := p.buf[:n-n%slotSize]; len(b) > 0; b = b[slotSize:] {
 			// Field order of struct sock_slot: sk, connect_ns,
-			// established_ns, netns, side.
+			// established_ns, netns, side (a byte), active, block.
 			if binary.NativeEndian.Uint64(b[0:8]) == 0 {
 				continue
 			}
@@ -237,7 +291,7 @@ func (p *Probe) ReadConns() ([]Conn, error) {
 			}
 			out = append(out, Conn{StartNs: est, Key: Key{
 				Netns: binary.NativeEndian.Uint32(b[24:28]),
-				Side:  binary.NativeEndian.Uint32(b[28:32]),
+				Side:  uint32(b[28]),
 			}})
 		}
 	}

@@ -13,12 +13,9 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type NodewiseBlockCacheEntry struct {
-	_         structs.HostLayout
-	Netns     uint32
-	SidePlus1 uint32
-	Block     uint32
-	Pad       uint32
+type NodewiseBlockCache struct {
+	_   structs.HostLayout
+	Way [256]uint64
 }
 
 type NodewiseCounterKey struct {
@@ -27,13 +24,9 @@ type NodewiseCounterKey struct {
 	Side  uint32
 }
 
-type NodewiseLastOwner struct {
-	_      structs.HostLayout
-	Cset   uint64
-	Net    uint64
-	Netns  uint32
-	Pad    uint32
-	Cgroup uint64
+type NodewiseCounterRow struct {
+	_     structs.HostLayout
+	Block [1024]uint64
 }
 
 type NodewiseNetnsOwner struct {
@@ -41,6 +34,17 @@ type NodewiseNetnsOwner struct {
 	Netns  uint32
 	Pad    uint32
 	Cgroup uint64
+}
+
+type NodewiseOwnerCache struct {
+	_   structs.HostLayout
+	Way [128]struct {
+		_    structs.HostLayout
+		Net  uint64
+		Cset uint64
+		At   uint64
+		Pad  uint64
+	}
 }
 
 type NodewiseSockCounters struct {
@@ -61,7 +65,9 @@ type NodewiseSockSlot struct {
 	ConnectNs     uint64
 	EstablishedNs uint64
 	Netns         uint32
-	Side          uint32
+	Side          uint8
+	Active        uint8
+	Block         uint16
 }
 
 // Names of all BPF objects in the ELF.
@@ -69,18 +75,19 @@ type NodewiseSockSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	NodewiseMapBlockCache          = "block_cache"
-	NodewiseMapCounterBlocks       = "counter_blocks"
 	NodewiseMapCounterIndex        = "counter_index"
+	NodewiseMapCounterRows         = "counter_rows"
 	NodewiseMapCounters            = "counters"
 	NodewiseMapEstablishedOverflow = "established_overflow"
-	NodewiseMapLastOwner           = "last_owner"
 	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseMapNextBlock           = "next_block"
+	NodewiseMapOwnerCache          = "owner_cache"
 	NodewiseMapSockSlots           = "sock_slots"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
 	NodewiseProgTcpRetransmitSkb   = "tcp_retransmit_skb"
 	NodewiseProgTcpSendReset       = "tcp_send_reset"
+	NodewiseVarCounterBlocksN      = "counter_blocks_n"
 	NodewiseVarUnusedCounterKey    = "unused_counter_key"
 	NodewiseVarUnusedNetnsOwner    = "unused_netns_owner"
 	NodewiseVarUnusedSockCounters  = "unused_sock_counters"
@@ -140,13 +147,13 @@ type NodewiseProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseMapSpecs struct {
 	BlockCache          *ebpf.MapSpec `ebpf:"block_cache"`
-	CounterBlocks       *ebpf.MapSpec `ebpf:"counter_blocks"`
 	CounterIndex        *ebpf.MapSpec `ebpf:"counter_index"`
+	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
-	LastOwner           *ebpf.MapSpec `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
+	OwnerCache          *ebpf.MapSpec `ebpf:"owner_cache"`
 	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
 
@@ -154,6 +161,7 @@ type NodewiseMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseVariableSpecs struct {
+	CounterBlocksN     *ebpf.VariableSpec `ebpf:"counter_blocks_n"`
 	UnusedCounterKey   *ebpf.VariableSpec `ebpf:"unused_counter_key"`
 	UnusedNetnsOwner   *ebpf.VariableSpec `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.VariableSpec `ebpf:"unused_sock_counters"`
@@ -181,26 +189,26 @@ func (o *NodewiseObjects) Close() error {
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseMaps struct {
 	BlockCache          *ebpf.Map `ebpf:"block_cache"`
-	CounterBlocks       *ebpf.Map `ebpf:"counter_blocks"`
 	CounterIndex        *ebpf.Map `ebpf:"counter_index"`
+	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
-	LastOwner           *ebpf.Map `ebpf:"last_owner"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
+	OwnerCache          *ebpf.Map `ebpf:"owner_cache"`
 	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
 
 func (m *NodewiseMaps) Close() error {
 	return _NodewiseClose(
 		m.BlockCache,
-		m.CounterBlocks,
 		m.CounterIndex,
+		m.CounterRows,
 		m.Counters,
 		m.EstablishedOverflow,
-		m.LastOwner,
 		m.NetnsOwners,
 		m.NextBlock,
+		m.OwnerCache,
 		m.SockSlots,
 	)
 }
@@ -209,6 +217,7 @@ func (m *NodewiseMaps) Close() error {
 //
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseVariables struct {
+	CounterBlocksN     *ebpf.Variable `ebpf:"counter_blocks_n"`
 	UnusedCounterKey   *ebpf.Variable `ebpf:"unused_counter_key"`
 	UnusedNetnsOwner   *ebpf.Variable `ebpf:"unused_netns_owner"`
 	UnusedSockCounters *ebpf.Variable `ebpf:"unused_sock_counters"`
