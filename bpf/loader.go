@@ -1,7 +1,6 @@
 package bpf
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -67,7 +66,10 @@ type Probe struct {
 	// slots is the socket table, mapped into this process: ReadConns
 	// scans it without a system call per entry.
 	slots *ebpf.Memory
-	buf   []byte
+	// buffers for ReadConns
+	buf      []NodewiseSockSlot
+	near     []NodewiseSockSlot
+	nearKeys []uint32
 	// blocks is the length of a counter row; rows is a buffer for one
 	// row of every CPU.
 	blocks uint32
@@ -266,36 +268,45 @@ func addCounters(c *Counters, cvs []NodewiseSockCounters) {
 }
 
 // ReadConns lists the established sockets the programs saw become
-// established, from the socket table. Not safe for concurrent use.
+// established, from both levels of the socket table. Not safe for
+// concurrent use.
 func (p *Probe) ReadConns() ([]Conn, error) {
 	const slotSize = int(unsafe.Sizeof(NodewiseSockSlot{}))
-	if p.buf == nil {
-		p.buf = make([]byte, 1<<16-(1<<16)%slotSize)
+	if p.near == nil {
+		p.near = make([]NodewiseSockSlot, p.objs.NearSlots.MaxEntries())
+		p.nearKeys = make([]uint32, len(p.near))
+		p.buf = make([]NodewiseSockSlot, (1<<16)/slotSize)
 	}
-	var out []Conn
+	var cursor ebpf.MapBatchCursor
+	n, err := p.objs.NearSlots.BatchLookup(&cursor, p.nearKeys, p.near, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("reading the near socket table: %w", err)
+	}
+	out := appendConns(nil, p.near[:n])
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.buf))), len(p.buf)*slotSize)
 	size := int64(p.slots.Size())
-	for off := int64(0); off < size; off += int64(len(p.buf)) {
-		n, err := p.slots.ReadAt(p.buf, off)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		n, err := p.slots.ReadAt(buf, off)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("reading the socket table: %w", err)
+			return nil, fmt.Errorf("reading the far socket table: %w", err)
 		}
-		for b := p.buf[:n-n%slotSize]; len(b) > 0; b = b[slotSize:] {
-			// Field order of struct sock_slot: sk, connect_ns,
-			// established_ns, netns, side (a byte), active, block.
-			if binary.NativeEndian.Uint64(b[0:8]) == 0 {
-				continue
-			}
-			est := binary.NativeEndian.Uint64(b[16:24])
-			if est == 0 {
-				continue
-			}
-			out = append(out, Conn{StartNs: est, Key: Key{
-				Netns: binary.NativeEndian.Uint32(b[24:28]),
-				Side:  uint32(b[28]),
-			}})
-		}
+		out = appendConns(out, p.buf[:n/slotSize])
 	}
 	return out, nil
+}
+
+// appendConns appends the established sockets among slots to out. A slot
+// being written concurrently may read torn: its address is set before its
+// times and cleared after them, so a free slot or one not yet established
+// reads as such.
+func appendConns(out []Conn, slots []NodewiseSockSlot) []Conn {
+	for _, s := range slots {
+		if s.Sk == 0 || s.EstablishedNs == 0 {
+			continue
+		}
+		out = append(out, Conn{StartNs: s.EstablishedNs, Key: Key{Netns: s.Netns, Side: uint32(s.Side)}})
+	}
+	return out
 }
 
 // EstablishedOverflow is how many established sockets found no free slot

@@ -15,7 +15,7 @@ import (
 
 type NodewiseBlockCache struct {
 	_   structs.HostLayout
-	Way [256]uint64
+	Way [2048]uint64
 }
 
 type NodewiseCounterKey struct {
@@ -38,7 +38,7 @@ type NodewiseNetnsOwner struct {
 
 type NodewiseOwnerCache struct {
 	_   structs.HostLayout
-	Way [128]struct {
+	Way [512]struct {
 		_    structs.HostLayout
 		Net  uint64
 		Cset uint64
@@ -79,6 +79,7 @@ const (
 	NodewiseMapCounterRows         = "counter_rows"
 	NodewiseMapCounters            = "counters"
 	NodewiseMapEstablishedOverflow = "established_overflow"
+	NodewiseMapNearSlots           = "near_slots"
 	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseMapNextBlock           = "next_block"
 	NodewiseMapOwnerCache          = "owner_cache"
@@ -151,6 +152,7 @@ type NodewiseMapSpecs struct {
 	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
+	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
 	OwnerCache          *ebpf.MapSpec `ebpf:"owner_cache"`
@@ -193,6 +195,7 @@ type NodewiseMaps struct {
 	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
+	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
 	OwnerCache          *ebpf.Map `ebpf:"owner_cache"`
@@ -206,6 +209,7 @@ func (m *NodewiseMaps) Close() error {
 		m.CounterRows,
 		m.Counters,
 		m.EstablishedOverflow,
+		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,
 		m.OwnerCache,

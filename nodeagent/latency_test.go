@@ -31,7 +31,7 @@ func TestConnectLatencyShiftsOnlyDelayedPods(t *testing.T) {
 	delay := map[string]time.Duration{"slow-a": 20 * time.Millisecond, "slow-b": 20 * time.Millisecond, "fast": 0}
 	var loads []*netrig.Load
 	for n, d := range delay {
-		target := pods[n].Wire(d)
+		target := pods[n].Wire(netrig.Link{SYNDelay: d})
 		loads = append(loads, pods[n].StartLoad(netrig.LoadOptions{Target: target, Short: 2, ShortGap: 5 * time.Millisecond}))
 	}
 	time.Sleep(2 * time.Second)
@@ -52,5 +52,37 @@ func TestConnectLatencyShiftsOnlyDelayedPods(t *testing.T) {
 		case d == 0 && (m < 0 || m >= 11):
 			t.Errorf("%s: median connect latency in bucket %d, want below 2 ms (bucket < 11)", n, m)
 		}
+	}
+}
+
+// TestRetransmittedSYNLatencyCountsFromFirstSYN loses each connection's
+// first SYN on a pod's link, so the connect retransmits it after the
+// kernel's 1 s SYN timeout. The handshake's own round trip (what the
+// retransmitted SYN measures) is microseconds; the connect latency must
+// count from the first SYN, about 1 s, and the retransmit is counted.
+func TestRetransmittedSYNLatencyCountsFromFirstSYN(t *testing.T) {
+	r := netrig.New(t)
+	pods, res := rigPods(r, "syn-lost")
+	ra := startAgent(t, ModeEBPF, res, nil)
+	target := pods["syn-lost"].Wire(netrig.Link{DropFirstSYN: true})
+	start := time.Now()
+	closeAll, err := pods["syn-lost"].Hold(target, 1)
+	if err != nil {
+		t.Fatalf("connecting through the lossy link: %v", err)
+	}
+	took := time.Since(start)
+	closeAll()
+	if took < 900*time.Millisecond {
+		t.Fatalf("the connect took %v: the link did not lose the first SYN", took)
+	}
+	c := podSide(t, ra.snapshot(t), "syn-lost", health.SideApp)
+	// 1 s and a little: [524288, 1048576) µs, or the next bucket should
+	// the retransmit timer fire late.
+	h := c.ConnectLatency.Buckets
+	if n := sum(h); n != 1 || h[19]+h[20] != 1 {
+		t.Errorf("connect latency histogram %v, want its one sample in bucket 19 or 20 (about 1 s; the connect took %v)", h, took)
+	}
+	if c.Retransmits < 1 {
+		t.Errorf("retransmits %d, want the retransmitted SYN counted", c.Retransmits)
 	}
 }

@@ -90,8 +90,8 @@ const struct sock_slot *unused_sock_slot __attribute__((unused));
 // namespace: under the churn of a hundred namespaces they stay in cache,
 // where a struct of every field per key (592 bytes, 10 cache lines) was a
 // cache miss per event (measured: 20 ns a run less on the same churn).
-// Blocks are never reassigned, so each CPU keeps a small cache of key →
-// block (block_cache) that the hot path reads instead of hashing. The
+// Blocks are never reassigned, so a small cache of key → block
+// (block_cache) spares the hot path the hash. The
 // loader sizes the rows to the CPU count (preallocated per CPU: a few MiB
 // at most); when blocks run out, further keys count in the per-CPU hash
 // `counters` of whole structs, allocated on demand (BPF_F_NO_PREALLOC: a
@@ -128,12 +128,18 @@ struct {
 	__type(value, __u32);
 } next_block SEC(".maps");
 
-// A CPU's cache of key → block: 4-way set-associative, so the keys of a
-// busy node (a hundred namespaces, two sides each) do not evict each other
-// as they would in a direct-mapped cache of the same size. An entry is
-// netns << 32 | side << 31 | block + 1, and 0 when empty (no namespace has
-// inode 0). One value per CPU: one allocation, 2 KiB, a line per set.
-#define BLOCK_CACHE_SETS 64
+// The cache of key → block: 4-way set-associative, so the keys of a busy
+// node do not evict each other as they would in a direct-mapped cache of
+// the same size. An entry is netns << 32 | side << 31 | block + 1, and 0
+// when empty (no namespace has inode 0). It is shared by all CPUs: a
+// mapping never changes once made, an entry is one aligned 8-byte store,
+// and a race between two CPUs filling a set at once can only drop or
+// repeat an entry (a later miss), never pair a key with another's block.
+// At 16 KiB the kernel allocates it from the linear map, where huge pages
+// cover it (a per-CPU value lives in 4 KiB vmalloc'ed pages, whose TLB
+// misses cost a two-dimensional page walk on a VM: measured 7 % of a run
+// for the two caches under the churn).
+#define BLOCK_CACHE_SETS 512
 #define BLOCK_CACHE_WAYS 4
 
 struct block_cache {
@@ -141,7 +147,7 @@ struct block_cache {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct block_cache);
@@ -155,16 +161,27 @@ struct {
 	__type(value, struct sock_counters);
 } counters SEC(".maps");
 
-// The socket table: an open-addressing table in a plain array, keyed by
-// socket address. A socket's slots are the SOCK_PROBES slots from
-// hash(address); claiming one is a compare-and-swap, finding one reads at
-// most SOCK_PROBES slots, and freeing one is two stores. Array lookups are
-// inlined by the verifier: no hashing helper, no bucket lock, no
-// allocation on the connection path (a hash insert and delete cost ~150 ns
-// each on a busy host; socket-local storage allocates twice per socket).
-// Connect start times and established sockets both live here; the agent
-// reads the established ones' ages from a read-only mapping of the array
-// at snapshot time.
+// The socket table: open addressing in plain arrays, keyed by socket
+// address, in two levels. A socket's slots are the SOCK_PROBES slots from
+// hash(address) in the near table, then as many in the far one; claiming
+// one is a compare-and-swap, finding one reads at most 2 × SOCK_PROBES
+// slots, and freeing one is three stores. Array lookups are inlined by the
+// verifier: no hashing helper, no bucket lock, no allocation on the
+// connection path (a hash insert and delete cost ~150 ns each on a busy
+// host; socket-local storage allocates twice per socket).
+//
+// The near table is small enough (30 KiB) for the kernel to allocate it
+// from the linear map, which huge pages cover; the far one (4 MiB) is
+// vmalloc'ed in 4 KiB pages, whose TLB misses walk both the guest's and
+// the host's page tables on a VM: under a 50-namespace churn that made the
+// table the costliest part of a run (measured: 30 ns a run less with the
+// near table). The far table holds the sockets the near one has no room
+// for, on nodes with many open connections.
+//
+// Established sockets and connects that retransmitted their SYN live
+// here; the agent reads the established ones' ages at snapshot time, the
+// far table through a read-only mapping.
+#define NEAR_SLOTS 960
 #define SOCK_SLOTS (1 << 17)
 #define SOCK_SLOT_BITS 17
 #define SOCK_PROBES 8
@@ -172,6 +189,13 @@ struct {
 // without a transition the programs see (the kernel gives up on a
 // connect after about two minutes): claiming may reuse it.
 #define STALE_CONNECT_NS (600ULL * 1000000000ULL)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NEAR_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sock_slot);
+} near_slots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -210,8 +234,7 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
-// Each CPU's cache of the (namespace, css_set) pairs it recorded lately: a
-// css_set is the task's set of cgroups (shared by tasks with the same
+// The cache of the (namespace, css_set) pairs recorded lately: a css_set is the task's set of cgroups (shared by tasks with the same
 // memberships, replaced when a task moves), so the same pair again (an app
 // opening connection after connection) returns before reading the
 // socket's side, the namespace's inode or the cgroup, or hashing. Entries
@@ -220,8 +243,11 @@ struct {
 // dead pod's were would match a stale entry. So an entry expires after
 // OWNER_TTL_JIFFIES (0.25–2.5 s, whatever the tick rate): such a pod is
 // recorded at most that much later, never misrecorded, since the map
-// itself is keyed by the inode and cgroup id read on a miss.
-#define OWNER_CACHE_SETS 32
+// itself is keyed by the inode and cgroup id read on a miss. Shared by all
+// CPUs, in the linear map, like the block cache: two CPUs writing one
+// entry at once can leave it mixing their pairs, which at worst delays the
+// record of such a pair by the same expiry.
+#define OWNER_CACHE_SETS 128
 #define OWNER_CACHE_WAYS 4
 #define OWNER_TTL_JIFFIES 250
 
@@ -237,7 +263,7 @@ struct owner_cache {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct owner_cache);
@@ -318,7 +344,7 @@ static __always_inline __u32 counter_ref(__u32 netns, __u32 side)
 	bc = bpf_map_lookup_elem(&block_cache, &zero);
 	if (!bc)
 		return 0;
-	set = (__u32)((tag * 0x9E3779B97F4A7C15ULL) >> 58) & (BLOCK_CACHE_SETS - 1);
+	set = (__u32)((tag * 0x9E3779B97F4A7C15ULL) >> 55) & (BLOCK_CACHE_SETS - 1);
 	w = &bc->way[set * BLOCK_CACHE_WAYS];
 	for (int i = 0; i < BLOCK_CACHE_WAYS; i++) {
 		e = w[i];
@@ -486,7 +512,7 @@ static __always_inline void note_owner(const struct sock *sk)
 	cset = (__u64)task->cgroups - (__u64)&owner_cache;
 	netp = (__u64)net - (__u64)&owner_cache;
 	now = bpf_jiffies64();
-	set = (__u32)(((netp ^ cset) * 0x9E3779B97F4A7C15ULL) >> 59) & (OWNER_CACHE_SETS - 1);
+	set = (__u32)(((netp ^ cset) * 0x9E3779B97F4A7C15ULL) >> 57) & (OWNER_CACHE_SETS - 1);
 	w = &oc->way[set * OWNER_CACHE_WAYS];
 	for (int i = 0; i < OWNER_CACHE_WAYS; i++) {
 		if (w[i].net == netp && w[i].cset == cset && now - w[i].at < OWNER_TTL_JIFFIES)
@@ -507,17 +533,22 @@ static __always_inline void note_owner(const struct sock *sk)
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
 }
 
-// slot_hash places a socket in the table. Sockets come from slabs of
+// near_hash places a socket in the near table.
+static __always_inline __u32 near_hash(__u64 sk)
+{
+	return (__u32)((((sk >> 6) * 0x9E3779B97F4A7C15ULL) >> 32) * NEAR_SLOTS >> 32);
+}
+
+// far_hash places a socket in the far table. Sockets come from slabs of
 // 32 KiB (13 TCP sockets each): all the sockets of one 32 KiB region of
 // addresses go to one block of 512 slots (16 KiB of table, 4 pages), in
 // address order, rotated by an amount drawn for the region. The table pages
 // the programs touch then follow the few slabs in use rather than one page
-// per socket, so few TLB entries cover them (a TLB miss walks both the
-// guest's and the host's page tables on a VM), while Fibonacci hashing of
+// per socket, so few TLB entries cover them, while Fibonacci hashing of
 // the region still spreads regions over the blocks and the rotations spread
 // the sockets of regions that share a block.
 #define SLOT_BLOCK_BITS 9
-static __always_inline __u32 slot_hash(__u64 sk)
+static __always_inline __u32 far_hash(__u64 sk)
 {
 	__u64 h = (sk >> 15) * 0x9E3779B97F4A7C15ULL;
 	__u32 block = (__u32)(h >> (64 - (SOCK_SLOT_BITS - SLOT_BLOCK_BITS)));
@@ -527,32 +558,36 @@ static __always_inline __u32 slot_hash(__u64 sk)
 	       (((__u32)(sk >> 6) + rot) & ((1 << SLOT_BLOCK_BITS) - 1));
 }
 
-// slot_find returns the socket's slot, or NULL.
-static __always_inline struct sock_slot *slot_find(__u64 sk)
+// probe_find returns the socket's slot among the probes from h in a table
+// of n slots, or NULL.
+static __always_inline struct sock_slot *probe_find(void *table, __u32 n, __u32 h, __u64 sk)
 {
-	__u32 h = slot_hash(sk);
-
 	for (__u32 i = 0; i < SOCK_PROBES; i++) {
-		__u32 idx = (h + i) & (SOCK_SLOTS - 1);
-		struct sock_slot *s = bpf_map_lookup_elem(&sock_slots, &idx);
+		__u32 idx = h + i;
+		struct sock_slot *s;
 
+		if (idx >= n)
+			idx -= n;
+		s = bpf_map_lookup_elem(table, &idx);
 		if (s && s->sk == sk)
 			return s;
 	}
 	return NULL;
 }
 
-// slot_claim takes a free (or stale) slot for the socket, or returns NULL
-// when all of its slots hold other live sockets.
-static __always_inline struct sock_slot *slot_claim(__u64 sk, __u64 now)
+// probe_claim takes a free (or stale) slot for the socket among the probes
+// from h in a table of n slots, or returns NULL when they all hold other
+// live sockets.
+static __always_inline struct sock_slot *probe_claim(void *table, __u32 n, __u32 h, __u64 sk, __u64 now)
 {
-	__u32 h = slot_hash(sk);
-
 	for (__u32 i = 0; i < SOCK_PROBES; i++) {
-		__u32 idx = (h + i) & (SOCK_SLOTS - 1);
-		struct sock_slot *s = bpf_map_lookup_elem(&sock_slots, &idx);
+		__u32 idx = h + i;
+		struct sock_slot *s;
 		__u64 cur;
 
+		if (idx >= n)
+			idx -= n;
+		s = bpf_map_lookup_elem(table, &idx);
 		if (!s)
 			continue;
 		cur = s->sk;
@@ -565,6 +600,22 @@ static __always_inline struct sock_slot *slot_claim(__u64 sk, __u64 now)
 			return s;
 	}
 	return NULL;
+}
+
+// slot_find returns the socket's slot, or NULL.
+static __always_inline struct sock_slot *slot_find(__u64 sk)
+{
+	struct sock_slot *s = probe_find(&near_slots, NEAR_SLOTS, near_hash(sk), sk);
+
+	return s ? s : probe_find(&sock_slots, SOCK_SLOTS, far_hash(sk), sk);
+}
+
+// slot_claim takes a slot for a socket that has none.
+static __always_inline struct sock_slot *slot_claim(__u64 sk, __u64 now)
+{
+	struct sock_slot *s = probe_claim(&near_slots, NEAR_SLOTS, near_hash(sk), sk, now);
+
+	return s ? s : probe_claim(&sock_slots, SOCK_SLOTS, far_hash(sk), sk, now);
 }
 
 // slot_free releases a slot: the times first, so a reader that sees the

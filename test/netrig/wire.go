@@ -13,12 +13,18 @@ import (
 // EchoPort is where the hub's echo server listens for wired pods.
 const EchoPort = 8080
 
+// Link is what a wired pod's link does to the SYNs that open connections
+// (this kernel has no netem): the stand-in's way of adding latency to new
+// connections only, or of losing their first SYN.
+type Link struct {
+	SYNDelay     time.Duration // hold every SYN this long before passing it on
+	DropFirstSYN bool          // drop each connection's first SYN (its retransmit passes)
+}
+
 // Wire joins the pod to the hub through a user-space link (a TUN device on
-// each side, relayed by this process) that holds every connection-opening
-// SYN for delay before passing it on: the stand-in's way of adding latency
-// to new connections only (this kernel has no netem). It returns the
-// address of an echo server in the hub reached over that link.
-func (p *Pod) Wire(delay time.Duration) string {
+// each side, relayed by this process) that treats SYNs as link says. It
+// returns the address of an echo server in the hub reached over that link.
+func (p *Pod) Wire(link Link) string {
 	t := p.rig.t
 	t.Helper()
 	p.rig.startHubEcho()
@@ -30,8 +36,8 @@ func (p *Pod) Wire(delay time.Duration) string {
 	p.rig.ip("-n", p.Name, "link", "set", "slow0", "up")
 	p.rig.ip("-n", p.rig.Hub.Name, "addr", "add", hubAddr, "peer", podAddr, "dev", fmt.Sprintf("s%d", n))
 	p.rig.ip("-n", p.rig.Hub.Name, "link", "set", fmt.Sprintf("s%d", n), "up")
-	go relay(podTun, hubTun, delay)
-	go relay(hubTun, podTun, 0)
+	go relay(podTun, hubTun, link)
+	go relay(hubTun, podTun, Link{})
 	t.Cleanup(func() {
 		podTun.Close()
 		hubTun.Close()
@@ -91,8 +97,18 @@ func isSYN(pkt []byte) bool {
 	return flags&0x02 != 0 && flags&0x10 == 0
 }
 
-func relay(from, to *os.File, synDelay time.Duration) {
+// synSource identifies a connection by its SYN's source address and port.
+func synSource(pkt []byte) [6]byte {
+	ihl := int(pkt[0]&0x0f) * 4
+	var k [6]byte
+	copy(k[:4], pkt[12:16])
+	copy(k[4:], pkt[ihl:ihl+2])
+	return k
+}
+
+func relay(from, to *os.File, link Link) {
 	var mu sync.Mutex // serialises writes from delayed SYNs and the loop
+	seen := map[[6]byte]bool{}
 	buf := make([]byte, 65536)
 	for {
 		n, err := from.Read(buf)
@@ -100,8 +116,12 @@ func relay(from, to *os.File, synDelay time.Duration) {
 			return
 		}
 		pkt := append([]byte(nil), buf[:n]...)
-		if synDelay > 0 && isSYN(pkt) {
-			time.AfterFunc(synDelay, func() {
+		if link.DropFirstSYN && isSYN(pkt) && !seen[synSource(pkt)] {
+			seen[synSource(pkt)] = true
+			continue
+		}
+		if link.SYNDelay > 0 && isSYN(pkt) {
+			time.AfterFunc(link.SYNDelay, func() {
 				mu.Lock()
 				defer mu.Unlock()
 				_, _ = to.Write(pkt)
