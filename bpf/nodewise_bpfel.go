@@ -38,12 +38,10 @@ type NodewiseNetnsOwner struct {
 
 type NodewiseOwnerCache struct {
 	_   structs.HostLayout
-	Way [512]struct {
+	Way [256]struct {
 		_    structs.HostLayout
-		Net  uint64
-		Cset uint64
+		Pair uint64
 		At   uint64
-		Pad  uint64
 	}
 }
 

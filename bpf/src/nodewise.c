@@ -234,28 +234,28 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
-// The cache of the (namespace, css_set) pairs recorded lately: a css_set is the task's set of cgroups (shared by tasks with the same
-// memberships, replaced when a task moves), so the same pair again (an app
-// opening connection after connection) returns before reading the
-// socket's side, the namespace's inode or the cgroup, or hashing. Entries
-// are keyed by the addresses of the struct net and the css_set, which the
-// allocator reuses: a new pod whose namespace and css_set land where a
-// dead pod's were would match a stale entry. So an entry expires after
-// OWNER_TTL_JIFFIES (0.25–2.5 s, whatever the tick rate): such a pod is
-// recorded at most that much later, never misrecorded, since the map
-// itself is keyed by the inode and cgroup id read on a miss. Shared by all
-// CPUs, in the linear map, like the block cache: two CPUs writing one
-// entry at once can leave it mixing their pairs, which at worst delays the
-// record of such a pair by the same expiry.
-#define OWNER_CACHE_SETS 128
+// The cache of the (namespace, css_set) pairs seen lately: a css_set is
+// the task's set of cgroups (shared by tasks with the same memberships,
+// replaced when a task moves), so the same pair again (an app opening
+// connection after connection) returns after one line of the cache,
+// before reading the socket's side, the namespace's inode or the cgroup,
+// or hashing. Entries hold a 64-bit hash of the addresses of
+// the struct net and the css_set, which the allocator reuses: a new pod
+// whose namespace and css_set land where a dead pod's were would match a
+// stale entry. So an entry expires after OWNER_TTL_JIFFIES (0.25–2.5 s,
+// whatever the tick rate): such a pod is recorded at most that much later,
+// never misrecorded, since the map itself is keyed by the inode and cgroup
+// id read on a miss. Shared by all CPUs, in the linear map, like the block
+// cache: two CPUs filling a set at once can drop or repeat an entry (a
+// later miss); an entry's hash and time are written apart, so a race can
+// pair one pair's hash with another's time, off by microseconds.
+#define OWNER_CACHE_SETS 64
 #define OWNER_CACHE_WAYS 4
 #define OWNER_TTL_JIFFIES 250
 
 struct owner_cache_entry {
-	__u64 net;  // the struct net's address as a number
-	__u64 cset; // the css_set's address as a number
+	__u64 pair; // hash of the addresses; 0 when empty
 	__u64 at;   // jiffies when recorded
-	__u64 pad;
 };
 
 struct owner_cache {
@@ -497,12 +497,14 @@ static __always_inline void note_owner(const struct sock *sk)
 	struct task_struct *task;
 	struct netns_owner key = {};
 	struct owner_cache *oc;
-	__u64 cset, netp, now;
+	__u64 cset, netp, pair, now;
 	__u32 zero = 0, set;
 	__u8 one = 1;
 
 	task = bpf_get_current_task_btf();
-	// The same namespace is the same struct net.
+	// The same namespace is the same struct net: tasks outside it
+	// (ztunnel entering pods to open its sockets, a server's threads
+	// elsewhere) are not its owners.
 	if (task->nsproxy->net_ns != net)
 		return;
 	oc = bpf_map_lookup_elem(&owner_cache, &zero);
@@ -511,18 +513,18 @@ static __always_inline void note_owner(const struct sock *sk)
 	// Pointer minus pointer is a number to the verifier.
 	cset = (__u64)task->cgroups - (__u64)&owner_cache;
 	netp = (__u64)net - (__u64)&owner_cache;
+	pair = ((netp ^ (cset * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL) | 1;
 	now = bpf_jiffies64();
-	set = (__u32)(((netp ^ cset) * 0x9E3779B97F4A7C15ULL) >> 57) & (OWNER_CACHE_SETS - 1);
+	set = (__u32)(pair >> 56) & (OWNER_CACHE_SETS - 1);
 	w = &oc->way[set * OWNER_CACHE_WAYS];
 	for (int i = 0; i < OWNER_CACHE_WAYS; i++) {
-		if (w[i].net == netp && w[i].cset == cset && now - w[i].at < OWNER_TTL_JIFFIES)
+		if (w[i].pair == pair && now - w[i].at < OWNER_TTL_JIFFIES)
 			return;
 	}
 	w[3] = w[2];
 	w[2] = w[1];
 	w[1] = w[0];
-	w[0].net = netp;
-	w[0].cset = cset;
+	w[0].pair = pair;
 	w[0].at = now;
 	if (sk_side(sk) != SIDE_APP)
 		return;
