@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -70,10 +71,11 @@ type Probe struct {
 	buf      []NodewiseSockSlot
 	near     []NodewiseSockSlot
 	nearKeys []uint32
-	// blocks is the length of a counter row; rows is a buffer for one
-	// row of every CPU.
+	// rows are the counter rows, mapped into this process: a row per
+	// field and CPU, of blocks counters each.
+	rows   *ebpf.Memory
 	blocks uint32
-	rows   [][]uint64
+	cpus   int
 }
 
 // Load loads the programs into the kernel and attaches them. The error wraps
@@ -97,16 +99,22 @@ func load(blocks uint32) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
 	}
-	// Rows of fewer blocks than the object's: the value's type no longer
-	// matches its size, so the map goes without BTF.
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("counting possible CPUs: %w", err)
+	}
+	// A row per field and CPU, of fewer blocks than the object's: the
+	// value's type no longer matches its size, so the map goes without
+	// BTF.
 	rows := spec.Maps["counter_rows"]
+	rows.MaxEntries = uint32(counterFields * cpus)
 	rows.ValueSize = blocks * 8
 	rows.Key, rows.Value = nil, nil
 	spec.Maps["counter_index"].MaxEntries = blocks
 	if err := spec.Variables["counter_blocks_n"].Set(blocks); err != nil {
 		return nil, fmt.Errorf("setting the counter blocks: %w", err)
 	}
-	p.blocks = blocks
+	p.blocks, p.cpus = blocks, cpus
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -124,12 +132,14 @@ func load(blocks uint32) (*Probe, error) {
 		}
 		p.links = append(p.links, l)
 	}
-	mem, err := p.objs.SockSlots.Memory()
-	if err != nil {
+	if p.slots, err = p.objs.SockSlots.Memory(); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("mapping the socket table: %w", err)
 	}
-	p.slots = mem
+	if p.rows, err = p.objs.CounterRows.Memory(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("mapping the counter rows: %w", err)
+	}
 	return p, nil
 }
 
@@ -222,27 +232,22 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 	return out, nil
 }
 
-// readRows adds every CPU's row of every field to the counters of the
-// blocks in use.
+// readRows adds every CPU's counters of the blocks in use, read from the
+// mapped rows, to their keys' counters.
 func (p *Probe) readRows(blocks map[uint32]*Counters) error {
-	if p.rows == nil {
-		cpus, err := ebpf.PossibleCPU()
-		if err != nil {
-			return fmt.Errorf("counting possible CPUs: %w", err)
-		}
-		p.rows = make([][]uint64, cpus)
-		for i := range p.rows {
-			p.rows[i] = make([]uint64, p.blocks)
-		}
+	var last uint32
+	for b := range blocks {
+		last = max(last, b)
 	}
-	for f := range counterFields {
-		if err := p.objs.CounterRows.Lookup(uint32(f), p.rows); err != nil {
-			return fmt.Errorf("reading counter row %d: %w", f, err)
-		}
-		for b, c := range blocks {
-			v := &c.fields()[f]
-			for _, row := range p.rows {
-				*v += row[b]
+	buf := make([]byte, (last+1)*8)
+	rowBytes := int64(p.blocks) * 8
+	for cpu := range p.cpus {
+		for f := range counterFields {
+			if _, err := p.rows.ReadAt(buf, int64(cpu*counterFields+f)*rowBytes); err != nil {
+				return fmt.Errorf("reading counter row %d of CPU %d: %w", f, cpu, err)
+			}
+			for b, c := range blocks {
+				c.fields()[f] += binary.NativeEndian.Uint64(buf[b*8:])
 			}
 		}
 	}
