@@ -314,6 +314,22 @@ func appendConns(out []Conn, slots []NodewiseSockSlot) []Conn {
 	return out
 }
 
+// MissedRuns is how many runs of the programs the kernel skipped because
+// the same program was already running on that CPU (a softirq interrupting
+// a system call's run): their events went uncounted. The kernel counts
+// these whether or not run-time statistics are on.
+func (p *Probe) MissedRuns() (uint64, error) {
+	var sum uint64
+	for name, prog := range p.Programs() {
+		st, err := prog.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("reading the statistics of %s: %w", name, err)
+		}
+		sum += st.RecursionMisses
+	}
+	return sum, nil
+}
+
 // EstablishedOverflow is how many established sockets found no free slot
 // in the socket table (they are missing from the age buckets).
 func (p *Probe) EstablishedOverflow() (uint64, error) {

@@ -30,6 +30,7 @@ type Agent struct {
 	modeGauge *prometheus.GaugeVec
 	fallback  prometheus.Gauge
 	untracked atomic.Uint64
+	missed    atomic.Uint64
 
 	mu       sync.Mutex
 	src      source
@@ -72,10 +73,15 @@ func New(cfg Config) (*Agent, error) {
 		Name: "nodewise_agent_untracked_connections_total",
 		Help: "Established connections the kernel map had no room for (as of the last read): they are missing from the connection ages.",
 	}, func() float64 { return float64(a.untracked.Load()) })
+	missed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nodewise_agent_missed_events_total",
+		Help: "Program runs the kernel skipped because the same program was already running on that CPU (a softirq interrupting a system call's run), as of the last read: their events are not counted, and a skipped close can leave a connection in the ages until its socket's address is reused.",
+	}, func() float64 { return float64(a.missed.Load()) })
 	if err := errors.Join(
 		cfg.Registry.Register(a.modeGauge),
 		cfg.Registry.Register(a.fallback),
 		cfg.Registry.Register(untracked),
+		cfg.Registry.Register(missed),
 		cfg.Registry.Register(newCollector(a.Snapshot)),
 	); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -196,6 +202,7 @@ func (a *Agent) Snapshot() (health.Snapshot, error) {
 		return health.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
 	}
 	a.untracked.Store(r.untracked)
+	a.missed.Store(r.missed)
 	pods, err := res.Pods()
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)

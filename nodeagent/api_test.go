@@ -149,7 +149,7 @@ func TestSnapshotAndMetricsAttributeOnlyKnownNamespaces(t *testing.T) {
 	c.ConnectFailures[bpf.FailRefused] = 4
 	c.ConnectFailures[bpf.FailTimeout] = 1
 	c.ConnectLatency[6] = 7 // [64, 128) µs
-	fp := &fakeProbe{counters: map[bpf.Key]*bpf.Counters{
+	fp := &fakeProbe{missed: 3, counters: map[bpf.Key]*bpf.Counters{
 		{Netns: 100, Side: bpf.SideApp}:   c,
 		{Netns: 100, Side: bpf.SideProxy}: {ResetsSent: 11},
 		{Netns: 999, Side: bpf.SideApp}:   {ResetsReceived: 1000}, // the host: unattributed
@@ -189,6 +189,7 @@ func TestSnapshotAndMetricsAttributeOnlyKnownNamespaces(t *testing.T) {
 		`nodewise_pod_tcp_resets_received_total{namespace="shop",pod="quiet",side="app"} 0`,
 		`nodewise_agent_mode{mode="ebpf"} 1`,
 		`nodewise_agent_ebpf_fallback 0`,
+		`nodewise_agent_missed_events_total 3`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)

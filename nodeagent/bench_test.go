@@ -55,8 +55,17 @@ func runBenchAgentIfChild() {
 		fmt.Fprintln(os.Stderr, "bench agent:", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	// On SIGTERM, say the CPU spent so far before shutting down: the
+	// parent counts what the agent spends serving, not closing.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Println("stopping", selfCPU().Nanoseconds())
+		cancel()
+	}()
 	go func() {
 		addr, err := a.Addr(ctx)
 		if err == nil {
@@ -190,6 +199,7 @@ func maxProgramID() ebpf.ProgramID {
 // agentProcess is the agent running as its own process for one B phase.
 type agentProcess struct {
 	cmd      *exec.Cmd
+	out      *bufio.Reader
 	ra       *runningAgent
 	readyCPU time.Duration
 }
@@ -214,7 +224,8 @@ func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agent
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
 	var addr string
 	var readyCPU int64
 	if err == nil {
@@ -225,21 +236,25 @@ func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agent
 		_ = cmd.Wait()
 		b.Fatalf("agent process: %q %v", line, err)
 	}
-	return &agentProcess{cmd: cmd, readyCPU: time.Duration(readyCPU),
+	return &agentProcess{cmd: cmd, out: r, readyCPU: time.Duration(readyCPU),
 		ra: &runningAgent{url: "https://" + addr, files: files, client: newTestClient(files)}}
 }
 
-// stop ends the agent and returns the CPU it spent after it was ready
-// (its rusage at exit, to the microsecond, less what it had spent
-// loading).
+// stop ends the agent and returns the CPU it spent serving: its rusage
+// (to the microsecond) when told to stop, less what it had spent loading
+// when it was ready.
 func (a *agentProcess) stop() time.Duration {
 	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	var stopCPU int64
+	line, err := a.out.ReadString('\n')
+	if err == nil {
+		_, err = fmt.Sscanf(line, "stopping %d", &stopCPU)
+	}
 	_ = a.cmd.Wait()
-	ru, ok := a.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
+	if err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano()+ru.Stime.Nano()) - a.readyCPU
+	return time.Duration(stopCPU) - a.readyCPU
 }
 
 func median(xs []float64) float64 {
@@ -338,8 +353,8 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 				}
 				p.Close()
 			}
-			// The agent's CPU from ready to exit, over the same span
-			// (its last snapshot and shutdown included).
+			// The agent's CPU from ready to the stop signal, over the
+			// same span (its last snapshot included).
 			cpu += ap.stop()
 			wall += time.Since(t0)
 

@@ -14,6 +14,7 @@ type probe interface {
 	ReadCounters() (map[bpf.Key]*bpf.Counters, error)
 	ReadConns() ([]bpf.Conn, error)
 	EstablishedOverflow() (uint64, error)
+	MissedRuns() (uint64, error)
 	ReadNetnsCgroups() (map[uint32][]uint64, error)
 	Close() error
 }
@@ -43,7 +44,11 @@ func (s *ebpfSource) read() (reading, error) {
 	if err != nil {
 		return reading{}, err
 	}
-	return reading{counters: cs, ages: bucketAges(conns, uint64(ts.Nano())), untracked: over}, nil
+	missed, err := s.p.MissedRuns()
+	if err != nil {
+		return reading{}, err
+	}
+	return reading{counters: cs, ages: bucketAges(conns, uint64(ts.Nano())), untracked: over, missed: missed}, nil
 }
 
 func (s *ebpfSource) close() error { return s.p.Close() }

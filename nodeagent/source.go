@@ -13,6 +13,9 @@ type reading struct {
 	// untracked counts established sockets missing from ages because the
 	// kernel map was full.
 	untracked uint64
+	// missed counts program runs the kernel skipped (their events are
+	// lost).
+	missed uint64
 }
 
 // source is where counts come from: the eBPF programs or /proc.
