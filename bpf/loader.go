@@ -64,8 +64,8 @@ type Conn struct {
 type Probe struct {
 	objs  NodewiseObjects
 	links []link.Link
-	// slots is the socket table, mapped into this process: ReadConns
-	// scans it without a system call per entry.
+	// slots is the far socket table, mapped into this process:
+	// ReadConns scans it without a system call per entry.
 	slots *ebpf.Memory
 	// buffers for ReadConns
 	buf      []NodewiseSockSlot
@@ -190,8 +190,9 @@ func (p *Probe) Programs() map[string]*ebpf.Program {
 	}
 }
 
-// ReadCounters sums the per-CPU counters and histograms of every key, from
-// its counter block and from the hash of keys that found no block.
+// ReadCounters sums every CPU's counters and histograms of every key, from
+// its block's column of the counter rows and from the hash of keys that
+// found no block.
 func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 	out := map[Key]*Counters{}
 	get := func(k Key) *Counters {
