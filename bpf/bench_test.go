@@ -27,27 +27,14 @@ func BenchmarkProgramsLoopbackChurn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	addr := loopbackSink(b)
 	n := b.N
 	if n < 20000 {
 		n = 20000
 	}
 	b.ResetTimer()
 	for range n {
-		c, err := net.Dial("tcp4", l.Addr().String())
+		c, err := net.Dial("tcp4", addr)
 		if err != nil {
 			continue
 		}
@@ -68,4 +55,25 @@ func BenchmarkProgramsLoopbackChurn(b *testing.B) {
 		b.ReportMetric(float64(st.RecursionMisses), "skipped-runs-"+name)
 	}
 	b.ReportMetric(float64(total)/float64(n), "bpf-ns/conn")
+}
+
+// loopbackSink listens on loopback until the test ends, reading and
+// discarding what each connection sends, and returns its address.
+func loopbackSink(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return l.Addr().String()
 }

@@ -19,7 +19,7 @@ func TestCountersSpillToHashWhenBlocksRunOut(t *testing.T) {
 		t.Skip("needs root to load eBPF: skipping")
 	}
 	r := netrig.New(t)
-	p, err := load(1)
+	p, err := load(1, false)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

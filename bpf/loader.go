@@ -76,6 +76,8 @@ type Probe struct {
 	rows   *ebpf.Memory
 	blocks uint32
 	cpus   int
+	// runNs is the timed build's histogram of state-program runs.
+	runNs *ebpf.Map
 }
 
 // Load loads the programs into the kernel and attaches them. The error wraps
@@ -85,17 +87,21 @@ func Load() (*Probe, error) {
 	if err != nil {
 		return nil, err
 	}
-	return load(blocks)
+	return load(blocks, false)
 }
 
 // load loads and attaches the programs with the given number of counter
-// blocks.
-func load(blocks uint32) (*Probe, error) {
+// blocks; timed, the build whose state program times its runs.
+func load(blocks uint32, timed bool) (*Probe, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing the memlock limit: %w", err)
 	}
 	p := &Probe{}
-	spec, err := LoadNodewise()
+	loadSpec := LoadNodewise
+	if timed {
+		loadSpec = LoadNodewiseRunprof
+	}
+	spec, err := loadSpec()
 	if err != nil {
 		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
 	}
@@ -115,7 +121,17 @@ func load(blocks uint32) (*Probe, error) {
 		return nil, fmt.Errorf("setting the counter blocks: %w", err)
 	}
 	p.blocks, p.cpus = blocks, cpus
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+	if timed {
+		var objs struct {
+			NodewiseObjects
+			RunNs *ebpf.Map `ebpf:"run_ns"`
+		}
+		err = spec.LoadAndAssign(&objs, nil)
+		p.objs, p.runNs = objs.NodewiseObjects, objs.RunNs
+	} else {
+		err = spec.LoadAndAssign(&p.objs, nil)
+	}
+	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("loading eBPF objects (verifier): %+v", verr)
@@ -177,6 +193,9 @@ func (p *Probe) Close() error {
 	}
 	p.links = nil
 	errs = append(errs, p.objs.Close())
+	if p.runNs != nil {
+		errs = append(errs, p.runNs.Close())
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,77 @@
+package bpf
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+func TestRunTimesQuantile(t *testing.T) {
+	h := make(RunTimes, runBuckets)
+	h[20] = 50                 // [40, 42) ns
+	h[50] = 50                 // [100, 102) ns
+	h[runFineBuckets+12] = 100 // [4096, 8192) ns
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.125, 41}, {0.25, 42}, {0.375, 101}, {0.5, 102}, {0.75, 6144}} {
+		if got := h.Quantile(c.q); got != c.want {
+			t.Errorf("Quantile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if n := h.Add(h).Count(); n != 400 {
+		t.Errorf("Count after adding to itself = %d, want 400", n)
+	}
+}
+
+// TestTimedBuildTimesEveryRun checks that the timed build files one
+// duration per run of the state program (as the kernel counts them) and
+// that the empty timed program runs on the same hook.
+func TestTimedBuildTimesEveryRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load eBPF: skipping")
+	}
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatalf("enabling BPF stats: %v", err)
+	}
+	defer stats.Close()
+	p, err := LoadTimed()
+	if err != nil {
+		t.Fatalf("LoadTimed: %v", err)
+	}
+	defer p.Close()
+	addr := loopbackSink(t)
+	connect := func(n int) {
+		for range n {
+			if c, err := net.Dial("tcp4", addr); err == nil {
+				c.Close()
+			}
+		}
+	}
+	connect(200)
+	time.Sleep(100 * time.Millisecond) // the last closes finish in softirq
+	h, err := p.RunTimes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Programs()[NodewiseProgInetSockSetState].Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Count() != st.RunCount || h.Count() < 200*8 {
+		t.Errorf("timed %d runs, the kernel ran the program %d times (200 connections)", h.Count(), st.RunCount)
+	}
+	empty, err := TimeEmptyRuns(func() { connect(50) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty.Count() < 50*8 || empty.Quantile(0.5) <= 0 {
+		t.Errorf("the empty timed program: %d runs, median %v", empty.Count(), empty.Quantile(0.5))
+	}
+	t.Logf("state program: %d runs, median %v; empty: %d runs, median %v", h.Count(), h.Quantile(0.5), empty.Count(), empty.Quantile(0.5))
+}
