@@ -65,17 +65,23 @@ type Probe struct {
 	objs  NodewiseObjects
 	links []link.Link
 	// slots is the far socket table, mapped into this process:
-	// ReadConns scans it without a system call per entry.
-	slots *ebpf.Memory
+	// ReadConns scans it without a system call per entry, once the
+	// programs have used it (farUsed).
+	slots   *ebpf.Memory
+	farUsed bool
 	// buffers for ReadConns
-	buf      []NodewiseSockSlot
-	near     []NodewiseSockSlot
-	nearKeys []uint32
+	buf  []NodewiseSockSlot
+	near *NodewiseNearTable
 	// rows are the counter rows, mapped into this process: a row per
 	// field and CPU, of blocks counters each.
 	rows   *ebpf.Memory
 	blocks uint32
 	cpus   int
+	// index is the key of every block handed out, read from
+	// counter_index again only when more have been (indexed, the
+	// programs' next_block then) or the last read found a gap.
+	index   map[uint32]Key
+	indexed uint32
 	// runNs is the timed build's histogram of state-program runs.
 	runNs *ebpf.Map
 }
@@ -223,19 +229,15 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 		return c
 	}
 	var (
-		ck     NodewiseCounterKey
-		block  uint32
-		cvs    []NodewiseSockCounters
-		index  = p.objs.CounterIndex.Iterate()
-		blocks = map[uint32]*Counters{}
+		ck  NodewiseCounterKey
+		cvs []NodewiseSockCounters
 	)
-	for index.Next(&ck, &block) {
-		if block < p.blocks {
-			blocks[block] = get(Key{Netns: ck.Netns, Side: ck.Side})
-		}
+	if err := p.readIndex(); err != nil {
+		return nil, err
 	}
-	if err := index.Err(); err != nil {
-		return nil, fmt.Errorf("reading the counter index: %w", err)
+	blocks := make(map[uint32]*Counters, len(p.index))
+	for b, k := range p.index {
+		blocks[b] = get(k)
 	}
 	if len(blocks) > 0 {
 		if err := p.readRows(blocks); err != nil {
@@ -252,12 +254,50 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 	return out, nil
 }
 
+// readIndex brings p.index up to date with the blocks the programs have
+// handed out. Blocks are never taken back, so it reads counter_index (a
+// system call per key) only when next_block has moved since, or when the
+// last read found fewer keys than blocks handed out: a key whose entry
+// was still being written then, or a block a race left unused.
+func (p *Probe) readIndex() error {
+	var zero, next uint32
+	if err := p.objs.NextBlock.Lookup(&zero, &next); err != nil {
+		return fmt.Errorf("reading the next counter block: %w", err)
+	}
+	next = min(next, p.blocks)
+	if p.index != nil && next == p.indexed && uint32(len(p.index)) == next {
+		return nil
+	}
+	var (
+		ck    NodewiseCounterKey
+		block uint32
+		index = map[uint32]Key{}
+		iter  = p.objs.CounterIndex.Iterate()
+	)
+	for iter.Next(&ck, &block) {
+		if block < p.blocks {
+			index[block] = Key{Netns: ck.Netns, Side: ck.Side}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("reading the counter index: %w", err)
+	}
+	p.index, p.indexed = index, next
+	return nil
+}
+
 // readRows adds every CPU's counters of the blocks in use, read from the
 // mapped rows, to their keys' counters.
 func (p *Probe) readRows(blocks map[uint32]*Counters) error {
+	type column struct {
+		off int
+		c   *[counterFields]uint64
+	}
+	cols := make([]column, 0, len(blocks))
 	var last uint32
-	for b := range blocks {
+	for b, c := range blocks {
 		last = max(last, b)
+		cols = append(cols, column{int(b) * 8, c.fields()})
 	}
 	buf := make([]byte, (last+1)*8)
 	rowBytes := int64(p.blocks) * 8
@@ -266,8 +306,8 @@ func (p *Probe) readRows(blocks map[uint32]*Counters) error {
 			if _, err := p.rows.ReadAt(buf, int64(cpu*counterFields+f)*rowBytes); err != nil {
 				return fmt.Errorf("reading counter row %d of CPU %d: %w", f, cpu, err)
 			}
-			for b, c := range blocks {
-				c.fields()[f] += binary.NativeEndian.Uint64(buf[b*8:])
+			for _, col := range cols {
+				col.c[f] += binary.NativeEndian.Uint64(buf[col.off:])
 			}
 		}
 	}
@@ -293,21 +333,29 @@ func addCounters(c *Counters, cvs []NodewiseSockCounters) {
 }
 
 // ReadConns lists the established sockets the programs saw become
-// established, from both levels of the socket table. Not safe for
-// concurrent use.
+// established, from both levels of the socket table (the far one only once
+// a socket has needed it). Not safe for concurrent use.
 func (p *Probe) ReadConns() ([]Conn, error) {
 	const slotSize = int(unsafe.Sizeof(NodewiseSockSlot{}))
 	if p.near == nil {
-		p.near = make([]NodewiseSockSlot, p.objs.NearSlots.MaxEntries())
-		p.nearKeys = make([]uint32, len(p.near))
+		p.near = new(NodewiseNearTable)
 		p.buf = make([]NodewiseSockSlot, (1<<16)/slotSize)
 	}
-	var cursor ebpf.MapBatchCursor
-	n, err := p.objs.NearSlots.BatchLookup(&cursor, p.nearKeys, p.near, nil)
-	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	var zero uint32
+	if err := p.objs.NearSlots.Lookup(&zero, p.near); err != nil {
 		return nil, fmt.Errorf("reading the near socket table: %w", err)
 	}
-	out := appendConns(nil, p.near[:n])
+	out := appendConns(nil, p.near.Slot[:])
+	if !p.farUsed {
+		var used uint32
+		if err := p.objs.FarUsed.Lookup(&zero, &used); err != nil {
+			return nil, fmt.Errorf("reading whether the far socket table is in use: %w", err)
+		}
+		if used == 0 {
+			return out, nil
+		}
+		p.farUsed = true
+	}
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(p.buf))), len(p.buf)*slotSize)
 	size := int64(p.slots.Size())
 	for off := int64(0); off < size; off += int64(len(buf)) {

@@ -29,6 +29,11 @@ type NodewiseCounterRow struct {
 	Block [1024]uint64
 }
 
+type NodewiseNearTable struct {
+	_    structs.HostLayout
+	Slot [960]NodewiseSockSlot
+}
+
 type NodewiseNetnsOwner struct {
 	_      structs.HostLayout
 	Netns  uint32
@@ -64,7 +69,7 @@ type NodewiseSockSlot struct {
 	EstablishedNs uint64
 	Netns         uint32
 	Side          uint8
-	Active        uint8
+	Pad           uint8
 	Block         uint16
 }
 
@@ -77,6 +82,7 @@ const (
 	NodewiseMapCounterRows         = "counter_rows"
 	NodewiseMapCounters            = "counters"
 	NodewiseMapEstablishedOverflow = "established_overflow"
+	NodewiseMapFarUsed             = "far_used"
 	NodewiseMapNearSlots           = "near_slots"
 	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseMapNextBlock           = "next_block"
@@ -150,6 +156,7 @@ type NodewiseMapSpecs struct {
 	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
+	FarUsed             *ebpf.MapSpec `ebpf:"far_used"`
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
@@ -193,6 +200,7 @@ type NodewiseMaps struct {
 	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
+	FarUsed             *ebpf.Map `ebpf:"far_used"`
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
@@ -207,6 +215,7 @@ func (m *NodewiseMaps) Close() error {
 		m.CounterRows,
 		m.Counters,
 		m.EstablishedOverflow,
+		m.FarUsed,
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,

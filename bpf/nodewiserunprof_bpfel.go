@@ -29,6 +29,11 @@ type NodewiseRunprofCounterRow struct {
 	Block [1024]uint64
 }
 
+type NodewiseRunprofNearTable struct {
+	_    structs.HostLayout
+	Slot [960]NodewiseRunprofSockSlot
+}
+
 type NodewiseRunprofNetnsOwner struct {
 	_      structs.HostLayout
 	Netns  uint32
@@ -64,7 +69,7 @@ type NodewiseRunprofSockSlot struct {
 	EstablishedNs uint64
 	Netns         uint32
 	Side          uint8
-	Active        uint8
+	Pad           uint8
 	Block         uint16
 }
 
@@ -78,6 +83,7 @@ const (
 	NodewiseRunprofMapCounters            = "counters"
 	NodewiseRunprofMapEmptyRunNs          = "empty_run_ns"
 	NodewiseRunprofMapEstablishedOverflow = "established_overflow"
+	NodewiseRunprofMapFarUsed             = "far_used"
 	NodewiseRunprofMapNearSlots           = "near_slots"
 	NodewiseRunprofMapNetnsOwners         = "netns_owners"
 	NodewiseRunprofMapNextBlock           = "next_block"
@@ -155,6 +161,7 @@ type NodewiseRunprofMapSpecs struct {
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EmptyRunNs          *ebpf.MapSpec `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
+	FarUsed             *ebpf.MapSpec `ebpf:"far_used"`
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
@@ -200,6 +207,7 @@ type NodewiseRunprofMaps struct {
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EmptyRunNs          *ebpf.Map `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
+	FarUsed             *ebpf.Map `ebpf:"far_used"`
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
@@ -216,6 +224,7 @@ func (m *NodewiseRunprofMaps) Close() error {
 		m.Counters,
 		m.EmptyRunNs,
 		m.EstablishedOverflow,
+		m.FarUsed,
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,

@@ -2,7 +2,6 @@ package bpf
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,15 +15,8 @@ import (
 // accepts and connect-latency samples match, and that closing them frees
 // every slot.
 func TestSocketTableTracksManyConnections(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF: skipping")
-	}
 	r := netrig.New(t)
-	p, err := Load()
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	defer p.Close()
+	p := loadForTest(t, 0)
 	pod := r.AddPod("table")
 	pod.ListenEcho(t, 8080, false)
 	over0, err := p.EstablishedOverflow()

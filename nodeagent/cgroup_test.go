@@ -69,16 +69,8 @@ func TestDefaultResolverAttributesByPodCgroup(t *testing.T) {
 // its namespace is told apart by /proc/<pid>/net/snmp (no ptrace rights
 // needed), and its counters land on the pod's UID.
 func TestProcModeDefaultResolverFindsPodByCgroup(t *testing.T) {
-	root := cgroup2Root(t)
-	r := netrig.New(t)
 	const uid = "0a1b2c3d-0000-4000-8000-0000000f411b"
-	pod := r.AddPod("proc-pod")
-	pod.StartApp(r.PodCgroup(root, uid))
-	ra := startAgent(t, ModeProc, nil, nil)
-	l := pod.StartLoad(netrig.LoadOptions{Target: fmt.Sprintf("%s:%d", pod.IP, netrig.AppPort), Short: 1, ShortGap: 10 * time.Millisecond})
-	time.Sleep(300 * time.Millisecond)
-	o := l.Stop()
-	s := ra.snapshot(t)
+	s, o := earlyAppUnderLoad(t, ModeProc, uid, nil)
 	if s.Mode != health.ModeProc {
 		t.Fatalf("mode %q", s.Mode)
 	}
@@ -86,4 +78,43 @@ func TestProcModeDefaultResolverFindsPodByCgroup(t *testing.T) {
 	if app.UID != uid || app.Connects != uint64(o.Connects) || app.Accepts != uint64(o.Connects) || o.Connects == 0 {
 		t.Errorf("proc mode, pod found by cgroup: %s; clients made %d connects", describe(app), o.Connects)
 	}
+}
+
+// TestDefaultResolverAttributesServerStartedBeforeAgent: the app listened
+// before the agent started, so the programs never see it listen; the
+// sockets it accepts carry its cgroup (the kernel copies the listener's),
+// and the agent attributes the namespace from them, though the clients
+// are this test's threads in a non-pod cgroup.
+func TestDefaultResolverAttributesServerStartedBeforeAgent(t *testing.T) {
+	const uid = "0a1b2c3d-0000-4000-8000-0000000ea71e"
+	s, o := earlyAppUnderLoad(t, ModeEBPF, uid, func(c *Config) { c.ProcRoot = t.TempDir() + "/noproc" })
+	if o.Connects == 0 {
+		t.Fatalf("no traffic: %+v", o)
+	}
+	app := podSide(t, s, uid, health.SideApp)
+	if app.UID != uid || app.Accepts == 0 {
+		t.Errorf("pod attributed from accepted sockets: %s (uid %q); clients made %d connects", describe(app), app.UID, o.Connects)
+	}
+}
+
+// earlyAppUnderLoad starts an app in a kubelet-shaped cgroup of pod uid,
+// then the agent (its cgroup root the real one), then 300 ms of short
+// connections to the app from this test's threads, and returns the
+// agent's snapshot and what the clients saw.
+func earlyAppUnderLoad(t *testing.T, mode, uid string, tweak func(*Config)) (health.Snapshot, netrig.Observed) {
+	t.Helper()
+	root := cgroup2Root(t)
+	r := netrig.New(t)
+	pod := r.AddPod("early-app")
+	pod.StartApp(r.PodCgroup(root, uid))
+	ra := startAgent(t, mode, nil, func(c *Config) {
+		c.CgroupRoot = root
+		if tweak != nil {
+			tweak(c)
+		}
+	})
+	l := pod.StartLoad(netrig.LoadOptions{Target: fmt.Sprintf("%s:%d", pod.IP, netrig.AppPort), Short: 1, ShortGap: 10 * time.Millisecond})
+	time.Sleep(300 * time.Millisecond)
+	o := l.Stop()
+	return ra.snapshot(t), o
 }

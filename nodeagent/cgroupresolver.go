@@ -12,8 +12,9 @@ import (
 )
 
 // CgroupResolver attributes network namespaces to pods from what the eBPF
-// programs saw: the cgroup v2 id of an application process acting on a
-// socket inside its own namespace. The cgroup directory with that inode
+// programs saw: the cgroup v2 ids of the processes that made application
+// sockets in each namespace (the kernel keeps it on the socket; an accepted
+// socket has its listener's). The cgroup directory with that inode
 // under CgroupRoot has the pod UID in its path (kubepods…pod<uid>). It needs
 // no access to other processes' /proc entries, so the agent runs without
 // hostPID or CAP_SYS_PTRACE.
@@ -75,16 +76,15 @@ func (r *CgroupResolver) Pods() (map[uint32]Pod, error) {
 	if r.seen == nil {
 		r.seen = map[uint32]seenPod{}
 	}
-	uids := map[uint32]string{}
+	// The pod UIDs among each namespace's cgroups. Visitors (CNI plugins,
+	// the test's own threads) leave non-pod cgroups, which drop out here.
+	found := map[uint32]map[string]bool{}
+	namespacesOf := map[string]int{} // pod UID → how many namespaces show it
 	rescanned := false
 	for ns, cgs := range owners {
 		if ns == r.HostNetns {
 			continue
 		}
-		// Visitors (CNI plugins, the test's own threads) leave non-pod
-		// cgroups here; a namespace is the pod's when exactly one pod UID
-		// shows up among them.
-		found := map[string]bool{}
 		for _, cg := range cgs {
 			path, ok := r.paths[cg]
 			if !ok && !rescanned {
@@ -99,14 +99,35 @@ func (r *CgroupResolver) Pods() (map[uint32]Pod, error) {
 				r.paths[cg] = "" // gone already, or not under root: no rescan for it again
 				continue
 			}
-			if uid, ok := podUIDFromCgroup(path); ok {
-				found[uid] = true
+			uid, ok := podUIDFromCgroup(path)
+			if !ok || found[ns][uid] {
+				continue
+			}
+			if found[ns] == nil {
+				found[ns] = map[string]bool{}
+			}
+			found[ns][uid] = true
+			namespacesOf[uid]++
+		}
+	}
+	// A namespace is the pod's when exactly one pod UID shows up in it.
+	// Else the pod seen in the fewest namespaces is its own, if no other
+	// ties with it: a visitor from another pod (an agent that opens
+	// sockets in every pod) goes to many, a pod to its own (and, for a
+	// while, the one its sandbox had before a restart).
+	uids := map[uint32]string{}
+	for ns, set := range found {
+		best, tied := "", false
+		for uid := range set {
+			switch {
+			case best == "" || namespacesOf[uid] < namespacesOf[best]:
+				best, tied = uid, false
+			case namespacesOf[uid] == namespacesOf[best]:
+				tied = true
 			}
 		}
-		if len(found) == 1 {
-			for uid := range found {
-				uids[ns] = uid
-			}
+		if !tied {
+			uids[ns] = best
 		}
 	}
 	var names map[string]Pod

@@ -73,7 +73,7 @@ struct sock_slot {
 	__u64 established_ns; // when it reached ESTABLISHED; 0 before
 	__u32 netns;
 	__u8 side;
-	__u8 active;  // 1 for a socket that connected (its owner was noted then)
+	__u8 pad;
 	__u16 block;  // its key's counter block + 1; 0 if the key has none
 };
 
@@ -194,11 +194,17 @@ struct {
 // connect after about two minutes): claiming may reuse it.
 #define STALE_CONNECT_NS (600ULL * 1000000000ULL)
 
+// The near table is one value, so the agent reads it whole with one
+// lookup (a batch lookup of its slots cost 200 µs a snapshot).
+struct near_table {
+	struct sock_slot slot[NEAR_SLOTS];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, NEAR_SLOTS);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct sock_slot);
+	__type(value, struct near_table);
 } near_slots SEC(".maps");
 
 struct {
@@ -209,6 +215,15 @@ struct {
 	__type(value, struct sock_slot);
 } sock_slots SEC(".maps");
 
+// Set once a socket has taken a slot in the far table: until then the
+// agent skips reading it (4 MiB a snapshot).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} far_used SEC(".maps");
+
 // Sockets that reached ESTABLISHED and found no free slot: they are
 // missing from the age buckets.
 struct {
@@ -218,11 +233,11 @@ struct {
 	__type(value, __u64);
 } established_overflow SEC(".maps");
 
-// The cgroups (v2 ids) of application processes seen acting on sockets in
-// their own network namespace: how the agent finds the pod of a namespace
-// without reading other processes' /proc/<pid>/ns links (which would need
-// CAP_SYS_PTRACE). Keyed by both, since a namespace also sees visitors
-// (CNI plugins, probes) whose cgroups are not the pod's; user space picks.
+// The cgroups (v2 ids) that made application sockets in each network
+// namespace: how the agent finds the pod of a namespace without reading
+// other processes' /proc/<pid>/ns links (which would need CAP_SYS_PTRACE).
+// Keyed by both, since a namespace also sees visitors (CNI plugins,
+// probes) whose cgroups are not the pod's; user space picks.
 struct netns_owner {
 	__u32 netns;
 	__u32 pad;
@@ -238,15 +253,12 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
-// The cache of the (namespace, css_set) pairs seen lately: a css_set is
-// the task's set of cgroups (shared by tasks with the same memberships,
-// replaced when a task moves), so the same pair again (an app opening
-// connection after connection) returns after one line of the cache,
-// before reading the socket's side, the namespace's inode or the cgroup,
-// or hashing. Entries hold a 64-bit hash of the addresses of
-// the struct net and the css_set, which the allocator reuses: a new pod
-// whose namespace and css_set land where a dead pod's were would match a
-// stale entry. So an entry expires after OWNER_TTL_JIFFIES (0.25–2.5 s,
+// The cache of the (namespace, cgroup) pairs seen lately, so the same
+// pair again (an app opening connection after connection) returns after
+// one line of the cache, before reading the cgroup's id or the map.
+// Entries hold a 64-bit hash of the addresses of the struct net and the
+// struct cgroup, which the allocator reuses: a new pod whose namespace
+// and cgroup land where a dead pod's were would match a stale entry. So an entry expires after OWNER_TTL_JIFFIES (0.25–2.5 s,
 // whatever the tick rate): such a pod is recorded at most that much later,
 // never misrecorded, since the map itself is keyed by the inode and cgroup
 // id read on a miss. Shared by all CPUs, in the linear map, like the block
@@ -492,35 +504,43 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 	return 0;
 }
 
-// note_owner records the current task's cgroup for the socket's namespace.
-// Call it only on transitions made by a system call (connect, listen,
-// close, shutdown), never in softirq where "current" is unrelated. Tasks
-// outside the namespace (ztunnel entering pods to open its sockets) and
-// ztunnel's own sockets are skipped.
-static __always_inline void note_owner(const struct sock *sk)
+// note_owner records, as an owner of an app socket's namespace, the cgroup
+// of the process that made the socket: the kernel keeps that cgroup (v2)
+// on every full socket for cgroup BPF (sk_cgrp_data, set at creation from
+// the creating task; an accepted socket inherits its listener's). It reads
+// the socket, never "current", so it runs where the counting does, in
+// softirq as well, and the transitions that only a system call makes
+// (connect, close) need no program work at all: reading the task's
+// namespace and cgroups there cost 70 ns a connect in cache misses under
+// the benchmark's churn. Callers pass only app sockets: ztunnel's are
+// never evidence (it marks every socket it makes in a pod, its DNS proxy's
+// too, so they are side=proxy). A visitor from another pod (an agent that
+// opens sockets in many pods) leaves its cgroup in many namespaces; user
+// space sets such visitors aside.
+static __always_inline void note_owner(const struct sock *sk, __u32 netns)
 {
 	const struct net *net = sk->__sk_common.skc_net.net;
 	struct owner_cache_entry *w;
-	struct task_struct *task;
 	struct netns_owner key = {};
 	struct owner_cache *oc;
-	__u64 cset, netp, pair, now;
+	const struct cgroup *cgrp;
+	__u64 cg, netp, pair, now;
 	__u32 zero = 0, set;
 	__u8 one = 1;
 
-	task = bpf_get_current_task_btf();
-	// The same namespace is the same struct net: tasks outside it
-	// (ztunnel entering pods to open its sockets, a server's threads
-	// elsewhere) are not its owners.
-	if (task->nsproxy->net_ns != net)
+	// Linux 5.15 and later; before, the cgroup shares a word with flags.
+	if (!bpf_core_field_exists(sk->sk_cgrp_data.cgroup))
+		return;
+	cgrp = sk->sk_cgrp_data.cgroup;
+	if (!cgrp)
 		return;
 	oc = bpf_map_lookup_elem(&owner_cache, &zero);
 	if (!oc)
 		return;
 	// Pointer minus pointer is a number to the verifier.
-	cset = (__u64)task->cgroups - (__u64)&owner_cache;
+	cg = (__u64)cgrp - (__u64)&owner_cache;
 	netp = (__u64)net - (__u64)&owner_cache;
-	pair = ((netp ^ (cset * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL) | 1;
+	pair = ((netp ^ (cg * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL) | 1;
 	now = bpf_jiffies64();
 	set = (__u32)(pair >> 56) & (OWNER_CACHE_SETS - 1);
 	w = &oc->way[set * OWNER_CACHE_WAYS];
@@ -533,10 +553,8 @@ static __always_inline void note_owner(const struct sock *sk)
 	w[1] = w[0];
 	w[0].pair = pair;
 	w[0].at = now;
-	if (sk_side(sk) != SIDE_APP)
-		return;
-	key.netns = net->ns.inum;
-	key.cgroup = bpf_get_current_cgroup_id();
+	key.netns = netns;
+	key.cgroup = cgrp->kn->id;
 	if (bpf_map_lookup_elem(&netns_owners, &key))
 		return;
 	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
@@ -567,9 +585,17 @@ static __always_inline __u32 far_hash(__u64 sk)
 	       (((__u32)(sk >> 6) + rot) & ((1 << SLOT_BLOCK_BITS) - 1));
 }
 
-// probe_find returns the socket's slot among the probes from h in a table
-// of n slots, or NULL.
-static __always_inline struct sock_slot *probe_find(void *table, __u32 n, __u32 h, __u64 sk)
+// slot_at returns slot idx of the near table, given, or else of the far.
+static __always_inline struct sock_slot *slot_at(struct near_table *near, __u32 idx)
+{
+	if (near)
+		return idx < NEAR_SLOTS ? &near->slot[idx] : NULL;
+	return bpf_map_lookup_elem(&sock_slots, &idx);
+}
+
+// probe_find returns the socket's slot among the probes from h in the near
+// table (given) or the far one, of n slots, or NULL.
+static __always_inline struct sock_slot *probe_find(struct near_table *near, __u32 n, __u32 h, __u64 sk)
 {
 	for (__u32 i = 0; i < SOCK_PROBES; i++) {
 		__u32 idx = h + i;
@@ -577,7 +603,7 @@ static __always_inline struct sock_slot *probe_find(void *table, __u32 n, __u32 
 
 		if (idx >= n)
 			idx -= n;
-		s = bpf_map_lookup_elem(table, &idx);
+		s = slot_at(near, idx);
 		if (s && s->sk == sk)
 			return s;
 	}
@@ -585,9 +611,9 @@ static __always_inline struct sock_slot *probe_find(void *table, __u32 n, __u32 
 }
 
 // probe_claim takes a free (or stale) slot for the socket among the probes
-// from h in a table of n slots, or returns NULL when they all hold other
-// live sockets.
-static __always_inline struct sock_slot *probe_claim(void *table, __u32 n, __u32 h, __u64 sk, __u64 now)
+// from h in the near table (given) or the far one, of n slots, or returns
+// NULL when they all hold other live sockets.
+static __always_inline struct sock_slot *probe_claim(struct near_table *near, __u32 n, __u32 h, __u64 sk, __u64 now)
 {
 	for (__u32 i = 0; i < SOCK_PROBES; i++) {
 		__u32 idx = h + i;
@@ -596,7 +622,7 @@ static __always_inline struct sock_slot *probe_claim(void *table, __u32 n, __u32
 
 		if (idx >= n)
 			idx -= n;
-		s = bpf_map_lookup_elem(table, &idx);
+		s = slot_at(near, idx);
 		if (!s)
 			continue;
 		cur = s->sk;
@@ -614,17 +640,39 @@ static __always_inline struct sock_slot *probe_claim(void *table, __u32 n, __u32
 // slot_find returns the socket's slot, or NULL.
 static __always_inline struct sock_slot *slot_find(__u64 sk)
 {
-	struct sock_slot *s = probe_find(&near_slots, NEAR_SLOTS, near_hash(sk), sk);
+	struct near_table *near;
+	struct sock_slot *s;
+	__u32 zero = 0;
 
-	return s ? s : probe_find(&sock_slots, SOCK_SLOTS, far_hash(sk), sk);
+	near = bpf_map_lookup_elem(&near_slots, &zero);
+	if (near) {
+		s = probe_find(near, NEAR_SLOTS, near_hash(sk), sk);
+		if (s)
+			return s;
+	}
+	return probe_find(NULL, SOCK_SLOTS, far_hash(sk), sk);
 }
 
 // slot_claim takes a slot for a socket that has none.
 static __always_inline struct sock_slot *slot_claim(__u64 sk, __u64 now)
 {
-	struct sock_slot *s = probe_claim(&near_slots, NEAR_SLOTS, near_hash(sk), sk, now);
+	struct near_table *near;
+	struct sock_slot *s;
+	__u32 zero = 0, *used;
 
-	return s ? s : probe_claim(&sock_slots, SOCK_SLOTS, far_hash(sk), sk, now);
+	near = bpf_map_lookup_elem(&near_slots, &zero);
+	if (near) {
+		s = probe_claim(near, NEAR_SLOTS, near_hash(sk), sk, now);
+		if (s)
+			return s;
+	}
+	s = probe_claim(NULL, SOCK_SLOTS, far_hash(sk), sk, now);
+	if (s) {
+		used = bpf_map_lookup_elem(&far_used, &zero);
+		if (used && !*used)
+			*used = 1;
+	}
+	return s;
 }
 
 // slot_free releases a slot: the times first, so a reader that sees the
@@ -701,12 +749,13 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 	__u64 key = (__u64)sk - (__u64)&sock_slots;
 	const struct tcp_sock *tp;
 	struct sock_slot *st;
-	__u32 netns, side, ref, active;
+	__u32 netns, side, ref;
 	__u64 now, start, lat;
 
 	// Each case reads only the socket fields it needs, and transitions
-	// that matter to nobody here (FIN_WAIT2, TIME_WAIT, CLOSE after a FIN,
-	// CLOSE → SYN_RECV…) leave before touching the socket.
+	// that matter to nobody here (SYN_SENT, LAST_ACK, FIN_WAIT2,
+	// TIME_WAIT, CLOSE after a FIN, CLOSE → SYN_RECV…) leave before
+	// touching the socket.
 	if (oldstate == TCP_ESTABLISHED) {
 		if (sk->sk_protocol != IPPROTO_TCP)
 			return 0;
@@ -715,21 +764,19 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 		// whose socket it is and where it counts.
 		st = slot_find(key);
 		ref = 0;
-		active = 0;
 		if (st) {
 			netns = st->netns;
 			side = st->side;
-			active = st->active;
 			ref = st->block;
 			slot_free(st);
 		} else {
+			// Established before the agent started, or found no
+			// slot: its owner may be unknown yet.
 			netns = sk_netns(sk);
 			side = sk_side(sk);
+			if (side == SIDE_APP)
+				note_owner(sk, netns);
 		}
-		// close() or shutdown() runs in the owner's context; a socket
-		// that connected had its owner noted then.
-		if (newstate == TCP_FIN_WAIT1 && !active)
-			note_owner(sk);
 		if (!ref)
 			ref = counter_ref(netns, side);
 		srtt_sample(sk, ref, netns, side);
@@ -737,12 +784,10 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 	}
 
 	switch (newstate) {
-	case TCP_SYN_SENT:
 	case TCP_LISTEN:
-	case TCP_LAST_ACK:
-		// connect(), listen() and close() run in the owner's context.
-		if (sk->sk_protocol == IPPROTO_TCP)
-			note_owner(sk);
+		// A server's first sign of life.
+		if (sk->sk_protocol == IPPROTO_TCP && sk_side(sk) == SIDE_APP)
+			note_owner(sk, sk_netns(sk));
 		return 0;
 	case TCP_ESTABLISHED:
 		if (sk->sk_protocol != IPPROTO_TCP)
@@ -766,6 +811,8 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 	now = tp->tcp_clock_cache;
 	netns = sk_netns(sk);
 	side = sk_side(sk);
+	if (side == SIDE_APP)
+		note_owner(sk, netns);
 	ref = counter_ref(netns, side);
 	// Only a connect whose SYN was retransmitted has a slot already.
 	st = NULL;
@@ -785,7 +832,6 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 		st->connect_ns = 0;
 		st->netns = netns;
 		st->side = side;
-		st->active = oldstate == TCP_SYN_SENT;
 		// A spilled key's reference does not fit: it is found again.
 		st->block = ref == REF_SPILL ? 0 : ref;
 		st->established_ns = now;
@@ -828,6 +874,8 @@ failed_connect:
 		if (err) {
 			netns = sk_netns(sk);
 			side = sk_side(sk);
+			if (side == SIDE_APP)
+				note_owner(sk, netns);
 			count(counter_ref(netns, side), netns, side, F_CONNECT_FAILURES + failure_class(err));
 		}
 	}
