@@ -1,7 +1,10 @@
 package nodeagent
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,4 +77,75 @@ func TestConnAgesMatchOpenStreams(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestConcurrentSnapshotsAgree takes snapshots from several goroutines at
+// once, as a Prometheus scrape and the orchestrator's poll can, while a
+// known number of streams stays open: every one must count each stream
+// once (reads share the agent's buffers, so they must take turns). The
+// streams' 1,200 sockets overflow the near socket table, so every read
+// scans the far one too: a long read, which concurrent ones would overlap.
+func TestConcurrentSnapshotsAgree(t *testing.T) {
+	r := netrig.New(t)
+	pods, res := rigPods(r, "many")
+	pods["many"].StartStandin()
+	ra := startAgent(t, ModeEBPF, res, nil)
+	t.Cleanup(ra.client.CloseIdleConnections) // connections dialed ahead and never used
+	const n = 600
+	closeAll, err := pods["many"].Hold(fmt.Sprintf("%s:15006", pods["many"].IP), n)
+	if err != nil {
+		t.Fatalf("opening %d streams: %v", n, err)
+	}
+	t.Cleanup(closeAll)
+	time.Sleep(200 * time.Millisecond) // the accepted ends reach ESTABLISHED in softirq
+
+	const readers, rounds = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, readers*rounds)
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				errs <- ra.checkStreams("many", n)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// checkStreams fetches a snapshot and checks that both sides of pod have
+// want streams in the age buckets. It reports rather than fails, so that
+// goroutines can call it.
+func (ra *runningAgent) checkStreams(pod string, want uint64) error {
+	req, err := http.NewRequest(http.MethodGet, ra.url+"/v1/snapshot", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+ra.files.tokenValue)
+	resp, err := ra.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var s health.Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return fmt.Errorf("decoding snapshot (HTTP %d): %w", resp.StatusCode, err)
+	}
+	got := map[health.Side]uint64{}
+	for _, p := range s.Pods {
+		if p.Name == pod {
+			got[p.Side] = sum(p.ConnAges)
+		}
+	}
+	if got[health.SideApp] != want || got[health.SideProxy] != want {
+		return fmt.Errorf("streams in the age buckets: app %d, proxy %d; want %d each", got[health.SideApp], got[health.SideProxy], want)
+	}
+	return nil
 }

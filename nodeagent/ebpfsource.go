@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -22,12 +23,17 @@ type probe interface {
 func loadProbe() (probe, error) { return bpf.Load() }
 
 type ebpfSource struct {
-	p probe
+	// mu makes reads take turns: a scrape of /metrics and a snapshot can
+	// come at once, and the probe reuses its buffers between reads.
+	mu sync.Mutex
+	p  probe
 }
 
 func (s *ebpfSource) mode() string { return health.ModeEBPF }
 
 func (s *ebpfSource) read() (reading, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	cs, err := s.p.ReadCounters()
 	if err != nil {
 		return reading{}, err
