@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -197,5 +198,23 @@ func TestSnapshotAndMetricsAttributeOnlyKnownNamespaces(t *testing.T) {
 	}
 	if strings.Contains(string(body), "1000") {
 		t.Errorf("/metrics shows the unattributed host counts")
+	}
+}
+
+// TestShutdownEndsConnectionsNeverUsed holds a TLS connection open without
+// a request (HTTP clients dial ahead) while the agent stops: Run must still
+// return cleanly, after its grace period, rather than fail the exit.
+func TestShutdownEndsConnectionsNeverUsed(t *testing.T) {
+	var conn *tls.Conn
+	t.Cleanup(func() { // after the agent's own cleanup, which checks Run's error
+		if conn != nil {
+			conn.Close()
+		}
+	})
+	ra := startAgent(t, ModeEBPF, NewStaticResolver(nil), fakeLoaded(&fakeProbe{}))
+	var err error
+	conn, err = tls.Dial("tcp", strings.TrimPrefix(ra.url, "https://"), &tls.Config{RootCAs: ra.files.pool})
+	if err != nil {
+		t.Fatalf("dialing the agent: %v", err)
 	}
 }
