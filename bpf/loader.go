@@ -235,14 +235,8 @@ func (p *Probe) ReadCounters() (map[Key]*Counters, error) {
 	if err := p.readIndex(); err != nil {
 		return nil, err
 	}
-	blocks := make(map[uint32]*Counters, len(p.index))
-	for b, k := range p.index {
-		blocks[b] = get(k)
-	}
-	if len(blocks) > 0 {
-		if err := p.readRows(blocks); err != nil {
-			return nil, err
-		}
+	if err := p.readRows(get); err != nil {
+		return nil, err
 	}
 	iter := p.objs.Counters.Iterate()
 	for iter.Next(&ck, &cvs) {
@@ -286,18 +280,21 @@ func (p *Probe) readIndex() error {
 	return nil
 }
 
-// readRows adds every CPU's counters of the blocks in use, read from the
-// mapped rows, to their keys' counters.
-func (p *Probe) readRows(blocks map[uint32]*Counters) error {
+// readRows adds every CPU's counters of the blocks in use (p.index), read
+// from the mapped rows, to their keys' counters, found with get.
+func (p *Probe) readRows(get func(Key) *Counters) error {
+	if len(p.index) == 0 {
+		return nil
+	}
 	type column struct {
 		off int
 		c   *[counterFields]uint64
 	}
-	cols := make([]column, 0, len(blocks))
+	cols := make([]column, 0, len(p.index))
 	var last uint32
-	for b, c := range blocks {
+	for b, k := range p.index {
 		last = max(last, b)
-		cols = append(cols, column{int(b) * 8, c.fields()})
+		cols = append(cols, column{int(b) * 8, get(k).fields()})
 	}
 	buf := make([]byte, (last+1)*8)
 	rowBytes := int64(p.blocks) * 8
