@@ -13,7 +13,7 @@ TEST_FLAGS ?= -count=1 -p 2 -timeout 40m
 APT_PACKAGES := clang llvm bpftool libbpf-dev iproute2 nftables procps
 
 # Paths that `make generate` writes; check-generate fails when they differ from the commit.
-GENERATED := bpf orchestrator/apis deploy/crds
+GENERATED := bpf api deploy/crds
 
 # Upstream binaries the tests run (tools/controller-gen runs through `go tool`).
 TOOLS := etcd kubernetes prometheus istioctl

@@ -10,9 +10,10 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/skew"
 )
 
 // Config configures the orchestrator. Zero values get the defaults below.
@@ -43,7 +44,7 @@ type Config struct {
 	// ztunnel's drain deadline. Nil: auto drains every node (fail safe).
 	Agents health.SnapshotSource
 	// IstioNamespace holds istiod, whose version preflight checks the target
-	// templates against (default "istio-system").
+	// templates against (default istio.DefaultNamespace).
 	IstioNamespace string
 	// SkewPolicy is the supported version skew between istiod and the
 	// ztunnel and istio-cni templates (default skew.DefaultPolicy()).
@@ -67,7 +68,7 @@ func (c *Config) validate() error {
 		c.Namespace = "nodewise-system"
 	}
 	if c.IstioNamespace == "" {
-		c.IstioNamespace = "istio-system"
+		c.IstioNamespace = istio.DefaultNamespace
 	}
 	if c.SkewPolicy == nil {
 		c.SkewPolicy = skew.DefaultPolicy()

@@ -54,8 +54,6 @@ const (
 
 	// LeaseName is the leader-election Lease in the orchestrator's namespace.
 	LeaseName = "nodewise-orchestrator"
-	// RevisionsLeaseName is the RevisionMigration controller's Lease, beside it.
-	RevisionsLeaseName = "nodewise-revisions"
 	// FieldManager is the server-side field manager of every orchestrator write.
 	FieldManager = "nodewise-orchestrator"
 )

@@ -14,7 +14,8 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
 )
 
 // controlPlaneCache watches what preflight's skew check reads: the istiod
@@ -36,7 +37,7 @@ func newControlPlaneCache(kube kubernetes.Interface, istioNamespace string) *con
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = inventory.DefaultIstiodSelector })
 	c.webhooks = admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(kube, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.LabelSelector = inventory.LabelTag })
+		func(o *metav1.ListOptions) { o.LabelSelector = istio.LabelTag })
 	c.deps = appslisters.NewDeploymentLister(c.istiods.GetIndexer())
 	c.tags = admissionlisters.NewMutatingWebhookConfigurationLister(c.webhooks.GetIndexer())
 	return c
@@ -60,7 +61,7 @@ func (c *controlPlaneCache) observe(now time.Time) (controlPlane, error) {
 		return cp, fmt.Errorf("reading revision tags from the cache: %w", err)
 	}
 	for _, wh := range whs {
-		cp.tags[wh.Labels[inventory.LabelTag]] = wh.Labels[inventory.LabelRev]
+		cp.tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
 	}
 	ptrs, err := c.deps.Deployments(c.ns).List(labels.Everything())
 	if err != nil {

@@ -13,7 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
 )
 
 // TestControlPlaneCacheMatchesList: the informer-fed control plane preflight
@@ -31,11 +32,11 @@ func TestControlPlaneCacheMatchesList(t *testing.T) {
 		return &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}
 	}
 	kube := fake.NewClientset(
-		dep("istio-system", "istiod-1-28-1", map[string]string{"app": "istiod", inventory.LabelRev: "1-28-1"}, "istio/pilot:1.28.1", 1),
-		dep("istio-system", "istiod-1-27-3", map[string]string{"app": "istiod", inventory.LabelRev: "1-27-3"}, "istio/pilot:1.27.3", 0),
+		dep("istio-system", "istiod-1-28-1", map[string]string{"app": "istiod", istio.LabelRev: "1-28-1"}, "istio/pilot:1.28.1", 1),
+		dep("istio-system", "istiod-1-27-3", map[string]string{"app": "istiod", istio.LabelRev: "1-27-3"}, "istio/pilot:1.27.3", 0),
 		dep("istio-system", "other", map[string]string{"app": "other"}, "x/other:9.9.9", 1),
 		dep("elsewhere", "istiod", map[string]string{"app": "istiod"}, "istio/pilot:1.20.0", 1),
-		wh("istio-revision-tag-prod", map[string]string{inventory.LabelTag: "prod", inventory.LabelRev: "1-28-1"}),
+		wh("istio-revision-tag-prod", map[string]string{istio.LabelTag: "prod", istio.LabelRev: "1-28-1"}),
 		wh("unrelated", map[string]string{"x": "y"}),
 	)
 	c := newControlPlaneCache(kube, "istio-system")

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/kubectl/pkg/drain"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 // drain evicts the node's pods when the policy says so. DaemonSet pods are

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 func TestDecideAuto(t *testing.T) {

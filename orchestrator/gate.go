@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 // GateInput is what a gate judges: one node, its soak window and the rollout's gate spec.

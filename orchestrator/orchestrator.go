@@ -20,11 +20,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/leader"
 )
-
-// ErrLostLeadership is returned by Run when this replica loses its Lease.
-var ErrLostLeadership = errors.New("lost the leader lease")
 
 // Orchestrator runs NodeRollouts while it holds the leader Lease.
 type Orchestrator struct {
@@ -60,11 +58,11 @@ func New(cfg Config) (*Orchestrator, error) {
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles
-// every NodeRollout. It returns ErrLostLeadership if the Lease is lost, and nil
+// every NodeRollout. It returns leader.ErrLost if the Lease is lost, and nil
 // when ctx ends.
 func (o *Orchestrator) Run(ctx context.Context) error {
 	if o.cfg.MetricsAddr != "" {
-		srv, err := ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log)
+		srv, err := leader.ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log)
 		if err != nil {
 			return err
 		}
@@ -85,7 +83,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		return err
 	}
 	o.log.Info("caches synced; campaigning for the Lease")
-	return RunWhileLeading(ctx, LeaderElection{
+	return leader.Run(ctx, leader.Election{
 		Client: o.kube, Namespace: o.cfg.Namespace, Name: LeaseName, Identity: o.cfg.Identity,
 		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
 		Log: o.log, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },

@@ -8,7 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
 )
 
 // Defaults for the durations a NodeRollout leaves empty.
@@ -22,8 +23,8 @@ const (
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
 var DefaultTargets = []v1alpha1.TargetRef{
-	{Namespace: "istio-system", Name: "istio-cni-node"},
-	{Namespace: "istio-system", Name: "ztunnel"},
+	{Namespace: istio.DefaultNamespace, Name: "istio-cni-node"},
+	{Namespace: istio.DefaultNamespace, Name: "ztunnel"},
 }
 
 // Policy is a NodeRollout spec with defaults filled in and parsed, ready for the planner.

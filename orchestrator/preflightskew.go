@@ -9,9 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
 )
 
 // controlPlaneTTL is how long one observation of the istiod revisions and
@@ -96,7 +97,7 @@ func (e *executor) preflightSkew(ctx context.Context, p Policy, node string) err
 		if err != nil {
 			return fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
-		t := templateVersion{Ref: ref, Revision: ds.Spec.Template.Labels[inventory.LabelRev]}
+		t := templateVersion{Ref: ref, Revision: ds.Spec.Template.Labels[istio.LabelRev]}
 		if cs := ds.Spec.Template.Spec.Containers; len(cs) > 0 {
 			t.Image = cs[0].Image
 		}
@@ -130,12 +131,12 @@ func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
 		return *e.cp, nil
 	}
 	cp := controlPlane{at: now, tags: map[string]string{}}
-	whs, err := e.o.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: inventory.LabelTag})
+	whs, err := e.o.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
 	if err != nil {
 		return cp, fmt.Errorf("listing revision tags: %w", err)
 	}
 	for _, wh := range whs.Items {
-		cp.tags[wh.Labels[inventory.LabelTag]] = wh.Labels[inventory.LabelRev]
+		cp.tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
 	}
 	if cp.revisions, err = inventory.Revisions(ctx, e.o.kube, inventory.Options{IstioNamespace: e.o.cfg.IstioNamespace}, cp.tags); err != nil {
 		return cp, err

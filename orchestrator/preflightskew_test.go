@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
 )
 
 func TestCheckSkew(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // LoadRolloutFile reads a NodeRollout manifest strictly (unknown fields are

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // RenderStatus writes the human view of a NodeRollout: phase, a progress

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // Window is a parsed maintenance window: on Days (all when empty), from Start

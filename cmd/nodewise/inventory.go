@@ -12,7 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
 )
 
 // sidecarFlags are shared by the sidecar commands (inventory, skew, tag, revision).
@@ -21,7 +22,7 @@ type sidecarFlags struct {
 }
 
 func (f *sidecarFlags) bind(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.istioNamespace, "istio-namespace", "istio-system", "namespace of istiod, ztunnel and istio-cni")
+	cmd.Flags().StringVar(&f.istioNamespace, "istio-namespace", istio.DefaultNamespace, "namespace of istiod, ztunnel and istio-cni")
 }
 
 // sidecarRESTConfig loads the kubeconfig the global flags name.

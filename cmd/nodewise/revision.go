@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/migration"
-	"github.com/nodewise/nodewise/orchestrator/revtag"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
 func newRevisionCmd(g *globalFlags) *cobra.Command {
@@ -100,8 +100,8 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				}
 				spec.Waves = append(spec.Waves, wave)
 			}
-			spec = migration.Defaulted(spec)
-			if err := migration.Validate(spec); err != nil {
+			spec = revisions.Defaulted(spec)
+			if err := revisions.Validate(spec); err != nil {
 				return err
 			}
 			if name == "" {
@@ -138,7 +138,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
-			mc, err := migration.NewClient(cfg)
+			mc, err := revisions.NewClient(cfg)
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			mc, err := migration.NewClient(cfg)
+			mc, err := revisions.NewClient(cfg)
 			if err != nil {
 				return err
 			}

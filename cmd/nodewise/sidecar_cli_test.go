@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/migration"
-	"github.com/nodewise/nodewise/orchestrator/revtag"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/revisions/revtag"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/injector"
 )
@@ -109,7 +109,7 @@ func TestSidecarCommands(t *testing.T) {
 	bad("selectors overlap", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--wave", "a=tier=1", "--wave", "b=team=x")
 	bad(`unknown revision "1-99"`, "revision", "migrate", "--from", "1-27", "--to", "1-99", "--rate", "2")
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
-	mc, err := migration.NewClient(c.Config)
+	mc, err := revisions.NewClient(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
 )
 
 func newSkewCmd(g *globalFlags) *cobra.Command {

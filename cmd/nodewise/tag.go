@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodewise/nodewise/orchestrator/revtag"
+	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
 func newTagCmd(g *globalFlags) *cobra.Command {

@@ -18,9 +18,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/health/judgegate"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func main() {
 	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
-	flag.StringVar(&istioNS, "istio-namespace", "istio-system", "where istiod and its injector webhooks live (revisions controller)")
+	flag.StringVar(&istioNS, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
 	flag.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
 		skewMax = append(skewMax, v)
 		return nil

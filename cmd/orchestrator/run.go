@@ -9,11 +9,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodewise/nodewise/health/judgegate"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/migration"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/revisions"
 )
 
 type runConfig struct {
@@ -75,13 +76,13 @@ func run(ctx context.Context, rc runConfig) error {
 		tasks = append(tasks, o.Run) // serves the metrics of every controller here
 	}
 	if set["revisions"] {
-		revisions, err := revisionTasks(kube, cfg, rc.istioNamespace)
+		revTasks, err := revisionTasks(kube, cfg, rc.istioNamespace)
 		if err != nil {
 			return err
 		}
-		tasks = append(tasks, revisions...)
+		tasks = append(tasks, revTasks...)
 		if !set["noderollout"] && cfg.MetricsAddr != "" {
-			srv, err := orchestrator.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log)
+			srv, err := leader.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log)
 			if err != nil {
 				return err
 			}
@@ -100,20 +101,20 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 	if err != nil {
 		return nil, err
 	}
-	mc, err := migration.NewClient(cfg.RESTConfig)
+	mc, err := revisions.NewClient(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := migration.New(migration.Config{
+	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
-		Gate: migration.SpecGates(log.Named("gates")), Inventory: opts,
+		Gate: revisions.SpecGates(log.Named("gates")), Inventory: opts,
 	})
 	if err != nil {
 		return nil, err
 	}
 	lead := func(ctx context.Context) error {
-		return orchestrator.RunWhileLeading(ctx, orchestrator.LeaderElection{
-			Client: kube, Namespace: cfg.Namespace, Name: orchestrator.RevisionsLeaseName, Identity: cfg.Identity,
+		return leader.Run(ctx, leader.Election{
+			Client: kube, Namespace: cfg.Namespace, Name: revisions.LeaseName, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
 		}, ctrl.Run)
 	}

@@ -1,4 +1,4 @@
-// Package gatespec turns NodeRollout spec.gates (orchestrator/apis/v1alpha1)
+// Package gatespec turns NodeRollout spec.gates (api/v1alpha1)
 // into the judge's configuration and external gates. It is the one place that
 // knows both shapes, so package health stays free of API types and the
 // orchestrator never parses thresholds itself.
@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 // DefaultInterval is how often a node is judged during its soak when

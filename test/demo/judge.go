@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/health/judgegate"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )

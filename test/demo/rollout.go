@@ -7,8 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 // healthyRollout rolls every node with drain auto, canary first, then waves

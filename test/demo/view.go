@@ -5,8 +5,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 // view is the live progress of one rollout. On a terminal it redraws the

@@ -3,7 +3,7 @@ package demo
 import (
 	"testing"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 func TestBeforeAfterShowsTheNodeTotals(t *testing.T) {

@@ -20,9 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
 )
 
 type dto = dtomodel.MetricFamily

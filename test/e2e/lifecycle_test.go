@@ -12,7 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 

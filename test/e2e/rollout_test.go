@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 

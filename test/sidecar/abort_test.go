@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/revisions"
 )
 
 func tierWaves(tiers ...string) []v1alpha1.Wave {
@@ -112,7 +112,7 @@ func TestAbortMidWave(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := d.Spec.Template.Annotations[migration.AnnotationRestartedAt]; ok {
+		if _, ok := d.Spec.Template.Annotations[revisions.AnnotationRestartedAt]; ok {
 			t.Errorf("%s/web was restarted", ns)
 		}
 	}
@@ -137,7 +137,7 @@ func TestGates(t *testing.T) {
 	var mu sync.Mutex
 	outcome := health.Inconclusive
 	var judged []string
-	gate := migration.GateFunc(func(_ context.Context, in migration.WaveInput) (health.Verdict, error) {
+	gate := revisions.GateFunc(func(_ context.Context, in revisions.WaveInput) (health.Verdict, error) {
 		// The gate sees the wave only when its pods are on the new proxy.
 		tags, notReady := e.proxies(in.Namespaces[0])
 		for _, v := range tags {
@@ -197,7 +197,7 @@ func TestGates(t *testing.T) {
 	}
 	mu.Unlock()
 	d, err := e.c.Client.AppsV1().DaemonSets("g-1").Get(ctx, "agent", metav1.GetOptions{})
-	if err != nil || d.Spec.Template.Annotations[migration.AnnotationRestartedAt] != rm.Status.Namespaces[0].RestartedAt {
+	if err != nil || d.Spec.Template.Annotations[revisions.AnnotationRestartedAt] != rm.Status.Namespaces[0].RestartedAt {
 		t.Fatalf("DaemonSet g-1/agent not restarted with the recorded stamp: %v", err)
 	}
 

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/injector"
 )
@@ -38,7 +38,7 @@ type env struct {
 	ctx    context.Context
 	c      *cluster.Cluster
 	inj    *injector.Server
-	mc     migration.Client
+	mc     revisions.Client
 }
 
 // start boots a cluster, registers the test injector for every version and
@@ -64,7 +64,7 @@ func start(t *testing.T, nodes int, versions ...string) *env {
 		}
 	}
 	installCRD(t, ctx, c)
-	mc, err := migration.NewClient(c.Config)
+	mc, err := revisions.NewClient(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,23 +209,23 @@ func (e *env) allOn(timeout time.Duration, version string, wantPods int, nss ...
 
 // controller runs a migration controller as the cluster admin until the
 // returned stop is called.
-func (e *env) controller(gate migration.Gate) (stop func()) {
+func (e *env) controller(gate revisions.Gate) (stop func()) {
 	return e.controllerAs(gate, e.c.Config)
 }
 
 // controllerAs runs a migration controller with the given credentials.
-func (e *env) controllerAs(gate migration.Gate, cfg *rest.Config) (stop func()) {
+func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	mc, err := migration.NewClient(cfg)
+	mc, err := revisions.NewClient(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.events = record.NewFakeRecorder(1000)
-	ctrl, err := migration.New(migration.Config{
+	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
 		Registry: prometheus.NewRegistry(), Gate: gate, Interval: 200 * time.Millisecond,
 		Events: e.events,

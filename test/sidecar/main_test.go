@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/revisions"
 )
 
 // controllerEnv, when set to a kubeconfig path, makes the test binary run a
@@ -43,7 +43,7 @@ func runController(kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	mc, err := migration.NewClient(cfg)
+	mc, err := revisions.NewClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func runController(kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	ctrl, err := migration.New(migration.Config{Kube: kube, Migrations: mc, Log: log, Registry: prometheus.NewRegistry(), Interval: 200 * time.Millisecond})
+	ctrl, err := revisions.New(revisions.Config{Kube: kube, Migrations: mc, Log: log, Registry: prometheus.NewRegistry(), Interval: 200 * time.Millisecond})
 	if err != nil {
 		return err
 	}

@@ -7,9 +7,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/migration"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/revisions"
 )
 
 // TestMigrationWavesCrashAndResume moves 30 namespaces in 3 tiers from 1-27
@@ -74,7 +74,7 @@ func TestMigrationWavesCrashAndResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			total++
-			if d.Spec.Template.Annotations[migration.AnnotationRestartedAt] != "" {
+			if d.Spec.Template.Annotations[revisions.AnnotationRestartedAt] != "" {
 				stamped++
 			}
 		}

@@ -10,11 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/apis/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/migration"
-	"github.com/nodewise/nodewise/orchestrator/revtag"
-	"github.com/nodewise/nodewise/orchestrator/skew"
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
 // TestSkewTwoPasses: with proxies on 1.26, a move straight to 1-28 is refused
@@ -72,10 +72,10 @@ func TestSkewTwoPasses(t *testing.T) {
 	create("pass1", v1alpha1.RevisionMigrationSpec{From: "1-26", To: "1-27", Tag: "step", RateLimit: rate})
 	if rm := e.waitPhase("pass1", 3*time.Minute, v1alpha1.MigrationSucceeded, v1alpha1.MigrationRefused, v1alpha1.MigrationHalted); rm.Status.Phase != v1alpha1.MigrationSucceeded {
 		t.Fatalf("pass 1: %s %s", rm.Status.Phase, rm.Status.Reason)
-	} else if c := meta.FindStatusCondition(rm.Status.Conditions, migration.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
+	} else if c := meta.FindStatusCondition(rm.Status.Conditions, revisions.ConditionComplete); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("pass 1 succeeded without Complete=True: %+v", rm.Status.Conditions)
 	}
-	if c := meta.FindStatusCondition(e.migration("jump").Status.Conditions, migration.ConditionComplete); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Refused" {
+	if c := meta.FindStatusCondition(e.migration("jump").Status.Conditions, revisions.ConditionComplete); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Refused" {
 		t.Fatalf("refused migration's Complete condition: %+v", c)
 	}
 	e.allOn(time.Minute, "1.27.3", 2, "legacy")

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/orchestrator/inventory"
-	"github.com/nodewise/nodewise/orchestrator/revtag"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
 func istioctl(t *testing.T) string {

@@ -1,0 +1,170 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/istio"
+)
+
+// DefaultIstiodSelector selects istiod Deployments unless Options say otherwise.
+const DefaultIstiodSelector = "app=istiod"
+
+// Options say where the Istio control plane and node agents live.
+type Options struct {
+	// IstioNamespace holds istiod, ztunnel and istio-cni (default istio-system).
+	IstioNamespace string
+	// IstiodSelector selects istiod Deployments (default app=istiod).
+	IstiodSelector string
+	// ZtunnelSelector selects ztunnel pods (default app=ztunnel).
+	ZtunnelSelector string
+	// CNISelector selects istio-cni pods (default k8s-app=istio-cni-node).
+	CNISelector string
+}
+
+func (o Options) withDefaults() Options {
+	if o.IstioNamespace == "" {
+		o.IstioNamespace = istio.DefaultNamespace
+	}
+	if o.IstiodSelector == "" {
+		o.IstiodSelector = DefaultIstiodSelector
+	}
+	if o.ZtunnelSelector == "" {
+		o.ZtunnelSelector = "app=ztunnel"
+	}
+	if o.CNISelector == "" {
+		o.CNISelector = "k8s-app=istio-cni-node"
+	}
+	return o
+}
+
+// Observe lists the cluster once and returns its inventory. Lists are served
+// from the API server's watch cache (resourceVersion 0).
+func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (Inventory, error) {
+	opts = opts.withDefaults()
+	cached := metav1.ListOptions{ResourceVersion: "0"}
+	inv := Inventory{Tags: map[string]string{}}
+
+	whs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
+	if err != nil {
+		return inv, fmt.Errorf("listing revision tags: %w", err)
+	}
+	for _, wh := range whs.Items {
+		inv.Tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
+	}
+
+	if inv.Revisions, err = Revisions(ctx, client, opts, inv.Tags); err != nil {
+		return inv, err
+	}
+
+	nodes := map[string]Node{}
+	for _, sel := range []struct {
+		selector string
+		set      func(n *Node, p *corev1.Pod)
+	}{
+		{opts.ZtunnelSelector, func(n *Node, p *corev1.Pod) {
+			n.Ztunnel = ImageTag(p.Spec.Containers[0].Image)
+			n.ZtunnelRevision = p.Labels[istio.LabelRev]
+		}},
+		{opts.CNISelector, func(n *Node, p *corev1.Pod) { n.CNI = ImageTag(p.Spec.Containers[0].Image) }},
+	} {
+		pods, err := client.CoreV1().Pods(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.selector, ResourceVersion: "0"})
+		if err != nil {
+			return inv, fmt.Errorf("listing %s pods in %s: %w", sel.selector, opts.IstioNamespace, err)
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName == "" || len(p.Spec.Containers) == 0 || p.DeletionTimestamp != nil {
+				continue
+			}
+			n := nodes[p.Spec.NodeName]
+			n.Name = p.Spec.NodeName
+			sel.set(&n, p)
+			nodes[n.Name] = n
+		}
+	}
+	for _, n := range nodes {
+		inv.Nodes = append(inv.Nodes, n)
+	}
+	sort.Slice(inv.Nodes, func(i, j int) bool { return inv.Nodes[i].Name < inv.Nodes[j].Name })
+
+	nsList, err := client.CoreV1().Namespaces().List(ctx, cached)
+	if err != nil {
+		return inv, fmt.Errorf("listing namespaces: %w", err)
+	}
+	namespaces := map[string]Namespace{}
+	for i := range nsList.Items {
+		ns := ClassifyNamespace(&nsList.Items[i], inv.Tags)
+		namespaces[ns.Name] = ns
+		if ns.Mode != "" {
+			inv.Namespaces = append(inv.Namespaces, ns)
+		}
+	}
+
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, cached)
+	if err != nil {
+		return inv, fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Namespace == opts.IstioNamespace || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if cp, ok := ClassifyPod(p, namespaces[p.Namespace], inv.Tags, nodes); ok {
+			inv.Pods = append(inv.Pods, cp)
+		}
+	}
+	sort.Slice(inv.Pods, func(i, j int) bool {
+		if inv.Pods[i].Namespace != inv.Pods[j].Namespace {
+			return inv.Pods[i].Namespace < inv.Pods[j].Namespace
+		}
+		return inv.Pods[i].Name < inv.Pods[j].Name
+	})
+	return inv, nil
+}
+
+// Revisions lists the istiod revisions with their versions, readiness and
+// (given the tag map) tags, sorted by name.
+func Revisions(ctx context.Context, client kubernetes.Interface, opts Options, tags map[string]string) ([]Revision, error) {
+	opts = opts.withDefaults()
+	deps, err := client.AppsV1().Deployments(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: opts.IstiodSelector})
+	if err != nil {
+		return nil, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
+	}
+	return RevisionsOf(deps.Items, tags), nil
+}
+
+// RevisionsOf is Revisions given the istiod Deployments already observed
+// (from a list or an informer cache).
+func RevisionsOf(deps []appsv1.Deployment, tags map[string]string) []Revision {
+	var out []Revision
+	for _, d := range deps {
+		r := Revision{Name: d.Labels[istio.LabelRev], Version: Unknown}
+		if r.Name == "" {
+			r.Name = istio.DefaultRevision
+		}
+		cs := d.Spec.Template.Spec.Containers
+		for i, c := range cs {
+			if c.Name == "discovery" || i == len(cs)-1 {
+				r.Version = ImageTag(c.Image)
+				break
+			}
+		}
+		r.Ready = d.Status.ReadyReplicas > 0
+		for tag, rev := range tags {
+			if rev == r.Name {
+				r.Tags = append(r.Tags, tag)
+			}
+		}
+		sort.Strings(r.Tags)
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

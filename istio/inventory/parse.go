@@ -1,0 +1,134 @@
+package inventory
+
+import (
+	"encoding/json"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodewise/nodewise/istio"
+)
+
+// Unknown is the version reported when an image is pinned by digest or untagged.
+const Unknown = "unknown"
+
+// ImageTag returns the tag of an image reference ("docker.io/istio/proxyv2:1.27.3"
+// -> "1.27.3"), or Unknown for digests and untagged images.
+func ImageTag(image string) string {
+	if strings.Contains(image, "@") {
+		return Unknown
+	}
+	slash := strings.LastIndex(image, "/")
+	colon := strings.LastIndex(image, ":")
+	if colon <= slash || colon == len(image)-1 {
+		return Unknown
+	}
+	return image[colon+1:]
+}
+
+// sidecarContainer finds the injected proxy, as a regular container or as a
+// native sidecar (an init container that keeps running).
+func sidecarContainer(p *corev1.Pod) (corev1.Container, bool) {
+	for _, c := range p.Spec.Containers {
+		if c.Name == istio.ProxyContainer {
+			return c, true
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == istio.ProxyContainer {
+			return c, true
+		}
+	}
+	return corev1.Container{}, false
+}
+
+// statusRevision reads "revision" from the sidecar status annotation.
+func statusRevision(p *corev1.Pod) string {
+	raw := p.Annotations[istio.AnnotationSidecarStatus]
+	if raw == "" {
+		return ""
+	}
+	var st struct {
+		Revision string `json:"revision"`
+	}
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return ""
+	}
+	return st.Revision
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ClassifyPod says which proxy serves p, given its namespace and the
+// observed tags and nodes. ok is false for pods outside the mesh.
+//
+// A sidecar pod's revision comes from, in order: the injector's status
+// annotation, the pod's istio.io/rev label, the namespace's label (a tag
+// resolved to its revision), then "default". Its version is the istio-proxy
+// image tag. An ambient pod (namespace or pod labelled
+// istio.io/dataplane-mode=ambient, no sidecar) takes its node's ztunnel.
+func ClassifyPod(p *corev1.Pod, ns Namespace, tags map[string]string, nodes map[string]Node) (Pod, bool) {
+	out := Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Ready: podReady(p)}
+	if c, ok := sidecarContainer(p); ok {
+		out.Mode = ModeSidecar
+		out.Version = ImageTag(c.Image)
+		out.Revision = statusRevision(p)
+		if out.Revision == "" {
+			out.Revision = resolve(p.Labels[istio.LabelRev], tags)
+		}
+		if out.Revision == "" {
+			out.Revision = ns.Revision
+		}
+		if out.Revision == "" {
+			out.Revision = istio.DefaultRevision
+		}
+		return out, true
+	}
+	mode := p.Labels[istio.LabelDataplaneMode]
+	if mode == "" && ns.Mode == ModeAmbient {
+		mode = string(ModeAmbient)
+	}
+	if mode != string(ModeAmbient) {
+		return Pod{}, false
+	}
+	out.Mode = ModeAmbient
+	out.Version = Unknown
+	if n, ok := nodes[p.Spec.NodeName]; ok && n.Ztunnel != "" {
+		out.Version = n.Ztunnel
+		out.Revision = n.ZtunnelRevision
+	}
+	if out.Revision == "" {
+		out.Revision = istio.DefaultRevision
+	}
+	return out, true
+}
+
+// ClassifyNamespace reads a namespace's mesh labels.
+func ClassifyNamespace(ns *corev1.Namespace, tags map[string]string) Namespace {
+	out := Namespace{Name: ns.Name, Rev: ns.Labels[istio.LabelRev]}
+	switch {
+	case ns.Labels[istio.LabelDataplaneMode] == string(ModeAmbient):
+		out.Mode = ModeAmbient
+	case out.Rev != "":
+		out.Mode = ModeSidecar
+		out.Revision = resolve(out.Rev, tags)
+	case ns.Labels[istio.LabelInjection] == "enabled":
+		out.Mode = ModeSidecar
+		out.Revision = resolve(istio.DefaultRevision, tags)
+	}
+	return out
+}
+
+func resolve(revOrTag string, tags map[string]string) string {
+	if rev, ok := tags[revOrTag]; ok {
+		return rev
+	}
+	return revOrTag
+}

@@ -1,0 +1,104 @@
+// Package leader runs a controller only while its replica holds a Lease, and
+// serves the process's metrics and health. Both of nodewise's controllers
+// (NodeRollouts, RevisionMigrations) use it, each with a Lease of its own.
+package leader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// ErrLost is returned by Run when this replica loses its Lease.
+var ErrLost = errors.New("lost the leader lease")
+
+// Election names the Lease a controller campaigns for, and its timings.
+// Each controller nodewise runs has its own Lease, so each can run under its
+// own ServiceAccount.
+type Election struct {
+	Client                                    kubernetes.Interface
+	Namespace, Name, Identity                 string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Log                                       *zap.Logger
+	// Leading, when set, is told when this replica starts and stops leading.
+	Leading func(bool)
+}
+
+// Run campaigns for the Lease and runs lead while holding it. It
+// returns ErrLost when the Lease is lost, lead's error if lead fails,
+// and nil when ctx ends.
+func Run(ctx context.Context, le Election, lead func(context.Context) error) error {
+	if le.Log == nil {
+		le.Log = zap.NewNop()
+	}
+	if le.Leading == nil {
+		le.Leading = func(bool) {}
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
+		Client:     le.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	leadErr := make(chan error, 1)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   le.LeaseDuration,
+		RenewDeadline:   le.RenewDeadline,
+		RetryPeriod:     le.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            le.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				le.Leading(true)
+				le.Log.Info("leading", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
+				leadErr <- lead(lctx)
+			},
+			OnStoppedLeading: func() {
+				le.Leading(false)
+				le.Log.Info("stopped leading", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	elector.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	select {
+	case err := <-leadErr:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	default:
+	}
+	return ErrLost
+}
+
+// ServeMetrics serves /metrics from g and /healthz on addr until the returned
+// server is closed.
+func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
+	return srv, nil
+}

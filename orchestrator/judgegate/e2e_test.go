@@ -1,0 +1,401 @@
+package judgegate_test
+
+// End to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
+// controller-manager and scheduler): the orchestrator rolls ztunnel and
+// istio-cni node by node, and its soak step is judged by the real judge
+// through judgegate, reading synthetic node agents over HTTPS with the real
+// AgentClient (TLS + bearer token).
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+const (
+	e2eNodes    = 6
+	e2eBaseline = 3 * time.Second
+	e2eSoak     = 3 * time.Second
+	agentToken  = "e2e-token"
+)
+
+// fleet is one synthetic node agent per simulated node, served by one HTTPS
+// server (path /nodes/<node>/v1/snapshot). Counters grow smoothly with time;
+// a node can regress (one pod's resets ×5 from its ztunnel swap on) or stop
+// answering (from its swap on).
+type fleet struct {
+	srv   *httptest.Server
+	start time.Time
+
+	mu      sync.Mutex
+	swapped map[string]time.Time // node → when its old ztunnel pod was deleted
+	regress map[string]bool
+	mute    map[string]bool
+	served  map[string]int
+}
+
+func newFleet(t *testing.T) *fleet {
+	f := &fleet{start: time.Now().Add(-time.Minute), swapped: map[string]time.Time{}, regress: map[string]bool{}, mute: map[string]bool{}, served: map[string]int{}}
+	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+agentToken {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/")
+	node, ok2 := strings.CutSuffix(rest, "/v1/snapshot")
+	if !ok || !ok2 {
+		http.NotFound(w, r)
+		return
+	}
+	f.mu.Lock()
+	swap, swapped := f.swapped[node]
+	regress, mute := f.regress[node], f.mute[node]
+	f.served[node]++
+	f.mu.Unlock()
+	if mute && swapped {
+		hj, _ := w.(http.Hijacker)
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close() // the agent stopped answering
+		}
+		return
+	}
+	now := time.Now()
+	secs := now.Sub(f.start).Seconds()
+	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
+	for i := range 10 {
+		c := health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: health.SideApp,
+			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
+			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
+			ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1)}
+		c.Connects = uint64(50 * secs)
+		c.Accepts = uint64(50 * secs)
+		c.ResetsReceived = uint64(10 * secs)
+		if regress && swapped && i == 3 {
+			c.ResetsReceived += uint64(40 * now.Sub(swap).Seconds())
+		}
+		c.ResetsSent = uint64(5 * secs)
+		c.Retransmits = uint64(20 * secs)
+		c.ConnectLatency.Buckets[9] = uint64(25 * secs)
+		c.ConnectLatency.Buckets[10] = uint64(25 * secs)
+		c.SRTT.Buckets[8] = uint64(100 * secs)
+		s.Pods = append(s.Pods, c)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+// watchSwaps marks a node swapped when its old ztunnel pod is deleted.
+func (f *fleet) watchSwaps(t *testing.T, c *cluster.Cluster) {
+	inf := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(cluster.IstioNamespace))
+	pods := inf.Core().V1().Pods().Informer()
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Labels["app"] != cluster.ZtunnelName || p.Spec.NodeName == "" {
+			return
+		}
+		f.mu.Lock()
+		if _, done := f.swapped[p.Spec.NodeName]; !done {
+			f.swapped[p.Spec.NodeName] = time.Now()
+		}
+		f.mu.Unlock()
+	}})
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	inf.Start(stop)
+	inf.WaitForCacheSync(stop)
+}
+
+// The gate is wired as cmd/orchestrator wires it: the orchestrator calls
+// Prepare at each node's preflight, sets GateInput.SwapStart at the cordon and
+// the drain facts, and persists the judge's summary in status.nodes[].judgement.
+type e2e struct {
+	c     *cluster.Cluster
+	f     *fleet
+	rolls orchestrator.RolloutClient
+}
+
+func startE2E(t *testing.T) *e2e {
+	if testing.Short() {
+		t.Skip("starts a simulated cluster")
+	}
+	c := cluster.Start(t, cluster.Options{Nodes: e2eNodes, Zones: 2, ReadyDelay: 300 * time.Millisecond})
+	ctx := context.Background()
+	installCRD(t, c)
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
+		t.Fatal(err)
+	}
+	waitDaemonSets(t, c)
+	f := newFleet(t)
+	f.watchSwaps(t, c)
+
+	dir := t.TempDir()
+	ca, tok := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "token")
+	_ = os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw}), 0o600)
+	_ = os.WriteFile(tok, []byte(agentToken), 0o600)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	agents, err := health.NewAgentClient(health.AgentClientConfig{CAFile: ca, TokenFile: tok, Timeout: time.Second, RetryMax: 1,
+		RetryWaitMin: 50 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, Logger: log,
+		URLFor: func(_ context.Context, node string) (string, error) { return f.srv.URL + "/nodes/" + node, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Every: 250 * time.Millisecond, Keep: 30 * time.Minute, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() { _ = rec.Run(runCtx) }()
+	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := judgegate.New(judgegate.Config{Judge: judge, Recorder: rec, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := orchestrator.New(orchestrator.Config{
+		RESTConfig: c.Config, Namespace: "default", Identity: "judge-e2e",
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Resync: 500 * time.Millisecond, Registry: prometheus.NewRegistry(), Logger: log, Gate: g,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = o.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	rolls, err := orchestrator.NewRolloutClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
+		t.Fatal(err)
+	}
+	return &e2e{c: c, f: f, rolls: rolls}
+}
+
+func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "judged"}}
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline = &metav1.Duration{Duration: e2eBaseline}
+	nr.Spec.Soak = &metav1.Duration{Duration: e2eSoak}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &metav1.Duration{Duration: time.Second}}
+	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last *v1alpha1.NodeRollout
+	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := e.rolls.Get(ctx, nr.Name)
+		if err != nil {
+			return false, nil
+		}
+		last = got
+		return got.Status.Phase == v1alpha1.PhaseCompleted || got.Status.Phase == v1alpha1.PhaseHalted, nil
+	})
+	if err != nil {
+		t.Fatalf("rollout did not finish: %v; last status %+v", err, last.Status)
+	}
+	return last
+}
+
+func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
+	e := startE2E(t)
+	nr := e.rollout(t)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != e2eNodes {
+		t.Fatalf("phase %s, counts %+v, halt %q", nr.Status.Phase, nr.Status.Counts, nr.Status.HaltReason)
+	}
+	if len(nr.Status.Nodes) != e2eNodes {
+		t.Fatalf("%d nodes in status, want %d", len(nr.Status.Nodes), e2eNodes)
+	}
+	for _, ns := range nr.Status.Nodes {
+		j := ns.Judgement
+		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != string(health.Pass) || j.PodsCompared != 10 || j.Tests == 0 || len(j.Rows) == 0 {
+			t.Errorf("node %s: verdict %q, judgement in status %+v", ns.Name, ns.Verdict, j)
+		}
+	}
+	out := explain(t, e, nr.Name, nr.Status.Nodes[0].Name)
+	for _, want := range []string{"state Done", "verdict: Pass", "10 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// explain runs `nodewise explain` against the cluster, as a user would.
+func explain(t *testing.T, e *e2e, rollout, node string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(filepath.Dir(file), "..", "..", "cmd", "nodewise")).CombinedOutput(); err != nil {
+		t.Fatalf("building nodewise: %v\n%s", err, out)
+	}
+	var stdout, stderr strings.Builder
+	cmd := exec.Command(bin, "explain", rollout, "--node", node, "--kubeconfig", e.c.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("nodewise explain %s --node %s: %v: %s", rollout, node, err, stderr.String())
+	}
+	t.Logf("nodewise explain %s --node %s:\n%s", rollout, node, stdout.String())
+	return stdout.String()
+}
+
+func TestE2ERegressionHaltsAtThatNode(t *testing.T) {
+	e := startE2E(t)
+	bad := e.c.Nodes[2].Name
+	e.f.mu.Lock()
+	e.f.regress[bad] = true
+	e.f.mu.Unlock()
+	nr := e.rollout(t)
+	assertHaltedAt(t, e, nr, bad, "pod shop/"+bad+"-app-3: resets received")
+	var j *v1alpha1.NodeJudgement
+	for _, ns := range nr.Status.Nodes {
+		if ns.Name == bad {
+			j = ns.Judgement
+		}
+	}
+	if j == nil || j.IntervalOutcome != string(health.Fail) || j.ConsecutiveFailures != 2 || j.Judgements != 2 || j.Regressions == 0 {
+		t.Errorf("judgement in status %+v, want the node failed after 2 consecutive judgements (one interval after the first)", j)
+	}
+	out := explain(t, e, nr.Name, bad)
+	for _, want := range []string{"state Failed", "2 failing in a row", "shop/" + bad + "-app-3", "resets received", "REGRESSED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestE2EAgentThatStopsAnsweringHalts(t *testing.T) {
+	e := startE2E(t)
+	bad := e.c.Nodes[4].Name
+	e.f.mu.Lock()
+	e.f.mute[bad] = true
+	e.f.mu.Unlock()
+	nr := e.rollout(t)
+	assertHaltedAt(t, e, nr, bad, "agent on node "+bad+" did not answer")
+}
+
+// assertHaltedAt: the rollout halted, at node bad, with the reason in its
+// status entry, and no node after it was swapped.
+func assertHaltedAt(t *testing.T, e *e2e, nr *v1alpha1.NodeRollout, bad, reason string) {
+	t.Helper()
+	if nr.Status.Phase != v1alpha1.PhaseHalted {
+		t.Fatalf("phase %s, want Halted; counts %+v", nr.Status.Phase, nr.Status.Counts)
+	}
+	var entry *v1alpha1.NodeStatus
+	for i := range nr.Status.Nodes {
+		if nr.Status.Nodes[i].Name == bad {
+			entry = &nr.Status.Nodes[i]
+		}
+	}
+	if entry == nil || !strings.Contains(entry.Verdict, reason) || !strings.Contains(nr.Status.HaltReason, reason) {
+		t.Fatalf("node %s status %+v, halt reason %q: want %q in both", bad, entry, nr.Status.HaltReason, reason)
+	}
+	t.Logf("halt reason: %s", nr.Status.HaltReason)
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	if len(e.f.swapped) > int(nr.Status.Counts.Done)+1 {
+		t.Errorf("%d nodes swapped, but only %d done before the halt at %s: the rollout went on", len(e.f.swapped), nr.Status.Counts.Done, bad)
+	}
+}
+
+func installCRD(t *testing.T, c *cluster.Cluster) {
+	_, file, _, _ := runtime.Caller(0)
+	path := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")
+	if err := cluster.InstallCRD(context.Background(), c.Config, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitDaemonSets(t *testing.T, c *cluster.Cluster) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
+			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || ds.Status.NumberReady != e2eNodes {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("DaemonSets not ready: %v", err)
+	}
+}
+
+// TestE2EAPIServerRejectsBadGates: the real kube-apiserver, with the generated
+// CRD, rejects the gates that gatespec rejects, naming the field.
+func TestE2EAPIServerRejectsBadGates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a simulated cluster")
+	}
+	c := cluster.Start(t, cluster.Options{Nodes: 1})
+	installCRD(t, c)
+	rolls, err := orchestrator.NewRolloutClient(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	for i, tc := range []struct {
+		gates v1alpha1.GatesSpec
+		want  string
+	}{
+		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "gates.interval must be a positive duration"},
+		{v1alpha1.GatesSpec{MaxSnapshotAge: d(-time.Second)}, "gates.maxSnapshotAge must be a positive duration"},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "minIncrease must not be negative"},
+		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: v1alpha1.MetricResetsSent, MinRatio: "0.5"}}}, "minRatio must be a decimal of at least 1"},
+		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, `Unsupported value: "resets"`},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, `Unsupported value: "p99"`},
+		{v1alpha1.GatesSpec{Significance: "0.9"}, "gates.significance must be a decimal in (0, 0.5]"},
+	} {
+		nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i)}}
+		nr.Spec.Gates = tc.gates
+		_, err := rolls.Create(context.Background(), nr, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("gates %+v: %v, want Invalid with %q", tc.gates, err, tc.want)
+		}
+	}
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "good"}}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: d(time.Minute), Significance: "0.01",
+		Counts:  []v1alpha1.CountGate{{Metric: v1alpha1.MetricRetransmits, MinRatio: "3", MinExcessPerSecond: "0.5"}},
+		Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricConnectLatency, MinRatio: "1.5", MinIncrease: d(time.Millisecond)}}}
+	if _, err := rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
+		t.Errorf("valid gates rejected: %v", err)
+	}
+}

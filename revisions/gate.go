@@ -1,0 +1,77 @@
+package revisions
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// ExternalGates judges a wave with the judge's external gates (for example
+// health.PrometheusGate). Each gate's subject (what the node rollout calls
+// the node, $node in a PromQL query) is a regular expression matching
+// exactly the wave's namespaces, such as ^(shop|cart)$ quoted for PromQL: write
+// queries like
+//
+//	sum(rate(istio_requests_total{destination_workload_namespace=~"$node",response_code=~"5.."}[5m]))
+//
+// Any failure fails the wave with the gate's reasons. A gate that cannot
+// look holds the wave (Inconclusive), and fails it after its
+// MaxConsecutiveErrors errors in a row. The error counts live in memory: a
+// restarted controller starts counting again, which only delays a failure.
+func ExternalGates(gates ...health.ExternalGate) Gate {
+	return &externalGates{gates: gates, errors: map[string]int{}}
+}
+
+type externalGates struct {
+	gates  []health.ExternalGate
+	mu     sync.Mutex
+	errors map[string]int
+}
+
+// WaveSubject is the $node value a wave's gates see: an anchored regular
+// expression matching exactly its namespaces.
+func WaveSubject(namespaces []string) string {
+	quoted := make([]string, len(namespaces))
+	for i, ns := range namespaces {
+		quoted[i] = regexp.QuoteMeta(ns)
+	}
+	return "^(" + strings.Join(quoted, "|") + ")$"
+}
+
+func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict, error) {
+	subject := WaveSubject(in.Namespaces)
+	var fails, holds []string
+	for _, gate := range g.gates {
+		key := in.Migration + "/" + in.Wave + "/" + gate.Name()
+		found, err := gate.Check(ctx, subject)
+		g.mu.Lock()
+		if err != nil {
+			g.errors[key]++
+			n := g.errors[key]
+			g.mu.Unlock()
+			msg := fmt.Sprintf("%s: %v (%d of %d errors in a row)", gate.Name(), err, n, gate.MaxConsecutiveErrors())
+			if n >= gate.MaxConsecutiveErrors() {
+				fails = append(fails, msg)
+			} else {
+				holds = append(holds, msg)
+			}
+			continue
+		}
+		g.errors[key] = 0
+		g.mu.Unlock()
+		for _, f := range found {
+			fails = append(fails, gate.Name()+": "+f)
+		}
+	}
+	switch {
+	case len(fails) > 0:
+		return health.Verdict{Outcome: health.Fail, Reasons: fails}, nil
+	case len(holds) > 0:
+		return health.Verdict{Outcome: health.Inconclusive, Reasons: holds}, nil
+	}
+	return health.Verdict{Outcome: health.Pass}, nil
+}

@@ -1,0 +1,61 @@
+package revisions
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// A real health.PrometheusGate against a stand-in Prometheus API: the wave's
+// namespaces reach the query, a bad success rate fails the wave, and an
+// unreachable server holds it until MaxConsecutiveErrors, then fails it.
+func TestExternalGatesPrometheus(t *testing.T) {
+	var queries []string
+	rate := "0.999"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rate == "down" {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		queries = append(queries, r.FormValue("query"))
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"destination_workload_namespace":"shop"},"value":[1700000000,"%s"]}]}}`, rate)
+	}))
+	defer srv.Close()
+	pg, err := health.NewPrometheusGate(health.PrometheusGateConfig{
+		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1,
+		Queries: []health.PromQuery{{Name: "success-rate", Query: `caller_success{namespace=~"$node"}`, Threshold: 0.995}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ExternalGates(pg)
+	in := WaveInput{Migration: "m", Wave: "canary", Namespaces: []string{"shop", "cart.v2"}}
+	v, err := g.Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Pass {
+		t.Fatalf("healthy wave: %+v %v", v, err)
+	}
+	if len(queries) != 1 || !strings.Contains(queries[0], `namespace=~"^(shop|cart\.v2)$"`) {
+		t.Fatalf("query sent: %q", queries)
+	}
+	re := regexp.MustCompile(WaveSubject(in.Namespaces))
+	if !re.MatchString("cart.v2") || re.MatchString("cartXv2") || re.MatchString("shop2") {
+		t.Fatal("wave subject matches the wrong namespaces")
+	}
+	rate = "0.97"
+	if v, _ := g.Judge(context.Background(), in); v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "success-rate") {
+		t.Fatalf("failing wave: %+v", v)
+	}
+	rate = "down"
+	if v, _ := g.Judge(context.Background(), in); v.Outcome != health.Inconclusive {
+		t.Fatalf("first error should hold the wave: %+v", v)
+	}
+	if v, _ := g.Judge(context.Background(), in); v.Outcome != health.Fail {
+		t.Fatalf("second error in a row should fail the wave: %+v", v)
+	}
+}

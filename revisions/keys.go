@@ -1,0 +1,11 @@
+package revisions
+
+// Keys nodewise writes or reads while migrating.
+const (
+	// AnnotationRestartedAt is the pod-template annotation `kubectl rollout
+	// restart` sets; nodewise stamps the value recorded in the namespace's status.
+	AnnotationRestartedAt = "kubectl.kubernetes.io/restartedAt"
+	// LeaseName is the RevisionMigration controller's Lease, in the
+	// orchestrator's namespace beside the NodeRollout controller's.
+	LeaseName = "nodewise-revisions"
+)

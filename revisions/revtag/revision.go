@@ -1,0 +1,130 @@
+package revtag
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
+)
+
+// ErrRevisionInUse: proxies, tags or namespaces still use the revision.
+var ErrRevisionInUse = errors.New("revision still in use")
+
+// RemovalBlockers lists what still uses a revision, worst first: running
+// proxies (the point of no return), tags pointing at it, namespaces labelled
+// with it. Empty means the revision can go. It is pure.
+func RemovalBlockers(inv inventory.Inventory, rev string) []string {
+	var out []string
+	byNS := map[string]int{}
+	for _, p := range inv.Pods {
+		if p.Revision == rev {
+			byNS[p.Namespace]++
+		}
+	}
+	var nss []string
+	for ns := range byNS {
+		nss = append(nss, ns)
+	}
+	sort.Strings(nss)
+	for _, ns := range nss {
+		out = append(out, fmt.Sprintf("%d proxies in namespace %s", byNS[ns], ns))
+	}
+	var tags []string
+	for tag, r := range inv.Tags {
+		if r == rev {
+			tags = append(tags, tag)
+		}
+	}
+	sort.Strings(tags)
+	for _, t := range tags {
+		out = append(out, "tag "+t)
+	}
+	for _, ns := range inv.Namespaces {
+		if ns.Rev == rev {
+			out = append(out, "namespace "+ns.Name+" is labelled "+istio.LabelRev+"="+rev)
+		}
+	}
+	return out
+}
+
+// RemoveRevision deletes a revision's injector webhook and its istio.io/rev
+// labelled Deployments, Services and ConfigMaps in the Istio namespace. It
+// refuses, changing nothing, while RemovalBlockers lists anything. With
+// dryRun it only returns the objects it would delete.
+func RemoveRevision(ctx context.Context, client kubernetes.Interface, rev string, opts inventory.Options, dryRun bool) ([]string, error) {
+	if _, err := RevisionWebhook(ctx, client, rev); err != nil {
+		return nil, err
+	}
+	inv, err := inventory.Observe(ctx, client, opts)
+	if err != nil {
+		return nil, err
+	}
+	if b := RemovalBlockers(inv, rev); len(b) > 0 {
+		return nil, fmt.Errorf("%w: refusing to remove %s while %s", ErrRevisionInUse, rev, strings.Join(b, "; "))
+	}
+	ns := opts.IstioNamespace
+	if ns == "" {
+		ns = istio.DefaultNamespace
+	}
+	sel := metav1.ListOptions{LabelSelector: istio.LabelRev + "=" + rev + ",!" + istio.LabelTag}
+	var deleted []string
+	del := func(kind, name string, f func() error) error {
+		deleted = append(deleted, kind+"/"+name)
+		if dryRun {
+			return nil
+		}
+		if err := f(); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s/%s: %w", kind, name, err)
+		}
+		return nil
+	}
+	whs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
+	if err != nil {
+		return nil, fmt.Errorf("listing webhooks of %s: %w", rev, err)
+	}
+	for _, w := range whs.Items {
+		if err := del("mutatingwebhookconfiguration", w.Name, func() error {
+			return client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, w.Name, metav1.DeleteOptions{})
+		}); err != nil {
+			return deleted, err
+		}
+	}
+	deps, err := client.AppsV1().Deployments(ns).List(ctx, sel)
+	if err != nil {
+		return deleted, fmt.Errorf("listing deployments of %s: %w", rev, err)
+	}
+	for _, d := range deps.Items {
+		if err := del("deployment", d.Name, func() error {
+			return client.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{})
+		}); err != nil {
+			return deleted, err
+		}
+	}
+	svcs, err := client.CoreV1().Services(ns).List(ctx, sel)
+	if err != nil {
+		return deleted, fmt.Errorf("listing services of %s: %w", rev, err)
+	}
+	for _, s := range svcs.Items {
+		if err := del("service", s.Name, func() error { return client.CoreV1().Services(ns).Delete(ctx, s.Name, metav1.DeleteOptions{}) }); err != nil {
+			return deleted, err
+		}
+	}
+	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, sel)
+	if err != nil {
+		return deleted, fmt.Errorf("listing configmaps of %s: %w", rev, err)
+	}
+	for _, c := range cms.Items {
+		if err := del("configmap", c.Name, func() error { return client.CoreV1().ConfigMaps(ns).Delete(ctx, c.Name, metav1.DeleteOptions{}) }); err != nil {
+			return deleted, err
+		}
+	}
+	return deleted, nil
+}

@@ -1,0 +1,153 @@
+package revisions
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/revisions/revtag"
+)
+
+// start checks the request against the cluster, points the tag at To and
+// fixes the waves. Nothing is retagged or restarted here.
+func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec) error {
+	if err := Validate(spec); err != nil {
+		return c.refuse(ctx, rm, err.Error())
+	}
+	inv, err := inventory.Observe(ctx, c.cfg.Kube, c.cfg.Inventory)
+	if err != nil {
+		return err
+	}
+	known := func() string {
+		var names []string
+		for _, r := range inv.Revisions {
+			names = append(names, r.Name)
+		}
+		return strings.Join(names, ", ")
+	}
+	fromV, ok := inv.RevisionVersion(spec.From)
+	if !ok {
+		return c.refuse(ctx, rm, fmt.Sprintf("unknown revision %q in from (installed: %s)", spec.From, known()))
+	}
+	toV, ok := inv.RevisionVersion(spec.To)
+	if !ok {
+		return c.refuse(ctx, rm, fmt.Sprintf("unknown revision %q in to (installed: %s)", spec.To, known()))
+	}
+	if _, err := skew.ParseVersion(fromV); err != nil {
+		return c.refuse(ctx, rm, fmt.Sprintf("revision %s: unreadable istiod version: %v", spec.From, err))
+	}
+	target, err := skew.ParseVersion(toV)
+	if err != nil {
+		return c.refuse(ctx, rm, fmt.Sprintf("revision %s: unreadable istiod version: %v", spec.To, err))
+	}
+	if _, err := revtag.RevisionWebhook(ctx, c.cfg.Kube, spec.To); err != nil {
+		return c.refuse(ctx, rm, err.Error())
+	}
+	for _, r := range inv.Revisions {
+		if r.Name == spec.To && !r.Ready {
+			// Not a refusal: the install may still be rolling out. Nothing moves until it is Ready.
+			reason := fmt.Sprintf("waiting for istiod of revision %s to have a Ready replica", spec.To)
+			if rm.Status.Phase == v1alpha1.MigrationPending && rm.Status.Reason == reason {
+				return nil
+			}
+			return c.setPhase(ctx, rm, v1alpha1.MigrationPending, reason)
+		}
+	}
+
+	nsList, err := c.cfg.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelRev})
+	if err != nil {
+		return fmt.Errorf("listing namespaces: %w", err)
+	}
+	var cands []Candidate
+	inScope := map[string]string{}
+	istioNS := c.cfg.Inventory.IstioNamespace
+	if istioNS == "" {
+		istioNS = istio.DefaultNamespace
+	}
+	for _, ns := range nsList.Items {
+		rev := ns.Labels[istio.LabelRev]
+		// The control plane's own namespace is never restarted: its DaemonSets
+		// are the ambient data plane, which NodeRollout moves node by node.
+		// Ambient namespaces have no sidecars to move (their istio.io/rev
+		// selects waypoints): NodeRollout moves their data plane.
+		if rev == spec.Tag || inv.Resolve(rev) != spec.From || ns.Name == istioNS || ns.Labels[istio.LabelDataplaneMode] == string(inventory.ModeAmbient) {
+			continue
+		}
+		cands = append(cands, Candidate{Name: ns.Name, Labels: ns.Labels})
+		inScope[ns.Name] = rev
+	}
+	if len(cands) == 0 {
+		return c.refuse(ctx, rm, fmt.Sprintf("no namespace uses revision %s (directly or through a tag other than %s)", spec.From, spec.Tag))
+	}
+	// A namespace belongs to one live migration at a time. Read fresh: a
+	// migration started earlier in this pass has just written its namespaces.
+	others, err := c.cfg.Migrations.List(ctx)
+	if err != nil {
+		return err
+	}
+	if owner, ns := claimedBy(others, rm.Name, inScope); owner != "" {
+		return c.refuse(ctx, rm, fmt.Sprintf("namespace %s belongs to RevisionMigration %s, which is still live; wait for it to finish or abort it", ns, owner))
+	}
+	var proxies []skew.Observation
+	for _, p := range inv.Pods {
+		if _, ok := inScope[p.Namespace]; !ok || p.Mode != inventory.ModeSidecar {
+			continue
+		}
+		if v, err := skew.ParseVersion(p.Version); err == nil {
+			proxies = append(proxies, skew.Observation{Component: skew.Sidecar, Subject: p.Namespace + "/" + p.Name, Revision: p.Revision, Version: v})
+		}
+	}
+	if err := skew.CheckControlPlaneMove(c.cfg.Policy, proxies, target); err != nil {
+		return c.refuse(ctx, rm, "refusing "+spec.From+" -> "+spec.To+": "+err.Error())
+	}
+
+	if cur, err := revtag.Get(ctx, c.cfg.Kube, spec.Tag); err == nil && cur != spec.To {
+		for _, ns := range nsList.Items {
+			if ns.Labels[istio.LabelRev] == spec.Tag {
+				return c.refuse(ctx, rm, fmt.Sprintf("tag %s points at %s and namespace %s uses it: moving it would move that namespace unrestarted; pick another tag", spec.Tag, cur, ns.Name))
+			}
+		}
+	}
+	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.Tag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true}); err != nil {
+		return fmt.Errorf("pointing tag %s at %s: %w", spec.Tag, spec.To, err)
+	}
+
+	waves := Resolve(spec.Waves, spec.TierLabel, cands)
+	st := &rm.Status
+	st.Waves = waves
+	st.Namespaces = nil
+	for i, w := range waves {
+		for _, ns := range w.Namespaces {
+			st.Namespaces = append(st.Namespaces, v1alpha1.NamespaceStatus{Name: ns, Wave: int32(i), OriginalRev: inScope[ns], Phase: v1alpha1.NamespacePending})
+		}
+	}
+	now := metav1.NewTime(c.cfg.Now())
+	st.StartedAt, st.WaveStartedAt, st.CurrentWave = &now, &now, 0
+	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("%d namespaces in %d waves, %s (%s) -> %s (%s) via tag %s", len(st.Namespaces), len(waves), spec.From, fromV, spec.To, toV, spec.Tag))
+}
+
+// claimedBy returns the first live migration (other than self) holding one of
+// the namespaces, and that namespace. It is pure.
+func claimedBy(all []v1alpha1.RevisionMigration, self string, namespaces map[string]string) (string, string) {
+	for _, o := range all {
+		if o.Name == self {
+			continue
+		}
+		switch o.Status.Phase {
+		case v1alpha1.MigrationSucceeded, v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
+			continue
+		}
+		for _, ns := range o.Status.Namespaces {
+			if _, ok := namespaces[ns.Name]; ok && ns.Phase != v1alpha1.NamespaceRolledBack {
+				return o.Name, ns.Name
+			}
+		}
+	}
+	return "", ""
+}
