@@ -281,7 +281,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	e.mu.Lock()
 	e.verdicts[nr.Name+"/"+node] = summary
 	e.mu.Unlock()
-	e.carryNext(nr.Name, node, func(c *carried) { c.judgement = judgementOf(v.Summary) })
+	e.carryNext(nr.Name, node, func(c *carried) { c.judgement = v.Summary })
 	if v.Outcome != health.Pass {
 		return halt(HaltGateFailed, "gate %s", summary)
 	}
