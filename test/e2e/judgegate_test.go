@@ -1,6 +1,6 @@
-package judgegate_test
+package e2e
 
-// End to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
+// The judge gate end to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
 // controller-manager and scheduler): the orchestrator rolls ztunnel and
 // istio-cni node by node, and its soak step is judged by the real judge
 // through judgegate, reading synthetic node agents over HTTPS with the real
