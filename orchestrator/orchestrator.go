@@ -30,7 +30,7 @@ type Orchestrator struct {
 	log      *zap.Logger
 	metrics  *Metrics
 	kube     kubernetes.Interface
-	rollouts RolloutClient
+	rollouts v1alpha1.NodeRolloutInterface
 }
 
 // New validates cfg, fills defaults and builds the clients (every request counted).
@@ -50,11 +50,11 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	ro, err := NewRolloutClient(rc)
+	nw, err := v1alpha1.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, kube: kube, rollouts: ro}, nil
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, kube: kube, rollouts: nw.NodeRollouts()}, nil
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles

@@ -166,7 +166,7 @@ func resumed(nr *v1alpha1.NodeRollout) bool {
 
 func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationAckedResumeToken, nr.Annotations[AnnotationResumeToken])
-	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch)); err != nil {
+	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("acknowledging resume: %w", err)
 	}
 	return nil

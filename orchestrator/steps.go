@@ -304,9 +304,9 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	}
 	summary := verdictOf(v)
 	if v.Outcome != health.Pass {
-		return &summary, judgementOf(v.Summary), halt(HaltGateFailed, "gate %s", summary)
+		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
 	}
-	return &summary, judgementOf(v.Summary), nil
+	return &summary, v.Summary, nil
 }
 
 // drainFacts says whether ztunnel was swapped on the node in place (from the

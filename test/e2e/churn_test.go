@@ -43,7 +43,7 @@ func TestPDBBlockedDrainUnderLeaderChurn(t *testing.T) {
 	}
 
 	state := func() (v1alpha1.NodeState, string) {
-		nr, err := e.rollouts.Get(context.Background(), "churn")
+		nr, err := e.rollouts.Get(context.Background(), "churn", metav1.GetOptions{})
 		if err != nil {
 			return "", ""
 		}
