@@ -65,7 +65,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 			rec = w.Annotations
 		}
 		var fromRecord bool
-		nv.State, fromRecord = nodeState(e.claimedBy(nr.Name, n.Name), parseRecord(rec), nr.UID, statusState[n.Name])
+		nv.State, fromRecord = nodeState(e.claimedBy(nr.Name, n.Name), parseStep(rec), nr.UID, statusState[n.Name])
 		nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 		s.Nodes = append(s.Nodes, nv)
 	}
