@@ -54,7 +54,7 @@ func TestHandoffToTheNewestZtunnel(t *testing.T) {
 	}
 	newPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "shop"},
-		Spec: corev1.PodSpec{NodeName: surgeNode, Containers: []corev1.Container{{Name: "app", Image: "docker.io/nodewise/sample-late:1.0"}}},
+		Spec:       corev1.PodSpec{NodeName: surgeNode, Containers: []corev1.Container{{Name: "app", Image: "docker.io/nodewise/sample-late:1.0"}}},
 	}
 	created, err := e.c.Client.CoreV1().Pods("shop").Create(ctx, newPod, metav1.CreateOptions{})
 	if err != nil {
