@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -549,5 +552,64 @@ func (w *ztunnelWatch) requireReadyBefore(t *testing.T, ready string, gone types
 	}
 	if r.IsZero() || d.IsZero() || !r.Before(d) {
 		t.Errorf("%s Ready at %s, pod %s deleted at %s; want Ready first", ready, r.Format("15:04:05.000"), gone, d.Format("15:04:05.000"))
+	}
+}
+
+// TestSurgePolicyFencesOrchestratorPodWrites: with deploy/ applied, the
+// orchestrator's ServiceAccount may create in istio-system only a bridge that
+// copies the ztunnel DaemonSet's template, and patch it only to hand it over.
+func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
+	e := newEnv(t, 1, 1)
+	applyDeploy(t, e.c)
+	ctx := context.Background()
+	cfg := rest.CopyConfig(e.c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := as.CoreV1().Pods(ns)
+	evil := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	evil.Name += "-evil"
+	evil.Spec.Containers[0].Image = "docker.io/attacker/rootkit:1"
+	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	plain.Name += "-plain"
+	delete(plain.Labels, orchestrator.LabelSurgeBridge)
+	var denied error
+	// The policy reaches the admission chain within a few seconds.
+	e.waitFor(func(ctx context.Context) bool {
+		_, denied = pods.Create(ctx, evil, metav1.CreateOptions{})
+		return denied != nil && strings.Contains(denied.Error(), "copy of the ztunnel DaemonSet")
+	}, "the policy to refuse a bridge with another image")
+	if _, err := pods.Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
+		t.Errorf("creating a pod that is not a bridge: %v; want refused by the policy", err)
+	}
+	bridge := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	created, err := pods.Create(ctx, bridge, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the real bridge as the orchestrator: %v", err)
+	}
+	img := []byte(`{"spec":{"containers":[{"name":"istio-proxy","image":"docker.io/attacker/rootkit:1"}]}}`)
+	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, img, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only hand a bridge over") {
+		t.Errorf("patching the bridge's image as the orchestrator: %v; want refused", err)
+	}
+	relabel := []byte(`{"metadata":{"labels":{"app":"other"}}}`)
+	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, relabel, metav1.PatchOptions{}); err == nil {
+		t.Errorf("relabelling the bridge as the orchestrator was allowed; want refused")
+	}
+	var res orchestrator.SurgeResult
+	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, orchestrator.SurgeStep{Kind: orchestrator.SurgeRetire, Pod: created, HandOver: true}, &res); err != nil {
+		t.Fatalf("handing the bridge over as the orchestrator: %v", err)
+	}
+	got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Labels[orchestrator.LabelSurgeBridge]; ok || (metav1.GetControllerOf(got) != nil && metav1.GetControllerOf(got).Kind == "ControllerRevision") {
+		t.Errorf("after the hand-over: labels %v, controller %v", got.Labels, metav1.GetControllerOf(got))
 	}
 }
