@@ -70,4 +70,3 @@ func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface,
 	}
 	return orchestrator.RenderForecast(w, fs, deadline, p.LongLivedAfter, swap)
 }
-
