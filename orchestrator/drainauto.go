@@ -189,6 +189,9 @@ func movablePods(pods []*corev1.Pod) []*corev1.Pod {
 		if isTargetPod(p) { // owned by a DaemonSet
 			continue
 		}
+		if _, bridge := p.Labels[LabelSurgeBridge]; bridge { // a surge bridge is a DaemonSet pod to be
+			continue
+		}
 		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 			continue
 		}

@@ -34,6 +34,12 @@ type Surger struct {
 	Poll time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Observe, when set, reads the step's input (e.g. from informer caches)
+	// instead of ObserveSurge's API reads.
+	Observe func(ctx context.Context) (SurgeInput, error)
+	// Changes, when set, returns a channel closed at the next change of what
+	// Observe reads; Swap then waits on it (at most Poll) instead of polling.
+	Changes func() <-chan struct{}
 }
 
 // SurgeResult is what one Swap (or Abandon) did on the node.
@@ -71,36 +77,52 @@ var errUnsettled = errors.New("the DaemonSet controller has not observed the cur
 // the DaemonSet, its newest ControllerRevision (by owner UID) and the pods
 // bound to the node in its namespace.
 func ObserveSurge(ctx context.Context, kube kubernetes.Interface, ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
-	in := SurgeInput{Node: node}
 	ds, err := kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
-		return in, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	if ds.Status.ObservedGeneration < ds.Generation {
-		return in, fmt.Errorf("DaemonSet %s/%s: %w", ref.Namespace, ref.Name, errUnsettled)
+		return SurgeInput{Node: node}, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	revs, err := kube.AppsV1().ControllerRevisions(ref.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return in, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+		return SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+	}
+	pods, err := kube.CoreV1().Pods(ref.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("listing pods on node %s in %s: %w", node, ref.Namespace, err)
+	}
+	rs := make([]*appsv1.ControllerRevision, len(revs.Items))
+	for i := range revs.Items {
+		rs[i] = &revs.Items[i]
+	}
+	ps := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		ps[i] = &pods.Items[i]
+	}
+	return surgeInput(ds, rs, ps, node)
+}
+
+// surgeInput assembles a SurgeInput from what was read (from the API or from
+// informer caches): it needs the DaemonSet settled (the controller has
+// observed its template, so the newest ControllerRevision is its template's).
+func surgeInput(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []*corev1.Pod, node string) (SurgeInput, error) {
+	in := SurgeInput{Node: node}
+	if ds.Status.ObservedGeneration < ds.Generation {
+		return in, fmt.Errorf("DaemonSet %s/%s: %w", ds.Namespace, ds.Name, errUnsettled)
 	}
 	var newest *appsv1.ControllerRevision
-	for i := range revs.Items {
-		r := &revs.Items[i]
+	for _, r := range revs {
 		if metav1.IsControlledBy(r, ds) && (newest == nil || r.Revision > newest.Revision) {
 			newest = r
 		}
 	}
 	if newest == nil {
-		return in, fmt.Errorf("DaemonSet %s/%s has no ControllerRevision yet", ref.Namespace, ref.Name)
-	}
-	pods, err := kube.CoreV1().Pods(ref.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
-	if err != nil {
-		return in, fmt.Errorf("listing pods on node %s in %s: %w", node, ref.Namespace, err)
+		return in, fmt.Errorf("DaemonSet %s/%s has no ControllerRevision yet", ds.Namespace, ds.Name)
 	}
 	in.DaemonSet, in.Revision = ds, newest
-	for i := range pods.Items {
-		in.Pods = append(in.Pods, &pods.Items[i])
+	for _, p := range pods {
+		if p.Spec.NodeName == node {
+			in.Pods = append(in.Pods, p)
+		}
 	}
 	return in, nil
 }
@@ -193,7 +215,11 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 	s = s.defaults()
 	var res SurgeResult
 	for {
-		in, err := ObserveSurge(ctx, s.Kube, ref, node)
+		var changed <-chan struct{}
+		if s.Changes != nil {
+			changed = s.Changes()
+		}
+		in, err := s.observe(ctx, ref, node)
 		var step SurgeStep
 		switch {
 		case errors.Is(err, errUnsettled):
@@ -208,33 +234,42 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 		case SurgeDone:
 			res.Pod = step.Pod.Name
 			return res, nil
-		case SurgeRetire:
+		case SurgeRetire, SurgeCreateBridge:
+			// Acted: look again once the change shows (a Ready bridge is
+			// retired past the deadline too: it is the newest ztunnel).
 			if err := s.Apply(ctx, step, &res); err != nil {
 				return res, err
 			}
-			continue
-		case SurgeCreateBridge:
-			if err := s.Apply(ctx, step, &res); err != nil {
-				return res, err
+		default:
+			if !s.Now().Before(deadline) {
+				gone, err := s.abandon(ctx, in, &res)
+				if err != nil {
+					return res, err
+				}
+				why := step.Reason
+				if len(gone) > 0 {
+					why += "; deleted the never-Ready bridge " + strings.Join(gone, ", ") + ", the older pod keeps serving"
+				}
+				return res, fmt.Errorf("%s/%s on %s: %w: %s", ref.Namespace, ref.Name, node, ErrSurgeTimeout, why)
 			}
 		}
-		if step.Kind != SurgeCreateBridge && !s.Now().Before(deadline) {
-			gone, err := s.abandon(ctx, in, &res)
-			if err != nil {
-				return res, err
-			}
-			why := step.Reason
-			if len(gone) > 0 {
-				why += "; deleted the never-Ready bridge " + strings.Join(gone, ", ") + ", the older pod keeps serving"
-			}
-			return res, fmt.Errorf("%s/%s on %s: %w: %s", ref.Namespace, ref.Name, node, ErrSurgeTimeout, why)
-		}
+		wake := time.NewTimer(s.Poll)
 		select {
 		case <-ctx.Done():
+			wake.Stop()
 			return res, ctx.Err()
-		case <-time.After(s.Poll):
+		case <-changed:
+		case <-wake.C:
 		}
+		wake.Stop()
 	}
+}
+
+func (s Surger) observe(ctx context.Context, ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
+	if s.Observe != nil {
+		return s.Observe(ctx)
+	}
+	return ObserveSurge(ctx, s.Kube, ref, node)
 }
 
 // Abandon removes what an abandoned surge swap must not leave behind (the
@@ -243,7 +278,7 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 func (s Surger) Abandon(ctx context.Context, ref v1alpha1.TargetRef, node string) (SurgeResult, error) {
 	s = s.defaults()
 	var res SurgeResult
-	in, err := ObserveSurge(ctx, s.Kube, ref, node)
+	in, err := s.observe(ctx, ref, node)
 	if err != nil {
 		return res, err
 	}
