@@ -74,18 +74,31 @@ func TestNodeNotReadyDuringSoakFails(t *testing.T) {
 		t.Fatalf("the node was Ready again only %s before the soak's end (soak %s): too late to show anything", left, soak)
 	}
 
-	nr := e.waitPhase("flap", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
+	// The canary's judgement, as soon as it is recorded.
 	var got v1alpha1.NodeStatus
-	for _, n := range nr.Status.Nodes {
-		if n.Name == canary {
-			got = n
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		nr, err := e.rollouts.Get(ctx, "flap", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
 		}
+		for _, n := range nr.Status.Nodes {
+			if n.Name == canary {
+				got = n
+			}
+		}
+		return got.State == v1alpha1.NodeDone || got.State == v1alpha1.NodeFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("canary %s never judged: %s", canary, got.State)
 	}
-	if nr.Status.Phase != v1alpha1.PhaseHalted || got.State != v1alpha1.NodeFailed {
-		t.Fatalf("phase %s, canary %s (verdict %q): want Halted with the canary Failed", nr.Status.Phase, got.State, got.Verdict)
+	if got.State != v1alpha1.NodeFailed {
+		t.Fatalf("canary %s (verdict %q): want Failed", got.State, got.Verdict)
 	}
 	if !strings.Contains(got.Verdict, "Ready condition changed during the soak") || strings.Contains(got.Verdict, "through the soak") {
 		t.Errorf("verdict %q, want the Ready transition named and no claim of Ready through the soak", got.Verdict)
+	}
+	if nr := e.waitPhase("flap", time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted); nr.Status.Phase != v1alpha1.PhaseHalted {
+		t.Errorf("phase %s, want Halted on the canary", nr.Status.Phase)
 	}
 	if uns := e.unschedulable(); len(uns) != 0 {
 		t.Errorf("cordons left behind: %v", uns)
