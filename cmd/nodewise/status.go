@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,14 +41,8 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
 			w := statusWriter{out: cmd.OutOrStdout(), tty: isTerminalWriter(cmd.OutOrStdout()) && out.human(), human: out.human(), printer: printer}
-			return followStatus(ctx, g, rc, args[0], watch, timeout, w)
+			return followStatus(cmd.Context(), g, rc, args[0], watch, timeout, w)
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted or Aborted")
@@ -104,19 +97,17 @@ func progressKey(nr *v1alpha1.NodeRollout) string {
 }
 
 func followStatus(ctx context.Context, g *globalFlags, rc orchestrator.RolloutClient, name string, watch bool, timeout time.Duration, w statusWriter) error {
-	var last *v1alpha1.NodeRollout
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
 	for {
 		nr, err := rc.Get(ctx, name)
 		if err != nil {
-			if ctx.Err() != nil && last != nil {
-				return timedOut(last, timeout)
-			}
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("timed out after %s reading NodeRollout %s", timeout, name)
-			}
 			return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
 		}
-		last = nr
 		if err := w.show(nr); err != nil {
 			return err
 		}
@@ -129,10 +120,9 @@ func followStatus(ctx context.Context, g *globalFlags, rc orchestrator.RolloutCl
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return timedOut(nr, timeout)
-			}
 			return nil // interrupted
+		case <-deadline:
+			return timedOut(nr, timeout)
 		case <-time.After(time.Second):
 		}
 	}
