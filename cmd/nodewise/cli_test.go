@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 const goodRollout = `apiVersion: nodewise.io/v1alpha1
@@ -139,6 +141,52 @@ func TestKubectlPluginName(t *testing.T) {
 	for _, f := range []string{"--context", "--namespace", "--as", "--request-timeout"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("nodewise --help lacks kubectl's %s", f)
+		}
+	}
+}
+
+// The krew manifest names the binary `make build` links and kubectl looks
+// for, and every platform's archive has a sha256 placeholder hack/krew.sh fills.
+func TestKrewManifest(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "krew", "nodewise.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Version          string `json:"version"`
+			Homepage         string `json:"homepage"`
+			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Platforms        []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+				Bin    string `json:"bin"`
+				Files  []struct {
+					From string `json:"from"`
+					To   string `json:"to"`
+				} `json:"files"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "nodewise" || m.Spec.Version != "VERSION" || len(m.Spec.Platforms) == 0 {
+		t.Fatalf("krew manifest: %+v", m)
+	}
+	for _, p := range m.Spec.Platforms {
+		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
+		if p.Bin != "kubectl-nodewise" || p.SHA256 != "SHA256_"+platform || !strings.HasSuffix(p.URI, "/VERSION/kubectl-nodewise_"+platform+".tar.gz") {
+			t.Errorf("platform %s: %+v", platform, p)
 		}
 	}
 }
