@@ -8,9 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -48,20 +46,21 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 			if err := checkRollout(ctx, g, rf, false); err != nil {
 				return err
 			}
-			dyn, err := g.dynamic()
+			_, rc, err := rolloutClients(g)
 			if err != nil {
 				return err
 			}
-			before, err := dyn.Resource(nodeRolloutsGVR).Get(ctx, rf.rollout.Name, metav1.GetOptions{})
+			before, err := rc.Get(ctx, rf.rollout.Name, metav1.GetOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("reading NodeRollout %s: %w", rf.rollout.Name, g.clarify(ctx, err))
 			}
-			applied, err := applyRollout(ctx, dyn, rf, force, false)
+			existed := err == nil
+			applied, err := applyRollout(ctx, rc, rf, force, false)
 			if err != nil {
 				return g.clarify(ctx, err)
 			}
 			verb := "created"
-			if before != nil && before.GetResourceVersion() != "" {
+			if existed {
 				verb = "configured"
 				if before.GetResourceVersion() == applied.GetResourceVersion() {
 					verb = "unchanged"
@@ -87,11 +86,11 @@ func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, offline b
 	if offline {
 		return nil
 	}
-	dyn, err := g.dynamic()
+	_, rc, err := rolloutClients(g)
 	if err != nil {
 		return err
 	}
-	if _, err := applyRollout(ctx, dyn, rf, false, true); err != nil {
+	if _, err := applyRollout(ctx, rc, rf, false, true); err != nil {
 		switch {
 		case apierrors.IsForbidden(err):
 			// plan is read-only; a user who may not write rollouts still gets a plan.
@@ -111,7 +110,7 @@ func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, offline b
 
 // applyRollout server-side applies the document as written (not the typed
 // object, whose omitempty would hide an explicit `paused: false`).
-func applyRollout(ctx context.Context, dyn dynamic.Interface, rf rolloutFile, force, dryRun bool) (*unstructured.Unstructured, error) {
+func applyRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, rf rolloutFile, force, dryRun bool) (*v1alpha1.NodeRollout, error) {
 	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: &force}
 	what := "applying"
 	if dryRun {
@@ -119,12 +118,12 @@ func applyRollout(ctx context.Context, dyn dynamic.Interface, rf rolloutFile, fo
 		opts.DryRun, opts.Force = []string{metav1.DryRunAll}, ptr.To(true)
 		what = "validating (server dry-run)"
 	}
-	u, err := dyn.Resource(nodeRolloutsGVR).Patch(ctx, rf.rollout.Name, types.ApplyPatchType, rf.doc, opts)
+	applied, err := rc.Patch(ctx, rf.rollout.Name, types.ApplyPatchType, rf.doc, opts)
 	if err != nil {
 		if apierrors.IsConflict(err) && !force {
 			return nil, fmt.Errorf("%s NodeRollout %s: %s (re-run with --force-conflicts to take them over)", what, rf.rollout.Name, firstLine(err.Error()))
 		}
 		return nil, fmt.Errorf("%s NodeRollout %s: %w", what, rf.rollout.Name, err)
 	}
-	return u, nil
+	return applied, nil
 }

@@ -9,14 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/kubeconfig"
-	"github.com/nodewise/nodewise/orchestrator"
 )
 
 // globalFlags are kubectl's connection flags (--kubeconfig, --context, -n,
@@ -59,7 +57,7 @@ func (g *globalFlags) kube() (kubernetes.Interface, error) {
 }
 
 // rolloutClients builds the Kubernetes and NodeRollout clients from the global flags.
-func rolloutClients(g *globalFlags) (kubernetes.Interface, orchestrator.RolloutClient, error) {
+func rolloutClients(g *globalFlags) (kubernetes.Interface, v1alpha1.NodeRolloutInterface, error) {
 	cfg, err := g.restConfig()
 	if err != nil {
 		return nil, nil, err
@@ -68,30 +66,16 @@ func rolloutClients(g *globalFlags) (kubernetes.Interface, orchestrator.RolloutC
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	rc, err := orchestrator.NewRolloutClient(cfg)
+	nwc, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return kube, rc, nil
+	return kube, nwc.NodeRollouts(), nil
 }
 
 // errCRDsMissing replaces the API server's "the server could not find the
 // requested resource" when nodewise.io is not served at all.
 var errCRDsMissing = errors.New("nodewise CRDs are not installed: run `kubectl apply --server-side -k deploy/crds` (from a nodewise checkout) or install the nodewise Helm chart")
-
-// dynamic is the dynamic client; apply and explain read NodeRollouts
-// unstructured, so they send and show exactly what the API holds.
-func (g *globalFlags) dynamic() (dynamic.Interface, error) {
-	cfg, err := g.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
-	}
-	return dyn, nil
-}
 
 // clarify turns a nodewise request's error into one line a person can act
 // on: missing CRDs, a server that does not answer.

@@ -52,7 +52,7 @@ func completeRolloutNodes(g *globalFlags) completer {
 		defer cancel()
 		var names []string
 		if len(args) > 0 {
-			nr, err := rc.Get(ctx, args[0])
+			nr, err := rc.Get(ctx, args[0], metav1.GetOptions{})
 			if err != nil {
 				return nil, cobra.ShellCompDirectiveError
 			}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // printFlags is kubectl's -o (json, yaml, name, jsonpath=..., go-template=...)
@@ -21,7 +21,7 @@ type printFlags struct {
 }
 
 func newPrintFlags(operation string) *printFlags {
-	return &printFlags{pf: genericclioptions.NewPrintFlags(operation).WithTypeSetter(orchestrator.Scheme)}
+	return &printFlags{pf: genericclioptions.NewPrintFlags(operation).WithTypeSetter(v1alpha1.Scheme)}
 }
 
 func (p *printFlags) addFlags(cmd *cobra.Command) { p.pf.AddFlags(cmd) }

@@ -23,7 +23,7 @@ func newRollbackCmd(g *globalFlags) *cobra.Command {
 
 // patchRollout merge-patches a NodeRollout and prints one line (or -o name).
 func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) error {
-	dyn, err := g.dynamic()
+	_, rc, err := rolloutClients(g)
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,7 @@ func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if _, err := dyn.Resource(nodeRolloutsGVR).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager}); err != nil {
+	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager}); err != nil {
 		return fmt.Errorf("updating NodeRollout %s: %w", name, g.clarify(ctx, err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", name, what)

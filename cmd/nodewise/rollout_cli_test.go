@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -52,10 +51,11 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", SkipSamples: true}); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 
 	// Bad input: one line, a non-zero exit, nothing written.
 	bad("larger than 8 MiB", "", "apply", "-f", "/dev/zero")
@@ -83,7 +83,7 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 	if out, errOut, err := cli("", "apply", "-f", file); err != nil || out != "noderollout.nodewise.io/up configured\n" {
 		t.Fatalf("re-apply: %v %q %q", err, out, errOut)
 	}
-	nr, err := rc.Get(ctx, "up")
+	nr, err := rc.Get(ctx, "up", metav1.GetOptions{})
 	if err != nil || !nr.Spec.Paused || nr.Spec.MaxParallel != 3 {
 		t.Fatalf("after pause and a re-apply without paused: %v paused %v maxParallel %d; want still paused, maxParallel 3", err, nr.Spec.Paused, nr.Spec.MaxParallel)
 	}
@@ -211,10 +211,10 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 }
 
 // setPhase writes the status an orchestrator would.
-func setPhase(t *testing.T, rc orchestrator.RolloutClient, name string, phase v1alpha1.RolloutPhase, reason, node string, state v1alpha1.NodeState) {
+func setPhase(t *testing.T, rc v1alpha1.NodeRolloutInterface, name string, phase v1alpha1.RolloutPhase, reason, node string, state v1alpha1.NodeState) {
 	t.Helper()
 	ctx := context.Background()
-	nr, err := rc.Get(ctx, name)
+	nr, err := rc.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func setPhase(t *testing.T, rc orchestrator.RolloutClient, name string, phase v1
 	if state == v1alpha1.NodeDone {
 		nr.Status.Counts.Done = 1
 	}
-	if _, err := rc.UpdateStatus(ctx, nr); err != nil {
+	if _, err := rc.UpdateStatus(ctx, nr, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("writing %s's status: %v", name, err)
 	}
 }

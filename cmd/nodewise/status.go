@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -96,7 +97,7 @@ func progressKey(nr *v1alpha1.NodeRollout) string {
 	return b.String()
 }
 
-func followStatus(ctx context.Context, g *globalFlags, rc orchestrator.RolloutClient, name string, watch bool, timeout time.Duration, w statusWriter) error {
+func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutInterface, name string, watch bool, timeout time.Duration, w statusWriter) error {
 	var deadline <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -104,7 +105,7 @@ func followStatus(ctx context.Context, g *globalFlags, rc orchestrator.RolloutCl
 		deadline = t.C
 	}
 	for {
-		nr, err := rc.Get(ctx, name)
+		nr, err := rc.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/cmd/internal/usage"
 	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/orchestrator"
 )
 
 func main() {
@@ -87,6 +88,10 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
 	fs.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
+	fs.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
+		cfg.ZtunnelSwap = orchestrator.SwapKind(v)
+		return nil
+	})
 	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
 	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
