@@ -18,12 +18,9 @@ const (
 	SideProxy = 1
 )
 
-// Histogram kinds, as the programs write them into keys.
-const (
-	HistConnectLatency = 0
-	HistSRTT           = 1
-	HistBuckets        = 32
-)
+// HistBuckets is the number of buckets of each latency histogram
+// (HIST_BUCKETS in src/nodewise.c).
+const HistBuckets = 32
 
 // Connect failure classes: the index into Counters.ConnectFailures.
 const (

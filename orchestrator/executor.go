@@ -50,8 +50,7 @@ type executor struct {
 	// changes wakes the steps that wait on the informer caches (see changes.go).
 	changes changes
 	// status queues and group-commits status writes (see statuswriter.go).
-	status   statusWriter
-	rollouts map[string]*v1alpha1.NodeRollout
+	status statusWriter
 
 	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
 	cpMu sync.Mutex

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -149,7 +150,6 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		verdicts: map[string]string{},
 		written:  map[string]*corev1.Node{},
 		status:   statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
-		rollouts: map[string]*v1alpha1.NodeRollout{},
 		cpCache:  c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
@@ -207,8 +207,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	}
 }
 
-func eventScheme() *runtimeScheme {
-	s := newRuntimeScheme()
+func eventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = v1alpha1.AddToScheme(s)
 	return s
