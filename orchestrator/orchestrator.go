@@ -138,19 +138,17 @@ func (c *caches) informers() []cache.SharedIndexInformer {
 func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	f := c.f
 	ex := &executor{
-		o:        o,
-		nodes:    f.Core().V1().Nodes().Lister(),
-		pods:     f.Core().V1().Pods().Lister(),
-		dss:      f.Apps().V1().DaemonSets().Lister(),
-		revs:     f.Apps().V1().ControllerRevisions().Lister(),
-		kick:     make(chan struct{}, 1),
-		workers:  map[string]bool{},
-		overlay:  map[string]nodeMark{},
-		soaks:    map[string]time.Time{},
-		verdicts: map[string]string{},
-		written:  map[string]*corev1.Node{},
-		status:   statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
-		cpCache:  c.cp,
+		o:       o,
+		nodes:   f.Core().V1().Nodes().Lister(),
+		pods:    f.Core().V1().Pods().Lister(),
+		dss:     f.Apps().V1().DaemonSets().Lister(),
+		revs:    f.Apps().V1().ControllerRevisions().Lister(),
+		kick:    make(chan struct{}, 1),
+		workers: map[string]bool{},
+		claims:  map[string]bool{},
+		written: map[string]*corev1.Node{},
+		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
+		cpCache: c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
