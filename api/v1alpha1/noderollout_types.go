@@ -185,7 +185,6 @@ const (
 	NodeDone         NodeState = "Done"
 	NodeSkipped      NodeState = "Skipped"
 	NodeFailed       NodeState = "Failed"
-	NodeRollingBack  NodeState = "RollingBack"
 	NodeRolledBack   NodeState = "RolledBack"
 	NodeAbortCleanup NodeState = "AbortCleanup"
 )
