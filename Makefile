@@ -28,8 +28,8 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the static binaries nodewise, orchestrator and nodeagent into bin/.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent
+build: ## Build the static binaries nodewise, orchestrator, nodeagent and probe into bin/.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
 
 .PHONY: test
 test: deps tools lint check-generate ## Run every test (installs packages and builds the pinned cluster tools first).
