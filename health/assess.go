@@ -347,7 +347,7 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 			c.PBeforeAfter, c.plainFloors = c.P, c.ClearsFloors
 			enough := func(a *controlAgg) bool { return countOf(a.before, m)+countOf(a.after, m) >= cfg.MinEvents }
 			if cg := ctrl.forRow(cfg, k, enough); cg != nil && k.Name != "" {
-				c.againstControl(cfg, th, disp, cg, m, ea, eb, bs, ss)
+				c.againstControl(cfg, th, disp, cg, m, ea, eb, bs, ss, ctrl.moved(cfg, disp, k, m, cg))
 			}
 		}
 		out = append(out, c)
@@ -396,8 +396,7 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 }
 
 // againstControl adds the control test to a count row that was tested
-// before/after, when the control group itself rose (its own before/after
-// test at controlMovedP): the node's after/before ratio against the
+// before/after, when the control group itself rose (see controlGroup.moved): the node's after/before ratio against the
 // control's over the same interval (RatioOfRates), with the same exposure
 // (connections when both have enough, else seconds). The rise that is the
 // node's own must clear the floors too: a ratio of at least √minRatio beyond
@@ -406,7 +405,7 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 // judged node's probe do, does not hide it), and the excess over what the
 // control predicts. A control that did not move leaves the row as it was:
 // its noise would only cost power.
-func (c *Comparison) againstControl(cfg Config, th CountThresholds, disp Dispersion, cg *controlAgg, m Metric, ea, eb, baseSec, soakSec float64) {
+func (c *Comparison) againstControl(cfg Config, th CountThresholds, disp Dispersion, cg *controlAgg, m Metric, ea, eb, baseSec, soakSec float64, moved bool) {
 	ec, ed := cg.beforeSec, cg.afterSec
 	if c.PerConnection && cg.before.Traffic() >= cfg.MinEvents && cg.after.Traffic() >= cfg.MinEvents {
 		ec, ed = float64(cg.before.Traffic()), float64(cg.after.Traffic())
@@ -418,7 +417,7 @@ func (c *Comparison) againstControl(cfg Config, th CountThresholds, disp Dispers
 	phi, phiC := disp.Of(c.Pod, m, cfg.CountDispersion), disp.Of(PodKey{}, m, cfg.CountDispersion)
 	raw := RatioOfRates(kb, ea, ks, eb, cb, ec, cs, ed)
 	c.ControlRatio, c.ControlPods = raw.Theta, cg.pods
-	if PoissonRateTest(deflate(cb, phiC), ec, deflate(cs, phiC), ed).P > controlMovedP {
+	if !moved {
 		return
 	}
 	did := RatioOfRates(deflate(kb, phi), ea, deflate(ks, phi), eb, deflate(cb, phiC), ec, deflate(cs, phiC), ed)
@@ -436,7 +435,7 @@ const controlMovedLatency = 1.05
 
 // controlMovedP is the level at which the control group's own rise counts
 // as real: only then is the node compared with it.
-const controlMovedP = 0.01
+const controlMovedP = 0.001
 
 // againstPredicted tests a node row against the control group pod by pod:
 // under H0 each pod's rate moved as its own control did (its workload on the

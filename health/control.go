@@ -151,6 +151,28 @@ func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) boo
 	return nil
 }
 
+// moved says the control group rose in metric m: the row's own control, or
+// the control nodes' pods of its side, or all of them, rose at
+// controlMovedP by their own before/after test (per connection when they
+// have the traffic). A workload's few control pods may hold too few events
+// to show a change the whole cluster shows plainly; a change the cluster
+// did not show is left to before/after alone.
+func (g *controlGroup) moved(cfg Config, disp Dispersion, k PodKey, m Metric, own *controlAgg) bool {
+	phi := disp.Of(PodKey{}, m, cfg.CountDispersion)
+	rose := func(a *controlAgg) bool {
+		if a == nil {
+			return false
+		}
+		cb, cs := deflate(countOf(a.before, m), phi), deflate(countOf(a.after, m), phi)
+		eb, es := a.beforeSec, a.afterSec
+		if a.before.Traffic() >= cfg.MinEvents && a.after.Traffic() >= cfg.MinEvents {
+			eb, es = float64(a.before.Traffic()), float64(a.after.Traffic())
+		}
+		return PoissonRateTest(cb, eb, cs, es).P <= controlMovedP
+	}
+	return rose(own) || rose(g.by[controlKey{side: k.Side}]) || rose(g.by[controlKey{}])
+}
+
 func (g *controlGroup) describe() string {
 	s := "s"
 	if g.nodes == 1 {

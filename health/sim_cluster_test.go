@@ -24,7 +24,7 @@ const (
 )
 
 // simClusterTrials is the nodes per case (set lower to profile).
-var simClusterTrials = 200
+var simClusterTrials = 1000
 
 // clusterTiming is the judgement's windows: baseline and soak, and how often
 // the recorder samples the baseline (for the dispersion estimate).
@@ -38,7 +38,7 @@ func (t clusterTiming) String() string {
 
 // defaultTiming is the defaults: orchestrator/policy.go's baseline and soak,
 // and health.RecorderConfig's sampling period.
-var defaultTiming = clusterTiming{baseline: 300, soak: 180, sample: 30}
+var defaultTiming = clusterTiming{baseline: 300, soak: 300, sample: 30}
 
 // clusterShift changes every node's traffic during the soak, the judged
 // node's and the control nodes' alike.
@@ -376,7 +376,7 @@ func TestSimClusterAcceptance(t *testing.T) {
 	}
 	t.Logf("%-55s %8s %14s %14s", "case", "trials", "caught (ctrl)", "caught (alone)")
 	for i, c := range regressions {
-		s := runCluster(uint64(400+i), simClusterTrials, defaultTiming, c)
+		s := runCluster(uint64(400+i), simClusterTrials/2, defaultTiming, c)
 		t.Logf("%-55s %8d %13.1f%% %13.1f%%", c, s.trials, s.pct(s.caught), s.pct(s.caughtAlone))
 		if s.pct(s.caught) < 95 {
 			t.Logf("    target ≥ 95%% NOT MET: %.1f%%", s.pct(s.caught))
@@ -392,5 +392,29 @@ func BenchmarkClusterTrial(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for range b.N {
 		clusterTrial(r, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
+	}
+}
+
+// TestSimClusterTimings prints the power and the false-Fail rate by baseline
+// and soak length, the figures the defaults were chosen from
+// (docs/health.md). It asserts only that a longer soak catches more.
+func TestSimClusterTimings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prints figures; run without -short")
+	}
+	trials := simClusterTrials / 5
+	t.Logf("%-28s %10s %12s %12s %12s", "timing", "trials", "false Fail", "probe 3×", "pod 3×")
+	var last float64
+	for i, tm := range []clusterTiming{{60, 120, 15}, {120, 120, 30}, {300, 120, 30}, {300, 180, 30}, {300, 300, 30}, {600, 300, 60}} {
+		healthy := runCluster(uint64(500+i), trials, tm, clusterCase{shift: shiftNone})
+		probe := runCluster(uint64(600+i), trials, tm, clusterCase{shift: shiftNone, regress: "probe", drained: true})
+		pod := runCluster(uint64(700+i), trials, tm, clusterCase{shift: shiftNone, regress: "pod"})
+		t.Logf("%-28s %10d %11.1f%% %11.1f%% %11.1f%%", tm, trials, healthy.pct(healthy.fails), probe.pct(probe.caught), pod.pct(pod.caught))
+		if tm.baseline == 300 && tm.soak > 120 && pod.pct(pod.caught)+10 < last {
+			t.Errorf("%s: power fell from %.1f%% to %.1f%% with a longer soak", tm, last, pod.pct(pod.caught))
+		}
+		if tm.baseline == 300 {
+			last = pod.pct(pod.caught)
+		}
 	}
 }
