@@ -158,9 +158,8 @@ func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, so
 	cum := make([]PodCounters, len(n.pods))
 	for i := range cum {
 		w := n.workload[i]
-		cum[i] = PodCounters{Namespace: fmt.Sprintf("ns%d", w%5), Name: fmt.Sprintf("wl%02d-7d9c5b8f4-x2k%c%c", w, safeAlphabet[node%27], safeAlphabet[i%27]),
-			UID: fmt.Sprintf("uid-%d-%d", node, i), Side: SideApp, ConnectFailures: map[ConnectErrorClass]uint64{},
-			ConnectLatency: newHist(), SRTT: newHist()}
+		cum[i] = simCounters(fmt.Sprintf("ns%d", w%5), fmt.Sprintf("wl%02d-7d9c5b8f4-x2k%c%c", w, safeAlphabet[node%27], safeAlphabet[i%27]),
+			fmt.Sprintf("uid-%d-%d", node, i))
 		if n.pods[i].probe {
 			cum[i].Namespace, cum[i].Name = DefaultProbeNamespace, fmt.Sprintf("nodewise-probe-x2k%c%c", safeAlphabet[node%27], 'z')
 		}

@@ -283,9 +283,7 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 	start := simStart
 	cum := make([]PodCounters, len(pods))
 	for i := range cum {
-		cum[i] = PodCounters{Namespace: fmt.Sprintf("ns%d", i%5), Name: fmt.Sprintf("pod-%02d", i), UID: fmt.Sprintf("uid-%d", i),
-			Side: SideApp, ConnectFailures: map[ConnectErrorClass]uint64{},
-			ConnectLatency: newHist(), SRTT: newHist()}
+		cum[i] = simCounters(fmt.Sprintf("ns%d", i%5), fmt.Sprintf("pod-%02d", i), fmt.Sprintf("uid-%d", i))
 		if pods[i].probe {
 			cum[i].Namespace, cum[i].Name = DefaultProbeNamespace, "nodewise-probe-x2k4p"
 		}
@@ -304,6 +302,12 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 	addWindow(r, pods, cum, int(simSoak.Seconds()), ch)
 	s3 := snapshotOf("node-a", start, t2.Add(simSoak), cum)
 	return series, s2, s3
+}
+
+// simCounters are a pod's counters before its first window.
+func simCounters(namespace, name, uid string) PodCounters {
+	return PodCounters{Namespace: namespace, Name: name, UID: uid, Side: SideApp,
+		ConnectFailures: map[ConnectErrorClass]uint64{}, ConnectLatency: newHist(), SRTT: newHist()}
 }
 
 // simMore continues a node's soak: it returns the snapshot `seconds` after last.
