@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // ControlNode is one control node of a judgement: a node not yet swapped and
@@ -108,7 +110,7 @@ func buildControl(cfg Config, c *Control) *controlGroup {
 				a.afterSec += n.Soak.Duration.Seconds()
 				for _, m := range LatencyMetrics {
 					hb, hs := b.ConnectLatency, s.ConnectLatency
-					if m == MetricSRTT {
+					if m == v1alpha1.MetricSRTT {
 						hb, hs = b.SRTT, s.SRTT
 					}
 					nb, na := hb.Total(), hs.Total()

@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -18,6 +19,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		file    string
 		offline bool
 		perSwap time.Duration
+		agents  judgegate.AgentConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
@@ -40,12 +42,26 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap))
+			if err := orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap)); err != nil {
+				return err
+			}
+			kube, _, err := rolloutClients(g)
+			if err != nil {
+				return err
+			}
+			swap, deadline, err := renderSwaps(cmd.Context(), cmd.OutOrStdout(), kube, p)
+			if err != nil || agents.CAFile == "" || swap == "" {
+				return err
+			}
+			return renderForecast(cmd.Context(), cmd.OutOrStdout(), kube, agents, d.Order, p, swap, deadline)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest (required)")
 	cmd.Flags().BoolVar(&offline, "offline", false, "validate the file only, without reading a cluster")
 	cmd.Flags().DurationVar(&perSwap, "swap-estimate", 30*time.Second, "expected time to swap one DaemonSet pod, for the estimate")
+	cmd.Flags().StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file the plan predicts each node's disruption from its agent")
+	cmd.Flags().StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	cmd.Flags().IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }

@@ -45,6 +45,10 @@ func main() {
 	flag.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
 	flag.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
+	flag.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
+		cfg.ZtunnelSwap = orchestrator.SwapKind(v)
+		return nil
+	})
 	flag.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
 	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")

@@ -32,7 +32,7 @@ type liveEnv struct {
 	t      *testing.T
 	dp     *dataplane.DataPlane
 	c      *cluster.Cluster
-	rc     orchestrator.RolloutClient
+	rc     v1alpha1.NodeRolloutInterface
 	agents *dataplane.Agents
 }
 
@@ -112,10 +112,11 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
 }
 
