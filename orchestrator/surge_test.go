@@ -73,6 +73,8 @@ func TestNextSurgeStep(t *testing.T) {
 		{"bridge starting: wait", []*corev1.Pod{surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}, SurgeWaitReady, "b", nil, false},
 		{"bridge Ready: retire the old pod, hand the bridge over", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged), surgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true},
 		{"old pod terminating (crash before the hand-over): hand over", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "b", nil, true},
+		{"old pod gone before the hand-over: wait for the DaemonSet's own pod (a hand-over would give it two)",
+			[]*corev1.Pod{surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false},
 		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false},
 		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false},
 		{"outage: the DaemonSet's own pod beside the bridge is newest: retire the bridge",

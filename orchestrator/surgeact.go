@@ -155,6 +155,18 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 			res.Writes++
 		}
 		if step.HandOver {
+			ok, err := s.daemonPodTerminating(ctx, step.Pod.Namespace, step.Pod.Spec.NodeName, step.DaemonSetUID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				// The old pod is already gone (it had nothing to drain), so
+				// the DaemonSet is creating its own pod on the node: a
+				// hand-over now would give it two and it would prune the
+				// newer. Its pod, once Ready, retires the bridge instead.
+				s.Log.Debug("older pod already gone: hand-over deferred", zap.String("pod", step.Pod.Name))
+				return nil
+			}
 			if err := s.handOver(ctx, step.Pod); err != nil {
 				return err
 			}
@@ -174,6 +186,23 @@ func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) error 
 	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
 		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
 	return nil
+}
+
+// daemonPodTerminating reports, from the API (not a cache), whether a pod
+// of the DaemonSet is terminating on the node: then the DaemonSet
+// controller, which saw its deletion before it sees the hand-over, counts no
+// running pod but the bridge once it is handed over, and creates none.
+func (s Surger) daemonPodTerminating(ctx context.Context, namespace, node string, ds types.UID) (bool, error) {
+	pods, err := s.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return false, fmt.Errorf("listing pods on node %s in %s: %w", node, namespace, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp != nil && controlledBy(p, ds) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // handOver removes the bridge's controller reference and bridge label, so the

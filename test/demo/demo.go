@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -182,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	} else {
 		step(out, "starting the orchestrator (in this process, leader election on a Lease), nodes gated on readiness (no agents without the live data plane)")
 	}
-	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents))
+	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents), orchestrator.SwapSurge)
 	if err != nil {
 		return sum, err
 	}
