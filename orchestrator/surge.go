@@ -103,7 +103,7 @@ type SurgeStep struct {
 	// DaemonSetUID is the DaemonSet's (SurgeRetire: the hand-over checks one
 	// of its pods is still terminating on the node).
 	DaemonSetUID types.UID
-	Reason string
+	Reason       string
 }
 
 // NextSurgeStep decides the next step of a surge swap from the API objects
