@@ -87,6 +87,9 @@ const (
 	// SurgeWaitController: the DaemonSet controller has to act (adopt the
 	// handed-over pod, or create one on a node that has none).
 	SurgeWaitController SurgeStepKind = "WaitController"
+	// SurgeRelease: remove FinalizerSurgeHandOver from Older, terminating
+	// pods the hand-over no longer needs.
+	SurgeRelease SurgeStepKind = "Release"
 )
 
 // SurgeStep is the next step of a surge swap on one node.
@@ -131,10 +134,33 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 	case len(older) > 0 || isBridge(top, in.DaemonSet):
 		return SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet), DaemonSetUID: in.DaemonSet.UID,
 			Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
+	case len(held(in)) > 0:
+		return SurgeStep{Kind: SurgeRelease, Pod: top, Older: held(in), Reason: fmt.Sprintf("pod %s was handed over: release the old pods held for it", top.Name)}
 	case !controlledBy(top, in.DaemonSet.UID):
 		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("pod %s was handed over; waiting for the DaemonSet controller to adopt it", top.Name)}
 	}
 	return SurgeStep{Kind: SurgeDone, Pod: top, Reason: fmt.Sprintf("pod %s is the DaemonSet's, Ready on revision %s", top.Name, hash)}
+}
+
+// held are the node's terminating pods that still carry
+// FinalizerSurgeHandOver.
+func held(in SurgeInput) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range in.Pods {
+		if p.Spec.NodeName == in.Node && p.DeletionTimestamp != nil && hasFinalizer(p, FinalizerSurgeHandOver) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasFinalizer(p *corev1.Pod, f string) bool {
+	for _, x := range p.Finalizers {
+		if x == f {
+			return true
+		}
+	}
+	return false
 }
 
 // terminatingDaemonPod: a pod of the DaemonSet is terminating on the node.

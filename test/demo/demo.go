@@ -198,6 +198,8 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 
 	step(out, "upgrading the charts to %s (OnDelete: no pod changes yet), then applying NodeRollout %q with drain auto", cfg.To, "upgrade-"+cfg.To)
+	fmt.Fprintf(out, "   swaps: istio-cni replace (delete, the DaemonSet recreates it); ztunnel surge (make-before-break, the default:\n"+
+		"   a new ztunnel is Ready beside the old one on each node before the old one goes, then the DaemonSet adopts it)\n")
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.To, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
 		return sum, err
 	}

@@ -601,9 +601,26 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, relabel, metav1.PatchOptions{}); err == nil {
 		t.Errorf("relabelling the bridge as the orchestrator was allowed; want refused")
 	}
+	// The swap's own writes pass: hold and delete the old pod, hand the
+	// bridge over, release the old pod.
+	e.waitFor(func(ctx context.Context) bool {
+		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		return err == nil && podReady(p)
+	}, "the bridge Ready")
+	in, err = orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := orchestrator.NextSurgeStep(in)
+	if step.Kind != orchestrator.SurgeRetire || !step.HandOver || len(step.Older) != 1 {
+		t.Fatalf("step %s (%s); want the old pod retired and the bridge handed over", step.Kind, step.Reason)
+	}
 	var res orchestrator.SurgeResult
-	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, orchestrator.SurgeStep{Kind: orchestrator.SurgeRetire, Pod: created, HandOver: true}, &res); err != nil {
-		t.Fatalf("handing the bridge over as the orchestrator: %v", err)
+	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, step, &res); err != nil {
+		t.Fatalf("retiring the old pod and handing the bridge over as the orchestrator: %v", err)
+	}
+	if res.HandedOver != created.Name {
+		t.Errorf("result %+v; want %s handed over", res, created.Name)
 	}
 	got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 	if err != nil {
