@@ -39,15 +39,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 	t.Logf("killed -9 the orchestrator mid-surge; down for 60 s")
 
 	before := e.ztunnelUIDs("")
-	spec, stop, err := e.c.AddNode(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	e.waitFor(func(ctx context.Context) bool {
-		p := e.ztunnelPodOrNil(spec.Name)
-		return p != nil && podReady(p) && p.Labels["controller-revision-hash"] == hash
-	}, "the added node's ztunnel from the DaemonSet")
+	spec := e.addNodeServedByDaemonSet(hash)
 	time.Sleep(60 * time.Second)
 	after := e.ztunnelUIDs("")
 	for uid, node := range after {

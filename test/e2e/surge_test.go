@@ -202,15 +202,7 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 		return false
 	}, "the bridge Ready")
 	before := e.ztunnelUIDs("")
-	spec, stop, err := e.c.AddNode(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	e.waitFor(func(ctx context.Context) bool {
-		p := e.ztunnelPodOrNil(spec.Name)
-		return p != nil && podReady(p) && p.Labels["controller-revision-hash"] == hash
-	}, "the added node's ztunnel from the DaemonSet")
+	spec := e.addNodeServedByDaemonSet(hash)
 	time.Sleep(5 * time.Second) // still down
 	after := e.ztunnelUIDs("")
 	for uid, node := range before {
@@ -231,6 +223,22 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 	e.waitOldGone(hash)
 	w.check(t)
 	e.requireNoSurgeLeftovers()
+}
+
+// addNodeServedByDaemonSet adds a node (its kubelet stops at cleanup) and
+// waits until the DaemonSet gives it a Ready ztunnel on hash.
+func (e *env) addNodeServedByDaemonSet(hash string) cluster.NodeSpec {
+	e.t.Helper()
+	spec, stop, err := e.c.AddNode(context.Background(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(stop)
+	e.waitFor(func(ctx context.Context) bool {
+		p := e.ztunnelPodOrNil(spec.Name)
+		return p != nil && podReady(p) && p.Labels["controller-revision-hash"] == hash
+	}, "the added node's ztunnel from the DaemonSet")
+	return spec
 }
 
 // drainModel makes every ztunnel pod take d to exit after SIGTERM (the
