@@ -73,3 +73,31 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 		t.Errorf("the DaemonSet created %d pods; want the added node's, plus at most the one whose old pod drained during the outage", n)
 	}
 }
+
+// TestSurgeAbortMidSwap: `nodewise abort` while a node's ztunnel bridge is
+// still starting: the started swap finishes (the bridge is handed over, the
+// old pod goes), nothing else starts, and nothing of nodewise's is left.
+func TestSurgeAbortMidSwap(t *testing.T) {
+	e := newEnv(t, 3, 1)
+	e.upgrade("1.28.1")
+	e.slowStart(3 * time.Second)
+	hash := e.newestHash(cluster.ZtunnelName)
+	e.runInProcess("solo")
+	e.apply(rollout("abort-surge", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	node := e.waitStep("abort-surge", v1alpha1.NodeSwapZtunnel)
+	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) > 0 }, "the bridge created on "+node)
+	if out, err := e.cli("abort", "abort-surge"); err != nil {
+		t.Fatalf("abort: %v %s", err, out)
+	}
+	nr := e.waitPhase("abort-surge", 2*time.Minute, v1alpha1.PhaseAborted)
+	if p := e.ztunnelPod(node); p.Labels["controller-revision-hash"] != hash || metav1.GetControllerOf(p).Kind != "DaemonSet" {
+		t.Errorf("%s after the abort: pod %s on %s; want the swap finished (the DaemonSet's pod on %s)", node, p.Name, p.Labels["controller-revision-hash"], hash)
+	}
+	if nr.Status.Counts.Done != 1 || nr.Status.Counts.Pending != 2 {
+		t.Errorf("after the abort: counts %+v; want the one started node done, the others pending", nr.Status.Counts)
+	}
+	e.requireNoSurgeLeftovers()
+	if uns := e.unschedulable(); len(uns) != 0 {
+		t.Errorf("cordons left after abort: %v", uns)
+	}
+}
