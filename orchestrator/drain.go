@@ -71,8 +71,8 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 					err = fmt.Errorf("the drain timeout %s (counted from the Drain step's start) passed: %w", p.DrainTimeout, err)
 				}
 			}
-		} else {
-			err = drain.RunNodeDrain(h, node)
+		} else if err = drain.RunNodeDrain(h, node); err != nil {
+			// A refusal the library retried through to success is no block.
 			pdb = errOut.find("disruption budget")
 		}
 		if err == nil && pdb == "" {

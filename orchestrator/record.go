@@ -67,6 +67,12 @@ func parseRecord(ann map[string]string) nodeRecord {
 	return r
 }
 
+// parseStep is the part of parseRecord that nodeState reads (the rollout
+// and the step), for the planner's pass over every node.
+func parseStep(ann map[string]string) nodeRecord {
+	return nodeRecord{Rollout: ann[AnnotationRollout], RolloutUID: types.UID(ann[AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[AnnotationStep])}
+}
+
 // patch is the annotation merge patch that turns prev into r: every key
 // whose value differs (nil deletes it).
 func (r nodeRecord) patch(prev nodeRecord) map[string]*string {

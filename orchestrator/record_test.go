@@ -129,3 +129,13 @@ func TestNodeState(t *testing.T) {
 		t.Errorf("another rollout's record as ours: %+v, want no step and no times", r)
 	}
 }
+
+// TestParseStepIsParseRecord: the planner's cheap read of a record agrees
+// with the full one on what nodeState reads.
+func TestParseStepIsParseRecord(t *testing.T) {
+	ann := map[string]string{AnnotationRollout: "r", AnnotationRolloutUID: "u1", AnnotationStep: "Soak", AnnotationStepSince: "2026-12-01T09:00:00Z"}
+	full, cheap := parseRecord(ann), parseStep(ann)
+	if cheap.Rollout != full.Rollout || cheap.RolloutUID != full.RolloutUID || cheap.Step != full.Step {
+		t.Errorf("parseStep %+v, parseRecord %+v", cheap, full)
+	}
+}
