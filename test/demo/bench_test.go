@@ -146,8 +146,8 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 	}
 	must(b, installCRD(ctx, c.Config, repoCRDDir()))
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: strategy}))
-	must(b, waitDaemonSets(ctx, c, benchNodes))
-	must(b, waitSamples(ctx, c))
+	must(b, during(name, "waiting for the DaemonSets", waitDaemonSets(ctx, c, benchNodes)))
+	must(b, during(name, "waiting for the sample apps", waitSamples(ctx, c)))
 	time.Sleep(10 * time.Second) // streams open on every pod
 	_, before := dp.Truth()
 	tally := startTally(agents, dp, 500*time.Millisecond)
@@ -156,9 +156,9 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 	var decisions map[string]string
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: strategy, SkipSamples: true}))
 	if swap == "native" {
-		must(b, waitUpgraded(ctx, c))
+		must(b, during(name, "waiting for the native rollout", waitUpgraded(ctx, c)))
 	} else {
-		must(b, waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName))
+		must(b, during(name, "waiting for the DaemonSet controller", waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName)))
 		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents), orchestrator.SwapKind(swap))
 		must(b, err)
 		defer stop()
@@ -170,14 +170,14 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 		nr := demoGates(judged(healthyRollout("bench", c.Nodes[0].Name), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
 		nr.Spec.Drain.Policy = policy
 		got, err := runRollout(ctx, rc, nr, newView(nopWriter{}, false))
-		must(b, err)
+		must(b, during(name, "running the rollout", err))
 		if got.Status.Phase != v1alpha1.PhaseCompleted {
 			b.Fatalf("%s: rollout %s: %s", name, got.Status.Phase, got.Status.HaltReason)
 		}
 		judgedRollout = got
 		decisions = drainDecisions(ctx, c)
 	}
-	must(b, waitUpgraded(ctx, c))
+	must(b, during(name, "waiting for every old ztunnel to exit", waitUpgraded(ctx, c)))
 	wall := time.Since(start)
 	time.Sleep(2 * time.Second) // the last resets reach the clients
 	perPod := tally.finish()
@@ -205,6 +205,14 @@ func waitUpgraded(ctx context.Context, c *cluster.Cluster) error {
 		}
 		return ready == benchNodes && len(pods.Items) == benchNodes, nil
 	})
+}
+
+// during says which run and what it was doing when err happened.
+func during(run, what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", run, what, err)
+	}
+	return nil
 }
 
 func must(b *testing.B, err error) {
