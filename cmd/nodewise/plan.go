@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,10 +28,11 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		Long: "plan validates the file as the API server would, has the Prometheus server of spec.gates\n" +
 			"evaluate each gate query once, then reads (never writes) the cluster's nodes, DaemonSets,\n" +
 			"pods and ControllerRevisions to order the nodes and check the targets.\n" +
-			"With --offline it only validates the file (gate queries are not sent to Prometheus).",
+			"With --offline it only validates the file, against the CRD's schema and rules as the API\n" +
+			"server would (gate queries are not sent to Prometheus).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nr, p, err := loadAndCheck(cmd.Context(), g, file, offline)
+			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, offline)
 			if err != nil {
 				return err
 			}
@@ -56,7 +58,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			return renderForecast(cmd.Context(), cmd.OutOrStdout(), kube, agents, d.Order, p, swap, deadline)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest (required)")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest, YAML or JSON, one object (- reads stdin; required)")
 	cmd.Flags().BoolVar(&offline, "offline", false, "validate the file only, without reading a cluster")
 	cmd.Flags().DurationVar(&perSwap, "swap-estimate", 30*time.Second, "expected time to swap one DaemonSet pod, for the estimate")
 	cmd.Flags().StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file the plan predicts each node's disruption from its agent")
@@ -66,27 +68,18 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-// loadAndCheck parses and validates the file and, unless offline, checks it
-// against the cluster (unknown DaemonSets, RollingUpdate targets, missing canaries).
-func loadAndCheck(ctx context.Context, g *globalFlags, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
-	nr, p, err := orchestrator.LoadRolloutFile(file)
+// loadAndCheck reads and validates the file (- is stdin) and, unless
+// offline, checks it against the cluster: a server dry-run (the CRD's own
+// validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
+	rf, err := readRollout(ctx, in, file)
 	if err != nil {
-		return nil, p, errors.New(orchestrator.OneLine(err))
+		return nil, rf.policy, err
 	}
-	if err := checkGates(ctx, nr.Spec.Gates, offline); err != nil {
-		return nil, p, err
+	if err := checkRollout(ctx, g, rf, offline); err != nil {
+		return nil, rf.policy, err
 	}
-	if offline {
-		return nr, p, nil
-	}
-	d, err := planAgainstCluster(ctx, g, nr, p)
-	if err != nil {
-		return nil, p, err
-	}
-	if d.Phase == v1alpha1.PhasePending {
-		return nil, p, errors.New(d.Reason)
-	}
-	return nr, p, nil
+	return rf.rollout, rf.policy, nil
 }
 
 // checkGates validates spec.gates as the judge will read them. Online, the

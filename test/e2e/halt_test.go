@@ -7,7 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -16,21 +16,7 @@ import (
 // setImageTag points every container of a DaemonSet at a tag (OnDelete: no pod changes).
 func (e *env) setImageTag(ds, tag string) {
 	e.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := e.c.Client.AppsV1().DaemonSets(ns).Get(context.Background(), ds, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range cur.Spec.Template.Spec.Containers {
-			img := cur.Spec.Template.Spec.Containers[i].Image
-			if j := strings.LastIndex(img, ":"); j >= 0 {
-				img = img[:j]
-			}
-			cur.Spec.Template.Spec.Containers[i].Image = img + ":" + tag
-		}
-		_, err = e.c.Client.AppsV1().DaemonSets(ns).Update(context.Background(), cur, metav1.UpdateOptions{})
-		return err
-	})
+	err := cluster.SetImageTag(context.Background(), e.c.Client, ds, tag)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -115,7 +101,7 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 	// Surge: the halted node still runs its old ztunnel, Ready, and no
 	// bridge is left.
 	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) == 0 }, "the never-Ready bridge gone")
-	if p := e.ztunnelPodOrNil(halted); p == nil || !podReady(p) || !strings.HasSuffix(p.Spec.Containers[0].Image, ":1.27.3") {
+	if p := e.ztunnelPodOrNil(halted); p == nil || !podutils.IsPodReady(p) || !strings.HasSuffix(p.Spec.Containers[0].Image, ":1.27.3") {
 		t.Errorf("halted node %s: ztunnel %v; want the old 1.27.3 pod still serving (Ready)", halted, p)
 	}
 	resumeAfterFix(t, e, w, nodes, halted)
