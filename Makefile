@@ -59,7 +59,7 @@ bench: deps build tools ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m $(PKGS)
 
 .PHONY: bench-disruption
-bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise drain never/always/auto on the live data plane (root): resets, failed requests, wall time.
+bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.
 	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./test/demo
 
 ##@ Images and releases

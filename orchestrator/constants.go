@@ -42,6 +42,11 @@ const (
 	// LabelSurgeBridge on a Pod marks nodewise's surge bridge for the DaemonSet
 	// it names (orchestrator/surge.go); removed when the DaemonSet adopts it.
 	LabelSurgeBridge = "nodewise.io/surge-bridge"
+	// FinalizerSurgeHandOver holds the old pod of a surge swap in the API,
+	// terminating, from its deletion until the bridge is handed over, so the
+	// DaemonSet (OnDelete) creates no pod of its own meanwhile; removed right
+	// after the hand-over (orchestrator/surgeact.go).
+	FinalizerSurgeHandOver = "nodewise.io/surge-hand-over"
 	// AnnotationResumeToken on a NodeRollout is set by `nodewise resume`; a new
 	// value clears a halt (the failed nodes are retried from preflight).
 	AnnotationResumeToken = "nodewise.io/resume-token"

@@ -173,10 +173,10 @@ func decideAuto(in autoInput) autoChoice {
 	}
 	how := ""
 	if in.Swap == SwapSurge {
-		how = " (surge: the new ztunnel listens beside the old one, so short requests are never refused)"
+		how = "; surge: the new ztunnel listens beside the old one, so short requests are never refused"
 	}
-	return autoChoice{Reason: fmt.Sprintf("in place%s: no connection %s among %d pods (agent snapshot at %s)",
-		how, longLived, len(movable), s.Time.UTC().Format(time.RFC3339))}
+	return autoChoice{Reason: fmt.Sprintf("in place: no connection %s among %d pods (agent snapshot at %s)%s",
+		longLived, len(movable), s.Time.UTC().Format(time.RFC3339), how)}
 }
 
 // movablePods are the pods a drain would evict, sorted by namespace/name.

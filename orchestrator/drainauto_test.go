@@ -184,7 +184,7 @@ func TestDecideAuto(t *testing.T) {
 		{
 			name:      "surge: short requests only stay in place, and the reason says why",
 			in:        autoInput{Swap: SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
-			reasonHas: []string{"in place (surge: the new ztunnel listens beside the old one, so short requests are never refused)"},
+			reasonHas: []string{"in place: no connection open longer than 5s", "; surge: the new ztunnel listens beside the old one, so short requests are never refused"},
 		},
 		{
 			name:      "surge: a stream that would outlive the deadline still drains",

@@ -87,6 +87,9 @@ const (
 	// SurgeWaitController: the DaemonSet controller has to act (adopt the
 	// handed-over pod, or create one on a node that has none).
 	SurgeWaitController SurgeStepKind = "WaitController"
+	// SurgeRelease: remove FinalizerSurgeHandOver from Older, terminating
+	// pods the hand-over no longer needs.
+	SurgeRelease SurgeStepKind = "Release"
 )
 
 // SurgeStep is the next step of a surge swap on one node.
@@ -100,7 +103,10 @@ type SurgeStep struct {
 	HandOver bool
 	// Bridge is the pod to create (SurgeCreateBridge).
 	Bridge *corev1.Pod
-	Reason string
+	// DaemonSetUID is the DaemonSet's (SurgeRetire: the hand-over checks one
+	// of its pods is still terminating on the node).
+	DaemonSetUID types.UID
+	Reason       string
 }
 
 // NextSurgeStep decides the next step of a surge swap from the API objects
@@ -120,13 +126,53 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it", top.Name, top.Labels[LabelControllerRevisionHash], hash, b.Name)}
 	case !podIsReady(top):
 		return SurgeStep{Kind: SurgeWaitReady, Pod: top, Reason: fmt.Sprintf("pod %s on revision %s is not Ready%s", top.Name, hash, waitingReason(top))}
+	case len(older) == 0 && isBridge(top, in.DaemonSet) && !terminatingDaemonPod(in):
+		// The old pod is gone for good: the DaemonSet (OnDelete, no pod of
+		// its own left on the node) is creating one, and a hand-over now
+		// would give it two; its pod, once Ready, retires the bridge.
+		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("no pod of the DaemonSet left on the node: waiting for the one it creates beside %s", top.Name)}
 	case len(older) > 0 || isBridge(top, in.DaemonSet):
-		return SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet),
+		return SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet), DaemonSetUID: in.DaemonSet.UID,
 			Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
+	case len(held(in)) > 0:
+		return SurgeStep{Kind: SurgeRelease, Pod: top, Older: held(in), Reason: fmt.Sprintf("pod %s was handed over: release the old pods held for it", top.Name)}
 	case !controlledBy(top, in.DaemonSet.UID):
 		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("pod %s was handed over; waiting for the DaemonSet controller to adopt it", top.Name)}
 	}
 	return SurgeStep{Kind: SurgeDone, Pod: top, Reason: fmt.Sprintf("pod %s is the DaemonSet's, Ready on revision %s", top.Name, hash)}
+}
+
+// held are the node's terminating pods that still carry
+// FinalizerSurgeHandOver.
+func held(in SurgeInput) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range in.Pods {
+		if p.Spec.NodeName == in.Node && p.DeletionTimestamp != nil && hasFinalizer(p, FinalizerSurgeHandOver) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasFinalizer(p *corev1.Pod, f string) bool {
+	for _, x := range p.Finalizers {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// terminatingDaemonPod: a pod of the DaemonSet is terminating on the node.
+// While one is, the DaemonSet controller (OnDelete) creates no pod there, so
+// a bridge handed over becomes its only one.
+func terminatingDaemonPod(in SurgeInput) bool {
+	for _, p := range in.Pods {
+		if p.Spec.NodeName == in.Node && p.DeletionTimestamp != nil && controlledBy(p, in.DaemonSet.UID) {
+			return true
+		}
+	}
+	return false
 }
 
 // SurgeLeftovers are the bridges an abandoned surge swap leaves that must go:

@@ -147,7 +147,17 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 				zap.String("revision", b.Labels[LabelControllerRevisionHash]))
 		}
 	case SurgeRetire:
+		// When the bridge is to be handed over, the DaemonSet's older pods
+		// are held in the API (a finalizer) from their deletion until the
+		// hand-over: while one of its pods terminates on the node, the
+		// DaemonSet (OnDelete) creates none there, so it never gets two.
 		for _, p := range step.Older {
+			if step.HandOver && controlledBy(p, step.DaemonSetUID) {
+				if err := s.finalizer(ctx, p, true); err != nil {
+					return err
+				}
+				res.Writes++
+			}
 			if err := s.deletePod(ctx, p, "older pod deleted beside a Ready one"); err != nil {
 				return err
 			}
@@ -155,12 +165,54 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 			res.Writes++
 		}
 		if step.HandOver {
+			ok, err := s.daemonPodTerminating(ctx, step.Pod.Namespace, step.Pod.Spec.NodeName, step.DaemonSetUID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				// The old pod is already gone (deleted by someone else, or
+				// while nodewise was down), so the DaemonSet is creating its
+				// own pod on the node: a hand-over now would give it two and
+				// it would prune the newer. Its pod, once Ready, retires the
+				// bridge instead.
+				s.Log.Debug("older pod already gone: hand-over deferred", zap.String("pod", step.Pod.Name))
+				return nil
+			}
 			if err := s.handOver(ctx, step.Pod); err != nil {
 				return err
 			}
 			res.HandedOver = step.Pod.Name
 			res.Writes++
+			for _, p := range step.Older {
+				if controlledBy(p, step.DaemonSetUID) {
+					if err := s.finalizer(ctx, p, false); err != nil {
+						return err
+					}
+					res.Writes++
+				}
+			}
 		}
+	case SurgeRelease:
+		for _, p := range step.Older {
+			if err := s.finalizer(ctx, p, false); err != nil {
+				return err
+			}
+			res.Writes++
+		}
+	}
+	return nil
+}
+
+// finalizer adds (or removes) FinalizerSurgeHandOver on a pod, leaving its
+// other finalizers alone (a strategic merge of the list).
+func (s Surger) finalizer(ctx context.Context, p *corev1.Pod, add bool) error {
+	patch, verb := fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, FinalizerSurgeHandOver), "adding"
+	if !add {
+		patch, verb = fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, FinalizerSurgeHandOver), "removing"
+	}
+	_, err := s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s the surge hand-over finalizer on pod %s/%s: %w", verb, p.Namespace, p.Name, err)
 	}
 	return nil
 }
@@ -174,6 +226,23 @@ func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) error 
 	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
 		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
 	return nil
+}
+
+// daemonPodTerminating reports, from the API (not a cache), whether a pod
+// of the DaemonSet is terminating on the node: then the DaemonSet
+// controller, which saw its deletion before it sees the hand-over, counts no
+// running pod but the bridge once it is handed over, and creates none.
+func (s Surger) daemonPodTerminating(ctx context.Context, namespace, node string, ds types.UID) (bool, error) {
+	pods, err := s.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return false, fmt.Errorf("listing pods on node %s in %s: %w", node, namespace, err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp != nil && controlledBy(p, ds) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // handOver removes the bridge's controller reference and bridge label, so the
@@ -234,7 +303,7 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 		case SurgeDone:
 			res.Pod = step.Pod.Name
 			return res, nil
-		case SurgeRetire, SurgeCreateBridge:
+		case SurgeRetire, SurgeCreateBridge, SurgeRelease:
 			// Acted: look again once the change shows (a Ready bridge is
 			// retired past the deadline too: it is the newest ztunnel).
 			if err := s.Apply(ctx, step, &res); err != nil {

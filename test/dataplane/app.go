@@ -23,6 +23,19 @@ type Traffic struct {
 	StreamLife time.Duration
 	// StreamGap is the pause between messages on a stream (default 500 ms).
 	StreamGap time.Duration
+	// PreStop is how long a stopping pod keeps serving after its endpoints
+	// are gone (no client picks it any more) before it handles SIGTERM, as a
+	// well-behaved app's preStop hook sleeps; on SIGTERM it then answers the
+	// requests in flight before closing. Negative: the app stops at once,
+	// dropping what is in flight (the rig before well-behaved shutdown).
+	// Default 2 s.
+	PreStop time.Duration
+}
+
+// WithDefaults is t with its zero values filled in.
+func (t Traffic) WithDefaults() Traffic {
+	t.defaults()
+	return t
 }
 
 func (t *Traffic) defaults() {
@@ -38,6 +51,9 @@ func (t *Traffic) defaults() {
 	if t.StreamGap == 0 {
 		t.StreamGap = 500 * time.Millisecond
 	}
+	if t.PreStop == 0 {
+		t.PreStop = 2 * time.Second
+	}
 }
 
 var message = []byte("nodewise-dataplane-0123456789ab\n")
@@ -49,6 +65,7 @@ type app struct {
 	ip      string
 	traffic Traffic
 	target  func(self string) string
+	gone    func(ip string) bool // the pod at ip is stopping or gone
 	truth   truthCounters
 
 	ctx     context.Context
@@ -58,12 +75,15 @@ type app struct {
 
 	mu       sync.Mutex
 	stopping bool
-	conns    map[*net.TCPConn]bool
+	conns    map[*net.TCPConn]bool // served connections → an answer is due (a request is in flight)
 	handlers sync.WaitGroup
 }
 
-func startApp(netns, ip string, client bool, traffic Traffic, target func(self string) string) (*app, error) {
-	a := &app{netns: netns, ip: ip, traffic: traffic, target: target, conns: map[*net.TCPConn]bool{}}
+func startApp(netns, ip string, client bool, traffic Traffic, target func(self string) string, gone func(ip string) bool) (*app, error) {
+	if gone == nil {
+		gone = func(string) bool { return false }
+	}
+	a := &app{netns: netns, ip: ip, traffic: traffic, target: target, gone: gone, conns: map[*net.TCPConn]bool{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	err := inNetns(netns, func() error {
 		var err error
@@ -102,15 +122,17 @@ func (a *app) serve() {
 			tc.Close()
 			continue
 		}
-		a.conns[tc] = true
+		a.conns[tc] = false
 		a.handlers.Add(1)
 		a.mu.Unlock()
 		go a.handle(tc)
 	}
 }
 
-// handle echoes until the client closes; once the pod is stopping it only
-// reads (and discards) until the client's FIN, so closing never resets.
+// handle echoes until the client closes. Once the pod is stopping, a
+// well-behaved app (PreStop ≥ 0) answers the request in flight and then
+// sends its FIN; the rig's old abrupt app only reads (and discards) until the
+// client's FIN. Either way closing never resets.
 func (a *app) handle(c *net.TCPConn) {
 	defer a.handlers.Done()
 	defer func() {
@@ -120,6 +142,7 @@ func (a *app) handle(c *net.TCPConn) {
 		c.Close()
 	}()
 	buf := make([]byte, 4096)
+	finished := false
 	for {
 		n, err := c.Read(buf)
 		if err != nil {
@@ -128,25 +151,42 @@ func (a *app) handle(c *net.TCPConn) {
 		}
 		a.mu.Lock()
 		stopping := a.stopping
-		a.mu.Unlock()
 		if !stopping {
-			if _, err := c.Write(buf[:n]); err != nil {
-				a.truth.rst(err)
-				return
-			}
+			a.conns[c] = true // answering
+		}
+		a.mu.Unlock()
+		if finished || stopping {
+			continue // our FIN is out: nothing more can be answered
+		}
+		if _, err := c.Write(buf[:n]); err != nil {
+			a.truth.rst(err)
+			return
+		}
+		a.mu.Lock()
+		a.conns[c] = false
+		stopping = a.stopping
+		a.mu.Unlock()
+		if stopping {
+			_ = c.CloseWrite() // the answer is out: now the FIN
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			finished = true
 		}
 	}
 }
 
 // stop is the app's SIGTERM handling: clients close their streams with a
-// FIN, the server stops accepting and sends a FIN on every connection, then
-// waits (up to ctx) for the clients to close theirs.
+// FIN, the server stops accepting and sends a FIN on every connection (a
+// well-behaved app first answers the request in flight on it), then waits
+// (up to ctx) for the clients to close theirs.
 func (a *app) stop(ctx context.Context) {
 	a.cancel()
 	a.ln.Close()
 	a.mu.Lock()
 	a.stopping = true
-	for c := range a.conns {
+	for c, answering := range a.conns {
+		if answering && a.traffic.PreStop >= 0 {
+			continue // its handler sends the FIN after the answer
+		}
 		_ = c.CloseWrite()
 		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	}
@@ -168,10 +208,10 @@ func (a *app) pause(d time.Duration) bool {
 	}
 }
 
-func (a *app) dial() (*net.TCPConn, error) {
+func (a *app) dial() (*net.TCPConn, string, error) {
 	dst := a.target(a.ip)
 	if dst == "" {
-		return nil, errNoTarget
+		return nil, "", errNoTarget
 	}
 	d := net.Dialer{Timeout: 3 * time.Second}
 	var c net.Conn
@@ -181,12 +221,22 @@ func (a *app) dial() (*net.TCPConn, error) {
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, dst, err
 	}
-	return c.(*net.TCPConn), nil
+	return c.(*net.TCPConn), dst, nil
 }
 
 var errNoTarget = errors.New("no other app pod to talk to")
+
+// failed counts a request to dst that got no answer, apart when dst was
+// being evicted (or gone) by then.
+func (a *app) failed(dst string, err error) {
+	a.truth.requestsFailed.Add(1)
+	if a.gone(dst) {
+		a.truth.requestsFailedEvicted.Add(1)
+	}
+	a.truth.rst(err)
+}
 
 func exchange(c *net.TCPConn, buf []byte) error {
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -203,7 +253,7 @@ func exchange(c *net.TCPConn, buf []byte) error {
 func (a *app) shortLoop() {
 	buf := make([]byte, 64)
 	for a.ctx.Err() == nil {
-		c, err := a.dial()
+		c, dst, err := a.dial()
 		if errors.Is(err, errNoTarget) || a.ctx.Err() != nil {
 			if c != nil {
 				c.Close()
@@ -217,8 +267,7 @@ func (a *app) shortLoop() {
 			c.Close()
 		}
 		if err != nil {
-			a.truth.requestsFailed.Add(1)
-			a.truth.rst(err)
+			a.failed(dst, err)
 		}
 		a.pause(a.traffic.ShortGap)
 	}
@@ -227,7 +276,7 @@ func (a *app) shortLoop() {
 func (a *app) streamLoop() {
 	buf := make([]byte, 64)
 	for a.ctx.Err() == nil {
-		c, err := a.dial()
+		c, dst, err := a.dial()
 		if err != nil {
 			a.truth.rst(err)
 			a.pause(a.traffic.StreamGap)
@@ -237,8 +286,7 @@ func (a *app) streamLoop() {
 		// to open is a failed request, not a stream reset.
 		a.truth.requests.Add(1)
 		if err := exchange(c, buf); err != nil {
-			a.truth.requestsFailed.Add(1)
-			a.truth.rst(err)
+			a.failed(dst, err)
 			c.Close()
 			a.pause(a.traffic.StreamGap)
 			continue

@@ -59,6 +59,7 @@ type podSandbox struct {
 	key, node, netns, leg, ip string
 	ambient                   bool
 	app                       *app
+	stopping                  bool // deleted: its endpoints are gone, clients no longer pick it
 }
 
 // New creates the fabric namespace. Close removes everything New and the
@@ -322,7 +323,7 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 			}
 		}
 	}
-	a, err := startApp(sb.netns, sb.ip, sb.ambient, d.cfg.Traffic, d.pickTarget)
+	a, err := startApp(sb.netns, sb.ip, sb.ambient, d.cfg.Traffic, d.pickTarget, d.gonePod)
 	if err != nil {
 		return err
 	}
@@ -355,6 +356,17 @@ func (d *DataPlane) stopApp(ctx context.Context, uid types.UID) {
 	if sb == nil {
 		return
 	}
+	d.mu.Lock()
+	sb.stopping = true // its endpoints are removed
+	d.mu.Unlock()
+	if pre := d.cfg.Traffic.PreStop; pre > 0 {
+		// preStop: keep serving until the clients have stopped picking the
+		// pod (no endpoints), bounded by the grace period.
+		select {
+		case <-ctx.Done():
+		case <-time.After(pre):
+		}
+	}
 	sb.app.stop(ctx)
 	d.teardown(sb)
 	d.mu.Lock()
@@ -370,7 +382,7 @@ func (d *DataPlane) pickTarget(self string) string {
 	defer d.mu.Unlock()
 	var ips []string
 	for _, sb := range d.pods {
-		if sb.ambient && sb.ip != self {
+		if sb.ambient && sb.ip != self && !(sb.stopping && d.cfg.Traffic.PreStop >= 0) {
 			ips = append(ips, sb.ip)
 		}
 	}
@@ -378,6 +390,19 @@ func (d *DataPlane) pickTarget(self string) string {
 		return ""
 	}
 	return ips[rand.IntN(len(ips))]
+}
+
+// gonePod reports whether no running pod that is not stopping has ip: a
+// request to it failed because of an eviction (or deletion).
+func (d *DataPlane) gonePod(ip string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, sb := range d.pods {
+		if sb.ip == ip && !sb.stopping {
+			return false
+		}
+	}
+	return true
 }
 
 // Truth returns every app pod's ground truth so far, by namespace/name

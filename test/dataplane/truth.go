@@ -11,8 +11,12 @@ import (
 type Truth struct {
 	Requests       int64 // short requests and stream opens attempted
 	RequestsFailed int64 // of those, the ones that did not get their answer
-	Streams        int64 // long-lived streams opened (first answer received)
-	StreamsReset   int64 // streams that ended with a reset (ECONNRESET/EPIPE)
+	// RequestsFailedEvicted is the part of RequestsFailed sent to a pod that
+	// was stopping (evicted or deleted) or gone: caused by an eviction, not
+	// by a ztunnel swap.
+	RequestsFailedEvicted int64
+	Streams               int64 // long-lived streams opened (first answer received)
+	StreamsReset          int64 // streams that ended with a reset (ECONNRESET/EPIPE)
 	// StreamsGraceful counts streams the other side closed with a FIN, or
 	// that the client closed itself (at the end of their life or on SIGTERM).
 	StreamsGraceful int64
@@ -30,7 +34,8 @@ type Truth struct {
 func (t Truth) Add(o Truth) Truth {
 	return Truth{
 		Requests: t.Requests + o.Requests, RequestsFailed: t.RequestsFailed + o.RequestsFailed,
-		Streams: t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
+		RequestsFailedEvicted: t.RequestsFailedEvicted + o.RequestsFailedEvicted,
+		Streams:               t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful + o.StreamsGraceful, StreamsOther: t.StreamsOther + o.StreamsOther,
 		RSTs:      t.RSTs + o.RSTs,
 		ResetAges: append(append([]time.Duration(nil), t.ResetAges...), o.ResetAges...),
@@ -41,7 +46,8 @@ func (t Truth) Add(o Truth) Truth {
 func (t Truth) Sub(o Truth) Truth {
 	return Truth{
 		Requests: t.Requests - o.Requests, RequestsFailed: t.RequestsFailed - o.RequestsFailed,
-		Streams: t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
+		RequestsFailedEvicted: t.RequestsFailedEvicted - o.RequestsFailedEvicted,
+		Streams:               t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful - o.StreamsGraceful, StreamsOther: t.StreamsOther - o.StreamsOther,
 		RSTs:      t.RSTs - o.RSTs,
 		ResetAges: t.ResetAges[min(len(o.ResetAges), len(t.ResetAges)):],
@@ -67,12 +73,12 @@ func (t Truth) MinResetAge() time.Duration {
 }
 
 func (t Truth) String() string {
-	return fmt.Sprintf("requests %d (failed %d), streams %d (reset %d, closed gracefully %d, other %d), resets received by apps %d",
-		t.Requests, t.RequestsFailed, t.Streams, t.StreamsReset, t.StreamsGraceful, t.StreamsOther, t.RSTs)
+	return fmt.Sprintf("requests %d (failed %d, %d of them to evicted pods), streams %d (reset %d, closed gracefully %d, other %d), resets received by apps %d",
+		t.Requests, t.RequestsFailed, t.RequestsFailedEvicted, t.Streams, t.StreamsReset, t.StreamsGraceful, t.StreamsOther, t.RSTs)
 }
 
 type truthCounters struct {
-	requests, requestsFailed, streams, streamsReset, streamsGraceful, streamsOther, rsts atomic.Int64
+	requests, requestsFailed, requestsFailedEvicted, streams, streamsReset, streamsGraceful, streamsOther, rsts atomic.Int64
 
 	mu        sync.Mutex
 	resetAges []time.Duration
@@ -88,7 +94,8 @@ func (c *truthCounters) reset(age time.Duration) {
 
 func (c *truthCounters) load() Truth {
 	return Truth{
-		Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(), Streams: c.streams.Load(),
+		Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(), RequestsFailedEvicted: c.requestsFailedEvicted.Load(),
+		Streams:      c.streams.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamsGraceful: c.streamsGraceful.Load(), StreamsOther: c.streamsOther.Load(),
 		RSTs:      c.rsts.Load(),
 		ResetAges: c.ages(),

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -26,42 +27,73 @@ const benchNodes = 4
 // disruptionRun is one row of the disruption table.
 type disruptionRun struct {
 	name   string
+	swap   string // surge, replace or native
+	drain  v1alpha1.DrainPolicy
 	truth  dataplane.Truth
 	wall   time.Duration
 	agents agreement // the node agents' per-pod resets vs the apps' own
 	judge  string    // the judge's verdict on each node
 }
 
-// BenchmarkDisruption runs the same cluster and traffic four times, with the
+// benchPreStopEnv sets the apps' preStop delay (dataplane.Traffic.PreStop):
+// a Go duration, or -1s for the rig's old abrupt apps.
+const benchPreStopEnv = "NODEWISE_BENCH_PRESTOP"
+
+// BenchmarkDisruption runs the same cluster and traffic six times, with the
 // real 30 s ztunnel grace period (drain deadline 25 s) and streams that live
 // 40–60 s: (a) Istio's default DaemonSet RollingUpdate (maxSurge 1,
-// maxUnavailable 0), then nodewise with drain (b) never, (c) always,
-// (d) auto. It prints the clients' own ground truth for each, then what the
-// node agents counted per pod against the apps' own count of resets, and the
-// judge's verdict on each node (nodewise runs are gated by the judge).
-// Run it with `make bench-disruption`.
+// maxUnavailable 0); nodewise swapping ztunnel break-before-make (replace)
+// with drain (b) never, (c) always, (d) auto; nodewise's default
+// make-before-break (surge) with drain (e) never, (f) auto. It prints the
+// clients' own ground truth for each (failed requests split into those sent
+// to pods being evicted and the rest, the swap's), then what the node agents
+// counted per pod against the apps' own count of resets, the judge's verdict
+// on each node, and last one line per run. The apps shut down as
+// well-behaved Kubernetes apps do (a 2 s preStop once their endpoints are
+// gone, then the requests in flight are answered); NODEWISE_BENCH_PRESTOP=-1s
+// runs the rig's old abrupt apps instead. Run it with `make bench-disruption`.
 func BenchmarkDisruption(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("SKIP: not root: cannot create network namespaces")
 	}
+	var preStop time.Duration
+	if v := os.Getenv(benchPreStopEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", benchPreStopEnv, v, err)
+		}
+		preStop = d
+	}
 	var runs []disruptionRun
 	for i := 0; i < b.N; i++ {
-		runs = append(runs,
-			benchRun(b, "(a) DaemonSet RollingUpdate maxSurge 1", ""),
-			benchRun(b, "(b) nodewise drain never", v1alpha1.DrainNever),
-			benchRun(b, "(c) nodewise drain always", v1alpha1.DrainAlways),
-			benchRun(b, "(d) nodewise drain auto", v1alpha1.DrainAuto),
-		)
+		for _, r := range []struct {
+			name, swap string
+			drain      v1alpha1.DrainPolicy
+		}{
+			{"(a) DaemonSet RollingUpdate maxSurge 1", "native", v1alpha1.DrainNever},
+			{"(b) nodewise replace, drain never", "replace", v1alpha1.DrainNever},
+			{"(c) nodewise replace, drain always", "replace", v1alpha1.DrainAlways},
+			{"(d) nodewise replace, drain auto", "replace", v1alpha1.DrainAuto},
+			{"(e) nodewise surge, drain never", "surge", v1alpha1.DrainNever},
+			{"(f) nodewise surge, drain auto", "surge", v1alpha1.DrainAuto},
+		} {
+			runs = append(runs, benchRun(b, r.name, r.swap, r.drain, preStop))
+		}
 	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "run\tstreams reset\trequests failed\tstreams closed gracefully\tstreams\trequests\twall time\t\n")
+	fmt.Fprintf(tw, "run\tstreams reset\trequests failed\tby the swap\tto evicted pods\tstreams closed gracefully\tstreams\trequests\twall time\t\n")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.name, r.truth.StreamsReset, r.truth.RequestsFailed,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.name, r.truth.StreamsReset, r.truth.RequestsFailed,
+			r.truth.RequestsFailed-r.truth.RequestsFailedEvicted, r.truth.RequestsFailedEvicted,
 			r.truth.StreamsGraceful, r.truth.Streams, r.truth.Requests, r.wall.Round(time.Second))
 	}
 	_ = tw.Flush()
-	fmt.Printf("\nDisruption of a ztunnel upgrade 1.27.3 → 1.28.1 on %d simulated nodes (ground truth from the clients):\n%s", benchNodes, sb.String())
+	apps := "well-behaved apps (preStop " + dataplane.Traffic{PreStop: preStop}.WithDefaults().PreStop.String() + ", then in-flight requests answered)"
+	if preStop < 0 {
+		apps = "the rig's old abrupt apps (no preStop, in-flight requests dropped)"
+	}
+	fmt.Printf("\nDisruption of a ztunnel upgrade 1.27.3 → 1.28.1 on %d simulated nodes, %s (ground truth from the clients):\n%s", benchNodes, apps, sb.String())
 
 	sb.Reset()
 	tw = tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
@@ -70,20 +102,32 @@ func BenchmarkDisruption(b *testing.B) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", r.name, r.agents.agent, r.agents.truth, r.agents, r.judge)
 	}
 	_ = tw.Flush()
-	fmt.Printf("\nWhat the node agents (eBPF, app side, per pod) and the judge saw, against the apps' own count of resets received\n(connects refused, requests and streams reset, served connections reset), each pod from the first to the last reading\nthat saw it (every 0.5 s):\n%s", sb.String())
+	fmt.Printf("\nWhat the node agents (eBPF, app side, per pod) and the judge saw, against the apps' own count of resets received\n(connects refused, requests and streams reset, served connections reset), each pod from the first to the last reading\nthat saw it (every 0.5 s):\n%s\n", sb.String())
+	for _, r := range runs {
+		fmt.Printf("disruption run=%s swap=%s drain=%s streams_reset=%d requests_failed=%d requests=%d streams=%d wall_s=%d\n",
+			runSlug(r), r.swap, r.drain, r.truth.StreamsReset, r.truth.RequestsFailed, r.truth.Requests, r.truth.Streams, int(r.wall.Round(time.Second)/time.Second))
+	}
+}
+
+// runSlug names a run in the one-line summary: native, replace-never, … .
+func runSlug(r disruptionRun) string {
+	if r.swap == "native" {
+		return "native"
+	}
+	return r.swap + "-" + string(r.drain)
 }
 
 // benchRun starts a fresh cluster on the live data plane, lets traffic
 // settle, upgrades the ztunnel and istio-cni with the given method, and
 // returns the ground truth seen from the start of the upgrade until every
 // old stand-in has exited.
-func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruptionRun {
+func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preStop time.Duration) disruptionRun {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	dp, err := dataplane.New(dataplane.Config{StandinArgv: []string{exe, "-test.run=^$"}})
+	dp, err := dataplane.New(dataplane.Config{StandinArgv: []string{exe, "-test.run=^$"}, Traffic: dataplane.Traffic{PreStop: preStop}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,13 +143,13 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 	must(b, err)
 	defer agents.Close()
 	strategy := appsv1.OnDeleteDaemonSetStrategyType
-	if policy == "" {
+	if swap == "native" {
 		strategy = appsv1.RollingUpdateDaemonSetStrategyType
 	}
 	must(b, installCRD(ctx, c.Config, repoCRDDir()))
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: strategy}))
-	must(b, waitDaemonSets(ctx, c, benchNodes))
-	must(b, waitSamples(ctx, c))
+	must(b, during(name, "waiting for the DaemonSets", waitDaemonSets(ctx, c, benchNodes)))
+	must(b, during(name, "waiting for the sample apps", waitSamples(ctx, c)))
 	time.Sleep(10 * time.Second) // streams open on every pod
 	_, before := dp.Truth()
 	tally := startTally(agents, dp, 500*time.Millisecond)
@@ -113,11 +157,11 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 	var judgedRollout *v1alpha1.NodeRollout
 	var decisions map[string]string
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: strategy, SkipSamples: true}))
-	if policy == "" {
-		must(b, waitUpgraded(ctx, c))
+	if swap == "native" {
+		must(b, during(name, "waiting for the native rollout", waitUpgraded(ctx, c)))
 	} else {
-		must(b, waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName))
-		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents))
+		must(b, during(name, "waiting for the DaemonSet controller", waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName)))
+		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents), orchestrator.SwapKind(swap))
 		must(b, err)
 		defer stop()
 		nwc, err := v1alpha1.NewForConfig(c.Config)
@@ -128,19 +172,19 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 		nr := demoGates(judged(healthyRollout("bench", c.Nodes[0].Name), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
 		nr.Spec.Drain.Policy = policy
 		got, err := runRollout(ctx, rc, nr, newView(nopWriter{}, false))
-		must(b, err)
+		must(b, during(name, "running the rollout", err))
 		if got.Status.Phase != v1alpha1.PhaseCompleted {
 			b.Fatalf("%s: rollout %s: %s", name, got.Status.Phase, got.Status.HaltReason)
 		}
 		judgedRollout = got
 		decisions = drainDecisions(ctx, c)
 	}
-	must(b, waitUpgraded(ctx, c))
+	must(b, during(name, "waiting for every old ztunnel to exit", waitUpgraded(ctx, c)))
 	wall := time.Since(start)
 	time.Sleep(2 * time.Second) // the last resets reach the clients
 	perPod := tally.finish()
 	_, after := dp.Truth()
-	return disruptionRun{name: name, truth: after.Sub(before), wall: wall,
+	return disruptionRun{name: name, swap: swap, drain: policy, truth: after.Sub(before), wall: wall,
 		agents: compareAgents(perPod), judge: verdicts(judgedRollout, decisions)}
 }
 
@@ -163,6 +207,14 @@ func waitUpgraded(ctx context.Context, c *cluster.Cluster) error {
 		}
 		return ready == benchNodes && len(pods.Items) == benchNodes, nil
 	})
+}
+
+// during says which run and what it was doing when err happened.
+func during(run, what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", run, what, err)
+	}
+	return nil
 }
 
 func must(b *testing.B, err error) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -183,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	} else {
 		step(out, "starting the orchestrator (in this process, leader election on a Lease), nodes gated on readiness (no agents without the live data plane)")
 	}
-	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents))
+	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents), orchestrator.SwapSurge)
 	if err != nil {
 		return sum, err
 	}
@@ -198,6 +199,8 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	}
 
 	step(out, "upgrading the charts to %s (OnDelete: no pod changes yet), then applying NodeRollout %q with drain auto", cfg.To, "upgrade-"+cfg.To)
+	fmt.Fprintf(out, "   swaps: istio-cni replace (delete, the DaemonSet recreates it); ztunnel surge (make-before-break, the default:\n"+
+		"   a new ztunnel is Ready beside the old one on each node before the old one goes, then the DaemonSet adopts it)\n")
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.To, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
 		return sum, err
 	}

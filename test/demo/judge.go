@@ -54,14 +54,14 @@ func agentConfig(a *dataplane.Agents) *judgegate.AgentConfig {
 // agents' connection ages, wired as cmd/orchestrator wires them
 // (judgegate.Build, the recorder running beside the controller,
 // judgegate.Agents); without, it gates on readiness and auto drains every node.
-func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig) (stop func(), err error) {
+func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig, swap orchestrator.SwapKind) (stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	cfg := orchestrator.Config{
 		RESTConfig: c.Config, Namespace: "default", Identity: "nodewise-demo",
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Resync: time.Second, Logger: log, Registry: prometheus.NewRegistry(),
+		Resync: time.Second, Logger: log, Registry: prometheus.NewRegistry(), ZtunnelSwap: swap,
 	}
 	var rec interface{ Run(context.Context) error }
 	if agents != nil {

@@ -94,7 +94,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startOrchestrator(ctx, c, testLog(t), agentConfig(agents))
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentConfig(agents), orchestrator.SwapSurge)
 	if err != nil {
 		t.Fatal(err)
 	}

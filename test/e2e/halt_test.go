@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -97,6 +98,12 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 			halted = n.Name
 		}
 	}
+	// Surge: the halted node still runs its old ztunnel, Ready, and no
+	// bridge is left.
+	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) == 0 }, "the never-Ready bridge gone")
+	if p := e.ztunnelPodOrNil(halted); p == nil || !podutils.IsPodReady(p) || !strings.HasSuffix(p.Spec.Containers[0].Image, ":1.27.3") {
+		t.Errorf("halted node %s: ztunnel %v; want the old 1.27.3 pod still serving (Ready)", halted, p)
+	}
 	resumeAfterFix(t, e, w, nodes, halted)
 	refuseSkew(t, e, w)
 }
@@ -125,10 +132,10 @@ func resumeAfterFix(t *testing.T, e *env, w *watcher, nodes int, halted string) 
 	defer w.mu.Unlock()
 	for _, n := range e.c.Nodes {
 		for _, ds := range []string{cluster.CNIName, cluster.ZtunnelName} {
+			// ztunnel is swapped surge: at the halt its never-Ready bridge
+			// went and the 1.27.3 pod kept serving, so every node's old pods
+			// are deleted once, the halted node's included.
 			want := 1
-			if n.Name == halted && ds == cluster.ZtunnelName {
-				want = 2 // the 1.27.3 pod, then the never-Ready one
-			}
 			if got := w.deletes[n.Name+"/"+ds]; got != want {
 				t.Errorf("%s/%s: %d old pods deleted, want %d", n.Name, ds, got, want)
 			}

@@ -59,6 +59,7 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 		t.Fatalf("phase %s counts %+v", nr.Status.Phase, nr.Status.Counts)
 	}
 	e.assertAllOnNewest(nodes)
+	e.requireNoSurgeLeftovers() // ztunnel is swapped back surge: a fresh old-version bridge each node
 	order := w.swapOrder()
 	sortByWave(nr.Status.Nodes)
 	last := nr.Status.Nodes[len(nr.Status.Nodes)-2:] // the rollback runs two at a time, last planned first
@@ -80,6 +81,7 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 	if uns := e.unschedulable(); len(uns) != 0 {
 		t.Errorf("cordons left after abort: %v", uns)
 	}
+	e.requireNoSurgeLeftovers()
 	if nr.Status.Counts.Done+nr.Status.Counts.Pending != nodes || nr.Status.Counts.InProgress != 0 {
 		t.Errorf("after abort: counts %+v", nr.Status.Counts)
 	}

@@ -204,15 +204,7 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 		return false
 	}, "the bridge Ready")
 	before := e.ztunnelUIDs("")
-	spec, stop, err := e.c.AddNode(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	e.waitFor(func(ctx context.Context) bool {
-		p := e.ztunnelPodOrNil(spec.Name)
-		return p != nil && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
-	}, "the added node's ztunnel from the DaemonSet")
+	spec := e.addNodeServedByDaemonSet(hash)
 	time.Sleep(5 * time.Second) // still down
 	after := e.ztunnelUIDs("")
 	for uid, node := range before {
@@ -233,6 +225,22 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 	e.waitOldGone(hash)
 	w.check(t)
 	e.requireNoSurgeLeftovers()
+}
+
+// addNodeServedByDaemonSet adds a node (its kubelet stops at cleanup) and
+// waits until the DaemonSet gives it a Ready ztunnel on hash.
+func (e *env) addNodeServedByDaemonSet(hash string) cluster.NodeSpec {
+	e.t.Helper()
+	spec, stop, err := e.c.AddNode(context.Background(), nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(stop)
+	e.waitFor(func(ctx context.Context) bool {
+		p := e.ztunnelPodOrNil(spec.Name)
+		return p != nil && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
+	}, "the added node's ztunnel from the DaemonSet")
+	return spec
 }
 
 // drainModel makes every ztunnel pod take d to exit after SIGTERM (the
@@ -603,9 +611,26 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, relabel, metav1.PatchOptions{}); err == nil {
 		t.Errorf("relabelling the bridge as the orchestrator was allowed; want refused")
 	}
+	// The swap's own writes pass: hold and delete the old pod, hand the
+	// bridge over, release the old pod.
+	e.waitFor(func(ctx context.Context) bool {
+		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		return err == nil && podutils.IsPodReady(p)
+	}, "the bridge Ready")
+	in, err = orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := orchestrator.NextSurgeStep(in)
+	if step.Kind != orchestrator.SurgeRetire || !step.HandOver || len(step.Older) != 1 {
+		t.Fatalf("step %s (%s); want the old pod retired and the bridge handed over", step.Kind, step.Reason)
+	}
 	var res orchestrator.SurgeResult
-	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, orchestrator.SurgeStep{Kind: orchestrator.SurgeRetire, Pod: created, HandOver: true}, &res); err != nil {
-		t.Fatalf("handing the bridge over as the orchestrator: %v", err)
+	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, step, &res); err != nil {
+		t.Fatalf("retiring the old pod and handing the bridge over as the orchestrator: %v", err)
+	}
+	if res.HandedOver != created.Name {
+		t.Errorf("result %+v; want %s handed over", res, created.Name)
 	}
 	got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 	if err != nil {
