@@ -32,7 +32,7 @@ build: ## Build the static binaries nodewise, orchestrator and nodeagent into bi
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent
 
 .PHONY: test
-test: deps tools lint check-generate ## Run every test (installs packages and builds the pinned cluster tools first).
+test: deps tools lint check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -77,3 +77,21 @@ tools: ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioct
 .PHONY: clean
 clean: ## Remove built binaries (the cached tools too).
 	rm -rf $(BIN)
+
+##@ Chart
+
+CHART := deploy/charts/nodewise
+# Helm built from its Go module (tools/helm) has no default Kubernetes version.
+HELM_KUBE_VERSION := 1.37.0
+
+.PHONY: chart-check
+chart-check: ## Lint and render the Helm chart (every optional part on and off); test/chart compares it with deploy/.
+	@hack/build-tool.sh helm
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION)
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set judge.enabled=false,monitoring.serviceMonitor.enabled=true,monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true
+	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
+
+.PHONY: chart-sync
+chart-sync: ## Copy the generated CRDs and the dashboards into the chart (Helm reads only files inside it).
+	cp deploy/crds/nodewise.io_*.yaml $(CHART)/crds/
+	cp deploy/nodeagent/nodewise-node-health.json deploy/orchestrator/nodewise-rollouts.json $(CHART)/dashboards/
