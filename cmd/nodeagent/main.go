@@ -32,6 +32,8 @@ func run(args []string) error {
 	fs.SetOutput(io.Discard)
 	var cfg nodeagent.Config
 	var kubeconfig string
+	var creds credFlags
+	creds.register(fs)
 	fs.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "node name (default $NODE_NAME, then the hostname)")
 	fs.StringVar(&cfg.Mode, "mode", nodeagent.ModeAuto, "counting mode: auto, ebpf or proc")
 	fs.StringVar(&cfg.ListenAddr, "listen", ":9443", "HTTPS listen address")
@@ -42,7 +44,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup v2 mount")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w (flags: -node -mode -listen -tls-cert -tls-key -token-file -proc-root -cgroup-root -kubeconfig)", err)
+		return fmt.Errorf("%w (flags: -node -mode -listen -tls-cert -tls-key -token-file -proc-root -cgroup-root -kubeconfig %s)", err, creds.names())
 	}
 	log, err := zap.NewProduction()
 	if err != nil {
@@ -55,20 +57,27 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	var client kubernetes.Interface
 	if rc != nil {
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("building the Kubernetes client: %w", err)
 		}
 		cfg.PodLister = &nodeagent.KubePodLister{Client: client, Node: cfg.Node}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	renew, err := creds.apply(ctx, &cfg, client)
+	if err != nil {
+		return err
 	}
 
 	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if renew != nil {
+		go func() { _ = renew(ctx) }() // logs its own failures; the current certificate keeps serving
+	}
 	return agent.Run(ctx)
 }
 

@@ -34,6 +34,7 @@ func main() {
 		skewMax     []string
 		hold        string
 		debug       bool
+		issuer      issuerFlags
 	)
 	flag.StringVar(&controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (empty: in-cluster)")
@@ -46,7 +47,10 @@ func main() {
 	flag.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
 	flag.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
-	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept (with --agent-issuer: this pod's projected ServiceAccount token for audience nodewise-agent)")
+	flag.BoolVar(&issuer.enabled, "agent-issuer", false, "sign the node agents' certificate requests (signer nodewise.io/agent-serving) from the CA in Secret <namespace>/nodewise-agent-ca, created and rotated here, and trust that CA instead of --agent-ca")
+	flag.DurationVar(&issuer.caValidity, "agent-ca-validity", 0, "life of the agents' CA, rotated with a third left (default 8760h)")
+	flag.DurationVar(&issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
 	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
 	flag.StringVar(&istioNS, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
@@ -67,7 +71,7 @@ func main() {
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax}); err != nil {
+	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax, issuer: issuer}); err != nil {
 		log.Error("orchestrator stopped", zap.Error(err))
 		os.Exit(1)
 	}
