@@ -43,6 +43,7 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			DeleteEmptyDirData:   true,
 			Timeout:              p.DrainTimeout,
 			EvictErrorRetryDelay: e.o.cfg.EvictRetryDelay,
+			AdditionalFilters:    []drain.PodFilter{skipOwnPods(e.o.cfg.Namespace)},
 			Out:                  &lineRecorder{},
 			ErrOut:               errOut,
 		}
