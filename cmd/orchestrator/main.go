@@ -35,6 +35,7 @@ func main() {
 		hold        string
 		debug       bool
 		issuer      issuerFlags
+		notifyTo    notifyFlags
 	)
 	flag.StringVar(&controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (empty: in-cluster)")
@@ -53,6 +54,8 @@ func main() {
 	flag.DurationVar(&issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
 	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	flag.StringVar(&notifyTo.webhook, "notify-webhook", notifyTo.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
+	flag.StringVar(&notifyTo.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	flag.StringVar(&istioNS, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
 	flag.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
 		skewMax = append(skewMax, v)
@@ -71,7 +74,7 @@ func main() {
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax, issuer: issuer}); err != nil {
+	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax, issuer: issuer, notify: notifyTo}); err != nil {
 		log.Error("orchestrator stopped", zap.Error(err))
 		os.Exit(1)
 	}

@@ -27,6 +27,7 @@ type runConfig struct {
 	istioNamespace string
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
+	notify         notifyFlags
 }
 
 // issuerFlags turn on agentpki's Signer: the agents' CA and certificates.
@@ -108,6 +109,11 @@ func run(ctx context.Context, rc runConfig) error {
 		o, err := orchestrator.New(cfg)
 		if err != nil {
 			return err
+		}
+		if t, err := notifier(rc.notify, kube, cfg); err != nil {
+			return err
+		} else if t != nil {
+			tasks = append(tasks, t)
 		}
 		tasks = append(tasks, o.Run) // serves the metrics of every controller here
 	}

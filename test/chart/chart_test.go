@@ -321,8 +321,13 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%s not rendered", k)
 		}
 	}
+	withHook := render(t, "notify.webhookSecret=nodewise-notify")
+	dep := withHook["Deployment "+Namespace+"/nodewise-orchestrator"]
+	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
+		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
+	}
 	def := render(t)
-	dep := def["Deployment "+Namespace+"/nodewise-orchestrator"]
+	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
 	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 	if img := containers[0].(map[string]any)["image"]; img != "ghcr.io/nodewise/orchestrator:v0.1.0" {
 		t.Errorf("orchestrator image %v, want the chart's appVersion v0.1.0", img)
