@@ -58,7 +58,6 @@ func TestChanges(t *testing.T) {
 	}
 }
 
-
 // receiver is a webhook endpoint that refuses the first fails posts.
 type receiver struct {
 	mu     sync.Mutex
