@@ -24,7 +24,7 @@ const (
 	FormatGeneric = "generic" // the Event as JSON
 )
 
-// Source lists NodeRollouts (orchestrator.RolloutClient does).
+// Source lists NodeRollouts (v1alpha1.NodeRolloutInterface does).
 type Source interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.NodeRolloutList, error)
 }

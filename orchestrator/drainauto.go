@@ -187,24 +187,3 @@ func named(items []string) string {
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamed], ", "), len(items)-maxNamed)
 }
-
-// persistedAuto reads back a decision made in this attempt: the node's
-// decision annotations belong to this rollout (uid) and were written at or
-// after the Drain step began (since). An older one belongs to an earlier
-// attempt (a retry after resume, or a rollback) and is decided again.
-func persistedAuto(ann map[string]string, uid types.UID, since time.Time) (drain, ok bool) {
-	if ann[AnnotationRolloutUID] != string(uid) {
-		return false, false
-	}
-	at := parseTime(ann[AnnotationDrainDecidedAt])
-	if at.IsZero() || at.Before(since) {
-		return false, false
-	}
-	switch ann[AnnotationDrainDecision] {
-	case DrainDecisionDrain:
-		return true, true
-	case DrainDecisionInPlace:
-		return false, true
-	}
-	return false, false
-}

@@ -224,7 +224,7 @@ func TestPersistedAuto(t *testing.T) {
 		{"no decision", map[string]string{AnnotationRolloutUID: "u1"}, false, false},
 		{"an unknown value is decided again", ann("u1", "maybe", at(time.Second)), false, false},
 	} {
-		drain, ok := persistedAuto(tc.ann, "u1", since)
+		drain, ok := parseRecord(tc.ann).autoDecision("u1", since)
 		if drain != tc.drain || ok != tc.ok {
 			t.Errorf("%s: got %v, %v; want %v, %v", tc.name, drain, ok, tc.drain, tc.ok)
 		}

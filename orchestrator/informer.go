@@ -20,7 +20,7 @@ func metaName(name, ns string) metav1.ObjectMeta {
 }
 
 // newRolloutInformer watches NodeRollouts through the typed client.
-func newRolloutInformer(c RolloutClient) cache.SharedIndexInformer {
+func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return c.List(ctx, opts)

@@ -292,5 +292,3 @@ type NodeRolloutList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeRollout `json:"items"`
 }
-
-func init() { register(&NodeRollout{}, &NodeRolloutList{}) }

@@ -207,5 +207,3 @@ type RevisionMigrationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RevisionMigration `json:"items"`
 }
-
-func init() { register(&RevisionMigration{}, &RevisionMigrationList{}) }

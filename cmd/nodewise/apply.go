@@ -27,7 +27,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 			}
 			verb := "created"
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := rc.Get(ctx, nr.Name)
+				cur, err := rc.Get(ctx, nr.Name, metav1.GetOptions{})
 				if apierrors.IsNotFound(err) {
 					_, err = rc.Create(ctx, nr, metav1.CreateOptions{FieldManager: "nodewise-cli"})
 					return err
@@ -37,7 +37,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 				}
 				verb = "updated"
 				cur.Spec = nr.Spec
-				_, err = rc.Update(ctx, cur)
+				_, err = rc.Update(ctx, cur, metav1.UpdateOptions{})
 				return err
 			})
 			if err != nil {

@@ -138,11 +138,12 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
+			nwc, err := v1alpha1.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
-			if _, err := mc.Create(cmd.Context(), rm); err != nil {
+			mc := nwc.RevisionMigrations()
+			if _, err := mc.Create(cmd.Context(), rm, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating RevisionMigration %s: %w", name, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s created: %s -> %s via tag %s\n", name, spec.From, spec.To, spec.Tag)
@@ -172,16 +173,17 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
+			nwc, err := v1alpha1.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
-			rm, err := mc.Get(cmd.Context(), args[0])
+			mc := nwc.RevisionMigrations()
+			rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
 			rm.Spec.Abort = true
-			if _, err := mc.Update(cmd.Context(), rm); err != nil {
+			if _, err := mc.Update(cmd.Context(), rm, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("aborting %s: %w", args[0], err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort requested\n", args[0])

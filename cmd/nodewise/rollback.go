@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -29,7 +30,7 @@ func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch)); err != nil {
+	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("updating NodeRollout %s: %w", name, err)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", name, what)

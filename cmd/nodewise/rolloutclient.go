@@ -7,11 +7,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // rolloutClients builds the Kubernetes and NodeRollout clients from the global flags.
-func rolloutClients(g *globalFlags) (kubernetes.Interface, orchestrator.RolloutClient, error) {
+func rolloutClients(g *globalFlags) (kubernetes.Interface, v1alpha1.NodeRolloutInterface, error) {
 	cfg, err := restConfig(g)
 	if err != nil {
 		return nil, nil, err
@@ -20,11 +20,11 @@ func rolloutClients(g *globalFlags) (kubernetes.Interface, orchestrator.RolloutC
 	if err != nil {
 		return nil, nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	rc, err := orchestrator.NewRolloutClient(cfg)
+	nwc, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return kube, rc, nil
+	return kube, nwc.NodeRollouts(), nil
 }
 
 func restConfig(g *globalFlags) (*rest.Config, error) {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 )
 
@@ -49,8 +52,8 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-func printStatus(ctx context.Context, out io.Writer, rc orchestrator.RolloutClient, name, output string, clear bool) error {
-	nr, err := rc.Get(ctx, name)
+func printStatus(ctx context.Context, out io.Writer, rc v1alpha1.NodeRolloutInterface, name, output string, clear bool) error {
+	nr, err := rc.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading NodeRollout %s: %w", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/notify"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -30,11 +31,11 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 	if f.webhook == "" {
 		return nil, nil
 	}
-	rc, err := orchestrator.NewRolloutClient(cfg.RESTConfig)
+	client, err := v1alpha1.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
-	n, err := notify.New(notify.Config{Source: rc, URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
+	n, err := notify.New(notify.Config{Source: client.NodeRollouts(), URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodewise/nodewise/agentpki"
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/leader"
@@ -143,10 +144,11 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 	if err != nil {
 		return nil, err
 	}
-	mc, err := revisions.NewClient(cfg.RESTConfig)
+	nwc, err := v1alpha1.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
+	mc := nwc.RevisionMigrations()
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
 		Gate: revisions.SpecGates(log.Named("gates")), Inventory: opts,

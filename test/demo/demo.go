@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -188,10 +187,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	defer stopOrch()
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		return sum, err
 	}
+	rc := nwc.NodeRollouts()
 	if err := waitSamples(ctx, c); err != nil {
 		return sum, err
 	}

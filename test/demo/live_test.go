@@ -33,7 +33,7 @@ type liveEnv struct {
 	t      *testing.T
 	dp     *dataplane.DataPlane
 	c      *cluster.Cluster
-	rc     orchestrator.RolloutClient
+	rc     v1alpha1.NodeRolloutInterface
 	agents *dataplane.Agents
 }
 
@@ -125,10 +125,11 @@ func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
 }
 

@@ -210,7 +210,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	var sawReason string
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		nr, err := e.rollouts.Get(ctx, "auto")
+		nr, err := e.rollouts.Get(ctx, "auto", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

@@ -62,7 +62,7 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 		t.Errorf("halt reason %q does not name ztunnel and the swap timeout", r)
 	}
 	time.Sleep(3 * time.Second) // give a broken orchestrator the chance to start another node
-	nr, err := e.rollouts.Get(context.Background(), "neverready")
+	nr, err := e.rollouts.Get(context.Background(), "neverready", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ const ns = cluster.IstioNamespace
 type env struct {
 	t        testing.TB
 	c        *cluster.Cluster
-	rollouts orchestrator.RolloutClient
+	rollouts v1alpha1.NodeRolloutInterface
 }
 
 func repoRoot() string {
@@ -49,10 +49,11 @@ func newEnv(t testing.TB, nodes, zones int) *env {
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 	e := &env{t: t, c: c, rollouts: rc}
 	e.waitDaemonSetsReady(nodes)
 	return e
@@ -131,7 +132,7 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.R
 	e.t.Helper()
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		nr, err := e.rollouts.Get(ctx, name)
+		nr, err := e.rollouts.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
