@@ -49,19 +49,23 @@ func ChartDir() string { return filepath.Join(RepoRoot(), "deploy", "charts", "n
 
 // Helm finds the helm binary that `make chart-check` builds (hack/build-tool.sh
 // helm): in $NODEWISE_BIN_DIR, else the repository's bin/.
-func Helm() (string, error) {
+func Helm() (string, error) { return Tool("helm") }
+
+// Tool finds a pinned tool's binary (make tools, make chart-check) in
+// $NODEWISE_BIN_DIR, else the repository's bin/.
+func Tool(name string) (string, error) {
 	var dirs []string
 	if d := os.Getenv("NODEWISE_BIN_DIR"); d != "" {
 		dirs = append(dirs, d)
 	}
 	dirs = append(dirs, filepath.Join(RepoRoot(), "bin"))
 	for _, d := range dirs {
-		p := filepath.Join(d, "helm")
+		p := filepath.Join(d, name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("no helm binary in %v: run `make chart-check` (or hack/build-tool.sh helm) first", dirs)
+	return "", fmt.Errorf("no %s binary in %v: run `make chart-check` and `make tools` (hack/build-tool.sh) first", name, dirs)
 }
 
 // Template runs `helm template` on the chart with the CRDs and the given
