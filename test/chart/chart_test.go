@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	authv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -369,4 +370,47 @@ func TestChartServerSideApply(t *testing.T) {
 		pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(Namespace).Get(ctx, "nodewise-orchestrator", metav1.GetOptions{})
 		return err == nil && pdb.Status.ExpectedPods == 2 && pdb.Status.CurrentHealthy == 2 && pdb.Status.DisruptionsAllowed == 1, err
 	})
+	checkCredentialRBAC(t, c)
+}
+
+// checkCredentialRBAC asks the API server what the chart lets the agent and
+// the orchestrator do with credentials: each only its own part.
+func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	orch := "system:serviceaccount:" + Namespace + ":nodewise-orchestrator"
+	agent := "system:serviceaccount:" + Namespace + ":nodewise-agent"
+	for _, tc := range []struct {
+		user, group, resource, sub, name, verb, ns string
+		want                                       bool
+	}{
+		{orch, "", "secrets", "", "nodewise-agent-ca", "get", Namespace, true},
+		{orch, "", "secrets", "", "nodewise-agent-ca", "update", Namespace, true},
+		{orch, "", "secrets", "", "other", "get", Namespace, false},
+		{orch, "", "secrets", "", "", "list", Namespace, false},
+		{orch, "", "secrets", "", "nodewise-agent-ca", "get", "kube-system", false},
+		{orch, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "sign", "", true},
+		{orch, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "approve", "", true},
+		{orch, "certificates.k8s.io", "signers", "", "kubernetes.io/kubelet-serving", "sign", "", false},
+		{orch, "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client", "approve", "", false},
+		{orch, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", true},
+		{orch, "certificates.k8s.io", "certificatesigningrequests", "", "", "delete", "", false},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "", "", "create", "", true},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", false},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "status", "", "update", "", false},
+		{agent, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "sign", "", false},
+		{agent, "authentication.k8s.io", "tokenreviews", "", "", "create", "", true},
+		{agent, "", "secrets", "", "nodewise-agent-ca", "get", Namespace, false},
+		{agent, "", "pods", "", "", "list", "", true},
+		{agent, "", "pods", "", "", "delete", "", false},
+	} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: tc.user, Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Name: tc.name, Verb: tc.verb, Namespace: tc.ns}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.want {
+			t.Errorf("%s: %s %s/%s %q in %q: allowed %v, want %v", tc.user, tc.verb, tc.resource, tc.sub, tc.name, tc.ns, got.Status.Allowed, tc.want)
+		}
+	}
 }
