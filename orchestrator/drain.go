@@ -176,7 +176,7 @@ func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (auto
 		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
-		in.SwapsZtunnel = true
+		in.SwapsZtunnel, in.Swap = true, SwapKind(swapKindOf(p, ref))
 		tv, err := e.target(ref)
 		if err != nil {
 			return in, err

@@ -40,11 +40,22 @@ const (
 // swapKind is how a swap step replaces a target's pod on a node.
 type swapKind string
 
-// swapReplace deletes the old pod; the DaemonSet controller creates the new one.
-const swapReplace swapKind = "replace"
+const (
+	// swapReplace deletes the old pod; the DaemonSet controller creates the new one.
+	swapReplace = swapKind(SwapReplace)
+	// swapSurge starts a new pod beside the old one, deletes the old one once
+	// it is Ready and hands the new one to the DaemonSet (surge.go).
+	swapSurge = swapKind(SwapSurge)
+)
 
-// swapKindOf is how target ref is swapped.
-func swapKindOf(v1alpha1.TargetRef) swapKind { return swapReplace }
+// swapKindOf is how target t is swapped: ztunnel make-before-break (surge)
+// unless the policy says replace; istio-cni and other targets replace.
+func swapKindOf(p Policy, t v1alpha1.TargetRef) swapKind {
+	if swapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != SwapReplace {
+		return swapSurge
+	}
+	return swapReplace
+}
 
 // step is one decision of nextStep.
 type step struct {
@@ -183,7 +194,7 @@ func stepFor(p Policy, st v1alpha1.NodeState) step {
 	default:
 		for _, t := range p.Targets {
 			if swapState(t) == st {
-				s.Act, s.Target, s.Swap, s.Timeout = actSwap, t, swapKindOf(t), p.SwapTimeout
+				s.Act, s.Target, s.Swap, s.Timeout = actSwap, t, swapKindOf(p, t), p.SwapTimeout
 			}
 		}
 	}

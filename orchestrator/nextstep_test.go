@@ -114,7 +114,7 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Preflight preflight",
 				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -128,7 +128,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -144,7 +144,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -158,7 +158,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -175,7 +175,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -190,7 +190,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon cordon",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -202,7 +202,7 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Drain drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -212,7 +212,7 @@ func TestNextStepWalks(t *testing.T) {
 			name: "resume a swap: the swap acts again (its UID precondition never deletes twice)",
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
 			want: []string{
-				"SwapZtunnel replace ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -244,7 +244,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -301,7 +301,7 @@ func TestNextStepWalks(t *testing.T) {
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
 			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeWaitReady: {halt: HaltSwapTimeout, reason: "not Ready"}},
 			want: []string{
-				"SwapZtunnel replace ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				`Failed record final halt=swap_timeout "not Ready"`,
 			},
@@ -321,7 +321,7 @@ func TestNextStepWalks(t *testing.T) {
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
 			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeGate: {halt: HaltGateFailed, reason: "gate Fail: x"}},
 			want: []string{
-				"SwapZtunnel replace ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				`Failed record uncordon final halt=gate_failed "gate Fail: x"`,
@@ -349,7 +349,7 @@ func TestNextStepWalks(t *testing.T) {
 			spec: soaked, rec: v1alpha1.NodeSwapCNI, abort: always, up: true,
 			want: []string{
 				"SwapCNI replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				`AbortCleanup record "aborted"`,
 				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
@@ -361,7 +361,7 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Preflight preflight",
 				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record replace ztunnel ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				`AbortCleanup record "aborted"`,
 				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
@@ -421,6 +421,28 @@ func TestNextStepBoundsCountFromTheRecord(t *testing.T) {
 		s := nextStep(nodeRecord{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, stepView{}, false)
 		if s.Record || s.Timeout != tc.want {
 			t.Errorf("resume %s: %s, want the record's own step bounded by %s from its StepSince", tc.rec, describe(s), tc.want)
+		}
+	}
+}
+
+// TestSwapKindOf: ztunnel is swapped surge unless the orchestrator says
+// replace; istio-cni (and any other target) always replace.
+func TestSwapKindOf(t *testing.T) {
+	zt := v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}
+	cni := v1alpha1.TargetRef{Namespace: "istio-system", Name: "istio-cni-node"}
+	for _, c := range []struct {
+		p    Policy
+		t    v1alpha1.TargetRef
+		want swapKind
+	}{
+		{Policy{}, zt, swapSurge},
+		{Policy{ZtunnelSwap: SwapSurge}, zt, swapSurge},
+		{Policy{ZtunnelSwap: SwapReplace}, zt, swapReplace},
+		{Policy{}, cni, swapReplace},
+		{Policy{ZtunnelSwap: SwapSurge}, cni, swapReplace},
+	} {
+		if got := swapKindOf(c.p, c.t); got != c.want {
+			t.Errorf("swapKindOf(ZtunnelSwap %q, %s) = %s, want %s", c.p.ZtunnelSwap, c.t.Name, got, c.want)
 		}
 	}
 }

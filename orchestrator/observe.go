@@ -11,7 +11,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// observe builds the planner's snapshot from the caches plus this process's overlay.
+// observe builds the planner's snapshot from the caches plus what this
+// process wrote (claims, and the Nodes its patches returned: newestNode).
 func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
 	s := Snapshot{Status: nr.Status}
 	s.ResumeRequested = nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]

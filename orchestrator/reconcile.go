@@ -45,6 +45,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
+	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
 	if perr != nil {
 		return e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil)
 	}

@@ -154,7 +154,7 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 // swap deletes the target's old pod on the node (once: the deleted UID is
 // persisted first) and waits for the DaemonSet controller's new pod to be
 // Ready on the newest revision.
-func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
+func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKind, node string, deadline time.Time, timeout time.Duration) error {
 	tv, err := e.target(ref)
 	if err != nil {
 		return err
@@ -164,6 +164,9 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, node string
 	}
 	if err := e.waitSettled(ctx, ref, deadline, timeout); err != nil {
 		return err
+	}
+	if kind == swapSurge {
+		return e.surge(ctx, ref, node, deadline, timeout)
 	}
 	if tv, err = e.target(ref); err != nil {
 		return err

@@ -148,7 +148,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 		next, res.drained, err = e.drain(ctx, nr, p, node, rec, deadline)
 		rec = next
 	case actSwap:
-		err = e.swap(ctx, s.Target, node, deadline, s.Timeout)
+		err = e.swap(ctx, s.Target, s.Swap, node, deadline, s.Timeout)
 	case actWaitReady:
 		for _, ref := range p.Targets {
 			if err = e.waitReady(ctx, ref, node, deadline, s.Timeout); err != nil {

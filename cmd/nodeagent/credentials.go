@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -82,8 +81,4 @@ func (c *credFlags) apply(ctx context.Context, cfg *nodeagent.Config, client kub
 	}
 	cfg.GetCertificate = req.GetCertificate
 	return req.Run, nil
-}
-
-func (c *credFlags) names() string {
-	return strings.Join([]string{"-tls-csr", "-node-ips", "-token-review", "-token-audience", "-allowed-caller", "-metrics-caller"}, " ")
 }

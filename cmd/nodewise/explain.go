@@ -16,14 +16,15 @@ import (
 func newExplainCmd(g *globalFlags) *cobra.Command {
 	var node string
 	cmd := &cobra.Command{
-		Use:   "explain NAME --node NODE",
-		Short: "Print the judge's before/after table for one node of a NodeRollout",
-		Args:  cobra.ExactArgs(1),
+		Use:               "explain NAME --node NODE",
+		Short:             "Print the judge's before/after table for one node of a NodeRollout",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if node == "" {
 				return fmt.Errorf("--node is required: the node whose judgement to explain")
 			}
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}
@@ -35,6 +36,7 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "the node to explain (required)")
+	_ = cmd.RegisterFlagCompletionFunc("node", completeRolloutNodes(g))
 	return cmd
 }
 

@@ -36,7 +36,7 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -112,11 +112,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec:       spec,
 			}
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -169,7 +169,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 		Short: "Abort a RevisionMigration: moved namespaces are retagged back and restarted",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}

@@ -77,7 +77,7 @@ func TestSidecarCommands(t *testing.T) {
 	if table := ok("inventory"); !strings.Contains(table, "shop") || !strings.Contains(table, "1.27.3") {
 		t.Fatalf("inventory table:\n%s", table)
 	}
-	bad("want table or json", "inventory", "-o", "yaml")
+	bad("want table, json or yaml", "inventory", "-o", "wide")
 
 	// skew.
 	if out := ok("skew"); !strings.Contains(out, "no skew violations") {

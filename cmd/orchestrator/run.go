@@ -8,12 +8,12 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/kubeconfig"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
@@ -29,6 +29,8 @@ type runConfig struct {
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
 	notify         notifyFlags
+	debug          bool
+	showVersion    bool
 }
 
 // issuerFlags turn on agentpki's Signer: the agents' CA and certificates.
@@ -70,10 +72,8 @@ func run(ctx context.Context, rc runConfig) error {
 	if cfg.SkewPolicy, err = skew.DefaultPolicy().Override(rc.skewMaxBehind); err != nil {
 		return fmt.Errorf("--skew-max-behind: %w", err)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = rc.kubeconfig
-	if cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+	if cfg.RESTConfig, err = kubeconfig.Load(rc.kubeconfig); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -352,6 +352,9 @@ func TestChartServerSideApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
 	if err := Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
 	}

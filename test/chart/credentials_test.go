@@ -34,6 +34,9 @@ func install(t *testing.T, nodes int) *cluster.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
 	if err := Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -179,6 +182,17 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 		if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "nodewise-test", Force: &force}); err != nil {
 			return fmt.Errorf("server-side apply of %s: %w", Key(o), err)
 		}
+	}
+	return nil
+}
+
+// EnsureNamespace creates namespace name unless it exists. The chart's surge
+// Role lives in the Istio namespace, which Istio's install creates: a test
+// that applies the chart before Istio makes it first.
+func EnsureNamespace(ctx context.Context, kube kubernetes.Interface, name string) error {
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil
 }

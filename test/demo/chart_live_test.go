@@ -37,6 +37,9 @@ func chartAgents(t *testing.T) wireAgents {
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := chart.EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+			return nil, nil, err
+		}
 		if err := chart.Apply(ctx, c.Config, objs); err != nil {
 			return nil, nil, err
 		}

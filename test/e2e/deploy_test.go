@@ -27,7 +27,8 @@ func TestDeployServerSideApply(t *testing.T) {
 
 // TestOrchestratorRBACLeastPrivilege applies deploy/ and asks the API server
 // what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
-// never edits a template), pod deletes and evictions, node patches.
+// never edits a template), pod deletes and evictions, node patches, and, in
+// the Istio namespace only, pod create and patch for the surge swap's bridge.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
 	applyDeploy(t, c)
@@ -48,7 +49,16 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "watch", "", true},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
 		{"", "pods", "", "delete", "istio-system", true},
-		{"", "pods", "", "create", "istio-system", false},
+		// Added for the surge swap, in the Istio namespace only: create the
+		// bridge pod, patch it to hand it over to the DaemonSet. Fenced by the
+		// ValidatingAdmissionPolicy nodewise-surge-bridge-only
+		// (TestSurgePolicyFencesOrchestratorPodWrites).
+		{"", "pods", "", "create", "istio-system", true},
+		{"", "pods", "", "patch", "istio-system", true},
+		{"", "pods", "", "update", "istio-system", false},
+		{"", "pods", "", "create", "default", false},
+		{"", "pods", "", "patch", "default", false},
+		{"", "pods", "", "create", "kube-system", false},
 		{"", "pods", "eviction", "create", "default", true},
 		{"", "nodes", "", "patch", "", true},
 		{"", "nodes", "", "delete", "", false},
@@ -71,11 +81,16 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 // applyDeploy server-side-applies everything `kustomize build deploy/` yields.
 func applyDeploy(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
+	ctx := context.Background()
+	// The surge Role lives in the Istio namespace, which Istio's install creates.
+	if err := chart.EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
 	objs, err := chart.Kustomize()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := chart.Apply(context.Background(), c.Config, objs); err != nil {
+	if err := chart.Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
 	}
 }

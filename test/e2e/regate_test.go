@@ -49,6 +49,7 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 	if out, err := e.cli("resume", "regate"); err != nil {
 		t.Fatalf("nodewise resume: %v %s", err, out)
 	}
+	e.waitPhase("regate", time.Minute, v1alpha1.PhaseProgressing, v1alpha1.PhaseCompleted) // the halt is cleared
 	nr = e.waitPhase("regate", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {
 		t.Fatalf("after resume: phase %s: %s", nr.Status.Phase, nr.Status.HaltReason)
