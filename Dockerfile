@@ -1,11 +1,12 @@
 # syntax=docker/dockerfile:1
-# One build stage makes the three static binaries with the same `make build`
+# One build stage makes the static binaries with the same `make build`
 # CI runs; small final stages ship one binary each.
 #   docker build --target orchestrator -t nodewise/orchestrator .
 #   docker build --target nodeagent    -t nodewise/nodeagent .
 #   docker build --target nodewise     -t nodewise/cli .
 # `make images` builds all three with buildah, podman or docker buildx,
 # tagged with the version (VERSION, from git describe).
+#   docker build --target probe        -t nodewise/probe .
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
@@ -35,3 +36,10 @@ FROM gcr.io/distroless/static-debian12:nonroot AS nodewise
 COPY --from=build /src/bin/nodewise /nodewise
 USER 65532:65532
 ENTRYPOINT ["/nodewise"]
+
+# The probe (deploy/probe) only opens TCP connections to its peers:
+# non-root, no capabilities, nothing but the binary.
+FROM gcr.io/distroless/static-debian12:nonroot AS probe
+COPY --from=build /src/bin/probe /probe
+USER 65532:65532
+ENTRYPOINT ["/probe"]

@@ -36,9 +36,9 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator and nodeagent into bin/.
+build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
 	@: set-up: build
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
@@ -66,7 +66,7 @@ bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with node
 
 # Image names follow deploy/ (ghcr.io/nodewise/NAME); the tag is the version.
 IMAGE_REPO ?= ghcr.io/nodewise
-IMAGES     := orchestrator nodeagent nodewise
+IMAGES := orchestrator nodeagent nodewise probe
 # The daemonless builder: buildah (Debian package buildah) or podman, else docker buildx.
 IMAGE_BUILDER ?= $(shell command -v buildah >/dev/null 2>&1 && echo buildah || { command -v podman >/dev/null 2>&1 && echo podman; } || echo "docker buildx")
 

@@ -66,7 +66,21 @@ type Config struct {
 	MaxSnapshotAge      time.Duration
 	Counts              map[Metric]CountThresholds
 	Latency             map[Metric]LatencyThresholds
+	// ProbeNamespace holds the probe workload (default nodewise-probe): its
+	// pods are judged as a family of their own, reported apart from the
+	// workload's, and required on every node.
+	ProbeNamespace string
+	// ProbeOptional judges a node without probe evidence on its workload
+	// alone. By default a node without probe evidence is Inconclusive: a
+	// drained node would otherwise be judged on nothing.
+	ProbeOptional bool
 }
+
+// DefaultProbeNamespace is the namespace of the nodewise-probe DaemonSet (deploy/probe).
+const DefaultProbeNamespace = "nodewise-probe"
+
+// isProbe says the pod is the probe's.
+func (c Config) isProbe(k PodKey) bool { return k.Name != "" && k.Namespace == c.ProbeNamespace }
 
 // Defaults are the thresholds used for every field left zero. docs/health.md
 // explains each one, and the acceptance simulation (sim_test.go) measures them.
@@ -81,6 +95,7 @@ func Defaults() Config {
 		MaxSnapshotAge:      30 * time.Second,
 		Counts:              map[Metric]CountThresholds{},
 		Latency:             map[Metric]LatencyThresholds{},
+		ProbeNamespace:      DefaultProbeNamespace,
 	}
 	for _, m := range CountMetrics {
 		c.Counts[m] = CountThresholds{MinRatio: 2, MinExcessPerSecond: 0.05}
@@ -115,6 +130,9 @@ func NewConfig(c Config) (Config, error) {
 	}
 	if c.MaxSnapshotAge == 0 {
 		c.MaxSnapshotAge = d.MaxSnapshotAge
+	}
+	if c.ProbeNamespace == "" {
+		c.ProbeNamespace = d.ProbeNamespace
 	}
 	counts := map[Metric]CountThresholds{}
 	for m, v := range d.Counts {

@@ -21,7 +21,7 @@ func TestWriteExplain(t *testing.T) {
 	out := buf.String()
 	t.Logf("\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, want := range []string{"NodeRollout mesh-1-28, node node-a: state Failed", "verdict: Fail: pod ", "30 pods compared", "1 regressions"} {
+	for _, want := range []string{"NodeRollout mesh-1-28, node node-a: state Failed", "verdict: Fail: pod ", "31 pods compared", "1 regressions"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q", want)
 		}

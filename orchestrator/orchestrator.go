@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -204,8 +205,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	}
 }
 
-func eventScheme() *runtimeScheme {
-	s := newRuntimeScheme()
+func eventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = v1alpha1.AddToScheme(s)
 	return s

@@ -47,9 +47,6 @@ type Decision struct {
 	NextWindow time.Time
 }
 
-// ErrInvalid wraps every reason a rollout cannot start.
-var ErrInvalid = errors.New("invalid rollout")
-
 // ValidateTargets checks the targets exist, use OnDelete and have a revision.
 func ValidateTargets(targets []TargetView) error {
 	var errs []error

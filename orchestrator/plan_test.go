@@ -43,6 +43,8 @@ func fleet(zones, perZone int) []NodeView {
 func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
 	t.Helper()
 	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
+	// No baseline or soak unless a test asks (the defaults are minutes).
+	spec.Baseline, spec.Soak = &metav1.Duration{}, &metav1.Duration{}
 	if mut != nil {
 		mut(&spec)
 	}

@@ -19,6 +19,11 @@ const (
 	// than a short request, far shorter than ztunnel's drain deadline.
 	DefaultLongLivedAfter = 5 * time.Second
 	DefaultSwapTimeout    = 5 * time.Minute
+	// DefaultBaseline and DefaultSoak are the judge's windows when the spec
+	// leaves them out (an explicit 0s turns the before/after gate off). They
+	// come from the cluster simulation's power figures (docs/health.md).
+	DefaultBaseline = 5 * time.Minute
+	DefaultSoak     = 5 * time.Minute
 )
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
@@ -66,8 +71,8 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		DrainTimeout:   durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
 		LongLivedAfter: durationOr(spec.Drain.LongLivedAfter, DefaultLongLivedAfter),
 		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
-		Baseline:       durationOr(spec.Baseline, 0),
-		Soak:           durationOr(spec.Soak, 0),
+		Baseline:       durationOr(spec.Baseline, DefaultBaseline),
+		Soak:           durationOr(spec.Soak, DefaultSoak),
 		Paused:         spec.Paused,
 		Abort:          spec.Abort,
 		Rollback:       spec.Rollback,

@@ -125,10 +125,14 @@ type NodeRolloutSpec struct {
 	// SwapTimeout bounds the wait for a new pod to be Ready on the new revision (default 5m).
 	// +optional
 	SwapTimeout *metav1.Duration `json:"swapTimeout,omitempty"`
-	// Baseline is the window measured before the swap (default 0: no baseline).
+	// Baseline is the window measured before the swap, the judge's "before"
+	// (default 5m; 0s, set explicitly, turns the before/after judgement off).
+	// +kubebuilder:default="5m"
 	// +optional
 	Baseline *metav1.Duration `json:"baseline,omitempty"`
-	// Soak is how long a node runs on the new revision before its gate (default 0).
+	// Soak is how long a node runs on the new revision before its gate, the
+	// judge's "after" (default 5m; 0s only when set explicitly). See docs/health.md.
+	// +kubebuilder:default="5m"
 	// +optional
 	Soak *metav1.Duration `json:"soak,omitempty"`
 	// MaintenanceWindows: when set, nodes start only inside one of them.
@@ -185,7 +189,6 @@ const (
 	NodeDone         NodeState = "Done"
 	NodeSkipped      NodeState = "Skipped"
 	NodeFailed       NodeState = "Failed"
-	NodeRollingBack  NodeState = "RollingBack"
 	NodeRolledBack   NodeState = "RolledBack"
 	NodeAbortCleanup NodeState = "AbortCleanup"
 )

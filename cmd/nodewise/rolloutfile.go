@@ -22,9 +22,9 @@ type rolloutFile struct {
 }
 
 // readRollout reads and validates one NodeRollout from path (- is stdin) the
-// way the API server and the orchestrator would: strictly typed, against the
-// CRD's schema and rules (names, sets, enums, CEL), then as a policy. Every
-// problem is returned on one line.
+// way the API server and the orchestrator would: strictly typed, as a policy,
+// its gates as the judge reads them, and against the CRD's schema and rules
+// (names, sets, enums, CEL). Every problem is returned on one line.
 func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile, error) {
 	doc, err := readManifest(stdin, path)
 	if err != nil {
@@ -38,6 +38,13 @@ func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile
 	if perr != nil {
 		msgs = append(msgs, orchestrator.OneLine(perr))
 	}
+	// The judge's own reading of spec.gates says more than the schema
+	// ("listed twice", "must be a decimal number"): it goes first, and the
+	// schema's errors under spec.gates are then left out.
+	gerr := checkGates(ctx, nr.Spec.Gates, true)
+	if gerr != nil {
+		msgs = append(msgs, gerr.Error())
+	}
 	v, err := crds.ForKind("NodeRollout")
 	if err != nil {
 		return rolloutFile{}, err
@@ -48,6 +55,9 @@ func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile
 	}
 	for _, fe := range v.Validate(ctx, obj) {
 		// The policy check already names some fields (maxParallel: 0); say each once.
+		if gerr != nil && strings.HasPrefix(fe.Field, "spec.gates") {
+			continue
+		}
 		if perr == nil || !strings.Contains(perr.Error(), fe.Field) {
 			msgs = append(msgs, fe.Error())
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -124,12 +126,7 @@ func (e *liveEnv) waitPodReady(ns, name string) {
 		if err != nil {
 			return false, nil
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
+		return podutils.IsPodReady(p), nil
 	})
 	if err != nil {
 		e.t.Fatalf("pod %s/%s not Ready: %v", ns, name, err)

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -155,7 +157,7 @@ func waitUpgraded(ctx context.Context, c *cluster.Cluster) error {
 			if !strings.HasSuffix(p.Spec.Containers[0].Image, ":1.28.1") {
 				return false, nil
 			}
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 				ready++
 			}
 		}

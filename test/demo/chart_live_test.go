@@ -30,10 +30,10 @@ import (
 // chart's RBAC), and the orchestrator presents its ServiceAccount token for
 // audience nodewise-agent, which each agent admits by TokenReview. The
 // orchestrator and the agents run in this process, as the demo's do, so the
-// chart's controller replicas are scaled to zero.
+// chart.s controller replicas are scaled to zero.
 func chartAgents(t *testing.T) wireAgents {
 	return func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
-		objs, err := chart.Template(ctx, "createNamespace=true", "orchestrator.replicas=0", "revisions.replicas=0")
+		objs, err := chart.Template(ctx, "createNamespace=true", "orchestrator.replicas=0", "revisions.replicas=0", "probe.enabled=false")
 		if err != nil {
 			return nil, nil, err
 		}
@@ -129,7 +129,7 @@ func TestLiveChartInstalledJudge(t *testing.T) {
 		t.Errorf("node-001 was not judged through its agent: verdict %q, judgement %+v", ns.Verdict, ns.Judgement)
 	}
 
-	if err := setZtunnelTag(ctx, e.c, "1.28.2-rst"); err != nil {
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, "1.28.2-rst"); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -37,18 +36,6 @@ type liveEnv struct {
 	agents *dataplane.Agents
 }
 
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: not root (euid %d): cannot create network namespaces", os.Geteuid())
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (run make deps): %v", tool, err)
-		}
-	}
-}
-
 func repoCRDDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds")
@@ -68,7 +55,7 @@ type wireAgents func(context.Context, *dataplane.DataPlane, *cluster.Cluster) (*
 
 func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
 	t.Helper()
-	requireKernel(t)
+	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +282,7 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	if err := setZtunnelTag(ctx, e.c, "1.27.4-rst"); err != nil {
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, "1.27.4-rst"); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {

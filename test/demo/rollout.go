@@ -18,6 +18,7 @@ func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 2, 2
 	nr.Spec.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait}
 	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline, nr.Spec.Soak = &metav1.Duration{}, &metav1.Duration{} // explicit: the defaults last minutes
 	return nr
 }
 

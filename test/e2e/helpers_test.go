@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -264,6 +266,9 @@ func rollout(name string, mut func(*v1alpha1.NodeRolloutSpec)) *v1alpha1.NodeRol
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 4, 4
 	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 60 * time.Second}
+	// No baseline and no soak unless a test asks: these tests are about the
+	// node steps, and the defaults (minutes) are the judge's.
+	nr.Spec.Baseline, nr.Spec.Soak = &metav1.Duration{}, &metav1.Duration{}
 	if mut != nil {
 		mut(&nr.Spec)
 	}
@@ -381,7 +386,7 @@ func (w *watcher) check(what string) {
 		if p.Spec.NodeName == "" {
 			continue
 		}
-		if dsOf(p) != "" && p.DeletionTimestamp == nil && podReady(p) {
+		if dsOf(p) != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(p) {
 			readyPods[p.Spec.NodeName]++
 		}
 	}
@@ -400,15 +405,6 @@ func (w *watcher) check(what string) {
 		sort.Strings(names)
 		w.maxUnavail, w.worst = len(unavailable), what+": "+strings.Join(names, ",")
 	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func (w *watcher) max() (int, string) {
@@ -440,7 +436,7 @@ func (e *env) assertAllOnNewest(nodes int) {
 		}
 		onNew := map[string]bool{}
 		for _, p := range pods.Items {
-			if dsOf(&p) == name && p.DeletionTimestamp == nil && p.Labels["controller-revision-hash"] == hash && podReady(&p) {
+			if dsOf(&p) == name && p.DeletionTimestamp == nil && p.Labels["controller-revision-hash"] == hash && podutils.IsPodReady(&p) {
 				onNew[p.Spec.NodeName] = true
 			}
 		}

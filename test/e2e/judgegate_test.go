@@ -95,7 +95,7 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	secs := now.Sub(f.start).Seconds()
 	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
-	for i := range 10 {
+	for i := range 11 { // ten workload pods and the probe
 		c := health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: health.SideApp,
 			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
 			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
@@ -111,6 +111,9 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		c.ConnectLatency.Buckets[9] = uint64(25 * secs)
 		c.ConnectLatency.Buckets[10] = uint64(25 * secs)
 		c.SRTT.Buckets[8] = uint64(100 * secs)
+		if i == 10 {
+			c.Namespace, c.Name = health.DefaultProbeNamespace, "nodewise-probe-"+node
+		}
 		s.Pods = append(s.Pods, c)
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -248,12 +251,12 @@ func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
 	}
 	for _, ns := range nr.Status.Nodes {
 		j := ns.Judgement
-		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != health.Pass || j.PodsCompared != 10 || j.Tests == 0 || len(j.Rows) == 0 {
+		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != health.Pass || j.PodsCompared != 11 || j.Tests == 0 || len(j.Rows) == 0 {
 			t.Errorf("node %s: verdict %q, judgement in status %+v", ns.Name, ns.Verdict, j)
 		}
 	}
 	out := explain(t, e, nr.Name, nr.Status.Nodes[0].Name)
-	for _, want := range []string{"state Done", "verdict: Pass", "10 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
+	for _, want := range []string{"state Done", "verdict: Pass", "11 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -228,7 +230,7 @@ func targetNode(p *corev1.Pod) string {
 func (e *env) waitNodeOn(ctx context.Context, node, hash string, deadline time.Time) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Until(deadline), true, func(ctx context.Context) (bool, error) {
 		p := e.ztunnelPodOrNil(node)
-		return p != nil && podReady(p) && p.Labels["controller-revision-hash"] == hash, nil
+		return p != nil && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash, nil
 	})
 }
 
@@ -238,7 +240,7 @@ func (e *env) secondsUntilReady(node string, not types.UID, limit time.Duration)
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
 		p := e.ztunnelPodOrNil(node)
-		return p != nil && p.UID != not && podReady(p), nil
+		return p != nil && p.UID != not && podutils.IsPodReady(p), nil
 	})
 	if err != nil {
 		return fmt.Sprintf("none for ≥ %s", limit)
@@ -359,7 +361,7 @@ func startBareSampler(e *env) *bareSampler {
 			ready := map[string]bool{}
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				if isZtunnel(p) && p.DeletionTimestamp == nil && podReady(p) {
+				if isZtunnel(p) && p.DeletionTimestamp == nil && podutils.IsPodReady(p) {
 					ready[p.Spec.NodeName] = true
 					seen[p.Spec.NodeName] = true
 				}

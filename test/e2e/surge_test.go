@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,8 +177,8 @@ func TestSurgeNeverReadyHalts(t *testing.T) {
 	}
 	t.Logf("halted: %v", err)
 	now := e.ztunnelPod("node-001")
-	if now.UID != old.UID || !podReady(now) {
-		t.Errorf("node-001 runs %s (Ready %v); want the old pod %s, untouched and Ready", now.Name, podReady(now), old.Name)
+	if now.UID != old.UID || !podutils.IsPodReady(now) {
+		t.Errorf("node-001 runs %s (Ready %v); want the old pod %s, untouched and Ready", now.Name, podutils.IsPodReady(now), old.Name)
 	}
 	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) == 0 }, "the never-Ready bridge gone")
 }
@@ -195,7 +197,7 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 	e.surgeUntil("node-001", "bridge created")
 	e.waitFor(func(ctx context.Context) bool {
 		for _, p := range e.surgeLeftovers() {
-			if podReady(p) {
+			if podutils.IsPodReady(p) {
 				return true
 			}
 		}
@@ -209,7 +211,7 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 	t.Cleanup(stop)
 	e.waitFor(func(ctx context.Context) bool {
 		p := e.ztunnelPodOrNil(spec.Name)
-		return p != nil && podReady(p) && p.Labels["controller-revision-hash"] == hash
+		return p != nil && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
 	}, "the added node's ztunnel from the DaemonSet")
 	time.Sleep(5 * time.Second) // still down
 	after := e.ztunnelUIDs("")
@@ -467,7 +469,7 @@ func (e *env) watchZtunnels(t *testing.T) *ztunnelWatch {
 					w.dsCreated++
 				}
 			}
-			if _, ok := w.readyAt[p.Name]; !ok && podReady(p) && p.DeletionTimestamp == nil {
+			if _, ok := w.readyAt[p.Name]; !ok && podutils.IsPodReady(p) && p.DeletionTimestamp == nil {
 				w.readyAt[p.Name] = time.Now()
 			}
 			if _, ok := w.deletedAt[p.UID]; !ok && (p.DeletionTimestamp != nil || ev.Type == watch.Deleted) {
@@ -497,7 +499,7 @@ func (e *env) watchZtunnels(t *testing.T) *ztunnelWatch {
 					continue
 				}
 				nodes[p.Spec.NodeName] = true
-				if p.DeletionTimestamp == nil && podReady(p) {
+				if p.DeletionTimestamp == nil && podutils.IsPodReady(p) {
 					ready[p.Spec.NodeName] = true
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	appsv1 "k8s.io/api/apps/v1"
@@ -169,13 +171,7 @@ func (e *env) proxies(ns string) (tags map[string]string, notReady int) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
+		if !podutils.IsPodReady(&p) {
 			notReady++
 			continue
 		}
