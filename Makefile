@@ -42,7 +42,7 @@ build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kub
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
-test: check-setup deps tools lint check-generate ## Run every test (installs packages and builds the pinned cluster tools first).
+test: check-setup deps tools lint check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -128,3 +128,20 @@ check-setup: ## Fail when a make target the README names lacks the set-up it nee
 .PHONY: clean
 clean: ## Remove built binaries (the cached tools too).
 	rm -rf $(BIN)
+
+##@ Chart
+
+CHART := deploy/charts/nodewise
+# Helm built from its Go module (tools/helm) has no default Kubernetes version.
+HELM_KUBE_VERSION := 1.37.0
+
+.PHONY: chart-check
+chart-check: tool-helm ## Lint and render the Helm chart (every optional part on and off); test/chart compares it with deploy/.
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION)
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set judge.enabled=false,monitoring.serviceMonitor.enabled=true,monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true
+	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
+
+.PHONY: chart-sync
+chart-sync: ## Copy the generated CRDs and the dashboards into the chart (Helm reads only files inside it).
+	cp deploy/crds/nodewise.io_*.yaml $(CHART)/crds/
+	cp deploy/nodeagent/nodewise-node-health.json deploy/orchestrator/nodewise-rollouts.json $(CHART)/dashboards/

@@ -12,7 +12,7 @@ readme=${README:-README.md}
 
 declare -A needs=(
 	[demo]="deps-run build tool:etcd tool:kubernetes"
-	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl"
+	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:helm"
 	[bench]="deps build tool:etcd tool:kubernetes tool:prometheus"
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[generate]="deps"
@@ -26,6 +26,8 @@ declare -A needs=(
 	[help]=""
 	[images]=""
 	[krew]=""
+	[chart-check]="tool:helm"
+	[chart-sync]=""
 )
 # What a target must not build: the demo has no use for Prometheus or istioctl.
 declare -A forbids=(

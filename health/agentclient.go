@@ -3,10 +3,12 @@ package health
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -25,8 +27,13 @@ var ErrAgentUnavailable = errors.New("node agent unavailable")
 // (package nodeagent, docs/nodeagent.md): TLS with the agent's CA, and a
 // bearer token read from a file shared with the agents.
 type AgentClientConfig struct {
-	// CAFile is the PEM bundle that signs the agents' serving certificates (required).
+	// CAFile is the PEM bundle that signs the agents' serving certificates
+	// (required unless RootCAs).
 	CAFile string
+	// RootCAs, when set, replaces CAFile: it is asked for the current pool on
+	// every new connection, so a CA the orchestrator rotates in memory
+	// (agentpki.Signer.Pool) is trusted at once. A nil pool fails the connection.
+	RootCAs func() *x509.CertPool
 	// TokenFile holds the bearer token (required). It is read on every
 	// request, so a rotated Secret takes effect at once.
 	TokenFile string
@@ -55,7 +62,7 @@ type AgentClient struct {
 
 // NewAgentClient validates cfg, fills defaults and loads the CA.
 func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
-	if cfg.CAFile == "" {
+	if cfg.CAFile == "" && cfg.RootCAs == nil {
 		return nil, errors.New("health.AgentClientConfig.CAFile is required: the PEM bundle that signs the node agents' certificates")
 	}
 	if cfg.TokenFile == "" {
@@ -64,9 +71,12 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	if _, err := readTokenFile(cfg.TokenFile); err != nil {
 		return nil, err
 	}
-	pool, err := loadCA(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("health.AgentClientConfig.CAFile: %w", err)
+	var pool *x509.CertPool
+	if cfg.RootCAs == nil {
+		var err error
+		if pool, err = loadCA(cfg.CAFile); err != nil {
+			return nil, fmt.Errorf("health.AgentClientConfig.CAFile: %w", err)
+		}
 	}
 	if cfg.URLFor == nil {
 		cfg.URLFor = func(_ context.Context, node string) (string, error) { return "https://" + node + ":9443", nil }
@@ -86,7 +96,42 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 		return nil, err
 	}
 	tlsConfig := &tls.Config{RootCAs: pool, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}
-	return &AgentClient{cfg: cfg, http: newRetryClient(o, tlsConfig, cfg.Logger)}, nil
+	hc := newRetryClient(o, tlsConfig, cfg.Logger)
+	if cfg.RootCAs != nil {
+		hc.HTTPClient.Transport.(*http.Transport).DialTLSContext = dialTLSWith(cfg.RootCAs, tlsConfig)
+	}
+	return &AgentClient{cfg: cfg, http: hc}, nil
+}
+
+// dialTLSWith dials TLS verifying the peer against the pool roots returns at
+// that moment, for the name in base (or the host dialled).
+func dialTLSWith(roots func() *x509.CertPool, base *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		pool := roots()
+		if pool == nil {
+			return nil, errors.New("the agents' CA is not loaded yet")
+		}
+		cfg := base.Clone()
+		cfg.RootCAs = pool
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ServerName = host
+		}
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 }
 
 func readTokenFile(path string) (string, error) {

@@ -23,8 +23,8 @@ import (
 type Agent struct {
 	cfg   Config
 	log   *zap.Logger
-	cert  tls.Certificate
-	auth  *tokenAuth
+	tls   *tls.Config
+	auth  Authenticator
 	start time.Time
 
 	modeGauge *prometheus.GaugeVec
@@ -46,18 +46,26 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cert, err := loadCert(cfg.CertFile, cfg.KeyFile)
-	if err != nil {
-		return nil, err
+	tlsConfig := &tls.Config{GetCertificate: cfg.GetCertificate, MinVersion: tls.VersionTLS12}
+	if cfg.GetCertificate == nil {
+		cert, err := loadCert(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
 	}
-	auth, err := newTokenAuth(cfg.TokenFile, cfg.Logger)
-	if err != nil {
-		return nil, err
+	auth := cfg.Authenticator
+	if auth == nil {
+		ta, err := newTokenAuth(cfg.TokenFile, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		auth = ta
 	}
 	a := &Agent{
 		cfg:  cfg,
 		log:  cfg.Logger,
-		cert: cert,
+		tls:  tlsConfig,
 		auth: auth,
 		modeGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nodewise_agent_mode",
@@ -159,7 +167,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           a.handler(),
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{a.cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig:         a.tls,
 		ErrorLog:          zap.NewStdLog(a.log),
 	}
 	a.addr = ln.Addr()
@@ -220,8 +228,8 @@ func (a *Agent) handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /v1/snapshot", a.auth.wrap(http.HandlerFunc(a.serveSnapshot)))
-	mux.Handle("GET /metrics", a.auth.wrap(promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{})))
+	mux.Handle("GET /v1/snapshot", authenticated(a.auth, a.log, http.HandlerFunc(a.serveSnapshot)))
+	mux.Handle("GET /metrics", authenticated(a.auth, a.log, promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{})))
 	return mux
 }
 

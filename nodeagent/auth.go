@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -11,6 +12,11 @@ import (
 
 	"go.uber.org/zap"
 )
+
+// Authenticator admits a request's caller or says why not.
+type Authenticator interface {
+	Authenticate(r *http.Request) error
+}
 
 // tokenAuth checks the bearer token against the token file, re-reading the
 // file when its modification time changes.
@@ -57,20 +63,26 @@ func (a *tokenAuth) current() [sha256.Size]byte {
 	return a.digest
 }
 
-func (a *tokenAuth) ok(r *http.Request) bool {
+// Authenticate compares the bearer token with the token file's.
+func (a *tokenAuth) Authenticate(r *http.Request) error {
 	h := r.Header.Get("Authorization")
 	tok, found := strings.CutPrefix(h, "Bearer ")
 	if !found {
-		return false
+		return errors.New("no bearer token")
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	want := a.current()
-	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		return errors.New("wrong token")
+	}
+	return nil
 }
 
-func (a *tokenAuth) wrap(next http.Handler) http.Handler {
+// authenticated serves next only to callers auth admits.
+func authenticated(auth Authenticator, log *zap.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.ok(r) {
+		if err := auth.Authenticate(r); err != nil {
+			log.Debug("refused a caller", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Error(err))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nodewise-agent"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return

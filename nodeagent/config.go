@@ -24,11 +24,18 @@ type Config struct {
 	Node       string // node name reported in snapshots; default: the hostname
 	Mode       string // ModeAuto (default), ModeEBPF or ModeProc
 	ListenAddr string // default ":9443"
-	CertFile   string // TLS serving certificate (required)
-	KeyFile    string // TLS private key (required)
-	TokenFile  string // bearer token callers must present (required)
-	ProcRoot   string // default "/proc"
-	Version    string // default "dev"
+	CertFile   string // TLS serving certificate (required unless GetCertificate)
+	KeyFile    string // TLS private key (required unless GetCertificate)
+	TokenFile  string // bearer token callers must present (required unless Authenticator)
+	// GetCertificate, when set, serves the TLS certificate instead of
+	// CertFile/KeyFile: a certificate issued to this node and renewed in
+	// memory (agentpki.Requester).
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// Authenticator, when set, admits callers instead of the static token in
+	// TokenFile: a TokenReview of the caller's ServiceAccount token (agentpki.Reviewer).
+	Authenticator Authenticator
+	ProcRoot      string // default "/proc"
+	Version       string // default "dev"
 	// Resolver maps namespaces to pods. Default: in eBPF mode a
 	// CgroupResolver fed by the programs (then a ProcResolver for what it
 	// misses); in proc mode a ProcResolver. Both name pods via PodLister.
@@ -57,11 +64,11 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("mode %q: want one of %s, %s, %s", c.Mode, ModeAuto, ModeEBPF, ModeProc)
 	}
-	if c.CertFile == "" || c.KeyFile == "" {
-		return errors.New("cert and key files are required (TLS is mandatory)")
+	if c.GetCertificate == nil && (c.CertFile == "" || c.KeyFile == "") {
+		return errors.New("cert and key files are required (TLS is mandatory), or a certificate from a signing request")
 	}
-	if c.TokenFile == "" {
-		return errors.New("token file is required (callers must present its bearer token)")
+	if c.Authenticator == nil && c.TokenFile == "" {
+		return errors.New("token file is required (callers must present its bearer token), or a token review")
 	}
 	if c.Node == "" {
 		h, err := os.Hostname()

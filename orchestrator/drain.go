@@ -56,6 +56,7 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			DeleteEmptyDirData:   true,
 			Timeout:              timeout,
 			EvictErrorRetryDelay: e.o.cfg.EvictRetryDelay,
+			AdditionalFilters:    []drain.PodFilter{skipOwnPods(e.o.cfg.Namespace)},
 			Out:                  &lineRecorder{},
 			ErrOut:               errOut,
 		}

@@ -35,6 +35,7 @@ type flags struct {
 	agent       nodeagent.Config
 	kubeconfig  string
 	showVersion bool
+	creds       credFlags
 }
 
 // parseFlags reads args; -h prints every flag with its description to out
@@ -49,9 +50,10 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "node name (default $NODE_NAME, then the hostname)")
 	fs.StringVar(&cfg.Mode, "mode", nodeagent.ModeAuto, "counting mode: auto, ebpf or proc")
 	fs.StringVar(&cfg.ListenAddr, "listen", ":9443", "HTTPS listen address")
-	fs.StringVar(&cfg.CertFile, "tls-cert", "", "TLS serving certificate (PEM; required)")
-	fs.StringVar(&cfg.KeyFile, "tls-key", "", "TLS private key (PEM; required)")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present (required)")
+	fs.StringVar(&cfg.CertFile, "tls-cert", "", "TLS serving certificate (PEM; required unless --tls-csr)")
+	fs.StringVar(&cfg.KeyFile, "tls-key", "", "TLS private key (PEM; required unless --tls-csr)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present (required unless --token-review)")
+	f.creds.register(fs)
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "the /proc to read (the host's, with hostPID, for proc mode)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup v2 mount")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
@@ -94,20 +96,27 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var client kubernetes.Interface
 	if rc != nil {
-		client, err := kubernetes.NewForConfig(rc)
-		if err != nil {
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("building the Kubernetes client: %w", err)
 		}
 		cfg.PodLister = &nodeagent.KubePodLister{Client: client, Node: cfg.Node}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	renew, err := f.creds.apply(ctx, &cfg, client)
+	if err != nil {
+		return err
 	}
 
 	agent, err := nodeagent.New(cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if renew != nil {
+		go func() { _ = renew(ctx) }() // logs its own failures; the current certificate keeps serving
+	}
 	return agent.Run(ctx)
 }
 

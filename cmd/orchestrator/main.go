@@ -93,7 +93,12 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 		return nil
 	})
 	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
-	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept (with --agent-issuer: this pod's projected ServiceAccount token for audience nodewise-agent)")
+	fs.BoolVar(&rc.issuer.enabled, "agent-issuer", false, "sign the node agents' certificate requests (signer nodewise.io/agent-serving) from the CA in Secret <namespace>/nodewise-agent-ca, created and rotated here, and trust that CA instead of --agent-ca")
+	fs.DurationVar(&rc.issuer.caValidity, "agent-ca-validity", 0, "life of the agents' CA, rotated with a third left (default 8760h)")
+	fs.DurationVar(&rc.issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
+	fs.StringVar(&rc.notify.webhook, "notify-webhook", rc.notify.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
+	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
 	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")

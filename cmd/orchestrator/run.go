@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
@@ -25,8 +27,36 @@ type runConfig struct {
 	controllers    string
 	istioNamespace string
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
+	issuer         issuerFlags
+	notify         notifyFlags
 	debug          bool
 	showVersion    bool
+}
+
+// issuerFlags turn on agentpki's Signer: the agents' CA and certificates.
+type issuerFlags struct {
+	enabled                  bool
+	caValidity, certValidity time.Duration
+}
+
+// agentIssuer starts the signer of the agents' certificates and points the
+// agent client at its CA pool.
+func agentIssuer(rc *runConfig, kube kubernetes.Interface, cfg orchestrator.Config) (task, error) {
+	if rc.agents.CAFile != "" {
+		return nil, fmt.Errorf("--agent-ca and --agent-issuer exclude each other: the issuer trusts the CA it keeps")
+	}
+	if rc.agents.TokenFile == "" {
+		return nil, fmt.Errorf("--agent-issuer needs --agent-token-file (a projected ServiceAccount token for audience %s)", agentpki.DefaultAudience)
+	}
+	s, err := agentpki.NewSigner(agentpki.SignerConfig{
+		Kube: kube, Namespace: cfg.Namespace, CAValidity: rc.issuer.caValidity, CertValidity: rc.issuer.certValidity,
+		Logger: cfg.Logger.Named("agentpki"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	rc.agents.RootCAs = s.Pool
+	return s.Run, nil
 }
 
 // task is one long-running loop; run stops them all when one returns.
@@ -55,7 +85,14 @@ func run(ctx context.Context, rc runConfig) error {
 	log := cfg.Logger
 	var tasks []task
 	if set["noderollout"] {
-		if rc.agents.CAFile != "" || rc.agents.TokenFile != "" {
+		if rc.issuer.enabled {
+			t, err := agentIssuer(&rc, kube, cfg)
+			if err != nil {
+				return err
+			}
+			tasks = append(tasks, t)
+		}
+		if rc.agents.CAFile != "" || rc.agents.TokenFile != "" || rc.agents.RootCAs != nil {
 			gate, rec, err := judgegate.Build(rc.agents, kube, cfg.Registry, log)
 			if err != nil {
 				return err
@@ -73,6 +110,11 @@ func run(ctx context.Context, rc runConfig) error {
 		o, err := orchestrator.New(cfg)
 		if err != nil {
 			return err
+		}
+		if t, err := notifier(rc.notify, kube, cfg); err != nil {
+			return err
+		} else if t != nil {
+			tasks = append(tasks, t)
 		}
 		tasks = append(tasks, o.Run) // serves the metrics of every controller here
 	}

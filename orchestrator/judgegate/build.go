@@ -2,6 +2,7 @@ package judgegate
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strconv"
@@ -18,7 +19,9 @@ import (
 
 // AgentConfig says how the orchestrator reaches the node agents.
 type AgentConfig struct {
-	CAFile     string // the PEM bundle that signs the agents' serving certificates
+	CAFile string // the PEM bundle that signs the agents' serving certificates
+	// RootCAs replaces CAFile with a pool that may change (agentpki.Signer.Pool).
+	RootCAs    func() *x509.CertPool
 	TokenFile  string // the bearer token the agents accept
 	Port       int    // the agents' port on each node's InternalIP (default 9443)
 	ServerName string // name to verify in the agents' certificates (default: the IP)
@@ -55,14 +58,14 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 // the judge does. The orchestrator also uses it for drain policy auto
 // (orchestrator.Config.Agents).
 func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*health.AgentClient, error) {
-	if cfg.CAFile == "" || cfg.TokenFile == "" {
-		return nil, fmt.Errorf("the node agents need both their CA file and token file")
+	if (cfg.CAFile == "" && cfg.RootCAs == nil) || cfg.TokenFile == "" {
+		return nil, fmt.Errorf("the node agents need both their CA (--agent-ca or --agent-issuer) and a token file (--agent-token-file)")
 	}
 	if cfg.Port == 0 {
 		cfg.Port = 9443
 	}
 	return health.NewAgentClient(health.AgentClientConfig{
-		CAFile: cfg.CAFile, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
+		CAFile: cfg.CAFile, RootCAs: cfg.RootCAs, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
 		URLFor: func(ctx context.Context, node string) (string, error) { return agentURL(ctx, kube, node, cfg.Port) },
 	})
 }

@@ -19,7 +19,9 @@ func runningStatus(pod *corev1.Pod, node *NodeSpec, ip string, now time.Time) *c
 	s.HostIP, s.HostIPs = node.IP, []corev1.HostIP{{IP: node.IP}}
 	s.PodIP, s.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 	s.StartTime = &t
-	s.QOSClass = corev1.PodQOSBestEffort
+	if s.QOSClass == "" { // the API server sets it at creation, and it is immutable
+		s.QOSClass = corev1.PodQOSBestEffort
+	}
 	s.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
 		s.InitContainerStatuses = append(s.InitContainerStatuses, corev1.ContainerStatus{

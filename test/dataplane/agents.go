@@ -29,6 +29,11 @@ type AgentsConfig struct {
 	// Dir receives the CA, the serving certificates and the token (required).
 	Dir string
 	Log *zap.Logger
+	// Credentials, when set, gives each agent its serving certificate and
+	// its check of callers (nodeagent.Config's GetCertificate and
+	// Authenticator) instead of the test CA and shared token: the credentials
+	// the chart wires (package agentpki). Agents.CAFile and TokenFile are then empty.
+	Credentials func(ctx context.Context, node AgentNode, cfg *nodeagent.Config) error
 }
 
 // Agents are the real node agents of the simulated nodes, one per node, in
@@ -61,20 +66,30 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	pki, err := writeAgentPKI(cfg.Dir, cfg.Nodes)
-	if err != nil {
-		return nil, fmt.Errorf("writing the agents' certificates: %w", err)
+	pki := &agentPKI{}
+	if cfg.Credentials == nil {
+		var err error
+		if pki, err = writeAgentPKI(cfg.Dir, cfg.Nodes); err != nil {
+			return nil, fmt.Errorf("writing the agents' certificates: %w", err)
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	a := &Agents{CAFile: pki.caFile, TokenFile: pki.tokenFile, Port: cfg.Port, agents: map[string]*nodeagent.Agent{},
 		cancel: cancel, done: make(chan error, len(cfg.Nodes))}
 	for _, n := range cfg.Nodes {
 		cert := pki.certs[n.Name]
-		ag, err := nodeagent.New(nodeagent.Config{
+		acfg := nodeagent.Config{
 			Node: n.Name, Mode: nodeagent.ModeEBPF, ListenAddr: net.JoinHostPort(n.IP, strconv.Itoa(cfg.Port)),
 			CertFile: cert[0], KeyFile: cert[1], TokenFile: pki.tokenFile, Version: "live-dataplane",
 			Resolver: d.Resolver(n.Name), Logger: cfg.Log.Named(n.Name),
-		})
+		}
+		if cfg.Credentials != nil {
+			if err := cfg.Credentials(ctx, n, &acfg); err != nil {
+				a.Close()
+				return nil, fmt.Errorf("credentials of the node agent of %s: %w", n.Name, err)
+			}
+		}
+		ag, err := nodeagent.New(acfg)
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("node agent of %s: %w", n.Name, err)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -26,6 +27,13 @@ const sampleEvery = time.Second
 // the node's InternalIP:port, certificates and token in dir). Call it before
 // traffic starts: an agent counts only connections it saw being established.
 func startAgents(ctx context.Context, dp DataPlane, c *cluster.Cluster, dir string, port int, log *zap.Logger) (*dataplane.Agents, error) {
+	return startAgentsWith(ctx, dp, c, dir, port, log, nil)
+}
+
+// startAgentsWith is startAgents where creds, when not nil, gives each agent
+// its certificate and caller check (dataplane.AgentsConfig.Credentials)
+// instead of a test CA and token.
+func startAgentsWith(ctx context.Context, dp DataPlane, c *cluster.Cluster, dir string, port int, log *zap.Logger, creds func(context.Context, dataplane.AgentNode, *nodeagent.Config) error) (*dataplane.Agents, error) {
 	nodes := make([]dataplane.AgentNode, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
 		nodes = append(nodes, dataplane.AgentNode{Name: n.Name, IP: n.IP})
@@ -33,7 +41,7 @@ func startAgents(ctx context.Context, dp DataPlane, c *cluster.Cluster, dir stri
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	a, err := dp.StartAgents(ctx, dataplane.AgentsConfig{Nodes: nodes, Port: port, Dir: dir, Log: log})
+	a, err := dp.StartAgents(ctx, dataplane.AgentsConfig{Nodes: nodes, Port: port, Dir: dir, Log: log, Credentials: creds})
 	if err != nil {
 		return nil, fmt.Errorf("starting the node agents: %w", err)
 	}

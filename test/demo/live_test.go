@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -42,6 +43,18 @@ func repoCRDDir() string {
 
 func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	t.Helper()
+	return newLiveEnvWired(t, nodes, func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
+		agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
+		return agents, agentConfig(agents), err
+	})
+}
+
+// wireAgents starts the node agents of a live cluster and says how the
+// orchestrator reaches them.
+type wireAgents func(context.Context, *dataplane.DataPlane, *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error)
+
+func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
+	t.Helper()
 	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -60,7 +73,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1, ReadyDelay: 300 * time.Millisecond, Runtime: dp, Log: testLog(t)})
 	dp.UseClient(c.Client)
 	ctx := context.Background()
-	agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
+	agents, agentCfg, err := wire(ctx, dp, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +107,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startOrchestrator(ctx, c, testLog(t), agentConfig(agents), orchestrator.SwapSurge)
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, orchestrator.SwapSurge)
 	if err != nil {
 		t.Fatal(err)
 	}

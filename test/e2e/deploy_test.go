@@ -2,23 +2,12 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	authv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/nodewise/nodewise/test/chart"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -94,53 +83,14 @@ func applyDeploy(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	// The surge Role lives in the Istio namespace, which Istio's install creates.
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cluster.IstioNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := chart.EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
 		t.Fatal(err)
 	}
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(), "deploy"))
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
-	dyn, err := dynamic.NewForConfig(c.Config)
+	objs, err := chart.Kustomize()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	if err != nil {
+	if err := chart.Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	force := true
-	// CRDs and namespaces first, so the rest can be mapped and placed.
-	for pass := 0; pass < 2; pass++ {
-		for _, r := range resMap.Resources() {
-			kind := r.GetKind()
-			first := kind == "CustomResourceDefinition" || kind == "Namespace"
-			if first != (pass == 0) {
-				continue
-			}
-			data, err := r.MarshalJSON()
-			if err != nil {
-				t.Fatal(err)
-			}
-			gvk := r.GetGvk()
-			m, err := mapper.RESTMapping(schemaGK(gvk.Group, gvk.Kind), gvk.Version)
-			if err != nil {
-				mapper.Reset()
-				if m, err = mapper.RESTMapping(schemaGK(gvk.Group, gvk.Kind), gvk.Version); err != nil {
-					t.Fatalf("mapping %s: %v", kind, err)
-				}
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if m.Scope.Name() == meta.RESTScopeNameNamespace {
-				ri = dyn.Resource(m.Resource).Namespace(r.GetNamespace())
-			}
-			if _, err := ri.Patch(ctx, r.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "e2e", Force: &force}); err != nil {
-				t.Errorf("server-side apply of %s %s: %v", kind, r.GetName(), err)
-			}
-		}
-		mapper.Reset()
 	}
 }
-
-func schemaGK(group, kind string) schema.GroupKind { return schema.GroupKind{Group: group, Kind: kind} }

@@ -44,6 +44,8 @@ var allowed = map[string][]string{
 	"nodeagent":    {"api", "bpf", "health", "istio"},
 	"orchestrator": {"api", "health", "istio", "leader"},
 	"revisions":    {"api", "health", "istio", "leader"},
+	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
+	"notify":       {"api"},
 }
 
 type pkg struct {

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/leader"
+	"github.com/nodewise/nodewise/notify"
+	"github.com/nodewise/nodewise/orchestrator"
+)
+
+// notifyFlags turn on the webhook notifier (package notify).
+type notifyFlags struct {
+	webhook, format string
+}
+
+// notifyLease is the notifier's own Lease, so one replica sends each message.
+const notifyLease = "nodewise-notify"
+
+// webhookEnv carries the webhook URL (a secret: the chart fills it from a Secret).
+const webhookEnv = "NODEWISE_NOTIFY_WEBHOOK"
+
+func (f *notifyFlags) defaultWebhook() string { return os.Getenv(webhookEnv) }
+
+// notifier is the task that sends halts, completions and canary verdicts to
+// the webhook while holding its Lease; nil without a webhook.
+func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config) (task, error) {
+	if f.webhook == "" {
+		return nil, nil
+	}
+	client, err := v1alpha1.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	n, err := notify.New(notify.Config{Source: client.NodeRollouts(), URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return leader.Run(ctx, leader.Election{
+			Client: kube, Namespace: cfg.Namespace, Name: notifyLease, Identity: cfg.Identity,
+			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: cfg.Logger,
+		}, n.Run)
+	}, nil
+}

@@ -1,0 +1,171 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+func rollout(name string, phase v1alpha1.RolloutPhase, reason string, nodes ...v1alpha1.NodeStatus) v1alpha1.NodeRollout {
+	nr := v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	nr.Status.Phase, nr.Status.HaltReason, nr.Status.Nodes = phase, reason, nodes
+	return nr
+}
+
+func TestChanges(t *testing.T) {
+	now := time.Unix(100, 0)
+	canaryPass := v1alpha1.NodeStatus{Name: "n1", Canary: true, State: v1alpha1.NodeDone, Verdict: "Pass: no regression"}
+	failed := v1alpha1.NodeStatus{Name: "n2", State: v1alpha1.NodeFailed, Reason: "gate failed"}
+	prog := map[string]view{"r": {phase: v1alpha1.PhaseProgressing, verdicts: map[string]string{}}}
+	for _, tc := range []struct {
+		name string
+		prev map[string]view
+		cur  []v1alpha1.NodeRollout
+		want []string // Kind/nodes/reason
+	}{
+		{"nothing changed", prog, []v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseProgressing, "")}, nil},
+		{"halt names the failed node and the reason", prog,
+			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseHalted, "node n2: resets ×5", failed)}, []string{"halted [n2] node n2: resets ×5"}},
+		{"a halt seen again is not sent again", map[string]view{"r": {phase: v1alpha1.PhaseHalted}},
+			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseHalted, "x", failed)}, nil},
+		{"canary verdict, then completion, in that order", prog,
+			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseCompleted, "", canaryPass)}, []string{"verdict [n1] Pass: no regression", "completed [] "}},
+		{"a rollout new since the last look that is already halted", map[string]view{},
+			[]v1alpha1.NodeRollout{rollout("new", v1alpha1.PhaseHalted, "pdb", failed)}, []string{"halted [n2] pdb"}},
+		{"a non-canary verdict says nothing", prog,
+			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseProgressing, "", v1alpha1.NodeStatus{Name: "n3", Verdict: "Pass"})}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range changes(tc.prev, tc.cur, now) {
+				s := string(e.Kind) + " [" + strings.Join(e.Nodes, ",") + "] " + e.Reason + e.Verdict
+				got = append(got, s)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// receiver is a webhook endpoint that refuses the first fails posts.
+type receiver struct {
+	mu     sync.Mutex
+	fails  int
+	posts  int
+	bodies []map[string]any
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.posts++
+	if r.fails > 0 {
+		r.fails--
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return
+	}
+	b, _ := io.ReadAll(req.Body)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || req.Header.Get("Content-Type") != "application/json" {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return
+	}
+	r.bodies = append(r.bodies, m)
+}
+
+type staticSource struct {
+	mu    sync.Mutex
+	items []v1alpha1.NodeRollout
+}
+
+func (s *staticSource) List(context.Context, metav1.ListOptions) (*v1alpha1.NodeRolloutList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &v1alpha1.NodeRolloutList{Items: append([]v1alpha1.NodeRollout(nil), s.items...)}, nil
+}
+
+func (s *staticSource) set(items ...v1alpha1.NodeRollout) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items = items
+}
+
+// TestRunSendsOneSlackMessagePerHaltThroughRetries: the receiver refuses
+// twice, the client retries, and exactly one message per halt arrives with
+// the node and the reason; what was halted before the first look is not sent.
+func TestRunSendsOneSlackMessagePerHaltThroughRetries(t *testing.T) {
+	rcv := &receiver{fails: 2}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	src := &staticSource{}
+	src.set(rollout("old", v1alpha1.PhaseHalted, "before we started", v1alpha1.NodeStatus{Name: "n0", State: v1alpha1.NodeFailed}),
+		rollout("r", v1alpha1.PhaseProgressing, ""))
+	n, err := New(Config{Source: src, URL: srv.URL + "/hooks/secret", Every: 20 * time.Millisecond, retryWaitMin: time.Millisecond, retryWaitMax: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	src.set(rollout("old", v1alpha1.PhaseHalted, "before we started"),
+		rollout("r", v1alpha1.PhaseHalted, "node n2: resets received ×4.0", v1alpha1.NodeStatus{Name: "n2", State: v1alpha1.NodeFailed}))
+	time.Sleep(300 * time.Millisecond)
+	src.set(rollout("old", v1alpha1.PhaseHalted, "before we started"), rollout("r", v1alpha1.PhaseProgressing, ""))
+	time.Sleep(100 * time.Millisecond)
+	src.set(rollout("old", v1alpha1.PhaseHalted, "before we started"),
+		rollout("r", v1alpha1.PhaseHalted, "node n3: swap timeout", v1alpha1.NodeStatus{Name: "n3", State: v1alpha1.NodeFailed}))
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	if len(rcv.bodies) != 2 {
+		t.Fatalf("received %d messages (%v), want one per halt: 2", len(rcv.bodies), rcv.bodies)
+	}
+	if rcv.posts != 4 {
+		t.Errorf("%d posts, want 4 (two refused, then one per halt)", rcv.posts)
+	}
+	for i, want := range []string{"halted at n2: node n2: resets received ×4.0", "halted at n3: node n3: swap timeout"} {
+		text, _ := rcv.bodies[i]["text"].(string)
+		if !strings.Contains(text, "NodeRollout r "+want) {
+			t.Errorf("message %d: %q, want it to name the node and the reason (%q)", i, text, want)
+		}
+	}
+}
+
+func TestGenericShapeAndBadInput(t *testing.T) {
+	n, err := New(Config{Source: &staticSource{}, URL: "https://hooks.example/x", Format: FormatGeneric})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.Body(Event{Kind: Halted, Rollout: "r", Nodes: []string{"n2"}, Reason: "why", Time: time.Unix(0, 0).UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); got != `{"kind":"halted","rollout":"r","nodes":["n2"],"reason":"why","time":"1970-01-01T00:00:00Z"}` {
+		t.Errorf("generic body %s", got)
+	}
+	for _, c := range []Config{
+		{Source: &staticSource{}, URL: "hooks.example/x"},
+		{Source: &staticSource{}, URL: "https://hooks.example/x", Format: "teams"},
+		{URL: "https://hooks.example/x"},
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("accepted %+v", c)
+		} else if strings.Contains(err.Error(), "/x") {
+			t.Errorf("the error shows the webhook's secret path: %v", err)
+		}
+	}
+}

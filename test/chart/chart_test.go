@@ -1,0 +1,419 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	authv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+// helmLabels are the labels only the chart sets; everything else must match
+// the kustomize base exactly.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+func render(t *testing.T, set ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	objs, err := Template(context.Background(), set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return byKey(t, objs)
+}
+
+func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	t.Helper()
+	out := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if _, dup := out[Key(o)]; dup {
+			t.Fatalf("%s rendered twice", Key(o))
+		}
+		out[Key(o)] = o
+	}
+	return out
+}
+
+// normal is the object as JSON values, without the chart's own labels.
+func normal(t *testing.T, o *unstructured.Unstructured) any {
+	t.Helper()
+	c := o.DeepCopy()
+	labels := c.GetLabels()
+	for _, k := range helmLabels {
+		delete(labels, k)
+	}
+	c.SetLabels(labels)
+	b, err := json.Marshal(c.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// firstDiff names the first path where a and b differ.
+func firstDiff(a, b any, path string) string {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			return path
+		}
+		keys := map[string]bool{}
+		for k := range av {
+			keys[k] = true
+		}
+		for k := range bv {
+			keys[k] = true
+		}
+		sorted := make([]string, 0, len(keys))
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		sort.Strings(sorted)
+		for _, k := range sorted {
+			if d := firstDiff(av[k], bv[k], path+"."+k); d != "" {
+				return d
+			}
+		}
+		return ""
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return fmt.Sprintf("%s (length %d vs %v)", path, len(av), lenOf(b))
+		}
+		for i := range av {
+			if d := firstDiff(av[i], bv[i], path+"["+strconv.Itoa(i)+"]"); d != "" {
+				return d
+			}
+		}
+		return ""
+	default:
+		if !reflect.DeepEqual(a, b) {
+			return fmt.Sprintf("%s (chart %v, kustomize %v)", path, a, b)
+		}
+		return ""
+	}
+}
+
+func lenOf(v any) any {
+	if l, ok := v.([]any); ok {
+		return len(l)
+	}
+	return v
+}
+
+// TestChartDefaultsMatchKustomizeBase renders the chart with its defaults (and
+// the Namespace object, which `helm install --create-namespace` makes instead)
+// and kustomize's deploy/, and requires the same objects, field for field,
+// apart from the chart's own labels: the two install paths never drift.
+func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
+	chart := render(t, "createNamespace=true")
+	kobjs, err := Kustomize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust := byKey(t, kobjs)
+	for k := range kust {
+		if _, ok := chart[k]; !ok {
+			t.Errorf("%s is in deploy/ but the chart does not render it", k)
+		}
+	}
+	for k, c := range chart {
+		ko, ok := kust[k]
+		if !ok {
+			t.Errorf("the chart renders %s, which deploy/ lacks", k)
+			continue
+		}
+		if d := firstDiff(normal(t, c), normal(t, ko), ""); d != "" {
+			t.Errorf("%s differs between the chart and deploy/ at %s", k, d)
+		}
+	}
+	if len(chart) < 20 {
+		t.Errorf("the chart rendered only %d objects", len(chart))
+	}
+}
+
+// TestChartCopiesMatchSources: Helm reads only files inside the chart, so the
+// chart carries copies of the generated CRDs and the dashboards. They must be
+// byte-for-byte the sources (make chart-sync copies them).
+func TestChartCopiesMatchSources(t *testing.T) {
+	root := RepoRoot()
+	pairs := map[string]string{
+		"deploy/nodeagent/nodewise-node-health.json": "dashboards/nodewise-node-health.json",
+		"deploy/orchestrator/nodewise-rollouts.json": "dashboards/nodewise-rollouts.json",
+	}
+	crds, err := filepath.Glob(filepath.Join(root, "deploy", "crds", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range crds {
+		if filepath.Base(c) == "kustomization.yaml" {
+			continue
+		}
+		pairs[filepath.Join("deploy", "crds", filepath.Base(c))] = filepath.Join("crds", filepath.Base(c))
+	}
+	if len(pairs) < 4 {
+		t.Fatalf("found only %d files to compare", len(pairs))
+	}
+	for src, cp := range pairs {
+		a, err := os.ReadFile(filepath.Join(root, src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(ChartDir(), cp))
+		if err != nil {
+			t.Errorf("the chart lacks %s (copy of %s): run make chart-sync", cp, src)
+			continue
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("deploy/charts/nodewise/%s differs from %s: run make chart-sync", cp, src)
+		}
+	}
+}
+
+// metricRef is a nodewise_ metric name in a PromQL expression.
+var metricRef = regexp.MustCompile(`nodewise_[a-z0-9_]+`)
+
+// exportedMetrics are the metric names the product code declares as string
+// literals (orchestrator, health, revisions, istio/inventory, nodeagent),
+// plus the node agent's per-pod family, which it names by concatenation.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	literal := regexp.MustCompile(`^"(nodewise_[a-z0-9_]+)"$`)
+	for _, dir := range []string{"orchestrator", "health", "revisions", "istio", "nodeagent", "leader"} {
+		err := filepath.WalkDir(filepath.Join(RepoRoot(), dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if bl, ok := n.(*ast.BasicLit); ok && bl.Kind == token.STRING {
+					if m := literal.FindStringSubmatch(bl.Value); m != nil {
+						names[m[1]] = true
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"nodewise_rollout_nodes", "nodewise_rollout_halts_total", "nodewise_judgements_total", "nodewise_proxy_pods"} {
+		if !names[n] {
+			t.Fatalf("the source scan missed %s: it finds nothing", n)
+		}
+	}
+	return names
+}
+
+// TestAlertsAndRolloutDashboardUseExportedMetrics: every nodewise_ metric the
+// PrometheusRule and the rollout dashboard query is one the code declares
+// (histogram series by their family), so a renamed metric fails here rather
+// than silently emptying a panel or an alert.
+func TestAlertsAndRolloutDashboardUseExportedMetrics(t *testing.T) {
+	exported := exportedMetrics(t)
+	objs := render(t, "monitoring.prometheusRule.enabled=true")
+	rule, ok := objs["PrometheusRule "+Namespace+"/nodewise"]
+	if !ok {
+		t.Fatal("monitoring.prometheusRule.enabled=true rendered no PrometheusRule")
+	}
+	var exprs []string
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	alerts := map[string]bool{}
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			rm := r.(map[string]any)
+			alerts[rm["alert"].(string)] = true
+			exprs = append(exprs, rm["expr"].(string))
+		}
+	}
+	for _, a := range []string{"NodewiseRolloutHalted", "NodewiseNodeStuckInStep", "NodewiseAgentDown", "NodewiseProxiesOutsideSkew"} {
+		if !alerts[a] {
+			t.Errorf("alert %s missing", a)
+		}
+	}
+	dash, err := os.ReadFile(filepath.Join(ChartDir(), "dashboards", "nodewise-rollouts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(dash, &d); err != nil {
+		t.Fatalf("rollout dashboard: %v", err)
+	}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	seen := 0
+	for _, e := range exprs {
+		for _, m := range metricRef.FindAllString(e, -1) {
+			seen++
+			base := m
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(m, suf); ok && exported[b] {
+					base = b
+				}
+			}
+			if !exported[base] {
+				t.Errorf("%s is queried but no nodewise code exports it (in %q)", m, e)
+			}
+		}
+	}
+	if seen < 15 {
+		t.Errorf("only %d metric references found in the rules and the dashboard", seen)
+	}
+}
+
+// TestChartValues checks the switches a platform engineer reaches for.
+func TestChartValues(t *testing.T) {
+	objs := render(t, "image.tag=v9.9.9", "judge.enabled=false", "monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true")
+	ds := objs["DaemonSet "+Namespace+"/nodewise-agent"]
+	if ds == nil {
+		t.Fatal("no agent DaemonSet")
+	}
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	if c["image"] != "ghcr.io/nodewise/nodeagent:v9.9.9" {
+		t.Errorf("agent image %v, want the image.tag override", c["image"])
+	}
+	args := fmt.Sprint(c["args"])
+	if !strings.Contains(args, "--token-file=") || strings.Contains(args, "--tls-csr") {
+		t.Errorf("judge.enabled=false: agent args %s, want the static Secret credentials", args)
+	}
+	role := objs["ClusterRole /nodewise-orchestrator"]
+	if b, _ := json.Marshal(role.Object); bytes.Contains(b, []byte("certificatesigningrequests")) {
+		t.Error("judge.enabled=false still grants the orchestrator CSR rights")
+	}
+	for _, k := range []string{"PodMonitor " + Namespace + "/nodewise-agent", "ServiceMonitor " + Namespace + "/nodewise-orchestrator", "ServiceMonitor " + Namespace + "/nodewise-revisions"} {
+		if objs[k] == nil {
+			t.Errorf("%s not rendered", k)
+		}
+	}
+	withHook := render(t, "notify.webhookSecret=nodewise-notify")
+	dep := withHook["Deployment "+Namespace+"/nodewise-orchestrator"]
+	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
+		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
+	}
+	def := render(t)
+	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
+	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if img := containers[0].(map[string]any)["image"]; img != "ghcr.io/nodewise/orchestrator:v0.1.0" {
+		t.Errorf("orchestrator image %v, want the chart's appVersion v0.1.0", img)
+	}
+	if def["Namespace /"+Namespace] != nil {
+		t.Error("the chart renders the Namespace by default; helm install --create-namespace makes it")
+	}
+	if def["PodMonitor "+Namespace+"/nodewise-agent"] != nil {
+		t.Error("a PodMonitor by default: it needs the Prometheus Operator's CRDs")
+	}
+}
+
+// TestChartServerSideApply applies what `helm template` renders to the
+// simulated cluster's real API server: every object must be accepted, and the
+// controllers it installs must run (the DaemonSet puts an agent on every node;
+// the PodDisruptionBudget counts the orchestrator's replicas).
+func TestChartServerSideApply(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Nodes: 3})
+	ctx := context.Background()
+	objs, err := Template(ctx, "createNamespace=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ctx, c.Config, objs); err != nil {
+		t.Fatal(err)
+	}
+	// Re-applying is a no-op, not a conflict (upgrade path of `helm upgrade` and `kubectl apply`).
+	if err := Apply(ctx, c.Config, objs); err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	waitFor(t, "an agent pod on each of the 3 nodes", func() (bool, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return ds.Status.DesiredNumberScheduled == 3 && ds.Status.NumberReady == 3, fmt.Errorf("DaemonSet status %+v", ds.Status)
+	})
+	waitFor(t, "the orchestrator's PodDisruptionBudget to allow one disruption of two replicas", func() (bool, error) {
+		pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(Namespace).Get(ctx, "nodewise-orchestrator", metav1.GetOptions{})
+		return err == nil && pdb.Status.ExpectedPods == 2 && pdb.Status.CurrentHealthy == 2 && pdb.Status.DisruptionsAllowed == 1, err
+	})
+	checkCredentialRBAC(t, c)
+}
+
+// checkCredentialRBAC asks the API server what the chart lets the agent and
+// the orchestrator do with credentials: each only its own part.
+func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	orch := "system:serviceaccount:" + Namespace + ":nodewise-orchestrator"
+	agent := "system:serviceaccount:" + Namespace + ":nodewise-agent"
+	for _, tc := range []struct {
+		user, group, resource, sub, name, verb, ns string
+		want                                       bool
+	}{
+		{orch, "", "secrets", "", "nodewise-agent-ca", "get", Namespace, true},
+		{orch, "", "secrets", "", "nodewise-agent-ca", "update", Namespace, true},
+		{orch, "", "secrets", "", "other", "get", Namespace, false},
+		{orch, "", "secrets", "", "", "list", Namespace, false},
+		{orch, "", "secrets", "", "nodewise-agent-ca", "get", "kube-system", false},
+		{orch, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "sign", "", true},
+		{orch, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "approve", "", true},
+		{orch, "certificates.k8s.io", "signers", "", "kubernetes.io/kubelet-serving", "sign", "", false},
+		{orch, "certificates.k8s.io", "signers", "", "kubernetes.io/kube-apiserver-client", "approve", "", false},
+		{orch, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", true},
+		{orch, "certificates.k8s.io", "certificatesigningrequests", "", "", "delete", "", false},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "", "", "create", "", true},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", false},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "status", "", "update", "", false},
+		{agent, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "sign", "", false},
+		{agent, "authentication.k8s.io", "tokenreviews", "", "", "create", "", true},
+		{agent, "", "secrets", "", "nodewise-agent-ca", "get", Namespace, false},
+		{agent, "", "pods", "", "", "list", "", true},
+		{agent, "", "pods", "", "", "delete", "", false},
+	} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: tc.user, Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Name: tc.name, Verb: tc.verb, Namespace: tc.ns}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.want {
+			t.Errorf("%s: %s %s/%s %q in %q: allowed %v, want %v", tc.user, tc.verb, tc.resource, tc.sub, tc.name, tc.ns, got.Status.Allowed, tc.want)
+		}
+	}
+}

@@ -1,0 +1,281 @@
+package chart
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/agentpki"
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/nodeagent"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+// install applies the chart with its defaults to a new simulated cluster and
+// waits for its pods: an agent on every node, both orchestrator replicas.
+func install(t *testing.T, nodes int) *cluster.Cluster {
+	t.Helper()
+	c := cluster.Start(t, cluster.Options{Nodes: nodes})
+	ctx := context.Background()
+	objs, err := Template(ctx, "createNamespace=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(ctx, c.Config, objs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the chart's pods to run", func() (bool, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		dep, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, "nodewise-orchestrator", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return int(ds.Status.NumberReady) == nodes && dep.Status.ReadyReplicas == 2, nil
+	})
+	return c
+}
+
+func podOf(t *testing.T, in Installed, app, node string) *corev1.Pod {
+	t.Helper()
+	p, err := in.PodOn(context.Background(), app, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func tokenFor(t *testing.T, in Installed, sa string, pod *corev1.Pod, audiences []string) string {
+	t.Helper()
+	tok, err := in.Token(context.Background(), sa, pod, audiences)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func clientAs(t *testing.T, in Installed, token string) kubernetes.Interface {
+	t.Helper()
+	k, err := in.ClientAs(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func nodeIP(t *testing.T, c *cluster.Cluster, node string) net.IP {
+	t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return net.ParseIP(a.Address)
+		}
+	}
+	t.Fatalf("node %s has no InternalIP", node)
+	return nil
+}
+
+func freePort(t *testing.T, ip net.IP) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startAgent runs a node agent (proc mode) on ip:port with the credentials
+// the chart's DaemonSet gives it (Installed.AgentCredentials).
+func startAgent(t *testing.T, in Installed, node string, ip net.IP, port int) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := zaptest.NewLogger(t).Named(node)
+	cfg := nodeagent.Config{Node: node, Mode: nodeagent.ModeProc, ListenAddr: net.JoinHostPort(ip.String(), strconv.Itoa(port)),
+		Resolver: nodeagent.NewStaticResolver(nil), Logger: log}
+	if err := in.AgentCredentials(ctx, node, []net.IP{ip}, &cfg, log); err != nil {
+		cancel()
+		return err
+	}
+	ag, err := nodeagent.New(cfg)
+	if err != nil {
+		cancel()
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- ag.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent of %s: %v", node, err)
+		}
+	})
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	_, err = ag.Addr(wctx)
+	return err
+}
+
+// TestChartAgentCredentials installs the chart and wires the judge's
+// credentials as its manifests do, with nothing created by hand: every
+// agent gets its own serving certificate from the orchestrator's signer,
+// the orchestrator reaches each agent with its projected token and verifies
+// each certificate against the CA it keeps. It also shows what is refused:
+// another caller's token, the orchestrator's API token, a certificate for
+// another node, a token not bound to a pod, and one node's certificate
+// served on another node's address.
+func TestChartAgentCredentials(t *testing.T) {
+	c := install(t, 2)
+	in := Installed{Config: c.Config, Client: c.Client}
+	ctx := context.Background()
+	log := zaptest.NewLogger(t)
+	nodes := []string{"node-001", "node-002"}
+
+	orchPod := podOf(t, in, "nodewise-orchestrator", "")
+	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", orchPod, nil))
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: 200 * time.Millisecond, Logger: log.Named("signer")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	signed := make(chan error, 1)
+	go func() { signed <- signer.Run(sctx) }()
+	defer func() { stop(); <-signed }()
+
+	port := freePort(t, nodeIP(t, c, nodes[0]))
+	agentKube := map[string]kubernetes.Interface{}
+	for _, n := range nodes {
+		agentKube[n] = clientAs(t, in, tokenFor(t, in, "nodewise-agent", podOf(t, in, "nodewise-agent", n), nil))
+		if err := startAgent(t, in, n, nodeIP(t, c, n), port); err != nil {
+			t.Fatalf("agent of %s: %v", n, err)
+		}
+	}
+
+	dir := t.TempDir()
+	writeToken := func(name, tok string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	agentsAs := func(tokenFile string, port int) *health.AgentClient {
+		a, err := judgegate.Agents(judgegate.AgentConfig{RootCAs: signer.Pool, TokenFile: tokenFile, Port: port}, orchKube, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	projected := writeToken("orchestrator", tokenFor(t, in, "nodewise-orchestrator", orchPod, []string{agentpki.DefaultAudience}))
+	judge := agentsAs(projected, port)
+	for _, n := range nodes {
+		s, err := judge.Snapshot(ctx, n)
+		if err != nil {
+			t.Fatalf("the orchestrator could not read the agent of %s: %v", n, err)
+		}
+		if s.Node != n {
+			t.Errorf("snapshot of %s names node %s", n, s.Node)
+		}
+	}
+
+	// Callers the agents must refuse.
+	agentPod := podOf(t, in, "nodewise-agent", nodes[0])
+	for name, tok := range map[string]string{
+		"the agent ServiceAccount's token for the agents' audience": tokenFor(t, in, "nodewise-agent", agentPod, []string{agentpki.DefaultAudience}),
+		"the orchestrator's API token (wrong audience)":             tokenFor(t, in, "nodewise-orchestrator", orchPod, nil),
+	} {
+		_, err := agentsAs(writeToken(strings.ReplaceAll(name, " ", "-"), tok), port).Snapshot(ctx, nodes[0])
+		if err == nil || !strings.Contains(err.Error(), "401") {
+			t.Errorf("%s: snapshot error %v, want 401 Unauthorized", name, err)
+		}
+	}
+
+	// Certificates the signer must deny.
+	deny := func(what string, kube kubernetes.Interface, node string, ip net.IP, want string) {
+		t.Helper()
+		req, err := agentpki.NewRequester(agentpki.RequesterConfig{Kube: kube, Node: node, IPs: []net.IP{ip}, Timeout: time.Minute, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = req.Obtain(ctx)
+		if err == nil || !strings.Contains(err.Error(), "denied") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want denied: ...%s...", what, err, want)
+		}
+	}
+	deny("node-001's agent asking for node-002", agentKube[nodes[0]], nodes[1], nodeIP(t, c, nodes[1]), "common name")
+	deny("node-001's agent asking for node-002's IP", agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[1]), "is not an address of node node-001")
+	deny("a token bound to no pod", clientAs(t, in, tokenFor(t, in, "nodewise-agent", nil, nil)), nodes[0], nodeIP(t, c, nodes[0]), "not bound to a pod")
+
+	// node-001's certificate served on node-002's address: the orchestrator
+	// dials node-002's InternalIP, so the name check refuses it.
+	impostorPort := freePort(t, nodeIP(t, c, nodes[1]))
+	if err := startImpostor(t, agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[0]), nodeIP(t, c, nodes[1]), impostorPort); err != nil {
+		t.Fatal(err)
+	}
+	_, err = agentsAs(projected, impostorPort).Snapshot(ctx, nodes[1])
+	if err == nil || !strings.Contains(err.Error(), "certificate is valid for "+nodeIP(t, c, nodes[0]).String()) {
+		t.Errorf("node-001's certificate on node-002's address: %v, want a certificate name mismatch", err)
+	}
+
+	// The CA and its public bundle are where the runbook says.
+	sec, err := c.Client.CoreV1().Secrets(Namespace).Get(ctx, agentpki.CASecretName, metav1.GetOptions{})
+	if err != nil || len(sec.Data["tls.key"]) == 0 {
+		t.Errorf("CA Secret: %v", err)
+	}
+	cm, err := c.Client.CoreV1().ConfigMaps(Namespace).Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
+	if err != nil || !strings.Contains(cm.Data["ca.crt"], "BEGIN CERTIFICATE") || strings.Contains(cm.Data["ca.crt"], "PRIVATE KEY") {
+		t.Errorf("CA bundle ConfigMap: %v %q", err, cm.Data["ca.crt"])
+	}
+}
+
+// startImpostor serves the certificate node's agent obtained for its own
+// IP on another address.
+func startImpostor(t *testing.T, kube kubernetes.Interface, node string, own, other net.IP, port int) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := agentpki.NewRequester(agentpki.RequesterConfig{Kube: kube, Node: node, IPs: []net.IP{own}, Timeout: time.Minute})
+	if err != nil {
+		return err
+	}
+	if err := req.Obtain(ctx); err != nil {
+		return err
+	}
+	ag, err := nodeagent.New(nodeagent.Config{Node: "node-002", Mode: nodeagent.ModeProc, ListenAddr: net.JoinHostPort(other.String(), strconv.Itoa(port)),
+		GetCertificate: req.GetCertificate, Authenticator: allowAll{}, Resolver: nodeagent.NewStaticResolver(nil)})
+	if err != nil {
+		return err
+	}
+	go func() { _ = ag.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := ag.Addr(wctx); err != nil {
+		return fmt.Errorf("impostor: %w", err)
+	}
+	return nil
+}
+
+type allowAll struct{}
+
+func (allowAll) Authenticate(*http.Request) error { return nil }
