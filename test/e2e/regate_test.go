@@ -36,7 +36,8 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 		}
 		return health.Verdict{Outcome: health.Pass, Reasons: []string{"test gate passes"}}, nil
 	})
-	e.runInProcessWith("regate", func(c *orchestrator.Config) { c.Gate = gate })
+	// Replace, not surge: the watcher counts a replace's deleted old pods.
+	e.runInProcessWith("regate", func(c *orchestrator.Config) { c.Gate, c.ZtunnelSwap = gate, orchestrator.SwapReplace })
 	e.apply(rollout("regate", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{bad}
 		s.MaxParallel, s.MaxUnavailable = 1, 1

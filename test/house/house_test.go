@@ -5,7 +5,7 @@
 //	orchestrator/*, revisions/*    the two controllers, apart from each other
 //	nodeagent                      the node agent (bpf + health's wire types)
 //	health/*                       the judge; of ours, only api
-//	istio/*, leader, bpf           leaves over api (or nothing)
+//	istio/*, leader, bpf, probe    leaves over api (or nothing)
 //	kubeconfig, buildinfo          leaves: client config loading, the build version
 //	deploy/crds                    the embedded CRDs and their offline validator, a leaf
 //	api/*                          the CRD types, client and Scheme
@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"kubeconfig":   {},
 	"buildinfo":    {},
 	"deploy":       {},
+	"probe":        {},
 	"istio":        {"api"},
 	"health":       {"api"},
 	"nodeagent":    {"api", "bpf", "health", "istio"},
