@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // AnnotationReady set to "false" on a simulated Node makes its kubelet report
@@ -62,7 +63,18 @@ func (k *Kubelet) registerNodes(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("registering node %s: %w", spec.Name, err)
 		}
-		if err := k.reportNodeStatus(ctx, node); err != nil {
+		// Another component (the node-lifecycle controller, a kubelet that ran
+		// before) may write the node meanwhile: report again from a fresh read.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			err := k.reportNodeStatus(ctx, node)
+			if apierrors.IsConflict(err) {
+				if fresh, gerr := k.client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{}); gerr == nil {
+					node = fresh
+				}
+			}
+			return err
+		})
+		if err != nil {
 			return err
 		}
 	}
