@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -18,6 +20,9 @@ type Client interface {
 	Create(ctx context.Context, rm *v1alpha1.RevisionMigration) (*v1alpha1.RevisionMigration, error)
 	Update(ctx context.Context, rm *v1alpha1.RevisionMigration) (*v1alpha1.RevisionMigration, error)
 	UpdateStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) (*v1alpha1.RevisionMigration, error)
+	// ListObject and Watch feed the controller's informer.
+	ListObject(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.RevisionMigrationList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
 type restClient struct{ rc rest.Interface }
@@ -50,6 +55,16 @@ func (c *restClient) List(ctx context.Context) ([]v1alpha1.RevisionMigration, er
 		return nil, fmt.Errorf("listing RevisionMigrations: %w", err)
 	}
 	return l.Items, nil
+}
+
+func (c *restClient) ListObject(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.RevisionMigrationList, error) {
+	out := &v1alpha1.RevisionMigrationList{}
+	return out, c.rc.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+}
+
+func (c *restClient) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.rc.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
 }
 
 func (c *restClient) Get(ctx context.Context, name string) (*v1alpha1.RevisionMigration, error) {

@@ -10,47 +10,50 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 )
 
-func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
+// reconcile takes one step of rm from the snapshot, and says when to look
+// again without an event (0: only on the next event).
+func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) (time.Duration, error) {
 	spec := Defaulted(rm.Spec)
 	defer c.observePhases(rm)
 	switch rm.Status.Phase {
 	case "", v1alpha1.MigrationPending:
-		return c.start(ctx, rm, spec)
-	case v1alpha1.MigrationSucceeded, v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
-		return nil
-	case v1alpha1.MigrationHalted:
-		if !spec.Abort {
-			return nil
+		return c.cfg.Interval, c.start(ctx, rm, spec, snap)
+	case v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
+		return 0, nil
+	case v1alpha1.MigrationHalted, v1alpha1.MigrationSucceeded:
+		// A finished migration can still be rolled back while From is installed.
+		if spec.Abort == "" {
+			return 0, nil
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationAborting, "abort requested")
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
 	case v1alpha1.MigrationProgressing, v1alpha1.MigrationGating:
-		if spec.Abort {
-			return c.setPhase(ctx, rm, v1alpha1.MigrationAborting, "abort requested")
+		if spec.Abort != "" {
+			return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
 		}
-		return c.progress(ctx, rm, spec)
+		return c.progress(ctx, rm, spec, snap)
 	case v1alpha1.MigrationAborting:
-		return c.abort(ctx, rm, spec)
+		return c.abort(ctx, rm, spec, snap)
 	}
-	return nil
+	return 0, nil
 }
 
 // writeStatus persists rm.Status with rm's resourceVersion (a conflict fails
 // the reconcile, which retries from a fresh read) and adopts the result.
 func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
 	rm.Status.ObservedGeneration = rm.Generation
+	old := rm.ResourceVersion
 	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm)
 	if err != nil {
 		return fmt.Errorf("writing status of %s: %w", rm.Name, err)
 	}
+	c.wrote(rm.Name, old, out.ResourceVersion)
 	*rm = *out
 	return nil
 }
@@ -100,13 +103,9 @@ type target struct {
 	version skew.Version
 }
 
-// target observes where a revision's proxies are headed: its istiod version.
-func (c *Controller) target(ctx context.Context, rev string) (target, error) {
-	revs, err := inventory.Revisions(ctx, c.cfg.Kube, c.cfg.Inventory, nil)
-	if err != nil {
-		return target{}, err
-	}
-	for _, r := range revs {
+// target is where a revision's proxies are headed: its istiod version.
+func targetOf(inv inventory.Inventory, rev string) (target, error) {
+	for _, r := range inv.Revisions {
 		if r.Name != rev {
 			continue
 		}
@@ -120,45 +119,33 @@ func (c *Controller) target(ctx context.Context, rev string) (target, error) {
 }
 
 // progress drives the current wave: retag, stamp, restart, wait, gate.
-func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec) error {
+func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) (time.Duration, error) {
 	st := &rm.Status
 	if int(st.CurrentWave) >= len(st.Waves) {
-		return c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 	}
-	to, err := c.target(ctx, spec.To)
+	to, err := targetOf(snap.inv, spec.To)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	wave := st.CurrentWave
 
-	// 1. Retag: label first (idempotent), then record.
-	changed := false
-	for i := range st.Namespaces {
-		ns := &st.Namespaces[i]
-		if ns.Wave != wave || ns.Phase != v1alpha1.NamespacePending {
-			continue
-		}
-		if err := c.label(ctx, ns.Name, spec.Tag); err != nil {
-			return err
-		}
-		ns.Phase, changed = v1alpha1.NamespaceRetagged, true
-	}
-	if changed {
-		if err := c.writeStatus(ctx, rm); err != nil {
-			return err
-		}
+	// 1. Retag: record the original labels, then patch them.
+	if err := c.retagWave(ctx, rm, spec, snap, wave); err != nil {
+		return 0, err
 	}
 	// 2. Stamp: record restartedAt before any workload carries it.
 	if err := c.stamp(ctx, rm, wave, v1alpha1.NamespaceRetagged, v1alpha1.NamespaceRestarting); err != nil {
-		return err
+		return 0, err
 	}
 	// 3. Restart and wait.
-	if err := c.drive(ctx, rm, spec, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to); err != nil {
-		return err
+	wait, err := c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	if err != nil {
+		return 0, err
 	}
 	for _, ns := range st.Namespaces {
-		if ns.Wave == wave && ns.Phase != v1alpha1.NamespaceReady {
-			return nil
+		if ns.Wave == wave && ns.Phase != v1alpha1.NamespaceReady && ns.Phase != v1alpha1.NamespaceSkipped {
+			return wait, nil
 		}
 	}
 	// 4. Gate.
@@ -180,32 +167,18 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		now := metav1.NewTime(c.cfg.Now())
 		st.WaveStartedAt = &now
 		if int(st.CurrentWave) >= len(st.Waves) {
-			return c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
 	case health.Fail:
-		return c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, strings.Join(verdict.Reasons, "; ")))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, strings.Join(verdict.Reasons, "; ")))
 	default:
 		reason := fmt.Sprintf("wave %s held by its gate: %s", w.Name, strings.Join(verdict.Reasons, "; "))
 		if st.Phase == v1alpha1.MigrationGating && st.Reason == reason {
-			return nil
+			return c.cfg.Interval, nil
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
 	}
-}
-
-func (c *Controller) label(ctx context.Context, ns, value string) error {
-	var patch string
-	if value == "" {
-		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, istio.LabelRev)
-	} else {
-		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, istio.LabelRev, value)
-	}
-	if _, err := c.cfg.Kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("labelling namespace %s %s=%s: %w", ns, istio.LabelRev, value, err)
-	}
-	c.cfg.Log.Info("namespace retagged", zap.String("namespace", ns), zap.String(istio.LabelRev, value))
-	return nil
 }
 
 func (c *Controller) stamp(ctx context.Context, rm *v1alpha1.RevisionMigration, wave int32, from, to v1alpha1.NamespacePhase) error {

@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -131,6 +133,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			if dryRun {
+				sc, waves, err := revisions.Plan(cmd.Context(), client, spec, inventory.Options{IstioNamespace: f.istioNamespace})
+				if err != nil {
+					return err
+				}
+				printPlan(cmd.OutOrStdout(), spec, sc, waves)
 				out, err := yaml.Marshal(rm)
 				if err != nil {
 					return err
@@ -162,11 +169,42 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// printPlan writes, as YAML comments, what the migration would move and how
+// each namespace's labels would change, and which namespaces it would leave.
+func printPlan(out io.Writer, spec v1alpha1.RevisionMigrationSpec, sc revisions.Scope, waves []v1alpha1.ResolvedWave) {
+	adopted := 0
+	for _, m := range sc.Members {
+		if m.Implicit != "" {
+			adopted++
+		}
+	}
+	fmt.Fprintf(out, "# plan: %d namespaces (%d adopted) in %d waves, %d skipped\n", len(sc.Members), adopted, len(waves), len(sc.Skipped))
+	for _, w := range waves {
+		fmt.Fprintf(out, "# wave %s:\n", w.Name)
+		for _, name := range w.Namespaces {
+			m, _ := sc.Member(name)
+			note := ""
+			if m.Implicit != "" {
+				note = " (adopted: uses " + spec.From + " through " + m.Implicit + ")"
+			}
+			fmt.Fprintf(out, "#   %s: %s%s\n", name, m.Change(spec.Tag), note)
+		}
+	}
+	for _, s := range sc.Skipped {
+		fmt.Fprintf(out, "# skipped %s: %s\n", s.Name, s.Reason)
+	}
+}
+
 func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "abort NAME",
+	var wave bool
+	cmd := &cobra.Command{
+		Use:   "abort NAME [--wave]",
 		Short: "Abort a RevisionMigration: moved namespaces are retagged back and restarted",
-		Args:  cobra.ExactArgs(1),
+		Long: "Every namespace moved so far goes back to its original labels and is restarted onto\n" +
+			"the old revision. With --wave only the current wave's namespaces do; earlier waves\n" +
+			"stay on the new revision. A --wave abort can be widened by running abort again\n" +
+			"without --wave while it is in flight.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := sidecarRESTConfig(g)
 			if err != nil {
@@ -176,16 +214,30 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rm, err := mc.Get(cmd.Context(), args[0])
-			if err != nil {
-				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
+			scope := v1alpha1.AbortAll
+			if wave {
+				scope = v1alpha1.AbortWave
 			}
-			rm.Spec.Abort = true
-			if _, err := mc.Update(cmd.Context(), rm); err != nil {
+			// The controller writes status often: retry the read-modify-write on conflict.
+			err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				rm, err := mc.Get(cmd.Context(), args[0])
+				if err != nil {
+					return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
+				}
+				if rm.Spec.Abort == v1alpha1.AbortAll && scope == v1alpha1.AbortWave {
+					return fmt.Errorf("revisionmigration %s is already aborting every wave; an abort cannot be narrowed", args[0])
+				}
+				rm.Spec.Abort = scope
+				_, err = mc.Update(cmd.Context(), rm)
+				return err
+			})
+			if err != nil {
 				return fmt.Errorf("aborting %s: %w", args[0], err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort requested\n", args[0])
+			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort (%s) requested\n", args[0], scope)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&wave, "wave", false, "roll back only the current wave")
+	return cmd
 }

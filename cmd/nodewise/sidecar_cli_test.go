@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/revisions/revtag"
@@ -119,7 +120,7 @@ func TestSidecarCommands(t *testing.T) {
 	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%")
 	ok("revision", "abort", "1-27-to-1-28")
 	rm, err := mc.Get(ctx, "1-27-to-1-28")
-	if err != nil || !rm.Spec.Abort || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
+	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
 		t.Fatalf("created migration %+v %v", rm, err)
 	}
 }
