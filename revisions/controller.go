@@ -28,6 +28,15 @@ type WaveInput struct {
 	Namespaces []string
 	// Since is when the wave started; the gate compares what callers saw since then.
 	Since time.Time
+	// ReadyAt is when every namespace of the wave was first Ready on the new proxy.
+	ReadyAt time.Time
+	// Control are the namespaces to compare the wave with over the same
+	// interval: those of later waves, not yet migrated, or (for the last
+	// wave, ControlMigrated) those of earlier waves.
+	Control         []string
+	ControlMigrated bool
+	// Nodes run the pods of the wave and of the control namespaces.
+	Nodes []string
 	Spec  *v1alpha1.GatesSpec
 }
 

@@ -73,6 +73,11 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		if ns.Pods != int32(total) {
 			ns.Pods, changed = int32(total), true
 		}
+		if done == v1alpha1.NamespaceReady {
+			if why := wrongProxy(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version, ns.RestartedAt); why != "" {
+				return 0, errWrongProxy{reason: why}
+			}
+		}
 		if pending == 0 {
 			var ready bool
 			ready, msg = podsOn(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version, total)

@@ -2,7 +2,9 @@ package revisions
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -129,6 +131,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		return 0, err
 	}
 	wave := st.CurrentWave
+	c.track(ctx, rm, snap)
 
 	// 1. Retag: record the original labels, then patch them.
 	if err := c.retagWave(ctx, rm, spec, snap, wave); err != nil {
@@ -140,6 +143,11 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	}
 	// 3. Restart and wait.
 	wait, err := c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	var wrong errWrongProxy
+	if errors.As(err, &wrong) {
+		// A Fail, never a hold: the restart put the old proxy back.
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed: %s", st.Waves[wave].Name, wrong.reason))
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -148,17 +156,25 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 			return wait, nil
 		}
 	}
-	// 4. Gate.
+	// 4. Gate, from when the wave was first Ready (persisted: the soak
+	// survives a restart).
+	if st.Waves[wave].ReadyAt == nil {
+		now := metav1.NewTime(c.cfg.Now())
+		st.Waves[wave].ReadyAt = &now
+		if err := c.writeStatus(ctx, rm); err != nil {
+			return 0, err
+		}
+	}
 	w := st.Waves[wave]
 	verdict := health.Verdict{Outcome: health.Pass}
 	if c.cfg.Gate != nil {
-		since := time.Time{}
-		if st.WaveStartedAt != nil {
-			since = st.WaveStartedAt.Time
-		}
-		verdict, err = c.cfg.Gate.Judge(ctx, WaveInput{Migration: rm.Name, Wave: w.Name, Namespaces: w.Namespaces, Since: since, Spec: spec.Gates})
+		in := c.waveInput(rm, spec, snap, wave)
+		verdict, err = c.cfg.Gate.Judge(ctx, in)
 		if err != nil {
 			verdict = health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"gate error: " + err.Error()}}
+		}
+		if verdict.Summary != nil {
+			st.Waves[wave].Judgement = judgementOf(verdict)
 		}
 	}
 	switch verdict.Outcome {
@@ -175,6 +191,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	default:
 		reason := fmt.Sprintf("wave %s held by its gate: %s", w.Name, strings.Join(verdict.Reasons, "; "))
 		if st.Phase == v1alpha1.MigrationGating && st.Reason == reason {
+			// Same hold: the table's numbers are not worth a write each time.
 			return c.cfg.Interval, nil
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
@@ -202,4 +219,72 @@ func (c *Controller) stampWhere(ctx context.Context, rm *v1alpha1.RevisionMigrat
 		return nil
 	}
 	return c.writeStatus(ctx, rm)
+}
+
+// waveInput is what the gate judges the current wave with. It also tells a
+// NodeTracker gate the nodes of every pod the migration covers. It is pure
+// but for that hook.
+func (c *Controller) waveInput(rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot, wave int32) WaveInput {
+	st := &rm.Status
+	w := st.Waves[wave]
+	in := WaveInput{Migration: rm.Name, Wave: w.Name, Spec: spec.Gates}
+	if st.WaveStartedAt != nil {
+		in.Since = st.WaveStartedAt.Time
+	}
+	if w.ReadyAt != nil {
+		in.ReadyAt = w.ReadyAt.Time
+	}
+	var later, earlier []string
+	for _, ns := range st.Namespaces {
+		switch {
+		case ns.Wave == wave:
+			if ns.Phase != v1alpha1.NamespaceSkipped {
+				in.Namespaces = append(in.Namespaces, ns.Name)
+			}
+		case ns.Wave > wave && ns.Phase == v1alpha1.NamespacePending:
+			later = append(later, ns.Name)
+		case ns.Wave < wave && ns.Phase == v1alpha1.NamespaceReady:
+			earlier = append(earlier, ns.Name)
+		}
+	}
+	in.Control = later
+	if len(later) == 0 {
+		in.Control, in.ControlMigrated = earlier, true
+	}
+	nodes := map[string]bool{}
+	for _, ns := range append(append([]string(nil), in.Namespaces...), in.Control...) {
+		for _, p := range snap.pods[ns] {
+			if p.Spec.NodeName != "" {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+	}
+	for n := range nodes {
+		in.Nodes = append(in.Nodes, n)
+	}
+	sort.Strings(in.Nodes)
+	return in
+}
+
+// track gives a NodeTracker gate the nodes of every pod the migration covers,
+// so samples exist from before each wave.
+func (c *Controller) track(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) {
+	t, ok := c.cfg.Gate.(NodeTracker)
+	if !ok {
+		return
+	}
+	nodes := map[string]bool{}
+	for _, ns := range rm.Status.Namespaces {
+		for _, p := range snap.pods[ns.Name] {
+			if p.Spec.NodeName != "" {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+	}
+	list := make([]string, 0, len(nodes))
+	for n := range nodes {
+		list = append(list, n)
+	}
+	sort.Strings(list)
+	t.Track(ctx, list)
 }

@@ -230,3 +230,30 @@ func buildSnapshot(opts inventory.Options, o inventory.Objects, sts []appsv1.Sta
 	}
 	return s, nil
 }
+
+// wrongProxy names a pod made from its workload's restarted template (it
+// carries the namespace's restart stamp, written after its label moved) whose
+// injected proxy is not of rev at version's minor: it restarted onto the old
+// proxy, which waiting cannot fix. "" when there is none. It is pure.
+func wrongProxy(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.Version, stamp string) string {
+	for i := range pods {
+		p := &pods[i]
+		if !live(p) || stamp == "" || p.Annotations[AnnotationRestartedAt] != stamp {
+			continue
+		}
+		cp, ok := inventory.ClassifyPod(p, ns, nil, nil)
+		if !ok || cp.Mode != inventory.ModeSidecar {
+			continue
+		}
+		if cp.Revision != rev || !sameMinor(cp.Version, version) {
+			return fmt.Sprintf("pod %s/%s restarted onto the old proxy: revision %s, proxy %s, after its namespace moved to %s",
+				p.Namespace, p.Name, cp.Revision, cp.Version, rev)
+		}
+	}
+	return ""
+}
+
+// errWrongProxy halts a migration: a restarted pod runs the old proxy.
+type errWrongProxy struct{ reason string }
+
+func (e errWrongProxy) Error() string { return e.reason }

@@ -239,6 +239,29 @@ type ResolvedWave struct {
 	Name string `json:"name"`
 	// +optional
 	Namespaces []string `json:"namespaces,omitempty"`
+	// ReadyAt is when every namespace of the wave was first Ready on the new
+	// proxy: the gate's soak starts there.
+	// +optional
+	ReadyAt *metav1.Time `json:"readyAt,omitempty"`
+	// Judgement is the wave's last gate judgement, the table that
+	// `nodewise revision explain` prints.
+	// +optional
+	Judgement *WaveJudgement `json:"judgement,omitempty"`
+}
+
+// WaveJudgement is a wave's gate judgement: the outcome, why, and the rows
+// behind it (migrated pods against the not-yet-migrated ones over the same
+// interval, and each migrated workload against its own baseline).
+type WaveJudgement struct {
+	Outcome string `json:"outcome"`
+	// JudgedAt is when (RFC 3339).
+	JudgedAt string `json:"judgedAt"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Reasons []string `json:"reasons,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Rows []JudgementRow `json:"rows,omitempty"`
 }
 
 // RevisionMigration moves sidecar namespaces between istiod revisions in gated waves.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,7 @@ func newRevisionCmd(g *globalFlags) *cobra.Command {
 		Use:   "revision",
 		Short: "Istio control-plane revisions",
 	}
-	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionAbortCmd(g))
+	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionAbortCmd(g), newRevisionExplainCmd(g))
 	return cmd
 }
 
@@ -240,4 +241,63 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&wave, "wave", false, "roll back only the current wave")
 	return cmd
+}
+
+func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
+	var wave string
+	cmd := &cobra.Command{
+		Use:   "explain NAME [--wave WAVE]",
+		Short: "Print the gate's table for each judged wave of a RevisionMigration",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := sidecarRESTConfig(g)
+			if err != nil {
+				return err
+			}
+			mc, err := revisions.NewClient(cfg)
+			if err != nil {
+				return err
+			}
+			rm, err := mc.Get(cmd.Context(), args[0])
+			if err != nil {
+				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
+			}
+			return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
+		},
+	}
+	cmd.Flags().StringVar(&wave, "wave", "", "only this wave (default every judged wave)")
+	return cmd
+}
+
+// writeWaveExplain prints each judged wave's outcome, reasons and table.
+func writeWaveExplain(out io.Writer, rm *v1alpha1.RevisionMigration, only string) error {
+	fmt.Fprintf(out, "revisionmigration %s: %s: %s\n", rm.Name, rm.Status.Phase, rm.Status.Reason)
+	found := false
+	for _, w := range rm.Status.Waves {
+		if only != "" && w.Name != only {
+			continue
+		}
+		found = true
+		if w.Judgement == nil {
+			fmt.Fprintf(out, "\nwave %s (%s): not judged yet\n", w.Name, strings.Join(w.Namespaces, ", "))
+			continue
+		}
+		j := w.Judgement
+		fmt.Fprintf(out, "\nwave %s (%s): %s at %s\n", w.Name, strings.Join(w.Namespaces, ", "), j.Outcome, j.JudgedAt)
+		for _, r := range j.Reasons {
+			fmt.Fprintf(out, "  %s\n", r)
+		}
+		tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "COMPARISON\tMETRIC\tREFERENCE\tMIGRATED\tP (HOLM)\tREGRESSED\tNOTE")
+		for _, r := range j.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\t%s\n", r.Pod, r.Metric, r.Before, r.After, r.P, r.Regressed, r.Note)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if only != "" && !found {
+		return fmt.Errorf("revisionmigration %s has no wave %q", rm.Name, only)
+	}
+	return nil
 }

@@ -148,3 +148,31 @@ func TestAdoptImplicitKilledAtEveryStep(t *testing.T) {
 		t.Errorf("the disabled namespace's pods were recreated")
 	}
 }
+
+// TestOldProxyAfterRestartHalts: pods recreated after their namespace moved
+// that still run the old proxy (here 1-28's injector hands out 1.27.3) are a
+// Fail with that reason at once, never a wave that waits forever and never
+// a pass; the next wave does not start.
+func TestOldProxyAfterRestartHalts(t *testing.T) {
+	e := start(t, 3, "1.27.3", "1.28.1")
+	e.namespace("op-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2})
+	e.namespace("op-2", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "2"}, app{name: "web", replicas: 2})
+	e.allOn(2*time.Minute, "1.27.3", 2, "op-1", "op-2")
+	untouched := podUIDs(t, e.ctx, e.c.Client, "op-2")
+	e.inj.SetRevision("1-28", "1.27.3")
+	e.controller(nil)
+	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "op"},
+		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2"),
+			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rm := e.waitPhase("op", 2*time.Minute, v1alpha1.MigrationHalted)
+	if !strings.Contains(rm.Status.Reason, "restarted onto the old proxy") || !strings.Contains(rm.Status.Reason, "proxy 1.27.3") || rm.Status.CurrentWave != 0 {
+		t.Fatalf("halt at wave %d: %q", rm.Status.CurrentWave, rm.Status.Reason)
+	}
+	if !maps.Equal(podUIDs(t, e.ctx, e.c.Client, "op-2"), untouched) {
+		t.Fatal("the second wave moved after the halt")
+	}
+}
