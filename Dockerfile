@@ -4,14 +4,18 @@
 #   docker build --target orchestrator -t nodewise/orchestrator .
 #   docker build --target nodeagent    -t nodewise/nodeagent .
 #   docker build --target nodewise     -t nodewise/cli .
+# `make images` builds all three with buildah, podman or docker buildx,
+# tagged with the version (VERSION, from git describe).
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The generated eBPF objects are committed, so the build needs no clang.
-RUN make build
+# The generated eBPF objects are committed, so the build needs no clang. The
+# version comes in as an argument: the build context may have no .git.
+ARG VERSION=dev
+RUN make build VERSION=${VERSION}
 
 # The orchestrator only talks to the API server and the agents: non-root,
 # nothing but the binary and CA certificates.

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // Comparison is one row of the before/after table: one metric of one pod and
@@ -208,7 +210,7 @@ func compare(cfg Config, disp Dispersion, k PodKey, b, s Counts, bs, ss float64,
 			continue
 		}
 		hb, hs := bl, sl
-		if m == MetricSRTT {
+		if m == v1alpha1.MetricSRTT {
 			hb, hs = br, sr
 		}
 		c := Comparison{Pod: k, Metric: m, NBefore: hb.Total(), NAfter: hs.Total(), P: 1, PAdj: 1,
@@ -246,20 +248,17 @@ func deflate(k uint64, phi float64) uint64 {
 
 func countOf(c Counts, m Metric) uint64 {
 	switch m {
-	case MetricResetsReceived:
+	case v1alpha1.MetricResetsReceived:
 		return c.ResetsReceived
-	case MetricResetsSent:
+	case v1alpha1.MetricResetsSent:
 		return c.ResetsSent
-	case MetricConnectFailures:
+	case v1alpha1.MetricConnectFailures:
 		return c.ConnectFailures
-	case MetricRetransmits:
+	case v1alpha1.MetricRetransmits:
 		return c.Retransmits
 	}
 	return 0
 }
-
-// IsLatency says the metric is a latency histogram rather than a count.
-func (m Metric) IsLatency() bool { return m == MetricConnectLatency || m == MetricSRTT }
 
 // Reason is the row as a sentence, such as
 // "pod shop/cart-7d9: resets received 0.2/s → 3.1/s, p<0.001".
@@ -269,10 +268,10 @@ func (c Comparison) Reason() string {
 		who = "pod " + c.Pod.String()
 	}
 	if c.Metric.IsLatency() {
-		return fmt.Sprintf("%s: %s p99 %s → %s, p50 %s → %s, %s", who, c.Metric.label(),
+		return fmt.Sprintf("%s: %s p99 %s → %s, p50 %s → %s, %s", who, metricLabel(c.Metric),
 			FormatMicros(c.Before), FormatMicros(c.After), FormatMicros(c.BeforeP50), FormatMicros(c.AfterP50), FormatP(c.PAdj))
 	}
-	return fmt.Sprintf("%s: %s %s/s → %s/s, %s", who, c.Metric.label(), FormatRate(c.Before), FormatRate(c.After), FormatP(c.PAdj))
+	return fmt.Sprintf("%s: %s %s/s → %s/s, %s", who, metricLabel(c.Metric), FormatRate(c.Before), FormatRate(c.After), FormatP(c.PAdj))
 }
 
 // FormatP prints a p-value the way reasons do: p<0.001, or p=0.004.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // SnapshotSource is all the judge needs from a node agent: its current
@@ -55,7 +57,7 @@ type Input struct {
 	External []ExternalGate
 	// Previous is the summary persisted from the last judgement of this node
 	// (nil for the first), which carries the consecutive-failure counters.
-	Previous *Summary
+	Previous *v1alpha1.NodeJudgement
 }
 
 // JudgeConfig configures a Judge.
@@ -202,10 +204,10 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	}
 	if a.Outcome == Inconclusive {
 		switch cfg.Inconclusive {
-		case PolicyPass:
+		case v1alpha1.InconclusivePass:
 			reasons = append(reasons, "inconclusive counts as Pass (gates.inconclusive: Pass)")
 			return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
-		case PolicyFail:
+		case v1alpha1.InconclusiveFail:
 			reasons = append(reasons, "inconclusive counts as Fail (gates.inconclusive: Fail)")
 			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
 		default:
@@ -226,7 +228,7 @@ func (j *Judge) finish(in Input, v Verdict) Verdict {
 // failClosed is the verdict when the judge cannot trust its inputs.
 func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict {
 	j.metrics.failedClosed.WithLabelValues(cause).Inc()
-	s := &Summary{IntervalOutcome: Fail}
+	s := &v1alpha1.NodeJudgement{IntervalOutcome: Fail}
 	if in.Previous != nil {
 		s.Judgements = in.Previous.Judgements
 		s.ConsecutiveFailures = in.Previous.ConsecutiveFailures

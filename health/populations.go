@@ -3,6 +3,8 @@ package health
 import (
 	"fmt"
 	"math"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // Population is what a group of pods did in one interval, summed: the
@@ -26,7 +28,7 @@ func (p *Population) Add(w PodWindow) {
 
 // PopulationMetrics are the metrics ComparePopulations tests: what a broken
 // proxy shows from outside (resets, failed connects, connect latency).
-var PopulationMetrics = []Metric{MetricResetsReceived, MetricResetsSent, MetricConnectFailures, MetricConnectLatency}
+var PopulationMetrics = []Metric{v1alpha1.MetricResetsReceived, v1alpha1.MetricResetsSent, v1alpha1.MetricConnectFailures, v1alpha1.MetricConnectLatency}
 
 // MinExcessPerConnection is the least rise of a count per connection that
 // counts as a regression between populations (on top of the ratio floor).

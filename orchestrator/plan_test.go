@@ -404,3 +404,24 @@ func TestPlanSlidingWindow(t *testing.T) {
 		t.Fatalf("starts %v before ramp wave 2 finished", got)
 	}
 }
+
+// TestPlanRetriedNodeIsGatedAgain: a node retried after a halt that is
+// already on the newest revisions (its swap went through, its gate failed,
+// or a restart lost the gate's baseline) is started again, to pass its
+// gate; it is never marked Done for being on the newest revision. A node
+// this rollout never started is.
+func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
+	ns := fleet(1, 3)
+	upgrade(ns, "zone-a-00")
+	upgrade(ns, "zone-a-01")
+	ns[0].Retried = true // zone-a-00: Pending in this rollout's record
+	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	var got []string
+	for _, a := range d.Actions {
+		got = append(got, string(a.Kind)+" "+a.Node)
+	}
+	want := []string{"MarkDone zone-a-01", "Start zone-a-00"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("actions %v, want %v", got, want)
+	}
+}

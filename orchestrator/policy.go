@@ -45,6 +45,10 @@ type Policy struct {
 	Paused         bool
 	Abort          bool
 	Rollback       bool
+	// ZtunnelSwap is how ztunnel targets are swapped: SwapSurge (empty
+	// means it) or SwapReplace. It is the orchestrator's (Config.ZtunnelSwap),
+	// not the NodeRollout's.
+	ZtunnelSwap SwapKind
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check

@@ -317,10 +317,10 @@ func fmtPerConn(v float64) string { return fmt.Sprintf("%.3g", v) }
 // its Summary rows.
 func (j waveJudgement) verdict(now time.Time) health.Verdict {
 	v := health.Verdict{Outcome: j.outcome, Reasons: append(j.reasons, j.notes...)}
-	s := &health.Summary{JudgedAt: now.UTC().Format(time.RFC3339), IntervalOutcome: j.outcome}
+	s := &v1alpha1.NodeJudgement{JudgedAt: now.UTC().Format(time.RFC3339), IntervalOutcome: j.outcome}
 	for _, r := range j.rows {
 		t := r.test
-		row := health.SummaryRow{Pod: r.subject, Metric: t.Metric, Regressed: t.Tested && r.reasonIn(j.reasons), Note: t.Note}
+		row := v1alpha1.JudgementRow{Pod: r.subject, Metric: t.Metric, Regressed: t.Tested && r.reasonIn(j.reasons), Note: t.Note}
 		if t.Metric.IsLatency() {
 			row.Before, row.After = "p99 "+health.FormatMicros(t.Ref), "p99 "+health.FormatMicros(t.Got)
 		} else {
@@ -400,7 +400,7 @@ func judgementOf(v health.Verdict) *v1alpha1.WaveJudgement {
 			if i == 64 {
 				break
 			}
-			j.Rows = append(j.Rows, v1alpha1.JudgementRow{Pod: r.Pod, Metric: string(r.Metric), Before: r.Before, After: r.After, P: r.P, Regressed: r.Regressed, Note: r.Note})
+			j.Rows = append(j.Rows, v1alpha1.JudgementRow{Pod: r.Pod, Metric: r.Metric, Before: r.Before, After: r.After, P: r.P, Regressed: r.Regressed, Note: r.Note})
 		}
 	}
 	return j

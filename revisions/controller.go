@@ -57,7 +57,7 @@ func (f GateFunc) Judge(ctx context.Context, in WaveInput) (health.Verdict, erro
 // Config configures the controller.
 type Config struct {
 	Kube       kubernetes.Interface
-	Migrations Client
+	Migrations v1alpha1.RevisionMigrationInterface
 	Log        *zap.Logger
 	Registry   prometheus.Registerer
 	// Gate runs after each wave is Ready; nil means readiness alone gates.
@@ -95,7 +95,7 @@ func New(cfg Config) (*Controller, error) {
 	case cfg.Kube == nil:
 		return nil, errors.New("migration: Kube client is required")
 	case cfg.Migrations == nil:
-		return nil, errors.New("migration: Migrations client is required (NewClient(restConfig))")
+		return nil, errors.New("migration: Migrations client is required (v1alpha1.NewForConfig(restConfig).RevisionMigrations())")
 	case cfg.Registry == nil:
 		return nil, errors.New("migration: Registry is required (inject one; the global registry is not used)")
 	case cfg.Interval < 0:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 )
 
@@ -82,7 +83,7 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 func Gates(gates ...Gate) Gate {
 	return GateFunc(func(ctx context.Context, in WaveInput) (health.Verdict, error) {
 		var fails, holds []string
-		var summary *health.Summary
+		var summary *v1alpha1.NodeJudgement
 		for _, g := range gates {
 			v, err := g.Judge(ctx, in)
 			if err != nil {

@@ -32,7 +32,7 @@ func newCaches(c *Controller) *caches {
 	f := informers.NewSharedInformerFactory(c.cfg.Kube, 0)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return c.cfg.Migrations.ListObject(ctx, opts)
+			return c.cfg.Migrations.List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return c.cfg.Migrations.Watch(ctx, opts)

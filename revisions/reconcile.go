@@ -51,7 +51,7 @@ func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigrati
 func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
 	rm.Status.ObservedGeneration = rm.Generation
 	old := rm.ResourceVersion
-	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm)
+	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("writing status of %s: %w", rm.Name, err)
 	}

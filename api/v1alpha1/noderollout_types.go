@@ -185,7 +185,6 @@ const (
 	NodeDone         NodeState = "Done"
 	NodeSkipped      NodeState = "Skipped"
 	NodeFailed       NodeState = "Failed"
-	NodeRollingBack  NodeState = "RollingBack"
 	NodeRolledBack   NodeState = "RolledBack"
 	NodeAbortCleanup NodeState = "AbortCleanup"
 )
@@ -292,5 +291,3 @@ type NodeRolloutList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeRollout `json:"items"`
 }
-
-func init() { register(&NodeRollout{}, &NodeRolloutList{}) }

@@ -39,7 +39,7 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -115,11 +115,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec:       spec,
 			}
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -146,11 +146,12 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
+			nwc, err := v1alpha1.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
-			if _, err := mc.Create(cmd.Context(), rm); err != nil {
+			mc := nwc.RevisionMigrations()
+			if _, err := mc.Create(cmd.Context(), rm, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating RevisionMigration %s: %w", name, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s created: %s -> %s via tag %s\n", name, spec.From, spec.To, spec.Tag)
@@ -207,11 +208,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			"without --wave while it is in flight.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := sidecarRESTConfig(g)
-			if err != nil {
-				return err
-			}
-			mc, err := revisions.NewClient(cfg)
+			mc, err := migrationClient(g)
 			if err != nil {
 				return err
 			}
@@ -221,7 +218,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			}
 			// The controller writes status often: retry the read-modify-write on conflict.
 			err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-				rm, err := mc.Get(cmd.Context(), args[0])
+				rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
 				if err != nil {
 					return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 				}
@@ -229,7 +226,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 					return fmt.Errorf("revisionmigration %s is already aborting every wave; an abort cannot be narrowed", args[0])
 				}
 				rm.Spec.Abort = scope
-				_, err = mc.Update(cmd.Context(), rm)
+				_, err = mc.Update(cmd.Context(), rm, metav1.UpdateOptions{})
 				return err
 			})
 			if err != nil {
@@ -250,15 +247,11 @@ func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 		Short: "Print the gate's table for each judged wave of a RevisionMigration",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := sidecarRESTConfig(g)
+			mc, err := migrationClient(g)
 			if err != nil {
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
-			if err != nil {
-				return err
-			}
-			rm, err := mc.Get(cmd.Context(), args[0])
+			rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
@@ -300,4 +293,17 @@ func writeWaveExplain(out io.Writer, rm *v1alpha1.RevisionMigration, only string
 		return fmt.Errorf("revisionmigration %s has no wave %q", rm.Name, only)
 	}
 	return nil
+}
+
+// migrationClient is the RevisionMigration client of the global flags' cluster.
+func migrationClient(g *globalFlags) (v1alpha1.RevisionMigrationInterface, error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	nwc, err := v1alpha1.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return nwc.RevisionMigrations(), nil
 }

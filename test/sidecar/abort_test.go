@@ -47,7 +47,7 @@ func TestAbortMidWave(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "ab"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 1}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Mid-wave: wave 2 (index 1) restarting, some of its pods already on 1.28.1.
@@ -164,7 +164,7 @@ func TestGates(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "g"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waves: tierWaves("1", "2"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rm := e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationGating)
@@ -241,7 +241,7 @@ func TestAbortWave(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "aw"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Minute, "wave tier-2 held by its gate", func() (bool, string) {

@@ -52,7 +52,7 @@ func TestAdoptImplicitKilledAtEveryStep(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "adopt"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	movedLabels := func(ns string) map[string]string {
@@ -165,7 +165,7 @@ func TestOldProxyAfterRestartHalts(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "op"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rm := e.waitPhase("op", 2*time.Minute, v1alpha1.MigrationHalted)

@@ -49,7 +49,7 @@ func agentWaves(t *testing.T, to string) (*env, *fakeAgents, []string) {
 	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "ag"},
 		Spec:       v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return e, agents, nss

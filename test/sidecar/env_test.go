@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,7 +41,7 @@ type env struct {
 	ctx    context.Context
 	c      *cluster.Cluster
 	inj    *injector.Server
-	mc     revisions.Client
+	mc     v1alpha1.RevisionMigrationInterface
 }
 
 // start boots a cluster, registers the test injector for every version and
@@ -65,10 +67,11 @@ func start(t *testing.T, nodes int, versions ...string) *env {
 		}
 	}
 	installCRD(t, ctx, c)
-	mc, err := revisions.NewClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mc := nwc.RevisionMigrations()
 	return &env{t: t, ctx: ctx, c: c, inj: inj, mc: mc}
 }
 
@@ -169,13 +172,7 @@ func (e *env) proxies(ns string) (tags map[string]string, notReady int) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
+		if !podutils.IsPodReady(&p) {
 			notReady++
 			continue
 		}
@@ -221,10 +218,11 @@ func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	mc, err := revisions.NewClient(cfg)
+	nwc, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	mc := nwc.RevisionMigrations()
 	e.events = record.NewFakeRecorder(1000)
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
@@ -250,7 +248,7 @@ func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) 
 
 func (e *env) migration(name string) *v1alpha1.RevisionMigration {
 	e.t.Helper()
-	rm, err := e.mc.Get(e.ctx, name)
+	rm, err := e.mc.Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -276,12 +274,12 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.M
 func (e *env) abort(name string, scope v1alpha1.AbortScope) {
 	e.t.Helper()
 	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		rm, err := e.mc.Get(e.ctx, name)
+		rm, err := e.mc.Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		rm.Spec.Abort = scope
-		_, err = e.mc.Update(e.ctx, rm)
+		_, err = e.mc.Update(e.ctx, rm, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
 		e.t.Fatalf("aborting %s: %v", name, err)
