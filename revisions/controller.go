@@ -9,9 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -27,6 +28,15 @@ type WaveInput struct {
 	Namespaces []string
 	// Since is when the wave started; the gate compares what callers saw since then.
 	Since time.Time
+	// ReadyAt is when every namespace of the wave was first Ready on the new proxy.
+	ReadyAt time.Time
+	// Control are the namespaces to compare the wave with over the same
+	// interval: those of later waves, not yet migrated, or (for the last
+	// wave, ControlMigrated) those of earlier waves.
+	Control         []string
+	ControlMigrated bool
+	// Nodes run the pods of the wave and of the control namespaces.
+	Nodes []string
 	Spec  *v1alpha1.GatesSpec
 }
 
@@ -56,7 +66,8 @@ type Config struct {
 	Inventory inventory.Options
 	// Policy is the skew table (default skew.DefaultPolicy()).
 	Policy skew.Policy
-	// Interval between reconciles (default 1s).
+	// Interval is how often a live migration is re-examined without an event
+	// (default 5s): gates are re-checked and holds re-evaluated.
 	Interval time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -72,6 +83,10 @@ type Controller struct {
 	phases   *prometheus.GaugeVec
 	mu       sync.Mutex
 	buckets  map[string]*bucket
+	writes   map[string]*writes
+	// stamped remembers the restart stamp last written to each workload, so
+	// a workload the cache still shows unstamped is not patched again.
+	stamped map[string]string
 }
 
 // New validates cfg, fills defaults and registers the controller's metrics.
@@ -93,7 +108,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Policy = skew.DefaultPolicy()
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = 5 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -109,6 +124,8 @@ func New(cfg Config) (*Controller, error) {
 			Help: "Namespaces of each RevisionMigration by phase.",
 		}, []string{"migration", "phase"}),
 		buckets: map[string]*bucket{},
+		writes:  map[string]*writes{},
+		stamped: map[string]string{},
 	}
 	for _, m := range []prometheus.Collector{c.restarts, c.phases} {
 		if err := cfg.Registry.Register(m); err != nil {
@@ -118,34 +135,122 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Run reconciles every RevisionMigration each Interval until ctx ends. Run it
-// under the orchestrator's leader election: one controller acts at a time.
+// Run reconciles RevisionMigrations until ctx ends. It reads the cluster
+// from informers: any change to a migration, namespace, pod, workload, PDB
+// or webhook wakes the live migrations, and a live migration is re-examined
+// every Interval without one (gates re-checked, holds re-evaluated) or as
+// soon as the restart budget allows its next restart. Run it under leader
+// election: one controller acts at a time.
 func (c *Controller) Run(ctx context.Context) error {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
-	for {
-		c.ReconcileAll(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	cs := newCaches(c)
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second))
+	go func() { <-ctx.Done(); q.ShutDown() }()
+	wakeAll := func() {
+		for _, k := range cs.migrationNames() {
+			q.Add(k)
 		}
+	}
+	onAny := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { wakeAll() }, UpdateFunc: func(_, _ any) { wakeAll() }, DeleteFunc: func(any) { wakeAll() }}
+	for _, inf := range cs.informers {
+		if _, err := inf.AddEventHandler(onAny); err != nil {
+			return fmt.Errorf("watching the cluster: %w", err)
+		}
+	}
+	onMigration := func(obj any) {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			q.Add(k)
+		}
+	}
+	if _, err := cs.migrations.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onMigration, UpdateFunc: func(_, o any) { onMigration(o) }, DeleteFunc: onMigration}); err != nil {
+		return fmt.Errorf("watching RevisionMigrations: %w", err)
+	}
+	if err := cs.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	c.cfg.Log.Info("caches synced; reconciling RevisionMigrations")
+	for {
+		name, quit := q.Get()
+		if quit {
+			return nil
+		}
+		after, err := c.sync(ctx, cs, name)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.cfg.Log.Info("reconcile did not finish; retrying", zap.String("migration", name), zap.Error(err))
+			q.AddRateLimited(name)
+		case after > 0:
+			q.Forget(name)
+			q.AddAfter(name, after)
+		default:
+			q.Forget(name)
+		}
+		q.Done(name)
 	}
 }
 
-// ReconcileAll runs one reconcile of every RevisionMigration.
-func (c *Controller) ReconcileAll(ctx context.Context) {
-	rms, err := c.cfg.Migrations.List(ctx, metav1.ListOptions{})
+// sync reconciles one migration from the caches and says when to look again
+// (0: only on the next event).
+func (c *Controller) sync(ctx context.Context, cs *caches, name string) (time.Duration, error) {
+	rm := cs.migration(name)
+	if rm == nil {
+		c.forget(name)
+		return 0, nil
+	}
+	if c.superseded(rm) {
+		// The cache has not seen our last status write yet; acting on it
+		// would only conflict.
+		return 50 * time.Millisecond, nil
+	}
+	snap, err := cs.snapshot(c.cfg.Inventory)
 	if err != nil {
-		c.cfg.Log.Warn("listing RevisionMigrations", zap.Error(err))
-		return
+		return 0, err
 	}
-	for i := range rms.Items {
-		rm := &rms.Items[i]
-		if err := c.reconcile(ctx, rm); err != nil && ctx.Err() == nil {
-			c.cfg.Log.Info("reconcile did not finish; retrying", zap.String("migration", rm.Name), zap.Error(err))
-		}
+	return c.reconcile(ctx, rm, snap)
+}
+
+// superseded is true when rm is a version this controller has since
+// overwritten (the informer lags behind the controller's own writes).
+func (c *Controller) superseded(rm *v1alpha1.RevisionMigration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.writes[rm.Name]
+	if w == nil {
+		return false
 	}
+	if rm.ResourceVersion == w.last {
+		delete(c.writes, rm.Name) // caught up
+		return false
+	}
+	return w.old[rm.ResourceVersion]
+}
+
+// wrote remembers that the controller replaced version old of rm with new.
+func (c *Controller) wrote(name, old, new string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.writes[name]
+	if w == nil {
+		w = &writes{old: map[string]bool{}}
+		c.writes[name] = w
+	}
+	w.old[old], w.last = true, new
+}
+
+func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.writes, name)
+	delete(c.buckets, name)
+}
+
+// writes are the versions of one migration that the controller's own status
+// writes replaced, until the informer shows the last one.
+type writes struct {
+	old  map[string]bool
+	last string
 }
 
 func (c *Controller) bucket(name string, rate int32) *bucket {

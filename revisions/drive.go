@@ -15,7 +15,10 @@ import (
 // drive restarts the workloads of namespaces in phase `in` (of wave, or any
 // wave when wave < 0) that do not carry their stamp yet, within the rate limit
 // and the PDBs, and moves namespaces whose pods are all Ready on t to `done`.
-func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, wave int32, in, done v1alpha1.NamespacePhase, t target) error {
+//
+// It returns how long until the restart budget allows the next restart (or
+// Interval when nothing waits on it).
+func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot, wave int32, in, done v1alpha1.NamespacePhase, t target) (time.Duration, error) {
 	b := c.bucket(rm.Name, spec.RateLimit.PodsPerSecond)
 	st := &rm.Status
 	changed := false
@@ -27,12 +30,9 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 	}
 	if len(idx) == 0 {
-		return nil
+		return c.cfg.Interval, nil
 	}
-	snap, err := observe(ctx, c.cfg.Kube)
-	if err != nil {
-		return err
-	}
+	next := c.cfg.Interval
 	sort.SliceStable(idx, func(a, z int) bool { return st.Namespaces[idx[a]].Wave < st.Namespaces[idx[z]].Wave })
 	budgetGone := false
 	for _, i := range idx {
@@ -43,7 +43,7 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		pending, total := 0, 0
 		for _, w := range wls {
 			total += w.Pods
-			if w.Stamp == ns.RestartedAt {
+			if w.Stamp == ns.RestartedAt || c.wasStamped(w, ns.RestartedAt) {
 				continue
 			}
 			pending++
@@ -57,12 +57,15 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			ok, wait := b.take(w.Pods, c.cfg.Now())
 			if !ok {
 				budgetGone = true
-				msg = fmt.Sprintf("rate limit: next restart in %s", wait.Round(time.Millisecond))
+				next = min(next, max(wait, 10*time.Millisecond))
+				// A stable message: status is written only when it changes.
+				msg = fmt.Sprintf("rate limit: waiting for restart budget (%d pods/s)", spec.RateLimit.PodsPerSecond)
 				continue
 			}
 			if err := restart(ctx, c.cfg.Kube, w, ns.RestartedAt); err != nil {
-				return err
+				return 0, err
 			}
+			c.markStamped(w, ns.RestartedAt)
 			c.restarts.WithLabelValues(rm.Name).Add(float64(w.Pods))
 			c.cfg.Log.Info("workload restarted", zap.String("workload", w.String()), zap.Int("pods", w.Pods), zap.String("restartedAt", ns.RestartedAt))
 			pending--
@@ -70,11 +73,21 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		if ns.Pods != int32(total) {
 			ns.Pods, changed = int32(total), true
 		}
+		if done == v1alpha1.NamespaceReady {
+			if why := wrongProxy(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version, ns.RestartedAt); why != "" {
+				return 0, errWrongProxy{reason: why}
+			}
+		}
 		if pending == 0 {
 			var ready bool
-			ready, msg = podsOn(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version)
+			ready, msg = podsOn(snap.pods[ns.Name], inventory.Namespace{Name: ns.Name}, t.rev, t.version, total)
 			if ready {
 				for _, w := range wls {
+					if w.Stamp != ns.RestartedAt {
+						// Restarted by this controller, not yet in the cache.
+						ready, msg = false, fmt.Sprintf("waiting for %s to show its restart", w)
+						break
+					}
 					if !w.Settled {
 						ready, msg = false, fmt.Sprintf("waiting for %s to settle", w)
 						break
@@ -96,7 +109,20 @@ func (c *Controller) drive(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 	}
 	if !changed {
-		return nil
+		return next, nil
 	}
-	return c.writeStatus(ctx, rm)
+	return next, c.writeStatus(ctx, rm)
+}
+
+// wasStamped: this controller has patched w with stamp, whatever the cache shows yet.
+func (c *Controller) wasStamped(w workload, stamp string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stamped[w.String()] == stamp
+}
+
+func (c *Controller) markStamped(w workload, stamp string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stamped[w.String()] = stamp
 }

@@ -8,4 +8,6 @@ const (
 	// LeaseName is the RevisionMigration controller's Lease, in the
 	// orchestrator's namespace beside the NodeRollout controller's.
 	LeaseName = "nodewise-revisions"
+	// fieldManager names the controller's writes in managedFields.
+	fieldManager = "nodewise-revisions"
 )

@@ -2,7 +2,9 @@ package revisions
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -10,47 +12,50 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 )
 
-func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
+// reconcile takes one step of rm from the snapshot, and says when to look
+// again without an event (0: only on the next event).
+func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) (time.Duration, error) {
 	spec := Defaulted(rm.Spec)
 	defer c.observePhases(rm)
 	switch rm.Status.Phase {
 	case "", v1alpha1.MigrationPending:
-		return c.start(ctx, rm, spec)
-	case v1alpha1.MigrationSucceeded, v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
-		return nil
-	case v1alpha1.MigrationHalted:
-		if !spec.Abort {
-			return nil
+		return c.cfg.Interval, c.start(ctx, rm, spec, snap)
+	case v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
+		return 0, nil
+	case v1alpha1.MigrationHalted, v1alpha1.MigrationSucceeded:
+		// A finished migration can still be rolled back while From is installed.
+		if spec.Abort == "" {
+			return 0, nil
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationAborting, "abort requested")
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
 	case v1alpha1.MigrationProgressing, v1alpha1.MigrationGating:
-		if spec.Abort {
-			return c.setPhase(ctx, rm, v1alpha1.MigrationAborting, "abort requested")
+		if spec.Abort != "" {
+			return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
 		}
-		return c.progress(ctx, rm, spec)
+		return c.progress(ctx, rm, spec, snap)
 	case v1alpha1.MigrationAborting:
-		return c.abort(ctx, rm, spec)
+		return c.abort(ctx, rm, spec, snap)
 	}
-	return nil
+	return 0, nil
 }
 
 // writeStatus persists rm.Status with rm's resourceVersion (a conflict fails
 // the reconcile, which retries from a fresh read) and adopts the result.
 func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
 	rm.Status.ObservedGeneration = rm.Generation
+	old := rm.ResourceVersion
 	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("writing status of %s: %w", rm.Name, err)
 	}
+	c.wrote(rm.Name, old, out.ResourceVersion)
 	*rm = *out
 	return nil
 }
@@ -100,13 +105,9 @@ type target struct {
 	version skew.Version
 }
 
-// target observes where a revision's proxies are headed: its istiod version.
-func (c *Controller) target(ctx context.Context, rev string) (target, error) {
-	revs, err := inventory.Revisions(ctx, c.cfg.Kube, c.cfg.Inventory, nil)
-	if err != nil {
-		return target{}, err
-	}
-	for _, r := range revs {
+// target is where a revision's proxies are headed: its istiod version.
+func targetOf(inv inventory.Inventory, rev string) (target, error) {
+	for _, r := range inv.Revisions {
 		if r.Name != rev {
 			continue
 		}
@@ -120,58 +121,60 @@ func (c *Controller) target(ctx context.Context, rev string) (target, error) {
 }
 
 // progress drives the current wave: retag, stamp, restart, wait, gate.
-func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec) error {
+func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) (time.Duration, error) {
 	st := &rm.Status
 	if int(st.CurrentWave) >= len(st.Waves) {
-		return c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 	}
-	to, err := c.target(ctx, spec.To)
+	to, err := targetOf(snap.inv, spec.To)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	wave := st.CurrentWave
+	c.track(ctx, rm, snap)
 
-	// 1. Retag: label first (idempotent), then record.
-	changed := false
-	for i := range st.Namespaces {
-		ns := &st.Namespaces[i]
-		if ns.Wave != wave || ns.Phase != v1alpha1.NamespacePending {
-			continue
-		}
-		if err := c.label(ctx, ns.Name, spec.Tag); err != nil {
-			return err
-		}
-		ns.Phase, changed = v1alpha1.NamespaceRetagged, true
-	}
-	if changed {
-		if err := c.writeStatus(ctx, rm); err != nil {
-			return err
-		}
+	// 1. Retag: record the original labels, then patch them.
+	if err := c.retagWave(ctx, rm, spec, snap, wave); err != nil {
+		return 0, err
 	}
 	// 2. Stamp: record restartedAt before any workload carries it.
 	if err := c.stamp(ctx, rm, wave, v1alpha1.NamespaceRetagged, v1alpha1.NamespaceRestarting); err != nil {
-		return err
+		return 0, err
 	}
 	// 3. Restart and wait.
-	if err := c.drive(ctx, rm, spec, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to); err != nil {
-		return err
+	wait, err := c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	var wrong errWrongProxy
+	if errors.As(err, &wrong) {
+		// A Fail, never a hold: the restart put the old proxy back.
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed: %s", st.Waves[wave].Name, wrong.reason))
+	}
+	if err != nil {
+		return 0, err
 	}
 	for _, ns := range st.Namespaces {
-		if ns.Wave == wave && ns.Phase != v1alpha1.NamespaceReady {
-			return nil
+		if ns.Wave == wave && ns.Phase != v1alpha1.NamespaceReady && ns.Phase != v1alpha1.NamespaceSkipped {
+			return wait, nil
 		}
 	}
-	// 4. Gate.
+	// 4. Gate, from when the wave was first Ready (persisted: the soak
+	// survives a restart).
+	if st.Waves[wave].ReadyAt == nil {
+		now := metav1.NewTime(c.cfg.Now())
+		st.Waves[wave].ReadyAt = &now
+		if err := c.writeStatus(ctx, rm); err != nil {
+			return 0, err
+		}
+	}
 	w := st.Waves[wave]
 	verdict := health.Verdict{Outcome: health.Pass}
 	if c.cfg.Gate != nil {
-		since := time.Time{}
-		if st.WaveStartedAt != nil {
-			since = st.WaveStartedAt.Time
-		}
-		verdict, err = c.cfg.Gate.Judge(ctx, WaveInput{Migration: rm.Name, Wave: w.Name, Namespaces: w.Namespaces, Since: since, Spec: spec.Gates})
+		in := c.waveInput(rm, spec, snap, wave)
+		verdict, err = c.cfg.Gate.Judge(ctx, in)
 		if err != nil {
 			verdict = health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"gate error: " + err.Error()}}
+		}
+		if verdict.Summary != nil {
+			st.Waves[wave].Judgement = judgementOf(verdict)
 		}
 	}
 	switch verdict.Outcome {
@@ -180,32 +183,19 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		now := metav1.NewTime(c.cfg.Now())
 		st.WaveStartedAt = &now
 		if int(st.CurrentWave) >= len(st.Waves) {
-			return c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
 	case health.Fail:
-		return c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, strings.Join(verdict.Reasons, "; ")))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, strings.Join(verdict.Reasons, "; ")))
 	default:
 		reason := fmt.Sprintf("wave %s held by its gate: %s", w.Name, strings.Join(verdict.Reasons, "; "))
 		if st.Phase == v1alpha1.MigrationGating && st.Reason == reason {
-			return nil
+			// Same hold: the table's numbers are not worth a write each time.
+			return c.cfg.Interval, nil
 		}
-		return c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
 	}
-}
-
-func (c *Controller) label(ctx context.Context, ns, value string) error {
-	var patch string
-	if value == "" {
-		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, istio.LabelRev)
-	} else {
-		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, istio.LabelRev, value)
-	}
-	if _, err := c.cfg.Kube.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("labelling namespace %s %s=%s: %w", ns, istio.LabelRev, value, err)
-	}
-	c.cfg.Log.Info("namespace retagged", zap.String("namespace", ns), zap.String(istio.LabelRev, value))
-	return nil
 }
 
 func (c *Controller) stamp(ctx context.Context, rm *v1alpha1.RevisionMigration, wave int32, from, to v1alpha1.NamespacePhase) error {
@@ -229,4 +219,72 @@ func (c *Controller) stampWhere(ctx context.Context, rm *v1alpha1.RevisionMigrat
 		return nil
 	}
 	return c.writeStatus(ctx, rm)
+}
+
+// waveInput is what the gate judges the current wave with. It also tells a
+// NodeTracker gate the nodes of every pod the migration covers. It is pure
+// but for that hook.
+func (c *Controller) waveInput(rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot, wave int32) WaveInput {
+	st := &rm.Status
+	w := st.Waves[wave]
+	in := WaveInput{Migration: rm.Name, Wave: w.Name, Spec: spec.Gates}
+	if st.WaveStartedAt != nil {
+		in.Since = st.WaveStartedAt.Time
+	}
+	if w.ReadyAt != nil {
+		in.ReadyAt = w.ReadyAt.Time
+	}
+	var later, earlier []string
+	for _, ns := range st.Namespaces {
+		switch {
+		case ns.Wave == wave:
+			if ns.Phase != v1alpha1.NamespaceSkipped {
+				in.Namespaces = append(in.Namespaces, ns.Name)
+			}
+		case ns.Wave > wave && ns.Phase == v1alpha1.NamespacePending:
+			later = append(later, ns.Name)
+		case ns.Wave < wave && ns.Phase == v1alpha1.NamespaceReady:
+			earlier = append(earlier, ns.Name)
+		}
+	}
+	in.Control = later
+	if len(later) == 0 {
+		in.Control, in.ControlMigrated = earlier, true
+	}
+	nodes := map[string]bool{}
+	for _, ns := range append(append([]string(nil), in.Namespaces...), in.Control...) {
+		for _, p := range snap.pods[ns] {
+			if p.Spec.NodeName != "" {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+	}
+	for n := range nodes {
+		in.Nodes = append(in.Nodes, n)
+	}
+	sort.Strings(in.Nodes)
+	return in
+}
+
+// track gives a NodeTracker gate the nodes of every pod the migration covers,
+// so samples exist from before each wave.
+func (c *Controller) track(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) {
+	t, ok := c.cfg.Gate.(NodeTracker)
+	if !ok {
+		return
+	}
+	nodes := map[string]bool{}
+	for _, ns := range rm.Status.Namespaces {
+		for _, p := range snap.pods[ns.Name] {
+			if p.Spec.NodeName != "" {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+	}
+	list := make([]string, 0, len(nodes))
+	for n := range nodes {
+		list = append(list, n)
+	}
+	sort.Strings(list)
+	t.Track(ctx, list)
 }

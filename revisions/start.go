@@ -16,14 +16,11 @@ import (
 
 // start checks the request against the cluster, points the tag at To and
 // fixes the waves. Nothing is retagged or restarted here.
-func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec) error {
+func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) error {
 	if err := Validate(spec); err != nil {
 		return c.refuse(ctx, rm, err.Error())
 	}
-	inv, err := inventory.Observe(ctx, c.cfg.Kube, c.cfg.Inventory)
-	if err != nil {
-		return err
-	}
+	inv := snap.inv
 	known := func() string {
 		var names []string
 		for _, r := range inv.Revisions {
@@ -60,30 +57,28 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 	}
 
-	nsList, err := c.cfg.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelRev})
-	if err != nil {
-		return fmt.Errorf("listing namespaces: %w", err)
-	}
-	var cands []Candidate
-	inScope := map[string]string{}
 	istioNS := c.cfg.Inventory.IstioNamespace
 	if istioNS == "" {
 		istioNS = istio.DefaultNamespace
 	}
-	for _, ns := range nsList.Items {
-		rev := ns.Labels[istio.LabelRev]
-		// The control plane's own namespace is never restarted: its DaemonSets
-		// are the ambient data plane, which NodeRollout moves node by node.
-		// Ambient namespaces have no sidecars to move (their istio.io/rev
-		// selects waypoints): NodeRollout moves their data plane.
-		if rev == spec.Tag || inv.Resolve(rev) != spec.From || ns.Name == istioNS || ns.Labels[istio.LabelDataplaneMode] == string(inventory.ModeAmbient) {
-			continue
-		}
-		cands = append(cands, Candidate{Name: ns.Name, Labels: ns.Labels})
-		inScope[ns.Name] = rev
+	// The control plane's own namespace is never restarted: its DaemonSets
+	// are the ambient data plane, which NodeRollout moves node by node.
+	scope := ScopeOf(spec, inv, snap.objects.Namespaces, snap.pods, istioNS)
+	var cands []Candidate
+	inScope := map[string]string{}
+	members := map[string]Member{}
+	for _, m := range scope.Members {
+		cands = append(cands, Candidate{Name: m.Name, Labels: m.Labels})
+		inScope[m.Name] = m.Original[istio.LabelRev]
+		members[m.Name] = m
 	}
 	if len(cands) == 0 {
-		return c.refuse(ctx, rm, fmt.Sprintf("no namespace uses revision %s (directly or through a tag other than %s)", spec.From, spec.Tag))
+		reason := fmt.Sprintf("no namespace uses revision %s (directly or through a tag other than %s)", spec.From, spec.Tag)
+		if len(scope.Skipped) > 0 {
+			reason = fmt.Sprintf("no namespace can move from %s: %d skipped, first %s: %s", spec.From, len(scope.Skipped), scope.Skipped[0].Name, scope.Skipped[0].Reason)
+		}
+		rm.Status.Skipped = scope.Skipped
+		return c.refuse(ctx, rm, reason)
 	}
 	// A namespace belongs to one live migration at a time. Read fresh: a
 	// migration started earlier in this pass has just written its namespaces.
@@ -108,7 +103,7 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 
 	if cur, err := revtag.Get(ctx, c.cfg.Kube, spec.Tag); err == nil && cur != spec.To {
-		for _, ns := range nsList.Items {
+		for _, ns := range snap.objects.Namespaces {
 			if ns.Labels[istio.LabelRev] == spec.Tag {
 				return c.refuse(ctx, rm, fmt.Sprintf("tag %s points at %s and namespace %s uses it: moving it would move that namespace unrestarted; pick another tag", spec.Tag, cur, ns.Name))
 			}
@@ -121,15 +116,24 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	waves := Resolve(spec.Waves, spec.TierLabel, cands)
 	st := &rm.Status
 	st.Waves = waves
+	st.Skipped = scope.Skipped
 	st.Namespaces = nil
 	for i, w := range waves {
 		for _, ns := range w.Namespaces {
-			st.Namespaces = append(st.Namespaces, v1alpha1.NamespaceStatus{Name: ns, Wave: int32(i), OriginalRev: inScope[ns], Phase: v1alpha1.NamespacePending})
+			st.Namespaces = append(st.Namespaces, v1alpha1.NamespaceStatus{Name: ns, Wave: int32(i), OriginalRev: inScope[ns],
+				Adopted: members[ns].Implicit != "", OriginalLabels: members[ns].Original, Phase: v1alpha1.NamespacePending})
 		}
 	}
 	now := metav1.NewTime(c.cfg.Now())
 	st.StartedAt, st.WaveStartedAt, st.CurrentWave = &now, &now, 0
-	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("%d namespaces in %d waves, %s (%s) -> %s (%s) via tag %s", len(st.Namespaces), len(waves), spec.From, fromV, spec.To, toV, spec.Tag))
+	adopted := 0
+	for _, ns := range st.Namespaces {
+		if ns.Adopted {
+			adopted++
+		}
+	}
+	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("%d namespaces (%d adopted, %d skipped) in %d waves, %s (%s) -> %s (%s) via tag %s",
+		len(st.Namespaces), adopted, len(st.Skipped), len(waves), spec.From, fromV, spec.To, toV, spec.Tag))
 }
 
 // claimedBy returns the first live migration (other than self) holding one of

@@ -47,15 +47,11 @@ func scaled(v *intstr.IntOrString, def string, total int) int {
 	return n
 }
 
-// listWorkloads lists every Deployment, StatefulSet and DaemonSet once, by
-// namespace: a few calls per reconcile however many namespaces are in flight.
-func listWorkloads(ctx context.Context, c kubernetes.Interface) (map[string][]workload, error) {
+// workloadsOf groups the Deployments, StatefulSets and DaemonSets by namespace.
+// It is pure.
+func workloadsOf(deps []appsv1.Deployment, sts []appsv1.StatefulSet, dss []appsv1.DaemonSet) map[string][]workload {
 	out := map[string][]workload{}
-	deps, err := c.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing deployments: %w", err)
-	}
-	for _, d := range deps.Items {
+	for _, d := range deps {
 		n := 1
 		if d.Spec.Replicas != nil {
 			n = int(*d.Spec.Replicas)
@@ -80,11 +76,7 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface) (map[string][]wo
 			MaxUnavailable: mu,
 		})
 	}
-	sts, err := c.AppsV1().StatefulSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing statefulsets: %w", err)
-	}
-	for _, s := range sts.Items {
+	for _, s := range sts {
 		n := 1
 		if s.Spec.Replicas != nil {
 			n = int(*s.Spec.Replicas)
@@ -102,11 +94,7 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface) (map[string][]wo
 			MaxUnavailable: mu,
 		})
 	}
-	dss, err := c.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing daemonsets: %w", err)
-	}
-	for _, d := range dss.Items {
+	for _, d := range dss {
 		n := int(d.Status.DesiredNumberScheduled)
 		mu := 1
 		if ru := d.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.MaxUnavailable != nil {
@@ -121,7 +109,7 @@ func listWorkloads(ctx context.Context, c kubernetes.Interface) (map[string][]wo
 			MaxUnavailable: mu,
 		})
 	}
-	return out, nil
+	return out
 }
 
 // restart stamps the workload's pod template, which makes its controller
@@ -170,13 +158,19 @@ func pdbBlock(pdbs []policyv1.PodDisruptionBudget, w workload, all []workload, s
 
 // podsOn reports whether every pod of a namespace runs a Ready proxy of
 // revision rev at version's minor, and if not, what it waits for. Pods that
-// opted out of injection are ignored. It is pure.
-func podsOn(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.Version) (bool, string) {
-	waiting := 0
+// opted out of injection are ignored. Fewer live pods than want (the
+// workloads' replicas) means the pod cache has not caught up yet: not ready.
+// It is pure.
+func podsOn(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.Version, want int) (bool, string) {
+	waiting, live := 0, 0
 	first := ""
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Labels[istio.LabelInject] == "false" {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		live++
+		if p.Labels[istio.LabelInject] == "false" {
 			continue
 		}
 		cp, ok := inventory.ClassifyPod(p, ns, nil, nil)
@@ -198,6 +192,9 @@ func podsOn(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.
 			}
 		}
 	}
+	if waiting == 0 && live < want {
+		return false, fmt.Sprintf("%d of %d pods seen", live, want)
+	}
 	if waiting == 0 {
 		return true, ""
 	}
@@ -209,32 +206,54 @@ func sameMinor(tag string, v skew.Version) bool {
 	return err == nil && pv.Major == v.Major && pv.Minor == v.Minor
 }
 
-// snapshot is what one reconcile sees: listed once, read by every step.
+// snapshot is what one reconcile sees, read once from the caches.
 type snapshot struct {
+	inv       inventory.Inventory
+	objects   inventory.Objects
 	workloads map[string][]workload
 	pdbs      map[string][]policyv1.PodDisruptionBudget
 	pods      map[string][]corev1.Pod
 }
 
-func observe(ctx context.Context, c kubernetes.Interface) (*snapshot, error) {
-	wls, err := listWorkloads(ctx, c)
+// buildSnapshot groups the observed objects. It is pure.
+func buildSnapshot(opts inventory.Options, o inventory.Objects, sts []appsv1.StatefulSet, dss []appsv1.DaemonSet, pdbs []policyv1.PodDisruptionBudget) (*snapshot, error) {
+	inv, err := inventory.Build(opts, o)
 	if err != nil {
 		return nil, err
 	}
-	s := &snapshot{workloads: wls, pdbs: map[string][]policyv1.PodDisruptionBudget{}, pods: map[string][]corev1.Pod{}}
-	pdbs, err := c.PolicyV1().PodDisruptionBudgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing PDBs: %w", err)
-	}
-	for _, p := range pdbs.Items {
+	s := &snapshot{inv: inv, objects: o, workloads: workloadsOf(o.Deployments, sts, dss), pdbs: map[string][]policyv1.PodDisruptionBudget{}, pods: map[string][]corev1.Pod{}}
+	for _, p := range pdbs {
 		s.pdbs[p.Namespace] = append(s.pdbs[p.Namespace], p)
 	}
-	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range o.Pods {
 		s.pods[p.Namespace] = append(s.pods[p.Namespace], p)
 	}
 	return s, nil
 }
+
+// wrongProxy names a pod made from its workload's restarted template (it
+// carries the namespace's restart stamp, written after its label moved) whose
+// injected proxy is not of rev at version's minor: it restarted onto the old
+// proxy, which waiting cannot fix. "" when there is none. It is pure.
+func wrongProxy(pods []corev1.Pod, ns inventory.Namespace, rev string, version skew.Version, stamp string) string {
+	for i := range pods {
+		p := &pods[i]
+		if !live(p) || stamp == "" || p.Annotations[AnnotationRestartedAt] != stamp {
+			continue
+		}
+		cp, ok := inventory.ClassifyPod(p, ns, nil, nil)
+		if !ok || cp.Mode != inventory.ModeSidecar {
+			continue
+		}
+		if cp.Revision != rev || !sameMinor(cp.Version, version) {
+			return fmt.Sprintf("pod %s/%s restarted onto the old proxy: revision %s, proxy %s, after its namespace moved to %s",
+				p.Namespace, p.Name, cp.Revision, cp.Version, rev)
+		}
+	}
+	return ""
+}
+
+// errWrongProxy halts a migration: a restarted pod runs the old proxy.
+type errWrongProxy struct{ reason string }
+
+func (e errWrongProxy) Error() string { return e.reason }

@@ -76,13 +76,45 @@ type RevisionMigrationSpec struct {
 	// RateLimit bounds how fast pods are restarted, to stay within istiod's
 	// certificate-issuance headroom.
 	RateLimit RestartRateLimit `json:"rateLimit"`
+	// ImplicitNamespaces says what to do with namespaces that use From
+	// without naming it: istio-injection=enabled, or no label while the
+	// default tag points at From. Adopt (the default) makes each explicit in
+	// one recorded patch (istio.io/rev=<tag>, istio-injection removed) and
+	// moves it; an abort restores its original labels exactly. Leave reports
+	// them in status.skipped and moves none.
+	// +kubebuilder:default=Adopt
+	// +optional
+	ImplicitNamespaces ImplicitPolicy `json:"implicitNamespaces,omitempty"`
 	// Gates are the judge's external gates run after each wave is Ready.
 	// +optional
 	Gates *GatesSpec `json:"gates,omitempty"`
-	// Abort retags every moved namespace back to From and restarts it.
+	// Abort rolls moved namespaces back to their original labels and
+	// restarts them: "wave" only the current wave's (earlier waves stay on
+	// To), "all" every namespace moved so far. Widening wave to all while the
+	// rollback is in flight is allowed; an abort is never undone.
 	// +optional
-	Abort bool `json:"abort,omitempty"`
+	Abort AbortScope `json:"abort,omitempty"`
 }
+
+// ImplicitPolicy says whether a migration adopts namespaces that use From implicitly.
+// +kubebuilder:validation:Enum=Adopt;Leave
+type ImplicitPolicy string
+
+const (
+	ImplicitAdopt ImplicitPolicy = "Adopt"
+	ImplicitLeave ImplicitPolicy = "Leave"
+)
+
+// AbortScope says how much of a migration an abort rolls back.
+// +kubebuilder:validation:Enum=wave;all
+type AbortScope string
+
+const (
+	// AbortWave rolls back only the namespaces of the current wave.
+	AbortWave AbortScope = "wave"
+	// AbortAll rolls back every namespace moved so far.
+	AbortAll AbortScope = "all"
+)
 
 // RestartRateLimit is a pod restart budget.
 type RestartRateLimit struct {
@@ -109,17 +141,23 @@ const (
 )
 
 // NamespacePhase is where one namespace is.
-// +kubebuilder:validation:Enum=Pending;Retagged;Restarting;Ready;Reverting;RolledBack
+// +kubebuilder:validation:Enum=Pending;Retagging;Retagged;Restarting;Ready;Reverting;RolledBack;Skipped
 type NamespacePhase string
 
 const (
-	NamespacePending    NamespacePhase = "Pending"
+	NamespacePending NamespacePhase = "Pending"
+	// NamespaceRetagging: its original labels are recorded and the patch to
+	// istio.io/rev=<tag> may or may not have been applied yet.
+	NamespaceRetagging  NamespacePhase = "Retagging"
 	NamespaceRetagged   NamespacePhase = "Retagged"
 	NamespaceRestarting NamespacePhase = "Restarting"
 	NamespaceReady      NamespacePhase = "Ready"
 	// NamespaceReverting: abort retagged it back and its restart is in flight.
 	NamespaceReverting  NamespacePhase = "Reverting"
 	NamespaceRolledBack NamespacePhase = "RolledBack"
+	// NamespaceSkipped: when its wave came, the namespace no longer used
+	// From (its labels changed since the migration started); it is left alone.
+	NamespaceSkipped NamespacePhase = "Skipped"
 )
 
 // NamespaceStatus is one namespace's progress. Everything a restarted
@@ -130,6 +168,15 @@ type NamespaceStatus struct {
 	Wave int32 `json:"wave"`
 	// OriginalRev is the namespace's istio.io/rev value before the move (restored on abort).
 	OriginalRev string `json:"originalRev"`
+	// Adopted: the namespace used From implicitly (istio-injection=enabled,
+	// or no label under the default tag) and the move made it explicit.
+	// +optional
+	Adopted bool `json:"adopted,omitempty"`
+	// OriginalLabels are the namespace's istio.io/rev and istio-injection
+	// labels (those it had; an absent key is absent here) recorded before its
+	// labels were patched. An abort restores exactly these.
+	// +optional
+	OriginalLabels map[string]string `json:"originalLabels,omitempty"`
 	// +optional
 	Phase NamespacePhase `json:"phase,omitempty"`
 	// RestartedAt is the kubectl.kubernetes.io/restartedAt value stamped on the
@@ -164,6 +211,12 @@ type RevisionMigrationStatus struct {
 	Waves []ResolvedWave `json:"waves,omitempty"`
 	// +optional
 	Namespaces []NamespaceStatus `json:"namespaces,omitempty"`
+	// Skipped are the namespaces that use From but that the migration leaves
+	// alone, each with the reason (never silently).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Skipped []SkippedNamespace `json:"skipped,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// StartedAt is when the migration started; WaveStartedAt when the current wave did.
@@ -175,11 +228,40 @@ type RevisionMigrationStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// SkippedNamespace is a namespace using From that a migration does not move.
+type SkippedNamespace struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
 // ResolvedWave is a wave with its namespaces fixed.
 type ResolvedWave struct {
 	Name string `json:"name"`
 	// +optional
 	Namespaces []string `json:"namespaces,omitempty"`
+	// ReadyAt is when every namespace of the wave was first Ready on the new
+	// proxy: the gate's soak starts there.
+	// +optional
+	ReadyAt *metav1.Time `json:"readyAt,omitempty"`
+	// Judgement is the wave's last gate judgement, the table that
+	// `nodewise revision explain` prints.
+	// +optional
+	Judgement *WaveJudgement `json:"judgement,omitempty"`
+}
+
+// WaveJudgement is a wave's gate judgement: the outcome, why, and the rows
+// behind it (migrated pods against the not-yet-migrated ones over the same
+// interval, and each migrated workload against its own baseline).
+type WaveJudgement struct {
+	Outcome string `json:"outcome"`
+	// JudgedAt is when (RFC 3339).
+	JudgedAt string `json:"judgedAt"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Reasons []string `json:"reasons,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Rows []JudgementRow `json:"rows,omitempty"`
 }
 
 // RevisionMigration moves sidecar namespaces between istiod revisions in gated waves.

@@ -60,6 +60,34 @@ func printInventory(out io.Writer, inv inventory.Inventory) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.Ztunnel, n.CNI)
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NAMESPACE\tLABELS\tREVISION\tIMPLICIT")
+	for _, ns := range inv.Namespaces {
+		labels := []string{}
+		if ns.Injection != "" {
+			labels = append(labels, istio.LabelInjection+"="+ns.Injection)
+		}
+		if ns.Rev != "" {
+			labels = append(labels, istio.LabelRev+"="+ns.Rev)
+		}
+		if ns.Mode == inventory.ModeAmbient {
+			labels = append(labels, istio.LabelDataplaneMode+"=ambient")
+		}
+		if len(labels) == 0 {
+			labels = append(labels, "none")
+		}
+		rev, implicit := ns.Revision, "no"
+		if rev == "" {
+			rev = "-"
+		}
+		if ns.Implicit != "" {
+			implicit = "yes (" + ns.Implicit + ")"
+		}
+		if ns.Mode == "" {
+			rev, implicit = "-", "opted out"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ns.Name, strings.Join(labels, ","), rev, implicit)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NAMESPACE\tMODE\tREVISION\tVERSION\tPODS")
 	counts := inv.Counts()
 	keys := make([]inventory.Key, 0, len(counts))

@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -21,7 +24,7 @@ func newRevisionCmd(g *globalFlags) *cobra.Command {
 		Use:   "revision",
 		Short: "Istio control-plane revisions",
 	}
-	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionAbortCmd(g))
+	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionAbortCmd(g), newRevisionExplainCmd(g))
 	return cmd
 }
 
@@ -131,6 +134,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			if dryRun {
+				sc, waves, err := revisions.Plan(cmd.Context(), client, spec, inventory.Options{IstioNamespace: f.istioNamespace})
+				if err != nil {
+					return err
+				}
+				printPlan(cmd.OutOrStdout(), spec, sc, waves)
 				out, err := yaml.Marshal(rm)
 				if err != nil {
 					return err
@@ -163,31 +171,139 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// printPlan writes, as YAML comments, what the migration would move and how
+// each namespace's labels would change, and which namespaces it would leave.
+func printPlan(out io.Writer, spec v1alpha1.RevisionMigrationSpec, sc revisions.Scope, waves []v1alpha1.ResolvedWave) {
+	adopted := 0
+	for _, m := range sc.Members {
+		if m.Implicit != "" {
+			adopted++
+		}
+	}
+	fmt.Fprintf(out, "# plan: %d namespaces (%d adopted) in %d waves, %d skipped\n", len(sc.Members), adopted, len(waves), len(sc.Skipped))
+	for _, w := range waves {
+		fmt.Fprintf(out, "# wave %s:\n", w.Name)
+		for _, name := range w.Namespaces {
+			m, _ := sc.Member(name)
+			note := ""
+			if m.Implicit != "" {
+				note = " (adopted: uses " + spec.From + " through " + m.Implicit + ")"
+			}
+			fmt.Fprintf(out, "#   %s: %s%s\n", name, m.Change(spec.Tag), note)
+		}
+	}
+	for _, s := range sc.Skipped {
+		fmt.Fprintf(out, "# skipped %s: %s\n", s.Name, s.Reason)
+	}
+}
+
 func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "abort NAME",
+	var wave bool
+	cmd := &cobra.Command{
+		Use:   "abort NAME [--wave]",
 		Short: "Abort a RevisionMigration: moved namespaces are retagged back and restarted",
+		Long: "Every namespace moved so far goes back to its original labels and is restarted onto\n" +
+			"the old revision. With --wave only the current wave's namespaces do; earlier waves\n" +
+			"stay on the new revision. A --wave abort can be widened by running abort again\n" +
+			"without --wave while it is in flight.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mc, err := migrationClient(g)
+			if err != nil {
+				return err
+			}
+			scope := v1alpha1.AbortAll
+			if wave {
+				scope = v1alpha1.AbortWave
+			}
+			// The controller writes status often: retry the read-modify-write on conflict.
+			err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
+				}
+				if rm.Spec.Abort == v1alpha1.AbortAll && scope == v1alpha1.AbortWave {
+					return fmt.Errorf("revisionmigration %s is already aborting every wave; an abort cannot be narrowed", args[0])
+				}
+				rm.Spec.Abort = scope
+				_, err = mc.Update(cmd.Context(), rm, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("aborting %s: %w", args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort (%s) requested\n", args[0], scope)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wave, "wave", false, "roll back only the current wave")
+	return cmd
+}
+
+func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
+	var wave string
+	cmd := &cobra.Command{
+		Use:   "explain NAME [--wave WAVE]",
+		Short: "Print the gate's table for each judged wave of a RevisionMigration",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := g.restConfig()
+			mc, err := migrationClient(g)
 			if err != nil {
 				return err
 			}
-			nwc, err := v1alpha1.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			mc := nwc.RevisionMigrations()
 			rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
-			rm.Spec.Abort = true
-			if _, err := mc.Update(cmd.Context(), rm, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("aborting %s: %w", args[0], err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort requested\n", args[0])
-			return nil
+			return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
 		},
 	}
+	cmd.Flags().StringVar(&wave, "wave", "", "only this wave (default every judged wave)")
+	return cmd
+}
+
+// writeWaveExplain prints each judged wave's outcome, reasons and table.
+func writeWaveExplain(out io.Writer, rm *v1alpha1.RevisionMigration, only string) error {
+	fmt.Fprintf(out, "revisionmigration %s: %s: %s\n", rm.Name, rm.Status.Phase, rm.Status.Reason)
+	found := false
+	for _, w := range rm.Status.Waves {
+		if only != "" && w.Name != only {
+			continue
+		}
+		found = true
+		if w.Judgement == nil {
+			fmt.Fprintf(out, "\nwave %s (%s): not judged yet\n", w.Name, strings.Join(w.Namespaces, ", "))
+			continue
+		}
+		j := w.Judgement
+		fmt.Fprintf(out, "\nwave %s (%s): %s at %s\n", w.Name, strings.Join(w.Namespaces, ", "), j.Outcome, j.JudgedAt)
+		for _, r := range j.Reasons {
+			fmt.Fprintf(out, "  %s\n", r)
+		}
+		tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "COMPARISON\tMETRIC\tREFERENCE\tMIGRATED\tP (HOLM)\tREGRESSED\tNOTE")
+		for _, r := range j.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\t%s\n", r.Pod, r.Metric, r.Before, r.After, r.P, r.Regressed, r.Note)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if only != "" && !found {
+		return fmt.Errorf("revisionmigration %s has no wave %q", rm.Name, only)
+	}
+	return nil
+}
+
+// migrationClient is the RevisionMigration client of the global flags' cluster.
+func migrationClient(g *globalFlags) (v1alpha1.RevisionMigrationInterface, error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	nwc, err := v1alpha1.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return nwc.RevisionMigrations(), nil
 }

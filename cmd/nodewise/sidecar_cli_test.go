@@ -120,7 +120,7 @@ func TestSidecarCommands(t *testing.T) {
 	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%")
 	ok("revision", "abort", "1-27-to-1-28")
 	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
-	if err != nil || !rm.Spec.Abort || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
+	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
 		t.Fatalf("created migration %+v %v", rm, err)
 	}
 }

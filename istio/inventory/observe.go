@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sort"
 
+	admv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/istio"
@@ -49,19 +51,65 @@ func (o Options) withDefaults() Options {
 func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (Inventory, error) {
 	opts = opts.withDefaults()
 	cached := metav1.ListOptions{ResourceVersion: "0"}
-	inv := Inventory{Tags: map[string]string{}}
-
+	var o Objects
 	whs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
 	if err != nil {
-		return inv, fmt.Errorf("listing revision tags: %w", err)
+		return Inventory{}, fmt.Errorf("listing revision tags: %w", err)
 	}
-	for _, wh := range whs.Items {
-		inv.Tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
+	o.Webhooks = whs.Items
+	deps, err := client.AppsV1().Deployments(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: opts.IstiodSelector})
+	if err != nil {
+		return Inventory{}, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
 	}
+	o.Deployments = deps.Items
+	nsList, err := client.CoreV1().Namespaces().List(ctx, cached)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("listing namespaces: %w", err)
+	}
+	o.Namespaces = nsList.Items
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, cached)
+	if err != nil {
+		return Inventory{}, fmt.Errorf("listing pods: %w", err)
+	}
+	o.Pods = pods.Items
+	return Build(opts, o)
+}
 
-	if inv.Revisions, err = Revisions(ctx, client, opts, inv.Tags); err != nil {
-		return inv, err
+// Objects are what an inventory is built from: read by Observe from the API,
+// or by a controller from its informer caches.
+type Objects struct {
+	// Webhooks are the MutatingWebhookConfigurations; only tag webhooks
+	// (labelled istio.io/tag) count.
+	Webhooks []admv1.MutatingWebhookConfiguration
+	// Deployments: only the istiod ones (in the Istio namespace, matching
+	// Options.IstiodSelector) count.
+	Deployments []appsv1.Deployment
+	Namespaces  []corev1.Namespace
+	// Pods of every namespace: the Istio namespace's give the nodes' ztunnel
+	// and istio-cni, the others the meshed pods.
+	Pods []corev1.Pod
+}
+
+// Build makes the inventory of the objects. It is pure.
+func Build(opts Options, o Objects) (Inventory, error) {
+	opts = opts.withDefaults()
+	inv := Inventory{Tags: map[string]string{}}
+	for _, wh := range o.Webhooks {
+		if tag, ok := wh.Labels[istio.LabelTag]; ok {
+			inv.Tags[tag] = wh.Labels[istio.LabelRev]
+		}
 	}
+	istiodSel, err := labels.Parse(opts.IstiodSelector)
+	if err != nil {
+		return inv, fmt.Errorf("istiod selector %q: %w", opts.IstiodSelector, err)
+	}
+	var istiods []appsv1.Deployment
+	for _, d := range o.Deployments {
+		if d.Namespace == opts.IstioNamespace && istiodSel.Matches(labels.Set(d.Labels)) {
+			istiods = append(istiods, d)
+		}
+	}
+	inv.Revisions = RevisionsOf(istiods, inv.Tags)
 
 	nodes := map[string]Node{}
 	for _, sel := range []struct {
@@ -74,13 +122,13 @@ func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (In
 		}},
 		{opts.CNISelector, func(n *Node, p *corev1.Pod) { n.CNI = ImageTag(p.Spec.Containers[0].Image) }},
 	} {
-		pods, err := client.CoreV1().Pods(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.selector, ResourceVersion: "0"})
+		ls, err := labels.Parse(sel.selector)
 		if err != nil {
-			return inv, fmt.Errorf("listing %s pods in %s: %w", sel.selector, opts.IstioNamespace, err)
+			return inv, fmt.Errorf("selector %q: %w", sel.selector, err)
 		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Spec.NodeName == "" || len(p.Spec.Containers) == 0 || p.DeletionTimestamp != nil {
+		for i := range o.Pods {
+			p := &o.Pods[i]
+			if p.Namespace != opts.IstioNamespace || !ls.Matches(labels.Set(p.Labels)) || p.Spec.NodeName == "" || len(p.Spec.Containers) == 0 || p.DeletionTimestamp != nil {
 				continue
 			}
 			n := nodes[p.Spec.NodeName]
@@ -94,32 +142,32 @@ func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (In
 	}
 	sort.Slice(inv.Nodes, func(i, j int) bool { return inv.Nodes[i].Name < inv.Nodes[j].Name })
 
-	nsList, err := client.CoreV1().Namespaces().List(ctx, cached)
-	if err != nil {
-		return inv, fmt.Errorf("listing namespaces: %w", err)
-	}
 	namespaces := map[string]Namespace{}
-	for i := range nsList.Items {
-		ns := ClassifyNamespace(&nsList.Items[i], inv.Tags)
+	for i := range o.Namespaces {
+		ns := ClassifyNamespace(&o.Namespaces[i], inv.Tags)
 		namespaces[ns.Name] = ns
-		if ns.Mode != "" {
+		if ns.Mode != "" || ns.Injection != "" {
 			inv.Namespaces = append(inv.Namespaces, ns)
 		}
 	}
 
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, cached)
-	if err != nil {
-		return inv, fmt.Errorf("listing pods: %w", err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range o.Pods {
+		p := &o.Pods[i]
 		if p.Namespace == opts.IstioNamespace || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if cp, ok := ClassifyPod(p, namespaces[p.Namespace], inv.Tags, nodes); ok {
 			inv.Pods = append(inv.Pods, cp)
+			// An unlabelled namespace whose pods run sidecars uses the
+			// default tag's revision implicitly.
+			if ns := namespaces[p.Namespace]; cp.Mode == ModeSidecar && ns.Mode == "" && ns.Injection == "" && ns.Name != "" {
+				ns.Mode, ns.Implicit, ns.Revision = ModeSidecar, "unlabelled", resolve(istio.DefaultTag, inv.Tags)
+				namespaces[p.Namespace] = ns
+				inv.Namespaces = append(inv.Namespaces, ns)
+			}
 		}
 	}
+	sort.Slice(inv.Namespaces, func(i, j int) bool { return inv.Namespaces[i].Name < inv.Namespaces[j].Name })
 	sort.Slice(inv.Pods, func(i, j int) bool {
 		if inv.Pods[i].Namespace != inv.Pods[j].Namespace {
 			return inv.Pods[i].Namespace < inv.Pods[j].Namespace

@@ -103,18 +103,23 @@ func ClassifyPod(p *corev1.Pod, ns Namespace, tags map[string]string, nodes map[
 	return out, true
 }
 
-// ClassifyNamespace reads a namespace's mesh labels.
+// ClassifyNamespace reads a namespace's mesh labels the way the injector's
+// selectors do: istio-injection=enabled means the default tag whatever
+// istio.io/rev says, and any other istio-injection value turns injection off.
 func ClassifyNamespace(ns *corev1.Namespace, tags map[string]string) Namespace {
-	out := Namespace{Name: ns.Name, Rev: ns.Labels[istio.LabelRev]}
+	out := Namespace{Name: ns.Name, Rev: ns.Labels[istio.LabelRev], Injection: ns.Labels[istio.LabelInjection]}
 	switch {
 	case ns.Labels[istio.LabelDataplaneMode] == string(ModeAmbient):
 		out.Mode = ModeAmbient
+	case out.Injection == "enabled":
+		out.Mode = ModeSidecar
+		out.Revision = resolve(istio.DefaultTag, tags)
+		out.Implicit = istio.LabelInjection + "=enabled"
+	case out.Injection != "":
+		// Opted out: not injected, whatever istio.io/rev says.
 	case out.Rev != "":
 		out.Mode = ModeSidecar
 		out.Revision = resolve(out.Rev, tags)
-	case ns.Labels[istio.LabelInjection] == "enabled":
-		out.Mode = ModeSidecar
-		out.Revision = resolve(istio.DefaultRevision, tags)
 	}
 	return out
 }

@@ -47,6 +47,14 @@ type Namespace struct {
 	Rev string `json:"rev,omitempty"`
 	// Revision is Rev resolved through the tags.
 	Revision string `json:"revision,omitempty"`
+	// Injection is the namespace's istio-injection label.
+	Injection string `json:"injection,omitempty"`
+	// Implicit says how a namespace uses a revision without naming it:
+	// "istio-injection=enabled" (which takes precedence over istio.io/rev in
+	// the injector's selectors), or "unlabelled" for a namespace with no
+	// injection label whose pods run sidecars (the default tag's, per pod or
+	// with namespaces injected by default). Empty for istio.io/rev namespaces.
+	Implicit string `json:"implicit,omitempty"`
 }
 
 // Inventory is one observation of the whole data plane.

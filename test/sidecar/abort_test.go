@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,12 +65,8 @@ func TestAbortMidWave(t *testing.T) {
 		}
 		return moved > 0, fmt.Sprintf("%d pods of ab-2 on 1.28.1", moved)
 	})
-	rm := e.migration("ab")
-	rm.Spec.Abort = true
-	if _, err := e.mc.Update(ctx, rm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rm = e.waitPhase("ab", 5*time.Minute, v1alpha1.MigrationAborted)
+	e.abort("ab", v1alpha1.AbortAll)
+	rm := e.waitPhase("ab", 5*time.Minute, v1alpha1.MigrationAborted)
 	t.Logf("aborted: %s", rm.Status.Reason)
 
 	for _, ns := range nss[:4] {
@@ -202,10 +199,7 @@ func TestGates(t *testing.T) {
 	}
 
 	// A halted migration can still be aborted: g-1 goes back to 1-27.
-	rm.Spec.Abort = true
-	if _, err := e.mc.Update(ctx, rm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e.abort("g", v1alpha1.AbortAll)
 	rm = e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationAborted)
 	e.allOn(time.Minute, "1.27.3", 5, "g-1")
 	e.allOn(time.Minute, "1.27.3", 2, "g-2")
@@ -220,3 +214,108 @@ func firstKey(m map[string]string) string {
 	}
 	return ""
 }
+
+// TestAbortWave: with abort: wave only the current wave goes back. Wave
+// tier-1 passed and stays on 1.28.1 under the tag; wave tier-2, held by its
+// gate, goes back to 1-27; tier-3 is never touched. While the wave is held
+// the controller reads only its informers: it makes no request at all.
+func TestAbortWave(t *testing.T) {
+	e := start(t, 3, "1.27.3", "1.28.1")
+	ctx, cs := e.ctx, e.c.Client
+	for i, ns := range []string{"aw-1", "aw-2", "aw-3"} {
+		e.namespace(ns, map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: fmt.Sprint(i + 1)}, app{name: "web", replicas: 2})
+	}
+	e.allOn(2*time.Minute, "1.27.3", 2, "aw-1", "aw-2", "aw-3")
+	untouched := podUIDs(t, ctx, cs, "aw-3")
+	gate := revisions.GateFunc(func(_ context.Context, in revisions.WaveInput) (health.Verdict, error) {
+		if in.Wave == "tier-1" {
+			return health.Verdict{Outcome: health.Pass}, nil
+		}
+		return health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"not enough traffic (test)"}}, nil
+	})
+	var requests countingTransport
+	cfg := rest.CopyConfig(e.c.Config)
+	cfg.Wrap(requests.wrap)
+	e.controllerAs(gate, cfg)
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "aw"},
+		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
+			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "wave tier-2 held by its gate", func() (bool, string) {
+		rm := e.migration("aw")
+		return rm.Status.Phase == v1alpha1.MigrationGating && rm.Status.CurrentWave == 1, fmt.Sprintf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
+	})
+	e.allOn(time.Minute, "1.28.1", 2, "aw-1", "aw-2")
+	before := requests.count()
+	time.Sleep(3 * time.Second) // 15 re-examinations at 200 ms
+	if n := requests.count() - before; n != 0 {
+		t.Fatalf("the controller made %d API requests in 3 s while the wave was held (%v): it should read its informers", n, requests.last())
+	}
+
+	e.abort("aw", v1alpha1.AbortWave)
+	rm := e.waitPhase("aw", 2*time.Minute, v1alpha1.MigrationAborted)
+	t.Logf("aborted: %s", rm.Status.Reason)
+	e.allOn(time.Minute, "1.28.1", 2, "aw-1")
+	e.allOn(time.Minute, "1.27.3", 2, "aw-2", "aw-3")
+	want := map[string]string{"aw-1": "next", "aw-2": "1-27", "aw-3": "1-27"}
+	for ns, rev := range want {
+		n, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels["istio.io/rev"] != rev {
+			t.Errorf("%s labelled %q after abort: wave, want %q", ns, n.Labels["istio.io/rev"], rev)
+		}
+	}
+	phases := map[string]v1alpha1.NamespacePhase{}
+	for _, ns := range rm.Status.Namespaces {
+		phases[ns.Name] = ns.Phase
+	}
+	if phases["aw-1"] != v1alpha1.NamespaceReady || phases["aw-2"] != v1alpha1.NamespaceRolledBack || phases["aw-3"] != v1alpha1.NamespacePending {
+		t.Fatalf("namespace phases after abort: wave: %v", phases)
+	}
+	for uid := range podUIDs(t, ctx, cs, "aw-3") {
+		if !untouched[uid] {
+			t.Fatalf("wave tier-3 pod %s was recreated", uid)
+		}
+	}
+}
+
+// countingTransport counts the API requests a client makes, watches excepted
+// (a watch is one long request that the informers keep open).
+type countingTransport struct {
+	mu      sync.Mutex
+	n       int
+	lastReq string
+}
+
+func (c *countingTransport) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Query().Get("watch") != "true" {
+			c.mu.Lock()
+			c.n++
+			c.lastReq = r.Method + " " + r.URL.Path
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (c *countingTransport) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *countingTransport) last() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastReq
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/revisions"
@@ -267,4 +268,20 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.M
 		return false, fmt.Sprintf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
 	})
 	return rm
+}
+
+// abort sets spec.abort, retrying while the controller's status writes conflict.
+func (e *env) abort(name string, scope v1alpha1.AbortScope) {
+	e.t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		rm, err := e.mc.Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rm.Spec.Abort = scope
+		_, err = e.mc.Update(e.ctx, rm, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		e.t.Fatalf("aborting %s: %v", name, err)
+	}
 }

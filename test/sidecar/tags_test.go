@@ -21,13 +21,19 @@ import (
 
 func istioctl(t *testing.T) string {
 	t.Helper()
+	return tool(t, "istioctl", "hack/build-tool.sh istioctl")
+}
+
+// tool finds a built tool in $NODEWISE_BIN_DIR (default bin/).
+func tool(t *testing.T, name, build string) string {
+	t.Helper()
 	dir := os.Getenv("NODEWISE_BIN_DIR")
 	if dir == "" {
 		dir = filepath.Join(repoRoot(), "bin")
 	}
-	p := filepath.Join(dir, "istioctl")
+	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("istioctl not built (%v): run hack/build-tool.sh istioctl", err)
+		t.Fatalf("%s not built (%v): run %s", name, err, build)
 	}
 	return p
 }
@@ -172,7 +178,7 @@ func TestInjectionInventoryAndTags(t *testing.T) {
 
 func applyYAML(t *testing.T, kubeconfig, manifest string) {
 	t.Helper()
-	kubectl := filepath.Join(filepath.Dir(istioctl(t)), "kubectl")
+	kubectl := tool(t, "kubectl", "make tools")
 	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader(manifest)
 	if out, err := cmd.CombinedOutput(); err != nil {

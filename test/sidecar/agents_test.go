@@ -1,0 +1,109 @@
+package sidecar
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// fakeAgents stands in for the node agents of the simulated cluster: each
+// pod on a node opens connections at a steady rate, and its resets and
+// connect latency follow its proxy's image tag (a "-rst" proxy resets 30% of
+// its connections, as the live rig's stand-ins do) and a cluster-wide factor
+// a test can change (a traffic change every pod sees).
+type fakeAgents struct {
+	cs    kubernetes.Interface
+	start time.Time
+
+	mu     sync.Mutex
+	surge  bool
+	pods   map[string]*fakePod // by UID
+	served int
+}
+
+type fakePod struct {
+	last time.Time
+	c    health.PodCounters
+	// carry keeps the fractions of events between snapshots.
+	carryConn, carryRst float64
+}
+
+const (
+	fakeConnectsPerSecond = 100
+	healthyResetShare     = 0.002
+	faultyResetShare      = 0.3
+)
+
+func newFakeAgents(cs kubernetes.Interface) *fakeAgents {
+	return &fakeAgents{cs: cs, start: time.Now(), pods: map[string]*fakePod{}}
+}
+
+// setSurge makes every pod, migrated or not, reset 20 times more and connect
+// four times slower (or back).
+func (f *fakeAgents) setSurge(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.surge = on
+}
+
+func (f *fakeAgents) Snapshot(ctx context.Context, node string) (health.Snapshot, error) {
+	pods, err := f.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return health.Snapshot{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.served++
+	now := time.Now()
+	snap := health.Snapshot{Node: node, Time: now, Mode: health.ModeEBPF, AgentVersion: "fake", StartTime: f.start}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || strings.HasPrefix(p.Namespace, "kube-") || p.Namespace == "istio-system" {
+			continue
+		}
+		fp := f.pods[string(p.UID)]
+		if fp == nil {
+			fp = &fakePod{last: now, c: health.PodCounters{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Side: health.SideApp,
+				ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)}, SRTT: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
+				ConnAges: make([]uint64, len(health.AgeBucketBoundsSeconds)+1)}}
+			f.pods[string(p.UID)] = fp
+		}
+		dt := now.Sub(fp.last).Seconds()
+		fp.last = now
+		share, bucket := healthyResetShare, 10 // about 1 ms
+		if strings.HasSuffix(proxyTag(p), "-rst") {
+			share = faultyResetShare
+		}
+		if f.surge {
+			share, bucket = share*20, 12
+		}
+		fp.carryConn += dt * fakeConnectsPerSecond
+		n := uint64(fp.carryConn)
+		fp.carryConn -= float64(n)
+		fp.carryRst += float64(n) * share
+		r := uint64(fp.carryRst)
+		fp.carryRst -= float64(r)
+		fp.c.Connects += n
+		fp.c.ConnectLatency.Buckets[bucket] += n
+		fp.c.ResetsReceived += r
+		snap.Pods = append(snap.Pods, fp.c)
+		snap.Pods[len(snap.Pods)-1].ConnectLatency.Buckets = append([]uint64(nil), fp.c.ConnectLatency.Buckets...)
+	}
+	return snap, nil
+}
+
+func proxyTag(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "istio-proxy" {
+			return c.Image[strings.LastIndex(c.Image, ":")+1:]
+		}
+	}
+	return ""
+}
