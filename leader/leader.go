@@ -87,18 +87,50 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	return ErrLost
 }
 
+// Check is one health check: nil when healthy, otherwise why not.
+type Check func(context.Context) error
+
+// checkTimeout bounds one /healthz answer, every check included.
+const checkTimeout = 3 * time.Second
+
 // ServeMetrics serves /metrics from g and /healthz on addr until the returned
-// server is closed.
-func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*http.Server, error) {
+// server is closed. /healthz answers 200 "ok" only when every check passes,
+// and 503 with the first failure otherwise.
+func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ...Check) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
+		defer cancel()
+		for _, c := range checks {
+			if err := c(ctx); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
 	return srv, nil
+}
+
+// APIReachable checks that the API server answers its /readyz (which every
+// authenticated client may read).
+func APIReachable(c kubernetes.Interface) Check {
+	return func(ctx context.Context) error {
+		rc := c.Discovery().RESTClient()
+		if rc == nil {
+			return nil // a fake clientset: nothing to reach
+		}
+		if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+			return fmt.Errorf("the API server is unreachable: %w", err)
+		}
+		return nil
+	}
 }

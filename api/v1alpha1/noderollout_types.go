@@ -46,8 +46,11 @@ type DrainSpec struct {
 	// +optional
 	Policy DrainPolicy `json:"policy,omitempty"`
 	// Timeout bounds a drain (default 5m). With pdbBlocked=wait it is ignored.
+	// It must be positive: the drain library reads 0 as "forever", and a drain
+	// that never times out never halts or skips its node.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="drain.timeout must be positive (0 would wait forever); use pdbBlocked: wait to wait for a budget"
 	// +optional
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 	// +kubebuilder:default=halt
 	// +optional
 	PDBBlocked PDBBlockedPolicy `json:"pdbBlocked,omitempty"`
@@ -56,8 +59,9 @@ type DrainSpec struct {
 	// connection still open at its drain deadline, and a connection that has
 	// outlived a short request is the kind that will be: auto drains a node
 	// whose pods hold one. Ztunnel's drain deadline caps it.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="drain.longLivedAfter must be positive"
 	// +optional
-	LongLivedAfter *metav1.Duration `json:"longLivedAfter,omitempty"`
+	LongLivedAfter *Duration `json:"longLivedAfter,omitempty"`
 }
 
 // Weekday is a three-letter English day name.
@@ -123,14 +127,15 @@ type NodeRolloutSpec struct {
 	// +optional
 	Drain DrainSpec `json:"drain,omitempty"`
 	// SwapTimeout bounds the wait for a new pod to be Ready on the new revision (default 5m).
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="swapTimeout must be positive"
 	// +optional
-	SwapTimeout *metav1.Duration `json:"swapTimeout,omitempty"`
+	SwapTimeout *Duration `json:"swapTimeout,omitempty"`
 	// Baseline is the window measured before the swap (default 0: no baseline).
 	// +optional
-	Baseline *metav1.Duration `json:"baseline,omitempty"`
+	Baseline *Duration `json:"baseline,omitempty"`
 	// Soak is how long a node runs on the new revision before its gate (default 0).
 	// +optional
-	Soak *metav1.Duration `json:"soak,omitempty"`
+	Soak *Duration `json:"soak,omitempty"`
 	// MaintenanceWindows: when set, nodes start only inside one of them.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32

@@ -214,10 +214,10 @@ func startE2E(t *testing.T) *e2e {
 func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "judged"}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline = &metav1.Duration{Duration: e2eBaseline}
-	nr.Spec.Soak = &metav1.Duration{Duration: e2eSoak}
-	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &metav1.Duration{Duration: time.Second}}
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: e2eSoak}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
 	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	d := func(x time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: x} }
 	for i, tc := range []struct {
 		gates v1alpha1.GatesSpec
 		want  string

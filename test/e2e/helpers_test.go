@@ -262,7 +262,7 @@ func (p *proc) kill() {
 func rollout(name string, mut func(*v1alpha1.NodeRolloutSpec)) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 4, 4
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 60 * time.Second}
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: 60 * time.Second}
 	if mut != nil {
 		mut(&nr.Spec)
 	}
