@@ -33,10 +33,15 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			return err
 		}
 	}
+	// An abort reaches a drain in progress (a PDB may hold it for the whole
+	// timeout, or forever under wait): the drain stops, and the worker's next
+	// pass makes the node safe (abort cleanup uncordons it).
+	dctx, stop := e.untilAborted(ctx, nr.Name)
+	defer stop()
 	for attempt := 1; ; attempt++ {
 		errOut := &lineRecorder{}
 		h := &drain.Helper{
-			Ctx:                  ctx,
+			Ctx:                  dctx,
 			Client:               e.o.kube,
 			GracePeriodSeconds:   -1,
 			IgnoreAllDaemonSets:  true,
@@ -53,8 +58,8 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			e.carryNext(nr.Name, node, func(c *carried) { c.drained = true })
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if dctx.Err() != nil {
+			return context.Cause(dctx)
 		}
 		pdb := errOut.find("disruption budget")
 		if pdb == "" {
@@ -69,12 +74,45 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		}
 		// wait: record why, then try again (each attempt is still finite).
 		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
-		if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		if err := e.mutateStatus(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 			nodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
 		}); err != nil {
+			if dctx.Err() != nil {
+				return context.Cause(dctx)
+			}
 			return err
 		}
 	}
+}
+
+// errAbortedDuringDrain stops a drain when its rollout is aborted. It is not
+// a step error: the worker ends, and its next pass, seeing the abort, makes
+// the node safe from the persisted Drain step (nothing was swapped).
+var errAbortedDuringDrain = errors.New("drain stopped: the rollout was aborted")
+
+// abortPoll is how often a drain in progress looks for an abort (in the cache).
+const abortPoll = 250 * time.Millisecond
+
+// untilAborted is ctx, also cancelled (with errAbortedDuringDrain) once the
+// cached NodeRollout asks for abort.
+func (e *executor) untilAborted(ctx context.Context, rollout string) (context.Context, func()) {
+	dctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(abortPoll)
+		defer t.Stop()
+		for {
+			if live := e.latest(rollout); live != nil && live.Spec.Abort {
+				cancel(errAbortedDuringDrain)
+				return
+			}
+			select {
+			case <-dctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return dctx, func() { cancel(context.Canceled) }
 }
 
 // autoDrain decides drain policy auto for the node (decideAuto) and
