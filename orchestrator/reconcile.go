@@ -46,6 +46,9 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
+	if perr == nil {
+		perr = e.overlapping(nr, p) // see overlap.go
+	}
 	if perr != nil {
 		return e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil)
 	}
