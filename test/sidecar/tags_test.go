@@ -19,13 +19,17 @@ import (
 	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
+// binDir holds the built tools (kubectl, istioctl).
+func binDir() string {
+	if dir := os.Getenv("NODEWISE_BIN_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(repoRoot(), "bin")
+}
+
 func istioctl(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("NODEWISE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(), "bin")
-	}
-	p := filepath.Join(dir, "istioctl")
+	p := filepath.Join(binDir(), "istioctl")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("istioctl not built (%v): run hack/build-tool.sh istioctl", err)
 	}
@@ -172,7 +176,7 @@ func TestInjectionInventoryAndTags(t *testing.T) {
 
 func applyYAML(t *testing.T, kubeconfig, manifest string) {
 	t.Helper()
-	kubectl := filepath.Join(filepath.Dir(istioctl(t)), "kubectl")
+	kubectl := filepath.Join(binDir(), "kubectl")
 	cmd := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader(manifest)
 	if out, err := cmd.CombinedOutput(); err != nil {
