@@ -47,6 +47,9 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
 	if perr == nil {
+		p, perr = e.typeTargets(p) // see targetkind.go
+	}
+	if perr == nil {
 		perr = e.overlapping(nr, p) // see overlap.go
 	}
 	if perr != nil {

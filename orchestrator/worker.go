@@ -28,11 +28,12 @@ func halt(kind, format string, args ...any) error {
 }
 
 // swapState names the step that swaps target i.
+// Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
 func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
-	switch {
-	case strings.Contains(t.Name, "cni"):
+	switch t.Kind {
+	case v1alpha1.TargetCNI:
 		return v1alpha1.NodeSwapCNI
-	case strings.Contains(t.Name, "ztunnel"):
+	case v1alpha1.TargetZtunnel:
 		return v1alpha1.NodeSwapZtunnel
 	}
 	return v1alpha1.NodeState("Swap/" + t.Namespace + "/" + t.Name)

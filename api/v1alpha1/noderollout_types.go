@@ -32,12 +32,31 @@ const (
 	PDBHalt PDBBlockedPolicy = "halt"
 )
 
+// TargetKind is what a target DaemonSet runs, which decides how it is swapped
+// and whether drain policy auto must look for long-lived connections.
+// +kubebuilder:validation:Enum=ztunnel;cni
+type TargetKind string
+
+const (
+	// TargetZtunnel is the ambient node proxy: its swap resets connections
+	// older than its drain deadline.
+	TargetZtunnel TargetKind = "ztunnel"
+	// TargetCNI is the istio-cni node agent.
+	TargetCNI TargetKind = "cni"
+)
+
 // TargetRef names a DaemonSet the rollout swaps, node by node.
 type TargetRef struct {
 	// +kubebuilder:validation:MinLength=1
 	Namespace string `json:"namespace"`
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+	// Kind is what the DaemonSet runs. Empty: detected from its pod
+	// template (Istio's chart labels app=ztunnel or k8s-app=istio-cni-node,
+	// else a container image named ztunnel or install-cni). A target whose
+	// kind cannot be told keeps the rollout Pending.
+	// +optional
+	Kind TargetKind `json:"kind,omitempty"`
 }
 
 // DrainSpec is the drain policy.

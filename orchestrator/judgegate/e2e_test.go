@@ -376,9 +376,10 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 		gates v1alpha1.GatesSpec
 		want  string
 	}{
-		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "gates.interval must be a positive duration"},
-		{v1alpha1.GatesSpec{MaxSnapshotAge: d(-time.Second)}, "gates.maxSnapshotAge must be a positive duration"},
-		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "minIncrease must not be negative"},
+		{v1alpha1.GatesSpec{Interval: d(0)}, "gates.interval must be a positive duration"},
+		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "spec.gates.interval: Invalid value: \"-1m0s\": must be a duration such as 30s, 5m or 1h30m (units ns, us, ms, s, m, h; no spaces, no sign)"},
+		{v1alpha1.GatesSpec{MaxSnapshotAge: d(0)}, "gates.maxSnapshotAge must be a positive duration"},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "spec.gates.latency[0].minIncrease: Invalid value: \"-1ms\": must be a duration"},
 		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: v1alpha1.MetricResetsSent, MinRatio: "0.5"}}}, "minRatio must be a decimal of at least 1"},
 		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, `Unsupported value: "resets"`},
 		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, `Unsupported value: "p99"`},
