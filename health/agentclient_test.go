@@ -28,7 +28,7 @@ type agentRig struct {
 	tokFile  string
 	calls    atomic.Int32
 	failNext atomic.Int32 // answer 503 this many times first
-	mu       sync.Mutex // guards snap and hang: the handler reads them while a test case sets them
+	mu       sync.Mutex   // guards snap and hang: the handler reads them while a test case sets them
 	snap     Snapshot
 	hang     bool
 }
