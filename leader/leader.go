@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -49,6 +51,9 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
 		Client:     le.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	if err := leaseNamespaceExists(ctx, le); err != nil {
+		return err
 	}
 	leadErr := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -133,4 +138,18 @@ func APIReachable(c kubernetes.Interface) Check {
 		}
 		return nil
 	}
+}
+
+// leaseNamespaceExists says in one line when the Lease's namespace is
+// missing, rather than letting the elector retry creating the Lease there
+// forever. It asks with a dry-run create, which needs no right beyond the
+// Lease's own create.
+func leaseNamespaceExists(ctx context.Context, le Election) error {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace}}
+	_, err := le.Client.CoordinationV1().Leases(le.Namespace).Create(ctx, lease, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	var st apierrors.APIStatus
+	if apierrors.IsNotFound(err) && errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Kind == "namespaces" {
+		return fmt.Errorf("the namespace %q for the leader Lease %s does not exist: create it (kubectl apply -k deploy/) or pass --namespace", le.Namespace, le.Name)
+	}
+	return nil // exists, or another error the elector reports and retries
 }
