@@ -1,17 +1,22 @@
 # syntax=docker/dockerfile:1
-# One build stage makes the three static binaries with the same `make build`
+# One build stage makes the static binaries with the same `make build`
 # CI runs; small final stages ship one binary each.
 #   docker build --target orchestrator -t nodewise/orchestrator .
 #   docker build --target nodeagent    -t nodewise/nodeagent .
 #   docker build --target nodewise     -t nodewise/cli .
+# `make images` builds all three with buildah, podman or docker buildx,
+# tagged with the version (VERSION, from git describe).
+#   docker build --target probe        -t nodewise/probe .
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# The generated eBPF objects are committed, so the build needs no clang.
-RUN make build
+# The generated eBPF objects are committed, so the build needs no clang. The
+# version comes in as an argument: the build context may have no .git.
+ARG VERSION=dev
+RUN make build VERSION=${VERSION}
 
 # The orchestrator only talks to the API server and the agents: non-root,
 # nothing but the binary and CA certificates.
@@ -31,3 +36,10 @@ FROM gcr.io/distroless/static-debian12:nonroot AS nodewise
 COPY --from=build /src/bin/nodewise /nodewise
 USER 65532:65532
 ENTRYPOINT ["/nodewise"]
+
+# The probe (deploy/probe) only opens TCP connections to its peers:
+# non-root, no capabilities, nothing but the binary.
+FROM gcr.io/distroless/static-debian12:nonroot AS probe
+COPY --from=build /src/bin/probe /probe
+USER 65532:65532
+ENTRYPOINT ["/probe"]

@@ -8,15 +8,23 @@ BIN       := $(CURDIR)/bin
 PKGS      := ./...
 # Test packages run two at a time: each may start its own cluster on 2 cores.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 40m
-# Debian packages the build and tests use (clang/llvm/bpftool regenerate the
-# eBPF objects; iproute2/nftables build the network-namespace test rigs).
-APT_PACKAGES := clang llvm bpftool libbpf-dev iproute2 nftables procps
+# Debian packages: iproute2/nftables build the network namespaces of the demo's
+# live data plane and of the test rigs; clang/llvm/bpftool regenerate the eBPF
+# objects (make generate, which make test runs), so the demo does without them.
+RUN_PACKAGES   := iproute2 nftables procps
+BUILD_PACKAGES := clang llvm bpftool libbpf-dev
 
 # Paths that `make generate` writes; check-generate fails when they differ from the commit.
 GENERATED := bpf api deploy/crds
 
-# Upstream binaries the tests run (tools/controller-gen runs through `go tool`).
-TOOLS := etcd kubernetes prometheus istioctl
+# Upstream binaries the tests run (tools/controller-gen runs through `go tool`);
+# the demo needs only the simulated cluster's.
+TOOLS      := etcd kubernetes prometheus istioctl
+DEMO_TOOLS := etcd kubernetes
+
+# The version every binary carries (nodewise version, nodewise_build_info).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/nodewise/nodewise/buildinfo.version=$(VERSION)
 
 export PATH := $(BIN):$(PATH)
 export NODEWISE_BIN_DIR := $(BIN)
@@ -28,11 +36,13 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the static binaries nodewise, orchestrator and nodeagent into bin/.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent
+build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
+	@: set-up: build
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
+	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
-test: deps tools lint check-generate ## Run every test (installs packages and builds the pinned cluster tools first).
+test: check-setup deps tools lint check-generate ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -41,16 +51,35 @@ lint: ## go vet plus a gofmt check.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: demo
-demo: build tools ## Run the demo on the built-in simulated cluster.
+demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluster (installs what it needs first).
 	$(BIN)/nodewise demo
 
 .PHONY: bench
-bench: build tools ## Run the benchmarks and print their figures.
+bench: deps build tools ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m $(PKGS)
 
 .PHONY: bench-disruption
-bench-disruption: deps tools ## Compare Istio's RollingUpdate with nodewise drain never/always/auto on the live data plane (root): resets, failed requests, wall time.
+bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise drain never/always/auto on the live data plane (root): resets, failed requests, wall time.
 	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./test/demo
+
+##@ Images and releases
+
+# Image names follow deploy/ (ghcr.io/nodewise/NAME); the tag is the version.
+IMAGE_REPO ?= ghcr.io/nodewise
+IMAGES := orchestrator nodeagent nodewise probe
+# The daemonless builder: buildah (Debian package buildah) or podman, else docker buildx.
+IMAGE_BUILDER ?= $(shell command -v buildah >/dev/null 2>&1 && echo buildah || { command -v podman >/dev/null 2>&1 && echo podman; } || echo "docker buildx")
+
+.PHONY: images
+images: ## Build the images (one per Dockerfile final stage) tagged $(IMAGE_REPO)/NAME:$(VERSION), with buildah, podman or docker buildx.
+	@for i in $(IMAGES); do \
+		echo "$(IMAGE_BUILDER) build --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION)"; \
+		$(IMAGE_BUILDER) build --build-arg VERSION=$(VERSION) --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION) . || exit 1; \
+	done
+
+.PHONY: krew
+krew: ## Package kubectl-nodewise for krew: dist/kubectl-nodewise_OS_ARCH.tar.gz and dist/nodewise.yaml with their sha256.
+	@hack/krew.sh $(VERSION)
 
 ##@ Generated code
 
@@ -64,15 +93,37 @@ check-generate: generate ## Fail when regeneration changes a committed generated
 
 ##@ Set-up (run by test and demo)
 
-.PHONY: deps
-deps: ## Install the Debian packages the build and tests need (once).
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# apt-install installs the Debian packages of $(1) that are missing.
+define apt-install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian packages:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
+endef
+
+.PHONY: deps
+deps: deps-run ## Install the Debian packages the build and tests need (once).
+	@: set-up: deps
+	$(call apt-install,$(BUILD_PACKAGES))
+
+.PHONY: deps-run
+deps-run: ## Install the Debian packages the demo's live data plane needs (iproute2, nftables).
+	@: set-up: deps-run
+	$(call apt-install,$(RUN_PACKAGES))
 
 .PHONY: tools
-tools: ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
-	@for t in $(TOOLS); do hack/build-tool.sh $$t; done
+tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
+
+.PHONY: demo-tools
+demo-tools: $(addprefix tool-,$(DEMO_TOOLS)) ## Build only the tools the demo runs (etcd, Kubernetes).
+
+.PHONY: tool-%
+tool-%:
+	@: set-up: tool:$*
+	@hack/build-tool.sh $*
+
+.PHONY: check-setup
+check-setup: ## Fail when a make target the README names lacks the set-up it needs (from make -n).
+	@hack/check-setup.sh
 
 .PHONY: clean
 clean: ## Remove built binaries (the cached tools too).

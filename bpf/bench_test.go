@@ -1,13 +1,14 @@
 package bpf
 
 import (
-	"io"
 	"net"
 	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/test/netrig"
 )
 
 // BenchmarkProgramsLoopbackChurn opens and closes b.N loopback connections
@@ -27,7 +28,7 @@ func BenchmarkProgramsLoopbackChurn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	addr := loopbackSink(b)
+	addr := netrig.LoopbackSink(b)
 	n := b.N
 	if n < 20000 {
 		n = 20000
@@ -55,25 +56,4 @@ func BenchmarkProgramsLoopbackChurn(b *testing.B) {
 		b.ReportMetric(float64(st.RecursionMisses), "skipped-runs-"+name)
 	}
 	b.ReportMetric(float64(total)/float64(n), "bpf-ns/conn")
-}
-
-// loopbackSink listens on loopback until the test ends, reading and
-// discarding what each connection sends, and returns its address.
-func loopbackSink(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	return l.Addr().String()
 }

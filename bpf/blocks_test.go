@@ -77,7 +77,11 @@ func loadForTest(t *testing.T, blocks uint32) *Probe {
 			t.Fatal(err)
 		}
 	}
-	p, err := load(blocks, false)
+	spec, err := LoadNodewise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := load(spec, blocks, nil)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

@@ -3,8 +3,4 @@
 // generated objects are committed, so building needs no clang.
 package bpf
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type counter_key -type sock_counters -type sock_slot -type netns_owner -type near_table Nodewise src/nodewise.c -- -I/usr/include/x86_64-linux-gnu -Isrc
-
-// The timed build, for the benchmarks only: the state program files each
-// run's duration into a histogram (see NODEWISE_RUNPROF in src/nodewise.c).
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DNODEWISE_RUNPROF" -target bpfel NodewiseRunprof src/nodewise.c -- -I/usr/include/x86_64-linux-gnu -Isrc
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3" -target bpfel -type counter_key -type sock_counters -type sock_slot -type netns_owner -type near_table Nodewise src/nodewise.c -- -Isrc

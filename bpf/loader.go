@@ -18,12 +18,9 @@ const (
 	SideProxy = 1
 )
 
-// Histogram kinds, as the programs write them into keys.
-const (
-	HistConnectLatency = 0
-	HistSRTT           = 1
-	HistBuckets        = 32
-)
+// HistBuckets is the number of buckets of each latency histogram
+// (HIST_BUCKETS in src/nodewise.c).
+const HistBuckets = 32
 
 // Connect failure classes: the index into Counters.ConnectFailures.
 const (
@@ -82,8 +79,6 @@ type Probe struct {
 	// programs' next_block then) or the last read found a gap.
 	index   map[uint32]Key
 	indexed uint32
-	// runNs is the timed build's histogram of state-program runs.
-	runNs *ebpf.Map
 }
 
 // Load loads the programs into the kernel and attaches them. The error wraps
@@ -93,24 +88,32 @@ func Load() (*Probe, error) {
 	if err != nil {
 		return nil, err
 	}
-	return load(blocks, false)
+	spec, err := LoadNodewise()
+	if err != nil {
+		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
+	}
+	return load(spec, blocks, nil)
 }
 
-// load loads and attaches the programs with the given number of counter
-// blocks; timed, the build whose state program times its runs.
-func load(blocks uint32, timed bool) (*Probe, error) {
+// LoadBuild loads and attaches another build of src/nodewise.c, one with
+// the production build's programs and maps and more (bpf/bench's timed
+// build); opts carry the MapReplacements through which the caller reads
+// the build's further maps.
+func LoadBuild(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) (*Probe, error) {
+	blocks, err := counterBlocks()
+	if err != nil {
+		return nil, err
+	}
+	return load(spec, blocks, opts)
+}
+
+// load loads and attaches the programs of spec with the given number of
+// counter blocks.
+func load(spec *ebpf.CollectionSpec, blocks uint32, opts *ebpf.CollectionOptions) (*Probe, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("removing the memlock limit: %w", err)
 	}
 	p := &Probe{}
-	loadSpec := LoadNodewise
-	if timed {
-		loadSpec = LoadNodewiseRunprof
-	}
-	spec, err := loadSpec()
-	if err != nil {
-		return nil, fmt.Errorf("reading the eBPF objects: %w", err)
-	}
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("counting possible CPUs: %w", err)
@@ -127,17 +130,7 @@ func load(blocks uint32, timed bool) (*Probe, error) {
 		return nil, fmt.Errorf("setting the counter blocks: %w", err)
 	}
 	p.blocks, p.cpus = blocks, cpus
-	if timed {
-		var objs struct {
-			NodewiseObjects
-			RunNs *ebpf.Map `ebpf:"run_ns"`
-		}
-		err = spec.LoadAndAssign(&objs, nil)
-		p.objs, p.runNs = objs.NodewiseObjects, objs.RunNs
-	} else {
-		err = spec.LoadAndAssign(&p.objs, nil)
-	}
-	if err != nil {
+	if err := spec.LoadAndAssign(&p.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("loading eBPF objects (verifier): %+v", verr)
@@ -199,9 +192,6 @@ func (p *Probe) Close() error {
 	}
 	p.links = nil
 	errs = append(errs, p.objs.Close())
-	if p.runNs != nil {
-		errs = append(errs, p.runNs.Close())
-	}
 	return errors.Join(errs...)
 }
 

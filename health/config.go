@@ -3,53 +3,42 @@ package health
 import (
 	"fmt"
 	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// Metric names a per-pod measurement the judge compares. The names are the
-// ones NodeRollout spec.gates uses.
-type Metric string
-
-const (
-	MetricResetsReceived  Metric = "resetsReceived"
-	MetricResetsSent      Metric = "resetsSent"
-	MetricConnectFailures Metric = "connectFailures"
-	MetricRetransmits     Metric = "retransmits"
-	MetricConnectLatency  Metric = "connectLatency"
-	MetricSRTT            Metric = "srtt"
-)
+// Metric names a per-pod measurement the judge compares: the API's metric
+// names, the ones NodeRollout spec.gates uses.
+type Metric = v1alpha1.Metric
 
 // CountMetrics and LatencyMetrics are every metric the judge knows, in report order.
 var (
-	CountMetrics   = []Metric{MetricResetsReceived, MetricResetsSent, MetricConnectFailures, MetricRetransmits}
-	LatencyMetrics = []Metric{MetricConnectLatency, MetricSRTT}
+	CountMetrics   = []Metric{v1alpha1.MetricResetsReceived, v1alpha1.MetricResetsSent, v1alpha1.MetricConnectFailures, v1alpha1.MetricRetransmits}
+	LatencyMetrics = []Metric{v1alpha1.MetricConnectLatency, v1alpha1.MetricSRTT}
 )
 
-func (m Metric) label() string {
+// metricLabel is how a metric reads in reasons and the explain table.
+func metricLabel(m Metric) string {
 	switch m {
-	case MetricResetsReceived:
+	case v1alpha1.MetricResetsReceived:
 		return "resets received"
-	case MetricResetsSent:
+	case v1alpha1.MetricResetsSent:
 		return "resets sent"
-	case MetricConnectFailures:
+	case v1alpha1.MetricConnectFailures:
 		return "failed connects"
-	case MetricRetransmits:
+	case v1alpha1.MetricRetransmits:
 		return "retransmits"
-	case MetricConnectLatency:
+	case v1alpha1.MetricConnectLatency:
 		return "connect latency"
-	case MetricSRTT:
+	case v1alpha1.MetricSRTT:
 		return "srtt"
 	}
 	return string(m)
 }
 
-// InconclusivePolicy says what too little traffic to judge does.
-type InconclusivePolicy string
-
-const (
-	PolicyPass  InconclusivePolicy = "Pass"
-	PolicyPause InconclusivePolicy = "Pause"
-	PolicyFail  InconclusivePolicy = "Fail"
-)
+// InconclusivePolicy says what too little traffic to judge does (the API's
+// spec.gates.inconclusive).
+type InconclusivePolicy = v1alpha1.InconclusivePolicy
 
 // CountThresholds are the floors a count's rise must clear besides significance.
 type CountThresholds struct {
@@ -77,7 +66,21 @@ type Config struct {
 	MaxSnapshotAge      time.Duration
 	Counts              map[Metric]CountThresholds
 	Latency             map[Metric]LatencyThresholds
+	// ProbeNamespace holds the probe workload (default nodewise-probe): its
+	// pods are judged as a family of their own, reported apart from the
+	// workload's, and required on every node.
+	ProbeNamespace string
+	// ProbeOptional judges a node without probe evidence on its workload
+	// alone. By default a node without probe evidence is Inconclusive: a
+	// drained node would otherwise be judged on nothing.
+	ProbeOptional bool
 }
+
+// DefaultProbeNamespace is the namespace of the nodewise-probe DaemonSet (deploy/probe).
+const DefaultProbeNamespace = "nodewise-probe"
+
+// isProbe says the pod is the probe's.
+func (c Config) isProbe(k PodKey) bool { return k.Name != "" && k.Namespace == c.ProbeNamespace }
 
 // Defaults are the thresholds used for every field left zero. docs/health.md
 // explains each one, and the acceptance simulation (sim_test.go) measures them.
@@ -88,10 +91,11 @@ func Defaults() Config {
 		MinEvents:           20,
 		MinNodeConnections:  100,
 		ConsecutiveFailures: 2,
-		Inconclusive:        PolicyPause,
+		Inconclusive:        v1alpha1.InconclusivePause,
 		MaxSnapshotAge:      30 * time.Second,
 		Counts:              map[Metric]CountThresholds{},
 		Latency:             map[Metric]LatencyThresholds{},
+		ProbeNamespace:      DefaultProbeNamespace,
 	}
 	for _, m := range CountMetrics {
 		c.Counts[m] = CountThresholds{MinRatio: 2, MinExcessPerSecond: 0.05}
@@ -126,6 +130,9 @@ func NewConfig(c Config) (Config, error) {
 	}
 	if c.MaxSnapshotAge == 0 {
 		c.MaxSnapshotAge = d.MaxSnapshotAge
+	}
+	if c.ProbeNamespace == "" {
+		c.ProbeNamespace = d.ProbeNamespace
 	}
 	counts := map[Metric]CountThresholds{}
 	for m, v := range d.Counts {
@@ -177,7 +184,7 @@ func NewConfig(c Config) (Config, error) {
 		return Config{}, fmt.Errorf("gates.maxSnapshotAge %s: must be positive", c.MaxSnapshotAge)
 	}
 	switch c.Inconclusive {
-	case PolicyPass, PolicyPause, PolicyFail:
+	case v1alpha1.InconclusivePass, v1alpha1.InconclusivePause, v1alpha1.InconclusiveFail:
 	default:
 		return Config{}, fmt.Errorf("gates.inconclusive %q: must be Pass, Pause or Fail", c.Inconclusive)
 	}

@@ -5,22 +5,24 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// NodeJudgement is what `nodewise explain` prints for one node: the node's
-// entry in NodeRollout.status with the judge's persisted Summary.
-type NodeJudgement struct {
-	Rollout string
-	Node    string
-	State   string // the node's state in the rollout, such as Done or Failed
-	Verdict string // the verdict line the orchestrator recorded
-	Summary *Summary
+// Explanation is what `nodewise explain` prints for one node: the node's
+// entry in NodeRollout status, with the judgement as the judge persisted it.
+type Explanation struct {
+	Rollout   string
+	Node      string
+	State     string // the node's state in the rollout, such as Done or Failed
+	Verdict   string // the verdict line the orchestrator recorded
+	Judgement *v1alpha1.NodeJudgement
 }
 
 // WriteExplain prints a node's before/after table: the judgement's figures,
 // then one row per metric of the node's totals and of the pods with the
 // smallest p-values, regressions first.
-func WriteExplain(w io.Writer, j NodeJudgement) error {
+func WriteExplain(w io.Writer, j Explanation) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "NodeRollout %s, node %s", j.Rollout, j.Node)
 	if j.State != "" {
@@ -30,7 +32,7 @@ func WriteExplain(w io.Writer, j NodeJudgement) error {
 	if j.Verdict != "" {
 		fmt.Fprintf(&b, "verdict: %s\n", j.Verdict)
 	}
-	s := j.Summary
+	s := j.Judgement
 	if s == nil {
 		b.WriteString("no before/after table recorded for this node (not judged yet, or judged by a gate without figures)\n")
 		_, err := io.WriteString(w, b.String())
@@ -66,7 +68,7 @@ func WriteExplain(w io.Writer, j NodeJudgement) error {
 		case r.Note != "":
 			result = r.Note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", pod, r.Metric.label(), r.Before, r.After, orDash(r.P), result)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", pod, metricLabel(r.Metric), r.Before, r.After, orDash(r.P), result)
 	}
 	return tw.Flush()
 }

@@ -15,13 +15,13 @@ func TestWriteExplain(t *testing.T) {
 		t.Fatalf("scenario must fail: %q", v.Reasons)
 	}
 	var buf bytes.Buffer
-	if err := WriteExplain(&buf, NodeJudgement{Rollout: "mesh-1-28", Node: "node-a", State: "Failed", Verdict: "Fail: " + v.Reasons[0], Summary: v.Summary}); err != nil {
+	if err := WriteExplain(&buf, Explanation{Rollout: "mesh-1-28", Node: "node-a", State: "Failed", Verdict: "Fail: " + v.Reasons[0], Judgement: v.Summary}); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
 	t.Logf("\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, want := range []string{"NodeRollout mesh-1-28, node node-a: state Failed", "verdict: Fail: pod ", "30 pods compared", "1 regressions"} {
+	for _, want := range []string{"NodeRollout mesh-1-28, node node-a: state Failed", "verdict: Fail: pod ", "31 pods compared", "1 regressions"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q", want)
 		}
@@ -50,7 +50,7 @@ func TestWriteExplain(t *testing.T) {
 	}
 
 	buf.Reset()
-	_ = WriteExplain(&buf, NodeJudgement{Rollout: "r", Node: "n", State: "Soak"})
+	_ = WriteExplain(&buf, Explanation{Rollout: "r", Node: "n", State: "Soak"})
 	if !strings.Contains(buf.String(), "no before/after table recorded") {
 		t.Errorf("without a summary: %q", buf.String())
 	}

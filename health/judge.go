@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // SnapshotSource is all the judge needs from a node agent: its current
@@ -55,7 +57,18 @@ type Input struct {
 	External []ExternalGate
 	// Previous is the summary persisted from the last judgement of this node
 	// (nil for the first), which carries the consecutive-failure counters.
-	Previous *Summary
+	Previous *v1alpha1.NodeJudgement
+	// Control are the control nodes: not yet swapped and not cordoned, in the
+	// judged node's zone, or across the cluster when the zone has none. Each
+	// one's change over the same two intervals is what the judged node's
+	// change is compared with, so a change the whole cluster saw (a traffic
+	// surge, a dependency failing) is not the node's regression. None (the
+	// last wave) judges before/after alone, and the reasons say so. A control
+	// node whose agent does not answer is left out: losing a control only
+	// makes the judgement stricter.
+	Control []ControlNode
+	// ControlScope says where they come from, for reasons: "zone a", "the cluster".
+	ControlScope string
 }
 
 // JudgeConfig configures a Judge.
@@ -143,7 +156,9 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 		last := in.Baseline[len(in.Baseline)-1]
 		planned, swapResets = plannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
 	}
-	a := Assess(cfg, base, soak, disp, planned)
+	ctrl, dropped := j.controlWindows(ctx, in)
+	a := Assess(cfg, base, soak, disp, planned, ctrl)
+	a.Reasons = append(a.Reasons, dropped...)
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
 	reasons := append([]string(nil), a.Reasons...)
@@ -202,10 +217,10 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	}
 	if a.Outcome == Inconclusive {
 		switch cfg.Inconclusive {
-		case PolicyPass:
+		case v1alpha1.InconclusivePass:
 			reasons = append(reasons, "inconclusive counts as Pass (gates.inconclusive: Pass)")
 			return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
-		case PolicyFail:
+		case v1alpha1.InconclusiveFail:
 			reasons = append(reasons, "inconclusive counts as Fail (gates.inconclusive: Fail)")
 			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
 		default:
@@ -226,11 +241,52 @@ func (j *Judge) finish(in Input, v Verdict) Verdict {
 // failClosed is the verdict when the judge cannot trust its inputs.
 func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict {
 	j.metrics.failedClosed.WithLabelValues(cause).Inc()
-	s := &Summary{IntervalOutcome: Fail}
+	s := &v1alpha1.NodeJudgement{IntervalOutcome: Fail}
 	if in.Previous != nil {
 		s.Judgements = in.Previous.Judgements
 		s.ConsecutiveFailures = in.Previous.ConsecutiveFailures
 	}
 	s.Judgements++
 	return j.finish(in, Verdict{Outcome: Fail, Reasons: []string{fmt.Sprintf(format, args...)}, Summary: s})
+}
+
+// controlWindows fetches each control node's current snapshot and makes its
+// two windows. A control node that cannot be read is left out, with a reason.
+func (j *Judge) controlWindows(ctx context.Context, in Input) (*Control, []string) {
+	if len(in.Control) == 0 {
+		return nil, nil
+	}
+	c := &Control{Scope: in.ControlScope}
+	var dropped []string
+	for _, n := range in.Control {
+		w, err := j.controlWindow(ctx, n)
+		if err != nil {
+			dropped = append(dropped, fmt.Sprintf("control node %s left out: %v", n.Node, err))
+			continue
+		}
+		c.Nodes = append(c.Nodes, w)
+	}
+	if len(c.Nodes) == 0 {
+		return nil, dropped
+	}
+	return c, dropped
+}
+
+func (j *Judge) controlWindow(ctx context.Context, n ControlNode) (ControlWindow, error) {
+	if len(n.Baseline) < 2 {
+		return ControlWindow{}, fmt.Errorf("%d baseline snapshots, need 2", len(n.Baseline))
+	}
+	cur, err := j.src.Snapshot(ctx, n.Node)
+	if err != nil {
+		return ControlWindow{}, fmt.Errorf("agent did not answer: %w", err)
+	}
+	base, err := NewWindow(n.Baseline[0], n.Baseline[len(n.Baseline)-1])
+	if err != nil {
+		return ControlWindow{}, fmt.Errorf("baseline window: %w", err)
+	}
+	soak, err := NewWindow(n.SoakStart, cur)
+	if err != nil {
+		return ControlWindow{}, fmt.Errorf("soak window: %w", err)
+	}
+	return ControlWindow{Node: n.Node, Baseline: base, Soak: soak}, nil
 }

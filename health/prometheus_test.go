@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // findPrometheus finds bin/prometheus, built from tools/prometheus by
@@ -212,7 +214,7 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 		_ = r.cmd.Wait()
 		j, in, _ := judgeScenario(t, 1, nil)
 		in.External = []ExternalGate{all}
-		var prev *Summary
+		var prev *v1alpha1.NodeJudgement
 		for i, want := range []Outcome{Inconclusive, Inconclusive, Fail} {
 			in.Previous = prev
 			v := mustJudge(t, j, in)

@@ -14,8 +14,9 @@ import (
 // RecorderConfig configures a Recorder.
 type RecorderConfig struct {
 	Source SnapshotSource // required
-	// Every is how often each tracked node is sampled (default 1m). The
-	// baseline's dispersion estimate needs at least three samples in it.
+	// Every is how often each tracked node is sampled (default 30s, so the
+	// default 5m baseline holds 11 samples). The baseline's dispersion
+	// estimate needs at least three samples in it.
 	Every time.Duration
 	// Keep is how long samples are kept (default 3h): longer than a node's
 	// baseline, swap and soak together.
@@ -42,7 +43,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		return nil, errors.New("health.RecorderConfig.Source is required")
 	}
 	if cfg.Every == 0 {
-		cfg.Every = time.Minute
+		cfg.Every = 30 * time.Second
 	}
 	if cfg.Keep == 0 {
 		cfg.Keep = 3 * time.Hour

@@ -50,7 +50,7 @@ func BenchmarkAssess(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		disp, _ := EstimateDispersion(series, cfg.CountDispersion)
-		_ = Assess(cfg, base, soak, disp, nil)
+		_ = Assess(cfg, base, soak, disp, nil, nil)
 	}
 }
 
@@ -98,12 +98,12 @@ func TestSimHealthyConsecutive(t *testing.T) {
 		disp, _ := EstimateDispersion(series, cfg.CountDispersion)
 		base, _ := NewWindow(series[0], series[len(series)-1])
 		soak, _ := NewWindow(s2, s3)
-		if Assess(cfg, base, soak, disp, nil).Outcome != Fail {
+		if Assess(cfg, base, soak, disp, nil, nil).Outcome != Fail {
 			continue
 		}
 		first++
 		soak2, _ := NewWindow(s2, simMore(r, pods, nil, s3, 60))
-		if Assess(cfg, base, soak2, disp, nil).Outcome == Fail {
+		if Assess(cfg, base, soak2, disp, nil, nil).Outcome == Fail {
 			both++
 		}
 	}

@@ -33,6 +33,23 @@ type simPod struct {
 	latSigma    float64
 	rttMedianUS float64 // SRTT median, µs (lognormal)
 	rttSigma    float64
+	probe       bool // the nodewise-probe pod: steady, never bursty
+}
+
+// simProbeRate is the probe pod's connections per second, made and accepted
+// (deploy/probe's default: 20 requests a second out, as many in).
+const simProbeRate = 40
+
+// simProbePod is the probe's traffic model: steady, at simProbeRate, seeing
+// the mesh's ordinary resets and latency like any pod.
+func simProbePod(r *rand.Rand) simPod {
+	return simPod{
+		connRate: simProbeRate, outFrac: 0.5, probe: true,
+		resetRecvP: lognormal(r, 0.01, 0.7), resetSentP: lognormal(r, 0.005, 0.7),
+		failP: lognormal(r, 0.002, 0.7), retransPer: lognormal(r, 0.05, 0.7),
+		clumpMean: 1 + r.Float64(), latMedianUS: lognormal(r, 1000, 0.5), latSigma: 0.5 + 0.2*r.Float64(),
+		rttMedianUS: lognormal(r, 400, 0.5), rttSigma: 0.4,
+	}
 }
 
 func lognormal(r *rand.Rand, median, sigma float64) float64 {
@@ -42,22 +59,27 @@ func lognormal(r *rand.Rand, median, sigma float64) float64 {
 func newSimNode(r *rand.Rand) []simPod {
 	pods := make([]simPod, simPods)
 	for i := range pods {
-		pods[i] = simPod{
-			connRate:    math.Min(300, math.Max(0.2, lognormal(r, 10, 1.0))),
-			outFrac:     0.2 + 0.6*r.Float64(),
-			bursty:      r.Float64() < 0.3,
-			resetRecvP:  lognormal(r, 0.01, 0.7),
-			resetSentP:  lognormal(r, 0.005, 0.7),
-			failP:       lognormal(r, 0.002, 0.7),
-			retransPer:  lognormal(r, 0.05, 0.7),
-			clumpMean:   1 + r.Float64(), // 1 to 2 resets per event
-			latMedianUS: lognormal(r, 1000, 0.5),
-			latSigma:    0.5 + 0.2*r.Float64(),
-			rttMedianUS: lognormal(r, 400, 0.5),
-			rttSigma:    0.4,
-		}
+		pods[i] = simWorkload(r)
 	}
-	return pods
+	return append(pods, simProbePod(r))
+}
+
+// simWorkload draws one pod's traffic model.
+func simWorkload(r *rand.Rand) simPod {
+	return simPod{
+		connRate:    math.Min(300, math.Max(0.2, lognormal(r, 10, 1.0))),
+		outFrac:     0.2 + 0.6*r.Float64(),
+		bursty:      r.Float64() < 0.3,
+		resetRecvP:  lognormal(r, 0.01, 0.7),
+		resetSentP:  lognormal(r, 0.005, 0.7),
+		failP:       lognormal(r, 0.002, 0.7),
+		retransPer:  lognormal(r, 0.05, 0.7),
+		clumpMean:   1 + r.Float64(), // 1 to 2 resets per event
+		latMedianUS: lognormal(r, 1000, 0.5),
+		latSigma:    0.5 + 0.2*r.Float64(),
+		rttMedianUS: lognormal(r, 400, 0.5),
+		rttSigma:    0.4,
+	}
 }
 
 // poisson draws a Poisson variate: inversion for small means, a rounded normal above 500.
@@ -237,7 +259,7 @@ func simTrial(r *rand.Rand, cfg Config, pods []simPod, ch *simChange) Assessment
 	if err != nil {
 		panic(err)
 	}
-	return Assess(cfg, base, soak, disp, nil)
+	return Assess(cfg, base, soak, disp, nil, nil)
 }
 
 // simWindows draws the baseline snapshots (one a minute), and the baseline and soak windows.
@@ -261,9 +283,10 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 	start := simStart
 	cum := make([]PodCounters, len(pods))
 	for i := range cum {
-		cum[i] = PodCounters{Namespace: fmt.Sprintf("ns%d", i%5), Name: fmt.Sprintf("pod-%02d", i), UID: fmt.Sprintf("uid-%d", i),
-			Side: SideApp, ConnectFailures: map[ConnectErrorClass]uint64{},
-			ConnectLatency: newHist(), SRTT: newHist()}
+		cum[i] = simCounters(fmt.Sprintf("ns%d", i%5), fmt.Sprintf("pod-%02d", i), fmt.Sprintf("uid-%d", i))
+		if pods[i].probe {
+			cum[i].Namespace, cum[i].Name = DefaultProbeNamespace, "nodewise-probe-x2k4p"
+		}
 	}
 	t0 := start.Add(time.Minute)
 	series := []Snapshot{snapshotOf("node-a", start, t0, cum)}
@@ -279,6 +302,12 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 	addWindow(r, pods, cum, int(simSoak.Seconds()), ch)
 	s3 := snapshotOf("node-a", start, t2.Add(simSoak), cum)
 	return series, s2, s3
+}
+
+// simCounters are a pod's counters before its first window.
+func simCounters(namespace, name, uid string) PodCounters {
+	return PodCounters{Namespace: namespace, Name: name, UID: uid, Side: SideApp,
+		ConnectFailures: map[ConnectErrorClass]uint64{}, ConnectLatency: newHist(), SRTT: newHist()}
 }
 
 // simMore continues a node's soak: it returns the snapshot `seconds` after last.
@@ -300,7 +329,7 @@ func simMore(r *rand.Rand, pods []simPod, ch *simChange, last Snapshot, seconds 
 func eligible(r *rand.Rand, pods []simPod, ok func(simPod) bool) int {
 	for {
 		i := r.IntN(len(pods))
-		if ok(pods[i]) {
+		if !pods[i].probe && ok(pods[i]) {
 			return i
 		}
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodewise/nodewise/bpf"
+	"github.com/nodewise/nodewise/bpf/bench"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
@@ -308,7 +308,7 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 			roundLogs             []string
 			floorRuns             uint64
 			floorTime             time.Duration
-			timed, emptyTimed     bpf.RunTimes
+			timed, emptyTimed     bench.RunTimes
 		)
 		for round := range rounds {
 			latA, _, _ := churn(pods, perPod, phase)
@@ -475,9 +475,9 @@ func emptyProgramCost(b *testing.B, work func()) (uint64, time.Duration) {
 // timedRuns runs work under the timed build of the programs, then under an
 // empty program timed the same way, and returns both distributions of run
 // times.
-func timedRuns(b *testing.B, work func()) (state, empty bpf.RunTimes) {
+func timedRuns(b *testing.B, work func()) (state, empty bench.RunTimes) {
 	b.Helper()
-	p, err := bpf.LoadTimed()
+	p, err := bench.LoadTimed()
 	if err != nil {
 		b.Fatalf("loading the timed build: %v", err)
 	}
@@ -487,7 +487,7 @@ func timedRuns(b *testing.B, work func()) (state, empty bpf.RunTimes) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if empty, err = bpf.TimeEmptyRuns(work); err != nil {
+	if empty, err = bench.TimeEmptyRuns(work); err != nil {
 		b.Fatal(err)
 	}
 	return state, empty

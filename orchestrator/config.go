@@ -49,6 +49,11 @@ type Config struct {
 	// SkewPolicy is the supported version skew between istiod and the
 	// ztunnel and istio-cni templates (default skew.DefaultPolicy()).
 	SkewPolicy skew.Policy
+	// ZtunnelSwap is how ztunnel is swapped on each node: SwapSurge
+	// (default; make-before-break, needs pods create/patch in its namespace,
+	// deploy/orchestrator/surge-rbac.yaml) or SwapReplace (break-before-make:
+	// delete the old pod, the DaemonSet creates the new one once it is gone).
+	ZtunnelSwap SwapKind
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step, so a test can kill -9 the process at that point.
 	HoldAfterPersist v1alpha1.NodeState
@@ -72,6 +77,13 @@ func (c *Config) validate() error {
 	}
 	if c.SkewPolicy == nil {
 		c.SkewPolicy = skew.DefaultPolicy()
+	}
+	switch c.ZtunnelSwap {
+	case "":
+		c.ZtunnelSwap = SwapSurge
+	case SwapSurge, SwapReplace:
+	default:
+		errs = append(errs, fmt.Errorf("ZtunnelSwap: %q is not surge or replace", c.ZtunnelSwap))
 	}
 	if c.Identity == "" {
 		h, err := os.Hostname()

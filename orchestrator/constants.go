@@ -39,6 +39,9 @@ const (
 	// AnnotationSwappedPrefix + target name on a Node is the UID of the old pod
 	// nodewise deleted for that target, so a resumed swap never deletes twice.
 	AnnotationSwappedPrefix = "swapped.nodewise.io/"
+	// LabelSurgeBridge on a Pod marks nodewise's surge bridge for the DaemonSet
+	// it names (orchestrator/surge.go); removed when the DaemonSet adopts it.
+	LabelSurgeBridge = "nodewise.io/surge-bridge"
 	// AnnotationResumeToken on a NodeRollout is set by `nodewise resume`; a new
 	// value clears a halt (the failed nodes are retried from preflight).
 	AnnotationResumeToken = "nodewise.io/resume-token"

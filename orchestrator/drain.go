@@ -11,7 +11,10 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/drain"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -23,14 +26,20 @@ import (
 // through the Eviction API with a finite timeout and a retry delay of at
 // least 5 s. A PodDisruptionBudget that keeps refusing follows pdbBlocked.
 // Under policy auto the node agent's connection ages decide first (autoDrain).
-func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, since time.Time) error {
+//
+// The timeout ends at deadline, counted from the Drain step's persisted
+// start, so a successor after a restart gets only what is left of it: past
+// it, a dry-run eviction tells a PDB refusal from a drain still under way.
+// It returns the record as it then stands and whether a drain finished.
+func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord, deadline time.Time) (nodeRecord, bool, error) {
 	switch p.Drain {
 	case v1alpha1.DrainNever:
-		return nil
+		return rec, false, nil
 	case v1alpha1.DrainAuto:
-		drain, err := e.autoDrain(ctx, nr, p, node, since)
-		if err != nil || !drain {
-			return err
+		var drain bool
+		var err error
+		if rec, drain, err = e.autoDrain(ctx, nr, p, node, rec); err != nil || !drain {
+			return rec, false, err
 		}
 	}
 	// An abort reaches a drain in progress (a PDB may hold it for the whole
@@ -39,6 +48,10 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	dctx, stop := e.untilAborted(ctx, nr.Name)
 	defer stop()
 	for attempt := 1; ; attempt++ {
+		timeout := p.DrainTimeout // under pdbBlocked wait, every later attempt is finite too
+		if attempt == 1 {
+			timeout = deadline.Sub(e.o.cfg.Now())
+		}
 		errOut := &lineRecorder{}
 		h := &drain.Helper{
 			Ctx:                  dctx,
@@ -46,31 +59,42 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			GracePeriodSeconds:   -1,
 			IgnoreAllDaemonSets:  true,
 			DeleteEmptyDirData:   true,
-			Timeout:              p.DrainTimeout,
+			Timeout:              timeout,
 			EvictErrorRetryDelay: e.o.cfg.EvictRetryDelay,
 			Out:                  &lineRecorder{},
 			ErrOut:               errOut,
 		}
-		err := drain.RunNodeDrain(h, node)
-		if err == nil {
-			// Persisted with the next step: the gate reads it back to know the
-			// node was not swapped in place.
-			e.carryNext(nr.Name, node, func(c *carried) { c.drained = true })
-			return nil
+		var pdb string
+		var err error
+		if timeout < time.Second {
+			// The bound passed (or all but) before this attempt: a
+			// successor resumed the drain late. No waiting: only what
+			// blocks the drain now.
+			if pdb, err = pdbRefusal(h, node); err == nil && pdb == "" {
+				h.Timeout = time.Nanosecond // done if nothing is left to evict
+				if err = drain.RunNodeDrain(h, node); err != nil {
+					err = fmt.Errorf("the drain timeout %s (counted from the Drain step's start) passed: %w", p.DrainTimeout, err)
+				}
+			}
+		} else if err = drain.RunNodeDrain(h, node); err != nil {
+			// A refusal the library retried through to success is no block.
+			pdb = errOut.find("disruption budget")
+		}
+		if err == nil && pdb == "" {
+			return rec, true, nil
 		}
 		if dctx.Err() != nil {
-			return context.Cause(dctx)
+			return rec, false, context.Cause(dctx)
 		}
-		pdb := errOut.find("disruption budget")
 		if pdb == "" {
-			return halt(HaltDrainFailed, "drain: %v", err)
+			return rec, false, halt(HaltDrainFailed, "drain: %v", err)
 		}
 		reason := "drain blocked by a PodDisruptionBudget: " + strings.TrimSpace(pdb)
 		switch p.PDBBlocked {
 		case v1alpha1.PDBSkipNode:
-			return &stepError{halt: HaltPDBBlocked, reason: reason, skip: true}
+			return rec, false, &stepError{halt: HaltPDBBlocked, reason: reason, skip: true}
 		case v1alpha1.PDBHalt:
-			return halt(HaltPDBBlocked, "%s", reason)
+			return rec, false, halt(HaltPDBBlocked, "%s", reason)
 		}
 		// wait: record why, then try again (each attempt is still finite).
 		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
@@ -78,9 +102,9 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			nodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
 		}); err != nil {
 			if dctx.Err() != nil {
-				return context.Cause(dctx)
+				return rec, false, context.Cause(dctx)
 			}
-			return err
+			return rec, false, err
 		}
 	}
 }
@@ -115,42 +139,67 @@ func (e *executor) untilAborted(ctx context.Context, rollout string) (context.Co
 	return dctx, func() { cancel(context.Canceled) }
 }
 
-// autoDrain decides drain policy auto for the node (decideAuto) and
-// persists the choice before anything acts on it: the node's decision
-// annotations, the reason in its status entry, and an Event on the
-// NodeRollout and the Node. A successor after a crash reads the choice back
-// instead of asking the agent again, so a half-done drain is never followed
-// by a swap in place.
-func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, since time.Time) (bool, error) {
-	if n, err := e.nodes.Get(node); err == nil {
-		if drain, ok := persistedAuto(n.Annotations, nr.UID, since); ok {
-			return drain, nil
+// pdbRefusal asks the Eviction API, in a dry run, whether a PodDisruptionBudget
+// refuses the eviction of one of the pods a drain of the node would evict,
+// and returns the first refusal ("" if none).
+func pdbRefusal(h *drain.Helper, node string) (string, error) {
+	list, errs := h.GetPodsForDeletion(node)
+	if len(errs) > 0 {
+		return "", fmt.Errorf("listing the pods to evict from node %s: %w", node, errors.Join(errs...))
+	}
+	dry := *h
+	dry.DryRunStrategy = cmdutil.DryRunServer
+	for _, pod := range list.Pods() {
+		err := dry.EvictPod(pod, policyv1.SchemeGroupVersion)
+		switch {
+		case apierrors.IsTooManyRequests(err):
+			return fmt.Sprintf("pods/%q -n %q: %v", pod.Name, pod.Namespace, err), nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("dry-run eviction of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+	}
+	return "", nil
+}
+
+// autoDrain decides drain policy auto for the node (decideAuto) and
+// persists the choice before anything acts on it: the node's record, the
+// reason in its status entry, and an Event on the NodeRollout and the Node.
+// A successor after a crash reads the choice back instead of asking the
+// agent again, so a half-done drain is never followed by a swap in place.
+func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (nodeRecord, bool, error) {
+	if drain, ok := rec.autoDecision(nr.UID, rec.StepSince); ok {
+		return rec, drain, nil
 	}
 	in, err := e.observeAuto(ctx, p, node)
 	if err != nil {
-		return false, err
+		return rec, false, err
 	}
 	c := decideAuto(in)
-	value := DrainDecisionInPlace
+	next := rec.clone()
+	next.DrainDecision, next.DrainDecidedAt = DrainDecisionInPlace, e.o.cfg.Now()
 	if c.Drain {
-		value = DrainDecisionDrain
+		next.DrainDecision = DrainDecisionDrain
 	}
-	ts := e.o.cfg.Now().UTC().Format(time.RFC3339Nano)
-	nodeErr := make(chan error, 1)
+	type written struct {
+		rec nodeRecord
+		err error
+	}
+	nodeErr := make(chan written, 1)
 	go func() {
-		nodeErr <- e.patchNode(ctx, node, "", map[string]*string{AnnotationDrainDecision: ptr(value), AnnotationDrainDecidedAt: ptr(ts)}, nil)
+		w, err := e.patchNode(ctx, node, "", next.patch(rec), nil)
+		nodeErr <- written{w, err}
 	}()
 	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		nodeEntry(s, node).Reason = "drain auto: " + c.Reason
 	})
-	if err := errors.Join(<-nodeErr, statusErr); err != nil {
-		return false, fmt.Errorf("persisting the drain decision for node %s: %w", node, err)
+	w := <-nodeErr
+	if err := errors.Join(w.err, statusErr); err != nil {
+		return rec, false, fmt.Errorf("persisting the drain decision for node %s: %w", node, err)
 	}
 	e.recorder.Eventf(nr, corev1.EventTypeNormal, "DrainDecision", "node %s: %s", node, c.Reason)
 	e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseDrainDecision", "NodeRollout %s: %s", nr.Name, c.Reason)
 	e.o.log.Info("drain decision", zap.String("rollout", nr.Name), zap.String("node", node), zap.Bool("drain", c.Drain), zap.String("reason", c.Reason))
-	return c.Drain, nil
+	return w.rec.forRollout(nr.UID), c.Drain, nil
 }
 
 // observeAuto gathers decideAuto's input: the node's pods from the cache,
@@ -164,7 +213,7 @@ func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (auto
 		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
-		in.SwapsZtunnel = true
+		in.SwapsZtunnel, in.Swap = true, SwapKind(swapKindOf(p, ref))
 		tv, err := e.target(ref)
 		if err != nil {
 			return in, err

@@ -24,6 +24,13 @@ type autoInput struct {
 	// SwapsZtunnel: ztunnel is a target. Only ztunnel's swap resets
 	// connections (istio-cni carries no traffic).
 	SwapsZtunnel bool
+	// Swap is how ztunnel is swapped. Under SwapSurge a new ztunnel listens
+	// beside the old one, so only connections still open at the old one's
+	// drain deadline are hurt. Under SwapReplace the node also has no
+	// listener while the old one drains, so every new connection of its pods
+	// is refused then. Empty decides as SwapSurge does, except that the
+	// reason names no swap.
+	Swap SwapKind
 	// Deadline is ztunnel's drain deadline on the node (health.DrainDeadline
 	// of the old ztunnel pod's grace period).
 	Deadline time.Duration
@@ -97,7 +104,7 @@ func decideAuto(in autoInput) autoChoice {
 	}
 	type counters struct {
 		seen, unknown bool
-		old           uint64
+		old, traffic  uint64
 	}
 	// Matched by UID; by name only for entries without one (an agent with no
 	// pod lister), so a recreated pod never inherits its predecessor's ages.
@@ -118,6 +125,10 @@ func decideAuto(in autoInput) autoChoice {
 		n, ok := health.MayBeOlderThan(pc.ConnAges, threshold)
 		c.old += n
 		c.unknown = c.unknown || !ok
+		c.traffic += pc.Connects + pc.Accepts
+		for _, a := range pc.ConnAges {
+			c.traffic += a
+		}
 	}
 	var holding, blind []string
 	for _, p := range movable {
@@ -147,8 +158,25 @@ func decideAuto(in autoInput) autoChoice {
 	case len(blind) > 0:
 		return autoChoice{Drain: true, Reason: "drain (fail safe): the agent cannot vouch for every pod: " + named(blind)}
 	}
-	return autoChoice{Reason: fmt.Sprintf("in place: no connection %s among %d pods (agent snapshot at %s)",
-		longLived, len(movable), s.Time.UTC().Format(time.RFC3339))}
+	if in.Swap == SwapReplace {
+		// Short requests are hurt too: nothing listens between the old
+		// ztunnel's exit and the new one's start.
+		var busy []string
+		for _, p := range movable {
+			if c := byUID[p.UID]; c != nil && c.traffic > 0 {
+				busy = append(busy, p.Namespace+"/"+p.Name)
+			}
+		}
+		if len(busy) > 0 {
+			return autoChoice{Drain: true, Reason: fmt.Sprintf("drain: ztunnel is swapped break-before-make (replace), so new connections are refused until the new one listens, and %s carry traffic", named(busy))}
+		}
+	}
+	how := ""
+	if in.Swap == SwapSurge {
+		how = " (surge: the new ztunnel listens beside the old one, so short requests are never refused)"
+	}
+	return autoChoice{Reason: fmt.Sprintf("in place%s: no connection %s among %d pods (agent snapshot at %s)",
+		how, longLived, len(movable), s.Time.UTC().Format(time.RFC3339))}
 }
 
 // movablePods are the pods a drain would evict, sorted by namespace/name.
@@ -159,6 +187,9 @@ func movablePods(pods []*corev1.Pod) []*corev1.Pod {
 			continue
 		}
 		if isTargetPod(p) { // owned by a DaemonSet
+			continue
+		}
+		if _, bridge := p.Labels[LabelSurgeBridge]; bridge { // a surge bridge is a DaemonSet pod to be
 			continue
 		}
 		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
@@ -186,25 +217,4 @@ func named(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:maxNamed], ", "), len(items)-maxNamed)
-}
-
-// persistedAuto reads back a decision made in this attempt: the node's
-// decision annotations belong to this rollout (uid) and were written at or
-// after the Drain step began (since). An older one belongs to an earlier
-// attempt (a retry after resume, or a rollback) and is decided again.
-func persistedAuto(ann map[string]string, uid types.UID, since time.Time) (drain, ok bool) {
-	if ann[AnnotationRolloutUID] != string(uid) {
-		return false, false
-	}
-	at := parseTime(ann[AnnotationDrainDecidedAt])
-	if at.IsZero() || at.Before(since) {
-		return false, false
-	}
-	switch ann[AnnotationDrainDecision] {
-	case DrainDecisionDrain:
-		return true, true
-	case DrainDecisionInPlace:
-		return false, true
-	}
-	return false, false
 }

@@ -182,6 +182,29 @@ func TestDecideAuto(t *testing.T) {
 			reasonHas: []string{"in place"},
 		},
 		{
+			name:      "surge: short requests only stay in place, and the reason says why",
+			in:        autoInput{Swap: SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			reasonHas: []string{"in place (surge: the new ztunnel listens beside the old one, so short requests are never refused)"},
+		},
+		{
+			name:      "surge: a stream that would outlive the deadline still drains",
+			in:        autoInput{Swap: SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			drain:     true,
+			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
+		},
+		{
+			name:      "replace: short requests drain, since nothing listens while the old ztunnel goes",
+			in:        autoInput{Swap: SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			drain:     true,
+			reasonHas: []string{"break-before-make (replace)", "shop/a carry traffic"},
+		},
+		{
+			name: "replace: an idle pod stays in place",
+			in: autoInput{Swap: SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
+				Snapshot: snap(counters("a", health.SideApp, make([]uint64, len(health.AgeBucketBoundsSeconds)+1)))},
+			reasonHas: []string{"in place: no connection"},
+		},
+		{
 			name: "many pods are named up to three",
 			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
 				Snapshot: snap(counters("a", health.SideApp, ages(time.Minute, 1)), counters("b", health.SideApp, ages(time.Minute, 1)), counters("c", health.SideApp, ages(time.Minute, 1)), counters("d", health.SideApp, ages(time.Minute, 1)))},
@@ -224,7 +247,7 @@ func TestPersistedAuto(t *testing.T) {
 		{"no decision", map[string]string{AnnotationRolloutUID: "u1"}, false, false},
 		{"an unknown value is decided again", ann("u1", "maybe", at(time.Second)), false, false},
 	} {
-		drain, ok := persistedAuto(tc.ann, "u1", since)
+		drain, ok := parseRecord(tc.ann).autoDecision("u1", since)
 		if drain != tc.drain || ok != tc.ok {
 			t.Errorf("%s: got %v, %v; want %v, %v", tc.name, drain, ok, tc.drain, tc.ok)
 		}

@@ -57,11 +57,11 @@ type GateFunc func(ctx context.Context, in GateInput) (health.Verdict, error)
 // Judge calls f.
 func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, error) { return f(ctx, in) }
 
-// ReadinessGate is the default gate until the judge is wired in: the node is
-// Ready, the node's target pods are Ready, and no pod on the node that existed
-// when the soak began went from Ready to not Ready during it. Everything it
-// reads is in the API (condition transition times), so a successor judges the
-// same way after a crash.
+// ReadinessGate is the default gate until the judge is wired in: the node
+// and the node's target pods are Ready, and neither the node nor a pod on it
+// that was there when the soak began changed its Ready condition during it
+// (soakReadiness). Everything it reads is in the API (condition transition
+// times), so a successor judges the same way after a crash.
 type ReadinessGate struct {
 	Nodes corelisters.NodeLister
 	Pods  corelisters.PodLister
@@ -69,40 +69,71 @@ type ReadinessGate struct {
 
 // Judge implements Gate.
 func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, error) {
-	node, err := g.Nodes.Get(in.Node)
+	r, err := soakReadiness(g.Nodes, g.Pods, in.Node, in.SoakStart)
 	if err != nil {
-		return health.Verdict{}, fmt.Errorf("reading node %s: %w", in.Node, err)
+		return health.Verdict{}, err
 	}
-	var reasons []string
-	if !nodeReady(node) {
-		reasons = append(reasons, fmt.Sprintf("node %s is not Ready", in.Node))
+	if len(r.problems) > 0 {
+		return health.Verdict{Outcome: health.Fail, Reasons: r.problems}, nil
 	}
-	pods, err := g.Pods.List(labels.Everything())
+	// Say what was seen, and no more: the conditions as they stand at the
+	// end of the soak, and their last transitions.
+	return health.Verdict{Outcome: health.Pass, Reasons: []string{fmt.Sprintf(
+		"node and the %d pods on it Ready at %s, none with a Ready transition since the soak began at %s (pods deleted meanwhile are not seen)",
+		r.pods, in.Now.UTC().Format(time.RFC3339), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
+}
+
+// readiness is what the Ready conditions of a node and its pods show of a soak.
+type readiness struct {
+	problems []string // a reason for each Ready transition or not-Ready pod seen
+	pods     int      // the pods judged
+}
+
+// soakReadiness reads the Ready conditions of the node and its pods for the
+// soak that began at since: the node Ready, with no Ready transition since
+// (one in either direction means it was not Ready for part of the soak,
+// however short: a node that went NotReady and came back has its last
+// transition inside the soak); every pod that had started before it Ready
+// with no transition since; a target pod that started since Ready.
+func soakReadiness(nodes corelisters.NodeLister, podLister corelisters.PodLister, name string, since time.Time) (readiness, error) {
+	var r readiness
+	node, err := nodes.Get(name)
 	if err != nil {
-		return health.Verdict{}, fmt.Errorf("listing pods: %w", err)
+		return r, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	ready, changed := nodeReadyCondition(node)
+	switch {
+	case !ready:
+		r.problems = append(r.problems, fmt.Sprintf("node %s is not Ready", name))
+	case changed.After(since):
+		r.problems = append(r.problems, fmt.Sprintf("node %s's Ready condition changed during the soak (Ready again since %s)", name, changed.UTC().Format(time.RFC3339)))
+	}
+	pods, err := podLister.List(labels.Everything())
+	if err != nil {
+		return r, fmt.Errorf("listing pods: %w", err)
 	}
 	for _, p := range pods {
-		if p.Spec.NodeName != in.Node || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName != name || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		ready, since := podReadyCondition(p)
+		r.pods++
+		ready, at := podReadyCondition(p)
 		// A pod counts as there at soak start only once it had started: a
 		// replica scheduled just before the soak and still starting has not
 		// gone from Ready to not Ready (under load it was judged so).
-		existed := p.Status.StartTime != nil && p.Status.StartTime.Time.Before(in.SoakStart)
+		existed := p.Status.StartTime != nil && p.Status.StartTime.Time.Before(since)
 		switch {
+		case existed && !ready && at.After(since):
+			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s went not Ready during the soak (at %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
 		case existed && !ready:
-			reasons = append(reasons, fmt.Sprintf("pod %s/%s went not Ready during the soak", p.Namespace, p.Name))
-		case existed && ready && since.After(in.SoakStart):
-			reasons = append(reasons, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, since.UTC().Format(time.RFC3339)))
+			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready, since before the soak", p.Namespace, p.Name))
+		case existed && ready && at.After(since):
+			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
 		case !existed && !ready && isTargetPod(p):
-			reasons = append(reasons, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))
+			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))
 		}
 	}
-	if len(reasons) > 0 {
-		return health.Verdict{Outcome: health.Fail, Reasons: reasons}, nil
-	}
-	return health.Verdict{Outcome: health.Pass, Reasons: []string{"node and pods Ready through the soak"}}, nil
+	return r, nil
 }
 
 func isTargetPod(p *corev1.Pod) bool {
@@ -124,10 +155,17 @@ func podReadyCondition(p *corev1.Pod) (bool, time.Time) {
 }
 
 func nodeReady(n *corev1.Node) bool {
+	ready, _ := nodeReadyCondition(n)
+	return ready
+}
+
+// nodeReadyCondition is whether the node is Ready, and when its Ready
+// condition last changed.
+func nodeReadyCondition(n *corev1.Node) (bool, time.Time) {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
 		}
 	}
-	return false
+	return false, time.Time{}
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,37 @@ func TestReadinessGate(t *testing.T) {
 			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak, Now: soak.Add(2 * time.Minute)})
 			if err != nil || v.Outcome != tc.want {
 				t.Fatalf("got %s %v (%v), want %s", v.Outcome, v.Reasons, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadinessGateSeesANodeThatFlapped: a node Ready at the end of its soak
+// but whose Ready condition changed during it (it was NotReady for a while,
+// however short) fails; the verdict of a pass says what was seen.
+func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
+	soak := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		status  corev1.ConditionStatus
+		changed time.Time
+		want    health.Outcome
+		reason  string
+	}{
+		{"Ready since before the soak", corev1.ConditionTrue, soak.Add(-time.Hour), health.Pass, "none with a Ready transition since the soak began"},
+		{"NotReady for a second in the soak, Ready again", corev1.ConditionTrue, soak.Add(20 * time.Second), health.Fail, "Ready condition changed during the soak"},
+		{"NotReady at the end", corev1.ConditionFalse, soak.Add(20 * time.Second), health.Fail, "is not Ready"},
+		{"Unknown at the end", corev1.ConditionUnknown, soak.Add(-time.Hour), health.Fail, "is not Ready"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tc.status, LastTransitionTime: metav1.NewTime(tc.changed)}}}})
+			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: corelisters.NewPodLister(pods)}
+			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak, Now: soak.Add(time.Minute)})
+			if err != nil || v.Outcome != tc.want || len(v.Reasons) == 0 || !strings.Contains(v.Reasons[0], tc.reason) {
+				t.Fatalf("got %s %v (%v), want %s with %q", v.Outcome, v.Reasons, err, tc.want, tc.reason)
 			}
 		})
 	}

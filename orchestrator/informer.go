@@ -11,16 +11,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-type runtimeScheme = runtime.Scheme
-
-func newRuntimeScheme() *runtime.Scheme { return runtime.NewScheme() }
-
-func metaName(name, ns string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: ns}
-}
-
 // newRolloutInformer watches NodeRollouts through the typed client.
-func newRolloutInformer(c RolloutClient) cache.SharedIndexInformer {
+func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return c.List(ctx, opts)

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"fmt"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +11,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// observe builds the planner's snapshot from the caches plus this process's overlay.
+// observe builds the planner's snapshot from the caches plus what this
+// process wrote (claims, and the Nodes its patches returned: newestNode).
 func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
 	s := Snapshot{Status: nr.Status}
 	s.ResumeRequested = nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]
@@ -60,17 +60,14 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 		nv := NodeView{
 			Name: n.Name, Zone: n.Labels[LabelZone], Labels: n.Labels,
 			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
-			State: statusState[n.Name],
 		}
-		if n.Annotations[AnnotationRolloutUID] == string(nr.UID) && n.Annotations[AnnotationStep] != "" {
-			nv.State = v1alpha1.NodeState(n.Annotations[AnnotationStep])
+		rec := n.Annotations
+		if w := e.newestNode(n.Name); w != nil {
+			rec = w.Annotations
 		}
-		if m, ok := e.marked(nr.Name, n.Name); ok {
-			nv.State = m.state
-		}
-		if nv.State == "" {
-			nv.State = v1alpha1.NodePending
-		}
+		var fromRecord bool
+		nv.State, fromRecord = nodeState(e.claimedBy(nr.Name, n.Name), parseStep(rec), nr.UID, statusState[n.Name])
+		nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 		s.Nodes = append(s.Nodes, nv)
 	}
 	return s, nil
@@ -137,12 +134,4 @@ func (e *executor) targetPods(tv TargetView, node string) (live []*corev1.Pod, t
 		live = append(live, p)
 	}
 	return live, terminating, nil
-}
-
-func parseTime(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
 }

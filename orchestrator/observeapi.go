@@ -58,7 +58,6 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	e := &executor{
 		nodes: corelisters.NewNodeLister(nodes), pods: corelisters.NewPodLister(pods),
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
-		overlay: map[string]nodeMark{}, verdicts: map[string]string{},
 	}
 	return e.observe(nr, p)
 }

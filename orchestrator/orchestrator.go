@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -31,7 +32,7 @@ type Orchestrator struct {
 	log      *zap.Logger
 	metrics  *Metrics
 	kube     kubernetes.Interface
-	rollouts RolloutClient
+	rollouts v1alpha1.NodeRolloutInterface
 }
 
 // New validates cfg, fills defaults and builds the clients (every request counted).
@@ -51,11 +52,11 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	ro, err := NewRolloutClient(rc)
+	nw, err := v1alpha1.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, kube: kube, rollouts: ro}, nil
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, kube: kube, rollouts: nw.NodeRollouts()}, nil
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles
@@ -146,20 +147,17 @@ func (c *caches) informers() []cache.SharedIndexInformer {
 func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	f := c.f
 	ex := &executor{
-		o:        o,
-		nodes:    f.Core().V1().Nodes().Lister(),
-		pods:     f.Core().V1().Pods().Lister(),
-		dss:      f.Apps().V1().DaemonSets().Lister(),
-		revs:     f.Apps().V1().ControllerRevisions().Lister(),
-		kick:     make(chan struct{}, 1),
-		workers:  map[string]bool{},
-		overlay:  map[string]nodeMark{},
-		soaks:    map[string]time.Time{},
-		verdicts: map[string]string{},
-		written:  map[string]*corev1.Node{},
-		status:   statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
-		rollouts: map[string]*v1alpha1.NodeRollout{},
-		cpCache:  c.cp,
+		o:       o,
+		nodes:   f.Core().V1().Nodes().Lister(),
+		pods:    f.Core().V1().Pods().Lister(),
+		dss:     f.Apps().V1().DaemonSets().Lister(),
+		revs:    f.Apps().V1().ControllerRevisions().Lister(),
+		kick:    make(chan struct{}, 1),
+		workers: map[string]bool{},
+		claims:  map[string]bool{},
+		written: map[string]*corev1.Node{},
+		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
+		cpCache: c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
@@ -216,8 +214,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	}
 }
 
-func eventScheme() *runtimeScheme {
-	s := newRuntimeScheme()
+func eventScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = v1alpha1.AddToScheme(s)
 	return s

@@ -21,8 +21,9 @@ var conflictBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, F
 
 // patchNode merge-patches a node's annotations (nil value = delete) and,
 // when unschedulable is set, spec.unschedulable. With rv set the patch is
-// conditional on that resourceVersion, so a racing write returns 409.
-func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) error {
+// conditional on that resourceVersion, so a racing write returns 409. It
+// returns the node's record as the API answered.
+func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodeRecord, error) {
 	meta := map[string]any{"annotations": ann}
 	if rv != "" {
 		meta["resourceVersion"] = rv
@@ -33,85 +34,106 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return fmt.Errorf("encoding node patch: %w", err)
+		return nodeRecord{}, fmt.Errorf("encoding node patch: %w", err)
 	}
 	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
-		return fmt.Errorf("patching node %s: %w", node, err)
+		return nodeRecord{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
 	e.mu.Lock()
 	e.written[node] = out
 	e.mu.Unlock()
-	return nil
+	return parseRecord(out.Annotations), nil
 }
 
-// persistStep records that node is about to act on st, in the node's
-// annotations (plus extra ones; nil deletes) and in the NodeRollout status.
-// The two writes run concurrently; the step acts only after both succeeded.
-// If one fails, the older record wins on resume and the (idempotent) earlier
-// step simply runs again.
-func (e *executor) persistStep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string) (time.Time, error) {
-	return e.persistStepWith(ctx, nr, node, st, reason, extra, nil)
+// persistState records a node's state decided by the planner (Done,
+// RolledBack, Pending for a retry), from the node's newest record.
+func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
+	rec, _, _ := e.nodeRecord(nr, node)
+	_, err := e.persist(ctx, nr, Policy{}, node, rec, step{State: st, Record: true, Reason: reason}, carried{})
+	return err
 }
 
-// persistStepWith is persistStep whose node write is write(annotations)
-// instead of a plain annotation patch: cordon and uncordon write their step
-// and act in one patch, conditional on the node's resourceVersion, so the
-// record and the act happen together or not at all.
-//
-// stamps are annotation keys set to the step's time with it (and remembered):
-// AnnotationSwapSince with the cordon, AnnotationSoakSince with the soak.
-func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string, extra map[string]*string, write func(map[string]*string) error, stamps ...string) (time.Time, error) {
+// persist writes step s's record: the node's annotations (the record before,
+// rec, turned into the record after, with the cordon or uncordon the step
+// makes in the same conditional patch) and the node's entry in the
+// NodeRollout status, with what the last acts returned (c). The two writes
+// run concurrently; the step acts only after both succeeded. If one fails,
+// the older record wins on resume and the (idempotent) earlier step simply
+// runs again. It returns the record as the API then holds it.
+func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord, s step, c carried) (nodeRecord, error) {
 	now := e.o.cfg.Now()
-	ts := now.UTC().Format(time.RFC3339Nano)
-	ann := map[string]*string{
-		AnnotationRollout:    ptr(nr.Name),
-		AnnotationRolloutUID: ptr(string(nr.UID)),
-		AnnotationStep:       ptr(string(st)),
-		AnnotationStepSince:  ptr(ts),
+	st := s.State
+	next := rec.withStep(nr.Name, nr.UID, st, now)
+	if s.StampSwap {
+		next.SwapSince = now
 	}
-	for k, v := range extra {
-		ann[k] = v
+	if s.StampSoak {
+		next.SoakSince = now
 	}
-	for _, key := range stamps {
-		ann[key] = ptr(ts)
-		e.mu.Lock()
-		e.soaks[nr.Name+"/"+node+"/"+key] = now
-		e.mu.Unlock()
+	if c.drained {
+		next.DrainedAt = now // the gate reads it back: the node was not swapped in place
 	}
-	e.mu.Lock()
-	verdict, hasVerdict := e.verdicts[nr.Name+"/"+node]
-	delete(e.verdicts, nr.Name+"/"+node)
-	carry := e.carry[nr.Name+"/"+node]
-	delete(e.carry, nr.Name+"/"+node)
-	if carry.drained {
-		ann[AnnotationDrainedAt] = ptr(ts)
-		e.soaks[nr.Name+"/"+node+"/"+AnnotationDrainedAt] = now
+	if s.Act == actSwap {
+		// Before a swap: the UID of the old pod it is about to delete (a
+		// record for people and for the resume log).
+		if uid := e.oldPod(s.Target, node); uid != "" {
+			if next.Swapped == nil {
+				next.Swapped = map[string]types.UID{}
+			}
+			next.Swapped[s.Target.Name] = uid
+		}
 	}
-	e.mu.Unlock()
-	nodeErr := make(chan error, 1)
-	if write == nil {
-		write = func(ann map[string]*string) error { return e.patchNode(ctx, node, "", ann, nil) }
+	if s.ClearSwapped {
+		if next.Swapped == nil {
+			next.Swapped = map[string]types.UID{}
+		}
+		for _, t := range p.Targets {
+			next.Swapped[t.Name] = ""
+		}
 	}
-	go func() { nodeErr <- write(ann) }()
-	mirror := func(s *v1alpha1.NodeRolloutStatus) {
-		ns := nodeEntry(s, node)
+	ann := next.patch(rec)
+	type written struct {
+		rec nodeRecord
+		err error
+	}
+	nodeDone := make(chan written, 1)
+	go func() {
+		var w written
+		switch {
+		case s.Cordon:
+			w.rec, w.err = e.cordon(ctx, nr, node, next, ann)
+		case s.Uncordon:
+			w.rec, w.err = e.uncordon(ctx, node, next, ann)
+		default:
+			w.rec, w.err = e.patchNode(ctx, node, "", ann, nil)
+		}
+		nodeDone <- w
+	}()
+	haltReason := ""
+	if s.Halt != "" {
+		haltReason = fmt.Sprintf("node %s: %s", node, s.Reason)
+	}
+	mirror := func(ss *v1alpha1.NodeRolloutStatus) {
+		ns := nodeEntry(ss, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
 		}
-		ns.State, ns.Reason = st, reason
-		if hasVerdict {
-			ns.Verdict, ns.Judgement = verdict, carry.judgement
+		ns.State, ns.Reason = st, s.Reason
+		if c.verdict != nil {
+			ns.Verdict, ns.Judgement = *c.verdict, c.judgement
 		}
-		if carry.halt != "" {
+		if haltReason != "" {
 			// In the same write as the Failed step: a planner pass in between
 			// would otherwise halt with a generic reason first.
-			s.Phase = v1alpha1.PhaseHalted
-			if s.HaltReason == "" {
-				s.HaltReason = carry.halt
+			ss.Phase = v1alpha1.PhaseHalted
+			if ss.HaltReason == "" {
+				ss.HaltReason = haltReason
 			}
 		}
 		switch {
+		case st == v1alpha1.NodePending: // retried or aborted: the next attempt has its own times
+			ns.StartTime, ns.FinishTime = nil, nil
 		case InFlight(st) && ns.StartTime == nil: // Preflight, or the cordon when preflight has no record
 			ns.StartTime = &metav1.Time{Time: now}
 		case !InFlight(st) && st != v1alpha1.NodePending:
@@ -124,29 +146,29 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 	// nodes' steps, except where status itself is the record: a halt, a
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
-	if statusBehind(st, reason, hasVerdict, carry) {
+	if statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
 		e.mutateStatusLater(ctx, nr.Name, mirror)
 	} else {
 		statusErr = e.mutateStatus(ctx, nr.Name, mirror)
 	}
-	if err := errors.Join(<-nodeErr, statusErr); err != nil {
-		return now, err
+	w := <-nodeDone
+	if err := errors.Join(w.err, statusErr); err != nil {
+		return rec, err
 	}
 	if r, ok := e.gate.(Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!InFlight(st) && st != v1alpha1.NodePending)) {
 		r.Done(node)
 	}
-	prev, hadPrev := e.marked(nr.Name, node)
-	e.mark(nr.Name, node, st, now)
-	if hadPrev && prev.state != st && !prev.since.IsZero() {
-		e.o.metrics.StepSeconds.WithLabelValues(string(prev.state)).Observe(now.Sub(prev.since).Seconds())
+	e.unclaim(nr.Name, node)
+	if rec.ours(nr.UID) && InFlight(rec.Step) && rec.Step != st && !rec.StepSince.IsZero() {
+		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
 	}
-	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", reason))
+	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
 	if st == e.o.cfg.HoldAfterPersist && st != "" {
 		e.o.log.Info("holding after persisting (test hook)", zap.String("step", string(st)))
 		<-ctx.Done()
-		return now, ctx.Err()
+		return w.rec, ctx.Err()
 	}
-	return now, nil
+	return w.rec, nil
 }
 
 // statusBehind says whether a step's status mirror may be written behind:
@@ -155,8 +177,8 @@ func (e *executor) persistStepWith(ctx context.Context, nr *v1alpha1.NodeRollout
 // nodes) or a verdict that is not a pass is written before anything goes on.
 // A passed node's verdict rides with its Done: a crash within that one
 // status write loses the verdict text, never the node's state.
-func statusBehind(st v1alpha1.NodeState, reason string, hasVerdict bool, c carried) bool {
-	if reason != "" || c.halt != "" || (hasVerdict && st != v1alpha1.NodeDone) {
+func statusBehind(st v1alpha1.NodeState, reason string, hasVerdict, halts bool) bool {
+	if reason != "" || halts || (hasVerdict && st != v1alpha1.NodeDone) {
 		return false
 	}
 	return st == v1alpha1.NodeDone || (InFlight(st) && st != v1alpha1.NodeAbortCleanup)

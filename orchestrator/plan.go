@@ -48,9 +48,6 @@ type Decision struct {
 	NextWindow time.Time
 }
 
-// ErrInvalid wraps every reason a rollout cannot start.
-var ErrInvalid = errors.New("invalid rollout")
-
 // ValidateTargets checks the targets exist, use OnDelete and have a revision.
 func ValidateTargets(targets []TargetView) error {
 	var errs []error
@@ -146,7 +143,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	for _, pn := range order {
 		n := byName[pn.Name]
 		st := n.State
-		if (st == "" || st == v1alpha1.NodePending) && n.UpToDate(s.Targets) {
+		if (st == "" || st == v1alpha1.NodePending) && n.UpToDate(s.Targets) && !n.Retried {
 			d.Actions = append(d.Actions, Action{Kind: ActMarkDone, Node: n.Name, Reason: "already on the newest revision"})
 			st = v1alpha1.NodeDone
 		}
@@ -202,7 +199,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		if budget <= 0 {
 			continue
 		}
-		if (n.State == "" || n.State == v1alpha1.NodePending) && !n.UpToDate(s.Targets) {
+		if (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried) {
 			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
 			budget--
 		}

@@ -43,6 +43,8 @@ func fleet(zones, perZone int) []NodeView {
 func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
 	t.Helper()
 	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
+	// No baseline or soak unless a test asks (the defaults are minutes).
+	spec.Baseline, spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{}
 	if mut != nil {
 		mut(&spec)
 	}
@@ -514,5 +516,26 @@ func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
 	}
 	if !strings.Contains(d.Reason, "3 node(s)") {
 		t.Errorf("reason %q, want 3 nodes to swap back", d.Reason)
+	}
+}
+
+// TestPlanRetriedNodeIsGatedAgain: a node retried after a halt that is
+// already on the newest revisions (its swap went through, its gate failed,
+// or a restart lost the gate's baseline) is started again, to pass its
+// gate; it is never marked Done for being on the newest revision. A node
+// this rollout never started is.
+func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
+	ns := fleet(1, 3)
+	upgrade(ns, "zone-a-00")
+	upgrade(ns, "zone-a-01")
+	ns[0].Retried = true // zone-a-00: Pending in this rollout's record
+	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	var got []string
+	for _, a := range d.Actions {
+		got = append(got, string(a.Kind)+" "+a.Node)
+	}
+	want := []string{"MarkDone zone-a-01", "Start zone-a-00"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("actions %v, want %v", got, want)
 	}
 }

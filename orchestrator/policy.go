@@ -19,12 +19,17 @@ const (
 	// than a short request, far shorter than ztunnel's drain deadline.
 	DefaultLongLivedAfter = 5 * time.Second
 	DefaultSwapTimeout    = 5 * time.Minute
+	// DefaultBaseline and DefaultSoak are the judge's windows when the spec
+	// leaves them out (an explicit 0s turns the before/after gate off). They
+	// come from the cluster simulation's power figures (docs/health.md).
+	DefaultBaseline = 5 * time.Minute
+	DefaultSoak     = 5 * time.Minute
 )
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
 var DefaultTargets = []v1alpha1.TargetRef{
-	{Namespace: istio.DefaultNamespace, Name: "istio-cni-node"},
-	{Namespace: istio.DefaultNamespace, Name: "ztunnel"},
+	{Namespace: istio.DefaultNamespace, Name: "istio-cni-node", Kind: v1alpha1.TargetCNI},
+	{Namespace: istio.DefaultNamespace, Name: "ztunnel", Kind: v1alpha1.TargetZtunnel},
 }
 
 // Policy is a NodeRollout spec with defaults filled in and parsed, ready for the planner.
@@ -45,6 +50,10 @@ type Policy struct {
 	Paused         bool
 	Abort          bool
 	Rollback       bool
+	// ZtunnelSwap is how ztunnel targets are swapped: SwapSurge (empty
+	// means it) or SwapReplace. It is the orchestrator's (Config.ZtunnelSwap),
+	// not the NodeRollout's.
+	ZtunnelSwap SwapKind
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
@@ -62,8 +71,8 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		DrainTimeout:   durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
 		LongLivedAfter: durationOr(spec.Drain.LongLivedAfter, DefaultLongLivedAfter),
 		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
-		Baseline:       durationOr(spec.Baseline, 0),
-		Soak:           durationOr(spec.Soak, 0),
+		Baseline:       durationOr(spec.Baseline, DefaultBaseline),
+		Soak:           durationOr(spec.Soak, DefaultSoak),
 		Paused:         spec.Paused,
 		Abort:          spec.Abort,
 		Rollback:       spec.Rollback,

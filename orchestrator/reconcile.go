@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +45,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
+	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
 	if perr == nil {
 		p, perr = e.typeTargets(p) // see targetkind.go
 	}
@@ -61,7 +61,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	d := Plan(snap, p, now)
 	for _, a := range d.Actions {
-		if err := e.act(ctx, nr, p, a); err != nil {
+		if err := e.actOn(ctx, nr, p, a); err != nil {
 			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
 		}
 	}
@@ -73,7 +73,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	return e.writePhase(ctx, nr, d, snap.Targets)
 }
 
-func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
+func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
 	switch a.Kind {
 	case ActResume:
 		e.startWorker(ctx, nr, p, a.Node)
@@ -84,17 +84,14 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 		// Claim the node in memory (it counts as in flight from now on); its
 		// worker persists Preflight before acting, so the nodes of a wave
 		// persist in parallel.
-		e.mark(nr.Name, a.Node, claimed, time.Time{})
+		e.claim(nr.Name, a.Node)
 		e.startWorker(ctx, nr, p, a.Node)
 	case ActMarkDone:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason, nil)
-		return err
+		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
 	case ActMarkRolledBack:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason, nil)
-		return err
+		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
 	case ActRetry:
-		_, err := e.persistStep(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason, nil)
-		return err
+		return e.persistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
 	}
 	return nil
 }
@@ -180,7 +177,7 @@ func resumed(nr *v1alpha1.NodeRollout) bool {
 
 func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationAckedResumeToken, nr.Annotations[AnnotationResumeToken])
-	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch)); err != nil {
+	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("acknowledging resume: %w", err)
 	}
 	return nil

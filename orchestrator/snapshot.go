@@ -52,8 +52,14 @@ type NodeView struct {
 	Labels        map[string]string
 	Unschedulable bool
 	Ready         bool
-	// State is the node's persisted step for this rollout (annotation first, then status).
+	// State is the node's persisted step for this rollout (nodeState: the
+	// node's record first, then status).
 	State v1alpha1.NodeState
+	// Retried: the node is Pending in a record of this rollout, so this
+	// rollout started it before (a retry after resume, or an abort before
+	// its swap). Being on the newest revisions does not make it Done: it is
+	// started again, and passes only through its gate.
+	Retried bool
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.
 	Pods map[string]PodView
 }

@@ -98,10 +98,10 @@ func RenderPlan(w io.Writer, d Decision, p Policy, now time.Time, est time.Durat
 	fmt.Fprintf(w, "Phase now: %s (%s)\n", d.Phase, d.Reason)
 	waves := 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WAVE\tNODE\tZONE\tCANARY")
-	for _, n := range d.Order {
+	fmt.Fprintln(tw, "WAVE\tNODE\tZONE\tCANARY\tGATE")
+	for i, n := range d.Order {
 		waves = max(waves, n.Wave)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\n", n.Wave, n.Name, orDash(n.Zone), n.Canary)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%v\t%s\n", n.Wave, n.Name, orDash(n.Zone), n.Canary, PlannedGate(d.Order, i, p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
@@ -170,7 +171,7 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 		cur := w.current[name]
 		w.mu.Unlock()
 		if cur == nil {
-			fresh, err := e.o.rollouts.Get(ctx, name)
+			fresh, err := e.o.rollouts.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading NodeRollout %s: %w", name, err)
 			}
@@ -185,7 +186,7 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 			w.remember(name, cur)
 			return nil
 		}
-		out, err := e.o.rollouts.UpdateStatus(ctx, next)
+		out, err := e.o.rollouts.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsConflict(err):
 			w.remember(name, nil) // re-read on the retry

@@ -16,14 +16,6 @@ import (
 	"github.com/nodewise/nodewise/health"
 )
 
-// preflight checks the node is there and Ready, then waits out the baseline window.
-func (e *executor) preflight(ctx context.Context, p Policy, node string, since time.Time) error {
-	if err := e.preflightChecks(ctx, p, node); err != nil {
-		return err
-	}
-	return sleepUntil(ctx, since.Add(p.Baseline), e.o.cfg.Now)
-}
-
 // preflightChecks is preflight without the wait: observations only (the
 // node, the skew, the gate's first sample), so they may run while the
 // Preflight record is being written.
@@ -49,56 +41,73 @@ func (e *executor) preflightChecks(ctx context.Context, p Policy, node string) e
 	return nil
 }
 
-// cordon records whether the node was already unschedulable (once, before
-// anything else) and cordons it, conditional on the resourceVersion it read.
-// with are more annotations for the same patch (the step record).
-func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, with map[string]*string) error {
+// cordon cordons the node and records whether it was already
+// unschedulable (once, before anything else: nodeRecord.cordoned), in one
+// patch conditional on the resourceVersion it read. with are more
+// annotations for the same patch (the step's record). It returns the record
+// as the API then holds it.
+func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
 	attempt := 0
-	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+	out := rec
+	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
 		n, err := e.readNode(ctx, node, attempt, false)
 		if err != nil {
 			return err
 		}
-		ann := map[string]*string{}
+		live := parseRecord(n.Annotations)
+		next, set := live.cordoned(nr.Name, n.Spec.Unschedulable)
+		ann := next.patch(live)
 		for k, v := range with {
 			ann[k] = v
 		}
-		if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok {
-			ann[AnnotationPriorUnschedulable] = ptr(fmt.Sprint(n.Spec.Unschedulable))
-		}
-		if n.Spec.Unschedulable {
+		if !set {
 			if len(ann) == 0 {
+				out = live
 				return nil
 			}
-			return e.patchNode(ctx, node, n.ResourceVersion, ann, nil)
+			out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, nil)
+			return err
 		}
-		ann[AnnotationCordonedBy] = ptr(nr.Name)
-		return e.patchNode(ctx, node, n.ResourceVersion, ann, ptr(true))
+		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, ptr(true))
+		return err
 	})
+	return out, err
 }
 
-// readNode reads a node for a conditional write. On the first attempt: the
-// cache once it holds this process's last step record (then it is at least
-// as new as every write of ours, and it may hold others' later writes, such
-// as the unschedulable taint), else what that last patch returned, else
-// (unless ownWrites: only a copy holding this process's own writes will do)
-// the cache. After a conflict: the API. The write that follows is
-// conditional on its resourceVersion, so a stale copy costs a 409 and a
-// retry, never a lost update.
+// newestNode is the node as this process knows it best, without a request:
+// the cache once it holds this process's last step record (then it is at
+// least as new as every write of ours, and it may hold others' later
+// writes, such as the unschedulable taint), else what that last patch
+// returned, else the cache (nil when neither has it).
+func (e *executor) newestNode(node string) *corev1.Node {
+	e.mu.Lock()
+	w := e.written[node]
+	e.mu.Unlock()
+	c, err := e.nodes.Get(node)
+	switch {
+	case err == nil && w != nil && c.Annotations[AnnotationStepSince] == w.Annotations[AnnotationStepSince]:
+		return c
+	case w != nil:
+		return w
+	case err == nil:
+		return c
+	}
+	return nil
+}
+
+// readNode reads a node for a conditional write. On the first attempt:
+// newestNode, unless ownWrites (only a copy holding this process's own
+// writes will do) and the only copy is the cache. After a conflict: the
+// API. The write that follows is conditional on its resourceVersion, so a
+// stale copy costs a 409 and a retry, never a lost update.
 func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWrites bool) (*corev1.Node, error) {
 	if attempt == 1 {
 		e.mu.Lock()
-		w := e.written[node]
+		_, wrote := e.written[node]
 		e.mu.Unlock()
-		c, err := e.nodes.Get(node)
-		switch {
-		case err == nil && w != nil && c.Annotations[AnnotationStepSince] == w.Annotations[AnnotationStepSince]:
-			return c, nil
-		case w != nil:
-			return w, nil
-		case err == nil && !ownWrites:
-			return c, nil
+		if n := e.newestNode(node); n != nil && (wrote || !ownWrites) {
+			return n, nil
 		}
 	}
 	n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -108,36 +117,44 @@ func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWr
 	return n, nil
 }
 
-// uncordon makes the node schedulable again only if nodewise cordoned it;
-// a node that was already cordoned stays cordoned.
-// It never decides from a copy that could hide nodewise's own cordon: only
-// from one holding this process's last step record (readNode), or the API.
-func (e *executor) uncordon(ctx context.Context, _ *v1alpha1.NodeRollout, node string, with map[string]*string) error {
+// uncordon hands the node back (nodeRecord.uncordoned): schedulable again
+// only if nodewise cordoned it; a node that was already cordoned stays
+// cordoned. It never decides from a copy that could hide nodewise's own
+// cordon: only from one holding this process's last step record
+// (readNode), or the API. with are more annotations for the same patch.
+func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
 	attempt := 0
-	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+	out := rec
+	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
 		n, err := e.readNode(ctx, node, attempt, true)
 		if err != nil {
 			return err
 		}
-		clear := map[string]*string{AnnotationPriorUnschedulable: nil, AnnotationCordonedBy: nil}
+		live := parseRecord(n.Annotations)
+		next, clear := live.uncordoned()
+		ann := next.patch(live)
 		for k, v := range with {
-			clear[k] = v
+			ann[k] = v
 		}
-		if n.Annotations[AnnotationPriorUnschedulable] == "true" || n.Annotations[AnnotationCordonedBy] == "" {
-			if _, ok := n.Annotations[AnnotationPriorUnschedulable]; !ok && n.Annotations[AnnotationCordonedBy] == "" && len(with) == 0 {
-				return nil
-			}
-			return e.patchNode(ctx, node, n.ResourceVersion, clear, nil)
+		if len(ann) == 0 {
+			out = live
+			return nil
 		}
-		return e.patchNode(ctx, node, n.ResourceVersion, clear, ptr(false))
+		var unschedulable *bool
+		if clear {
+			unschedulable = ptr(false)
+		}
+		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable)
+		return err
 	})
+	return out, err
 }
 
 // swap deletes the target's old pod on the node (once: the deleted UID is
 // persisted first) and waits for the DaemonSet controller's new pod to be
 // Ready on the newest revision.
-func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, ref v1alpha1.TargetRef, node string, since time.Time) error {
+func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKind, node string, deadline time.Time, timeout time.Duration) error {
 	tv, err := e.target(ref)
 	if err != nil {
 		return err
@@ -145,8 +162,11 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 	if !tv.Found {
 		return halt(HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
 	}
-	if err := e.waitSettled(ctx, ref, since, p.SwapTimeout); err != nil {
+	if err := e.waitSettled(ctx, ref, deadline, timeout); err != nil {
 		return err
+	}
+	if kind == swapSurge {
+		return e.surge(ctx, ref, node, deadline, timeout)
 	}
 	if tv, err = e.target(ref); err != nil {
 		return err
@@ -170,12 +190,13 @@ func (e *executor) swap(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 		}
 		e.o.log.Debug("deleted old pod", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node))
 	}
-	return e.waitReady(ctx, ref, node, since, p.SwapTimeout)
+	return e.waitReady(ctx, ref, node, deadline, timeout)
 }
 
 // waitSettled waits until the DaemonSet controller has observed the current
-// template, so the newest ControllerRevision is known (bounded by the swap timeout).
-func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, since time.Time, timeout time.Duration) error {
+// template, so the newest ControllerRevision is known (bounded by the swap
+// timeout, which ends at deadline).
+func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, deadline time.Time, timeout time.Duration) error {
 	for {
 		changed := e.changes.wait()
 		tv, err := e.target(ref)
@@ -185,20 +206,19 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, sinc
 		if tv.Settled {
 			return nil
 		}
-		if !e.o.cfg.Now().Before(since.Add(timeout)) {
+		if !e.o.cfg.Now().Before(deadline) {
 			return halt(HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
 		}
-		if err := waitChange(ctx, changed, since.Add(timeout), e.o.cfg.Now); err != nil {
+		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
 			return err
 		}
 	}
 }
 
 // waitReady waits until the node has a Ready pod of the target on its newest
-// revision, or halts when the swap timeout (counted from the persisted step
-// start, so a restart does not extend it) passes.
-func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, since time.Time, timeout time.Duration) error {
-	deadline := since.Add(timeout)
+// revision, or halts when the swap timeout passes (at deadline: counted from
+// the persisted step start, so a restart does not extend it).
+func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
 	for {
 		changed := e.changes.wait()
 		tv, err := e.target(ref)
@@ -251,8 +271,10 @@ func waitingReason(p *corev1.Pod) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// judge runs the gate; an error fails closed.
-func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+// judge runs the gate on the node's record; an error fails closed. It
+// returns the verdict's summary and the judge's judgement, for the next
+// record (Done or Failed) to persist.
+func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	st, _ := e.currentStatus(nr.Name, nr.UID)
 	for _, ns := range st.Nodes {
@@ -261,37 +283,39 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		}
 	}
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
-	if m, ok := e.stepStart(nr, node, AnnotationSoakSince); ok {
-		in.SoakStart = m
+	if !rec.SoakSince.IsZero() {
+		in.SoakStart = rec.SoakSince
 	}
-	if m, ok := e.stepStart(nr, node, AnnotationSwapSince); ok {
-		in.SwapStart = m // the baseline window ends when the node is cordoned
+	if !rec.SwapSince.IsZero() {
+		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
 	}
-	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(nr, p, node, in.SwapStart)
+	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
 	v, err := e.gate.Judge(ctx, in)
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
-	summary := string(v.Outcome)
-	if len(v.Reasons) > 0 {
-		summary += ": " + strings.Join(v.Reasons, "; ")
+	if _, readiness := e.gate.(ReadinessGate); v.Outcome == health.Pass && !readiness && in.SoakStart.Before(in.Now) {
+		// Whatever the gate, a node or pod that was not Ready for any part
+		// of the soak does not pass.
+		r, err := soakReadiness(e.nodes, e.pods, node, in.SoakStart)
+		if err != nil {
+			r.problems = []string{"readiness: " + err.Error()}
+		}
+		if len(r.problems) > 0 {
+			v.Outcome, v.Reasons = health.Fail, append(r.problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
+		}
 	}
-	// The verdict and the judge's summary are written with the next step
-	// (Done or Failed), not on their own.
-	e.mu.Lock()
-	e.verdicts[nr.Name+"/"+node] = summary
-	e.mu.Unlock()
-	e.carryNext(nr.Name, node, func(c *carried) { c.judgement = judgementOf(v.Summary) })
+	summary := verdictOf(v)
 	if v.Outcome != health.Pass {
-		return halt(HaltGateFailed, "gate %s", summary)
+		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
 	}
-	return nil
+	return &summary, v.Summary, nil
 }
 
 // drainFacts says whether ztunnel was swapped on the node in place (from the
 // policy and the persisted drain record, so it holds after a restart) and
 // ztunnel's termination grace period, from the ztunnel target's pod template.
-func (e *executor) drainFacts(nr *v1alpha1.NodeRollout, p Policy, node string, swapStart time.Time) (bool, time.Duration) {
+func (e *executor) drainFacts(p Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
 	grace, swapsZtunnel := defaultZtunnelGrace, false
 	for _, ref := range p.Targets {
 		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
@@ -302,27 +326,7 @@ func (e *executor) drainFacts(nr *v1alpha1.NodeRollout, p Policy, node string, s
 			grace = ztunnelGrace(ds)
 		}
 	}
-	drainedAt, _ := e.stepStart(nr, node, AnnotationDrainedAt)
 	return swappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
-}
-
-// stepStart is when the node's soak (AnnotationSoakSince) or swap
-// (AnnotationSwapSince, written with Cordon) began, or its drain finished
-// (AnnotationDrainedAt): remembered by this process, or read back from the
-// node annotation after a restart.
-func (e *executor) stepStart(nr *v1alpha1.NodeRollout, node, key string) (time.Time, bool) {
-	e.mu.Lock()
-	m, ok := e.soaks[nr.Name+"/"+node+"/"+key]
-	e.mu.Unlock()
-	if ok {
-		return m, true
-	}
-	if n, err := e.nodes.Get(node); err == nil && n.Annotations[AnnotationRolloutUID] == string(nr.UID) {
-		if t := parseTime(n.Annotations[key]); !t.IsZero() {
-			return t, true
-		}
-	}
-	return time.Time{}, false
 }
 
 func (e *executor) upToDate(p Policy, node string) bool {

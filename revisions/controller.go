@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -46,7 +47,7 @@ func (f GateFunc) Judge(ctx context.Context, in WaveInput) (health.Verdict, erro
 // Config configures the controller.
 type Config struct {
 	Kube       kubernetes.Interface
-	Migrations Client
+	Migrations v1alpha1.RevisionMigrationInterface
 	Log        *zap.Logger
 	Registry   prometheus.Registerer
 	// Gate runs after each wave is Ready; nil means readiness alone gates.
@@ -79,7 +80,7 @@ func New(cfg Config) (*Controller, error) {
 	case cfg.Kube == nil:
 		return nil, errors.New("migration: Kube client is required")
 	case cfg.Migrations == nil:
-		return nil, errors.New("migration: Migrations client is required (NewClient(restConfig))")
+		return nil, errors.New("migration: Migrations client is required (v1alpha1.NewForConfig(restConfig).RevisionMigrations())")
 	case cfg.Registry == nil:
 		return nil, errors.New("migration: Registry is required (inject one; the global registry is not used)")
 	case cfg.Interval < 0:
@@ -134,13 +135,13 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // ReconcileAll runs one reconcile of every RevisionMigration.
 func (c *Controller) ReconcileAll(ctx context.Context) {
-	rms, err := c.cfg.Migrations.List(ctx)
+	rms, err := c.cfg.Migrations.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		c.cfg.Log.Warn("listing RevisionMigrations", zap.Error(err))
 		return
 	}
-	for i := range rms {
-		rm := &rms[i]
+	for i := range rms.Items {
+		rm := &rms.Items[i]
 		if err := c.reconcile(ctx, rm); err != nil && ctx.Err() == nil {
 			c.cfg.Log.Info("reconcile did not finish; retrying", zap.String("migration", rm.Name), zap.Error(err))
 		}

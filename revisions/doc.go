@@ -1,4 +1,4 @@
-// Package migration is the RevisionMigration controller: it moves sidecar
+// Package revisions is the RevisionMigration controller: it moves sidecar
 // namespaces from one istiod revision to another through a revision tag, in
 // gated waves. A wave's namespaces are retagged (istio.io/rev=<tag>) and their
 // Deployments, StatefulSets and DaemonSets restarted through the

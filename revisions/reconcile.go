@@ -47,7 +47,7 @@ func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigrati
 // the reconcile, which retries from a fresh read) and adopts the result.
 func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
 	rm.Status.ObservedGeneration = rm.Generation
-	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm)
+	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("writing status of %s: %w", rm.Name, err)
 	}

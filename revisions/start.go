@@ -87,11 +87,11 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 	// A namespace belongs to one live migration at a time. Read fresh: a
 	// migration started earlier in this pass has just written its namespaces.
-	others, err := c.cfg.Migrations.List(ctx)
+	others, err := c.cfg.Migrations.List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return fmt.Errorf("listing RevisionMigrations: %w", err)
 	}
-	if owner, ns := claimedBy(others, rm.Name, inScope); owner != "" {
+	if owner, ns := claimedBy(others.Items, rm.Name, inScope); owner != "" {
 		return c.refuse(ctx, rm, fmt.Sprintf("namespace %s belongs to RevisionMigration %s, which is still live; wait for it to finish or abort it", ns, owner))
 	}
 	var proxies []skew.Observation

@@ -86,31 +86,30 @@ const (
 	InconclusiveFail  InconclusivePolicy = "Fail"
 )
 
-// CountMetric names a per-pod counter the node agent reports.
-// +kubebuilder:validation:Enum=resetsReceived;resetsSent;connectFailures;retransmits
-type CountMetric string
+// Metric names a per-pod measurement the node agent reports and the judge
+// compares: a counter (a CountGate's metric) or a latency histogram (a
+// LatencyGate's metric). It is the type the judge uses and persists.
+type Metric string
 
 const (
-	MetricResetsReceived  CountMetric = "resetsReceived"
-	MetricResetsSent      CountMetric = "resetsSent"
-	MetricConnectFailures CountMetric = "connectFailures"
-	MetricRetransmits     CountMetric = "retransmits"
+	MetricResetsReceived  Metric = "resetsReceived"
+	MetricResetsSent      Metric = "resetsSent"
+	MetricConnectFailures Metric = "connectFailures"
+	MetricRetransmits     Metric = "retransmits"
+	MetricConnectLatency  Metric = "connectLatency"
+	MetricSRTT            Metric = "srtt"
 )
 
-// LatencyMetric names a per-pod latency histogram the node agent reports.
-// +kubebuilder:validation:Enum=connectLatency;srtt
-type LatencyMetric string
-
-const (
-	MetricConnectLatency LatencyMetric = "connectLatency"
-	MetricSRTT           LatencyMetric = "srtt"
-)
+// IsLatency says whether the metric is a latency histogram (else a counter).
+func (m Metric) IsLatency() bool { return m == MetricConnectLatency || m == MetricSRTT }
 
 // CountGate is a one-sided Poisson rate test on one counter: a pod regresses
 // when its rate rose significantly AND by at least MinRatio AND by at least
 // MinExcessPerSecond.
 type CountGate struct {
-	Metric CountMetric `json:"metric"`
+	// Metric is one of the counters.
+	// +kubebuilder:validation:Enum=resetsReceived;resetsSent;connectFailures;retransmits
+	Metric Metric `json:"metric"`
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
 	// MinRatio is the smallest after/before rate ratio that counts, a decimal ≥ 1 (default "2").
@@ -133,7 +132,9 @@ type CountGate struct {
 // pod regresses when its latency shifted up significantly AND its p50 or p99
 // grew by at least MinRatio AND by at least MinIncrease.
 type LatencyGate struct {
-	Metric LatencyMetric `json:"metric"`
+	// Metric is one of the latency histograms.
+	// +kubebuilder:validation:Enum=connectLatency;srtt
+	Metric Metric `json:"metric"`
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
 	// MinRatio is the smallest after/before ratio of p50 or p99 that counts, a decimal ≥ 1 (default "1.25").

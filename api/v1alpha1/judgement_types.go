@@ -1,24 +1,39 @@
 package v1alpha1
 
-// NodeJudgement is the judge's summary of a node's last judgement, persisted
-// with its verdict: a copy of health.Summary with the same JSON field names,
-// so `nodewise explain` reads it as a health.Summary. It holds only strings
-// and integers (CRDs carry no floats) and stays small: the node rows plus at
-// most health.MaxSummaryPodRows pod rows.
+// Outcome is the judge's decision for one node, one interval or one gate.
+type Outcome string
+
+const (
+	OutcomePass         Outcome = "Pass"
+	OutcomeFail         Outcome = "Fail"
+	OutcomeInconclusive Outcome = "Inconclusive"
+)
+
+// NodeJudgement is the judge's summary of a node's last judgement, the type
+// the judge (package health) builds and the orchestrator persists with the
+// node's verdict in status.nodes[].judgement; `nodewise explain` prints it.
+// It carries the counters that must survive an orchestrator restart
+// (consecutive failures and query errors) and the before/after rows. It holds
+// only strings and integers (CRDs carry no floats) and stays small: the node
+// rows plus at most health.MaxSummaryPodRows pod rows.
 type NodeJudgement struct {
 	// Judgements counts the intervals judged so far for this node.
 	Judgements int32 `json:"judgements"`
-	// ConsecutiveFailures counts failing intervals in a row.
+	// ConsecutiveFailures counts failing intervals in a row; the node fails
+	// when it reaches gates.consecutiveFailures.
 	ConsecutiveFailures int32 `json:"consecutiveFailures"`
-	// ConsecutiveQueryErrors counts external-gate evaluations in a row that could not query their source.
+	// ConsecutiveQueryErrors counts external-gate evaluations in a row that
+	// could not query their source; the gate fails at maxConsecutiveErrors.
 	// +optional
 	ConsecutiveQueryErrors int32 `json:"consecutiveQueryErrors,omitempty"`
-	// IntervalOutcome is the last interval's own outcome (Pass, Fail, Inconclusive).
+	// IntervalOutcome is the outcome of the last interval alone (Pass, Fail,
+	// Inconclusive), before the consecutive-failure rule and the inconclusive
+	// policy.
 	// +optional
-	IntervalOutcome string `json:"intervalOutcome,omitempty"`
-	BaselineSeconds int32  `json:"baselineSeconds"`
-	SoakSeconds     int32  `json:"soakSeconds"`
-	PodsCompared    int32  `json:"podsCompared"`
+	IntervalOutcome Outcome `json:"intervalOutcome,omitempty"`
+	BaselineSeconds int32   `json:"baselineSeconds"`
+	SoakSeconds     int32   `json:"soakSeconds"`
+	PodsCompared    int32   `json:"podsCompared"`
 	// +optional
 	PodsNotCompared int32 `json:"podsNotCompared,omitempty"`
 	Tests           int32 `json:"tests"`
@@ -35,15 +50,17 @@ type NodeJudgement struct {
 	JudgedAt string `json:"judgedAt,omitempty"`
 }
 
-// JudgementRow is one line of the before/after table (health.SummaryRow).
+// JudgementRow is one line of the before/after table, formatted for people.
 type JudgementRow struct {
-	// Pod is namespace/name; empty for the node's totals.
+	// Pod is namespace/name (with " (proxy)" for ztunnel's sockets in the
+	// pod); empty for the node's totals.
 	// +optional
 	Pod    string `json:"pod,omitempty"`
-	Metric string `json:"metric"`
+	Metric Metric `json:"metric"`
+	// Before and After are "0.2/s" for counts and "p50 1.2ms p99 4.1ms" for latency.
 	Before string `json:"before"`
 	After  string `json:"after"`
-	// P is the Holm-adjusted p-value, formatted; empty when untested.
+	// P is the Holm-adjusted p-value, formatted ("p<0.001"); empty when untested.
 	// +optional
 	P string `json:"p,omitempty"`
 	// +optional

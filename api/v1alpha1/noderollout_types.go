@@ -149,10 +149,14 @@ type NodeRolloutSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="swapTimeout must be positive"
 	// +optional
 	SwapTimeout *Duration `json:"swapTimeout,omitempty"`
-	// Baseline is the window measured before the swap (default 0: no baseline).
+	// Baseline is the window measured before the swap, the judge's "before"
+	// (default 5m; 0s, set explicitly, turns the before/after judgement off).
+	// +kubebuilder:default="5m"
 	// +optional
 	Baseline *Duration `json:"baseline,omitempty"`
-	// Soak is how long a node runs on the new revision before its gate (default 0).
+	// Soak is how long a node runs on the new revision before its gate, the
+	// judge's "after" (default 5m; 0s only when set explicitly). See docs/health.md.
+	// +kubebuilder:default="5m"
 	// +optional
 	Soak *Duration `json:"soak,omitempty"`
 	// MaintenanceWindows: when set, nodes start only inside one of them.
@@ -209,7 +213,6 @@ const (
 	NodeDone         NodeState = "Done"
 	NodeSkipped      NodeState = "Skipped"
 	NodeFailed       NodeState = "Failed"
-	NodeRollingBack  NodeState = "RollingBack"
 	NodeRolledBack   NodeState = "RolledBack"
 	NodeAbortCleanup NodeState = "AbortCleanup"
 )
@@ -316,5 +319,3 @@ type NodeRolloutList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []NodeRollout `json:"items"`
 }
-
-func init() { register(&NodeRollout{}, &NodeRolloutList{}) }

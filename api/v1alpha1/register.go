@@ -10,19 +10,16 @@ import (
 var GroupVersion = schema.GroupVersion{Group: "nodewise.io", Version: "v1alpha1"}
 
 var (
-	// SchemeBuilder collects the types each *_types.go file registers in its init.
-	SchemeBuilder = runtime.NewSchemeBuilder(addMetaTypes)
+	// SchemeBuilder registers both kinds of the group.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds every nodewise type to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-var knownTypes []runtime.Object
-
-// register is called from each *_types.go file's init with its kinds.
-func register(objs ...runtime.Object) { knownTypes = append(knownTypes, objs...) }
-
-func addMetaTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, knownTypes...)
+// addKnownTypes lists the kinds explicitly (no init-time registration), so
+// Scheme, built at package initialisation, holds them.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &NodeRollout{}, &NodeRolloutList{}, &RevisionMigration{}, &RevisionMigrationList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

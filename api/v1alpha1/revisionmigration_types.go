@@ -185,12 +185,13 @@ type ResolvedWave struct {
 // RevisionMigration moves sidecar namespaces between istiod revisions in gated waves.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=revmig
+// +kubebuilder:resource:scope=Cluster,shortName=revmig,categories=nodewise
 // +kubebuilder:printcolumn:name="From",type=string,JSONPath=`.spec.from`
 // +kubebuilder:printcolumn:name="To",type=string,JSONPath=`.spec.to`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Wave",type=integer,JSONPath=`.status.currentWave`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RevisionMigration struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -207,5 +208,3 @@ type RevisionMigrationList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []RevisionMigration `json:"items"`
 }
-
-func init() { register(&RevisionMigration{}, &RevisionMigrationList{}) }

@@ -3,55 +3,94 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodewise/nodewise/buildinfo"
+	"github.com/nodewise/nodewise/cmd/internal/usage"
+	"github.com/nodewise/nodewise/kubeconfig"
 	"github.com/nodewise/nodewise/nodeagent"
 )
 
-var version = "dev"
-
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "nodeagent: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// flags is what the command line says; parseFlags fills it.
+type flags struct {
+	agent       nodeagent.Config
+	kubeconfig  string
+	showVersion bool
+}
+
+// parseFlags reads args; -h prints every flag with its description to out
+// and returns flag.ErrHelp.
+func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs := flag.NewFlagSet("nodeagent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var cfg nodeagent.Config
-	var kubeconfig string
+	fs.SetOutput(out)
+	usage.Set(fs, "nodeagent measures every pod on its node (eBPF, or /proc without it) and serves the evidence\n"+
+		"the orchestrator's judge reads: /metrics and a snapshot API over TLS with a bearer token.")
+	var f flags
+	cfg := &f.agent
 	fs.StringVar(&cfg.Node, "node", os.Getenv("NODE_NAME"), "node name (default $NODE_NAME, then the hostname)")
 	fs.StringVar(&cfg.Mode, "mode", nodeagent.ModeAuto, "counting mode: auto, ebpf or proc")
 	fs.StringVar(&cfg.ListenAddr, "listen", ":9443", "HTTPS listen address")
-	fs.StringVar(&cfg.CertFile, "tls-cert", "", "TLS serving certificate (PEM)")
-	fs.StringVar(&cfg.KeyFile, "tls-key", "", "TLS private key (PEM)")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present")
+	fs.StringVar(&cfg.CertFile, "tls-cert", "", "TLS serving certificate (PEM; required)")
+	fs.StringVar(&cfg.KeyFile, "tls-key", "", "TLS private key (PEM; required)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present (required)")
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "the /proc to read (the host's, with hostPID, for proc mode)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup v2 mount")
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w (flags: -node -mode -listen -tls-cert -tls-key -token-file -proc-root -cgroup-root -kubeconfig)", err)
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
+	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		// The flag package printed the usage too; keep the error to one line.
+		return f, fmt.Errorf("%s (see nodeagent --help)", firstLine(err.Error()))
 	}
+	return f, err
+}
+
+func run(args []string, out io.Writer) error {
+	var usageOut strings.Builder
+	f, err := parseFlags(args, &usageOut)
+	if errors.Is(err, flag.ErrHelp) {
+		_, err = io.WriteString(out, usageOut.String())
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if f.showVersion {
+		_, err := fmt.Fprintln(out, "nodeagent", buildinfo.Version())
+		return err
+	}
+	cfg := f.agent
 	log, err := zap.NewProduction()
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck
-	cfg.Logger, cfg.Version = log, version
+	cfg.Logger, cfg.Version = log, buildinfo.Version()
+	cfg.Registry = prometheus.NewRegistry()
+	if err := buildinfo.Register(cfg.Registry, "nodeagent"); err != nil {
+		return fmt.Errorf("registering the build metrics: %w", err)
+	}
 
-	rc, err := restConfig(kubeconfig)
+	rc, err := restConfig(f.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -72,17 +111,20 @@ func run(args []string) error {
 	return agent.Run(ctx)
 }
 
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
-		}
-		return rc, nil
+// restConfig loads an explicit kubeconfig, else the in-cluster config; with
+// neither, it returns nil and pods are named by UID.
+func restConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		return kubeconfig.Load(path)
 	}
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return nil, nil // not in a cluster: pods are named by UID
 	}
 	return rc, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }

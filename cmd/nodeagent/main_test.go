@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -14,10 +15,36 @@ func TestRunRejectsBadInputWithOneLine(t *testing.T) {
 		{[]string{"-mode=turbo", "-tls-cert=a", "-tls-key=b", "-token-file=c"}, `mode "turbo": want one of auto, ebpf, proc`},
 		{[]string{"-tls-cert=/nonexistent/tls.crt", "-tls-key=/nonexistent/tls.key", "-token-file=/nonexistent/token"}, "loading TLS certificate"},
 		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--kubeconfig=/nonexistent/kubeconfig", "-tls-cert=a", "-tls-key=b", "-token-file=c"}, "loading kubeconfig"},
 	} {
-		err := run(tc.args)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("run(%q) = %v, want one line containing %q", tc.args, err, tc.want)
+		var out bytes.Buffer
+		err := run(tc.args, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") || out.Len() != 0 {
+			t.Errorf("run(%q) = %v (stdout %q), want one line containing %q and nothing on stdout", tc.args, err, out.String(), tc.want)
 		}
+	}
+}
+
+// --help lists every flag with its description, on stdout, and succeeds.
+func TestHelpDescribesEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--help"}, &out); err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	for _, flag := range []string{"node", "mode", "listen", "tls-cert", "tls-key", "token-file", "proc-root", "cgroup-root", "kubeconfig", "version"} {
+		if !strings.Contains(help, "  -"+flag+" ") && !strings.Contains(help, "  -"+flag+"\n") {
+			t.Errorf("--help lacks -%s:\n%s", flag, help)
+		}
+	}
+	if !strings.Contains(help, "counting mode: auto, ebpf or proc") || !strings.Contains(help, `(default "/proc")`) {
+		t.Errorf("--help lacks descriptions or defaults:\n%s", help)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "nodeagent dev") {
+		t.Errorf("--version: %v %q; want nodeagent and the version (dev without ldflags)", err, out.String())
 	}
 }

@@ -6,9 +6,10 @@ import (
 
 func newAbortCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "abort NAME",
-		Short: "Stop a NodeRollout once the nodes in flight are made safe (uncordoned); cannot be undone",
-		Args:  cobra.ExactArgs(1),
+		Use:               "abort NAME",
+		Short:             "Stop a NodeRollout once the nodes in flight are made safe (uncordoned); cannot be undone",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return patchRollout(cmd, g, args[0], `{"spec":{"abort":true}}`, "aborting")
 		},

@@ -1,53 +1,129 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
+// fieldManager owns the fields `nodewise apply` sets (server-side apply).
+// Fields the file leaves out stay with whoever set them: re-applying a file
+// without `paused:` leaves a paused rollout paused.
+const fieldManager = "nodewise"
+
 func newApplyCmd(g *globalFlags) *cobra.Command {
-	var file string
+	var (
+		file  string
+		force bool
+	)
+	out := newPrintFlags("applied")
 	cmd := &cobra.Command{
 		Use:   "apply -f rollout.yaml",
-		Short: "Validate a NodeRollout against the cluster, then create it or update its spec",
-		Args:  cobra.NoArgs,
+		Short: "Validate a NodeRollout against the cluster, then create or update it (server-side apply)",
+		Long: "apply validates the file offline and through a server dry-run, checks its targets and\n" +
+			"canaries against the cluster, then server-side applies it with field manager \"nodewise\".\n" +
+			"Fields the file does not set keep their values, so `nodewise pause` survives a re-apply.",
+		Example: "  nodewise apply -f rollout.yaml\n  kubectl nodewise apply -f - < rollout.yaml",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			nr, _, err := loadAndCheck(ctx, g, file, false)
+			printer, err := out.toPrinter()
 			if err != nil {
+				return err
+			}
+			rf, err := readRollout(ctx, cmd.InOrStdin(), file)
+			if err != nil {
+				return err
+			}
+			if err := checkRollout(ctx, g, rf, false); err != nil {
 				return err
 			}
 			_, rc, err := rolloutClients(g)
 			if err != nil {
 				return err
 			}
-			verb := "created"
-			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := rc.Get(ctx, nr.Name)
-				if apierrors.IsNotFound(err) {
-					_, err = rc.Create(ctx, nr, metav1.CreateOptions{FieldManager: "nodewise-cli"})
-					return err
-				}
-				if err != nil {
-					return err
-				}
-				verb = "updated"
-				cur.Spec = nr.Spec
-				_, err = rc.Update(ctx, cur)
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("applying NodeRollout %s: %w", nr.Name, err)
+			before, err := rc.Get(ctx, rf.rollout.Name, metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading NodeRollout %s: %w", rf.rollout.Name, g.clarify(ctx, err))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", nr.Name, verb)
-			return nil
+			existed := err == nil
+			applied, err := applyRollout(ctx, rc, rf, force, false)
+			if err != nil {
+				return g.clarify(ctx, err)
+			}
+			verb := "created"
+			if existed {
+				verb = "configured"
+				if before.GetResourceVersion() == applied.GetResourceVersion() {
+					verb = "unchanged"
+				}
+			}
+			return printer.print(cmd.OutOrStdout(), applied, verb)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest (required)")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest, YAML or JSON, one object (- reads stdin; required)")
+	cmd.Flags().BoolVar(&force, "force-conflicts", false, "take over fields another manager (a kubectl edit, nodewise pause) set to a different value")
+	out.addFlags(cmd)
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
+}
+
+// checkRollout checks a read and locally valid rollout: its gates and, unless
+// offline, a server dry-run (the CRD's own validation, and whether the CRDs
+// exist), then its targets and canaries against the cluster.
+func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, offline bool) error {
+	if err := checkGates(ctx, rf.rollout.Spec.Gates, offline); err != nil {
+		return err
+	}
+	if offline {
+		return nil
+	}
+	_, rc, err := rolloutClients(g)
+	if err != nil {
+		return err
+	}
+	if _, err := applyRollout(ctx, rc, rf, false, true); err != nil {
+		switch {
+		case apierrors.IsForbidden(err):
+			// plan is read-only; a user who may not write rollouts still gets a plan.
+		default:
+			return g.clarify(ctx, err)
+		}
+	}
+	d, err := planAgainstCluster(ctx, g, rf.rollout, rf.policy)
+	if err != nil {
+		return err
+	}
+	if d.Phase == v1alpha1.PhasePending {
+		return errors.New(d.Reason)
+	}
+	return nil
+}
+
+// applyRollout server-side applies the document as written (not the typed
+// object, whose omitempty would hide an explicit `paused: false`).
+func applyRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, rf rolloutFile, force, dryRun bool) (*v1alpha1.NodeRollout, error) {
+	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: &force}
+	what := "applying"
+	if dryRun {
+		// Forced: the dry run checks the object; ownership is the real apply's to report.
+		opts.DryRun, opts.Force = []string{metav1.DryRunAll}, ptr.To(true)
+		what = "validating (server dry-run)"
+	}
+	applied, err := rc.Patch(ctx, rf.rollout.Name, types.ApplyPatchType, rf.doc, opts)
+	if err != nil {
+		if apierrors.IsConflict(err) && !force {
+			return nil, fmt.Errorf("%s NodeRollout %s: %s (re-run with --force-conflicts to take them over)", what, rf.rollout.Name, firstLine(err.Error()))
+		}
+		return nil, fmt.Errorf("%s NodeRollout %s: %w", what, rf.rollout.Name, err)
+	}
+	return applied, nil
 }

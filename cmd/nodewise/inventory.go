@@ -1,16 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
@@ -25,27 +21,6 @@ func (f *sidecarFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.istioNamespace, "istio-namespace", istio.DefaultNamespace, "namespace of istiod, ztunnel and istio-cni")
 }
 
-// sidecarRESTConfig loads the kubeconfig the global flags name.
-func sidecarRESTConfig(g *globalFlags) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if g.kubeconfig != "" {
-		rules.ExplicitPath = g.kubeconfig
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	return cfg, nil
-}
-
-func sidecarClient(g *globalFlags) (kubernetes.Interface, error) {
-	cfg, err := sidecarRESTConfig(g)
-	if err != nil {
-		return nil, err
-	}
-	return kubernetes.NewForConfig(cfg)
-}
-
 func newInventoryCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
 	var output string
@@ -54,10 +29,10 @@ func newInventoryCmd(g *globalFlags) *cobra.Command {
 		Short: "Show every meshed pod's proxy version and revision, ztunnel and istio-cni per node, and istiod revisions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+			if err := checkDataFormat(output); err != nil {
+				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -65,16 +40,11 @@ func newInventoryCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(inv)
-			}
-			return printInventory(cmd.OutOrStdout(), inv)
+			return printData(cmd.OutOrStdout(), output, inv, func() error { return printInventory(cmd.OutOrStdout(), inv) })
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
 

@@ -1,41 +1,55 @@
 // Command nodewise is the CLI: simulated clusters, rollout plans and status,
 // the sidecar inventory and revision tags. Each command lives in its own file
-// and only wires flags to the packages that do the work.
+// and only wires flags to the packages that do the work. Installed as
+// kubectl-nodewise on the PATH, it is also `kubectl nodewise`.
 package main
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	if err := newRootCmd(filepath.Base(os.Args[0])).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "nodewise:", err)
 		os.Exit(1)
 	}
 }
 
-// globalFlags are the flags every command that talks to a cluster shares.
-type globalFlags struct {
-	kubeconfig string
+// displayName is how help and completion name the command: "kubectl
+// nodewise" when kubectl runs this binary as its plugin kubectl-nodewise.
+func displayName(argv0 string) string {
+	if strings.HasPrefix(argv0, "kubectl-") {
+		return "kubectl " + strings.ReplaceAll(strings.TrimPrefix(argv0, "kubectl-"), "_", "-")
+	}
+	return "nodewise"
 }
 
-func newRootCmd() *cobra.Command {
-	g := &globalFlags{}
+func newRootCmd(argv0 string) *cobra.Command {
+	g := newGlobalFlags()
 	root := &cobra.Command{
-		Use:           "nodewise",
-		Short:         "Boring Istio data-plane upgrades: node-by-node ambient rollouts and sidecar revision waves",
+		Use:   "nodewise",
+		Short: "Boring Istio data-plane upgrades: node-by-node ambient rollouts and sidecar revision waves",
+		Long: "nodewise rolls ztunnel and istio-cni node by node, judging each node on its pods' evidence,\n" +
+			"and moves sidecar namespaces between Istio revisions in waves.\n\n" +
+			"It is also a kubectl plugin: with kubectl-nodewise on the PATH (`make build` links it into\n" +
+			"bin/), run `kubectl nodewise ...`. It takes kubectl's connection flags (--kubeconfig, a\n" +
+			"KUBECONFIG list, --context, --as, --request-timeout); NodeRollouts and RevisionMigrations\n" +
+			"are cluster-scoped, so -n only names where nodewise itself runs (for `version`).",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: displayName(argv0)},
 	}
-	root.PersistentFlags().StringVar(&g.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "path to the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
+	g.conn.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
 		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
-		newExplainCmd(g), newDemoCmd(g),
+		newExplainCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)
 	return root
 }

@@ -6,9 +6,10 @@ import (
 
 func newPauseCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "pause NAME",
-		Short: "Start no new node; nodes in flight finish",
-		Args:  cobra.ExactArgs(1),
+		Use:               "pause NAME",
+		Short:             "Start no new node; nodes in flight finish",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return patchRollout(cmd, g, args[0], `{"spec":{"paused":true}}`, "paused")
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,6 +12,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -18,6 +20,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		file    string
 		offline bool
 		perSwap time.Duration
+		agents  judgegate.AgentConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
@@ -25,10 +28,11 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		Long: "plan validates the file as the API server would, has the Prometheus server of spec.gates\n" +
 			"evaluate each gate query once, then reads (never writes) the cluster's nodes, DaemonSets,\n" +
 			"pods and ControllerRevisions to order the nodes and check the targets.\n" +
-			"With --offline it only validates the file (gate queries are not sent to Prometheus).",
+			"With --offline it only validates the file, against the CRD's schema and rules as the API\n" +
+			"server would (gate queries are not sent to Prometheus).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nr, p, err := loadAndCheck(cmd.Context(), g, file, offline)
+			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, offline)
 			if err != nil {
 				return err
 			}
@@ -40,37 +44,42 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap))
+			if err := orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap)); err != nil {
+				return err
+			}
+			kube, _, err := rolloutClients(g)
+			if err != nil {
+				return err
+			}
+			swap, deadline, err := renderSwaps(cmd.Context(), cmd.OutOrStdout(), kube, p)
+			if err != nil || agents.CAFile == "" || swap == "" {
+				return err
+			}
+			return renderForecast(cmd.Context(), cmd.OutOrStdout(), kube, agents, d.Order, p, swap, deadline)
 		},
 	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest (required)")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest, YAML or JSON, one object (- reads stdin; required)")
 	cmd.Flags().BoolVar(&offline, "offline", false, "validate the file only, without reading a cluster")
 	cmd.Flags().DurationVar(&perSwap, "swap-estimate", 30*time.Second, "expected time to swap one DaemonSet pod, for the estimate")
+	cmd.Flags().StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file the plan predicts each node's disruption from its agent")
+	cmd.Flags().StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	cmd.Flags().IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-// loadAndCheck parses and validates the file and, unless offline, checks it
-// against the cluster (unknown DaemonSets, RollingUpdate targets, missing canaries).
-func loadAndCheck(ctx context.Context, g *globalFlags, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
-	nr, p, err := orchestrator.LoadRolloutFile(file)
+// loadAndCheck reads and validates the file (- is stdin) and, unless
+// offline, checks it against the cluster: a server dry-run (the CRD's own
+// validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
+	rf, err := readRollout(ctx, in, file)
 	if err != nil {
-		return nil, p, errors.New(orchestrator.OneLine(err))
+		return nil, rf.policy, err
 	}
-	if err := checkGates(ctx, nr.Spec.Gates, offline); err != nil {
-		return nil, p, err
+	if err := checkRollout(ctx, g, rf, offline); err != nil {
+		return nil, rf.policy, err
 	}
-	if offline {
-		return nr, p, nil
-	}
-	d, err := planAgainstCluster(ctx, g, nr, p)
-	if err != nil {
-		return nil, p, err
-	}
-	if d.Phase == v1alpha1.PhasePending {
-		return nil, p, errors.New(d.Reason)
-	}
-	return nr, p, nil
+	return rf.rollout, rf.policy, nil
 }
 
 // checkGates validates spec.gates as the judge will read them. Online, the

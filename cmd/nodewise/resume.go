@@ -11,9 +11,10 @@ import (
 
 func newResumeCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "resume NAME",
-		Short: "Unpause a NodeRollout, and clear a halt (failed nodes are retried from preflight)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "resume NAME",
+		Short:             "Unpause a NodeRollout, and clear a halt (failed nodes are retried from preflight)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := time.Now().UTC().Format(time.RFC3339Nano)
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, orchestrator.AnnotationResumeToken, token)

@@ -36,7 +36,7 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -112,11 +112,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				ObjectMeta: metav1.ObjectMeta{Name: name},
 				Spec:       spec,
 			}
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -138,11 +138,12 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
+			nwc, err := v1alpha1.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
-			if _, err := mc.Create(cmd.Context(), rm); err != nil {
+			mc := nwc.RevisionMigrations()
+			if _, err := mc.Create(cmd.Context(), rm, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("creating RevisionMigration %s: %w", name, err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s created: %s -> %s via tag %s\n", name, spec.From, spec.To, spec.Tag)
@@ -168,20 +169,21 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 		Short: "Abort a RevisionMigration: moved namespaces are retagged back and restarted",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := sidecarRESTConfig(g)
+			cfg, err := g.restConfig()
 			if err != nil {
 				return err
 			}
-			mc, err := revisions.NewClient(cfg)
+			nwc, err := v1alpha1.NewForConfig(cfg)
 			if err != nil {
 				return err
 			}
-			rm, err := mc.Get(cmd.Context(), args[0])
+			mc := nwc.RevisionMigrations()
+			rm, err := mc.Get(cmd.Context(), args[0], metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
 			rm.Spec.Abort = true
-			if _, err := mc.Update(cmd.Context(), rm); err != nil {
+			if _, err := mc.Update(cmd.Context(), rm, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("aborting %s: %w", args[0], err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort requested\n", args[0])

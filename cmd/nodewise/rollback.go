@@ -5,21 +5,23 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 func newRollbackCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rollback NAME",
-		Short: "Swap the upgraded nodes back in reverse order, once you have re-applied the old chart (updateStrategy OnDelete)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "rollback NAME",
+		Short:             "Swap the upgraded nodes back in reverse order, once you have re-applied the old chart (updateStrategy OnDelete)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return patchRollout(cmd, g, args[0], `{"spec":{"rollback":true}}`, "rolling back")
 		},
 	}
 }
 
-// patchRollout merge-patches a NodeRollout and prints one line.
+// patchRollout merge-patches a NodeRollout and prints one line (or -o name).
 func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) error {
 	_, rc, err := rolloutClients(g)
 	if err != nil {
@@ -29,9 +31,13 @@ func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch)); err != nil {
-		return fmt.Errorf("updating NodeRollout %s: %w", name, err)
+	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager}); err != nil {
+		return fmt.Errorf("updating NodeRollout %s: %w", name, g.clarify(ctx, err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", name, what)
 	return nil
 }
+
+// patchFieldManager owns what pause, resume, abort and rollback set; apart
+// from apply's manager, so a re-apply leaves those fields alone.
+const patchFieldManager = "nodewise-cli"

@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
-	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/revisions/revtag"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/injector"
@@ -77,7 +77,7 @@ func TestSidecarCommands(t *testing.T) {
 	if table := ok("inventory"); !strings.Contains(table, "shop") || !strings.Contains(table, "1.27.3") {
 		t.Fatalf("inventory table:\n%s", table)
 	}
-	bad("want table or json", "inventory", "-o", "yaml")
+	bad("want table, json or yaml", "inventory", "-o", "wide")
 
 	// skew.
 	if out := ok("skew"); !strings.Contains(out, "no skew violations") {
@@ -109,16 +109,17 @@ func TestSidecarCommands(t *testing.T) {
 	bad("selectors overlap", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--wave", "a=tier=1", "--wave", "b=team=x")
 	bad(`unknown revision "1-99"`, "revision", "migrate", "--from", "1-27", "--to", "1-99", "--rate", "2")
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
-	mc, err := revisions.NewClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := mc.List(ctx); err != nil || len(l) != 0 {
+	mc := nwc.RevisionMigrations()
+	if l, err := mc.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("bad input created migrations: %v %v", l, err)
 	}
 	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%")
 	ok("revision", "abort", "1-27-to-1-28")
-	rm, err := mc.Get(ctx, "1-27-to-1-28")
+	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
 	if err != nil || !rm.Spec.Abort || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
 		t.Fatalf("created migration %+v %v", rm, err)
 	}

@@ -24,7 +24,7 @@ func newSkewCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -78,7 +78,7 @@ func newSkewPlanCmd(g *globalFlags, overrides *[]string) *cobra.Command {
 					return fmt.Errorf("--from: %w", err)
 				}
 			} else {
-				client, err := sidecarClient(g)
+				client, err := g.kube()
 				if err != nil {
 					return err
 				}

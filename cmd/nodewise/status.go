@@ -1,66 +1,165 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 )
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
 	var (
-		watch  bool
-		output string
+		watch   bool
+		timeout time.Duration
 	)
+	out := newPrintFlags("")
 	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a NodeRollout: each node's zone, state, time in state and verdict, progress and any halt reason",
-		Args:  cobra.ExactArgs(1),
+		Long: "status prints the rollout once; with -w it follows it until a terminal phase.\n\n" +
+			"Exit status: 0 while the rollout is healthy or once it is Completed or RolledBack;\n" +
+			"1 when it is Halted or Aborted (with -w: once it gets there), when --timeout runs out\n" +
+			"first, or on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
+			"file a new table is written only when something changed.",
+		Example:           "  nodewise status up -w --timeout 2h && echo upgraded\n  kubectl nodewise status up -o jsonpath='{.status.phase}'",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("-o %q: want table or json", output)
+			printer, err := out.toPrinter()
+			if err != nil {
+				return err
 			}
 			_, rc, err := rolloutClients(g)
 			if err != nil {
 				return err
 			}
-			for {
-				if err := printStatus(cmd.Context(), cmd.OutOrStdout(), rc, args[0], output, watch); err != nil {
-					return err
-				}
-				if !watch {
-					return nil
-				}
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-time.After(time.Second):
-				}
-			}
+			w := statusWriter{out: cmd.OutOrStdout(), tty: isTerminalWriter(cmd.OutOrStdout()) && out.human(), human: out.human(), printer: printer}
+			return followStatus(cmd.Context(), g, rc, args[0], watch, timeout, w)
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep refreshing every second")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted or Aborted")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 1) after this long (default: wait for ever)")
+	out.addFlags(cmd)
 	return cmd
 }
 
-func printStatus(ctx context.Context, out io.Writer, rc orchestrator.RolloutClient, name, output string, clear bool) error {
-	nr, err := rc.Get(ctx, name)
-	if err != nil {
-		return fmt.Errorf("reading NodeRollout %s: %w", name, err)
+// statusWriter draws one view of the rollout.
+type statusWriter struct {
+	out     io.Writer
+	tty     bool // redraw in place
+	human   bool
+	printer objectPrinter
+	last    string
+}
+
+// show writes the view of nr unless, off a terminal, nothing changed.
+func (w *statusWriter) show(nr *v1alpha1.NodeRollout) error {
+	key := nr.ResourceVersion
+	if w.human {
+		key = progressKey(nr)
 	}
-	if output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(nr.Status)
+	if !w.tty && key == w.last {
+		return nil
 	}
-	if clear {
-		fmt.Fprint(out, "\033[H\033[2J")
+	w.last = key
+	var buf bytes.Buffer
+	if w.human {
+		if err := orchestrator.RenderStatus(&buf, nr, time.Now()); err != nil {
+			return err
+		}
+	} else if err := w.printer.print(&buf, nr, ""); err != nil {
+		return err
 	}
-	return orchestrator.RenderStatus(out, nr, time.Now())
+	if w.tty {
+		fmt.Fprint(w.out, "\033[H\033[2J")
+	}
+	_, err := w.out.Write(buf.Bytes())
+	return err
+}
+
+// progressKey changes when the human view shows something new (not merely
+// a longer time in state).
+func progressKey(nr *v1alpha1.NodeRollout) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%+v", nr.Status.Phase, nr.Status.HaltReason, nr.Status.Counts)
+	for _, n := range nr.Status.Nodes {
+		fmt.Fprintf(&b, "|%s=%s/%s", n.Name, n.State, n.Verdict)
+	}
+	return b.String()
+}
+
+func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutInterface, name string, watch bool, timeout time.Duration, w statusWriter) error {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		nr, err := rc.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
+		}
+		if err := w.show(nr); err != nil {
+			return err
+		}
+		settled := nr.Status.ObservedGeneration >= nr.Generation
+		if err := phaseOutcome(nr); settled && (err != nil || !watch || terminal(nr.Status.Phase)) {
+			return err
+		}
+		if !watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // interrupted
+		case <-deadline:
+			return timedOut(nr, timeout)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func terminal(p v1alpha1.RolloutPhase) bool {
+	switch p {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted:
+		return true
+	}
+	return false
+}
+
+// phaseOutcome is the exit status of a rollout in its phase: an error for
+// Halted and Aborted, nil otherwise.
+func phaseOutcome(nr *v1alpha1.NodeRollout) error {
+	switch nr.Status.Phase {
+	case v1alpha1.PhaseHalted:
+		reason := nr.Status.HaltReason
+		if reason == "" {
+			reason = "no reason recorded"
+		}
+		return fmt.Errorf("NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
+	case v1alpha1.PhaseAborted:
+		return fmt.Errorf("NodeRollout %s is Aborted", nr.Name)
+	}
+	return nil
+}
+
+func timedOut(nr *v1alpha1.NodeRollout, timeout time.Duration) error {
+	return fmt.Errorf("timed out after %s waiting for NodeRollout %s to finish: phase %s, %d/%d nodes done", timeout, nr.Name, nr.Status.Phase, nr.Status.Counts.Done, nr.Status.Counts.Total)
+}
+
+// isTerminalWriter reports whether w is a terminal (not a pipe or a file),
+// the only place screen-clearing escapes belong.
+func isTerminalWriter(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,10 +28,10 @@ func newTagListCmd(g *globalFlags) *cobra.Command {
 		Short: "List revision tags, the revision each points at, and the namespaces using it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+			if err := checkDataFormat(output); err != nil {
+				return err
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -40,19 +39,18 @@ func newTagListCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(tags)
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
-			fmt.Fprintln(w, "TAG\tREVISION\tNAMESPACES")
-			for _, t := range tags {
-				fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Revision, strings.Join(t.Namespaces, ","))
-			}
-			return w.Flush()
+			return printData(cmd.OutOrStdout(), output, tags, func() error {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
+				fmt.Fprintln(w, "TAG\tREVISION\tNAMESPACES")
+				for _, t := range tags {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Revision, strings.Join(t.Namespaces, ","))
+				}
+				return w.Flush()
+			})
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
 }
 
@@ -68,7 +66,7 @@ func newTagSetCmd(g *globalFlags) *cobra.Command {
 			if o.Revision == "" {
 				return errors.New("--revision is required")
 			}
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}
@@ -92,7 +90,7 @@ func newTagRemoveCmd(g *globalFlags) *cobra.Command {
 		Short: "Remove a revision tag no namespace uses",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := sidecarClient(g)
+			client, err := g.kube()
 			if err != nil {
 				return err
 			}

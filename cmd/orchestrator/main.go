@@ -10,67 +10,111 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/buildinfo"
+	"github.com/nodewise/nodewise/cmd/internal/usage"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func main() {
-	var (
-		cfg         orchestrator.Config
-		agents      judgegate.AgentConfig
-		kubeconfig  string
-		controllers string
-		istioNS     string
-		skewMax     []string
-		hold        string
-		debug       bool
-	)
-	flag.StringVar(&controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (empty: in-cluster)")
-	flag.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases")
-	flag.StringVar(&cfg.Identity, "identity", os.Getenv("POD_NAME"), "leader-election identity (default: hostname)")
-	flag.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader Lease duration (default 15s)")
-	flag.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader renew deadline (default 10s)")
-	flag.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
-	flag.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
-	flag.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
-	flag.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
-	flag.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
-	flag.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
-	flag.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
-	flag.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
-	flag.StringVar(&istioNS, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
-	flag.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
-		skewMax = append(skewMax, v)
-		return nil
-	})
-	flag.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
-	flag.BoolVar(&debug, "debug", false, "debug logging")
-	flag.Parse()
-
-	log, err := newLogger(debug)
+	var help strings.Builder
+	rc, err := parseFlags(os.Args[1:], &help)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Print(help.String())
+		return
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "orchestrator:", err)
+		os.Exit(1)
+	case rc.showVersion:
+		fmt.Println("orchestrator", buildinfo.Version())
+		return
+	}
+	log, err := newLogger(rc.debug)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "orchestrator:", err)
 		os.Exit(1)
 	}
-	cfg.Logger = log
-	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
+	rc.orchestrator.Logger = log
+	rc.orchestrator.Registry = prometheus.NewRegistry()
+	if err := buildinfo.Register(rc.orchestrator.Registry, "orchestrator"); err != nil {
+		log.Error("registering the build metrics", zap.Error(err))
+		os.Exit(1)
+	}
+	log.Info("starting", zap.String("version", buildinfo.Version()), zap.String("controllers", rc.controllers))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, runConfig{orchestrator: cfg, agents: agents, kubeconfig: kubeconfig, controllers: controllers, istioNamespace: istioNS, skewMaxBehind: skewMax}); err != nil {
+	if err := run(ctx, rc); err != nil {
 		log.Error("orchestrator stopped", zap.Error(err))
 		os.Exit(1)
 	}
+}
+
+// testOnlyFlags are hooks the crash tests use; --help leaves them out.
+var testOnlyFlags = []string{"test-hold-after-persist"}
+
+// parseFlags reads args into a runConfig; -h writes every flag but the
+// test-only ones, with descriptions, to out and returns flag.ErrHelp.
+func parseFlags(args []string, out io.Writer) (runConfig, error) {
+	fs := flag.NewFlagSet("orchestrator", flag.ContinueOnError)
+	fs.SetOutput(out)
+	usage.Set(fs, "orchestrator runs nodewise's controllers: the NodeRollout controller (ztunnel and istio-cni,\n"+
+		"node by node) and the RevisionMigration controller (sidecar namespaces in waves), each under its own Lease.", testOnlyFlags...)
+	var (
+		rc   runConfig
+		hold string
+	)
+	cfg, agents := &rc.orchestrator, &rc.agents
+	fs.StringVar(&rc.controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
+	fs.StringVar(&rc.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+	fs.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases (default $POD_NAMESPACE, then nodewise-system)")
+	fs.StringVar(&cfg.Identity, "identity", os.Getenv("POD_NAME"), "leader-election identity (default $POD_NAME, then the hostname)")
+	fs.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader Lease duration (default 15s)")
+	fs.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader renew deadline (default 10s)")
+	fs.DurationVar(&cfg.RetryPeriod, "retry-period", 0, "leader-election retry period (default 2s)")
+	fs.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
+	fs.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
+	fs.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
+		cfg.ZtunnelSwap = orchestrator.SwapKind(v)
+		return nil
+	})
+	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
+	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
+	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
+	fs.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
+		rc.skewMaxBehind = append(rc.skewMaxBehind, v)
+		return nil
+	})
+	fs.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
+	fs.BoolVar(&rc.debug, "debug", false, "debug logging")
+	fs.BoolVar(&rc.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return rc, err
+		}
+		return rc, fmt.Errorf("%s (see orchestrator --help)", strings.SplitN(err.Error(), "\n", 2)[0])
+	}
+	if fs.NArg() > 0 {
+		return rc, fmt.Errorf("unexpected argument %q (flags only; see orchestrator --help)", fs.Arg(0))
+	}
+	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
+	return rc, nil
 }
 
 func newLogger(debug bool) (*zap.Logger, error) {

@@ -7,10 +7,11 @@ import (
 
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/kubeconfig"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
@@ -24,6 +25,8 @@ type runConfig struct {
 	controllers    string
 	istioNamespace string
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
+	debug          bool
+	showVersion    bool
 }
 
 // task is one long-running loop; run stops them all when one returns.
@@ -39,10 +42,8 @@ func run(ctx context.Context, rc runConfig) error {
 	if cfg.SkewPolicy, err = skew.DefaultPolicy().Override(rc.skewMaxBehind); err != nil {
 		return fmt.Errorf("--skew-max-behind: %w", err)
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = rc.kubeconfig
-	if cfg.RESTConfig, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig(); err != nil {
-		return fmt.Errorf("loading kubeconfig: %w", err)
+	if cfg.RESTConfig, err = kubeconfig.Load(rc.kubeconfig); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -101,10 +102,11 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 	if err != nil {
 		return nil, err
 	}
-	mc, err := revisions.NewClient(cfg.RESTConfig)
+	nwc, err := v1alpha1.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
 	}
+	mc := nwc.RevisionMigrations()
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
 		Gate: revisions.SpecGates(log.Named("gates")), Inventory: opts,

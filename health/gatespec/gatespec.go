@@ -41,7 +41,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		MinEvents:           uint64(max(g.MinEvents, 0)),
 		MinNodeConnections:  uint64(max(g.MinNodeConnections, 0)),
 		ConsecutiveFailures: int(g.ConsecutiveFailures),
-		Inconclusive:        health.InconclusivePolicy(g.Inconclusive),
+		Inconclusive:        g.Inconclusive,
 		Counts:              map[health.Metric]health.CountThresholds{},
 		Latency:             map[health.Metric]health.LatencyThresholds{},
 	}
@@ -74,7 +74,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		return health.Config{}, err
 	}
 	for _, cg := range g.Counts {
-		m := health.Metric(cg.Metric)
+		m := cg.Metric
 		if _, dup := c.Counts[m]; dup {
 			return health.Config{}, fmt.Errorf("gates.counts: metric %q listed twice", cg.Metric)
 		}
@@ -83,14 +83,14 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 			return health.Config{}, err
 		}
 		if cg.MinExcessPerSecond == "" {
-			t.MinExcessPerSecond = health.Defaults().Counts[health.MetricResetsReceived].MinExcessPerSecond
+			t.MinExcessPerSecond = health.Defaults().Counts[v1alpha1.MetricResetsReceived].MinExcessPerSecond
 		} else if t.MinExcessPerSecond, err = decimal(fmt.Sprintf("gates.counts[%s].minExcessPerSecond", cg.Metric), cg.MinExcessPerSecond); err != nil {
 			return health.Config{}, err
 		}
 		c.Counts[m] = t
 	}
 	for _, lg := range g.Latency {
-		m := health.Metric(lg.Metric)
+		m := lg.Metric
 		if _, dup := c.Latency[m]; dup {
 			return health.Config{}, fmt.Errorf("gates.latency: metric %q listed twice", lg.Metric)
 		}
@@ -99,7 +99,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 			return health.Config{}, err
 		}
 		if lg.MinIncrease == nil {
-			t.MinIncrease = health.Defaults().Latency[health.MetricConnectLatency].MinIncrease
+			t.MinIncrease = health.Defaults().Latency[v1alpha1.MetricConnectLatency].MinIncrease
 		} else if err := lg.MinIncrease.Err(); err != nil {
 			return health.Config{}, fmt.Errorf("gates.latency[%s].minIncrease: %w", lg.Metric, err)
 		} else {

@@ -32,8 +32,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := health.NewConfig(health.Config{})
-	if c.Significance != 0.005 || c.ConsecutiveFailures != 2 || c.Inconclusive != health.PolicyPause || c.MinEvents != 20 ||
-		c.Counts[health.MetricResetsReceived] != d.Counts[health.MetricResetsReceived] || c.Latency[health.MetricSRTT].MinIncrease != 500*time.Microsecond {
+	if c.Significance != 0.005 || c.ConsecutiveFailures != 2 || c.Inconclusive != v1alpha1.InconclusivePause || c.MinEvents != 20 ||
+		c.Counts[v1alpha1.MetricResetsReceived] != d.Counts[v1alpha1.MetricResetsReceived] || c.Latency[v1alpha1.MetricSRTT].MinIncrease != 500*time.Microsecond {
 		t.Errorf("defaults %+v", c)
 	}
 	if iv, _ := Interval(v1alpha1.GatesSpec{}); iv != time.Minute {
@@ -51,16 +51,16 @@ func TestConfigOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Significance != 0.001 || c.ConsecutiveFailures != 3 || c.Inconclusive != health.PolicyFail || c.CountDispersion != 1.5 || c.MaxSnapshotAge != time.Minute {
+	if c.Significance != 0.001 || c.ConsecutiveFailures != 3 || c.Inconclusive != v1alpha1.InconclusiveFail || c.CountDispersion != 1.5 || c.MaxSnapshotAge != time.Minute {
 		t.Errorf("scalars %+v", c)
 	}
-	if r := c.Counts[health.MetricRetransmits]; r.MinRatio != 3 || r.MinExcessPerSecond != 0.05 {
+	if r := c.Counts[v1alpha1.MetricRetransmits]; r.MinRatio != 3 || r.MinExcessPerSecond != 0.05 {
 		t.Errorf("retransmits %+v", r)
 	}
-	if !c.Counts[health.MetricResetsSent].Disabled || c.Counts[health.MetricResetsReceived].MinRatio != 2 {
+	if !c.Counts[v1alpha1.MetricResetsSent].Disabled || c.Counts[v1alpha1.MetricResetsReceived].MinRatio != 2 {
 		t.Errorf("counts %+v", c.Counts)
 	}
-	if l := c.Latency[health.MetricSRTT]; l.MinRatio != 1.5 || l.MinIncrease != 2*time.Millisecond {
+	if l := c.Latency[v1alpha1.MetricSRTT]; l.MinRatio != 1.5 || l.MinIncrease != 2*time.Millisecond {
 		t.Errorf("srtt %+v", l)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodewise/nodewise/istio"
@@ -57,15 +59,6 @@ func statusRevision(p *corev1.Pod) string {
 	return st.Revision
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // ClassifyPod says which proxy serves p, given its namespace and the
 // observed tags and nodes. ok is false for pods outside the mesh.
 //
@@ -75,7 +68,7 @@ func podReady(p *corev1.Pod) bool {
 // image tag. An ambient pod (namespace or pod labelled
 // istio.io/dataplane-mode=ambient, no sidecar) takes its node's ztunnel.
 func ClassifyPod(p *corev1.Pod, ns Namespace, tags map[string]string, nodes map[string]Node) (Pod, bool) {
-	out := Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Ready: podReady(p)}
+	out := Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Ready: podutils.IsPodReady(p)}
 	if c, ok := sidecarContainer(p); ok {
 		out.Mode = ModeSidecar
 		out.Version = ImageTag(c.Image)

@@ -23,7 +23,7 @@ type AgentConfig struct {
 	Port       int    // the agents' port on each node's InternalIP (default 9443)
 	ServerName string // name to verify in the agents' certificates (default: the IP)
 	// SampleEvery is how often the recorder samples each node in flight
-	// (default 1m, health.RecorderConfig.Every). A baseline needs three
+	// (default 30s, health.RecorderConfig.Every). A baseline needs three
 	// samples for its dispersion estimate, so short baselines need a short period.
 	SampleEvery time.Duration
 }

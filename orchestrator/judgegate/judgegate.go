@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -105,7 +106,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			in.SwapStart.UTC().Format(time.RFC3339), in.BaselineStart.UTC().Format(time.RFC3339))}}, nil
 	}
 	inPlace, grace := g.cfg.Drain(in)
-	var prev *health.Summary
+	var prev *v1alpha1.NodeJudgement
 	for {
 		// A fresh sample: a soak shorter than the Recorder's period still has
 		// one, and an agent that stopped answering is named as such.

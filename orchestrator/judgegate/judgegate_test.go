@@ -35,6 +35,11 @@ func newAgent(start time.Time) *agent {
 			ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1)})
 		a.cum[i].ConnAges[12] = 4 // 4 open connections aged 120–300 s
 	}
+	// The probe: the judge requires its evidence on every node.
+	probe := a.cum[0]
+	probe.Namespace, probe.Name, probe.UID = health.DefaultProbeNamespace, "nodewise-probe-x2k4p", "probe"
+	probe.ConnAges = make([]uint64, len(health.AgeBucketBoundsSeconds)+1) // short requests only
+	a.cum = append(a.cum, probe)
 	return a
 }
 
@@ -128,7 +133,7 @@ func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, or
 func TestGatePassesHealthyNode(t *testing.T) {
 	g, _, in, sleeps := rig(t, false, v1alpha1.GatesSpec{MinNodeConnections: 10})
 	v, err := g.Judge(context.Background(), in)
-	if err != nil || v.Outcome != health.Pass || *sleeps != 0 || v.Summary == nil || v.Summary.PodsCompared != 5 {
+	if err != nil || v.Outcome != health.Pass || *sleeps != 0 || v.Summary == nil || v.Summary.PodsCompared != 6 {
 		t.Fatalf("healthy: %v %s %q sleeps %d", err, v.Outcome, v.Reasons, *sleeps)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +42,7 @@ func TestDaemonSetOnePodPerNode(t *testing.T) {
 	pods := waitPods(t, ctx, c.Client, "agents", "app=agent", func(pods []corev1.Pod) bool {
 		ready := 0
 		for i := range pods {
-			if podReady(&pods[i]) {
+			if podutils.IsPodReady(&pods[i]) {
 				ready++
 			}
 		}
@@ -55,8 +57,8 @@ func TestDaemonSetOnePodPerNode(t *testing.T) {
 	ips := map[string]bool{}
 	for _, p := range pods {
 		perNode[p.Spec.NodeName]++
-		if p.Status.Phase != corev1.PodRunning || !podReady(&p) || p.Status.PodIP == "" || ips[p.Status.PodIP] {
-			t.Errorf("pod %s: phase %s ready %t ip %q (duplicate %t)", p.Name, p.Status.Phase, podReady(&p), p.Status.PodIP, ips[p.Status.PodIP])
+		if p.Status.Phase != corev1.PodRunning || !podutils.IsPodReady(&p) || p.Status.PodIP == "" || ips[p.Status.PodIP] {
+			t.Errorf("pod %s: phase %s ready %t ip %q (duplicate %t)", p.Name, p.Status.Phase, podutils.IsPodReady(&p), p.Status.PodIP, ips[p.Status.PodIP])
 		}
 		ips[p.Status.PodIP] = true
 		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].Image != "example/agent:1.0" {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,7 +29,7 @@ func TestEvictionRespectsPDB(t *testing.T) {
 	pods := waitPods(t, ctx, c.Client, "pdb", "app=web", func(p []corev1.Pod) bool {
 		n := 0
 		for i := range p {
-			if podReady(&p[i]) {
+			if podutils.IsPodReady(&p[i]) {
 				n++
 			}
 		}

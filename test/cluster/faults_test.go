@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +59,7 @@ func TestKubeletFaultsAndLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	healthy := waitPods(t, ctx, c.Client, "faults", "app=healthy", func(p []corev1.Pod) bool { return len(p) == 1 && podReady(&p[0]) })[0]
+	healthy := waitPods(t, ctx, c.Client, "faults", "app=healthy", func(p []corev1.Pod) bool { return len(p) == 1 && podutils.IsPodReady(&p[0]) })[0]
 	rt.mu.Lock()
 	ip := rt.started[healthy.Name]
 	rt.mu.Unlock()
@@ -68,16 +70,16 @@ func TestKubeletFaultsAndLifecycle(t *testing.T) {
 	crashy := waitPods(t, ctx, c.Client, "faults", "app=crashy", func(p []corev1.Pod) bool {
 		return len(p) == 1 && len(p[0].Status.ContainerStatuses) == 1 && p[0].Status.ContainerStatuses[0].RestartCount >= 2
 	})[0]
-	if cs := crashy.Status.ContainerStatuses[0]; cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || podReady(&crashy) {
-		t.Errorf("crash-looping pod: state %+v ready %t", cs.State, podReady(&crashy))
+	if cs := crashy.Status.ContainerStatuses[0]; cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || podutils.IsPodReady(&crashy) {
+		t.Errorf("crash-looping pod: state %+v ready %t", cs.State, podutils.IsPodReady(&crashy))
 	}
 	// By the time the crash loop restarted twice (≥ 3 s), the never-ready pod
 	// has long been Running, and it is still not Ready.
 	stuck := waitPods(t, ctx, c.Client, "faults", "app=stuck", func(p []corev1.Pod) bool {
 		return len(p) == 1 && p[0].Status.Phase == corev1.PodRunning
 	})[0]
-	if podReady(&stuck) || stuck.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Errorf("never-ready pod: ready %t restarts %d", podReady(&stuck), stuck.Status.ContainerStatuses[0].RestartCount)
+	if podutils.IsPodReady(&stuck) || stuck.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("never-ready pod: ready %t restarts %d", podutils.IsPodReady(&stuck), stuck.Status.ContainerStatuses[0].RestartCount)
 	}
 
 	// NotReady and back.

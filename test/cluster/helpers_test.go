@@ -34,15 +34,6 @@ func createNamespace(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 	}
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // waitPods polls the pods matching selector until ok is true of the list.
 func waitPods(t *testing.T, ctx context.Context, c kubernetes.Interface, ns, selector string, ok func([]corev1.Pod) bool) []corev1.Pod {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -347,4 +348,30 @@ func sampleDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// SetImageTag points every container of an Istio DaemonSet at another image
+// tag, as a chart upgrade to that build would (OnDelete: no pod changes by
+// itself). It retries on conflict.
+func SetImageTag(ctx context.Context, c kubernetes.Interface, name, tag string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		api := c.AppsV1().DaemonSets(IstioNamespace)
+		ds, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range ds.Spec.Template.Spec.Containers {
+			img := ds.Spec.Template.Spec.Containers[i].Image
+			if j := strings.LastIndex(img, ":"); j >= 0 {
+				img = img[:j]
+			}
+			ds.Spec.Template.Spec.Containers[i].Image = img + ":" + tag
+		}
+		_, err = api.Update(ctx, ds, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("setting the image tag of %s/%s to %s: %w", IstioNamespace, name, tag, err)
+	}
+	return nil
 }

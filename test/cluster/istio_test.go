@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +37,7 @@ func allReady(n int) func([]corev1.Pod) bool {
 	return func(pods []corev1.Pod) bool {
 		ready := 0
 		for i := range pods {
-			if podReady(&pods[i]) && pods[i].DeletionTimestamp == nil {
+			if podutils.IsPodReady(&pods[i]) && pods[i].DeletionTimestamp == nil {
 				ready++
 			}
 		}

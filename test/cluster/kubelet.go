@@ -186,7 +186,7 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 	_, running := k.started[pod.UID]
 	k.mu.Unlock()
 	if !running {
-		if wait := k.cfg.ReadyDelay - time.Since(pod.CreationTimestamp.Time); wait > 0 {
+		if wait := startDelay(pod, k.cfg.ReadyDelay) - time.Since(pod.CreationTimestamp.Time); wait > 0 {
 			return wait, nil
 		}
 		return k.start(ctx, node, pod)

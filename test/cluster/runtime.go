@@ -27,6 +27,19 @@ type Runtime interface {
 // test model a process that drains, such as ztunnel, without a process.
 const AnnotationStopAfter = "sim.nodewise.io/stop-after"
 
+// AnnotationStartAfter makes the simulated kubelet start a pod's containers
+// (and report it Running and Ready) this long (a Go duration) after the pod
+// was created, instead of the cluster's ReadyDelay: a slow-starting build.
+const AnnotationStartAfter = "sim.nodewise.io/start-after"
+
+// startDelay is how long after its creation a pod starts.
+func startDelay(pod *corev1.Pod, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(pod.Annotations[AnnotationStartAfter]); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
+
 // nullRuntime runs no process. Containers stop at once, or after the pod's
 // AnnotationStopAfter duration.
 type nullRuntime struct{}

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -13,19 +12,6 @@ import (
 
 	"github.com/nodewise/nodewise/test/cluster"
 )
-
-// requireKernel skips, saying why, unless the test can build namespaces.
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: not root (euid %d): cannot create network namespaces", os.Geteuid())
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (run make deps): %v", tool, err)
-		}
-	}
-}
 
 // liveEnv is a simulated cluster whose pods run on the live data plane,
 // with Istio installed.
@@ -37,7 +23,7 @@ type liveEnv struct {
 
 func newLiveEnv(t *testing.T, nodes int, traffic Traffic) *liveEnv {
 	t.Helper()
-	requireKernel(t)
+	RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

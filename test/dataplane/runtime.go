@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,7 @@ type DataPlane struct {
 	ambientNS map[string]bool
 	cniUp     map[string]bool               // node → istio-cni stand-in running
 	standins  map[types.UID]*standinProc    // ztunnel pod → its process
+	connects  int                           // stand-ins started so far: their connection order
 	pods      map[types.UID]*podSandbox     // app pods
 	byNode    map[string]map[types.UID]bool // node → app pods
 	gone      map[string]Truth              // ground truth of app pods that stopped, by namespace/name
@@ -114,12 +116,26 @@ func kindOf(pod *corev1.Pod) podKind {
 	switch {
 	case pod.Namespace == cluster.IstioNamespace && pod.Labels["k8s-app"] == cluster.CNIName:
 		return kindCNI
-	case pod.Namespace == cluster.IstioNamespace && pod.Labels["app"] == "ztunnel":
+	case pod.Namespace == cluster.IstioNamespace && (pod.Labels["app"] == "ztunnel" || runsZtunnel(pod)):
+		// A surge bridge pod (orchestrator/surge.go) runs ztunnel without
+		// the DaemonSet's selector labels until the DaemonSet adopts it.
 		return kindZtunnel
 	case pod.Namespace == cluster.IstioNamespace || pod.Namespace == metav1.NamespaceSystem || pod.Spec.HostNetwork:
 		return kindOther
 	}
 	return kindApp
+}
+
+// runsZtunnel reports whether a pod's first container is a ztunnel image.
+func runsZtunnel(pod *corev1.Pod) bool {
+	if len(pod.Spec.Containers) == 0 {
+		return false
+	}
+	image := pod.Spec.Containers[0].Image
+	if i := strings.LastIndex(image, ":"); i >= 0 {
+		image = image[:i]
+	}
+	return strings.HasSuffix(image, "/ztunnel")
 }
 
 // Start implements cluster.Runtime.
@@ -189,6 +205,8 @@ func (d *DataPlane) startZtunnel(pod *corev1.Pod) error {
 		return err
 	}
 	d.mu.Lock()
+	d.connects++
+	p.connected = d.connects
 	d.standins[pod.UID] = p
 	var netns []string
 	for uid := range d.byNode[pod.Spec.NodeName] {
@@ -206,15 +224,19 @@ func (d *DataPlane) startZtunnel(pod *corev1.Pod) error {
 	return nil
 }
 
-// activeStandins are the node's stand-ins that are not draining.
-func (d *DataPlane) activeStandins(node string) []*standinProc {
-	var out []*standinProc
+// newestStandin is the node's most recently connected stand-in that is not
+// draining, or nil. Like istio-cni, which hands a new pod only to the
+// ztunnel that connected last, the data plane hands new pods to it alone:
+// an older stand-in keeps the pods it already serves until it is told to
+// drain, and never learns of newer ones.
+func (d *DataPlane) newestStandin(node string) *standinProc {
+	var newest *standinProc
 	for _, p := range d.standins {
-		if p.node == node && !p.isTerminating() {
-			out = append(out, p)
+		if p.node == node && !p.isTerminating() && (newest == nil || p.connected > newest.connected) {
+			newest = p
 		}
 	}
-	return out
+	return newest
 }
 
 func (d *DataPlane) isAmbient(ctx context.Context, ns string) (bool, error) {
@@ -257,7 +279,10 @@ func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string)
 		d.mu.Unlock()
 		return fmt.Errorf("istio-cni is not running on node %s", node)
 	}
-	zts := d.activeStandins(node)
+	var zts []*standinProc
+	if p := d.newestStandin(node); p != nil {
+		zts = append(zts, p)
+	}
 	if ambient && len(zts) == 0 {
 		d.mu.Unlock()
 		return fmt.Errorf("no ztunnel serves node %s", node)
@@ -412,4 +437,31 @@ func (d *DataPlane) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ServedBy names the ztunnel pods (namespace/name, oldest connection first)
+// whose stand-ins listen in the namespace of the app pod uid.
+func (d *DataPlane) ServedBy(uid types.UID) []string {
+	d.mu.Lock()
+	sb := d.pods[uid]
+	var procs []*standinProc
+	if sb != nil {
+		for _, p := range d.standins {
+			if p.node == sb.node {
+				procs = append(procs, p)
+			}
+		}
+	}
+	d.mu.Unlock()
+	if sb == nil {
+		return nil
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].connected < procs[j].connected })
+	var out []string
+	for _, p := range procs {
+		if p.command("has", sb.netns) == nil {
+			out = append(out, p.pod)
+		}
+	}
+	return out
 }

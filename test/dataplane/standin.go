@@ -62,7 +62,7 @@ func ProfileFor(tag string) Profile {
 
 // RunStandin runs the ztunnel stand-in until it has drained after SIGTERM or
 // its parent goes away (stdin closes). The parent drives it over stdin with
-// "add <netns>" and "del <netns>" lines and reads "ok <netns>" or
+// "add <netns>", "del <netns>" and "has <netns>" lines and reads "ok <netns>" or
 // "err <netns> <message>" back on stdout.
 func RunStandin() error {
 	grace, err := strconv.Atoi(os.Getenv(graceEnv))
@@ -105,6 +105,8 @@ func (s *standin) serveControl(in io.Reader, out io.Writer) {
 			err = s.add(ns)
 		case "del":
 			s.del(ns)
+		case "has":
+			err = s.has(ns)
 		default:
 			err = fmt.Errorf("unknown command %q", verb)
 		}
@@ -139,6 +141,16 @@ func (s *standin) add(ns string) error {
 	s.mu.Lock()
 	s.listeners[ns] = append(s.listeners[ns], ls...)
 	s.mu.Unlock()
+	return nil
+}
+
+// has answers whether the stand-in listens in a pod's namespace.
+func (s *standin) has(ns string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.listeners[ns]) == 0 {
+		return fmt.Errorf("not listening")
+	}
 	return nil
 }
 

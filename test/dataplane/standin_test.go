@@ -11,7 +11,7 @@ import (
 // traffic a stand-in process (grace seconds, image tag) proxies.
 func twoPods(t *testing.T, grace, tag string, traffic Traffic) (client *app, proc *standinProc) {
 	t.Helper()
-	requireKernel(t)
+	RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestStandinResetsAtDrainDeadline(t *testing.T) {
 // TestStandinExitsWhenIdle: with no connection to keep, the stand-in exits
 // at once on SIGTERM instead of waiting for its deadline.
 func TestStandinExitsWhenIdle(t *testing.T) {
-	requireKernel(t)
+	RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

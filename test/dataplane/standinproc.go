@@ -15,6 +15,9 @@ import (
 // standinProc is one ztunnel stand-in process, driven over its stdin.
 type standinProc struct {
 	node, pod string
+	// connected orders the stand-ins by when they connected to the node's
+	// istio-cni stand-in (they connect at start): higher is newer.
+	connected int
 	cmd       *exec.Cmd
 	exited    chan struct{}
 

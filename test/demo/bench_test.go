@@ -9,12 +9,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -119,8 +120,9 @@ func benchRun(b *testing.B, name string, policy v1alpha1.DrainPolicy) disruption
 		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents))
 		must(b, err)
 		defer stop()
-		rc, err := orchestrator.NewRolloutClient(c.Config)
+		nwc, err := v1alpha1.NewForConfig(c.Config)
 		must(b, err)
+		rc := nwc.NodeRollouts()
 		// Judged like the demo: a drained node has no traffic left in its
 		// soak, which passes; a node swapped in place is judged on its pods.
 		nr := demoGates(judged(healthyRollout("bench", c.Nodes[0].Name), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
@@ -155,7 +157,7 @@ func waitUpgraded(ctx context.Context, c *cluster.Cluster) error {
 			if !strings.HasSuffix(p.Spec.Containers[0].Image, ":1.28.1") {
 				return false, nil
 			}
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 				ready++
 			}
 		}

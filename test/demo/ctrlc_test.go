@@ -11,13 +11,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/test/dataplane"
 )
 
 // TestDemoCtrlCLeavesNothingBehind runs `nodewise demo` with the live data
 // plane, sends SIGINT once traffic flows, and checks that no network
 // namespace, process or mount of the run is left.
 func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
-	requireKernel(t)
+	dataplane.RequireKernel(t)
 	bin := filepath.Join(t.TempDir(), "nodewise")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
 	build.Dir = filepath.Join(repoCRDDir(), "..", "..")

@@ -10,16 +10,16 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -188,10 +188,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	defer stopOrch()
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		return sum, err
 	}
+	rc := nwc.NodeRollouts()
 	if err := waitSamples(ctx, c); err != nil {
 		return sum, err
 	}
@@ -222,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		}
 	}
 	step(out, "rolling ztunnel to the faulty build %s with canary %s: it %s", cfg.FaultyTag, canary, faultyExpectation(cfg.FaultyTag))
-	if err := setZtunnelTag(ctx, c, cfg.FaultyTag); err != nil {
+	if err := cluster.SetImageTag(ctx, c.Client, cluster.ZtunnelName, cfg.FaultyTag); err != nil {
 		return sum, err
 	}
 	if err := waitTemplateObserved(ctx, c, cluster.ZtunnelName); err != nil {
@@ -295,7 +296,7 @@ func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 			}
 			ready := map[string]bool{}
 			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil && podReady(&p) {
+				if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 					ready[p.Spec.NodeName] = true
 				}
 			}
@@ -309,15 +310,6 @@ func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 		return fmt.Errorf("waiting for ztunnel and istio-cni to be Ready on %d nodes: %w", nodes, err)
 	}
 	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // waitTemplateObserved waits until the DaemonSet controller has seen each
@@ -377,27 +369,6 @@ func setZtunnelGrace(ctx context.Context, c *cluster.Cluster, seconds int64) err
 					env[j].Value = fmt.Sprint(seconds)
 				}
 			}
-		}
-		_, err = api.Update(ctx, ds, metav1.UpdateOptions{})
-		return err
-	})
-}
-
-// setZtunnelTag points the ztunnel template at another image tag, as a chart
-// upgrade to that build would (OnDelete: no pod changes by itself).
-func setZtunnelTag(ctx context.Context, c *cluster.Cluster, tag string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		api := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace)
-		ds, err := api.Get(ctx, cluster.ZtunnelName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range ds.Spec.Template.Spec.Containers {
-			img := ds.Spec.Template.Spec.Containers[i].Image
-			if j := strings.LastIndex(img, ":"); j >= 0 {
-				img = img[:j]
-			}
-			ds.Spec.Template.Spec.Containers[i].Image = img + ":" + tag
 		}
 		_, err = api.Update(ctx, ds, metav1.UpdateOptions{})
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -32,20 +31,8 @@ type liveEnv struct {
 	t      *testing.T
 	dp     *dataplane.DataPlane
 	c      *cluster.Cluster
-	rc     orchestrator.RolloutClient
+	rc     v1alpha1.NodeRolloutInterface
 	agents *dataplane.Agents
-}
-
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: not root (euid %d): cannot create network namespaces", os.Geteuid())
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (run make deps): %v", tool, err)
-		}
-	}
 }
 
 func repoCRDDir() string {
@@ -55,7 +42,7 @@ func repoCRDDir() string {
 
 func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	t.Helper()
-	requireKernel(t)
+	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -112,10 +99,11 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
 }
 
@@ -281,7 +269,7 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	if err := setZtunnelTag(ctx, e.c, "1.27.4-rst"); err != nil {
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, "1.27.4-rst"); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {

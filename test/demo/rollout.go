@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 )
 
 // healthyRollout rolls every node with drain auto, canary first, then waves
@@ -19,6 +18,7 @@ func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 2, 2
 	nr.Spec.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait}
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline, nr.Spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{} // explicit: the defaults last minutes
 	return nr
 }
 
@@ -67,7 +67,7 @@ func terminal(p v1alpha1.RolloutPhase) bool {
 }
 
 // runRollout creates nr and shows its progress until it reaches a terminal phase.
-func runRollout(ctx context.Context, rc orchestrator.RolloutClient, nr *v1alpha1.NodeRollout, v *view) (*v1alpha1.NodeRollout, error) {
+func runRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, nr *v1alpha1.NodeRollout, v *view) (*v1alpha1.NodeRollout, error) {
 	if _, err := rc.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating NodeRollout %s: %w", nr.Name, err)
 	}
@@ -82,7 +82,7 @@ func runRollout(ctx context.Context, rc orchestrator.RolloutClient, nr *v1alpha1
 			return nil, fmt.Errorf("NodeRollout %s did not finish within 15m", nr.Name)
 		case <-tick.C:
 		}
-		cur, err := rc.Get(ctx, nr.Name)
+		cur, err := rc.Get(ctx, nr.Name, metav1.GetOptions{})
 		if err != nil {
 			continue // the API server may be busy; the next tick retries
 		}

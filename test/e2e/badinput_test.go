@@ -94,7 +94,7 @@ func TestBadInputRejected(t *testing.T) {
 				if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, tc.want) {
 					t.Errorf("%s stderr %q: want one line mentioning %q", verb, msg, tc.want)
 				}
-				if _, err := e.rollouts.Get(context.Background(), "bad"); !apierrors.IsNotFound(err) {
+				if _, err := e.rollouts.Get(context.Background(), "bad", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					t.Fatalf("%s wrote a NodeRollout (get: %v)", verb, err)
 				}
 			}
@@ -114,7 +114,7 @@ func TestBadInputRejected(t *testing.T) {
 			gvr := v1alpha1.GroupVersion.WithResource("noderollouts")
 			_, err = dyn.Resource(gvr).Create(context.Background(), obj, metav1.CreateOptions{})
 			if tc.apiRejects && err == nil {
-				defer func() { _ = e.rollouts.Delete(context.Background(), "bad") }()
+				defer func() { _ = e.rollouts.Delete(context.Background(), "bad", metav1.DeleteOptions{}) }()
 			}
 			switch {
 			case tc.apiRejects && err == nil:
@@ -130,13 +130,13 @@ func TestBadInputRejected(t *testing.T) {
 				got := e.waitPhase("bad", time.Minute, v1alpha1.PhasePending)
 				for i := 0; i < 20 && !strings.Contains(validMessage(got), tc.want); i++ {
 					time.Sleep(200 * time.Millisecond)
-					got, _ = e.rollouts.Get(context.Background(), "bad")
+					got, _ = e.rollouts.Get(context.Background(), "bad", metav1.GetOptions{})
 				}
 				stop()
 				if !strings.Contains(validMessage(got), tc.want) || got.Status.Counts.InProgress+got.Status.Counts.Done != 0 {
 					t.Errorf("orchestrator: phase %s Valid message %q counts %+v", got.Status.Phase, validMessage(got), got.Status.Counts)
 				}
-				if err := e.rollouts.Delete(context.Background(), "bad"); err != nil {
+				if err := e.rollouts.Delete(context.Background(), "bad", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}

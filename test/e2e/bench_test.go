@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,7 +61,7 @@ func (e *env) clockSwaps(newVersion string) *swapClock {
 					sc.start[node] = now
 				}
 			}
-			if isNew && podReady(p) && !seen[string(p.UID)] {
+			if isNew && podutils.IsPodReady(p) && !seen[string(p.UID)] {
 				seen[string(p.UID)] = true
 				readyNew[node]++
 				if readyNew[node] == 2 {

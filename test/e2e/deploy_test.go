@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,7 +38,8 @@ func TestDeployServerSideApply(t *testing.T) {
 
 // TestOrchestratorRBACLeastPrivilege applies deploy/ and asks the API server
 // what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
-// never edits a template), pod deletes and evictions, node patches.
+// never edits a template), pod deletes and evictions, node patches, and, in
+// the Istio namespace only, pod create and patch for the surge swap's bridge.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
 	applyDeploy(t, c)
@@ -57,7 +60,16 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "watch", "", true},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
 		{"", "pods", "", "delete", "istio-system", true},
-		{"", "pods", "", "create", "istio-system", false},
+		// Added for the surge swap, in the Istio namespace only: create the
+		// bridge pod, patch it to hand it over to the DaemonSet. Fenced by the
+		// ValidatingAdmissionPolicy nodewise-surge-bridge-only
+		// (TestSurgePolicyFencesOrchestratorPodWrites).
+		{"", "pods", "", "create", "istio-system", true},
+		{"", "pods", "", "patch", "istio-system", true},
+		{"", "pods", "", "update", "istio-system", false},
+		{"", "pods", "", "create", "default", false},
+		{"", "pods", "", "patch", "default", false},
+		{"", "pods", "", "create", "kube-system", false},
 		{"", "pods", "eviction", "create", "default", true},
 		{"", "nodes", "", "patch", "", true},
 		{"", "nodes", "", "delete", "", false},
@@ -81,6 +93,10 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 func applyDeploy(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
+	// The surge Role lives in the Istio namespace, which Istio's install creates.
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cluster.IstioNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(), "deploy"))
 	if err != nil {
 		t.Fatalf("kustomize build deploy/: %v", err)

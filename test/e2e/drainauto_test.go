@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,7 +154,7 @@ func (e *env) setZtunnelGrace(sec int64, nodes int) {
 			if p.DeletionTimestamp != nil || p.Spec.TerminationGracePeriodSeconds == nil || *p.Spec.TerminationGracePeriodSeconds != sec {
 				return false, nil
 			}
-			if podReady(&p) {
+			if podutils.IsPodReady(&p) {
 				ready++
 			}
 		}
@@ -210,7 +212,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	var sawReason string
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		nr, err := e.rollouts.Get(ctx, "auto")
+		nr, err := e.rollouts.Get(ctx, "auto", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

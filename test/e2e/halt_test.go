@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -16,21 +15,7 @@ import (
 // setImageTag points every container of a DaemonSet at a tag (OnDelete: no pod changes).
 func (e *env) setImageTag(ds, tag string) {
 	e.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := e.c.Client.AppsV1().DaemonSets(ns).Get(context.Background(), ds, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range cur.Spec.Template.Spec.Containers {
-			img := cur.Spec.Template.Spec.Containers[i].Image
-			if j := strings.LastIndex(img, ":"); j >= 0 {
-				img = img[:j]
-			}
-			cur.Spec.Template.Spec.Containers[i].Image = img + ":" + tag
-		}
-		_, err = e.c.Client.AppsV1().DaemonSets(ns).Update(context.Background(), cur, metav1.UpdateOptions{})
-		return err
-	})
+	err := cluster.SetImageTag(context.Background(), e.c.Client, ds, tag)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -62,7 +47,7 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 		t.Errorf("halt reason %q does not name ztunnel and the swap timeout", r)
 	}
 	time.Sleep(3 * time.Second) // give a broken orchestrator the chance to start another node
-	nr, err := e.rollouts.Get(context.Background(), "neverready")
+	nr, err := e.rollouts.Get(context.Background(), "neverready", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

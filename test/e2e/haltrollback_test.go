@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -51,7 +52,7 @@ func TestRollbackAfterHalt(t *testing.T) {
 		t.Fatalf("re-applied ztunnel at %s, want the old revision %s", got, oldZt)
 	}
 	time.Sleep(3 * time.Second)
-	if nr, _ = e.rollouts.Get(context.Background(), "halts"); nr.Status.Phase != v1alpha1.PhaseHalted {
+	if nr, _ = e.rollouts.Get(context.Background(), "halts", metav1.GetOptions{}); nr.Status.Phase != v1alpha1.PhaseHalted {
 		t.Fatalf("phase %s after re-applying the old chart: want still Halted", nr.Status.Phase)
 	}
 	w := e.watch()

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -33,7 +35,7 @@ const ns = cluster.IstioNamespace
 type env struct {
 	t        testing.TB
 	c        *cluster.Cluster
-	rollouts orchestrator.RolloutClient
+	rollouts v1alpha1.NodeRolloutInterface
 }
 
 func repoRoot() string {
@@ -49,10 +51,11 @@ func newEnv(t testing.TB, nodes, zones int) *env {
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc := nwc.NodeRollouts()
 	e := &env{t: t, c: c, rollouts: rc}
 	e.waitDaemonSetsReady(nodes)
 	return e
@@ -131,7 +134,7 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.R
 	e.t.Helper()
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		nr, err := e.rollouts.Get(ctx, name)
+		nr, err := e.rollouts.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -263,6 +266,9 @@ func rollout(name string, mut func(*v1alpha1.NodeRolloutSpec)) *v1alpha1.NodeRol
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 4, 4
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: 60 * time.Second}
+	// No baseline and no soak unless a test asks: these tests are about the
+	// node steps, and the defaults (minutes) are the judge's.
+	nr.Spec.Baseline, nr.Spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{}
 	if mut != nil {
 		mut(&nr.Spec)
 	}
@@ -380,7 +386,7 @@ func (w *watcher) check(what string) {
 		if p.Spec.NodeName == "" {
 			continue
 		}
-		if dsOf(p) != "" && p.DeletionTimestamp == nil && podReady(p) {
+		if dsOf(p) != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(p) {
 			readyPods[p.Spec.NodeName]++
 		}
 	}
@@ -399,15 +405,6 @@ func (w *watcher) check(what string) {
 		sort.Strings(names)
 		w.maxUnavail, w.worst = len(unavailable), what+": "+strings.Join(names, ",")
 	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func (w *watcher) max() (int, string) {
@@ -439,7 +436,7 @@ func (e *env) assertAllOnNewest(nodes int) {
 		}
 		onNew := map[string]bool{}
 		for _, p := range pods.Items {
-			if dsOf(&p) == name && p.DeletionTimestamp == nil && p.Labels["controller-revision-hash"] == hash && podReady(&p) {
+			if dsOf(&p) == name && p.DeletionTimestamp == nil && p.Labels["controller-revision-hash"] == hash && podutils.IsPodReady(&p) {
 				onNew[p.Spec.NodeName] = true
 			}
 		}

@@ -82,13 +82,15 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 	if nr.Status.Counts.Done+nr.Status.Counts.Pending != nodes || nr.Status.Counts.InProgress != 0 {
 		t.Errorf("after abort: counts %+v", nr.Status.Counts)
 	}
+	// An Aborted rollout exits 1; stdout holds the object (as kubectl -o json), stderr says why.
 	out, err = e.cli("status", "aborted", "-o", "json")
-	if err != nil {
-		t.Fatalf("status -o json: %v %s", err, out)
+	obj, why, _ := strings.Cut(out, "nodewise: ")
+	if err == nil || !strings.Contains(why, "is Aborted") {
+		t.Errorf("status -o json of an aborted rollout: exit %v, stderr %q; want exit 1 saying it is Aborted", err, why)
 	}
-	var st v1alpha1.NodeRolloutStatus
-	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Phase != v1alpha1.PhaseAborted {
-		t.Errorf("status -o json: %v phase %q\n%s", err, st.Phase, out)
+	var got v1alpha1.NodeRollout
+	if err := json.Unmarshal([]byte(obj), &got); err != nil || got.Status.Phase != v1alpha1.PhaseAborted || got.Kind != "NodeRollout" {
+		t.Errorf("status -o json: %v kind %q phase %q\n%s", err, got.Kind, got.Status.Phase, out)
 	}
 }
 

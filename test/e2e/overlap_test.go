@@ -35,11 +35,11 @@ func TestOverlappingRolloutWaits(t *testing.T) {
 	ctx := context.Background()
 	sawWaiting := false
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		first, err := e.rollouts.Get(ctx, "first")
+		first, err := e.rollouts.Get(ctx, "first", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		second, err := e.rollouts.Get(ctx, "second")
+		second, err := e.rollouts.Get(ctx, "second", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

@@ -151,7 +151,7 @@ func TestPDBBlockedPolicies(t *testing.T) {
 		e.upgrade("1.28.3")
 		e.apply(rollout("pdb-wait", spec(v1alpha1.PDBWait)))
 		err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			nr, err := e.rollouts.Get(ctx, "pdb-wait")
+			nr, err := e.rollouts.Get(ctx, "pdb-wait", metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
@@ -161,7 +161,7 @@ func TestPDBBlockedPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("guarded node never showed it waits on the PDB: %v", err)
 		}
-		nr, _ := e.rollouts.Get(context.Background(), "pdb-wait")
+		nr, _ := e.rollouts.Get(context.Background(), "pdb-wait", metav1.GetOptions{})
 		if nr.Status.Phase != v1alpha1.PhaseProgressing || nr.Status.Counts.Done != 0 {
 			t.Errorf("while waiting: phase %s counts %+v; want Progressing with nothing done (canary first)", nr.Status.Phase, nr.Status.Counts)
 		}
@@ -178,7 +178,7 @@ func TestPDBBlockedPolicies(t *testing.T) {
 
 func (e *env) patch(name, patch string) {
 	e.t.Helper()
-	if _, err := e.rollouts.Patch(context.Background(), name, "application/merge-patch+json", []byte(patch)); err != nil {
+	if _, err := e.rollouts.Patch(context.Background(), name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 }

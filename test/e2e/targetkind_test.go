@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -45,7 +46,7 @@ func TestZtunnelTargetTypedByWhatItRuns(t *testing.T) {
 	var pinned string
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		pl, err := e.c.Client.CoreV1().Pods("apps").List(ctx, metav1.ListOptions{})
-		if err != nil || len(pl.Items) != 1 || !podReady(&pl.Items[0]) {
+		if err != nil || len(pl.Items) != 1 || !podutils.IsPodReady(&pl.Items[0]) {
 			return false, nil
 		}
 		pinned = string(pl.Items[0].UID)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
@@ -36,7 +38,7 @@ func TestMaintenanceWindows(t *testing.T) {
 	e.patch("windows", `{"spec":{"maintenanceWindows":`+closedWindowJSON(time.Now())+`}}`)
 	nr := e.waitPhase("windows", time.Minute, v1alpha1.PhaseWaitingForWindow)
 	time.Sleep(3 * time.Second) // a broken orchestrator would start a node now
-	nr, err := e.rollouts.Get(context.Background(), "windows")
+	nr, err := e.rollouts.Get(context.Background(), "windows", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,9 +226,6 @@ func (l *Load) stream(o LoadOptions) {
 	}
 }
 
-// Observed returns the counts so far.
-func (l *Load) Observed() Observed { return l.c.snapshot() }
-
 // Stop ends the load, closes its connections and returns what it saw.
 func (l *Load) Stop() Observed {
 	close(l.stop)

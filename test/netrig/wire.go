@@ -2,9 +2,11 @@ package netrig
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -152,6 +154,27 @@ func (r *Rig) startHubEcho() {
 	r.echo = l
 	go serveEcho(l)
 	r.t.Cleanup(func() { l.Close() })
+}
+
+// LoopbackSink listens on loopback until the test ends, reading and
+// discarding what each connection sends, and returns its address.
+func LoopbackSink(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	return l.Addr().String()
 }
 
 // HostNoise makes resets in the process's own (host) namespace on loopback

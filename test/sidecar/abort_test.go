@@ -43,7 +43,7 @@ func TestAbortMidWave(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "ab"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Tag: "next", Waves: tierWaves("1", "2", "3"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 1}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Mid-wave: wave 2 (index 1) restarting, some of its pods already on 1.28.1.
@@ -63,7 +63,7 @@ func TestAbortMidWave(t *testing.T) {
 	})
 	rm := e.migration("ab")
 	rm.Spec.Abort = true
-	if _, err := e.mc.Update(ctx, rm); err != nil {
+	if _, err := e.mc.Update(ctx, rm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rm = e.waitPhase("ab", 5*time.Minute, v1alpha1.MigrationAborted)
@@ -156,7 +156,7 @@ func TestGates(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "g"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waves: tierWaves("1", "2"),
 			RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
-	}); err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rm := e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationGating)
@@ -192,7 +192,7 @@ func TestGates(t *testing.T) {
 
 	// A halted migration can still be aborted: g-1 goes back to 1-27.
 	rm.Spec.Abort = true
-	if _, err := e.mc.Update(ctx, rm); err != nil {
+	if _, err := e.mc.Update(ctx, rm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rm = e.waitPhase("g", 2*time.Minute, v1alpha1.MigrationAborted)

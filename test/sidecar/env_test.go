@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 	appsv1 "k8s.io/api/apps/v1"
@@ -38,7 +40,7 @@ type env struct {
 	ctx    context.Context
 	c      *cluster.Cluster
 	inj    *injector.Server
-	mc     revisions.Client
+	mc     v1alpha1.RevisionMigrationInterface
 }
 
 // start boots a cluster, registers the test injector for every version and
@@ -64,10 +66,11 @@ func start(t *testing.T, nodes int, versions ...string) *env {
 		}
 	}
 	installCRD(t, ctx, c)
-	mc, err := revisions.NewClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mc := nwc.RevisionMigrations()
 	return &env{t: t, ctx: ctx, c: c, inj: inj, mc: mc}
 }
 
@@ -168,13 +171,7 @@ func (e *env) proxies(ns string) (tags map[string]string, notReady int) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		ready := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-		if !ready {
+		if !podutils.IsPodReady(&p) {
 			notReady++
 			continue
 		}
@@ -220,10 +217,11 @@ func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	mc, err := revisions.NewClient(cfg)
+	nwc, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	mc := nwc.RevisionMigrations()
 	e.events = record.NewFakeRecorder(1000)
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
@@ -249,7 +247,7 @@ func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) 
 
 func (e *env) migration(name string) *v1alpha1.RevisionMigration {
 	e.t.Helper()
-	rm, err := e.mc.Get(e.ctx, name)
+	rm, err := e.mc.Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}

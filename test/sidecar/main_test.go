@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/revisions"
 )
 
@@ -43,10 +44,11 @@ func runController(kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	mc, err := revisions.NewClient(cfg)
+	nwc, err := v1alpha1.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
+	mc := nwc.RevisionMigrations()
 	log, err := zap.NewDevelopment()
 	if err != nil {
 		return err

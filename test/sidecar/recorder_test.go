@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/kubectl/pkg/util/podutils"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -68,15 +70,7 @@ func (r *recorder) observe(typ watch.EventType, p *corev1.Pod) {
 	if _, ok := r.created[string(p.UID)]; !ok {
 		r.created[string(p.UID)] = p.CreationTimestamp.Time
 	}
-	ready := typ != watch.Deleted && p.DeletionTimestamp == nil
-	if ready {
-		ready = false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-	}
+	ready := typ != watch.Deleted && p.DeletionTimestamp == nil && podutils.IsPodReady(p)
 	if r.ready[key] == nil {
 		r.ready[key] = map[string]bool{}
 	}

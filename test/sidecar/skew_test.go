@@ -48,7 +48,7 @@ func TestSkewTwoPasses(t *testing.T) {
 	// A control-plane move that would strand the 1.26 proxies is refused, with why.
 	create := func(name string, spec v1alpha1.RevisionMigrationSpec) {
 		t.Helper()
-		if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}); err != nil {
+		if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		s := good
 		tc.mut(&s)
-		_, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: s})
+		_, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: s}, metav1.CreateOptions{})
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: API server said %v, want Invalid with %q", name, err, tc.want)
 		}
@@ -145,18 +145,18 @@ func TestBadInput(t *testing.T) {
 	// Disjoint selectors are accepted.
 	ok := good
 	ok.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("tier", "2")}, {Name: "rest", Percent: p(100)}}
-	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "ok"}, Spec: ok}); err != nil {
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "ok"}, Spec: ok}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("valid migration rejected: %v", err)
 	}
 	// Unknown revisions cannot be CEL: the controller refuses, naming the installed ones.
 	unknown := good
 	unknown.To = "1-99"
-	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "unknown"}, Spec: unknown}); err != nil {
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "unknown"}, Spec: unknown}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Two live migrations never share a namespace: m1 (listed first) takes bi, m2 is refused.
 	for _, name := range []string{"m1", "m2"} {
-		if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: good}); err != nil {
+		if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: good}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package bpf
+package bench
 
 import (
 	"net"
@@ -8,6 +8,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/bpf"
+	"github.com/nodewise/nodewise/test/netrig"
 )
 
 func TestRunTimesQuantile(t *testing.T) {
@@ -45,7 +48,7 @@ func TestTimedBuildTimesEveryRun(t *testing.T) {
 		t.Fatalf("LoadTimed: %v", err)
 	}
 	defer p.Close()
-	addr := loopbackSink(t)
+	addr := netrig.LoopbackSink(t)
 	connect := func(n int) {
 		for range n {
 			if c, err := net.Dial("tcp4", addr); err == nil {
@@ -59,7 +62,7 @@ func TestTimedBuildTimesEveryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := p.Programs()[NodewiseProgInetSockSetState].Stats()
+	st, err := p.Programs()[bpf.NodewiseProgInetSockSetState].Stats()
 	if err != nil {
 		t.Fatal(err)
 	}

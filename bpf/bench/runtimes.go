@@ -1,12 +1,15 @@
-package bpf
+package bench
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/nodewise/nodewise/bpf"
 )
 
 // The buckets of the timed build's histograms (RUNPROF_* in
@@ -20,26 +23,39 @@ const (
 // [2i, 2i+2) ns, bucket 1024+k runs of [2^k, 2^(k+1)) ns.
 type RunTimes []uint64
 
-// LoadTimed loads and attaches the timed build, whose state program files
-// each run's duration (read with bpf_ktime_get_ns at its entry and exit)
-// into a histogram: the distribution the kernel's mean hides. For
-// benchmarks; the timing adds a clock read to every run.
-func LoadTimed() (*Probe, error) {
-	blocks, err := counterBlocks()
-	if err != nil {
-		return nil, err
-	}
-	return load(blocks, true)
+// Probe is the timed build, loaded and attached: a bpf.Probe (it counts
+// like the production build) whose state program also times its runs.
+type Probe struct {
+	*bpf.Probe
+	runNs *ebpf.Map
 }
 
-// RunTimes returns the durations of the state program's runs so far; only
-// a probe from LoadTimed has them.
-func (p *Probe) RunTimes() (RunTimes, error) {
-	if p.runNs == nil {
-		return nil, fmt.Errorf("not the timed build")
+// LoadTimed loads and attaches the timed build, whose state program files
+// each run's duration (read with bpf_ktime_get_ns at its entry and exit)
+// into a histogram: the distribution the kernel's mean hides. The timing
+// adds a clock read to every run.
+func LoadTimed() (*Probe, error) {
+	spec, err := LoadNodewiseRunprof()
+	if err != nil {
+		return nil, fmt.Errorf("reading the timed build: %w", err)
 	}
-	return readRunTimes(p.runNs)
+	runNs, err := ebpf.NewMap(spec.Maps["run_ns"])
+	if err != nil {
+		return nil, fmt.Errorf("creating the run-time histogram: %w", err)
+	}
+	p, err := bpf.LoadBuild(spec, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"run_ns": runNs}})
+	if err != nil {
+		runNs.Close()
+		return nil, err
+	}
+	return &Probe{Probe: p, runNs: runNs}, nil
 }
+
+// RunTimes returns the durations of the state program's runs so far.
+func (p *Probe) RunTimes() (RunTimes, error) { return readRunTimes(p.runNs) }
+
+// Close detaches the programs and frees the maps.
+func (p *Probe) Close() error { return errors.Join(p.Probe.Close(), p.runNs.Close()) }
 
 // TimeEmptyRuns attaches an empty program timed the same way to the state
 // program's hook while work runs, and returns its runs' durations: what

@@ -1,6 +1,6 @@
-package judgegate_test
+package e2e
 
-// End to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
+// The judge gate end to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
 // controller-manager and scheduler): the orchestrator rolls ztunnel and
 // istio-cni node by node, and its soak step is judged by the real judge
 // through judgegate, reading synthetic node agents over HTTPS with the real
@@ -95,7 +95,7 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	secs := now.Sub(f.start).Seconds()
 	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
-	for i := range 10 {
+	for i := range 11 { // ten workload pods and the probe
 		c := health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: health.SideApp,
 			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
 			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
@@ -111,6 +111,9 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		c.ConnectLatency.Buckets[9] = uint64(25 * secs)
 		c.ConnectLatency.Buckets[10] = uint64(25 * secs)
 		c.SRTT.Buckets[8] = uint64(100 * secs)
+		if i == 10 {
+			c.Namespace, c.Name = health.DefaultProbeNamespace, "nodewise-probe-"+node
+		}
 		s.Pods = append(s.Pods, c)
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -147,7 +150,7 @@ func (f *fleet) watchSwaps(t *testing.T, c *cluster.Cluster) {
 type e2e struct {
 	c     *cluster.Cluster
 	f     *fleet
-	rolls orchestrator.RolloutClient
+	rolls v1alpha1.NodeRolloutInterface
 }
 
 func startE2E(t *testing.T) *e2e {
@@ -201,10 +204,11 @@ func startE2E(t *testing.T) *e2e {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = o.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	rolls, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rolls := nwc.NodeRollouts()
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +227,7 @@ func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
 	}
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := e.rolls.Get(ctx, nr.Name)
+		got, err := e.rolls.Get(ctx, nr.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -247,12 +251,12 @@ func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
 	}
 	for _, ns := range nr.Status.Nodes {
 		j := ns.Judgement
-		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != string(health.Pass) || j.PodsCompared != 10 || j.Tests == 0 || len(j.Rows) == 0 {
+		if !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.IntervalOutcome != health.Pass || j.PodsCompared != 11 || j.Tests == 0 || len(j.Rows) == 0 {
 			t.Errorf("node %s: verdict %q, judgement in status %+v", ns.Name, ns.Verdict, j)
 		}
 	}
 	out := explain(t, e, nr.Name, nr.Status.Nodes[0].Name)
-	for _, want := range []string{"state Done", "verdict: Pass", "10 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
+	for _, want := range []string{"state Done", "verdict: Pass", "11 pods compared", "POD", "BEFORE", "AFTER", "shop/"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("nodewise explain lacks %q:\n%s", want, out)
 		}
@@ -291,7 +295,7 @@ func TestE2ERegressionHaltsAtThatNode(t *testing.T) {
 			j = ns.Judgement
 		}
 	}
-	if j == nil || j.IntervalOutcome != string(health.Fail) || j.ConsecutiveFailures != 2 || j.Judgements != 2 || j.Regressions == 0 {
+	if j == nil || j.IntervalOutcome != health.Fail || j.ConsecutiveFailures != 2 || j.Judgements != 2 || j.Regressions == 0 {
 		t.Errorf("judgement in status %+v, want the node failed after 2 consecutive judgements (one interval after the first)", j)
 	}
 	out := explain(t, e, nr.Name, bad)
@@ -367,10 +371,11 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 	}
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	installCRD(t, c)
-	rolls, err := orchestrator.NewRolloutClient(c.Config)
+	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rolls := nwc.NodeRollouts()
 	d := func(x time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: x} }
 	for i, tc := range []struct {
 		gates v1alpha1.GatesSpec

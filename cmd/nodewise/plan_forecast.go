@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
+)
+
+// renderSwaps prints, per target, the swap nodewise will use (or the one line
+// saying what to set when neither is possible), and returns ztunnel's swap
+// and drain deadline for the forecast.
+func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p orchestrator.Policy) (orchestrator.SwapKind, time.Duration, error) {
+	swap, deadline := orchestrator.SwapKind(""), time.Duration(0)
+	fmt.Fprintln(w, "\nSwaps:")
+	for _, ref := range p.Targets {
+		ds, err := kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return swap, deadline, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		kind, why, err := orchestrator.DetectSwap(ds)
+		if err != nil {
+			fmt.Fprintf(w, "  %s/%s: no swap possible: %v\n", ref.Namespace, ref.Name, err)
+			continue
+		}
+		fmt.Fprintf(w, "  %s/%s: %s\n", ref.Namespace, ref.Name, why)
+		if kind == orchestrator.SwapSurge || swap == "" {
+			grace := 30 * time.Second
+			if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+				grace = time.Duration(*g) * time.Second
+			}
+			swap, deadline = kind, health.DrainDeadline(grace)
+		}
+	}
+	return swap, deadline, nil
+}
+
+// renderForecast reads every planned node's agent and prints the predicted
+// disruption (orchestrator.RenderForecast). An unreachable agent is shown as
+// such; drain auto would drain that node.
+func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface, agents judgegate.AgentConfig, order []orchestrator.PlannedNode,
+	p orchestrator.Policy, swap orchestrator.SwapKind, deadline time.Duration) error {
+	client, err := judgegate.Agents(agents, kube, zap.NewNop())
+	if err != nil {
+		return err
+	}
+	var fs []orchestrator.NodeForecast
+	for _, pn := range order {
+		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", pn.Name).String()})
+		if err != nil {
+			return fmt.Errorf("listing the pods on %s: %w", pn.Name, err)
+		}
+		in := orchestrator.ForecastInput{Node: pn.Name, Deadline: deadline, LongLived: p.LongLivedAfter, Swap: swap}
+		for i := range list.Items {
+			in.Pods = append(in.Pods, &list.Items[i])
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		in.Snapshot, in.AgentErr = client.Snapshot(actx, pn.Name)
+		cancel()
+		fs = append(fs, orchestrator.Forecast(in))
+	}
+	return orchestrator.RenderForecast(w, fs, deadline, p.LongLivedAfter, swap)
+}

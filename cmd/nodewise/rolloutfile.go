@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/deploy/crds"
+	"github.com/nodewise/nodewise/orchestrator"
+)
+
+// rolloutFile is a NodeRollout read from -f: the typed object, its policy,
+// and the document as written (what apply sends).
+type rolloutFile struct {
+	rollout *v1alpha1.NodeRollout
+	policy  orchestrator.Policy
+	doc     []byte // JSON
+}
+
+// readRollout reads and validates one NodeRollout from path (- is stdin) the
+// way the API server and the orchestrator would: strictly typed, as a policy,
+// its gates as the judge reads them, and against the CRD's schema and rules
+// (names, sets, enums, CEL). Every problem is returned on one line.
+func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile, error) {
+	doc, err := readManifest(stdin, path)
+	if err != nil {
+		return rolloutFile{}, err
+	}
+	nr, p, perr := orchestrator.ParseRollout(doc)
+	if nr == nil {
+		return rolloutFile{}, errors.New(orchestrator.OneLine(perr))
+	}
+	msgs := []string{}
+	if perr != nil {
+		msgs = append(msgs, orchestrator.OneLine(perr))
+	}
+	// The judge's own reading of spec.gates says more than the schema
+	// ("listed twice", "must be a decimal number"): it goes first, and the
+	// schema's errors under spec.gates are then left out.
+	gerr := checkGates(ctx, nr.Spec.Gates, true)
+	if gerr != nil {
+		msgs = append(msgs, gerr.Error())
+	}
+	v, err := crds.ForKind("NodeRollout")
+	if err != nil {
+		return rolloutFile{}, err
+	}
+	obj := map[string]any{}
+	if err := json.Unmarshal(doc, &obj); err != nil {
+		return rolloutFile{}, fmt.Errorf("malformed NodeRollout: %w", err)
+	}
+	for _, fe := range v.Validate(ctx, obj) {
+		// The policy check already names some fields (maxParallel: 0); say each once.
+		if gerr != nil && strings.HasPrefix(fe.Field, "spec.gates") {
+			continue
+		}
+		if perr == nil || !strings.Contains(perr.Error(), fe.Field) {
+			msgs = append(msgs, fe.Error())
+		}
+	}
+	if len(msgs) > 0 {
+		return rolloutFile{}, errors.New(strings.Join(msgs, "; "))
+	}
+	return rolloutFile{rollout: nr, policy: p, doc: doc}, nil
+}

@@ -1,0 +1,60 @@
+package crds
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func object(t *testing.T, s string) map[string]any {
+	t.Helper()
+	obj := map[string]any{}
+	if err := yaml.Unmarshal([]byte(s), &obj); err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// The offline check refuses what the API server refuses (test/e2e compares
+// the two on the real server): names, enums, minimums, sets and CEL rules.
+func TestNodeRolloutValidation(t *testing.T) {
+	v, err := ForKind("NodeRollout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const good = "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: up}\nspec: {maxParallel: 2}\n"
+	obj := object(t, good)
+	if errs := v.Validate(t.Context(), obj); len(errs) != 0 {
+		t.Fatalf("a good rollout: %v", errs)
+	}
+	spec := obj["spec"].(map[string]any)
+	if spec["maxUnavailable"] != int64(1) && spec["maxUnavailable"] != float64(1) {
+		t.Errorf("defaults not applied: maxUnavailable %v", spec["maxUnavailable"])
+	}
+	for _, tc := range []struct{ in, want string }{
+		{strings.Replace(good, "name: up", "name: Up_Grade", 1), "metadata.name"},
+		{strings.Replace(good, "name: up", "name: ''", 1), "metadata.name"},
+		{strings.Replace(good, "maxParallel: 2", "maxParallel: 0", 1), "spec.maxParallel"},
+		{strings.Replace(good, "maxParallel: 2", "canaryNodes: [n1, n2, n1]", 1), `spec.canaryNodes[2]: Duplicate value: "n1"`},
+		{strings.Replace(good, "maxParallel: 2", "drain: {policy: sometimes}", 1), "spec.drain.policy"},
+		{strings.Replace(good, "maxParallel: 2", "maintenanceWindows: [{start: '10:00', end: '09:00'}]", 1), "window end must be after its start"},
+	} {
+		errs := v.Validate(t.Context(), object(t, tc.in))
+		if !strings.Contains(fmt.Sprint(errs), tc.want) {
+			t.Errorf("%q: %v; want an error with %q", tc.in, errs, tc.want)
+		}
+	}
+}
+
+func TestEveryEmbeddedKindLoads(t *testing.T) {
+	for _, k := range []string{"NodeRollout", "RevisionMigration"} {
+		if _, err := ForKind(k); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	if _, err := ForKind("Pod"); err == nil {
+		t.Error("ForKind(Pod) succeeded")
+	}
+}

@@ -1,0 +1,419 @@
+package health
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The cluster simulation: the judged node and its control nodes share
+// workloads, and the whole cluster can change during the soak (every client
+// ×3, a dependency failing). Each trial judges the node twice on the same
+// draw: with its control group, and before/after alone. See docs/health.md.
+
+const (
+	clusterWorkloads = 40 // each node hosts 30 of them, one pod each
+	clusterControl   = 3  // control nodes in the judged node's zone
+	// clusterProbes is the number of probes in the cluster: a broken node's
+	// probe shares its failures with 1/(clusterProbes−1) of every other
+	// probe's traffic (they talk to it too), control nodes' included.
+	clusterProbes = 10
+	clusterSwap   = 30 // seconds between the last baseline snapshot and the soak's first
+)
+
+// simClusterTrials is the nodes per case (set lower to profile).
+var simClusterTrials = 1000
+
+// clusterTiming is the judgement's windows: baseline and soak, and how often
+// the recorder samples the baseline (for the dispersion estimate).
+type clusterTiming struct {
+	baseline, soak, sample int // seconds
+}
+
+func (t clusterTiming) String() string {
+	return fmt.Sprintf("baseline %s, soak %s", time.Duration(t.baseline)*time.Second, time.Duration(t.soak)*time.Second)
+}
+
+// defaultTiming is the defaults: orchestrator/policy.go's baseline and soak,
+// and health.RecorderConfig's sampling period.
+var defaultTiming = clusterTiming{baseline: 300, soak: 300, sample: 30}
+
+// clusterShift changes every node's traffic during the soak, the judged
+// node's and the control nodes' alike.
+type clusterShift struct {
+	name  string
+	apply func(j jitterer, workload int, p simPod) simPod
+}
+
+// jitterer spreads a cluster-wide change: each workload responds in its own
+// way (×lognormal σ 0.1 per effect, the same on every node), and each of its
+// pods a little more (σ 0.03).
+type jitterer struct {
+	r        *rand.Rand
+	workload [][]float64 // [workload][effect]
+}
+
+func newJitterer(r *rand.Rand) jitterer {
+	j := jitterer{r: r, workload: make([][]float64, clusterWorkloads+1)} // the probe last
+	for w := range j.workload {
+		for range 8 {
+			j.workload[w] = append(j.workload[w], math.Exp(0.1*r.NormFloat64()))
+		}
+	}
+	return j
+}
+
+// of is factor f of effect e for one pod of workload w (-1: the probe).
+func (j jitterer) of(w, e int, f float64) float64 {
+	if w < 0 {
+		w = clusterWorkloads
+	}
+	return f * j.workload[w][e] * math.Exp(0.03*j.r.NormFloat64())
+}
+
+var (
+	shiftNone = clusterShift{name: "none"}
+	// Every client ×3: three times the connections, and the load shows in
+	// resets, failed connects and retransmits per connection (×1.5) and in
+	// latency (×1.3). The probe's rate is its own, but it shares the load.
+	shiftLoad3x = clusterShift{name: "every client ×3", apply: func(j jitterer, w int, p simPod) simPod {
+		if !p.probe {
+			p.connRate *= j.of(w, 0, 3)
+		}
+		p.resetRecvP *= j.of(w, 1, 1.5)
+		p.resetSentP *= j.of(w, 2, 1.5)
+		p.failP *= j.of(w, 3, 1.5)
+		p.retransPer *= j.of(w, 4, 1.5)
+		p.latMedianUS *= j.of(w, 5, 1.3)
+		p.rttMedianUS *= j.of(w, 6, 1.3)
+		return p
+	}}
+	// A dependency failing: the pods of every third workload receive 5× the
+	// resets and fail 10× the connects, on every node.
+	shiftDependency = clusterShift{name: "a dependency failing", apply: func(j jitterer, w int, p simPod) simPod {
+		if !p.probe && w%3 == 0 {
+			p.resetRecvP *= j.of(w, 1, 5)
+			p.failP *= j.of(w, 3, 10)
+		}
+		return p
+	}}
+)
+
+// clusterCase is one row of the table.
+type clusterCase struct {
+	shift   clusterShift
+	drained bool   // the judged node was drained: only the probe is compared
+	regress string // "", "pod" (3× resets received in one pod of 30) or "probe" (3× in the probe)
+}
+
+func (c clusterCase) String() string {
+	s := "healthy"
+	switch c.regress {
+	case "pod":
+		s = "3× resets in 1 pod of 30"
+	case "probe":
+		s = "3× resets in the probe"
+	}
+	if c.drained {
+		s += ", drained"
+	} else {
+		s += ", undrained"
+	}
+	if c.shift.name != "none" {
+		s += ", " + c.shift.name
+	}
+	return s
+}
+
+// clusterNode is one node's pods: workload indexes and traffic models (the probe last).
+type clusterNode struct {
+	workload []int
+	pods     []simPod
+}
+
+// simProbeResetP is the probe's resets received per connection in the
+// cluster simulation: 0.2 resets/s at simProbeRate, the bar the workload
+// pods' reset case uses (resetsEligible).
+const simProbeResetP = 0.2 / simProbeRate
+
+func newClusterNode(r *rand.Rand, workloads []simPod, probe simPod) clusterNode {
+	var n clusterNode
+	for _, w := range r.Perm(len(workloads))[:simPods] {
+		p := workloads[w]
+		p.connRate = math.Min(300, math.Max(0.2, p.connRate*math.Exp(0.3*r.NormFloat64())))
+		n.workload = append(n.workload, w)
+		n.pods = append(n.pods, p)
+	}
+	n.workload = append(n.workload, -1)
+	n.pods = append(n.pods, probe)
+	return n
+}
+
+// clusterSnapshots draws one node's baseline series and the snapshots at the soak's start and end.
+func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, soakPods []simPod) ([]Snapshot, Snapshot, Snapshot) {
+	name := fmt.Sprintf("node-%d", node)
+	start := simStart
+	cum := make([]PodCounters, len(n.pods))
+	for i := range cum {
+		w := n.workload[i]
+		cum[i] = simCounters(fmt.Sprintf("ns%d", w%5), fmt.Sprintf("wl%02d-7d9c5b8f4-x2k%c%c", w, safeAlphabet[node%27], safeAlphabet[i%27]),
+			fmt.Sprintf("uid-%d-%d", node, i))
+		if n.pods[i].probe {
+			cum[i].Namespace, cum[i].Name = DefaultProbeNamespace, fmt.Sprintf("nodewise-probe-x2k%c%c", safeAlphabet[node%27], 'z')
+		}
+	}
+	at := start.Add(time.Minute)
+	series := []Snapshot{snapshotOf(name, start, at, cum)}
+	for s := 0; s < t.baseline; s += t.sample {
+		d := min(t.sample, t.baseline-s)
+		addWindow(r, n.pods, cum, d, nil)
+		at = at.Add(time.Duration(d) * time.Second)
+		series = append(series, snapshotOf(name, start, at, cum))
+	}
+	addWindow(r, n.pods, cum, clusterSwap, nil)
+	at = at.Add(clusterSwap * time.Second)
+	s2 := snapshotOf(name, start, at, cum)
+	addWindow(r, soakPods, cum, t.soak, nil)
+	s3 := snapshotOf(name, start, at.Add(time.Duration(t.soak)*time.Second), cum)
+	return series, s2, s3
+}
+
+// onlyProbe keeps the probe's pods: on a drained node the workload's pods
+// were evicted before the swap, and the ones scheduled after it are new.
+func onlyProbe(s Snapshot) Snapshot {
+	var pods []PodCounters
+	for _, p := range s.Pods {
+		if p.Namespace == DefaultProbeNamespace {
+			pods = append(pods, p)
+		}
+	}
+	s.Pods = pods
+	return s
+}
+
+// clusterTrial draws a cluster and judges its first node with and without
+// its control group.
+func clusterTrial(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (withControl, alone Assessment, target string) {
+	workloads := make([]simPod, clusterWorkloads)
+	for i := range workloads {
+		workloads[i] = simWorkload(r)
+	}
+	probe := simProbePod(r)
+	probe.resetRecvP = simProbeResetP
+	nodes := make([]clusterNode, 1+clusterControl)
+	for i := range nodes {
+		nodes[i] = newClusterNode(r, workloads, probe)
+	}
+	jit := newJitterer(r)
+	var windows []ControlWindow
+	var judged []Snapshot
+	var soakStart, soakEnd Snapshot
+	for i, n := range nodes {
+		soak := append([]simPod(nil), n.pods...)
+		if c.shift.apply != nil {
+			for j := range soak {
+				soak[j] = c.shift.apply(jit, n.workload[j], soak[j])
+			}
+		}
+		probeIdx := len(soak) - 1
+		switch {
+		case c.regress == "probe" && i == 0:
+			soak[probeIdx].resetRecvP *= 3
+		case c.regress == "probe":
+			soak[probeIdx].resetRecvP *= 1 + 2.0/(clusterProbes-1)
+		case c.regress == "pod" && i == 0:
+			j := eligible(r, n.pods, resetsEligible)
+			soak[j].resetRecvP *= 3
+			target = fmt.Sprintf("wl%02d", n.workload[j])
+		}
+		series, s2, s3 := clusterSnapshots(r, i, t, n, soak)
+		if i == 0 {
+			judged, soakStart, soakEnd = series, s2, s3
+			continue
+		}
+		base, err := NewWindow(series[0], series[len(series)-1])
+		if err != nil {
+			panic(err)
+		}
+		sw, err := NewWindow(s2, s3)
+		if err != nil {
+			panic(err)
+		}
+		windows = append(windows, ControlWindow{Node: s2.Node, Baseline: base, Soak: sw})
+	}
+	if c.drained {
+		soakStart, soakEnd = onlyProbe(soakStart), onlyProbe(soakEnd)
+	}
+	if c.regress == "probe" {
+		target = "nodewise-probe"
+	}
+	disp, err := EstimateDispersion(judged, cfg.CountDispersion)
+	if err != nil {
+		panic(err)
+	}
+	base, err := NewWindow(judged[0], judged[len(judged)-1])
+	if err != nil {
+		panic(err)
+	}
+	soak, err := NewWindow(soakStart, soakEnd)
+	if err != nil {
+		panic(err)
+	}
+	ctrl := &Control{Scope: "zone a", Nodes: windows}
+	return Assess(cfg, base, soak, disp, nil, ctrl), Assess(cfg, base, soak, disp, nil, nil), target
+}
+
+// clusterRates are one case's figures, with the control group and without.
+type clusterRates struct {
+	trials                      int
+	fails, failsAlone           int
+	caught, caughtAlone         int
+	inconclusive, explained     int
+	examples, explainedExamples []string
+}
+
+func (s clusterRates) pct(n int) float64 { return 100 * float64(n) / float64(s.trials) }
+
+// caughtIn: the node failed and the injected pod (by workload) or the probe is among its regressions.
+func caughtIn(a Assessment, target string) bool {
+	if a.Outcome != Fail {
+		return false
+	}
+	for _, r := range a.Rows {
+		if r.Regressed && workloadOf(r.Pod.Name) == target || r.Regressed && target == "nodewise-probe" && r.Probe {
+			return true
+		}
+	}
+	return false
+}
+
+func runCluster(seed uint64, trials int, t clusterTiming, c clusterCase) clusterRates {
+	cfg, err := NewConfig(Config{})
+	if err != nil {
+		panic(err)
+	}
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var out clusterRates
+	for range trials {
+		with, alone, target := clusterTrial(r, cfg, t, c)
+		out.trials++
+		if with.Outcome == Fail {
+			out.fails++
+			if len(out.examples) < 2 {
+				out.examples = append(out.examples, with.Reasons[0])
+			}
+		}
+		if alone.Outcome == Fail {
+			out.failsAlone++
+		}
+		if with.Outcome == Inconclusive {
+			out.inconclusive++
+		}
+		if with.ExplainedByControl > 0 {
+			out.explained++
+			for _, r := range with.Reasons {
+				if len(out.explainedExamples) < 1 && len(r) > 9 && r[:9] == "the contr" {
+					out.explainedExamples = append(out.explainedExamples, r)
+				}
+			}
+		}
+		if target != "" {
+			if caughtIn(with, target) {
+				out.caught++
+			}
+			if caughtIn(alone, target) {
+				out.caughtAlone++
+			}
+		}
+	}
+	return out
+}
+
+// The acceptance table at the defaults. Targets (issue 13): healthy nodes
+// that Fail, over 1,000 nodes per cluster-wide condition, ≤ 1%; a 3× reset
+// rise in the probe or in one pod of 30, caught on drained and undrained
+// nodes, ≥ 95%. It prints every figure, with and without the control group,
+// and asserts what holds today: the control group explains most of a
+// cluster-wide shift (before/after alone fails at least 3× as many nodes),
+// it costs at most a quarter of the power, and the probe leaves no node
+// Inconclusive.
+func TestSimClusterAcceptance(t *testing.T) {
+	healthy := []clusterCase{
+		{shift: shiftNone}, {shift: shiftNone, drained: true},
+		{shift: shiftLoad3x}, {shift: shiftLoad3x, drained: true},
+		{shift: shiftDependency}, {shift: shiftDependency, drained: true},
+	}
+	regressions := []clusterCase{
+		{shift: shiftNone, regress: "probe"}, {shift: shiftNone, regress: "probe", drained: true},
+		{shift: shiftNone, regress: "pod"},
+	}
+	t.Logf("%s, %d control nodes, a sample every %ds", defaultTiming, clusterControl, defaultTiming.sample)
+	t.Logf("%-55s %8s %14s %14s %12s", "case", "trials", "Fail (control)", "Fail (alone)", "inconclusive")
+	for i, c := range healthy {
+		// Half of the 1,000 nodes of each condition drained, half not.
+		s := runCluster(uint64(300+i), simClusterTrials/2, defaultTiming, c)
+		t.Logf("%-55s %8d %13.1f%% %13.1f%% %11.1f%%", c, s.trials, s.pct(s.fails), s.pct(s.failsAlone), s.pct(s.inconclusive))
+		if len(s.explainedExamples) > 0 {
+			t.Logf("    e.g. %s", s.explainedExamples[0])
+		}
+		if len(s.examples) > 0 {
+			t.Logf("    false Fail e.g. %q", s.examples)
+		}
+		if s.pct(s.fails) > 1 {
+			// The acceptance target (issue 13) is not met yet for every
+			// shift: the figure is printed, and docs/health.md carries it.
+			t.Logf("    target ≤ 1%% NOT MET: %.1f%%", s.pct(s.fails))
+		}
+		if s.inconclusive > 0 {
+			t.Errorf("%s: %d nodes inconclusive: the probe must give every node evidence", c, s.inconclusive)
+		}
+		if s.failsAlone >= 10 && s.failsAlone < 3*s.fails {
+			t.Errorf("%s: before/after alone failed %d nodes, with the control %d: the control group must explain most of a cluster-wide shift", c, s.failsAlone, s.fails)
+		}
+	}
+	t.Logf("%-55s %8s %14s %14s", "case", "trials", "caught (ctrl)", "caught (alone)")
+	for i, c := range regressions {
+		s := runCluster(uint64(400+i), simClusterTrials/2, defaultTiming, c)
+		t.Logf("%-55s %8d %13.1f%% %13.1f%%", c, s.trials, s.pct(s.caught), s.pct(s.caughtAlone))
+		if s.pct(s.caught) < 95 {
+			t.Logf("    target ≥ 95%% NOT MET: %.1f%%", s.pct(s.caught))
+		}
+		if s.pct(s.caught) < 75 {
+			t.Errorf("%s: caught %.1f%%: the control group costs too much power", c, s.pct(s.caught))
+		}
+	}
+}
+
+func BenchmarkClusterTrial(b *testing.B) {
+	cfg, _ := NewConfig(Config{})
+	r := rand.New(rand.NewPCG(5, 5))
+	for range b.N {
+		clusterTrial(r, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
+	}
+}
+
+// TestSimClusterTimings prints the power and the false-Fail rate by baseline
+// and soak length, the figures the defaults were chosen from
+// (docs/health.md). It asserts only that a longer soak catches more.
+func TestSimClusterTimings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("prints figures; run without -short")
+	}
+	trials := simClusterTrials / 5
+	t.Logf("%-28s %10s %12s %12s %12s", "timing", "trials", "false Fail", "probe 3×", "pod 3×")
+	var last float64
+	for i, tm := range []clusterTiming{{60, 120, 15}, {120, 120, 30}, {300, 120, 30}, {300, 180, 30}, {300, 300, 30}, {600, 300, 60}} {
+		healthy := runCluster(uint64(500+i), trials, tm, clusterCase{shift: shiftNone})
+		probe := runCluster(uint64(600+i), trials, tm, clusterCase{shift: shiftNone, regress: "probe", drained: true})
+		pod := runCluster(uint64(700+i), trials, tm, clusterCase{shift: shiftNone, regress: "pod"})
+		t.Logf("%-28s %10d %11.1f%% %11.1f%% %11.1f%%", tm, trials, healthy.pct(healthy.fails), probe.pct(probe.caught), pod.pct(pod.caught))
+		if tm.baseline == 300 && tm.soak > 120 && pod.pct(pod.caught)+10 < last {
+			t.Errorf("%s: power fell from %.1f%% to %.1f%% with a longer soak", tm, last, pod.pct(pod.caught))
+		}
+		if tm.baseline == 300 {
+			last = pod.pct(pod.caught)
+		}
+	}
+}

@@ -1,0 +1,317 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// The per-node state machine. nextStep is pure: from the node's record,
+// the policy and what its worker has done since it read the record, it
+// decides the one next step. The worker (worker.go) persists that step's
+// record, acts, and asks again.
+
+// stepAct is what a step does once its record, if it has one, is written.
+type stepAct int
+
+const (
+	// actNone: the record is the whole step (with its cordon or uncordon).
+	actNone stepAct = iota
+	// actPreflight checks the node, the skew and the gate, then waits out
+	// the baseline window (Timeout from the record's StepSince).
+	actPreflight
+	// actDrain drains the node under the policy (Timeout bounds it).
+	actDrain
+	// actSwap replaces Target's pod on the node the Swap way and waits for
+	// the new one Ready (Timeout bounds it).
+	actSwap
+	// actWaitReady waits for every target Ready on its newest revision.
+	actWaitReady
+	// actSoak waits out the soak.
+	actSoak
+	// actGate judges the node.
+	actGate
+	// actStop: the record cannot be resumed; the worker stops with Reason.
+	actStop
+)
+
+// swapKind is how a swap step replaces a target's pod on a node.
+type swapKind string
+
+const (
+	// swapReplace deletes the old pod; the DaemonSet controller creates the new one.
+	swapReplace = swapKind(SwapReplace)
+	// swapSurge starts a new pod beside the old one, deletes the old one once
+	// it is Ready and hands the new one to the DaemonSet (surge.go).
+	swapSurge = swapKind(SwapSurge)
+)
+
+// swapKindOf is how target t is swapped: ztunnel make-before-break (surge)
+// unless the policy says replace; istio-cni and other targets replace.
+func swapKindOf(p Policy, t v1alpha1.TargetRef) swapKind {
+	if swapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != SwapReplace {
+		return swapSurge
+	}
+	return swapReplace
+}
+
+// step is one decision of nextStep.
+type step struct {
+	// State is the step: the state recorded when Record, the one the
+	// worker has acted on once Act returns.
+	State v1alpha1.NodeState
+	// Record: persist State (the node's record, then status) before acting.
+	Record bool
+	// Cordon / Uncordon: the step cordons (uncordons) the node, in its
+	// record's conditional patch when it has one.
+	Cordon, Uncordon bool
+	// StampSwap / StampSoak: the record carries the swap's (soak's) start.
+	StampSwap, StampSoak bool
+	Act                  stepAct
+	// Target and Swap say which target actSwap swaps, and how.
+	Target v1alpha1.TargetRef
+	Swap   swapKind
+	// Timeout bounds the act, counted from the record's StepSince (the
+	// persisted start of this step, or of the recorded step it follows),
+	// so a restart never stretches it.
+	Timeout time.Duration
+	// Final: the node's steps end with this record.
+	Final bool
+	// ClearSwapped: the record forgets which pods the swaps deleted.
+	ClearSwapped bool
+	// Reason goes with the record into status.
+	Reason string
+	// Halt is the HaltXxx label of a Failed node: the rollout halts.
+	Halt string
+}
+
+// stepView is what nextStep sees besides the record and the policy.
+type stepView struct {
+	// At is the step this worker acted on last. "" means none yet: the
+	// record's step is acted on again (a resume). v1alpha1.NodePending
+	// means start from the first step whatever the record says (a new
+	// start, or a record only the status knows).
+	At v1alpha1.NodeState
+	// Failed is how the last act failed (nil: it did not).
+	Failed *stepError
+	// UpToDate: every target has a Ready pod on its newest revision on the
+	// node. Read when aborting (it names how an aborted node ends).
+	UpToDate bool
+}
+
+// nextStep decides a node's next step. It is pure.
+func nextStep(rec nodeRecord, p Policy, v stepView, abort bool) step {
+	seq := steps(p)
+	if v.Failed != nil {
+		return failedStep(rec, seq, v.Failed)
+	}
+	if rec.Step == v1alpha1.NodeAbortCleanup && v.At != v1alpha1.NodePending {
+		return abortedStep(p, v)
+	}
+	next, resume := position(rec, p, seq, v.At)
+	if next < 0 {
+		return step{Act: actStop, Reason: fmt.Sprintf("unknown persisted step %q", rec.Step)}
+	}
+	if abort && (next <= indexOf(seq, v1alpha1.NodeDrain) || next > indexOf(seq, v1alpha1.NodeWaitReady)) {
+		// Make the node safe: a started swap finishes (through WaitReady),
+		// anything before it is skipped, and nothing after it is judged.
+		return step{State: v1alpha1.NodeAbortCleanup, Record: true, Reason: "aborted"}
+	}
+	if next == len(seq) {
+		return doneStep(rec, p, seq)
+	}
+	st := seq[next]
+	s := stepFor(p, st)
+	if resume {
+		return s // the record's own step, acted on again
+	}
+	s.Record = !unrecorded(p, st)
+	switch st {
+	case v1alpha1.NodeCordon:
+		s.StampSwap = true
+		if j := cordonsWith(p, seq, next); j >= 0 {
+			// Nothing observes the API between the cordon and the first
+			// swap (no drain): one patch cordons and records that swap.
+			s = stepFor(p, seq[j])
+			s.Record, s.Cordon, s.StampSwap = true, true, true
+		}
+	case v1alpha1.NodeUncordon:
+		if p.Soak == 0 {
+			// No soak: the gate judges right before the uncordon (which
+			// cannot change what it reads), and a pass is recorded with the
+			// uncordon (doneStep), one write instead of two.
+			return stepFor(p, v1alpha1.NodeGate)
+		}
+	case v1alpha1.NodeSoak:
+		s.StampSoak = true
+	}
+	return s
+}
+
+// position is the index in seq of the step to act on now (len(seq): past
+// the gate; -1: a record nextStep cannot place) and whether it is the
+// record's own step, resumed.
+func position(rec nodeRecord, p Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
+	switch {
+	case at == v1alpha1.NodePending:
+		return 0, false
+	case at == "":
+		switch rec.Step {
+		case "", v1alpha1.NodePending, claimed:
+			return 0, false
+		}
+		return indexOf(seq, rec.Step), true
+	}
+	i := indexOf(seq, at)
+	if i < 0 {
+		return -1, false
+	}
+	for i++; i < len(seq) && noop(p, seq[i]); i++ {
+	}
+	return i, false
+}
+
+// stepFor is step st acted on without a record of its own.
+func stepFor(p Policy, st v1alpha1.NodeState) step {
+	s := step{State: st}
+	switch st {
+	case v1alpha1.NodePreflight:
+		s.Act, s.Timeout = actPreflight, p.Baseline
+	case v1alpha1.NodeCordon:
+		s.Cordon = true
+	case v1alpha1.NodeDrain:
+		s.Act, s.Timeout = actDrain, p.DrainTimeout
+	case v1alpha1.NodeWaitReady:
+		s.Act, s.Timeout = actWaitReady, p.SwapTimeout
+	case v1alpha1.NodeUncordon:
+		s.Uncordon = true
+	case v1alpha1.NodeSoak:
+		s.Act, s.Timeout = actSoak, p.Soak
+	case v1alpha1.NodeGate:
+		s.Act = actGate
+	default:
+		for _, t := range p.Targets {
+			if swapState(t) == st {
+				s.Act, s.Target, s.Swap, s.Timeout = actSwap, t, swapKindOf(p, t), p.SwapTimeout
+			}
+		}
+	}
+	return s
+}
+
+// doneStep ends a node that passed its gate: Done (RolledBack in a
+// rollback), with the uncordon when the gate judged before it (no soak).
+func doneStep(rec nodeRecord, p Policy, seq []v1alpha1.NodeState) step {
+	s := step{State: v1alpha1.NodeDone, Record: true, Final: true, ClearSwapped: true, Uncordon: !uncordoned(rec, seq)}
+	if p.Rollback {
+		s.State = v1alpha1.NodeRolledBack
+	}
+	return s
+}
+
+// abortedStep ends a node made safe after an abort, uncordoned in the same
+// patch: Pending when it was not swapped, Done (not gated) when it was.
+func abortedStep(p Policy, v stepView) step {
+	s := step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: "aborted before the swap"}
+	switch {
+	case p.Rollback:
+		s.State, s.Reason = v1alpha1.NodeRolledBack, ""
+	case v.UpToDate:
+		s.State, s.Reason = v1alpha1.NodeDone, "aborted after the swap; not gated"
+	}
+	return s
+}
+
+// failedStep ends a node whose act failed. skip-node hands the node back
+// and skips it; a halt fails it and halts the rollout, handing the node
+// back only when nothing was swapped (preflight, a PDB-blocked drain) or
+// the gate failed before its uncordon (no soak). A node whose swap failed
+// stays cordoned for a person to look at.
+func failedStep(rec nodeRecord, seq []v1alpha1.NodeState, se *stepError) step {
+	if se.skip {
+		return step{State: v1alpha1.NodeSkipped, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: se.reason}
+	}
+	handBack := se.halt == HaltPDBBlocked || se.halt == HaltPreflightFailed || (se.halt == HaltGateFailed && !uncordoned(rec, seq))
+	return step{State: v1alpha1.NodeFailed, Record: true, Final: true, Uncordon: handBack, Reason: se.reason, Halt: se.halt}
+}
+
+// uncordoned says the record is at or past the uncordon.
+func uncordoned(rec nodeRecord, seq []v1alpha1.NodeState) bool {
+	i := indexOf(seq, rec.Step)
+	return i >= 0 && i >= indexOf(seq, v1alpha1.NodeUncordon)
+}
+
+// swapState names the step that swaps target t.
+// Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
+func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
+	kind := t.Kind
+	if kind == "" { // not typed yet (a plan, a test): only the default targets' exact names
+		for _, d := range DefaultTargets {
+			if d.Namespace == t.Namespace && d.Name == t.Name {
+				kind = d.Kind
+			}
+		}
+	}
+	switch kind {
+	case v1alpha1.TargetCNI:
+		return v1alpha1.NodeSwapCNI
+	case v1alpha1.TargetZtunnel:
+		return v1alpha1.NodeSwapZtunnel
+	}
+	return v1alpha1.NodeState("Swap/" + t.Namespace + "/" + t.Name)
+}
+
+// steps is the per-node sequence for a policy: one swap step per target.
+func steps(p Policy) []v1alpha1.NodeState {
+	s := []v1alpha1.NodeState{v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain}
+	for _, t := range p.Targets {
+		s = append(s, swapState(t))
+	}
+	return append(s, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate)
+}
+
+// unrecorded steps only observe (wait for Ready, judge, preflight checks
+// with no baseline window to wait out): they get no record of their own. A
+// successor repeats the observation from the record before it (none, the
+// last swap, or the soak), and the next step's record (Cordon, Uncordon, Done
+// or Failed with the verdict) says it passed. Preflight with a baseline is
+// recorded: the baseline window counts from its record, across a restart.
+func unrecorded(p Policy, st v1alpha1.NodeState) bool {
+	return st == v1alpha1.NodeWaitReady || st == v1alpha1.NodeGate || (st == v1alpha1.NodePreflight && p.Baseline == 0)
+}
+
+// cordonsWith is the index of the step whose record the cordon's patch
+// carries instead of its own (the first swap, when every step between them
+// is a noop: no drain), or -1.
+func cordonsWith(p Policy, seq []v1alpha1.NodeState, cordon int) int {
+	for i := cordon + 1; i < len(seq); i++ {
+		switch {
+		case noop(p, seq[i]):
+			continue
+		case isSwap(seq[i]):
+			return i
+		}
+		return -1
+	}
+	return -1
+}
+
+func isSwap(st v1alpha1.NodeState) bool {
+	return st == v1alpha1.NodeSwapCNI || st == v1alpha1.NodeSwapZtunnel || strings.HasPrefix(string(st), "Swap/")
+}
+
+// noop steps do nothing under this policy: no drain, or a zero soak.
+func noop(p Policy, st v1alpha1.NodeState) bool {
+	return (st == v1alpha1.NodeDrain && p.Drain == v1alpha1.DrainNever) || (st == v1alpha1.NodeSoak && p.Soak == 0)
+}
+
+func indexOf(seq []v1alpha1.NodeState, s v1alpha1.NodeState) int {
+	for i, x := range seq {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}

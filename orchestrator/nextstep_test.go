@@ -1,0 +1,446 @@
+package orchestrator
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// describe is a step in one line, for tables: the state, then what the
+// step does ("record" when it persists the state first).
+func describe(s step) string {
+	if s.Act == actStop {
+		return "stop: " + s.Reason
+	}
+	parts := []string{string(s.State)}
+	flag := func(on bool, name string) {
+		if on {
+			parts = append(parts, name)
+		}
+	}
+	flag(s.Record, "record")
+	flag(s.Cordon, "cordon")
+	flag(s.Uncordon, "uncordon")
+	flag(s.StampSwap, "swap-since")
+	flag(s.StampSoak, "soak-since")
+	switch s.Act {
+	case actPreflight:
+		parts = append(parts, "preflight")
+	case actDrain:
+		parts = append(parts, "drain")
+	case actSwap:
+		parts = append(parts, fmt.Sprintf("%s %s", s.Swap, s.Target.Name))
+	case actWaitReady:
+		parts = append(parts, "wait-ready")
+	case actSoak:
+		parts = append(parts, "soak")
+	case actGate:
+		parts = append(parts, "gate")
+	}
+	if s.Timeout > 0 {
+		parts = append(parts, "≤"+s.Timeout.String())
+	}
+	flag(s.Final, "final")
+	flag(s.ClearSwapped, "forget-swaps")
+	if s.Halt != "" {
+		parts = append(parts, "halt="+s.Halt)
+	}
+	if s.Reason != "" {
+		parts = append(parts, fmt.Sprintf("%q", s.Reason))
+	}
+	return strings.Join(parts, " ")
+}
+
+func dur(d time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: d} }
+
+// Spec shapes the tables use.
+var (
+	plain  = func(*v1alpha1.NodeRolloutSpec) {} // drain never, no baseline, no soak
+	soaked = func(s *v1alpha1.NodeRolloutSpec) {
+		s.Drain.Policy, s.Baseline, s.Soak = v1alpha1.DrainAlways, dur(time.Second), dur(time.Minute)
+	}
+	drained  = func(s *v1alpha1.NodeRolloutSpec) { s.Drain.Policy = v1alpha1.DrainAlways }
+	rollback = func(s *v1alpha1.NodeRolloutSpec) { soaked(s); s.Rollback = true }
+)
+
+// walk drives nextStep the way the worker does, with every act passing
+// except where fail says, and returns the steps in order. A record makes
+// its state the record's step, as persist does.
+func walk(t *testing.T, p Policy, rec nodeRecord, v stepView, abort func(i int) bool, fail map[v1alpha1.NodeState]*stepError) []string {
+	t.Helper()
+	var out []string
+	for i := 0; i < 30; i++ {
+		s := nextStep(rec, p, v, abort(i))
+		out = append(out, describe(s))
+		if s.Final || s.Act == actStop {
+			return out
+		}
+		if s.Record {
+			rec.Step = s.State
+		}
+		v = stepView{At: s.State, Failed: fail[s.State], UpToDate: v.UpToDate}
+	}
+	t.Fatalf("no final step after 30: %v", out)
+	return nil
+}
+
+func never(int) bool  { return false }
+func always(int) bool { return true }
+
+// TestNextStepWalks walks whole nodes, from a fresh start and from every
+// record a successor can resume, through each transition, halt, skip and
+// abort branch.
+func TestNextStepWalks(t *testing.T) {
+	pdb := &stepError{halt: HaltPDBBlocked, reason: "drain blocked by a PodDisruptionBudget: x", skip: true}
+	cases := []struct {
+		name  string
+		spec  func(*v1alpha1.NodeRolloutSpec)
+		rec   v1alpha1.NodeState // the record's step ("" = none)
+		at    v1alpha1.NodeState // stepView.At at the start
+		abort func(i int) bool
+		fail  map[v1alpha1.NodeState]*stepError
+		up    bool // the node is on the newest revisions (read when aborting)
+		want  []string
+	}{
+		{
+			name: "no drain, no baseline, no soak: the cordon records the first swap; the gate's pass is recorded with the uncordon",
+			spec: plain, at: v1alpha1.NodePending, abort: never,
+			want: []string{
+				"Preflight preflight",
+				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "drain, baseline and soak: every step recorded but WaitReady and Gate",
+			spec: soaked, at: v1alpha1.NodePending, abort: never,
+			want: []string{
+				"Preflight record preflight ≤1s",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Uncordon record uncordon",
+				"Soak record soak-since soak ≤1m0s",
+				"Gate gate",
+				"Done record final forget-swaps",
+			},
+		},
+		{
+			name: "drain without a soak: the gate judges before the uncordon",
+			spec: drained, at: v1alpha1.NodePending, abort: never,
+			want: []string{
+				"Preflight preflight",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "rollback ends RolledBack",
+			spec: rollback, rec: v1alpha1.NodeDone, at: v1alpha1.NodePending, abort: never,
+			want: []string{
+				"Preflight record preflight ≤1s",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Uncordon record uncordon",
+				"Soak record soak-since soak ≤1m0s",
+				"Gate gate",
+				"RolledBack record final forget-swaps",
+			},
+		},
+		// Resume: the record's own step acts again, without a new record.
+		{
+			name: "resume Preflight: the baseline window counts from its record",
+			spec: soaked, rec: v1alpha1.NodePreflight, abort: never,
+			want: []string{
+				"Preflight preflight ≤1s",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Uncordon record uncordon",
+				"Soak record soak-since soak ≤1m0s",
+				"Gate gate",
+				"Done record final forget-swaps",
+			},
+		},
+		{
+			name: "resume Cordon: cordons again, then the drain gets its own record",
+			spec: drained, rec: v1alpha1.NodeCordon, abort: never,
+			want: []string{
+				"Cordon cordon",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "resume Drain under a policy that no longer drains: the drain acts (and does nothing)",
+			spec: plain, rec: v1alpha1.NodeDrain, abort: never,
+			want: []string{
+				"Drain drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "resume a swap: the swap acts again (its UID precondition never deletes twice)",
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
+			want: []string{
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "resume Uncordon without a soak: uncordons again, then judges; Done needs no second uncordon",
+			spec: plain, rec: v1alpha1.NodeUncordon, abort: never,
+			want: []string{
+				"Uncordon uncordon",
+				"Gate gate",
+				"Done record final forget-swaps",
+			},
+		},
+		{
+			name: "resume Soak: the soak counts from its record",
+			spec: soaked, rec: v1alpha1.NodeSoak, abort: never,
+			want: []string{
+				"Soak soak ≤1m0s",
+				"Gate gate",
+				"Done record final forget-swaps",
+			},
+		},
+		{
+			name: "resume a retried node (record Pending): starts over",
+			spec: soaked, rec: v1alpha1.NodePending, abort: never,
+			want: []string{
+				"Preflight record preflight ≤1s",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				"SwapCNI record replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Uncordon record uncordon",
+				"Soak record soak-since soak ≤1m0s",
+				"Gate gate",
+				"Done record final forget-swaps",
+			},
+		},
+		{
+			name: "an unknown record stops the worker",
+			spec: plain, rec: "Frobnicate", abort: never,
+			want: []string{`stop: unknown persisted step "Frobnicate"`},
+		},
+		// Halts and skips.
+		{
+			name: "preflight fails: halt, hand the node back",
+			spec: soaked, at: v1alpha1.NodePending, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodePreflight: {halt: HaltPreflightFailed, reason: "preflight: node is not Ready"}},
+			want: []string{
+				"Preflight record preflight ≤1s",
+				`Failed record uncordon final halt=preflight_failed "preflight: node is not Ready"`,
+			},
+		},
+		{
+			name: "a PDB blocks the drain under skip-node: skip, hand the node back",
+			spec: soaked, at: v1alpha1.NodePending, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: pdb},
+			want: []string{
+				"Preflight record preflight ≤1s",
+				"Cordon record cordon swap-since",
+				"Drain record drain ≤5m0s",
+				`Skipped record uncordon final forget-swaps "drain blocked by a PodDisruptionBudget: x"`,
+			},
+		},
+		{
+			name: "a PDB blocks the drain under halt: halt, hand the node back",
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: {halt: HaltPDBBlocked, reason: "blocked"}},
+			want: []string{
+				"Drain drain ≤5m0s",
+				`Failed record uncordon final halt=pdb_blocked "blocked"`,
+			},
+		},
+		{
+			name: "a drain fails otherwise: halt, the node stays cordoned",
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: {halt: HaltDrainFailed, reason: "drain: boom"}},
+			want: []string{
+				"Drain drain ≤5m0s",
+				`Failed record final halt=drain_failed "drain: boom"`,
+			},
+		},
+		{
+			name: "a swap times out: halt, the node stays cordoned",
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeWaitReady: {halt: HaltSwapTimeout, reason: "not Ready"}},
+			want: []string{
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				`Failed record final halt=swap_timeout "not Ready"`,
+			},
+		},
+		{
+			name: "the gate fails after the soak: halt (the node is uncordoned already)",
+			spec: soaked, rec: v1alpha1.NodeSoak, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeGate: {halt: HaltGateFailed, reason: "gate Fail: x"}},
+			want: []string{
+				"Soak soak ≤1m0s",
+				"Gate gate",
+				`Failed record final halt=gate_failed "gate Fail: x"`,
+			},
+		},
+		{
+			name: "the gate fails without a soak: halt, uncordoned in the same patch",
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
+			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeGate: {halt: HaltGateFailed, reason: "gate Fail: x"}},
+			want: []string{
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				`Failed record uncordon final halt=gate_failed "gate Fail: x"`,
+			},
+		},
+		// Abort.
+		{
+			name: "abort before anything: made safe, back to Pending",
+			spec: soaked, at: v1alpha1.NodePending, abort: always,
+			want: []string{
+				`AbortCleanup record "aborted"`,
+				`Pending record uncordon final forget-swaps "aborted before the swap"`,
+			},
+		},
+		{
+			name: "abort during the drain: made safe, back to Pending",
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: always,
+			want: []string{
+				`AbortCleanup record "aborted"`,
+				`Pending record uncordon final forget-swaps "aborted before the swap"`,
+			},
+		},
+		{
+			name: "abort during a swap: the swap and WaitReady finish, then made safe, Done without a gate",
+			spec: soaked, rec: v1alpha1.NodeSwapCNI, abort: always, up: true,
+			want: []string{
+				"SwapCNI replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				`AbortCleanup record "aborted"`,
+				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
+			},
+		},
+		{
+			name: "abort after the first swap's record with no drain: the swap finishes",
+			spec: plain, at: v1alpha1.NodePending, abort: func(i int) bool { return i >= 2 }, up: true,
+			want: []string{
+				"Preflight preflight",
+				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
+				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				`AbortCleanup record "aborted"`,
+				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
+			},
+		},
+		{
+			name: "abort during the soak: not judged",
+			spec: soaked, rec: v1alpha1.NodeSoak, abort: always, up: true,
+			want: []string{
+				`AbortCleanup record "aborted"`,
+				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
+			},
+		},
+		{
+			name: "resume AbortCleanup: finishes the abort even if abort was withdrawn",
+			spec: soaked, rec: v1alpha1.NodeAbortCleanup, abort: never,
+			want: []string{
+				`Pending record uncordon final forget-swaps "aborted before the swap"`,
+			},
+		},
+		{
+			name: "abort in a rollback ends RolledBack",
+			spec: rollback, rec: v1alpha1.NodeAbortCleanup, abort: always,
+			want: []string{
+				"RolledBack record uncordon final forget-swaps",
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := policy(t, tc.spec)
+			got := walk(t, p, nodeRecord{Step: tc.rec}, stepView{At: tc.at, UpToDate: tc.up}, tc.abort, tc.fail)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
+
+// TestNextStepBoundsCountFromTheRecord: a step's bound is a duration the
+// worker adds to the record's StepSince, so the same record gives the same
+// deadline to every successor, however late it resumes.
+func TestNextStepBoundsCountFromTheRecord(t *testing.T) {
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		soaked(s)
+		s.Drain.Timeout, s.SwapTimeout = dur(20*time.Second), dur(time.Minute)
+	})
+	for _, tc := range []struct {
+		rec  v1alpha1.NodeState
+		want time.Duration
+	}{
+		{v1alpha1.NodePreflight, time.Second},
+		{v1alpha1.NodeDrain, 20 * time.Second},
+		{v1alpha1.NodeSwapCNI, time.Minute},
+		{v1alpha1.NodeSoak, time.Minute},
+	} {
+		s := nextStep(nodeRecord{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, stepView{}, false)
+		if s.Record || s.Timeout != tc.want {
+			t.Errorf("resume %s: %s, want the record's own step bounded by %s from its StepSince", tc.rec, describe(s), tc.want)
+		}
+	}
+}
+
+// TestSwapKindOf: ztunnel is swapped surge unless the orchestrator says
+// replace; istio-cni (and any other target) always replace.
+func TestSwapKindOf(t *testing.T) {
+	zt := v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}
+	cni := v1alpha1.TargetRef{Namespace: "istio-system", Name: "istio-cni-node"}
+	for _, c := range []struct {
+		p    Policy
+		t    v1alpha1.TargetRef
+		want swapKind
+	}{
+		{Policy{}, zt, swapSurge},
+		{Policy{ZtunnelSwap: SwapSurge}, zt, swapSurge},
+		{Policy{ZtunnelSwap: SwapReplace}, zt, swapReplace},
+		{Policy{}, cni, swapReplace},
+		{Policy{ZtunnelSwap: SwapSurge}, cni, swapReplace},
+	} {
+		if got := swapKindOf(c.p, c.t); got != c.want {
+			t.Errorf("swapKindOf(ZtunnelSwap %q, %s) = %s, want %s", c.p.ZtunnelSwap, c.t.Name, got, c.want)
+		}
+	}
+}

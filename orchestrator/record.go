@@ -1,0 +1,228 @@
+package orchestrator
+
+import (
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// nodeRecord is a node's progress in a rollout, as its annotations hold it
+// (the keys are in constants.go). It is parsed from them here and written to
+// them here (patch) and nowhere else: the worker decides from it (nextStep)
+// and every write of a step is the record before and after.
+type nodeRecord struct {
+	Rollout    string
+	RolloutUID types.UID
+	// Step is the step about to act (written before it acts), StepSince when
+	// it was written: every bound of the step counts from StepSince.
+	Step      v1alpha1.NodeState
+	StepSince time.Time
+	// SwapSince is when the node was cordoned (the baseline window ends, the
+	// swap begins); SoakSince when its soak began; DrainedAt when a drain of
+	// it finished.
+	SwapSince time.Time
+	SoakSince time.Time
+	DrainedAt time.Time
+	// DrainDecision is drain policy auto's choice (DrainDecisionDrain or
+	// DrainDecisionInPlace), made at DrainDecidedAt.
+	DrainDecision  string
+	DrainDecidedAt time.Time
+	// PriorUnschedulable is "true" or "false" once recorded: whether the node
+	// was cordoned before nodewise first cordoned it ("" = not recorded).
+	PriorUnschedulable string
+	// CordonedBy names the rollout that set spec.unschedulable.
+	CordonedBy string
+	// Swapped is, by target name, the UID of the old pod a swap deletes. An
+	// empty UID deletes the entry when written.
+	Swapped map[string]types.UID
+}
+
+// parseRecord reads a node's record from its annotations. Unparseable times
+// read as zero (never set).
+func parseRecord(ann map[string]string) nodeRecord {
+	r := nodeRecord{
+		Rollout:            ann[AnnotationRollout],
+		RolloutUID:         types.UID(ann[AnnotationRolloutUID]),
+		Step:               v1alpha1.NodeState(ann[AnnotationStep]),
+		StepSince:          parseTime(ann[AnnotationStepSince]),
+		SwapSince:          parseTime(ann[AnnotationSwapSince]),
+		SoakSince:          parseTime(ann[AnnotationSoakSince]),
+		DrainedAt:          parseTime(ann[AnnotationDrainedAt]),
+		DrainDecision:      ann[AnnotationDrainDecision],
+		DrainDecidedAt:     parseTime(ann[AnnotationDrainDecidedAt]),
+		PriorUnschedulable: ann[AnnotationPriorUnschedulable],
+		CordonedBy:         ann[AnnotationCordonedBy],
+	}
+	for k, v := range ann {
+		if name, ok := strings.CutPrefix(k, AnnotationSwappedPrefix); ok && v != "" {
+			if r.Swapped == nil {
+				r.Swapped = map[string]types.UID{}
+			}
+			r.Swapped[name] = types.UID(v)
+		}
+	}
+	return r
+}
+
+// parseStep is the part of parseRecord that nodeState reads (the rollout
+// and the step), for the planner's pass over every node.
+func parseStep(ann map[string]string) nodeRecord {
+	return nodeRecord{Rollout: ann[AnnotationRollout], RolloutUID: types.UID(ann[AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[AnnotationStep])}
+}
+
+// patch is the annotation merge patch that turns prev into r: every key
+// whose value differs (nil deletes it).
+func (r nodeRecord) patch(prev nodeRecord) map[string]*string {
+	ann := map[string]*string{}
+	set := func(key, now, was string) {
+		switch {
+		case now == was:
+		case now == "":
+			ann[key] = nil
+		default:
+			ann[key] = ptr(now)
+		}
+	}
+	set(AnnotationRollout, r.Rollout, prev.Rollout)
+	set(AnnotationRolloutUID, string(r.RolloutUID), string(prev.RolloutUID))
+	set(AnnotationStep, string(r.Step), string(prev.Step))
+	set(AnnotationStepSince, formatTime(r.StepSince), formatTime(prev.StepSince))
+	set(AnnotationSwapSince, formatTime(r.SwapSince), formatTime(prev.SwapSince))
+	set(AnnotationSoakSince, formatTime(r.SoakSince), formatTime(prev.SoakSince))
+	set(AnnotationDrainedAt, formatTime(r.DrainedAt), formatTime(prev.DrainedAt))
+	set(AnnotationDrainDecision, r.DrainDecision, prev.DrainDecision)
+	set(AnnotationDrainDecidedAt, formatTime(r.DrainDecidedAt), formatTime(prev.DrainDecidedAt))
+	set(AnnotationPriorUnschedulable, r.PriorUnschedulable, prev.PriorUnschedulable)
+	set(AnnotationCordonedBy, r.CordonedBy, prev.CordonedBy)
+	for name, uid := range r.Swapped {
+		if uid == "" {
+			ann[AnnotationSwappedPrefix+name] = nil // deleted, whatever prev says
+			continue
+		}
+		set(AnnotationSwappedPrefix+name, string(uid), string(prev.Swapped[name]))
+	}
+	for name := range prev.Swapped {
+		if _, ok := r.Swapped[name]; !ok {
+			ann[AnnotationSwappedPrefix+name] = nil
+		}
+	}
+	return ann
+}
+
+// ours says the record belongs to the rollout with this UID.
+func (r nodeRecord) ours(uid types.UID) bool { return uid != "" && r.RolloutUID == uid }
+
+// forRollout is the record as a worker of rollout uid starts from: a record
+// of another rollout (or of none) has no step and no times for it; the
+// cordon bookkeeping and the swap records stay (they are the node's).
+func (r nodeRecord) forRollout(uid types.UID) nodeRecord {
+	if r.ours(uid) {
+		return r
+	}
+	return nodeRecord{PriorUnschedulable: r.PriorUnschedulable, CordonedBy: r.CordonedBy, Swapped: r.Swapped}
+}
+
+// withStep is the record of step st written at now by rollout nr.
+func (r nodeRecord) withStep(rollout string, uid types.UID, st v1alpha1.NodeState, now time.Time) nodeRecord {
+	n := r.clone()
+	n.Rollout, n.RolloutUID, n.Step, n.StepSince = rollout, uid, st, now
+	return n
+}
+
+func (r nodeRecord) clone() nodeRecord {
+	n := r
+	if r.Swapped != nil {
+		n.Swapped = make(map[string]types.UID, len(r.Swapped))
+		for k, v := range r.Swapped {
+			n.Swapped[k] = v
+		}
+	}
+	return n
+}
+
+// cordoned is the record once rollout cordons a node that is (or is not)
+// already unschedulable: the prior cordon is recorded once, before anything
+// else, and only a cordon nodewise sets names it. set says
+// spec.unschedulable must be set.
+func (r nodeRecord) cordoned(rollout string, unschedulable bool) (n nodeRecord, set bool) {
+	n = r.clone()
+	if n.PriorUnschedulable == "" {
+		n.PriorUnschedulable = boolString(unschedulable)
+	}
+	if unschedulable {
+		return n, false
+	}
+	n.CordonedBy = rollout
+	return n, true
+}
+
+// uncordoned is the record once the node is handed back: the cordon
+// bookkeeping goes, and clear says spec.unschedulable must be cleared: only
+// when nodewise set it and the node was not cordoned before.
+func (r nodeRecord) uncordoned() (n nodeRecord, clear bool) {
+	n = r.clone()
+	clear = r.PriorUnschedulable != "true" && r.CordonedBy != ""
+	n.PriorUnschedulable, n.CordonedBy = "", ""
+	return n, clear
+}
+
+// autoDecision reads back drain policy auto's choice made in this attempt:
+// the record is rollout uid's and the choice was made at or after the Drain
+// step began (since). An older one belongs to an earlier attempt (a retry
+// after resume, or a rollback) and is decided again.
+func (r nodeRecord) autoDecision(uid types.UID, since time.Time) (drain, ok bool) {
+	if !r.ours(uid) || r.DrainDecidedAt.IsZero() || r.DrainDecidedAt.Before(since) {
+		return false, false
+	}
+	switch r.DrainDecision {
+	case DrainDecisionDrain:
+		return true, true
+	case DrainDecisionInPlace:
+		return false, true
+	}
+	return false, false
+}
+
+// nodeState is a node's state in a rollout, read in this one order: a claim
+// by this process (a node it started whose worker has written nothing yet),
+// the node's record when it is this rollout's, the rollout's status entry
+// (the record of a node whose annotations another rollout took over), and
+// Pending. fromRecord says the state is the record's: only then does a
+// worker resume it (a state known only from status has no times to resume
+// from, and starts over).
+func nodeState(claim bool, r nodeRecord, uid types.UID, status v1alpha1.NodeState) (st v1alpha1.NodeState, fromRecord bool) {
+	switch {
+	case claim:
+		return claimed, false
+	case r.ours(uid) && r.Step != "":
+		return r.Step, true
+	case status != "":
+		return status, false
+	}
+	return v1alpha1.NodePending, false
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}

@@ -1,0 +1,141 @@
+package orchestrator
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// apply merges a patch into annotations the way the API server does.
+func apply(ann map[string]string, patch map[string]*string) map[string]string {
+	out := map[string]string{}
+	for k, v := range ann {
+		out[k] = v
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = *v
+		}
+	}
+	return out
+}
+
+// TestRecordRoundTrip: every field written by patch is read back by
+// parseRecord, and a record patched from another reads back as itself.
+func TestRecordRoundTrip(t *testing.T) {
+	at := time.Date(2026, 12, 1, 9, 0, 0, 123456789, time.UTC)
+	full := nodeRecord{
+		Rollout: "r", RolloutUID: "u1", Step: v1alpha1.NodeSoak, StepSince: at,
+		SwapSince: at.Add(-time.Minute), SoakSince: at, DrainedAt: at.Add(-30 * time.Second),
+		DrainDecision: DrainDecisionDrain, DrainDecidedAt: at.Add(-40 * time.Second),
+		PriorUnschedulable: "false", CordonedBy: "r",
+		Swapped: map[string]types.UID{"ztunnel": "pod-uid"},
+	}
+	ann := apply(map[string]string{"other.io/key": "kept"}, full.patch(nodeRecord{}))
+	if got := parseRecord(ann); !reflect.DeepEqual(got, full) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, full)
+	}
+	if ann["other.io/key"] != "kept" {
+		t.Error("a key nodewise does not own was touched")
+	}
+	// Back to an empty record: every key nodewise wrote goes.
+	empty := apply(ann, nodeRecord{}.patch(full))
+	if len(empty) != 1 {
+		t.Errorf("annotations after clearing the record: %v, want only the foreign key", empty)
+	}
+	// A patch carries only what changed.
+	next := full.withStep("r", "u1", v1alpha1.NodeGate, at.Add(time.Minute))
+	if p := next.patch(full); len(p) != 2 || *p[AnnotationStep] != "Gate" || p[AnnotationStepSince] == nil {
+		t.Errorf("patch of a step change: %v, want the step and its time only", p)
+	}
+	// An empty swap UID deletes the key even when the record before lacks it
+	// (a copy that had not seen the swap).
+	cleared := nodeRecord{Swapped: map[string]types.UID{"istio-cni-node": ""}}
+	if p := cleared.patch(nodeRecord{}); len(p) != 1 || p[AnnotationSwappedPrefix+"istio-cni-node"] != nil {
+		t.Errorf("clearing a swap record: %v", p)
+	}
+	if _, ok := cleared.patch(nodeRecord{})[AnnotationSwappedPrefix+"istio-cni-node"]; !ok {
+		t.Error("clearing a swap record sent no deletion")
+	}
+}
+
+// TestRecordCordon: the prior cordon is recorded once; nodewise uncordons
+// only what it cordoned.
+func TestRecordCordon(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		rec           nodeRecord
+		unschedulable bool
+		want          nodeRecord
+		set           bool
+	}{
+		{"schedulable node: record false, cordon", nodeRecord{}, false, nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true},
+		{"already cordoned by someone: record true, leave it", nodeRecord{}, true, nodeRecord{PriorUnschedulable: "true"}, false},
+		{"our own cordon, resumed: nothing changes", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true, nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, false},
+		{"the prior record is kept when an operator uncordoned meanwhile", nodeRecord{PriorUnschedulable: "true"}, false, nodeRecord{PriorUnschedulable: "true", CordonedBy: "r"}, true},
+	} {
+		got, set := tc.rec.cordoned("r", tc.unschedulable)
+		if !reflect.DeepEqual(got, tc.want) || set != tc.set {
+			t.Errorf("%s: cordoned = %+v, %v; want %+v, %v", tc.name, got, set, tc.want, tc.set)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		rec   nodeRecord
+		clear bool
+	}{
+		{"we cordoned it", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true},
+		{"it was cordoned before us", nodeRecord{PriorUnschedulable: "true"}, false},
+		{"never cordoned by us", nodeRecord{}, false},
+		{"prior record lost, our cordon named", nodeRecord{CordonedBy: "r"}, true},
+	} {
+		got, clear := tc.rec.uncordoned()
+		if got.PriorUnschedulable != "" || got.CordonedBy != "" || clear != tc.clear {
+			t.Errorf("%s: uncordoned = %+v, %v; want the bookkeeping gone, clear %v", tc.name, got, clear, tc.clear)
+		}
+	}
+}
+
+// TestNodeState is the one order a node's state is read in.
+func TestNodeState(t *testing.T) {
+	ours := nodeRecord{RolloutUID: "u1", Step: v1alpha1.NodeDrain}
+	theirs := nodeRecord{RolloutUID: "u0", Step: v1alpha1.NodeSoak}
+	for _, tc := range []struct {
+		name       string
+		claim      bool
+		rec        nodeRecord
+		status     v1alpha1.NodeState
+		want       v1alpha1.NodeState
+		fromRecord bool
+	}{
+		{"a claim comes first", true, ours, v1alpha1.NodeDone, claimed, false},
+		{"then this rollout's record, over an older status", false, ours, v1alpha1.NodeCordon, v1alpha1.NodeDrain, true},
+		{"another rollout's record: the status", false, theirs, v1alpha1.NodeDone, v1alpha1.NodeDone, false},
+		{"a record without a step: the status", false, nodeRecord{RolloutUID: "u1"}, v1alpha1.NodeFailed, v1alpha1.NodeFailed, false},
+		{"nothing: Pending", false, nodeRecord{}, "", v1alpha1.NodePending, false},
+	} {
+		got, from := nodeState(tc.claim, tc.rec, "u1", tc.status)
+		if got != tc.want || from != tc.fromRecord {
+			t.Errorf("%s: %s (from record %v), want %s (%v)", tc.name, got, from, tc.want, tc.fromRecord)
+		}
+	}
+	if r := theirs.forRollout("u1"); r.Step != "" || !r.StepSince.IsZero() {
+		t.Errorf("another rollout's record as ours: %+v, want no step and no times", r)
+	}
+}
+
+// TestParseStepIsParseRecord: the planner's cheap read of a record agrees
+// with the full one on what nodeState reads.
+func TestParseStepIsParseRecord(t *testing.T) {
+	ann := map[string]string{AnnotationRollout: "r", AnnotationRolloutUID: "u1", AnnotationStep: "Soak", AnnotationStepSince: "2026-12-01T09:00:00Z"}
+	full, cheap := parseRecord(ann), parseStep(ann)
+	if cheap.Rollout != full.Rollout || cheap.RolloutUID != full.RolloutUID || cheap.Step != full.Step {
+		t.Errorf("parseStep %+v, parseRecord %+v", cheap, full)
+	}
+}

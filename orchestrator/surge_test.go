@@ -1,0 +1,156 @@
+package orchestrator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	surgeT0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	surgeDS = &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ztunnel", Namespace: "istio-system", UID: "ds-uid",
+			Annotations: map[string]string{annotationTemplateGeneration: "2"}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ztunnel"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "ztunnel", "istio.io/rev": "1-28"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "istio-proxy", Image: "istio/ztunnel:1.28.1"}},
+					Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpEqual, Effect: corev1.TaintEffectNoSchedule}}},
+			},
+		},
+	}
+	surgeRev = &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "ztunnel-new", UID: "rev-uid",
+		Labels: map[string]string{LabelControllerRevisionHash: "new"}}, Revision: 2}
+)
+
+type podOpt func(*corev1.Pod)
+
+func surgePod(name, hash string, created time.Duration, opts ...podOpt) *corev1.Pod {
+	yes := true
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", UID: types.UID(name + "-uid"),
+			CreationTimestamp: metav1.NewTime(surgeT0.Add(created)),
+			Labels:            map[string]string{"app": "ztunnel", LabelControllerRevisionHash: hash},
+			OwnerReferences:   []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel", UID: "ds-uid", Controller: &yes}}},
+		Spec:   corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func notReady(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }
+func terminating(p *corev1.Pod) {
+	now := metav1.NewTime(surgeT0.Add(time.Hour))
+	p.DeletionTimestamp = &now
+}
+func bridged(p *corev1.Pod) {
+	yes := true
+	p.Labels[LabelSurgeBridge] = "ztunnel"
+	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ControllerRevision", Name: "ztunnel-new", UID: "rev-uid", Controller: &yes}}
+}
+func handedOver(p *corev1.Pod) { p.OwnerReferences = nil }
+func onNode(n string) podOpt   { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+
+func TestNextSurgeStep(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		pods  []*corev1.Pod
+		kind  SurgeStepKind
+		pod   string   // SurgeStep.Pod
+		older []string // SurgeStep.Older
+		hand  bool
+	}{
+		{"old pod only: start a bridge", []*corev1.Pod{surgePod("old", "old", 0)}, SurgeCreateBridge, "old", nil, false},
+		{"bridge starting: wait", []*corev1.Pod{surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}, SurgeWaitReady, "b", nil, false},
+		{"bridge Ready: retire the old pod, hand the bridge over", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged), surgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true},
+		{"old pod terminating (crash before the hand-over): hand over", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "b", nil, true},
+		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false},
+		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false},
+		{"outage: the DaemonSet's own pod beside the bridge is newest: retire the bridge",
+			[]*corev1.Pod{surgePod("ds", "new", 2*time.Hour), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "ds", []string{"b"}, false},
+		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{surgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false},
+		{"rollback bridge in the same second as the pod it replaces is newer",
+			[]*corev1.Pod{surgePod("b2", "new", time.Hour, bridged), surgePod("newer", "newer", time.Hour)}, SurgeRetire, "b2", []string{"newer"}, true},
+		{"two older pods go oldest first", []*corev1.Pod{surgePod("b", "new", 3*time.Hour, bridged), surgePod("mid", "mid", time.Hour, bridged), surgePod("old", "old", 0)},
+			SurgeRetire, "b", []string{"old", "mid"}, true},
+		{"no live pod: the DaemonSet creates one", []*corev1.Pod{surgePod("old", "old", 0, terminating)}, SurgeWaitController, "", nil, false},
+		{"pods on other nodes and of other owners are not ours", []*corev1.Pod{surgePod("old", "old", 0), surgePod("x", "new", time.Hour, onNode("n2")),
+			surgePod("y", "new", time.Hour, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" })}, SurgeCreateBridge, "old", nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: c.pods})
+			var pod string
+			if got.Pod != nil {
+				pod = got.Pod.Name
+			}
+			var older []string
+			for _, p := range got.Older {
+				older = append(older, p.Name)
+			}
+			if got.Kind != c.kind || pod != c.pod || strings.Join(older, ",") != strings.Join(c.older, ",") || got.HandOver != c.hand {
+				t.Errorf("got %s pod=%q older=%v handOver=%v (%s); want %s pod=%q older=%v handOver=%v", got.Kind, pod, older, got.HandOver, got.Reason, c.kind, c.pod, c.older, c.hand)
+			}
+			if got.Reason == "" {
+				t.Errorf("no reason")
+			}
+		})
+	}
+}
+
+func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
+	b := BridgePod(surgeDS, surgeRev, "n1")
+	if b.Spec.NodeName != "n1" || b.Namespace != "istio-system" || !strings.HasPrefix(b.Name, "ztunnel-surge-") {
+		t.Errorf("bridge %s/%s on %q", b.Namespace, b.Name, b.Spec.NodeName)
+	}
+	for k, v := range map[string]string{"app": "ztunnel", "istio.io/rev": "1-28", LabelControllerRevisionHash: "new", labelPodTemplateGeneration: "2", LabelSurgeBridge: "ztunnel"} {
+		if b.Labels[k] != v {
+			t.Errorf("label %s=%q, want %q", k, b.Labels[k], v)
+		}
+	}
+	c := metav1.GetControllerOf(b)
+	if c == nil || c.Kind != "ControllerRevision" || c.UID != "rev-uid" || *c.BlockOwnerDeletion {
+		t.Errorf("controller %+v; want the ControllerRevision, not blocking its deletion", c)
+	}
+	tol := map[string]corev1.TolerationOperator{}
+	for _, x := range b.Spec.Tolerations {
+		tol[x.Key+"/"+string(x.Effect)] = x.Operator
+	}
+	if len(tol) != 6 || tol[corev1.TaintNodeUnschedulable+"/NoSchedule"] != corev1.TolerationOpExists || tol[corev1.TaintNodeNotReady+"/NoExecute"] != corev1.TolerationOpExists {
+		t.Errorf("tolerations %v; want the DaemonSet controller's six, unschedulable replaced by Exists", tol)
+	}
+	req := b.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(req) != 1 || req[0].MatchFields[0].Values[0] != "n1" {
+		t.Errorf("node affinity %+v; want metadata.name in [n1]", req)
+	}
+	if surgeDS.Spec.Template.Labels[LabelSurgeBridge] != "" || len(surgeDS.Spec.Template.Spec.Tolerations) != 1 {
+		t.Errorf("BridgePod changed the DaemonSet's template")
+	}
+	// The name is deterministic (a repeated create finds it) and differs by
+	// node and by revision number (a rollback reuses the hash).
+	again := surgeRev.DeepCopy()
+	again.Revision = 3
+	if BridgePod(surgeDS, surgeRev, "n1").Name != b.Name || BridgePod(surgeDS, surgeRev, "n2").Name == b.Name || BridgePod(surgeDS, again, "n1").Name == b.Name {
+		t.Errorf("bridge names: not deterministic per node and revision")
+	}
+}
+
+func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
+	in := SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{
+		surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}}
+	if got := SurgeLeftovers(in); len(got) != 1 || got[0].Name != "b" {
+		t.Errorf("leftovers %v; want the never-Ready bridge", got)
+	}
+	in.Pods[1] = surgePod("b", "new", time.Hour, bridged)
+	if got := SurgeLeftovers(in); len(got) != 0 {
+		t.Errorf("leftovers %v; a Ready bridge is the newest ztunnel and is finished, not deleted", got)
+	}
+}

@@ -1,0 +1,310 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// ErrSurgeTimeout is wrapped by the error Surger.Swap returns when the new
+// pod is not Ready within the swap timeout (the caller halts the rollout; the
+// old pod kept serving).
+var ErrSurgeTimeout = errors.New("surge swap timed out")
+
+// Surger acts the surge swap (surge.go) of one DaemonSet on one node through
+// the API. It keeps no state between calls: every call reads the pods again.
+type Surger struct {
+	Kube kubernetes.Interface
+	Log  *zap.Logger
+	// Poll is how often Swap looks again while waiting (default 250 ms).
+	Poll time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Observe, when set, reads the step's input (e.g. from informer caches)
+	// instead of ObserveSurge's API reads.
+	Observe func(ctx context.Context) (SurgeInput, error)
+	// Changes, when set, returns a channel closed at the next change of what
+	// Observe reads; Swap then waits on it (at most Poll) instead of polling.
+	Changes func() <-chan struct{}
+}
+
+// SurgeResult is what one Swap (or Abandon) did on the node.
+type SurgeResult struct {
+	// Bridge is the bridge pod created (or found already created) by this call.
+	Bridge string
+	// Retired are the older pods deleted, oldest first.
+	Retired []string
+	// HandedOver is the bridge handed to the DaemonSet controller.
+	HandedOver string
+	// Pod is the node's pod at the end (the DaemonSet's, Ready, newest).
+	Pod string
+	// Writes counts the API writes made (creates, deletes, patches).
+	Writes int
+}
+
+func (s Surger) defaults() Surger {
+	if s.Log == nil {
+		s.Log = zap.NewNop()
+	}
+	if s.Poll <= 0 {
+		s.Poll = 250 * time.Millisecond
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	return s
+}
+
+// errUnsettled: the DaemonSet controller has not observed the current
+// template yet, so its newest ControllerRevision is not known.
+var errUnsettled = errors.New("the DaemonSet controller has not observed the current template yet")
+
+// ObserveSurge reads what NextSurgeStep decides from, straight from the API:
+// the DaemonSet, its newest ControllerRevision (by owner UID) and the pods
+// bound to the node in its namespace.
+func ObserveSurge(ctx context.Context, kube kubernetes.Interface, ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
+	ds, err := kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	revs, err := kube.AppsV1().ControllerRevisions(ref.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+	}
+	pods, err := kube.CoreV1().Pods(ref.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("listing pods on node %s in %s: %w", node, ref.Namespace, err)
+	}
+	rs := make([]*appsv1.ControllerRevision, len(revs.Items))
+	for i := range revs.Items {
+		rs[i] = &revs.Items[i]
+	}
+	ps := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		ps[i] = &pods.Items[i]
+	}
+	return surgeInput(ds, rs, ps, node)
+}
+
+// surgeInput assembles a SurgeInput from what was read (from the API or from
+// informer caches): it needs the DaemonSet settled (the controller has
+// observed its template, so the newest ControllerRevision is its template's).
+func surgeInput(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []*corev1.Pod, node string) (SurgeInput, error) {
+	in := SurgeInput{Node: node}
+	if ds.Status.ObservedGeneration < ds.Generation {
+		return in, fmt.Errorf("DaemonSet %s/%s: %w", ds.Namespace, ds.Name, errUnsettled)
+	}
+	var newest *appsv1.ControllerRevision
+	for _, r := range revs {
+		if metav1.IsControlledBy(r, ds) && (newest == nil || r.Revision > newest.Revision) {
+			newest = r
+		}
+	}
+	if newest == nil {
+		return in, fmt.Errorf("DaemonSet %s/%s has no ControllerRevision yet", ds.Namespace, ds.Name)
+	}
+	in.DaemonSet, in.Revision = ds, newest
+	for _, p := range pods {
+		if p.Spec.NodeName == node {
+			in.Pods = append(in.Pods, p)
+		}
+	}
+	return in, nil
+}
+
+// Apply acts one step. Every write is idempotent: a create finds the bridge
+// already there, deletes carry the pod's UID as a precondition, and the
+// hand-over patch tests the UIDs it removes, so a step repeated from a stale
+// view or after a crash changes nothing twice.
+func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) error {
+	s = s.defaults()
+	switch step.Kind {
+	case SurgeCreateBridge:
+		b := step.Bridge
+		_, err := s.Kube.CoreV1().Pods(b.Namespace).Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating surge bridge %s/%s on %s: %w", b.Namespace, b.Name, b.Spec.NodeName, err)
+		}
+		res.Bridge = b.Name
+		res.Writes++
+		if err == nil {
+			s.Log.Info("surge bridge created", zap.String("pod", b.Namespace+"/"+b.Name), zap.String("node", b.Spec.NodeName),
+				zap.String("revision", b.Labels[LabelControllerRevisionHash]))
+		}
+	case SurgeRetire:
+		for _, p := range step.Older {
+			if err := s.deletePod(ctx, p, "older pod deleted beside a Ready one"); err != nil {
+				return err
+			}
+			res.Retired = append(res.Retired, p.Name)
+			res.Writes++
+		}
+		if step.HandOver {
+			if err := s.handOver(ctx, step.Pod); err != nil {
+				return err
+			}
+			res.HandedOver = step.Pod.Name
+			res.Writes++
+		}
+	}
+	return nil
+}
+
+func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) error {
+	uid := p.UID
+	err := s.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
+	}
+	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
+		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
+	return nil
+}
+
+// handOver removes the bridge's controller reference and bridge label, so the
+// DaemonSet controller adopts it. It is only called after the older pods'
+// deletions were committed: the DaemonSet controller's watch delivers them
+// first, so it never sees two running pods on the node and prunes none.
+func (s Surger) handOver(ctx context.Context, p *corev1.Pod) error {
+	c := metav1.GetControllerOf(p)
+	if c == nil {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": p.UID},
+		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
+		{"op": "remove", "path": "/metadata/ownerReferences"},
+		{"op": "remove", "path": "/metadata/labels/" + strings.ReplaceAll(LabelSurgeBridge, "/", "~1")},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case err == nil:
+		s.Log.Info("surge bridge handed over to the DaemonSet", zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName))
+		return nil
+	case apierrors.IsNotFound(err), apierrors.IsInvalid(err), statusCode(err) == 422:
+		// Gone, or already handed over (a test failed): the next look decides.
+		return nil
+	}
+	return fmt.Errorf("handing surge bridge %s/%s over to the DaemonSet: %w", p.Namespace, p.Name, err)
+}
+
+// Swap drives one node's surge swap until the node's only live pod is the
+// DaemonSet's, Ready on the newest revision. deadline bounds the wait for a
+// new pod to be Ready (the caller counts it from its persisted step start,
+// so a restart does not extend it): past it, never-Ready bridges are deleted
+// and an error wrapping ErrSurgeTimeout says why; the old pod kept serving.
+func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time) (SurgeResult, error) {
+	s = s.defaults()
+	var res SurgeResult
+	for {
+		var changed <-chan struct{}
+		if s.Changes != nil {
+			changed = s.Changes()
+		}
+		in, err := s.observe(ctx, ref, node)
+		var step SurgeStep
+		switch {
+		case errors.Is(err, errUnsettled):
+			step = SurgeStep{Kind: SurgeWaitController, Reason: err.Error()}
+		case err != nil:
+			return res, err
+		default:
+			step = NextSurgeStep(in)
+		}
+		s.Log.Debug("surge step", zap.String("node", node), zap.String("step", string(step.Kind)), zap.String("reason", step.Reason))
+		switch step.Kind {
+		case SurgeDone:
+			res.Pod = step.Pod.Name
+			return res, nil
+		case SurgeRetire, SurgeCreateBridge:
+			// Acted: look again once the change shows (a Ready bridge is
+			// retired past the deadline too: it is the newest ztunnel).
+			if err := s.Apply(ctx, step, &res); err != nil {
+				return res, err
+			}
+		default:
+			if !s.Now().Before(deadline) {
+				gone, err := s.abandon(ctx, in, &res)
+				if err != nil {
+					return res, err
+				}
+				why := step.Reason
+				if len(gone) > 0 {
+					why += "; deleted the never-Ready bridge " + strings.Join(gone, ", ") + ", the older pod keeps serving"
+				}
+				return res, fmt.Errorf("%s/%s on %s: %w: %s", ref.Namespace, ref.Name, node, ErrSurgeTimeout, why)
+			}
+		}
+		wake := time.NewTimer(s.Poll)
+		select {
+		case <-ctx.Done():
+			wake.Stop()
+			return res, ctx.Err()
+		case <-changed:
+		case <-wake.C:
+		}
+		wake.Stop()
+	}
+}
+
+func (s Surger) observe(ctx context.Context, ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
+	if s.Observe != nil {
+		return s.Observe(ctx)
+	}
+	return ObserveSurge(ctx, s.Kube, ref, node)
+}
+
+// Abandon removes what an abandoned surge swap must not leave behind (the
+// node's never-Ready bridges, see SurgeLeftovers). A Ready bridge stays: it is
+// the newest ztunnel; finish the swap with Swap instead.
+func (s Surger) Abandon(ctx context.Context, ref v1alpha1.TargetRef, node string) (SurgeResult, error) {
+	s = s.defaults()
+	var res SurgeResult
+	in, err := s.observe(ctx, ref, node)
+	if err != nil {
+		return res, err
+	}
+	_, err = s.abandon(ctx, in, &res)
+	return res, err
+}
+
+func (s Surger) abandon(ctx context.Context, in SurgeInput, res *SurgeResult) ([]string, error) {
+	if in.DaemonSet == nil {
+		return nil, nil
+	}
+	var gone []string
+	for _, p := range SurgeLeftovers(in) {
+		if err := s.deletePod(ctx, p, "never-Ready surge bridge deleted"); err != nil {
+			return gone, err
+		}
+		gone = append(gone, p.Name)
+		res.Writes++
+	}
+	return gone, nil
+}
+
+func statusCode(err error) int32 {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code
+	}
+	return 0
+}

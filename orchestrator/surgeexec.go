@@ -1,0 +1,54 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// surge runs the surge swap (surge.go) of ztunnel on the node for the
+// executor: it observes from the informer caches and wakes on their changes;
+// its writes are Surger's, each idempotent. deadline (the swap record's
+// start plus the swap timeout) bounds the wait for the new pod to be Ready:
+// past it the never-Ready bridge is deleted and the rollout halts, the old
+// ztunnel still serving.
+func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
+	s := Surger{
+		Kube: e.o.kube, Log: e.o.log.With(zap.String("node", node)), Now: e.o.cfg.Now, Poll: idleCheck,
+		Observe: func(context.Context) (SurgeInput, error) { return e.observeSurge(ref, node) },
+		Changes: e.changes.wait,
+	}
+	res, err := s.Swap(ctx, ref, node, deadline)
+	if errors.Is(err, ErrSurgeTimeout) {
+		return halt(HaltSwapTimeout, "%s (swap timeout %s)", err, timeout)
+	}
+	if err != nil {
+		return fmt.Errorf("surge swap of %s/%s on %s: %w", ref.Namespace, ref.Name, node, err)
+	}
+	e.o.log.Debug("surge swap done", zap.String("node", node), zap.String("pod", res.Pod), zap.String("bridge", res.Bridge),
+		zap.Strings("retired", res.Retired), zap.Int("writes", res.Writes))
+	return nil
+}
+
+// observeSurge is the surge step's input from the caches.
+func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
+	ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	revs, err := e.revs.ControllerRevisions(ref.Namespace).List(labels.Everything())
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+	}
+	pods, err := e.pods.Pods(ref.Namespace).List(labels.Everything())
+	if err != nil {
+		return SurgeInput{Node: node}, fmt.Errorf("listing pods in %s: %w", ref.Namespace, err)
+	}
+	return surgeInput(ds, revs, pods, node)
+}

@@ -1,0 +1,617 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/kubectl/pkg/util/podutils"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+var ztunnelRef = v1alpha1.TargetRef{Namespace: ns, Name: cluster.ZtunnelName}
+
+// TestSurgeSwapMakesBeforeBreak: the surge primitive swaps ztunnel node by
+// node in the order it is given. On each node the bridge is Ready beside the
+// old pod before the old pod is deleted, the DaemonSet adopts the bridge (it
+// creates no pod of its own: one drain per node), no other node changes, an
+// independent watcher sampling every 0.5 s never sees a node without a Ready
+// ztunnel, and nothing of nodewise's is left. A rollback starts a fresh
+// old-version bridge and deletes the newer pod only once it is Ready.
+func TestSurgeSwapMakesBeforeBreak(t *testing.T) {
+	e := newEnv(t, 3, 1)
+	ctx := context.Background()
+	e.drainModel(3 * time.Second)
+	w := e.watchZtunnels(t)
+	e.upgrade("1.28.1")
+	e.slowStart(2 * time.Second) // so a swap that did not wait for Ready would show
+	newHash := e.newestHash(cluster.ZtunnelName)
+	s := orchestrator.Surger{Kube: e.c.Client}
+	for _, node := range []string{"node-002", "node-003", "node-001"} {
+		old := e.ztunnelPod(node)
+		others := e.ztunnelUIDs(node)
+		res, err := s.Swap(ctx, ztunnelRef, node, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatalf("surge on %s: %v", node, err)
+		}
+		t.Logf("%s: %+v", node, res)
+		if res.Bridge == "" || res.HandedOver != res.Bridge || res.Pod != res.Bridge || !slices.Equal(res.Retired, []string{old.Name}) {
+			t.Errorf("%s: %+v; want a bridge created, %s retired, the bridge handed over and kept", node, res, old.Name)
+		}
+		now := e.ztunnelPod(node)
+		if c := metav1.GetControllerOf(now); c == nil || c.Kind != "DaemonSet" || now.Labels["controller-revision-hash"] != newHash {
+			t.Errorf("%s: pod %s controller %v revision %s; want the DaemonSet's, on %s", node, now.Name, c, now.Labels["controller-revision-hash"], newHash)
+		}
+		if after := e.ztunnelUIDs(node); !mapsEqual(others, after) {
+			t.Errorf("surge on %s changed other nodes' ztunnels: %v → %v", node, others, after)
+		}
+		w.requireReadyBefore(t, res.Bridge, old.UID)
+	}
+	e.waitOldGone(newHash)
+	w.check(t)
+	if n := w.createdByDaemonSet(); n != 0 {
+		t.Errorf("the DaemonSet created %d ztunnel pods; want 0 (each node's bridge is adopted: one drain per node)", n)
+	}
+	e.requireNoSurgeLeftovers()
+	ds, err := e.c.Client.AppsV1().DaemonSets(ns).Get(ctx, cluster.ZtunnelName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Status.UpdatedNumberScheduled != 3 || ds.Status.NumberReady != 3 {
+		t.Errorf("DaemonSet status: %d updated, %d ready; want 3 and 3", ds.Status.UpdatedNumberScheduled, ds.Status.NumberReady)
+	}
+
+	// Rollback of one node: the restored revision's fresh pod starts beside
+	// the newer one, which goes only once it is Ready.
+	e.upgrade("1.27.3")
+	oldHash := e.newestHash(cluster.ZtunnelName)
+	newer := e.ztunnelPod("node-002")
+	res, err := s.Swap(ctx, ztunnelRef, "node-002", time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatalf("rollback surge: %v", err)
+	}
+	if res.Bridge == "" || !slices.Equal(res.Retired, []string{newer.Name}) {
+		t.Errorf("rollback: %+v; want a fresh bridge and %s retired", res, newer.Name)
+	}
+	if got := e.ztunnelPod("node-002"); got.Labels["controller-revision-hash"] != oldHash {
+		t.Errorf("rollback: node-002 runs revision %s; want the restored %s", got.Labels["controller-revision-hash"], oldHash)
+	}
+	w.requireReadyBefore(t, res.Bridge, newer.UID)
+	time.Sleep(time.Second)
+	w.check(t)
+	e.requireNoSurgeLeftovers()
+}
+
+// TestSurgeResumesAfterCrashAtEveryStep: a surge swap stopped after each of
+// its writes (the bridge created; the old pod deleted, not yet handed over;
+// handed over, not yet adopted) is finished by a fresh Surger that knows
+// nothing but the API. Resumed while the old pod still drains, the bridge is
+// adopted; resumed after a long outage, in which the DaemonSet gave the node
+// a pod of its own once the old one was gone, the bridge is retired and the
+// DaemonSet's pod kept. No node is ever without a Ready ztunnel and nothing
+// is left behind.
+func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
+	e := newEnv(t, 4, 1)
+	ctx := context.Background()
+	e.drainModel(4 * time.Second)
+	w := e.watchZtunnels(t)
+	e.upgrade("1.28.1")
+	hash := e.newestHash(cluster.ZtunnelName)
+	s := orchestrator.Surger{Kube: e.c.Client}
+	cases := []struct {
+		node, crashAfter string
+		outage           bool
+	}{
+		{"node-001", "bridge created", false},
+		{"node-002", "old pod deleted", false},
+		{"node-003", "old pod deleted", true},
+		{"node-004", "bridge handed over", false},
+	}
+	for _, c := range cases {
+		old := e.ztunnelPod(c.node)
+		e.surgeUntil(c.node, c.crashAfter)
+		if c.outage {
+			// nodewise down: the old pod drains and goes, the DaemonSet
+			// (OnDelete) creates the node's pod beside the bridge.
+			e.waitFor(func(ctx context.Context) bool {
+				_, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, old.Name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err) && w.createdByDaemonSet() == 1
+			}, "the old pod gone and the DaemonSet's own pod created on "+c.node)
+		}
+		res, err := s.Swap(ctx, ztunnelRef, c.node, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatalf("%s: resuming after a crash once %s: %v", c.node, c.crashAfter, err)
+		}
+		t.Logf("%s, crashed once %s (outage %v), resumed: %+v", c.node, c.crashAfter, c.outage, res)
+		now := e.ztunnelPod(c.node)
+		if now.Labels["controller-revision-hash"] != hash || metav1.GetControllerOf(now).Kind != "DaemonSet" {
+			t.Errorf("%s: pod %s on %s controlled by %v; want the DaemonSet's on %s", c.node, now.Name, now.Labels["controller-revision-hash"], metav1.GetControllerOf(now), hash)
+		}
+		switch {
+		case c.outage:
+			if len(res.Retired) != 1 || res.Retired[0] == old.Name || res.HandedOver != "" {
+				t.Errorf("%s after the outage: %+v; want the bridge retired beside the DaemonSet's own pod", c.node, res)
+			}
+		case c.crashAfter == "bridge handed over":
+			if res.Writes != 0 {
+				t.Errorf("%s: %d writes after the hand-over; the DaemonSet adopts the bridge by itself", c.node, res.Writes)
+			}
+		}
+	}
+	e.waitOldGone(hash)
+	w.check(t)
+	if n := w.createdByDaemonSet(); n != 1 {
+		t.Errorf("the DaemonSet created %d pods; want 1 (only on the node whose old pod went during the outage)", n)
+	}
+	e.requireNoSurgeLeftovers()
+}
+
+// TestSurgeNeverReadyHalts: a new ztunnel that never gets Ready times the
+// swap out; its bridge is deleted and the old pod, never touched, keeps
+// serving.
+func TestSurgeNeverReadyHalts(t *testing.T) {
+	e := newEnv(t, 2, 1)
+	ctx := context.Background()
+	old := e.ztunnelPod("node-001")
+	e.upgrade("1.28.2-neverready")
+	e.newestHash(cluster.ZtunnelName)
+	res, err := orchestrator.Surger{Kube: e.c.Client}.Swap(ctx, ztunnelRef, "node-001", time.Now().Add(5*time.Second))
+	if !errors.Is(err, orchestrator.ErrSurgeTimeout) {
+		t.Fatalf("surge of a never-Ready build: %v (%+v); want ErrSurgeTimeout", err, res)
+	}
+	t.Logf("halted: %v", err)
+	now := e.ztunnelPod("node-001")
+	if now.UID != old.UID || !podutils.IsPodReady(now) {
+		t.Errorf("node-001 runs %s (Ready %v); want the old pod %s, untouched and Ready", now.Name, podutils.IsPodReady(now), old.Name)
+	}
+	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) == 0 }, "the never-Ready bridge gone")
+}
+
+// TestSurgeNodewiseDownNodeAdded: nodewise stops mid-swap (bridge Ready
+// beside the old pod) and stays down while a node joins. Nothing swaps by
+// itself, every node keeps a Ready ztunnel, the new node gets its ztunnel
+// from the DaemonSet; back up, nodewise finishes the node and finds the new
+// one already on the newest revision.
+func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
+	e := newEnv(t, 2, 1)
+	ctx := context.Background()
+	w := e.watchZtunnels(t)
+	e.upgrade("1.28.1")
+	hash := e.newestHash(cluster.ZtunnelName)
+	e.surgeUntil("node-001", "bridge created")
+	e.waitFor(func(ctx context.Context) bool {
+		for _, p := range e.surgeLeftovers() {
+			if podutils.IsPodReady(p) {
+				return true
+			}
+		}
+		return false
+	}, "the bridge Ready")
+	before := e.ztunnelUIDs("")
+	spec, stop, err := e.c.AddNode(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	e.waitFor(func(ctx context.Context) bool {
+		p := e.ztunnelPodOrNil(spec.Name)
+		return p != nil && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
+	}, "the added node's ztunnel from the DaemonSet")
+	time.Sleep(5 * time.Second) // still down
+	after := e.ztunnelUIDs("")
+	for uid, node := range before {
+		if after[uid] != node {
+			t.Errorf("pod %s on %s changed while nodewise was down", uid, node)
+		}
+	}
+	s := orchestrator.Surger{Kube: e.c.Client}
+	for _, node := range []string{"node-001", spec.Name, "node-002"} {
+		res, err := s.Swap(ctx, ztunnelRef, node, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatalf("%s: %v", node, err)
+		}
+		if node == spec.Name && res.Writes != 0 {
+			t.Errorf("added node %s: %+v; want nothing to do", node, res)
+		}
+	}
+	e.waitOldGone(hash)
+	w.check(t)
+	e.requireNoSurgeLeftovers()
+}
+
+// drainModel makes every ztunnel pod take d to exit after SIGTERM (the
+// simulated kubelet's AnnotationStopAfter), as a draining ztunnel does.
+func (e *env) drainModel(d time.Duration) {
+	e.t.Helper()
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=ztunnel"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + cluster.AnnotationStopAfter + `":"` + d.String() + `"}}}`)
+	for _, p := range pods.Items {
+		if _, err := e.c.Client.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// slowStart makes the ztunnel template's pods start d after their creation.
+func (e *env) slowStart(d time.Duration) {
+	e.t.Helper()
+	patch := []byte(`{"spec":{"template":{"metadata":{"annotations":{"` + cluster.AnnotationStartAfter + `":"` + d.String() + `"}}}}}`)
+	if _, err := e.c.Client.AppsV1().DaemonSets(ns).Patch(context.Background(), cluster.ZtunnelName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// surgeUntil runs a surge swap's steps on the node and stops (a crash)
+// right after the named write.
+func (e *env) surgeUntil(node, crashAfter string) {
+	e.t.Helper()
+	ctx := context.Background()
+	s := orchestrator.Surger{Kube: e.c.Client}
+	e.waitFor(func(ctx context.Context) bool {
+		in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, node)
+		if err != nil {
+			return false
+		}
+		step := orchestrator.NextSurgeStep(in)
+		var res orchestrator.SurgeResult
+		switch {
+		case step.Kind == orchestrator.SurgeCreateBridge:
+			if err := s.Apply(ctx, step, &res); err != nil {
+				e.t.Fatal(err)
+			}
+			return crashAfter == "bridge created"
+		case step.Kind == orchestrator.SurgeRetire && crashAfter == "old pod deleted":
+			step.HandOver = false
+			if err := s.Apply(ctx, step, &res); err != nil {
+				e.t.Fatal(err)
+			}
+			return true
+		case step.Kind == orchestrator.SurgeRetire:
+			if err := s.Apply(ctx, step, &res); err != nil {
+				e.t.Fatal(err)
+			}
+			return crashAfter == "bridge handed over"
+		}
+		return false
+	}, "surge on "+node+" until "+crashAfter)
+	_ = ctx
+}
+
+func (e *env) waitFor(cond func(context.Context) bool, what string) {
+	e.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return cond(ctx), nil
+	})
+	if err != nil {
+		e.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// isZtunnel: the DaemonSet's pods and nodewise's bridges for it.
+func isZtunnel(p *corev1.Pod) bool {
+	return p.Labels["app"] == "ztunnel" || p.Labels[orchestrator.LabelSurgeBridge] == cluster.ZtunnelName
+}
+
+func (e *env) ztunnelPodOrNil(node string) *corev1.Pod {
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil
+	}
+	var live []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; isZtunnel(p) && p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) != 1 {
+		return nil
+	}
+	return live[0]
+}
+
+// ztunnelPod is the node's one live ztunnel pod (fails if there are more).
+func (e *env) ztunnelPod(node string) *corev1.Pod {
+	e.t.Helper()
+	p := e.ztunnelPodOrNil(node)
+	if p == nil {
+		e.t.Fatalf("node %s has not exactly one live ztunnel pod", node)
+	}
+	return p
+}
+
+// ztunnelUIDs maps the UID of every live ztunnel pod not on skip to its node.
+func (e *env) ztunnelUIDs(skip string) map[types.UID]string {
+	e.t.Helper()
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[types.UID]string{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if isZtunnel(p) && p.DeletionTimestamp == nil && p.Spec.NodeName != skip {
+			out[p.UID] = p.Spec.NodeName
+		}
+	}
+	return out
+}
+
+func mapsEqual(a, b map[types.UID]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// waitOldGone waits until every ztunnel pod (terminating ones included) is
+// on hash and there is one per node.
+func (e *env) waitOldGone(hash string) {
+	e.t.Helper()
+	e.waitFor(func(ctx context.Context) bool {
+		pods, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		perNode := map[string]int{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if !isZtunnel(p) {
+				continue
+			}
+			if p.Labels["controller-revision-hash"] != hash {
+				return false
+			}
+			perNode[p.Spec.NodeName]++
+		}
+		for _, n := range perNode {
+			if n != 1 {
+				return false
+			}
+		}
+		return len(perNode) == len(e.c.Nodes)
+	}, "one ztunnel per node, all on "+hash)
+}
+
+// surgeLeftovers are live pods of nodewise's: bridges, and pods controlled by
+// a ControllerRevision.
+func (e *env) surgeLeftovers() []*corev1.Pod {
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil
+	}
+	var out []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, bridge := p.Labels[orchestrator.LabelSurgeBridge]; bridge || (metav1.GetControllerOf(p) != nil && metav1.GetControllerOf(p).Kind == "ControllerRevision") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (e *env) requireNoSurgeLeftovers() {
+	e.t.Helper()
+	for _, p := range e.surgeLeftovers() {
+		e.t.Errorf("left behind: pod %s on %s (labels %v, controller %v)", p.Name, p.Spec.NodeName, p.Labels, metav1.GetControllerOf(p))
+	}
+	for _, n := range e.c.Nodes {
+		if e.ztunnelPodOrNil(n.Name) == nil {
+			e.t.Errorf("node %s has not exactly one live ztunnel", n.Name)
+		}
+	}
+}
+
+// ztunnelWatch is an independent observer: it samples every 0.5 s whether
+// each node has a Ready, non-terminating ztunnel (once it has had one), and
+// watches pod events for who created which pod and when pods got Ready or
+// were deleted.
+type ztunnelWatch struct {
+	mu        sync.Mutex
+	seen      map[string]bool
+	bare      []string // "node at time" with no Ready ztunnel
+	samples   int
+	readyAt   map[string]time.Time    // pod name → first seen Ready
+	deletedAt map[types.UID]time.Time // pod UID → first seen terminating
+	dsCreated int
+	known     map[types.UID]bool
+}
+
+func (e *env) watchZtunnels(t *testing.T) *ztunnelWatch {
+	t.Helper()
+	w := &ztunnelWatch{seen: map[string]bool{}, readyAt: map[string]time.Time{}, deletedAt: map[types.UID]time.Time{}, known: map[types.UID]bool{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	list, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		w.known[p.UID] = true
+	}
+	wi, err := e.c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range wi.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || !isZtunnel(p) {
+				continue
+			}
+			w.mu.Lock()
+			if ev.Type == watch.Added && !w.known[p.UID] {
+				w.known[p.UID] = true
+				if c := metav1.GetControllerOf(p); c != nil && c.Kind == "DaemonSet" {
+					w.dsCreated++
+				}
+			}
+			if _, ok := w.readyAt[p.Name]; !ok && podutils.IsPodReady(p) && p.DeletionTimestamp == nil {
+				w.readyAt[p.Name] = time.Now()
+			}
+			if _, ok := w.deletedAt[p.UID]; !ok && (p.DeletionTimestamp != nil || ev.Type == watch.Deleted) {
+				w.deletedAt[p.UID] = time.Now()
+			}
+			w.mu.Unlock()
+		}
+	}()
+	go func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			pods, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			ready := map[string]bool{}
+			nodes := map[string]bool{}
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if !isZtunnel(p) {
+					continue
+				}
+				nodes[p.Spec.NodeName] = true
+				if p.DeletionTimestamp == nil && podutils.IsPodReady(p) {
+					ready[p.Spec.NodeName] = true
+				}
+			}
+			w.mu.Lock()
+			w.samples++
+			for n := range ready {
+				w.seen[n] = true
+			}
+			for n := range w.seen {
+				if !ready[n] {
+					w.bare = append(w.bare, n+" at "+time.Now().Format("15:04:05.0"))
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *ztunnelWatch) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t.Logf("watcher: %d samples every 0.5 s over %d nodes", w.samples, len(w.seen))
+	if w.samples < 4 {
+		t.Errorf("watcher took only %d samples", w.samples)
+	}
+	for _, b := range w.bare {
+		t.Errorf("no Ready ztunnel on %s", b)
+	}
+}
+
+func (w *ztunnelWatch) createdByDaemonSet() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dsCreated
+}
+
+// requireReadyBefore: the pod named ready was seen Ready before the pod
+// with UID gone was seen terminating.
+func (w *ztunnelWatch) requireReadyBefore(t *testing.T, ready string, gone types.UID) {
+	t.Helper()
+	var r, d time.Time
+	for i := 0; i < 50; i++ {
+		w.mu.Lock()
+		r, d = w.readyAt[ready], w.deletedAt[gone]
+		w.mu.Unlock()
+		if !r.IsZero() && !d.IsZero() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.IsZero() || d.IsZero() || !r.Before(d) {
+		t.Errorf("%s Ready at %s, pod %s deleted at %s; want Ready first", ready, r.Format("15:04:05.000"), gone, d.Format("15:04:05.000"))
+	}
+}
+
+// TestSurgePolicyFencesOrchestratorPodWrites: with deploy/ applied, the
+// orchestrator's ServiceAccount may create in istio-system only a bridge that
+// copies the ztunnel DaemonSet's template, and patch it only to hand it over.
+func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
+	e := newEnv(t, 1, 1)
+	applyDeploy(t, e.c)
+	ctx := context.Background()
+	cfg := rest.CopyConfig(e.c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := as.CoreV1().Pods(ns)
+	evil := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	evil.Name += "-evil"
+	evil.Spec.Containers[0].Image = "docker.io/attacker/rootkit:1"
+	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	plain.Name += "-plain"
+	delete(plain.Labels, orchestrator.LabelSurgeBridge)
+	var denied error
+	// The policy reaches the admission chain within a few seconds.
+	e.waitFor(func(ctx context.Context) bool {
+		_, denied = pods.Create(ctx, evil, metav1.CreateOptions{})
+		return denied != nil && strings.Contains(denied.Error(), "copy of the ztunnel DaemonSet")
+	}, "the policy to refuse a bridge with another image")
+	if _, err := pods.Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
+		t.Errorf("creating a pod that is not a bridge: %v; want refused by the policy", err)
+	}
+	bridge := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	created, err := pods.Create(ctx, bridge, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the real bridge as the orchestrator: %v", err)
+	}
+	img := []byte(`{"spec":{"containers":[{"name":"istio-proxy","image":"docker.io/attacker/rootkit:1"}]}}`)
+	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, img, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only hand a bridge over") {
+		t.Errorf("patching the bridge's image as the orchestrator: %v; want refused", err)
+	}
+	relabel := []byte(`{"metadata":{"labels":{"app":"other"}}}`)
+	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, relabel, metav1.PatchOptions{}); err == nil {
+		t.Errorf("relabelling the bridge as the orchestrator was allowed; want refused")
+	}
+	var res orchestrator.SurgeResult
+	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, orchestrator.SurgeStep{Kind: orchestrator.SurgeRetire, Pod: created, HandOver: true}, &res); err != nil {
+		t.Fatalf("handing the bridge over as the orchestrator: %v", err)
+	}
+	got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Labels[orchestrator.LabelSurgeBridge]; ok || (metav1.GetControllerOf(got) != nil && metav1.GetControllerOf(got).Kind == "ControllerRevision") {
+		t.Errorf("after the hand-over: labels %v, controller %v", got.Labels, metav1.GetControllerOf(got))
+	}
+}
