@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,8 +28,16 @@ type agentRig struct {
 	tokFile  string
 	calls    atomic.Int32
 	failNext atomic.Int32 // answer 503 this many times first
+	mu       sync.Mutex   // guards snap and hang: the handler reads them while a test case sets them
 	snap     Snapshot
 	hang     bool
+}
+
+// set changes what the rig answers, under its lock.
+func (r *agentRig) set(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
 }
 
 func newAgentRig(t *testing.T) *agentRig {
@@ -51,14 +60,17 @@ func newAgentRig(t *testing.T) *agentRig {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		if r.hang {
+		r.mu.Lock()
+		hang, snap := r.hang, r.snap
+		r.mu.Unlock()
+		if hang {
 			select {
 			case <-req.Context().Done():
 			case <-time.After(5 * time.Second):
 			}
 			return
 		}
-		_ = json.NewEncoder(w).Encode(r.snap)
+		_ = json.NewEncoder(w).Encode(snap)
 	}))
 	t.Cleanup(r.srv.Close)
 	dir := t.TempDir()
@@ -142,9 +154,9 @@ func TestAgentClientFailures(t *testing.T) {
 	}{
 		{"wrong token", func(c *AgentClientConfig) { c.TokenFile = badTok }, nil, "rejected the token"},
 		{"untrusted certificate", func(c *AgentClientConfig) { c.CAFile = otherCA }, nil, "certificate"},
-		{"agent answers for another node", nil, func() { r.snap.Node = "node-b" }, `answered for node "node-b"`},
-		{"timeout", func(c *AgentClientConfig) { c.Timeout, c.RetryMax = 100*time.Millisecond, -1 }, func() { r.snap.Node = "node-a"; r.hang = true }, "Timeout"},
-		{"agent down", nil, func() { r.hang = false; r.srv.Close() }, "connect"},
+		{"agent answers for another node", nil, func() { r.set(func() { r.snap.Node = "node-b" }) }, `answered for node "node-b"`},
+		{"timeout", func(c *AgentClientConfig) { c.Timeout, c.RetryMax = 100*time.Millisecond, -1 }, func() { r.set(func() { r.snap.Node, r.hang = "node-a", true }) }, "Timeout"},
+		{"agent down", nil, func() { r.set(func() { r.hang = false }); r.srv.Close() }, "connect"},
 	} {
 		if c.rig != nil {
 			c.rig()

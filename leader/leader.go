@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -49,6 +51,9 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
 		Client:     le.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	if err := leaseNamespaceExists(ctx, le); err != nil {
+		return err
 	}
 	leadErr := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -87,18 +92,64 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	return ErrLost
 }
 
+// Check is one health check: nil when healthy, otherwise why not.
+type Check func(context.Context) error
+
+// checkTimeout bounds one /healthz answer, every check included.
+const checkTimeout = 3 * time.Second
+
 // ServeMetrics serves /metrics from g and /healthz on addr until the returned
-// server is closed.
-func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger) (*http.Server, error) {
+// server is closed. /healthz answers 200 "ok" only when every check passes,
+// and 503 with the first failure otherwise.
+func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ...Check) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
+		defer cancel()
+		for _, c := range checks {
+			if err := c(ctx); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
 	return srv, nil
+}
+
+// APIReachable checks that the API server answers its /readyz (which every
+// authenticated client may read).
+func APIReachable(c kubernetes.Interface) Check {
+	return func(ctx context.Context) error {
+		rc := c.Discovery().RESTClient()
+		if rc == nil {
+			return nil // a fake clientset: nothing to reach
+		}
+		if err := rc.Get().AbsPath("/readyz").Do(ctx).Error(); err != nil {
+			return fmt.Errorf("the API server is unreachable: %w", err)
+		}
+		return nil
+	}
+}
+
+// leaseNamespaceExists says in one line when the Lease's namespace is
+// missing, rather than letting the elector retry creating the Lease there
+// forever. It asks with a dry-run create, which needs no right beyond the
+// Lease's own create.
+func leaseNamespaceExists(ctx context.Context, le Election) error {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace}}
+	_, err := le.Client.CoordinationV1().Leases(le.Namespace).Create(ctx, lease, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	var st apierrors.APIStatus
+	if apierrors.IsNotFound(err) && errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Kind == "namespaces" {
+		return fmt.Errorf("the namespace %q for the leader Lease %s does not exist: create it (kubectl apply -k deploy/) or pass --namespace", le.Namespace, le.Name)
+	}
+	return nil // exists, or another error the elector reports and retries
 }

@@ -164,9 +164,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.modeGauge.WithLabelValues(src.mode()).Set(1)
 	a.log.Info("node agent started", zap.String("node", a.cfg.Node), zap.String("mode", src.mode()), zap.String("addr", ln.Addr().String()))
 
+	const writeTimeout = 30 * time.Second // a snapshot or a scrape, even of a busy node
 	srv := &http.Server{
 		Handler:           a.handler(),
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
+		ReadTimeout:       a.cfg.ReadHeaderTimeout, // GETs: the headers are the request
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       a.cfg.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
 		TLSConfig:         a.tls,
 		ErrorLog:          zap.NewStdLog(a.log),
 	}

@@ -1,10 +1,12 @@
 package nodeagent
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -216,5 +218,41 @@ func TestShutdownEndsConnectionsNeverUsed(t *testing.T) {
 	conn, err = tls.Dial("tcp", strings.TrimPrefix(ra.url, "https://"), &tls.Config{RootCAs: ra.files.pool})
 	if err != nil {
 		t.Fatalf("dialing the agent: %v", err)
+	}
+}
+
+// TestIdleConnectionsAreClosed: a client that keeps a connection open after
+// its request without sending another is cut after IdleTimeout, so idle or
+// slow clients cannot pile up in the agent's memory.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	ra := startAgent(t, ModeEBPF, NewStaticResolver(nil), func(c *Config) {
+		fakeLoaded(&fakeProbe{})(c)
+		c.IdleTimeout = 300 * time.Millisecond
+	})
+	host := strings.TrimPrefix(ra.url, "https://")
+	conn, err := tls.Dial("tcp", host, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // loopback test server
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	// Now idle: the server must close the connection well before this deadline.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = br.ReadByte()
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("idle connection still open after 5 s (IdleTimeout 300ms)")
+	}
+	if err == nil {
+		t.Fatal("server sent data on an idle connection")
 	}
 }

@@ -49,8 +49,13 @@ type Config struct {
 	// Registry receives the agent's metrics; default: a new registry.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger
-	// ReadHeaderTimeout bounds slow clients; default 10s.
+	// ReadHeaderTimeout bounds slow clients; default 10s. A request (a GET,
+	// no body) must also be read whole within it.
 	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection no request arrives on;
+	// default 60s. Together with the read bound and the write bound
+	// (30 s), no slow or idle client holds the agent's memory for long.
+	IdleTimeout time.Duration
 
 	// loadProbe replaces the eBPF loader in tests.
 	loadProbe func() (probe, error)
@@ -97,6 +102,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 60 * time.Second
 	}
 	if c.loadProbe == nil {
 		c.loadProbe = loadProbe

@@ -42,6 +42,11 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 			return rec, false, err
 		}
 	}
+	// An abort reaches a drain in progress (a PDB may hold it for the whole
+	// timeout, or forever under wait): the drain stops, and the worker's next
+	// pass makes the node safe (abort cleanup uncordons it).
+	dctx, stop := e.untilAborted(ctx, nr.Name)
+	defer stop()
 	for attempt := 1; ; attempt++ {
 		timeout := p.DrainTimeout // under pdbBlocked wait, every later attempt is finite too
 		if attempt == 1 {
@@ -49,7 +54,7 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		}
 		errOut := &lineRecorder{}
 		h := &drain.Helper{
-			Ctx:                  ctx,
+			Ctx:                  dctx,
 			Client:               e.o.kube,
 			GracePeriodSeconds:   -1,
 			IgnoreAllDaemonSets:  true,
@@ -79,8 +84,8 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		if err == nil && pdb == "" {
 			return rec, true, nil
 		}
-		if ctx.Err() != nil {
-			return rec, false, ctx.Err()
+		if dctx.Err() != nil {
+			return rec, false, context.Cause(dctx)
 		}
 		if pdb == "" {
 			return rec, false, halt(HaltDrainFailed, "drain: %v", err)
@@ -94,12 +99,45 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		}
 		// wait: record why, then try again (each attempt is still finite).
 		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
-		if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		if err := e.mutateStatus(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 			nodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
 		}); err != nil {
+			if dctx.Err() != nil {
+				return rec, false, context.Cause(dctx)
+			}
 			return rec, false, err
 		}
 	}
+}
+
+// errAbortedDuringDrain stops a drain when its rollout is aborted. It is not
+// a step error: the worker ends, and its next pass, seeing the abort, makes
+// the node safe from the persisted Drain step (nothing was swapped).
+var errAbortedDuringDrain = errors.New("drain stopped: the rollout was aborted")
+
+// abortPoll is how often a drain in progress looks for an abort (in the cache).
+const abortPoll = 250 * time.Millisecond
+
+// untilAborted is ctx, also cancelled (with errAbortedDuringDrain) once the
+// cached NodeRollout asks for abort.
+func (e *executor) untilAborted(ctx context.Context, rollout string) (context.Context, func()) {
+	dctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(abortPoll)
+		defer t.Stop()
+		for {
+			if live := e.latest(rollout); live != nil && live.Spec.Abort {
+				cancel(errAbortedDuringDrain)
+				return
+			}
+			select {
+			case <-dctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return dctx, func() { cancel(context.Canceled) }
 }
 
 // pdbRefusal asks the Eviction API, in a dry run, whether a PodDisruptionBudget

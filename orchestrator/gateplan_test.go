@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
@@ -20,7 +18,7 @@ func TestDefaultBaselineAndSoakAreNonZero(t *testing.T) {
 		t.Errorf("minimal spec: baseline %s, soak %s", p.Baseline, p.Soak)
 	}
 	// Zero only when asked for.
-	p, err = NewPolicy(v1alpha1.NodeRolloutSpec{Baseline: &metav1.Duration{}, Soak: &metav1.Duration{}})
+	p, err = NewPolicy(v1alpha1.NodeRolloutSpec{Baseline: &v1alpha1.Duration{}, Soak: &v1alpha1.Duration{}})
 	if err != nil || p.Baseline != 0 || p.Soak != 0 {
 		t.Errorf("explicit 0s: baseline %s, soak %s, %v", p.Baseline, p.Soak, err)
 	}

@@ -244,11 +244,20 @@ func uncordoned(rec nodeRecord, seq []v1alpha1.NodeState) bool {
 }
 
 // swapState names the step that swaps target t.
+// Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
 func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
-	switch {
-	case strings.Contains(t.Name, "cni"):
+	kind := t.Kind
+	if kind == "" { // not typed yet (a plan, a test): only the default targets' exact names
+		for _, d := range DefaultTargets {
+			if d.Namespace == t.Namespace && d.Name == t.Name {
+				kind = d.Kind
+			}
+		}
+	}
+	switch kind {
+	case v1alpha1.TargetCNI:
 		return v1alpha1.NodeSwapCNI
-	case strings.Contains(t.Name, "ztunnel"):
+	case v1alpha1.TargetZtunnel:
 		return v1alpha1.NodeSwapZtunnel
 	}
 	return v1alpha1.NodeState("Swap/" + t.Namespace + "/" + t.Name)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
@@ -57,7 +55,7 @@ func describe(s step) string {
 	return strings.Join(parts, " ")
 }
 
-func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+func dur(d time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: d} }
 
 // Spec shapes the tables use.
 var (

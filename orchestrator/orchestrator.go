@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -62,8 +63,15 @@ func New(cfg Config) (*Orchestrator, error) {
 // every NodeRollout. It returns leader.ErrLost if the Lease is lost, and nil
 // when ctx ends.
 func (o *Orchestrator) Run(ctx context.Context) error {
+	var synced atomic.Bool
 	if o.cfg.MetricsAddr != "" {
-		srv, err := leader.ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log)
+		cachesSynced := func(context.Context) error {
+			if !synced.Load() {
+				return errors.New("the caches have not synced (is the API server reachable, and does RBAC allow listing nodes, pods, DaemonSets, ControllerRevisions and NodeRollouts?)")
+			}
+			return nil
+		}
+		srv, err := leader.ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log, cachesSynced, leader.APIReachable(o.kube))
 		if err != nil {
 			return err
 		}
@@ -83,6 +91,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	synced.Store(true)
 	o.log.Info("caches synced; campaigning for the Lease")
 	return leader.Run(ctx, leader.Election{
 		Client: o.kube, Namespace: o.cfg.Namespace, Name: LeaseName, Identity: o.cfg.Identity,

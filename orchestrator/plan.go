@@ -25,7 +25,8 @@ const (
 	ActRollback ActionKind = "Rollback"
 	// ActMarkRolledBack records a node already back on the restored revision.
 	ActMarkRolledBack ActionKind = "MarkRolledBack"
-	// ActRetry resets a failed node to Pending after `nodewise resume` cleared a halt.
+	// ActRetry resets a node to Pending: a failed one after `nodewise resume`
+	// cleared a halt, a done one whose revision is no longer the newest.
 	ActRetry ActionKind = "Retry"
 )
 
@@ -146,6 +147,14 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 			d.Actions = append(d.Actions, Action{Kind: ActMarkDone, Node: n.Name, Reason: "already on the newest revision"})
 			st = v1alpha1.NodeDone
 		}
+		if st == v1alpha1.NodeDone {
+			// A template changed again mid-rollout: a node done on the
+			// revision before is not done on the newest; it goes again.
+			if why, ok := behind(n, s.Targets); ok {
+				d.Actions = append(d.Actions, Action{Kind: ActRetry, Node: n.Name, Reason: why})
+				st = v1alpha1.NodePending
+			}
+		}
 		if Terminal(st) {
 			done++
 			continue
@@ -215,7 +224,9 @@ func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, 
 	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight
 	for i := len(d.Order) - 1; i >= 0; i-- {
 		n := byName[d.Order[i].Name]
-		if n.State != v1alpha1.NodeDone {
+		// A Failed node (the one a halt stopped on) may have been swapped
+		// too: it goes back like the Done ones.
+		if n.State != v1alpha1.NodeDone && n.State != v1alpha1.NodeFailed {
 			continue
 		}
 		if n.UpToDate(s.Targets) {
@@ -233,6 +244,21 @@ func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, 
 		d.Phase, d.Reason = v1alpha1.PhaseRolledBack, "every upgraded node is back on the restored revision"
 	}
 	return d
+}
+
+// behind says which target a node runs a pod of at a revision other than
+// the newest (a live pod, so one being recreated from the newest template
+// does not count; readiness does not either: a Done node whose pod restarts
+// is not swapped again).
+func behind(n NodeView, targets []TargetView) (string, bool) {
+	for _, t := range targets {
+		p, ok := n.Pods[t.Key()]
+		if !t.Settled || t.NewestHash == "" || !ok || p.Terminating || p.Hash == t.NewestHash {
+			continue
+		}
+		return fmt.Sprintf("%s runs revision %s, but the newest is %s (the template changed during the rollout): swapping again", t.Key(), p.Hash, t.NewestHash), true
+	}
+	return "", false
 }
 
 func failedReason(nodes []NodeView) string {

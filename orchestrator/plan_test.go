@@ -44,7 +44,7 @@ func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
 	t.Helper()
 	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
 	// No baseline or soak unless a test asks (the defaults are minutes).
-	spec.Baseline, spec.Soak = &metav1.Duration{}, &metav1.Duration{}
+	spec.Baseline, spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{}
 	if mut != nil {
 		mut(&spec)
 	}
@@ -404,6 +404,118 @@ func TestPlanSlidingWindow(t *testing.T) {
 	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v before ramp wave 2 finished", got)
+	}
+}
+
+// TestPlanDoneNodesRecheckedAgainstNewestRevision: a template that changes
+// again mid-rollout leaves the nodes done on the revision before behind the
+// newest; the rollout must not report Completed over that mixed fleet, and
+// those nodes go again. A done node on the newest revision whose pod is
+// momentarily not Ready is not swapped again.
+func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
+	const newer = "newer333"
+	newest := func(hash string) []TargetView {
+		ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+		for i := range ts {
+			ts[i].NewestHash = hash
+		}
+		return ts
+	}
+	cases := []struct {
+		name      string
+		setup     func(ns []NodeView)
+		targets   []TargetView
+		wantPhase v1alpha1.RolloutPhase
+		want      []string // actions, Kind:node
+	}{
+		{
+			name: "every node done on the newest",
+			setup: func(ns []NodeView) {
+				for _, n := range ns {
+					setState(ns, n.Name, v1alpha1.NodeDone)
+					upgrade(ns, n.Name)
+				}
+			},
+			targets: newest(newHash), wantPhase: v1alpha1.PhaseCompleted,
+		},
+		{
+			name: "the template moved on after every node was done",
+			setup: func(ns []NodeView) {
+				for _, n := range ns {
+					setState(ns, n.Name, v1alpha1.NodeDone)
+					upgrade(ns, n.Name)
+				}
+			},
+			targets: newest(newer), wantPhase: v1alpha1.PhaseProgressing,
+			want: []string{"Retry:zone-a-00", "Retry:zone-a-01", "Retry:zone-a-02"},
+		},
+		{
+			name: "the template moved on mid-rollout",
+			setup: func(ns []NodeView) {
+				setState(ns, "zone-a-00", v1alpha1.NodeDone)
+				upgrade(ns, "zone-a-00")
+			},
+			targets: newest(newer), wantPhase: v1alpha1.PhaseProgressing,
+			want: []string{"Retry:zone-a-00"},
+		},
+		{
+			name: "a done node's pod restarting on the newest",
+			setup: func(ns []NodeView) {
+				for _, n := range ns {
+					setState(ns, n.Name, v1alpha1.NodeDone)
+					upgrade(ns, n.Name)
+				}
+				p := ns[1].Pods["istio-system/ztunnel"]
+				p.Ready = false
+				ns[1].Pods["istio-system/ztunnel"] = p
+			},
+			targets: newest(newHash), wantPhase: v1alpha1.PhaseCompleted,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := fleet(1, 3)
+			tc.setup(ns)
+			d := Plan(Snapshot{Nodes: ns, Targets: tc.targets}, policy(t, nil), time.Now())
+			if d.Phase != tc.wantPhase {
+				t.Fatalf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
+			}
+			var got []string
+			for _, a := range d.Actions {
+				got = append(got, string(a.Kind)+":"+a.Node)
+				if a.Kind == ActRetry && !strings.Contains(a.Reason, newer) {
+					t.Errorf("retry reason %q does not name the newest revision", a.Reason)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("actions %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlanRollbackTakesTheFailedNode: the node a halt stopped on may have
+// been swapped; rollback takes it back too, first (it was swapped last).
+func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
+	ns := fleet(1, 4)
+	for _, n := range ns[:2] {
+		setState(ns, n.Name, v1alpha1.NodeDone)
+		upgrade(ns, n.Name)
+	}
+	setState(ns, "zone-a-02", v1alpha1.NodeFailed)
+	upgrade(ns, "zone-a-02")
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel, s.MaxUnavailable = 1, 1 })
+	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	for i := range restored {
+		restored[i].NewestHash = oldHash
+	}
+	status := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
+	d := Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 1 || d.Actions[0] != (Action{Kind: ActRollback, Node: "zone-a-02"}) {
+		t.Fatalf("%s %q %+v, want RollingBack starting with the failed zone-a-02", d.Phase, d.Reason, d.Actions)
+	}
+	if !strings.Contains(d.Reason, "3 node(s)") {
+		t.Errorf("reason %q, want 3 nodes to swap back", d.Reason)
 	}
 }
 

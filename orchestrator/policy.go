@@ -28,8 +28,8 @@ const (
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
 var DefaultTargets = []v1alpha1.TargetRef{
-	{Namespace: istio.DefaultNamespace, Name: "istio-cni-node"},
-	{Namespace: istio.DefaultNamespace, Name: "ztunnel"},
+	{Namespace: istio.DefaultNamespace, Name: "istio-cni-node", Kind: v1alpha1.TargetCNI},
+	{Namespace: istio.DefaultNamespace, Name: "ztunnel", Kind: v1alpha1.TargetZtunnel},
 }
 
 // Policy is a NodeRollout spec with defaults filled in and parsed, ready for the planner.
@@ -78,6 +78,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		Rollback:       spec.Rollback,
 		Selector:       labels.Everything(),
 	}
+	errs = append(errs, badDurations(spec)...)
 	if len(p.Targets) == 0 {
 		p.Targets = DefaultTargets
 	}
@@ -124,6 +125,9 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 			errs = append(errs, fmt.Errorf("%s: %s must not be negative", name, d))
 		}
 	}
+	if spec.Drain.Timeout != nil && spec.Drain.Timeout.Err() == nil && p.DrainTimeout == 0 {
+		errs = append(errs, errors.New("spec.drain.timeout: must be positive (0 would wait forever); use pdbBlocked: wait to wait for a budget"))
+	}
 	if p.LongLivedAfter <= 0 {
 		errs = append(errs, fmt.Errorf("spec.drain.longLivedAfter: %s must be positive", p.LongLivedAfter))
 	}
@@ -165,7 +169,38 @@ func ValidateRaw(raw map[string]any) error {
 	return errors.Join(errs...)
 }
 
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+// badDurations names every duration field whose value as written is not a
+// duration (an object the CRD did not check, e.g. written under an older one).
+func badDurations(spec v1alpha1.NodeRolloutSpec) []error {
+	type field struct {
+		name string
+		d    *v1alpha1.Duration
+	}
+	fields := []field{
+		{"spec.drain.timeout", spec.Drain.Timeout},
+		{"spec.drain.longLivedAfter", spec.Drain.LongLivedAfter},
+		{"spec.swapTimeout", spec.SwapTimeout},
+		{"spec.baseline", spec.Baseline},
+		{"spec.soak", spec.Soak},
+		{"spec.gates.interval", spec.Gates.Interval},
+		{"spec.gates.maxSnapshotAge", spec.Gates.MaxSnapshotAge},
+	}
+	for _, l := range spec.Gates.Latency {
+		fields = append(fields, field{fmt.Sprintf("spec.gates.latency[%s].minIncrease", l.Metric), l.MinIncrease})
+	}
+	if pg := spec.Gates.Prometheus; pg != nil {
+		fields = append(fields, field{"spec.gates.prometheus.timeout", pg.Timeout})
+	}
+	var errs []error
+	for _, f := range fields {
+		if err := f.d.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.name, err))
+		}
+	}
+	return errs
+}
+
+func durationOr(d *v1alpha1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
 	}

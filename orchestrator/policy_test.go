@@ -1,11 +1,10 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -21,7 +20,10 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"unknown time zone", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "11:00", TimeZone: "Mars/Olympus"}}}, "unknown time zone"},
 		{"bad clock", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "25:00", End: "26:00"}}}, "not HH:MM"},
 		{"drain policy", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Policy: "sometimes"}}, "spec.drain.policy"},
-		{"zero longLivedAfter", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{LongLivedAfter: &metav1.Duration{}}}, "spec.drain.longLivedAfter"},
+		{"zero longLivedAfter", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{LongLivedAfter: &v1alpha1.Duration{}}}, "spec.drain.longLivedAfter"},
+		{"zero drain timeout (forever to the drain library)", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Timeout: &v1alpha1.Duration{}}}, "spec.drain.timeout: must be positive"},
+		{"soak not a duration", specJSON(t, `{"soak":"10 minutes"}`), `spec.soak: "10 minutes" is not a duration`},
+		{"gate interval not a duration", specJSON(t, `{"gates":{"interval":"banana"}}`), `spec.gates.interval: "banana"`},
 		{"duplicate target", v1alpha1.NodeRolloutSpec{Targets: []v1alpha1.TargetRef{{Namespace: "a", Name: "b"}, {Namespace: "a", Name: "b"}}}, "listed twice"},
 	}
 	for _, tc := range cases {
@@ -35,6 +37,17 @@ func TestNewPolicyRejects(t *testing.T) {
 	if err := ValidateRaw(map[string]any{"spec": map[string]any{"maxParallel": float64(0)}}); err == nil {
 		t.Fatal("explicit maxParallel 0 accepted")
 	}
+}
+
+// specJSON decodes a spec the way the informer does, so tests can hold values
+// the CRD would refuse (an object written under an older CRD).
+func specJSON(t *testing.T, raw string) v1alpha1.NodeRolloutSpec {
+	t.Helper()
+	var s v1alpha1.NodeRolloutSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		t.Fatalf("decoding %s: %v", raw, err)
+	}
+	return s
 }
 
 func TestNewPolicyDefaults(t *testing.T) {

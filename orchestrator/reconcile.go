@@ -46,6 +46,12 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
+	if perr == nil {
+		p, perr = e.typeTargets(p) // see targetkind.go
+	}
+	if perr == nil {
+		perr = e.overlapping(nr, p) // see overlap.go
+	}
 	if perr != nil {
 		return e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil)
 	}
@@ -98,8 +104,8 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 	prev, known := e.currentStatus(nr.Name, nr.UID)
 	prevPhase := prev.Phase
 	mutate := func(s *v1alpha1.NodeRolloutStatus) {
-		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && d.Phase != v1alpha1.PhasePending {
-			return // a halt is only cleared by resume
+		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending {
+			return // a halt is only cleared by resume, or by rollback
 		}
 		s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
 		if d.Phase == v1alpha1.PhaseHalted {
@@ -119,7 +125,11 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 		} else {
 			s.CompletionTime = nil
 		}
-		if len(targets) > 0 && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending {
+		// status.targets is the revision the rollout moves nodes to; rollback
+		// waits until the templates are off it. A halted rollout moves no
+		// node, so the old chart re-applied during a halt (as the emergency
+		// path goes: halt, re-apply, rollback) must not become that revision.
+		if len(targets) > 0 && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseHalted && s.Phase != v1alpha1.PhaseHalted {
 			s.Targets = s.Targets[:0]
 			for _, t := range targets {
 				s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash})

@@ -1,7 +1,5 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 // GatesSpec says how a node's soak is judged before the rollout moves on.
 // The judge (package health) reads it through health/gatespec; the orchestrator
 // only passes it through. Every field is optional: an empty `gates: {}` judges
@@ -10,13 +8,13 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // Numbers that are not integers (ratios, rates, significance) are decimal strings,
 // because CRDs cannot carry floats portably; CEL rules check their ranges.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.interval) || duration(self.interval) > duration('0s')",message="gates.interval must be a positive duration such as 1m"
-// +kubebuilder:validation:XValidation:rule="!has(self.maxSnapshotAge) || duration(self.maxSnapshotAge) > duration('0s')",message="gates.maxSnapshotAge must be a positive duration such as 30s"
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || self.interval.matches('[1-9]')",message="gates.interval must be a positive duration such as 1m"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxSnapshotAge) || self.maxSnapshotAge.matches('[1-9]')",message="gates.maxSnapshotAge must be a positive duration such as 30s"
 type GatesSpec struct {
 	// Interval is how often the judge compares the soak so far with the baseline
 	// (default 1m). A node fails only after ConsecutiveFailures failing intervals.
 	// +optional
-	Interval *metav1.Duration `json:"interval,omitempty"`
+	Interval *Duration `json:"interval,omitempty"`
 	// ConsecutiveFailures is how many failing intervals in a row fail the node (default 2).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
@@ -59,7 +57,7 @@ type GatesSpec struct {
 	// MaxSnapshotAge is how old an agent snapshot may be before the agent counts
 	// as stale, which fails the gate (default 30s).
 	// +optional
-	MaxSnapshotAge *metav1.Duration `json:"maxSnapshotAge,omitempty"`
+	MaxSnapshotAge *Duration `json:"maxSnapshotAge,omitempty"`
 	// Counts overrides the thresholds of the count metrics. Metrics not listed use
 	// their defaults; list a metric with disabled: true to skip it.
 	// +listType=map
@@ -147,9 +145,8 @@ type LatencyGate struct {
 	// +optional
 	MinRatio string `json:"minRatio,omitempty"`
 	// MinIncrease is the smallest increase of that quantile that counts (default 500us).
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="minIncrease must not be negative"
 	// +optional
-	MinIncrease *metav1.Duration `json:"minIncrease,omitempty"`
+	MinIncrease *Duration `json:"minIncrease,omitempty"`
 }
 
 // PrometheusGates are instant queries against a Prometheus server. A query
@@ -159,9 +156,9 @@ type PrometheusGates struct {
 	// +kubebuilder:validation:Pattern=`^https?://`
 	Address string `json:"address"`
 	// Timeout bounds one query, retries included (default 10s).
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="prometheus.timeout must be a positive duration"
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="prometheus.timeout must be a positive duration"
 	// +optional
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 	// MaxConsecutiveErrors is how many failed evaluations in a row fail the gate (default 3).
 	// +kubebuilder:validation:Minimum=1
 	// +optional

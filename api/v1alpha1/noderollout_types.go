@@ -32,12 +32,31 @@ const (
 	PDBHalt PDBBlockedPolicy = "halt"
 )
 
+// TargetKind is what a target DaemonSet runs, which decides how it is swapped
+// and whether drain policy auto must look for long-lived connections.
+// +kubebuilder:validation:Enum=ztunnel;cni
+type TargetKind string
+
+const (
+	// TargetZtunnel is the ambient node proxy: its swap resets connections
+	// older than its drain deadline.
+	TargetZtunnel TargetKind = "ztunnel"
+	// TargetCNI is the istio-cni node agent.
+	TargetCNI TargetKind = "cni"
+)
+
 // TargetRef names a DaemonSet the rollout swaps, node by node.
 type TargetRef struct {
 	// +kubebuilder:validation:MinLength=1
 	Namespace string `json:"namespace"`
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
+	// Kind is what the DaemonSet runs. Empty: detected from its pod
+	// template (Istio's chart labels app=ztunnel or k8s-app=istio-cni-node,
+	// else a container image named ztunnel or install-cni). A target whose
+	// kind cannot be told keeps the rollout Pending.
+	// +optional
+	Kind TargetKind `json:"kind,omitempty"`
 }
 
 // DrainSpec is the drain policy.
@@ -46,8 +65,11 @@ type DrainSpec struct {
 	// +optional
 	Policy DrainPolicy `json:"policy,omitempty"`
 	// Timeout bounds a drain (default 5m). With pdbBlocked=wait it is ignored.
+	// It must be positive: the drain library reads 0 as "forever", and a drain
+	// that never times out never halts or skips its node.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="drain.timeout must be positive (0 would wait forever); use pdbBlocked: wait to wait for a budget"
 	// +optional
-	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	Timeout *Duration `json:"timeout,omitempty"`
 	// +kubebuilder:default=halt
 	// +optional
 	PDBBlocked PDBBlockedPolicy `json:"pdbBlocked,omitempty"`
@@ -56,8 +78,9 @@ type DrainSpec struct {
 	// connection still open at its drain deadline, and a connection that has
 	// outlived a short request is the kind that will be: auto drains a node
 	// whose pods hold one. Ztunnel's drain deadline caps it.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="drain.longLivedAfter must be positive"
 	// +optional
-	LongLivedAfter *metav1.Duration `json:"longLivedAfter,omitempty"`
+	LongLivedAfter *Duration `json:"longLivedAfter,omitempty"`
 }
 
 // Weekday is a three-letter English day name.
@@ -123,18 +146,19 @@ type NodeRolloutSpec struct {
 	// +optional
 	Drain DrainSpec `json:"drain,omitempty"`
 	// SwapTimeout bounds the wait for a new pod to be Ready on the new revision (default 5m).
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="swapTimeout must be positive"
 	// +optional
-	SwapTimeout *metav1.Duration `json:"swapTimeout,omitempty"`
+	SwapTimeout *Duration `json:"swapTimeout,omitempty"`
 	// Baseline is the window measured before the swap, the judge's "before"
 	// (default 5m; 0s, set explicitly, turns the before/after judgement off).
 	// +kubebuilder:default="5m"
 	// +optional
-	Baseline *metav1.Duration `json:"baseline,omitempty"`
+	Baseline *Duration `json:"baseline,omitempty"`
 	// Soak is how long a node runs on the new revision before its gate, the
 	// judge's "after" (default 5m; 0s only when set explicitly). See docs/health.md.
 	// +kubebuilder:default="5m"
 	// +optional
-	Soak *metav1.Duration `json:"soak,omitempty"`
+	Soak *Duration `json:"soak,omitempty"`
 	// MaintenanceWindows: when set, nodes start only inside one of them.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32

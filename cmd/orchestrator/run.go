@@ -125,7 +125,7 @@ func run(ctx context.Context, rc runConfig) error {
 		}
 		tasks = append(tasks, revTasks...)
 		if !set["noderollout"] && cfg.MetricsAddr != "" {
-			srv, err := leader.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log)
+			srv, err := leader.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log, leader.APIReachable(kube))
 			if err != nil {
 				return err
 			}

@@ -25,6 +25,9 @@ func Interval(g v1alpha1.GatesSpec) (time.Duration, error) {
 	if g.Interval == nil {
 		return DefaultInterval, nil
 	}
+	if err := g.Interval.Err(); err != nil {
+		return 0, fmt.Errorf("gates.interval: %w", err)
+	}
 	if g.Interval.Duration <= 0 {
 		return 0, fmt.Errorf("gates.interval %s: must be a positive duration such as 1m", g.Interval.Duration)
 	}
@@ -59,6 +62,9 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		return health.Config{}, err
 	}
 	if g.MaxSnapshotAge != nil {
+		if err := g.MaxSnapshotAge.Err(); err != nil {
+			return health.Config{}, fmt.Errorf("gates.maxSnapshotAge: %w", err)
+		}
 		if g.MaxSnapshotAge.Duration <= 0 {
 			return health.Config{}, fmt.Errorf("gates.maxSnapshotAge %s: must be a positive duration such as 30s", g.MaxSnapshotAge.Duration)
 		}
@@ -94,6 +100,8 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		}
 		if lg.MinIncrease == nil {
 			t.MinIncrease = health.Defaults().Latency[v1alpha1.MetricConnectLatency].MinIncrease
+		} else if err := lg.MinIncrease.Err(); err != nil {
+			return health.Config{}, fmt.Errorf("gates.latency[%s].minIncrease: %w", lg.Metric, err)
 		} else {
 			t.MinIncrease = lg.MinIncrease.Duration
 		}
@@ -127,6 +135,9 @@ func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, 
 		return nil, fmt.Errorf("gates.prometheus.maxConsecutiveErrors %d: must be at least 1", p.MaxConsecutiveErrors)
 	}
 	if p.Timeout != nil {
+		if err := p.Timeout.Err(); err != nil {
+			return nil, fmt.Errorf("gates.prometheus.timeout: %w", err)
+		}
 		if p.Timeout.Duration <= 0 {
 			return nil, fmt.Errorf("gates.prometheus.timeout %s: must be a positive duration", p.Timeout.Duration)
 		}

@@ -16,7 +16,6 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
@@ -25,7 +24,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 )
 
-func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+func dur(d time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: d} }
 
 func TestConfigDefaults(t *testing.T) {
 	c, err := Config(v1alpha1.GatesSpec{})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/nodewise/nodewise/test/testpki"
 )
 
 // IstioNamespace is where the fixtures install Istio's control and data plane.
@@ -84,6 +87,7 @@ func InstallIstio(ctx context.Context, client kubernetes.Interface, opts IstioOp
 	if !opts.SkipSamples {
 		steps = append(steps, in.samples)
 	}
+	steps = append(steps, in.caRootCert) // last: into the samples' namespaces too
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return fmt.Errorf("installing Istio %s: %w", opts.Version, err)
@@ -109,6 +113,43 @@ func (in installer) serviceAccounts(ctx context.Context) error {
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: IstioNamespace}})
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// caRootCertName is the ConfigMap istiod publishes in every namespace with
+// the mesh's root certificate; Istio's charts mount it (ztunnel, gateways).
+const caRootCertName = "istio-ca-root-cert"
+
+// caRootCert publishes istio-ca-root-cert, as istiod does, in every
+// namespace that exists now (one root for the whole simulated mesh).
+func (in installer) caRootCert(ctx context.Context) error {
+	nsl, err := in.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing namespaces: %w", err)
+	}
+	var root string
+	for _, ns := range nsl.Items {
+		if ns.DeletionTimestamp != nil {
+			continue
+		}
+		if _, err := in.client.CoreV1().ConfigMaps(ns.Name).Get(ctx, caRootCertName, metav1.GetOptions{}); err == nil {
+			continue
+		}
+		if root == "" {
+			ca, err := testpki.NewCA("simulated mesh root", 10*365*24*time.Hour)
+			if err != nil {
+				return fmt.Errorf("making the mesh root: %w", err)
+			}
+			root = string(ca.CertPEM())
+		}
+		err := createIfMissing(ctx, in.client.CoreV1().ConfigMaps(ns.Name).Create, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: caRootCertName, Namespace: ns.Name, Labels: map[string]string{"istio.io/config": "true"}},
+			Data:       map[string]string{"root-cert.pem": root},
+		})
+		if err != nil {
+			return fmt.Errorf("publishing %s in %s: %w", caRootCertName, ns.Name, err)
 		}
 	}
 	return nil

@@ -19,8 +19,10 @@ func runningStatus(pod *corev1.Pod, node *NodeSpec, ip string, now time.Time) *c
 	s.HostIP, s.HostIPs = node.IP, []corev1.HostIP{{IP: node.IP}}
 	s.PodIP, s.PodIPs = ip, []corev1.PodIP{{IP: ip}}
 	s.StartTime = &t
-	if s.QOSClass == "" { // the API server sets it at creation, and it is immutable
-		s.QOSClass = corev1.PodQOSBestEffort
+	// The API server set the QoS class at creation and refuses a status
+	// that changes it (a chart's pods with requests are Burstable).
+	if s.QOSClass == "" {
+		s.QOSClass = podQOS(pod)
 	}
 	s.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
@@ -134,3 +136,28 @@ func (a ipam) claim(node *NodeSpec, uid types.UID, ip string) {
 }
 
 func (a ipam) release(node *NodeSpec, uid types.UID) { delete(a[node.Name], uid) }
+
+// podQOS is the pod's QoS class as the API server computes it at creation
+// (for a pod whose status does not carry it yet): BestEffort without any CPU
+// or memory request or limit, Guaranteed when every container limits both
+// and requests equal limits, Burstable otherwise.
+func podQOS(pod *corev1.Pod) corev1.PodQOSClass {
+	some, guaranteed := false, true
+	for _, c := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			some = some || (hasReq && !req.IsZero()) || (hasLim && !lim.IsZero())
+			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !some:
+		return corev1.PodQOSBestEffort
+	case guaranteed:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}

@@ -115,9 +115,9 @@ func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger,
 // demo: the recorder samples every second, so a 5 s baseline holds the three
 // samples the judge's dispersion estimate needs.
 func judged(nr *v1alpha1.NodeRollout, baseline, soak time.Duration, inconclusive v1alpha1.InconclusivePolicy) *v1alpha1.NodeRollout {
-	nr.Spec.Baseline = &metav1.Duration{Duration: baseline}
-	nr.Spec.Soak = &metav1.Duration{Duration: soak}
-	nr.Spec.Gates.Interval = &metav1.Duration{Duration: 3 * time.Second}
+	nr.Spec.Baseline = &v1alpha1.Duration{Duration: baseline}
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: soak}
+	nr.Spec.Gates.Interval = &v1alpha1.Duration{Duration: 3 * time.Second}
 	nr.Spec.Gates.Inconclusive = inconclusive
 	return nr
 }

@@ -17,8 +17,8 @@ func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 	nr.Spec.CanaryNodes = []string{canary}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 2, 2
 	nr.Spec.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait}
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline, nr.Spec.Soak = &metav1.Duration{}, &metav1.Duration{} // explicit: the defaults last minutes
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline, nr.Spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{} // explicit: the defaults last minutes
 	return nr
 }
 
@@ -41,9 +41,9 @@ func demoHealthyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
 // build, and soaks long enough for its resets to be significant.
 func faultyRollout(name, canary string, judge bool) *v1alpha1.NodeRollout {
 	nr := healthyRollout(name, canary)
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 20 * time.Second}
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: 20 * time.Second}
 	if judge {
-		nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute} // the old ztunnel drains first
+		nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute} // the old ztunnel drains first
 		nr.Spec.Drain.Policy = v1alpha1.DrainNever
 		demoGates(judged(nr, 5*time.Second, 10*time.Second, v1alpha1.InconclusivePause))
 	}

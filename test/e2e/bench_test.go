@@ -91,7 +91,7 @@ func BenchmarkNodeRollout200(b *testing.B) {
 	start := time.Now()
 	e.apply(rollout("bench", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = parallel, parallel
-		s.SwapTimeout = &metav1.Duration{Duration: 2 * time.Minute}
+		s.SwapTimeout = &v1alpha1.Duration{Duration: 2 * time.Minute}
 	}))
 	nr := e.waitPhase("bench", 20*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	wall := time.Since(start)

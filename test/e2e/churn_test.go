@@ -30,7 +30,7 @@ func TestPDBBlockedDrainUnderLeaderChurn(t *testing.T) {
 	e.apply(rollout("churn", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{guarded}
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBSkipNode, Timeout: &metav1.Duration{Duration: drainTimeout}}
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBSkipNode, Timeout: &v1alpha1.Duration{Duration: drainTimeout}}
 	}))
 	e.waitStep("churn", v1alpha1.NodeDrain)
 	n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), guarded, metav1.GetOptions{})

@@ -42,8 +42,8 @@ func TestResumeAfterKillAtEveryStep(t *testing.T) {
 			e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
 				s.MaxParallel, s.MaxUnavailable = 2, 2
 				s.Drain.Policy = v1alpha1.DrainAlways
-				s.Soak = &metav1.Duration{Duration: time.Second}
-				s.Baseline = &metav1.Duration{Duration: time.Second}
+				s.Soak = &v1alpha1.Duration{Duration: time.Second}
+				s.Baseline = &v1alpha1.Duration{Duration: time.Second}
 			}))
 			node := e.waitStep(name, step)
 			first.kill()

@@ -205,7 +205,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	e.apply(rollout("auto", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{old}
 		s.MaxParallel, s.MaxUnavailable = 2, 2
-		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait, Timeout: &metav1.Duration{Duration: 3 * time.Second}}
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 	}))
 
 	// The first node's decision shows in its status entry, then it waits on the PDB.

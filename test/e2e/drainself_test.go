@@ -64,7 +64,7 @@ func TestDrainNeverEvictsNodewisePods(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.apply(rollout("drain-self", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, Timeout: &metav1.Duration{Duration: 30 * time.Second}}
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, Timeout: &v1alpha1.Duration{Duration: 30 * time.Second}}
 	}))
 	nr := e.waitPhase("drain-self", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {

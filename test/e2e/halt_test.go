@@ -38,7 +38,7 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 	swapTimeout := 5 * time.Second
 	e.apply(rollout("neverready", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 4, 4
-		s.SwapTimeout = &metav1.Duration{Duration: swapTimeout}
+		s.SwapTimeout = &v1alpha1.Duration{Duration: swapTimeout}
 	}))
 	nr := e.waitPhase("neverready", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted {

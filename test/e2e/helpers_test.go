@@ -265,10 +265,10 @@ func (p *proc) kill() {
 func rollout(name string, mut func(*v1alpha1.NodeRolloutSpec)) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 4, 4
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: 60 * time.Second}
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: 60 * time.Second}
 	// No baseline and no soak unless a test asks: these tests are about the
 	// node steps, and the defaults (minutes) are the judge's.
-	nr.Spec.Baseline, nr.Spec.Soak = &metav1.Duration{}, &metav1.Duration{}
+	nr.Spec.Baseline, nr.Spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{}
 	if mut != nil {
 		mut(&nr.Spec)
 	}

@@ -218,10 +218,10 @@ func startE2E(t *testing.T) *e2e {
 func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "judged"}}
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
-	nr.Spec.SwapTimeout = &metav1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline = &metav1.Duration{Duration: e2eBaseline}
-	nr.Spec.Soak = &metav1.Duration{Duration: e2eSoak}
-	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &metav1.Duration{Duration: time.Second}}
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: e2eSoak}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
 	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -376,14 +376,15 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	rolls := nwc.NodeRollouts()
-	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
+	d := func(x time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: x} }
 	for i, tc := range []struct {
 		gates v1alpha1.GatesSpec
 		want  string
 	}{
-		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "gates.interval must be a positive duration"},
-		{v1alpha1.GatesSpec{MaxSnapshotAge: d(-time.Second)}, "gates.maxSnapshotAge must be a positive duration"},
-		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "minIncrease must not be negative"},
+		{v1alpha1.GatesSpec{Interval: d(0)}, "gates.interval must be a positive duration"},
+		{v1alpha1.GatesSpec{Interval: d(-time.Minute)}, "spec.gates.interval: Invalid value: \"-1m0s\": must be a duration such as 30s, 5m or 1h30m (units ns, us, ms, s, m, h; no spaces, no sign)"},
+		{v1alpha1.GatesSpec{MaxSnapshotAge: d(0)}, "gates.maxSnapshotAge must be a positive duration"},
+		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: d(-time.Millisecond)}}}, "spec.gates.latency[0].minIncrease: Invalid value: \"-1ms\": must be a duration"},
 		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: v1alpha1.MetricResetsSent, MinRatio: "0.5"}}}, "minRatio must be a decimal of at least 1"},
 		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, `Unsupported value: "resets"`},
 		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, `Unsupported value: "p99"`},

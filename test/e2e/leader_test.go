@@ -53,7 +53,7 @@ func TestOnlyLeaderWrites(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.apply(rollout("leader", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: 2 * time.Second}
+		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	e.waitStep("leader", v1alpha1.NodeSoak)
 	if w := writes(scrape(t, addrB)); w != 0 {

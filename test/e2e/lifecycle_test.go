@@ -10,7 +10,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/cluster"
@@ -71,7 +70,7 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 	e.upgrade("1.28.2")
 	e.apply(rollout("aborted", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: 3 * time.Second}
+		s.Soak = &v1alpha1.Duration{Duration: 3 * time.Second}
 	}))
 	e.waitStep("aborted", v1alpha1.NodeSoak)
 	if out, err := e.cli("abort", "aborted"); err != nil {

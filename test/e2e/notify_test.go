@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/notify"
@@ -54,7 +53,7 @@ func TestNotifyOneMessagePerHalt(t *testing.T) {
 	e.apply(rollout("notify-halt", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{guarded}
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBHalt, Timeout: &metav1.Duration{Duration: 3 * time.Second}}
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBHalt, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 	}))
 	nr := e.waitPhase("notify-halt", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted {

@@ -86,7 +86,7 @@ func TestPDBBlockedPolicies(t *testing.T) {
 		return func(s *v1alpha1.NodeRolloutSpec) {
 			s.CanaryNodes = []string{guarded}
 			s.MaxParallel, s.MaxUnavailable = 2, 2
-			s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: policy, Timeout: &metav1.Duration{Duration: 3 * time.Second}}
+			s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: policy, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 		}
 	}
 	nodeStatus := func(nr *v1alpha1.NodeRollout, name string) v1alpha1.NodeStatus {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -41,7 +39,7 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 	e.apply(rollout("regate", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{bad}
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: time.Second}
+		s.Soak = &v1alpha1.Duration{Duration: time.Second}
 	}))
 	nr := e.waitPhase("regate", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted || !strings.Contains(nr.Status.HaltReason, "never tracked") {

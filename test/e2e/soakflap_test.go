@@ -28,7 +28,7 @@ func TestNodeNotReadyDuringSoakFails(t *testing.T) {
 	e.apply(rollout("flap", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{canary}
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: soak}
+		s.Soak = &v1alpha1.Duration{Duration: soak}
 	}))
 	if node := e.waitStep("flap", v1alpha1.NodeSoak); node != canary {
 		t.Fatalf("node %s soaking first, want the canary %s", node, canary)

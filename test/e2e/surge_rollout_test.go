@@ -26,7 +26,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 	first := e.startProcess("first", "127.0.0.1:0")
 	e.apply(rollout("outage", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: 2 * time.Second}
+		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	// Kill it once a node is done and another is being swapped.
 	e.waitFor(func(ctx context.Context) bool {

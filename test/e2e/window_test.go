@@ -32,7 +32,7 @@ func TestMaintenanceWindows(t *testing.T) {
 	e.runInProcess("solo")
 	e.apply(rollout("windows", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 1, 1
-		s.Soak = &metav1.Duration{Duration: 4 * time.Second}
+		s.Soak = &v1alpha1.Duration{Duration: 4 * time.Second}
 	}))
 	inFlight := e.waitStep("windows", v1alpha1.NodeSoak)
 	e.patch("windows", `{"spec":{"maintenanceWindows":`+closedWindowJSON(time.Now())+`}}`)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -150,15 +148,7 @@ func TestGates(t *testing.T) {
 	// Run as the revision controller's own ServiceAccount with only
 	// deploy/sidecar's RBAC, to prove the shipped roles suffice without the
 	// NodeRollout orchestrator's.
-	for _, f := range []string{"orchestrator/namespace.yaml", "sidecar/rbac.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		applyYAML(t, e.c.Kubeconfig, string(raw))
-	}
-	sa := rest.CopyConfig(e.c.Config)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-revisions"}
+	sa := e.asRevisionsServiceAccount()
 	e.controllerAs(gate, sa)
 	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "g"},

@@ -19,6 +19,14 @@ import (
 	"github.com/nodewise/nodewise/revisions/revtag"
 )
 
+// binDir holds the built tools (kubectl, istioctl).
+func binDir() string {
+	if dir := os.Getenv("NODEWISE_BIN_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(repoRoot(), "bin")
+}
+
 func istioctl(t *testing.T) string {
 	t.Helper()
 	return tool(t, "istioctl", "hack/build-tool.sh istioctl")
@@ -27,11 +35,7 @@ func istioctl(t *testing.T) string {
 // tool finds a built tool in $NODEWISE_BIN_DIR (default bin/).
 func tool(t *testing.T, name, build string) string {
 	t.Helper()
-	dir := os.Getenv("NODEWISE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(), "bin")
-	}
-	p := filepath.Join(dir, name)
+	p := filepath.Join(binDir(), name)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("%s not built (%v): run %s", name, err, build)
 	}

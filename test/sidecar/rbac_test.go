@@ -1,0 +1,109 @@
+package sidecar
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodewise/nodewise/test/cluster"
+)
+
+// revisionsSA is the revisions controller's ServiceAccount (deploy/sidecar).
+const revisionsSA = "system:serviceaccount:nodewise-system:nodewise-revisions"
+
+// asRevisionsServiceAccount applies deploy/'s namespace and deploy/sidecar's
+// RBAC and admission policy, waits until the policy is enforced, and returns
+// a config that impersonates the controller's ServiceAccount.
+func (e *env) asRevisionsServiceAccount() *rest.Config {
+	t := e.t
+	t.Helper()
+	for _, f := range []string{"orchestrator/namespace.yaml", "sidecar/rbac.yaml", "sidecar/admission.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyYAML(t, e.c.Kubeconfig, string(raw))
+	}
+	sa := rest.CopyConfig(e.c.Config)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: revisionsSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
+	kube := kubernetes.NewForConfigOrDie(sa)
+	// The policy is enforced a moment after it is created: wait until an
+	// arbitrary webhook is refused (dry run: nothing is written either way).
+	probe := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "nodewise-policy-probe"}}
+	waitFor(t, 30*time.Second, "the admission policy to be enforced", func() (bool, string) {
+		_, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(e.ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "istio-revision-tag-"), ""
+	})
+	return sa
+}
+
+// TestRevisionsServiceAccountLimits: the revisions controller's ServiceAccount
+// with deploy/sidecar's RBAC and admission policy cannot register an
+// arbitrary webhook, change a Deployment's image or relabel a namespace's
+// other labels, and can still do what a migration does (a revision-tag
+// webhook, the restart annotation, istio.io/rev).
+func TestRevisionsServiceAccountLimits(t *testing.T) {
+	e := start(t, 3, "1.27.3")
+	ctx := context.Background()
+	e.namespace("shop", map[string]string{"istio.io/rev": "1-27", "team": "payments"}, app{name: "web", replicas: 1})
+	kube := kubernetes.NewForConfigOrDie(e.asRevisionsServiceAccount())
+
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: allowed, want refused", what)
+		} else if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: refused with %q, want mention of %q", what, err, want)
+		}
+	}
+	allowed := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v, want allowed (a migration does it)", what, err)
+		}
+	}
+
+	evil := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "mutate-every-pod"}}
+	_, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, evil, metav1.CreateOptions{})
+	refused("creating webhook mutate-every-pod", err, "only the revision-tag webhooks")
+	tag := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "istio-revision-tag-probe"}}
+	_, err = kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, tag, metav1.CreateOptions{})
+	allowed("creating webhook istio-revision-tag-probe", err)
+
+	image := `{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"evil.example/backdoor:1"}]}}}}`
+	_, err = kube.AppsV1().Deployments("shop").Patch(ctx, "web", types.StrategicMergePatchType, []byte(image), metav1.PatchOptions{})
+	refused("patching Deployment shop/web's image", err, "only the pod template's kubectl.kubernetes.io/restartedAt")
+	_, err = kube.AppsV1().Deployments("shop").Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+	refused("scaling Deployment shop/web to 0", err, "may not scale")
+	restart := `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-12-01T10:00:00Z"}}}}}`
+	_, err = kube.AppsV1().Deployments("shop").Patch(ctx, "web", types.StrategicMergePatchType, []byte(restart), metav1.PatchOptions{})
+	allowed("stamping Deployment shop/web's restartedAt", err)
+
+	_, err = kube.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"attacker"}}}`), metav1.PatchOptions{})
+	refused("relabelling namespace shop's team label", err, "only a namespace's istio.io/rev and istio-injection labels")
+	_, err = kube.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/rev":"1-28"}}}`), metav1.PatchOptions{})
+	allowed("retagging namespace shop", err)
+
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "intercept", Namespace: cluster.IstioNamespace}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}
+	_, err = kube.CoreV1().Services(cluster.IstioNamespace).Create(ctx, svc, metav1.CreateOptions{})
+	refused("creating Service istio-system/intercept", err, "only the revision-tag Services")
+
+	// The cluster's admin is not limited by the policy.
+	dep, err := e.c.Client.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dep.Spec.Template.Spec.Containers[0].Image; strings.Contains(got, "evil") {
+		t.Errorf("image changed to %s", got)
+	}
+}
