@@ -98,9 +98,11 @@ type Check func(context.Context) error
 // checkTimeout bounds one /healthz answer, every check included.
 const checkTimeout = 3 * time.Second
 
-// ServeMetrics serves /metrics from g and /healthz on addr until the returned
-// server is closed. /healthz answers 200 "ok" only when every check passes,
-// and 503 with the first failure otherwise.
+// ServeMetrics serves /metrics from g, /healthz and /livez on addr until the
+// returned server is closed. /healthz (readiness) answers 200 "ok" only when
+// every check passes, and 503 with the first failure otherwise. /livez
+// (liveness) answers "ok" whenever the process serves: an API server outage
+// makes a replica unready, and restarting it would not help.
 func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ...Check) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -119,7 +121,8 @@ func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ..
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
 	return srv, nil
