@@ -25,6 +25,13 @@ type GatesSpec struct {
 	// person decides, Fail halts (default Pause).
 	// +optional
 	Inconclusive InconclusivePolicy `json:"inconclusive,omitempty"`
+	// Probe says whether a node must show the nodewise-probe DaemonSet's
+	// traffic to be judged: Required (default) holds a node without probe
+	// evidence as Inconclusive; Optional judges such a node on its workload
+	// alone (for a cluster that does not run the probe).
+	// +kubebuilder:validation:Enum=Required;Optional
+	// +optional
+	Probe ProbePolicy `json:"probe,omitempty"`
 	// Significance is the family-wise false-alarm rate of one judgement of one
 	// node, across all its pods and metrics (Holm correction), as a decimal in
 	// (0, 0.5] (default "0.005").
@@ -79,6 +86,15 @@ type GatesSpec struct {
 // InconclusivePolicy is what an Inconclusive verdict does to the rollout.
 // +kubebuilder:validation:Enum=Pass;Pause;Fail
 type InconclusivePolicy string
+
+// ProbePolicy says whether probe evidence is required (see GatesSpec.Probe).
+type ProbePolicy string
+
+// The probe policies.
+const (
+	ProbeRequired ProbePolicy = "Required"
+	ProbeOptional ProbePolicy = "Optional"
+)
 
 const (
 	InconclusivePass  InconclusivePolicy = "Pass"

@@ -42,6 +42,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		MinNodeConnections:  uint64(max(g.MinNodeConnections, 0)),
 		ConsecutiveFailures: int(g.ConsecutiveFailures),
 		Inconclusive:        g.Inconclusive,
+		ProbeOptional:       g.Probe == v1alpha1.ProbeOptional,
 		Counts:              map[health.Metric]health.CountThresholds{},
 		Latency:             map[health.Metric]health.LatencyThresholds{},
 	}
