@@ -105,7 +105,7 @@ func soakReadiness(nodes corelisters.NodeLister, podLister corelisters.PodLister
 	switch {
 	case !ready:
 		r.problems = append(r.problems, fmt.Sprintf("node %s is not Ready", name))
-	case changed.After(since):
+	case changedSince(changed, since):
 		r.problems = append(r.problems, fmt.Sprintf("node %s's Ready condition changed during the soak (Ready again since %s)", name, changed.UTC().Format(time.RFC3339)))
 	}
 	pods, err := podLister.List(labels.Everything())
@@ -134,6 +134,15 @@ func soakReadiness(nodes corelisters.NodeLister, podLister corelisters.PodLister
 		}
 	}
 	return r, nil
+}
+
+// changedSince is whether a condition's lastTransitionTime may lie at or
+// after since. The API stores it in whole seconds, so a node that went
+// NotReady and back within the second its soak began shows a time up to a
+// second before since; a transition in since's second counts as inside the
+// soak (the gate fails closed).
+func changedSince(transition, since time.Time) bool {
+	return !transition.Before(since.Truncate(time.Second))
 }
 
 func isTargetPod(p *corev1.Pod) bool {

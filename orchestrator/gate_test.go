@@ -72,11 +72,16 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 		changed time.Time
 		want    health.Outcome
 		reason  string
+		// into is how far into its second the soak began (the API keeps
+		// transition times in whole seconds).
+		into time.Duration
 	}{
-		{"Ready since before the soak", corev1.ConditionTrue, soak.Add(-time.Hour), health.Pass, "none with a Ready transition since the soak began"},
-		{"NotReady for a second in the soak, Ready again", corev1.ConditionTrue, soak.Add(20 * time.Second), health.Fail, "Ready condition changed during the soak"},
-		{"NotReady at the end", corev1.ConditionFalse, soak.Add(20 * time.Second), health.Fail, "is not Ready"},
-		{"Unknown at the end", corev1.ConditionUnknown, soak.Add(-time.Hour), health.Fail, "is not Ready"},
+		{"Ready since before the soak", corev1.ConditionTrue, soak.Add(-time.Hour), health.Pass, "none with a Ready transition since the soak began", 0},
+		{"NotReady for a second in the soak, Ready again", corev1.ConditionTrue, soak.Add(20 * time.Second), health.Fail, "Ready condition changed during the soak", 0},
+		{"NotReady at the end", corev1.ConditionFalse, soak.Add(20 * time.Second), health.Fail, "is not Ready", 0},
+		{"flapped within the second the soak began", corev1.ConditionTrue, soak, health.Fail, "Ready condition changed during the soak", 700 * time.Millisecond},
+		{"Ready since the second before the soak", corev1.ConditionTrue, soak.Add(-time.Second), health.Pass, "none with a Ready transition", 700 * time.Millisecond},
+		{"Unknown at the end", corev1.ConditionUnknown, soak.Add(-time.Hour), health.Fail, "is not Ready", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -84,7 +89,7 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tc.status, LastTransitionTime: metav1.NewTime(tc.changed)}}}})
 			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: corelisters.NewPodLister(pods)}
-			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak, Now: soak.Add(time.Minute)})
+			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak.Add(tc.into), Now: soak.Add(time.Minute)})
 			if err != nil || v.Outcome != tc.want || len(v.Reasons) == 0 || !strings.Contains(v.Reasons[0], tc.reason) {
 				t.Fatalf("got %s %v (%v), want %s with %q", v.Outcome, v.Reasons, err, tc.want, tc.reason)
 			}

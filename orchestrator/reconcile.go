@@ -104,8 +104,8 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 	prev, known := e.currentStatus(nr.Name, nr.UID)
 	prevPhase := prev.Phase
 	mutate := func(s *v1alpha1.NodeRolloutStatus) {
-		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending {
-			return // a halt is only cleared by resume, or by rollback
+		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
+			return // a halt is only cleared by resume, rollback or abort
 		}
 		s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
 		if d.Phase == v1alpha1.PhaseHalted {

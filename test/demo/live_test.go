@@ -255,8 +255,16 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	e.upgrade("1.28.1")
 	before := e.settle()
 	nr := e.rolloutOn("inplace", "node-001", v1alpha1.DrainNever, v1alpha1.InconclusivePause)
-	_, after := e.dp.Truth()
-	w := after.Sub(before)
+	// The soak (5 s) can end as the old stand-in's drain deadline (5 s after
+	// its SIGTERM) fires: give its resets time to reach the apps' tallies.
+	deadline := dataplane.DrainDeadline(testGrace*time.Second, true)
+	var w dataplane.Truth
+	for end := time.Now().Add(deadline + 10*time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, after := e.dp.Truth()
+		if w = after.Sub(before); w.StreamsReset > 0 || time.Now().After(end) {
+			break
+		}
+	}
 	t.Logf("during the swap: %s; reset ages %v", w, w.ResetAges)
 	ns := nodeStatus(t, nr, "node-001")
 	t.Logf("verdict: %s", ns.Verdict)
@@ -266,7 +274,6 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	if w.StreamsReset == 0 {
 		t.Fatalf("no stream was reset by the in-place swap: the old stand-in did not reset at its deadline")
 	}
-	deadline := dataplane.DrainDeadline(testGrace*time.Second, true)
 	if m := w.MinResetAge(); m < deadline {
 		t.Errorf("a stream %s old was reset; only streams older than the drain deadline %s should be", m, deadline)
 	}

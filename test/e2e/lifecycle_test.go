@@ -32,7 +32,9 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 	e.runInProcess("solo")
 	e.upgrade("1.28.1")
 	if out, err := e.cli("apply", "-f", writeRollout(t, "up", `maxParallel: 2
-  maxUnavailable: 2`)); err != nil {
+  maxUnavailable: 2
+  baseline: 0s
+  soak: 0s`)); err != nil {
 		t.Fatalf("apply: %v %s", err, out)
 	}
 	e.waitPhase("up", 3*time.Minute, v1alpha1.PhaseCompleted)
