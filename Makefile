@@ -58,6 +58,11 @@ demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluste
 bench: deps build tools ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m $(PKGS)
 
+NODES ?= 1000
+.PHONY: bench-scale
+bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 10 app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
+	NODEWISE_BENCH_SCALE=$(NODES) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e
+
 .PHONY: bench-disruption
 bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.
 	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./test/demo

@@ -32,6 +32,10 @@ type Options struct {
 	ReadyDelay time.Duration `json:"readyDelay"`
 	// Heartbeat is how often node leases are renewed. Zero means 10 s.
 	Heartbeat time.Duration `json:"heartbeat"`
+	// ControllerQPS, when set, is the kube-api-qps of kube-controller-manager
+	// and kube-scheduler (burst twice that), as large clusters configure them;
+	// zero keeps the upstream defaults (20 and 50).
+	ControllerQPS int `json:"controllerQPS,omitempty"`
 	// BinDir holds etcd and the Kubernetes binaries; empty means search (see findBinaries).
 	BinDir string `json:"binDir,omitempty"`
 	// KubeletArgv, when set, runs the simulated kubelet as this background
@@ -55,8 +59,8 @@ func (o *Options) Validate() error {
 	if o.Zones < 1 || o.Zones > o.Nodes || o.Zones > 26 {
 		return fmt.Errorf("zones must be between 1 and min(nodes, 26), got %d for %d nodes", o.Zones, o.Nodes)
 	}
-	if o.ReadyDelay < 0 || o.Heartbeat < 0 {
-		return fmt.Errorf("ready delay and heartbeat must not be negative")
+	if o.ReadyDelay < 0 || o.Heartbeat < 0 || o.ControllerQPS < 0 {
+		return fmt.Errorf("ready delay, heartbeat and controller QPS must not be negative")
 	}
 	if o.ReadyDelay == 0 {
 		o.ReadyDelay = 500 * time.Millisecond

@@ -21,16 +21,20 @@ import (
 )
 
 const (
-	// podCIDRBase is where node pod CIDRs are carved from: node i gets
+	// podCIDRBase is where node pod CIDRs are carved from: node i < 256 gets
 	// 198.18.i.0/24. It is the RFC 2544 benchmarking range, so pod IPs are
 	// never confused with a real network; they only exist inside network
-	// namespaces a test creates.
+	// namespaces a test creates. Nodes from the 257th on (fleet-scale
+	// benchmarks, which run no data plane) get /24s of 100.64.0.0/10, the
+	// shared address space of RFC 6598: node 256+j gets 100.(64+j/256).(j%256).0/24.
 	podCIDRBase = "198.18"
+	podCIDRWide = 100
 	// serviceCIDR holds the cluster's service IPs (RFC 2544 as well).
 	serviceCIDR = "198.19.0.0/16"
 	serviceIP   = "198.19.0.1"
-	// maxNodes is bounded by the /24 per node inside 198.18.0.0/16.
-	maxNodes = 256
+	// maxNodes is bounded by the /24 per node: 256 in 198.18.0.0/16, then
+	// 16,384 in 100.64.0.0/10.
+	maxNodes = 256 + 64*256
 )
 
 // controllers are the kube-controller-manager loops the simulated cluster
@@ -188,13 +192,23 @@ func (s *state) controllerManagerArgv(b binaries) []string {
 		"--controllers=" + strings.Join(controllers, ","),
 		"--concurrent-daemonset-syncs=5",
 		"--profiling=false", "--v=1",
-	})
+	}, s.qpsFlags())
+}
+
+// qpsFlags raise a control-plane component's client rate limits when
+// Options.ControllerQPS asks.
+func (s *state) qpsFlags() []string {
+	q := s.Options.ControllerQPS
+	if q == 0 {
+		return nil
+	}
+	return []string{"--kube-api-qps=" + strconv.Itoa(q), "--kube-api-burst=" + strconv.Itoa(2*q)}
 }
 
 func (s *state) schedulerArgv(b binaries) []string {
 	kc := filepath.Join(s.Dir, "scheduler.kubeconfig")
 	return flatten([]string{b.Scheduler}, kubeconfigFlags(kc), servingFlags(s.Ports.Scheduler),
-		[]string{"--profiling=false", "--v=1"})
+		[]string{"--profiling=false", "--v=1"}, s.qpsFlags())
 }
 
 // kubeconfigFlags point a component's client, authentication and

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +51,8 @@ type Kubelet struct {
 	mu       sync.Mutex
 	ips      ipam
 	stopping map[types.UID]bool
-	started  map[types.UID]*corev1.Pod // pods whose containers the runtime started
+	started  map[types.UID]*corev1.Pod        // pods whose containers the runtime started
+	leases   map[string]*coordinationv1.Lease // node → the lease last written
 }
 
 // NewKubelet validates cfg and fills its defaults.
@@ -77,6 +79,7 @@ func NewKubelet(client kubernetes.Interface, cfg KubeletConfig) (*Kubelet, error
 		ips:      ipam{},
 		stopping: map[types.UID]bool{},
 		started:  map[types.UID]*corev1.Pod{},
+		leases:   map[string]*coordinationv1.Lease{},
 	}
 	for i := range cfg.Nodes {
 		k.nodes[cfg.Nodes[i].Name] = &cfg.Nodes[i]

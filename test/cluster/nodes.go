@@ -45,11 +45,20 @@ func nodeSpecs(n, z int) []NodeSpec {
 		specs[i] = NodeSpec{
 			Name:    fmt.Sprintf("node-%03d", i+1),
 			Zone:    fmt.Sprintf("zone-%c", 'a'+i%z),
-			PodCIDR: fmt.Sprintf("%s.%d.0/24", podCIDRBase, i),
+			PodCIDR: podCIDR(i),
 			IP:      fmt.Sprintf("127.1.%d.%d", i/250, i%250+1),
 		}
 	}
 	return specs
+}
+
+// podCIDR is node i's (from 0) pod CIDR; see podCIDRBase.
+func podCIDR(i int) string {
+	if i < 256 {
+		return fmt.Sprintf("%s.%d.0/24", podCIDRBase, i)
+	}
+	j := i - 256
+	return fmt.Sprintf("%d.%d.%d.0/24", podCIDRWide, 64+j/256, j%256)
 }
 
 // registerNodes creates the Node objects that do not exist yet and reports
@@ -167,26 +176,50 @@ func (k *Kubelet) reconcileNodeReady(ctx context.Context, node *corev1.Node) {
 }
 
 // heartbeat renews every node's lease, which is how the node lifecycle
-// controller knows the node's kubelet is alive.
+// controller knows the node's kubelet is alive. It costs one request per node
+// per interval, as a kubelet's lease controller does: each renewal updates the
+// lease it last wrote (a Get only after a conflict or on first use), and the
+// renewals are spread over the interval instead of arriving as one burst.
 func (k *Kubelet) heartbeat(ctx context.Context) {
 	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	pace := time.NewTicker(max(k.cfg.Heartbeat/time.Duration(2*len(k.cfg.Nodes)), time.Millisecond))
+	defer pace.Stop()
 	for _, spec := range k.cfg.Nodes {
+		select {
+		case <-ctx.Done():
+			return
+		case <-pace.C:
+		}
 		now := metav1.NewMicroTime(time.Now())
-		lease, err := leases.Get(ctx, spec.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		k.mu.Lock()
+		lease := k.leases[spec.Name]
+		k.mu.Unlock()
+		var err error
+		if lease == nil {
+			lease, err = leases.Get(ctx, spec.Name, metav1.GetOptions{})
+		}
+		switch {
+		case apierrors.IsNotFound(err):
 			duration := int32(40)
-			_, err = leases.Create(ctx, &coordinationv1.Lease{
+			lease, err = leases.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: spec.Name},
 				Spec: coordinationv1.LeaseSpec{
 					HolderIdentity: &spec.Name, LeaseDurationSeconds: &duration, RenewTime: &now},
 			}, metav1.CreateOptions{})
-		} else if err == nil {
+		case err == nil:
+			lease = lease.DeepCopy()
 			lease.Spec.RenewTime = &now
-			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+			lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		}
-		if err != nil && ctx.Err() == nil {
-			k.log.Debug("renewing node lease", zap.String("node", spec.Name), zap.Error(err))
+		if err != nil {
+			lease = nil // read it afresh next time
+			if ctx.Err() == nil {
+				k.log.Debug("renewing node lease", zap.String("node", spec.Name), zap.Error(err))
+			}
 		}
+		k.mu.Lock()
+		k.leases[spec.Name] = lease
+		k.mu.Unlock()
 	}
 }
 

@@ -110,14 +110,7 @@ func BenchmarkNodeRollout200(b *testing.B) {
 	}
 
 	floor, barrierFloor, waves := swapFloors(nr, parallel, sc)
-	verbs := map[string]float64{}
-	for _, m := range fams["nodewise_api_requests_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "verb" {
-				verbs[l.GetValue()] += m.GetCounter().GetValue()
-			}
-		}
-	}
+	verbs := requestsByVerb(fams)
 	var vs []string
 	for v, n := range verbs {
 		vs = append(vs, fmt.Sprintf("%s=%.2f", v, n/nodes))

@@ -138,15 +138,24 @@ func freeAddr(t testing.TB) string {
 // scrape returns the metric families served at addr.
 func scrape(t testing.TB, addr string) map[string]*dto {
 	t.Helper()
+	fams, err := scrapeQuiet(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// scrapeQuiet is scrape returning its error.
+func scrapeQuiet(addr string) (map[string]*dto, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		t.Fatalf("scraping %s: %v", addr, err)
+		return nil, fmt.Errorf("scraping %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("parsing metrics: %v", err)
+		return nil, fmt.Errorf("parsing the metrics of %s: %w", addr, err)
 	}
-	return fams
+	return fams, nil
 }

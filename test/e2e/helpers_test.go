@@ -45,7 +45,18 @@ func repoRoot() string {
 
 func newEnv(t testing.TB, nodes, zones int) *env {
 	t.Helper()
-	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: zones, ReadyDelay: 300 * time.Millisecond})
+	return newEnvWith(t, cluster.Options{Nodes: nodes, Zones: zones})
+}
+
+// newEnvWith is newEnv on a cluster started with opts (ReadyDelay 300 ms
+// unless set).
+func newEnvWith(t testing.TB, opts cluster.Options) *env {
+	t.Helper()
+	nodes := opts.Nodes
+	if opts.ReadyDelay == 0 {
+		opts.ReadyDelay = 300 * time.Millisecond
+	}
+	c := cluster.Start(t, opts)
 	ctx := context.Background()
 	installCRDs(t, c)
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {

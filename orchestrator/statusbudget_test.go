@@ -1,0 +1,95 @@
+package orchestrator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
+)
+
+// bigStatus is a status of n nodes in 5 zones, each judged by the judge with
+// a full judgement (6 node rows and health.MaxSummaryPodRows pod rows);
+// every tenth node is still soaking (maxParallel 10%) and every hundredth failed.
+func bigStatus(n int) *v1alpha1.NodeRolloutStatus {
+	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for i := range n {
+		at := &metav1.Time{Time: t0.Add(time.Duration(i) * time.Second)}
+		j := &v1alpha1.NodeJudgement{Judgements: 3, BaselineSeconds: 300, SoakSeconds: 300, PodsCompared: 40, Tests: 120, JudgedAt: at.Format(time.RFC3339)}
+		for r := range 6 + health.MaxSummaryPodRows {
+			j.Rows = append(j.Rows, v1alpha1.JudgementRow{Pod: fmt.Sprintf("shop/cart-5d8f7c9b6-%05d", r), Metric: "resets", Before: "0.20/s", After: "0.21/s", P: "p=0.41"})
+		}
+		ns := v1alpha1.NodeStatus{Name: fmt.Sprintf("node-%05d", i), Zone: fmt.Sprintf("zone-%c", 'a'+i%5), Wave: int32(i/50 + 1),
+			State: v1alpha1.NodeDone, StateSince: at, StartTime: at, FinishTime: at,
+			Verdict:   "Pass: no regression in 120 tests over 40 pods (5m0s baseline, 5m0s soak); control nodes: 12 untouched, no shift",
+			Judgement: j}
+		switch {
+		case i%100 == 7:
+			ns.State, ns.Verdict, ns.Reason = v1alpha1.NodeFailed, "Fail: resets 0.2/s → 4.1/s on 3 pods", "gate failed"
+		case i%10 == 3:
+			ns.State, ns.FinishTime = v1alpha1.NodeSoak, nil
+		}
+		s.Nodes = append(s.Nodes, ns)
+	}
+	s.Counts = counts(s.Nodes)
+	return s
+}
+
+// TestFitStatusKeepsAFleetUnderTheBudget: a status of 5,000 judged nodes
+// (≈ 60 MiB as it stands) fits within the budget once trimmed; the nodes
+// that are soaking or failed keep every detail, the passed ones keep their
+// state, zone, wave, finish time and outcome; a status that fits is untouched.
+func TestFitStatusKeepsAFleetUnderTheBudget(t *testing.T) {
+	for _, n := range []int{1000, 5000} {
+		s := bigStatus(n)
+		before := jsonSize(s)
+		trimmed := fitStatus(s, statusBudget)
+		after := jsonSize(s)
+		t.Logf("%d nodes: %d KiB → %d KiB, %d entries trimmed", n, before/1024, after/1024, trimmed)
+		if after > statusBudget {
+			t.Errorf("%d nodes: %d bytes after trimming, over the budget %d", n, after, statusBudget)
+		}
+		orig := bigStatus(n)
+		for i, ns := range s.Nodes {
+			o := orig.Nodes[i]
+			if ns.Name != o.Name || ns.State != o.State || ns.Zone != o.Zone || ns.Wave != o.Wave || !ns.FinishTime.Equal(o.FinishTime) {
+				t.Fatalf("entry %d changed what the planner reads: %+v, was %+v", i, ns, o)
+			}
+			switch o.State {
+			case v1alpha1.NodeFailed:
+				if ns.Verdict != o.Verdict || ns.Reason != o.Reason || ns.Judgement == nil || len(ns.Judgement.Rows) != len(o.Judgement.Rows) || ns.StartTime == nil {
+					t.Fatalf("failed entry %d was trimmed: %+v", i, ns)
+				}
+				continue
+			case v1alpha1.NodeSoak:
+				if ns.Verdict != o.Verdict || ns.Judgement == nil || ns.Judgement.Judgements != o.Judgement.Judgements || ns.StartTime == nil {
+					t.Fatalf("soaking entry %d lost more than its rows: %+v", i, ns)
+				}
+				continue
+			}
+			if ns.Verdict != o.Verdict && ns.Verdict != "Pass"+trimmedMark {
+				t.Fatalf("entry %d: verdict %q", i, ns.Verdict)
+			}
+		}
+		if s.Counts != orig.Counts {
+			t.Errorf("counts %+v, were %+v", s.Counts, orig.Counts)
+		}
+	}
+
+	small := bigStatus(20)
+	want := jsonSize(small)
+	if n := fitStatus(small, statusBudget); n != 0 || jsonSize(small) != want {
+		t.Errorf("a status of %d bytes was trimmed (%d entries)", want, n)
+	}
+	// The oldest passed nodes go first.
+	s := bigStatus(300)
+	fitStatus(s, jsonSize(s)-1)
+	if !strings.HasSuffix(s.Nodes[0].Verdict, trimmedMark) || strings.HasSuffix(s.Nodes[299].Verdict, trimmedMark) {
+		t.Errorf("trimmed the newest before the oldest: first %q, last %q", s.Nodes[0].Verdict, s.Nodes[299].Verdict)
+	}
+}
