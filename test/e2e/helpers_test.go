@@ -82,20 +82,23 @@ func installCRDs(t testing.TB, c *cluster.Cluster) {
 func (e *env) waitDaemonSetsReady(nodes int) {
 	e.t.Helper()
 	ctx := context.Background()
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	ready := map[string]int32{}
+	// A fleet-scale cluster starts its 2 pods per node at the controllers' QPS.
+	timeout := 3*time.Minute + time.Duration(nodes)*300*time.Millisecond
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
 			ds, err := e.c.Client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
-			if ds.Status.NumberReady != int32(nodes) {
+			if ready[name] = ds.Status.NumberReady; ds.Status.NumberReady != int32(nodes) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		e.t.Fatalf("DaemonSets not ready on %d nodes: %v", nodes, err)
+		e.t.Fatalf("DaemonSets not ready on %d nodes within %s (Ready: %v): %v", nodes, timeout, ready, err)
 	}
 }
 

@@ -123,6 +123,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	fmt.Printf("native DaemonSet RollingUpdate (maxUnavailable %d, both DaemonSets at once): wall %s; nodewise/native = %.2f\n",
 		parallel, native.Round(10*time.Millisecond), wall.Seconds()/native.Seconds())
 	fmt.Printf("API requests per node by verb (leader + successor): %s; writes %.2f, reads (get+list) %.3f\n", strings.Join(vs, " "), writes/float64(nodes), reads/float64(nodes))
+	fmt.Printf("the same by verb and resource: %s\n", requestsByResource(nodes, leaderFams, standbyFams))
 	fmt.Printf("mean time per node in each step, successor: %s\n", stepMeans(standbyFams))
 	fmt.Printf("orchestrator peak RSS: leader %.1f MiB (killed at %d/%d), successor %.1f MiB; CPU: leader %.1f s, successor %.1f s\n",
 		float64(leaderRSS)/1024, doneAtKill, nodes, float64(standbyRSS)/1024, leaderCPU, standbyCPU)
@@ -311,6 +312,26 @@ func requestsByVerb(fams map[string]*dto) map[string]float64 {
 		}
 	}
 	return verbs
+}
+
+// requestsByResource sums nodewise_api_requests_total over the scrapes by
+// verb and resource, per node.
+func requestsByResource(nodes int, scrapes ...map[string]*dto) string {
+	by := map[string]float64{}
+	for _, fams := range scrapes {
+		for _, m := range fams["nodewise_api_requests_total"].GetMetric() {
+			l := labelMap(m.GetLabel())
+			by[l["verb"]+" "+l["resource"]] += m.GetCounter().GetValue()
+		}
+	}
+	var out []string
+	for k, v := range by {
+		if v/float64(nodes) >= 0.005 {
+			out = append(out, fmt.Sprintf("%s=%.2f", k, v/float64(nodes)))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
 
 // statusSize is the JSON size of nr with its node entries repeated copies
