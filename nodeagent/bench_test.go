@@ -1,20 +1,13 @@
 package nodeagent
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"os/signal"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,83 +19,6 @@ import (
 	"github.com/nodewise/nodewise/bpf/bench"
 	"github.com/nodewise/nodewise/test/netrig"
 )
-
-const benchAgentEnv = "NODEWISE_BENCH_AGENT"
-
-// benchAgentConfig is what the parent benchmark hands the agent process.
-type benchAgentConfig struct {
-	Cert, Key, Token string
-	Pods             map[uint32]Pod
-}
-
-// runBenchAgentIfChild runs this test binary as a node agent process when
-// the benchmark started it that way, so its CPU and memory are its own.
-func runBenchAgentIfChild() {
-	raw := os.Getenv(benchAgentEnv)
-	if raw == "" {
-		return
-	}
-	var c benchAgentConfig
-	if err := json.Unmarshal([]byte(raw), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	a, err := New(Config{
-		Node: "bench", Mode: ModeEBPF, ListenAddr: "127.0.0.1:0",
-		CertFile: c.Cert, KeyFile: c.Key, TokenFile: c.Token,
-		Resolver: NewStaticResolver(c.Pods),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	// On SIGTERM, say the CPU spent so far before shutting down: the
-	// parent counts what the agent spends serving, not closing.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	go func() {
-		<-sig
-		fmt.Println("stopping", selfCPU().Nanoseconds())
-		cancel()
-	}()
-	go func() {
-		addr, err := a.Addr(ctx)
-		if err == nil {
-			// The CPU spent so far (loading the programs): the parent
-			// counts only what the agent spends after.
-			fmt.Println("ready", addr, selfCPU().Nanoseconds())
-		}
-	}()
-	if err := a.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// selfCPU returns this process's user+system CPU time, to the microsecond.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procPeakRSS returns VmHWM in bytes.
-func procPeakRSS(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM")
-}
 
 // churn opens and closes paced short connections from every pod to its own
 // echo server and returns the connect (Dial) durations.
@@ -195,67 +111,6 @@ func maxProgramID() ebpf.ProgramID {
 		}
 		id = next
 	}
-}
-
-// agentProcess is the agent running as its own process for one B phase.
-type agentProcess struct {
-	cmd      *exec.Cmd
-	out      *bufio.Reader
-	ra       *runningAgent
-	readyCPU time.Duration
-}
-
-func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agentProcess {
-	b.Helper()
-	cfg, err := json.Marshal(benchAgentConfig{Cert: files.cert, Key: files.key, Token: files.token, Pods: pods})
-	if err != nil {
-		b.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), benchAgentEnv+"="+string(cfg))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	r := bufio.NewReader(out)
-	line, err := r.ReadString('\n')
-	var addr string
-	var readyCPU int64
-	if err == nil {
-		_, err = fmt.Sscanf(line, "ready %s %d", &addr, &readyCPU)
-	}
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		b.Fatalf("agent process: %q %v", line, err)
-	}
-	return &agentProcess{cmd: cmd, out: r, readyCPU: time.Duration(readyCPU),
-		ra: &runningAgent{url: "https://" + addr, files: files, client: newTestClient(files)}}
-}
-
-// stop ends the agent and returns the CPU it spent serving: its rusage
-// (to the microsecond) when told to stop, less what it had spent loading
-// when it was ready.
-func (a *agentProcess) stop() time.Duration {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	var stopCPU int64
-	line, err := a.out.ReadString('\n')
-	if err == nil {
-		_, err = fmt.Sscanf(line, "stopping %d", &stopCPU)
-	}
-	_ = a.cmd.Wait()
-	if err != nil {
-		return 0
-	}
-	return time.Duration(stopCPU) - a.readyCPU
 }
 
 func median(xs []float64) float64 {
