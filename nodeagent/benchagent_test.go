@@ -47,16 +47,23 @@ func runBenchAgentIfChild() {
 		fmt.Fprintln(os.Stderr, "bench agent:", err)
 		os.Exit(1)
 	}
-	// On SIGTERM, say the CPU spent so far before shutting down: the
-	// parent counts what the agent spends serving, not closing.
+	// On SIGUSR1, say the CPU spent so far (the parent times a phase);
+	// on SIGTERM, say it before shutting down: the parent counts what the
+	// agent spends serving, not closing.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGUSR1)
 	go func() {
-		<-sig
-		fmt.Println("stopping", selfCPU().Nanoseconds())
-		cancel()
+		for s := range sig {
+			if s == syscall.SIGUSR1 {
+				fmt.Println("cpu", selfCPU().Nanoseconds())
+				continue
+			}
+			fmt.Println("stopping", selfCPU().Nanoseconds())
+			cancel()
+			return
+		}
 	}()
 	go func() {
 		addr, err := a.Addr(ctx)
@@ -139,19 +146,35 @@ func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agent
 		ra: &runningAgent{url: "https://" + addr, files: files, client: newTestClient(files)}}
 }
 
-// stop ends the agent and returns the CPU it spent serving: its rusage
-// (to the microsecond) when told to stop, less what it had spent loading
-// when it was ready.
+// cpu returns the CPU the agent has spent serving so far: its rusage (to
+// the microsecond) now, less what it had spent loading when it was ready.
+func (a *agentProcess) cpu() (time.Duration, error) {
+	return a.askCPU(syscall.SIGUSR1, "cpu")
+}
+
+// stop ends the agent and returns the CPU it spent serving, as cpu does,
+// up to the stop signal.
 func (a *agentProcess) stop() time.Duration {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	var stopCPU int64
-	line, err := a.out.ReadString('\n')
-	if err == nil {
-		_, err = fmt.Sscanf(line, "stopping %d", &stopCPU)
-	}
+	cpu, err := a.askCPU(syscall.SIGTERM, "stopping")
 	_ = a.cmd.Wait()
 	if err != nil {
 		return 0
 	}
-	return time.Duration(stopCPU) - a.readyCPU
+	return cpu
+}
+
+// askCPU signals the agent and reads the CPU figure it answers with.
+func (a *agentProcess) askCPU(sig syscall.Signal, word string) (time.Duration, error) {
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		return 0, fmt.Errorf("signalling the agent process: %w", err)
+	}
+	var ns int64
+	line, err := a.out.ReadString('\n')
+	if err == nil {
+		_, err = fmt.Sscanf(line, word+" %d", &ns)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the agent's CPU (%q): %w", line, err)
+	}
+	return time.Duration(ns) - a.readyCPU, nil
 }
