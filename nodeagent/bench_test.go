@@ -1,20 +1,14 @@
 package nodeagent
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"os/signal"
+	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,90 +21,35 @@ import (
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
-const benchAgentEnv = "NODEWISE_BENCH_AGENT"
-
-// benchAgentConfig is what the parent benchmark hands the agent process.
-type benchAgentConfig struct {
-	Cert, Key, Token string
-	Pods             map[uint32]Pod
+// load is what one churn run did.
+type load struct {
+	lat     []time.Duration // the connect (Dial) durations
+	conns   int             // connections made
+	failed  int             // connections that failed
+	why     map[string]int  // failures by error
+	elapsed time.Duration
 }
 
-// runBenchAgentIfChild runs this test binary as a node agent process when
-// the benchmark started it that way, so its CPU and memory are its own.
-func runBenchAgentIfChild() {
-	raw := os.Getenv(benchAgentEnv)
-	if raw == "" {
-		return
-	}
-	var c benchAgentConfig
-	if err := json.Unmarshal([]byte(raw), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	a, err := New(Config{
-		Node: "bench", Mode: ModeEBPF, ListenAddr: "127.0.0.1:0",
-		CertFile: c.Cert, KeyFile: c.Key, TokenFile: c.Token,
-		Resolver: NewStaticResolver(c.Pods),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	// On SIGTERM, say the CPU spent so far before shutting down: the
-	// parent counts what the agent spends serving, not closing.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	go func() {
-		<-sig
-		fmt.Println("stopping", selfCPU().Nanoseconds())
-		cancel()
-	}()
-	go func() {
-		addr, err := a.Addr(ctx)
-		if err == nil {
-			// The CPU spent so far (loading the programs): the parent
-			// counts only what the agent spends after.
-			fmt.Println("ready", addr, selfCPU().Nanoseconds())
-		}
-	}()
-	if err := a.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "bench agent:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// selfCPU returns this process's user+system CPU time, to the microsecond.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procPeakRSS returns VmHWM in bytes.
-func procPeakRSS(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM")
-}
+// rate is the new connections a second achieved.
+func (l load) rate() float64 { return float64(l.conns) / l.elapsed.Seconds() }
 
 // churn opens and closes paced short connections from every pod to its own
-// echo server and returns the connect (Dial) durations.
-func churn(pods []*netrig.Pod, perPodRate float64, d time.Duration) (lat []time.Duration, conns int, elapsed time.Duration) {
+// echo server: rate new connections a second offered across the pods
+// together, for d. A pod behind its schedule dials without pausing until it
+// has caught up, but none dials after d, so a generator that cannot offer
+// the rate makes fewer connections in the same time, and the load's rate
+// says what it achieved.
+func churn(pods []*netrig.Pod, rate float64, d time.Duration) load {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// Every pod's thread is locked to it and makes blocking system calls:
+	// with a P for each, a thread back from the kernel runs on at once,
+	// where with GOMAXPROCS at the CPU count it would queue for one of
+	// two Ps behind a hundred others (and the cores would idle meanwhile).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(pods) + runtime.NumCPU()))
+	var l load
 	start := time.Now()
-	interval := time.Duration(float64(time.Second) / perPodRate)
+	interval := time.Duration(float64(time.Second) * float64(len(pods)) / rate)
 	for _, p := range pods {
 		wg.Add(1)
 		go func() {
@@ -118,35 +57,84 @@ func churn(pods []*netrig.Pod, perPodRate float64, d time.Duration) (lat []time.
 			if err := p.Enter(); err != nil {
 				return
 			}
-			target := fmt.Sprintf("%s:8080", p.IP)
-			buf := make([]byte, 64)
+			target := &unix.SockaddrInet4{Port: 8080, Addr: [4]byte(p.IP.To4())}
+			buf := make([]byte, 16)
 			var mine []time.Duration
+			why := map[string]int{}
 			for i := 0; ; i++ {
 				next := start.Add(time.Duration(i) * interval)
-				if next.Sub(start) >= d {
+				if next.Sub(start) >= d || time.Since(start) >= d {
 					break
 				}
 				if w := time.Until(next); w > 0 {
 					time.Sleep(w)
 				}
-				t0 := time.Now()
-				c, err := net.DialTimeout("tcp4", target, 5*time.Second)
+				took, err := echoOnce(target, buf)
 				if err != nil {
+					why[err.Error()]++
 					continue
 				}
-				mine = append(mine, time.Since(t0))
-				_, _ = c.Write(buf[:16])
-				_, _ = io.ReadFull(c, buf[:16])
-				c.Close()
+				mine = append(mine, took)
 			}
 			mu.Lock()
-			lat = append(lat, mine...)
+			l.lat = append(l.lat, mine...)
+			for err, n := range why {
+				if l.why == nil {
+					l.why = map[string]int{}
+				}
+				l.why[err] += n
+				l.failed += n
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	elapsed = time.Since(start)
-	return lat, len(lat), elapsed
+	l.elapsed = time.Since(start)
+	l.conns = len(l.lat)
+	return l
+}
+
+// echoOnce connects to an echo server from the calling thread's namespace,
+// sends buf, reads it back and closes, and returns the connect's duration.
+// It makes blocking system calls: a goroutine locked to its thread (as a
+// pod's must be) that waits in Go's poller costs a futex handoff between
+// threads each time, which capped the generator well below a busy node's
+// rates.
+func echoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	// Bound the read, should the server never answer; a timeout on the
+	// connect would make a signal end it with EINTR, on loopback it
+	// needs none.
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if err := unix.Connect(fd, to); err != nil {
+		return 0, fmt.Errorf("connect: %w", err)
+	}
+	took := time.Since(t0)
+	if _, err := unix.Write(fd, buf); err != nil {
+		return 0, fmt.Errorf("write: %w", err)
+	}
+	for n := 0; n < len(buf); {
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) { // a signal, with SO_RCVTIMEO set
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read: %w", err)
+		}
+		if m == 0 {
+			return 0, io.ErrUnexpectedEOF
+		}
+		n += m
+	}
+	return took, nil
 }
 
 func quantile(xs []time.Duration, q float64) time.Duration {
@@ -197,248 +185,188 @@ func maxProgramID() ebpf.ProgramID {
 	}
 }
 
-// agentProcess is the agent running as its own process for one B phase.
-type agentProcess struct {
-	cmd      *exec.Cmd
-	out      *bufio.Reader
-	ra       *runningAgent
-	readyCPU time.Duration
-}
-
-func startAgentProcess(b *testing.B, files tlsFiles, pods map[uint32]Pod) *agentProcess {
-	b.Helper()
-	cfg, err := json.Marshal(benchAgentConfig{Cert: files.cert, Key: files.key, Token: files.token, Pods: pods})
-	if err != nil {
-		b.Fatal(err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), benchAgentEnv+"="+string(cfg))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	r := bufio.NewReader(out)
-	line, err := r.ReadString('\n')
-	var addr string
-	var readyCPU int64
-	if err == nil {
-		_, err = fmt.Sscanf(line, "ready %s %d", &addr, &readyCPU)
-	}
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		b.Fatalf("agent process: %q %v", line, err)
-	}
-	return &agentProcess{cmd: cmd, out: r, readyCPU: time.Duration(readyCPU),
-		ra: &runningAgent{url: "https://" + addr, files: files, client: newTestClient(files)}}
-}
-
-// stop ends the agent and returns the CPU it spent serving: its rusage
-// (to the microsecond) when told to stop, less what it had spent loading
-// when it was ready.
-func (a *agentProcess) stop() time.Duration {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	var stopCPU int64
-	line, err := a.out.ReadString('\n')
-	if err == nil {
-		_, err = fmt.Sscanf(line, "stopping %d", &stopCPU)
-	}
-	_ = a.cmd.Wait()
-	if err != nil {
-		return 0
-	}
-	return time.Duration(stopCPU) - a.readyCPU
-}
-
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
 }
 
-// BenchmarkAgentConnectionChurn runs 7,000 new connections per second
-// (offered) across 50 pod namespaces in rounds of A (no agent) and B (the
-// agent as a separate process, eBPF mode, its snapshot polled once a
-// second), and reports the programs' cost from the kernel's BPF stats, the
-// agent's CPU share and peak RSS, and the connect latency it adds (median
-// over rounds of B minus A, so machine noise hits both sides alike).
+// churnCase is one load BenchmarkAgentConnectionChurn offers.
+type churnCase struct {
+	rate   float64 // new connections a second offered, all pods together
+	pods   int
+	rounds int
+}
+
+func (c churnCase) String() string { return fmt.Sprintf("rate=%.0f/pods=%d", c.rate, c.pods) }
+
+// churnPhase is how long A and B run in each round; B', C, D and E run half
+// as long.
+const churnPhase = 2 * time.Second
+
+// BenchmarkAgentConnectionChurn offers short connections from pod network
+// namespaces, each pod to its own echo server, at three loads: 7,000 new
+// connections a second across 50 pods, and a busy node's 20,000 and 50,000
+// across 110 (the kubelet's default pod limit). Each load runs in rounds of
+// A (no agent), B (the agent as a separate process, eBPF mode, its snapshot
+// polled once a second, the kernel's BPF run-time statistics off, as in
+// production), B' (the same agent with the statistics on), C (an empty
+// program on the same hook), D and E (the timed build and an empty program
+// timed the same way). It reports the rate achieved against the rate
+// offered, the programs' cost from the kernel's statistics (B'), the
+// agent's CPU share (B, from its own rusage) and peak RSS, the snapshot's
+// size and serving time, and the connect latency the agent adds (median over
+// rounds of B minus A, so machine noise hits both sides alike).
 func BenchmarkAgentConnectionChurn(b *testing.B) {
-	const (
-		npods  = 50
-		rate   = 7000.0 // offered new connections per second, all pods together
-		phase  = 2 * time.Second
-		rounds = 5
-	)
+	cases := []churnCase{
+		{rate: 7000, pods: 50, rounds: 5},
+		{rate: 20000, pods: 110, rounds: 3},
+		{rate: 50000, pods: 110, rounds: 3},
+	}
 	r := netrig.New(b)
 	var pods []*netrig.Pod
-	podMap := map[uint32]Pod{}
-	for i := range npods {
+	for i := range 110 {
 		p := r.AddPod(fmt.Sprintf("bench-%d", i))
 		p.ListenEcho(b, 8080, false)
 		pods = append(pods, p)
-		podMap[p.Inode] = Pod{Namespace: "bench", Name: p.PodName, UID: p.Name}
 	}
 	files := writeTLSFiles(b)
-	perPod := rate / npods
+	// Statistics someone else turned on stay on through B: say so.
+	if on, err := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled"); err == nil && strings.TrimSpace(string(on)) != "0" {
+		fmt.Println("NOTE: kernel.bpf_stats_enabled is 1: B runs with the BPF statistics on, not as production does")
+	}
+	for _, c := range cases {
+		b.Run(c.String(), func(b *testing.B) {
+			for range b.N {
+				reportChurn(b, c, churnRounds(b, c, pods[:c.pods], files))
+			}
+		})
+	}
+}
+
+// churnRound is what one round of A, B, B', C, D and E measured.
+type churnRound struct {
+	a, b, bStats load
+	// The agent's CPU (rusage) and the wall time over B; the wall time
+	// of B'.
+	cpu, wall, statsWall time.Duration
+	progs                map[string]ebpf.ProgramStats // B'
+	// offRuns are runs the kernel accounted during B: none unless
+	// something else held the statistics on.
+	offRuns       uint64
+	peakRSS       uint64
+	agentConnects uint64
+	snapBytes     []int
+	snapTook      []time.Duration
+	// C, D and E.
+	floorRuns         uint64
+	floorTime         time.Duration
+	timed, emptyTimed bench.RunTimes
+}
+
+// churnRounds warms up and runs c's rounds.
+func churnRounds(b *testing.B, c churnCase, pods []*netrig.Pod, files tlsFiles) []churnRound {
+	podMap := map[uint32]Pod{}
+	for _, p := range pods {
+		podMap[p.Inode] = Pod{Namespace: "bench", Name: p.PodName, UID: p.Name}
+	}
+	churn(pods, c.rate, time.Second) // warm up
+	var rounds []churnRound
+	for range c.rounds {
+		rounds = append(rounds, runChurnRound(b, c, pods, podMap, files))
+	}
+	return rounds
+}
+
+func runChurnRound(b *testing.B, c churnCase, pods []*netrig.Pod, podMap map[uint32]Pod, files tlsFiles) churnRound {
+	var rd churnRound
+	rd.a = churn(pods, c.rate, churnPhase)
+
+	minID := maxProgramID()
+	ap := startAgentProcess(b, files, podMap)
+	t0 := time.Now()
+	// The TLS handshake first, so that the polls below time the serving.
+	ap.ra.snapshot(b)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		end := time.After(churnPhase)
+		for {
+			select {
+			case <-tick.C:
+				_, n, took := ap.ra.timedSnapshot(b)
+				rd.snapBytes, rd.snapTook = append(rd.snapBytes, n), append(rd.snapTook, took)
+			case <-end:
+				return
+			}
+		}
+	}()
+	rd.b = churn(pods, c.rate, churnPhase)
+	<-done
+	_, n, took := ap.ra.timedSnapshot(b)
+	rd.snapBytes, rd.snapTook = append(rd.snapBytes, n), append(rd.snapTook, took)
+	cpu, err := ap.cpu()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rd.cpu, rd.wall = cpu, time.Since(t0)
+
+	// B': the statistics on, the same agent.
+	progs, err := nodewisePrograms(minID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, p := range progs {
+			p.Close()
+		}
+	}()
+	before := programStats(progs)
+	for _, st := range before {
+		rd.offRuns += st.RunCount
+	}
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		b.Fatalf("enabling BPF run-time stats: %v", err)
 	}
 	defer stats.Close()
+	t1 := time.Now()
+	rd.bStats = churn(pods, c.rate, churnPhase/2)
+	rd.progs = programStats(progs)
+	for name, st := range rd.progs {
+		st.RunCount -= before[name].RunCount
+		st.Runtime -= before[name].Runtime
+		st.RecursionMisses -= before[name].RecursionMisses
+		rd.progs[name] = st
+	}
+	for _, p := range ap.ra.snapshot(b).Pods {
+		rd.agentConnects += p.Connects
+	}
+	rd.peakRSS, _ = procPeakRSS(ap.cmd.Process.Pid)
+	rd.statsWall = time.Since(t1)
+	ap.stop()
 
-	for i := 0; i < b.N; i++ {
-		churn(pods, perPod, time.Second) // warm up
-		var (
-			d50, d99, rateB       []float64
-			cpu, wall, kernelTime time.Duration
-			phaseWall             time.Duration
-			runs                  = map[string]uint64{}
-			missed                = map[string]uint64{}
-			runtime               = map[string]time.Duration{}
-			peakRSS               uint64
-			agentConnects, nConns uint64
-			roundLogs             []string
-			floorRuns             uint64
-			floorTime             time.Duration
-			timed, emptyTimed     bench.RunTimes
-		)
-		for round := range rounds {
-			latA, _, _ := churn(pods, perPod, phase)
+	// C: the kernel's own cost of accounting a run (two clock reads), on
+	// the same hook under the same churn: an empty program's mean per run.
+	rd.floorRuns, rd.floorTime = emptyProgramCost(b, func() { churn(pods, c.rate, churnPhase/2) })
+	// D and E: the timed build (in this process) and an empty program
+	// timed the same way: the distribution of run times, which the
+	// kernel's mean hides, and what timing adds.
+	rd.timed, rd.emptyTimed = timedRuns(b, func() { churn(pods, c.rate, churnPhase/2) })
+	return rd
+}
 
-			minID := maxProgramID()
-			ap := startAgentProcess(b, files, podMap)
-			t0 := time.Now()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				tick := time.NewTicker(time.Second)
-				defer tick.Stop()
-				end := time.After(phase)
-				for {
-					select {
-					case <-tick.C:
-						ap.ra.snapshot(b)
-					case <-end:
-						return
-					}
-				}
-			}()
-			latB, nB, elB := churn(pods, perPod, phase)
-			<-done
-			phaseWall += time.Since(t0)
-			if rss, _ := procPeakRSS(ap.cmd.Process.Pid); rss > peakRSS {
-				peakRSS = rss
-			}
-			snap := ap.ra.snapshot(b)
-			for _, p := range snap.Pods {
-				agentConnects += p.Connects
-			}
-			nConns += uint64(nB)
-			progs, err := nodewisePrograms(minID)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for name, p := range progs {
-				if st, err := p.Stats(); err == nil {
-					runs[name] += st.RunCount
-					missed[name] += st.RecursionMisses
-					runtime[name] += st.Runtime
-					kernelTime += st.Runtime
-				}
-				p.Close()
-			}
-			// The agent's CPU from ready to the stop signal, over the
-			// same span (its last snapshot included).
-			cpu += ap.stop()
-			wall += time.Since(t0)
-
-			// C: the kernel's own cost of accounting a run (two clock
-			// reads), on the same hook under the same churn: an empty
-			// program's mean per run.
-			n, t := emptyProgramCost(b, func() { churn(pods, perPod, phase/2) })
-			floorRuns += n
-			floorTime += t
-			// D and E: the timed build (in this process) and an empty
-			// program timed the same way: the distribution of run times,
-			// which the kernel's mean hides, and what timing adds.
-			h, e := timedRuns(b, func() { churn(pods, perPod, phase/2) })
-			timed, emptyTimed = timed.Add(h), emptyTimed.Add(e)
-
-			d50 = append(d50, float64(quantile(latB, 0.5)-quantile(latA, 0.5))/1e3)
-			d99 = append(d99, float64(quantile(latB, 0.99)-quantile(latA, 0.99))/1e3)
-			rateB = append(rateB, float64(nB)/elB.Seconds())
-			roundLogs = append(roundLogs, fmt.Sprintf("round %d: A p50 %v p99 %v | B p50 %v p99 %v, %.0f conns/s",
-				round, quantile(latA, 0.5), quantile(latA, 0.99), quantile(latB, 0.5), quantile(latB, 0.99), float64(nB)/elB.Seconds()))
-		}
-		var progLogs []string
-		for name, n := range runs {
-			if n == 0 {
-				continue
-			}
-			per := float64(runtime[name].Nanoseconds()) / float64(n)
-			b.ReportMetric(per, "ns/run-"+name)
-			// A run that would have started while the same program ran on
-			// that CPU (a softirq interrupting a system call's run) is
-			// skipped by the kernel: its event is not counted.
-			progLogs = append(progLogs, fmt.Sprintf("program %-20s runs %8d  run_time %12v  %6.0f ns/run (mean), %d runs skipped (recursion)", name, n, runtime[name], per, missed[name]))
-		}
-		cpuShare := float64(cpu) / float64(wall) * 100
-		kernelShare := float64(kernelTime) / float64(phaseWall) * 100
-		perConn := float64(kernelTime.Nanoseconds()) / float64(nConns)
-		runsPerConn := float64(runs["inet_sock_set_state"]+runs["tcp_retransmit_skb"]+runs["tcp_send_reset"]+runs["tcp_receive_reset"]) / float64(nConns)
-		floor := float64(floorTime.Nanoseconds()) / float64(max(floorRuns, 1))
-		// Time per connection × 5,000 connections a second, the rate the
-		// issue sets, as a share of one core: with the accounting's own
-		// clock reads, and without them (they cost nothing when the
-		// statistics are off, as in production).
-		at5k := perConn * 5000 / 1e9 * 100
-		at5kNet := (perConn - floor*runsPerConn) * 5000 / 1e9 * 100
-		b.ReportMetric(median(rateB), "conns/s")
-		// The programs run synchronously on the connect path, so their
-		// time per connection bounds what they add to it, free of the
-		// scheduling noise that dominates the A/B figures on a busy host.
-		b.ReportMetric(perConn, "bpf-ns/conn")
-		b.ReportMetric(floor, "stats-floor-ns/run")
-		// The median run as the kernel would account it: the timed
-		// median, less what timing adds (the empty timed program's
-		// median), plus the accounting floor.
-		p50 := float64(timed.Quantile(0.5))
-		emptyP50 := float64(emptyTimed.Quantile(0.5))
-		b.ReportMetric(p50, "timed-p50-ns/run")
-		b.ReportMetric(p50-emptyP50+floor, "est-accounted-p50-ns/run")
-		b.ReportMetric(at5k, "bpf-%core-at-5k/s")
-		b.ReportMetric(cpuShare, "agent-cpu-%core")
-		b.ReportMetric(kernelShare, "bpf-cpu-%core")
-		b.ReportMetric(float64(peakRSS)/(1<<20), "agent-peak-rss-MiB")
-		b.ReportMetric(median(d50), "added-connect-p50-µs")
-		b.ReportMetric(median(d99), "added-connect-p99-µs")
-		b.Logf("agent: %.2f%% of one core in user space, programs %.2f%% of one core in the kernel, peak RSS %.1f MiB",
-			cpuShare, kernelShare, float64(peakRSS)/(1<<20))
-		// The host is shared: its load says how far figures from
-		// different runs compare.
-		if la, err := os.ReadFile("/proc/loadavg"); err == nil {
-			b.Logf("load average at the end: %s", strings.TrimSpace(string(la)))
-		}
-		b.Logf("added connect latency (median over %d rounds of B−A): p50 %+.1f µs, p99 %+.1f µs; per-round p50 %v", rounds, median(d50), median(d99), d50)
-		b.Logf("in-kernel program time per connection (client and server side together): %.0f ns over %.1f runs", perConn, runsPerConn)
-		b.Logf("the kernel's accounting floor (an empty program on the same hook, same churn): %.1f ns/run", floor)
-		b.Logf("inet_sock_set_state timed from inside (timed build, %d runs): p25 %v, p50 %v, p75 %v, p90 %v, p99 %v; an empty program timed the same way: p50 %v",
-			timed.Count(), timed.Quantile(0.25), timed.Quantile(0.5), timed.Quantile(0.75), timed.Quantile(0.9), timed.Quantile(0.99), emptyTimed.Quantile(0.5))
-		b.Logf("median run as the kernel would account it (timed p50 − empty timed p50 + floor): %.0f ns", p50-emptyP50+floor)
-		b.Logf("at 5,000 new conns/s: programs %.2f%% of one core as accounted, %.2f%% without the accounting's clock reads; the agent process %.2f%%", at5k, at5kNet, cpuShare)
-		b.Logf("with the agent: %.0f new conns/s (median round); the agent counted %d of the %d client connects", median(rateB), agentConnects, nConns)
-		for _, l := range append(progLogs, roundLogs...) {
-			b.Log(l)
+// programStats reads each program's statistics so far.
+func programStats(progs map[string]*ebpf.Program) map[string]ebpf.ProgramStats {
+	out := map[string]ebpf.ProgramStats{}
+	for name, p := range progs {
+		if st, err := p.Stats(); err == nil {
+			out[name] = *st
 		}
 	}
+	return out
 }
 
 // emptyProgramCost attaches a program that does nothing to the hook the

@@ -179,15 +179,24 @@ func (ra *runningAgent) get(t testing.TB, path, token string) (int, []byte) {
 // snapshot fetches /v1/snapshot over HTTPS with the credential.
 func (ra *runningAgent) snapshot(t testing.TB) health.Snapshot {
 	t.Helper()
+	s, _, _ := ra.timedSnapshot(t)
+	return s
+}
+
+// timedSnapshot is snapshot that also returns the body's size in bytes and
+// how long the request took, from sending it to the body's last byte.
+func (ra *runningAgent) timedSnapshot(t testing.TB) (s health.Snapshot, size int, took time.Duration) {
+	t.Helper()
+	t0 := time.Now()
 	code, body := ra.get(t, "/v1/snapshot", ra.files.tokenValue)
+	took = time.Since(t0)
 	if code != http.StatusOK {
 		t.Fatalf("GET /v1/snapshot: %d %s", code, body)
 	}
-	var s health.Snapshot
 	if err := json.Unmarshal(body, &s); err != nil {
 		t.Fatalf("decoding snapshot: %v", err)
 	}
-	return s
+	return s, len(body), took
 }
 
 // podSide finds one pod's counters for one side.
