@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -178,49 +179,69 @@ func (k *Kubelet) reconcileNodeReady(ctx context.Context, node *corev1.Node) {
 // heartbeat renews every node's lease, which is how the node lifecycle
 // controller knows the node's kubelet is alive. It costs one request per node
 // per interval, as a kubelet's lease controller does: each renewal updates the
-// lease it last wrote (a Get only after a conflict or on first use), and the
-// renewals are spread over the interval instead of arriving as one burst.
+// lease it last wrote (a Get only after a conflict or on first use). The
+// renewals are spread over the first half of the interval instead of sent as
+// one burst, and up to renewers run at once, as real kubelets renew
+// independently: one slow request must not hold up a thousand nodes' leases.
 func (k *Kubelet) heartbeat(ctx context.Context) {
-	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	const renewers = 16
 	pace := time.NewTicker(max(k.cfg.Heartbeat/time.Duration(2*len(k.cfg.Nodes)), time.Millisecond))
 	defer pace.Stop()
+	sem := make(chan struct{}, renewers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, spec := range k.cfg.Nodes {
 		select {
 		case <-ctx.Done():
 			return
 		case <-pace.C:
 		}
-		now := metav1.NewMicroTime(time.Now())
-		k.mu.Lock()
-		lease := k.leases[spec.Name]
-		k.mu.Unlock()
-		var err error
-		if lease == nil {
-			lease, err = leases.Get(ctx, spec.Name, metav1.GetOptions{})
+		select {
+		case <-ctx.Done():
+			return
+		case sem <- struct{}{}:
 		}
-		switch {
-		case apierrors.IsNotFound(err):
-			duration := int32(40)
-			lease, err = leases.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: spec.Name},
-				Spec: coordinationv1.LeaseSpec{
-					HolderIdentity: &spec.Name, LeaseDurationSeconds: &duration, RenewTime: &now},
-			}, metav1.CreateOptions{})
-		case err == nil:
-			lease = lease.DeepCopy()
-			lease.Spec.RenewTime = &now
-			lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			lease = nil // read it afresh next time
-			if ctx.Err() == nil {
-				k.log.Debug("renewing node lease", zap.String("node", spec.Name), zap.Error(err))
-			}
-		}
-		k.mu.Lock()
-		k.leases[spec.Name] = lease
-		k.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			k.renewLease(ctx, spec.Name)
+		}()
 	}
+}
+
+// renewLease renews one node's lease from the copy last written.
+func (k *Kubelet) renewLease(ctx context.Context, name string) {
+	leases := k.client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	k.mu.Lock()
+	lease := k.leases[name]
+	k.mu.Unlock()
+	var err error
+	if lease == nil {
+		lease, err = leases.Get(ctx, name, metav1.GetOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		duration := int32(40)
+		lease, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity: &name, LeaseDurationSeconds: &duration, RenewTime: &now},
+		}, metav1.CreateOptions{})
+	case err == nil:
+		lease = lease.DeepCopy()
+		lease.Spec.RenewTime = &now
+		lease, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		lease = nil // read it afresh next time
+		if ctx.Err() == nil {
+			k.log.Debug("renewing node lease", zap.String("node", name), zap.Error(err))
+		}
+	}
+	k.mu.Lock()
+	k.leases[name] = lease
+	k.mu.Unlock()
 }
 
 // SetNodeReady makes a simulated node Ready or NotReady through AnnotationReady.

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	dtomodel "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -168,20 +169,29 @@ func (e *env) fillApps(n int, say func(string, ...any)) {
 	if _, err := e.c.Client.AppsV1().Deployments("fleet").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	last := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
-		d, err := e.c.Client.AppsV1().Deployments("fleet").Get(ctx, "fleet", metav1.GetOptions{})
+	// Counted from the pods themselves: under load the ReplicaSet
+	// controller's status lags its pods by minutes (its cache behind its own
+	// writes, its retries backing off), and only the pods matter here.
+	last, ready := time.Now(), 0
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := e.c.Client.CoreV1().Pods("fleet").List(ctx, metav1.ListOptions{ResourceVersion: "0"}) // from the watch cache
 		if err != nil {
 			return false, nil
 		}
+		ready = 0
+		for i := range pods.Items {
+			if podutils.IsPodReady(&pods.Items[i]) {
+				ready++
+			}
+		}
 		if time.Since(last) > 30*time.Second {
 			last = time.Now()
-			say("app pods available: %d/%d", d.Status.AvailableReplicas, n)
+			say("app pods Ready: %d/%d", ready, n)
 		}
-		return d.Status.AvailableReplicas == replicas, nil
+		return ready == n, nil
 	})
 	if err != nil {
-		e.t.Fatalf("app pods not available: %v", err)
+		e.t.Fatalf("app pods Ready: %d/%d: %v", ready, n, err)
 	}
 }
 
