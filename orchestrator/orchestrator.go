@@ -115,7 +115,7 @@ type caches struct {
 }
 
 func startCaches(ctx context.Context, o *Orchestrator) *caches {
-	c := &caches{f: informers.NewSharedInformerFactory(o.kube, 0), rollout: newRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
+	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(trimCached)), rollout: newRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
 	c.informers() // registers them with the factory, which starts only those
 	c.f.Start(ctx.Done())
 	go c.rollout.Run(ctx.Done())

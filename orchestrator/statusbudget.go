@@ -69,6 +69,11 @@ func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
 
 // trimVerdict drops a passed node's judgement and keeps its verdict's
 // outcome word.
+// FitStatus is what the status writer does to every status it writes: it
+// trims s to the status budget (see fitStatus) and returns how many entries
+// it trimmed.
+func FitStatus(s *v1alpha1.NodeRolloutStatus) int { return fitStatus(s, statusBudget) }
+
 func trimVerdict(n *v1alpha1.NodeStatus) {
 	if n.Judgement == nil && (n.Verdict == "" || strings.HasSuffix(n.Verdict, trimmedMark)) {
 		return

@@ -182,7 +182,7 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 			q.f(&next.Status)
 		}
 		next.Status.Counts = counts(next.Status.Nodes)
-		fitStatus(&next.Status, statusBudget) // see statusbudget.go
+		FitStatus(&next.Status) // see statusbudget.go
 		if equalStatus(cur.Status, next.Status) {
 			w.remember(name, cur)
 			return nil

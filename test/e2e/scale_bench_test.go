@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -112,8 +113,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	}
 	sort.Strings(vs)
 	p99 := requestP99(apiBefore, apiAfter)
-	size1 := statusSize(b, nr, 1)
-	size5k := statusSize(b, nr, int(math.Ceil(5000/float64(nodes))))
+	size1, _, _ := statusSize(b, nr, 1)
+	size5k, fit5k, trimmed5k := statusSize(b, nr, int(math.Ceil(5000/float64(nodes))))
 
 	native := e.nativeRollingUpdate("1.28.2", parallel, nodes)
 	say("native RollingUpdate done")
@@ -130,8 +131,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 		float64(leaderRSS)/1024, doneAtKill, nodes, float64(standbyRSS)/1024, leaderCPU, standbyCPU)
 	fmt.Printf("API server request latency p99 during the rollout (non-watch, from apiserver_request_duration_seconds): %s\n", p99)
 	fmt.Printf("leader handover after SIGKILL (lease 4 s): Lease taken %.2f s, first write %.2f s\n", acquired.Seconds(), firstWrite.Seconds())
-	fmt.Printf("NodeRollout object: %d KiB at %d nodes; %d KiB built at %d nodes (etcd's default limit 1.5 MiB)\n",
-		size1/1024, nodes, size5k/1024, nodes*int(math.Ceil(5000/float64(nodes))))
+	fmt.Printf("NodeRollout object: %d KiB at %d nodes; built at %d nodes: %d KiB as is, %d KiB as the status writer writes it (%d entries trimmed; etcd's default limit 1.5 MiB)\n",
+		size1/1024, nodes, nodes*int(math.Ceil(5000/float64(nodes))), size5k/1024, fit5k/1024, trimmed5k)
 	fmt.Printf("at rest, per simulated node: %s\n", perNode)
 	fmt.Printf("scale nodes=%d wall_s=%.1f floor_s=%.1f native_s=%.1f writes_per_node=%.2f reads_per_node=%.3f rss_mib=%.0f handover_s=%.2f\n",
 		nodes, wall.Seconds(), floor.Seconds(), native.Seconds(), writes/float64(nodes), reads/float64(nodes), float64(rss)/1024, firstWrite.Seconds())
@@ -345,8 +346,9 @@ func requestsByResource(nodes int, scrapes ...map[string]*dto) string {
 }
 
 // statusSize is the JSON size of nr with its node entries repeated copies
-// times under new names (copies 1 is the object as it is).
-func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) int {
+// times under new names (copies 1 is the object as it is), and the size
+// after orchestrator.FitStatus, with how many entries that trimmed.
+func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, trimmed int) {
 	t.Helper()
 	big := nr.DeepCopy()
 	big.ManagedFields = nil
@@ -356,11 +358,16 @@ func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) int {
 			big.Status.Nodes = append(big.Status.Nodes, n)
 		}
 	}
-	data, err := json.Marshal(big)
-	if err != nil {
-		t.Fatal(err)
+	size := func() int {
+		data, err := json.Marshal(big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(data)
 	}
-	return len(data)
+	asIs = size()
+	trimmed = orchestrator.FitStatus(&big.Status)
+	return asIs, size(), trimmed
 }
 
 // waitDone waits until at least n nodes of the rollout are Done and returns how many are.
