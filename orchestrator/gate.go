@@ -29,6 +29,23 @@ type GateInput struct {
 	// ZtunnelGrace is terminationGracePeriodSeconds of the ztunnel target's
 	// pod template (default 30 s): ztunnel's drain deadline derives from it.
 	ZtunnelGrace time.Duration
+	// Control are the nodes the judged node is compared with (Controls, as
+	// the rollout stands when the node is judged): later windows' nodes in
+	// its zone, else across the cluster, still Pending, not cordoned and not
+	// on the newest revision. None (the last window) judges before/after
+	// alone. ControlScope says where they come from: "zone a", "the cluster
+	// (zone a has none left)".
+	Control      []string
+	ControlScope string
+}
+
+// PrepareInput is what a Preparer needs at a node's preflight: the node,
+// and the control nodes it will be judged against (Controls at preflight;
+// the judgement drops those started or cordoned since), so their snapshots
+// cover the same baseline.
+type PrepareInput struct {
+	Node    string
+	Control []string
 }
 
 // Gate decides whether a node that finished its soak may count as done. An
@@ -42,11 +59,13 @@ type Gate interface {
 // Prepare is called when a node enters preflight, before its baseline window,
 // and again after a restart (it must be idempotent). An error halts the node.
 type Preparer interface {
-	Prepare(ctx context.Context, node string) error
+	Prepare(ctx context.Context, in PrepareInput) error
 }
 
 // Releaser is implemented by gates that hold per-node state: Done is called
-// when a node leaves the rollout, judged or not.
+// when a node leaves the rollout, judged or not, and releases what its
+// Prepare took (its control nodes' samples too, unless another node still
+// needs them).
 type Releaser interface {
 	Done(node string)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // ControlNodes returns the control group the judge compares node i of the
@@ -60,4 +62,37 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// Controls is the control group of node as the rollout stands in s: the
+// plan's order (Order over the selected nodes), with every later node that
+// is no longer a fair control left out before ControlNodes picks (so a zone
+// whose remaining nodes are all cordoned falls back to the cluster). A
+// control is still Pending in this rollout, schedulable (not cordoned, by
+// nodewise or anyone), and not yet on the newest revision of every target.
+// It is pure; the executor calls it at a node's preflight and again when
+// the node is judged, so a node cordoned or started since is dropped.
+func Controls(s Snapshot, p Policy, node string) (nodes []string, scope string) {
+	selected := selectedNodes(s, p)
+	order, _ := Order(selected, p.Canaries, p.MaxParallel)
+	view := make(map[string]NodeView, len(selected))
+	for _, n := range selected {
+		view[n.Name] = n
+	}
+	fair := make([]PlannedNode, 0, len(order))
+	me := -1
+	for _, pn := range order {
+		if pn.Name == node {
+			me = len(fair)
+			fair = append(fair, pn)
+			continue
+		}
+		if n := view[pn.Name]; (n.State == "" || n.State == v1alpha1.NodePending) && !n.Unschedulable && !(len(s.Targets) > 0 && n.UpToDate(s.Targets)) {
+			fair = append(fair, pn)
+		}
+	}
+	if me < 0 {
+		return nil, "" // not in the plan (deselected meanwhile): no control group
+	}
+	return ControlNodes(fair, me)
 }

@@ -2,9 +2,12 @@ package orchestrator
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -60,5 +63,54 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 	_ = RenderPlan(&b, Decision{Order: order}, p, time.Now(), 0)
 	if !strings.Contains(b.String(), "no before/after judgement") {
 		t.Errorf("zero soak: %s", b.String())
+	}
+}
+
+// TestControlsAtJudgeTime is the table behind GateInput.Control: the plan's
+// later nodes, in the zone first, less every node that is no longer a fair
+// control as the rollout stands (cordoned, started or finished, already on
+// the newest revision, not selected).
+func TestControlsAtJudgeTime(t *testing.T) {
+	ref := v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}
+	tv := TargetView{Ref: ref, Found: true, NewestHash: "new", Settled: true}
+	node := func(name, zone string, st v1alpha1.NodeState, cordoned bool, hash string) NodeView {
+		return NodeView{Name: name, Zone: zone, Labels: map[string]string{"pool": "apps"}, Ready: true, State: st, Unschedulable: cordoned,
+			Pods: map[string]PodView{tv.Key(): {Name: "ztunnel-" + name, Hash: hash, Ready: true}}}
+	}
+	pending := v1alpha1.NodePending
+	s := Snapshot{Targets: []TargetView{tv}, Nodes: []NodeView{
+		node("a1", "a", v1alpha1.NodeGate, false, "new"), // judged
+		node("a2", "a", pending, false, "old"),
+		node("a3", "a", pending, true, "old"),            // cordoned by someone else
+		node("a4", "a", v1alpha1.NodeDone, false, "new"), // swapped
+		node("a5", "a", pending, false, "new"),           // on the newest revision already
+		node("b1", "b", pending, false, "old"),
+		node("b2", "b", pending, false, "old"),
+		node("b3", "b", v1alpha1.NodeCordon, true, "old"), // started meanwhile
+		node("b4", "b", "", false, "old"),                 // not in status yet: Pending
+	}}
+	other := node("b0", "b", pending, false, "old")
+	other.Labels = map[string]string{"pool": "infra"}
+	s.Nodes = append(s.Nodes, other)
+	sel, err := labels.Parse("pool=apps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Windows: canary a1 1, canary b1 2, the rest of zone a 3, of zone b 4.
+	p := Policy{Targets: []v1alpha1.TargetRef{ref}, Selector: sel, Canaries: []string{"a1", "b1"}, MaxParallel: 1}
+	for _, tc := range []struct {
+		node, scope string
+		want        []string
+	}{
+		{"a1", "zone a", []string{"a2"}},
+		{"a2", "the cluster (zone a has none left)", []string{"b2", "b4"}}, // a3–a5 share its window
+		{"b1", "zone b", []string{"b2", "b4"}},
+		{"b2", "", nil}, // the last window
+		{"b0", "", nil}, // not selected: not in the plan
+	} {
+		got, scope := Controls(s, p, tc.node)
+		if !slices.Equal(got, tc.want) || scope != tc.scope {
+			t.Errorf("%s: controls %v in %q, want %v in %q", tc.node, got, scope, tc.want, tc.scope)
+		}
 	}
 }

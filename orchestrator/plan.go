@@ -48,6 +48,17 @@ type Decision struct {
 	NextWindow time.Time
 }
 
+// selectedNodes are the snapshot's nodes the rollout's selector picks.
+func selectedNodes(s Snapshot, p Policy) []NodeView {
+	selected := make([]NodeView, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		if p.Selector == nil || p.Selector.Matches(labelSet(n.Labels)) {
+			selected = append(selected, n)
+		}
+	}
+	return selected
+}
+
 // ValidateTargets checks the targets exist, use OnDelete and have a revision.
 func ValidateTargets(targets []TargetView) error {
 	var errs []error
@@ -67,13 +78,10 @@ func ValidateTargets(targets []TargetView) error {
 // Plan decides the next actions from a snapshot, a policy and the time. It is
 // pure: it reads nothing else and changes nothing.
 func Plan(s Snapshot, p Policy, now time.Time) Decision {
-	selected := make([]NodeView, 0, len(s.Nodes))
-	byName := map[string]NodeView{}
-	for _, n := range s.Nodes {
-		if p.Selector == nil || p.Selector.Matches(labelSet(n.Labels)) {
-			selected = append(selected, n)
-			byName[n.Name] = n
-		}
+	selected := selectedNodes(s, p)
+	byName := make(map[string]NodeView, len(selected))
+	for _, n := range selected {
+		byName[n.Name] = n
 	}
 	order, missing := Order(selected, p.Canaries, p.MaxParallel)
 	d := Decision{Order: order}

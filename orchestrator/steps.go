@@ -19,7 +19,7 @@ import (
 // preflightChecks is preflight without the wait: observations only (the
 // node, the skew, the gate's first sample), so they may run while the
 // Preflight record is being written.
-func (e *executor) preflightChecks(ctx context.Context, p Policy, node string) error {
+func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
 	n, err := e.nodes.Get(node)
 	if apierrors.IsNotFound(err) {
 		return halt(HaltPreflightFailed, "preflight: node no longer exists")
@@ -34,7 +34,8 @@ func (e *executor) preflightChecks(ctx context.Context, p Policy, node string) e
 		return err
 	}
 	if pr, ok := e.gate.(Preparer); ok {
-		if err := pr.Prepare(ctx, node); err != nil {
+		control, _ := e.controls(nr, p, node)
+		if err := pr.Prepare(ctx, PrepareInput{Node: node, Control: control}); err != nil {
 			return halt(HaltPreflightFailed, "preflight: gate: %v", err)
 		}
 	}
@@ -290,6 +291,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
 	}
 	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
+	in.Control, in.ControlScope = e.controls(nr, p, node)
 	v, err := e.gate.Judge(ctx, in)
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
@@ -310,6 +312,23 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
 	}
 	return &summary, v.Summary, nil
+}
+
+// controls is the node's control group as the rollout stands now (Controls
+// over a fresh observation, with the status as this process last wrote it).
+// When the world cannot be observed the node gets none: it is judged
+// before/after alone, which only makes the judgement stricter.
+func (e *executor) controls(nr *v1alpha1.NodeRollout, p Policy, node string) ([]string, string) {
+	cur := *nr
+	if st, ok := e.currentStatus(nr.Name, nr.UID); ok {
+		cur.Status = st
+	}
+	snap, err := e.observe(&cur, p)
+	if err != nil {
+		e.o.log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
+		return nil, ""
+	}
+	return Controls(snap, p, node)
 }
 
 // drainFacts says whether ztunnel was swapped on the node in place (from the

@@ -83,7 +83,7 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 			// Preflight only observes: its checks run while its record is
 			// written; nothing acts (cordons) before both are done.
 			checked = make(chan error, 1)
-			go func() { checked <- e.preflightChecks(ctx, p, node) }()
+			go func() { checked <- e.preflightChecks(ctx, nr, p, node) }()
 		}
 		if s.Record {
 			var err error
@@ -136,7 +136,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 	switch s.Act {
 	case actPreflight:
 		if checked == nil {
-			err = e.preflightChecks(ctx, p, node)
+			err = e.preflightChecks(ctx, nr, p, node)
 		} else {
 			err = <-checked
 		}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,9 +34,22 @@ type Config struct {
 }
 
 // Gate implements orchestrator.Gate.
-type Gate struct{ cfg Config }
+type Gate struct {
+	cfg Config
 
-var _ orchestrator.Gate = (*Gate)(nil)
+	mu sync.Mutex
+	// holds maps each prepared node to the nodes the Recorder samples for
+	// it: itself and its control nodes. A node is tracked while any entry
+	// holds it, so releasing one judged node never drops a control another
+	// one still needs.
+	holds map[string]map[string]bool
+}
+
+var (
+	_ orchestrator.Gate     = (*Gate)(nil)
+	_ orchestrator.Preparer = (*Gate)(nil)
+	_ orchestrator.Releaser = (*Gate)(nil)
+)
 
 // New validates cfg.
 func New(cfg Config) (*Gate, error) {
@@ -60,22 +74,82 @@ func New(cfg Config) (*Gate, error) {
 			}
 		}
 	}
-	return &Gate{cfg: cfg}, nil
+	return &Gate{cfg: cfg, holds: map[string]map[string]bool{}}, nil
 }
 
-// Prepare starts recording a node's snapshots; the orchestrator calls it when
-// the node enters preflight, before its baseline window. It fails when the
-// node's agent does not answer, so a node without a working agent is never
-// touched.
-func (g *Gate) Prepare(ctx context.Context, node string) error {
-	if err := g.cfg.Recorder.Track(ctx, node); err != nil {
-		return fmt.Errorf("preflight: node agent on %s: %w", node, err)
+// Prepare starts recording a node's snapshots, and its control nodes'; the
+// orchestrator calls it when the node enters preflight, before its baseline
+// window, and again after a restart (holding a node twice holds it once). It
+// fails when the node's agent does not answer, so a node without a working
+// agent is never touched. A control node whose agent does not answer is
+// tracked all the same (the Recorder retries each period) and left out of
+// the judgement if its windows are missing then.
+func (g *Gate) Prepare(ctx context.Context, in orchestrator.PrepareInput) error {
+	g.mu.Lock()
+	h := g.holds[in.Node]
+	if h == nil {
+		h = map[string]bool{}
+		g.holds[in.Node] = h
+	}
+	h[in.Node] = true
+	for _, c := range in.Control {
+		h[c] = true
+	}
+	g.mu.Unlock()
+	if err := g.cfg.Recorder.Track(ctx, in.Node); err != nil {
+		return fmt.Errorf("preflight: node agent on %s: %w", in.Node, err)
+	}
+	for _, c := range in.Control {
+		if err := g.cfg.Recorder.Track(ctx, c); err != nil {
+			g.cfg.Logger.Info("control node's agent does not answer yet; sampling it from now on", zap.String("node", in.Node), zap.String("control", c), zap.Error(err))
+		}
 	}
 	return nil
 }
 
-// Done forgets a node's snapshots once its gate has passed or failed.
-func (g *Gate) Done(node string) { g.cfg.Recorder.Untrack(node) }
+// Done forgets a node's snapshots once its gate has passed or failed, and
+// its control nodes' unless another prepared node still holds them.
+func (g *Gate) Done(node string) {
+	g.mu.Lock()
+	released := g.holds[node]
+	if released == nil {
+		released = map[string]bool{node: true} // prepared by a predecessor process, or never
+	}
+	delete(g.holds, node)
+	// Untrack under g.mu: a Prepare that holds n again either came first
+	// (n stays) or tracks it again after.
+	defer g.mu.Unlock()
+	for n := range released {
+		held := false
+		for _, h := range g.holds {
+			held = held || h[n]
+		}
+		if !held {
+			g.cfg.Recorder.Untrack(n)
+		}
+	}
+}
+
+// controls are the control nodes' samples over the judged node's intervals,
+// for health.Input.Control. A control without them (never tracked, or its
+// agent silent through the baseline) is left out, with a reason: losing a
+// control only makes the judgement stricter.
+func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]health.ControlNode, []string) {
+	var out []health.ControlNode
+	var dropped []string
+	for _, c := range in.Control {
+		// A fresh sample, as for the judged node; one that fails is the
+		// judge's to report (it reads each control's current snapshot).
+		_ = g.cfg.Recorder.Sample(ctx, c)
+		baseline, soakStart, err := g.cfg.Recorder.Windows(c, in.BaselineStart, in.SwapStart, in.SoakStart)
+		if err != nil {
+			dropped = append(dropped, fmt.Sprintf("control node %s left out: %v", c, err))
+			continue
+		}
+		out = append(out, health.ControlNode{Node: c, Baseline: baseline, SoakStart: soakStart})
+	}
+	return out, dropped
+}
 
 // Judge implements orchestrator.Gate. It judges the node every
 // spec.gates.interval until the judge says Pass or Fail: Inconclusive (a
@@ -117,11 +191,16 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		if err != nil {
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
 		}
+		control, dropped := g.controls(ctx, in)
 		v, err := g.cfg.Judge.Judge(ctx, health.Input{
 			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
 			SwappedInPlace: inPlace, DrainDeadline: health.DrainDeadline(grace),
 			External: external, Previous: prev,
+			Control: control, ControlScope: in.ControlScope,
 		})
+		if err == nil {
+			v.Reasons = append(v.Reasons, dropped...)
+		}
 		if err != nil || v.Outcome != health.Inconclusive {
 			if err == nil {
 				g.Done(in.Node)

@@ -19,6 +19,7 @@ import (
 // pod once the soak begins.
 type agent struct {
 	mu        sync.Mutex
+	node      string
 	start, at time.Time
 	cum       []health.PodCounters
 	soaking   bool
@@ -26,8 +27,8 @@ type agent struct {
 	down      bool
 }
 
-func newAgent(start time.Time) *agent {
-	a := &agent{start: start, at: start}
+func newAgent(node string, start time.Time) *agent {
+	a := &agent{node: node, start: start, at: start}
 	for i := range 5 {
 		a.cum = append(a.cum, health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprint(i), Side: health.SideApp,
 			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
@@ -69,7 +70,7 @@ func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 	if a.down {
 		return health.Snapshot{}, errors.New("dial tcp: connection refused")
 	}
-	s := health.Snapshot{Node: "w1", Time: a.at, StartTime: a.start}
+	s := health.Snapshot{Node: a.node, Time: a.at, StartTime: a.start}
 	for _, c := range a.cum {
 		c.ConnectLatency.Buckets = append([]uint64(nil), c.ConnectLatency.Buckets...)
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
@@ -80,17 +81,66 @@ func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 
 func (a *agent) now() time.Time { a.mu.Lock(); defer a.mu.Unlock(); return a.at }
 
-// rig runs the orchestrator's sequence against the gate: preflight (Prepare),
-// a ten-minute baseline sampled every minute, the swap, the soak, the gate.
+// fleet is the agents of several nodes, on one clock.
+type fleet map[string]*agent
+
+func (f fleet) Snapshot(ctx context.Context, node string) (health.Snapshot, error) {
+	a, ok := f[node]
+	if !ok {
+		return health.Snapshot{}, fmt.Errorf("node %s: no such node", node)
+	}
+	return a.Snapshot(ctx, node)
+}
+
+func (f fleet) tick() {
+	for _, a := range f {
+		a.tick()
+	}
+}
+
+func (f fleet) soak() {
+	for _, a := range f {
+		a.mu.Lock()
+		a.soaking = true
+		a.mu.Unlock()
+	}
+}
+
+// rig runs the orchestrator's sequence against the gate for w1 alone:
+// preflight (Prepare), a ten-minute baseline sampled every minute, the swap,
+// the soak, the gate.
 func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, orchestrator.GateInput, *int) {
 	t.Helper()
-	a := newAgent(time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC))
-	a.regress = regress
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: a, Now: a.now})
+	r := rigFleet(t, spec, map[string]bool{"w1": regress}, nil, "")
+	return r.gate, r.agents["w1"], r.in, r.sleeps
+}
+
+type rigged struct {
+	gate   *Gate
+	rec    *health.Recorder
+	agents fleet
+	in     orchestrator.GateInput
+	sleeps *int
+}
+
+// rigFleet is rig for w1 judged against the control nodes control (in
+// scope): every node in regress shows the reset rise in pod p2 from the
+// swap on (on a control node: a change the cluster saw, not w1's swap). The
+// Recorder samples w1 and its controls each minute, as its Run loop would.
+func rigFleet(t *testing.T, spec v1alpha1.GatesSpec, regress map[string]bool, control []string, scope string) rigged {
+	t.Helper()
+	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	f := fleet{}
+	for _, n := range append([]string{"w1"}, control...) {
+		f[n] = newAgent(n, start)
+		f[n].regress = regress[n]
+	}
+	clock := f["w1"].now
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := health.NewJudge(health.JudgeConfig{Source: a, Now: a.now})
+	j, err := health.NewJudge(health.JudgeConfig{Source: f, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +148,7 @@ func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, or
 	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
 		sleeps++
 		for range 2 { // the next interval's traffic
-			a.tick()
+			f.tick()
 		}
 		return nil
 	}})
@@ -106,28 +156,31 @@ func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, or
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	in := orchestrator.GateInput{Node: "w1", BaselineStart: a.now(), Spec: spec}
-	if err := g.Prepare(ctx, "w1"); err != nil {
+	in := orchestrator.GateInput{Node: "w1", BaselineStart: clock(), Spec: spec, Control: control, ControlScope: scope}
+	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Control: control}); err != nil {
 		t.Fatal(err)
 	}
-	for range 10 {
-		a.tick()
-		if err := rec.Sample(ctx, "w1"); err != nil {
-			t.Fatal(err)
+	sampleAll := func() {
+		for n := range f {
+			if err := rec.Sample(ctx, n); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	in.SwapStart = a.now()
-	a.tick() // the swap
-	a.soaking = true
-	in.SoakStart = a.now()
-	if err := rec.Sample(ctx, "w1"); err != nil {
-		t.Fatal(err)
+	for range 10 {
+		f.tick()
+		sampleAll()
 	}
+	in.SwapStart = clock()
+	f.tick() // the swap
+	f.soak()
+	in.SoakStart = clock()
+	sampleAll()
 	for range 5 {
-		a.tick()
+		f.tick()
 	}
-	in.Now = a.now()
-	return g, a, in, &sleeps
+	in.Now = clock()
+	return rigged{gate: g, rec: rec, agents: f, in: in, sleeps: &sleeps}
 }
 
 func TestGatePassesHealthyNode(t *testing.T) {
@@ -150,7 +203,9 @@ func TestGateFailsRegressionAfterTwoIntervals(t *testing.T) {
 }
 
 func TestGateFailsClosed(t *testing.T) {
-	g, a, in, _ := rig(t, false, v1alpha1.GatesSpec{})
+	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
+	g, a, in := r.gate, r.agents["w1"], r.in
+	r.agents["w2"] = newAgent("w2", in.BaselineStart) // answers, but was never prepared
 	a.down = true
 	if v, err := g.Judge(context.Background(), in); err != nil || v.Outcome != health.Fail || !strings.Contains(v.Reasons[0], "did not answer") {
 		t.Errorf("agent down: %v %s %q", err, v.Outcome, v.Reasons)
@@ -168,11 +223,11 @@ func TestGateFailsClosed(t *testing.T) {
 	if _, err := g.Judge(context.Background(), in); err == nil || !strings.Contains(err.Error(), `unknown metric "resets"`) {
 		t.Errorf("bad spec: %v", err)
 	}
-	if err := g.Prepare(context.Background(), "w1"); err != nil {
+	if err := g.Prepare(context.Background(), orchestrator.PrepareInput{Node: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	a.down = true
-	if err := g.Prepare(context.Background(), "w3"); err == nil || !strings.Contains(err.Error(), "preflight: node agent on w3") {
+	if err := g.Prepare(context.Background(), orchestrator.PrepareInput{Node: "w3"}); err == nil || !strings.Contains(err.Error(), "preflight: node agent on w3") {
 		t.Errorf("preflight with the agent down: %v", err)
 	}
 }
@@ -203,4 +258,89 @@ func TestGateReadsDrainFactsFromGateInput(t *testing.T) {
 			t.Errorf("%s: %s, %d planned resets, want Pass with %d (%q)", tc.name, v.Outcome, v.Summary.PlannedResets, tc.want, v.Reasons)
 		}
 	}
+}
+
+// TestGateJudgesAgainstControlGroup: a reset rise the control nodes show too
+// (a change across the cluster, not the swap) fails w1 judged before/after
+// alone, and passes once the gate hands the judge the control nodes the
+// orchestrator named, with a reason that names the control group. A rise on
+// w1 alone still fails with the same controls.
+func TestGateJudgesAgainstControlGroup(t *testing.T) {
+	spec := v1alpha1.GatesSpec{MinNodeConnections: 10}
+	all := map[string]bool{"w1": true, "c1": true, "c2": true}
+	ctx := context.Background()
+
+	alone := rigFleet(t, spec, all, nil, "")
+	v, err := alone.gate.Judge(ctx, alone.in)
+	if err != nil || v.Outcome != health.Fail {
+		t.Fatalf("cluster-wide rise, no controls: %v %s %q (the rise must be a regression before/after alone)", err, v.Outcome, v.Reasons)
+	}
+
+	r := rigFleet(t, spec, all, []string{"c1", "c2"}, "zone a")
+	v, err = r.gate.Judge(ctx, r.in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Pass || *r.sleeps != 0 {
+		t.Fatalf("cluster-wide rise against controls: %v %s %q sleeps %d", err, v.Outcome, v.Reasons, *r.sleeps)
+	}
+	if !strings.Contains(reasons, "the control group (2 control nodes in zone a) moved the same way") {
+		t.Errorf("reasons do not name the control group: %q", v.Reasons)
+	}
+
+	own := rigFleet(t, spec, map[string]bool{"w1": true}, []string{"c1", "c2"}, "zone a")
+	v, err = own.gate.Judge(ctx, own.in)
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, "\n"), "pod shop/p2: resets received") {
+		t.Errorf("rise on w1 alone against steady controls: %v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
+// TestGateLeavesOutControlWithoutSamples: a control node the Recorder holds
+// no samples of (the plan gained it after w1's preflight) is left out with a
+// reason; the rest of the control group still judges.
+func TestGateLeavesOutControlWithoutSamples(t *testing.T) {
+	all := map[string]bool{"w1": true, "c1": true}
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, all, []string{"c1"}, "zone a")
+	r.agents["c9"] = newAgent("c9", r.in.BaselineStart)
+	r.in.Control = []string{"c1", "c9"}
+	v, err := r.gate.Judge(context.Background(), r.in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Pass || !strings.Contains(reasons, "control node c9 left out: node c9 was never tracked") ||
+		!strings.Contains(reasons, "1 control node in zone a") {
+		t.Errorf("%v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
+// TestGateDoneReleasesControls: Done stops sampling a judged node and its
+// control nodes, except a control another prepared node still holds;
+// preparing a node twice (after a restart) holds its nodes once.
+func TestGateDoneReleasesControls(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, []string{"c1", "c2"}, "zone a")
+	ctx := context.Background()
+	for _, n := range []string{"w2", "c3"} {
+		r.agents[n] = newAgent(n, r.in.BaselineStart)
+	}
+	for _, in := range []orchestrator.PrepareInput{
+		{Node: "w1", Control: []string{"c1", "c2"}}, // again, as after a restart
+		{Node: "w2", Control: []string{"c2", "c3"}},
+	} {
+		if err := r.gate.Prepare(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tracked := func(n string) bool {
+		_, _, err := r.rec.Windows(n, r.in.BaselineStart, r.in.SwapStart, time.Time{})
+		return err == nil || !strings.Contains(err.Error(), "never tracked")
+	}
+	want := func(when string, m map[string]bool) {
+		t.Helper()
+		for n, w := range m {
+			if tracked(n) != w {
+				t.Errorf("%s: node %s tracked %v, want %v", when, n, !w, w)
+			}
+		}
+	}
+	want("both prepared", map[string]bool{"w1": true, "c1": true, "c2": true, "w2": true, "c3": true})
+	r.gate.Done("w1")
+	want("w1 done", map[string]bool{"w1": false, "c1": false, "c2": true, "w2": true, "c3": true})
+	r.gate.Done("w2")
+	want("both done", map[string]bool{"w2": false, "c2": false, "c3": false})
 }
