@@ -291,7 +291,11 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
 	}
 	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
-	in.Control, in.ControlScope = e.controls(nr, p, node)
+	if _, samples := e.gate.(Preparer); samples {
+		// Only a gate that samples (the judge) compares with controls; the
+		// observation behind them reads every node and pod of the cache.
+		in.Control, in.ControlScope = e.controls(nr, p, node)
+	}
 	v, err := e.gate.Judge(ctx, in)
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
