@@ -139,8 +139,17 @@ func (s *standin) add(ns string) error {
 		go s.accept(ns, l)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		// The drain began while these were opening: it has closed every
+		// listener it knew, so these must not outlive it (a connection they
+		// accepted would be reset at the deadline, however young).
+		for _, l := range ls {
+			l.Close()
+		}
+		return fmt.Errorf("draining")
+	}
 	s.listeners[ns] = append(s.listeners[ns], ls...)
-	s.mu.Unlock()
 	return nil
 }
 
