@@ -118,7 +118,7 @@ func TestSimBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sim", "up", "--nodes", "0", "--state-dir", filepath.Join(base, "zero")}, "nodes must be between 1 and 256"},
+		{[]string{"sim", "up", "--nodes", "0", "--state-dir", filepath.Join(base, "zero")}, "nodes must be between 1 and 16640"},
 		{[]string{"sim", "up", "--nodes", "2", "--zones", "3", "--state-dir", filepath.Join(base, "zones")}, "zones must be between 1"},
 		{[]string{"sim", "up", "--nodes", "2", "--state-dir", inUse}, "already in use"},
 		{[]string{"sim", "down", "--state-dir", filepath.Join(base, "missing")}, "no simulated cluster"},

@@ -62,7 +62,7 @@ func newSimUpCmd() *cobra.Command {
 		},
 	}
 	stateDirFlag(cmd, &dir)
-	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, "number of simulated nodes (1-256)")
+	cmd.Flags().IntVar(&opts.Nodes, "nodes", 3, "number of simulated nodes (1-16640)")
 	cmd.Flags().IntVar(&opts.Zones, "zones", 1, "number of zones the nodes are spread over")
 	cmd.Flags().DurationVar(&opts.ReadyDelay, "ready-delay", 500*time.Millisecond, "how long a bound pod takes to become Running and Ready")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -150,10 +151,21 @@ func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) er
 	case kindZtunnel:
 		return d.startZtunnel(pod)
 	case kindApp:
+		if ip := net.ParseIP(podIP); !pod.Spec.HostNetwork && (ip == nil || !livePodRange.Contains(ip)) {
+			return fmt.Errorf("pod %s/%s: IP %q is outside the live data plane's %s (it holds the first 256 nodes' pod CIDRs)", pod.Namespace, pod.Name, podIP, podRange)
+		}
 		return d.startApp(ctx, pod, podIP)
 	}
 	return nil
 }
+
+var livePodRange = func() *net.IPNet {
+	_, n, err := net.ParseCIDR(podRange)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}()
 
 // Stop implements cluster.Runtime.
 func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
