@@ -592,7 +592,13 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	var denied error
 	// The policy reaches the admission chain within a few seconds.
 	e.waitFor(func(ctx context.Context) bool {
-		_, denied = pods.Create(ctx, evil, metav1.CreateOptions{})
+		var made *corev1.Pod
+		if made, denied = pods.Create(ctx, evil, metav1.CreateOptions{}); denied == nil {
+			// Admitted before the policy was in place: take it back at once,
+			// or the swap below would see it as a second older pod.
+			zero := int64(0)
+			_ = e.c.Client.CoreV1().Pods(ns).Delete(ctx, made.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
 		return denied != nil && strings.Contains(denied.Error(), "copy of the ztunnel DaemonSet")
 	}, "the policy to refuse a bridge with another image")
 	if _, err := pods.Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
