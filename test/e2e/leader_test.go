@@ -20,19 +20,11 @@ type dto = dtomodel.MetricFamily
 func writes(fams map[string]*dto) float64 {
 	var n float64
 	for _, m := range fams["nodewise_api_requests_total"].GetMetric() {
-		verb, res := "", ""
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "verb":
-				verb = l.GetValue()
-			case "resource":
-				res = l.GetValue()
-			}
-		}
-		if res == "leases" {
+		l := labelMap(m.GetLabel())
+		if l["resource"] == "leases" {
 			continue
 		}
-		switch verb {
+		switch l["verb"] {
 		case "create", "update", "patch", "delete":
 			n += m.GetCounter().GetValue()
 		}
