@@ -28,7 +28,7 @@ func TestExternalGatesPrometheus(t *testing.T) {
 	}))
 	defer srv.Close()
 	pg, err := health.NewPrometheusGate(health.PrometheusGateConfig{
-		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1,
+		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}},
 		Queries: []health.PromQuery{{Name: "success-rate", Query: `caller_success{namespace=~"$node"}`, Threshold: 0.995}},
 	})
 	if err != nil {
