@@ -327,6 +327,16 @@ func TestChartValues(t *testing.T) {
 	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
 		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
 	}
+	gates := render(t, "gates.addressAllow={prom.example.com,*.metrics.example.net}", "gates.clusterDomain=corp.local")
+	for _, name := range []string{"nodewise-orchestrator", "nodewise-revisions"} {
+		containers, _, _ := unstructured.NestedSlice(gates["Deployment "+Namespace+"/"+name].Object, "spec", "template", "spec", "containers")
+		args := fmt.Sprint(containers[0].(map[string]any)["args"])
+		for _, want := range []string{"--gate-address-allow=prom.example.com", "--gate-address-allow=*.metrics.example.net", "--cluster-domain=corp.local"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("gates values: %s args %s, want %s", name, args, want)
+			}
+		}
+	}
 	def := render(t)
 	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
 	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
