@@ -102,7 +102,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
-	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
+	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live, and the NodeRollout targets (the only namespace where the orchestrator deletes and creates pods)")
 	fs.Func("gate-address-allow", "hosts spec.gates.prometheus may query besides the cluster's Services (<svc>.<ns>.svc[.<cluster-domain>]): host names, IPs or *.<domain>, comma-separated; repeatable", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)

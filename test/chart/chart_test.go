@@ -337,6 +337,24 @@ func TestChartValues(t *testing.T) {
 			}
 		}
 	}
+	// The orchestrator deletes pods and reads Deployments only in the targets'
+	// namespace, and its flag says which one that is.
+	mesh := render(t, "istioNamespace=mesh")
+	for _, k := range []string{"Role mesh/nodewise-orchestrator-dataplane", "RoleBinding mesh/nodewise-orchestrator-dataplane"} {
+		if mesh[k] == nil {
+			t.Errorf("istioNamespace=mesh: %s not rendered", k)
+		}
+	}
+	if b, _ := json.Marshal(mesh["Role mesh/nodewise-orchestrator-dataplane"]); !bytes.Contains(b, []byte(`"verbs":["delete"]`)) {
+		t.Errorf("the dataplane Role does not grant pod delete: %s", b)
+	}
+	if b, _ := json.Marshal(mesh["ClusterRole /nodewise-orchestrator"].Object); bytes.Contains(b, []byte(`"delete"`)) || bytes.Contains(b, []byte(`"deployments"`)) {
+		t.Errorf("the orchestrator's ClusterRole still grants delete or Deployments cluster-wide: %s", b)
+	}
+	containers, _, _ = unstructured.NestedSlice(mesh["Deployment "+Namespace+"/nodewise-orchestrator"].Object, "spec", "template", "spec", "containers")
+	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--istio-namespace=mesh") {
+		t.Errorf("istioNamespace=mesh: orchestrator args %s", args)
+	}
 	def := render(t)
 	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
 	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
