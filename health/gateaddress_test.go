@@ -72,15 +72,23 @@ func TestAddressPolicyValidate(t *testing.T) {
 	}
 }
 
-// A gate whose address the policy refuses is never built, so it sends no
-// request; the error names the host and what is allowed.
-func TestPrometheusGateRefusesAddress(t *testing.T) {
+// countingProm is a stand-in Prometheus answering every query with the
+// scalar 1, counting the requests it gets.
+func countingProm(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"scalar","result":[0,"1"]}}`))
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+// A gate whose address the policy refuses is never built, so it sends no
+// request; the error names the host and what is allowed.
+func TestPrometheusGateRefusesAddress(t *testing.T) {
+	srv, hits := countingProm(t)
 	_, err := NewPrometheusGate(PrometheusGateConfig{Address: srv.URL, Queries: []PromQuery{qSuccess}})
 	if !errors.Is(err, ErrAddressRefused) || !strings.Contains(err.Error(), `host "127.0.0.1"`) ||
 		!strings.Contains(err.Error(), "gates.prometheus.address") || !strings.Contains(err.Error(), "--gate-address-allow") {
@@ -94,12 +102,7 @@ func TestPrometheusGateRefusesAddress(t *testing.T) {
 // A redirect is a request to another host: the allowed server redirecting
 // to a host the policy refuses gets an error, and the other host nothing.
 func TestPrometheusGateRefusesRedirect(t *testing.T) {
-	var elsewhere atomic.Int32
-	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		elsewhere.Add(1)
-		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"scalar","result":[0,"1"]}}`))
-	}))
-	defer other.Close()
+	other, elsewhere := countingProm(t)
 	otherURL, _ := url.Parse(other.URL)
 	target := "http://localhost:" + otherURL.Port() // same server, a host name the policy does not list
 	redirect := true
