@@ -105,9 +105,10 @@ func TestPrometheusGateRefusesRedirect(t *testing.T) {
 	other, elsewhere := countingProm(t)
 	otherURL, _ := url.Parse(other.URL)
 	target := "http://localhost:" + otherURL.Port() // same server, a host name the policy does not list
-	redirect := true
+	var redirect atomic.Bool
+	redirect.Store(true)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if redirect {
+		if redirect.Load() {
 			http.Redirect(w, r, target+r.URL.RequestURI(), http.StatusFound)
 			return
 		}
@@ -126,7 +127,7 @@ func TestPrometheusGateRefusesRedirect(t *testing.T) {
 	if elsewhere.Load() != 0 {
 		t.Fatalf("the refused host got %d requests", elsewhere.Load())
 	}
-	redirect = false // the same gate, no redirect: it works
+	redirect.Store(false) // the same gate, no redirect: it works
 	if res, err := g.Check(context.Background(), "node-a"); err != nil || len(res.Failures)+len(res.NoData) != 0 {
 		t.Fatalf("no redirect: %+v %v", res, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap"
@@ -67,9 +68,9 @@ func TestExternalGatesPrometheus(t *testing.T) {
 // refuses, without a request; allowed, the same spec queries the server, and
 // an empty result holds the wave.
 func TestSpecGatesAddressPolicy(t *testing.T) {
-	hits := 0
+	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits++
+		hits.Add(1)
 		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
 	}))
 	defer srv.Close()
@@ -77,11 +78,11 @@ func TestSpecGatesAddressPolicy(t *testing.T) {
 		Queries: []v1alpha1.PrometheusQuery{{Name: "success-rate", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1"}}}}
 	in := WaveInput{Migration: "m", Wave: "canary", Namespaces: []string{"shop"}, Spec: spec}
 	v, err := SpecGates(health.AddressPolicy{}, zap.NewNop()).Judge(context.Background(), in)
-	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "gate address not allowed") || hits != 0 {
-		t.Fatalf("refused address: %+v %v, %d requests", v, err, hits)
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "gate address not allowed") || hits.Load() != 0 {
+		t.Fatalf("refused address: %+v %v, %d requests", v, err, hits.Load())
 	}
 	v, err = SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop()).Judge(context.Background(), in)
-	if err != nil || v.Outcome != health.Inconclusive || !strings.Contains(strings.Join(v.Reasons, ";"), "query success-rate returned no samples") || hits != 1 {
-		t.Fatalf("allowed address, empty result: %+v %v, %d requests", v, err, hits)
+	if err != nil || v.Outcome != health.Inconclusive || !strings.Contains(strings.Join(v.Reasons, ";"), "query success-rate returned no samples") || hits.Load() != 1 {
+		t.Fatalf("allowed address, empty result: %+v %v, %d requests", v, err, hits.Load())
 	}
 }
