@@ -47,6 +47,9 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	p, perr := NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
 	if perr == nil {
+		perr = targetsInNamespace(p.Targets, e.o.cfg.IstioNamespace) // see targetns.go
+	}
+	if perr == nil {
 		p, perr = e.typeTargets(p) // see targetkind.go
 	}
 	if perr == nil {

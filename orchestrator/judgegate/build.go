@@ -34,7 +34,10 @@ type AgentConfig struct {
 // Build assembles the judge over the node agents: an agent client that
 // reaches each node's agent on its InternalIP, the recorder that samples
 // nodes in flight (run it alongside the orchestrator), and the gate.
-func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
+//
+// gateAddresses are the hosts spec.gates.prometheus may query (the
+// orchestrator's --gate-address-allow and --cluster-domain).
+func Build(cfg AgentConfig, gateAddresses health.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
 	agents, err := Agents(cfg, kube, log)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +50,7 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 	if err != nil {
 		return nil, nil, err
 	}
-	gate, err := New(Config{Judge: judge, Recorder: rec, Logger: log.Named("gate")})
+	gate, err := New(Config{Judge: judge, Recorder: rec, GateAddresses: gateAddresses, Logger: log.Named("gate")})
 	if err != nil {
 		return nil, nil, err
 	}

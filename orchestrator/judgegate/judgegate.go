@@ -27,8 +27,12 @@ type Config struct {
 	// what ztunnel termination grace period, so planned resets are not counted
 	// as a regression. Default: what the orchestrator persisted,
 	// in.SwappedInPlace and in.ZtunnelGrace.
-	Drain  func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
-	Logger *zap.Logger
+	Drain func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
+	// GateAddresses are the hosts spec.gates.prometheus may query (default:
+	// the cluster's Services only). A refused address fails the node with
+	// its reason, and no request is sent.
+	GateAddresses health.AddressPolicy
+	Logger        *zap.Logger
 	// Sleep waits between judgements (default: a timer that honours ctx).
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -167,7 +171,10 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		return health.Verdict{}, err
 	}
 	var external []health.ExternalGate
-	prom, err := gatespec.Prometheus(in.Spec, g.cfg.Logger)
+	prom, err := gatespec.Prometheus(in.Spec, g.cfg.GateAddresses, g.cfg.Logger)
+	if errors.Is(err, health.ErrAddressRefused) {
+		return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
+	}
 	if err != nil {
 		return health.Verdict{}, err
 	}

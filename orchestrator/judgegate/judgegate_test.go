@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +346,28 @@ func TestGateDoneReleasesControls(t *testing.T) {
 	want("w1 done", map[string]bool{"w1": false, "c1": false, "c2": true, "w2": true, "c3": true})
 	r.gate.Done("w2")
 	want("both done", map[string]bool{"w2": false, "c2": false, "c3": false})
+}
+
+// TestGateRefusesGateAddress: a spec.gates.prometheus.address outside the
+// cluster's Services fails the node with the reason, and the server gets no
+// request; allowed (as --gate-address-allow does), the same gate queries it.
+func TestGateRefusesGateAddress(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"scalar","result":[0,"1"]}}`))
+	}))
+	defer srv.Close()
+	spec := v1alpha1.GatesSpec{MinNodeConnections: 10, Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL,
+		Queries: []v1alpha1.PrometheusQuery{{Name: "up", Query: "1", FailWhen: v1alpha1.FailBelow, Threshold: "0.5"}}}}
+	g, _, in, _ := rig(t, false, spec)
+	v, err := g.Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), `gate address not allowed: host "127.0.0.1"`) || hits.Load() != 0 {
+		t.Fatalf("refused address: %v %s %q, %d requests; want Fail naming the host and no request", err, v.Outcome, v.Reasons, hits.Load())
+	}
+	g, _, in, _ = rig(t, false, spec)
+	g.cfg.GateAddresses = health.AddressPolicy{Allow: []string{"127.0.0.1"}}
+	if v, err := g.Judge(context.Background(), in); err != nil || v.Outcome != health.Pass || hits.Load() == 0 {
+		t.Fatalf("allowed address: %v %s %q, %d requests", err, v.Outcome, v.Reasons, hits.Load())
+	}
 }
