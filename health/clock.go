@@ -141,7 +141,7 @@ func (c Clock) Reason() string {
 		if off < 0 {
 			dir, off = "behind", -off
 		}
-		s := fmt.Sprintf("agent clock on node %s ran up to %s %s the orchestrator's (tolerance %s, now %s): %d of %d samples placed on the orchestrator's clock",
+		s := fmt.Sprintf("agent clock on node %s ran up to %s %s the orchestrator's (tolerance %s, last measured %s): %d of %d samples placed on the orchestrator's clock",
 			c.Node, off.Round(100*time.Millisecond), dir, c.Tolerance, signed(c.Offset), c.Skewed, c.Samples)
 		if c.Misplaced > 0 {
 			s += fmt.Sprintf(", %d that its own clock would have put in another window (baseline or soak start)", c.Misplaced)

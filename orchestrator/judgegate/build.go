@@ -43,7 +43,9 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 	if err != nil {
 		return nil, nil, err
 	}
-	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log.Named("judge"), Registry: reg})
+	// The judge reads the current snapshots through the recorder: on the
+	// orchestrator's clock, as the windows are.
+	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log.Named("judge"), Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}
