@@ -53,7 +53,7 @@ func (a *skewedAgent) answer() Snapshot {
 }
 
 // recorder samples the agent through the real client, the orchestrator's
-// clock being a.now.
+// clock being a.now, and tracks it from now.
 func (a *skewedAgent) recorder(t *testing.T) *Recorder {
 	t.Helper()
 	c := a.rig.client(t, nil)
@@ -66,7 +66,24 @@ func (a *skewedAgent) recorder(t *testing.T) *Recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := r.Track(context.Background(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
 	return r
+}
+
+// samples moves on 30 s and samples, n times; before(i) runs before each.
+func (a *skewedAgent) samples(t *testing.T, r *Recorder, n int, before func(i int)) {
+	t.Helper()
+	for i := range n {
+		if before != nil {
+			before(i)
+		}
+		a.advance(30 * time.Second)
+		if err := r.Sample(context.Background(), "node-a"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestRecorderPlacesSkewedAgentsOnTheOrchestratorsClock runs a node through
@@ -95,15 +112,7 @@ func TestRecorderPlacesSkewedAgentsOnTheOrchestratorsClock(t *testing.T) {
 			a := newSkewedAgent(t, t0, tc.offset)
 			a.noSeq = tc.noSeq
 			r := a.recorder(t)
-			if err := r.Track(ctx, "node-a"); err != nil {
-				t.Fatal(err)
-			}
-			for range 10 {
-				a.advance(30 * time.Second)
-				if err := r.Sample(ctx, "node-a"); err != nil {
-					t.Fatal(err)
-				}
-			}
+			a.samples(t, r, 10, nil)
 			swap := a.now
 			a.advance(20 * time.Second)
 			a.pod.ResetsReceived += 5000 // the swap's reset spike
@@ -157,21 +166,13 @@ func TestRecorderPlacesSkewedAgentsOnTheOrchestratorsClock(t *testing.T) {
 // the baseline to six minutes, which would lower every rate by a sixth.
 func TestRecorderRatesIgnoreAClockStep(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
-	ctx := context.Background()
 	a := newSkewedAgent(t, t0, 0)
 	r := a.recorder(t)
-	if err := r.Track(ctx, "node-a"); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
+	a.samples(t, r, 10, func(i int) {
 		if i == 4 {
 			a.offset = time.Minute
 		}
-		a.advance(30 * time.Second)
-		if err := r.Sample(ctx, "node-a"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	base, _, err := r.Windows("node-a", t0, a.now, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -201,23 +202,10 @@ func TestStaleAgentWithAFreshTimeIsNotNew(t *testing.T) {
 	ctx := context.Background()
 	a := newSkewedAgent(t, t0, time.Minute)
 	r := a.recorder(t)
-	if err := r.Track(ctx, "node-a"); err != nil {
-		t.Fatal(err)
-	}
-	for range 6 {
-		a.advance(30 * time.Second)
-		if err := r.Sample(ctx, "node-a"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a.samples(t, r, 6, nil)
 	a.frozen = true
 	frozenAt := a.now
-	for range 4 {
-		a.advance(30 * time.Second)
-		if err := r.Sample(ctx, "node-a"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a.samples(t, r, 4, nil)
 	base, _, err := r.Windows("node-a", t0, a.now, t0)
 	if err != nil {
 		t.Fatal(err)
