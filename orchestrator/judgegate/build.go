@@ -46,7 +46,9 @@ func Build(cfg AgentConfig, gateAddresses health.AddressPolicy, kube kubernetes.
 	if err != nil {
 		return nil, nil, err
 	}
-	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log.Named("judge"), Registry: reg})
+	// The judge reads the current snapshots through the recorder: on the
+	// orchestrator's clock, as the windows are.
+	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log.Named("judge"), Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,7 +21,10 @@ import (
 
 // Config configures a Gate.
 type Config struct {
-	Judge    *health.Judge    // required
+	// Judge is required. Build it with the Recorder as its Source
+	// (health.JudgeConfig.Source), so the current snapshots it reads are on
+	// the orchestrator's clock like the windows' (Build does).
+	Judge    *health.Judge
 	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
 	// Drain says whether the node was swapped in place (not drained) and with
 	// what ztunnel termination grace period, so planned resets are not counted
@@ -155,6 +158,20 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 	return out, dropped
 }
 
+// clockReasons say, for the judged node and each control, how far its
+// agent's clock was off the orchestrator's and what that changed, when it
+// changed anything: samples placed on the orchestrator's clock, or answers
+// whose seq did not advance.
+func (g *Gate) clockReasons(in orchestrator.GateInput) []string {
+	var out []string
+	for _, n := range append([]string{in.Node}, in.Control...) {
+		if c := g.cfg.Recorder.Clock(n, in.BaselineStart, in.SwapStart, in.SoakStart); c.Mattered() {
+			out = append(out, c.Reason())
+		}
+	}
+	return out
+}
+
 // Judge implements orchestrator.Gate. It judges the node every
 // spec.gates.interval until the judge says Pass or Fail: Inconclusive (a
 // failing interval short of consecutiveFailures, a gate query error short of
@@ -207,6 +224,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		})
 		if err == nil {
 			v.Reasons = append(v.Reasons, dropped...)
+			v.Reasons = append(v.Reasons, g.clockReasons(in)...)
 		}
 		if err != nil || v.Outcome != health.Inconclusive {
 			if err == nil {

@@ -28,6 +28,7 @@ type agent struct {
 	soaking   bool
 	regress   bool
 	down      bool
+	offset    time.Duration // the agent's clock less the orchestrator's (at)
 }
 
 func newAgent(node string, start time.Time) *agent {
@@ -73,7 +74,7 @@ func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 	if a.down {
 		return health.Snapshot{}, errors.New("dial tcp: connection refused")
 	}
-	s := health.Snapshot{Node: a.node, Time: a.at, StartTime: a.start}
+	s := health.Snapshot{Node: a.node, Time: a.at.Add(a.offset), StartTime: a.start}
 	for _, c := range a.cum {
 		c.ConnectLatency.Buckets = append([]uint64(nil), c.ConnectLatency.Buckets...)
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
@@ -369,5 +370,79 @@ func TestGateRefusesGateAddress(t *testing.T) {
 	g.cfg.GateAddresses = health.AddressPolicy{Allow: []string{"127.0.0.1"}}
 	if v, err := g.Judge(context.Background(), in); err != nil || v.Outcome != health.Pass || hits.Load() == 0 {
 		t.Fatalf("allowed address: %v %s %q, %d requests", err, v.Outcome, v.Reasons, hits.Load())
+	}
+}
+
+// TestGateJudgesASkewedAgentOnTheOrchestratorsClock: w1's agent runs 30 s
+// behind, and 20 s into the swap the old ztunnel resets 3,000 of pod p2's
+// connections. By the agent's clock that sample falls in the baseline, and
+// its spike then hides p2's reset rise in the soak. The gate, with the judge
+// reading through the Recorder as Build wires it, keeps the spike out of the
+// baseline, fails the regression, and says how far the agent's clock was off.
+func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
+	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	a := newAgent("w1", start)
+	a.regress, a.offset = true, -30*time.Second
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: a, Every: time.Minute, Now: a.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := health.NewJudge(health.JudgeConfig{Source: rec, Now: a.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
+		for range 2 {
+			a.tick()
+			_ = rec.Sample(context.Background(), "w1")
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := orchestrator.GateInput{Node: "w1", BaselineStart: a.now(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
+	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	sample := func() {
+		t.Helper()
+		if err := rec.Sample(ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		a.tick()
+		sample()
+	}
+	in.SwapStart = a.now()
+	a.mu.Lock()
+	a.at = a.at.Add(20 * time.Second)
+	a.cum[2].ResetsReceived += 3000 // the swap's reset spike
+	a.mu.Unlock()
+	sample() // the agent stamps it 10 s before the swap started
+	a.mu.Lock()
+	a.at = a.at.Add(40 * time.Second)
+	a.mu.Unlock()
+	a.soaking = true
+	in.SoakStart = a.now()
+	sample()
+	for range 5 {
+		a.tick()
+		sample()
+	}
+	in.Now = a.now()
+	v, err := g.Judge(ctx, in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(reasons, "pod shop/p2: resets received") {
+		t.Fatalf("regression behind a skewed clock: %v %s %q", err, v.Outcome, v.Reasons)
+	}
+	if !strings.Contains(reasons, "agent clock on node w1 ran up to 30s behind the orchestrator's") ||
+		!strings.Contains(reasons, "3 that its own clock would have put in another window") {
+		t.Errorf("the reasons do not show the skew: %q", v.Reasons)
+	}
+	if v.Summary == nil || v.Summary.BaselineSeconds != 600 {
+		t.Errorf("baseline %+v, want the 600 s the orchestrator sampled", v.Summary)
 	}
 }

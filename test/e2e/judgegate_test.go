@@ -185,7 +185,7 @@ func startE2E(t *testing.T) *e2e {
 	runCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	go func() { _ = rec.Run(runCtx) }()
-	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log})
+	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log}) // on the recorder's clock, as judgegate.Build wires it
 	if err != nil {
 		t.Fatal(err)
 	}
