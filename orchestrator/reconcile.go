@@ -197,7 +197,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 	case known && equality.Semantic.DeepEqual(prev, next):
 		// nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
-		e.mutateStatusLater(ctx, nr.Name, mutate)
+		e.mutateStatusLater(nr.Name, mutate)
 	default:
 		if err := e.mutateStatus(ctx, nr.Name, mutate); err != nil {
 			return err

@@ -62,7 +62,7 @@ func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alph
 // mutateStatusLater queues f without waiting for its write: for the status
 // mirror of a node step whose record of truth (the node annotation) is
 // already persisted. A failed write is retried with the next batch.
-func (e *executor) mutateStatusLater(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) {
+func (e *executor) mutateStatusLater(name string, f func(*v1alpha1.NodeRolloutStatus)) {
 	e.enqueueStatus(statusReq{name: name, f: f})
 }
 
