@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -204,7 +203,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			in.SwapStart.UTC().Format(time.RFC3339), in.BaselineStart.UTC().Format(time.RFC3339))}}, nil
 	}
 	inPlace, grace := g.cfg.Drain(in)
-	var prev *v1alpha1.NodeJudgement
+	prev := in.Previous // persisted by an earlier leader's rounds, if any
 	for {
 		// A fresh sample: a soak shorter than the Recorder's period still has
 		// one, and an agent that stopped answering is named as such.
@@ -233,6 +232,12 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			return v, err
 		}
 		prev = v.Summary
+		if in.Progress != nil {
+			// Persisted, so a successor goes on counting from this round.
+			if err := in.Progress(ctx, v); err != nil {
+				return v, fmt.Errorf("persisting the inconclusive judgement: %w", err)
+			}
+		}
 		g.cfg.Logger.Info("judgement inconclusive, judging again", zap.String("node", in.Node),
 			zap.Duration("in", interval), zap.Strings("reasons", v.Reasons))
 		if err := g.cfg.Sleep(ctx, interval); err != nil {

@@ -206,6 +206,31 @@ func TestGateFailsRegressionAfterTwoIntervals(t *testing.T) {
 	}
 }
 
+// TestGateGoesOnFromThePersistedRound: each Inconclusive round is handed
+// to GateInput.Progress, and a successor given it as Previous goes on
+// counting: a regression fails at the first interval it judges, so a crash
+// loop of the orchestrator cannot keep a failing node from ever reaching
+// consecutiveFailures.
+func TestGateGoesOnFromThePersistedRound(t *testing.T) {
+	g, _, in, _ := rig(t, true, v1alpha1.GatesSpec{})
+	var persisted []health.Verdict
+	in.Progress = func(_ context.Context, v health.Verdict) error {
+		persisted = append(persisted, v)
+		return nil
+	}
+	v, err := g.Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Fail || len(persisted) != 1 || persisted[0].Summary.ConsecutiveFailures != 1 {
+		t.Fatalf("first leader: %v %s, persisted %d rounds", err, v.Outcome, len(persisted))
+	}
+
+	g2, _, in2, sleeps2 := rig(t, true, v1alpha1.GatesSpec{})
+	in2.Previous = persisted[0].Summary // what a successor reads back from status
+	v, err = g2.Judge(context.Background(), in2)
+	if err != nil || v.Outcome != health.Fail || *sleeps2 != 0 || v.Summary.ConsecutiveFailures != 2 || v.Summary.Judgements != 2 {
+		t.Fatalf("successor: %v %s sleeps %d summary %+v, want Fail at its first interval, the second in a row", err, v.Outcome, *sleeps2, v.Summary)
+	}
+}
+
 func TestGateFailsClosed(t *testing.T) {
 	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
 	g, a, in := r.gate, r.agents["w1"], r.in
