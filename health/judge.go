@@ -80,6 +80,10 @@ type Input struct {
 	Control []ControlNode
 	// ControlScope says where they come from, for reasons: "zone a", "the cluster".
 	ControlScope string
+	// ControlsLeftOut counts control nodes the caller named but left out
+	// before this Input (no samples for these windows), so that "no control"
+	// is not reported as "none left unswapped".
+	ControlsLeftOut int
 }
 
 // JudgeConfig configures a Judge.
@@ -170,6 +174,13 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	}
 	ctrl, dropped := j.controlWindows(ctx, in)
 	a := Assess(cfg, base, soak, disp, planned, ctrl)
+	if left := in.ControlsLeftOut + len(dropped); ctrl == nil && left > 0 {
+		for i, r := range a.Reasons {
+			if r == reasonNoControl {
+				a.Reasons[i] = fmt.Sprintf("no control nodes: all %d named were left out (below): judged before/after alone", left)
+			}
+		}
+	}
 	a.Reasons = append(a.Reasons, dropped...)
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)

@@ -219,7 +219,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
 			SwappedInPlace: inPlace, DrainDeadline: health.DrainDeadline(grace),
 			External: external, Previous: prev,
-			Control: control, ControlScope: in.ControlScope,
+			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
 		})
 		if err == nil {
 			v.Reasons = append(v.Reasons, dropped...)

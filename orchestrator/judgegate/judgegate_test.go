@@ -338,6 +338,20 @@ func TestGateLeavesOutControlWithoutSamples(t *testing.T) {
 	}
 }
 
+// TestGateSaysWhenEveryControlWasLeftOut: with every named control left
+// out, the judgement is before/after alone and says why, not that no node
+// was left unswapped.
+func TestGateSaysWhenEveryControlWasLeftOut(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, nil, nil, "zone a")
+	r.agents["c9"] = newAgent("c9", r.in.BaselineStart)
+	r.in.Control = []string{"c9"}
+	v, err := r.gate.Judge(context.Background(), r.in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || !strings.Contains(reasons, "no control nodes: all 1 named were left out") || strings.Contains(reasons, "none left unswapped") {
+		t.Errorf("%v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
 // TestGateDoneReleasesControls: Done stops sampling a judged node and its
 // control nodes, except a control another prepared node still holds;
 // preparing a node twice (after a restart) holds its nodes once.
