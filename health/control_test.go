@@ -14,7 +14,7 @@ func TestAssessControlExplainsClusterWideShift(t *testing.T) {
 	cfg, _ := NewConfig(Config{})
 	r := rand.New(rand.NewPCG(31, 31))
 	for range 5 {
-		with, alone, _ := clusterTrial(r, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
+		with, alone, _, _ := clusterTrial(r, nil, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
 		if alone.Outcome != Fail || with.Outcome == Fail {
 			continue
 		}
