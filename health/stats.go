@@ -354,42 +354,24 @@ func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
 		return mu, true
 	}
 	sigma := math.Max(0.1, math.Sqrt(math.Max(0, sq/n-mu*mu-1.0/12)))
-	ll := func(mu, sigma float64) float64 {
-		var l float64
-		for i, c := range h.Buckets {
-			if c > 0 {
-				l += float64(c) * math.Log(math.Max(1e-300, bucketMass(i, len(h.Buckets), mu, sigma)))
-			}
-		}
-		return l
-	}
-	// Newton's method on (μ, log σ) with a numeric Hessian, halving the
-	// step until the likelihood rises; a handful of steps converge.
-	const d = 1e-4
-	grad := func(mu, ls float64) (float64, float64) {
-		return (ll(mu+d, math.Exp(ls)) - ll(mu-d, math.Exp(ls))) / (2 * d),
-			(ll(mu, math.Exp(ls+d)) - ll(mu, math.Exp(ls-d))) / (2 * d)
-	}
-	ls := math.Log(sigma)
-	cur := ll(mu, sigma)
-	for range 20 {
-		gm, gs := grad(mu, ls)
-		gmm, gms := grad(mu+d, ls)
-		gsm, gss := grad(mu, ls+d)
-		hmm, hms, hss := (gmm-gm)/d, ((gms-gs)/d+(gsm-gm)/d)/2, (gss-gs)/d
+	// Newton's method on (μ, σ) with the exact gradient and Hessian of the
+	// interval-censored normal likelihood of log2 latency, halving a step
+	// that would not raise the likelihood; a handful of steps converge.
+	cur, gm, gs, hmm, hms, hss := h.logLik(mu, sigma)
+	for range 30 {
 		det := hmm*hss - hms*hms
 		var sm, ss float64
 		if hmm < 0 && det > 0 {
 			sm, ss = -(hss*gm-hms*gs)/det, -(hmm*gs-hms*gm)/det
 		} else { // not concave here: a small gradient step
-			sm, ss = 0.01*gm/n, 0.01*gs/n
+			sm, ss = 0.1*gm/n, 0.1*gs/n
 		}
-		step := 1.0
+		step, moved := 1.0, false
 		for range 30 {
-			nm, nl := mu+step*sm, math.Max(math.Log(0.05), math.Min(math.Log(8), ls+step*ss))
-			if v := ll(nm, math.Exp(nl)); v >= cur {
-				done := math.Abs(nm-mu) < 1e-6 && math.Abs(nl-ls) < 1e-6
-				mu, ls, cur = nm, nl, v
+			nm, ns := mu+step*sm, math.Max(0.05, math.Min(8, sigma+step*ss))
+			if l, a, b, c, d, e := h.logLik(nm, ns); l >= cur {
+				done := math.Abs(nm-mu) < 1e-7 && math.Abs(ns-sigma) < 1e-7
+				mu, sigma, cur, gm, gs, hmm, hms, hss, moved = nm, ns, l, a, b, c, d, e, true
 				if done {
 					return mu, true
 				}
@@ -397,11 +379,53 @@ func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
 			}
 			step /= 2
 		}
-		if step < 1e-8 {
+		if !moved {
 			break
 		}
 	}
 	return mu, true
+}
+
+// logLik is the log-likelihood of the buckets under a normal law of log2
+// latency (mean mu, deviation sigma), with its gradient and Hessian in
+// (μ, σ). With z a bound's standardised value and φ the normal density,
+// ∂P/∂μ = −Δφ/σ and ∂P/∂σ = −Δ(zφ)/σ over the bucket's two bounds (φ = zφ
+// = 0 at ±∞).
+func (h Log2Histogram) logLik(mu, sigma float64) (l, gm, gs, hmm, hms, hss float64) {
+	nb := len(h.Buckets)
+	for i, c := range h.Buckets {
+		if c == 0 {
+			continue
+		}
+		// φ, zφ, z²φ and (z³−z)φ at the lower and upper bounds (bucket 0
+		// reaches down to −∞, the last up to +∞, where all are 0).
+		var a, az, az2, a3, b, bz, bz2, b3 float64
+		bound := func(x float64) (float64, float64, float64, float64) {
+			z := (x - mu) / sigma
+			f := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi)
+			return f, z * f, z * z * f, (z*z*z - z) * f
+		}
+		if i > 0 {
+			a, az, az2, a3 = bound(float64(i))
+		}
+		if i < nb-1 {
+			b, bz, bz2, b3 = bound(float64(i + 1))
+		}
+		p := math.Max(1e-300, bucketMass(i, nb, mu, sigma))
+		s2 := sigma * sigma
+		pm, ps := -(b-a)/sigma, -(bz-az)/sigma
+		pmm := -(bz - az) / s2
+		pms := (b-a)/s2 - (bz2-az2)/s2
+		pss := (bz-az)/s2 - (b3-a3)/s2
+		w := float64(c)
+		l += w * math.Log(p)
+		gm += w * pm / p
+		gs += w * ps / p
+		hmm += w * (pmm/p - pm*pm/(p*p))
+		hms += w * (pms/p - pm*ps/(p*p))
+		hss += w * (pss/p - ps*ps/(p*p))
+	}
+	return l, gm, gs, hmm, hms, hss
 }
 
 // bucketMass is the probability of bucket i of nb under a normal law of
