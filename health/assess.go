@@ -386,10 +386,9 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 				// become had the node only shared it. A control that got
 				// faster does not make the test stricter, and one that moved
 				// less than controlMovedLatency leaves the row as it was: its
-				// noise would only cost power.
-				// A workload's own control may be one pod, whose median
-				// reads its slowdown loosely: the node is not blamed for less
-				// than its side's pods slowed by.
+				// noise would only cost power. A workload's own control may
+				// be one pod, whose median reads its slowdown loosely: the
+				// node is not blamed for less than its side's pods slowed by.
 				f, _ := cg.latencyRatio(m)
 				if !probe {
 					if fs, ok := ctrl.by[controlKey{side: k.Side}].latencyRatio(m); ok && fs > f {
@@ -457,10 +456,11 @@ const controlMovedProbeP = 1e-6
 
 // againstPredicted tests a node row against the control group pod by pod:
 // under H0 each pod's rate moved as its own control did (its workload on the
-// control nodes, else every control pod of its side), so the node's after
-// count is compared with Σ before × exposure ratio × θᵢ. Summing per pod keeps
-// a workload-specific change (a dependency failing) from reading as the
-// node's regression on a node that hosts more of that workload.
+// control nodes, else the control workload of its side that rose the most:
+// forRow), so the node's after count is compared with Σ before × exposure
+// ratio × θᵢ. Summing per pod keeps a workload-specific change (a dependency
+// failing) from reading as the node's regression on a node that hosts more
+// of that workload.
 func (c *Comparison) againstPredicted(th CountThresholds, disp Dispersion, cfg Config, before, expected float64, baseSec, soakSec float64) {
 	if before <= 0 || expected <= before {
 		return

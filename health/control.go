@@ -50,9 +50,9 @@ type controlAgg struct {
 	beforeSec     float64
 	afterSec      float64
 	// Latency: the samples-weighted mean over control pods of log2(median
-	// after / before), the medians fitted as lognormal (LogMedian), per metric. Per-pod ratios rather than a pooled
-	// histogram, so a shift in the traffic mix between pods is not read as a
-	// change in latency.
+	// after / before), the medians fitted as lognormal (LogMedian), per
+	// metric. Per-pod ratios rather than a pooled histogram, so a shift in
+	// the traffic mix between pods is not read as a change in latency.
 	latLog, latW map[Metric]float64
 }
 
@@ -176,13 +176,18 @@ func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) boo
 	return nil
 }
 
-// countRise is a control's after/before ratio of metric m, per connection
-// when it has the traffic, else per second.
-func countRise(cfg Config, a *controlAgg, m Metric) float64 {
-	eb, es := a.beforeSec, a.afterSec
+// exposures are a control's before and after exposures: connections when
+// it has the traffic, else seconds.
+func (a *controlAgg) exposures(cfg Config) (before, after float64) {
 	if a.before.Traffic() >= cfg.MinEvents && a.after.Traffic() >= cfg.MinEvents {
-		eb, es = float64(a.before.Traffic()), float64(a.after.Traffic())
+		return float64(a.before.Traffic()), float64(a.after.Traffic())
 	}
+	return a.beforeSec, a.afterSec
+}
+
+// countRise is a control's after/before ratio of metric m (see exposures).
+func countRise(cfg Config, a *controlAgg, m Metric) float64 {
+	eb, es := a.exposures(cfg)
 	return ratio(float64(countOf(a.after, m))/es, float64(countOf(a.before, m))/eb)
 }
 
@@ -203,10 +208,7 @@ func (g *controlGroup) moved(cfg Config, disp Dispersion, k PodKey, m Metric, ow
 			return false
 		}
 		cb, cs := deflate(countOf(a.before, m), phi), deflate(countOf(a.after, m), phi)
-		eb, es := a.beforeSec, a.afterSec
-		if a.before.Traffic() >= cfg.MinEvents && a.after.Traffic() >= cfg.MinEvents {
-			eb, es = float64(a.before.Traffic()), float64(a.after.Traffic())
-		}
+		eb, es := a.exposures(cfg)
 		return PoissonRateTest(cb, eb, cs, es).P <= level
 	}
 	level := controlMovedP
