@@ -159,3 +159,50 @@ func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
 		t.Errorf("leftovers %v; a Ready bridge is the newest ztunnel and is finished, not deleted", got)
 	}
 }
+
+// TestSurgeRetireKnowsTheHeldPod: a hand-over finds the DaemonSet's old pod
+// held by the hand-over finalizer in its input (so Apply reads nothing from
+// the API); one deleted without the finalizer is not held.
+func TestSurgeRetireKnowsTheHeldPod(t *testing.T) {
+	withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{FinalizerSurgeHandOver} }
+	for _, c := range []struct {
+		name string
+		old  *corev1.Pod
+		held int
+	}{
+		{"held by the finalizer", surgePod("old", "old", 0, terminating, withFinalizer), 1},
+		{"deleted without it", surgePod("old", "old", 0, terminating), 0},
+	} {
+		got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{c.old, surgePod("b", "new", time.Hour, bridged)}})
+		if got.Kind != SurgeRetire || !got.HandOver || len(got.Held) != c.held {
+			t.Errorf("%s: %s handOver=%v held=%d; want Retire, a hand-over, %d held", c.name, got.Kind, got.HandOver, len(got.Held), c.held)
+		}
+	}
+}
+
+// TestShowsOwnWrites: Swap waits until its input shows each of its last
+// writes, matched by name and UID.
+func TestShowsOwnWrites(t *testing.T) {
+	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	created := []expectation{{name: "b", want: func(p *corev1.Pod) bool { return p != nil }}}
+	gone := []expectation{expectGone(old)}
+	in := func(pods ...*corev1.Pod) SurgeInput { return SurgeInput{Pods: pods} }
+	for _, c := range []struct {
+		name   string
+		in     SurgeInput
+		expect []expectation
+		want   bool
+	}{
+		{"bridge not in the cache yet", in(old), created, false},
+		{"bridge in the cache", in(old, b), created, true},
+		{"deleted pod still live in the cache", in(old, b), gone, false},
+		{"deleted pod terminating", in(surgePod("old", "old", 0, terminating), b), gone, true},
+		{"deleted pod gone", in(b), gone, true},
+		{"a pod of the same name, another UID", in(surgePod("old", "old", 0, func(p *corev1.Pod) { p.UID = "other" }), b), gone, true},
+		{"all of them", in(old, b), append(created, gone...), false},
+	} {
+		if got := shows(c.in, c.expect); got != c.want {
+			t.Errorf("%s: shows = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
