@@ -78,6 +78,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 // still starting: the started swap finishes (the bridge is handed over, the
 // old pod goes), nothing else starts, and nothing of nodewise's is left.
 func TestSurgeAbortMidSwap(t *testing.T) {
+	nodewiseCLI(t) // built before the swap it aborts, not while it runs
 	e := newEnv(t, 3, 1)
 	e.upgrade("1.28.1")
 	e.slowStart(3 * time.Second)
