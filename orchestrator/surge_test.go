@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 var (
@@ -204,5 +208,39 @@ func TestShowsOwnWrites(t *testing.T) {
 		if got := shows(c.in, c.expect); got != c.want {
 			t.Errorf("%s: shows = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestSwapPastItsDeadlineWaitsForTheAdoption: a swap resumed past its
+// deadline retires the Ready bridge's old pod and hands the bridge over;
+// the DaemonSet controller's adoption that follows is waited for, not
+// timed out at once.
+func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
+	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
+	looks := 0
+	observe := func(ctx context.Context) (SurgeInput, error) {
+		looks++
+		pl, err := kube.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return SurgeInput{}, err
+		}
+		var pods []*corev1.Pod
+		for i := range pl.Items {
+			p := &pl.Items[i]
+			if p.Name == "b" && metav1.GetControllerOf(p) == nil && looks > 5 {
+				p.OwnerReferences = surgePod("x", "new", 0).OwnerReferences // the DaemonSet adopts it, a few looks later
+			}
+			pods = append(pods, p)
+		}
+		return SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: pods}, nil
+	}
+	s := Surger{Kube: kube, Poll: time.Millisecond, Observe: observe}
+	res, err := s.Swap(context.Background(), v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}, "n1", time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatalf("swap resumed past its deadline: %v", err)
+	}
+	if res.HandedOver != "b" || res.Pod != "b" {
+		t.Errorf("result %+v; want b handed over and kept", res)
 	}
 }

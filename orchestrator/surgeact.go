@@ -77,6 +77,13 @@ func (s Surger) defaults() Surger {
 // waiting only spares the repeats).
 const ownWriteWait = 10 * time.Second
 
+// controllerGrace is how long Swap gives the DaemonSet controller to act on
+// a retire it made (adopt the handed-over bridge), even past the swap's
+// deadline: a swap resumed late may retire a Ready bridge's older pods (the
+// bridge is the newest ztunnel), and timing out right after, before the
+// controller could adopt it, would halt a swap that is all but done.
+const controllerGrace = 30 * time.Second
+
 // surgeWaitOwnWrites: Swap waits for its observation to show the last
 // step's writes (not a step NextSurgeStep returns).
 const surgeWaitOwnWrites SurgeStepKind = "WaitOwnWrites"
@@ -362,7 +369,8 @@ func (s Surger) handOver(ctx context.Context, p *corev1.Pod) error {
 func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time) (SurgeResult, error) {
 	s = s.defaults()
 	var res SurgeResult
-	var acted time.Time // when the last step's writes were made
+	var acted time.Time  // when the last step's writes were made
+	var settle time.Time // until when the DaemonSet controller is given to act on a retire
 	for {
 		var changed <-chan struct{}
 		if s.Changes != nil {
@@ -395,9 +403,12 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 				return res, err
 			}
 			acted = s.Now()
+			if step.Kind != SurgeCreateBridge {
+				settle = acted.Add(controllerGrace)
+			}
 		case surgeWaitOwnWrites:
 		default:
-			if !s.Now().Before(deadline) {
+			if !s.Now().Before(deadline) && !s.Now().Before(settle) {
 				gone, err := s.abandon(ctx, in, &res)
 				if err != nil {
 					return res, err
