@@ -98,9 +98,11 @@ check-generate: generate ## Fail when regeneration changes a committed generated
 
 ##@ Set-up (run by test and demo)
 
-# apt-install installs the Debian packages of $(1) that are missing.
+# apt-install installs the Debian packages of $(1) that are missing. A package
+# removed but not purged is still known to dpkg (dpkg -s succeeds): only the
+# status "install ok installed" counts.
 define apt-install
-	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
 	if [ -n "$$missing" ]; then echo "installing Debian packages:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 endef

@@ -93,6 +93,9 @@ type Assessment struct {
 	ExplainedByControl int `json:"explainedByControl,omitempty"`
 }
 
+// reasonNoControl is Assess's reason when the judgement had no control group.
+const reasonNoControl = "no control nodes (none left unswapped and uncordoned): judged before/after alone"
+
 // Assess compares a baseline window with a soak window for one node. planned
 // holds the resets an in-place swap was expected to cause (see PlannedResets);
 // pass nil when the node was drained. control holds the same intervals on
@@ -221,7 +224,7 @@ func Assess(cfg Config, baseline, soak Window, disp Dispersion, planned map[PodK
 			ctrl.describe(), len(explained), e.Reason()))
 	}
 	if ctrl == nil {
-		a.Reasons = append(a.Reasons, "no control nodes (none left unswapped and uncordoned): judged before/after alone")
+		a.Reasons = append(a.Reasons, reasonNoControl)
 	}
 	if a.PlannedResets > 0 {
 		a.Reasons = append(a.Reasons, fmt.Sprintf(

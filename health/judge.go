@@ -27,13 +27,24 @@ func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (Snapshot, erro
 }
 
 // ExternalGate is a gate outside the node agent, such as a Prometheus query.
-// Check returns the failures it found (empty: pass). A non-nil error means the
+// Check returns what it found (nothing: pass). A non-nil error means the
 // gate could not look (the source is down or the query broken): the judge
 // counts those in a row and fails at MaxConsecutiveErrors.
 type ExternalGate interface {
 	Name() string
-	Check(ctx context.Context, node string) ([]string, error)
+	Check(ctx context.Context, node string) (GateResult, error)
 	MaxConsecutiveErrors() int
+}
+
+// GateResult is what one external gate found about one node.
+type GateResult struct {
+	// Failures are the thresholds crossed, one reason each: any fails the interval.
+	Failures []string
+	// NoData are the queries that returned nothing to compare (no series,
+	// or only NaN samples), one reason each. The gate could look but saw
+	// nothing, so the node cannot pass on it: the verdict is Inconclusive,
+	// whatever gates.inconclusive says about too little traffic.
+	NoData []string
 }
 
 // Input is one judgement of one node. The orchestrator (or Recorder) supplies
@@ -69,6 +80,10 @@ type Input struct {
 	Control []ControlNode
 	// ControlScope says where they come from, for reasons: "zone a", "the cluster".
 	ControlScope string
+	// ControlsLeftOut counts control nodes the caller named but left out
+	// before this Input (no samples for these windows), so that "no control"
+	// is not reported as "none left unswapped".
+	ControlsLeftOut int
 }
 
 // JudgeConfig configures a Judge.
@@ -115,8 +130,9 @@ func NewJudge(cfg JudgeConfig) (*Judge, error) {
 //   - Fail: halt the rollout; Reasons say why.
 //   - Inconclusive: hold the node and judge again after gates.interval,
 //     passing Verdict.Summary back as Input.Previous (too little traffic under
-//     the Pause policy, a failing interval short of consecutiveFailures, or a
-//     gate source error short of maxConsecutiveErrors).
+//     the Pause policy, a failing interval short of consecutiveFailures, a
+//     gate source error short of maxConsecutiveErrors, or an external query
+//     that returned no data under noData: Inconclusive).
 //
 // A missing, stale or restarted agent is Fail at once (fail closed). An error
 // is returned only for input the caller got wrong; treat it as Fail too.
@@ -158,6 +174,13 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	}
 	ctrl, dropped := j.controlWindows(ctx, in)
 	a := Assess(cfg, base, soak, disp, planned, ctrl)
+	if left := in.ControlsLeftOut + len(dropped); ctrl == nil && left > 0 {
+		for i, r := range a.Reasons {
+			if r == reasonNoControl {
+				a.Reasons[i] = fmt.Sprintf("no control nodes: all %d named were left out (below): judged before/after alone", left)
+			}
+		}
+	}
 	a.Reasons = append(a.Reasons, dropped...)
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
@@ -170,8 +193,9 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 		prevErrs = in.Previous.ConsecutiveQueryErrors
 	}
 	gateErr := false
+	var noData []string
 	for _, g := range in.External {
-		fails, err := g.Check(ctx, in.Node)
+		res, err := g.Check(ctx, in.Node)
 		if err != nil {
 			gateErr = true
 			j.metrics.gateQueryErrs.Inc()
@@ -184,13 +208,17 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 			reasons = append(reasons, fmt.Sprintf("gate %s: query failed (%d of %d allowed in a row): %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
 			continue
 		}
-		if len(fails) > 0 {
+		if len(res.Failures) > 0 {
 			intervalFails = true
-			for _, f := range fails {
+			for _, f := range res.Failures {
 				reasons = append(reasons, "gate "+g.Name()+": "+f)
 			}
 		}
+		for _, n := range res.NoData {
+			noData = append(noData, "gate "+g.Name()+": "+n)
+		}
 	}
+	reasons = append(reasons, noData...)
 	if gateErr {
 		sum.ConsecutiveQueryErrors = prevErrs + 1
 	}
@@ -213,6 +241,11 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if gateErr {
 		// A gate that could not look cannot pass the node: fail closed, but only
 		// after maxConsecutiveErrors; until then judge again.
+		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+	}
+	if len(noData) > 0 {
+		// A query that saw nothing cannot vouch for the node (a renamed
+		// metric returns nothing on every node): hold it, as noData says.
 		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
 	}
 	if a.Outcome == Inconclusive {

@@ -16,14 +16,17 @@ import (
 )
 
 type fakeGate struct {
-	fails []string
-	err   error
-	max   int
+	fails  []string
+	noData []string
+	err    error
+	max    int
 }
 
-func (g fakeGate) Name() string                                    { return "fake" }
-func (g fakeGate) MaxConsecutiveErrors() int                       { return g.max }
-func (g fakeGate) Check(context.Context, string) ([]string, error) { return g.fails, g.err }
+func (g fakeGate) Name() string              { return "fake" }
+func (g fakeGate) MaxConsecutiveErrors() int { return g.max }
+func (g fakeGate) Check(context.Context, string) (GateResult, error) {
+	return GateResult{Failures: g.fails, NoData: g.noData}, g.err
+}
 
 // judgeScenario draws one simulated node and returns a judge whose agent
 // answers with the soak's last snapshot, and the input to judge it.
@@ -193,6 +196,22 @@ func TestJudgeExternalGates(t *testing.T) {
 	in.Previous = prev
 	if v := mustJudge(t, j, in); v.Outcome != Pass || v.Summary.ConsecutiveQueryErrors != 0 {
 		t.Errorf("a good query resets the error count: %s %+v", v.Outcome, v.Summary)
+	}
+	// A query that saw nothing holds the node, and gates.inconclusive (about
+	// too little traffic) does not make it pass; a crossed threshold still fails.
+	in.Previous = nil
+	empty := fakeGate{noData: []string{"query success-rate returned no samples for node n1"}, max: 3}
+	in.External = []ExternalGate{empty}
+	for _, pol := range []v1alpha1.InconclusivePolicy{"", v1alpha1.InconclusivePass, v1alpha1.InconclusiveFail} {
+		in.Gates.Inconclusive = pol
+		if v := mustJudge(t, j, in); v.Outcome != Inconclusive || !hasReason(v, "gate fake: query success-rate returned no samples") {
+			t.Errorf("no data, gates.inconclusive %q: %s %q, want Inconclusive naming the query", pol, v.Outcome, v.Reasons)
+		}
+	}
+	in.Gates.Inconclusive = ""
+	in.External = []ExternalGate{empty, fakeGate{fails: []string{"p99 0.4 above 0.25"}, max: 3}}
+	if v := mustJudge(t, j, in); v.Outcome != Fail || !hasReason(v, "p99 0.4") || !hasReason(v, "returned no samples") {
+		t.Errorf("no data and a failure: %s %q, want Fail with both reasons", v.Outcome, v.Reasons)
 	}
 }
 

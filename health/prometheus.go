@@ -18,6 +18,8 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // ErrBadQuery marks a PromQL query the server rejected as malformed
@@ -31,13 +33,19 @@ type PromQuery struct {
 	Query     string
 	FailAbove bool // true: a sample above Threshold fails; false: below fails
 	Threshold float64
+	// NoData is what a result with nothing to compare (no series, or only
+	// NaN samples) counts as; empty is Inconclusive.
+	NoData v1alpha1.NoDataPolicy
 }
 
 // PrometheusGateConfig configures a PrometheusGate.
 type PrometheusGateConfig struct {
-	// Address is the server's base URL, such as http://prometheus.monitoring:9090.
-	Address string
-	Queries []PromQuery
+	// Address is the server's base URL, such as
+	// http://prometheus.monitoring.svc:9090. Its host must be one Addresses
+	// allows.
+	Address   string
+	Addresses AddressPolicy
+	Queries   []PromQuery
 	// MaxConsecutiveErrors: evaluations in a row that could not query the
 	// server before the gate fails (default 3).
 	MaxConsecutiveErrors int
@@ -69,7 +77,10 @@ var queryName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 	u, err := url.Parse(cfg.Address)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gates.prometheus.address %q: must be an http:// or https:// URL such as http://prometheus.monitoring:9090", cfg.Address)
+		return nil, fmt.Errorf("gates.prometheus.address %q: must be an http:// or https:// URL such as http://prometheus.monitoring.svc:9090", cfg.Address)
+	}
+	if err := cfg.Addresses.Check(u); err != nil {
+		return nil, fmt.Errorf("gates.prometheus.address %q: %w", cfg.Address, err)
 	}
 	if len(cfg.Queries) == 0 {
 		return nil, errors.New("gates.prometheus.queries: at least one query is required")
@@ -85,6 +96,11 @@ func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 			return nil, fmt.Errorf("gates.prometheus.queries[%s].query: must not be empty", q.Name)
 		case math.IsNaN(q.Threshold) || math.IsInf(q.Threshold, 0):
 			return nil, fmt.Errorf("gates.prometheus.queries[%s].threshold: must be a finite number", q.Name)
+		}
+		switch q.NoData {
+		case "", v1alpha1.NoDataInconclusive, v1alpha1.NoDataPass, v1alpha1.NoDataFail:
+		default:
+			return nil, fmt.Errorf("gates.prometheus.queries[%s].noData %q: must be Inconclusive, Pass or Fail", q.Name, q.NoData)
 		}
 		seen[q.Name] = true
 	}
@@ -113,7 +129,19 @@ func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 		}
 		tlsConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &PrometheusGate{cfg: cfg, base: u, http: newRetryClient(o, tlsConfig, cfg.Logger)}, nil
+	hc := newRetryClient(o, tlsConfig, cfg.Logger)
+	// A redirect is a request to another host: it must be one the policy
+	// allows too, or the gate would forward its queries (and its token).
+	hc.HTTPClient.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("stopped after 5 redirects")
+		}
+		if err := cfg.Addresses.Check(req.URL); err != nil {
+			return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
+		}
+		return nil
+	}
+	return &PrometheusGate{cfg: cfg, base: u, http: hc}, nil
 }
 
 // Name implements ExternalGate.
@@ -122,32 +150,50 @@ func (g *PrometheusGate) Name() string { return "prometheus" }
 // MaxConsecutiveErrors implements ExternalGate.
 func (g *PrometheusGate) MaxConsecutiveErrors() int { return g.cfg.MaxConsecutiveErrors }
 
-// Check runs every query for node and returns one failure per sample on the
-// wrong side of its threshold. An empty result, or a NaN sample (such as a
-// success ratio with no requests), is not a failure. The first query that
-// cannot be evaluated returns an error.
-func (g *PrometheusGate) Check(ctx context.Context, node string) ([]string, error) {
-	var fails []string
+// Check runs every query for node. Each sample on the wrong side of its
+// threshold is one failure. NaN samples (such as a success ratio with no
+// requests) are left out; a query left with nothing to compare is what its
+// NoData says: Inconclusive (GateResult.NoData), Pass, or Fail. The first
+// query that cannot be evaluated returns an error.
+func (g *PrometheusGate) Check(ctx context.Context, node string) (GateResult, error) {
+	var r GateResult
 	for _, q := range g.cfg.Queries {
 		samples, err := g.query(ctx, expand(q.Query, node))
 		if err != nil {
-			return nil, fmt.Errorf("query %s: %w", q.Name, err)
+			return GateResult{}, fmt.Errorf("query %s: %w", q.Name, err)
 		}
+		compared := 0
 		for _, s := range samples {
 			if math.IsNaN(s.value) {
 				continue
 			}
+			compared++
 			if (q.FailAbove && s.value > q.Threshold) || (!q.FailAbove && s.value < q.Threshold) {
 				side := "below"
 				if q.FailAbove {
 					side = "above"
 				}
-				fails = append(fails, fmt.Sprintf("query %s: %s%s is %s the threshold %s",
+				r.Failures = append(r.Failures, fmt.Sprintf("query %s: %s%s is %s the threshold %s",
 					q.Name, strconv.FormatFloat(s.value, 'g', 4, 64), s.labels, side, strconv.FormatFloat(q.Threshold, 'g', -1, 64)))
 			}
 		}
+		if compared > 0 {
+			continue
+		}
+		what := "no samples"
+		if len(samples) > 0 {
+			what = fmt.Sprintf("only NaN (%d samples)", len(samples))
+		}
+		msg := fmt.Sprintf("query %s returned %s for node %s, nothing to compare with the threshold", q.Name, what, node)
+		switch q.NoData {
+		case v1alpha1.NoDataPass:
+		case v1alpha1.NoDataFail:
+			r.Failures = append(r.Failures, msg+" (noData: Fail)")
+		default:
+			r.NoData = append(r.NoData, msg+" (noData: Inconclusive)")
+		}
 	}
-	return fails, nil
+	return r, nil
 }
 
 // Validate asks the server to evaluate every query once (with $node set to a

@@ -138,12 +138,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func (r *promRig) gate(t *testing.T, queries ...PromQuery) *PrometheusGate {
 	t.Helper()
 	g, err := NewPrometheusGate(PrometheusGateConfig{Address: "http://" + r.addr, Queries: queries, Timeout: 2 * time.Second,
+		Addresses:    loopbackAllowed, // as an operator allows a Prometheus outside the cluster's Services
 		RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return g
 }
+
+// loopbackAllowed lets the gates reach the rig's Prometheus on 127.0.0.1,
+// which the default policy (cluster Services only) refuses.
+var loopbackAllowed = AddressPolicy{Allow: []string{"127.0.0.1"}}
 
 var (
 	qSuccess = PromQuery{Name: "success-rate", Query: `min by (service) (shop_request_success_ratio{node="$node"})`, Threshold: 0.99}
@@ -161,9 +166,9 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	})
 
 	t.Run("healthy passes", func(t *testing.T) {
-		fails, err := all.Check(ctx, "node-a")
-		if err != nil || len(fails) != 0 {
-			t.Fatalf("healthy: %v %q", err, fails)
+		res, err := all.Check(ctx, "node-a")
+		if err != nil || len(res.Failures) != 0 || len(res.NoData) != 0 {
+			t.Fatalf("healthy: %v %+v", err, res)
 		}
 		if err := all.Validate(ctx); err != nil {
 			t.Fatalf("valid queries: %v", err)
@@ -174,6 +179,45 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 			if err != nil || len(s) != 1 || s[0].value <= 0 || s[0].value > 1 {
 				t.Fatalf("%s returned %v %v, want one sample in (0, 1]", q.Name, s, err)
 			}
+		}
+	})
+
+	t.Run("a query with no data is inconclusive by default", func(t *testing.T) {
+		// A renamed metric returns no series; a ratio of nothing returns NaN.
+		renamed := PromQuery{Name: "renamed", Query: `min(shop_request_success_ratio_v2{node="$node"})`, Threshold: 0.99}
+		nan := PromQuery{Name: "nan-ratio", Query: `(shop_request_success_ratio{node="$node"} - shop_request_success_ratio{node="$node"}) / 0`, Threshold: 0.99}
+		for _, q := range []PromQuery{renamed, nan} {
+			s, err := all.query(ctx, expand(q.Query, "node-a"))
+			if err != nil || (q.Name == "renamed") != (len(s) == 0) {
+				t.Fatalf("%s returned %v %v: the rig no longer makes the case this tests", q.Name, s, err)
+			}
+		}
+		res, err := r.gate(t, qSuccess, renamed, nan).Check(ctx, "node-a")
+		if err != nil || len(res.Failures) != 0 || len(res.NoData) != 2 ||
+			!strings.Contains(res.NoData[0], "query renamed returned no samples for node node-a") ||
+			!strings.Contains(res.NoData[1], "query nan-ratio returned only NaN (1 samples) for node node-a") {
+			t.Fatalf("no data: %v %+v", err, res)
+		}
+		j, in, _ := judgeScenario(t, 1, nil)
+		in.External = []ExternalGate{r.gate(t, qSuccess, renamed)}
+		if v := mustJudge(t, j, in); v.Outcome != Inconclusive || !hasReason(v, "gate prometheus: query renamed returned no samples for node") {
+			t.Fatalf("judge with a renamed metric: %s %q, want Inconclusive naming the query", v.Outcome, v.Reasons)
+		}
+		// Without it, the same node passes: the hold was the empty query's.
+		in.External = []ExternalGate{r.gate(t, qSuccess)}
+		if v := mustJudge(t, j, in); v.Outcome != Pass {
+			t.Fatalf("judge without the renamed query: %s %q", v.Outcome, v.Reasons)
+		}
+		// noData: Pass ignores the query, Fail fails on it.
+		renamed.NoData, nan.NoData = v1alpha1.NoDataPass, v1alpha1.NoDataFail
+		res, err = r.gate(t, renamed, nan).Check(ctx, "node-a")
+		if err != nil || len(res.NoData) != 0 || len(res.Failures) != 1 || !strings.Contains(res.Failures[0], "query nan-ratio returned only NaN") || !strings.Contains(res.Failures[0], "noData: Fail") {
+			t.Fatalf("noData Pass and Fail: %v %+v", err, res)
+		}
+		in.Gates.ConsecutiveFailures = 1
+		in.External = []ExternalGate{r.gate(t, renamed, nan)}
+		if v := mustJudge(t, j, in); v.Outcome != Fail || !hasReason(v, "gate prometheus: query nan-ratio returned only NaN") {
+			t.Fatalf("judge with noData: Fail: %s %q", v.Outcome, v.Reasons)
 		}
 	})
 
@@ -190,10 +234,11 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 		r.success.WithLabelValues("cart", "node-a").Set(0.9)
 		r.rejects.Add(2)
 		waitFor(t, "the new values to be scraped", func() bool {
-			fails, err := all.Check(ctx, "node-a")
-			return err == nil && len(fails) == 2
+			res, err := all.Check(ctx, "node-a")
+			return err == nil && len(res.Failures) == 2
 		})
-		fails, _ := all.Check(ctx, "node-a")
+		res, _ := all.Check(ctx, "node-a")
+		fails := res.Failures
 		if !strings.Contains(strings.Join(fails, "\n"), `query success-rate: 0.9{service="cart"} is below the threshold 0.99`) ||
 			!strings.Contains(strings.Join(fails, "\n"), "query istiod-rejections: 2 is above the threshold 0") {
 			t.Fatalf("failures %q", fails)
@@ -238,11 +283,13 @@ func TestNewPrometheusGateValidation(t *testing.T) {
 		want string
 	}{
 		{PrometheusGateConfig{Address: "prometheus:9090", Queries: []PromQuery{qSuccess}}, "must be an http:// or https:// URL"},
-		{PrometheusGateConfig{Address: "http://p:9090"}, "at least one query"},
-		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{{Name: "Bad Name", Query: "up"}}}, "lower-case"},
-		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess, qSuccess}}, "used twice"},
-		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{{Name: "x", Query: " "}}}, "must not be empty"},
-		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess}, MaxConsecutiveErrors: -1}, "at least 1"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090"}, "at least one query"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "Bad Name", Query: "up"}}}, "lower-case"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{qSuccess, qSuccess}}, "used twice"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "x", Query: " "}}}, "must not be empty"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{qSuccess}, MaxConsecutiveErrors: -1}, "at least 1"},
+		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "x", Query: "up", NoData: "Ignore"}}}, `noData "Ignore": must be Inconclusive, Pass or Fail`},
+		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess}}, "gate address not allowed"},
 	} {
 		if _, err := NewPrometheusGate(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)

@@ -20,9 +20,16 @@ type RecorderConfig struct {
 	Every time.Duration
 	// Keep is how long samples are kept (default 3h): longer than a node's
 	// baseline, swap and soak together.
-	Keep   time.Duration
-	Logger *zap.Logger
-	Now    func() time.Time
+	Keep time.Duration
+	// SkewTolerance is how far an agent's time may lie outside the request's
+	// interval on the orchestrator's clock before the sample is placed on the
+	// orchestrator's clock instead (default DefaultSkewTolerance, 1s).
+	SkewTolerance time.Duration
+	Logger        *zap.Logger
+	// Now is the orchestrator's clock, read before each request and after
+	// its answer (default time.Now). The windows' times (baseline start, swap,
+	// soak start) must come from the same clock.
+	Now func() time.Time
 }
 
 // Recorder samples the snapshots of the nodes a rollout is working on, so a
@@ -30,12 +37,31 @@ type RecorderConfig struct {
 // snapshots of those moments. It keeps them in memory: an orchestrator that
 // restarts mid-node has no baseline for that node, and the judge then fails
 // closed rather than judge without one.
+//
+// Every sample is placed on the orchestrator's clock (Now before the request
+// and after the answer), not the agent's: the windows hold the samples
+// surely read inside them, and the snapshots the Recorder returns carry the
+// placed time, so no agent clock running ahead or behind can move a sample
+// across the swap or stretch a rate. An answer whose seq did not advance is
+// not a new sample, whatever its time says. The Recorder is itself a
+// SnapshotSource: the judge reads the current snapshot through it, on the
+// same clock as the windows.
 type Recorder struct {
 	cfg RecorderConfig
 
 	mu      sync.Mutex
-	tracked map[string][]Snapshot
+	tracked map[string]*history
 }
+
+// history is one tracked node's samples, oldest first.
+type history struct {
+	samples []sample
+	// repeats counts the answers since the newest sample whose seq did not advance.
+	repeats int
+	skewed  bool // the newest sample was skewed (logged once per change)
+}
+
+var _ SnapshotSource = (*Recorder)(nil)
 
 // NewRecorder validates cfg and fills its defaults.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
@@ -48,8 +74,14 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	if cfg.Keep == 0 {
 		cfg.Keep = 3 * time.Hour
 	}
+	if cfg.SkewTolerance == 0 {
+		cfg.SkewTolerance = DefaultSkewTolerance
+	}
 	if cfg.Every < 0 || cfg.Keep < cfg.Every {
 		return nil, fmt.Errorf("health.RecorderConfig: need 0 < Every (%s) ≤ Keep (%s)", cfg.Every, cfg.Keep)
+	}
+	if cfg.SkewTolerance < 0 {
+		return nil, fmt.Errorf("health.RecorderConfig.SkewTolerance %s: must be positive", cfg.SkewTolerance)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -57,7 +89,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Recorder{cfg: cfg, tracked: map[string][]Snapshot{}}, nil
+	return &Recorder{cfg: cfg, tracked: map[string]*history{}}, nil
 }
 
 // Track starts sampling node and takes its first sample now, so an
@@ -65,7 +97,7 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 func (r *Recorder) Track(ctx context.Context, node string) error {
 	r.mu.Lock()
 	if _, ok := r.tracked[node]; !ok {
-		r.tracked[node] = nil
+		r.tracked[node] = &history{}
 	}
 	r.mu.Unlock()
 	return r.Sample(ctx, node)
@@ -80,24 +112,57 @@ func (r *Recorder) Untrack(node string) {
 
 // Sample takes one snapshot of a tracked node now.
 func (r *Recorder) Sample(ctx context.Context, node string) error {
+	_, err := r.Snapshot(ctx, node)
+	return err
+}
+
+// Snapshot implements SnapshotSource on the orchestrator's clock: it asks
+// the node's agent now and returns the node's newest sample, its time
+// placed on the orchestrator's clock. For a tracked node whose agent
+// answers with a seq that did not advance, that is the previous sample, with
+// the time it was placed at then: the judge then sees how old it really is.
+// An untracked node's answer is placed alone and not kept.
+func (r *Recorder) Snapshot(ctx context.Context, node string) (Snapshot, error) {
+	sent := r.cfg.Now()
 	s, err := r.cfg.Source.Snapshot(ctx, node)
+	received := r.cfg.Now()
 	if err != nil {
-		return err
+		return Snapshot{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	list, ok := r.tracked[node]
+	h, ok := r.tracked[node]
 	if !ok {
-		return nil // untracked meanwhile
+		return place(nil, s, sent, received, r.cfg.SkewTolerance).placed(), nil
 	}
-	if n := len(list); n > 0 && !s.Time.After(list[n-1].Time) {
-		return nil // the agent has not moved on since the last sample
+	var prev *sample
+	if n := len(h.samples); n > 0 {
+		prev = &h.samples[n-1]
+		if !isNew(prev.snap, s) {
+			if s.Seq != 0 {
+				h.repeats++
+				r.cfg.Logger.Debug("node agent answered with a snapshot already sampled", zap.String("node", node),
+					zap.Uint64("seq", s.Seq), zap.Time("agentTime", s.Time), zap.Int("repeats", h.repeats))
+			}
+			return prev.placed(), nil
+		}
 	}
-	list = append(list, s)
+	p := place(prev, s, sent, received, r.cfg.SkewTolerance)
+	if p.skewed != h.skewed {
+		if p.skewed {
+			r.cfg.Logger.Info("node agent's clock is off the orchestrator's: placing its samples on the orchestrator's clock",
+				zap.String("node", node), zap.Duration("offset", p.offset), zap.Duration("tolerance", r.cfg.SkewTolerance))
+		} else {
+			r.cfg.Logger.Info("node agent's clock agrees with the orchestrator's again", zap.String("node", node), zap.Duration("offset", p.offset))
+		}
+		h.skewed = p.skewed
+	}
+	h.repeats = 0
+	list := append(h.samples, p)
 	cut := r.cfg.Now().Add(-r.cfg.Keep)
-	i := sort.Search(len(list), func(i int) bool { return !list[i].Time.Before(cut) })
-	r.tracked[node] = list[i:]
-	return nil
+	i := sort.Search(len(list), func(i int) bool { return !list[i].received.Before(cut) })
+	h.samples = list[i:]
+	return p.placed(), nil
 }
 
 // Run samples every tracked node each Every until ctx ends. A failed sample is
@@ -126,26 +191,44 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// Windows returns the samples a judgement needs: every sample taken in
-// [baselineStart, swapStart] (the baseline series), and the first sample at or
-// after soakStart. ok is false, with a reason, when either is missing.
+// Windows returns the samples a judgement needs, by the orchestrator's
+// clock: every sample surely read in [baselineStart, swapStart] (sent at or
+// after the start, answered at or before the swap started: the baseline
+// series), and the first sample sent at or after soakStart. The snapshots
+// carry their times as placed on the orchestrator's clock. err says what is
+// missing.
 func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []Snapshot, soak Snapshot, err error) {
-	r.mu.Lock()
-	list, tracked := r.tracked[node]
-	list = append([]Snapshot(nil), list...)
-	r.mu.Unlock()
+	list, _, tracked := r.samples(node)
 	if !tracked {
 		return nil, Snapshot{}, fmt.Errorf("node %s was never tracked: no baseline recorded (the orchestrator must call Track at preflight; after an orchestrator restart mid-node the baseline is lost)", node)
 	}
 	for _, s := range list {
-		if !s.Time.Before(baselineStart) && !s.Time.After(swapStart) {
-			baseline = append(baseline, s)
+		if s.inBaseline(baselineStart, swapStart) {
+			baseline = append(baseline, s.placed())
 		}
 	}
 	for _, s := range list {
-		if !s.Time.Before(soakStart) {
-			return baseline, s, nil
+		if s.inSoak(soakStart) {
+			return baseline, s.placed(), nil
 		}
 	}
 	return baseline, Snapshot{}, fmt.Errorf("node %s: no snapshot recorded since the soak started at %s", node, soakStart.UTC().Format(time.RFC3339))
+}
+
+// Clock reports what the Recorder measured of the node agent's clock over
+// the samples of a judgement with these windows (see Clock.Mattered).
+func (r *Recorder) Clock(node string, baselineStart, swapStart, soakStart time.Time) Clock {
+	list, repeats, _ := r.samples(node)
+	return clockOver(node, list, repeats, r.cfg.SkewTolerance, baselineStart, swapStart, soakStart)
+}
+
+// samples copies a node's samples and its repeats since the newest.
+func (r *Recorder) samples(node string) (list []sample, repeats int, tracked bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.tracked[node]
+	if !ok {
+		return nil, 0, false
+	}
+	return append([]sample(nil), h.samples...), h.repeats, true
 }

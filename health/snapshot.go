@@ -87,6 +87,12 @@ type Snapshot struct {
 	AgentVersion string    `json:"agentVersion"`
 	// StartTime is when the agent's counters started. Two snapshots with
 	// different start times cannot be subtracted: the counters were reset.
-	StartTime time.Time     `json:"startTime"`
-	Pods      []PodCounters `json:"pods"`
+	StartTime time.Time `json:"startTime"`
+	// Seq numbers the agent's snapshots from 1 since StartTime: each one it
+	// builds gets the next. With StartTime it identifies a snapshot whatever
+	// the agent's clock says, so one served again is not taken for new. 0
+	// means an agent that does not send it (an older build): the orchestrator
+	// then tells a new snapshot by its Time.
+	Seq  uint64        `json:"seq,omitempty"`
+	Pods []PodCounters `json:"pods"`
 }

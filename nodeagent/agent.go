@@ -31,6 +31,8 @@ type Agent struct {
 	fallback  prometheus.Gauge
 	untracked atomic.Uint64
 	missed    atomic.Uint64
+	// seq numbers the snapshots built since start (health.Snapshot.Seq).
+	seq atomic.Uint64
 
 	mu       sync.Mutex
 	src      source
@@ -224,7 +226,7 @@ func (a *Agent) Snapshot() (health.Snapshot, error) {
 	if err != nil {
 		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
 	}
-	meta := snapshotMeta{node: a.cfg.Node, mode: src.mode(), version: a.cfg.Version, start: a.start, now: time.Now()}
+	meta := snapshotMeta{node: a.cfg.Node, mode: src.mode(), version: a.cfg.Version, start: a.start, now: time.Now(), seq: a.seq.Add(1)}
 	return buildSnapshot(meta, r, pods), nil
 }
 

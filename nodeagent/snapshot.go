@@ -12,6 +12,7 @@ import (
 type snapshotMeta struct {
 	node, mode, version string
 	start, now          time.Time
+	seq                 uint64 // this snapshot's number since start (from 1)
 }
 
 var failureClasses = [bpf.FailClasses]health.ConnectErrorClass{
@@ -31,6 +32,7 @@ func buildSnapshot(meta snapshotMeta, r reading, pods map[uint32]Pod) health.Sna
 		Mode:         meta.mode,
 		AgentVersion: meta.version,
 		StartTime:    meta.start,
+		Seq:          meta.seq,
 		Pods:         []health.PodCounters{},
 	}
 	for ns, pod := range pods {

@@ -36,6 +36,11 @@ const (
 	AnnotationPriorUnschedulable = "nodewise.io/prior-unschedulable"
 	// AnnotationCordonedBy on a Node says nodewise set spec.unschedulable (value: rollout name).
 	AnnotationCordonedBy = "nodewise.io/cordoned-by"
+	// AnnotationKeepCordoned on a Node is set by a person (any value, a
+	// reason): nodewise's uncordon leaves the node cordoned. A `kubectl
+	// cordon` of a node nodewise has cordoned changes nothing the API can
+	// show, so this is how to keep it cordoned. nodewise never writes it.
+	AnnotationKeepCordoned = "nodewise.io/keep-cordoned"
 	// AnnotationSwappedPrefix + target name on a Node is the UID of the old pod
 	// nodewise deleted for that target, so a resumed swap never deletes twice.
 	AnnotationSwappedPrefix = "swapped.nodewise.io/"
@@ -47,6 +52,10 @@ const (
 	// DaemonSet (OnDelete) creates no pod of its own meanwhile; removed right
 	// after the hand-over (orchestrator/surgeact.go).
 	FinalizerSurgeHandOver = "nodewise.io/surge-hand-over"
+	// FinalizerReleaseNodes on a NodeRollout that has started a node: its
+	// deletion makes every in-flight node safe (as an abort does) before the
+	// object goes (orchestrator/finalizer.go).
+	FinalizerReleaseNodes = "nodewise.io/release-nodes"
 	// AnnotationResumeToken on a NodeRollout is set by `nodewise resume`; a new
 	// value clears a halt (the failed nodes are retried from preflight).
 	AnnotationResumeToken = "nodewise.io/resume-token"

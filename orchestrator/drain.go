@@ -45,7 +45,7 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	// An abort reaches a drain in progress (a PDB may hold it for the whole
 	// timeout, or forever under wait): the drain stops, and the worker's next
 	// pass makes the node safe (abort cleanup uncordons it).
-	dctx, stop := e.untilAborted(ctx, nr.Name)
+	dctx, stop := e.untilLeaving(ctx, nr, node)
 	defer stop()
 	for attempt := 1; ; attempt++ {
 		timeout := p.DrainTimeout // under pdbBlocked wait, every later attempt is finite too
@@ -110,24 +110,25 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	}
 }
 
-// errAbortedDuringDrain stops a drain when its rollout is aborted. It is not
-// a step error: the worker ends, and its next pass, seeing the abort, makes
-// the node safe from the persisted Drain step (nothing was swapped).
-var errAbortedDuringDrain = errors.New("drain stopped: the rollout was aborted")
+// errLeftDuringDrain stops a drain when its node must be made safe (the
+// rollout aborted or deleted, the node out of its selector). It is not a
+// step error: the worker ends, and its next pass, seeing why, makes the node
+// safe from the persisted Drain step (nothing was swapped).
+var errLeftDuringDrain = errors.New("drain stopped: the node leaves the rollout")
 
-// abortPoll is how often a drain in progress looks for an abort (in the cache).
+// abortPoll is how often a drain in progress looks for a reason to stop (in the cache).
 const abortPoll = 250 * time.Millisecond
 
-// untilAborted is ctx, also cancelled (with errAbortedDuringDrain) once the
-// cached NodeRollout asks for abort.
-func (e *executor) untilAborted(ctx context.Context, rollout string) (context.Context, func()) {
+// untilLeaving is ctx, also cancelled (with errLeftDuringDrain) once the
+// caches say the node leaves the rollout (executor.leaving).
+func (e *executor) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
 	dctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		t := time.NewTicker(abortPoll)
 		defer t.Stop()
 		for {
-			if live := e.latest(rollout); live != nil && live.Spec.Abort {
-				cancel(errAbortedDuringDrain)
+			if why := e.leaving(nr, node); why != "" {
+				cancel(fmt.Errorf("%w (%s)", errLeftDuringDrain, why))
 				return
 			}
 			select {

@@ -37,6 +37,14 @@ type GateInput struct {
 	// (zone a has none left)".
 	Control      []string
 	ControlScope string
+	// Previous is the judgement persisted for this node during this soak
+	// (status.nodes[].judgement, judged at or after SoakStart), read back
+	// after a restart: a gate that judges in rounds goes on from it, so a
+	// crash loop cannot reset its count of failing intervals. Nil when none.
+	Previous *v1alpha1.NodeJudgement
+	// Progress persists an Inconclusive round's verdict (its Summary is the
+	// next Previous). Nil: nothing to persist to.
+	Progress func(ctx context.Context, v health.Verdict) error
 }
 
 // PrepareInput is what a Preparer needs at a node's preflight: the node,

@@ -11,6 +11,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 )
 
@@ -94,5 +95,28 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 				t.Fatalf("got %s %v (%v), want %s with %q", v.Outcome, v.Reasons, err, tc.want, tc.reason)
 			}
 		})
+	}
+}
+
+// TestJudgedSince: a persisted judgement is carried into the gate only when
+// it was made in this soak, never an earlier attempt's.
+func TestJudgedSince(t *testing.T) {
+	soak := time.Date(2026, 12, 1, 10, 0, 0, 500_000_000, time.UTC)
+	for _, tc := range []struct {
+		at   string
+		want bool
+	}{
+		{"2026-12-01T10:00:00Z", true}, // the soak's own second (RFC 3339 drops the fraction)
+		{"2026-12-01T10:03:00Z", true},
+		{"2026-12-01T09:59:59Z", false}, // an earlier attempt's
+		{"", false},
+	} {
+		j := &v1alpha1.NodeJudgement{JudgedAt: tc.at}
+		if got := judgedSince(j, soak) != nil; got != tc.want {
+			t.Errorf("judged at %q, soak %s: carried %v, want %v", tc.at, soak, got, tc.want)
+		}
+	}
+	if judgedSince(nil, soak) != nil {
+		t.Error("nil carried")
 	}
 }

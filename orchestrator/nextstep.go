@@ -101,15 +101,27 @@ type stepView struct {
 	UpToDate bool
 }
 
+// leave is why a node's steps stop short of its gate ("" = they do not):
+// the node is made safe (a started swap finishes) and handed back.
+type leave string
+
+const (
+	leaveAbort    leave = "aborted"
+	leaveDeleting leave = "NodeRollout deleted"
+	// leaveSelector: relabelled out of spec.nodeSelector mid-rollout.
+	leaveSelector leave = "left the nodeSelector"
+)
+
 // nextStep decides a node's next step. It is pure.
-func nextStep(rec nodeRecord, p Policy, v stepView, abort bool) step {
+func nextStep(rec nodeRecord, p Policy, v stepView, why leave) step {
 	seq := steps(p)
 	if v.Failed != nil {
 		return failedStep(rec, seq, v.Failed)
 	}
 	if rec.Step == v1alpha1.NodeAbortCleanup && v.At != v1alpha1.NodePending {
-		return abortedStep(p, v)
+		return abortedStep(p, v, why)
 	}
+	abort := why != ""
 	next, resume := position(rec, p, seq, v.At)
 	if next < 0 {
 		return step{Act: actStop, Reason: fmt.Sprintf("unknown persisted step %q", rec.Step)}
@@ -117,7 +129,7 @@ func nextStep(rec nodeRecord, p Policy, v stepView, abort bool) step {
 	if abort && (next <= indexOf(seq, v1alpha1.NodeDrain) || next > indexOf(seq, v1alpha1.NodeWaitReady)) {
 		// Make the node safe: a started swap finishes (through WaitReady),
 		// anything before it is skipped, and nothing after it is judged.
-		return step{State: v1alpha1.NodeAbortCleanup, Record: true, Reason: "aborted"}
+		return step{State: v1alpha1.NodeAbortCleanup, Record: true, Reason: string(why)}
 	}
 	if next == len(seq) {
 		return doneStep(rec, p, seq)
@@ -211,15 +223,23 @@ func doneStep(rec nodeRecord, p Policy, seq []v1alpha1.NodeState) step {
 	return s
 }
 
-// abortedStep ends a node made safe after an abort, uncordoned in the same
-// patch: Pending when it was not swapped, Done (not gated) when it was.
-func abortedStep(p Policy, v stepView) step {
-	s := step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: "aborted before the swap"}
+// abortedStep ends a node made safe (after an abort, the rollout's
+// deletion, or the node leaving the selector), uncordoned in the same
+// patch: Pending when it was not swapped; when it was, Done (not gated), or
+// Skipped for a node the rollout no longer selects. A cleanup resumed after
+// its cause went away (abort withdrawn) still ends as an abort.
+func abortedStep(p Policy, v stepView, why leave) step {
+	if why == "" {
+		why = leaveAbort
+	}
+	s := step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: string(why) + " before the swap"}
 	switch {
 	case p.Rollback:
 		s.State, s.Reason = v1alpha1.NodeRolledBack, ""
+	case v.UpToDate && why == leaveSelector:
+		s.State, s.Reason = v1alpha1.NodeSkipped, string(why)+" after the swap; not gated"
 	case v.UpToDate:
-		s.State, s.Reason = v1alpha1.NodeDone, "aborted after the swap; not gated"
+		s.State, s.Reason = v1alpha1.NodeDone, string(why)+" after the swap; not gated"
 	}
 	return s
 }

@@ -70,7 +70,7 @@ var (
 // walk drives nextStep the way the worker does, with every act passing
 // except where fail says, and returns the steps in order. A record makes
 // its state the record's step, as persist does.
-func walk(t *testing.T, p Policy, rec nodeRecord, v stepView, abort func(i int) bool, fail map[v1alpha1.NodeState]*stepError) []string {
+func walk(t *testing.T, p Policy, rec nodeRecord, v stepView, abort func(i int) leave, fail map[v1alpha1.NodeState]*stepError) []string {
 	t.Helper()
 	var out []string
 	for i := 0; i < 30; i++ {
@@ -88,8 +88,8 @@ func walk(t *testing.T, p Policy, rec nodeRecord, v stepView, abort func(i int) 
 	return nil
 }
 
-func never(int) bool  { return false }
-func always(int) bool { return true }
+func never(int) leave  { return "" }
+func always(int) leave { return leaveAbort }
 
 // TestNextStepWalks walks whole nodes, from a fresh start and from every
 // record a successor can resume, through each transition, halt, skip and
@@ -101,7 +101,7 @@ func TestNextStepWalks(t *testing.T) {
 		spec  func(*v1alpha1.NodeRolloutSpec)
 		rec   v1alpha1.NodeState // the record's step ("" = none)
 		at    v1alpha1.NodeState // stepView.At at the start
-		abort func(i int) bool
+		abort func(i int) leave
 		fail  map[v1alpha1.NodeState]*stepError
 		up    bool // the node is on the newest revisions (read when aborting)
 		want  []string
@@ -355,7 +355,12 @@ func TestNextStepWalks(t *testing.T) {
 		},
 		{
 			name: "abort after the first swap's record with no drain: the swap finishes",
-			spec: plain, at: v1alpha1.NodePending, abort: func(i int) bool { return i >= 2 }, up: true,
+			spec: plain, at: v1alpha1.NodePending, abort: func(i int) leave {
+				if i >= 2 {
+					return leaveAbort
+				}
+				return ""
+			}, up: true,
 			want: []string{
 				"Preflight preflight",
 				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
@@ -378,6 +383,32 @@ func TestNextStepWalks(t *testing.T) {
 			spec: soaked, rec: v1alpha1.NodeAbortCleanup, abort: never,
 			want: []string{
 				`Pending record uncordon final forget-swaps "aborted before the swap"`,
+			},
+		},
+		{
+			name: "a node relabelled out of the selector during its drain: made safe, back to Pending",
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: func(int) leave { return leaveSelector },
+			want: []string{
+				`AbortCleanup record "left the nodeSelector"`,
+				`Pending record uncordon final forget-swaps "left the nodeSelector before the swap"`,
+			},
+		},
+		{
+			name: "a node relabelled out of the selector during its soak: Skipped, not gated",
+			spec: soaked, rec: v1alpha1.NodeSoak, abort: func(int) leave { return leaveSelector }, up: true,
+			want: []string{
+				`AbortCleanup record "left the nodeSelector"`,
+				`Skipped record uncordon final forget-swaps "left the nodeSelector after the swap; not gated"`,
+			},
+		},
+		{
+			name: "the NodeRollout deleted during a swap: the swap finishes, then made safe",
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: func(int) leave { return leaveDeleting }, up: true,
+			want: []string{
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				`AbortCleanup record "NodeRollout deleted"`,
+				`Done record uncordon final forget-swaps "NodeRollout deleted after the swap; not gated"`,
 			},
 		},
 		{
@@ -416,7 +447,7 @@ func TestNextStepBoundsCountFromTheRecord(t *testing.T) {
 		{v1alpha1.NodeSwapCNI, time.Minute},
 		{v1alpha1.NodeSoak, time.Minute},
 	} {
-		s := nextStep(nodeRecord{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, stepView{}, false)
+		s := nextStep(nodeRecord{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, stepView{}, "")
 		if s.Record || s.Timeout != tc.want {
 			t.Errorf("resume %s: %s, want the record's own step bounded by %s from its StepSince", tc.rec, describe(s), tc.want)
 		}

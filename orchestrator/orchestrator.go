@@ -156,7 +156,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		workers: map[string]bool{},
 		claims:  map[string]bool{},
 		written: map[string]*corev1.Node{},
-		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}},
+		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}, life: ctx},
 		cpCache: c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {

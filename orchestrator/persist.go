@@ -148,7 +148,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
 	if statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
-		e.mutateStatusLater(ctx, nr.Name, mirror)
+		e.mutateStatusLater(nr.Name, mirror)
 	} else {
 		statusErr = e.mutateStatus(ctx, nr.Name, mirror)
 	}

@@ -28,6 +28,9 @@ const (
 	// ActRetry resets a node to Pending: a failed one after `nodewise resume`
 	// cleared a halt, a done one whose revision is no longer the newest.
 	ActRetry ActionKind = "Retry"
+	// ActForget ends the status entry of a node deleted while in flight
+	// (Skipped, with the reason): there is no Node left to record on.
+	ActForget ActionKind = "Forget"
 )
 
 // Action is one step the executor takes.
@@ -86,20 +89,35 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	order, missing := Order(selected, p.Canaries, p.MaxParallel)
 	d := Decision{Order: order}
 
-	// Nodes in flight always finish, whatever else is true.
+	// Nodes in flight always finish, whatever else is true: a node
+	// relabelled out of the selector too (its worker makes it safe), and it
+	// counts against maxUnavailable until it is.
 	inflight, failed := 0, 0
-	for _, n := range selected {
-		switch {
-		case InFlight(n.State):
+	present := make(map[string]bool, len(s.Nodes))
+	for _, n := range s.Nodes {
+		present[n.Name] = true
+		if InFlight(n.State) {
 			inflight++
 			d.Actions = append(d.Actions, Action{Kind: ActResume, Node: n.Name})
-		case n.State == v1alpha1.NodeFailed:
+		}
+	}
+	for _, n := range selected {
+		if n.State == v1alpha1.NodeFailed {
 			failed++
+		}
+	}
+	// A node deleted while in flight has no record left to resume from: its
+	// status entry ends, or it would read in flight forever.
+	for _, ns := range s.Status.Nodes {
+		if InFlight(ns.State) && !present[ns.Name] {
+			d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
 		}
 	}
 
 	var problems []error
-	if len(missing) > 0 {
+	// A canary that is gone (deleted, relabelled out) once the rollout has
+	// started is left out of the order; before, it is a mistake in the spec.
+	if len(missing) > 0 && s.Status.StartTime == nil {
 		problems = append(problems, fmt.Errorf("canary nodes not found or not selected: %s", strings.Join(missing, ", ")))
 	}
 	if err := ValidateTargets(s.Targets); err != nil {

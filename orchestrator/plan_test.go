@@ -539,3 +539,73 @@ func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
 		t.Fatalf("actions %v, want %v", got, want)
 	}
 }
+
+// TestPlanKeepsANodeThatLeftTheSelector: a node relabelled out of the
+// selector mid-step is still resumed (its worker makes it safe) and still
+// holds its slot of maxUnavailable until then.
+func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
+	nodes := fleet(1, 4)
+	for i := range nodes {
+		nodes[i].Labels["pool"] = "a"
+	}
+	nodes[0].Labels["pool"] = "b" // relabelled out while draining
+	setState(nodes, nodes[0].Name, v1alpha1.NodeDrain)
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
+	})
+	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	var resumed []string
+	for _, a := range d.Actions {
+		if a.Kind == ActResume {
+			resumed = append(resumed, a.Node)
+		}
+	}
+	if !reflect.DeepEqual(resumed, []string{nodes[0].Name}) {
+		t.Errorf("resumed %v, want the relabelled node %s", resumed, nodes[0].Name)
+	}
+	if got := starts(d); len(got) != 1 {
+		t.Errorf("started %v: the relabelled node in flight holds one of the 2 slots", got)
+	}
+	for _, pn := range d.Order {
+		if pn.Name == nodes[0].Name {
+			t.Errorf("the relabelled node is still in the plan's order")
+		}
+	}
+}
+
+// TestPlanForgetsADeletedNode: a status entry in flight whose Node is gone
+// is ended (ActForget); one that finished is left as history.
+func TestPlanForgetsADeletedNode(t *testing.T) {
+	nodes := fleet(1, 2)
+	st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{
+		{Name: "gone-soaking", State: v1alpha1.NodeSoak},
+		{Name: "gone-done", State: v1alpha1.NodeDone},
+	}}
+	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	var forgot []Action
+	for _, a := range d.Actions {
+		if a.Kind == ActForget {
+			forgot = append(forgot, a)
+		}
+	}
+	if len(forgot) != 1 || forgot[0].Node != "gone-soaking" || !strings.Contains(forgot[0].Reason, "deleted during its Soak step") {
+		t.Errorf("forget actions %+v, want one for gone-soaking naming its step", forgot)
+	}
+}
+
+// TestPlanCanaryGoneAfterStart: a canary name no node answers to is a
+// mistake before the rollout starts (Pending), and a node that left once it
+// has started (the rollout goes on without it).
+func TestPlanCanaryGoneAfterStart(t *testing.T) {
+	nodes := fleet(1, 3)
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.CanaryNodes = []string{"gone"} })
+	snap := Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}
+	if d := Plan(snap, p, time.Now()); d.Phase != v1alpha1.PhasePending || !strings.Contains(d.Reason, "gone") {
+		t.Errorf("before the start: %s %q, want Pending naming the canary", d.Phase, d.Reason)
+	}
+	snap.Status.StartTime = &metav1.Time{Time: time.Now()}
+	if d := Plan(snap, p, time.Now()); d.Phase != v1alpha1.PhaseProgressing || len(starts(d)) == 0 {
+		t.Errorf("after the start: %s %q, starts %v; want the others to go on", d.Phase, d.Reason, starts(d))
+	}
+}

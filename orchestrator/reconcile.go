@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	"go.uber.org/zap"
@@ -37,15 +38,22 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		e.forgetStatus(nr.Name)
 	}
 
+	deleting := nr.DeletionTimestamp != nil
 	switch nr.Status.Phase {
 	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
-		if nr.Status.ObservedGeneration == nr.Generation {
+		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
 			return nil // finished; a spec change (e.g. rollback) wakes it
 		}
 	}
 	now := e.o.cfg.Now()
 	p, perr := NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
+	if deleting {
+		p.Abort = true // see finalizer.go
+	}
+	if perr == nil {
+		perr = targetsInNamespace(p.Targets, e.o.cfg.IstioNamespace) // see targetns.go
+	}
 	if perr == nil {
 		p, perr = e.typeTargets(p) // see targetkind.go
 	}
@@ -60,6 +68,11 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		return err
 	}
 	d := Plan(snap, p, now)
+	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, FinalizerReleaseNodes) {
+		if err := e.setFinalizer(ctx, nr, true); err != nil {
+			return err // nothing started: the next pass tries again
+		}
+	}
 	for _, a := range d.Actions {
 		if err := e.actOn(ctx, nr, p, a); err != nil {
 			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
@@ -70,7 +83,13 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 			return err
 		}
 	}
-	return e.writePhase(ctx, nr, d, snap.Targets)
+	if err := e.writePhase(ctx, nr, d, snap.Targets); err != nil {
+		return err
+	}
+	if deleting && slices.Contains(nr.Finalizers, FinalizerReleaseNodes) && e.releasable(nr, snap) {
+		return e.setFinalizer(ctx, nr, false)
+	}
+	return nil
 }
 
 func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
@@ -92,7 +111,33 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
 	case ActRetry:
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
+	case ActForget:
+		return e.forgetNode(ctx, nr, a.Node, a.Reason)
 	}
+	return nil
+}
+
+// forgetNode ends the status entry of a node deleted while in flight: there
+// is no Node to record on or hand back. A worker still on it stops by
+// itself first (whileNodeExists).
+func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, node, reason string) error {
+	if e.running(nr.Name, node) {
+		return nil
+	}
+	now := metav1.NewTime(e.o.cfg.Now())
+	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		ns := nodeEntry(s, node)
+		if InFlight(ns.State) {
+			ns.State, ns.Reason, ns.StateSince, ns.FinishTime = v1alpha1.NodeSkipped, reason, &now, &now
+		}
+	}); err != nil {
+		return err
+	}
+	if r, ok := e.gate.(Releaser); ok {
+		r.Done(node)
+	}
+	e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, reason)
+	e.o.log.Warn("node deleted while in flight", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", reason))
 	return nil
 }
 
@@ -139,6 +184,9 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 			ns := nodeEntry(s, pn.Name)
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
 		}
+		if d.Phase != v1alpha1.PhasePending {
+			s.Nodes = pruneUnplanned(s.Nodes, d.Order)
+		}
 		s.Counts = counts(s.Nodes)
 		setConditions(s, d, nr.Generation)
 	}
@@ -152,7 +200,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 	case known && equality.Semantic.DeepEqual(prev, next):
 		// nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
-		e.mutateStatusLater(ctx, nr.Name, mutate)
+		e.mutateStatusLater(nr.Name, mutate)
 	default:
 		if err := e.mutateStatus(ctx, nr.Name, mutate); err != nil {
 			return err
@@ -169,6 +217,23 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 		e.o.log.Info("rollout phase", zap.String("rollout", nr.Name), zap.String("phase", string(cur.Phase)), zap.String("reason", d.Reason))
 	}
 	return nil
+}
+
+// pruneUnplanned drops the Pending entries of nodes the plan no longer has
+// (deleted, or relabelled out of the selector, before they started):
+// nothing of them is left to show. Entries that started stay, as history.
+func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []PlannedNode) []v1alpha1.NodeStatus {
+	planned := make(map[string]bool, len(order))
+	for _, pn := range order {
+		planned[pn.Name] = true
+	}
+	kept := make([]v1alpha1.NodeStatus, 0, len(nodes))
+	for _, ns := range nodes {
+		if planned[ns.Name] || (ns.State != "" && ns.State != v1alpha1.NodePending) {
+			kept = append(kept, ns)
+		}
+	}
+	return kept
 }
 
 func resumed(nr *v1alpha1.NodeRollout) bool {

@@ -35,6 +35,8 @@ type nodeRecord struct {
 	PriorUnschedulable string
 	// CordonedBy names the rollout that set spec.unschedulable.
 	CordonedBy string
+	// KeepCordoned is a person's AnnotationKeepCordoned (read, never written).
+	KeepCordoned string
 	// Swapped is, by target name, the UID of the old pod a swap deletes. An
 	// empty UID deletes the entry when written.
 	Swapped map[string]types.UID
@@ -55,6 +57,7 @@ func parseRecord(ann map[string]string) nodeRecord {
 		DrainDecidedAt:     parseTime(ann[AnnotationDrainDecidedAt]),
 		PriorUnschedulable: ann[AnnotationPriorUnschedulable],
 		CordonedBy:         ann[AnnotationCordonedBy],
+		KeepCordoned:       ann[AnnotationKeepCordoned],
 	}
 	for k, v := range ann {
 		if name, ok := strings.CutPrefix(k, AnnotationSwappedPrefix); ok && v != "" {
@@ -161,10 +164,11 @@ func (r nodeRecord) cordoned(rollout string, unschedulable bool) (n nodeRecord, 
 
 // uncordoned is the record once the node is handed back: the cordon
 // bookkeeping goes, and clear says spec.unschedulable must be cleared: only
-// when nodewise set it and the node was not cordoned before.
+// when nodewise set it, the node was not cordoned before, and nobody asked
+// to keep it cordoned since (AnnotationKeepCordoned).
 func (r nodeRecord) uncordoned() (n nodeRecord, clear bool) {
 	n = r.clone()
-	clear = r.PriorUnschedulable != "true" && r.CordonedBy != ""
+	clear = r.PriorUnschedulable != "true" && r.CordonedBy != "" && r.KeepCordoned == ""
 	n.PriorUnschedulable, n.CordonedBy = "", ""
 	return n, clear
 }

@@ -94,6 +94,7 @@ func TestRecordCordon(t *testing.T) {
 		{"it was cordoned before us", nodeRecord{PriorUnschedulable: "true"}, false},
 		{"never cordoned by us", nodeRecord{}, false},
 		{"prior record lost, our cordon named", nodeRecord{CordonedBy: "r"}, true},
+		{"ours, but a person asked to keep it cordoned", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r", KeepCordoned: "disk errors"}, false},
 	} {
 		got, clear := tc.rec.uncordoned()
 		if got.PriorUnschedulable != "" || got.CordonedBy != "" || clear != tc.clear {

@@ -32,6 +32,10 @@ type statusWriter struct {
 	urgent chan struct{}
 	// current is the last NodeRollout the API returned to this process, by name.
 	current map[string]*v1alpha1.NodeRollout
+	// life is the leader's context: the writer goroutine runs on it, not on
+	// the context of whoever queued first (a node worker's, a drain's),
+	// which may end while writes behind are still queued.
+	life context.Context
 }
 
 // statusReq is one queued status mutation; done (nil for a write behind)
@@ -46,7 +50,7 @@ type statusReq struct {
 // write containing f succeeded.
 func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
 	r := statusReq{name: name, f: f, done: make(chan error, 1)}
-	e.enqueueStatus(ctx, r)
+	e.enqueueStatus(r)
 	select {
 	case err := <-r.done:
 		return err
@@ -58,8 +62,8 @@ func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alph
 // mutateStatusLater queues f without waiting for its write: for the status
 // mirror of a node step whose record of truth (the node annotation) is
 // already persisted. A failed write is retried with the next batch.
-func (e *executor) mutateStatusLater(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) {
-	e.enqueueStatus(ctx, statusReq{name: name, f: f})
+func (e *executor) mutateStatusLater(name string, f func(*v1alpha1.NodeRolloutStatus)) {
+	e.enqueueStatus(statusReq{name: name, f: f})
 }
 
 // statusEvery paces writes behind: a batch nobody waits for is sent at most
@@ -68,7 +72,7 @@ func (e *executor) mutateStatusLater(ctx context.Context, name string, f func(*v
 // somebody waits for goes out as soon as the one in flight returns.
 const statusEvery = 500 * time.Millisecond
 
-func (e *executor) enqueueStatus(ctx context.Context, r statusReq) {
+func (e *executor) enqueueStatus(r statusReq) {
 	w := &e.status
 	w.mu.Lock()
 	if w.urgent == nil {
@@ -89,7 +93,7 @@ func (e *executor) enqueueStatus(ctx context.Context, r statusReq) {
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			e.writeStatuses(ctx)
+			e.writeStatuses(w.life)
 		}()
 	}
 }
@@ -141,9 +145,13 @@ func (e *executor) writeStatuses(ctx context.Context) {
 				switch {
 				case q.done != nil:
 					q.done <- err
-				case err != nil && ctx.Err() == nil:
-					retry = append(retry, q)
+				case err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err):
+					retry = append(retry, q) // a deleted rollout's writes are dropped
 				}
+			}
+			if apierrors.IsNotFound(err) {
+				w.remember(n, nil)
+				continue
 			}
 			if err != nil && ctx.Err() == nil {
 				e.o.log.Warn("writing NodeRollout status; retrying", zap.String("rollout", n), zap.Error(err))

@@ -169,8 +169,15 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 		if clear {
 			unschedulable = ptr(false)
 		}
-		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable)
-		return err
+		if out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable); err != nil {
+			return err
+		}
+		if live.KeepCordoned != "" && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
+			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, live.KeepCordoned))
+			e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: n.UID, APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseLeftCordoned",
+				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, live.KeepCordoned)
+		}
+		return nil
 	})
 	return out, err
 }
@@ -301,14 +308,26 @@ func waitingReason(p *corev1.Pod) string {
 func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	st, _ := e.currentStatus(nr.Name, nr.UID)
+	var persisted *v1alpha1.NodeJudgement
 	for _, ns := range st.Nodes {
 		if ns.Name == node && ns.StartTime != nil {
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
+		}
+		if ns.Name == node {
+			persisted = ns.Judgement
 		}
 	}
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
 	if !rec.SoakSince.IsZero() {
 		in.SoakStart = rec.SoakSince
+		in.Previous = judgedSince(persisted, rec.SoakSince)
+	}
+	in.Progress = func(ctx context.Context, v health.Verdict) error {
+		line := verdictOf(v)
+		return e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+			ns := nodeEntry(s, node)
+			ns.Verdict, ns.Judgement = line, v.Summary
+		})
 	}
 	if !rec.SwapSince.IsZero() {
 		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
@@ -396,4 +415,17 @@ func (e *executor) upToDate(p Policy, node string) bool {
 		}
 	}
 	return true
+}
+
+// judgedSince is j when it was judged at or after since (this soak's, not
+// an earlier attempt's), else nil.
+func judgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudgement {
+	if j == nil {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, j.JudgedAt)
+	if err != nil || at.Before(since.Truncate(time.Second)) {
+		return nil
+	}
+	return j
 }

@@ -8,6 +8,9 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -63,6 +66,45 @@ func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p 
 // persist its record, act, and again. Every act is idempotent: after a
 // crash a successor acts on the recorded step again.
 func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+	ctx, stop := e.whileNodeExists(ctx, node)
+	defer stop()
+	err := e.driveNode(ctx, nr, p, node)
+	if errors.Is(context.Cause(ctx), errNodeGone) {
+		// Nothing is left to record on or hand back; the planner's next
+		// pass ends the node's status entry (ActForget).
+		e.o.log.Warn("node deleted; its steps stop", zap.String("rollout", nr.Name), zap.String("node", node))
+		return nil
+	}
+	return err
+}
+
+// errNodeGone stops a worker whose Node was deleted.
+var errNodeGone = errors.New("the node was deleted")
+
+// whileNodeExists is ctx, also cancelled (with errNodeGone) once the node
+// cache no longer holds the node.
+func (e *executor) whileNodeExists(ctx context.Context, node string) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := e.nodes.Get(node); apierrors.IsNotFound(err) {
+				cancel(errNodeGone)
+				return
+			}
+		}
+	}()
+	return wctx, func() { cancel(context.Canceled) }
+}
+
+// driveNode is runNode's loop.
+func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
 	rec, st, fromRecord := e.nodeRecord(nr, node)
 	var v stepView
 	if st == claimed || !fromRecord {
@@ -70,11 +112,11 @@ func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	}
 	var out carried // the last acts' results, for the next record
 	for {
-		abort := e.aborting(nr.Name)
-		if abort || rec.Step == v1alpha1.NodeAbortCleanup {
+		why := e.leaving(nr, node)
+		if why != "" || rec.Step == v1alpha1.NodeAbortCleanup {
 			v.UpToDate = e.upToDate(p, node)
 		}
-		s := nextStep(rec, p, v, abort)
+		s := nextStep(rec, p, v, why)
 		if s.Act == actStop {
 			return fmt.Errorf("node %s: %s", node, s.Reason)
 		}
@@ -203,10 +245,26 @@ func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodeRecord
 	return rec.forRollout(nr.UID), st, fromRecord
 }
 
-// aborting says the user asked to abort the rollout (read live, between steps).
-func (e *executor) aborting(name string) bool {
-	live := e.latest(name)
-	return live != nil && live.Spec.Abort
+// leaving says why the node's steps must stop short of its gate ("" when
+// they go on), read live from the caches between steps: the user aborted
+// the rollout or is deleting it, or the node no longer matches the live
+// spec.nodeSelector.
+func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) leave {
+	live := e.latest(nr.Name)
+	switch {
+	case live == nil || live.UID != nr.UID || live.DeletionTimestamp != nil:
+		return leaveDeleting
+	case live.Spec.Abort:
+		return leaveAbort
+	case live.Spec.NodeSelector == nil:
+		return ""
+	}
+	sel, err := metav1.LabelSelectorAsSelector(live.Spec.NodeSelector)
+	n, nerr := e.nodes.Get(node)
+	if err != nil || nerr != nil || sel.Matches(labels.Set(n.Labels)) {
+		return "" // an invalid selector is the planner's to report
+	}
+	return leaveSelector
 }
 
 func (e *executor) latest(name string) *v1alpha1.NodeRollout {

@@ -133,7 +133,7 @@ func (g *AgentGate) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 	after := map[string]*health.Population{}
 	var notes []string
 	for _, node := range in.Nodes {
-		cur, err := g.cfg.Source.Snapshot(ctx, node)
+		cur, err := g.rec.Snapshot(ctx, node) // on the recorder's clock, as its samples are
 		if err != nil {
 			// Fail closed: an agent that cannot be read holds the wave.
 			return health.Verdict{}, fmt.Errorf("reading the node agent of %s: %w", node, err)

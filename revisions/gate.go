@@ -19,8 +19,9 @@ import (
 //
 //	sum(rate(istio_requests_total{destination_workload_namespace=~"$node",response_code=~"5.."}[5m]))
 //
-// Any failure fails the wave with the gate's reasons. A gate that cannot
-// look holds the wave (Inconclusive), and fails it after its
+// Any failure fails the wave with the gate's reasons. A query that returns
+// nothing (noData: Inconclusive) holds the wave, and so does a gate that
+// cannot look (Inconclusive), and fails it after its
 // MaxConsecutiveErrors errors in a row. The error counts live in memory: a
 // restarted controller starts counting again, which only delays a failure.
 func ExternalGates(gates ...health.ExternalGate) Gate {
@@ -64,8 +65,11 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 		}
 		g.errors[key] = 0
 		g.mu.Unlock()
-		for _, f := range found {
+		for _, f := range found.Failures {
 			fails = append(fails, gate.Name()+": "+f)
+		}
+		for _, n := range found.NoData {
+			holds = append(holds, gate.Name()+": "+n)
 		}
 	}
 	switch {

@@ -7,8 +7,12 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 )
 
@@ -28,7 +32,7 @@ func TestExternalGatesPrometheus(t *testing.T) {
 	}))
 	defer srv.Close()
 	pg, err := health.NewPrometheusGate(health.PrometheusGateConfig{
-		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1,
+		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}},
 		Queries: []health.PromQuery{{Name: "success-rate", Query: `caller_success{namespace=~"$node"}`, Threshold: 0.995}},
 	})
 	if err != nil {
@@ -57,5 +61,28 @@ func TestExternalGatesPrometheus(t *testing.T) {
 	}
 	if v, _ := g.Judge(context.Background(), in); v.Outcome != health.Fail {
 		t.Fatalf("second error in a row should fail the wave: %+v", v)
+	}
+}
+
+// SpecGates fails a wave whose spec.gates.prometheus.address the policy
+// refuses, without a request; allowed, the same spec queries the server, and
+// an empty result holds the wave.
+func TestSpecGatesAddressPolicy(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+	}))
+	defer srv.Close()
+	spec := &v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL,
+		Queries: []v1alpha1.PrometheusQuery{{Name: "success-rate", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1"}}}}
+	in := WaveInput{Migration: "m", Wave: "canary", Namespaces: []string{"shop"}, Spec: spec}
+	v, err := SpecGates(health.AddressPolicy{}, zap.NewNop()).Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "gate address not allowed") || hits.Load() != 0 {
+		t.Fatalf("refused address: %+v %v, %d requests", v, err, hits.Load())
+	}
+	v, err = SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop()).Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Inconclusive || !strings.Contains(strings.Join(v.Reasons, ";"), "query success-rate returned no samples") || hits.Load() != 1 {
+		t.Fatalf("allowed address, empty result: %+v %v, %d requests", v, err, hits.Load())
 	}
 }

@@ -2,6 +2,7 @@ package revisions
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"go.uber.org/zap"
@@ -13,12 +14,14 @@ import (
 // SpecGates gates each wave with the Prometheus gate its RevisionMigration's
 // spec.gates describes, and with readiness alone when it describes none. The
 // gate of a migration is built once and kept, so its count of consecutive
-// query errors survives from one wave check to the next.
-func SpecGates(log *zap.Logger) Gate {
-	return &specGates{log: log, byMigration: map[string]Gate{}}
+// query errors survives from one wave check to the next. addrs are the hosts
+// spec.gates.prometheus may query; a refused one fails the wave, unqueried.
+func SpecGates(addrs health.AddressPolicy, log *zap.Logger) Gate {
+	return &specGates{addrs: addrs, log: log, byMigration: map[string]Gate{}}
 }
 
 type specGates struct {
+	addrs       health.AddressPolicy
 	log         *zap.Logger
 	mu          sync.Mutex
 	byMigration map[string]Gate
@@ -31,7 +34,11 @@ func (s *specGates) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 	s.mu.Lock()
 	g, ok := s.byMigration[in.Migration]
 	if !ok {
-		pg, err := gatespec.Prometheus(*in.Spec, s.log)
+		pg, err := gatespec.Prometheus(*in.Spec, s.addrs, s.log)
+		if errors.Is(err, health.ErrAddressRefused) {
+			s.mu.Unlock()
+			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
+		}
 		if err != nil {
 			s.mu.Unlock()
 			return health.Verdict{}, err

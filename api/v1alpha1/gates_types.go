@@ -168,7 +168,10 @@ type LatencyGate struct {
 // PrometheusGates are instant queries against a Prometheus server. A query
 // that errors MaxConsecutiveErrors times in a row fails the gate.
 type PrometheusGates struct {
-	// Address is the server's base URL, such as http://prometheus.monitoring:9090.
+	// Address is the server's base URL, such as
+	// http://prometheus.monitoring.svc:9090. The orchestrator queries only a
+	// cluster Service (<service>.<namespace>.svc[.<cluster domain>]) or a host
+	// its --gate-address-allow lists; any other host fails the node unqueried.
 	// +kubebuilder:validation:Pattern=`^https?://`
 	Address string `json:"address"`
 	// Timeout bounds one query, retries included (default 10s).
@@ -179,6 +182,13 @@ type PrometheusGates struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	MaxConsecutiveErrors int32 `json:"maxConsecutiveErrors,omitempty"`
+	// NoData says what a query that returns nothing to compare (no series,
+	// or only NaN samples) means, for every query that does not set its own:
+	// Inconclusive (default) holds the node until the query returns data or a
+	// person decides, Pass ignores the query, Fail halts. A renamed metric
+	// returns nothing, so Pass lets it pass every node.
+	// +optional
+	NoData NoDataPolicy `json:"noData,omitempty"`
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
@@ -188,7 +198,8 @@ type PrometheusGates struct {
 
 // PrometheusQuery is one PromQL instant query and its threshold. The query may
 // use $node, replaced by the node's name. Every sample the query returns is
-// compared with the threshold; an empty result passes.
+// compared with the threshold, NaN samples left out; a result with nothing
+// left to compare is what NoData says.
 type PrometheusQuery struct {
 	// Name is how reasons and status refer to the query.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -204,7 +215,22 @@ type PrometheusQuery struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=32
 	Threshold string `json:"threshold"`
+	// NoData overrides prometheus.noData for this query.
+	// +optional
+	NoData NoDataPolicy `json:"noData,omitempty"`
 }
+
+// NoDataPolicy is what a Prometheus query that returns nothing to compare
+// counts as (see PrometheusGates.NoData).
+// +kubebuilder:validation:Enum=Inconclusive;Pass;Fail
+type NoDataPolicy string
+
+// The no-data policies.
+const (
+	NoDataInconclusive NoDataPolicy = "Inconclusive"
+	NoDataPass         NoDataPolicy = "Pass"
+	NoDataFail         NoDataPolicy = "Fail"
+)
 
 // ThresholdDirection says which side of a threshold fails.
 // +kubebuilder:validation:Enum=Above;Below

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 )
 
 // fieldManager owns the fields `nodewise apply` sets (server-side apply).
@@ -23,6 +24,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 	var (
 		file  string
 		force bool
+		addrs health.AddressPolicy
 	)
 	out := newPrintFlags("applied")
 	cmd := &cobra.Command{
@@ -39,11 +41,11 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rf, err := readRollout(ctx, cmd.InOrStdin(), file)
+			rf, err := readRollout(ctx, cmd.InOrStdin(), file, addrs)
 			if err != nil {
 				return err
 			}
-			if err := checkRollout(ctx, g, rf, false); err != nil {
+			if err := checkRollout(ctx, g, rf, addrs, false); err != nil {
 				return err
 			}
 			_, rc, err := rolloutClients(g)
@@ -72,6 +74,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "NodeRollout manifest, YAML or JSON, one object (- reads stdin; required)")
 	cmd.Flags().BoolVar(&force, "force-conflicts", false, "take over fields another manager (a kubectl edit, nodewise pause) set to a different value")
 	out.addFlags(cmd)
+	addGateAddressFlags(cmd, &addrs)
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
@@ -79,8 +82,8 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 // checkRollout checks a read and locally valid rollout: its gates and, unless
 // offline, a server dry-run (the CRD's own validation, and whether the CRDs
 // exist), then its targets and canaries against the cluster.
-func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, offline bool) error {
-	if err := checkGates(ctx, rf.rollout.Spec.Gates, offline); err != nil {
+func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, addrs health.AddressPolicy, offline bool) error {
+	if err := checkGates(ctx, rf.rollout.Spec.Gates, addrs, offline); err != nil {
 		return err
 	}
 	if offline {

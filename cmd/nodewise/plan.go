@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
@@ -21,6 +23,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		offline bool
 		perSwap time.Duration
 		agents  judgegate.AgentConfig
+		addrs   health.AddressPolicy
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
@@ -32,7 +35,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			"server would (gate queries are not sent to Prometheus).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, offline)
+			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, addrs, offline)
 			if err != nil {
 				return err
 			}
@@ -64,6 +67,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file the plan predicts each node's disruption from its agent")
 	cmd.Flags().StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	cmd.Flags().IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
+	addGateAddressFlags(cmd, &addrs)
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
@@ -71,12 +75,12 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 // loadAndCheck reads and validates the file (- is stdin) and, unless
 // offline, checks it against the cluster: a server dry-run (the CRD's own
 // validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
-func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
-	rf, err := readRollout(ctx, in, file)
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs health.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
+	rf, err := readRollout(ctx, in, file, addrs)
 	if err != nil {
 		return nil, rf.policy, err
 	}
-	if err := checkRollout(ctx, g, rf, offline); err != nil {
+	if err := checkRollout(ctx, g, rf, addrs, offline); err != nil {
 		return nil, rf.policy, err
 	}
 	return rf.rollout, rf.policy, nil
@@ -86,15 +90,21 @@ func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string
 // Prometheus server of spec.gates.prometheus evaluates each query once
 // (gatespec.Validate), so a malformed PromQL query or an unreachable server
 // is refused before anything is written; offline, thresholds and the queries'
-// shape are checked without that round trip.
-func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, offline bool) error {
-	var err error
-	if offline {
+// shape are checked without that round trip. Both refuse an address addrs
+// does not allow (the orchestrator would fail the node on it), unqueried.
+func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs health.AddressPolicy, offline bool) error {
+	err := addrs.Validate()
+	switch {
+	case err != nil:
+	case offline:
 		if _, err = gatespec.Config(gates); err == nil {
-			_, err = gatespec.Prometheus(gates, zap.NewNop())
+			_, err = gatespec.Prometheus(gates, addrs, zap.NewNop())
 		}
-	} else {
-		err = gatespec.Validate(ctx, gates, zap.NewNop())
+	default:
+		err = gatespec.Validate(ctx, gates, addrs, zap.NewNop())
+	}
+	if errors.Is(err, health.ErrAddressRefused) {
+		err = fmt.Errorf("%w (if the orchestrator allows it, pass the same --gate-address-allow here)", err)
 	}
 	if err != nil {
 		return errors.New(orchestrator.OneLine(err))

@@ -40,14 +40,22 @@ func TestPlanApplyRejectBadGates(t *testing.T) {
 	if err := os.WriteFile(noCluster, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	good := file("good", query("up", "0.99"))
+	// The rig's Prometheus is on loopback, which only an explicit
+	// --gate-address-allow lets a gate query (as on the orchestrator).
+	allow := []string{"--gate-address-allow", "127.0.0.1"}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"apply", "-f", badQuery}, `gates.prometheus.queries[q1] "sum(rate(x[5m])": malformed PromQL query`},
-		{[]string{"plan", "-f", badQuery}, `malformed PromQL query`},
-		{[]string{"plan", "--offline", "-f", badThreshold}, `gates.prometheus.queries[q1].threshold "ninety": must be a decimal number`},
-		{[]string{"apply", "-f", badThreshold}, `threshold "ninety"`},
+		{[]string{"plan", "-f", good}, `gates.prometheus.address "http://` + prom + `": gate address not allowed: host "127.0.0.1" is neither a cluster Service`},
+		{[]string{"plan", "--offline", "-f", good}, `pass the same --gate-address-allow here`},
+		{[]string{"apply", "-f", good, "--gate-address-allow", "prom.example.com"}, `nor one of the hosts of --gate-address-allow: prom.example.com`},
+		{[]string{"plan", "-f", good, "--gate-address-allow", "http://127.0.0.1"}, `host pattern "http://127.0.0.1"`},
+		{append([]string{"apply", "-f", badQuery}, allow...), `gates.prometheus.queries[q1] "sum(rate(x[5m])": malformed PromQL query`},
+		{append([]string{"plan", "-f", badQuery}, allow...), `malformed PromQL query`},
+		{append([]string{"plan", "--offline", "-f", badThreshold}, allow...), `gates.prometheus.queries[q1].threshold "ninety": must be a decimal number`},
+		{append([]string{"apply", "-f", badThreshold}, allow...), `threshold "ninety"`},
 		{[]string{"plan", "--offline", "-f", dupMetric}, `gates.counts: metric "retransmits" listed twice`},
 		{[]string{"apply", "-f", dupMetric}, `listed twice`},
 	} {
@@ -58,12 +66,11 @@ func TestPlanApplyRejectBadGates(t *testing.T) {
 		}
 	}
 	// Offline sends no query: the malformed one passes, and plan says what it checked.
-	if out, errOut, err := run(bin, "plan", "--offline", "-f", badQuery); err != nil || !strings.Contains(out, "valid NodeRollout r") {
+	if out, errOut, err := run(bin, "plan", "--offline", "-f", badQuery, "--gate-address-allow", "127.0.0.1"); err != nil || !strings.Contains(out, "valid NodeRollout r") {
 		t.Errorf("plan --offline with a query only the server can check: %v %q %q", err, out, errOut)
 	}
 	// A well-formed query passes the gate check and reaches the cluster step.
-	good := file("good", query("up", "0.99"))
-	if _, errOut, err := run(bin, "plan", "-f", good, "--kubeconfig", noCluster); err == nil || strings.Contains(errOut, "gates.") {
+	if _, errOut, err := run(bin, "plan", "-f", good, "--kubeconfig", noCluster, "--gate-address-allow", "127.0.0.1"); err == nil || strings.Contains(errOut, "gates.") {
 		t.Errorf("plan with good gates and no cluster: %v %q; want a cluster error, not a gate error", err, errOut)
 	}
 }

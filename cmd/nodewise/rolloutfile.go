@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/deploy/crds"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
 )
 
@@ -25,7 +26,7 @@ type rolloutFile struct {
 // way the API server and the orchestrator would: strictly typed, as a policy,
 // its gates as the judge reads them, and against the CRD's schema and rules
 // (names, sets, enums, CEL). Every problem is returned on one line.
-func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile, error) {
+func readRollout(ctx context.Context, stdin io.Reader, path string, addrs health.AddressPolicy) (rolloutFile, error) {
 	doc, err := readManifest(stdin, path)
 	if err != nil {
 		return rolloutFile{}, err
@@ -41,7 +42,7 @@ func readRollout(ctx context.Context, stdin io.Reader, path string) (rolloutFile
 	// The judge's own reading of spec.gates says more than the schema
 	// ("listed twice", "must be a decimal number"): it goes first, and the
 	// schema's errors under spec.gates are then left out.
-	gerr := checkGates(ctx, nr.Spec.Gates, true)
+	gerr := checkGates(ctx, nr.Spec.Gates, addrs, true)
 	if gerr != nil {
 		msgs = append(msgs, gerr.Error())
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/cmd/internal/usage"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/orchestrator"
 )
@@ -101,7 +102,18 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
-	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live (revisions controller)")
+	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live, and the NodeRollout targets (the only namespace where the orchestrator deletes and creates pods)")
+	fs.Func("gate-address-allow", "hosts spec.gates.prometheus may query besides the cluster's Services (<svc>.<ns>.svc[.<cluster-domain>]): host names, IPs or *.<domain>, comma-separated; repeatable", func(v string) error {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if err := health.CheckHostPattern(p); err != nil {
+				return err
+			}
+			rc.gateAddresses.Allow = append(rc.gateAddresses.Allow, p)
+		}
+		return nil
+	})
+	fs.StringVar(&rc.gateAddresses.ClusterDomain, "cluster-domain", health.DefaultClusterDomain, "the cluster's DNS domain, for the Service hosts gates may query")
 	fs.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
 		rc.skewMaxBehind = append(rc.skewMaxBehind, v)
 		return nil
@@ -117,6 +129,9 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return rc, fmt.Errorf("unexpected argument %q (flags only; see orchestrator --help)", fs.Arg(0))
+	}
+	if err := rc.gateAddresses.Validate(); err != nil {
+		return rc, fmt.Errorf("--cluster-domain: %w", err)
 	}
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	return rc, nil

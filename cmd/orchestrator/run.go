@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/kubeconfig"
@@ -26,7 +27,8 @@ type runConfig struct {
 	kubeconfig     string
 	controllers    string
 	istioNamespace string
-	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
+	gateAddresses  health.AddressPolicy // --gate-address-allow, --cluster-domain
+	skewMaxBehind  []string             // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
 	notify         notifyFlags
 	debug          bool
@@ -93,7 +95,7 @@ func run(ctx context.Context, rc runConfig) error {
 			tasks = append(tasks, t)
 		}
 		if rc.agents.CAFile != "" || rc.agents.TokenFile != "" || rc.agents.RootCAs != nil {
-			gate, rec, err := judgegate.Build(rc.agents, kube, cfg.Registry, log)
+			gate, rec, err := judgegate.Build(rc.agents, rc.gateAddresses, kube, cfg.Registry, log)
 			if err != nil {
 				return err
 			}
@@ -119,7 +121,7 @@ func run(ctx context.Context, rc runConfig) error {
 		tasks = append(tasks, o.Run) // serves the metrics of every controller here
 	}
 	if set["revisions"] {
-		revTasks, err := revisionTasks(kube, cfg, rc.istioNamespace)
+		revTasks, err := revisionTasks(kube, cfg, rc.istioNamespace, rc.gateAddresses)
 		if err != nil {
 			return err
 		}
@@ -137,7 +139,7 @@ func run(ctx context.Context, rc runConfig) error {
 
 // revisionTasks are the proxy inventory (read-only, on every replica) and the
 // RevisionMigration controller (only while holding its own Lease).
-func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS string) ([]task, error) {
+func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS string, gateAddresses health.AddressPolicy) ([]task, error) {
 	log := cfg.Logger
 	opts := inventory.Options{IstioNamespace: istioNS}
 	col, err := inventory.NewCollector(inventory.CollectorConfig{Client: kube, Registry: cfg.Registry, Log: log.Named("inventory"), Options: opts})
@@ -151,7 +153,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 	mc := nwc.RevisionMigrations()
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
-		Gate: revisions.SpecGates(log.Named("gates")), Inventory: opts,
+		Gate: revisions.SpecGates(gateAddresses, log.Named("gates")), Inventory: opts,
 	})
 	if err != nil {
 		return nil, err

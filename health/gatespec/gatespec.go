@@ -124,14 +124,21 @@ func decimal(field, s string) (float64, error) {
 }
 
 // Prometheus builds the Prometheus gate of spec.gates.prometheus, or nil when
-// there is none. Call Validate on it at plan/apply time to have the server
-// reject malformed queries before the rollout starts.
-func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, error) {
+// there is none. An address whose host addrs does not allow is an error
+// that wraps health.ErrAddressRefused, and no request is ever sent to it.
+// Call Validate on the gate at plan/apply time to have the server reject
+// malformed queries before the rollout starts.
+func Prometheus(g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logger) (*health.PrometheusGate, error) {
 	p := g.Prometheus
 	if p == nil {
 		return nil, nil
 	}
-	cfg := health.PrometheusGateConfig{Address: p.Address, MaxConsecutiveErrors: int(p.MaxConsecutiveErrors), Logger: log}
+	cfg := health.PrometheusGateConfig{Address: p.Address, Addresses: addrs, MaxConsecutiveErrors: int(p.MaxConsecutiveErrors), Logger: log}
+	switch p.NoData {
+	case "", v1alpha1.NoDataInconclusive, v1alpha1.NoDataPass, v1alpha1.NoDataFail:
+	default:
+		return nil, fmt.Errorf("gates.prometheus.noData %q: must be Inconclusive, Pass or Fail", p.NoData)
+	}
 	if p.MaxConsecutiveErrors < 0 {
 		return nil, fmt.Errorf("gates.prometheus.maxConsecutiveErrors %d: must be at least 1", p.MaxConsecutiveErrors)
 	}
@@ -157,7 +164,11 @@ func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, 
 		default:
 			return nil, fmt.Errorf("gates.prometheus.queries[%s].failWhen %q: must be Above or Below", q.Name, q.FailWhen)
 		}
-		cfg.Queries = append(cfg.Queries, health.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th})
+		noData := q.NoData
+		if noData == "" {
+			noData = p.NoData
+		}
+		cfg.Queries = append(cfg.Queries, health.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th, NoData: noData})
 	}
 	return health.NewPrometheusGate(cfg)
 }
@@ -165,12 +176,13 @@ func Prometheus(g v1alpha1.GatesSpec, log *zap.Logger) (*health.PrometheusGate, 
 // Validate checks spec.gates the way the judge will read it, and asks the
 // Prometheus server (if any) to evaluate every query once, so `nodewise plan`
 // and `apply` reject a malformed PromQL query (errors.Is(err,
-// health.ErrBadQuery)) or an unreachable server before the rollout starts.
-func Validate(ctx context.Context, g v1alpha1.GatesSpec, log *zap.Logger) error {
+// health.ErrBadQuery)), an address addrs refuses (health.ErrAddressRefused,
+// before any request) or an unreachable server before the rollout starts.
+func Validate(ctx context.Context, g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logger) error {
 	if _, err := Config(g); err != nil {
 		return err
 	}
-	prom, err := Prometheus(g, log)
+	prom, err := Prometheus(g, addrs, log)
 	if err != nil || prom == nil {
 		return err
 	}

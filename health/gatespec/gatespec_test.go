@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,6 +135,93 @@ func TestCRDRejectsBadInput(t *testing.T) {
 	}
 }
 
+// badPrometheus are spec.gates.prometheus inputs that both Prometheus and
+// the CRD reject, with what each error must name.
+var badPrometheus = []struct {
+	name string
+	spec map[string]any
+	gs   v1alpha1.GatesSpec
+	want string
+}{
+	{"unknown gate noData", map[string]any{"address": "http://p.m.svc:9090", "noData": "Ignore", "queries": []any{q1("")}},
+		v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://p.m.svc:9090", NoData: "Ignore", Queries: []v1alpha1.PrometheusQuery{pq1("")}}}, "noData"},
+	{"unknown query noData", map[string]any{"address": "http://p.m.svc:9090", "queries": []any{q1("pass")}},
+		v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://p.m.svc:9090", Queries: []v1alpha1.PrometheusQuery{pq1("pass")}}}, "noData"},
+}
+
+func q1(noData string) map[string]any {
+	q := map[string]any{"name": "q1", "query": "up", "failWhen": "Below", "threshold": "1"}
+	if noData != "" {
+		q["noData"] = noData
+	}
+	return q
+}
+
+func pq1(noData v1alpha1.NoDataPolicy) v1alpha1.PrometheusQuery {
+	return v1alpha1.PrometheusQuery{Name: "q1", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1", NoData: noData}
+}
+
+func TestPrometheusRejectsBadNoData(t *testing.T) {
+	schema, _ := gatesSchema(t)
+	v, _, err := apiservervalidation.NewSchemaValidator(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range badPrometheus {
+		if _, err := Prometheus(c.gs, health.AddressPolicy{}, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
+		}
+		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), map[string]any{"prometheus": c.spec}, v)
+		if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), c.want) || !strings.Contains(errs.ToAggregate().Error(), "Unsupported value") {
+			t.Errorf("%s: the CRD said %v, want an unsupported value naming %q", c.name, errs.ToAggregate(), c.want)
+		}
+	}
+	for _, nd := range []string{"Inconclusive", "Pass", "Fail"} {
+		if errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"),
+			map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090", "noData": nd, "queries": []any{q1(nd)}}}, v); len(errs) != 0 {
+			t.Errorf("noData %s rejected: %v", nd, errs)
+		}
+	}
+}
+
+// TestPrometheusNoDataAndAddress: a query's noData overrides the gate's,
+// which is the default for the others; an address the policy refuses is
+// refused before any request, and one it allows builds.
+func TestPrometheusNoDataAndAddress(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
+	}))
+	defer srv.Close()
+	q2 := pq1(v1alpha1.NoDataPass)
+	q2.Name = "q2"
+	q3 := pq1("")
+	q3.Name = "q3"
+	spec := v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL, NoData: v1alpha1.NoDataFail,
+		Queries: []v1alpha1.PrometheusQuery{pq1(v1alpha1.NoDataInconclusive), q2, q3}}}
+	_, err := Prometheus(spec, health.AddressPolicy{}, nil)
+	if !errors.Is(err, health.ErrAddressRefused) || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("loopback under the default policy: %v", err)
+	}
+	if err := Validate(context.Background(), spec, health.AddressPolicy{}, nil); !errors.Is(err, health.ErrAddressRefused) || hits.Load() != 0 {
+		t.Fatalf("Validate under the default policy: %v, %d requests", err, hits.Load())
+	}
+	g, err := Prometheus(spec, health.AddressPolicy{Allow: []string{"127.0.0.1"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := g.Check(context.Background(), "n1")
+	if err != nil || len(res.NoData) != 1 || !strings.Contains(res.NoData[0], "query q1 returned no samples") ||
+		len(res.Failures) != 1 || !strings.Contains(res.Failures[0], "query q3 returned no samples") {
+		t.Fatalf("q1 Inconclusive, q2 Pass, q3 the gate's Fail: %+v %v", res, err)
+	}
+	if _, err := Prometheus(v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://prometheus.monitoring.svc:9090",
+		Queries: []v1alpha1.PrometheusQuery{pq1("")}}}, health.AddressPolicy{}, nil); err != nil {
+		t.Fatalf("a cluster Service under the default policy: %v", err)
+	}
+}
+
 // gatesSchema reads the NodeRollout CRD from deploy/crds and returns the schema of spec.gates.
 func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschema.Structural) {
 	t.Helper()
@@ -185,17 +273,18 @@ func TestValidateAsksPrometheus(t *testing.T) {
 			{Name: "q", Query: q, FailWhen: v1alpha1.FailAbove, Threshold: "0.5"}}}}
 	}
 	ctx := context.Background()
-	if err := Validate(ctx, spec("rate(x[5m])"), nil); err != nil {
+	loopback := health.AddressPolicy{Allow: []string{"127.0.0.1"}} // the test server's host, allowed as an operator would
+	if err := Validate(ctx, spec("rate(x[5m])"), loopback, nil); err != nil {
 		t.Fatalf("valid: %v", err)
 	}
-	err := Validate(ctx, spec("sum(rate(x[5m])"), nil)
+	err := Validate(ctx, spec("sum(rate(x[5m])"), loopback, nil)
 	if !errors.Is(err, health.ErrBadQuery) || !strings.Contains(err.Error(), "queries[q]") {
 		t.Fatalf("malformed: %v", err)
 	}
-	if err := Validate(ctx, v1alpha1.GatesSpec{Significance: "2"}, nil); err == nil || !strings.Contains(err.Error(), "gates.significance") {
+	if err := Validate(ctx, v1alpha1.GatesSpec{Significance: "2"}, loopback, nil); err == nil || !strings.Contains(err.Error(), "gates.significance") {
 		t.Fatalf("bad threshold: %v", err)
 	}
-	if err := Validate(ctx, v1alpha1.GatesSpec{}, nil); err != nil {
+	if err := Validate(ctx, v1alpha1.GatesSpec{}, health.AddressPolicy{}, nil); err != nil {
 		t.Fatalf("no prometheus: %v", err)
 	}
 }

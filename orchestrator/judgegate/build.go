@@ -34,7 +34,10 @@ type AgentConfig struct {
 // Build assembles the judge over the node agents: an agent client that
 // reaches each node's agent on its InternalIP, the recorder that samples
 // nodes in flight (run it alongside the orchestrator), and the gate.
-func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
+//
+// gateAddresses are the hosts spec.gates.prometheus may query (the
+// orchestrator's --gate-address-allow and --cluster-domain).
+func Build(cfg AgentConfig, gateAddresses health.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
 	agents, err := Agents(cfg, kube, log)
 	if err != nil {
 		return nil, nil, err
@@ -43,11 +46,13 @@ func Build(cfg AgentConfig, kube kubernetes.Interface, reg prometheus.Registerer
 	if err != nil {
 		return nil, nil, err
 	}
-	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log.Named("judge"), Registry: reg})
+	// The judge reads the current snapshots through the recorder: on the
+	// orchestrator's clock, as the windows are.
+	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log.Named("judge"), Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}
-	gate, err := New(Config{Judge: judge, Recorder: rec, Logger: log.Named("gate")})
+	gate, err := New(Config{Judge: judge, Recorder: rec, GateAddresses: gateAddresses, Logger: log.Named("gate")})
 	if err != nil {
 		return nil, nil, err
 	}

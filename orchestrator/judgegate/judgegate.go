@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -21,14 +20,21 @@ import (
 
 // Config configures a Gate.
 type Config struct {
-	Judge    *health.Judge    // required
+	// Judge is required. Build it with the Recorder as its Source
+	// (health.JudgeConfig.Source), so the current snapshots it reads are on
+	// the orchestrator's clock like the windows' (Build does).
+	Judge    *health.Judge
 	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
 	// Drain says whether the node was swapped in place (not drained) and with
 	// what ztunnel termination grace period, so planned resets are not counted
 	// as a regression. Default: what the orchestrator persisted,
 	// in.SwappedInPlace and in.ZtunnelGrace.
-	Drain  func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
-	Logger *zap.Logger
+	Drain func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
+	// GateAddresses are the hosts spec.gates.prometheus may query (default:
+	// the cluster's Services only). A refused address fails the node with
+	// its reason, and no request is sent.
+	GateAddresses health.AddressPolicy
+	Logger        *zap.Logger
 	// Sleep waits between judgements (default: a timer that honours ctx).
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -151,6 +157,20 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 	return out, dropped
 }
 
+// clockReasons say, for the judged node and each control, how far its
+// agent's clock was off the orchestrator's and what that changed, when it
+// changed anything: samples placed on the orchestrator's clock, or answers
+// whose seq did not advance.
+func (g *Gate) clockReasons(in orchestrator.GateInput) []string {
+	var out []string
+	for _, n := range append([]string{in.Node}, in.Control...) {
+		if c := g.cfg.Recorder.Clock(n, in.BaselineStart, in.SwapStart, in.SoakStart); c.Mattered() {
+			out = append(out, c.Reason())
+		}
+	}
+	return out
+}
+
 // Judge implements orchestrator.Gate. It judges the node every
 // spec.gates.interval until the judge says Pass or Fail: Inconclusive (a
 // failing interval short of consecutiveFailures, a gate query error short of
@@ -167,7 +187,10 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		return health.Verdict{}, err
 	}
 	var external []health.ExternalGate
-	prom, err := gatespec.Prometheus(in.Spec, g.cfg.Logger)
+	prom, err := gatespec.Prometheus(in.Spec, g.cfg.GateAddresses, g.cfg.Logger)
+	if errors.Is(err, health.ErrAddressRefused) {
+		return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
+	}
 	if err != nil {
 		return health.Verdict{}, err
 	}
@@ -180,7 +203,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			in.SwapStart.UTC().Format(time.RFC3339), in.BaselineStart.UTC().Format(time.RFC3339))}}, nil
 	}
 	inPlace, grace := g.cfg.Drain(in)
-	var prev *v1alpha1.NodeJudgement
+	prev := in.Previous // persisted by an earlier leader's rounds, if any
 	for {
 		// A fresh sample: a soak shorter than the Recorder's period still has
 		// one, and an agent that stopped answering is named as such.
@@ -196,10 +219,11 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
 			SwappedInPlace: inPlace, DrainDeadline: health.DrainDeadline(grace),
 			External: external, Previous: prev,
-			Control: control, ControlScope: in.ControlScope,
+			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
 		})
 		if err == nil {
 			v.Reasons = append(v.Reasons, dropped...)
+			v.Reasons = append(v.Reasons, g.clockReasons(in)...)
 		}
 		if err != nil || v.Outcome != health.Inconclusive {
 			if err == nil {
@@ -208,6 +232,12 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			return v, err
 		}
 		prev = v.Summary
+		if in.Progress != nil {
+			// Persisted, so a successor goes on counting from this round.
+			if err := in.Progress(ctx, v); err != nil {
+				return v, fmt.Errorf("persisting the inconclusive judgement: %w", err)
+			}
+		}
 		g.cfg.Logger.Info("judgement inconclusive, judging again", zap.String("node", in.Node),
 			zap.Duration("in", interval), zap.Strings("reasons", v.Reasons))
 		if err := g.cfg.Sleep(ctx, interval); err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +28,7 @@ type agent struct {
 	soaking   bool
 	regress   bool
 	down      bool
+	offset    time.Duration // the agent's clock less the orchestrator's (at)
 }
 
 func newAgent(node string, start time.Time) *agent {
@@ -70,7 +74,7 @@ func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 	if a.down {
 		return health.Snapshot{}, errors.New("dial tcp: connection refused")
 	}
-	s := health.Snapshot{Node: a.node, Time: a.at, StartTime: a.start}
+	s := health.Snapshot{Node: a.node, Time: a.at.Add(a.offset), StartTime: a.start}
 	for _, c := range a.cum {
 		c.ConnectLatency.Buckets = append([]uint64(nil), c.ConnectLatency.Buckets...)
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
@@ -202,6 +206,31 @@ func TestGateFailsRegressionAfterTwoIntervals(t *testing.T) {
 	}
 }
 
+// TestGateGoesOnFromThePersistedRound: each Inconclusive round is handed
+// to GateInput.Progress, and a successor given it as Previous goes on
+// counting: a regression fails at the first interval it judges, so a crash
+// loop of the orchestrator cannot keep a failing node from ever reaching
+// consecutiveFailures.
+func TestGateGoesOnFromThePersistedRound(t *testing.T) {
+	g, _, in, _ := rig(t, true, v1alpha1.GatesSpec{})
+	var persisted []health.Verdict
+	in.Progress = func(_ context.Context, v health.Verdict) error {
+		persisted = append(persisted, v)
+		return nil
+	}
+	v, err := g.Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Fail || len(persisted) != 1 || persisted[0].Summary.ConsecutiveFailures != 1 {
+		t.Fatalf("first leader: %v %s, persisted %d rounds", err, v.Outcome, len(persisted))
+	}
+
+	g2, _, in2, sleeps2 := rig(t, true, v1alpha1.GatesSpec{})
+	in2.Previous = persisted[0].Summary // what a successor reads back from status
+	v, err = g2.Judge(context.Background(), in2)
+	if err != nil || v.Outcome != health.Fail || *sleeps2 != 0 || v.Summary.ConsecutiveFailures != 2 || v.Summary.Judgements != 2 {
+		t.Fatalf("successor: %v %s sleeps %d summary %+v, want Fail at its first interval, the second in a row", err, v.Outcome, *sleeps2, v.Summary)
+	}
+}
+
 func TestGateFailsClosed(t *testing.T) {
 	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
 	g, a, in := r.gate, r.agents["w1"], r.in
@@ -309,6 +338,20 @@ func TestGateLeavesOutControlWithoutSamples(t *testing.T) {
 	}
 }
 
+// TestGateSaysWhenEveryControlWasLeftOut: with every named control left
+// out, the judgement is before/after alone and says why, not that no node
+// was left unswapped.
+func TestGateSaysWhenEveryControlWasLeftOut(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, nil, nil, "zone a")
+	r.agents["c9"] = newAgent("c9", r.in.BaselineStart)
+	r.in.Control = []string{"c9"}
+	v, err := r.gate.Judge(context.Background(), r.in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || !strings.Contains(reasons, "no control nodes: all 1 named were left out") || strings.Contains(reasons, "none left unswapped") {
+		t.Errorf("%v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
 // TestGateDoneReleasesControls: Done stops sampling a judged node and its
 // control nodes, except a control another prepared node still holds;
 // preparing a node twice (after a restart) holds its nodes once.
@@ -343,4 +386,102 @@ func TestGateDoneReleasesControls(t *testing.T) {
 	want("w1 done", map[string]bool{"w1": false, "c1": false, "c2": true, "w2": true, "c3": true})
 	r.gate.Done("w2")
 	want("both done", map[string]bool{"w2": false, "c2": false, "c3": false})
+}
+
+// TestGateRefusesGateAddress: a spec.gates.prometheus.address outside the
+// cluster's Services fails the node with the reason, and the server gets no
+// request; allowed (as --gate-address-allow does), the same gate queries it.
+func TestGateRefusesGateAddress(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = w.Write([]byte(`{"status":"success","data":{"resultType":"scalar","result":[0,"1"]}}`))
+	}))
+	defer srv.Close()
+	spec := v1alpha1.GatesSpec{MinNodeConnections: 10, Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL,
+		Queries: []v1alpha1.PrometheusQuery{{Name: "up", Query: "1", FailWhen: v1alpha1.FailBelow, Threshold: "0.5"}}}}
+	g, _, in, _ := rig(t, false, spec)
+	v, err := g.Judge(context.Background(), in)
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), `gate address not allowed: host "127.0.0.1"`) || hits.Load() != 0 {
+		t.Fatalf("refused address: %v %s %q, %d requests; want Fail naming the host and no request", err, v.Outcome, v.Reasons, hits.Load())
+	}
+	g, _, in, _ = rig(t, false, spec)
+	g.cfg.GateAddresses = health.AddressPolicy{Allow: []string{"127.0.0.1"}}
+	if v, err := g.Judge(context.Background(), in); err != nil || v.Outcome != health.Pass || hits.Load() == 0 {
+		t.Fatalf("allowed address: %v %s %q, %d requests", err, v.Outcome, v.Reasons, hits.Load())
+	}
+}
+
+// TestGateJudgesASkewedAgentOnTheOrchestratorsClock: w1's agent runs 30 s
+// behind, and 20 s into the swap the old ztunnel resets 3,000 of pod p2's
+// connections. By the agent's clock that sample falls in the baseline, and
+// its spike then hides p2's reset rise in the soak. The gate, with the judge
+// reading through the Recorder as Build wires it, keeps the spike out of the
+// baseline, fails the regression, and says how far the agent's clock was off.
+func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
+	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	a := newAgent("w1", start)
+	a.regress, a.offset = true, -30*time.Second
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: a, Every: time.Minute, Now: a.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := health.NewJudge(health.JudgeConfig{Source: rec, Now: a.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
+		for range 2 {
+			a.tick()
+			_ = rec.Sample(context.Background(), "w1")
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := orchestrator.GateInput{Node: "w1", BaselineStart: a.now(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
+	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	sample := func() {
+		t.Helper()
+		if err := rec.Sample(ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		a.tick()
+		sample()
+	}
+	in.SwapStart = a.now()
+	a.mu.Lock()
+	a.at = a.at.Add(20 * time.Second)
+	a.cum[2].ResetsReceived += 3000 // the swap's reset spike
+	a.mu.Unlock()
+	sample() // the agent stamps it 10 s before the swap started
+	a.mu.Lock()
+	a.at = a.at.Add(40 * time.Second)
+	a.mu.Unlock()
+	a.soaking = true
+	in.SoakStart = a.now()
+	sample()
+	for range 5 {
+		a.tick()
+		sample()
+	}
+	in.Now = a.now()
+	v, err := g.Judge(ctx, in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(reasons, "pod shop/p2: resets received") {
+		t.Fatalf("regression behind a skewed clock: %v %s %q", err, v.Outcome, v.Reasons)
+	}
+	if !strings.Contains(reasons, "agent clock on node w1 ran up to 30s behind the orchestrator's") ||
+		!strings.Contains(reasons, "3 that its own clock would have put in another window") {
+		t.Errorf("the reasons do not show the skew: %q", v.Reasons)
+	}
+	if v.Summary == nil || v.Summary.BaselineSeconds != 600 {
+		t.Errorf("baseline %+v, want the 600 s the orchestrator sampled", v.Summary)
+	}
 }

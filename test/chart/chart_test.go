@@ -327,6 +327,34 @@ func TestChartValues(t *testing.T) {
 	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
 		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
 	}
+	gates := render(t, "gates.addressAllow={prom.example.com,*.metrics.example.net}", "gates.clusterDomain=corp.local")
+	for _, name := range []string{"nodewise-orchestrator", "nodewise-revisions"} {
+		containers, _, _ := unstructured.NestedSlice(gates["Deployment "+Namespace+"/"+name].Object, "spec", "template", "spec", "containers")
+		args := fmt.Sprint(containers[0].(map[string]any)["args"])
+		for _, want := range []string{"--gate-address-allow=prom.example.com", "--gate-address-allow=*.metrics.example.net", "--cluster-domain=corp.local"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("gates values: %s args %s, want %s", name, args, want)
+			}
+		}
+	}
+	// The orchestrator deletes pods and reads Deployments only in the targets'
+	// namespace, and its flag says which one that is.
+	mesh := render(t, "istioNamespace=mesh")
+	for _, k := range []string{"Role mesh/nodewise-orchestrator-dataplane", "RoleBinding mesh/nodewise-orchestrator-dataplane"} {
+		if mesh[k] == nil {
+			t.Errorf("istioNamespace=mesh: %s not rendered", k)
+		}
+	}
+	if b, _ := json.Marshal(mesh["Role mesh/nodewise-orchestrator-dataplane"]); !bytes.Contains(b, []byte(`"verbs":["delete"]`)) {
+		t.Errorf("the dataplane Role does not grant pod delete: %s", b)
+	}
+	if b, _ := json.Marshal(mesh["ClusterRole /nodewise-orchestrator"].Object); bytes.Contains(b, []byte(`"delete"`)) || bytes.Contains(b, []byte(`"deployments"`)) {
+		t.Errorf("the orchestrator's ClusterRole still grants delete or Deployments cluster-wide: %s", b)
+	}
+	containers, _, _ = unstructured.NestedSlice(mesh["Deployment "+Namespace+"/nodewise-orchestrator"].Object, "spec", "template", "spec", "containers")
+	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--istio-namespace=mesh") {
+		t.Errorf("istioNamespace=mesh: orchestrator args %s", args)
+	}
 	def := render(t)
 	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
 	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")

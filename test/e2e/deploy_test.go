@@ -3,10 +3,17 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/chart"
 	"github.com/nodewise/nodewise/test/cluster"
 )
@@ -27,10 +34,15 @@ func TestDeployServerSideApply(t *testing.T) {
 
 // TestOrchestratorRBACLeastPrivilege applies deploy/ and asks the API server
 // what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
-// never edits a template), pod deletes and evictions, node patches, and, in
-// the Istio namespace only, pod create and patch for the surge swap's bridge.
+// never edits a template), evictions, node patches, pod reads cluster-wide,
+// and, in the Istio namespace (the targets') only, pod deletes, istiod's
+// Deployments and pod create and patch for the surge swap's bridge. Then it
+// acts as that ServiceAccount (impersonation) against the real API server.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
+	// Before deploy/: its surge policy refuses pod creates in the Istio
+	// namespace until the ztunnel DaemonSet (its parameter) exists.
+	createVictims(t, c)
 	applyDeploy(t, c)
 	ctx := context.Background()
 	sa := "system:serviceaccount:nodewise-system:nodewise-orchestrator"
@@ -45,10 +57,18 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"apps", "deployments", "", "list", "istio-system", true},  // preflight skew: istiod versions
 		{"apps", "deployments", "", "watch", "istio-system", true}, // from an informer
 		{"apps", "deployments", "", "update", "istio-system", false},
+		{"apps", "deployments", "", "list", "", false}, // not cluster-wide: only istiod's namespace
+		{"apps", "deployments", "", "watch", "", false},
+		{"apps", "deployments", "", "list", "default", false},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "list", "", true}, // revision tags
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "watch", "", true},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
-		{"", "pods", "", "delete", "istio-system", true},
+		{"", "pods", "", "delete", "istio-system", true}, // the targets' old pods
+		{"", "pods", "", "delete", "default", false},     // nobody else's
+		{"", "pods", "", "delete", "kube-system", false},
+		{"", "pods", "", "deletecollection", "istio-system", false},
+		{"", "pods", "", "list", "", true}, // the informer, and the drain's view of a node
+		{"", "pods", "", "watch", "", true},
 		// Added for the surge swap, in the Istio namespace only: create the
 		// bridge pod, patch it to hand it over to the DaemonSet. Fenced by the
 		// ValidatingAdmissionPolicy nodewise-surge-bridge-only
@@ -76,6 +96,60 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.group, tc.ns, got.Status.Allowed, tc.want)
 		}
 	}
+	actAsOrchestrator(t, c)
+}
+
+// createVictims creates, as the admin, a pod named victim in default and in
+// the Istio namespace, for actAsOrchestrator to delete.
+func createVictims(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	if err := chart.EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"default", cluster.IstioNamespace} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s/victim as the admin: %v", ns, err)
+		}
+	}
+}
+
+// actAsOrchestrator impersonates the orchestrator's ServiceAccount and makes
+// the calls the RBAC must allow or refuse: deleting a pod in the targets'
+// namespace and listing its Deployments work; deleting a pod elsewhere and
+// listing Deployments cluster-wide are Forbidden (and the pod is still there).
+func actAsOrchestrator(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
+	if err := as.CoreV1().Pods("default").Delete(ctx, "victim", del); !apierrors.IsForbidden(err) {
+		t.Errorf("orchestrator deleting pod default/victim: %v, want Forbidden", err)
+	}
+	if _, err := c.Client.CoreV1().Pods("default").Get(ctx, "victim", metav1.GetOptions{}); err != nil {
+		t.Errorf("pod default/victim after the refused delete: %v", err)
+	}
+	if err := as.CoreV1().Pods(cluster.IstioNamespace).Delete(ctx, "victim", del); err != nil {
+		t.Errorf("orchestrator deleting pod %s/victim (the targets' namespace): %v", cluster.IstioNamespace, err)
+	}
+	if _, err := as.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("orchestrator listing Deployments cluster-wide: %v, want Forbidden", err)
+	}
+	if _, err := as.AppsV1().Deployments(cluster.IstioNamespace).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("orchestrator listing Deployments in %s: %v", cluster.IstioNamespace, err)
+	}
+	if _, err := as.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		t.Errorf("orchestrator listing pods cluster-wide: %v", err)
+	}
 }
 
 // applyDeploy server-side-applies everything `kustomize build deploy/` yields.
@@ -92,5 +166,28 @@ func applyDeploy(t *testing.T, c *cluster.Cluster) {
 	}
 	if err := chart.Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRolloutUnderDeployedRBAC runs a whole rollout (istio-cni replaced,
+// ztunnel surged, every node drained) with the orchestrator acting as its
+// ServiceAccount under deploy/'s RBAC, so every call it makes (informers,
+// the istiod Deployments' namespaced informer, pod deletes and bridge writes
+// in the Istio namespace, evictions, its Lease) is one the RBAC grants.
+func TestRolloutUnderDeployedRBAC(t *testing.T) {
+	const nodes = 3
+	e := newEnv(t, nodes, 1)
+	applyDeploy(t, e.c)
+	cfg := rest.CopyConfig(e.c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
+	e.upgrade("1.28.1")
+	e.apply(rollout("rbac", func(s *v1alpha1.NodeRolloutSpec) {
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways}
+	}))
+	e.runInProcessWith("as-sa", func(c *orchestrator.Config) { c.RESTConfig, c.Namespace = cfg, "nodewise-system" })
+	nr := e.waitPhase("rbac", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != nodes {
+		t.Fatalf("rollout under the deployed RBAC: phase %s (%s %s), counts %+v", nr.Status.Phase, nr.Status.HaltReason, conditionMessage(nr, "Valid"), nr.Status.Counts)
 	}
 }

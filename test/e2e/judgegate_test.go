@@ -185,7 +185,7 @@ func startE2E(t *testing.T) *e2e {
 	runCtx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	go func() { _ = rec.Run(runCtx) }()
-	judge, err := health.NewJudge(health.JudgeConfig{Source: agents, Logger: log})
+	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log}) // on the recorder's clock, as judgegate.Build wires it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +389,12 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 		{v1alpha1.GatesSpec{Counts: []v1alpha1.CountGate{{Metric: "resets"}}}, `Unsupported value: "resets"`},
 		{v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: "p99"}}}, `Unsupported value: "p99"`},
 		{v1alpha1.GatesSpec{Significance: "0.9"}, "gates.significance must be a decimal in (0, 0.5]"},
+		{v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://prometheus.monitoring.svc:9090", NoData: "Ignore",
+			Queries: []v1alpha1.PrometheusQuery{{Name: "q", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1"}}}},
+			`spec.gates.prometheus.noData: Unsupported value: "Ignore": supported values: "Inconclusive", "Pass", "Fail"`},
+		{v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://prometheus.monitoring.svc:9090",
+			Queries: []v1alpha1.PrometheusQuery{{Name: "q", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1", NoData: "pass"}}}},
+			`spec.gates.prometheus.queries[0].noData: Unsupported value: "pass"`},
 	} {
 		nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i)}}
 		nr.Spec.Gates = tc.gates
@@ -400,7 +406,9 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "good"}}
 	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: d(time.Minute), Significance: "0.01",
 		Counts:  []v1alpha1.CountGate{{Metric: v1alpha1.MetricRetransmits, MinRatio: "3", MinExcessPerSecond: "0.5"}},
-		Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricConnectLatency, MinRatio: "1.5", MinIncrease: d(time.Millisecond)}}}
+		Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricConnectLatency, MinRatio: "1.5", MinIncrease: d(time.Millisecond)}},
+		Prometheus: &v1alpha1.PrometheusGates{Address: "http://prometheus.monitoring.svc:9090", NoData: v1alpha1.NoDataFail,
+			Queries: []v1alpha1.PrometheusQuery{{Name: "q", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1", NoData: v1alpha1.NoDataInconclusive}}}}
 	if _, err := rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Errorf("valid gates rejected: %v", err)
 	}

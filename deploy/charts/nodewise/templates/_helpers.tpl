@@ -66,3 +66,13 @@ topologySpreadConstraints:
       matchLabels:
         app.kubernetes.io/name: {{ . }}
 {{- end -}}
+
+{{/* The hosts spec.gates.prometheus may query besides the cluster's Services (values gates). */}}
+{{- define "nodewise.gateAddressArgs" -}}
+{{- range .Values.gates.addressAllow }}
+- --gate-address-allow={{ . }}
+{{- end }}
+{{- if ne .Values.gates.clusterDomain "cluster.local" }}
+- --cluster-domain={{ .Values.gates.clusterDomain }}
+{{- end }}
+{{- end -}}

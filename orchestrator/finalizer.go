@@ -1,0 +1,90 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// A NodeRollout that has started a node carries FinalizerReleaseNodes, so
+// deleting it is an abort first: its in-flight nodes are made safe (a
+// started swap finishes, the node is uncordoned) before the object goes.
+// Without it, `kubectl delete noderollout` mid-drain would leave cordoned
+// nodes that no rollout owns any more.
+
+// holdsNodes says the decision starts or drives a node: the rollout must
+// hold its finalizer before it acts.
+func holdsNodes(d Decision) bool {
+	for _, a := range d.Actions {
+		switch a.Kind {
+		case ActStart, ActResume, ActRollback:
+			return true
+		}
+	}
+	return false
+}
+
+// releasable says a deleted rollout has nothing left to make safe: no node
+// in flight in the snapshot, and no worker of it running in this process.
+func (e *executor) releasable(nr *v1alpha1.NodeRollout, snap Snapshot) bool {
+	for _, n := range snap.Nodes {
+		if InFlight(n.State) {
+			return false
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prefix := nr.Name + "/"
+	for k := range e.workers {
+		if strings.HasPrefix(k, prefix) {
+			return false
+		}
+	}
+	for k := range e.claims {
+		if strings.HasPrefix(k, prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// setFinalizer adds (on) or removes FinalizerReleaseNodes, from a fresh read
+// and conditional on its resourceVersion (the cache's copy is behind every
+// status write), keeping every other finalizer. A conflict is an error: the
+// next pass tries again.
+func (e *executor) setFinalizer(ctx context.Context, nr *v1alpha1.NodeRollout, on bool) error {
+	fresh, err := e.o.rollouts.Get(ctx, nr.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading NodeRollout %s for its finalizer: %w", nr.Name, err)
+	}
+	if fresh.UID != nr.UID {
+		return nil // replaced meanwhile: the next pass sees the new one
+	}
+	has := slices.Contains(fresh.Finalizers, FinalizerReleaseNodes)
+	if has == on {
+		return nil
+	}
+	fins := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == FinalizerReleaseNodes })
+	if on {
+		fins = append(fins, FinalizerReleaseNodes)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": fresh.ResourceVersion}})
+	if err != nil {
+		return fmt.Errorf("encoding the finalizer patch: %w", err)
+	}
+	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("%s NodeRollout %s's finalizer: %w", map[bool]string{true: "adding", false: "removing"}[on], nr.Name, err)
+	}
+	if !on {
+		e.recorder.Eventf(nr, corev1.EventTypeNormal, "Released", "rollout %s deleted: every node it held is released", nr.Name)
+	}
+	return nil
+}
