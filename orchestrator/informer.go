@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,13 +29,75 @@ func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInform
 	return inf
 }
 
-// trimCached is the transform of every informer the orchestrator runs: a
-// cached copy drops its managedFields, which the orchestrator never reads
-// and which are a large share of a pod's or node's size; a cache of a
-// thousand nodes holds twelve thousand pods or more.
+// trimCached is the transform of every informer the orchestrator runs. A
+// cached copy keeps only what the orchestrator reads:
+//   - every object drops its managedFields, a large share of its size;
+//   - a pod that is not a DaemonSet's (nor a bridge of one) is slimmed to
+//     what the readiness gate and drain auto read (slimPod): a cache of a
+//     thousand nodes holds ten thousand such pods or more, and their specs
+//     and container statuses are most of its memory;
+//   - a node drops its image list and attached volumes;
+//   - a ControllerRevision drops its data (the template it records: the
+//     orchestrator reads the DaemonSet's template, and only the revision's
+//     number, hash label and owner).
+//
+// The pods the swaps act on (a DaemonSet's, bridges, handed-over bridges:
+// all carry the controller-revision-hash label) stay whole.
 func trimCached(obj any) (any, error) {
 	if a, err := meta.Accessor(obj); err == nil {
 		a.SetManagedFields(nil)
 	}
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		if !daemonLike(o) {
+			return slimPod(o), nil
+		}
+	case *corev1.Node:
+		o.Status.Images, o.Status.VolumesAttached, o.Status.VolumesInUse = nil, nil, nil
+	case *appsv1.ControllerRevision:
+		o.Data = runtime.RawExtension{}
+	}
 	return obj, nil
+}
+
+// daemonLike: a pod a swap may act on or wait for: one with the
+// controller-revision-hash label (a DaemonSet's, nodewise's bridges, a
+// bridge handed over) or controlled by a DaemonSet or a ControllerRevision.
+func daemonLike(p *corev1.Pod) bool {
+	if _, ok := p.Labels[LabelControllerRevisionHash]; ok {
+		return true
+	}
+	switch controllerKind(p) {
+	case "DaemonSet", "ControllerRevision":
+		return true
+	}
+	return false
+}
+
+// slimPod is what the orchestrator reads of a pod it never acts on: its
+// identity, labels, owners, finalizers, creation and deletion, the mirror
+// annotation (drain auto, movablePods), the node it is bound to, its phase,
+// start time and Ready condition (the readiness gate, soakReadiness; drain
+// auto, podStart). Everything else (spec, container statuses, other
+// annotations, other conditions) is dropped.
+func slimPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			Labels: p.Labels, OwnerReferences: p.OwnerReferences, Finalizers: p.Finalizers,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, StartTime: p.Status.StartTime},
+	}
+	if v, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		out.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: v}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime}}
+		}
+	}
+	return out
 }

@@ -40,6 +40,7 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	if err != nil {
 		return nodeRecord{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
+	_, _ = trimCached(out) // kept beside the cache, so trimmed as the cache is
 	e.mu.Lock()
 	e.written[node] = out
 	e.mu.Unlock()

@@ -48,14 +48,15 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 // annotations for the same patch (the step's record). It returns the record
 // as the API then holds it.
 func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
-	attempt := 0
+	attempt, conflicted := 0, ""
 	out := rec
 	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
-		n, err := e.readNode(ctx, node, attempt, false)
+		n, err := e.readNode(ctx, node, attempt, false, conflicted)
 		if err != nil {
 			return err
 		}
+		conflicted = n.ResourceVersion
 		live := parseRecord(n.Annotations)
 		next, set := live.cordoned(nr.Name, n.Spec.Unschedulable)
 		ann := next.patch(live)
@@ -99,16 +100,32 @@ func (e *executor) newestNode(node string) *corev1.Node {
 
 // readNode reads a node for a conditional write. On the first attempt:
 // newestNode, unless ownWrites (only a copy holding this process's own
-// writes will do) and the only copy is the cache. After a conflict: the
-// API. The write that follows is conditional on its resourceVersion, so a
-// stale copy costs a 409 and a retry, never a lost update.
-func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWrites bool) (*corev1.Node, error) {
-	if attempt == 1 {
-		e.mu.Lock()
-		_, wrote := e.written[node]
-		e.mu.Unlock()
-		if n := e.newestNode(node); n != nil && (wrote || !ownWrites) {
+// writes will do) and the only copy is the cache. After a conflict on
+// resourceVersion conflicted: the first copy newestNode gives at another
+// version (the cache catching up with the write that conflicted), waited for
+// up to conflictCatchUp; after that, or after a second conflict, the API.
+// The write that follows is conditional on its resourceVersion, so a stale
+// copy costs a 409 and a retry, never a lost update.
+func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWrites bool, conflicted string) (*corev1.Node, error) {
+	e.mu.Lock()
+	_, wrote := e.written[node]
+	e.mu.Unlock()
+	usable := wrote || !ownWrites
+	switch {
+	case attempt == 1 && usable:
+		if n := e.newestNode(node); n != nil {
 			return n, nil
+		}
+	case attempt == 2 && usable && conflicted != "":
+		until := e.o.cfg.Now().Add(conflictCatchUp)
+		for e.o.cfg.Now().Before(until) {
+			ch := e.changes.wait()
+			if n := e.newestNode(node); n != nil && n.ResourceVersion != conflicted {
+				return n, nil
+			}
+			if err := waitChange(ctx, ch, until, e.o.cfg.Now); err != nil {
+				return nil, err
+			}
 		}
 	}
 	n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -118,20 +135,26 @@ func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWr
 	return n, nil
 }
 
+// conflictCatchUp bounds readNode's wait for the cache to show the write a
+// conditional node patch conflicted with (the watch is usually well within
+// it) before it reads the node from the API.
+const conflictCatchUp = 2 * time.Second
+
 // uncordon hands the node back (nodeRecord.uncordoned): schedulable again
 // only if nodewise cordoned it; a node that was already cordoned stays
 // cordoned. It never decides from a copy that could hide nodewise's own
 // cordon: only from one holding this process's last step record
 // (readNode), or the API. with are more annotations for the same patch.
 func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
-	attempt := 0
+	attempt, conflicted := 0, ""
 	out := rec
 	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
 		attempt++
-		n, err := e.readNode(ctx, node, attempt, true)
+		n, err := e.readNode(ctx, node, attempt, true, conflicted)
 		if err != nil {
 			return err
 		}
+		conflicted = n.ResourceVersion
 		live := parseRecord(n.Annotations)
 		next, clear := live.uncordoned()
 		ann := next.patch(live)

@@ -103,6 +103,10 @@ type SurgeStep struct {
 	HandOver bool
 	// Bridge is the pod to create (SurgeCreateBridge).
 	Bridge *corev1.Pod
+	// Held are the DaemonSet's pods terminating on the node that still carry
+	// FinalizerSurgeHandOver (SurgeRetire with HandOver: they keep the
+	// DaemonSet from creating a pod of its own until the hand-over is seen).
+	Held []*corev1.Pod
 	// DaemonSetUID is the DaemonSet's (SurgeRetire: the hand-over checks one
 	// of its pods is still terminating on the node).
 	DaemonSetUID types.UID
@@ -132,8 +136,16 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 		// would give it two; its pod, once Ready, retires the bridge.
 		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("no pod of the DaemonSet left on the node: waiting for the one it creates beside %s", top.Name)}
 	case len(older) > 0 || isBridge(top, in.DaemonSet):
-		return SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet), DaemonSetUID: in.DaemonSet.UID,
+		st := SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet), DaemonSetUID: in.DaemonSet.UID,
 			Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
+		if st.HandOver {
+			for _, p := range held(in) {
+				if controlledBy(p, in.DaemonSet.UID) {
+					st.Held = append(st.Held, p)
+				}
+			}
+		}
+		return st
 	case len(held(in)) > 0:
 		return SurgeStep{Kind: SurgeRelease, Pod: top, Older: held(in), Reason: fmt.Sprintf("pod %s was handed over: release the old pods held for it", top.Name)}
 	case !controlledBy(top, in.DaemonSet.UID):

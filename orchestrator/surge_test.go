@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 var (
@@ -157,5 +161,86 @@ func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
 	in.Pods[1] = surgePod("b", "new", time.Hour, bridged)
 	if got := SurgeLeftovers(in); len(got) != 0 {
 		t.Errorf("leftovers %v; a Ready bridge is the newest ztunnel and is finished, not deleted", got)
+	}
+}
+
+// TestSurgeRetireKnowsTheHeldPod: a hand-over finds the DaemonSet's old pod
+// held by the hand-over finalizer in its input (so Apply reads nothing from
+// the API); one deleted without the finalizer is not held.
+func TestSurgeRetireKnowsTheHeldPod(t *testing.T) {
+	withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{FinalizerSurgeHandOver} }
+	for _, c := range []struct {
+		name string
+		old  *corev1.Pod
+		held int
+	}{
+		{"held by the finalizer", surgePod("old", "old", 0, terminating, withFinalizer), 1},
+		{"deleted without it", surgePod("old", "old", 0, terminating), 0},
+	} {
+		got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{c.old, surgePod("b", "new", time.Hour, bridged)}})
+		if got.Kind != SurgeRetire || !got.HandOver || len(got.Held) != c.held {
+			t.Errorf("%s: %s handOver=%v held=%d; want Retire, a hand-over, %d held", c.name, got.Kind, got.HandOver, len(got.Held), c.held)
+		}
+	}
+}
+
+// TestShowsOwnWrites: Swap waits until its input shows each of its last
+// writes, matched by name and UID.
+func TestShowsOwnWrites(t *testing.T) {
+	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	created := []expectation{{name: "b", want: func(p *corev1.Pod) bool { return p != nil }}}
+	gone := []expectation{expectGone(old)}
+	in := func(pods ...*corev1.Pod) SurgeInput { return SurgeInput{Pods: pods} }
+	for _, c := range []struct {
+		name   string
+		in     SurgeInput
+		expect []expectation
+		want   bool
+	}{
+		{"bridge not in the cache yet", in(old), created, false},
+		{"bridge in the cache", in(old, b), created, true},
+		{"deleted pod still live in the cache", in(old, b), gone, false},
+		{"deleted pod terminating", in(surgePod("old", "old", 0, terminating), b), gone, true},
+		{"deleted pod gone", in(b), gone, true},
+		{"a pod of the same name, another UID", in(surgePod("old", "old", 0, func(p *corev1.Pod) { p.UID = "other" }), b), gone, true},
+		{"all of them", in(old, b), append(created, gone...), false},
+	} {
+		if got := shows(c.in, c.expect); got != c.want {
+			t.Errorf("%s: shows = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestSwapPastItsDeadlineWaitsForTheAdoption: a swap resumed past its
+// deadline retires the Ready bridge's old pod and hands the bridge over;
+// the DaemonSet controller's adoption that follows is waited for, not
+// timed out at once.
+func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
+	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
+	looks := 0
+	observe := func(ctx context.Context) (SurgeInput, error) {
+		looks++
+		pl, err := kube.CoreV1().Pods("istio-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return SurgeInput{}, err
+		}
+		var pods []*corev1.Pod
+		for i := range pl.Items {
+			p := &pl.Items[i]
+			if p.Name == "b" && metav1.GetControllerOf(p) == nil && looks > 5 {
+				p.OwnerReferences = surgePod("x", "new", 0).OwnerReferences // the DaemonSet adopts it, a few looks later
+			}
+			pods = append(pods, p)
+		}
+		return SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: pods}, nil
+	}
+	s := Surger{Kube: kube, Poll: time.Millisecond, Observe: observe}
+	res, err := s.Swap(context.Background(), v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}, "n1", time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatalf("swap resumed past its deadline: %v", err)
+	}
+	if res.HandedOver != "b" || res.Pod != "b" {
+		t.Errorf("result %+v; want b handed over and kept", res)
 	}
 }

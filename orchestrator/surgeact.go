@@ -54,6 +54,9 @@ type SurgeResult struct {
 	Pod string
 	// Writes counts the API writes made (creates, deletes, patches).
 	Writes int
+	// expect are the last step's writes, as the next observation must show
+	// them before Swap decides again.
+	expect []expectation
 }
 
 func (s Surger) defaults() Surger {
@@ -68,6 +71,22 @@ func (s Surger) defaults() Surger {
 	}
 	return s
 }
+
+// ownWriteWait bounds how long Swap waits for its observation to show its
+// own last writes before deciding again anyway (every write is idempotent;
+// waiting only spares the repeats).
+const ownWriteWait = 10 * time.Second
+
+// controllerGrace is how long Swap gives the DaemonSet controller to act on
+// a retire it made (adopt the handed-over bridge), even past the swap's
+// deadline: a swap resumed late may retire a Ready bridge's older pods (the
+// bridge is the newest ztunnel), and timing out right after, before the
+// controller could adopt it, would halt a swap that is all but done.
+const controllerGrace = 30 * time.Second
+
+// surgeWaitOwnWrites: Swap waits for its observation to show the last
+// step's writes (not a step NextSurgeStep returns).
+const surgeWaitOwnWrites SurgeStepKind = "WaitOwnWrites"
 
 // errUnsettled: the DaemonSet controller has not observed the current
 // template yet, so its newest ControllerRevision is not known.
@@ -130,7 +149,9 @@ func surgeInput(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []
 // Apply acts one step. Every write is idempotent: a create finds the bridge
 // already there, deletes carry the pod's UID as a precondition, and the
 // hand-over patch tests the UIDs it removes, so a step repeated from a stale
-// view or after a crash changes nothing twice.
+// view or after a crash changes nothing twice. A write the step's input
+// already shows done (the hand-over finalizer on an older pod) is skipped.
+// What the step wrote is added to res.expect, for Swap to wait for.
 func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) error {
 	s = s.defaults()
 	switch step.Kind {
@@ -142,6 +163,7 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 		}
 		res.Bridge = b.Name
 		res.Writes++
+		res.expect = append(res.expect, expectation{name: b.Name, want: func(p *corev1.Pod) bool { return p != nil }})
 		if err == nil {
 			s.Log.Info("surge bridge created", zap.String("pod", b.Namespace+"/"+b.Name), zap.String("node", b.Spec.NodeName),
 				zap.String("revision", b.Labels[LabelControllerRevisionHash]))
@@ -151,87 +173,151 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 		// are held in the API (a finalizer) from their deletion until the
 		// hand-over: while one of its pods terminates on the node, the
 		// DaemonSet (OnDelete) creates none there, so it never gets two.
+		var holding []*corev1.Pod // the DaemonSet's pods this call deleted with the finalizer on
 		for _, p := range step.Older {
-			if step.HandOver && controlledBy(p, step.DaemonSetUID) {
-				if err := s.finalizer(ctx, p, true); err != nil {
+			hold := step.HandOver && controlledBy(p, step.DaemonSetUID)
+			if hold && !hasFinalizer(p, FinalizerSurgeHandOver) {
+				found, err := s.finalizer(ctx, p, true)
+				if err != nil {
 					return err
 				}
 				res.Writes++
+				hold = found
 			}
-			if err := s.deletePod(ctx, p, "older pod deleted beside a Ready one"); err != nil {
+			gone, err := s.deletePod(ctx, p, "older pod deleted beside a Ready one")
+			if err != nil {
 				return err
 			}
 			res.Retired = append(res.Retired, p.Name)
 			res.Writes++
+			res.expect = append(res.expect, expectGone(p))
+			if hold && !gone {
+				holding = append(holding, p)
+			}
 		}
 		if step.HandOver {
-			ok, err := s.daemonPodTerminating(ctx, step.Pod.Namespace, step.Pod.Spec.NodeName, step.DaemonSetUID)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				// The old pod is already gone (deleted by someone else, or
-				// while nodewise was down), so the DaemonSet is creating its
-				// own pod on the node: a hand-over now would give it two and
-				// it would prune the newer. Its pod, once Ready, retires the
-				// bridge instead.
-				s.Log.Debug("older pod already gone: hand-over deferred", zap.String("pod", step.Pod.Name))
-				return nil
+			// A pod of the DaemonSet is terminating on the node for as long
+			// as the finalizer holds it, and only nodewise removes that, after
+			// the hand-over (a hand-over repeated from a stale view fails its
+			// test): so a held pod, known from this call's own writes or from
+			// the step's input, needs no read. Only a pod deleted without
+			// the finalizer (by someone else) is read back from the API, as
+			// a cache may lag its going.
+			held := append(holding, step.Held...)
+			if len(held) == 0 {
+				ok, err := s.daemonPodTerminating(ctx, step.Pod.Namespace, step.Pod.Spec.NodeName, step.DaemonSetUID)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					// The old pod is already gone (deleted by someone else, or
+					// while nodewise was down), so the DaemonSet is creating its
+					// own pod on the node: a hand-over now would give it two and
+					// it would prune the newer. Its pod, once Ready, retires the
+					// bridge instead.
+					s.Log.Debug("older pod already gone: hand-over deferred", zap.String("pod", step.Pod.Name))
+					return nil
+				}
 			}
 			if err := s.handOver(ctx, step.Pod); err != nil {
 				return err
 			}
 			res.HandedOver = step.Pod.Name
 			res.Writes++
-			for _, p := range step.Older {
-				if controlledBy(p, step.DaemonSetUID) {
-					if err := s.finalizer(ctx, p, false); err != nil {
-						return err
-					}
-					res.Writes++
+			res.expect = append(res.expect, expectation{name: step.Pod.Name, uid: step.Pod.UID,
+				want: func(p *corev1.Pod) bool { return p == nil || controllerKind(p) != "ControllerRevision" }})
+			for _, p := range held {
+				if err := s.release(ctx, p, res); err != nil {
+					return err
 				}
 			}
 		}
 	case SurgeRelease:
 		for _, p := range step.Older {
-			if err := s.finalizer(ctx, p, false); err != nil {
+			if err := s.release(ctx, p, res); err != nil {
 				return err
 			}
-			res.Writes++
 		}
 	}
 	return nil
 }
 
+// release removes FinalizerSurgeHandOver from a held pod.
+func (s Surger) release(ctx context.Context, p *corev1.Pod, res *SurgeResult) error {
+	if _, err := s.finalizer(ctx, p, false); err != nil {
+		return err
+	}
+	res.Writes++
+	res.expect = append(res.expect, expectation{name: p.Name, uid: p.UID,
+		want: func(p *corev1.Pod) bool { return p == nil || !hasFinalizer(p, FinalizerSurgeHandOver) }})
+	return nil
+}
+
+// expectation is one of a step's writes as the step's next input must show
+// it: want is called with the pod of that name (and UID, when set), nil
+// when there is none.
+type expectation struct {
+	name string
+	uid  types.UID
+	want func(*corev1.Pod) bool
+}
+
+func expectGone(p *corev1.Pod) expectation {
+	return expectation{name: p.Name, uid: p.UID, want: func(p *corev1.Pod) bool { return p == nil || p.DeletionTimestamp != nil }}
+}
+
+// shows reports whether in shows every write expected (see Swap).
+func shows(in SurgeInput, expect []expectation) bool {
+	for _, x := range expect {
+		var match *corev1.Pod
+		for _, p := range in.Pods {
+			if p.Name == x.name && (x.uid == "" || p.UID == x.uid) {
+				match = p
+				break
+			}
+		}
+		if !x.want(match) {
+			return false
+		}
+	}
+	return true
+}
+
 // finalizer adds (or removes) FinalizerSurgeHandOver on a pod, leaving its
-// other finalizers alone (a strategic merge of the list).
-func (s Surger) finalizer(ctx context.Context, p *corev1.Pod, add bool) error {
+// other finalizers alone (a strategic merge of the list). found is false
+// when the pod is gone.
+func (s Surger) finalizer(ctx context.Context, p *corev1.Pod, add bool) (found bool, err error) {
 	patch, verb := fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, FinalizerSurgeHandOver), "adding"
 	if !add {
 		patch, verb = fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, FinalizerSurgeHandOver), "removing"
 	}
-	_, err := s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("%s the surge hand-over finalizer on pod %s/%s: %w", verb, p.Namespace, p.Name, err)
+	out, err := s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%s the surge hand-over finalizer on pod %s/%s: %w", verb, p.Namespace, p.Name, err)
 	}
-	return nil
+	return out.UID == p.UID, nil
 }
 
-func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) error {
+// deletePod deletes p (by UID); gone is whether it was no longer there.
+func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) (gone bool, err error) {
 	uid := p.UID
-	err := s.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	err = s.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
+		return false, fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
 	}
 	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
 		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
-	return nil
+	return err != nil, nil
 }
 
 // daemonPodTerminating reports, from the API (not a cache), whether a pod
 // of the DaemonSet is terminating on the node: then the DaemonSet
 // controller, which saw its deletion before it sees the hand-over, counts no
-// running pod but the bridge once it is handed over, and creates none.
+// running pod but the bridge once it is handed over, and creates none. Only
+// asked for a pod deleted without the hand-over finalizer.
 func (s Surger) daemonPodTerminating(ctx context.Context, namespace, node string, ds types.UID) (bool, error) {
 	pods, err := s.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 	if err != nil {
@@ -283,6 +369,8 @@ func (s Surger) handOver(ctx context.Context, p *corev1.Pod) error {
 func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time) (SurgeResult, error) {
 	s = s.defaults()
 	var res SurgeResult
+	var acted time.Time  // when the last step's writes were made
+	var settle time.Time // until when the DaemonSet controller is given to act on a retire
 	for {
 		var changed <-chan struct{}
 		if s.Changes != nil {
@@ -295,7 +383,12 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			step = SurgeStep{Kind: SurgeWaitController, Reason: err.Error()}
 		case err != nil:
 			return res, err
+		case len(res.expect) > 0 && !shows(in, res.expect) && s.Now().Sub(acted) < ownWriteWait:
+			// The input (a cache) does not show this loop's own last writes
+			// yet: deciding from it would repeat them.
+			step = SurgeStep{Kind: surgeWaitOwnWrites, Reason: "waiting for the cache to show this swap's last writes"}
 		default:
+			res.expect = nil
 			step = NextSurgeStep(in)
 		}
 		s.Log.Debug("surge step", zap.String("node", node), zap.String("step", string(step.Kind)), zap.String("reason", step.Reason))
@@ -309,8 +402,13 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			if err := s.Apply(ctx, step, &res); err != nil {
 				return res, err
 			}
+			acted = s.Now()
+			if step.Kind != SurgeCreateBridge {
+				settle = acted.Add(controllerGrace)
+			}
+		case surgeWaitOwnWrites:
 		default:
-			if !s.Now().Before(deadline) {
+			if !s.Now().Before(deadline) && !s.Now().Before(settle) {
 				gone, err := s.abandon(ctx, in, &res)
 				if err != nil {
 					return res, err
@@ -361,7 +459,7 @@ func (s Surger) abandon(ctx context.Context, in SurgeInput, res *SurgeResult) ([
 	}
 	var gone []string
 	for _, p := range SurgeLeftovers(in) {
-		if err := s.deletePod(ctx, p, "never-Ready surge bridge deleted"); err != nil {
+		if _, err := s.deletePod(ctx, p, "never-Ready surge bridge deleted"); err != nil {
 			return gone, err
 		}
 		gone = append(gone, p.Name)

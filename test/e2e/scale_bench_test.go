@@ -112,6 +112,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 		}
 	}
 	sort.Strings(vs)
+	leaseReads := leaseReads(leaderFams) + leaseReads(standbyFams)
 	p99 := requestP99(apiBefore, apiAfter)
 	size1, _, _ := statusSize(b, nr, 1)
 	size5k, fit5k, trimmed5k := statusSize(b, nr, int(math.Ceil(5000/float64(nodes))))
@@ -126,7 +127,12 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 		parallel, native.Round(10*time.Millisecond), wall.Seconds()/native.Seconds())
 	fmt.Printf("API requests per node by verb (leader + successor): %s; writes %.2f, reads (get+list) %.3f\n", strings.Join(vs, " "), writes/float64(nodes), reads/float64(nodes))
 	fmt.Printf("the same by verb and resource: %s\n", requestsByResource(nodes, leaderFams, standbyFams))
+	fmt.Printf("reads per node without leader election's (the standby's polls of the Lease, %.0f over the run: per second of standby, not per node): %.3f\n",
+		leaseReads, (reads-leaseReads)/float64(nodes))
 	fmt.Printf("mean time per node in each step, successor: %s\n", stepMeans(standbyFams))
+	inSlot, swapped, busy := slotUse(nr, sc, parallel, wall)
+	fmt.Printf("a node in its slot, first record to Done (status times, whole seconds): mean %.2f s, of which its swaps as the cluster saw them %.2f s; the %d slots were busy %.0f%% of the wall\n",
+		inSlot.Seconds(), swapped.Seconds(), parallel, 100*busy)
 	fmt.Printf("orchestrator peak RSS: leader %.1f MiB (killed at %d/%d), successor %.1f MiB; CPU: leader %.1f s, successor %.1f s\n",
 		float64(leaderRSS)/1024, doneAtKill, nodes, float64(standbyRSS)/1024, leaderCPU, standbyCPU)
 	fmt.Printf("API server request latency p99 during the rollout (non-watch, from apiserver_request_duration_seconds): %s\n", p99)
@@ -323,6 +329,39 @@ func requestsByVerb(fams map[string]*dto) map[string]float64 {
 		}
 	}
 	return verbs
+}
+
+// slotUse is where a rollout's wall time goes beyond its floor: the mean
+// time a node held its slot (from its first record to Done, as status
+// records them), the mean of its swaps as the cluster saw them (the floor's
+// measure), and the share of slots × wall the nodes held (the rest is the
+// planner refilling a slot, and preflight before the first record).
+func slotUse(nr *v1alpha1.NodeRollout, sc *swapClock, slots int, wall time.Duration) (inSlot, swapped time.Duration, busy float64) {
+	var sum, sw time.Duration
+	n := 0
+	for _, ns := range nr.Status.Nodes {
+		if ns.StartTime == nil || ns.FinishTime == nil {
+			continue
+		}
+		sum += ns.FinishTime.Sub(ns.StartTime.Time)
+		sw += sc.took(ns.Name)
+		n++
+	}
+	if n == 0 {
+		return 0, 0, 0
+	}
+	return sum / time.Duration(n), sw / time.Duration(n), sum.Seconds() / (float64(slots) * wall.Seconds())
+}
+
+// leaseReads counts the GETs and LISTs of Leases in a scrape (leader election).
+func leaseReads(fams map[string]*dto) float64 {
+	var n float64
+	for _, m := range fams["nodewise_api_requests_total"].GetMetric() {
+		if l := labelMap(m.GetLabel()); l["resource"] == "leases" && (l["verb"] == "get" || l["verb"] == "list") {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
 }
 
 // requestsByResource sums nodewise_api_requests_total over the scrapes by

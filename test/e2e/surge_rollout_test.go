@@ -22,6 +22,9 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 	e.drainModel(3 * time.Second)
 	w := e.watchZtunnels(t)
 	e.upgrade("1.28.1")
+	// New ztunnels take 3 s to start, so a node stays in SwapZtunnel long
+	// enough to be seen there and killed mid-surge (the bridge starting).
+	e.slowStart(3 * time.Second)
 	hash := e.newestHash(cluster.ZtunnelName)
 	first := e.startProcess("first", "127.0.0.1:0")
 	e.apply(rollout("outage", func(s *v1alpha1.NodeRolloutSpec) {
@@ -78,6 +81,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 // still starting: the started swap finishes (the bridge is handed over, the
 // old pod goes), nothing else starts, and nothing of nodewise's is left.
 func TestSurgeAbortMidSwap(t *testing.T) {
+	nodewiseCLI(t) // built before the swap it aborts, not while it runs
 	e := newEnv(t, 3, 1)
 	e.upgrade("1.28.1")
 	e.slowStart(3 * time.Second)
