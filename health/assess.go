@@ -351,7 +351,8 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 			}
 			c.PBeforeAfter, c.plainFloors = c.P, c.ClearsFloors
 			enough := func(a *controlAgg) bool { return countOf(a.before, m)+countOf(a.after, m) >= cfg.MinEvents }
-			if cg := ctrl.forRow(cfg, k, enough); cg != nil && k.Name != "" {
+			rise := func(a *controlAgg) float64 { return countRise(cfg, a, m) }
+			if cg := ctrl.forRow(cfg, k, enough, rise); cg != nil && k.Name != "" {
 				c.againstControl(cfg, th, disp, cg, m, ea, eb, bs, ss, ctrl.moved(cfg, disp, k, m, cg))
 			}
 		}
@@ -378,14 +379,22 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 			c.ClearsFloors = latencyFloors(th, hb, hs)
 			c.PBeforeAfter, c.plainFloors = c.P, c.ClearsFloors
 			enough := func(a *controlAgg) bool { _, ok := a.latencyRatio(m); return ok }
-			if cg := ctrl.forRow(cfg, k, enough); cg != nil {
+			rise := func(a *controlAgg) float64 { f, _ := a.latencyRatio(m); return f }
+			if cg := ctrl.forRow(cfg, k, enough, rise); cg != nil {
 				// The control's slowdown applied to the node's baseline: the
 				// soak is then compared with what the baseline would have
 				// become had the node only shared it. A control that got
 				// faster does not make the test stricter, and one that moved
 				// less than controlMovedLatency leaves the row as it was: its
-				// noise would only cost power.
+				// noise would only cost power. A workload's own control may
+				// be one pod, whose median reads its slowdown loosely: the
+				// node is not blamed for less than its side's pods slowed by.
 				f, _ := cg.latencyRatio(m)
+				if !probe {
+					if fs, ok := ctrl.by[controlKey{side: k.Side}].latencyRatio(m); ok && fs > f {
+						f = fs
+					}
+				}
 				c.ControlRatio, c.ControlPods = f, cg.pods
 				if f >= controlMovedLatency {
 					shifted := scaleHist(hb, f)
@@ -433,21 +442,25 @@ func (c *Comparison) againstControl(cfg Config, th CountThresholds, disp Dispers
 	c.ClearsFloors = c.ClearsFloors && raw.Rho >= math.Sqrt(th.MinRatio) && excess >= th.MinExcessPerSecond
 }
 
-// controlMovedLatency is the control group's latency change (geometric
-// mean) from which it counts as real. Log2 buckets blur the geometric mean
-// towards 1 (a true ×1.3 reads about ×1.1), so the bar is low.
+// controlMovedLatency is the control group's latency change (median,
+// fitted as lognormal: LogMedian) from which it counts as real.
 const controlMovedLatency = 1.05
 
 // controlMovedP is the level at which the control group's own rise counts
 // as real: only then is the node compared with it.
 const controlMovedP = 0.001
 
+// controlMovedProbeP is controlMovedP for the probe's own control, which
+// shares a little of the judged probe's regression (see controlGroup.moved).
+const controlMovedProbeP = 1e-6
+
 // againstPredicted tests a node row against the control group pod by pod:
 // under H0 each pod's rate moved as its own control did (its workload on the
-// control nodes, else every control pod of its side), so the node's after
-// count is compared with Σ before × exposure ratio × θᵢ. Summing per pod keeps
-// a workload-specific change (a dependency failing) from reading as the
-// node's regression on a node that hosts more of that workload.
+// control nodes, else the control workload of its side that rose the most:
+// forRow), so the node's after count is compared with Σ before × exposure
+// ratio × θᵢ. Summing per pod keeps a workload-specific change (a dependency
+// failing) from reading as the node's regression on a node that hosts more
+// of that workload.
 func (c *Comparison) againstPredicted(th CountThresholds, disp Dispersion, cfg Config, before, expected float64, baseSec, soakSec float64) {
 	if before <= 0 || expected <= before {
 		return

@@ -49,10 +49,10 @@ type controlAgg struct {
 	before, after Counts
 	beforeSec     float64
 	afterSec      float64
-	// Latency: the samples-weighted mean over control pods of log2(geometric
-	// mean after / before), per metric. Per-pod ratios rather than a pooled
-	// histogram, so a shift in the traffic mix between pods is not read as a
-	// change in latency.
+	// Latency: the samples-weighted mean over control pods of log2(median
+	// after / before), the medians fitted as lognormal (LogMedian), per
+	// metric. Per-pod ratios rather than a pooled histogram, so a shift in
+	// the traffic mix between pods is not read as a change in latency.
 	latLog, latW map[Metric]float64
 }
 
@@ -117,8 +117,10 @@ func buildControl(cfg Config, c *Control) *controlGroup {
 					if nb < cfg.MinEvents || na < cfg.MinEvents {
 						continue
 					}
+					mb, _ := hb.LogMedian()
+					ma, _ := hs.LogMedian()
 					w := float64(min(nb, na))
-					a.latLog[m] += w * math.Log2(hs.GeoMean()/hb.GeoMean())
+					a.latLog[m] += w * (ma - mb)
 					a.latW[m] += w
 				}
 			}
@@ -128,10 +130,14 @@ func buildControl(cfg Config, c *Control) *controlGroup {
 }
 
 // forRow picks the control of one row: the same workload on the control
-// nodes when it has enough events for the metric, else every pod of the
-// same side (the node's rows: every pod). Probe rows use only other nodes'
+// nodes when it has enough events for the metric (the node's rows: every
+// pod). A workload with no pod of its own there is compared with the
+// control workload of its side that rose the most (rise tells how much), not
+// with the side's pool: a change that hit some workloads and not others (a
+// dependency failing) moves the pool by an average, which understates what
+// an unseen workload may have shared. Probe rows use only other nodes'
 // probes. nil means no control for this row.
-func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) bool) *controlAgg {
+func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) bool, rise func(*controlAgg) float64) *controlAgg {
 	if g == nil {
 		return nil
 	}
@@ -147,10 +153,42 @@ func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) boo
 	if cfg.isProbe(k) {
 		return nil
 	}
+	var top *controlAgg
+	var topKey controlKey
+	for key, a := range g.by {
+		if key.workload == "" || key.side != k.Side || key.namespace == cfg.ProbeNamespace || !enough(a) {
+			continue
+		}
+		if top == nil {
+			top, topKey = a, key
+			continue
+		}
+		if r, t := rise(a), rise(top); r > t || r == t && key.namespace+"/"+key.workload < topKey.namespace+"/"+topKey.workload {
+			top, topKey = a, key
+		}
+	}
+	if top != nil {
+		return top
+	}
 	if a := g.by[controlKey{side: k.Side}]; a != nil && enough(a) {
 		return a
 	}
 	return nil
+}
+
+// exposures are a control's before and after exposures: connections when
+// it has the traffic, else seconds.
+func (a *controlAgg) exposures(cfg Config) (before, after float64) {
+	if a.before.Traffic() >= cfg.MinEvents && a.after.Traffic() >= cfg.MinEvents {
+		return float64(a.before.Traffic()), float64(a.after.Traffic())
+	}
+	return a.beforeSec, a.afterSec
+}
+
+// countRise is a control's after/before ratio of metric m (see exposures).
+func countRise(cfg Config, a *controlAgg, m Metric) float64 {
+	eb, es := a.exposures(cfg)
+	return ratio(float64(countOf(a.after, m))/es, float64(countOf(a.before, m))/eb)
 }
 
 // moved says the control group rose in metric m: the row's own control, or
@@ -158,21 +196,26 @@ func (g *controlGroup) forRow(cfg Config, k PodKey, enough func(*controlAgg) boo
 // controlMovedP by their own before/after test (per connection when they
 // have the traffic). A workload's few control pods may hold too few events
 // to show a change the whole cluster shows plainly; a change the cluster
-// did not show is left to before/after alone.
+// did not show is left to before/after alone. The probe's own control
+// counts only at controlMovedProbeP: the control nodes' probes talk to the
+// judged node's probe, so they share a little of its regression (1/(N−1)
+// of their traffic with N probes), and that share alone must not read as
+// the cluster's change.
 func (g *controlGroup) moved(cfg Config, disp Dispersion, k PodKey, m Metric, own *controlAgg) bool {
 	phi := disp.Of(PodKey{}, m, cfg.CountDispersion)
-	rose := func(a *controlAgg) bool {
+	rose := func(a *controlAgg, level float64) bool {
 		if a == nil {
 			return false
 		}
 		cb, cs := deflate(countOf(a.before, m), phi), deflate(countOf(a.after, m), phi)
-		eb, es := a.beforeSec, a.afterSec
-		if a.before.Traffic() >= cfg.MinEvents && a.after.Traffic() >= cfg.MinEvents {
-			eb, es = float64(a.before.Traffic()), float64(a.after.Traffic())
-		}
-		return PoissonRateTest(cb, eb, cs, es).P <= controlMovedP
+		eb, es := a.exposures(cfg)
+		return PoissonRateTest(cb, eb, cs, es).P <= level
 	}
-	return rose(own) || rose(g.by[controlKey{side: k.Side}]) || rose(g.by[controlKey{}])
+	level := controlMovedP
+	if cfg.isProbe(k) {
+		level = controlMovedProbeP
+	}
+	return rose(own, level) || rose(g.by[controlKey{side: k.Side}], controlMovedP) || rose(g.by[controlKey{}], controlMovedP)
 }
 
 func (g *controlGroup) describe() string {

@@ -30,6 +30,9 @@ var simClusterTrials = 1000
 // the recorder samples the baseline (for the dispersion estimate).
 type clusterTiming struct {
 	baseline, soak, sample int // seconds
+	// interval is gates.interval: after a failing judgement the next one,
+	// this much later, must fail too (consecutiveFailures 2).
+	interval int
 }
 
 func (t clusterTiming) String() string {
@@ -38,7 +41,7 @@ func (t clusterTiming) String() string {
 
 // defaultTiming is the defaults: orchestrator/policy.go's baseline and soak,
 // and health.RecorderConfig's sampling period.
-var defaultTiming = clusterTiming{baseline: 300, soak: 300, sample: 30}
+var defaultTiming = clusterTiming{baseline: 300, soak: 300, sample: 30, interval: 60}
 
 // clusterShift changes every node's traffic during the soak, the judged
 // node's and the control nodes' alike.
@@ -194,8 +197,12 @@ func onlyProbe(s Snapshot) Snapshot {
 }
 
 // clusterTrial draws a cluster and judges its first node with and without
-// its control group.
-func clusterTrial(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (withControl, alone Assessment, target string) {
+// its control group. When the judgement with the control fails and r2 is
+// not nil, again draws the next interval (gates.interval more of every
+// node's soak, from r2: fresh traffic, the same pods and changes) and judges
+// the longer soak with the control group, as the judge does before a Fail
+// under consecutiveFailures 2.
+func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (withControl, alone Assessment, target string, again *Assessment) {
 	workloads := make([]simPod, clusterWorkloads)
 	for i := range workloads {
 		workloads[i] = simWorkload(r)
@@ -210,6 +217,12 @@ func clusterTrial(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (wit
 	var windows []ControlWindow
 	var judged []Snapshot
 	var soakStart, soakEnd Snapshot
+	type soaking struct {
+		pods       []simPod
+		start, end Snapshot
+		base       Window
+	}
+	var all []soaking // every node's soak, the judged node first
 	for i, n := range nodes {
 		soak := append([]simPod(nil), n.pods...)
 		if c.shift.apply != nil {
@@ -229,13 +242,14 @@ func clusterTrial(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (wit
 			target = fmt.Sprintf("wl%02d", n.workload[j])
 		}
 		series, s2, s3 := clusterSnapshots(r, i, t, n, soak)
-		if i == 0 {
-			judged, soakStart, soakEnd = series, s2, s3
-			continue
-		}
 		base, err := NewWindow(series[0], series[len(series)-1])
 		if err != nil {
 			panic(err)
+		}
+		all = append(all, soaking{soak, s2, s3, base})
+		if i == 0 {
+			judged, soakStart, soakEnd = series, s2, s3
+			continue
 		}
 		sw, err := NewWindow(s2, s3)
 		if err != nil {
@@ -262,14 +276,45 @@ func clusterTrial(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (wit
 		panic(err)
 	}
 	ctrl := &Control{Scope: "zone a", Nodes: windows}
-	return Assess(cfg, base, soak, disp, nil, ctrl), Assess(cfg, base, soak, disp, nil, nil), target
+	withControl, alone = Assess(cfg, base, soak, disp, nil, ctrl), Assess(cfg, base, soak, disp, nil, nil)
+	if withControl.Outcome != Fail || r2 == nil {
+		return withControl, alone, target, nil
+	}
+	var later []ControlWindow
+	var end Snapshot
+	for i, n := range all {
+		e := simMore(r2, n.pods, nil, n.end, t.interval)
+		if i == 0 {
+			end = e
+			continue
+		}
+		sw, err := NewWindow(n.start, e)
+		if err != nil {
+			panic(err)
+		}
+		later = append(later, ControlWindow{Node: e.Node, Baseline: n.base, Soak: sw})
+	}
+	start := all[0].start
+	if c.drained {
+		start, end = onlyProbe(start), onlyProbe(end)
+	}
+	soak2, err := NewWindow(start, end)
+	if err != nil {
+		panic(err)
+	}
+	next := Assess(cfg, base, soak2, disp, nil, &Control{Scope: "zone a", Nodes: later})
+	return withControl, alone, target, &next
 }
 
 // clusterRates are one case's figures, with the control group and without.
 type clusterRates struct {
-	trials                      int
-	fails, failsAlone           int
-	caught, caughtAlone         int
+	trials              int
+	fails, failsAlone   int
+	caught, caughtAlone int
+	// failsRule and caughtRule are with the control group, after the
+	// consecutive-failures rule (2): the node fails only when the next
+	// judgement, one gates.interval later, fails too.
+	failsRule, caughtRule       int
 	inconclusive, explained     int
 	examples, explainedExamples []string
 }
@@ -295,10 +340,17 @@ func runCluster(seed uint64, trials int, t clusterTiming, c clusterCase) cluster
 		panic(err)
 	}
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	r2 := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
 	var out clusterRates
 	for range trials {
-		with, alone, target := clusterTrial(r, cfg, t, c)
+		with, alone, target, again := clusterTrial(r, r2, cfg, t, c)
 		out.trials++
+		if again != nil && again.Outcome == Fail {
+			out.failsRule++
+			if target != "" && caughtIn(*again, target) {
+				out.caughtRule++
+			}
+		}
 		if with.Outcome == Fail {
 			out.fails++
 			if len(out.examples) < 2 {
@@ -335,7 +387,10 @@ func runCluster(seed uint64, trials int, t clusterTiming, c clusterCase) cluster
 // that Fail, over 1,000 nodes per cluster-wide condition, ≤ 1%; a 3× reset
 // rise in the probe or in one pod of 30, caught on drained and undrained
 // nodes, ≥ 95%. It prints every figure, with and without the control group,
-// and asserts what holds today: the control group explains most of a
+// for one interval and, with the control, after the consecutive-failures
+// rule (what the orchestrator does: a node fails when the next judgement,
+// gates.interval later, fails too); the targets are asserted on the latter.
+// It asserts too that the control group explains most of a
 // cluster-wide shift (before/after alone fails at least 3× as many nodes),
 // it costs at most a quarter of the power, and the probe leaves no node
 // Inconclusive.
@@ -350,21 +405,20 @@ func TestSimClusterAcceptance(t *testing.T) {
 		{shift: shiftNone, regress: "pod"},
 	}
 	t.Logf("%s, %d control nodes, a sample every %ds", defaultTiming, clusterControl, defaultTiming.sample)
-	t.Logf("%-55s %8s %14s %14s %12s", "case", "trials", "Fail (control)", "Fail (alone)", "inconclusive")
+	t.Logf("%-55s %8s %14s %14s %12s %12s", "case", "trials", "Fail (control)", "Fail (alone)", "inconclusive", "Fail (rule)")
 	for i, c := range healthy {
 		// Half of the 1,000 nodes of each condition drained, half not.
 		s := runCluster(uint64(300+i), simClusterTrials/2, defaultTiming, c)
-		t.Logf("%-55s %8d %13.1f%% %13.1f%% %11.1f%%", c, s.trials, s.pct(s.fails), s.pct(s.failsAlone), s.pct(s.inconclusive))
+		t.Logf("%-55s %8d %13.1f%% %13.1f%% %11.1f%% %11.1f%%", c, s.trials, s.pct(s.fails), s.pct(s.failsAlone), s.pct(s.inconclusive), s.pct(s.failsRule))
 		if len(s.explainedExamples) > 0 {
 			t.Logf("    e.g. %s", s.explainedExamples[0])
 		}
 		if len(s.examples) > 0 {
 			t.Logf("    false Fail e.g. %q", s.examples)
 		}
-		if s.pct(s.fails) > 1 {
-			// The acceptance target (issue 13) is not met yet for every
-			// shift: the figure is printed, and docs/health.md carries it.
-			t.Logf("    target ≤ 1%% NOT MET: %.1f%%", s.pct(s.fails))
+		if s.pct(s.failsRule) > 1 {
+			// The acceptance target (issue 13), on what a user gets.
+			t.Errorf("%s: target ≤ 1%% NOT MET: %.1f%% fail after the consecutive-failures rule", c, s.pct(s.failsRule))
 		}
 		if s.inconclusive > 0 {
 			t.Errorf("%s: %d nodes inconclusive: the probe must give every node evidence", c, s.inconclusive)
@@ -373,12 +427,12 @@ func TestSimClusterAcceptance(t *testing.T) {
 			t.Errorf("%s: before/after alone failed %d nodes, with the control %d: the control group must explain most of a cluster-wide shift", c, s.failsAlone, s.fails)
 		}
 	}
-	t.Logf("%-55s %8s %14s %14s", "case", "trials", "caught (ctrl)", "caught (alone)")
+	t.Logf("%-55s %8s %14s %14s %14s", "case", "trials", "caught (ctrl)", "caught (alone)", "caught (rule)")
 	for i, c := range regressions {
 		s := runCluster(uint64(400+i), simClusterTrials/2, defaultTiming, c)
-		t.Logf("%-55s %8d %13.1f%% %13.1f%%", c, s.trials, s.pct(s.caught), s.pct(s.caughtAlone))
-		if s.pct(s.caught) < 95 {
-			t.Logf("    target ≥ 95%% NOT MET: %.1f%%", s.pct(s.caught))
+		t.Logf("%-55s %8d %13.1f%% %13.1f%% %13.1f%%", c, s.trials, s.pct(s.caught), s.pct(s.caughtAlone), s.pct(s.caughtRule))
+		if s.pct(s.caughtRule) < 95 {
+			t.Errorf("%s: target ≥ 95%% NOT MET: %.1f%% caught after the consecutive-failures rule", c, s.pct(s.caughtRule))
 		}
 		if s.pct(s.caught) < 75 {
 			t.Errorf("%s: caught %.1f%%: the control group costs too much power", c, s.pct(s.caught))
@@ -390,7 +444,7 @@ func BenchmarkClusterTrial(b *testing.B) {
 	cfg, _ := NewConfig(Config{})
 	r := rand.New(rand.NewPCG(5, 5))
 	for range b.N {
-		clusterTrial(r, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
+		clusterTrial(r, nil, cfg, defaultTiming, clusterCase{shift: shiftLoad3x})
 	}
 }
 
@@ -404,7 +458,7 @@ func TestSimClusterTimings(t *testing.T) {
 	trials := simClusterTrials / 5
 	t.Logf("%-28s %10s %12s %12s %12s", "timing", "trials", "false Fail", "probe 3×", "pod 3×")
 	var last float64
-	for i, tm := range []clusterTiming{{60, 120, 15}, {120, 120, 30}, {300, 120, 30}, {300, 180, 30}, {300, 300, 30}, {600, 300, 60}} {
+	for i, tm := range []clusterTiming{{60, 120, 15, 60}, {120, 120, 30, 60}, {300, 120, 30, 60}, {300, 180, 30, 60}, {300, 300, 30, 60}, {600, 300, 60, 60}} {
 		healthy := runCluster(uint64(500+i), trials, tm, clusterCase{shift: shiftNone})
 		probe := runCluster(uint64(600+i), trials, tm, clusterCase{shift: shiftNone, regress: "probe", drained: true})
 		pod := runCluster(uint64(700+i), trials, tm, clusterCase{shift: shiftNone, regress: "pod"})

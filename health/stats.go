@@ -301,11 +301,23 @@ func TailTest(before, after Log2Histogram, tailShare float64) RateTest {
 // fitted one follows the spread of the whole sample. It returns 0 for fewer
 // than two samples.
 func (h Log2Histogram) LognormalP99() float64 {
-	var n, sum, sq float64
+	n, mean, v, _ := h.centreMoments()
+	if n < 2 {
+		return 0
+	}
+	return math.Exp2(mean + 2.3263478740408408*math.Sqrt(v))
+}
+
+// centreMoments are the samples, the mean of their log2 bucket centres (0
+// for bucket 0), the centres' variance with Sheppard's correction (− 1/12,
+// at least 0), and the buckets occupied.
+func (h Log2Histogram) centreMoments() (n, mean, variance float64, occupied int) {
+	var sum, sq float64
 	for i, c := range h.Buckets {
 		if c == 0 {
 			continue
 		}
+		occupied++
 		x := 0.0
 		if i > 0 {
 			x = float64(i) + 0.5
@@ -314,10 +326,118 @@ func (h Log2Histogram) LognormalP99() float64 {
 		sum += float64(c) * x
 		sq += float64(c) * x * x
 	}
-	if n < 2 {
-		return 0
+	if n == 0 {
+		return 0, 0, 0, 0
 	}
-	mean := sum / n
-	v := math.Max(0, sq/n-mean*mean-1.0/12)
-	return math.Exp2(mean + 2.3263478740408408*math.Sqrt(v))
+	mean = sum / n
+	return n, mean, math.Max(0, sq/n-mean*mean-1.0/12), occupied
+}
+
+// LogMedian estimates log2 of the median in microseconds as if the samples
+// were lognormal, by maximum likelihood on the buckets (each bucket's count
+// is the probability mass between its bounds). Unlike GeoMean, which takes
+// every sample at its bucket's centre, it is not blurred by the bucket
+// width: a true ×1.3 reads ×1.3 within ±0.02 where the centres of a narrow
+// distribution (σ 0.2) read it up to ±0.09 off. With fewer than two
+// occupied buckets the fit has nothing to go on and it returns log2 of
+// GeoMean. It returns ok false for an empty histogram.
+func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
+	n, mu, v, occupied := h.centreMoments()
+	if n == 0 {
+		return 0, false
+	}
+	if occupied < 2 {
+		return mu, true
+	}
+	sigma := math.Max(0.1, math.Sqrt(v))
+	// Newton's method on (μ, σ) with the exact gradient and Hessian of the
+	// interval-censored normal likelihood of log2 latency, halving a step
+	// that would not raise the likelihood; a handful of steps converge.
+	cur, gm, gs, hmm, hms, hss := h.logLik(mu, sigma)
+	for range 30 {
+		det := hmm*hss - hms*hms
+		var sm, ss float64
+		if hmm < 0 && det > 0 {
+			sm, ss = -(hss*gm-hms*gs)/det, -(hmm*gs-hms*gm)/det
+		} else { // not concave here: a small gradient step
+			sm, ss = 0.1*gm/n, 0.1*gs/n
+		}
+		step, moved := 1.0, false
+		for range 30 {
+			nm, ns := mu+step*sm, math.Max(0.05, math.Min(8, sigma+step*ss))
+			if l, a, b, c, d, e := h.logLik(nm, ns); l >= cur {
+				done := math.Abs(nm-mu) < 1e-7 && math.Abs(ns-sigma) < 1e-7
+				mu, sigma, cur, gm, gs, hmm, hms, hss, moved = nm, ns, l, a, b, c, d, e, true
+				if done {
+					return mu, true
+				}
+				break
+			}
+			step /= 2
+		}
+		if !moved {
+			break
+		}
+	}
+	return mu, true
+}
+
+// logLik is the log-likelihood of the buckets under a normal law of log2
+// latency (mean mu, deviation sigma), with its gradient and Hessian in
+// (μ, σ). With z a bound's standardised value and φ the normal density,
+// ∂P/∂μ = −Δφ/σ and ∂P/∂σ = −Δ(zφ)/σ over the bucket's two bounds (φ = zφ
+// = 0 at ±∞).
+func (h Log2Histogram) logLik(mu, sigma float64) (l, gm, gs, hmm, hms, hss float64) {
+	nb := len(h.Buckets)
+	for i, c := range h.Buckets {
+		if c == 0 {
+			continue
+		}
+		// φ, zφ, z²φ and (z³−z)φ at the lower and upper bounds (bucket 0
+		// reaches down to −∞, the last up to +∞, where all are 0).
+		var a, az, az2, a3, b, bz, bz2, b3 float64
+		bound := func(x float64) (float64, float64, float64, float64) {
+			z := (x - mu) / sigma
+			f := math.Exp(-z*z/2) / math.Sqrt(2*math.Pi)
+			return f, z * f, z * z * f, (z*z*z - z) * f
+		}
+		if i > 0 {
+			a, az, az2, a3 = bound(float64(i))
+		}
+		if i < nb-1 {
+			b, bz, bz2, b3 = bound(float64(i + 1))
+		}
+		p := math.Max(1e-300, bucketMass(i, nb, mu, sigma))
+		s2 := sigma * sigma
+		pm, ps := -(b-a)/sigma, -(bz-az)/sigma
+		pmm := -(bz - az) / s2
+		pms := (b-a)/s2 - (bz2-az2)/s2
+		pss := (bz-az)/s2 - (b3-a3)/s2
+		w := float64(c)
+		l += w * math.Log(p)
+		gm += w * pm / p
+		gs += w * ps / p
+		hmm += w * (pmm/p - pm*pm/(p*p))
+		hms += w * (pms/p - pm*ps/(p*p))
+		hss += w * (pss/p - ps*ps/(p*p))
+	}
+	return l, gm, gs, hmm, hms, hss
+}
+
+// bucketMass is the probability of bucket i of nb under a normal law of
+// log2 latency with mean mu and deviation sigma: bucket 0 holds everything
+// below 1 (2 µs), the last everything from its lower bound up.
+func bucketMass(i, nb int, mu, sigma float64) float64 {
+	upper := func(x float64) float64 { return 0.5 * math.Erfc((x-mu)/sigma/math.Sqrt2) }  // P(X ≥ x)
+	lower := func(x float64) float64 { return 0.5 * math.Erfc(-(x-mu)/sigma/math.Sqrt2) } // P(X < x)
+	lo, hi := float64(i), float64(i+1)
+	switch {
+	case i == 0:
+		return lower(1)
+	case i == nb-1:
+		return upper(lo)
+	case lo > mu: // in a tail, differences of small numbers stay exact
+		return upper(lo) - upper(hi)
+	}
+	return lower(hi) - lower(lo)
 }

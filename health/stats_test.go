@@ -2,6 +2,7 @@ package health
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -134,5 +135,59 @@ func TestGeoMean(t *testing.T) {
 	}
 	if g := newHist().GeoMean(); g != 0 {
 		t.Errorf("empty geomean = %g", g)
+	}
+}
+
+// TestLogMedianReadsAShiftUnblurred: a ×1.3 slowdown of a narrow lognormal
+// (σ 0.2, under a third of a log2 bucket) reads ×1.3 from the fitted medians, where
+// the bucket centres read it anywhere from ×1 to ×2 by where the median sits.
+func TestLogMedianReadsAShiftUnblurred(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	var worst, worstGeo float64
+	for _, median := range []float64{300, 400, 550, 700, 1000} {
+		b, a := newHist(), newHist()
+		lognormalHist(r, b.Buckets, 5000, median, 0.2)
+		lognormalHist(r, a.Buckets, 5000, median*1.3, 0.2)
+		mb, _ := b.LogMedian()
+		ma, _ := a.LogMedian()
+		got, geo := math.Exp2(ma-mb), a.GeoMean()/b.GeoMean()
+		worst, worstGeo = math.Max(worst, math.Abs(got-1.3)), math.Max(worstGeo, math.Abs(geo-1.3))
+		if d := math.Abs(math.Exp2(mb) - median); d > 0.05*median {
+			t.Errorf("median %g: fitted %g", median, math.Exp2(mb))
+		}
+	}
+	t.Logf("×1.3 read within ±%.3f fitted, ±%.3f from bucket centres", worst, worstGeo)
+	if worst > 0.04 {
+		t.Errorf("a ×1.3 shift read up to %.3f off (the bucket centres: %.3f)", worst, worstGeo)
+	}
+	if _, ok := newHist().LogMedian(); ok {
+		t.Error("an empty histogram has no median")
+	}
+}
+
+// logLik's gradient and Hessian are its own finite differences.
+func TestLogLikDerivatives(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	h := newHist()
+	lognormalHist(r, h.Buckets, 3000, 700, 0.4)
+	const d = 1e-5
+	for _, at := range [][2]float64{{9.3, 0.5}, {9.8, 0.3}, {8.5, 1.2}} {
+		mu, s := at[0], at[1]
+		_, gm, gs, hmm, hms, hss := h.logLik(mu, s)
+		lp, gmp, gsp, _, _, _ := h.logLik(mu+d, s)
+		lm, gmm, _, _, _, _ := h.logLik(mu-d, s)
+		sp, _, gss, _, _, _ := h.logLik(mu, s+d)
+		sm, _, _, _, _, _ := h.logLik(mu, s-d)
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"∂μ", gm, (lp - lm) / (2 * d)}, {"∂σ", gs, (sp - sm) / (2 * d)},
+			{"∂μμ", hmm, (gmp - gmm) / (2 * d)}, {"∂μσ", hms, (gsp - gs) / d}, {"∂σσ", hss, (gss - gs) / d},
+		} {
+			if math.Abs(c.got-c.want) > 1e-3*math.Max(1, math.Abs(c.want)) {
+				t.Errorf("at μ %g σ %g: %s %g, finite difference %g", mu, s, c.name, c.got, c.want)
+			}
+		}
 	}
 }
