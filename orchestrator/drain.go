@@ -122,23 +122,12 @@ const abortPoll = 250 * time.Millisecond
 // untilLeaving is ctx, also cancelled (with errLeftDuringDrain) once the
 // caches say the node leaves the rollout (executor.leaving).
 func (e *executor) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
-	dctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		t := time.NewTicker(abortPoll)
-		defer t.Stop()
-		for {
-			if why := e.leaving(nr, node); why != "" {
-				cancel(fmt.Errorf("%w (%s)", errLeftDuringDrain, why))
-				return
-			}
-			select {
-			case <-dctx.Done():
-				return
-			case <-t.C:
-			}
+	return cancelWhen(ctx, abortPoll, func() error {
+		if why := e.leaving(nr, node); why != "" {
+			return fmt.Errorf("%w (%s)", errLeftDuringDrain, why)
 		}
-	}()
-	return dctx, func() { cancel(context.Canceled) }
+		return nil
+	})
 }
 
 // pdbRefusal asks the Eviction API, in a dry run, whether a PodDisruptionBudget

@@ -84,23 +84,35 @@ var errNodeGone = errors.New("the node was deleted")
 // whileNodeExists is ctx, also cancelled (with errNodeGone) once the node
 // cache no longer holds the node.
 func (e *executor) whileNodeExists(ctx context.Context, node string) (context.Context, func()) {
-	wctx, cancel := context.WithCancelCause(ctx)
+	return cancelWhen(ctx, time.Second, func() error {
+		if _, err := e.nodes.Get(node); apierrors.IsNotFound(err) {
+			return errNodeGone
+		}
+		return nil
+	})
+}
+
+// cancelWhen is ctx, also cancelled with the cause check returns, checked
+// at once and then every period (in the caches: no request), and a func
+// that ends it.
+func cancelWhen(ctx context.Context, every time.Duration, check func() error) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
 	go func() {
-		t := time.NewTicker(time.Second)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
+			if cause := check(); cause != nil {
+				cancel(cause)
+				return
+			}
 			select {
-			case <-wctx.Done():
+			case <-cctx.Done():
 				return
 			case <-t.C:
 			}
-			if _, err := e.nodes.Get(node); apierrors.IsNotFound(err) {
-				cancel(errNodeGone)
-				return
-			}
 		}
 	}()
-	return wctx, func() { cancel(context.Canceled) }
+	return cctx, func() { cancel(context.Canceled) }
 }
 
 // driveNode is runNode's loop.
