@@ -42,7 +42,11 @@ type Config struct {
 	// Timeout bounds each dial and each exchange (default 2 s).
 	Timeout    time.Duration
 	PeersEvery time.Duration // default 30 s
-	Logger     *zap.Logger
+	// Dial opens the connections to the peers (default a net.Dialer with
+	// Timeout). A test rig that runs probes in network namespaces of its
+	// own dials from there.
+	Dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	Logger *zap.Logger
 }
 
 // Stats are the probe's counters since it started.
@@ -98,6 +102,10 @@ func New(cfg Config) (*Probe, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: cfg.Timeout}
+		cfg.Dial = d.DialContext
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -243,10 +251,16 @@ func (p *Probe) requestLoop(ctx context.Context) {
 	}
 }
 
+// dial opens a connection to a peer within Timeout.
+func (p *Probe) dial(ctx context.Context, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return p.cfg.Dial(ctx, "tcp", addr)
+}
+
 // exchangeOnce is one short request: dial, ping, pong, close.
 func (p *Probe) exchangeOnce(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: p.cfg.Timeout}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := p.dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -291,8 +305,7 @@ func (p *Probe) stream(ctx context.Context, i int) {
 }
 
 func (p *Probe) holdStream(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: p.cfg.Timeout}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := p.dial(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@ package dataplane
 
 import "fmt"
 
-// Ports of the in-pod model: app servers listen on AppPort; the ztunnel
+// Ports of the in-pod model: app servers listen on AppPort, the nodewise
+// probe on ProbePort; the ztunnel
 // stand-in's listeners in each ambient pod take redirected outbound traffic on
 // OutboundPort and inbound traffic on InboundPort.
 const (
 	AppPort      = 8080
+	ProbePort    = 15080
 	OutboundPort = 15001
 	InboundPort  = 15006
 	// ZtunnelMark is the SO_MARK ztunnel puts on its own sockets: the
@@ -17,22 +19,22 @@ const (
 )
 
 // redirectRules is the nftables ruleset istio-cni would install inside an
-// ambient pod's namespace: app connections out to other pods go to the
-// stand-in's outbound listener, connections in to the app go to its inbound
-// listener; the stand-in's own marked sockets pass.
+// ambient pod's namespace: app (and probe) connections out to other pods go
+// to the stand-in's outbound listener, connections in to the app (or probe)
+// go to its inbound listener; the stand-in's own marked sockets pass.
 func redirectRules() string {
 	return fmt.Sprintf(`table ip nodewise {
 	chain out {
 		type nat hook output priority -100; policy accept;
 		meta mark %[1]d return
-		ip daddr %[2]s tcp dport %[3]d redirect to :%[4]d
+		ip daddr %[2]s tcp dport { %[3]d, %[6]d } redirect to :%[4]d
 	}
 	chain in {
 		type nat hook prerouting priority -100; policy accept;
-		iifname "eth0" tcp dport %[3]d redirect to :%[5]d
+		iifname "eth0" tcp dport { %[3]d, %[6]d } redirect to :%[5]d
 	}
 }
-`, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort)
+`, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort, ProbePort)
 }
 
 // installRedirect loads the redirect rules into the pod namespace.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodewise/nodewise/probe"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -49,17 +50,20 @@ type DataPlane struct {
 	cniUp     map[string]bool               // node → istio-cni stand-in running
 	standins  map[types.UID]*standinProc    // ztunnel pod → its process
 	connects  int                           // stand-ins started so far: their connection order
-	pods      map[types.UID]*podSandbox     // app pods
-	byNode    map[string]map[types.UID]bool // node → app pods
+	pods      map[types.UID]*podSandbox     // app and probe pods
+	byNode    map[string]map[types.UID]bool // node → app and probe pods
 	gone      map[string]Truth              // ground truth of app pods that stopped, by namespace/name
 	next      int
 }
 
-// podSandbox is one app pod's namespace, veth leg and app.
+// podSandbox is one app pod's namespace, veth leg and app, or a probe pod's
+// namespace, veth leg and probe.
 type podSandbox struct {
 	key, node, netns, leg, ip string
 	ambient                   bool
 	app                       *app
+	probeCfg                  *probe.Config // a probe pod: what its command line asks for
+	probe                     *probeRun
 	stopping                  bool // deleted: its endpoints are gone, clients no longer pick it
 }
 
@@ -112,6 +116,7 @@ const (
 	kindCNI
 	kindZtunnel
 	kindApp
+	kindProbe // a pod of the nodewise-probe DaemonSet
 )
 
 func kindOf(pod *corev1.Pod) podKind {
@@ -124,6 +129,8 @@ func kindOf(pod *corev1.Pod) podKind {
 		return kindZtunnel
 	case pod.Namespace == cluster.IstioNamespace || pod.Namespace == metav1.NamespaceSystem || pod.Spec.HostNetwork:
 		return kindOther
+	case isProbePod(pod):
+		return kindProbe
 	}
 	return kindApp
 }
@@ -150,7 +157,7 @@ func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) er
 		return nil
 	case kindZtunnel:
 		return d.startZtunnel(pod)
-	case kindApp:
+	case kindApp, kindProbe:
 		if ip := net.ParseIP(podIP); !pod.Spec.HostNetwork && (ip == nil || !livePodRange.Contains(ip)) {
 			return fmt.Errorf("pod %s/%s: IP %q is outside the live data plane's %s (it holds the first 256 nodes' pod CIDRs)", pod.Namespace, pod.Name, podIP, podRange)
 		}
@@ -186,7 +193,7 @@ func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
 			delete(d.standins, pod.UID)
 			d.mu.Unlock()
 		}
-	case kindApp:
+	case kindApp, kindProbe:
 		d.stopApp(ctx, pod.UID)
 	}
 }
@@ -274,7 +281,7 @@ func (d *DataPlane) isAmbient(ctx context.Context, ns string) (bool, error) {
 	return amb, nil
 }
 
-// startApp builds the pod's sandbox. Like a real node with istio-cni, it
+// startApp builds the pod's sandbox (an app pod's, or a probe pod's). Like a real node with istio-cni, it
 // refuses (the pod stays in ContainerCreating) while the node's istio-cni is
 // down, or, for an ambient pod, while no ztunnel serves the node.
 func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string) error {
@@ -282,6 +289,14 @@ func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string)
 	ambient, err := d.isAmbient(ctx, pod.Namespace)
 	if err != nil {
 		return err
+	}
+	var probeCfg *probe.Config
+	if kindOf(pod) == kindProbe {
+		cfg, err := probeArgs(pod)
+		if err != nil {
+			return err
+		}
+		probeCfg = &cfg
 	}
 	d.mu.Lock()
 	if _, ok := d.pods[pod.UID]; ok {
@@ -301,7 +316,7 @@ func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string)
 		return fmt.Errorf("no ztunnel serves node %s", node)
 	}
 	d.next++
-	sb := &podSandbox{key: pod.Namespace + "/" + pod.Name, node: node, ip: podIP, ambient: ambient,
+	sb := &podSandbox{key: pod.Namespace + "/" + pod.Name, node: node, ip: podIP, ambient: ambient, probeCfg: probeCfg,
 		netns: fmt.Sprintf("%s-p%d", d.prefix, d.next), leg: fmt.Sprintf("v%d", d.next)}
 	d.mu.Unlock()
 	if err := d.buildSandbox(sb, zts); err != nil {
@@ -334,6 +349,14 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 				return err
 			}
 		}
+	}
+	if sb.probeCfg != nil {
+		r, err := d.startProbe(sb, *sb.probeCfg)
+		if err != nil {
+			return err
+		}
+		sb.probe = r
+		return nil
 	}
 	a, err := startApp(sb.netns, sb.ip, sb.ambient, d.cfg.Traffic, d.pickTarget, d.gonePod)
 	if err != nil {
@@ -379,12 +402,18 @@ func (d *DataPlane) stopApp(ctx context.Context, uid types.UID) {
 		case <-time.After(pre):
 		}
 	}
-	sb.app.stop(ctx)
+	if sb.probe != nil {
+		sb.probe.stop(ctx)
+	} else {
+		sb.app.stop(ctx)
+	}
 	d.teardown(sb)
 	d.mu.Lock()
 	delete(d.pods, uid)
 	delete(d.byNode[sb.node], uid)
-	d.gone[sb.key] = d.gone[sb.key].Add(sb.app.truth.load())
+	if sb.app != nil {
+		d.gone[sb.key] = d.gone[sb.key].Add(sb.app.truth.load())
+	}
 	d.mu.Unlock()
 }
 
@@ -394,7 +423,7 @@ func (d *DataPlane) pickTarget(self string) string {
 	defer d.mu.Unlock()
 	var ips []string
 	for _, sb := range d.pods {
-		if sb.ambient && sb.ip != self && !(sb.stopping && d.cfg.Traffic.PreStop >= 0) {
+		if sb.ambient && sb.app != nil && sb.ip != self && !(sb.stopping && d.cfg.Traffic.PreStop >= 0) {
 			ips = append(ips, sb.ip)
 		}
 	}
@@ -462,6 +491,11 @@ func (d *DataPlane) Close() error {
 		if sb.app != nil {
 			sb.app.cancel()
 			sb.app.ln.Close()
+		}
+		if sb.probe != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sb.probe.stop(ctx)
+			cancel()
 		}
 	}
 	for _, p := range procs {

@@ -44,16 +44,24 @@ func DrainDeadline(grace time.Duration, known bool) time.Duration {
 type Profile struct {
 	// Latency is added before each proxied connection is opened (-slow).
 	Latency time.Duration
+	// SynDropEvery > 0 drops one in that many of the SYNs the stand-in's
+	// own sockets send from a pod's namespace (-slow), so those connects
+	// wait for TCP's SYN retransmission (1 s or more). The sleep of Latency
+	// happens in user space, before a connect, where the node agents'
+	// connect latency (SYN to ESTABLISHED) cannot see it; the lost SYNs are
+	// connect latency they see, as a build that loses packets would cause.
+	SynDropEvery int
 	// ResetShare of accepted connections are reset at once (-rst).
 	ResetShare float64
 }
 
 // ProfileFor returns the behaviour of an image tag: a tag ending in -slow
-// adds 50 ms per connection; one ending in -rst resets a quarter of them.
+// adds 50 ms per connection and makes a quarter of its connects wait for a
+// SYN retransmission; one ending in -rst resets a quarter of them.
 func ProfileFor(tag string) Profile {
 	switch {
 	case strings.HasSuffix(tag, "-slow"):
-		return Profile{Latency: 50 * time.Millisecond}
+		return Profile{Latency: 50 * time.Millisecond, SynDropEvery: 4}
 	case strings.HasSuffix(tag, "-rst"):
 		return Profile{ResetShare: 0.25}
 	}
@@ -138,6 +146,12 @@ func (s *standin) add(ns string) error {
 		ls = append(ls, l)
 		go s.accept(ns, l)
 	}
+	if err := s.dropSyns(ns); err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining {
@@ -151,6 +165,35 @@ func (s *standin) add(ns string) error {
 	}
 	s.listeners[ns] = append(s.listeners[ns], ls...)
 	return nil
+}
+
+// synDropTable is the nftables table of a SynDropEvery profile in a pod's namespace.
+const synDropTable = "nodewise_slow"
+
+// dropSyns installs the SynDropEvery rule in a pod's namespace (replacing
+// one a stand-in of the same build left there).
+func (s *standin) dropSyns(ns string) error {
+	n := s.profile.SynDropEvery
+	if n <= 0 {
+		return nil
+	}
+	rules := fmt.Sprintf(`table ip %[1]s {}
+flush table ip %[1]s
+table ip %[1]s {
+	chain out {
+		type filter hook output priority -200; policy accept;
+		meta mark %[2]d tcp flags & (syn | ack) == syn numgen inc mod %[3]d 0 drop
+	}
+}
+`, synDropTable, ZtunnelMark, n)
+	return run(rules, "ip", "netns", "exec", ns, "nft", "-f", "-")
+}
+
+// undropSyns removes the SynDropEvery rule from a pod's namespace.
+func (s *standin) undropSyns(ns string) {
+	if s.profile.SynDropEvery > 0 {
+		_ = run("", "ip", "netns", "exec", ns, "nft", "delete", "table", "ip", synDropTable)
+	}
 }
 
 // has answers whether the stand-in listens in a pod's namespace.
@@ -171,6 +214,7 @@ func (s *standin) del(ns string) {
 	for _, l := range ls {
 		l.Close()
 	}
+	s.undropSyns(ns)
 }
 
 func (s *standin) accept(ns string, l net.Listener) {
@@ -223,14 +267,19 @@ func (s *standin) proxy(ns string, down *net.TCPConn) {
 func (s *standin) drain(deadline time.Duration, gone <-chan struct{}) {
 	s.mu.Lock()
 	s.draining = true
+	var served []string
 	for ns, ls := range s.listeners {
 		for _, l := range ls {
 			l.Close()
 		}
 		delete(s.listeners, ns)
+		served = append(served, ns)
 	}
 	left := len(s.relays)
 	s.mu.Unlock()
+	for _, ns := range served {
+		s.undropSyns(ns) // the next build's connects are its own
+	}
 	logf("SIGTERM: listeners closed, %d connections kept until the drain deadline %s", left, deadline)
 	if left > 0 {
 		select {

@@ -120,7 +120,6 @@ func judged(nr *v1alpha1.NodeRollout, baseline, soak time.Duration, inconclusive
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: soak}
 	nr.Spec.Gates.Interval = &v1alpha1.Duration{Duration: 3 * time.Second}
 	nr.Spec.Gates.Inconclusive = inconclusive
-	nr.Spec.Gates.Probe = v1alpha1.ProbeOptional // the live rig runs no probe DaemonSet
 	return nr
 }
 

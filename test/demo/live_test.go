@@ -104,6 +104,11 @@ func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
 	if err := waitDaemonSets(ctx, c, nodes); err != nil {
 		t.Fatal(err)
 	}
+	// The nodewise-probe DaemonSet: the live data plane runs the real probe
+	// in each of its pods, so every node has probe evidence, drained or not.
+	if err := installProbe(ctx, c.Client, nodes, ProbeTraffic{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
