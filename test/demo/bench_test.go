@@ -171,6 +171,9 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 		// soak, which passes; a node swapped in place is judged on its pods.
 		nr := demoGates(judged(healthyRollout("bench", c.Nodes[0].Name), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass))
 		nr.Spec.Drain.Policy = policy
+		// The benchmark compares the agents' per-pod counts with the apps'
+		// own and runs no probe, so probe evidence is not required.
+		nr.Spec.Gates.Probe = v1alpha1.ProbeOptional
 		got, err := runRollout(ctx, rc, nr, newView(nopWriter{}, false))
 		must(b, during(name, "running the rollout", err))
 		if got.Status.Phase != v1alpha1.PhaseCompleted {

@@ -178,6 +178,12 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if err := waitDaemonSets(ctx, c, cfg.Nodes); err != nil {
 		return sum, err
 	}
+	if cfg.DataPlane != nil {
+		step(out, "installing the nodewise-probe DaemonSet (deploy/probe, --rate=%g): the real probe on every node, through its ztunnel both ways, drained or not", demoProbe.Rate)
+		if err := installProbe(ctx, c.Client, cfg.Nodes, demoProbe); err != nil {
+			return sum, err
+		}
+	}
 
 	if agents != nil {
 		step(out, "starting the orchestrator (in this process, leader election on a Lease), each node gated by the judge over its node agent")
@@ -219,12 +225,6 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 
 	canary := c.Nodes[len(c.Nodes)/2].Name
 	judgeRst := agents != nil && strings.HasSuffix(cfg.FaultyTag, "-rst")
-	if judgeRst {
-		// The node with the most ambient pods: the most traffic to judge.
-		if canary, err = busiestAmbientNode(ctx, c); err != nil {
-			return sum, err
-		}
-	}
 	step(out, "rolling ztunnel to the faulty build %s with canary %s: it %s", cfg.FaultyTag, canary, faultyExpectation(cfg.FaultyTag))
 	if err := cluster.SetImageTag(ctx, c.Client, cluster.ZtunnelName, cfg.FaultyTag); err != nil {
 		return sum, err
@@ -233,7 +233,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	t0 = time.Now()
-	faulty, err := runRollout(ctx, rc, faultyRollout("faulty-"+cfg.FaultyTag, canary, judgeRst), newView(out, cfg.Redraw))
+	fr := faultyRollout("faulty-"+cfg.FaultyTag, canary, judgeRst)
+	if judgeRst {
+		// Drained: the canary's soak has only the probe's traffic, and
+		// the build is judged on it before any workload lands there.
+		fr.Spec.Drain.Policy = v1alpha1.DrainAlways
+	}
+	faulty, err := runRollout(ctx, rc, fr, newView(out, cfg.Redraw))
 	if err != nil {
 		return sum, err
 	}
@@ -252,6 +258,10 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	return sum, nil
 }
 
+// demoProbe is the demo's probe traffic: lighter than the tests' (twelve
+// nodes share the machine), still enough to judge a drained node in 10 s.
+var demoProbe = ProbeTraffic{Rate: 5, Streams: 1, StreamEvery: time.Second}
+
 // truthOf is the data plane's ground truth so far (zero without one).
 func truthOf(dp DataPlane) dataplane.Truth {
 	if dp == nil {
@@ -266,7 +276,7 @@ func faultyExpectation(tag string) string {
 	case strings.HasSuffix(tag, cluster.TagNeverReady):
 		return "never gets Ready, so the canary's swap timeout halts the rollout"
 	case strings.HasSuffix(tag, "-rst"):
-		return "resets a share of connections; the canary is swapped in place (drain never) so its pods keep their traffic, and the judge fails its gate and halts the rollout"
+		return "resets a share of connections; the canary is drained (drain always), so only its nodewise-probe pod has traffic in the soak, and the judge fails its gate on the probe's resets and halts the rollout before the uncordon"
 	}
 	return "should halt at the canary"
 }

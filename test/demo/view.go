@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -124,6 +125,9 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 	if s.HaltReason != "" {
 		fmt.Fprintf(out, "   halt reason           %s\n", s.HaltReason)
 	}
+	if l := probeLineOf(s.HaltReason); l != "" {
+		fmt.Fprintf(out, "   the canary's probe    %s\n", l)
+	}
 	if s.DataPlane != "" {
 		fmt.Fprintf(out, "   traffic ground truth  %s\n", s.DataPlane)
 		fmt.Fprintf(out, "     during %s → %s   %s\n", cfg.From, cfg.To, s.HealthyTruth)
@@ -132,4 +136,18 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 		fmt.Fprintf(out, "   traffic               none (the pods ran without a live data plane)\n")
 	}
 	fmt.Fprintf(out, "   total                 %s\n", s.Total.Round(time.Second))
+}
+
+// probeLineOf is the judge's probe line ("probe: 1 pods, … in 6 tests", its
+// before → after) within a halt reason, or "".
+func probeLineOf(reason string) string {
+	i := strings.Index(reason, "probe: ")
+	if i < 0 {
+		return ""
+	}
+	line := reason[i:]
+	if j := strings.Index(line, " tests"); j >= 0 {
+		line = line[:j+len(" tests")]
+	}
+	return line
 }

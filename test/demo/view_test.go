@@ -20,3 +20,15 @@ func TestBeforeAfterShowsTheNodeTotals(t *testing.T) {
 		t.Errorf("no judgement: %q, want nothing", got)
 	}
 }
+
+func TestProbeLineOfAHaltReason(t *testing.T) {
+	reason := "node node-006: gate Fail: probe nodewise-probe/nodewise-probe-7hsqr: resets received 0/s → 2.4/s, p<0.001; " +
+		"probe: 2 pods, 668 connections in the soak; connections 61/s → 54/s, resets received 0/s → 2.4/s; 2 regressions in 6 tests; consecutive failures 2 of 2"
+	want := "probe: 2 pods, 668 connections in the soak; connections 61/s → 54/s, resets received 0/s → 2.4/s; 2 regressions in 6 tests"
+	if got := probeLineOf(reason); got != want {
+		t.Errorf("probeLineOf = %q, want %q", got, want)
+	}
+	if got := probeLineOf("node node-006: swap timeout"); got != "" {
+		t.Errorf("no probe line: %q, want nothing", got)
+	}
+}
