@@ -303,17 +303,8 @@ func workDir(dir string) (string, func(), error) {
 func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, sel := range []string{"app=ztunnel", "k8s-app=" + cluster.CNIName} {
-			pods, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
-			if err != nil {
-				return false, nil
-			}
-			ready := map[string]bool{}
-			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
-					ready[p.Spec.NodeName] = true
-				}
-			}
-			if len(ready) != nodes {
+			ready, err := readyNodes(ctx, c.Client, cluster.IstioNamespace, sel)
+			if err != nil || len(ready) != nodes {
 				return false, nil
 			}
 		}
@@ -323,6 +314,21 @@ func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 		return fmt.Errorf("waiting for ztunnel and istio-cni to be Ready on %d nodes: %w", nodes, err)
 	}
 	return nil
+}
+
+// readyNodes are the nodes with a Ready pod of namespace ns matching selector.
+func readyNodes(ctx context.Context, c kubernetes.Interface, ns, selector string) (map[string]bool, error) {
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	ready := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
+			ready[p.Spec.NodeName] = true
+		}
+	}
+	return ready, nil
 }
 
 // waitTemplateObserved waits until the DaemonSet controller has seen each

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/yaml"
 
 	probemanifest "github.com/nodewise/nodewise/deploy/probe"
@@ -137,17 +136,8 @@ func setProbeArgs(ds *appsv1.DaemonSet, tr ProbeTraffic) {
 // waitProbes waits until a probe pod is Ready on each of nodes nodes.
 func waitProbes(ctx context.Context, c kubernetes.Interface, nodes int) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := c.CoreV1().Pods(health.DefaultProbeNamespace).List(ctx, metav1.ListOptions{LabelSelector: dataplane.ProbeLabel + "=" + dataplane.ProbeName})
-		if err != nil {
-			return false, nil
-		}
-		ready := map[string]bool{}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
-				ready[p.Spec.NodeName] = true
-			}
-		}
-		return len(ready) >= nodes, nil
+		ready, err := readyNodes(ctx, c, health.DefaultProbeNamespace, dataplane.ProbeLabel+"="+dataplane.ProbeName)
+		return err == nil && len(ready) >= nodes, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for a Ready nodewise-probe pod on %d nodes: %w", nodes, err)
