@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/test/dataplane"
 )
 
 // drainedRollout rolls with drain always: the canary's app pods are evicted
@@ -128,4 +130,59 @@ func workloadPodsOn(ctx context.Context, t *testing.T, c *cluster.Cluster, node 
 		out = append(out, p.Namespace+"/"+p.Name)
 	}
 	return out
+}
+
+// TestLiveProbeRunsThroughTheStandins: on a steady live cluster every node
+// has one nodewise-probe pod, a DaemonSet pod, served by its node's ztunnel
+// stand-in; the probes exchange requests and hold streams with no failure;
+// and each node's agent counts its probe's traffic on both sides: the app
+// side (the probe's own sockets) and the proxy side (the stand-in's sockets
+// in the probe's namespace, outbound and inbound).
+func TestLiveProbeRunsThroughTheStandins(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	ctx := context.Background()
+	e.settle()
+	pods, err := e.c.Client.CoreV1().Pods(health.DefaultProbeNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perNode := map[string]int{}
+	for _, p := range pods.Items {
+		perNode[p.Spec.NodeName]++
+		if ref := metav1.GetControllerOf(&p); ref == nil || ref.Kind != "DaemonSet" || ref.Name != dataplane.ProbeName {
+			t.Errorf("probe pod %s is not the DaemonSet %s's: owner %+v", p.Name, dataplane.ProbeName, ref)
+		}
+		key := p.Namespace + "/" + p.Name
+		if by := e.dp.ServedBy(p.UID); len(by) == 0 {
+			t.Errorf("probe pod %s: no ztunnel stand-in listens in its namespace", key)
+		}
+		st, ok := e.dp.ProbeStats(key)
+		t.Logf("%s on %s: %+v", key, p.Spec.NodeName, st)
+		if !ok || st.Requests == 0 || st.Served == 0 || st.StreamLines == 0 {
+			t.Errorf("probe %s: no traffic (running %t): %+v", key, ok, st)
+		}
+		if st.RequestFailures != 0 || st.StreamBreaks != 0 {
+			t.Errorf("probe %s on a steady cluster: %d requests failed, %d streams broke; want 0", key, st.RequestFailures, st.StreamBreaks)
+		}
+		snap, err := e.agents.Snapshot(p.Spec.NodeName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sides := map[health.Side]health.PodCounters{}
+		for _, pc := range snap.Pods {
+			if pc.Namespace == p.Namespace && pc.Name == p.Name && pc.UID == string(p.UID) {
+				sides[pc.Side] = pc
+			}
+		}
+		app, proxy := sides[health.SideApp], sides[health.SideProxy]
+		if app.Connects == 0 || app.Accepts == 0 || proxy.Connects == 0 || proxy.Accepts == 0 {
+			t.Errorf("agent of %s: probe %s counted app side %d connects/%d accepts, proxy side %d/%d; want traffic on both",
+				p.Spec.NodeName, key, app.Connects, app.Accepts, proxy.Connects, proxy.Accepts)
+		}
+	}
+	for _, n := range e.c.Nodes {
+		if perNode[n.Name] != 1 {
+			t.Errorf("node %s runs %d probe pods, want 1", n.Name, perNode[n.Name])
+		}
+	}
 }
