@@ -33,3 +33,27 @@ func newSimKubeletCmd() *cobra.Command {
 	stateDirFlag(cmd, &dir)
 	return cmd
 }
+
+// newSimInjectorCmd is the other background process `sim up` starts: the
+// sidecar injector of every revision `sim install-istio` installs. Hidden
+// too.
+func newSimInjectorCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:    "injector",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := zap.NewProduction()
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return cluster.RunInjector(ctx, dir, log)
+		},
+	}
+	stateDirFlag(cmd, &dir)
+	return cmd
+}
