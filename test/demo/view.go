@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -123,6 +124,17 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 	fmt.Fprintln(out)
 	if s.HaltReason != "" {
 		fmt.Fprintf(out, "   halt reason           %s\n", s.HaltReason)
+	}
+	if sc := s.Sidecar; sc.HealthyPhase != "" {
+		fmt.Fprintf(out, "   sidecars %s → %s  %s in %s (adopted: %s)\n", cfg.From, cfg.To, sc.HealthyPhase, sc.Healthy.Round(time.Second), strings.Join(sc.Adopted, ", "))
+		fmt.Fprintf(out, "   sidecars %s  %s in %s", cfg.SidecarFaulty, sc.FaultyPhase, sc.Faulty.Round(time.Second))
+		if sc.HaltedWave != "" {
+			fmt.Fprintf(out, " at wave %s", sc.HaltedWave)
+		}
+		fmt.Fprintln(out)
+		if sc.HaltReason != "" {
+			fmt.Fprintf(out, "   sidecar halt reason   %s\n", sc.HaltReason)
+		}
 	}
 	if s.DataPlane != "" {
 		fmt.Fprintf(out, "   traffic ground truth  %s\n", s.DataPlane)
