@@ -97,7 +97,9 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 		a.agents[n.Name] = ag
 		a.n++
 		go func() { a.done <- ag.Run(runCtx) }()
-		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		// Generous: the first agent loads the eBPF programs (parsing the
+		// kernel's BTF), which takes long on a loaded machine.
+		wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 		_, err = ag.Addr(wctx)
 		wcancel()
 		if err != nil {

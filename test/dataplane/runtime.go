@@ -61,10 +61,14 @@ type DataPlane struct {
 type podSandbox struct {
 	key, node, netns, leg, ip string
 	ambient                   bool
-	app                       *app
-	probeCfg                  *probe.Config // a probe pod: what its command line asks for
-	probe                     *probeRun
-	stopping                  bool // deleted: its endpoints are gone, clients no longer pick it
+	// sidecar is the pod's own proxy stand-in when it was injected (an
+	// istio-proxy container): it intercepts the app's traffic in the pod's
+	// namespace as Envoy's redirect does, with the behaviour of its image tag.
+	sidecar  *standinProc
+	app      *app
+	probeCfg *probe.Config // a probe pod: what its command line asks for
+	probe    *probeRun
+	stopping bool // deleted: its endpoints are gone, clients no longer pick it
 }
 
 // New creates the fabric namespace. Close removes everything New and the
@@ -133,6 +137,25 @@ func kindOf(pod *corev1.Pod) podKind {
 		return kindProbe
 	}
 	return kindApp
+}
+
+// sidecarTag is the image tag of an injected pod's istio-proxy container.
+func sidecarTag(pod *corev1.Pod) (string, bool) {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == "istio-proxy" {
+			if i := strings.LastIndex(c.Image, ":"); i >= 0 {
+				return c.Image[i+1:], true
+			}
+			return "", true
+		}
+	}
+	return "", false
+}
+
+// namespaceOf is the namespace of a namespace/name key.
+func namespaceOf(key string) string {
+	ns, _, _ := strings.Cut(key, "/")
+	return ns
 }
 
 // runsZtunnel reports whether a pod's first container is a ztunnel image.
@@ -319,6 +342,13 @@ func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string)
 	sb := &podSandbox{key: pod.Namespace + "/" + pod.Name, node: node, ip: podIP, ambient: ambient, probeCfg: probeCfg,
 		netns: fmt.Sprintf("%s-p%d", d.prefix, d.next), leg: fmt.Sprintf("v%d", d.next)}
 	d.mu.Unlock()
+	if tag, ok := sidecarTag(pod); ok && !ambient {
+		p, err := startStandin(d.cfg.StandinArgv, []string{tagEnv + "=" + tag}, d.cfg.StandinLog, node, sb.key)
+		if err != nil {
+			return fmt.Errorf("pod %s: its sidecar: %w", sb.key, err)
+		}
+		sb.sidecar = p
+	}
 	if err := d.buildSandbox(sb, zts); err != nil {
 		d.teardown(sb)
 		return err
@@ -340,7 +370,11 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 	if err := d.fab.attach(sb.netns, sb.leg, sb.ip); err != nil {
 		return err
 	}
-	if sb.ambient {
+	if sb.sidecar != nil {
+		zts = []*standinProc{sb.sidecar}
+	}
+	meshed := sb.ambient || sb.sidecar != nil
+	if meshed {
 		if err := installRedirect(sb.netns); err != nil {
 			return err
 		}
@@ -358,7 +392,7 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 		sb.probe = r
 		return nil
 	}
-	a, err := startApp(sb.netns, sb.ip, sb.ambient, d.cfg.Traffic, d.pickTarget, d.gonePod)
+	a, err := startApp(sb.netns, sb.ip, meshed, d.cfg.Traffic, d.pickTarget, d.gonePod)
 	if err != nil {
 		return err
 	}
@@ -377,6 +411,9 @@ func (d *DataPlane) teardown(sb *podSandbox) {
 	d.mu.Unlock()
 	for _, p := range zts {
 		_ = p.command("del", sb.netns)
+	}
+	if sb.sidecar != nil {
+		sb.sidecar.kill() // after the app: the pod's own proxy goes with it
 	}
 	_ = d.fab.detach(sb.leg)
 	if err := delNetns(sb.netns); err != nil {
@@ -417,13 +454,29 @@ func (d *DataPlane) stopApp(ctx context.Context, uid types.UID) {
 	d.mu.Unlock()
 }
 
-// pickTarget returns the IP of a random ambient app pod other than self.
+// pickTarget returns the IP of a random app pod other than self: for an
+// ambient pod, any ambient pod; for a pod with a sidecar, a pod with a
+// sidecar in its own namespace (a service calling its own peers), so a faulty
+// proxy in one namespace does not reach the callers in another.
 func (d *DataPlane) pickTarget(self string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var me *podSandbox
+	for _, sb := range d.pods {
+		if sb.ip == self {
+			me = sb
+		}
+	}
 	var ips []string
 	for _, sb := range d.pods {
-		if sb.ambient && sb.app != nil && sb.ip != self && !(sb.stopping && d.cfg.Traffic.PreStop >= 0) {
+		if sb.ip == self || sb.app == nil || (sb.stopping && d.cfg.Traffic.PreStop >= 0) {
+			continue
+		}
+		if me != nil && me.sidecar != nil {
+			if sb.sidecar != nil && namespaceOf(sb.key) == namespaceOf(me.key) {
+				ips = append(ips, sb.ip)
+			}
+		} else if sb.ambient {
 			ips = append(ips, sb.ip)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/test/injector"
 )
 
 // DataPlane is what the demo needs of a live data plane: the simulated
@@ -51,6 +52,11 @@ type Config struct {
 	// 1.28.2-rst with a live data plane, whose node agents and judge catch
 	// its resets; 1.28.2-neverready without one).
 	FaultyTag string
+	// SidecarFaulty is the Istio version of the faulty sidecar revision the
+	// sidecar half halts at its canary wave (default 1.29.0-rst: its proxy
+	// resets a quarter of connections). The sidecar half runs with a live
+	// data plane only: its judge is the node agents.
+	SidecarFaulty string
 	// AgentPort is where the node agents listen on their node's InternalIP
 	// (default 9443, as the orchestrator's --agent-port).
 	AgentPort int
@@ -89,16 +95,23 @@ func (c *Config) validate() error {
 		def(&c.FaultyTag, "1.28.2-rst")
 	}
 	def(&c.FaultyTag, "1.28.2"+cluster.TagNeverReady)
+	def(&c.SidecarFaulty, "1.29.0-rst")
 	if c.Out == nil {
 		c.Out = os.Stdout
 	}
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
-	for name, v := range map[string]string{"From": c.From, "To": c.To} {
-		if _, err := cluster.Revision(v); err != nil {
+	revs := map[string]string{}
+	for name, v := range map[string]string{"From": c.From, "To": c.To, "SidecarFaulty": c.SidecarFaulty} {
+		rev, err := cluster.Revision(v)
+		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		if other, ok := revs[rev]; ok {
+			return fmt.Errorf("%s and %s are both revision %s: the sidecar half needs three revisions", other, name, rev)
+		}
+		revs[rev] = name
 	}
 	if c.CRDDir == "" {
 		dir, err := FindCRDDir()
@@ -119,6 +132,18 @@ type Summary struct {
 	// HealthyTruth and FaultyTruth are the traffic's ground truth during
 	// each rollout (live data plane only).
 	HealthyTruth, FaultyTruth dataplane.Truth
+	// Sidecar is the sidecar half (live data plane only; zero without).
+	Sidecar SidecarSummary
+}
+
+// SidecarSummary is what the sidecar half measured.
+type SidecarSummary struct {
+	Healthy, Faulty           time.Duration
+	HealthyPhase, FaultyPhase v1alpha1.MigrationPhase
+	// Adopted are the namespaces the healthy migration made explicit.
+	Adopted []string
+	// HaltedWave and HaltReason say where and why the faulty one halted.
+	HaltedWave, HaltReason string
 }
 
 // Run runs the demo until it finishes or ctx ends (Ctrl-C); either way it
@@ -168,11 +193,33 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	fmt.Fprintf(out, "   cluster ready in %s. Look around while the demo runs:\n     export KUBECONFIG=%s\n     kubectl get nodes,pods -A -o wide; kubectl get noderollouts\n",
 		sum.ClusterUp.Round(100*time.Millisecond), c.Kubeconfig)
 
+	// With the live data plane, a sidecar injector for every revision: the
+	// sample sidecar namespaces get proxies, each a stand-in in its pod.
+	istio := func(version string, samples bool) cluster.IstioOptions {
+		return cluster.IstioOptions{Version: version, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: !samples}
+	}
+	if agents != nil {
+		inj, err := injector.Start()
+		if err != nil {
+			return sum, err
+		}
+		defer inj.Close()
+		for _, v := range []string{cfg.From, cfg.To, cfg.SidecarFaulty} {
+			rev, _ := cluster.Revision(v)
+			inj.SetRevision(rev, v)
+		}
+		plain := istio
+		istio = func(version string, samples bool) cluster.IstioOptions {
+			o := plain(version, samples)
+			o.InjectorURL, o.CABundle = inj.URL, inj.CABundle
+			return o
+		}
+	}
 	step(out, "installing the NodeRollout CRD and Istio %s (ztunnel and istio-cni with updateStrategy OnDelete, sample apps)", cfg.From)
 	if err := installCRD(ctx, c.Config, cfg.CRDDir); err != nil {
 		return sum, err
 	}
-	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.From, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
+	if err := cluster.InstallIstio(ctx, c.Client, istio(cfg.From, true)); err != nil {
 		return sum, err
 	}
 	if err := waitDaemonSets(ctx, c, cfg.Nodes); err != nil {
@@ -207,7 +254,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	step(out, "upgrading the charts to %s (OnDelete: no pod changes yet), then applying NodeRollout %q with drain auto", cfg.To, "upgrade-"+cfg.To)
 	fmt.Fprintf(out, "   swaps: istio-cni replace (delete, the DaemonSet recreates it); ztunnel surge (make-before-break, the default:\n"+
 		"   a new ztunnel is Ready beside the old one on each node before the old one goes, then the DaemonSet adopts it)\n")
-	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: cfg.To, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
+	if err := cluster.InstallIstio(ctx, c.Client, istio(cfg.To, false)); err != nil {
 		return sum, err
 	}
 	if err := waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName); err != nil {
@@ -252,6 +299,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	if cfg.DataPlane != nil {
 		total := truthOf(cfg.DataPlane)
 		sum.FaultyTruth, sum.DataPlane = total.Sub(truth1), total.String()
+	}
+	if agents != nil {
+		if sum.Sidecar, err = sidecarHalf(ctx, c, cfg, agentConfig(agents), func(v string) cluster.IstioOptions { return istio(v, false) }); err != nil {
+			return sum, err
+		}
 	}
 	sum.Total = time.Since(start)
 	printSummary(out, sum, cfg)

@@ -43,17 +43,24 @@ func repoCRDDir() string {
 
 func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	t.Helper()
-	return newLiveEnvWired(t, nodes, func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
+	return newLiveEnvWired(t, nodes, testAgents(t))
+}
+
+// testAgents starts every node's agent with the test CA and token.
+func testAgents(t *testing.T) wireAgents {
+	return func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
 		agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
 		return agents, agentConfig(agents), err
-	})
+	}
 }
 
 // wireAgents starts the node agents of a live cluster and says how the
 // orchestrator reaches them.
 type wireAgents func(context.Context, *dataplane.DataPlane, *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error)
 
-func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
+// newLiveEnvWired starts a live cluster whose agents wire starts; each istio
+// option changes the first Istio install (such as registering an injector).
+func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
 	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
@@ -85,7 +92,11 @@ func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents) *liveEnv {
 	if err := installCRD(ctx, c.Config, repoCRDDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
+	opts := cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}
+	for _, o := range istio {
+		o(&opts)
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, opts); err != nil {
 		t.Fatal(err)
 	}
 	if err := setZtunnelGrace(ctx, c, testGrace); err != nil {

@@ -128,6 +128,17 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 	if l := probeLineOf(s.HaltReason); l != "" {
 		fmt.Fprintf(out, "   the canary's probe    %s\n", l)
 	}
+	if sc := s.Sidecar; sc.HealthyPhase != "" {
+		fmt.Fprintf(out, "   sidecars %s → %s  %s in %s (adopted: %s)\n", cfg.From, cfg.To, sc.HealthyPhase, sc.Healthy.Round(time.Second), strings.Join(sc.Adopted, ", "))
+		fmt.Fprintf(out, "   sidecars %s  %s in %s", cfg.SidecarFaulty, sc.FaultyPhase, sc.Faulty.Round(time.Second))
+		if sc.HaltedWave != "" {
+			fmt.Fprintf(out, " at wave %s", sc.HaltedWave)
+		}
+		fmt.Fprintln(out)
+		if sc.HaltReason != "" {
+			fmt.Fprintf(out, "   sidecar halt reason   %s\n", sc.HaltReason)
+		}
+	}
 	if s.DataPlane != "" {
 		fmt.Fprintf(out, "   traffic ground truth  %s\n", s.DataPlane)
 		fmt.Fprintf(out, "     during %s → %s   %s\n", cfg.From, cfg.To, s.HealthyTruth)
