@@ -83,10 +83,12 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 
 // Gates combines gates: a wave fails when any fails (with every failing
 // gate's reasons), is held when none fails and any holds or errs, and passes
-// when all pass. The first Summary (an AgentGate's table) is kept.
+// when all pass, with the passing gates' notes (such as a built-in gate that
+// had no data) as its reasons. The gates' tables are joined into one Summary:
+// the first gate's (an AgentGate's) rows first.
 func Gates(gates ...Gate) Gate {
 	return GateFunc(func(ctx context.Context, in WaveInput) (health.Verdict, error) {
-		var fails, holds []string
+		var fails, holds, notes []string
 		var summary *v1alpha1.NodeJudgement
 		for _, g := range gates {
 			v, err := g.Judge(ctx, in)
@@ -94,14 +96,14 @@ func Gates(gates ...Gate) Gate {
 				holds = append(holds, "gate error: "+err.Error())
 				continue
 			}
-			if summary == nil {
-				summary = v.Summary
-			}
+			summary = joinSummaries(summary, v.Summary)
 			switch v.Outcome {
 			case health.Fail:
 				fails = append(fails, v.Reasons...)
 			case health.Inconclusive:
 				holds = append(holds, v.Reasons...)
+			default:
+				notes = append(notes, v.Reasons...)
 			}
 		}
 		switch {
@@ -110,6 +112,24 @@ func Gates(gates ...Gate) Gate {
 		case len(holds) > 0:
 			return health.Verdict{Outcome: health.Inconclusive, Reasons: holds, Summary: summary}, nil
 		}
-		return health.Verdict{Outcome: health.Pass, Summary: summary}, nil
+		return health.Verdict{Outcome: health.Pass, Reasons: notes, Summary: summary}, nil
 	})
+}
+
+// joinSummaries appends b's rows and counts to a copy of a (either may be nil).
+func joinSummaries(a, b *v1alpha1.NodeJudgement) *v1alpha1.NodeJudgement {
+	switch {
+	case b == nil:
+		return a
+	case a == nil:
+		return b.DeepCopy()
+	}
+	out := a.DeepCopy()
+	out.Rows = append(out.Rows, b.Rows...)
+	out.Tests += b.Tests
+	out.Regressions += b.Regressions
+	if out.JudgedAt == "" {
+		out.JudgedAt = b.JudgedAt
+	}
+	return out
 }
