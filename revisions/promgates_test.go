@@ -117,7 +117,7 @@ func TestBuiltInGatesAgainstRealPrometheus(t *testing.T) {
 		side[ns] = newFakeSidecars(t, ctx, 400, base)
 		targets = append(targets, promrig.Target{Addr: hostOf(side[ns].srv), Labels: map[string]string{"namespace": ns}})
 	}
-	addr := promrig.Start(t, targets...)
+	addr := promrig.Start(t, targets...).URL
 	pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: addr, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -103,17 +103,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 // OpenAPI schema and CEL rules with the API server's own validation code
 // (k8s.io/apiextensions-apiserver), so the two never drift apart.
 func TestCRDRejectsBadInput(t *testing.T) {
-	schema, structural := gatesSchema(t)
-	validate := func(obj map[string]any) field.ErrorList {
-		v, _, err := apiservervalidation.NewSchemaValidator(schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
-		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
-			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
-		return append(errs, celErrs...)
-	}
+	validate := crdValidator(t, "nodewise.io_noderollouts.yaml")
 	good := map[string]any{"interval": "1m", "significance": "0.01", "countDispersion": "1", "maxSnapshotAge": "30s",
 		"counts":  []any{map[string]any{"metric": "resetsReceived", "minRatio": "2", "minExcessPerSecond": "0.05"}},
 		"latency": []any{map[string]any{"metric": "connectLatency", "minRatio": "1.25", "minIncrease": "500us"}},
@@ -228,6 +218,22 @@ func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschem
 	return gatesSchemaOf(t, "nodewise.io_noderollouts.yaml")
 }
 
+// crdValidator validates a spec.gates object with the CRD's OpenAPI schema
+// and CEL rules, as the API server does.
+func crdValidator(t *testing.T, file string) func(obj map[string]any) field.ErrorList {
+	schema, structural := gatesSchemaOf(t, file)
+	return func(obj map[string]any) field.ErrorList {
+		v, _, err := apiservervalidation.NewSchemaValidator(schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
+		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
+			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		return append(errs, celErrs...)
+	}
+}
+
 // gatesSchemaOf is spec.gates of the CRD in deploy/crds/file.
 func gatesSchemaOf(t *testing.T, file string) (*apiextensions.JSONSchemaProps, *structuralschema.Structural) {
 	t.Helper()
@@ -300,18 +306,10 @@ func TestValidateAsksPrometheus(t *testing.T) {
 // its builtIn fields as revisions.Validate does.
 func TestCRDPrometheusQueriesAndBuiltIn(t *testing.T) {
 	validate := func(file string, obj map[string]any) string {
-		schema, structural := gatesSchemaOf(t, file)
-		v, _, err := apiservervalidation.NewSchemaValidator(schema)
-		if err != nil {
-			t.Fatal(err)
+		if errs := crdValidator(t, file)(obj); len(errs) > 0 {
+			return errs.ToAggregate().Error()
 		}
-		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
-		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
-			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
-		if errs = append(errs, celErrs...); len(errs) == 0 {
-			return ""
-		}
-		return errs.ToAggregate().Error()
+		return ""
 	}
 	addressOnly := map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090"}}
 	builtIn := func(b map[string]any) map[string]any {

@@ -22,14 +22,31 @@ type Target struct {
 	Labels map[string]string
 }
 
-// Start runs Prometheus scraping targets every second and returns its base
-// URL once it is ready. The process is killed when the test ends.
-func Start(t testing.TB, targets ...Target) string {
+// Server is a running Prometheus.
+type Server struct {
+	// URL is its base URL, http://127.0.0.1:PORT.
+	URL string
+	cmd *exec.Cmd
+}
+
+// Kill stops the server (the process this test started), as a server that
+// went down; it is also killed when the test ends.
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// Start runs Prometheus scraping targets every second and returns it once it
+// is ready. The process is killed when the test ends.
+func Start(t testing.TB, targets ...Target) *Server {
 	t.Helper()
 	bin := find(t)
 	dir := t.TempDir()
 	var b strings.Builder
-	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: rig\n    static_configs:\n")
+	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+	if len(targets) > 0 {
+		b.WriteString("scrape_configs:\n  - job_name: rig\n    static_configs:\n")
+	}
 	for _, tg := range targets {
 		fmt.Fprintf(&b, "      - targets: [%q]\n", tg.Addr)
 		if len(tg.Labels) > 0 {
@@ -58,9 +75,9 @@ func Start(t testing.TB, targets ...Target) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	srv := &Server{URL: "http://" + addr, cmd: cmd}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // the PID this test started
-		_ = cmd.Wait()
+		srv.Kill()
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
@@ -73,7 +90,7 @@ func Start(t testing.TB, targets ...Target) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return "http://" + addr
+				return srv
 			}
 		}
 		if time.Now().After(deadline) {

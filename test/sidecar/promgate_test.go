@@ -47,7 +47,7 @@ func TestBuiltInNACKGateHaltsCanary(t *testing.T) {
 	before := podUIDs(t, ctx, e.c.Client, "nk-2")
 	prom := promrig.Start(t,
 		promrig.Target{Addr: fakeIstiod(t, false), Labels: map[string]string{"istio_io_rev": "1-27"}},
-		promrig.Target{Addr: fakeIstiod(t, true), Labels: map[string]string{"istio_io_rev": "1-28"}})
+		promrig.Target{Addr: fakeIstiod(t, true), Labels: map[string]string{"istio_io_rev": "1-28"}}).URL
 	// As in a cluster whose Prometheus scrapes istiod: the series exist
 	// before the migration (without them the gate passes, saying so).
 	pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: prom, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}}})
