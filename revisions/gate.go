@@ -84,8 +84,8 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 // Gates combines gates: a wave fails when any fails (with every failing
 // gate's reasons), is held when none fails and any holds or errs, and passes
 // when all pass, with the passing gates' notes (such as a built-in gate that
-// had no data) as its reasons. The gates' tables are joined into one Summary:
-// the first gate's (an AgentGate's) rows first. The combination is a
+// had no data) as its reasons. The gates' tables are joined into one Summary,
+// in the order of the gates. The combination is a
 // NodeTracker for the gates that are: an AgentGate inside it still samples
 // each migration's nodes from before every wave.
 func Gates(gates ...Gate) Gate { return combined(gates) }
