@@ -278,3 +278,31 @@ func TestBuiltInOf(t *testing.T) {
 		}
 	}
 }
+
+// compareRetries, the retry gate's decision, in a table.
+func TestCompareRetries(t *testing.T) {
+	cfg, _, _ := builtInOf(&v1alpha1.PrometheusGates{})
+	side := func(base, soak float64) sideRates {
+		return sideRates{baseRetries: base * 1000, baseRequests: 1000, retries: soak * 1000, requests: 1000}
+	}
+	for _, c := range []struct {
+		name      string
+		w, c      sideRates
+		regressed bool
+		note      string
+	}{
+		{"wave x5, control flat", side(0.02, 0.1), side(0.02, 0.02), true, ""},
+		{"both x5", side(0.02, 0.1), side(0.02, 0.1), false, ""},
+		{"wave x1.5: within maxRise", side(0.02, 0.03), side(0.02, 0.02), false, ""},
+		{"nothing to a trickle: below minExcess", side(0, 0.005), side(0, 0), false, ""},
+		{"nothing to 5%", side(0, 0.05), side(0, 0), true, ""},
+		{"no baseline: against the control's level", sideRates{retries: 100, requests: 1000}, side(0.02, 0.02), true, "no baseline before the wave"},
+		{"no control: against its own baseline", side(0.02, 0.1), sideRates{}, true, "no control traffic"},
+		{"neither", sideRates{retries: 100, requests: 1000}, sideRates{}, false, "nothing to judge"},
+	} {
+		v := compareRetries(cfg, c.w, c.c)
+		if v.regressed != c.regressed || !strings.Contains(v.note, c.note) {
+			t.Errorf("%s: regressed=%t note %q (ratio %.2f), want regressed=%t and a note with %q", c.name, v.regressed, v.note, v.ratio, c.regressed, c.note)
+		}
+	}
+}
