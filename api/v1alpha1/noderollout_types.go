@@ -176,6 +176,8 @@ type NodeRolloutSpec struct {
 	// +optional
 	Rollback bool `json:"rollback,omitempty"`
 	// Gates judge each node after its soak.
+	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || (has(self.prometheus.queries) && size(self.prometheus.queries) > 0)",message="gates.prometheus.queries: a NodeRollout needs at least one query"
+	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || !has(self.prometheus.builtIn)",message="gates.prometheus.builtIn is for RevisionMigrations only"
 	// +optional
 	Gates GatesSpec `json:"gates,omitempty"`
 }
