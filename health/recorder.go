@@ -65,6 +65,10 @@ type history struct {
 
 var _ SnapshotSource = (*Recorder)(nil)
 
+// ErrNotTracked is wrapped by Windows for a node this Recorder never
+// sampled: no baseline was recorded in this process.
+var ErrNotTracked = errors.New("never tracked: no baseline recorded in this process")
+
 // NewRecorder validates cfg and fills its defaults.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	if cfg.Source == nil {
@@ -202,7 +206,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []Snapshot, soak Snapshot, err error) {
 	list, _, tracked := r.samples(node)
 	if !tracked {
-		return nil, Snapshot{}, fmt.Errorf("node %s was never tracked: no baseline recorded (the orchestrator must call Track at preflight; a successor restores a node's baseline from its persisted record, Restore)", node)
+		return nil, Snapshot{}, fmt.Errorf("node %s: %w (Track starts at preflight; a successor needs the node's persisted baseline record, Restore)", node, ErrNotTracked)
 	}
 	for _, s := range list {
 		if s.inBaseline(baselineStart, swapStart) {
@@ -243,7 +247,7 @@ func (r *Recorder) samples(node string) (list []sample, repeats int, tracked boo
 func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.Time) (BaselineRecord, error) {
 	list, _, tracked := r.samples(node)
 	if !tracked {
-		return BaselineRecord{}, fmt.Errorf("node %s was never tracked: no baseline to record", node)
+		return BaselineRecord{}, fmt.Errorf("node %s: %w", node, ErrNotTracked)
 	}
 	out := BaselineRecord{Node: node, BaselineStart: baselineStart, SwapStart: swapStart}
 	for _, s := range list {

@@ -149,6 +149,10 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 		// judge's to report (it reads each control's current snapshot).
 		_ = g.cfg.Recorder.Sample(ctx, c)
 		baseline, soakStart, err := g.cfg.Recorder.Windows(c, in.BaselineStart, in.SwapStart, in.SoakStart)
+		if errors.Is(err, health.ErrNotTracked) {
+			dropped = append(dropped, fmt.Sprintf("control node %s left out: not sampled by this process over the baseline (named since the preflight, or prepared by a predecessor: a control's samples are not persisted)", c))
+			continue
+		}
 		if err != nil {
 			dropped = append(dropped, fmt.Sprintf("control node %s left out: %v", c, err))
 			continue
