@@ -140,25 +140,8 @@ func rigFleet(t *testing.T, spec v1alpha1.GatesSpec, regress map[string]bool, co
 		f[n].regress = regress[n]
 	}
 	clock := f["w1"].now
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := health.NewJudge(health.JudgeConfig{Source: f, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sleeps := 0
-	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
-		sleeps++
-		for range 2 { // the next interval's traffic
-			f.tick()
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, rec := newGate(t, f, &sleeps)
 	ctx := context.Background()
 	in := orchestrator.GateInput{Node: "w1", BaselineStart: clock(), Spec: spec, Control: control, ControlScope: scope}
 	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Control: control}); err != nil {
@@ -486,9 +469,10 @@ func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
 	}
 }
 
-// successor is a second gate over the same agents, with a Recorder of its
-// own that never sampled them: a leader that took over.
-func successor(t *testing.T, f fleet) *Gate {
+// newGate is a gate over the agents on w1's clock, with a Recorder of its
+// own; each of its sleeps counts in sleeps and ticks the next interval's
+// traffic.
+func newGate(t *testing.T, f fleet, sleeps *int) (*Gate, *health.Recorder) {
 	t.Helper()
 	clock := f["w1"].now
 	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
@@ -500,7 +484,8 @@ func successor(t *testing.T, f fleet) *Gate {
 		t.Fatal(err)
 	}
 	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
-		for range 2 {
+		*sleeps++
+		for range 2 { // the next interval's traffic
 			f.tick()
 		}
 		return nil
@@ -508,6 +493,14 @@ func successor(t *testing.T, f fleet) *Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, rec
+}
+
+// successor is a second gate over the same agents, whose Recorder never
+// sampled them: a leader that took over.
+func successor(t *testing.T, f fleet) *Gate {
+	t.Helper()
+	g, _ := newGate(t, f, new(int))
 	return g
 }
 

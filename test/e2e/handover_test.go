@@ -71,19 +71,7 @@ func handover(t *testing.T, e *e2e) (*v1alpha1.NodeRollout, string) {
 		t.Fatalf("leader A stopped after node %s's soak ended: the handover was not mid-soak", node)
 	}
 	waitLeader(t, e, "leader-b")
-	var last *v1alpha1.NodeRollout
-	err = wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := e.rolls.Get(ctx, nr.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = got
-		return got.Status.Phase == v1alpha1.PhaseCompleted || got.Status.Phase == v1alpha1.PhaseHalted, nil
-	})
-	if err != nil {
-		t.Fatalf("rollout did not finish: %v; last status %+v", err, last.Status)
-	}
-	return last, node
+	return e.finished(t, nr.Name), node
 }
 
 func waitLeader(t *testing.T, e *e2e, id string) {

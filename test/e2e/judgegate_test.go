@@ -242,9 +242,15 @@ func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
 	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return e.finished(t, nr.Name)
+}
+
+// finished waits until the rollout is Completed or Halted and returns it.
+func (e *e2e) finished(t *testing.T, name string) *v1alpha1.NodeRollout {
+	t.Helper()
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := e.rolls.Get(ctx, nr.Name, metav1.GetOptions{})
+		got, err := e.rolls.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
