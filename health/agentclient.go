@@ -28,7 +28,9 @@ var ErrAgentUnavailable = errors.New("node agent unavailable")
 // bearer token read from a file shared with the agents.
 type AgentClientConfig struct {
 	// CAFile is the PEM bundle that signs the agents' serving certificates
-	// (required unless RootCAs).
+	// (required unless RootCAs). It is read again when it changes (a mounted
+	// ConfigMap the kubelet updates when the CA rotates), before a new
+	// connection; a change that does not load keeps the previous bundle.
 	CAFile string
 	// RootCAs, when set, replaces CAFile: it is asked for the current pool on
 	// every new connection, so a CA the orchestrator rotates in memory
@@ -71,18 +73,18 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	if _, err := readTokenFile(cfg.TokenFile); err != nil {
 		return nil, err
 	}
-	var pool *x509.CertPool
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
 	if cfg.RootCAs == nil {
-		var err error
-		if pool, err = loadCA(cfg.CAFile); err != nil {
+		roots, err := watchCA(cfg.CAFile, cfg.Logger)
+		if err != nil {
 			return nil, fmt.Errorf("health.AgentClientConfig.CAFile: %w", err)
 		}
+		cfg.RootCAs = roots
 	}
 	if cfg.URLFor == nil {
 		cfg.URLFor = func(_ context.Context, node string) (string, error) { return "https://" + node + ":9443", nil }
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
 	}
 	o := retryOptions{Timeout: cfg.Timeout, RetryMax: cfg.RetryMax, RetryWaitMin: cfg.RetryWaitMin, RetryWaitMax: cfg.RetryWaitMax}
 	if cfg.RetryMax < 0 {
@@ -95,11 +97,9 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	if err := o.validate("health.AgentClientConfig"); err != nil {
 		return nil, err
 	}
-	tlsConfig := &tls.Config{RootCAs: pool, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}
+	tlsConfig := &tls.Config{ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}
 	hc := newRetryClient(o, tlsConfig, cfg.Logger)
-	if cfg.RootCAs != nil {
-		hc.HTTPClient.Transport.(*http.Transport).DialTLSContext = dialTLSWith(cfg.RootCAs, tlsConfig)
-	}
+	hc.HTTPClient.Transport.(*http.Transport).DialTLSContext = dialTLSWith(cfg.RootCAs, tlsConfig)
 	return &AgentClient{cfg: cfg, http: hc}, nil
 }
 

@@ -2,15 +2,9 @@ package health
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/test/testpki"
 )
 
 type agentRig struct {
@@ -128,21 +124,66 @@ func TestAgentClientRetriesThenSucceeds(t *testing.T) {
 	}
 }
 
+// unrelatedCA writes a CA that signed nothing the rig serves (every httptest
+// server shares one certificate) and returns its path.
+func unrelatedCA(t *testing.T) string {
+	t.Helper()
+	ca, err := testpki.NewCA("other CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "other.pem")
+	if err := os.WriteFile(path, ca.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAgentClientFollowsTheCAFile: a CA bundle that changes on disk (a
+// mounted ConfigMap after the CA rotated) is trusted from the next
+// connection, without a new client; a change that does not load keeps the
+// last good bundle.
+func TestAgentClientFollowsTheCAFile(t *testing.T) {
+	r := newAgentRig(t)
+	bundle := filepath.Join(t.TempDir(), "ca.crt")
+	other, err := os.ReadFile(unrelatedCA(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bundle, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := r.client(t, func(c *AgentClientConfig) { c.CAFile, c.RetryMax = bundle, -1 })
+	if _, err := c.Snapshot(context.Background(), "node-a"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("with the unrelated CA: %v, want a certificate error", err)
+	}
+	rig, err := os.ReadFile(r.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet swaps a ConfigMap volume's files by renaming a new one in.
+	next := bundle + ".new"
+	if err := os.WriteFile(next, append(append([]byte(nil), other...), rig...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, bundle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Snapshot(context.Background(), "node-a"); err != nil {
+		t.Fatalf("after the bundle gained the rig's CA: %v", err)
+	}
+	if err := os.WriteFile(bundle, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.http.HTTPClient.CloseIdleConnections() // a new handshake, against whatever the client trusts now
+	if _, err := c.Snapshot(context.Background(), "node-a"); err != nil {
+		t.Errorf("after a bundle that does not load: %v, want the previous bundle kept", err)
+	}
+}
+
 func TestAgentClientFailures(t *testing.T) {
 	r := newAgentRig(t)
-	// Every httptest server shares one certificate: make an unrelated CA.
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other CA"}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCA := filepath.Join(t.TempDir(), "other.pem")
-	_ = os.WriteFile(otherCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	otherCA := unrelatedCA(t)
 	badTok := filepath.Join(t.TempDir(), "bad")
 	_ = os.WriteFile(badTok, []byte("wrong"), 0o600)
 

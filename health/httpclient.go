@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -89,3 +90,49 @@ func (z zapLeveled) Error(msg string, kv ...any) { z.l.Sugar().Debugw(msg, kv...
 func (z zapLeveled) Info(msg string, kv ...any)  { z.l.Sugar().Debugw(msg, kv...) }
 func (z zapLeveled) Debug(msg string, kv ...any) { z.l.Sugar().Debugw(msg, kv...) }
 func (z zapLeveled) Warn(msg string, kv ...any)  { z.l.Sugar().Debugw(msg, kv...) }
+
+// caFile is a CA bundle on disk that is read again when it changes, such as
+// a mounted ConfigMap the kubelet updates when the CA rotates. A change that
+// does not parse keeps the last good pool (and is logged once per change).
+type caFile struct {
+	path string
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	pool    *x509.CertPool
+	modTime time.Time
+	size    int64
+}
+
+// watchCA loads path now (an error if it is unreadable or holds no
+// certificate) and returns the pool it keeps current.
+func watchCA(path string, log *zap.Logger) (func() *x509.CertPool, error) {
+	f := &caFile{path: path, log: log}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading CA bundle: %w", err)
+	}
+	if f.pool, err = loadCA(path); err != nil {
+		return nil, err
+	}
+	f.modTime, f.size = fi.ModTime(), fi.Size()
+	return f.current, nil
+}
+
+func (f *caFile) current() *x509.CertPool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fi, err := os.Stat(f.path)
+	if err != nil || (fi.ModTime().Equal(f.modTime) && fi.Size() == f.size) {
+		return f.pool
+	}
+	f.modTime, f.size = fi.ModTime(), fi.Size()
+	pool, err := loadCA(f.path)
+	if err != nil {
+		f.log.Warn("the changed CA bundle does not load; keeping the previous one", zap.String("path", f.path), zap.Error(err))
+		return f.pool
+	}
+	f.log.Info("CA bundle changed; trusting the new one", zap.String("path", f.path))
+	f.pool = pool
+	return pool
+}

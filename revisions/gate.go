@@ -83,33 +83,45 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 
 // Gates combines gates: a wave fails when any fails (with every failing
 // gate's reasons), is held when none fails and any holds or errs, and passes
-// when all pass. The first Summary (an AgentGate's table) is kept.
-func Gates(gates ...Gate) Gate {
-	return GateFunc(func(ctx context.Context, in WaveInput) (health.Verdict, error) {
-		var fails, holds []string
-		var summary *v1alpha1.NodeJudgement
-		for _, g := range gates {
-			v, err := g.Judge(ctx, in)
-			if err != nil {
-				holds = append(holds, "gate error: "+err.Error())
-				continue
-			}
-			if summary == nil {
-				summary = v.Summary
-			}
-			switch v.Outcome {
-			case health.Fail:
-				fails = append(fails, v.Reasons...)
-			case health.Inconclusive:
-				holds = append(holds, v.Reasons...)
-			}
+// when all pass. The first Summary (an AgentGate's table) is kept. The
+// combination is a NodeTracker for the gates that are: an AgentGate inside
+// it still samples each migration's nodes from before every wave.
+func Gates(gates ...Gate) Gate { return combined(gates) }
+
+type combined []Gate
+
+func (gs combined) Track(ctx context.Context, nodes []string) {
+	for _, g := range gs {
+		if t, ok := g.(NodeTracker); ok {
+			t.Track(ctx, nodes)
 		}
-		switch {
-		case len(fails) > 0:
-			return health.Verdict{Outcome: health.Fail, Reasons: fails, Summary: summary}, nil
-		case len(holds) > 0:
-			return health.Verdict{Outcome: health.Inconclusive, Reasons: holds, Summary: summary}, nil
+	}
+}
+
+func (gs combined) Judge(ctx context.Context, in WaveInput) (health.Verdict, error) {
+	var fails, holds []string
+	var summary *v1alpha1.NodeJudgement
+	for _, g := range gs {
+		v, err := g.Judge(ctx, in)
+		if err != nil {
+			holds = append(holds, "gate error: "+err.Error())
+			continue
 		}
-		return health.Verdict{Outcome: health.Pass, Summary: summary}, nil
-	})
+		if summary == nil {
+			summary = v.Summary
+		}
+		switch v.Outcome {
+		case health.Fail:
+			fails = append(fails, v.Reasons...)
+		case health.Inconclusive:
+			holds = append(holds, v.Reasons...)
+		}
+	}
+	switch {
+	case len(fails) > 0:
+		return health.Verdict{Outcome: health.Fail, Reasons: fails, Summary: summary}, nil
+	case len(holds) > 0:
+		return health.Verdict{Outcome: health.Inconclusive, Reasons: holds, Summary: summary}, nil
+	}
+	return health.Verdict{Outcome: health.Pass, Summary: summary}, nil
 }

@@ -86,3 +86,25 @@ func TestSpecGatesAddressPolicy(t *testing.T) {
 		t.Fatalf("allowed address, empty result: %+v %v, %d requests", v, err, hits.Load())
 	}
 }
+
+type trackingGate struct{ nodes []string }
+
+func (g *trackingGate) Track(_ context.Context, nodes []string) { g.nodes = append(g.nodes, nodes...) }
+func (g *trackingGate) Judge(context.Context, WaveInput) (health.Verdict, error) {
+	return health.Verdict{Outcome: health.Pass}, nil
+}
+
+// Gates passes the controller's Track on to the gates that sample nodes, so
+// an AgentGate combined with the spec's gates has samples from before a wave.
+func TestGatesForwardTrack(t *testing.T) {
+	a, b := &trackingGate{}, &trackingGate{}
+	g := Gates(SpecGates(health.AddressPolicy{}, zap.NewNop()), a, b)
+	tr, ok := g.(NodeTracker)
+	if !ok {
+		t.Fatal("Gates(...) is not a NodeTracker: an AgentGate inside it would never be told the nodes")
+	}
+	tr.Track(context.Background(), []string{"n1", "n2"})
+	if len(a.nodes) != 2 || len(b.nodes) != 2 {
+		t.Errorf("tracked %v and %v, want [n1 n2] each", a.nodes, b.nodes)
+	}
+}

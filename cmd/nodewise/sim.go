@@ -15,7 +15,7 @@ func newSimCmd(g *globalFlags) *cobra.Command {
 		Short: "Run the built-in simulated cluster (real etcd and Kubernetes control plane, simulated nodes)",
 	}
 	cmd.AddCommand(newSimUpCmd(), newSimStatusCmd(), newSimDownCmd(), newSimInstallIstioCmd(),
-		newSimNodeReadyCmd(), newSimKubeletCmd())
+		newSimNodeReadyCmd(), newSimKubeletCmd(), newSimInjectorCmd())
 	return cmd
 }
 

@@ -21,11 +21,21 @@ func newSimInstallIstioCmd() *cobra.Command {
 				return err
 			}
 			opts := cluster.IstioOptions{Version: version, UpdateStrategy: appsv1.DaemonSetUpdateStrategyType(strategy)}
+			url, ca, ok, err := c.Injector()
+			if err != nil {
+				return err
+			}
+			if ok {
+				opts.InjectorURL, opts.CABundle = url, ca
+			}
 			if err := cluster.InstallIstio(cmd.Context(), c.Client, opts); err != nil {
 				return err
 			}
 			rev, _ := cluster.Revision(version)
 			fmt.Fprintf(cmd.OutOrStdout(), "Istio %s (revision %s) installed; ztunnel and istio-cni use %s\n", version, rev, strategy)
+			if ok {
+				fmt.Fprintf(cmd.OutOrStdout(), "pods in namespaces labelled istio.io/rev=%s get its sidecar (docker.io/istio/proxyv2:%s)\n", rev, version)
+			}
 			return nil
 		},
 	}

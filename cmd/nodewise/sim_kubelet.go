@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,12 +12,21 @@ import (
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
-// newSimKubeletCmd is the background process `sim up` starts: the simulated
+// newSimKubeletCmd is a background process `sim up` starts: the simulated
 // kubelet of every node. It is hidden: people never run it themselves.
-func newSimKubeletCmd() *cobra.Command {
+func newSimKubeletCmd() *cobra.Command { return backgroundCmd("kubelet", cluster.RunKubelet) }
+
+// newSimInjectorCmd is the other background process `sim up` starts: the
+// sidecar injector of every revision `sim install-istio` installs. Hidden
+// too.
+func newSimInjectorCmd() *cobra.Command { return backgroundCmd("injector", cluster.RunInjector) }
+
+// backgroundCmd is a hidden command that runs one of the simulated
+// cluster's background processes until SIGTERM, logging as JSON to its log.
+func backgroundCmd(use string, run func(ctx context.Context, dir string, log *zap.Logger) error) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:    "kubelet",
+		Use:    use,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -27,7 +37,7 @@ func newSimKubeletCmd() *cobra.Command {
 			defer log.Sync()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return cluster.RunKubelet(ctx, dir, log)
+			return run(ctx, dir, log)
 		},
 	}
 	stateDirFlag(cmd, &dir)

@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // nodewiseBinary builds the CLI once per test run: `sim up` re-executes it
@@ -34,8 +42,8 @@ func run(bin string, args ...string) (stdout, stderr string, err error) {
 func recordedPIDs(t *testing.T, dir string) []int {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
-	if err != nil || len(files) != 5 {
-		t.Fatalf("want 5 PID files in %s/pids, got %v (%v)", dir, files, err)
+	if err != nil || len(files) != 6 {
+		t.Fatalf("want 6 PID files in %s/pids (etcd, the control plane, the kubelet and the injector), got %v (%v)", dir, files, err)
 	}
 	var pids []int
 	for _, f := range files {
@@ -83,6 +91,7 @@ func TestSimUpStatusDown(t *testing.T) {
 	if _, errOut, err := run(bin, "sim", "install-istio", "--version", "1.27.3", "--state-dir", dir); err != nil {
 		t.Fatalf("sim install-istio: %v\n%s", err, errOut)
 	}
+	simInjects(t, bin, dir)
 	if _, errOut, err := run(bin, "sim", "down", "--state-dir", dir); err != nil {
 		t.Fatalf("sim down: %v\n%s", err, errOut)
 	}
@@ -93,6 +102,58 @@ func TestSimUpStatusDown(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("sim down left the state dir behind: %v", err)
+	}
+}
+
+// injectedRow is the inventory's line for the sample namespace catalog with
+// both its pods on an injected 1.27.3 proxy.
+var injectedRow = regexp.MustCompile(`(?m)^catalog\s+sidecar\s+1-27\s+1\.27\.3\s+2$`)
+
+// simInjects: the background injector gives the sample sidecar namespaces
+// (on the default tag) their revision's proxy, which the inventory shows;
+// after a second install, a namespace on the new revision gets the new one.
+func simInjects(t *testing.T, bin, dir string) {
+	t.Helper()
+	kc := "--kubeconfig=" + filepath.Join(dir, "kubeconfig")
+	var out string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var err error
+		out, _, err = run(bin, "inventory", kc)
+		if err == nil && injectedRow.MatchString(out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sample sidecar pods never showed their injected 1.27.3 proxy in the inventory:\n%s", out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("inventory:\n%s", out)
+	if _, errOut, err := run(bin, "sim", "install-istio", "--version", "1.28.1", "--state-dir", dir); err != nil {
+		t.Fatalf("sim install-istio 1.28.1: %v\n%s", err, errOut)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "newrev", Labels: map[string]string{"istio.io/rev": "1-28"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods("newrev").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "docker.io/nodewise/sample-web:1.0"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a pod on revision 1-28: %v", err)
+	}
+	var images []string
+	for _, c := range pod.Spec.Containers {
+		images = append(images, c.Image)
+	}
+	if len(images) != 2 || images[1] != "docker.io/istio/proxyv2:1.28.1" {
+		t.Errorf("a pod on revision 1-28 has containers %v, want its app and docker.io/istio/proxyv2:1.28.1", images)
 	}
 }
 

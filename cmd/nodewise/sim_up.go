@@ -42,6 +42,7 @@ func newSimUpCmd() *cobra.Command {
 				return err
 			}
 			opts.KubeletArgv = []string{self, "sim", "kubelet", "--state-dir", abs}
+			opts.InjectorArgv = []string{self, "sim", "injector", "--state-dir", abs}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

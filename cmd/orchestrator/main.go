@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -102,6 +103,8 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	fs.DurationVar(&rc.waves.soak, "wave-soak", time.Minute, "with the node agents' credentials: how long each sidecar wave's pods are watched once Ready before the agents' evidence judges it")
+	fs.DurationVar(&rc.waves.baseline, "wave-baseline", 5*time.Minute, "with the node agents' credentials: how far before each sidecar wave its workloads' baseline reaches")
 	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live, and the NodeRollout targets (the only namespace where the orchestrator deletes and creates pods)")
 	fs.Func("gate-address-allow", "hosts spec.gates.prometheus may query besides the cluster's Services (<svc>.<ns>.svc[.<cluster-domain>]): host names, IPs or *.<domain>, comma-separated; repeatable", func(v string) error {
 		for _, p := range strings.Split(v, ",") {

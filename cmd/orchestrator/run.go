@@ -28,11 +28,18 @@ type runConfig struct {
 	controllers    string
 	istioNamespace string
 	gateAddresses  health.AddressPolicy // --gate-address-allow, --cluster-domain
-	skewMaxBehind  []string             // "component=minors" overrides of skew.DefaultPolicy
+	waves          waveJudge
+	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
 	notify         notifyFlags
 	debug          bool
 	showVersion    bool
+}
+
+// waveJudge is how the RevisionMigration controller's AgentGate watches each
+// wave (--wave-soak, --wave-baseline).
+type waveJudge struct {
+	soak, baseline time.Duration
 }
 
 // issuerFlags turn on agentpki's Signer: the agents' CA and certificates.
@@ -68,6 +75,9 @@ func run(ctx context.Context, rc runConfig) error {
 	set, err := parseControllers(rc.controllers)
 	if err != nil {
 		return err
+	}
+	if rc.issuer.enabled && !set["noderollout"] {
+		return fmt.Errorf("--agent-issuer runs beside the noderollout controller; the revisions controller alone trusts the agents' CA bundle with --agent-ca (ConfigMap %s)", agentpki.BundleConfigMapName)
 	}
 	cfg := rc.orchestrator
 	cfg.IstioNamespace = rc.istioNamespace // preflight checks the skew against istiod there
@@ -121,7 +131,7 @@ func run(ctx context.Context, rc runConfig) error {
 		tasks = append(tasks, o.Run) // serves the metrics of every controller here
 	}
 	if set["revisions"] {
-		revTasks, err := revisionTasks(kube, cfg, rc.istioNamespace, rc.gateAddresses)
+		revTasks, err := revisionTasks(kube, cfg, rc)
 		if err != nil {
 			return err
 		}
@@ -138,10 +148,12 @@ func run(ctx context.Context, rc runConfig) error {
 }
 
 // revisionTasks are the proxy inventory (read-only, on every replica) and the
-// RevisionMigration controller (only while holding its own Lease).
-func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS string, gateAddresses health.AddressPolicy) ([]task, error) {
+// RevisionMigration controller (only while holding its own Lease). With the
+// node agents' credentials, each wave is judged by the agents' evidence too
+// (revisions.AgentGate), beside the gates its spec.gates describes.
+func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runConfig) ([]task, error) {
 	log := cfg.Logger
-	opts := inventory.Options{IstioNamespace: istioNS}
+	opts := inventory.Options{IstioNamespace: rc.istioNamespace}
 	col, err := inventory.NewCollector(inventory.CollectorConfig{Client: kube, Registry: cfg.Registry, Log: log.Named("inventory"), Options: opts})
 	if err != nil {
 		return nil, err
@@ -150,10 +162,28 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 	if err != nil {
 		return nil, err
 	}
-	mc := nwc.RevisionMigrations()
+	tasks := []task{col.Run}
+	gate := revisions.SpecGates(rc.gateAddresses, log.Named("gates"))
+	if rc.agents.CAFile != "" || rc.agents.TokenFile != "" || rc.agents.RootCAs != nil {
+		agents, err := judgegate.Agents(rc.agents, kube, log)
+		if err != nil {
+			return nil, err
+		}
+		ag, err := revisions.NewAgentGate(revisions.AgentGateConfig{
+			Source: agents, Soak: rc.waves.soak, Baseline: rc.waves.baseline, Log: log.Named("wavejudge"),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--wave-soak/--wave-baseline: %w", err)
+		}
+		gate = revisions.Gates(gate, ag)
+		tasks = append(tasks, ag.Run)
+		log.Info("judging sidecar waves through the node agents", zap.Int("agentPort", rc.agents.Port))
+	} else {
+		log.Info("no --agent-ca/--agent-token-file: sidecar waves are gated on readiness and their spec.gates only")
+	}
 	ctrl, err := revisions.New(revisions.Config{
-		Kube: kube, Migrations: mc, Log: log.Named("migration"), Registry: cfg.Registry,
-		Gate: revisions.SpecGates(gateAddresses, log.Named("gates")), Inventory: opts,
+		Kube: kube, Migrations: nwc.RevisionMigrations(), Log: log.Named("migration"), Registry: cfg.Registry,
+		Gate: gate, Inventory: opts,
 	})
 	if err != nil {
 		return nil, err
@@ -164,7 +194,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, istioNS s
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
 		}, ctrl.Run)
 	}
-	return []task{col.Run, lead}, nil
+	return append(tasks, lead), nil
 }
 
 func parseControllers(s string) (map[string]bool, error) {

@@ -4,9 +4,20 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/test/testpki"
 )
 
 func TestParseControllers(t *testing.T) {
@@ -63,5 +74,55 @@ func TestParseFlagsRejectsBadInputInOneLine(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "orchestrator --help") {
 			t.Errorf("parseFlags(%q) = %v; want one line pointing at --help", args, err)
 		}
+	}
+}
+
+func TestRunRefusesTheIssuerWithoutTheNodeRolloutController(t *testing.T) {
+	rc := runConfig{controllers: "revisions", kubeconfig: "/nonexistent"}
+	rc.issuer.enabled = true
+	err := run(t.Context(), rc)
+	if err == nil || !strings.Contains(err.Error(), "--agent-issuer") || !strings.Contains(err.Error(), "--agent-ca") {
+		t.Errorf("--controllers=revisions --agent-issuer: %v; want the issuer refused and --agent-ca named", err)
+	}
+}
+
+// With the agents' credentials the revisions controller judges waves through
+// them: a runner for the AgentGate's sampler joins the inventory and the
+// Lease-held controller. Without them, the same two run alone.
+func TestRevisionTasksJudgeWavesThroughTheAgents(t *testing.T) {
+	dir := t.TempDir()
+	ca, tok := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agentsCA, err := testpki.NewCA("agents CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, agentsCA.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := orchestrator.Config{Logger: zap.NewNop(), Registry: prometheus.NewRegistry(), RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}}
+	kube := fake.NewClientset()
+	plain, err := revisionTasks(kube, cfg, runConfig{})
+	if err != nil || len(plain) != 2 {
+		t.Fatalf("without agents: %d tasks, %v; want inventory and controller", len(plain), err)
+	}
+	cfg.Registry = prometheus.NewRegistry()
+	rc := runConfig{}
+	rc.agents.CAFile, rc.agents.TokenFile = ca, tok
+	judged, err := revisionTasks(kube, cfg, rc)
+	if err != nil || len(judged) != 3 {
+		t.Fatalf("with --agent-ca and --agent-token-file: %d tasks, %v; want the wave judge's sampler too", len(judged), err)
+	}
+	rc.agents.TokenFile = ""
+	cfg.Registry = prometheus.NewRegistry()
+	if _, err := revisionTasks(kube, cfg, rc); err == nil || !strings.Contains(err.Error(), "token file") {
+		t.Errorf("--agent-ca without --agent-token-file: %v; want both credentials asked for", err)
+	}
+	rc.agents.TokenFile, rc.waves.soak = tok, -time.Second
+	cfg.Registry = prometheus.NewRegistry()
+	if _, err := revisionTasks(kube, cfg, rc); err == nil || !strings.Contains(err.Error(), "--wave-soak") {
+		t.Errorf("--wave-soak=-1s: %v; want the flag named", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,8 +25,26 @@ type Installed struct {
 	Client kubernetes.Interface
 }
 
-// OrchestratorUser is the orchestrator's ServiceAccount username, the caller the agents admit.
-const OrchestratorUser = "system:serviceaccount:" + Namespace + ":nodewise-orchestrator"
+// AllowedCallers are the callers the chart's agent DaemonSet admits to every
+// endpoint (its --allowed-caller arguments), as applied to the cluster.
+func (in Installed) AllowedCallers(ctx context.Context) ([]string, error) {
+	ds, err := in.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the chart's agent DaemonSet: %w", err)
+	}
+	var out []string
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--allowed-caller="); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the chart's agent DaemonSet admits no caller (no --allowed-caller)")
+	}
+	return out, nil
+}
 
 // PodOn is a running pod of the chart's component app (its
 // app.kubernetes.io/name) on node, or on any node when node is "".
@@ -68,7 +87,8 @@ func (in Installed) ClientAs(token string) (kubernetes.Interface, error) {
 // AgentCredentials gives the agent on node what the chart's DaemonSet gives
 // it (--tls-csr --token-review): as the agent pod's own ServiceAccount, a
 // serving certificate for node and ips from a signing request, and callers
-// checked by TokenReview, admitting the orchestrator. It waits until the
+// checked by TokenReview, admitting the callers its --allowed-caller
+// arguments name. It waits until the
 // certificate is signed (an orchestrator's agentpki.Signer must run).
 func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net.IP, cfg *nodeagent.Config, log *zap.Logger) error {
 	if log == nil {
@@ -93,7 +113,11 @@ func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net
 	if err := req.Obtain(ctx); err != nil {
 		return err
 	}
-	rev, err := agentpki.NewReviewer(agentpki.ReviewerConfig{Kube: kube, Allowed: []string{OrchestratorUser}, Logger: log.Named("tokenreview")})
+	allowed, err := in.AllowedCallers(ctx)
+	if err != nil {
+		return err
+	}
+	rev, err := agentpki.NewReviewer(agentpki.ReviewerConfig{Kube: kube, Allowed: allowed, Logger: log.Named("tokenreview")})
 	if err != nil {
 		return err
 	}

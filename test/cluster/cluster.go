@@ -42,6 +42,10 @@ type Options struct {
 	// process (the CLI re-executes itself); when empty the kubelet runs inside
 	// the calling process, with Runtime as its container runtime.
 	KubeletArgv []string `json:"kubeletArgv,omitempty"`
+	// InjectorArgv, with KubeletArgv, runs a sidecar injector for every
+	// installed revision as this background process (see RunInjector), so
+	// InstallIstio's webhooks inject real proxies (Cluster.Injector).
+	InjectorArgv []string `json:"injectorArgv,omitempty"`
 	// Runtime runs the containers of the in-process kubelet; nil runs none.
 	Runtime Runtime `json:"-"`
 	// Log receives the in-process kubelet's logs; nil discards them.
@@ -239,6 +243,9 @@ func (c *Cluster) boot(ctx context.Context) error {
 		}
 	}
 	if err := c.startKubelet(ctx); err != nil {
+		return err
+	}
+	if err := c.startInjector(ctx); err != nil {
 		return err
 	}
 	return c.waitReady(ctx)

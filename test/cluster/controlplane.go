@@ -105,6 +105,8 @@ func allExecutable(paths ...string) bool {
 // ports are the loopback ports the components listen on.
 type ports struct {
 	Etcd, EtcdPeer, APIServer, ControllerManager, Scheduler int
+	// Injector is the sidecar injector's (Options.InjectorArgv).
+	Injector int `json:",omitempty"`
 }
 
 // freePorts picks free loopback ports below the kernel's ephemeral range
@@ -113,7 +115,7 @@ type ports struct {
 // happens to equal it (a TCP self-connect), and then the restarted server
 // cannot bind.
 func freePorts() (ports, error) {
-	var ps [5]int
+	var ps [6]int
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
@@ -135,7 +137,7 @@ func freePorts() (ports, error) {
 			break
 		}
 	}
-	return ports{ps[0], ps[1], ps[2], ps[3], ps[4]}, nil
+	return ports{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}, nil
 }
 
 func (s *state) etcdArgv(b binaries) []string {

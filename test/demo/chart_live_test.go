@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/test/chart"
@@ -81,8 +84,65 @@ func chartAgents(t *testing.T) wireAgents {
 		if agents.CAFile != "" || agents.TokenFile != "" {
 			return nil, nil, fmt.Errorf("the agents were given the test CA (%q) or token (%q), not the chart's credentials", agents.CAFile, agents.TokenFile)
 		}
+		if err := revisionsReadAgents(ctx, in, c, port, t.TempDir()); err != nil {
+			return nil, nil, err
+		}
 		return agents, &judgegate.AgentConfig{RootCAs: signer.Pool, TokenFile: tokenFile, Port: port, SampleEvery: sampleEvery}, nil
 	}
+}
+
+// revisionsReadAgents reads every node's agent as the chart's revisions
+// controller does to judge sidecar waves: with its own ServiceAccount token
+// for audience nodewise-agent (which each agent's TokenReview must admit),
+// the trust bundle of ConfigMap nodewise-agent-ca-bundle written to a file as
+// the pod mounts it, and its RBAC's nodes get for each InternalIP. The
+// agent's own ServiceAccount, with the same audience, is refused.
+func revisionsReadAgents(ctx context.Context, in chart.Installed, c *cluster.Cluster, port int, dir string) error {
+	cm, err := c.Client.CoreV1().ConfigMaps(chart.Namespace).Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the orchestrator's signer published no trust bundle: %w", err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, []byte(cm.Data["ca.crt"]), 0o600); err != nil {
+		return err
+	}
+	// client presents sa's token to the agents and finds them with kube.
+	client := func(sa string, kube kubernetes.Interface) (*health.AgentClient, error) {
+		projected, err := in.Token(ctx, sa, nil, []string{agentpki.DefaultAudience})
+		if err != nil {
+			return nil, err
+		}
+		tokenFile := filepath.Join(dir, sa+"-token")
+		if err := os.WriteFile(tokenFile, []byte(projected+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		return judgegate.Agents(judgegate.AgentConfig{CAFile: caFile, TokenFile: tokenFile, Port: port}, kube, zap.NewNop())
+	}
+	tok, err := in.Token(ctx, "nodewise-revisions", nil, nil)
+	if err != nil {
+		return err
+	}
+	kube, err := in.ClientAs(tok)
+	if err != nil {
+		return err
+	}
+	revisions, err := client("nodewise-revisions", kube)
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if _, err := revisions.Snapshot(ctx, n.Name); err != nil {
+			return fmt.Errorf("the revisions controller, wired as the chart wires it, cannot read the agent of %s: %w", n.Name, err)
+		}
+	}
+	other, err := client("nodewise-agent", c.Client)
+	if err != nil {
+		return err
+	}
+	if _, err := other.Snapshot(ctx, c.Nodes[0].Name); err == nil || !strings.Contains(err.Error(), "rejected the token") {
+		return fmt.Errorf("the agents admitted ServiceAccount nodewise-agent (%v): the admission check shows nothing", err)
+	}
+	return nil
 }
 
 // waitAgentPods waits until the chart's agent DaemonSet has a Ready pod on every node.

@@ -7,19 +7,15 @@
 package injector
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +23,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/test/testpki"
 )
 
 // Server is a running injector for any number of revisions.
@@ -34,6 +32,7 @@ type Server struct {
 	// CABundle is the PEM CA that signed the serving certificate.
 	CABundle []byte
 
+	cfg      Config
 	addr     string
 	srv      *http.Server
 	mu       sync.Mutex
@@ -41,54 +40,99 @@ type Server struct {
 	injected map[string]int
 }
 
+// Config says where an injector listens and what it answers.
+type Config struct {
+	// Addr is the loopback address to listen on (default 127.0.0.1:0).
+	Addr string
+	// CertDir, when set, holds the CA and serving certificate (ca.crt,
+	// tls.crt, tls.key): loaded when present, else made and written there
+	// first, so a restarted injector keeps the CA its webhooks trust.
+	// Empty: a fresh CA in memory.
+	CertDir string
+	// VersionOf, when set, gives the proxy version of a revision that
+	// SetRevision never named, as each revision's istiod knows its own.
+	VersionOf func(ctx context.Context, rev string) (string, error)
+}
+
 // Start serves on 127.0.0.1 with a fresh CA. Close it when done.
-func Start() (*Server, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+func Start() (*Server, error) { return StartWith(Config{}) }
+
+// StartWith serves as cfg says. Close it when done.
+func StartWith(cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	caPEM, cert, err := certificates(cfg.CertDir)
 	if err != nil {
-		return nil, fmt.Errorf("generating CA key: %w", err)
+		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-injector-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("signing CA: %w", err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generating serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing serving cert: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listening: %w", err)
+		return nil, fmt.Errorf("injector: listening on %s: %w", cfg.Addr, err)
 	}
 	s := &Server{
-		CABundle: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		CABundle: caPEM,
+		cfg:      cfg,
 		addr:     ln.Addr().String(),
 		versions: map[string]string{},
 		injected: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/inject/rev/", s.inject)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	go func() {
 		_ = s.srv.Serve(tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
 	}()
 	return s, nil
+}
+
+// WriteCertificates makes the CA and serving certificate in dir unless they
+// are there already, and returns the CA bundle, for a cluster that registers
+// the webhooks before its injector process has started.
+func WriteCertificates(dir string) ([]byte, error) {
+	ca, _, err := certificates(dir)
+	return ca, err
+}
+
+// certificates loads dir's CA and serving pair, or makes them (and writes
+// them to dir when it is not empty). The serving certificate is for
+// 127.0.0.1 and localhost.
+func certificates(dir string) (caPEM []byte, cert tls.Certificate, err error) {
+	files := [3]string{filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")}
+	if dir != "" {
+		if caPEM, err = os.ReadFile(files[0]); err == nil {
+			cert, err = tls.LoadX509KeyPair(files[1], files[2])
+			if err != nil {
+				return nil, tls.Certificate{}, fmt.Errorf("injector: loading its certificate from %s: %w", dir, err)
+			}
+			return caPEM, cert, nil
+		}
+	}
+	ca, err := testpki.NewCA("test-injector-ca", 365*24*time.Hour)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	certPEM, keyPEM, err := ca.IssueServing("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"}, 365*24*time.Hour)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	if cert, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	caPEM = ca.CertPEM()
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, tls.Certificate{}, err
+		}
+		// The CA last: its presence says the pair is complete.
+		for i, data := range [][]byte{keyPEM, certPEM, caPEM} {
+			if err := os.WriteFile(files[2-i], data, 0o600); err != nil {
+				return nil, tls.Certificate{}, fmt.Errorf("injector: writing its certificate to %s: %w", dir, err)
+			}
+		}
+	}
+	return caPEM, cert, nil
 }
 
 // Close stops serving.
@@ -130,13 +174,21 @@ func (s *Server) inject(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	version, known := s.versions[rev]
 	s.mu.Unlock()
+	why := ""
+	if !known && s.cfg.VersionOf != nil {
+		v, err := s.cfg.VersionOf(r.Context(), rev)
+		if err != nil {
+			why = ": " + err.Error()
+		}
+		version, known = v, err == nil
+	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(review.Request.Object.Raw, &pod); err != nil {
 		resp.Allowed = false
 		resp.Result = statusErr("decoding pod: " + err.Error())
 	} else if !known {
 		resp.Allowed = false
-		resp.Result = statusErr("injector has no revision " + rev)
+		resp.Result = statusErr("injector has no revision " + rev + why)
 	} else if patch, err := Patch(&pod, rev, version); err != nil {
 		resp.Allowed = false
 		resp.Result = statusErr(err.Error())

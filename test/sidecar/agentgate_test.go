@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/revisions"
 )
 
@@ -45,7 +46,8 @@ func agentWaves(t *testing.T, to string) (*env, *fakeAgents, []string) {
 	}
 	gate.Track(e.ctx, names)
 	time.Sleep(3 * time.Second)
-	e.controller(gate)
+	// As cmd/orchestrator wires it: the spec's gates and the agents' together.
+	e.controller(revisions.Gates(revisions.SpecGates(health.AddressPolicy{}, zaptest.NewLogger(t)), gate))
 	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "ag"},
 		Spec:       v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},
