@@ -294,3 +294,64 @@ func TestRecorderRestore(t *testing.T) {
 		t.Fatalf("%d samples held after restore and one live sample, want 7 ending with seq %d", len(list), live.Seq)
 	}
 }
+
+func placedSnapshots(list []RecordedSample) []Snapshot {
+	out := make([]Snapshot, len(list))
+	for i, s := range list {
+		out[i] = s.Snapshot
+		out[i].Time = s.At
+	}
+	return out
+}
+
+// assessFrom judges a baseline series, a soak start and a current snapshot
+// as Judge does (windows, dispersion, planned resets of an in-place swap).
+func assessFrom(t *testing.T, baseline []Snapshot, soakStart, cur Snapshot) Assessment {
+	t.Helper()
+	cfg, err := NewConfig(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := NewWindow(baseline[0], baseline[len(baseline)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	soak, err := NewWindow(soakStart, cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disp, err := EstimateDispersion(baseline, cfg.CountDispersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := baseline[len(baseline)-1]
+	planned, _ := plannedDuringSwap(last, soakStart, PlannedResets(last, DrainDeadline(30*time.Second)))
+	return Assess(cfg, base, soak, disp, planned, nil)
+}
+
+// TestRecordJudgesAsTheOriginal: a node judged from its decoded record
+// (every pod kept) gets exactly the assessment the samples themselves give:
+// the same rows, p-values, dispersion and planned resets.
+func TestRecordJudgesAsTheOriginal(t *testing.T) {
+	series := recordSeries(40, 13, 7) // 11 baseline samples, the soak's first, now
+	in := recordOf(series[:11])
+	in.SoakStart, in.SoakAt = &series[11], series[11].Sent
+	enc, kept, err := EncodeRecord(in, RecordLimits{})
+	if err != nil || kept != 40 {
+		t.Fatalf("kept %d of 40: %v", kept, err)
+	}
+	out, err := DecodeRecord(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := placedSnapshots(series[12:])[0]
+	want := assessFrom(t, placedSnapshots(series[:11]), placedSnapshots(series[11:12])[0], cur)
+	got := assessFrom(t, placedSnapshots(out.Baseline), placedSnapshots([]RecordedSample{*out.SoakStart})[0], cur)
+	if want.Tests == 0 || want.PlannedResets == 0 {
+		t.Fatalf("the original judges %d tests, %d planned resets: the check cannot tell", want.Tests, want.PlannedResets)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("judged from the record: %s, %d tests, %d planned, reasons %q; from the samples: %s, %d tests, %d planned, reasons %q",
+			got.Outcome, got.Tests, got.PlannedResets, got.Reasons, want.Outcome, want.Tests, want.PlannedResets, want.Reasons)
+	}
+}
