@@ -30,12 +30,7 @@ func handover(t *testing.T, e *e2e) (*v1alpha1.NodeRollout, string) {
 	stopA := e.startLeader(t, "leader-a")
 	waitLeader(t, e, "leader-a")
 	e.startLeader(t, "leader-b")
-	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "handover"}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
-	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
-	nr.Spec.Soak = &v1alpha1.Duration{Duration: handoverSoak}
-	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
+	nr := judgedRollout("handover", handoverSoak)
 	ctx := context.Background()
 	if _, err := e.rolls.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

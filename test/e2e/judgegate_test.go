@@ -233,16 +233,23 @@ func (e *e2e) startLeader(t *testing.T, identity string) (stop func()) {
 }
 
 func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
-	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "judged"}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
-	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
-	nr.Spec.Soak = &v1alpha1.Duration{Duration: e2eSoak}
-	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
+	nr := judgedRollout("judged", e2eSoak)
 	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return e.finished(t, nr.Name)
+}
+
+// judgedRollout is the judge e2e tests' rollout: one node at a time, the
+// e2e baseline, this soak, the judge every second.
+func judgedRollout(name string, soak time.Duration) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: soak}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
+	return nr
 }
 
 // finished waits until the rollout is Completed or Halted and returns it.
