@@ -65,9 +65,17 @@ type PrometheusGateConfig struct {
 // PrometheusGate evaluates instant queries against a Prometheus server. It
 // implements ExternalGate.
 type PrometheusGate struct {
-	cfg  PrometheusGateConfig
-	base *url.URL
-	http *retryablehttp.Client
+	cfg PrometheusGateConfig
+	*PrometheusClient
+}
+
+// PrometheusClient queries one Prometheus server's HTTP API through the
+// gates' retrying client, within an AddressPolicy. The sidecar wing's
+// built-in gates use it for queries of their own.
+type PrometheusClient struct {
+	base      *url.URL
+	http      *retryablehttp.Client
+	tokenFile string
 }
 
 var queryName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -75,12 +83,9 @@ var queryName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 // NewPrometheusGate validates cfg and fills its defaults. It does not contact
 // the server; Validate does.
 func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
-	u, err := url.Parse(cfg.Address)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gates.prometheus.address %q: must be an http:// or https:// URL such as http://prometheus.monitoring.svc:9090", cfg.Address)
-	}
-	if err := cfg.Addresses.Check(u); err != nil {
-		return nil, fmt.Errorf("gates.prometheus.address %q: %w", cfg.Address, err)
+	c, err := NewPrometheusClient(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if len(cfg.Queries) == 0 {
 		return nil, errors.New("gates.prometheus.queries: at least one query is required")
@@ -109,6 +114,21 @@ func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 	}
 	if cfg.MaxConsecutiveErrors < 1 {
 		return nil, fmt.Errorf("gates.prometheus.maxConsecutiveErrors %d: must be at least 1", cfg.MaxConsecutiveErrors)
+	}
+	return &PrometheusGate{cfg: cfg, PrometheusClient: c}, nil
+}
+
+// NewPrometheusClient builds the client of cfg's server: it reads Address,
+// Addresses, the timeout and retry settings, CAFile, BearerTokenFile and
+// Logger, and ignores Queries and MaxConsecutiveErrors. An address the
+// policy refuses is an error wrapping ErrAddressRefused.
+func NewPrometheusClient(cfg PrometheusGateConfig) (*PrometheusClient, error) {
+	u, err := url.Parse(cfg.Address)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gates.prometheus.address %q: must be an http:// or https:// URL such as http://prometheus.monitoring.svc:9090", cfg.Address)
+	}
+	if err := cfg.Addresses.Check(u); err != nil {
+		return nil, fmt.Errorf("gates.prometheus.address %q: %w", cfg.Address, err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -141,7 +161,7 @@ func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 		}
 		return nil
 	}
-	return &PrometheusGate{cfg: cfg, base: u, http: hc}, nil
+	return &PrometheusClient{base: u, http: hc, tokenFile: cfg.BearerTokenFile}, nil
 }
 
 // Name implements ExternalGate.
@@ -217,7 +237,29 @@ func expand(q, node string) string { return strings.ReplaceAll(q, "$node", node)
 
 type promSample struct {
 	labels string // {a="b",…}
+	metric map[string]string
 	value  float64
+}
+
+// PromSample is one sample of an instant query's result.
+type PromSample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Query evaluates q as an instant query at time at (the server's now when
+// zero) and returns its samples; a scalar result is one sample without
+// labels. A query the server rejects as malformed wraps ErrBadQuery.
+func (c *PrometheusClient) Query(ctx context.Context, q string, at time.Time) ([]PromSample, error) {
+	samples, err := c.queryAt(ctx, q, at)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PromSample, len(samples))
+	for i, s := range samples {
+		out[i] = PromSample{Labels: s.metric, Value: s.value}
+	}
+	return out, nil
 }
 
 // promResponse is the part of /api/v1/query's JSON the gate reads.
@@ -231,23 +273,31 @@ type promResponse struct {
 	} `json:"data"`
 }
 
-func (g *PrometheusGate) query(ctx context.Context, q string) ([]promSample, error) {
-	u := g.base.JoinPath("/api/v1/query")
-	u.RawQuery = url.Values{"query": {q}}.Encode()
+func (c *PrometheusClient) query(ctx context.Context, q string) ([]promSample, error) {
+	return c.queryAt(ctx, q, time.Time{})
+}
+
+func (c *PrometheusClient) queryAt(ctx context.Context, q string, at time.Time) ([]promSample, error) {
+	u := c.base.JoinPath("/api/v1/query")
+	v := url.Values{"query": {q}}
+	if !at.IsZero() {
+		v.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
+	}
+	u.RawQuery = v.Encode()
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("building the request: %w", err)
 	}
-	if g.cfg.BearerTokenFile != "" {
-		tok, err := readTokenFile(g.cfg.BearerTokenFile)
+	if c.tokenFile != "" {
+		tok, err := readTokenFile(c.tokenFile)
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	resp, err := g.http.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", g.base.Redacted(), err)
+		return nil, fmt.Errorf("GET %s: %w", c.base.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -256,7 +306,7 @@ func (g *PrometheusGate) query(ctx context.Context, q string) ([]promSample, err
 	}
 	var pr promResponse
 	if err := json.Unmarshal(body, &pr); err != nil {
-		return nil, fmt.Errorf("%s from %s, not a Prometheus API response: %.200s", resp.Status, g.base.Redacted(), body)
+		return nil, fmt.Errorf("%s from %s, not a Prometheus API response: %.200s", resp.Status, c.base.Redacted(), body)
 	}
 	if pr.Status != "success" {
 		if pr.ErrorType == "bad_data" {
@@ -279,7 +329,7 @@ func (g *PrometheusGate) query(ctx context.Context, q string) ([]promSample, err
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, promSample{labels: formatLabels(s.Metric), value: f})
+			out = append(out, promSample{labels: formatLabels(s.Metric), metric: s.Metric, value: f})
 		}
 		return out, nil
 	case "scalar":

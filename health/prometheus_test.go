@@ -3,13 +3,8 @@ package health
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,49 +13,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/test/promrig"
 )
-
-// findPrometheus finds bin/prometheus, built from tools/prometheus by
-// `hack/build-tool.sh prometheus` (or `make tools`).
-func findPrometheus(t *testing.T) string {
-	t.Helper()
-	var dirs []string
-	if env := os.Getenv("NODEWISE_BIN_DIR"); env != "" {
-		dirs = append(dirs, env)
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, filepath.Join(d, "bin"))
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	for _, d := range dirs {
-		if p := filepath.Join(d, "prometheus"); isExecutable(p) {
-			return p
-		}
-	}
-	t.Fatalf("prometheus not found in %v: run `hack/build-tool.sh prometheus` (or `make tools`, or set NODEWISE_BIN_DIR)", dirs)
-	return ""
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
 
 // promRig is a real Prometheus on loopback scraping a real /metrics endpoint.
 type promRig struct {
 	addr    string
-	cmd     *exec.Cmd
+	srv     *promrig.Server
 	success *prometheus.GaugeVec
 	rejects prometheus.Counter
 }
 
 func startPromRig(t *testing.T) *promRig {
 	t.Helper()
-	bin := findPrometheus(t)
 	reg := prometheus.NewRegistry()
 	r := &promRig{
 		success: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shop_request_success_ratio", Help: "caller-side success ratio"}, []string{"service", "node"}),
@@ -80,45 +45,8 @@ func startPromRig(t *testing.T) *promRig {
 	}))
 	t.Cleanup(target.Close)
 
-	dir := t.TempDir()
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: shop\n    static_configs:\n      - targets: [%q]\n",
-		strings.TrimPrefix(target.URL, "http://"))
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.addr = l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.cmd = exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+r.addr, "--log.level=warn")
-	r.cmd.Stdout, r.cmd.Stderr = logf, logf
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Kill() // the PID this test started
-		_ = r.cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	waitFor(t, "prometheus ready", func() bool {
-		resp, err := http.Get("http://" + r.addr + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	r.srv = promrig.Start(t, promrig.Target{Addr: strings.TrimPrefix(target.URL, "http://")})
+	r.addr = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
 }
 
@@ -253,10 +181,7 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	})
 
 	t.Run("server down fails after N errors", func(t *testing.T) {
-		if err := r.cmd.Process.Kill(); err != nil { // the PID this test started
-			t.Fatal(err)
-		}
-		_ = r.cmd.Wait()
+		r.srv.Kill()
 		j, in, _ := judgeScenario(t, 1, nil)
 		in.External = []ExternalGate{all}
 		var prev *v1alpha1.NodeJudgement

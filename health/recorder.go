@@ -34,9 +34,11 @@ type RecorderConfig struct {
 
 // Recorder samples the snapshots of the nodes a rollout is working on, so a
 // judgement given only times (baseline start, swap, soak start) can find the
-// snapshots of those moments. It keeps them in memory: an orchestrator that
-// restarts mid-node has no baseline for that node, and the judge then fails
-// closed rather than judge without one.
+// snapshots of those moments. It keeps them in memory; what a judgement
+// needs of them survives a restart only as a persisted record (Record,
+// EncodeRecord), which a successor's Recorder takes back (Restore). Without
+// one, a node restarted mid-soak has no baseline, and the judge fails closed
+// rather than judge without one.
 //
 // Every sample is placed on the orchestrator's clock (Now before the request
 // and after the answer), not the agent's: the windows hold the samples
@@ -62,6 +64,10 @@ type history struct {
 }
 
 var _ SnapshotSource = (*Recorder)(nil)
+
+// ErrNotTracked is wrapped by Windows for a node this Recorder never
+// sampled: no baseline was recorded in this process.
+var ErrNotTracked = errors.New("never tracked: no baseline recorded in this process")
 
 // NewRecorder validates cfg and fills its defaults.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
@@ -200,7 +206,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []Snapshot, soak Snapshot, err error) {
 	list, _, tracked := r.samples(node)
 	if !tracked {
-		return nil, Snapshot{}, fmt.Errorf("node %s was never tracked: no baseline recorded (the orchestrator must call Track at preflight; after an orchestrator restart mid-node the baseline is lost)", node)
+		return nil, Snapshot{}, fmt.Errorf("node %s: %w (Track starts at preflight; a successor needs the node's persisted baseline record, Restore)", node, ErrNotTracked)
 	}
 	for _, s := range list {
 		if s.inBaseline(baselineStart, swapStart) {
@@ -231,4 +237,88 @@ func (r *Recorder) samples(node string) (list []sample, repeats int, tracked boo
 		return nil, 0, false
 	}
 	return append([]sample(nil), h.samples...), h.repeats, true
+}
+
+// Record is the node's samples a judgement with these windows needs, for
+// EncodeRecord: every sample surely read in [baselineStart, swapStart] and,
+// when soakStart is set, the first sent at or after it (none yet is no
+// error: the record then holds the baseline alone). err says what is
+// missing, as Windows does.
+func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.Time) (BaselineRecord, error) {
+	list, _, tracked := r.samples(node)
+	if !tracked {
+		return BaselineRecord{}, fmt.Errorf("node %s: %w", node, ErrNotTracked)
+	}
+	out := BaselineRecord{Node: node, BaselineStart: baselineStart, SwapStart: swapStart}
+	for _, s := range list {
+		if s.inBaseline(baselineStart, swapStart) {
+			out.Baseline = append(out.Baseline, s.recorded())
+		}
+	}
+	if len(out.Baseline) < 2 {
+		return BaselineRecord{}, fmt.Errorf("node %s: %d samples recorded in the baseline window, need at least 2", node, len(out.Baseline))
+	}
+	if !soakStart.IsZero() {
+		for _, s := range list {
+			if s.inSoak(soakStart) {
+				rs := s.recorded()
+				out.SoakStart, out.SoakAt = &rs, soakStart
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// Restore tracks node and puts a persisted record's samples back among its
+// own (a successor's Recorder, which never saw the baseline), each where
+// the predecessor placed it. A sample it already holds (the same agent
+// epoch and seq, or time) is not added twice.
+func (r *Recorder) Restore(node string, rec BaselineRecord) error {
+	if rec.Node != node {
+		return fmt.Errorf("the baseline record is of node %q, not %s", rec.Node, node)
+	}
+	restored := make([]sample, 0, len(rec.Baseline)+1)
+	for _, s := range rec.Baseline {
+		restored = append(restored, r.fromRecord(s))
+	}
+	if rec.SoakStart != nil {
+		restored = append(restored, r.fromRecord(*rec.SoakStart))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.tracked[node]
+	if !ok {
+		h = &history{}
+		r.tracked[node] = h
+	}
+	merged := append([]sample(nil), h.samples...)
+	for _, s := range restored {
+		dup := false
+		for _, m := range merged {
+			dup = dup || (sameEpoch(m.snap, s.snap) && !isNew(m.snap, s.snap) && !isNew(s.snap, m.snap))
+		}
+		if !dup {
+			merged = append(merged, s)
+		}
+	}
+	sort.SliceStable(merged, func(i, j int) bool { return merged[i].at.Before(merged[j].at) })
+	h.samples = merged
+	return nil
+}
+
+// recorded is the sample as a BaselineRecord holds it.
+func (s sample) recorded() RecordedSample {
+	return RecordedSample{Snapshot: s.snap, At: s.at, Sent: s.sent, Received: s.received}
+}
+
+// fromRecord is a recorded sample as the Recorder holds its own, its
+// offset and skew measured again against this Recorder's tolerance.
+func (r *Recorder) fromRecord(rs RecordedSample) sample {
+	s := sample{snap: rs.Snapshot, at: rs.At, sent: rs.Sent, received: rs.Received, shift: rs.Snapshot.Time.Sub(rs.At)}
+	mid := s.sent.Add(s.received.Sub(s.sent) / 2)
+	s.offset = s.snap.Time.Sub(mid)
+	tol := r.cfg.SkewTolerance
+	s.skewed = s.snap.Time.Before(s.sent.Add(-tol)) || s.snap.Time.After(s.received.Add(tol))
+	return s
 }

@@ -45,6 +45,36 @@ type GateInput struct {
 	// Progress persists an Inconclusive round's verdict (its Summary is the
 	// next Previous). Nil: nothing to persist to.
 	Progress func(ctx context.Context, v health.Verdict) error
+	// Record is what a Keeper returned for this node in this attempt
+	// (status.nodes[].baseline), read back after a restart: a gate whose own
+	// samples lack the node's baseline judges from it. "" when none.
+	Record string
+}
+
+// KeepInput is what a Keeper records: a node's baseline window (and, once
+// its soak started, the soak's first sample) and what was recorded so far.
+type KeepInput struct {
+	Node          string
+	BaselineStart time.Time
+	SwapStart     time.Time
+	// SoakStart is zero at the cordon (the baseline alone), else when the
+	// soak started: the record then also holds the soak's first sample.
+	SoakStart time.Time
+	Spec      v1alpha1.GatesSpec
+	// Record is the one persisted so far in this attempt ("" none): a
+	// successor's gate takes the baseline back from it.
+	Record string
+}
+
+// Keeper is implemented by gates whose judgement reads samples taken before
+// the swap (the judge), which a successor leader would otherwise not have.
+// The orchestrator calls Keep when the baseline window ends (the cordon)
+// and when the soak starts, and persists what it returns in the node's
+// status entry (status.nodes[].baseline) before the step acts; the entry is
+// cleared when the node leaves flight. An error persists nothing: the gate
+// then fails the node closed on a handover, as without a record.
+type Keeper interface {
+	Keep(ctx context.Context, in KeepInput) (string, error)
 }
 
 // PrepareInput is what a Preparer needs at a node's preflight: the node,

@@ -66,8 +66,12 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	now := e.o.cfg.Now()
 	st := s.State
 	next := rec.withStep(nr.Name, nr.UID, st, now)
+	var baseline string
 	if s.StampSwap {
 		next.SwapSince = now
+		// The baseline window ends here: its record goes with this step's
+		// status write, before the swap acts.
+		baseline = e.keep(ctx, nr, node, now, time.Time{})
 	}
 	if s.StampSoak {
 		next.SoakSince = now
@@ -124,6 +128,12 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		if c.verdict != nil {
 			ns.Verdict, ns.Judgement = *c.verdict, c.judgement
 		}
+		switch {
+		case baseline != "":
+			ns.Baseline = baseline
+		case s.StampSwap || !InFlight(st) || st == v1alpha1.NodeAbortCleanup:
+			ns.Baseline = "" // an earlier attempt's, or no longer needed
+		}
 		if haltReason != "" {
 			// In the same write as the Failed step: a planner pass in between
 			// would otherwise halt with a generic reason first.
@@ -147,7 +157,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	// nodes' steps, except where status itself is the record: a halt, a
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
-	if statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
+	if baseline == "" && statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
 		e.mutateStatusLater(nr.Name, mirror)
 	} else {
 		statusErr = e.mutateStatus(ctx, nr.Name, mirror)

@@ -23,7 +23,10 @@ const trimmedMark = " (detail trimmed)"
 //     first: their judgement goes and their verdict keeps its outcome word;
 //  2. the same nodes' start and state-change times (the finish time stays);
 //  3. the before/after rows of the judgements of nodes in flight (their
-//     counters, which a successor resumes from, stay).
+//     counters, which a successor resumes from, stay);
+//  4. the baseline records of nodes in flight (up to 32 KiB each, so many
+//     nodes in flight at once may not fit them all): a successor then fails
+//     such a node closed, as without a record.
 //
 // Failed and skipped nodes keep every detail, and nothing the planner reads
 // (state, zone, wave, canary, finish time) is touched. It returns how many
@@ -50,7 +53,7 @@ func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
 	for _, pass := range []struct {
 		nodes []int
 		cut   func(*v1alpha1.NodeStatus)
-	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}} {
+	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimBaseline}} {
 		for _, i := range pass.nodes {
 			if size <= budget {
 				return len(trimmed)
@@ -95,6 +98,8 @@ func trimRows(n *v1alpha1.NodeStatus) {
 		n.Judgement = &j
 	}
 }
+
+func trimBaseline(n *v1alpha1.NodeStatus) { n.Baseline = "" }
 
 func jsonSize(v any) int {
 	data, err := json.Marshal(v)

@@ -93,3 +93,39 @@ func TestFitStatusKeepsAFleetUnderTheBudget(t *testing.T) {
 		t.Errorf("trimmed the newest before the oldest: first %q, last %q", s.Nodes[0].Verdict, s.Nodes[299].Verdict)
 	}
 }
+
+// TestFitStatusDropsBaselinesLast: 60 nodes in flight at once, each with a
+// full 32 KiB baseline record (≈ 1.9 MiB), fit once some records go, and
+// only after every other cut; the nodes' state and counters stay.
+func TestFitStatusDropsBaselinesLast(t *testing.T) {
+	s := bigStatus(600)
+	for i := range s.Nodes {
+		if i < 60 {
+			s.Nodes[i].State, s.Nodes[i].FinishTime = v1alpha1.NodeSoak, nil
+			s.Nodes[i].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
+		}
+	}
+	fitStatus(s, statusBudget)
+	if size := jsonSize(s); size > statusBudget {
+		t.Fatalf("%d bytes after trimming, over the budget %d", size, statusBudget)
+	}
+	kept := 0
+	for i, ns := range s.Nodes[:60] {
+		if ns.Baseline != "" {
+			kept++
+		}
+		if ns.State != v1alpha1.NodeSoak || ns.Judgement == nil || ns.Judgement.Judgements != 3 {
+			t.Fatalf("entry %d lost its state or counters: %+v", i, ns)
+		}
+	}
+	t.Logf("%d of 60 baseline records kept within the budget", kept)
+	if kept == 0 || kept == 60 {
+		t.Errorf("%d of 60 records kept: want only as many dropped as the budget needs", kept)
+	}
+	small := bigStatus(20)
+	small.Nodes[3].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
+	fitStatus(small, statusBudget)
+	if small.Nodes[3].Baseline == "" {
+		t.Error("a status within the budget lost a baseline record")
+	}
+}

@@ -307,15 +307,12 @@ func waitingReason(p *corev1.Pod) string {
 // record (Done or Failed) to persist.
 func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
-	st, _ := e.currentStatus(nr.Name, nr.UID)
 	var persisted *v1alpha1.NodeJudgement
-	for _, ns := range st.Nodes {
-		if ns.Name == node && ns.StartTime != nil {
+	if ns, ok := e.statusEntry(nr, node); ok {
+		if ns.StartTime != nil {
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
 		}
-		if ns.Name == node {
-			persisted = ns.Judgement
-		}
+		persisted, in.Record = ns.Judgement, ns.Baseline
 	}
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
 	if !rec.SoakSince.IsZero() {
@@ -358,6 +355,53 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
 	}
 	return &summary, v.Summary, nil
+}
+
+// statusEntry is the node's status entry as this process knows it best.
+func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
+	st, _ := e.currentStatus(nr.Name, nr.UID)
+	for _, ns := range st.Nodes {
+		if ns.Name == node {
+			return ns, true
+		}
+	}
+	return v1alpha1.NodeStatus{}, false
+}
+
+// keep asks a Keeper for the node's record to persist: at the cordon
+// (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
+// start. "" when the gate keeps none, or when it fails (logged: the node
+// then fails closed on a handover, as it would without a record).
+func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, swapStart, soakStart time.Time) string {
+	k, ok := e.gate.(Keeper)
+	if !ok {
+		return ""
+	}
+	in := KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
+	if ns, ok := e.statusEntry(nr, node); ok {
+		if ns.StartTime != nil {
+			in.BaselineStart = ns.StartTime.Time
+		}
+		in.Record = ns.Baseline
+	}
+	out, err := k.Keep(ctx, in)
+	if err != nil {
+		e.o.log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
+		return ""
+	}
+	return out
+}
+
+// keepSoakStart persists the record with the soak's first sample, before
+// the soak is waited out (once: a resumed soak whose record holds it
+// writes nothing).
+func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodeRecord) error {
+	ns, _ := e.statusEntry(nr, node)
+	out := e.keep(ctx, nr, node, rec.SwapSince, rec.SoakSince)
+	if out == "" || out == ns.Baseline {
+		return nil
+	}
+	return e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { nodeEntry(s, node).Baseline = out })
 }
 
 // controls is the node's control group as the rollout stands now (Controls

@@ -210,7 +210,9 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 			}
 		}
 	case actSoak:
-		err = sleepUntil(ctx, deadline, e.o.cfg.Now)
+		if err = e.keepSoakStart(ctx, nr, node, rec); err == nil {
+			err = sleepUntil(ctx, deadline, e.o.cfg.Now)
+		}
 	case actGate:
 		res.verdict, res.judgement, err = e.judge(ctx, nr, p, node, rec)
 	}

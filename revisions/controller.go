@@ -23,8 +23,10 @@ import (
 // WaveInput is what an external gate judges: a wave whose pods are all Ready
 // on the new proxy version.
 type WaveInput struct {
-	Migration  string
-	Wave       string
+	Migration string
+	Wave      string
+	// From and To are the migration's revisions.
+	From, To   string
 	Namespaces []string
 	// Since is when the wave started; the gate compares what callers saw since then.
 	Since time.Time

@@ -83,9 +83,11 @@ func (g *externalGates) Judge(ctx context.Context, in WaveInput) (health.Verdict
 
 // Gates combines gates: a wave fails when any fails (with every failing
 // gate's reasons), is held when none fails and any holds or errs, and passes
-// when all pass. The first Summary (an AgentGate's table) is kept. The
-// combination is a NodeTracker for the gates that are: an AgentGate inside
-// it still samples each migration's nodes from before every wave.
+// when all pass, with the passing gates' notes (such as a built-in gate that
+// had no data) as its reasons. The gates' tables are joined into one Summary,
+// in the order of the gates. The combination is a
+// NodeTracker for the gates that are: an AgentGate inside it still samples
+// each migration's nodes from before every wave.
 func Gates(gates ...Gate) Gate { return combined(gates) }
 
 type combined []Gate
@@ -99,7 +101,7 @@ func (gs combined) Track(ctx context.Context, nodes []string) {
 }
 
 func (gs combined) Judge(ctx context.Context, in WaveInput) (health.Verdict, error) {
-	var fails, holds []string
+	var fails, holds, notes []string
 	var summary *v1alpha1.NodeJudgement
 	for _, g := range gs {
 		v, err := g.Judge(ctx, in)
@@ -107,14 +109,14 @@ func (gs combined) Judge(ctx context.Context, in WaveInput) (health.Verdict, err
 			holds = append(holds, "gate error: "+err.Error())
 			continue
 		}
-		if summary == nil {
-			summary = v.Summary
-		}
+		summary = joinSummaries(summary, v.Summary)
 		switch v.Outcome {
 		case health.Fail:
 			fails = append(fails, v.Reasons...)
 		case health.Inconclusive:
 			holds = append(holds, v.Reasons...)
+		default:
+			notes = append(notes, v.Reasons...)
 		}
 	}
 	switch {
@@ -123,5 +125,23 @@ func (gs combined) Judge(ctx context.Context, in WaveInput) (health.Verdict, err
 	case len(holds) > 0:
 		return health.Verdict{Outcome: health.Inconclusive, Reasons: holds, Summary: summary}, nil
 	}
-	return health.Verdict{Outcome: health.Pass, Summary: summary}, nil
+	return health.Verdict{Outcome: health.Pass, Reasons: notes, Summary: summary}, nil
+}
+
+// joinSummaries appends b's rows and counts to a copy of a (either may be nil).
+func joinSummaries(a, b *v1alpha1.NodeJudgement) *v1alpha1.NodeJudgement {
+	switch {
+	case b == nil:
+		return a
+	case a == nil:
+		return b.DeepCopy()
+	}
+	out := a.DeepCopy()
+	out.Rows = append(out.Rows, b.Rows...)
+	out.Tests += b.Tests
+	out.Regressions += b.Regressions
+	if out.JudgedAt == "" {
+		out.JudgedAt = b.JudgedAt
+	}
+	return out
 }

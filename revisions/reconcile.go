@@ -227,7 +227,7 @@ func (c *Controller) stampWhere(ctx context.Context, rm *v1alpha1.RevisionMigrat
 func (c *Controller) waveInput(rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot, wave int32) WaveInput {
 	st := &rm.Status
 	w := st.Waves[wave]
-	in := WaveInput{Migration: rm.Name, Wave: w.Name, Spec: spec.Gates}
+	in := WaveInput{Migration: rm.Name, Wave: w.Name, From: spec.From, To: spec.To, Spec: spec.Gates}
 	if st.WaveStartedAt != nil {
 		in.Since = st.WaveStartedAt.Time
 	}

@@ -4,25 +4,38 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 )
 
-// SpecGates gates each wave with the Prometheus gate its RevisionMigration's
-// spec.gates describes, and with readiness alone when it describes none. The
-// gate of a migration is built once and kept, so its count of consecutive
-// query errors survives from one wave check to the next. addrs are the hosts
-// spec.gates.prometheus may query; a refused one fails the wave, unqueried.
+// SpecGates gates each wave with the Prometheus gates its RevisionMigration's
+// spec.gates.prometheus describes, and with readiness alone when it describes
+// none:
+//
+//   - the user's queries (ExternalGates), when there are any;
+//   - the built-in gates, on whenever an address is set unless
+//     builtIn.disabled: config acceptance per revision (istiod's rejected
+//     xDS responses) and retry volume (the wave's retries per request
+//     against the control namespaces'). They pass, with a reason, when
+//     Prometheus holds nothing for them.
+//
+// They combine as Gates does. The gates of a migration are built once and
+// kept, so their counts of consecutive query errors survive from one wave
+// check to the next. addrs are the hosts spec.gates.prometheus may query; a
+// refused one fails the wave, unqueried.
 func SpecGates(addrs health.AddressPolicy, log *zap.Logger) Gate {
-	return &specGates{addrs: addrs, log: log, byMigration: map[string]Gate{}}
+	return &specGates{addrs: addrs, log: log, now: time.Now, byMigration: map[string]Gate{}}
 }
 
 type specGates struct {
 	addrs       health.AddressPolicy
 	log         *zap.Logger
+	now         func() time.Time
 	mu          sync.Mutex
 	byMigration map[string]Gate
 }
@@ -34,7 +47,8 @@ func (s *specGates) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 	s.mu.Lock()
 	g, ok := s.byMigration[in.Migration]
 	if !ok {
-		pg, err := gatespec.Prometheus(*in.Spec, s.addrs, s.log)
+		var err error
+		g, err = s.build(*in.Spec)
 		if errors.Is(err, health.ErrAddressRefused) {
 			s.mu.Unlock()
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
@@ -43,9 +57,43 @@ func (s *specGates) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 			s.mu.Unlock()
 			return health.Verdict{}, err
 		}
-		g = ExternalGates(pg)
 		s.byMigration[in.Migration] = g
 	}
 	s.mu.Unlock()
 	return g.Judge(ctx, in)
+}
+
+// build makes the gates of one migration's spec.gates.
+func (s *specGates) build(spec v1alpha1.GatesSpec) (Gate, error) {
+	p := spec.Prometheus
+	var gates []Gate
+	if len(p.Queries) > 0 {
+		pg, err := gatespec.Prometheus(spec, s.addrs, s.log)
+		if err != nil {
+			return nil, err
+		}
+		gates = append(gates, ExternalGates(pg))
+	}
+	cfg, on, err := builtInOf(p)
+	if err != nil {
+		return nil, err
+	}
+	if on {
+		pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: p.Address, Addresses: s.addrs, Timeout: durationOf(p.Timeout), Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		gates = append(gates, &builtInGates{cfg: cfg, prom: pc, now: s.now, errs: map[string]int{}})
+	}
+	if len(gates) == 1 {
+		return gates[0], nil
+	}
+	return Gates(gates...), nil
+}
+
+func durationOf(d *v1alpha1.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.Duration
 }

@@ -88,6 +88,11 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 			}
 		}
 	}
+	if spec.Gates != nil && spec.Gates.Prometheus != nil {
+		if _, _, err := builtInOf(spec.Gates.Prometheus); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidSpec, strings.Join(errs, "; "))
 	}

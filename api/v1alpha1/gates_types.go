@@ -189,11 +189,101 @@ type PrometheusGates struct {
 	// returns nothing, so Pass lets it pass every node.
 	// +optional
 	NoData NoDataPolicy `json:"noData,omitempty"`
+	// Queries are the user's own instant queries with thresholds. A
+	// NodeRollout needs at least one; a RevisionMigration may leave them out
+	// and be gated by the built-in gates alone.
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
-	Queries []PrometheusQuery `json:"queries"`
+	// +optional
+	Queries []PrometheusQuery `json:"queries,omitempty"`
+	// BuiltIn tunes the sidecar wing's built-in gates (RevisionMigration
+	// only), which run whenever an address is set: istiod's rejected
+	// configs per revision, and the migrated namespaces' retries per request
+	// against the not-yet-migrated ones'.
+	// +optional
+	BuiltIn *BuiltInGates `json:"builtIn,omitempty"`
+}
+
+// BuiltInGates are a RevisionMigration's built-in Prometheus gates. Each
+// judges a wave once it has soaked on the new proxy; a query that returns
+// nothing (many clusters scrape neither istiod's counters nor Envoy's retry
+// counters) passes with a reason saying so, because the gate has nothing to
+// say, and never holds the wave.
+type BuiltInGates struct {
+	// Disabled turns both built-in gates off for this migration.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// Soak is how long a wave is watched once Ready before these gates
+	// judge it (default 1m); until then they hold the wave.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="builtIn.soak must be a positive duration"
+	// +optional
+	Soak *Duration `json:"soak,omitempty"`
+	// Baseline is how far before the wave started the retry gate's
+	// baseline reaches (default 5m).
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="builtIn.baseline must be a positive duration"
+	// +optional
+	Baseline *Duration `json:"baseline,omitempty"`
+	// +optional
+	ConfigAcceptance ConfigAcceptanceGate `json:"configAcceptance,omitempty"`
+	// +optional
+	Retries RetryGate `json:"retries,omitempty"`
+}
+
+// ConfigAcceptanceGate fails a wave when proxies rejected (NACKed) the new
+// revision's configuration during its soak: istiod's counter
+// pilot_total_xds_rejects{type}, split by revision.
+type ConfigAcceptanceGate struct {
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// RevisionLabel is the label that carries the istiod revision on its
+	// series (default istio_io_rev: the pod label istio.io/rev as the usual
+	// kubernetes-pods scrape job's labelmap writes it).
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	RevisionLabel string `json:"revisionLabel,omitempty"`
+	// MaxRejects is how many rejected xDS responses the new revision may
+	// count during the soak (default 0: any rejection fails the wave).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxRejects int32 `json:"maxRejects,omitempty"`
+}
+
+// RetryGate fails a wave whose namespaces' retries per request rose more
+// than the control namespaces' did: Envoy's counters
+// envoy_cluster_upstream_rq_retry / envoy_cluster_upstream_rq_total from the
+// sidecars, over the soak against the baseline before the wave.
+type RetryGate struct {
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+	// NamespaceLabel is the label that carries the pod's namespace on the
+	// sidecars' series (default namespace).
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	NamespaceLabel string `json:"namespaceLabel,omitempty"`
+	// MaxRise is how many times more the migrated namespaces' retries per
+	// request may rise than the control namespaces' over the same interval,
+	// a decimal of at least 1 (default "2").
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="double(self) >= 1.0",message="retries.maxRise must be a decimal of at least 1, such as 2"
+	// +optional
+	MaxRise string `json:"maxRise,omitempty"`
+	// MinExcess is the smallest rise in retries per request that counts
+	// (default "0.01": one more retry per hundred requests).
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)?(\.[0-9]+)?$`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	MinExcess string `json:"minExcess,omitempty"`
+	// MinRequests is the fewest requests each side needs in the soak for a
+	// comparison (default 100); with fewer the gate passes with a reason.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MinRequests int32 `json:"minRequests,omitempty"`
 }
 
 // PrometheusQuery is one PromQL instant query and its threshold. The query may

@@ -176,6 +176,8 @@ type NodeRolloutSpec struct {
 	// +optional
 	Rollback bool `json:"rollback,omitempty"`
 	// Gates judge each node after its soak.
+	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || (has(self.prometheus.queries) && size(self.prometheus.queries) > 0)",message="gates.prometheus.queries: a NodeRollout needs at least one query"
+	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || !has(self.prometheus.builtIn)",message="gates.prometheus.builtIn is for RevisionMigrations only"
 	// +optional
 	Gates GatesSpec `json:"gates,omitempty"`
 }
@@ -244,6 +246,14 @@ type NodeStatus struct {
 	// for gates without numbers); `nodewise explain` prints it.
 	// +optional
 	Judgement *NodeJudgement `json:"judgement,omitempty"`
+	// Baseline is the judge's record of the node's baseline samples and of
+	// its soak's first sample (base64 of gzipped JSON, at most 32 KiB), for
+	// the pods it kept: written at the cordon and again when the soak
+	// starts, cleared when the node leaves flight. A successor leader judges
+	// the node from it instead of failing it for a baseline it never saw.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Baseline string `json:"baseline,omitempty"`
 }
 
 // RolloutCounts sums the node entries.

@@ -24,7 +24,7 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Start a simulated cluster, roll the ambient data plane to a new version, then halt a faulty build at the canary",
+		Short: "Start a simulated cluster, roll the ambient data plane to a new version and halt a faulty build at the canary, then migrate sidecars in waves and halt a faulty revision",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch redraw {
@@ -66,6 +66,7 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.From, "from", "1.27.3", "Istio version installed first")
 	f.StringVar(&cfg.To, "to", "1.28.1", "Istio version of the healthy rollout")
 	f.StringVar(&cfg.FaultyTag, "faulty-tag", "", "ztunnel image tag of the rollout that must halt (default 1.28.2-rst with --live, whose resets the judge catches; 1.28.2-neverready without)")
+	f.StringVar(&cfg.SidecarFaulty, "sidecar-faulty", "1.29.0-rst", "Istio version of the faulty sidecar revision the sidecar half halts at its canary wave (--live only; a revision other than --from's and --to's)")
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster's state (default: a temporary directory, removed at the end)")
 	f.StringVar(&redraw, "redraw", "auto", "redraw the node table in place: auto (on a terminal), always, never")
 	f.StringVar(&logFile, "log-file", "", "write the orchestrator's and kubelet's logs to this file")

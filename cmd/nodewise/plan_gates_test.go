@@ -1,14 +1,12 @@
 package main
 
 import (
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/nodewise/nodewise/test/promrig"
 )
 
 // TestPlanApplyRejectBadGates: plan and apply refuse malformed spec.gates with
@@ -79,49 +77,5 @@ func TestPlanApplyRejectBadGates(t *testing.T) {
 // and returns its address; the test kills it (the PID it started) at cleanup.
 func startPrometheus(t *testing.T) string {
 	t.Helper()
-	var bin string
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; bin == "" && filepath.Dir(d) != d; d = filepath.Dir(d) {
-			if p := filepath.Join(d, "bin", "prometheus"); isFile(p) {
-				bin = p
-			}
-		}
-	}
-	if bin == "" {
-		t.Fatal("bin/prometheus not found: run `hack/build-tool.sh prometheus` (or `make tools`)")
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte("global:\n  scrape_interval: 1m\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(time.Minute) // a bound on a broken rig, not a timing assertion
-	for {
-		if resp, err := http.Get("http://" + addr + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("prometheus did not become ready")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && !fi.IsDir()
+	return strings.TrimPrefix(promrig.Start(t).URL, "http://")
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/revisions/revtag"
@@ -89,7 +90,9 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
 	var name string
 	var waves []string
-	var overwrite, dryRun bool
+	var overwrite, dryRun, builtIn bool
+	var promAddr string
+	var addrs health.AddressPolicy
 	spec := v1alpha1.RevisionMigrationSpec{}
 	cmd := &cobra.Command{
 		Use:   "migrate --from REV --to REV --rate PODS_PER_SECOND",
@@ -102,6 +105,19 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 					return err
 				}
 				spec.Waves = append(spec.Waves, wave)
+			}
+			if promAddr != "" {
+				// Refused here as the controller would refuse it: before anything is written.
+				if _, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: promAddr, Addresses: addrs}); err != nil {
+					return fmt.Errorf("--prometheus: %w", err)
+				}
+				p := &v1alpha1.PrometheusGates{Address: promAddr}
+				if !builtIn {
+					p.BuiltIn = &v1alpha1.BuiltInGates{Disabled: true}
+				}
+				spec.Gates = &v1alpha1.GatesSpec{Prometheus: p}
+			} else if !builtIn {
+				return errors.New("--builtin-gates=false needs --prometheus: without an address there are no built-in gates to turn off")
 			}
 			spec = revisions.Defaulted(spec)
 			if err := revisions.Validate(spec); err != nil {
@@ -168,7 +184,35 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&waves, "wave", nil, "a wave, in order: NAME=PERCENT% or NAME=key=value[,key=value] (default canary, 5%, 30%, 100%)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "let the migration move --tag if it already points elsewhere")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the RevisionMigration instead of creating it")
+	cmd.Flags().StringVar(&promAddr, "prometheus", "", "Prometheus base URL for spec.gates.prometheus.address: turns on the built-in gates (istiod's rejected configs per revision, retries per request against the control)")
+	cmd.Flags().BoolVar(&builtIn, "builtin-gates", true, "with --prometheus, run the built-in gates (false sets spec.gates.prometheus.builtIn.disabled)")
+	addGateAddressFlags(cmd, &addrs)
 	return cmd
+}
+
+// gatesLine says, for a person, which Prometheus gates judge each wave.
+func gatesLine(spec v1alpha1.RevisionMigrationSpec) string {
+	if spec.Gates == nil || spec.Gates.Prometheus == nil {
+		return "# gates: readiness (and any Gate the controller embeds); no Prometheus gate (no spec.gates.prometheus.address)"
+	}
+	p := spec.Gates.Prometheus
+	var parts []string
+	if n := len(p.Queries); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d queries of yours", n))
+	}
+	b := p.BuiltIn
+	if b == nil || !b.Disabled {
+		if b == nil || !b.ConfigAcceptance.Disabled {
+			parts = append(parts, "built-in config acceptance (istiod "+spec.To+"'s rejected configs against "+spec.From+"'s)")
+		}
+		if b == nil || !b.Retries.Disabled {
+			parts = append(parts, "built-in retry volume (the wave's retries per request against the control namespaces')")
+		}
+	}
+	if len(parts) == 0 {
+		return "# gates: readiness only (" + p.Address + ": built-in gates disabled, no queries)"
+	}
+	return "# gates from " + p.Address + ": " + strings.Join(parts, ", ")
 }
 
 // printPlan writes, as YAML comments, what the migration would move and how
@@ -181,6 +225,7 @@ func printPlan(out io.Writer, spec v1alpha1.RevisionMigrationSpec, sc revisions.
 		}
 	}
 	fmt.Fprintf(out, "# plan: %d namespaces (%d adopted) in %d waves, %d skipped\n", len(sc.Members), adopted, len(waves), len(sc.Skipped))
+	fmt.Fprintln(out, gatesLine(spec))
 	for _, w := range waves {
 		fmt.Fprintf(out, "# wave %s:\n", w.Name)
 		for _, name := range w.Namespaces {

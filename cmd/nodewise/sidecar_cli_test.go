@@ -109,6 +109,14 @@ func TestSidecarCommands(t *testing.T) {
 	bad("selectors overlap", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--wave", "a=tier=1", "--wave", "b=team=x")
 	bad(`unknown revision "1-99"`, "revision", "migrate", "--from", "1-27", "--to", "1-99", "--rate", "2")
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
+	bad("--prometheus: gates.prometheus.address \"http://prometheus.example.com:9090\"", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next",
+		"--prometheus", "http://prometheus.example.com:9090")
+	bad("--builtin-gates=false needs --prometheus", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--builtin-gates=false")
+	plan := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--dry-run", "--prometheus", "http://prometheus.monitoring.svc:9090")
+	if !strings.Contains(plan, "# gates from http://prometheus.monitoring.svc:9090: built-in config acceptance (istiod 1-28's rejected configs against 1-27's), built-in retry volume") ||
+		!strings.Contains(plan, "address: http://prometheus.monitoring.svc:9090") {
+		t.Fatalf("dry run:\n%s", plan)
+	}
 	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -117,10 +125,12 @@ func TestSidecarCommands(t *testing.T) {
 	if l, err := mc.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("bad input created migrations: %v %v", l, err)
 	}
-	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%")
+	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%",
+		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false")
 	ok("revision", "abort", "1-27-to-1-28")
 	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
-	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 {
+	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 ||
+		rm.Spec.Gates == nil || rm.Spec.Gates.Prometheus.Address != "http://prometheus.monitoring.svc:9090" || !rm.Spec.Gates.Prometheus.BuiltIn.Disabled {
 		t.Fatalf("created migration %+v %v", rm, err)
 	}
 }

@@ -103,17 +103,7 @@ func TestConfigRejectsBadInput(t *testing.T) {
 // OpenAPI schema and CEL rules with the API server's own validation code
 // (k8s.io/apiextensions-apiserver), so the two never drift apart.
 func TestCRDRejectsBadInput(t *testing.T) {
-	schema, structural := gatesSchema(t)
-	validate := func(obj map[string]any) field.ErrorList {
-		v, _, err := apiservervalidation.NewSchemaValidator(schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
-		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
-			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
-		return append(errs, celErrs...)
-	}
+	validate := crdValidator(t, "nodewise.io_noderollouts.yaml")
 	good := map[string]any{"interval": "1m", "significance": "0.01", "countDispersion": "1", "maxSnapshotAge": "30s",
 		"counts":  []any{map[string]any{"metric": "resetsReceived", "minRatio": "2", "minExcessPerSecond": "0.05"}},
 		"latency": []any{map[string]any{"metric": "connectLatency", "minRatio": "1.25", "minIncrease": "500us"}},
@@ -225,6 +215,28 @@ func TestPrometheusNoDataAndAddress(t *testing.T) {
 // gatesSchema reads the NodeRollout CRD from deploy/crds and returns the schema of spec.gates.
 func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschema.Structural) {
 	t.Helper()
+	return gatesSchemaOf(t, "nodewise.io_noderollouts.yaml")
+}
+
+// crdValidator validates a spec.gates object with the CRD's OpenAPI schema
+// and CEL rules, as the API server does.
+func crdValidator(t *testing.T, file string) func(obj map[string]any) field.ErrorList {
+	schema, structural := gatesSchemaOf(t, file)
+	return func(obj map[string]any) field.ErrorList {
+		v, _, err := apiservervalidation.NewSchemaValidator(schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), obj, v)
+		celErrs, _ := cel.NewValidator(structural, false, celconfig.PerCallLimit).
+			Validate(context.Background(), field.NewPath("spec", "gates"), structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		return append(errs, celErrs...)
+	}
+}
+
+// gatesSchemaOf is spec.gates of the CRD in deploy/crds/file.
+func gatesSchemaOf(t *testing.T, file string) (*apiextensions.JSONSchemaProps, *structuralschema.Structural) {
+	t.Helper()
 	dir, _ := os.Getwd()
 	for ; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
@@ -234,7 +246,7 @@ func gatesSchema(t *testing.T) (*apiextensions.JSONSchemaProps, *structuralschem
 			t.Fatal("repository root not found")
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "deploy", "crds", "nodewise.io_noderollouts.yaml"))
+	data, err := os.ReadFile(filepath.Join(dir, "deploy", "crds", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,5 +298,50 @@ func TestValidateAsksPrometheus(t *testing.T) {
 	}
 	if err := Validate(ctx, v1alpha1.GatesSpec{}, health.AddressPolicy{}, nil); err != nil {
 		t.Fatalf("no prometheus: %v", err)
+	}
+}
+
+// A NodeRollout's Prometheus gate needs a query and takes no built-in
+// gates; a RevisionMigration's may have no query, and the API server checks
+// its builtIn fields as revisions.Validate does.
+func TestCRDPrometheusQueriesAndBuiltIn(t *testing.T) {
+	validate := func(file string, obj map[string]any) string {
+		if errs := crdValidator(t, file)(obj); len(errs) > 0 {
+			return errs.ToAggregate().Error()
+		}
+		return ""
+	}
+	addressOnly := map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090"}}
+	builtIn := func(b map[string]any) map[string]any {
+		return map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090", "builtIn": b}}
+	}
+	const nr, rm = "nodewise.io_noderollouts.yaml", "nodewise.io_revisionmigrations.yaml"
+	if got := validate(nr, addressOnly); !strings.Contains(got, "a NodeRollout needs at least one query") {
+		t.Errorf("NodeRollout without queries: %q", got)
+	}
+	if got := validate(nr, map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090", "queries": []any{q1("")}, "builtIn": map[string]any{}}}); !strings.Contains(got, "builtIn is for RevisionMigrations only") {
+		t.Errorf("NodeRollout with builtIn: %q", got)
+	}
+	if got := validate(rm, addressOnly); got != "" {
+		t.Errorf("RevisionMigration with an address alone: %q", got)
+	}
+	good := builtIn(map[string]any{"disabled": false, "soak": "2m", "baseline": "10m",
+		"configAcceptance": map[string]any{"revisionLabel": "rev", "maxRejects": 2},
+		"retries":          map[string]any{"namespaceLabel": "kubernetes_namespace", "maxRise": "1.5", "minExcess": "0.02", "minRequests": 50}})
+	if got := validate(rm, good); got != "" {
+		t.Errorf("a valid builtIn: %q", got)
+	}
+	for _, bad := range []struct {
+		b    map[string]any
+		want string
+	}{
+		{map[string]any{"soak": "0s"}, "builtIn.soak must be a positive duration"},
+		{map[string]any{"retries": map[string]any{"maxRise": "0.5"}}, "retries.maxRise must be a decimal of at least 1"},
+		{map[string]any{"configAcceptance": map[string]any{"revisionLabel": "istio.io/rev"}}, "revisionLabel"},
+		{map[string]any{"configAcceptance": map[string]any{"maxRejects": -1}}, "maxRejects"},
+	} {
+		if got := validate(rm, builtIn(bad.b)); !strings.Contains(got, bad.want) {
+			t.Errorf("%v: %q, want %q", bad.b, got, bad.want)
+		}
 	}
 }

@@ -55,6 +55,7 @@ var (
 	_ orchestrator.Gate     = (*Gate)(nil)
 	_ orchestrator.Preparer = (*Gate)(nil)
 	_ orchestrator.Releaser = (*Gate)(nil)
+	_ orchestrator.Keeper   = (*Gate)(nil)
 )
 
 // New validates cfg.
@@ -148,6 +149,10 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 		// judge's to report (it reads each control's current snapshot).
 		_ = g.cfg.Recorder.Sample(ctx, c)
 		baseline, soakStart, err := g.cfg.Recorder.Windows(c, in.BaselineStart, in.SwapStart, in.SoakStart)
+		if errors.Is(err, health.ErrNotTracked) {
+			dropped = append(dropped, fmt.Sprintf("control node %s left out: not sampled by this process over the baseline (named since the preflight, or prepared by a predecessor: a control's samples are not persisted)", c))
+			continue
+		}
 		if err != nil {
 			dropped = append(dropped, fmt.Sprintf("control node %s left out: %v", c, err))
 			continue
@@ -202,6 +207,15 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			"no baseline window: the swap started at %s, not after the baseline started at %s",
 			in.SwapStart.UTC().Format(time.RFC3339), in.BaselineStart.UTC().Format(time.RFC3339))}}, nil
 	}
+	restored, err := g.restore(in.Node, in.BaselineStart, in.SwapStart, in.Record)
+	if err != nil {
+		return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
+	}
+	if restored != nil && restored.SoakStart == nil && in.SoakStart.Before(in.Now) {
+		return health.Verdict{Outcome: health.Fail, Reasons: []string{fmt.Sprintf(
+			"%s, but the record holds no sample of the soak's start (%s): the soak window cannot be told, failing closed",
+			restoredReason(*restored), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
+	}
 	inPlace, grace := g.cfg.Drain(in)
 	prev := in.Previous // persisted by an earlier leader's rounds, if any
 	for {
@@ -222,6 +236,9 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
 		})
 		if err == nil {
+			if restored != nil {
+				v.Reasons = append(v.Reasons, restoredReason(*restored))
+			}
 			v.Reasons = append(v.Reasons, dropped...)
 			v.Reasons = append(v.Reasons, g.clockReasons(in)...)
 		}
@@ -244,4 +261,85 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			return v, err
 		}
 	}
+}
+
+// Keep implements orchestrator.Keeper: the node's baseline samples, and
+// once its soak started the soak's first (sampled now), as a record of the
+// pods that fit (the probe's first, then the most connected). A gate whose
+// Recorder never saw the baseline (a successor) takes it back from
+// in.Record first; a record that already holds this soak's start is
+// returned as it is.
+func (g *Gate) Keep(ctx context.Context, in orchestrator.KeepInput) (string, error) {
+	cfg, err := gatespec.Config(in.Spec)
+	if err != nil {
+		return "", err
+	}
+	lim := health.RecordLimits{Keep: func(k health.PodKey) bool { return k.Namespace == cfg.ProbeNamespace }}
+	if in.SoakStart.IsZero() {
+		rec, err := g.cfg.Recorder.Record(in.Node, in.BaselineStart, in.SwapStart, time.Time{})
+		if err != nil {
+			return "", err
+		}
+		enc, _, err := health.EncodeRecord(rec, lim)
+		return enc, err
+	}
+	if in.Record != "" {
+		if r, err := health.DecodeRecord(in.Record); err == nil && r.SoakStart != nil && r.SoakAt.Equal(in.SoakStart) && r.SwapStart.Equal(in.SwapStart) {
+			return in.Record, nil
+		}
+	}
+	restored, err := g.restore(in.Node, in.BaselineStart, in.SwapStart, in.Record)
+	if err != nil {
+		return "", err
+	}
+	if err := g.cfg.Recorder.Sample(ctx, in.Node); err != nil {
+		return "", fmt.Errorf("sampling node %s at its soak's start: %w", in.Node, err)
+	}
+	rec, err := g.cfg.Recorder.Record(in.Node, in.BaselineStart, in.SwapStart, in.SoakStart)
+	if err != nil {
+		return "", err
+	}
+	if rec.SoakStart == nil {
+		return "", fmt.Errorf("node %s: no sample since its soak started at %s", in.Node, in.SoakStart.UTC().Format(time.RFC3339))
+	}
+	if restored != nil {
+		rec.Pods, rec.Samples = restored.Pods, restored.Samples // the original window's, not the kept part's
+	}
+	enc, _, err := health.EncodeRecord(rec, lim)
+	return enc, err
+}
+
+// restore seeds the Recorder with the persisted record when the Recorder
+// has no baseline of its own for the node's window (a successor leader),
+// and returns the record restored (nil: none was needed). With neither,
+// it returns nil and the judgement fails on the missing baseline as
+// before. A record that cannot be read, or is of another node or attempt,
+// is an error: the node fails closed.
+func (g *Gate) restore(node string, baselineStart, swapStart time.Time, record string) (*health.BaselineRecord, error) {
+	if _, err := g.cfg.Recorder.Record(node, baselineStart, swapStart, time.Time{}); err == nil || record == "" {
+		return nil, nil
+	}
+	rec, err := health.DecodeRecord(record)
+	if err != nil {
+		return nil, fmt.Errorf("no baseline for node %s in this process, and its persisted baseline record cannot be read (%v): failing closed", node, err)
+	}
+	if rec.Node != node || !rec.SwapStart.Equal(swapStart) {
+		return nil, fmt.Errorf("no baseline for node %s in this process, and its persisted baseline record is of node %s's swap at %s, not this attempt's at %s: failing closed",
+			node, rec.Node, rec.SwapStart.UTC().Format(time.RFC3339Nano), swapStart.UTC().Format(time.RFC3339Nano))
+	}
+	if err := g.cfg.Recorder.Restore(node, rec); err != nil {
+		return nil, err
+	}
+	g.cfg.Logger.Info("baseline restored from the persisted record", zap.String("node", node), zap.String("reason", restoredReason(rec)))
+	return &rec, nil
+}
+
+// restoredReason says, in a verdict, where the baseline came from.
+func restoredReason(r health.BaselineRecord) string {
+	kept := 0
+	if len(r.Baseline) > 0 {
+		kept = len(r.Baseline[0].Snapshot.Pods)
+	}
+	return fmt.Sprintf("baseline restored from the record of the swap at %s (this process did not sample it): %d pods of %d kept, %d samples of %d",
+		r.SwapStart.UTC().Format(time.RFC3339), kept, r.Pods, len(r.Baseline), r.Samples)
 }

@@ -140,25 +140,8 @@ func rigFleet(t *testing.T, spec v1alpha1.GatesSpec, regress map[string]bool, co
 		f[n].regress = regress[n]
 	}
 	clock := f["w1"].now
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := health.NewJudge(health.JudgeConfig{Source: f, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sleeps := 0
-	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
-		sleeps++
-		for range 2 { // the next interval's traffic
-			f.tick()
-		}
-		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, rec := newGate(t, f, &sleeps)
 	ctx := context.Background()
 	in := orchestrator.GateInput{Node: "w1", BaselineStart: clock(), Spec: spec, Control: control, ControlScope: scope}
 	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Control: control}); err != nil {
@@ -332,7 +315,7 @@ func TestGateLeavesOutControlWithoutSamples(t *testing.T) {
 	r.in.Control = []string{"c1", "c9"}
 	v, err := r.gate.Judge(context.Background(), r.in)
 	reasons := strings.Join(v.Reasons, "\n")
-	if err != nil || v.Outcome != health.Pass || !strings.Contains(reasons, "control node c9 left out: node c9 was never tracked") ||
+	if err != nil || v.Outcome != health.Pass || !strings.Contains(reasons, "control node c9 left out: not sampled by this process") ||
 		!strings.Contains(reasons, "1 control node in zone a") {
 		t.Errorf("%v %s %q", err, v.Outcome, v.Reasons)
 	}
@@ -483,5 +466,146 @@ func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
 	}
 	if v.Summary == nil || v.Summary.BaselineSeconds != 600 {
 		t.Errorf("baseline %+v, want the 600 s the orchestrator sampled", v.Summary)
+	}
+}
+
+// newGate is a gate over the agents on w1's clock, with a Recorder of its
+// own; each of its sleeps counts in sleeps and ticks the next interval's
+// traffic.
+func newGate(t *testing.T, f fleet, sleeps *int) (*Gate, *health.Recorder) {
+	t.Helper()
+	clock := f["w1"].now
+	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := health.NewJudge(health.JudgeConfig{Source: f, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Judge: j, Recorder: rec, Sleep: func(context.Context, time.Duration) error {
+		*sleeps++
+		for range 2 { // the next interval's traffic
+			f.tick()
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, rec
+}
+
+// successor is a second gate over the same agents, whose Recorder never
+// sampled them: a leader that took over.
+func successor(t *testing.T, f fleet) *Gate {
+	t.Helper()
+	g, _ := newGate(t, f, new(int))
+	return g
+}
+
+// kept is what the first leader's gate persists: the record at the cordon
+// and the one at the soak's start.
+func kept(t *testing.T, r rigged) (atCordon, atSoak string) {
+	t.Helper()
+	ctx := context.Background()
+	in := orchestrator.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, Spec: r.in.Spec}
+	atCordon, err := r.gate.Keep(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.SoakStart, in.Record = r.in.SoakStart, atCordon
+	if atSoak, err = r.gate.Keep(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := r.gate.Keep(ctx, in); err != nil || again != in.Record && again != atSoak {
+		t.Fatalf("keeping the soak's start again: %v", err)
+	}
+	return atCordon, atSoak
+}
+
+// TestGateJudgesFromTheRecordAfterAHandover: a successor whose Recorder
+// never saw the node's baseline judges it from the persisted record, on
+// its evidence: a healthy node passes, a regression fails, and the verdict
+// says where the baseline came from. Without the record it fails closed
+// as before.
+func TestGateJudgesFromTheRecordAfterAHandover(t *testing.T) {
+	for _, regress := range []bool{false, true} {
+		r := rigFleet(t, v1alpha1.GatesSpec{}, map[string]bool{"w1": regress}, nil, "")
+		_, atSoak := kept(t, r)
+		g := successor(t, r.agents)
+		in := r.in
+		in.Record = atSoak
+		v, err := g.Judge(context.Background(), in)
+		want := health.Pass
+		if regress {
+			want = health.Fail
+		}
+		all := strings.Join(v.Reasons, "\n")
+		if err != nil || v.Outcome != want || !strings.Contains(all, "baseline restored from the record of the swap at") || !strings.Contains(all, "6 pods of 6 kept") {
+			t.Fatalf("regress %v: %v %s %q, want %s from the restored baseline", regress, err, v.Outcome, v.Reasons, want)
+		}
+		if regress && !strings.Contains(all, "pod shop/p2: resets received") {
+			t.Errorf("regression reasons %q", v.Reasons)
+		}
+		if v.Summary == nil || v.Summary.PodsCompared != 6 {
+			t.Errorf("summary %+v, want the 6 pods compared", v.Summary)
+		}
+		in.Record = ""
+		if v, _ := successor(t, r.agents).Judge(context.Background(), in); v.Outcome != health.Fail || !strings.Contains(v.Reasons[0], "never tracked") {
+			t.Errorf("no record: %s %q, want the old fail-closed", v.Outcome, v.Reasons)
+		}
+	}
+}
+
+// TestGateFailsClosedOnABadRecord: a record that cannot be read, of
+// another attempt, or without the soak's start fails the node, saying why.
+func TestGateFailsClosedOnABadRecord(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
+	atCordon, atSoak := kept(t, r)
+	for name, tc := range map[string]struct {
+		record string
+		swap   time.Time
+		want   string
+	}{
+		"corrupt":       {atSoak[:len(atSoak)/2], r.in.SwapStart, "persisted baseline record cannot be read"},
+		"other attempt": {atSoak, r.in.SwapStart.Add(time.Hour), "not this attempt's"},
+		"no soak start": {atCordon, r.in.SwapStart, "holds no sample of the soak's start"},
+	} {
+		in := r.in
+		in.Record, in.SwapStart = tc.record, tc.swap
+		v, err := successor(t, r.agents).Judge(context.Background(), in)
+		if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, "\n"), tc.want) {
+			t.Errorf("%s: %v %s %q, want Fail with %q", name, err, v.Outcome, v.Reasons, tc.want)
+		}
+	}
+}
+
+// TestSuccessorKeepsTheSoakStart: a successor that took over before the
+// soak (mid-swap) records the soak's start over the restored baseline, and
+// a third leader judges from that record.
+func TestSuccessorKeepsTheSoakStart(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
+	atCordon, _ := kept(t, r)
+	in := orchestrator.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, SoakStart: r.in.SoakStart, Record: atCordon}
+	if _, err := successor(t, r.agents).Keep(context.Background(), orchestrator.KeepInput{Node: "w1", BaselineStart: in.BaselineStart, SwapStart: in.SwapStart, SoakStart: in.SoakStart}); err == nil {
+		t.Error("a successor without the record kept a baseline it never saw")
+	}
+	atSoak, err := successor(t, r.agents).Keep(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := health.DecodeRecord(atSoak)
+	if err != nil || dec.SoakStart == nil || dec.Pods != 6 || len(dec.Baseline) != 11 {
+		t.Fatalf("the successor's record: %v, soak start %v, %d pods, %d samples", err, dec.SoakStart != nil, dec.Pods, len(dec.Baseline))
+	}
+	for range 5 {
+		r.agents.tick()
+	}
+	gin := r.in
+	gin.Now, gin.Record = r.agents["w1"].now(), atSoak
+	v, err := successor(t, r.agents).Judge(context.Background(), gin)
+	if err != nil || v.Outcome != health.Pass || !strings.Contains(strings.Join(v.Reasons, "\n"), "baseline restored") {
+		t.Fatalf("third leader: %v %s %q", err, v.Outcome, v.Reasons)
 	}
 }

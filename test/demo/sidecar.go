@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -84,7 +85,7 @@ func runMigration(ctx context.Context, mc v1alpha1.RevisionMigrationInterface, r
 		cur, err := mc.Get(ctx, rm.Name, metav1.GetOptions{})
 		if err == nil {
 			line := fmt.Sprintf("%s: %s", cur.Status.Phase, cur.Status.Reason)
-			if line != last {
+			if cur.Status.Phase != "" && line != last {
 				fmt.Fprintf(out, "   %s  %s\n", time.Now().Format("15:04:05"), line)
 				last = line
 			}
@@ -145,6 +146,23 @@ func legacyNamespace(ctx context.Context, c *cluster.Cluster, name string) error
 	return waitSamples(ctx, c)
 }
 
+// printProxies prints each namespace's running sidecars by version.
+func printProxies(ctx context.Context, c *cluster.Cluster, out io.Writer, namespaces ...string) error {
+	for _, ns := range namespaces {
+		v, err := proxyVersions(ctx, c, ns)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for version, n := range v {
+			parts = append(parts, fmt.Sprintf("%s ×%d", version, n))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(out, "   %-8s sidecars %s\n", ns, strings.Join(parts, ", "))
+	}
+	return nil
+}
+
 // proxyVersions counts a namespace's running pods by sidecar image tag.
 func proxyVersions(ctx context.Context, c *cluster.Cluster, ns string) (map[string]int, error) {
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -200,12 +218,8 @@ func sidecarHalf(ctx context.Context, c *cluster.Cluster, cfg Config, agents *ju
 			sum.Adopted = append(sum.Adopted, ns.Name)
 		}
 	}
-	for _, ns := range []string{"catalog", "ledger", "legacy"} {
-		v, err := proxyVersions(ctx, c, ns)
-		if err != nil {
-			return sum, err
-		}
-		fmt.Fprintf(out, "   %-8s sidecars %v\n", ns, v)
+	if err := printProxies(ctx, c, out, "catalog", "ledger", "legacy"); err != nil {
+		return sum, err
 	}
 
 	step(out, "installing revision %s (istiod %s, whose sidecar resets a quarter of connections), then migrating %s → %s through tag next", faulty, cfg.SidecarFaulty, to, faulty)
@@ -221,12 +235,8 @@ func sidecarHalf(ctx context.Context, c *cluster.Cluster, cfg Config, agents *ju
 	if bad.Status.Phase == v1alpha1.MigrationHalted && int(bad.Status.CurrentWave) < len(bad.Status.Waves) {
 		sum.HaltedWave = bad.Status.Waves[bad.Status.CurrentWave].Name
 	}
-	for _, ns := range []string{"catalog", "ledger", "legacy"} {
-		v, err := proxyVersions(ctx, c, ns)
-		if err != nil {
-			return sum, err
-		}
-		fmt.Fprintf(out, "   %-8s sidecars %v\n", ns, v)
+	if err := printProxies(ctx, c, out, "catalog", "ledger", "legacy"); err != nil {
+		return sum, err
 	}
 	return sum, nil
 }

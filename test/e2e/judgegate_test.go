@@ -148,12 +148,21 @@ func (f *fleet) watchSwaps(t *testing.T, c *cluster.Cluster) {
 // Prepare at each node's preflight, sets GateInput.SwapStart at the cordon and
 // the drain facts, and persists the judge's summary in status.nodes[].judgement.
 type e2e struct {
-	c     *cluster.Cluster
-	f     *fleet
-	rolls v1alpha1.NodeRolloutInterface
+	c       *cluster.Cluster
+	f       *fleet
+	rolls   v1alpha1.NodeRolloutInterface
+	ca, tok string // the agents' CA and token files
 }
 
 func startE2E(t *testing.T) *e2e {
+	e := startE2ECluster(t)
+	e.startLeader(t, "judge-e2e")
+	return e
+}
+
+// startE2ECluster is the cluster, the agents and Istio 1.28.1 to roll out
+// to, with no orchestrator yet.
+func startE2ECluster(t *testing.T) *e2e {
 	if testing.Short() {
 		t.Skip("starts a simulated cluster")
 	}
@@ -171,10 +180,25 @@ func startE2E(t *testing.T) *e2e {
 	ca, tok := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "token")
 	_ = os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw}), 0o600)
 	_ = os.WriteFile(tok, []byte(agentToken), 0o600)
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	agents, err := health.NewAgentClient(health.AgentClientConfig{CAFile: ca, TokenFile: tok, Timeout: time.Second, RetryMax: 1,
+	nwc, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
+		t.Fatal(err)
+	}
+	return &e2e{c: c, f: f, rolls: nwc.NodeRollouts(), ca: ca, tok: tok}
+}
+
+// startLeader runs an orchestrator replica with a judge gate of its own (its
+// own agent client, Recorder and judge, as a separate process has) until
+// the returned stop is called or the test ends. Stopping it cancels its
+// context: it gives up the Lease, and whatever its Recorder held is gone.
+func (e *e2e) startLeader(t *testing.T, identity string) (stop func()) {
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(identity)
+	agents, err := health.NewAgentClient(health.AgentClientConfig{CAFile: e.ca, TokenFile: e.tok, Timeout: time.Second, RetryMax: 1,
 		RetryWaitMin: 50 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, Logger: log,
-		URLFor: func(_ context.Context, node string) (string, error) { return f.srv.URL + "/nodes/" + node, nil }})
+		URLFor: func(_ context.Context, node string) (string, error) { return e.f.srv.URL + "/nodes/" + node, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +206,7 @@ func startE2E(t *testing.T) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
+	runCtx, cancel := context.WithCancel(context.Background())
 	go func() { _ = rec.Run(runCtx) }()
 	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log}) // on the recorder's clock, as judgegate.Build wires it
 	if err != nil {
@@ -194,7 +217,7 @@ func startE2E(t *testing.T) *e2e {
 		t.Fatal(err)
 	}
 	o, err := orchestrator.New(orchestrator.Config{
-		RESTConfig: c.Config, Namespace: "default", Identity: "judge-e2e",
+		RESTConfig: e.c.Config, Namespace: "default", Identity: identity,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Resync: 500 * time.Millisecond, Registry: prometheus.NewRegistry(), Logger: log, Gate: g,
 	})
@@ -203,31 +226,38 @@ func startE2E(t *testing.T) *e2e {
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = o.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	nwc, err := v1alpha1.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rolls := nwc.NodeRollouts()
-	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.28.1", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: true}); err != nil {
-		t.Fatal(err)
-	}
-	return &e2e{c: c, f: f, rolls: rolls}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
-	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "judged"}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
-	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
-	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
-	nr.Spec.Soak = &v1alpha1.Duration{Duration: e2eSoak}
-	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
+	nr := judgedRollout("judged", e2eSoak)
 	if _, err := e.rolls.Create(context.Background(), nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return e.finished(t, nr.Name)
+}
+
+// judgedRollout is the judge e2e tests' rollout: one node at a time, the
+// e2e baseline, this soak, the judge every second.
+func judgedRollout(name string, soak time.Duration) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: soak}
+	nr.Spec.Gates = v1alpha1.GatesSpec{Interval: &v1alpha1.Duration{Duration: time.Second}}
+	return nr
+}
+
+// finished waits until the rollout is Completed or Halted and returns it.
+func (e *e2e) finished(t *testing.T, name string) *v1alpha1.NodeRollout {
+	t.Helper()
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := e.rolls.Get(ctx, nr.Name, metav1.GetOptions{})
+		got, err := e.rolls.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

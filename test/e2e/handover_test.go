@@ -1,0 +1,136 @@
+package e2e
+
+// A leader handover in the middle of a node's soak, with the judge wired:
+// leader A records the canary's baseline and swaps it, and loses its Lease
+// (its context is cancelled) during the soak; leader B, whose Recorder never
+// sampled that node, judges it from the baseline record A persisted in
+// status.nodes[].baseline.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator"
+)
+
+const handoverSoak = 8 * time.Second
+
+// handover runs the rollout under leader A until its first node is soaking
+// with its record (baseline and soak start) persisted, stops A, and lets
+// standby B finish. It returns the rollout as it ends and the node A left
+// mid-soak.
+func handover(t *testing.T, e *e2e) (*v1alpha1.NodeRollout, string) {
+	stopA := e.startLeader(t, "leader-a")
+	waitLeader(t, e, "leader-a")
+	e.startLeader(t, "leader-b")
+	nr := judgedRollout("handover", handoverSoak)
+	ctx := context.Background()
+	if _, err := e.rolls.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := e.rolls.Get(ctx, nr.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ns := range got.Status.Nodes {
+			if ns.State != v1alpha1.NodeSoak || ns.Baseline == "" {
+				continue
+			}
+			if rec, err := health.DecodeRecord(ns.Baseline); err == nil && rec.SoakStart != nil {
+				node = ns.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no node soaking with its baseline record persisted: %v", err)
+	}
+	n, err := e.c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	soakSince, _ := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationSoakSince])
+	stopA()
+	t.Logf("leader A stopped %s into node %s's %s soak", time.Since(soakSince).Round(10*time.Millisecond), node, handoverSoak)
+	if time.Since(soakSince) >= handoverSoak {
+		t.Fatalf("leader A stopped after node %s's soak ended: the handover was not mid-soak", node)
+	}
+	waitLeader(t, e, "leader-b")
+	return e.finished(t, nr.Name), node
+}
+
+func waitLeader(t *testing.T, e *e2e, id string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, orchestrator.LeaseName, metav1.GetOptions{})
+		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == id, nil
+	})
+	if err != nil {
+		t.Fatalf("%s never held the lease", id)
+	}
+}
+
+func entry(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeStatus {
+	for i := range nr.Status.Nodes {
+		if nr.Status.Nodes[i].Name == node {
+			return &nr.Status.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// TestE2EHandoverMidSoakJudgesFromTheRecord: healthy agents. B passes the
+// node A left mid-soak, on its evidence and from A's baseline, and goes on
+// to complete the rollout; no finished node keeps its record.
+func TestE2EHandoverMidSoakJudgesFromTheRecord(t *testing.T) {
+	e := startE2ECluster(t)
+	nr, node := handover(t, e)
+	ns := entry(nr, node)
+	t.Logf("node %s: %s", node, ns.Verdict)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != e2eNodes {
+		t.Fatalf("phase %s, counts %+v, halt %q", nr.Status.Phase, nr.Status.Counts, nr.Status.HaltReason)
+	}
+	if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "baseline restored from the record of the swap at") ||
+		!strings.Contains(ns.Verdict, "11 pods of 11 kept") || ns.Judgement == nil || ns.Judgement.PodsCompared != 11 {
+		t.Fatalf("node %s: verdict %q, judgement %+v: want a Pass on the restored baseline, 11 pods compared", node, ns.Verdict, ns.Judgement)
+	}
+	for _, other := range nr.Status.Nodes {
+		if other.Baseline != "" {
+			t.Errorf("node %s (%s) still carries its baseline record", other.Name, other.State)
+		}
+		if other.Name != node && strings.Contains(other.Verdict, "baseline restored") {
+			t.Errorf("node %s, started by B, was judged from a record: %q", other.Name, other.Verdict)
+		}
+	}
+}
+
+// TestE2EHandoverMidSoakFailsARegression: every node's pod 3 resets ×5
+// from its swap. B fails the node A left mid-soak, on the regression it
+// measured against A's baseline (not for a lost baseline), and halts there.
+func TestE2EHandoverMidSoakFailsARegression(t *testing.T) {
+	e := startE2ECluster(t)
+	e.f.mu.Lock()
+	for _, n := range e.c.Nodes {
+		e.f.regress[n.Name] = true
+	}
+	e.f.mu.Unlock()
+	nr, node := handover(t, e)
+	assertHaltedAt(t, e, nr, node, "pod shop/"+node+"-app-3: resets received")
+	ns := entry(nr, node)
+	if !strings.Contains(ns.Verdict, "baseline restored from the record of the swap at") {
+		t.Errorf("verdict %q: want the regression judged on the restored baseline", ns.Verdict)
+	}
+	if nr.Status.Counts.Done != 0 {
+		t.Errorf("%d nodes done after a halt at the first", nr.Status.Counts.Done)
+	}
+}

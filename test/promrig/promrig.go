@@ -1,0 +1,127 @@
+// Package promrig runs the real Prometheus (bin/prometheus, built by
+// `hack/build-tool.sh prometheus`) on loopback for tests, scraping the
+// targets a test serves.
+package promrig
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Target is one scrape target: a host:port and the target labels
+// Prometheus gives its series (as a kubernetes-pods job's relabelling would).
+type Target struct {
+	Addr   string
+	Labels map[string]string
+}
+
+// Server is a running Prometheus.
+type Server struct {
+	// URL is its base URL, http://127.0.0.1:PORT.
+	URL string
+	cmd *exec.Cmd
+}
+
+// Kill stops the server (the process this test started), as a server that
+// went down; it is also killed when the test ends.
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// Start runs Prometheus scraping targets every second and returns it once it
+// is ready. The process is killed when the test ends.
+func Start(t testing.TB, targets ...Target) *Server {
+	t.Helper()
+	bin := find(t)
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+	if len(targets) > 0 {
+		b.WriteString("scrape_configs:\n  - job_name: rig\n    static_configs:\n")
+	}
+	for _, tg := range targets {
+		fmt.Fprintf(&b, "      - targets: [%q]\n", tg.Addr)
+		if len(tg.Labels) > 0 {
+			b.WriteString("        labels:\n")
+			for k, v := range tg.Labels {
+				fmt.Fprintf(&b, "          %s: %q\n", k, v)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{URL: "http://" + addr, cmd: cmd}
+	t.Cleanup(func() {
+		srv.Kill()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("prometheus log:\n%s", b)
+		}
+	})
+	deadline := time.Now().Add(time.Minute) // a bound on a broken rig, not a timing assertion
+	for {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return srv
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus on %s never became ready", addr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// find looks for prometheus in $NODEWISE_BIN_DIR, then in every bin/ from
+// the working directory up.
+func find(t testing.TB) string {
+	t.Helper()
+	var dirs []string
+	if env := os.Getenv("NODEWISE_BIN_DIR"); env != "" {
+		dirs = append(dirs, env)
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			dirs = append(dirs, filepath.Join(d, "bin"))
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "prometheus")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	t.Fatalf("prometheus not found in %v: run `hack/build-tool.sh prometheus` (or `make tools`, or set NODEWISE_BIN_DIR)", dirs)
+	return ""
+}
