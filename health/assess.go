@@ -228,7 +228,7 @@ func Assess(cfg Config, baseline, soak Window, disp Dispersion, planned map[PodK
 	}
 	if a.PlannedResets > 0 {
 		a.Reasons = append(a.Reasons, fmt.Sprintf(
-			"planned resets: %d on %d pods (connections older than the drain deadline, node swapped in place), not counted as a regression",
+			"planned resets: %d on %d pods (connections older than the drain deadline, on pods that stayed on the node through the swap), not counted as a regression",
 			a.PlannedResets, a.PlannedPods))
 	}
 	if a.ProbePods > 0 {

@@ -60,10 +60,12 @@ type Input struct {
 	// SoakStart is the snapshot taken when the node was back in service on the
 	// new revision. The soak window runs from it to now.
 	SoakStart Snapshot
-	// SwappedInPlace: the node was not drained, so connections older than
-	// DrainDeadline were reset by the swap on purpose.
-	SwappedInPlace bool
-	DrainDeadline  time.Duration
+	// DrainDeadline is the old ztunnel's: the connections of the pods that
+	// stayed on the node through the swap (all of them on a node swapped in
+	// place, DaemonSet pods such as the probe on a drained one) older than
+	// it were reset by the swap on purpose, the planned resets. Zero: none
+	// are planned (the strict reading).
+	DrainDeadline time.Duration
 	// External gates to evaluate in this interval.
 	External []ExternalGate
 	// Previous is the summary persisted from the last judgement of this node
@@ -167,8 +169,13 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if err != nil {
 		return j.failClosed(in, "window", "baseline dispersion: %v", err), nil
 	}
+	// Planned resets on every node: a drained node keeps its DaemonSet pods
+	// (the probe among them) through the swap, and the old ztunnel resets
+	// their old connections at its deadline as it does on a node swapped in
+	// place. The pods the drain evicted are not in the soak, so nothing is
+	// subtracted for them.
 	var planned, swapResets map[PodKey]uint64
-	if in.SwappedInPlace {
+	if in.DrainDeadline > 0 {
 		last := in.Baseline[len(in.Baseline)-1]
 		planned, swapResets = plannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
 	}

@@ -150,9 +150,13 @@ func TestJudgePlannedResetsAreNotARegression(t *testing.T) {
 
 	drained := mustJudge(t, j, in)
 	if drained.Outcome != Fail || !hasReason(drained, "pod "+cur.Pods[3].Namespace+"/"+cur.Pods[3].Name+": resets received") {
-		t.Fatalf("without an in-place swap the burst is a regression: %s %q", drained.Outcome, drained.Reasons)
+		t.Fatalf("with no drain deadline known the burst is a regression: %s %q", drained.Outcome, drained.Reasons)
 	}
-	in.SwappedInPlace, in.DrainDeadline = true, DrainDeadline(30*time.Second)
+	in.DrainDeadline = DrainDeadline(10 * time.Minute)
+	if young := mustJudge(t, j, in); young.Outcome != Fail {
+		t.Fatalf("connections younger than the drain deadline are not planned: %s %q", young.Outcome, young.Reasons)
+	}
+	in.DrainDeadline = DrainDeadline(30 * time.Second)
 	inPlace := mustJudge(t, j, in)
 	if inPlace.Outcome != Pass || inPlace.Summary.PlannedResets != 400 || !hasReason(inPlace, "planned resets: ") {
 		t.Fatalf("planned resets: %s %q %+v", inPlace.Outcome, inPlace.Reasons, inPlace.Summary)
@@ -274,9 +278,9 @@ func TestJudgePlannedResetsDuringTheSwap(t *testing.T) {
 	in.Gates.ConsecutiveFailures = 1
 
 	if v := mustJudge(t, j, in); v.Summary.PlannedResets != 0 {
-		t.Fatalf("a drained node has no planned resets: %+v", v.Summary)
+		t.Fatalf("with no drain deadline known nothing is planned: %+v", v.Summary)
 	}
-	in.SwappedInPlace, in.DrainDeadline = true, DrainDeadline(30*time.Second)
+	in.DrainDeadline = DrainDeadline(30 * time.Second)
 	v := mustJudge(t, j, in)
 	if want := min(30, swapBefore+40); v.Outcome != Pass || v.Summary.PlannedResets != int64(want) || !hasReason(v, fmt.Sprintf("planned resets during the swap: %d on 1 pods", want)) {
 		t.Fatalf("want Pass with %d planned resets during the swap: %s %q %+v", want, v.Outcome, v.Reasons, v.Summary)

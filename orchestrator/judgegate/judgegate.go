@@ -25,11 +25,6 @@ type Config struct {
 	// the orchestrator's clock like the windows' (Build does).
 	Judge    *health.Judge
 	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
-	// Drain says whether the node was swapped in place (not drained) and with
-	// what ztunnel termination grace period, so planned resets are not counted
-	// as a regression. Default: what the orchestrator persisted,
-	// in.SwappedInPlace and in.ZtunnelGrace.
-	Drain func(in orchestrator.GateInput) (inPlace bool, grace time.Duration)
 	// GateAddresses are the hosts spec.gates.prometheus may query (default:
 	// the cluster's Services only). A refused address fails the node with
 	// its reason, and no request is sent.
@@ -62,9 +57,6 @@ var (
 func New(cfg Config) (*Gate, error) {
 	if cfg.Judge == nil || cfg.Recorder == nil {
 		return nil, errors.New("judgegate.Config: Judge and Recorder are required")
-	}
-	if cfg.Drain == nil {
-		cfg.Drain = func(in orchestrator.GateInput) (bool, time.Duration) { return in.SwappedInPlace, in.ZtunnelGrace }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -216,7 +208,9 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 			"%s, but the record holds no sample of the soak's start (%s): the soak window cannot be told, failing closed",
 			restoredReason(*restored), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
 	}
-	inPlace, grace := g.cfg.Drain(in)
+	// The old ztunnel's grace period, as the orchestrator persisted it: its
+	// drain deadline says which connections the swap reset on purpose.
+	deadline := health.DrainDeadline(in.ZtunnelGrace)
 	prev := in.Previous // persisted by an earlier leader's rounds, if any
 	for {
 		// A fresh sample: a soak shorter than the Recorder's period still has
@@ -231,8 +225,8 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		control, dropped := g.controls(ctx, in)
 		v, err := g.cfg.Judge.Judge(ctx, health.Input{
 			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
-			SwappedInPlace: inPlace, DrainDeadline: health.DrainDeadline(grace),
-			External: external, Previous: prev,
+			DrainDeadline: deadline,
+			External:      external, Previous: prev,
 			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
 		})
 		if err == nil {

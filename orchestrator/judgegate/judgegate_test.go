@@ -244,20 +244,22 @@ func TestGateFailsClosed(t *testing.T) {
 	}
 }
 
-// TestGateReadsDrainFactsFromGateInput: without Config.Drain the gate takes
-// the orchestrator's GateInput.SwappedInPlace and ZtunnelGrace. An in-place
-// swap's connections older than ztunnel's drain deadline (grace − 5 s) are
-// planned resets; a drained node has none, and a grace longer than the
-// connections' age plans none either.
-func TestGateReadsDrainFactsFromGateInput(t *testing.T) {
+// TestGatePlansResetsFromTheZtunnelGrace: the gate takes the old ztunnel's
+// grace period the orchestrator persisted (GateInput.ZtunnelGrace). The
+// connections older than its drain deadline (grace − 5 s) of the pods that
+// stayed on the node through the swap are planned resets, whether the node
+// was drained or not (the rig's pods all stay, as DaemonSet pods such as the
+// probe stay through a drain); a grace longer than the connections' age
+// plans none.
+func TestGatePlansResetsFromTheZtunnelGrace(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		inPlace bool
 		grace   time.Duration
 		want    int64
 	}{
-		{"drained", false, 30 * time.Second, 0},
-		{"in place, 30 s grace", true, 30 * time.Second, 20}, // 4 old connections on each of 5 pods
+		{"drained, 30 s grace", false, 30 * time.Second, 20}, // 4 old connections on each of 5 pods
+		{"in place, 30 s grace", true, 30 * time.Second, 20},
 		{"in place, 10 min grace", true, 10 * time.Minute, 0},
 	} {
 		g, _, in, _ := rig(t, false, v1alpha1.GatesSpec{MinNodeConnections: 10})
