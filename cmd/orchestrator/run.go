@@ -104,7 +104,7 @@ func run(ctx context.Context, rc runConfig) error {
 			}
 			tasks = append(tasks, t)
 		}
-		if rc.agents.CAFile != "" || rc.agents.TokenFile != "" || rc.agents.RootCAs != nil {
+		if rc.agents.Configured() {
 			gate, rec, err := judgegate.Build(rc.agents, rc.gateAddresses, kube, cfg.Registry, log)
 			if err != nil {
 				return err
@@ -164,7 +164,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 	}
 	tasks := []task{col.Run}
 	gate := revisions.SpecGates(rc.gateAddresses, log.Named("gates"))
-	if rc.agents.CAFile != "" || rc.agents.TokenFile != "" || rc.agents.RootCAs != nil {
+	if rc.agents.Configured() {
 		agents, err := judgegate.Agents(rc.agents, kube, log)
 		if err != nil {
 			return nil, err

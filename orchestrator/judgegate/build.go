@@ -31,6 +31,12 @@ type AgentConfig struct {
 	SampleEvery time.Duration
 }
 
+// Configured reports whether any agent credential was given: then the
+// agents are to be used, and a missing half is an error (Agents says which).
+func (c AgentConfig) Configured() bool {
+	return c.CAFile != "" || c.TokenFile != "" || c.RootCAs != nil
+}
+
 // Build assembles the judge over the node agents: an agent client that
 // reaches each node's agent on its InternalIP, the recorder that samples
 // nodes in flight (run it alongside the orchestrator), and the gate.

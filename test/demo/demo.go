@@ -195,12 +195,9 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 
 	// With the live data plane, a sidecar injector for every revision: the
 	// sample sidecar namespaces get proxies, each a stand-in in its pod.
-	istio := func(version string, samples bool) cluster.IstioOptions {
-		return cluster.IstioOptions{Version: version, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: !samples}
-	}
+	var inj *injector.Server
 	if agents != nil {
-		inj, err := injector.Start()
-		if err != nil {
+		if inj, err = injector.Start(); err != nil {
 			return sum, err
 		}
 		defer inj.Close()
@@ -208,12 +205,13 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 			rev, _ := cluster.Revision(v)
 			inj.SetRevision(rev, v)
 		}
-		plain := istio
-		istio = func(version string, samples bool) cluster.IstioOptions {
-			o := plain(version, samples)
+	}
+	istio := func(version string, samples bool) cluster.IstioOptions {
+		o := cluster.IstioOptions{Version: version, UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType, SkipSamples: !samples}
+		if inj != nil {
 			o.InjectorURL, o.CABundle = inj.URL, inj.CABundle
-			return o
 		}
+		return o
 	}
 	step(out, "installing the NodeRollout CRD and Istio %s (ztunnel and istio-cni with updateStrategy OnDelete, sample apps)", cfg.From)
 	if err := installCRD(ctx, c.Config, cfg.CRDDir); err != nil {

@@ -27,8 +27,8 @@ import (
 // agents from outside the mesh (revisions.AgentGate), as cmd/orchestrator
 // wires the RevisionMigration controller.
 
-// waveJudge is the AgentGate's timing in the demo and the live tests: a
-// sample a second, so a 10 s baseline and soak hold enough.
+// The AgentGate's timing in the demo and the live tests: a sample a
+// second, so a 10 s baseline and soak hold enough.
 const (
 	waveSoak     = 10 * time.Second
 	waveBaseline = 10 * time.Second

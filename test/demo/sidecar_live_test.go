@@ -77,25 +77,17 @@ func waitMigration(t *testing.T, mc v1alpha1.RevisionMigrationInterface, name st
 	}
 }
 
-// proxyImages lists the istio-proxy images of a namespace's pods.
-func proxyImages(t *testing.T, e *liveEnv, ns string) []string {
+// onlyProxy fails the test unless every running pod of ns (two of them)
+// has a sidecar of version.
+func onlyProxy(t *testing.T, e *liveEnv, ns, version, when string) {
 	t.Helper()
-	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	got, err := proxyVersions(context.Background(), e.c, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		for _, c := range p.Spec.Containers {
-			if c.Name == "istio-proxy" {
-				out = append(out, c.Image)
-			}
-		}
+	if len(got) != 1 || got[version] != 2 {
+		t.Errorf("%s %s runs sidecars %v, want two of %s", ns, when, got, injector.ProxyImage(version))
 	}
-	return out
 }
 
 // TestLiveSidecarRstHaltsAtCanaryWave: on the live data plane, a migration
@@ -105,9 +97,10 @@ func proxyImages(t *testing.T, e *liveEnv, ns string) []string {
 func TestLiveSidecarRstHaltsAtCanaryWave(t *testing.T) {
 	e, mc := liveSidecars(t, "1.28.1-rst")
 	for _, ns := range []string{"catalog", "ledger"} {
-		if got := proxyImages(t, e, ns); len(got) != 2 || got[0] != injector.ProxyImage("1.27.3") {
-			t.Fatalf("%s runs proxies %v before the migration, want two of %s", ns, got, injector.ProxyImage("1.27.3"))
-		}
+		onlyProxy(t, e, ns, "1.27.3", "before the migration")
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 	if _, err := mc.Create(context.Background(), sidecarMigration("rst"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -118,12 +111,8 @@ func TestLiveSidecarRstHaltsAtCanaryWave(t *testing.T) {
 		!strings.Contains(rm.Status.Reason, "migrated pods") || !strings.Contains(rm.Status.Reason, "resets") {
 		t.Fatalf("migration %s: %q; want Halted at wave canary on the agents' reset evidence", rm.Status.Phase, rm.Status.Reason)
 	}
-	if got := proxyImages(t, e, "catalog"); len(got) != 2 || got[0] != injector.ProxyImage("1.28.1-rst") {
-		t.Errorf("catalog runs %v, want the canary wave's two pods on %s", got, injector.ProxyImage("1.28.1-rst"))
-	}
-	if got := proxyImages(t, e, "ledger"); len(got) != 2 || got[0] != injector.ProxyImage("1.27.3") || got[1] != got[0] {
-		t.Errorf("ledger runs %v, want it untouched on %s", got, injector.ProxyImage("1.27.3"))
-	}
+	onlyProxy(t, e, "catalog", "1.28.1-rst", "after its canary wave")
+	onlyProxy(t, e, "ledger", "1.27.3", "after the halt (untouched)")
 }
 
 // TestLiveSidecarHealthyMigrationPasses: the same migration to a healthy
@@ -157,8 +146,6 @@ func TestLiveSidecarHealthyMigrationPasses(t *testing.T) {
 		}
 	}
 	for _, ns := range []string{"catalog", "ledger"} {
-		if got := proxyImages(t, e, ns); len(got) != 2 || got[0] != injector.ProxyImage("1.28.1") || got[1] != got[0] {
-			t.Errorf("%s runs %v, want two pods on %s", ns, got, injector.ProxyImage("1.28.1"))
-		}
+		onlyProxy(t, e, ns, "1.28.1", "after the migration")
 	}
 }
