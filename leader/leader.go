@@ -18,8 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 // ErrLost is returned by Run when this replica loses its Lease.
@@ -47,13 +47,24 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	if le.Leading == nil {
 		le.Leading = func(bool) {}
 	}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: le.Name, Namespace: le.Namespace},
-		Client:     le.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
-	}
 	if err := leaseNamespaceExists(ctx, le); err != nil {
 		return err
+	}
+	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Log)
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch() // after the elector's release, which may read the Lease
+	go lock.run(wctx)
+	// Campaign once the watch has synced, so that standing by costs no GETs;
+	// a watch that cannot sync (RBAC without list and watch on the Lease) is
+	// waited for a lease duration at most, and the lock reads from the API.
+	sctx, cancel := context.WithTimeout(ctx, le.LeaseDuration)
+	synced := cache.WaitForCacheSync(sctx.Done(), lock.informer.HasSynced)
+	cancel()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if !synced {
+		le.Log.Warn("the leader Lease's watch has not synced; campaigning with reads from the API", zap.String("lease", le.Namespace+"/"+le.Name))
 	}
 	leadErr := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{

@@ -96,6 +96,29 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 			t.Errorf("%s %s/%s %s in %q: allowed %v, want %v", tc.verb, tc.resource, tc.sub, tc.group, tc.ns, got.Status.Allowed, tc.want)
 		}
 	}
+	// The standby watches its own Leases, named in a field selector, and no
+	// other Lease.
+	for _, tc := range []struct {
+		verb, name string
+		want       bool
+	}{
+		{"watch", "nodewise-orchestrator", true},
+		{"list", "nodewise-orchestrator", true},
+		{"watch", "nodewise-notify", true},
+		{"watch", "nodewise-revisions", false},
+		{"watch", "", false},
+		{"list", "", false},
+	} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: tc.verb, Namespace: "nodewise-system", Name: tc.name}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.want {
+			t.Errorf("%s leases %q in nodewise-system: allowed %v, want %v", tc.verb, tc.name, got.Status.Allowed, tc.want)
+		}
+	}
 	actAsOrchestrator(t, c)
 }
 
@@ -185,9 +208,22 @@ func TestRolloutUnderDeployedRBAC(t *testing.T) {
 	e.apply(rollout("rbac", func(s *v1alpha1.NodeRolloutSpec) {
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways}
 	}))
-	e.runInProcessWith("as-sa", func(c *orchestrator.Config) { c.RESTConfig, c.Namespace = cfg, "nodewise-system" })
+	_, reg := e.runInProcessWith("as-sa", func(c *orchestrator.Config) { c.RESTConfig, c.Namespace = cfg, "nodewise-system" })
 	nr := e.waitPhase("rbac", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != nodes {
 		t.Fatalf("rollout under the deployed RBAC: phase %s (%s %s), counts %+v", nr.Status.Phase, nr.Status.HaltReason, conditionMessage(nr, "Valid"), nr.Status.Counts)
+	}
+	// The Lease's watch is allowed: the lock never fell back to reading it
+	// (client-go's informers start a watch with its initial events, no list).
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	if r := leaseReads(byName); r != 0 {
+		t.Errorf("the orchestrator read its Lease %v times with GET or LIST, want none: it watches it", r)
 	}
 }
