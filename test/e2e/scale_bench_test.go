@@ -127,7 +127,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 		parallel, native.Round(10*time.Millisecond), wall.Seconds()/native.Seconds())
 	fmt.Printf("API requests per node by verb (leader + successor): %s; writes %.2f, reads (get+list) %.3f\n", strings.Join(vs, " "), writes/float64(nodes), reads/float64(nodes))
 	fmt.Printf("the same by verb and resource: %s\n", requestsByResource(nodes, leaderFams, standbyFams))
-	fmt.Printf("reads per node without leader election's (the standby's polls of the Lease, %.0f over the run: per second of standby, not per node): %.3f\n",
+	fmt.Printf("reads of the Leases over the run (leader election; a standby watches its Lease, leader/lock.go): %.0f; reads per node without them: %.3f\n",
 		leaseReads, (reads-leaseReads)/float64(nodes))
 	fmt.Printf("mean time per node in each step, successor: %s\n", stepMeans(standbyFams))
 	inSlot, swapped, busy := slotUse(nr, sc, parallel, wall)
