@@ -55,7 +55,8 @@ type Config struct {
 	// delete the old pod, the DaemonSet creates the new one once it is gone).
 	ZtunnelSwap SwapKind
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
-	// first persists this step, so a test can kill -9 the process at that point.
+	// first persists this step (for a step with no record of its own, as it
+	// begins), so a test can kill -9 the process at that point.
 	HoldAfterPersist v1alpha1.NodeState
 	// Now is the clock (default time.Now).
 	Now func() time.Time

@@ -139,7 +139,7 @@ func nextStep(rec nodeRecord, p Policy, v stepView, why leave) step {
 	if resume {
 		return s // the record's own step, acted on again
 	}
-	s.Record = !unrecorded(p, st)
+	s.Record = !unrecorded(p, st) && !(s.Swap == swapSurge && isSwap(v.At))
 	switch st {
 	case v1alpha1.NodeCordon:
 		s.StampSwap = true
@@ -292,6 +292,17 @@ func steps(p Policy) []v1alpha1.NodeState {
 	return append(s, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate)
 }
 
+// A surge swap right after another swap gets no record of its own either:
+// nothing it carries is not in the record before it (the swap's record,
+// with the old pods of both), and a successor resumes it from that record,
+// the earlier swap acted on again (its old pod long gone: a wait for Ready
+// that returns at once), then the surge swap, which derives every step
+// from the pods on the node (surge.go). Its timeout counts from its
+// bridge's creation (a name the node and revision decide, so a successor
+// finds it), or before there is one from the record before it
+// (surgeDeadline): neither moves with a restart. The status entry shows
+// the step all the same (showStep). That spares one node write per node.
+//
 // unrecorded steps only observe (wait for Ready, judge, preflight checks
 // with no baseline window to wait out): they get no record of their own. A
 // successor repeats the observation from the record before it (none, the
@@ -316,6 +327,27 @@ func cordonsWith(p Policy, seq []v1alpha1.NodeState, cordon int) int {
 		return -1
 	}
 	return -1
+}
+
+// swapsRecordedWith are the targets whose old pods swap step st's record
+// names: its own, and the surge swaps right after it, which have no record
+// of their own (nextStep).
+func swapsRecordedWith(p Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
+	var out []v1alpha1.TargetRef
+	for i, t := range p.Targets {
+		if swapState(t) != st {
+			continue
+		}
+		out = append(out, t)
+		for _, u := range p.Targets[i+1:] {
+			if swapKindOf(p, u) != swapSurge {
+				break
+			}
+			out = append(out, u)
+		}
+		break
+	}
+	return out
 }
 
 func isSwap(st v1alpha1.NodeState) bool {

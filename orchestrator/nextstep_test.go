@@ -112,21 +112,21 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Preflight preflight",
 				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
 			},
 		},
 		{
-			name: "drain, baseline and soak: every step recorded but WaitReady and Gate",
+			name: "drain, baseline and soak: every step recorded but WaitReady, Gate and the surge swap after a swap",
 			spec: soaked, at: v1alpha1.NodePending, abort: never,
 			want: []string{
 				"Preflight record preflight ≤1s",
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -142,7 +142,18 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				"Gate gate",
+				"Done record uncordon final forget-swaps",
+			},
+		},
+		{
+			name: "resume SwapCNI, the ztunnel swap perhaps under way: the CNI swap acts again, then the surge swap, from the pods",
+			spec: plain, rec: v1alpha1.NodeSwapCNI, abort: never,
+			want: []string{
+				"SwapCNI replace istio-cni-node ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -156,7 +167,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -173,7 +184,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -188,7 +199,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon cordon",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -200,7 +211,7 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Drain drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Gate gate",
 				"Done record uncordon final forget-swaps",
@@ -242,7 +253,7 @@ func TestNextStepWalks(t *testing.T) {
 				"Cordon record cordon swap-since",
 				"Drain record drain ≤5m0s",
 				"SwapCNI record replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				"Uncordon record uncordon",
 				"Soak record soak-since soak ≤1m0s",
@@ -347,7 +358,7 @@ func TestNextStepWalks(t *testing.T) {
 			spec: soaked, rec: v1alpha1.NodeSwapCNI, abort: always, up: true,
 			want: []string{
 				"SwapCNI replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				`AbortCleanup record "aborted"`,
 				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
@@ -364,7 +375,7 @@ func TestNextStepWalks(t *testing.T) {
 			want: []string{
 				"Preflight preflight",
 				"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
-				"SwapZtunnel record surge ztunnel ≤5m0s",
+				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
 				`AbortCleanup record "aborted"`,
 				`Done record uncordon final forget-swaps "aborted after the swap; not gated"`,
@@ -427,6 +438,32 @@ func TestNextStepWalks(t *testing.T) {
 				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
 		})
+	}
+}
+
+// TestNextStepReplaceSwapKeepsItsRecord: only a surge swap goes without a
+// record of its own; ztunnel replaced (break-before-make) has nothing else
+// its timeout could count from across a restart.
+func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
+	p := policy(t, plain)
+	p.ZtunnelSwap = SwapReplace
+	got := walk(t, p, nodeRecord{}, stepView{At: v1alpha1.NodePending}, never, nil)
+	want := []string{
+		"Preflight preflight",
+		"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
+		"SwapZtunnel record replace ztunnel ≤5m0s",
+		"WaitReady wait-ready ≤5m0s",
+		"Gate gate",
+		"Done record uncordon final forget-swaps",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if got := swapsRecordedWith(p, v1alpha1.NodeSwapCNI); len(got) != 1 {
+		t.Errorf("the CNI swap's record names the old pods of %v; want its own only", got)
+	}
+	if got := swapsRecordedWith(policy(t, plain), v1alpha1.NodeSwapCNI); len(got) != 2 || got[1].Name != "ztunnel" {
+		t.Errorf("the CNI swap's record names the old pods of %v; want istio-cni-node's and ztunnel's (surged without a record)", got)
 	}
 }
 

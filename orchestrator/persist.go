@@ -80,13 +80,16 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		next.DrainedAt = now // the gate reads it back: the node was not swapped in place
 	}
 	if s.Act == actSwap {
-		// Before a swap: the UID of the old pod it is about to delete (a
+		// Before a swap: the UID of the old pod it is about to delete, and
+		// of the surge swaps' after it that have no record of their own (a
 		// record for people and for the resume log).
-		if uid := e.oldPod(s.Target, node); uid != "" {
-			if next.Swapped == nil {
-				next.Swapped = map[string]types.UID{}
+		for _, t := range swapsRecordedWith(p, s.State) {
+			if uid := e.oldPod(t, node); uid != "" {
+				if next.Swapped == nil {
+					next.Swapped = map[string]types.UID{}
+				}
+				next.Swapped[t.Name] = uid
 			}
-			next.Swapped[s.Target.Name] = uid
 		}
 	}
 	if s.ClearSwapped {
@@ -170,8 +173,12 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		r.Done(node)
 	}
 	e.unclaim(nr.Name, node)
-	if rec.ours(nr.UID) && InFlight(rec.Step) && rec.Step != st && !rec.StepSince.IsZero() {
-		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
+	timed, since := rec.Step, rec.StepSince
+	if c.shown != nil { // the step acted on last had no record of its own
+		timed, since = c.shown.state, c.shown.since
+	}
+	if rec.ours(nr.UID) && InFlight(timed) && timed != st && !since.IsZero() {
+		e.o.metrics.StepSeconds.WithLabelValues(string(timed)).Observe(now.Sub(since).Seconds())
 	}
 	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
 	if st == e.o.cfg.HoldAfterPersist && st != "" {

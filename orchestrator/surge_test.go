@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,41 @@ func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 	}
 	if res.HandedOver != "b" || res.Pod != "b" {
 		t.Errorf("result %+v; want b handed over and kept", res)
+	}
+}
+
+// TestSurgeTimeoutCountsFromTheBridge: with BridgeTimeout, a swap whose
+// caller's deadline has passed (a swap with no record of its own counts from
+// the record before it) still waits for a bridge created within the timeout,
+// and times out once the bridge is older than that: the bridge's creation,
+// which any successor reads from the API, is where the swap's clock runs.
+func TestSurgeTimeoutCountsFromTheBridge(t *testing.T) {
+	now := surgeT0.Add(time.Hour)
+	old := surgePod("ztunnel-old", "old", 0)
+	for _, tc := range []struct {
+		name          string
+		bridgeAge     time.Duration
+		bridgeTimeout time.Duration
+		timesOut      bool
+	}{
+		{"bridge a minute old, 5m timeout: waits", time.Minute, 5 * time.Minute, false},
+		{"bridge six minutes old, 5m timeout: times out", 6 * time.Minute, 5 * time.Minute, true},
+		{"no BridgeTimeout: the caller's deadline", time.Minute, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := BridgePod(surgeDS, surgeRev, "n1")
+			b.CreationTimestamp = metav1.NewTime(now.Add(-tc.bridgeAge))
+			b.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
+			s := Surger{Kube: fake.NewClientset(b), Poll: time.Millisecond, Now: func() time.Time { return now }, BridgeTimeout: tc.bridgeTimeout,
+				Observe: func(context.Context) (SurgeInput, error) {
+					return SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{old, b}}, nil
+				}}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err := s.Swap(ctx, v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}, "n1", now.Add(-time.Minute))
+			if got := errors.Is(err, ErrSurgeTimeout); got != tc.timesOut {
+				t.Errorf("Swap: %v; timed out %v, want %v", err, got, tc.timesOut)
+			}
+		})
 	}
 }

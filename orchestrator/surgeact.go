@@ -40,6 +40,12 @@ type Surger struct {
 	// Changes, when set, returns a channel closed at the next change of what
 	// Observe reads; Swap then waits on it (at most Poll) instead of polling.
 	Changes func() <-chan struct{}
+	// BridgeTimeout, when set, moves Swap's deadline to the bridge's creation
+	// plus this, when that is later: once the node has its bridge, the swap's
+	// clock runs from the bridge, which any process finds in the API (its
+	// name is the node's and the revision's; the API server's clock, to the
+	// second).
+	BridgeTimeout time.Duration
 }
 
 // SurgeResult is what one Swap (or Abandon) did on the node.
@@ -408,7 +414,7 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			}
 		case surgeWaitOwnWrites:
 		default:
-			if !s.Now().Before(deadline) && !s.Now().Before(settle) {
+			if !s.Now().Before(s.deadline(in, node, deadline)) && !s.Now().Before(settle) {
 				gone, err := s.abandon(ctx, in, &res)
 				if err != nil {
 					return res, err
@@ -430,6 +436,23 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 		}
 		wake.Stop()
 	}
+}
+
+// deadline is Swap's deadline for this input: the caller's, or the bridge's
+// creation plus BridgeTimeout when that is later.
+func (s Surger) deadline(in SurgeInput, node string, deadline time.Time) time.Time {
+	if s.BridgeTimeout <= 0 || in.DaemonSet == nil || in.Revision == nil {
+		return deadline
+	}
+	name := BridgeName(in.DaemonSet, in.Revision, node)
+	for _, p := range in.Pods {
+		if p.Name == name {
+			if t := p.CreationTimestamp.Add(s.BridgeTimeout); t.After(deadline) {
+				return t
+			}
+		}
+	}
+	return deadline
 }
 
 func (s Surger) observe(ctx context.Context, ref v1alpha1.TargetRef, node string) (SurgeInput, error) {

@@ -14,15 +14,16 @@ import (
 
 // surge runs the surge swap (surge.go) of ztunnel on the node for the
 // executor: it observes from the informer caches and wakes on their changes;
-// its writes are Surger's, each idempotent. deadline (the swap record's
-// start plus the swap timeout) bounds the wait for the new pod to be Ready:
-// past it the never-Ready bridge is deleted and the rollout halts, the old
-// ztunnel still serving.
+// its writes are Surger's, each idempotent. deadline (the record's start
+// plus the swap timeout, the record before it when the swap has none of its
+// own), or once the bridge exists its creation plus the swap timeout, bounds
+// the wait for the new pod to be Ready: past it the never-Ready bridge is
+// deleted and the rollout halts, the old ztunnel still serving.
 func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
 	s := Surger{
 		Kube: e.o.kube, Log: e.o.log.With(zap.String("node", node)), Now: e.o.cfg.Now, Poll: idleCheck,
 		Observe: func(context.Context) (SurgeInput, error) { return e.observeSurge(ref, node) },
-		Changes: e.changes.wait,
+		Changes: e.changes.wait, BridgeTimeout: timeout,
 	}
 	res, err := s.Swap(ctx, ref, node, deadline)
 	if errors.Is(err, ErrSurgeTimeout) {

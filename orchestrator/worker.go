@@ -36,6 +36,32 @@ type carried struct {
 	verdict   *string                 // the gate's outcome and reasons
 	judgement *v1alpha1.NodeJudgement // the judge's summary (nil clears an older one)
 	drained   bool                    // the record stamps DrainedAt
+	shown     *shownStep              // a step acted on without a record of its own
+}
+
+// shownStep is a step that status shows but the node's record does not hold.
+type shownStep struct {
+	state v1alpha1.NodeState
+	since time.Time
+}
+
+// showStep mirrors into status a step that has no record of its own (the
+// record before it stays the node's: a successor resumes from that), and
+// times the step before it.
+func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodeRecord, st v1alpha1.NodeState) *shownStep {
+	now := e.o.cfg.Now()
+	if rec.ours(nr.UID) && InFlight(rec.Step) && !rec.StepSince.IsZero() {
+		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
+	}
+	e.mutateStatusLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
+		ns := nodeEntry(ss, node)
+		if ns.State != st {
+			ns.StateSince = &metav1.Time{Time: now}
+		}
+		ns.State, ns.Reason = st, ""
+	})
+	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("record", string(rec.Step)))
+	return &shownStep{state: st, since: now}
 }
 
 func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) {
@@ -149,6 +175,15 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 		if s.Final {
 			e.finished(nr, node, s)
 			return nil
+		}
+		if !s.Record && s.Act == actSwap && s.State != rec.Step {
+			// A swap with no record of its own (nextStep): status shows it.
+			out.shown = e.showStep(nr, node, rec, s.State)
+			if s.State == e.o.cfg.HoldAfterPersist {
+				e.o.log.Info("holding as the step begins (test hook)", zap.String("step", string(s.State)))
+				<-ctx.Done()
+				return ctx.Err()
+			}
 		}
 		next, res, err := e.act(ctx, nr, p, node, rec, s, checked)
 		rec = next

@@ -26,7 +26,9 @@ func TestResumeAfterKillAtEveryStep(t *testing.T) {
 	e := newEnv(t, nodes, 2)
 	// Every step that is persisted (WaitReady and Gate only observe and get no
 	// record of their own: a successor repeats them from the record before;
-	// Preflight is recorded when it has a baseline window to wait out).
+	// Preflight is recorded when it has a baseline window to wait out), and
+	// SwapZtunnel, which has no record of its own after SwapCNI: killed as it
+	// begins, the successor resumes from SwapCNI's.
 	steps := []v1alpha1.NodeState{
 		v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel,
 		v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeDone,
@@ -114,6 +116,18 @@ func (e *env) waitStep(rollout string, step v1alpha1.NodeState) string {
 		for _, n := range nodes.Items {
 			if n.Annotations[orchestrator.AnnotationRollout] == rollout && n.Annotations[orchestrator.AnnotationStep] == string(step) {
 				node = n.Name
+				return true, nil
+			}
+		}
+		// A step with no record of its own (the surge swap after another
+		// swap) shows in status only.
+		nr, err := e.rollouts.Get(ctx, rollout, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, ns := range nr.Status.Nodes {
+			if ns.State == step {
+				node = ns.Name
 				return true, nil
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -36,10 +37,19 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 		nr, err := e.rollouts.Get(ctx, "outage", metav1.GetOptions{})
 		return err == nil && nr.Status.Counts.Done >= 1
 	}, "a first node done")
-	e.waitStep("outage", v1alpha1.NodeSwapZtunnel)
+	surging := e.waitStep("outage", v1alpha1.NodeSwapZtunnel)
 	time.Sleep(200 * time.Millisecond) // mid-surge
 	first.kill()
 	t.Logf("killed -9 the orchestrator mid-surge; down for 60 s")
+	// The surge swap has no record of its own: the successor resumes from
+	// SwapCNI's.
+	n, err := e.c.Client.CoreV1().Nodes().Get(context.Background(), surging, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Annotations[orchestrator.AnnotationStep]; got != string(v1alpha1.NodeSwapCNI) {
+		t.Fatalf("node %s mid-surge: record %q, want SwapCNI's", surging, got)
+	}
 
 	before := e.ztunnelUIDs("")
 	spec := e.addNodeServedByDaemonSet(hash)
