@@ -103,6 +103,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	fs.DurationVar(&agents.SampleEvery, "agent-sample-every", 30*time.Second, "how often the judge samples each node in flight and its control nodes; a baseline needs three samples, so a spec.baseline under three periods needs a shorter one")
 	fs.DurationVar(&rc.waves.soak, "wave-soak", time.Minute, "with the node agents' credentials: how long each sidecar wave's pods are watched once Ready before the agents' evidence judges it")
 	fs.DurationVar(&rc.waves.baseline, "wave-baseline", 5*time.Minute, "with the node agents' credentials: how far before each sidecar wave its workloads' baseline reaches")
 	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live, and the NodeRollout targets (the only namespace where the orchestrator deletes and creates pods)")
@@ -132,6 +133,9 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return rc, fmt.Errorf("unexpected argument %q (flags only; see orchestrator --help)", fs.Arg(0))
+	}
+	if agents.SampleEvery <= 0 {
+		return rc, fmt.Errorf("--agent-sample-every must be positive, got %s (see orchestrator --help)", agents.SampleEvery)
 	}
 	if err := rc.gateAddresses.Validate(); err != nil {
 		return rc, fmt.Errorf("--cluster-domain: %w", err)

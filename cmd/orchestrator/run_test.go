@@ -69,7 +69,7 @@ func TestHelpDescribesFlagsAndHidesTestHooks(t *testing.T) {
 }
 
 func TestParseFlagsRejectsBadInputInOneLine(t *testing.T) {
-	for _, args := range [][]string{{"--bogus"}, {"--lease-duration=soon"}, {"stray"}} {
+	for _, args := range [][]string{{"--bogus"}, {"--lease-duration=soon"}, {"stray"}, {"--agent-sample-every=0s"}} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "orchestrator --help") {
 			t.Errorf("parseFlags(%q) = %v; want one line pointing at --help", args, err)

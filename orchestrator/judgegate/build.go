@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,22 +76,55 @@ func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*healt
 	if cfg.Port == 0 {
 		cfg.Port = 9443
 	}
+	urls := &agentURLs{kube: kube, port: cfg.Port, ttl: addressTTL, now: time.Now, known: map[string]knownURL{}}
 	return health.NewAgentClient(health.AgentClientConfig{
 		CAFile: cfg.CAFile, RootCAs: cfg.RootCAs, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
-		URLFor: func(ctx context.Context, node string) (string, error) { return agentURL(ctx, kube, node, cfg.Port) },
+		URLFor: urls.of,
 	})
 }
 
-// agentURL is https://<InternalIP>:<port> of a node: the agent runs on the
-// host network.
-func agentURL(ctx context.Context, kube kubernetes.Interface, node string, port int) (string, error) {
-	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+// addressTTL is how long a node's agent address is used before the Node is
+// read again.
+const addressTTL = 5 * time.Minute
+
+// agentURLs finds each node's agent at https://<InternalIP>:<port> (the
+// agent runs on the host network). An address read from the API is kept for
+// the ttl, so sampling the nodes in flight and their controls every few
+// seconds does not GET each Node every time: one GET per node per ttl. A
+// failed read is not kept.
+type agentURLs struct {
+	kube kubernetes.Interface
+	port int
+	ttl  time.Duration
+	now  func() time.Time
+
+	mu    sync.Mutex
+	known map[string]knownURL
+}
+
+type knownURL struct {
+	url  string
+	read time.Time
+}
+
+func (u *agentURLs) of(ctx context.Context, node string) (string, error) {
+	u.mu.Lock()
+	k, ok := u.known[node]
+	u.mu.Unlock()
+	if ok && u.now().Sub(k.read) < u.ttl {
+		return k.url, nil
+	}
+	n, err := u.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("finding the agent of node %s: %w", node, err)
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
-			return "https://" + net.JoinHostPort(a.Address, strconv.Itoa(port)), nil
+			url := "https://" + net.JoinHostPort(a.Address, strconv.Itoa(u.port))
+			u.mu.Lock()
+			u.known[node] = knownURL{url: url, read: u.now()}
+			u.mu.Unlock()
+			return url, nil
 		}
 	}
 	return "", fmt.Errorf("node %s has no InternalIP to reach its agent on", node)

@@ -76,7 +76,7 @@ func TestStandinResetsAtDrainDeadline(t *testing.T) {
 	took := time.Since(start)
 	time.Sleep(200 * time.Millisecond)
 	after := client.truth.load()
-	t.Logf("stand-in exited %s after SIGTERM; client saw %s; reset ages %v", took, after, after.ResetAges)
+	t.Logf("stand-in exited %s after SIGTERM; client saw %s; reset ages %v", took, after, after.ResetAges())
 	if after.StreamsReset < 3 {
 		t.Errorf("%d streams reset; want the 3 open at SIGTERM reset at the deadline", after.StreamsReset)
 	}

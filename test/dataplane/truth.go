@@ -29,8 +29,23 @@ type Truth struct {
 	// Aborted counts the short requests the client ended with an abortive
 	// close on purpose (Traffic.AbortEvery): resets it sent, not received.
 	Aborted int64
-	// ResetAges are the ages the reset streams had when they were reset.
-	ResetAges []time.Duration
+	// Resets are the streams that were reset: when, and how old they were.
+	Resets []StreamReset
+}
+
+// StreamReset is one stream reset, as its client saw it.
+type StreamReset struct {
+	At  time.Time     // when the client saw the reset
+	Age time.Duration // how long the stream had been open
+}
+
+// ResetAges are the ages the reset streams had when they were reset.
+func (t Truth) ResetAges() []time.Duration {
+	out := make([]time.Duration, len(t.Resets))
+	for i, r := range t.Resets {
+		out[i] = r.Age
+	}
+	return out
 }
 
 // Add sums two Truths.
@@ -41,21 +56,39 @@ func (t Truth) Add(o Truth) Truth {
 		Streams:               t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful + o.StreamsGraceful, StreamsOther: t.StreamsOther + o.StreamsOther,
 		RSTs: t.RSTs + o.RSTs, Aborted: t.Aborted + o.Aborted,
-		ResetAges: append(append([]time.Duration(nil), t.ResetAges...), o.ResetAges...),
+		Resets: append(append([]StreamReset(nil), t.Resets...), o.Resets...),
 	}
 }
 
-// Sub is t minus o (a window between two readings).
+// Sub is t minus o (a window between two readings). Resets are matched one
+// by one, not by count: a Truth sums pods in no fixed order, so the resets
+// of a window are not the tail of the later reading.
 func (t Truth) Sub(o Truth) Truth {
+	seen := map[StreamReset]int{}
+	for _, r := range o.Resets {
+		seen[r.key()]++
+	}
+	var resets []StreamReset
+	for _, r := range t.Resets {
+		if k := r.key(); seen[k] > 0 {
+			seen[k]--
+			continue
+		}
+		resets = append(resets, r)
+	}
 	return Truth{
 		Requests: t.Requests - o.Requests, RequestsFailed: t.RequestsFailed - o.RequestsFailed,
 		RequestsFailedEvicted: t.RequestsFailedEvicted - o.RequestsFailedEvicted,
 		Streams:               t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful - o.StreamsGraceful, StreamsOther: t.StreamsOther - o.StreamsOther,
 		RSTs: t.RSTs - o.RSTs, Aborted: t.Aborted - o.Aborted,
-		ResetAges: t.ResetAges[min(len(o.ResetAges), len(t.ResetAges)):],
+		Resets: resets,
 	}
 }
+
+// key is r comparable with ==: its wall-clock instant, without the
+// monotonic reading.
+func (r StreamReset) key() StreamReset { return StreamReset{At: r.At.Round(0), Age: r.Age} }
 
 // rst counts a reset the app saw when err says it got one.
 func (c *truthCounters) rst(err error) {
@@ -67,9 +100,9 @@ func (c *truthCounters) rst(err error) {
 // MinResetAge is the age of the youngest reset stream (0 when none was reset).
 func (t Truth) MinResetAge() time.Duration {
 	var m time.Duration
-	for i, a := range t.ResetAges {
-		if i == 0 || a < m {
-			m = a
+	for i, r := range t.Resets {
+		if i == 0 || r.Age < m {
+			m = r.Age
 		}
 	}
 	return m
@@ -83,15 +116,15 @@ func (t Truth) String() string {
 type truthCounters struct {
 	requests, requestsFailed, requestsFailedEvicted, streams, streamsReset, streamsGraceful, streamsOther, rsts, aborted atomic.Int64
 
-	mu        sync.Mutex
-	resetAges []time.Duration
+	mu     sync.Mutex
+	resets []StreamReset
 }
 
 func (c *truthCounters) reset(age time.Duration) {
 	c.streamsReset.Add(1)
 	c.rsts.Add(1)
 	c.mu.Lock()
-	c.resetAges = append(c.resetAges, age)
+	c.resets = append(c.resets, StreamReset{At: time.Now(), Age: age})
 	c.mu.Unlock()
 }
 
@@ -101,12 +134,12 @@ func (c *truthCounters) load() Truth {
 		Streams:      c.streams.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamsGraceful: c.streamsGraceful.Load(), StreamsOther: c.streamsOther.Load(),
 		RSTs: c.rsts.Load(), Aborted: c.aborted.Load(),
-		ResetAges: c.ages(),
+		Resets: c.resetList(),
 	}
 }
 
-func (c *truthCounters) ages() []time.Duration {
+func (c *truthCounters) resetList() []StreamReset {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.resetAges...)
+	return append([]StreamReset(nil), c.resets...)
 }

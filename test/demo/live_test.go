@@ -253,7 +253,7 @@ func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 		t.Fatalf("rollout %s: %s", nr.Status.Phase, nr.Status.HaltReason)
 	}
 	if w.StreamsReset != 0 {
-		t.Errorf("%d streams reset (ages %v); drain auto must reset none", w.StreamsReset, w.ResetAges)
+		t.Errorf("%d streams reset (ages %v); drain auto must reset none", w.StreamsReset, w.ResetAges())
 	}
 	if w.StreamsGraceful == 0 || w.Requests == 0 {
 		t.Errorf("no traffic measured during the swap: %s", w)
@@ -290,7 +290,7 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("during the swap: %s; reset ages %v", w, w.ResetAges)
+	t.Logf("during the swap: %s; reset ages %v", w, w.ResetAges())
 	ns := nodeStatus(t, nr, "node-001")
 	t.Logf("verdict: %s", ns.Verdict)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {

@@ -1,13 +1,14 @@
 package e2e
 
 // A leader handover in the middle of a node's soak, with the judge wired:
-// leader A records the canary's baseline and swaps it, and loses its Lease
-// (its context is cancelled) during the soak; leader B, whose Recorder never
-// sampled that node, judges it from the baseline record A persisted in
-// status.nodes[].baseline.
+// leader A records the canary's baseline and swaps it, and stops during the
+// soak (in-process leaders: its context is cancelled; orchestrator
+// processes: SIGKILL); leader B, whose Recorder never sampled that node,
+// judges it from the baseline record A persisted in status.nodes[].baseline.
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +27,13 @@ const handoverSoak = 8 * time.Second
 // with its record (baseline and soak start) persisted, stops A, and lets
 // standby B finish. It returns the rollout as it ends and the node A left
 // mid-soak.
-func handover(t *testing.T, e *e2e) (*v1alpha1.NodeRollout, string) {
-	stopA := e.startLeader(t, "leader-a")
+//
+// start runs a leader with that identity and returns what stops it: the
+// in-process leaders' context cancel, or SIGKILL of an orchestrator process.
+func handover(t *testing.T, e *e2e, start func(identity string) (stop func())) (*v1alpha1.NodeRollout, string) {
+	stopA := start("leader-a")
 	waitLeader(t, e, "leader-a")
-	e.startLeader(t, "leader-b")
+	start("leader-b")
 	nr := judgedRollout("handover", handoverSoak)
 	ctx := context.Background()
 	if _, err := e.rolls.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
@@ -69,6 +73,24 @@ func handover(t *testing.T, e *e2e) (*v1alpha1.NodeRollout, string) {
 	return e.finished(t, nr.Name), node
 }
 
+// leader starts in-process leaders with e.startLeader.
+func (e *e2e) leader(t *testing.T) func(string) func() {
+	return func(id string) func() { return e.startLeader(t, id) }
+}
+
+// processLeader starts leaders as orchestrator processes wired as a
+// Deployment runs them: the agents on each node's InternalIP, with the
+// agents' CA and token files; stopping one is SIGKILL.
+func (e *e2e) processLeader(t *testing.T) func(string) func() {
+	port := e.f.serveOnNodes(t, e.c)
+	procs := &env{t: t, c: e.c, rollouts: e.rolls}
+	return func(id string) func() {
+		p := procs.startProcess(id, "127.0.0.1:0", "--agent-ca", e.ca, "--agent-token-file", e.tok,
+			"--agent-port", strconv.Itoa(port), "--agent-server-name", "example.com", "--agent-sample-every", "250ms")
+		return p.kill
+	}
+}
+
 func waitLeader(t *testing.T, e *e2e, id string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -91,10 +113,26 @@ func entry(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeStatus {
 
 // TestE2EHandoverMidSoakJudgesFromTheRecord: healthy agents. B passes the
 // node A left mid-soak, on its evidence and from A's baseline, and goes on
-// to complete the rollout; no finished node keeps its record.
+// to complete the rollout; no finished node keeps its record. Once with
+// in-process leaders, once with orchestrator processes whose leader is
+// killed with SIGKILL: nothing of it survives but what it wrote to the API.
 func TestE2EHandoverMidSoakJudgesFromTheRecord(t *testing.T) {
-	e := startE2ECluster(t)
-	nr, node := handover(t, e)
+	for _, tc := range []struct {
+		name    string
+		leaders func(*e2e, *testing.T) func(string) func()
+	}{
+		{"context cancelled", (*e2e).leader},
+		{"SIGKILL", (*e2e).processLeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startE2ECluster(t)
+			passesOnTheRecord(t, e, tc.leaders(e, t))
+		})
+	}
+}
+
+func passesOnTheRecord(t *testing.T, e *e2e, leaders func(string) func()) {
+	nr, node := handover(t, e, leaders)
 	ns := entry(nr, node)
 	t.Logf("node %s: %s", node, ns.Verdict)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != e2eNodes {
@@ -124,7 +162,7 @@ func TestE2EHandoverMidSoakFailsARegression(t *testing.T) {
 		e.f.regress[n.Name] = true
 	}
 	e.f.mu.Unlock()
-	nr, node := handover(t, e)
+	nr, node := handover(t, e, e.leader(t))
 	assertHaltedAt(t, e, nr, node, "pod shop/"+node+"-app-3: resets received")
 	ns := entry(nr, node)
 	if !strings.Contains(ns.Verdict, "baseline restored from the record of the swap at") {

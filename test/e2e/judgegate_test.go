@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +62,7 @@ type fleet struct {
 	regress map[string]bool
 	mute    map[string]bool
 	served  map[string]int
+	byIP    map[string]string // node InternalIP → node, for serveOnNodes
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -74,9 +77,8 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/")
-	node, ok2 := strings.CutSuffix(rest, "/v1/snapshot")
-	if !ok || !ok2 {
+	node, ok := f.nodeOf(r)
+	if !ok {
 		http.NotFound(w, r)
 		return
 	}
@@ -118,6 +120,75 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(s)
+}
+
+// nodeOf is the node a request is for: /nodes/<node>/v1/snapshot on the
+// test's own URL, or /v1/snapshot on a node's InternalIP (serveOnNodes).
+func (f *fleet) nodeOf(r *http.Request) (string, bool) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/"); ok {
+		return strings.CutSuffix(rest, "/v1/snapshot")
+	}
+	if r.URL.Path != "/v1/snapshot" {
+		return "", false
+	}
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	tcp, _ := local.(*net.TCPAddr)
+	if tcp == nil {
+		return "", false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	node, ok := f.byIP[tcp.IP.String()]
+	return node, ok
+}
+
+// serveOnNodes also serves each node's agent where the orchestrator binary
+// looks for it: https://<node InternalIP>:<port>/v1/snapshot, with the
+// test server's certificate (valid for example.com). It returns the port.
+func (f *fleet) serveOnNodes(t *testing.T, c *cluster.Cluster) int {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		port, lns, err := listenOnAll(c.Nodes)
+		if err != nil {
+			if attempt < 5 {
+				continue // the port taken on another node IP: another port
+			}
+			t.Fatalf("listening on the node IPs: %v", err)
+		}
+		f.mu.Lock()
+		f.byIP = map[string]string{}
+		for _, n := range c.Nodes {
+			f.byIP[n.IP] = n.Name
+		}
+		f.mu.Unlock()
+		srv := &http.Server{Handler: http.HandlerFunc(f.serve), TLSConfig: f.srv.TLS.Clone(), ReadHeaderTimeout: 5 * time.Second}
+		for _, ln := range lns {
+			go func() { _ = srv.ServeTLS(ln, "", "") }()
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		return port
+	}
+}
+
+// listenOnAll listens on one port on every node's IP.
+func listenOnAll(nodes []cluster.NodeSpec) (int, []net.Listener, error) {
+	first, err := net.Listen("tcp", net.JoinHostPort(nodes[0].IP, "0"))
+	if err != nil {
+		return 0, nil, err
+	}
+	port := first.Addr().(*net.TCPAddr).Port
+	lns := []net.Listener{first}
+	for _, n := range nodes[1:] {
+		ln, err := net.Listen("tcp", net.JoinHostPort(n.IP, strconv.Itoa(port)))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return 0, nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return port, lns, nil
 }
 
 // watchSwaps marks a node swapped when its old ztunnel pod is deleted.
