@@ -82,13 +82,9 @@ func (e *liveEnv) surgeDuringSoak(ctx context.Context, name, canary string) {
 	}
 }
 
-// TestLiveClusterWideSurgePassesOnControls: a healthy build rolled while
-// every client of the cluster sends three times as much for the canary's
-// soak (and aborts three times as large a share of its requests): the
-// canary's resets rise before/after, but its control nodes' rose the same
-// way over the same interval, so it passes with the reason saying so, and
-// the rollout completes.
-func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
+// surgeEnv is a 3-node live cluster with surgeTraffic, its charts moved to
+// the healthy 1.28.1 and its streams open, and the canary: its busiest node.
+func surgeEnv(t *testing.T) (*liveEnv, string) {
 	e := newLiveEnvTraffic(t, 3, surgeTraffic, testAgents(t))
 	e.upgrade("1.28.1")
 	e.settle()
@@ -96,6 +92,17 @@ func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, canary
+}
+
+// TestLiveClusterWideSurgePassesOnControls: a healthy build rolled while
+// every client of the cluster sends three times as much for the canary's
+// soak (and aborts three times as large a share of its requests): the
+// canary's resets rise before/after, but its control nodes' rose the same
+// way over the same interval, so it passes with the reason saying so, and
+// the rollout completes.
+func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
+	e, canary := surgeEnv(t)
 	nr := e.runSurged(surgeRollout("surge-controls", canary, ""), canary)
 	for _, n := range nr.Status.Nodes {
 		t.Logf("%s: %s", n.Name, n.Verdict)
@@ -117,13 +124,7 @@ func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
 // judged before/after alone: the control group is what let the rollout
 // above complete.
 func TestLiveClusterWideSurgeHaltsWithoutControls(t *testing.T) {
-	e := newLiveEnvTraffic(t, 3, surgeTraffic, testAgents(t))
-	e.upgrade("1.28.1")
-	e.settle()
-	canary, err := busiestAmbientNode(context.Background(), e.c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, canary := surgeEnv(t)
 	nr := e.runSurged(surgeRollout("surge-alone", canary, v1alpha1.ControlGroupDisabled), canary)
 	ns := nodeStatus(t, nr, canary)
 	logRows(t, ns)
