@@ -96,6 +96,9 @@ type Assessment struct {
 // reasonNoControl is Assess's reason when the judgement had no control group.
 const reasonNoControl = "no control nodes (none left unswapped and uncordoned): judged before/after alone"
 
+// reasonControlOff is Assess's reason when the control group is switched off.
+const reasonControlOff = "the control group is switched off (gates.controlGroup: Disabled): judged before/after alone"
+
 // Assess compares a baseline window with a soak window for one node. planned
 // holds the resets an in-place swap was expected to cause (see PlannedResets);
 // pass nil when the node was drained. control holds the same intervals on
@@ -115,6 +118,9 @@ func Assess(cfg Config, baseline, soak Window, disp Dispersion, planned map[PodK
 		a.PlannedResets += n
 	}
 	a.PlannedPods = len(removed)
+	if cfg.NoControlGroup {
+		control = nil
+	}
 	ctrl := buildControl(cfg, control)
 	if ctrl != nil {
 		a.Control = ctrl.describe()
@@ -223,7 +229,10 @@ func Assess(cfg Config, baseline, soak Window, disp Dispersion, planned map[PodK
 			"the control group (%s) moved the same way: %d rises before/after not counted as the node's, such as %s",
 			ctrl.describe(), len(explained), e.Reason()))
 	}
-	if ctrl == nil {
+	switch {
+	case cfg.NoControlGroup:
+		a.Reasons = append(a.Reasons, reasonControlOff)
+	case ctrl == nil:
 		a.Reasons = append(a.Reasons, reasonNoControl)
 	}
 	if a.PlannedResets > 0 {

@@ -74,6 +74,10 @@ type Config struct {
 	// alone. By default a node without probe evidence is Inconclusive: a
 	// drained node would otherwise be judged on nothing.
 	ProbeOptional bool
+	// NoControlGroup judges every node before/after alone, whatever control
+	// nodes the caller names (spec.gates.controlGroup: Disabled), and the
+	// reasons say the control group is switched off.
+	NoControlGroup bool
 }
 
 // DefaultProbeNamespace is the namespace of the nodewise-probe DaemonSet (deploy/probe).

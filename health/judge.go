@@ -293,7 +293,7 @@ func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict 
 // controlWindows fetches each control node's current snapshot and makes its
 // two windows. A control node that cannot be read is left out, with a reason.
 func (j *Judge) controlWindows(ctx context.Context, in Input) (*Control, []string) {
-	if len(in.Control) == 0 {
+	if len(in.Control) == 0 || in.Gates.NoControlGroup {
 		return nil, nil
 	}
 	c := &Control{Scope: in.ControlScope}

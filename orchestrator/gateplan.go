@@ -41,6 +41,9 @@ func PlannedGate(order []PlannedNode, i int, p Policy) string {
 		return fmt.Sprintf("no before/after judgement (baseline %s, soak %s set explicitly)", p.Baseline, p.Soak)
 	}
 	w := fmt.Sprintf("baseline %s, soak %s", shortDuration(p.Baseline), shortDuration(p.Soak))
+	if p.NoControlGroup {
+		return w + ", before/after alone (control group switched off)"
+	}
 	nodes, scope := ControlNodes(order, i)
 	if len(nodes) == 0 {
 		return w + ", before/after alone (no control nodes left)"
@@ -71,8 +74,13 @@ func shortDuration(d time.Duration) string {
 // control is still Pending in this rollout, schedulable (not cordoned, by
 // nodewise or anyone), and not yet on the newest revision of every target.
 // It is pure; the executor calls it at a node's preflight and again when
-// the node is judged, so a node cordoned or started since is dropped.
+// the node is judged, so a node cordoned or started since is dropped. With
+// the control group switched off (spec.gates.controlGroup: Disabled) there
+// are none.
 func Controls(s Snapshot, p Policy, node string) (nodes []string, scope string) {
+	if p.NoControlGroup {
+		return nil, "" // switched off: nothing to sample, nothing to compare with
+	}
 	selected := selectedNodes(s, p)
 	order, _ := Order(selected, p.Canaries, p.MaxParallel)
 	view := make(map[string]NodeView, len(selected))

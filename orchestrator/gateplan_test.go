@@ -58,6 +58,14 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 			t.Errorf("node %s: %q, want %q", node, line, want)
 		}
 	}
+	off, _ := NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: v1alpha1.ControlGroupDisabled}})
+	b.Reset()
+	if err := RenderPlan(&b, Decision{Order: order}, off, time.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(b.String(), "before/after alone (control group switched off)"); got != len(order) || strings.Contains(b.String(), "against") {
+		t.Errorf("control group off: %d of %d nodes say it is switched off:\n%s", got, len(order), b.String())
+	}
 	p.Soak = 0
 	b.Reset()
 	_ = RenderPlan(&b, Decision{Order: order}, p, time.Now(), 0)
@@ -111,6 +119,13 @@ func TestControlsAtJudgeTime(t *testing.T) {
 		got, scope := Controls(s, p, tc.node)
 		if !slices.Equal(got, tc.want) || scope != tc.scope {
 			t.Errorf("%s: controls %v in %q, want %v in %q", tc.node, got, scope, tc.want, tc.scope)
+		}
+	}
+	// Switched off (spec.gates.controlGroup: Disabled), no node has any.
+	p.NoControlGroup = true
+	for _, n := range []string{"a1", "a2", "b1"} {
+		if got, scope := Controls(s, p, n); got != nil || scope != "" {
+			t.Errorf("%s with the control group off: controls %v in %q, want none", n, got, scope)
 		}
 	}
 }

@@ -46,6 +46,9 @@ type Policy struct {
 	SwapTimeout    time.Duration
 	Baseline       time.Duration
 	Soak           time.Duration
+	// NoControlGroup: spec.gates.controlGroup is Disabled, so no node gets
+	// control nodes (Controls) and each is judged before/after alone.
+	NoControlGroup bool
 	Windows        []Window
 	Paused         bool
 	Abort          bool
@@ -73,6 +76,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
 		Baseline:       durationOr(spec.Baseline, DefaultBaseline),
 		Soak:           durationOr(spec.Soak, DefaultSoak),
+		NoControlGroup: spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled,
 		Paused:         spec.Paused,
 		Abort:          spec.Abort,
 		Rollback:       spec.Rollback,
@@ -133,6 +137,11 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	}
 	if p.SwapTimeout == 0 {
 		errs = append(errs, errors.New("spec.swapTimeout: must be positive"))
+	}
+	switch spec.Gates.ControlGroup {
+	case "", v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled:
+	default:
+		errs = append(errs, fmt.Errorf("spec.gates.controlGroup: %q is not one of Enabled, Disabled", spec.Gates.ControlGroup))
 	}
 	if spec.NodeSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)

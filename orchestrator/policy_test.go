@@ -24,6 +24,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"zero drain timeout (forever to the drain library)", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Timeout: &v1alpha1.Duration{}}}, "spec.drain.timeout: must be positive"},
 		{"soak not a duration", specJSON(t, `{"soak":"10 minutes"}`), `spec.soak: "10 minutes" is not a duration`},
 		{"gate interval not a duration", specJSON(t, `{"gates":{"interval":"banana"}}`), `spec.gates.interval: "banana"`},
+		{"unknown control group policy", v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: "Off"}}, `spec.gates.controlGroup: "Off" is not one of Enabled, Disabled`},
 		{"duplicate target", v1alpha1.NodeRolloutSpec{Targets: []v1alpha1.TargetRef{{Namespace: "a", Name: "b"}, {Namespace: "a", Name: "b"}}}, "listed twice"},
 	}
 	for _, tc := range cases {

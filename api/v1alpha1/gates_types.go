@@ -32,6 +32,15 @@ type GatesSpec struct {
 	// +kubebuilder:validation:Enum=Required;Optional
 	// +optional
 	Probe ProbePolicy `json:"probe,omitempty"`
+	// ControlGroup says whether each node's change is compared with the
+	// same interval's change on control nodes (not yet swapped, not
+	// cordoned, in its zone or else the cluster), so a change the whole
+	// cluster shows (a traffic surge, a dependency failing) is not read as
+	// the node's regression: Enabled (default) or Disabled, which judges
+	// every node before/after alone, as the last wave is judged.
+	// +kubebuilder:validation:Enum=Enabled;Disabled
+	// +optional
+	ControlGroup ControlGroupPolicy `json:"controlGroup,omitempty"`
 	// Significance is the family-wise false-alarm rate of one judgement of one
 	// node, across all its pods and metrics (Holm correction), as a decimal in
 	// (0, 0.5] (default "0.005").
@@ -94,6 +103,16 @@ type ProbePolicy string
 const (
 	ProbeRequired ProbePolicy = "Required"
 	ProbeOptional ProbePolicy = "Optional"
+)
+
+// ControlGroupPolicy says whether the control group is used (see
+// GatesSpec.ControlGroup).
+type ControlGroupPolicy string
+
+// The control group policies.
+const (
+	ControlGroupEnabled  ControlGroupPolicy = "Enabled"
+	ControlGroupDisabled ControlGroupPolicy = "Disabled"
 )
 
 const (

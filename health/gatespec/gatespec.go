@@ -43,8 +43,14 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		ConsecutiveFailures: int(g.ConsecutiveFailures),
 		Inconclusive:        g.Inconclusive,
 		ProbeOptional:       g.Probe == v1alpha1.ProbeOptional,
+		NoControlGroup:      g.ControlGroup == v1alpha1.ControlGroupDisabled,
 		Counts:              map[health.Metric]health.CountThresholds{},
 		Latency:             map[health.Metric]health.LatencyThresholds{},
+	}
+	switch g.ControlGroup {
+	case "", v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled:
+	default:
+		return health.Config{}, fmt.Errorf("gates.controlGroup %q: must be Enabled or Disabled", g.ControlGroup)
 	}
 	if g.MinEvents < 0 {
 		return health.Config{}, fmt.Errorf("gates.minEvents %d: must be at least 1", g.MinEvents)

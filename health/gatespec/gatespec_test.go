@@ -37,6 +37,14 @@ func TestConfigDefaults(t *testing.T) {
 		c.Counts[v1alpha1.MetricResetsReceived] != d.Counts[v1alpha1.MetricResetsReceived] || c.Latency[v1alpha1.MetricSRTT].MinIncrease != 500*time.Microsecond {
 		t.Errorf("defaults %+v", c)
 	}
+	if c.NoControlGroup {
+		t.Error("the control group is off by default")
+	}
+	for pol, off := range map[v1alpha1.ControlGroupPolicy]bool{v1alpha1.ControlGroupEnabled: false, v1alpha1.ControlGroupDisabled: true} {
+		if c, err := Config(v1alpha1.GatesSpec{ControlGroup: pol}); err != nil || c.NoControlGroup != off {
+			t.Errorf("controlGroup %s: NoControlGroup %t (%v), want %t", pol, c.NoControlGroup, err, off)
+		}
+	}
 	if iv, _ := Interval(v1alpha1.GatesSpec{}); iv != time.Minute {
 		t.Errorf("interval default %s", iv)
 	}
@@ -74,6 +82,7 @@ var badGates = []struct {
 	gs   v1alpha1.GatesSpec
 	want string
 }{
+	{"unknown control group policy", map[string]any{"controlGroup": "Off"}, v1alpha1.GatesSpec{ControlGroup: "Off"}, "controlGroup"},
 	{"negative interval", map[string]any{"interval": "-1m"}, v1alpha1.GatesSpec{Interval: dur(-time.Minute)}, "gates.interval"},
 	{"negative snapshot age", map[string]any{"maxSnapshotAge": "-30s"}, v1alpha1.GatesSpec{MaxSnapshotAge: dur(-30 * time.Second)}, "gates.maxSnapshotAge"},
 	{"negative latency increase", map[string]any{"latency": []any{map[string]any{"metric": "srtt", "minIncrease": "-1ms"}}},

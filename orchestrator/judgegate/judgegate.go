@@ -222,7 +222,11 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 		if err != nil {
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
 		}
-		control, dropped := g.controls(ctx, in)
+		var control []health.ControlNode
+		var dropped []string
+		if !cfg.NoControlGroup {
+			control, dropped = g.controls(ctx, in)
+		}
 		v, err := g.cfg.Judge.Judge(ctx, health.Input{
 			Node: in.Node, Gates: cfg, Baseline: baseline, SoakStart: soakStart,
 			DrainDeadline: deadline,

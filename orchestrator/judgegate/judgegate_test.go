@@ -29,6 +29,7 @@ type agent struct {
 	regress   bool
 	down      bool
 	offset    time.Duration // the agent's clock less the orchestrator's (at)
+	reads     int           // snapshots taken
 }
 
 func newAgent(node string, start time.Time) *agent {
@@ -71,6 +72,7 @@ func (a *agent) tick() {
 func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.reads++
 	if a.down {
 		return health.Snapshot{}, errors.New("dial tcp: connection refused")
 	}
@@ -304,6 +306,33 @@ func TestGateJudgesAgainstControlGroup(t *testing.T) {
 	v, err = own.gate.Judge(ctx, own.in)
 	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, "\n"), "pod shop/p2: resets received") {
 		t.Errorf("rise on w1 alone against steady controls: %v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
+// TestGateWithTheControlGroupSwitchedOff: with gates.controlGroup
+// Disabled the same cluster-wide rise fails w1, judged before/after alone,
+// the reasons say the control group is switched off (not that none was
+// left), and the control nodes named are not read at all.
+func TestGateWithTheControlGroupSwitchedOff(t *testing.T) {
+	spec := v1alpha1.GatesSpec{MinNodeConnections: 10, ControlGroup: v1alpha1.ControlGroupDisabled}
+	r := rigFleet(t, spec, map[string]bool{"w1": true, "c1": true, "c2": true}, []string{"c1", "c2"}, "zone a")
+	before := map[string]int{}
+	for _, c := range []string{"c1", "c2"} {
+		before[c] = r.agents[c].reads
+	}
+	v, err := r.gate.Judge(context.Background(), r.in)
+	reasons := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(reasons, "pod shop/p2: resets received") {
+		t.Fatalf("cluster-wide rise, control group off: %v %s %q; want Fail on p2's resets", err, v.Outcome, v.Reasons)
+	}
+	if !strings.Contains(reasons, "the control group is switched off (gates.controlGroup: Disabled): judged before/after alone") ||
+		strings.Contains(reasons, "no control nodes") || strings.Contains(reasons, "moved the same way") {
+		t.Errorf("reasons do not say the control group is switched off: %q", v.Reasons)
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if got := r.agents[c].reads; got != before[c] {
+			t.Errorf("control %s read %d times while judging with the control group off", c, got-before[c])
+		}
 	}
 }
 

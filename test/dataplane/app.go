@@ -30,6 +30,16 @@ type Traffic struct {
 	// dropping what is in flight (the rig before well-behaved shutdown).
 	// Default 2 s.
 	PreStop time.Duration
+	// AbortEvery, when set, makes one short request in AbortEvery end with
+	// an abortive close (SO_LINGER 0, a reset) after its answer, as real
+	// clients do when a pooled connection is dropped or a timeout fires:
+	// a background of resets proportional to traffic. Under a TrafficSurge of
+	// ×f the share is f/AbortEvery, because a loaded backend's timeouts
+	// grow faster than its traffic: a cluster-wide surge then raises resets
+	// per connection, as a node's regression would (DataPlane.TrafficSurge). 0:
+	// no request aborts (the default: the rig's healthy traffic has almost
+	// no resets).
+	AbortEvery int
 }
 
 // WithDefaults is t with its zero values filled in.
@@ -64,6 +74,7 @@ type app struct {
 	netns   string
 	ip      string
 	traffic Traffic
+	load    *load
 	target  func(self string) string
 	gone    func(ip string) bool // the pod at ip is stopping or gone
 	truth   truthCounters
@@ -79,11 +90,14 @@ type app struct {
 	handlers sync.WaitGroup
 }
 
-func startApp(netns, ip string, client bool, traffic Traffic, target func(self string) string, gone func(ip string) bool) (*app, error) {
+func startApp(netns, ip string, client bool, traffic Traffic, pace *load, target func(self string) string, gone func(ip string) bool) (*app, error) {
 	if gone == nil {
 		gone = func(string) bool { return false }
 	}
-	a := &app{netns: netns, ip: ip, traffic: traffic, target: target, gone: gone, conns: map[*net.TCPConn]bool{}}
+	if pace == nil {
+		pace = &load{}
+	}
+	a := &app{netns: netns, ip: ip, traffic: traffic, load: pace, target: target, gone: gone, conns: map[*net.TCPConn]bool{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	err := inNetns(netns, func() error {
 		var err error
@@ -258,18 +272,23 @@ func (a *app) shortLoop() {
 			if c != nil {
 				c.Close()
 			}
-			a.pause(a.traffic.ShortGap)
+			a.pause(a.load.gap(a.traffic.ShortGap))
 			continue
 		}
 		a.truth.requests.Add(1)
 		if err == nil {
 			err = exchange(c, buf)
-			c.Close()
+			if err == nil && a.load.aborts(a.traffic.AbortEvery) {
+				a.truth.aborted.Add(1)
+				resetConn(c)
+			} else {
+				c.Close()
+			}
 		}
 		if err != nil {
 			a.failed(dst, err)
 		}
-		a.pause(a.traffic.ShortGap)
+		a.pause(a.load.gap(a.traffic.ShortGap))
 	}
 }
 
@@ -317,7 +336,7 @@ func (a *app) stream(c *net.TCPConn, buf []byte) {
 			}
 			return
 		}
-		if time.Now().After(end) || !a.pause(a.traffic.StreamGap) {
+		if time.Now().After(end) || !a.pause(a.load.gap(a.traffic.StreamGap)) {
 			a.closeGracefully(c, opened)
 			return
 		}

@@ -54,6 +54,8 @@ type DataPlane struct {
 	byNode    map[string]map[types.UID]bool // node → app and probe pods
 	gone      map[string]Truth              // ground truth of app pods that stopped, by namespace/name
 	next      int
+
+	load *load // every client's pace (TrafficSurge)
 }
 
 // podSandbox is one app pod's namespace, veth leg and app, or a probe pod's
@@ -92,6 +94,7 @@ func New(cfg Config) (*DataPlane, error) {
 		cfg: cfg, prefix: "nwdp" + hex.EncodeToString(b), log: cfg.Log,
 		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, standins: map[types.UID]*standinProc{},
 		pods: map[types.UID]*podSandbox{}, byNode: map[string]map[types.UID]bool{}, gone: map[string]Truth{},
+		load: &load{},
 	}
 	fab, err := newFabric(d.prefix + "-fabric")
 	if err != nil {
@@ -392,7 +395,7 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 		sb.probe = r
 		return nil
 	}
-	a, err := startApp(sb.netns, sb.ip, meshed, d.cfg.Traffic, d.pickTarget, d.gonePod)
+	a, err := startApp(sb.netns, sb.ip, meshed, d.cfg.Traffic, d.load, d.pickTarget, d.gonePod)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func twoPods(t *testing.T, grace, tag string, traffic Traffic) (client *app, pro
 		if err := proc.command("add", sb.netns); err != nil {
 			t.Fatal(err)
 		}
-		a, err := startApp(sb.netns, sb.ip, sb == cli, d.cfg.Traffic, target, nil)
+		a, err := startApp(sb.netns, sb.ip, sb == cli, d.cfg.Traffic, nil, target, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

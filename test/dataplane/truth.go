@@ -26,6 +26,9 @@ type Truth struct {
 	// its server was serving that were reset. It is what the node agent's
 	// app-side "resets received" of that pod should count.
 	RSTs int64
+	// Aborted counts the short requests the client ended with an abortive
+	// close on purpose (Traffic.AbortEvery): resets it sent, not received.
+	Aborted int64
 	// Resets are the streams that were reset: when, and how old they were.
 	Resets []StreamReset
 }
@@ -52,7 +55,7 @@ func (t Truth) Add(o Truth) Truth {
 		RequestsFailedEvicted: t.RequestsFailedEvicted + o.RequestsFailedEvicted,
 		Streams:               t.Streams + o.Streams, StreamsReset: t.StreamsReset + o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful + o.StreamsGraceful, StreamsOther: t.StreamsOther + o.StreamsOther,
-		RSTs:   t.RSTs + o.RSTs,
+		RSTs: t.RSTs + o.RSTs, Aborted: t.Aborted + o.Aborted,
 		Resets: append(append([]StreamReset(nil), t.Resets...), o.Resets...),
 	}
 }
@@ -78,7 +81,7 @@ func (t Truth) Sub(o Truth) Truth {
 		RequestsFailedEvicted: t.RequestsFailedEvicted - o.RequestsFailedEvicted,
 		Streams:               t.Streams - o.Streams, StreamsReset: t.StreamsReset - o.StreamsReset,
 		StreamsGraceful: t.StreamsGraceful - o.StreamsGraceful, StreamsOther: t.StreamsOther - o.StreamsOther,
-		RSTs:   t.RSTs - o.RSTs,
+		RSTs: t.RSTs - o.RSTs, Aborted: t.Aborted - o.Aborted,
 		Resets: resets,
 	}
 }
@@ -111,7 +114,7 @@ func (t Truth) String() string {
 }
 
 type truthCounters struct {
-	requests, requestsFailed, requestsFailedEvicted, streams, streamsReset, streamsGraceful, streamsOther, rsts atomic.Int64
+	requests, requestsFailed, requestsFailedEvicted, streams, streamsReset, streamsGraceful, streamsOther, rsts, aborted atomic.Int64
 
 	mu     sync.Mutex
 	resets []StreamReset
@@ -130,7 +133,7 @@ func (c *truthCounters) load() Truth {
 		Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(), RequestsFailedEvicted: c.requestsFailedEvicted.Load(),
 		Streams:      c.streams.Load(),
 		StreamsReset: c.streamsReset.Load(), StreamsGraceful: c.streamsGraceful.Load(), StreamsOther: c.streamsOther.Load(),
-		RSTs:   c.rsts.Load(),
+		RSTs: c.rsts.Load(), Aborted: c.aborted.Load(),
 		Resets: c.resetList(),
 	}
 }

@@ -46,6 +46,10 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 	return newLiveEnvWired(t, nodes, testAgents(t))
 }
 
+// liveTraffic is what the live cluster's app clients send: streams that
+// outlive the whole swap.
+var liveTraffic = dataplane.Traffic{StreamLife: 30 * time.Second, StreamGap: 300 * time.Millisecond}
+
 // testAgents starts every node's agent with the test CA and token.
 func testAgents(t *testing.T) wireAgents {
 	return func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
@@ -62,13 +66,18 @@ type wireAgents func(context.Context, *dataplane.DataPlane, *cluster.Cluster) (*
 // option changes the first Istio install (such as registering an injector).
 func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
+	return newLiveEnvTraffic(t, nodes, liveTraffic, wire, istio...)
+}
+
+// newLiveEnvTraffic is newLiveEnvWired with the app clients' traffic.
+func newLiveEnvTraffic(t *testing.T, nodes int, traffic dataplane.Traffic, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
+	t.Helper()
 	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := dataplane.New(dataplane.Config{Log: testLog(t), StandinArgv: []string{exe, "-test.run=^$"}, StandinLog: os.Stderr,
-		Traffic: dataplane.Traffic{StreamLife: 30 * time.Second, StreamGap: 300 * time.Millisecond}})
+	dp, err := dataplane.New(dataplane.Config{Log: testLog(t), StandinArgv: []string{exe, "-test.run=^$"}, StandinLog: os.Stderr, Traffic: traffic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,151 @@
+package demo
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/test/dataplane"
+)
+
+// surgeTraffic is the live traffic with a background of aborted requests
+// (one short request in 10 ends with a reset), so a cluster-wide surge moves
+// what the judge counts (dataplane.Traffic.AbortEvery).
+var surgeTraffic = func() dataplane.Traffic {
+	t := liveTraffic
+	t.AbortEvery = 10
+	return t
+}()
+
+// surgeFactor is the cluster-wide traffic change: every client ×3.
+const surgeFactor = 3
+
+// surgeRollout rolls a healthy build onto three nodes one at a time, the
+// busiest first (its controls are the other two), swapped in place so each
+// keeps its pods' traffic; too little traffic halts rather than holds.
+func surgeRollout(name, canary string, control v1alpha1.ControlGroupPolicy) *v1alpha1.NodeRollout {
+	nr := demoGates(judged(healthyRollout(name, canary), 15*time.Second, 15*time.Second, v1alpha1.InconclusiveFail))
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.Drain.Policy = v1alpha1.DrainNever
+	nr.Spec.Gates.ControlGroup = control
+	return nr
+}
+
+// runSurged runs rollout nr while the whole cluster's traffic surges ×3
+// from the moment the canary's soak starts until the canary is judged, and
+// returns the rollout as it ended.
+func (e *liveEnv) runSurged(nr *v1alpha1.NodeRollout, canary string) *v1alpha1.NodeRollout {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	go e.surgeDuringSoak(ctx, nr.Name, canary)
+	got, err := runRollout(ctx, e.rc, nr, newView(testWriter{e.t}, false))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return got
+}
+
+// surgeDuringSoak watches the rollout: once canary soaks, every client of
+// the cluster goes ×3 (for a minute at most), and back to ×1 once the
+// canary is judged, so no later node soaks in it without a baseline in it.
+func (e *liveEnv) surgeDuringSoak(ctx context.Context, name, canary string) {
+	surged := false
+	for ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		nr, err := e.rc.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		for _, n := range nr.Status.Nodes {
+			if n.Name != canary {
+				continue
+			}
+			switch {
+			case !surged && (n.State == v1alpha1.NodeSoak || n.State == v1alpha1.NodeGate):
+				if err := e.dp.TrafficSurge(surgeFactor, time.Minute); err != nil {
+					e.t.Error(err)
+					return
+				}
+				e.t.Logf("cluster-wide traffic ×%d from %s's soak on (state %s)", surgeFactor, canary, n.State)
+				surged = true
+			case surged && n.State != v1alpha1.NodeSoak && n.State != v1alpha1.NodeGate:
+				_ = e.dp.TrafficSurge(1, 0)
+				e.t.Logf("traffic back to ×1: %s is %s", canary, n.State)
+				return
+			}
+		}
+	}
+}
+
+// surgeEnv is a 3-node live cluster with surgeTraffic, its charts moved to
+// the healthy 1.28.1 and its streams open, and the canary: its busiest node.
+func surgeEnv(t *testing.T) (*liveEnv, string) {
+	e := newLiveEnvTraffic(t, 3, surgeTraffic, testAgents(t))
+	e.upgrade("1.28.1")
+	e.settle()
+	canary, err := busiestAmbientNode(context.Background(), e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, canary
+}
+
+// TestLiveClusterWideSurgePassesOnControls: a healthy build rolled while
+// every client of the cluster sends three times as much for the canary's
+// soak (and aborts three times as large a share of its requests): the
+// canary's resets rise before/after, but its control nodes' rose the same
+// way over the same interval, so it passes with the reason saying so, and
+// the rollout completes.
+func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
+	e, canary := surgeEnv(t)
+	nr := e.runSurged(surgeRollout("surge-controls", canary, ""), canary)
+	for _, n := range nr.Status.Nodes {
+		t.Logf("%s: %s", n.Name, n.Verdict)
+	}
+	_, truth := e.dp.Truth()
+	t.Logf("ground truth: %s; %d requests aborted by their clients", truth, truth.Aborted)
+	if nr.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Fatalf("rollout %s: %s", nr.Status.Phase, nr.Status.HaltReason)
+	}
+	ns := nodeStatus(t, nr, canary)
+	logRows(t, ns)
+	if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "the control group (") || !strings.Contains(ns.Verdict, "moved the same way") {
+		t.Errorf("canary %s: want a Pass that names the control group moving the same way, got %q", canary, ns.Verdict)
+	}
+}
+
+// TestLiveClusterWideSurgeHaltsWithoutControls: the same run with
+// gates.controlGroup Disabled halts at the canary on the surge's resets,
+// judged before/after alone: the control group is what let the rollout
+// above complete.
+func TestLiveClusterWideSurgeHaltsWithoutControls(t *testing.T) {
+	e, canary := surgeEnv(t)
+	nr := e.runSurged(surgeRollout("surge-alone", canary, v1alpha1.ControlGroupDisabled), canary)
+	ns := nodeStatus(t, nr, canary)
+	logRows(t, ns)
+	t.Logf("halt reason: %s", nr.Status.HaltReason)
+	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
+		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at %s", nr.Status.Phase, canary, ns.State, ns.Verdict, canary)
+	}
+	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") ||
+		!strings.Contains(nr.Status.HaltReason, "the control group is switched off") {
+		t.Errorf("want a reset regression judged before/after alone: verdict %q, halt %q", ns.Verdict, nr.Status.HaltReason)
+	}
+}
+
+// logRows logs the count rows of a node's last judgement.
+func logRows(t *testing.T, ns v1alpha1.NodeStatus) {
+	if ns.Judgement == nil {
+		return
+	}
+	for _, r := range ns.Judgement.Rows {
+		if !r.Metric.IsLatency() {
+			t.Logf("%s %s: %s → %s %s %s", orDash(r.Pod), r.Metric, r.Before, r.After, r.P, r.Note)
+		}
+	}
+}
