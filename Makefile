@@ -67,6 +67,10 @@ bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 
 bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.
 	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./test/demo
 
+.PHONY: bench-surge
+bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plane (root) while every client sends x3 during the canary's soak: the control group on, then off, side by side.
+	$(GO) test -run '^$$' -bench BenchmarkClusterWideSurge -benchtime 1x -count 1 -timeout 30m ./test/demo
+
 ##@ Images and releases
 
 # Image names follow deploy/ (ghcr.io/nodewise/NAME); the tag is the version.

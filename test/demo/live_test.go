@@ -29,7 +29,7 @@ const testGrace = 6
 // liveEnv is a small simulated cluster on the live data plane, with the CRD,
 // Istio 1.27.3 (OnDelete, grace testGrace) and an in-process orchestrator.
 type liveEnv struct {
-	t      *testing.T
+	t      testing.TB
 	dp     *dataplane.DataPlane
 	c      *cluster.Cluster
 	rc     v1alpha1.NodeRolloutInterface
@@ -41,7 +41,7 @@ func repoCRDDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds")
 }
 
-func newLiveEnv(t *testing.T, nodes int) *liveEnv {
+func newLiveEnv(t testing.TB, nodes int) *liveEnv {
 	t.Helper()
 	return newLiveEnvWired(t, nodes, testAgents(t))
 }
@@ -51,7 +51,7 @@ func newLiveEnv(t *testing.T, nodes int) *liveEnv {
 var liveTraffic = dataplane.Traffic{StreamLife: 30 * time.Second, StreamGap: 300 * time.Millisecond}
 
 // testAgents starts every node's agent with the test CA and token.
-func testAgents(t *testing.T) wireAgents {
+func testAgents(t testing.TB) wireAgents {
 	return func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
 		agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
 		return agents, agentConfig(agents), err
@@ -64,13 +64,13 @@ type wireAgents func(context.Context, *dataplane.DataPlane, *cluster.Cluster) (*
 
 // newLiveEnvWired starts a live cluster whose agents wire starts; each istio
 // option changes the first Istio install (such as registering an injector).
-func newLiveEnvWired(t *testing.T, nodes int, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
+func newLiveEnvWired(t testing.TB, nodes int, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
 	return newLiveEnvTraffic(t, nodes, liveTraffic, wire, istio...)
 }
 
 // newLiveEnvTraffic is newLiveEnvWired with the app clients' traffic.
-func newLiveEnvTraffic(t *testing.T, nodes int, traffic dataplane.Traffic, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
+func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
 	dataplane.RequireKernel(t)
 	exe, err := os.Executable()
@@ -178,7 +178,7 @@ func (e *liveEnv) run(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeRollo
 }
 
 // testLog writes the kubelet's debug log to $NODEWISE_TEST_LOG when set.
-func testLog(t *testing.T) *zap.Logger {
+func testLog(t testing.TB) *zap.Logger {
 	path := os.Getenv("NODEWISE_TEST_LOG")
 	if path == "" {
 		return nil
@@ -192,7 +192,7 @@ func testLog(t *testing.T) *zap.Logger {
 	return l
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
@@ -224,7 +224,7 @@ func (e *liveEnv) settle() dataplane.Truth {
 }
 
 // nodeStatus is node's entry in the rollout's status.
-func nodeStatus(t *testing.T, nr *v1alpha1.NodeRollout, node string) v1alpha1.NodeStatus {
+func nodeStatus(t testing.TB, nr *v1alpha1.NodeRollout, node string) v1alpha1.NodeStatus {
 	t.Helper()
 	for _, n := range nr.Status.Nodes {
 		if n.Name == node {

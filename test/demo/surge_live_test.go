@@ -2,8 +2,11 @@ package demo
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,7 +87,7 @@ func (e *liveEnv) surgeDuringSoak(ctx context.Context, name, canary string) {
 
 // surgeEnv is a 3-node live cluster with surgeTraffic, its charts moved to
 // the healthy 1.28.1 and its streams open, and the canary: its busiest node.
-func surgeEnv(t *testing.T) (*liveEnv, string) {
+func surgeEnv(t testing.TB) (*liveEnv, string) {
 	e := newLiveEnvTraffic(t, 3, surgeTraffic, testAgents(t))
 	e.upgrade("1.28.1")
 	e.settle()
@@ -139,7 +142,7 @@ func TestLiveClusterWideSurgeHaltsWithoutControls(t *testing.T) {
 }
 
 // logRows logs the count rows of a node's last judgement.
-func logRows(t *testing.T, ns v1alpha1.NodeStatus) {
+func logRows(t testing.TB, ns v1alpha1.NodeStatus) {
 	if ns.Judgement == nil {
 		return
 	}
@@ -147,5 +150,64 @@ func logRows(t *testing.T, ns v1alpha1.NodeStatus) {
 		if !r.Metric.IsLatency() {
 			t.Logf("%s %s: %s → %s %s %s", orDash(r.Pod), r.Metric, r.Before, r.After, r.P, r.Note)
 		}
+	}
+}
+
+// BenchmarkClusterWideSurge runs the surge above side by side, the control
+// group on and then off, each on a fresh 3-node live cluster: every client
+// ×3 from the canary's soak until it is judged. It prints, per run, how
+// the rollout ended, the canary's node rows (resets before → after), its
+// verdict, and last one line per run. Run it with `make bench-surge` (root).
+func BenchmarkClusterWideSurge(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("SKIP: not root: cannot create network namespaces")
+	}
+	type result struct {
+		control  string
+		phase    v1alpha1.RolloutPhase
+		canary   string
+		rows     []string
+		verdict  string
+		wall     time.Duration
+		aborted  int64
+		requests int64
+	}
+	var results []result
+	for i := 0; i < b.N; i++ {
+		for _, control := range []v1alpha1.ControlGroupPolicy{v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled} {
+			b.Run(string(control), func(b *testing.B) {
+				e, canary := surgeEnv(b)
+				_, before := e.dp.Truth()
+				t0 := time.Now()
+				nr := e.runSurged(surgeRollout("surge-"+strings.ToLower(string(control)), canary, control), canary)
+				_, after := e.dp.Truth()
+				w := after.Sub(before)
+				ns := nodeStatus(b, nr, canary)
+				r := result{control: string(control), phase: nr.Status.Phase, canary: canary, verdict: ns.Verdict,
+					wall: time.Since(t0), aborted: w.Aborted, requests: w.Requests}
+				if j := ns.Judgement; j != nil {
+					for _, row := range j.Rows {
+						if row.Pod == "" && !row.Metric.IsLatency() {
+							r.rows = append(r.rows, fmt.Sprintf("%s %s → %s %s", row.Metric, row.Before, row.After, row.P))
+						}
+					}
+				}
+				results = append(results, r)
+			})
+		}
+	}
+	var sb strings.Builder
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "control group\trollout\tcanary\tcanary's node rows (before → after)\trequests\taborted by clients\twall\n")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.control, r.phase, r.canary, strings.Join(r.rows, "; "), r.requests, r.aborted, r.wall.Round(time.Second))
+	}
+	_ = tw.Flush()
+	fmt.Printf("\nA healthy ztunnel build rolled over 3 live nodes while every client of the cluster sends ×%d during the canary's soak:\n%s\n", surgeFactor, sb.String())
+	for _, r := range results {
+		fmt.Printf("canary verdict, control group %s: %s\n", r.control, r.verdict)
+	}
+	for _, r := range results {
+		fmt.Printf("surge control=%s phase=%s wall_s=%d\n", strings.ToLower(r.control), r.phase, int(r.wall.Round(time.Second)/time.Second))
 	}
 }
