@@ -15,6 +15,7 @@ declare -A needs=(
 	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:helm"
 	[bench]="deps build tool:etcd tool:kubernetes tool:prometheus"
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
+	[bench-surge]="deps-run tool:etcd tool:kubernetes"
 	[bench-scale]="deps tool:etcd tool:kubernetes"
 	[generate]="deps"
 	[build]=""
