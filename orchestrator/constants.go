@@ -44,14 +44,11 @@ const (
 	// AnnotationSwappedPrefix + target name on a Node is the UID of the old pod
 	// nodewise deleted for that target, so a resumed swap never deletes twice.
 	AnnotationSwappedPrefix = "swapped.nodewise.io/"
-	// LabelSurgeBridge on a Pod marks nodewise's surge bridge for the DaemonSet
-	// it names (orchestrator/surge.go); removed when the DaemonSet adopts it.
+	// LabelSurgeBridge on a Pod marks a pod nodewise created as a surge
+	// bridge for the DaemonSet it names (orchestrator/surge.go). It stays on
+	// the pod once the DaemonSet has adopted it: a bridge is one while its
+	// controller is a Pod (its anchor).
 	LabelSurgeBridge = "nodewise.io/surge-bridge"
-	// FinalizerSurgeHandOver holds the old pod of a surge swap in the API,
-	// terminating, from its deletion until the bridge is handed over, so the
-	// DaemonSet (OnDelete) creates no pod of its own meanwhile; removed right
-	// after the hand-over (orchestrator/surgeact.go).
-	FinalizerSurgeHandOver = "nodewise.io/surge-hand-over"
 	// FinalizerReleaseNodes on a NodeRollout that has started a node: its
 	// deletion makes every in-flight node safe (as an abort does) before the
 	// object goes (orchestrator/finalizer.go).

@@ -62,16 +62,12 @@ func trimCached(obj any) (any, error) {
 
 // daemonLike: a pod a swap may act on or wait for: one with the
 // controller-revision-hash label (a DaemonSet's, nodewise's bridges, a
-// bridge handed over) or controlled by a DaemonSet or a ControllerRevision.
+// bridge handed over) or controlled by a DaemonSet.
 func daemonLike(p *corev1.Pod) bool {
 	if _, ok := p.Labels[LabelControllerRevisionHash]; ok {
 		return true
 	}
-	switch controllerKind(p) {
-	case "DaemonSet", "ControllerRevision":
-		return true
-	}
-	return false
+	return controllerKind(p) == "DaemonSet"
 }
 
 // slimPod is what the orchestrator reads of a pod it never acts on: its

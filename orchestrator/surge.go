@@ -19,15 +19,21 @@ import (
 //  1. nodewise creates a bridge: a pod built exactly as the DaemonSet
 //     controller would build the newest revision's pod for the node (labels,
 //     controller-revision-hash, tolerations, node affinity), bound to the
-//     node, but controlled by the newest ControllerRevision instead of the
-//     DaemonSet, so the DaemonSet controller neither adopts nor prunes it;
+//     node, but controlled by the node's current pod of the DaemonSet (its
+//     anchor) instead of the DaemonSet, so the DaemonSet controller neither
+//     adopts nor prunes it;
 //  2. once the bridge is Ready beside the old pod (both listen in every pod
-//     netns, SO_REUSEPORT), the older pods are deleted, oldest first;
-//  3. right after, the bridge is handed over: its controller reference is
-//     removed and the DaemonSet controller adopts it as the node's pod (it
-//     matches the selector and carries the newest hash). While the old pod is
-//     terminating the DaemonSet counts one running pod and creates none, so
-//     each node drains once, as under the chart's RollingUpdate.
+//     netns, SO_REUSEPORT), the older pods are deleted, the anchor last and
+//     with propagationPolicy Orphan;
+//  3. that deletion is the hand-over: the API server marks the anchor
+//     terminating and gives it the orphan finalizer in one write, and the
+//     garbage collector removes the bridge's controller reference before it
+//     lets the anchor go. The DaemonSet controller sees the anchor
+//     terminating first (it counts it and creates no pod), then the bridge
+//     without a controller, matching its selector and carrying the newest
+//     hash: it adopts it as the node's pod. Each node drains once, as under
+//     the chart's RollingUpdate, and nodewise writes nothing after the
+//     deletion.
 //
 // Everything is derived from the pods on the node: which is newest, its
 // revision, readiness and controller. A crash at any point resumes from
@@ -75,21 +81,19 @@ const (
 	// SurgeDone: the node's only live pod is the DaemonSet's, Ready, on the
 	// newest revision (older pods may still be draining).
 	SurgeDone SurgeStepKind = "Done"
-	// SurgeCreateBridge: create Bridge (the newest live pod is on an older
-	// revision).
+	// SurgeCreateBridge: create Bridge, controlled by Anchor (the newest live
+	// pod is on an older revision).
 	SurgeCreateBridge SurgeStepKind = "CreateBridge"
 	// SurgeWaitReady: the newest pod (Pod) is on the newest revision and not
 	// Ready yet.
 	SurgeWaitReady SurgeStepKind = "WaitReady"
-	// SurgeRetire: delete Older (oldest first), then hand Pod over to the
-	// DaemonSet if it is a bridge.
+	// SurgeRetire: delete Older in order; with HandOver the last of them is
+	// Pod's anchor, deleted with propagationPolicy Orphan.
 	SurgeRetire SurgeStepKind = "Retire"
-	// SurgeWaitController: the DaemonSet controller has to act (adopt the
-	// handed-over pod, or create one on a node that has none).
+	// SurgeWaitController: the cluster's controllers have to act (the garbage
+	// collector hand a bridge over, the DaemonSet controller adopt it or
+	// create a pod on a node that has none).
 	SurgeWaitController SurgeStepKind = "WaitController"
-	// SurgeRelease: remove FinalizerSurgeHandOver from Older, terminating
-	// pods the hand-over no longer needs.
-	SurgeRelease SurgeStepKind = "Release"
 )
 
 // SurgeStep is the next step of a surge swap on one node.
@@ -97,20 +101,18 @@ type SurgeStep struct {
 	Kind SurgeStepKind
 	// Pod is the newest live pod: the one waited for, kept or handed over.
 	Pod *corev1.Pod
-	// Older are the live pods older than Pod, oldest first (SurgeRetire).
+	// Older are the live pods older than Pod, in the order to delete them
+	// (SurgeRetire): oldest first, Pod's anchor last.
 	Older []*corev1.Pod
-	// HandOver is set when Pod is a bridge to hand over (SurgeRetire).
+	// HandOver is set when Pod is a bridge whose anchor is the last of Older:
+	// its deletion (propagationPolicy Orphan) hands Pod to the DaemonSet.
 	HandOver bool
-	// Bridge is the pod to create (SurgeCreateBridge).
+	// Bridge is the pod to create (SurgeCreateBridge), controlled by Anchor.
 	Bridge *corev1.Pod
-	// Held are the DaemonSet's pods terminating on the node that still carry
-	// FinalizerSurgeHandOver (SurgeRetire with HandOver: they keep the
-	// DaemonSet from creating a pod of its own until the hand-over is seen).
-	Held []*corev1.Pod
-	// DaemonSetUID is the DaemonSet's (SurgeRetire: the hand-over checks one
-	// of its pods is still terminating on the node).
-	DaemonSetUID types.UID
-	Reason       string
+	// Anchor is the DaemonSet's live pod on the node the bridge is handed
+	// over by (SurgeCreateBridge).
+	Anchor *corev1.Pod
+	Reason string
 }
 
 // NextSurgeStep decides the next step of a surge swap from the API objects
@@ -125,66 +127,48 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 	older := live[:len(live)-1]
 	switch {
 	case top.Labels[LabelControllerRevisionHash] != hash:
-		b := BridgePod(in.DaemonSet, in.Revision, in.Node)
-		return SurgeStep{Kind: SurgeCreateBridge, Pod: top, Bridge: b,
-			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it", top.Name, top.Labels[LabelControllerRevisionHash], hash, b.Name)}
+		anchor := newestControlled(live, in.DaemonSet.UID)
+		if anchor == nil {
+			return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s, and the DaemonSet has no live pod on the node to hand a bridge over by: waiting for it to adopt or create one", top.Name, top.Labels[LabelControllerRevisionHash], hash)}
+		}
+		b := BridgePod(in.DaemonSet, in.Revision, in.Node, anchor)
+		return SurgeStep{Kind: SurgeCreateBridge, Pod: top, Bridge: b, Anchor: anchor,
+			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it, handed over by %s", top.Name, top.Labels[LabelControllerRevisionHash], hash, b.Name, anchor.Name)}
 	case !podIsReady(top):
 		return SurgeStep{Kind: SurgeWaitReady, Pod: top, Reason: fmt.Sprintf("pod %s on revision %s is not Ready%s", top.Name, hash, waitingReason(top))}
-	case len(older) == 0 && isBridge(top, in.DaemonSet) && !terminatingDaemonPod(in):
-		// The old pod is gone for good: the DaemonSet (OnDelete, no pod of
-		// its own left on the node) is creating one, and a hand-over now
-		// would give it two; its pod, once Ready, retires the bridge.
-		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("no pod of the DaemonSet left on the node: waiting for the one it creates beside %s", top.Name)}
-	case len(older) > 0 || isBridge(top, in.DaemonSet):
-		st := SurgeStep{Kind: SurgeRetire, Pod: top, Older: older, HandOver: isBridge(top, in.DaemonSet), DaemonSetUID: in.DaemonSet.UID,
-			Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
-		if st.HandOver {
-			for _, p := range held(in) {
-				if controlledBy(p, in.DaemonSet.UID) {
-					st.Held = append(st.Held, p)
-				}
+	case len(older) > 0:
+		st := SurgeStep{Kind: SurgeRetire, Pod: top, Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
+		var anchor *corev1.Pod
+		for _, p := range older {
+			if isBridge(top, in.DaemonSet) && metav1.IsControlledBy(top, p) {
+				anchor = p
+				continue
 			}
+			st.Older = append(st.Older, p)
+		}
+		if anchor != nil {
+			st.Older, st.HandOver = append(st.Older, anchor), true
+			st.Reason += fmt.Sprintf(", %s last: its deletion hands %s over to the DaemonSet", anchor.Name, top.Name)
 		}
 		return st
-	case len(held(in)) > 0:
-		return SurgeStep{Kind: SurgeRelease, Pod: top, Older: held(in), Reason: fmt.Sprintf("pod %s was handed over: release the old pods held for it", top.Name)}
+	case isBridge(top, in.DaemonSet):
+		c := metav1.GetControllerOf(top)
+		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("pod %s's anchor %s is deleted: waiting for the garbage collector to hand it over", top.Name, c.Name)}
 	case !controlledBy(top, in.DaemonSet.UID):
 		return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("pod %s was handed over; waiting for the DaemonSet controller to adopt it", top.Name)}
 	}
 	return SurgeStep{Kind: SurgeDone, Pod: top, Reason: fmt.Sprintf("pod %s is the DaemonSet's, Ready on revision %s", top.Name, hash)}
 }
 
-// held are the node's terminating pods that still carry
-// FinalizerSurgeHandOver.
-func held(in SurgeInput) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, p := range in.Pods {
-		if p.Spec.NodeName == in.Node && p.DeletionTimestamp != nil && hasFinalizer(p, FinalizerSurgeHandOver) {
-			out = append(out, p)
+// newestControlled is the newest of live (oldest first) the DaemonSet
+// controls, or nil.
+func newestControlled(live []*corev1.Pod, ds types.UID) *corev1.Pod {
+	for i := len(live) - 1; i >= 0; i-- {
+		if controlledBy(live[i], ds) {
+			return live[i]
 		}
 	}
-	return out
-}
-
-func hasFinalizer(p *corev1.Pod, f string) bool {
-	for _, x := range p.Finalizers {
-		if x == f {
-			return true
-		}
-	}
-	return false
-}
-
-// terminatingDaemonPod: a pod of the DaemonSet is terminating on the node.
-// While one is, the DaemonSet controller (OnDelete) creates no pod there, so
-// a bridge handed over becomes its only one.
-func terminatingDaemonPod(in SurgeInput) bool {
-	for _, p := range in.Pods {
-		if p.Spec.NodeName == in.Node && p.DeletionTimestamp != nil && controlledBy(p, in.DaemonSet.UID) {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // SurgeLeftovers are the bridges an abandoned surge swap leaves that must go:
@@ -241,14 +225,15 @@ func surgePods(in SurgeInput) []*corev1.Pod {
 	return live
 }
 
-// isBridge: nodewise's bridge for the DaemonSet, not handed over yet.
+// isBridge: nodewise's bridge for the DaemonSet, not handed over yet (still
+// controlled by its anchor pod).
 func isBridge(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
-	return p.Labels[LabelSurgeBridge] == ds.Name && controllerKind(p) == "ControllerRevision"
+	return p.Labels[LabelSurgeBridge] == ds.Name && controllerKind(p) == "Pod"
 }
 
-// isHandedOver: a bridge whose controller reference nodewise removed, which
-// the DaemonSet controller has not adopted yet (no controller, the
-// DaemonSet's labels).
+// isHandedOver: a bridge whose controller reference the garbage collector
+// removed, which the DaemonSet controller has not adopted yet (no
+// controller, the DaemonSet's labels).
 func isHandedOver(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
 	if metav1.GetControllerOf(p) != nil || ds.Spec.Selector == nil {
 		return false
@@ -288,10 +273,13 @@ func BridgeName(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node strin
 // would create there from the newest revision (the DaemonSet's template,
 // which that revision records; its hash and template generation labels; the
 // DaemonSet controller's default tolerations; required node affinity to the
-// node), bound to the node directly, controlled by the ControllerRevision (so
-// the DaemonSet neither adopts it early nor prunes it as excess, and the
-// garbage collector removes it with the DaemonSet) and labelled as a bridge.
-func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string) *corev1.Pod {
+// node), bound to the node directly, labelled as a bridge and controlled by
+// anchor, the DaemonSet's pod on the node: the DaemonSet neither adopts it
+// early nor prunes it as excess; anchor's deletion with propagationPolicy
+// Orphan hands it over, and any other deletion of anchor (someone else's, or
+// the DaemonSet's own) takes the bridge with it, as the DaemonSet then
+// replaces the node's pod itself.
+func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string, anchor *corev1.Pod) *corev1.Pod {
 	t := ds.Spec.Template.DeepCopy()
 	labels := map[string]string{}
 	for k, v := range t.Labels {
@@ -320,7 +308,7 @@ func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string
 			Name: BridgeName(ds, rev, node), Namespace: ds.Namespace,
 			Labels: labels, Annotations: t.Annotations,
 			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "ControllerRevision", Name: rev.Name, UID: rev.UID,
+				APIVersion: "v1", Kind: "Pod", Name: anchor.Name, UID: anchor.UID,
 				Controller: &yes, BlockOwnerDeletion: &no,
 			}},
 		},

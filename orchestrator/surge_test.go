@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -57,57 +58,76 @@ func terminating(p *corev1.Pod) {
 	now := metav1.NewTime(surgeT0.Add(time.Hour))
 	p.DeletionTimestamp = &now
 }
-func bridged(p *corev1.Pod) {
-	yes := true
-	p.Labels[LabelSurgeBridge] = "ztunnel"
-	p.OwnerReferences = []metav1.OwnerReference{{Kind: "ControllerRevision", Name: "ztunnel-new", UID: "rev-uid", Controller: &yes}}
+
+// bridgedBy makes the pod a bridge anchored by the named pod.
+func bridgedBy(anchor string) podOpt {
+	return func(p *corev1.Pod) {
+		yes := true
+		p.Labels[LabelSurgeBridge] = "ztunnel"
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: anchor, UID: types.UID(anchor + "-uid"), Controller: &yes}}
+	}
 }
+
+var bridged = bridgedBy("old")
+
 func handedOver(p *corev1.Pod) { p.OwnerReferences = nil }
 func onNode(n string) podOpt   { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 
 func TestNextSurgeStep(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		pods  []*corev1.Pod
-		kind  SurgeStepKind
-		pod   string   // SurgeStep.Pod
-		older []string // SurgeStep.Older
-		hand  bool
+		name   string
+		pods   []*corev1.Pod
+		kind   SurgeStepKind
+		pod    string   // SurgeStep.Pod
+		older  []string // SurgeStep.Older
+		hand   bool
+		anchor string // SurgeStep.Anchor
 	}{
-		{"old pod only: start a bridge", []*corev1.Pod{surgePod("old", "old", 0)}, SurgeCreateBridge, "old", nil, false},
-		{"bridge starting: wait", []*corev1.Pod{surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}, SurgeWaitReady, "b", nil, false},
-		{"bridge Ready: retire the old pod, hand the bridge over", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged), surgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true},
-		{"old pod terminating (crash before the hand-over): hand over", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "b", nil, true},
-		{"old pod gone before the hand-over: wait for the DaemonSet's own pod (a hand-over would give it two)",
-			[]*corev1.Pod{surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false},
-		{"adopted, the old pod still held by the hand-over finalizer: release it",
-			[]*corev1.Pod{surgePod("old", "old", 0, terminating, func(p *corev1.Pod) { p.Finalizers = []string{"x", FinalizerSurgeHandOver} }), surgePod("b", "new", time.Hour)},
-			SurgeRelease, "b", []string{"old"}, false},
-		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false},
-		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false},
-		{"outage: the DaemonSet's own pod beside the bridge is newest: retire the bridge",
-			[]*corev1.Pod{surgePod("ds", "new", 2*time.Hour), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "ds", []string{"b"}, false},
-		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{surgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false},
+		{"old pod only: start a bridge anchored by it", []*corev1.Pod{surgePod("old", "old", 0)}, SurgeCreateBridge, "old", nil, false, "old"},
+		{"bridge starting: wait", []*corev1.Pod{surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}, SurgeWaitReady, "b", nil, false, ""},
+		{"bridge Ready: retire its anchor, which hands it over", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged), surgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true, ""},
+		{"anchor terminating (crash after its deletion): the garbage collector hands over",
+			[]*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false, ""},
+		{"anchor gone, the bridge still names it: wait for the garbage collector",
+			[]*corev1.Pod{surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false, ""},
+		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false, ""},
+		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false, ""},
+		{"adopted, still labelled a bridge: done", []*corev1.Pod{surgePod("b", "new", time.Hour, func(p *corev1.Pod) { p.Labels[LabelSurgeBridge] = "ztunnel" })}, SurgeDone, "b", nil, false, ""},
+		{"the DaemonSet's own pod beside a bridge is newest: retire the bridge",
+			[]*corev1.Pod{surgePod("ds", "new", 2*time.Hour), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "ds", []string{"b"}, false, ""},
+		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{surgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false, "newer"},
+		{"rollback beside a bridge not handed over: the fresh bridge is anchored by the DaemonSet's pod, not the bridge",
+			[]*corev1.Pod{surgePod("old", "old", 0), surgePod("mid", "mid", time.Hour, bridged)}, SurgeCreateBridge, "mid", nil, false, "old"},
 		{"rollback bridge in the same second as the pod it replaces is newer",
-			[]*corev1.Pod{surgePod("b2", "new", time.Hour, bridged), surgePod("newer", "newer", time.Hour)}, SurgeRetire, "b2", []string{"newer"}, true},
-		{"two older pods go oldest first", []*corev1.Pod{surgePod("b", "new", 3*time.Hour, bridged), surgePod("mid", "mid", time.Hour, bridged), surgePod("old", "old", 0)},
-			SurgeRetire, "b", []string{"old", "mid"}, true},
-		{"no live pod: the DaemonSet creates one", []*corev1.Pod{surgePod("old", "old", 0, terminating)}, SurgeWaitController, "", nil, false},
+			[]*corev1.Pod{surgePod("b2", "new", time.Hour, bridgedBy("newer")), surgePod("newer", "newer", time.Hour)}, SurgeRetire, "b2", []string{"newer"}, true, ""},
+		{"two older pods: the anchor goes last", []*corev1.Pod{surgePod("b", "new", 3*time.Hour, bridged), surgePod("mid", "mid", time.Hour, bridged), surgePod("old", "old", 0)},
+			SurgeRetire, "b", []string{"mid", "old"}, true, ""},
+		{"old revision, no pod of the DaemonSet to anchor a bridge: wait for its adoption",
+			[]*corev1.Pod{surgePod("x", "old", 0, handedOver)}, SurgeWaitController, "x", nil, false, ""},
+		{"no live pod: the DaemonSet creates one", []*corev1.Pod{surgePod("old", "old", 0, terminating)}, SurgeWaitController, "", nil, false, ""},
 		{"pods on other nodes and of other owners are not ours", []*corev1.Pod{surgePod("old", "old", 0), surgePod("x", "new", time.Hour, onNode("n2")),
-			surgePod("y", "new", time.Hour, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" })}, SurgeCreateBridge, "old", nil, false},
+			surgePod("y", "new", time.Hour, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" })}, SurgeCreateBridge, "old", nil, false, "old"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: c.pods})
-			var pod string
+			var pod, anchor string
 			if got.Pod != nil {
 				pod = got.Pod.Name
+			}
+			if got.Anchor != nil {
+				anchor = got.Anchor.Name
 			}
 			var older []string
 			for _, p := range got.Older {
 				older = append(older, p.Name)
 			}
-			if got.Kind != c.kind || pod != c.pod || strings.Join(older, ",") != strings.Join(c.older, ",") || got.HandOver != c.hand {
-				t.Errorf("got %s pod=%q older=%v handOver=%v (%s); want %s pod=%q older=%v handOver=%v", got.Kind, pod, older, got.HandOver, got.Reason, c.kind, c.pod, c.older, c.hand)
+			if got.Kind != c.kind || pod != c.pod || strings.Join(older, ",") != strings.Join(c.older, ",") || got.HandOver != c.hand || anchor != c.anchor {
+				t.Errorf("got %s pod=%q older=%v handOver=%v anchor=%q (%s); want %s pod=%q older=%v handOver=%v anchor=%q", got.Kind, pod, older, got.HandOver, anchor, got.Reason, c.kind, c.pod, c.older, c.hand, c.anchor)
+			}
+			if got.Kind == SurgeCreateBridge {
+				if ctl := metav1.GetControllerOf(got.Bridge); ctl == nil || ctl.Kind != "Pod" || ctl.Name != c.anchor || ctl.UID != got.Anchor.UID {
+					t.Errorf("bridge controller %+v; want the anchor %s", ctl, c.anchor)
+				}
 			}
 			if got.Reason == "" {
 				t.Errorf("no reason")
@@ -117,7 +137,8 @@ func TestNextSurgeStep(t *testing.T) {
 }
 
 func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
-	b := BridgePod(surgeDS, surgeRev, "n1")
+	anchor := surgePod("old", "old", 0)
+	b := BridgePod(surgeDS, surgeRev, "n1", anchor)
 	if b.Spec.NodeName != "n1" || b.Namespace != "istio-system" || !strings.HasPrefix(b.Name, "ztunnel-surge-") {
 		t.Errorf("bridge %s/%s on %q", b.Namespace, b.Name, b.Spec.NodeName)
 	}
@@ -127,8 +148,8 @@ func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
 		}
 	}
 	c := metav1.GetControllerOf(b)
-	if c == nil || c.Kind != "ControllerRevision" || c.UID != "rev-uid" || *c.BlockOwnerDeletion {
-		t.Errorf("controller %+v; want the ControllerRevision, not blocking its deletion", c)
+	if c == nil || c.APIVersion != "v1" || c.Kind != "Pod" || c.Name != "old" || c.UID != "old-uid" || *c.BlockOwnerDeletion {
+		t.Errorf("controller %+v; want the anchor pod, not blocking its deletion", c)
 	}
 	tol := map[string]corev1.TolerationOperator{}
 	for _, x := range b.Spec.Tolerations {
@@ -148,7 +169,7 @@ func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
 	// node and by revision number (a rollback reuses the hash).
 	again := surgeRev.DeepCopy()
 	again.Revision = 3
-	if BridgePod(surgeDS, surgeRev, "n1").Name != b.Name || BridgePod(surgeDS, surgeRev, "n2").Name == b.Name || BridgePod(surgeDS, again, "n1").Name == b.Name {
+	if BridgePod(surgeDS, surgeRev, "n1", anchor).Name != b.Name || BridgePod(surgeDS, surgeRev, "n2", anchor).Name == b.Name || BridgePod(surgeDS, again, "n1", anchor).Name == b.Name {
 		t.Errorf("bridge names: not deterministic per node and revision")
 	}
 }
@@ -162,26 +183,6 @@ func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
 	in.Pods[1] = surgePod("b", "new", time.Hour, bridged)
 	if got := SurgeLeftovers(in); len(got) != 0 {
 		t.Errorf("leftovers %v; a Ready bridge is the newest ztunnel and is finished, not deleted", got)
-	}
-}
-
-// TestSurgeRetireKnowsTheHeldPod: a hand-over finds the DaemonSet's old pod
-// held by the hand-over finalizer in its input (so Apply reads nothing from
-// the API); one deleted without the finalizer is not held.
-func TestSurgeRetireKnowsTheHeldPod(t *testing.T) {
-	withFinalizer := func(p *corev1.Pod) { p.Finalizers = []string{FinalizerSurgeHandOver} }
-	for _, c := range []struct {
-		name string
-		old  *corev1.Pod
-		held int
-	}{
-		{"held by the finalizer", surgePod("old", "old", 0, terminating, withFinalizer), 1},
-		{"deleted without it", surgePod("old", "old", 0, terminating), 0},
-	} {
-		got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{c.old, surgePod("b", "new", time.Hour, bridged)}})
-		if got.Kind != SurgeRetire || !got.HandOver || len(got.Held) != c.held {
-			t.Errorf("%s: %s handOver=%v held=%d; want Retire, a hand-over, %d held", c.name, got.Kind, got.HandOver, len(got.Held), c.held)
-		}
 	}
 }
 
@@ -213,9 +214,10 @@ func TestShowsOwnWrites(t *testing.T) {
 }
 
 // TestSwapPastItsDeadlineWaitsForTheAdoption: a swap resumed past its
-// deadline retires the Ready bridge's old pod and hands the bridge over;
-// the DaemonSet controller's adoption that follows is waited for, not
-// timed out at once.
+// deadline retires the Ready bridge's anchor, which hands the bridge over;
+// the garbage collector's and the DaemonSet controller's part that follows
+// is waited for, not timed out at once. The anchor is deleted with
+// propagationPolicy Orphan, by UID.
 func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
 	kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
@@ -229,8 +231,8 @@ func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 		var pods []*corev1.Pod
 		for i := range pl.Items {
 			p := &pl.Items[i]
-			if p.Name == "b" && metav1.GetControllerOf(p) == nil && looks > 5 {
-				p.OwnerReferences = surgePod("x", "new", 0).OwnerReferences // the DaemonSet adopts it, a few looks later
+			if p.Name == "b" && looks > 5 {
+				p.OwnerReferences = surgePod("x", "new", 0).OwnerReferences // handed over and adopted, a few looks later
 			}
 			pods = append(pods, p)
 		}
@@ -241,8 +243,23 @@ func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatalf("swap resumed past its deadline: %v", err)
 	}
-	if res.HandedOver != "b" || res.Pod != "b" {
-		t.Errorf("result %+v; want b handed over and kept", res)
+	if res.HandedOver != "b" || res.Pod != "b" || res.Writes != 1 {
+		t.Errorf("result %+v; want b handed over by one delete and kept", res)
+	}
+	var deletes []string
+	for _, a := range kube.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok {
+			o := d.GetDeleteOptions()
+			if o.PropagationPolicy == nil || *o.PropagationPolicy != metav1.DeletePropagationOrphan || o.Preconditions == nil || *o.Preconditions.UID != old.UID {
+				t.Errorf("deleted %s with %+v; want propagationPolicy Orphan and the UID precondition", d.GetName(), o)
+			}
+			deletes = append(deletes, d.GetName())
+		} else if a.GetVerb() != "list" {
+			t.Errorf("unexpected %s %s: a surge swap only creates and deletes", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+	if strings.Join(deletes, ",") != "old" {
+		t.Errorf("deleted %v; want the anchor old alone", deletes)
 	}
 }
 
@@ -265,7 +282,7 @@ func TestSurgeTimeoutCountsFromTheBridge(t *testing.T) {
 		{"no BridgeTimeout: the caller's deadline", time.Minute, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := BridgePod(surgeDS, surgeRev, "n1")
+			b := BridgePod(surgeDS, surgeRev, "n1", old)
 			b.CreationTimestamp = metav1.NewTime(now.Add(-tc.bridgeAge))
 			b.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
 			s := Surger{Kube: fake.NewClientset(b), Poll: time.Millisecond, Now: func() time.Time { return now }, BridgeTimeout: tc.bridgeTimeout,

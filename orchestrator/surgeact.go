@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -54,11 +53,13 @@ type SurgeResult struct {
 	Bridge string
 	// Retired are the older pods deleted, oldest first.
 	Retired []string
-	// HandedOver is the bridge handed to the DaemonSet controller.
+	// HandedOver is the bridge handed to the DaemonSet controller (by its
+	// anchor's deletion).
 	HandedOver string
 	// Pod is the node's pod at the end (the DaemonSet's, Ready, newest).
 	Pod string
-	// Writes counts the API writes made (creates, deletes, patches).
+	// Writes counts the API writes made (creates and deletes: a surge swap
+	// patches nothing).
 	Writes int
 	// expect are the last step's writes, as the next observation must show
 	// them before Swap decides again.
@@ -83,8 +84,9 @@ func (s Surger) defaults() Surger {
 // waiting only spares the repeats).
 const ownWriteWait = 10 * time.Second
 
-// controllerGrace is how long Swap gives the DaemonSet controller to act on
-// a retire it made (adopt the handed-over bridge), even past the swap's
+// controllerGrace is how long Swap gives the cluster's controllers to act on
+// a retire it made (the garbage collector hand the bridge over, the
+// DaemonSet controller adopt it), even past the swap's
 // deadline: a swap resumed late may retire a Ready bridge's older pods (the
 // bridge is the newest ztunnel), and timing out right after, before the
 // controller could adopt it, would halt a swap that is all but done.
@@ -153,11 +155,9 @@ func surgeInput(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []
 }
 
 // Apply acts one step. Every write is idempotent: a create finds the bridge
-// already there, deletes carry the pod's UID as a precondition, and the
-// hand-over patch tests the UIDs it removes, so a step repeated from a stale
-// view or after a crash changes nothing twice. A write the step's input
-// already shows done (the hand-over finalizer on an older pod) is skipped.
-// What the step wrote is added to res.expect, for Swap to wait for.
+// already there and deletes carry the pod's UID as a precondition, so a step
+// repeated from a stale view or after a crash changes nothing twice. What the
+// step wrote is added to res.expect, for Swap to wait for.
 func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) error {
 	s = s.defaults()
 	switch step.Kind {
@@ -172,90 +172,29 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 		res.expect = append(res.expect, expectation{name: b.Name, want: func(p *corev1.Pod) bool { return p != nil }})
 		if err == nil {
 			s.Log.Info("surge bridge created", zap.String("pod", b.Namespace+"/"+b.Name), zap.String("node", b.Spec.NodeName),
-				zap.String("revision", b.Labels[LabelControllerRevisionHash]))
+				zap.String("revision", b.Labels[LabelControllerRevisionHash]), zap.String("anchor", step.Anchor.Name))
 		}
 	case SurgeRetire:
-		// When the bridge is to be handed over, the DaemonSet's older pods
-		// are held in the API (a finalizer) from their deletion until the
-		// hand-over: while one of its pods terminates on the node, the
-		// DaemonSet (OnDelete) creates none there, so it never gets two.
-		var holding []*corev1.Pod // the DaemonSet's pods this call deleted with the finalizer on
-		for _, p := range step.Older {
-			hold := step.HandOver && controlledBy(p, step.DaemonSetUID)
-			if hold && !hasFinalizer(p, FinalizerSurgeHandOver) {
-				found, err := s.finalizer(ctx, p, true)
-				if err != nil {
-					return err
-				}
-				res.Writes++
-				hold = found
+		for i, p := range step.Older {
+			why, orphan := "older pod deleted beside a Ready one", false
+			if step.HandOver && i == len(step.Older)-1 {
+				// The anchor: deleted with propagationPolicy Orphan, so the
+				// garbage collector hands the bridge over before the anchor
+				// goes (the API server adds the orphan finalizer in the same
+				// write that marks it terminating).
+				why, orphan = "older pod deleted beside a Ready one, handing its bridge over", true
 			}
-			gone, err := s.deletePod(ctx, p, "older pod deleted beside a Ready one")
-			if err != nil {
+			if err := s.deletePod(ctx, p, orphan, why); err != nil {
 				return err
 			}
 			res.Retired = append(res.Retired, p.Name)
 			res.Writes++
 			res.expect = append(res.expect, expectGone(p))
-			if hold && !gone {
-				holding = append(holding, p)
-			}
-		}
-		if step.HandOver {
-			// A pod of the DaemonSet is terminating on the node for as long
-			// as the finalizer holds it, and only nodewise removes that, after
-			// the hand-over (a hand-over repeated from a stale view fails its
-			// test): so a held pod, known from this call's own writes or from
-			// the step's input, needs no read. Only a pod deleted without
-			// the finalizer (by someone else) is read back from the API, as
-			// a cache may lag its going.
-			held := append(holding, step.Held...)
-			if len(held) == 0 {
-				ok, err := s.daemonPodTerminating(ctx, step.Pod.Namespace, step.Pod.Spec.NodeName, step.DaemonSetUID)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					// The old pod is already gone (deleted by someone else, or
-					// while nodewise was down), so the DaemonSet is creating its
-					// own pod on the node: a hand-over now would give it two and
-					// it would prune the newer. Its pod, once Ready, retires the
-					// bridge instead.
-					s.Log.Debug("older pod already gone: hand-over deferred", zap.String("pod", step.Pod.Name))
-					return nil
-				}
-			}
-			if err := s.handOver(ctx, step.Pod); err != nil {
-				return err
-			}
-			res.HandedOver = step.Pod.Name
-			res.Writes++
-			res.expect = append(res.expect, expectation{name: step.Pod.Name, uid: step.Pod.UID,
-				want: func(p *corev1.Pod) bool { return p == nil || controllerKind(p) != "ControllerRevision" }})
-			for _, p := range held {
-				if err := s.release(ctx, p, res); err != nil {
-					return err
-				}
-			}
-		}
-	case SurgeRelease:
-		for _, p := range step.Older {
-			if err := s.release(ctx, p, res); err != nil {
-				return err
+			if orphan {
+				res.HandedOver = step.Pod.Name
 			}
 		}
 	}
-	return nil
-}
-
-// release removes FinalizerSurgeHandOver from a held pod.
-func (s Surger) release(ctx context.Context, p *corev1.Pod, res *SurgeResult) error {
-	if _, err := s.finalizer(ctx, p, false); err != nil {
-		return err
-	}
-	res.Writes++
-	res.expect = append(res.expect, expectation{name: p.Name, uid: p.UID,
-		want: func(p *corev1.Pod) bool { return p == nil || !hasFinalizer(p, FinalizerSurgeHandOver) }})
 	return nil
 }
 
@@ -289,82 +228,23 @@ func shows(in SurgeInput, expect []expectation) bool {
 	return true
 }
 
-// finalizer adds (or removes) FinalizerSurgeHandOver on a pod, leaving its
-// other finalizers alone (a strategic merge of the list). found is false
-// when the pod is gone.
-func (s Surger) finalizer(ctx context.Context, p *corev1.Pod, add bool) (found bool, err error) {
-	patch, verb := fmt.Sprintf(`{"metadata":{"finalizers":[%q]}}`, FinalizerSurgeHandOver), "adding"
-	if !add {
-		patch, verb = fmt.Sprintf(`{"metadata":{"$deleteFromPrimitiveList/finalizers":[%q]}}`, FinalizerSurgeHandOver), "removing"
-	}
-	out, err := s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("%s the surge hand-over finalizer on pod %s/%s: %w", verb, p.Namespace, p.Name, err)
-	}
-	return out.UID == p.UID, nil
-}
-
-// deletePod deletes p (by UID); gone is whether it was no longer there.
-func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, why string) (gone bool, err error) {
+// deletePod deletes p (by UID), with propagationPolicy Orphan when orphan is
+// set (the anchor of a bridge). A pod already gone, or replaced by another of
+// its name, is not an error.
+func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, orphan bool, why string) error {
 	uid := p.UID
-	err = s.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	if orphan {
+		policy := metav1.DeletePropagationOrphan
+		opts.PropagationPolicy = &policy
+	}
+	err := s.Kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, opts)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return false, fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
+		return fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
 	}
 	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
 		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
-	return err != nil, nil
-}
-
-// daemonPodTerminating reports, from the API (not a cache), whether a pod
-// of the DaemonSet is terminating on the node: then the DaemonSet
-// controller, which saw its deletion before it sees the hand-over, counts no
-// running pod but the bridge once it is handed over, and creates none. Only
-// asked for a pod deleted without the hand-over finalizer.
-func (s Surger) daemonPodTerminating(ctx context.Context, namespace, node string, ds types.UID) (bool, error) {
-	pods, err := s.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
-	if err != nil {
-		return false, fmt.Errorf("listing pods on node %s in %s: %w", node, namespace, err)
-	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp != nil && controlledBy(p, ds) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// handOver removes the bridge's controller reference and bridge label, so the
-// DaemonSet controller adopts it. It is only called after the older pods'
-// deletions were committed: the DaemonSet controller's watch delivers them
-// first, so it never sees two running pods on the node and prunes none.
-func (s Surger) handOver(ctx context.Context, p *corev1.Pod) error {
-	c := metav1.GetControllerOf(p)
-	if c == nil {
-		return nil
-	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": p.UID},
-		{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": c.UID},
-		{"op": "remove", "path": "/metadata/ownerReferences"},
-		{"op": "remove", "path": "/metadata/labels/" + strings.ReplaceAll(LabelSurgeBridge, "/", "~1")},
-	})
-	if err != nil {
-		return err
-	}
-	_, err = s.Kube.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	switch {
-	case err == nil:
-		s.Log.Info("surge bridge handed over to the DaemonSet", zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName))
-		return nil
-	case apierrors.IsNotFound(err), apierrors.IsInvalid(err), statusCode(err) == 422:
-		// Gone, or already handed over (a test failed): the next look decides.
-		return nil
-	}
-	return fmt.Errorf("handing surge bridge %s/%s over to the DaemonSet: %w", p.Namespace, p.Name, err)
+	return nil
 }
 
 // Swap drives one node's surge swap until the node's only live pod is the
@@ -402,7 +282,7 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 		case SurgeDone:
 			res.Pod = step.Pod.Name
 			return res, nil
-		case SurgeRetire, SurgeCreateBridge, SurgeRelease:
+		case SurgeRetire, SurgeCreateBridge:
 			// Acted: look again once the change shows (a Ready bridge is
 			// retired past the deadline too: it is the newest ztunnel).
 			if err := s.Apply(ctx, step, &res); err != nil {
@@ -482,19 +362,11 @@ func (s Surger) abandon(ctx context.Context, in SurgeInput, res *SurgeResult) ([
 	}
 	var gone []string
 	for _, p := range SurgeLeftovers(in) {
-		if _, err := s.deletePod(ctx, p, "never-Ready surge bridge deleted"); err != nil {
+		if err := s.deletePod(ctx, p, false, "never-Ready surge bridge deleted"); err != nil {
 			return gone, err
 		}
 		gone = append(gone, p.Name)
 		res.Writes++
 	}
 	return gone, nil
-}
-
-func statusCode(err error) int32 {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		return se.Status().Code
-	}
-	return 0
 }

@@ -340,9 +340,12 @@ func RunKubelet(ctx context.Context, dir string, log *zap.Logger) error {
 }
 
 // waitReady waits for every node to be Ready and for the controller manager
-// to have created the default service account (its controllers are running).
+// to have created the default service account (its controllers are running):
+// 2 minutes, and 50 ms more per node (thousands of nodes register and renew
+// their first leases through one API server).
 func (c *Cluster) waitReady(ctx context.Context) error {
-	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	limit := 2*time.Minute + time.Duration(len(c.state.Nodes))*50*time.Millisecond
+	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
 		for _, p := range c.state.Processes {
 			if !p.alive() {
 				return false, p.exitedErr()

@@ -13,7 +13,8 @@ import (
 // test failed, the tail of every component's log is printed.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Thousands of nodes register through one API server: 50 ms more each.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(opts.Nodes)*50*time.Millisecond)
 	defer cancel()
 	c, err := Up(ctx, filepath.Join(t.TempDir(), "sim"), opts)
 	if err != nil {

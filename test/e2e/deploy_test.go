@@ -70,11 +70,11 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"", "pods", "", "list", "", true}, // the informer, and the drain's view of a node
 		{"", "pods", "", "watch", "", true},
 		// Added for the surge swap, in the Istio namespace only: create the
-		// bridge pod, patch it to hand it over to the DaemonSet. Fenced by the
-		// ValidatingAdmissionPolicy nodewise-surge-bridge-only
+		// bridge pod (the old pod's deletion hands it over, no patch). Fenced
+		// by the ValidatingAdmissionPolicy nodewise-surge-bridge-only
 		// (TestSurgePolicyFencesOrchestratorPodWrites).
 		{"", "pods", "", "create", "istio-system", true},
-		{"", "pods", "", "patch", "istio-system", true},
+		{"", "pods", "", "patch", "istio-system", false},
 		{"", "pods", "", "update", "istio-system", false},
 		{"", "pods", "", "create", "default", false},
 		{"", "pods", "", "patch", "default", false},

@@ -99,13 +99,12 @@ func TestSurgeSwapMakesBeforeBreak(t *testing.T) {
 }
 
 // TestSurgeResumesAfterCrashAtEveryStep: a surge swap stopped after each of
-// its writes (the bridge created; the old pod deleted, not yet handed over;
-// handed over, not yet adopted) is finished by a fresh Surger that knows
-// nothing but the API. Resumed while the old pod still drains, the bridge is
-// adopted; resumed after a long outage, in which the DaemonSet gave the node
-// a pod of its own once the old one was gone, the bridge is retired and the
-// DaemonSet's pod kept. No node is ever without a Ready ztunnel and nothing
-// is left behind.
+// its writes (the bridge created; the anchor deleted, which hands the bridge
+// over) is finished by a fresh Surger that knows nothing but the API.
+// Resumed after the anchor's deletion, even after an outage in which the old
+// pod drained and went, it has nothing left to write: the garbage collector
+// handed the bridge over and the DaemonSet adopted it, creating no pod of its
+// own. No node is ever without a Ready ztunnel and nothing is left behind.
 func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 	e := newEnv(t, 4, 1)
 	ctx := context.Background()
@@ -121,18 +120,17 @@ func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 		{"node-001", "bridge created", false},
 		{"node-002", "old pod deleted", false},
 		{"node-003", "old pod deleted", true},
-		{"node-004", "bridge handed over", false},
 	}
 	for _, c := range cases {
 		old := e.ztunnelPod(c.node)
 		e.surgeUntil(c.node, c.crashAfter)
 		if c.outage {
-			// nodewise down: the old pod drains and goes, the DaemonSet
-			// (OnDelete) creates the node's pod beside the bridge.
+			// nodewise down: the old pod drains and goes; the bridge was
+			// handed over before it went.
 			e.waitFor(func(ctx context.Context) bool {
 				_, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, old.Name, metav1.GetOptions{})
-				return apierrors.IsNotFound(err) && w.createdByDaemonSet() == 1
-			}, "the old pod gone and the DaemonSet's own pod created on "+c.node)
+				return apierrors.IsNotFound(err)
+			}, "the old pod gone from "+c.node)
 		}
 		res, err := s.Swap(ctx, ztunnelRef, c.node, time.Now().Add(time.Minute))
 		if err != nil {
@@ -143,21 +141,17 @@ func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 		if now.Labels["controller-revision-hash"] != hash || metav1.GetControllerOf(now).Kind != "DaemonSet" {
 			t.Errorf("%s: pod %s on %s controlled by %v; want the DaemonSet's on %s", c.node, now.Name, now.Labels["controller-revision-hash"], metav1.GetControllerOf(now), hash)
 		}
-		switch {
-		case c.outage:
-			if len(res.Retired) != 1 || res.Retired[0] == old.Name || res.HandedOver != "" {
-				t.Errorf("%s after the outage: %+v; want the bridge retired beside the DaemonSet's own pod", c.node, res)
-			}
-		case c.crashAfter == "bridge handed over":
-			if res.Writes != 0 {
-				t.Errorf("%s: %d writes after the hand-over; the DaemonSet adopts the bridge by itself", c.node, res.Writes)
-			}
+		if c.crashAfter == "old pod deleted" && res.Writes != 0 {
+			t.Errorf("%s: %+v after the anchor's deletion; want no write (the garbage collector and the DaemonSet finish the hand-over)", c.node, res)
 		}
+	}
+	if _, err := s.Swap(ctx, ztunnelRef, "node-004", time.Now().Add(time.Minute)); err != nil { // no crash
+		t.Fatalf("node-004: %v", err)
 	}
 	e.waitOldGone(hash)
 	w.check(t)
-	if n := w.createdByDaemonSet(); n != 1 {
-		t.Errorf("the DaemonSet created %d pods; want 1 (only on the node whose old pod went during the outage)", n)
+	if n := w.createdByDaemonSet(); n != 0 {
+		t.Errorf("the DaemonSet created %d pods; want 0 (every bridge adopted, the outage's too)", n)
 	}
 	e.requireNoSurgeLeftovers()
 }
@@ -287,17 +281,11 @@ func (e *env) surgeUntil(node, crashAfter string) {
 				e.t.Fatal(err)
 			}
 			return crashAfter == "bridge created"
-		case step.Kind == orchestrator.SurgeRetire && crashAfter == "old pod deleted":
-			step.HandOver = false
-			if err := s.Apply(ctx, step, &res); err != nil {
-				e.t.Fatal(err)
-			}
-			return true
 		case step.Kind == orchestrator.SurgeRetire:
 			if err := s.Apply(ctx, step, &res); err != nil {
 				e.t.Fatal(err)
 			}
-			return crashAfter == "bridge handed over"
+			return crashAfter == "old pod deleted"
 		}
 		return false
 	}, "surge on "+node+" until "+crashAfter)
@@ -404,8 +392,9 @@ func (e *env) waitOldGone(hash string) {
 	}, "one ztunnel per node, all on "+hash)
 }
 
-// surgeLeftovers are live pods of nodewise's: bridges, and pods controlled by
-// a ControllerRevision.
+// surgeLeftovers are pods of nodewise's not handed over: bridges whose
+// controller is not the DaemonSet, and pods controlled by a ControllerRevision
+// (an older nodewise's bridges).
 func (e *env) surgeLeftovers() []*corev1.Pod {
 	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -414,7 +403,8 @@ func (e *env) surgeLeftovers() []*corev1.Pod {
 	var out []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if _, bridge := p.Labels[orchestrator.LabelSurgeBridge]; bridge || (metav1.GetControllerOf(p) != nil && metav1.GetControllerOf(p).Kind == "ControllerRevision") {
+		c := metav1.GetControllerOf(p)
+		if _, bridge := p.Labels[orchestrator.LabelSurgeBridge]; (bridge && (c == nil || c.Kind != "DaemonSet")) || (c != nil && c.Kind == "ControllerRevision") {
 			out = append(out, p)
 		}
 	}
@@ -567,7 +557,9 @@ func (w *ztunnelWatch) requireReadyBefore(t *testing.T, ready string, gone types
 
 // TestSurgePolicyFencesOrchestratorPodWrites: with deploy/ applied, the
 // orchestrator's ServiceAccount may create in istio-system only a bridge that
-// copies the ztunnel DaemonSet's template, and patch it only to hand it over.
+// copies the ztunnel DaemonSet's template and is controlled by a pod, and may
+// patch no pod there; the swap's own writes (the bridge, the anchor's
+// deletion with propagationPolicy Orphan) pass.
 func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	e := newEnv(t, 1, 1)
 	applyDeploy(t, e.c)
@@ -583,12 +575,16 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := as.CoreV1().Pods(ns)
-	evil := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	anchor := e.ztunnelPod("node-001")
+	evil := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	evil.Name += "-evil"
 	evil.Spec.Containers[0].Image = "docker.io/attacker/rootkit:1"
-	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	plain.Name += "-plain"
 	delete(plain.Labels, orchestrator.LabelSurgeBridge)
+	uncontrolled := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	uncontrolled.Name += "-uncontrolled"
+	uncontrolled.OwnerReferences = nil // the DaemonSet would adopt it at once, beside the old pod
 	var denied error
 	// The policy reaches the admission chain within a few seconds.
 	e.waitFor(func(ctx context.Context) bool {
@@ -601,24 +597,22 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 		}
 		return denied != nil && strings.Contains(denied.Error(), "copy of the ztunnel DaemonSet")
 	}, "the policy to refuse a bridge with another image")
-	if _, err := pods.Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
-		t.Errorf("creating a pod that is not a bridge: %v; want refused by the policy", err)
+	for what, p := range map[string]*corev1.Pod{"a pod that is not a bridge": plain, "a bridge with no controller": uncontrolled} {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
+			t.Errorf("creating %s: %v; want refused by the policy", what, err)
+		}
 	}
-	bridge := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001")
+	bridge := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	created, err := pods.Create(ctx, bridge, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating the real bridge as the orchestrator: %v", err)
 	}
-	img := []byte(`{"spec":{"containers":[{"name":"istio-proxy","image":"docker.io/attacker/rootkit:1"}]}}`)
-	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, img, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only hand a bridge over") {
-		t.Errorf("patching the bridge's image as the orchestrator: %v; want refused", err)
+	unown := []byte(`{"metadata":{"ownerReferences":null}}`)
+	if _, err := pods.Patch(ctx, created.Name, types.MergePatchType, unown, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("patching the bridge as the orchestrator: %v; want forbidden (it patches no pod)", err)
 	}
-	relabel := []byte(`{"metadata":{"labels":{"app":"other"}}}`)
-	if _, err := pods.Patch(ctx, created.Name, types.StrategicMergePatchType, relabel, metav1.PatchOptions{}); err == nil {
-		t.Errorf("relabelling the bridge as the orchestrator was allowed; want refused")
-	}
-	// The swap's own writes pass: hold and delete the old pod, hand the
-	// bridge over, release the old pod.
+	// The swap's own write passes: the anchor deleted with propagationPolicy
+	// Orphan, and the cluster does the rest.
 	e.waitFor(func(ctx context.Context) bool {
 		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 		return err == nil && podutils.IsPodReady(p)
@@ -638,11 +632,9 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	if res.HandedOver != created.Name {
 		t.Errorf("result %+v; want %s handed over", res, created.Name)
 	}
-	got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := got.Labels[orchestrator.LabelSurgeBridge]; ok || (metav1.GetControllerOf(got) != nil && metav1.GetControllerOf(got).Kind == "ControllerRevision") {
-		t.Errorf("after the hand-over: labels %v, controller %v", got.Labels, metav1.GetControllerOf(got))
-	}
+	e.waitFor(func(ctx context.Context) bool {
+		got, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		c := metav1.GetControllerOf(got)
+		return err == nil && c != nil && c.Kind == "DaemonSet"
+	}, "the DaemonSet to adopt the bridge")
 }
