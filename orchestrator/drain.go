@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/drain"
 
@@ -232,15 +231,11 @@ func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (auto
 	}
 	in.Deadline = health.DrainDeadline(grace)
 	in.LongLived = p.LongLivedAfter
-	pods, err := e.pods.List(labels.Everything())
+	pods, err := e.pods.OnNode(node)
 	if err != nil {
-		return in, fmt.Errorf("listing pods: %w", err)
+		return in, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
-	for _, pod := range pods {
-		if pod.Spec.NodeName == node {
-			in.Pods = append(in.Pods, pod)
-		}
-	}
+	in.Pods = pods
 	if !in.SwapsZtunnel || len(movablePods(in.Pods)) == 0 {
 		return in, nil // nothing to ask the agent
 	}

@@ -19,7 +19,7 @@ import (
 type executor struct {
 	o        *Orchestrator
 	nodes    corelisters.NodeLister
-	pods     corelisters.PodLister
+	pods     PodCache
 	dss      appslisters.DaemonSetLister
 	revs     appslisters.ControllerRevisionLister
 	gate     Gate
@@ -27,7 +27,10 @@ type executor struct {
 
 	rolloutStore cache.Store
 	kick         chan struct{}
-	wg           *sync.WaitGroup
+	// freed is kicked when a node's worker ends (a slot is free): the next
+	// pass runs at once, not paced as informer events are.
+	freed chan struct{}
+	wg    *sync.WaitGroup
 
 	mu sync.Mutex
 	// workers holds "rollout/node" for every node a goroutine is driving.
@@ -58,6 +61,14 @@ const claimed v1alpha1.NodeState = "Claimed"
 func (e *executor) poke() {
 	select {
 	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// slotFreed wakes the reconcile loop for a pass without pacing.
+func (e *executor) slotFreed() {
+	select {
+	case e.freed <- struct{}{}:
 	default:
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -121,7 +120,7 @@ func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, erro
 // times), so a successor judges the same way after a crash.
 type ReadinessGate struct {
 	Nodes corelisters.NodeLister
-	Pods  corelisters.PodLister
+	Pods  PodCache
 }
 
 // Judge implements Gate.
@@ -152,7 +151,7 @@ type readiness struct {
 // however short: a node that went NotReady and came back has its last
 // transition inside the soak); every pod that had started before it Ready
 // with no transition since; a target pod that started since Ready.
-func soakReadiness(nodes corelisters.NodeLister, podLister corelisters.PodLister, name string, since time.Time) (readiness, error) {
+func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string, since time.Time) (readiness, error) {
 	var r readiness
 	node, err := nodes.Get(name)
 	if err != nil {
@@ -165,12 +164,12 @@ func soakReadiness(nodes corelisters.NodeLister, podLister corelisters.PodLister
 	case changedSince(changed, since):
 		r.problems = append(r.problems, fmt.Sprintf("node %s's Ready condition changed during the soak (Ready again since %s)", name, changed.UTC().Format(time.RFC3339)))
 	}
-	pods, err := podLister.List(labels.Everything())
+	pods, err := podCache.OnNode(name)
 	if err != nil {
-		return r, fmt.Errorf("listing pods: %w", err)
+		return r, fmt.Errorf("listing pods on node %s: %w", name, err)
 	}
 	for _, p := range pods {
-		if p.Spec.NodeName != name || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		r.pods++

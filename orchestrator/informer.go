@@ -7,8 +7,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -96,4 +98,65 @@ func slimPod(p *corev1.Pod) *corev1.Pod {
 		}
 	}
 	return out
+}
+
+// podNodeIndex indexes the cached pods by the node they are bound to, so a
+// step on one node reads that node's pods instead of every pod in the
+// cluster (at 1,000 nodes and 11 pods each, a per-node scan of every pod was
+// most of the orchestrator's CPU).
+const podNodeIndex = "spec.nodeName"
+
+func podNodeIndexFunc(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// PodCache is the orchestrator's view of the cached pods: the lister, and
+// the pods bound to one node from the node index.
+type PodCache struct {
+	corelisters.PodLister
+	// Index has podNodeIndex; nil (a cache built for one plan, a test) makes
+	// OnNode filter every pod instead.
+	Index cache.Indexer
+}
+
+// NewPodCache is the PodCache of an informer's indexer that has
+// podNodeIndex (see addPodNodeIndex).
+func NewPodCache(idx cache.Indexer) PodCache {
+	return PodCache{PodLister: corelisters.NewPodLister(idx), Index: idx}
+}
+
+// addPodNodeIndex adds podNodeIndex to the pod informer (before it starts).
+func addPodNodeIndex(inf cache.SharedIndexInformer) error {
+	return inf.AddIndexers(cache.Indexers{podNodeIndex: podNodeIndexFunc})
+}
+
+// OnNode returns the cached pods bound to node, in every namespace.
+func (c PodCache) OnNode(node string) ([]*corev1.Pod, error) {
+	if c.Index == nil {
+		all, err := c.List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		var out []*corev1.Pod
+		for _, p := range all {
+			if p.Spec.NodeName == node {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}
+	objs, err := c.Index.ByIndex(podNodeIndex, node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

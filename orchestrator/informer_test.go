@@ -2,12 +2,15 @@ package orchestrator
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -83,5 +86,44 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	out, _ = trimCached(rev)
 	if r := out.(*appsv1.ControllerRevision); r.Data.Raw != nil || r.Revision != 2 || r.Labels[LabelControllerRevisionHash] != "new" {
 		t.Errorf("trimmed revision: %+v", r)
+	}
+}
+
+// TestPodCacheOnNodeReadsTheNodeIndex: OnNode returns the pods bound to the
+// node, in every namespace, from the node index (unbound pods and other
+// nodes' left out, a pod moved by an update re-indexed), and the same from a
+// cache without the index.
+func TestPodCacheOnNodeReadsTheNodeIndex(t *testing.T) {
+	pod := func(ns, name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	indexed := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, podNodeIndex: podNodeIndexFunc})
+	plain := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, idx := range []cache.Indexer{indexed, plain} {
+		for _, p := range []*corev1.Pod{pod("istio-system", "ztunnel-a", "n1"), pod("apps", "web-1", "n1"), pod("apps", "web-2", "n2"), pod("apps", "pending", "")} {
+			if err := idx.Add(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := idx.Update(pod("apps", "web-2", "n1")); err != nil { // bound elsewhere since
+			t.Fatal(err)
+		}
+	}
+	for name, c := range map[string]PodCache{"indexed": NewPodCache(indexed), "without the index": {PodLister: corelisters.NewPodLister(plain)}} {
+		got, err := c.OnNode("n1")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var names []string
+		for _, p := range got {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+		sort.Strings(names)
+		if want := "apps/web-1,apps/web-2,istio-system/ztunnel-a"; strings.Join(names, ",") != want {
+			t.Errorf("%s: OnNode(n1) = %v; want %s", name, names, want)
+		}
+		if got, _ := c.OnNode("n2"); len(got) != 0 {
+			t.Errorf("%s: OnNode(n2) = %d pods; want none (moved to n1)", name, len(got))
+		}
 	}
 }

@@ -119,12 +119,12 @@ func podView(p *corev1.Pod) PodView {
 
 // targetPods returns the live and terminating pods of a target on a node.
 func (e *executor) targetPods(tv TargetView, node string) (live []*corev1.Pod, terminating int, err error) {
-	pods, err := e.pods.Pods(tv.Ref.Namespace).List(labels.Everything())
+	pods, err := e.pods.OnNode(node)
 	if err != nil {
-		return nil, 0, fmt.Errorf("listing pods in %s: %w", tv.Ref.Namespace, err)
+		return nil, 0, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	for _, p := range pods {
-		if p.Spec.NodeName != node || !ownedBy(p, tv) {
+		if p.Namespace != tv.Ref.Namespace || !ownedBy(p, tv) {
 			continue
 		}
 		if p.DeletionTimestamp != nil {

@@ -56,7 +56,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		}
 	}
 	e := &executor{
-		nodes: corelisters.NewNodeLister(nodes), pods: corelisters.NewPodLister(pods),
+		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
 	return e.observe(nr, p)

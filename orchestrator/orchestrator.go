@@ -117,6 +117,9 @@ type caches struct {
 func startCaches(ctx context.Context, o *Orchestrator) *caches {
 	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(trimCached)), rollout: newRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
 	c.informers() // registers them with the factory, which starts only those
+	if err := addPodNodeIndex(c.f.Core().V1().Pods().Informer()); err != nil {
+		panic(err) // only fails on an informer already started or a duplicate index name: a bug
+	}
 	c.f.Start(ctx.Done())
 	go c.rollout.Run(ctx.Done())
 	c.cp.run(ctx.Done())
@@ -149,10 +152,11 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	ex := &executor{
 		o:       o,
 		nodes:   f.Core().V1().Nodes().Lister(),
-		pods:    f.Core().V1().Pods().Lister(),
+		pods:    NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
 		dss:     f.Apps().V1().DaemonSets().Lister(),
 		revs:    f.Apps().V1().ControllerRevisions().Lister(),
 		kick:    make(chan struct{}, 1),
+		freed:   make(chan struct{}, 1),
 		workers: map[string]bool{},
 		claims:  map[string]bool{},
 		written: map[string]*corev1.Node{},
@@ -204,14 +208,42 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	t := time.NewTicker(o.cfg.Resync)
 	defer t.Stop()
 	for {
+		began := time.Now()
 		ex.reconcileAll(ctx)
+		took := time.Since(began)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-ex.freed:
+			continue // a slot is free: the next node starts now
 		case <-t.C:
 		case <-ex.kick:
 		}
+		// Every informer event kicks a pass; during a fleet rollout they
+		// come faster than passes end. Events that come while a pass is
+		// paced are folded into the next one (kick holds one); a slot freed
+		// meanwhile ends the pause.
+		pause := time.NewTimer(time.Until(began.Add(passPace(took))))
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return ctx.Err()
+		case <-ex.freed:
+		case <-pause.C:
+		}
+		pause.Stop()
 	}
+}
+
+// minPass is the least time between the starts of two reconcile passes.
+const minPass = 50 * time.Millisecond
+
+// passPace is the least time from one pass's start to the next: minPass,
+// or five times what the pass took, so that passes over a big fleet take
+// at most a fifth of a core however fast events come (a node's steps do
+// not wait for passes: its worker reacts to the events itself).
+func passPace(took time.Duration) time.Duration {
+	return max(minPass, 5*took)
 }
 
 func eventScheme() *runtime.Scheme {

@@ -180,8 +180,20 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 				s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash})
 			}
 		}
+		// One index for the whole plan: nodeEntry per node would be
+		// quadratic in the fleet, every pass.
+		at := make(map[string]int, len(s.Nodes))
+		for i := range s.Nodes {
+			at[s.Nodes[i].Name] = i
+		}
 		for _, pn := range d.Order {
-			ns := nodeEntry(s, pn.Name)
+			i, ok := at[pn.Name]
+			if !ok {
+				s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: pn.Name, State: v1alpha1.NodePending})
+				i = len(s.Nodes) - 1
+				at[pn.Name] = i
+			}
+			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
 		}
 		if d.Phase != v1alpha1.PhasePending {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -47,9 +48,15 @@ func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (SurgeInput
 	if err != nil {
 		return SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
 	}
-	pods, err := e.pods.Pods(ref.Namespace).List(labels.Everything())
+	onNode, err := e.pods.OnNode(node)
 	if err != nil {
-		return SurgeInput{Node: node}, fmt.Errorf("listing pods in %s: %w", ref.Namespace, err)
+		return SurgeInput{Node: node}, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	var pods []*corev1.Pod
+	for _, p := range onNode {
+		if p.Namespace == ref.Namespace {
+			pods = append(pods, p)
+		}
 	}
 	return surgeInput(ds, revs, pods, node)
 }

@@ -80,7 +80,7 @@ func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p 
 			e.mu.Lock()
 			delete(e.workers, key)
 			e.mu.Unlock()
-			e.poke()
+			e.slotFreed()
 		}()
 		if err := e.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
 			e.o.log.Warn("node worker stopped; it is resumed on the next pass", zap.String("node", node), zap.Error(err))
