@@ -345,7 +345,10 @@ func RunKubelet(ctx context.Context, dir string, log *zap.Logger) error {
 // their first leases through one API server).
 func (c *Cluster) waitReady(ctx context.Context) error {
 	limit := 2*time.Minute + time.Duration(len(c.state.Nodes))*50*time.Millisecond
-	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+	// Each look lists every node: at thousands of nodes, every 250 ms would
+	// be much of what the API server does.
+	every := max(250*time.Millisecond, time.Duration(len(c.state.Nodes))*time.Millisecond)
+	return wait.PollUntilContextTimeout(ctx, every, limit, true, func(ctx context.Context) (bool, error) {
 		for _, p := range c.state.Processes {
 			if !p.alive() {
 				return false, p.exitedErr()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/sync/errgroup"
 	"strings"
 	"sync"
 	"time"
@@ -65,30 +66,36 @@ func podCIDR(i int) string {
 // registerNodes creates the Node objects that do not exist yet and reports
 // their status, as each kubelet does when it starts.
 func (k *Kubelet) registerNodes(ctx context.Context) error {
+	// 16 at a time: one after another, thousands of nodes (three requests
+	// each) took longer to register than the cluster's start allows.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
 	for _, spec := range k.cfg.Nodes {
-		node, err := k.client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			node, err = k.client.CoreV1().Nodes().Create(ctx, newNode(spec), metav1.CreateOptions{})
-		}
-		if err != nil {
-			return fmt.Errorf("registering node %s: %w", spec.Name, err)
-		}
-		// Another component (the node-lifecycle controller, a kubelet that ran
-		// before) may write the node meanwhile: report again from a fresh read.
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			err := k.reportNodeStatus(ctx, node)
-			if apierrors.IsConflict(err) {
-				if fresh, gerr := k.client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{}); gerr == nil {
-					node = fresh
-				}
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
+		g.Go(func() error { return k.registerNode(gctx, spec) })
 	}
-	return nil
+	return g.Wait()
+}
+
+// registerNode creates the node (unless it is there) and reports its status.
+func (k *Kubelet) registerNode(ctx context.Context, spec NodeSpec) error {
+	node, err := k.client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node, err = k.client.CoreV1().Nodes().Create(ctx, newNode(spec), metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("registering node %s: %w", spec.Name, err)
+	}
+	// Another component (the node-lifecycle controller, a kubelet that ran
+	// before) may write the node meanwhile: report again from a fresh read.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := k.reportNodeStatus(ctx, node)
+		if apierrors.IsConflict(err) {
+			if fresh, gerr := k.client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{}); gerr == nil {
+				node = fresh
+			}
+		}
+		return err
+	})
 }
 
 func newNode(spec NodeSpec) *corev1.Node {
