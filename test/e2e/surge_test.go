@@ -156,6 +156,54 @@ func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 	e.requireNoSurgeLeftovers()
 }
 
+// TestSurgeAnchorDeletedBySomeoneElse: the old pod deleted by someone else
+// (kubectl delete, the default propagation) while its bridge is Ready takes
+// the bridge with it (the garbage collector), and the DaemonSet replaces the
+// node's pod once the old one is gone, as it would without nodewise; a
+// resumed swap then finds the DaemonSet's pod on the newest revision and
+// writes nothing.
+func TestSurgeAnchorDeletedBySomeoneElse(t *testing.T) {
+	e := newEnv(t, 1, 1)
+	ctx := context.Background()
+	e.upgrade("1.28.1")
+	hash := e.newestHash(cluster.ZtunnelName)
+	old := e.ztunnelPod("node-001")
+	e.surgeUntil("node-001", "bridge created")
+	var bridge *corev1.Pod
+	e.waitFor(func(ctx context.Context) bool {
+		for _, p := range e.surgeLeftovers() {
+			if podutils.IsPodReady(p) {
+				bridge = p
+				return true
+			}
+		}
+		return false
+	}, "the bridge Ready")
+	if c := metav1.GetControllerOf(bridge); c == nil || c.Kind != "Pod" || c.UID != old.UID {
+		t.Fatalf("bridge %s controlled by %+v; want the old pod %s", bridge.Name, c, old.Name)
+	}
+	if err := e.c.Client.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(func(ctx context.Context) bool {
+		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, bridge.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && p.UID == bridge.UID && p.DeletionTimestamp != nil)
+	}, "the garbage collector to delete the bridge with its anchor")
+	e.waitFor(func(ctx context.Context) bool {
+		p := e.ztunnelPodOrNil("node-001")
+		c := metav1.GetControllerOf(p)
+		return p != nil && p.UID != bridge.UID && c != nil && c.Kind == "DaemonSet" && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
+	}, "the DaemonSet's own pod on the newest revision")
+	res, err := (orchestrator.Surger{Kube: e.c.Client}).Swap(ctx, ztunnelRef, "node-001", time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatalf("resuming: %v", err)
+	}
+	if res.Writes != 0 {
+		t.Errorf("resumed swap %+v; want nothing to write", res)
+	}
+	e.requireNoSurgeLeftovers()
+}
+
 // TestSurgeNeverReadyHalts: a new ztunnel that never gets Ready times the
 // swap out; its bridge is deleted and the old pod, never touched, keeps
 // serving.
