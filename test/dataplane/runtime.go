@@ -56,6 +56,10 @@ type DataPlane struct {
 	next      int
 
 	load *load // every client's pace (TrafficSurge)
+
+	// closed is set by Close: a stand-in whose start raced with it is
+	// killed instead of kept (Close has already swept the ones it knew).
+	closed bool
 }
 
 // podSandbox is one app pod's namespace, veth leg and app, or a probe pod's
@@ -251,6 +255,11 @@ func (d *DataPlane) startZtunnel(pod *corev1.Pod) error {
 		return err
 	}
 	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		p.kill()
+		return errors.New("the data plane is closed")
+	}
 	d.connects++
 	p.connected = d.connects
 	d.standins[pod.UID] = p
@@ -542,6 +551,7 @@ func (d *DataPlane) Close() error {
 		procs = append(procs, p)
 	}
 	d.pods, d.standins = map[types.UID]*podSandbox{}, map[types.UID]*standinProc{}
+	d.closed = true
 	d.mu.Unlock()
 	for _, sb := range pods {
 		if sb.app != nil {
