@@ -108,9 +108,11 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	}
 	// A node deleted while in flight has no record left to resume from: its
 	// status entry ends, or it would read in flight forever.
+	forgets := 0
 	for _, ns := range s.Status.Nodes {
 		if InFlight(ns.State) && !present[ns.Name] {
 			d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
+			forgets++
 		}
 	}
 
@@ -190,6 +192,12 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		}
 	}
 	if done == len(order) {
+		if forgets > 0 {
+			// Not Completed yet: a completed rollout is not planned again,
+			// and the deleted nodes' entries would read in flight forever.
+			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("ending the status of %d node(s) deleted in flight", forgets)
+			return d
+		}
 		d.Phase, d.Reason = v1alpha1.PhaseCompleted, fmt.Sprintf("%d node(s) on the newest revision", done)
 		return d
 	}

@@ -594,6 +594,31 @@ func TestPlanForgetsADeletedNode(t *testing.T) {
 	}
 }
 
+// TestPlanNotCompletedWhileADeletedNodeIsInFlight: with every present node
+// on the newest revision but a deleted node's entry still in flight, the
+// rollout stays Progressing until that entry is ended: a completed rollout is
+// not planned again, so the entry would read in flight forever
+// (TestNodeDeletedInFlightLeavesTheRollout failed so once).
+func TestPlanNotCompletedWhileADeletedNodeIsInFlight(t *testing.T) {
+	nodes := fleet(1, 2)
+	for _, n := range nodes {
+		setState(nodes, n.Name, v1alpha1.NodeDone)
+		upgrade(nodes, n.Name)
+	}
+	st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{{Name: "gone", State: v1alpha1.NodeDrain}}}
+	for _, n := range nodes {
+		st.Nodes = append(st.Nodes, v1alpha1.NodeStatus{Name: n.Name, State: v1alpha1.NodeDone})
+	}
+	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	if d.Phase != v1alpha1.PhaseProgressing || !strings.Contains(d.Reason, "deleted in flight") {
+		t.Errorf("phase %s (%s); want Progressing until the deleted node's entry is ended", d.Phase, d.Reason)
+	}
+	st.Nodes[0].State = v1alpha1.NodeSkipped
+	if d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now()); d.Phase != v1alpha1.PhaseCompleted {
+		t.Errorf("once ended: phase %s (%s); want Completed", d.Phase, d.Reason)
+	}
+}
+
 // TestPlanCanaryGoneAfterStart: a canary name no node answers to is a
 // mistake before the rollout starts (Pending), and a node that left once it
 // has started (the rollout goes on without it).
