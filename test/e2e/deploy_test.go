@@ -36,7 +36,7 @@ func TestDeployServerSideApply(t *testing.T) {
 // what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
 // never edits a template), evictions, node patches, pod reads cluster-wide,
 // and, in the Istio namespace (the targets') only, pod deletes, istiod's
-// Deployments and pod create and patch for the surge swap's bridge. Then it
+// Deployments and pod create for the surge swap's bridge (no pod patch). Then it
 // acts as that ServiceAccount (impersonation) against the real API server.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
