@@ -17,8 +17,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* A component's image: (dict "root" . "image" .Values.<component>.image). repository@digest when a digest is set, else repository:tag (the component's tag, else image.tag, else appVersion). */}}
 {{- define "nodewise.image" -}}
-{{ .root.Values.image.registry }}/{{ .name }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's pull policy: its own, else image.pullPolicy. */}}
+{{- define "nodewise.pullPolicy" -}}
+{{ .image.pullPolicy | default .root.Values.image.pullPolicy }}
 {{- end -}}
 
 {{/* The ServiceAccount username of a nodewise component. */}}
