@@ -42,7 +42,7 @@ build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kub
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
-test: check-setup deps tools lint check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
+test: check-setup deps tools lint check-tidy check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -95,6 +95,10 @@ krew: ## Package kubectl-nodewise for krew: dist/kubectl-nodewise_OS_ARCH.tar.gz
 .PHONY: generate
 generate: deps ## Regenerate eBPF objects (bpf2go), deepcopy and CRDs.
 	$(GO) generate $(PKGS)
+
+.PHONY: check-tidy
+check-tidy: ## Fail when `go mod tidy` would change go.mod or go.sum (a requirement missing, unused or marked indirect wrongly).
+	$(GO) mod tidy && git diff --exit-code go.mod go.sum || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; exit 1; }
 
 .PHONY: check-generate
 check-generate: generate ## Fail when regeneration changes a committed generated file.
