@@ -42,7 +42,7 @@ build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kub
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
-test: check-setup deps tools lint check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
+test: check-setup deps tools lint check-generate chart-check images ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -73,18 +73,25 @@ bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plan
 
 ##@ Images and releases
 
-# Image names follow deploy/ (ghcr.io/nodewise/NAME); the tag is the version.
+# Image names follow the chart (ghcr.io/nodewise/NAME); the tag is the chart's
+# appVersion, the tag `helm install` pulls; the binaries inside carry VERSION.
 IMAGE_REPO ?= ghcr.io/nodewise
-IMAGES := orchestrator nodeagent nodewise probe
-# The daemonless builder: buildah (Debian package buildah) or podman, else docker buildx.
-IMAGE_BUILDER ?= $(shell command -v buildah >/dev/null 2>&1 && echo buildah || { command -v podman >/dev/null 2>&1 && echo podman; } || echo "docker buildx")
+IMAGE_TAG  ?= $(shell sed -n 's/^appVersion: *//p' deploy/charts/nodewise/Chart.yaml)
+IMAGES     := orchestrator nodeagent probe
+# buildah (Debian) or docker (docker buildx): the same Dockerfile stages.
+IMAGE_BUILDER ?= buildah
+# buildah builds the images; containerd, runc and the CNI plugins run them
+# (the image tests, the real kubelet node of test/cluster).
+IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates
 
 .PHONY: images
-images: ## Build the images (one per Dockerfile final stage) tagged $(IMAGE_REPO)/NAME:$(VERSION), with buildah, podman or docker buildx.
-	@for i in $(IMAGES); do \
-		echo "$(IMAGE_BUILDER) build --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION)"; \
-		$(IMAGE_BUILDER) build --build-arg VERSION=$(VERSION) --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION) . || exit 1; \
-	done
+images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG).
+	@: set-up: images
+	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES)
+
+.PHONY: image-context
+image-context: build ## Write only the images' build context (bin/images/context), for docker buildx by hand (see the Dockerfile).
+	@IMAGE_CONTEXT_ONLY=1 hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES)
 
 .PHONY: krew
 krew: ## Package kubectl-nodewise for krew: dist/kubectl-nodewise_OS_ARCH.tar.gz and dist/nodewise.yaml with their sha256.
@@ -120,6 +127,11 @@ deps: deps-run ## Install the Debian packages the build and tests need (once).
 deps-run: ## Install the Debian packages the demo's live data plane needs (iproute2, nftables).
 	@: set-up: deps-run
 	$(call apt-install,$(RUN_PACKAGES))
+
+.PHONY: deps-images
+deps-images: ## Install the Debian packages that build and run the images (buildah, containerd, runc, CNI plugins).
+	@: set-up: deps-images
+	$(if $(filter buildah,$(IMAGE_BUILDER)),$(call apt-install,$(IMAGE_PACKAGES)),$(call apt-install,$(filter-out buildah,$(IMAGE_PACKAGES))))
 
 .PHONY: tools
 tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
