@@ -38,7 +38,9 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
 	@: set-up: build
+	@mkdir -p $(BIN)/.cold; echo $$(date +%s) >$(BIN)/.cold/build-start
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
+	@echo $$(( $$(date +%s) - $$(cat $(BIN)/.cold/build-start) )) >$(BIN)/.cold/nodewise
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
@@ -51,8 +53,9 @@ lint: ## go vet plus a gofmt check.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: demo
-demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluster (installs what it needs first).
+demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluster (installs what it needs first); a cold run ends with `cold build: nodewise Xs, upstream Ys`.
 	$(BIN)/nodewise demo
+	@hack/cold-build.sh $(DEMO_TOOLS)
 
 .PHONY: bench
 bench: deps build tools ## Run the benchmarks and print their figures.
