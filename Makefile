@@ -19,7 +19,8 @@ GENERATED := bpf api deploy/crds
 
 # Upstream binaries the tests run (tools/controller-gen runs through `go tool`);
 # the demo needs only the simulated cluster's.
-TOOLS      := etcd kubernetes prometheus istioctl
+# registry is the OCI registry the image tests push nodewise's images and chart to.
+TOOLS      := etcd kubernetes prometheus istioctl registry
 DEMO_TOOLS := etcd kubernetes
 
 # The version every binary carries (nodewise version, nodewise_build_info).
@@ -137,7 +138,7 @@ deps-images: ## Install the Debian packages that build and run the images (build
 	$(if $(filter buildah,$(IMAGE_BUILDER)),$(call apt-install,$(IMAGE_PACKAGES)),$(call apt-install,$(filter-out buildah,$(IMAGE_PACKAGES))))
 
 .PHONY: tools
-tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
+tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl, the OCI registry) into bin/, cached by version.
 
 .PHONY: demo-tools
 demo-tools: $(addprefix tool-,$(DEMO_TOOLS)) ## Build only the tools the demo runs (etcd, Kubernetes).

@@ -163,3 +163,25 @@ func (c *Containerd) Import(ctx context.Context, archive string) (string, error)
 func (c *Containerd) Run(ctx context.Context, ref, id string, argv ...string) (string, error) {
 	return c.ctr(ctx, append([]string{"run", "--rm", ref, id}, argv...)...)
 }
+
+// Push pushes image ref, under the name target, to a plain-HTTP registry.
+func (c *Containerd) Push(ctx context.Context, ref, target string) error {
+	if _, err := c.ctr(ctx, "images", "tag", "--force", ref, target); err != nil {
+		return err
+	}
+	_, err := c.ctr(ctx, "images", "push", "--plain-http", target)
+	return err
+}
+
+// Remove removes the images and, at once, their content no image still needs.
+func (c *Containerd) Remove(ctx context.Context, refs ...string) error {
+	_, err := c.ctr(ctx, append([]string{"images", "rm", "--sync"}, refs...)...)
+	return err
+}
+
+// Pull pulls and unpacks ref through the hosts.toml mirrors of
+// ContainerdOptions.RegistryMirrors, as the CRI pulls a pod's image.
+func (c *Containerd) Pull(ctx context.Context, ref string) error {
+	_, err := c.ctr(ctx, "images", "pull", "--hosts-dir", filepath.Join(c.Dir, "certs.d"), ref)
+	return err
+}
