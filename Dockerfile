@@ -38,3 +38,10 @@ COPY rootfs/ /
 COPY probe /probe
 USER 65532:65532
 ENTRYPOINT ["/probe"]
+
+# The sandbox (pause) image of test/cluster's real kubelet node, not shipped:
+# it holds each pod's namespaces until SIGTERM (hack/pause).
+FROM scratch AS pause
+COPY pause /pause
+USER 65535:65535
+ENTRYPOINT ["/pause"]

@@ -19,8 +19,10 @@ GENERATED := bpf api deploy/crds
 
 # Upstream binaries the tests run (tools/controller-gen runs through `go tool`);
 # the demo needs only the simulated cluster's.
-# registry is the OCI registry the image tests push nodewise's images and chart to.
-TOOLS      := etcd kubernetes prometheus istioctl registry
+# registry is the OCI registry the image tests push nodewise's images and chart
+# to; kubelet runs test/cluster's real node (a module of its own, so adding it
+# left the control plane's cache key alone; it reuses that build's packages).
+TOOLS      := etcd kubernetes prometheus istioctl registry kubelet
 DEMO_TOOLS := etcd kubernetes
 
 # The version every binary carries (nodewise version, nodewise_build_info).
@@ -89,9 +91,10 @@ IMAGE_BUILDER ?= buildah
 IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates
 
 .PHONY: images
-images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG).
+images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and pause, the test node's sandbox).
 	@: set-up: images
-	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause
+	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause
 
 .PHONY: image-context
 image-context: build ## Write only the images' build context (bin/images/context), for docker buildx by hand (see the Dockerfile).
@@ -138,7 +141,7 @@ deps-images: ## Install the Debian packages that build and run the images (build
 	$(if $(filter buildah,$(IMAGE_BUILDER)),$(call apt-install,$(IMAGE_PACKAGES)),$(call apt-install,$(filter-out buildah,$(IMAGE_PACKAGES))))
 
 .PHONY: tools
-tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl, the OCI registry) into bin/, cached by version.
+tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl, the OCI registry, the kubelet) into bin/, cached by version.
 
 .PHONY: demo-tools
 demo-tools: $(addprefix tool-,$(DEMO_TOOLS)) ## Build only the tools the demo runs (etcd, Kubernetes).

@@ -12,14 +12,14 @@ readme=${README:-README.md}
 
 declare -A needs=(
 	[demo]="deps-run build tool:etcd tool:kubernetes"
-	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:helm images deps-images"
+	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet tool:helm images deps-images"
 	[bench]="deps build tool:etcd tool:kubernetes tool:prometheus"
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[bench-surge]="deps-run tool:etcd tool:kubernetes"
 	[bench-scale]="deps tool:etcd tool:kubernetes"
 	[generate]="deps"
 	[build]=""
-	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry"
+	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet"
 	[deps]=""
 	[deps-run]=""
 	[demo-tools]="tool:etcd tool:kubernetes"
