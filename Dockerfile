@@ -1,45 +1,47 @@
-# syntax=docker/dockerfile:1
-# One build stage makes the static binaries with the same `make build`
-# CI runs; small final stages ship one binary each.
-#   docker build --target orchestrator -t nodewise/orchestrator .
-#   docker build --target nodeagent    -t nodewise/nodeagent .
-#   docker build --target nodewise     -t nodewise/cli .
-# `make images` builds all three with buildah, podman or docker buildx,
-# tagged with the version (VERSION, from git describe).
-#   docker build --target probe        -t nodewise/probe .
-
-FROM golang:1.26.8-bookworm AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-# The generated eBPF objects are committed, so the build needs no clang. The
-# version comes in as an argument: the build context may have no .git.
-ARG VERSION=dev
-RUN make build VERSION=${VERSION}
+# One final stage per image, each FROM scratch: the static binary `make build`
+# made on the host (CGO_ENABLED=0, the version in its ldflags) and the few files
+# hack/images.sh writes beside it (an /etc/passwd and /etc/group naming uid 0
+# and 65532, the CA bundle). No base image is pulled, so no registry is needed.
+# The build context is bin/images/context, not the repository root:
+#   make images                       # buildah (Debian: apt-get install buildah)
+#   make images IMAGE_BUILDER=docker  # docker buildx, the same stages
+# both write bin/images/NAME.tar (OCI archives) tagged ghcr.io/nodewise/NAME:TAG.
+# By hand: make image-context, then
+#   docker buildx build -f Dockerfile --target orchestrator -t ghcr.io/nodewise/orchestrator:v0.1.0 bin/images/context
 
 # The orchestrator only talks to the API server and the agents: non-root,
 # nothing but the binary and CA certificates.
-FROM gcr.io/distroless/static-debian12:nonroot AS orchestrator
-COPY --from=build /src/bin/orchestrator /orchestrator
+FROM scratch AS orchestrator
+ARG VERSION=dev
+LABEL org.opencontainers.image.title=nodewise-orchestrator org.opencontainers.image.version=${VERSION} org.opencontainers.image.source=https://github.com/nodewise/nodewise
+COPY rootfs/ /
+COPY orchestrator /orchestrator
 USER 65532:65532
 ENTRYPOINT ["/orchestrator"]
 
 # The node agent loads eBPF: its DaemonSet grants CAP_BPF and CAP_PERFMON
 # (and nothing else) to uid 0, with a read-only root filesystem; see
 # deploy/nodeagent.
-FROM gcr.io/distroless/static-debian12 AS nodeagent
-COPY --from=build /src/bin/nodeagent /nodeagent
+FROM scratch AS nodeagent
+ARG VERSION=dev
+LABEL org.opencontainers.image.title=nodewise-nodeagent org.opencontainers.image.version=${VERSION} org.opencontainers.image.source=https://github.com/nodewise/nodewise
+COPY rootfs/ /
+COPY nodeagent /nodeagent
 ENTRYPOINT ["/nodeagent"]
-
-FROM gcr.io/distroless/static-debian12:nonroot AS nodewise
-COPY --from=build /src/bin/nodewise /nodewise
-USER 65532:65532
-ENTRYPOINT ["/nodewise"]
 
 # The probe (deploy/probe) only opens TCP connections to its peers:
 # non-root, no capabilities, nothing but the binary.
-FROM gcr.io/distroless/static-debian12:nonroot AS probe
-COPY --from=build /src/bin/probe /probe
+FROM scratch AS probe
+ARG VERSION=dev
+LABEL org.opencontainers.image.title=nodewise-probe org.opencontainers.image.version=${VERSION} org.opencontainers.image.source=https://github.com/nodewise/nodewise
+COPY rootfs/ /
+COPY probe /probe
 USER 65532:65532
 ENTRYPOINT ["/probe"]
+
+# The sandbox (pause) image of test/cluster's real kubelet node, not shipped:
+# it holds each pod's namespaces until SIGTERM (hack/pause).
+FROM scratch AS pause
+COPY pause /pause
+USER 65535:65535
+ENTRYPOINT ["/pause"]

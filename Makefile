@@ -19,7 +19,10 @@ GENERATED := bpf api deploy/crds
 
 # Upstream binaries the tests run (tools/controller-gen runs through `go tool`);
 # the demo needs only the simulated cluster's.
-TOOLS      := etcd kubernetes prometheus istioctl
+# registry is the OCI registry the image tests push nodewise's images and chart
+# to; kubelet runs test/cluster's real node (a module of its own, so adding it
+# left the control plane's cache key alone; it reuses that build's packages).
+TOOLS      := etcd kubernetes prometheus istioctl registry kubelet
 DEMO_TOOLS := etcd kubernetes
 
 # The version every binary carries (nodewise version, nodewise_build_info).
@@ -38,11 +41,13 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
 	@: set-up: build
+	@mkdir -p $(BIN)/.cold; echo $$(date +%s) >$(BIN)/.cold/build-start
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
+	@echo $$(( $$(date +%s) - $$(cat $(BIN)/.cold/build-start) )) >$(BIN)/.cold/nodewise
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
 
 .PHONY: test
-test: check-setup deps tools lint check-tidy check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).
+test: check-setup deps tools lint check-tidy check-generate chart-check images ## Run every test (installs packages and builds the pinned cluster tools first).
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
 .PHONY: lint
@@ -51,8 +56,9 @@ lint: ## go vet plus a gofmt check.
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: demo
-demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluster (installs what it needs first).
+demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluster (installs what it needs first); a cold run ends with `cold build: nodewise Xs, upstream Ys`.
 	$(BIN)/nodewise demo
+	@hack/cold-build.sh $(DEMO_TOOLS)
 
 .PHONY: bench
 bench: deps build tools ## Run the benchmarks and print their figures.
@@ -73,18 +79,26 @@ bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plan
 
 ##@ Images and releases
 
-# Image names follow deploy/ (ghcr.io/nodewise/NAME); the tag is the version.
+# Image names follow the chart (ghcr.io/nodewise/NAME); the tag is the chart's
+# appVersion, the tag `helm install` pulls; the binaries inside carry VERSION.
 IMAGE_REPO ?= ghcr.io/nodewise
-IMAGES := orchestrator nodeagent nodewise probe
-# The daemonless builder: buildah (Debian package buildah) or podman, else docker buildx.
-IMAGE_BUILDER ?= $(shell command -v buildah >/dev/null 2>&1 && echo buildah || { command -v podman >/dev/null 2>&1 && echo podman; } || echo "docker buildx")
+IMAGE_TAG  ?= $(shell sed -n 's/^appVersion: *//p' deploy/charts/nodewise/Chart.yaml)
+IMAGES     := orchestrator nodeagent probe
+# buildah (Debian) or docker (docker buildx): the same Dockerfile stages.
+IMAGE_BUILDER ?= buildah
+# buildah builds the images; containerd, runc and the CNI plugins run them
+# (the image tests, the real kubelet node of test/cluster).
+IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates
 
 .PHONY: images
-images: ## Build the images (one per Dockerfile final stage) tagged $(IMAGE_REPO)/NAME:$(VERSION), with buildah, podman or docker buildx.
-	@for i in $(IMAGES); do \
-		echo "$(IMAGE_BUILDER) build --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION)"; \
-		$(IMAGE_BUILDER) build --build-arg VERSION=$(VERSION) --target $$i -t $(IMAGE_REPO)/$$i:$(VERSION) . || exit 1; \
-	done
+images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and pause, the test node's sandbox).
+	@: set-up: images
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause
+	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause
+
+.PHONY: image-context
+image-context: build ## Write only the images' build context (bin/images/context), for docker buildx by hand (see the Dockerfile).
+	@IMAGE_CONTEXT_ONLY=1 hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES)
 
 .PHONY: krew
 krew: ## Package kubectl-nodewise for krew: dist/kubectl-nodewise_OS_ARCH.tar.gz and dist/nodewise.yaml with their sha256.
@@ -125,8 +139,13 @@ deps-run: ## Install the Debian packages the demo's live data plane needs (iprou
 	@: set-up: deps-run
 	$(call apt-install,$(RUN_PACKAGES))
 
+.PHONY: deps-images
+deps-images: ## Install the Debian packages that build and run the images (buildah, containerd, runc, CNI plugins).
+	@: set-up: deps-images
+	$(if $(filter buildah,$(IMAGE_BUILDER)),$(call apt-install,$(IMAGE_PACKAGES)),$(call apt-install,$(filter-out buildah,$(IMAGE_PACKAGES))))
+
 .PHONY: tools
-tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl) into bin/, cached by version.
+tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl, the OCI registry, the kubelet) into bin/, cached by version.
 
 .PHONY: demo-tools
 demo-tools: $(addprefix tool-,$(DEMO_TOOLS)) ## Build only the tools the demo runs (etcd, Kubernetes).

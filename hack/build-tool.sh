@@ -21,7 +21,11 @@ if [ ! -f "$out/.done" ]; then
 	touch "$out.tmp/.done"
 	rm -rf "$out"
 	mv "$out.tmp" "$out"
-	echo "built $name in $(( $(date +%s) - start ))s" >&2
+	secs=$(( $(date +%s) - start ))
+	echo "built $name in ${secs}s" >&2
+	# For hack/cold-build.sh: this checkout built it (cold), and how long it took.
+	mkdir -p "$root/bin/.cold"
+	echo "$secs" >"$root/bin/.cold/$name"
 fi
 for f in "$out"/*; do
 	ln -sfn "$f" "$root/bin/$(basename "$f")"

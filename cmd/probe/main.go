@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/probe"
 )
 
@@ -35,8 +36,13 @@ func run(args []string) error {
 	fs.IntVar(&cfg.Streams, "streams", 4, "long-lived streams held open to the other probes")
 	fs.DurationVar(&cfg.StreamEvery, "stream-every", 0, "how often a stream exchanges a line (default 5s)")
 	self := fs.String("pod-ip", os.Getenv("POD_IP"), "this probe's pod IP, left out of its peers (default $POD_IP)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w (flags: -port -peers -rate -streams -stream-every -pod-ip)", err)
+		return fmt.Errorf("%w (flags: -port -peers -rate -streams -stream-every -pod-ip -version)", err)
+	}
+	if *showVersion {
+		fmt.Println("probe", buildinfo.Version())
+		return nil
 	}
 	log, err := zap.NewProduction()
 	if err != nil {

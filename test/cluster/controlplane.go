@@ -123,21 +123,26 @@ func freePorts() (ports, error) {
 		}
 	}()
 	for i := range ps {
-		for attempt := 0; ; attempt++ {
-			if attempt == 200 {
-				return ports{}, fmt.Errorf("no free loopback port found in 20000-32767")
-			}
-			port := 20000 + mathrand.IntN(12768)
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err != nil {
-				continue
-			}
-			listeners = append(listeners, l)
-			ps[i] = port
-			break
+		l, port, err := listenFree()
+		if err != nil {
+			return ports{}, err
 		}
+		listeners = append(listeners, l)
+		ps[i] = port
 	}
 	return ports{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}, nil
+}
+
+// listenFree listens on a free loopback port below the ephemeral range (see
+// freePorts); the caller closes the listener before its server binds the port.
+func listenFree() (net.Listener, int, error) {
+	for attempt := 0; attempt < 200; attempt++ {
+		port := 20000 + mathrand.IntN(12768)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return l, port, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("no free loopback port found in 20000-32767")
 }
 
 func (s *state) etcdArgv(b binaries) []string {

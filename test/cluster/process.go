@@ -31,6 +31,11 @@ type process struct {
 // Ctrl-C in that terminal does not reach it; an attached one dies with its
 // parent.
 func startProcess(name string, argv []string, logPath string, detach bool) (*process, error) {
+	return startProcessEnv(name, argv, logPath, detach, nil)
+}
+
+// startProcessEnv is startProcess with env added to the environment.
+func startProcessEnv(name string, argv []string, logPath string, detach bool, env []string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -38,7 +43,7 @@ func startProcess(name string, argv []string, logPath string, detach bool) (*pro
 	defer logFile.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=2"), env...)
 	if detach {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {

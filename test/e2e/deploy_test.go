@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -40,8 +42,6 @@ func TestDeployServerSideApply(t *testing.T) {
 // acts as that ServiceAccount (impersonation) against the real API server.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
-	// Before deploy/: its surge policy refuses pod creates in the Istio
-	// namespace until the ztunnel DaemonSet (its parameter) exists.
 	createVictims(t, c)
 	applyDeploy(t, c)
 	ctx := context.Background()
@@ -146,13 +146,7 @@ func createVictims(t *testing.T, c *cluster.Cluster) {
 func actAsOrchestrator(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	cfg := rest.CopyConfig(c.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
-	as, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	as := asOrchestrator(t, c)
 	zero := int64(0)
 	del := metav1.DeleteOptions{GracePeriodSeconds: &zero}
 	if err := as.CoreV1().Pods("default").Delete(ctx, "victim", del); !apierrors.IsForbidden(err) {
@@ -226,4 +220,67 @@ func TestRolloutUnderDeployedRBAC(t *testing.T) {
 	if r := leaseReads(byName); r != 0 {
 		t.Errorf("the orchestrator read its Lease %v times with GET or LIST, want none: it watches it", r)
 	}
+}
+
+// TestDeployBeforeIstio installs nodewise first and Istio second, the order a
+// new cluster gets them in. The surge policy's parameter, the ztunnel
+// DaemonSet, is missing until Istio's last chart, so the policy must leave
+// everyone else's pods in the Istio namespace alone meanwhile (istiod's
+// ReplicaSet, which `helm install istiod --wait` waits for before ztunnel
+// comes) while still refusing every pod the orchestrator creates there.
+func TestDeployBeforeIstio(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Nodes: 1})
+	applyDeploy(t, c)
+	ctx := context.Background()
+	as := asOrchestrator(t, c)
+	bridge := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bridge", Namespace: cluster.IstioNamespace, Labels: map[string]string{orchestrator.LabelSurgeBridge: cluster.ZtunnelName}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	// The policies reach the admission chain within a few seconds: until
+	// then the orchestrator's RBAC alone would admit the bridge.
+	var denied error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var made *corev1.Pod
+		if made, denied = as.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, bridge, metav1.CreateOptions{}); denied == nil {
+			zero := int64(0)
+			_ = c.Client.CoreV1().Pods(cluster.IstioNamespace).Delete(ctx, made.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		return denied != nil && strings.Contains(denied.Error(), "no params found"), nil
+	})
+	if err != nil {
+		t.Fatalf("the orchestrator's bridge with no ztunnel DaemonSet was never refused: last %v", denied)
+	}
+	plain := bridge.DeepCopy()
+	plain.Name, plain.Labels = "plain", nil
+	if _, err := as.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
+		t.Errorf("the orchestrator creating a pod that is no bridge: %v; want refused by nodewise-surge-bridge-labelled", err)
+	}
+	// Anyone else's pod (here the admin's, as istiod's ReplicaSet's would be) is admitted.
+	if _, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a pod in %s before Istio, with nodewise installed: %v", cluster.IstioNamespace, err)
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", SkipSamples: true}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(cluster.IstioNamespace).Get(ctx, "istiod-1-27", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("istiod not Ready after Istio was installed over nodewise: %v", err)
+	}
+}
+
+// asOrchestrator is a client that impersonates the orchestrator's ServiceAccount.
+func asOrchestrator(t *testing.T, c *cluster.Cluster) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nodewise-system:nodewise-orchestrator",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return as
 }

@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RealNode is a real kubelet (built from k8s.io/kubernetes by `make
+// tool-kubelet`) joined to the cluster beside the simulated nodes: its pods
+// run as containers under a containerd of its own (runc, cgroupfs), with
+// pod networking from Debian's CNI plugins (bridge, host-local, loopback).
+// It registers with the taint TaintRealNode, so only pods that tolerate it
+// land there.
+type RealNode struct {
+	Name       string
+	Containerd *Containerd
+	// PodCIDR is the host-local range its pods get their IPs from.
+	PodCIDR string
+
+	dir    string
+	bridge string
+	proc   *process
+}
+
+// TaintRealNode keeps the simulated cluster's own pods off a real node.
+const TaintRealNode = "sim.nodewise.io/real-node"
+
+// RealNodeOptions configure StartRealNode.
+type RealNodeOptions struct {
+	// Name of the node. Required.
+	Name string
+	// BinDir holds kubelet and images/pause.tar (make tool-kubelet, make images).
+	BinDir string
+	// PodCIDR is the /24 its pods are addressed from; empty means 10.244.250.0/24.
+	PodCIDR string
+}
+
+// StartRealNode starts containerd and a kubelet in dir, registered as
+// opts.Name with c's admin credentials, and waits until the node is Ready.
+func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOptions) (*RealNode, error) {
+	if opts.Name == "" {
+		return nil, fmt.Errorf("real node: a Name is required")
+	}
+	if opts.PodCIDR == "" {
+		opts.PodCIDR = "10.244.250.0/24"
+	}
+	kubelet := filepath.Join(opts.BinDir, "kubelet")
+	if _, err := os.Stat(kubelet); err != nil {
+		return nil, fmt.Errorf("no kubelet (make tool-kubelet builds it): %w", err)
+	}
+	pauseTar := filepath.Join(opts.BinDir, "images", "pause.tar")
+	pause, err := archiveRef(pauseTar)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox image (make images builds it): %w", err)
+	}
+	n := &RealNode{Name: opts.Name, PodCIDR: opts.PodCIDR, dir: dir, bridge: "nwreal" + fmt.Sprint(os.Getpid()%10000)}
+	n.Containerd, err = StartContainerd(ctx, filepath.Join(dir, "containerd"), ContainerdOptions{CRI: true, SandboxImage: pause})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.Containerd.Import(ctx, pauseTar); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	cni := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"nodewise","plugins":[`+
+		`{"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}]}},`+
+		`{"type":"loopback"}]}`, n.bridge, opts.PodCIDR)
+	if err := os.WriteFile(filepath.Join(n.Containerd.Dir, "cni", "10-nodewise.conflist"), []byte(cni), 0o644); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	l, port, err := listenFree()
+	if err != nil {
+		n.Stop()
+		return nil, err
+	}
+	l.Close()
+	// This machine kind has cgroup v1 and no systemd: the cgroupfs driver, and
+	// failCgroupV1 false (a 1.35+ kubelet refuses v1 otherwise). No eviction
+	// or image GC thresholds: the disk is shared with everything else.
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+enforceNodeAllocatable: []
+resolvConf: ""
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+registerWithTaints:
+  - {key: %s, effect: NoSchedule}
+`, n.Containerd.Socket, port, TaintRealNode)
+	kdir := filepath.Join(dir, "kubelet")
+	if err := os.MkdirAll(kdir, 0o755); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(kdir, "config.yaml"), []byte(config), 0o644); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	argv := []string{kubelet, "--config", filepath.Join(kdir, "config.yaml"), "--kubeconfig", c.Kubeconfig,
+		"--hostname-override", opts.Name, "--root-dir", filepath.Join(kdir, "root"), "--cert-dir", filepath.Join(kdir, "pki")}
+	n.proc, err = startProcess("kubelet-"+opts.Name, argv, filepath.Join(kdir, "kubelet.log"), false)
+	if err != nil {
+		n.Stop()
+		return nil, err
+	}
+	for !c.nodeReady(ctx, opts.Name) {
+		if !n.proc.alive() {
+			err := n.proc.exitedErr()
+			n.Stop()
+			return nil, fmt.Errorf("the kubelet cannot run here: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			n.Stop()
+			return nil, fmt.Errorf("node %s not Ready: %w; last lines of the kubelet log:\n%s", opts.Name, ctx.Err(), tail(filepath.Join(kdir, "kubelet.log"), 5))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return n, nil
+}
+
+// KubeletLog is the path of the kubelet's log.
+func (n *RealNode) KubeletLog() string { return filepath.Join(n.dir, "kubelet", "kubelet.log") }
+
+// Stop stops the kubelet, kills the containers it left, stops containerd
+// and removes what they left on the host: mounts under the node's directory
+// and the CNI bridge.
+func (n *RealNode) Stop() {
+	if n.proc != nil {
+		n.proc.stop(10 * time.Second)
+	}
+	if n.Containerd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if out, err := n.Containerd.ctr(ctx, "tasks", "ls", "-q"); err == nil {
+			for _, id := range strings.Fields(out) {
+				_, _ = n.Containerd.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", id)
+			}
+		}
+		time.Sleep(500 * time.Millisecond) // the shims exit with their tasks
+		n.Containerd.Stop()
+	}
+	unmountUnder(n.dir)
+	_ = exec.Command("ip", "link", "del", n.bridge).Run()
+}
+
+// unmountUnder detaches every mount below dir (rootfs overlays, netns and
+// shm mounts), deepest first, so the directory can be removed.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			points = append(points, f[1])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+// archiveRef is the image name an OCI archive's index records
+// (org.opencontainers.image.ref.name, as buildah and docker buildx write it).
+func archiveRef(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return "", fmt.Errorf("%s has no index.json: not an OCI archive", path)
+		}
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		if filepath.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return "", fmt.Errorf("reading %s's index.json: %w", path, err)
+		}
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["org.opencontainers.image.ref.name"]; ref != "" {
+				return ref, nil
+			}
+		}
+		return "", fmt.Errorf("%s's index.json names no image", path)
+	}
+}
+
+// nodeReady reports whether the node is registered and Ready.
+func (c *Cluster) nodeReady(ctx context.Context, name string) bool {
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
