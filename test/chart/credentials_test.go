@@ -224,7 +224,7 @@ func TestChartAgentCredentials(t *testing.T) {
 		}
 	}
 	deny("node-001's agent asking for node-002", agentKube[nodes[0]], nodes[1], nodeIP(t, c, nodes[1]), "common name")
-	deny("node-001's agent asking for node-002's IP", agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[1]), "is not an address of node node-001")
+	deny("node-001's agent asking for node-002's IP", agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[1]), "is not an InternalIP of node node-001")
 	deny("a token bound to no pod", clientAs(t, in, tokenFor(t, in, "nodewise-agent", nil, nil)), nodes[0], nodeIP(t, c, nodes[0]), "not bound to a pod")
 
 	// node-001's certificate served on node-002's address: the orchestrator
