@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -221,6 +223,22 @@ func TestReviewerCachesVerdicts(t *testing.T) {
 	now = now.Add(2 * time.Minute)
 	if err := call("/v1/snapshot", "orch"); err != nil || reviews != before+1 {
 		t.Errorf("after the TTL: %v, %d reviews (want one more)", err, reviews-before)
+	}
+	// A flood of unknown tokens from one source is rationed and leaves the
+	// admitted verdict in place: no review for it, none beyond the burst.
+	before = reviews
+	limited := 0
+	for i := range 2 * maxCached {
+		var rl RateLimited
+		if err := call("/v1/snapshot", fmt.Sprintf("random-%d", i)); errors.As(err, &rl) {
+			limited++
+		}
+	}
+	if err := call("/v1/snapshot", "orch"); err != nil {
+		t.Errorf("the admitted token after a flood: %v", err)
+	}
+	if got := reviews - before; got != unknownPerSourceBurst || limited != 2*maxCached-unknownPerSourceBurst {
+		t.Errorf("a flood of %d unknown tokens: %d reviews, %d refused as rate-limited; want %d reviews, the rest refused", 2*maxCached, got, limited, unknownPerSourceBurst)
 	}
 	if _, err := NewReviewer(ReviewerConfig{Kube: kube, Allowed: []string{"orch"}}); err == nil {
 		t.Error("accepted a caller that is not a ServiceAccount username")

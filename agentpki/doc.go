@@ -6,10 +6,11 @@
 //     nodewise.io/agent-serving (Requester). The orchestrator's Signer approves
 //     a request only when it comes from the agent ServiceAccount on the very
 //     node it names (the pod-bound token's node-name), for that node's name and
-//     addresses only, and signs it from a CA it keeps in the Secret
+//     InternalIPs only, and signs it from a CA it keeps in the Secret
 //     nodewise-agent-ca, rotated before it expires. The public bundle is
 //     published in the ConfigMap nodewise-agent-ca-bundle, and the Signer's Pool
-//     is what the orchestrator trusts.
+//     is what the orchestrator trusts, verifying each certificate for the node's
+//     name (an address the node writes itself is no identity).
 //   - Bearer tokens. The orchestrator presents its pod's projected
 //     ServiceAccount token for the audience nodewise-agent; the agent checks it
 //     with a TokenReview (Reviewer) and admits only the allowed callers.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // ReviewerConfig configures the agent's check of its callers' bearer tokens.
@@ -37,11 +40,22 @@ type ReviewerConfig struct {
 
 // Reviewer authenticates requests by TokenReview. It implements the node
 // agent's Authenticator.
+//
+// Anyone who reaches the agent can send a token, so a review of a token the
+// Reviewer has not admitted before is rationed, per source address and in
+// all (a request over the ration is refused with a RetryAfter, never queued),
+// and the admitted tokens are kept apart from the refused ones: a flood of
+// random tokens can neither evict the orchestrator's verdict nor delay its
+// next review. Give it a client of its own (ReviewClient), so the reviews do
+// not queue behind the agent's other API calls, nor they behind the reviews.
 type Reviewer struct {
 	cfg ReviewerConfig
 
-	mu    sync.Mutex
-	cache map[cacheKey]verdict
+	mu       sync.Mutex
+	admitted map[cacheKey]time.Time // tokens admitted, and when their verdict expires
+	refused  map[cacheKey]verdict
+	all      *rate.Limiter            // reviews of unknown tokens, every source together
+	sources  map[string]*rate.Limiter // the same per source address
 }
 
 type cacheKey struct {
@@ -54,9 +68,48 @@ type verdict struct {
 	expires time.Time
 }
 
-// maxCached bounds the cache: past it the cache is dropped (a flood of bad
-// tokens costs reviews, never memory).
-const maxCached = 1024
+// The bounds of the Reviewer's memory and of the reviews a caller without
+// an admitted token can cause.
+const (
+	// maxCached bounds the refused verdicts (and the sources rationed):
+	// past it they are dropped whole. Admitted verdicts are never dropped
+	// with them.
+	maxCached = 1024
+	// maxAdmitted bounds the admitted tokens; only the allowed callers'
+	// tokens get here (a few per caller and rotation).
+	maxAdmitted = 64
+	// Reviews of tokens not admitted before: per source address, and in all.
+	unknownPerSource, unknownPerSourceBurst = 1, 3
+	unknownInAll, unknownInAllBurst         = 5, 10
+	// ReviewQPS and ReviewBurst are ReviewClient's client-side limits:
+	// above twice the unknown tokens' ration (a /metrics token may take two
+	// reviews), so an admitted token's review never waits behind them.
+	ReviewQPS, ReviewBurst = 25, 50
+)
+
+// ReviewClient is a client of the API for the Reviewer alone, from the
+// agent's rest config, with its own client-side limits (ReviewQPS).
+func ReviewClient(rc *rest.Config) (kubernetes.Interface, error) {
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst, rc.RateLimiter = ReviewQPS, ReviewBurst, nil
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building the TokenReview client: %w", err)
+	}
+	return c, nil
+}
+
+// RateLimited is the refusal of a request whose token would need a review
+// beyond the ration of unknown tokens. The agent answers it with 429 and
+// Retry-After.
+type RateLimited struct{ after time.Duration }
+
+func (e RateLimited) Error() string {
+	return fmt.Sprintf("too many unknown tokens; retry after %s", e.after)
+}
+
+// RetryAfter is how long the caller should wait.
+func (e RateLimited) RetryAfter() time.Duration { return e.after }
 
 // NewReviewer validates cfg and fills its defaults.
 func NewReviewer(cfg ReviewerConfig) (*Reviewer, error) {
@@ -83,7 +136,8 @@ func NewReviewer(cfg ReviewerConfig) (*Reviewer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Reviewer{cfg: cfg, cache: map[cacheKey]verdict{}}, nil
+	return &Reviewer{cfg: cfg, admitted: map[cacheKey]time.Time{}, refused: map[cacheKey]verdict{},
+		all: rate.NewLimiter(unknownInAll, unknownInAllBurst), sources: map[string]*rate.Limiter{}}, nil
 }
 
 // Authenticate admits the request's bearer token or says why not.
@@ -95,24 +149,77 @@ func (r *Reviewer) Authenticate(req *http.Request) error {
 	tok = strings.TrimSpace(tok)
 	key := cacheKey{digest: sha256.Sum256([]byte(tok)), metrics: req.URL.Path == "/metrics"}
 	now := r.cfg.Now()
-	r.mu.Lock()
-	v, hit := r.cache[key]
-	r.mu.Unlock()
-	if hit && now.Before(v.expires) {
-		return v.err
+	if decided, err := r.cached(key, now, req.RemoteAddr); decided {
+		return err
 	}
 	err := r.review(req.Context(), tok, key.metrics)
 	var transient reviewUnavailable
 	if errors.As(err, &transient) {
 		return err // not cached: the next request asks again
 	}
-	r.mu.Lock()
-	if len(r.cache) >= maxCached {
-		r.cache = map[cacheKey]verdict{}
-	}
-	r.cache[key] = verdict{err: err, expires: now.Add(r.cfg.TTL)}
-	r.mu.Unlock()
+	r.remember(key, err, now)
 	return err
+}
+
+// cached answers from the verdicts in memory, or refuses an unknown token
+// over its ration; decided is false when the token is to be reviewed.
+func (r *Reviewer) cached(key cacheKey, now time.Time, remote string) (decided bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if expires, ok := r.admitted[key]; ok {
+		// Admitted before: answered, or reviewed again at once (never rationed).
+		return now.Before(expires), nil
+	}
+	if v, ok := r.refused[key]; ok && now.Before(v.expires) {
+		return true, v.err
+	}
+	source, _, splitErr := net.SplitHostPort(remote)
+	if splitErr != nil {
+		source = remote
+	}
+	lim, ok := r.sources[source]
+	if !ok {
+		if len(r.sources) >= maxCached {
+			r.sources = map[string]*rate.Limiter{}
+		}
+		lim = rate.NewLimiter(unknownPerSource, unknownPerSourceBurst)
+		r.sources[source] = lim
+	}
+	if !lim.AllowN(now, 1) {
+		return true, RateLimited{after: time.Second}
+	}
+	if !r.all.AllowN(now, 1) {
+		return true, RateLimited{after: time.Second}
+	}
+	return false, nil
+}
+
+// remember keeps a review's verdict: an admitted token with the admitted
+// ones (the soonest to expire leaves when they are full), a refused one
+// with the refused.
+func (r *Reviewer) remember(key cacheKey, err error, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		delete(r.admitted, key)
+		if len(r.refused) >= maxCached {
+			r.refused = map[cacheKey]verdict{}
+		}
+		r.refused[key] = verdict{err: err, expires: now.Add(r.cfg.TTL)}
+		return
+	}
+	delete(r.refused, key)
+	if _, ok := r.admitted[key]; !ok && len(r.admitted) >= maxAdmitted {
+		var oldest cacheKey
+		first := true
+		for k, exp := range r.admitted {
+			if first || exp.Before(r.admitted[oldest]) {
+				oldest, first = k, false
+			}
+		}
+		delete(r.admitted, oldest)
+	}
+	r.admitted[key] = now.Add(r.cfg.TTL)
 }
 
 type reviewUnavailable struct{ error }

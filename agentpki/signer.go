@@ -325,10 +325,8 @@ func (s *Signer) check(ctx context.Context, csr *certv1.CertificateSigningReques
 	if len(req.EmailAddresses) > 0 || len(req.URIs) > 0 {
 		return nil, node, errors.New("email or URI names are not issued")
 	}
-	for _, d := range req.DNSNames {
-		if d != node {
-			return nil, node, fmt.Errorf("DNS name %q is not the node's name %q", d, node)
-		}
+	if len(req.DNSNames) != 1 || req.DNSNames[0] != node {
+		return nil, node, fmt.Errorf("DNS names %q: want exactly the node's name %q, which the orchestrator verifies", req.DNSNames, node)
 	}
 	for _, u := range csr.Spec.Usages {
 		if u != certv1.UsageServerAuth && u != certv1.UsageDigitalSignature && u != certv1.UsageKeyEncipherment {
@@ -348,11 +346,15 @@ func (s *Signer) check(ctx context.Context, csr *certv1.CertificateSigningReques
 	if err != nil {
 		return nil, node, transientError{fmt.Errorf("reading node %s: %w", node, err)}
 	}
+	// The address is where the agent is found, not who it is: the node
+	// writes its own addresses, so the orchestrator verifies the node's
+	// name in the certificate (health.AgentClientConfig.VerifyNodeName).
+	// Only InternalIPs, the address the orchestrator dials.
 	for _, ip := range req.IPAddresses {
 		if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool {
-			return (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP) && net.ParseIP(a.Address).Equal(ip)
+			return a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address).Equal(ip)
 		}) {
-			return nil, node, fmt.Errorf("IP %s is not an address of node %s", ip, node)
+			return nil, node, fmt.Errorf("IP %s is not an InternalIP of node %s", ip, node)
 		}
 	}
 	return req, node, nil

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -45,6 +46,12 @@ type AgentClientConfig struct {
 	// ServerName is the name to verify in the agents' certificates when they
 	// are addressed by IP (default: the host in the URL).
 	ServerName string
+	// VerifyNodeName verifies, in the TLS handshake and before the token is
+	// sent, that the agent's certificate names the node asked for (the
+	// DNS name agentpki issues), not only the address dialled: a node writes
+	// its own addresses, so an address alone does not say which node
+	// answers. It replaces ServerName.
+	VerifyNodeName bool
 	// Timeout bounds each attempt (default 5s); RetryMax retries follow with
 	// exponential backoff between RetryWaitMin (250ms) and RetryWaitMax (2s);
 	// RetryMax 0 means the default, 2, and -1 means no retries.
@@ -76,6 +83,9 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.VerifyNodeName && cfg.ServerName != "" {
+		return nil, errors.New("health.AgentClientConfig: VerifyNodeName and ServerName exclude each other (each node's name is verified)")
+	}
 	if cfg.RootCAs == nil {
 		roots, err := watchCA(cfg.CAFile, cfg.Logger)
 		if err != nil {
@@ -103,8 +113,14 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	return &AgentClient{cfg: cfg, http: hc}, nil
 }
 
+// dialAddrKey carries, in a request's context, the address to dial when the
+// request's URL names the node (VerifyNodeName): the transport then pools
+// connections per node, and the handshake verifies the node's name.
+type dialAddrKey struct{}
+
 // dialTLSWith dials TLS verifying the peer against the pool roots returns at
-// that moment, for the name in base (or the host dialled).
+// that moment, for the name in base (or the host in addr, dialled at the
+// context's dialAddrKey when set).
 func dialTLSWith(roots func() *x509.CertPool, base *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -121,7 +137,11 @@ func dialTLSWith(roots func() *x509.CertPool, base *tls.Config) func(ctx context
 			}
 			cfg.ServerName = host
 		}
-		raw, err := d.DialContext(ctx, network, addr)
+		dial := addr
+		if at, ok := ctx.Value(dialAddrKey{}).(string); ok {
+			dial = at
+		}
+		raw, err := d.DialContext(ctx, network, dial)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +180,17 @@ func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, erro
 	if err != nil {
 		return fail("%v", err)
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/v1/snapshot", nil)
+	target := strings.TrimSuffix(base, "/") + "/v1/snapshot"
+	if c.cfg.VerifyNodeName {
+		u, err := url.Parse(target)
+		if err != nil || u.Port() == "" {
+			return fail("the agent's URL %q has no port", base)
+		}
+		ctx = context.WithValue(ctx, dialAddrKey{}, u.Host)
+		u.Host = net.JoinHostPort(node, u.Port())
+		target = u.String()
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return fail("building the request: %v", err)
 	}

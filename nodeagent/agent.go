@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/nodewise/nodewise/health"
 )
@@ -180,7 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.addr = ln.Addr()
 	close(a.ready)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	go func() { errc <- srv.ServeTLS(netutil.LimitListener(ln, a.cfg.MaxConnections), "", "") }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)

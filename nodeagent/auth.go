@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,13 @@ func (a *tokenAuth) Authenticate(r *http.Request) error {
 func authenticated(auth Authenticator, log *zap.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := auth.Authenticate(r); err != nil {
+			var limited interface{ RetryAfter() time.Duration }
+			if errors.As(err, &limited) {
+				// Refused before any check: too many unknown tokens.
+				w.Header().Set("Retry-After", strconv.Itoa(max(1, int(limited.RetryAfter().Round(time.Second)/time.Second))))
+				http.Error(w, "too many requests", http.StatusTooManyRequests)
+				return
+			}
 			log.Debug("refused a caller", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Error(err))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nodewise-agent"`)
 			http.Error(w, "unauthorized", http.StatusUnauthorized)

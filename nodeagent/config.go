@@ -56,6 +56,12 @@ type Config struct {
 	// default 60s. Together with the read bound and the write bound
 	// (30 s), no slow or idle client holds the agent's memory for long.
 	IdleTimeout time.Duration
+	// MaxConnections caps the connections served at once (default 128);
+	// past it new ones wait in the listen backlog. Any pod can reach the
+	// agent, so a flood of connections is bounded in memory and
+	// goroutines, and what the cap holds back is served as the others end
+	// (each is bounded by the timeouts above).
+	MaxConnections int
 
 	// loadProbe replaces the eBPF loader in tests.
 	loadProbe func() (probe, error)
@@ -84,6 +90,12 @@ func (c *Config) validate() error {
 	}
 	if c.ListenAddr == "" {
 		c.ListenAddr = ":9443"
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("MaxConnections %d: want 0 (the default, 128) or more", c.MaxConnections)
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 128
 	}
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"

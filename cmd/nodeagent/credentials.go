@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/nodeagent"
@@ -41,7 +42,7 @@ func (c *credFlags) register(fs *flag.FlagSet) {
 // apply fills cfg's certificate and authenticator, and returns the renewal
 // loop to run beside the agent (nil without --tls-csr). The first
 // certificate is obtained here, before the agent listens.
-func (c *credFlags) apply(ctx context.Context, cfg *nodeagent.Config, client kubernetes.Interface) (func(context.Context) error, error) {
+func (c *credFlags) apply(ctx context.Context, cfg *nodeagent.Config, rc *rest.Config, client kubernetes.Interface) (func(context.Context) error, error) {
 	if !c.csr && !c.review {
 		return nil, nil
 	}
@@ -52,7 +53,11 @@ func (c *credFlags) apply(ctx context.Context, cfg *nodeagent.Config, client kub
 		if cfg.TokenFile != "" {
 			return nil, fmt.Errorf("--token-review and --token-file exclude each other")
 		}
-		r, err := agentpki.NewReviewer(agentpki.ReviewerConfig{Kube: client, Audience: c.audience, Allowed: c.allowed, MetricsCallers: c.metricsCallers, Logger: cfg.Logger.Named("tokenreview")})
+		reviews, err := agentpki.ReviewClient(rc) // its own limits: reviews never queue behind the pod lister
+		if err != nil {
+			return nil, err
+		}
+		r, err := agentpki.NewReviewer(agentpki.ReviewerConfig{Kube: reviews, Audience: c.audience, Allowed: c.allowed, MetricsCallers: c.metricsCallers, Logger: cfg.Logger.Named("tokenreview")})
 		if err != nil {
 			return nil, fmt.Errorf("--token-review: %w", err)
 		}

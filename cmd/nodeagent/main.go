@@ -105,7 +105,7 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	renew, err := f.creds.apply(ctx, &cfg, client)
+	renew, err := f.creds.apply(ctx, &cfg, rc, client)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
+	fs.BoolVar(&agents.VerifyNodeName, "agent-verify-node-name", false, "verify that each agent's certificate names its node, as agentpki issues them (--agent-ca of the published bundle; always on with --agent-issuer)")
 	fs.DurationVar(&agents.SampleEvery, "agent-sample-every", 30*time.Second, "how often the judge samples each node in flight and its control nodes; a baseline needs three samples, so a spec.baseline under three periods needs a shorter one")
 	fs.DurationVar(&rc.waves.soak, "wave-soak", time.Minute, "with the node agents' credentials: how long each sidecar wave's pods are watched once Ready before the agents' evidence judges it")
 	fs.DurationVar(&rc.waves.baseline, "wave-baseline", 5*time.Minute, "with the node agents' credentials: how far before each sidecar wave its workloads' baseline reaches")

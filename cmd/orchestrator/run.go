@@ -65,6 +65,7 @@ func agentIssuer(rc *runConfig, kube kubernetes.Interface, cfg orchestrator.Conf
 		return nil, err
 	}
 	rc.agents.RootCAs = s.Pool
+	rc.agents.VerifyNodeName = true // it issues each node's name; an address the node writes is no identity
 	return s.Run, nil
 }
 

@@ -26,6 +26,9 @@ type AgentConfig struct {
 	TokenFile  string // the bearer token the agents accept
 	Port       int    // the agents' port on each node's InternalIP (default 9443)
 	ServerName string // name to verify in the agents' certificates (default: the IP)
+	// VerifyNodeName verifies each agent's certificate names its node
+	// (health.AgentClientConfig.VerifyNodeName): certificates from agentpki.
+	VerifyNodeName bool
 	// SampleEvery is how often the recorder samples each node in flight
 	// (default 30s, health.RecorderConfig.Every). A baseline needs three
 	// samples for its dispersion estimate, so short baselines need a short period.
@@ -78,7 +81,7 @@ func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*healt
 	}
 	urls := &agentURLs{kube: kube, port: cfg.Port, ttl: addressTTL, now: time.Now, known: map[string]knownURL{}}
 	return health.NewAgentClient(health.AgentClientConfig{
-		CAFile: cfg.CAFile, RootCAs: cfg.RootCAs, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, Logger: log.Named("agents"),
+		CAFile: cfg.CAFile, RootCAs: cfg.RootCAs, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, VerifyNodeName: cfg.VerifyNodeName, Logger: log.Named("agents"),
 		URLFor: urls.of,
 	})
 }

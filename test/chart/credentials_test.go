@@ -181,7 +181,7 @@ func TestChartAgentCredentials(t *testing.T) {
 		return p
 	}
 	agentsAs := func(tokenFile string, port int) *health.AgentClient {
-		a, err := judgegate.Agents(judgegate.AgentConfig{RootCAs: signer.Pool, TokenFile: tokenFile, Port: port}, orchKube, log)
+		a, err := judgegate.Agents(judgegate.AgentConfig{RootCAs: signer.Pool, VerifyNodeName: true, TokenFile: tokenFile, Port: port}, orchKube, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,17 +224,18 @@ func TestChartAgentCredentials(t *testing.T) {
 		}
 	}
 	deny("node-001's agent asking for node-002", agentKube[nodes[0]], nodes[1], nodeIP(t, c, nodes[1]), "common name")
-	deny("node-001's agent asking for node-002's IP", agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[1]), "is not an address of node node-001")
+	deny("node-001's agent asking for node-002's IP", agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[1]), "is not an InternalIP of node node-001")
 	deny("a token bound to no pod", clientAs(t, in, tokenFor(t, in, "nodewise-agent", nil, nil)), nodes[0], nodeIP(t, c, nodes[0]), "not bound to a pod")
 
 	// node-001's certificate served on node-002's address: the orchestrator
-	// dials node-002's InternalIP, so the name check refuses it.
+	// dials node-002's InternalIP and verifies node-002's name, as
+	// --agent-issuer does, so the name check refuses it.
 	impostorPort := freePort(t, nodeIP(t, c, nodes[1]))
 	if err := startImpostor(t, agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[0]), nodeIP(t, c, nodes[1]), impostorPort); err != nil {
 		t.Fatal(err)
 	}
 	_, err = agentsAs(projected, impostorPort).Snapshot(ctx, nodes[1])
-	if err == nil || !strings.Contains(err.Error(), "certificate is valid for "+nodeIP(t, c, nodes[0]).String()) {
+	if err == nil || !strings.Contains(err.Error(), "certificate is valid for "+nodes[0]+", not "+nodes[1]) {
 		t.Errorf("node-001's certificate on node-002's address: %v, want a certificate name mismatch", err)
 	}
 
