@@ -47,7 +47,8 @@ type Decision struct {
 	Reason  string
 	Order   []PlannedNode
 	Actions []Action
-	// NextWindow is when the next maintenance window opens, if waiting for one.
+	// NextWindow is when nodes may start next (windows, blackouts,
+	// notBefore), if waiting for that.
 	NextWindow time.Time
 }
 
@@ -206,11 +207,11 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	case p.Paused:
 		d.Phase, d.Reason = v1alpha1.PhasePaused, "paused by the user"
 		return d
-	case !InAnyWindow(p.Windows, now):
-		d.Phase, d.Reason = v1alpha1.PhaseWaitingForWindow, "outside every maintenance window"
-		if next, ok := NextWindowOpen(p.Windows, now); ok {
+	case p.Closed(now) != "":
+		d.Phase, d.Reason = v1alpha1.PhaseWaitingForWindow, p.Closed(now)
+		if next, ok := p.NextOpening(now); ok {
 			d.NextWindow = next
-			d.Reason = "outside every maintenance window; next opens " + next.UTC().Format(time.RFC3339)
+			d.Reason += "; next opens " + next.UTC().Format(time.RFC3339)
 		}
 		if inflight > 0 {
 			d.Phase = v1alpha1.PhaseProgressing
