@@ -52,6 +52,11 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 			}
 		}
 	}
+	held, unreadable, err := e.otherMaintenance()
+	if err != nil {
+		return s, err
+	}
+	s.UnreadableLocks = unreadable
 	statusState := map[string]v1alpha1.NodeState{}
 	for _, ns := range nr.Status.Nodes {
 		statusState[ns.Name] = ns.State
@@ -60,6 +65,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 		nv := NodeView{
 			Name: n.Name, Zone: n.Labels[LabelZone], Labels: n.Labels,
 			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
+			HeldBy: held[n.Name],
 		}
 		rec := n.Annotations
 		if w := e.newestNode(n.Name); w != nil {

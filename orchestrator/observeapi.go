@@ -27,6 +27,21 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	for i := range nl.Items {
 		_ = nodes.Add(&nl.Items[i])
 	}
+	// Other tools' locks (locks.go): DaemonSets anywhere, SUC job pods.
+	dl, err := kube.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+	}
+	for i := range dl.Items {
+		_ = dss.Add(&dl.Items[i])
+	}
+	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sucPodSelector().String()})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+	}
+	for i := range sl.Items {
+		_ = pods.Add(&sl.Items[i])
+	}
 	seen := map[string]bool{}
 	for _, t := range p.Targets {
 		if seen[t.Namespace] {
@@ -39,13 +54,6 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		}
 		for i := range pl.Items {
 			_ = pods.Add(&pl.Items[i])
-		}
-		dl, err := kube.AppsV1().DaemonSets(t.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return Snapshot{}, fmt.Errorf("listing DaemonSets in %s: %w", t.Namespace, err)
-		}
-		for i := range dl.Items {
-			_ = dss.Add(&dl.Items[i])
 		}
 		rl, err := kube.AppsV1().ControllerRevisions(t.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -220,9 +220,18 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		return d
 	}
 
-	// Within the current window, nodes start in plan order as slots free.
-	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight - failed
+	if len(s.UnreadableLocks) > 0 {
+		d.Phase, d.Reason = v1alpha1.PhaseProgressing, "no node starts: "+strings.Join(s.UnreadableLocks, "; ")
+		return d
+	}
+
+	// Within the current window, nodes start in plan order as slots free,
+	// with the nodes other maintenance holds counted (locks.go).
+	others := othersUnavailable(selected, p)
+	slots := p.MaxParallel - inflight - failed
+	budget := p.MaxUnavailable - others - inflight - failed
 	wave := 0
+	var held []string
 	for _, pn := range order {
 		if pn.Window != current {
 			continue
@@ -231,15 +240,31 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		if wave == 0 && !Terminal(n.State) {
 			wave = pn.Wave // the lowest wave with unfinished work, for the reason
 		}
-		if budget <= 0 {
-			continue
-		}
 		if (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried) {
+			if n.HeldBy != "" {
+				held = append(held, n.Name+" "+n.HeldBy)
+				continue
+			}
+			// A node someone else has cordoned is unavailable already:
+			// swapping it takes a slot but no more of the budget.
+			out := p.CountOthers && heldByOthers(n)
+			if slots <= 0 || (budget <= 0 && !out) {
+				continue
+			}
 			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
-			budget--
+			slots--
+			if !out {
+				budget--
+			}
 		}
 	}
 	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", wave)
+	if others > 0 && budget <= 0 {
+		d.Reason += fmt.Sprintf("; %d node(s) unavailable through other maintenance count against maxUnavailable %d", others, p.MaxUnavailable)
+	}
+	if len(held) > 0 {
+		d.Reason += "; waiting: " + strings.Join(held, ", ")
+	}
 	return d
 }
 

@@ -61,6 +61,9 @@ type Policy struct {
 	// Blackouts and NotBefore hold every start, whatever the windows say.
 	Blackouts []Blackout
 	NotBefore time.Time
+	// CountOthers: nodes unavailable through other maintenance count
+	// against MaxUnavailable (spec.coordination.countOthers, default true).
+	CountOthers bool
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
@@ -171,6 +174,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		}
 		p.Blackouts = append(p.Blackouts, bo)
 	}
+	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
 	if spec.NotBefore != nil {
 		p.NotBefore = spec.NotBefore.Time
 	}

@@ -16,6 +16,9 @@ type Snapshot struct {
 	Status v1alpha1.NodeRolloutStatus
 	// ResumeRequested is true when `nodewise resume` asked to clear a halt.
 	ResumeRequested bool
+	// UnreadableLocks are other tools' locks nodewise found but could not
+	// read (locks.go): no node starts while there is one (fail closed).
+	UnreadableLocks []string
 }
 
 // TargetView is one target DaemonSet as the planner needs it.
@@ -60,6 +63,9 @@ type NodeView struct {
 	// its swap). Being on the newest revisions does not make it Done: it is
 	// started again, and passes only through its gate.
 	Retried bool
+	// HeldBy says why another maintenance tool holds the node (Kured's lock,
+	// an SUC plan's job; locks.go), "" when none does. A held node never starts.
+	HeldBy string
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.
 	Pods map[string]PodView
 }

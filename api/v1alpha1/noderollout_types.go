@@ -147,6 +147,20 @@ type Blackout struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// CoordinationSpec: a node held by Kured's lock (the lock annotation on its
+// DaemonSet) or worked on by a system-upgrade-controller plan (a running job
+// pod labelled with the plan, on that node) is never started while held. See
+// docs/maintenance.md.
+type CoordinationSpec struct {
+	// CountOthers: the rollout's nodes that are unavailable for another
+	// reason (cordoned by someone else, held by Kured or an SUC plan) count
+	// against maxUnavailable, so two maintenance tools never take the fleet
+	// below the budget together (default true).
+	// +kubebuilder:default=true
+	// +optional
+	CountOthers *bool `json:"countOthers,omitempty"`
+}
+
 // NodeRolloutSpec is what to roll and how.
 type NodeRolloutSpec struct {
 	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
@@ -203,6 +217,10 @@ type NodeRolloutSpec struct {
 	// applied in advance.
 	// +optional
 	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// Coordination is how the rollout shares the fleet with the cluster's
+	// other node maintenance (Kured, system-upgrade-controller, cordons).
+	// +optional
+	Coordination CoordinationSpec `json:"coordination,omitempty"`
 	// Paused stops new nodes from starting; nodes in flight finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`

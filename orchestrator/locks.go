@@ -1,0 +1,131 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// Keys other maintenance tools own, read (never written) to honour their
+// locks. docs/maintenance.md says how each is read.
+const (
+	// AnnotationKuredLock is Kured's lock, on its own DaemonSet: JSON naming
+	// the node being rebooted ({"nodeID": …}), or several ({"locks": [{"nodeID": …}]}).
+	AnnotationKuredLock = "weave.works/kured-node-lock"
+	// LabelSUCPlan marks the job pods of a system-upgrade-controller plan;
+	// LabelSUCNode names the node the job upgrades.
+	LabelSUCPlan = "upgrade.cattle.io/plan"
+	LabelSUCNode = "upgrade.cattle.io/node"
+)
+
+type kuredLock struct {
+	NodeID string      `json:"nodeID"`
+	Locks  []kuredLock `json:"locks"`
+}
+
+// kuredHolders maps each node a Kured lock holds to why, from every
+// DaemonSet carrying the lock annotation (any namespace and name, so Kured's
+// --ds-name and --ds-namespace need no setting here). A lock nodewise cannot
+// read holds nothing but is reported, so a Kured version with another format
+// shows up in status instead of being ignored in silence.
+func kuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
+	held := map[string]string{}
+	var unreadable []string
+	for _, ds := range dss {
+		v, ok := ds.Annotations[AnnotationKuredLock]
+		if !ok || v == "" {
+			continue
+		}
+		var l kuredLock
+		if err := json.Unmarshal([]byte(v), &l); err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("Kured lock on DaemonSet %s/%s is not JSON: %v", ds.Namespace, ds.Name, err))
+			continue
+		}
+		for _, h := range append([]kuredLock{l}, l.Locks...) {
+			if h.NodeID != "" {
+				held[h.NodeID] = fmt.Sprintf("held by Kured's lock (%s on DaemonSet %s/%s)", AnnotationKuredLock, ds.Namespace, ds.Name)
+			}
+		}
+	}
+	return held, unreadable
+}
+
+// sucHolders maps each node a system-upgrade-controller job is upgrading
+// (a job pod labelled with its plan, not finished) to why.
+func sucHolders(pods []*corev1.Pod) map[string]string {
+	held := map[string]string{}
+	for _, p := range pods {
+		plan, ok := p.Labels[LabelSUCPlan]
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		node := p.Labels[LabelSUCNode]
+		if node == "" {
+			node = p.Spec.NodeName
+		}
+		if node != "" {
+			held[node] = fmt.Sprintf("being upgraded by system-upgrade-controller plan %s (pod %s/%s)", plan, p.Namespace, p.Name)
+		}
+	}
+	return held
+}
+
+// sucPodSelector selects the job pods of any SUC plan.
+func sucPodSelector() labels.Selector {
+	r, _ := labels.NewRequirement(LabelSUCPlan, selection.Exists, nil)
+	return labels.NewSelector().Add(*r)
+}
+
+// otherMaintenance is, per node, why another tool holds it (Kured's lock,
+// an SUC plan's job), from the caches.
+func (e *executor) otherMaintenance() (map[string]string, []string, error) {
+	dss, err := e.dss.List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+	}
+	held, unreadable := kuredHolders(dss)
+	pods, err := e.pods.List(sucPodSelector())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+	}
+	for n, why := range sucHolders(pods) {
+		if _, ok := held[n]; !ok {
+			held[n] = why
+		}
+	}
+	return held, unreadable, nil
+}
+
+// heldByOthers is a node unavailable through someone else: held by another
+// tool's lock, or cordoned while nodewise does not have it in flight and has
+// not finished it (a failed node is counted as nodewise's own; a node the
+// rollout finished that stays cordoned is a cordon nodewise recorded as the
+// operator's, prior-unschedulable or keep-cordoned, which would otherwise
+// stall the rollout for good at maxUnavailable 1).
+func heldByOthers(n NodeView) bool {
+	if InFlight(n.State) || n.State == v1alpha1.NodeFailed {
+		return false
+	}
+	return n.HeldBy != "" || (n.Unschedulable && !Terminal(n.State))
+}
+
+// othersUnavailable counts the rollout's nodes other maintenance makes
+// unavailable, when the policy counts them (0 otherwise).
+func othersUnavailable(nodes []NodeView, p Policy) int {
+	if !p.CountOthers {
+		return 0
+	}
+	n := 0
+	for _, v := range nodes {
+		if heldByOthers(v) {
+			n++
+		}
+	}
+	return n
+}
