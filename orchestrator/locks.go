@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -103,16 +104,15 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 }
 
 // heldByOthers is a node unavailable through someone else: held by another
-// tool's lock, or cordoned while nodewise does not have it in flight and has
-// not finished it (a failed node is counted as nodewise's own; a node the
-// rollout finished that stays cordoned is a cordon nodewise recorded as the
-// operator's, prior-unschedulable or keep-cordoned, which would otherwise
-// stall the rollout for good at maxUnavailable 1).
+// tool's lock, or cordoned while nodewise does not have it in flight (a
+// failed node is counted as nodewise's own). A node the rollout finished
+// that stays cordoned (prior-unschedulable, keep-cordoned) counts too: it is
+// out of the fleet, whoever keeps it out.
 func heldByOthers(n NodeView) bool {
 	if InFlight(n.State) || n.State == v1alpha1.NodeFailed {
 		return false
 	}
-	return n.HeldBy != "" || (n.Unschedulable && !Terminal(n.State))
+	return n.HeldBy != "" || n.Unschedulable
 }
 
 // othersUnavailable counts the rollout's nodes other maintenance makes
@@ -128,4 +128,21 @@ func othersUnavailable(nodes []NodeView, p Policy) int {
 		}
 	}
 	return n
+}
+
+// heldPrefix starts the status reason of a node another tool holds, so the
+// reason is cleared (and only it) once the tool lets go.
+const heldPrefix = "waiting: "
+
+// heldReason is a node's status reason given why another tool holds it now
+// ("" when none does): only a Pending node shows it.
+func heldReason(ns v1alpha1.NodeStatus, why string) string {
+	pending := ns.State == "" || ns.State == v1alpha1.NodePending
+	switch {
+	case pending && why != "":
+		return heldPrefix + why
+	case strings.HasPrefix(ns.Reason, heldPrefix):
+		return ""
+	}
+	return ns.Reason
 }

@@ -47,6 +47,9 @@ type Decision struct {
 	Reason  string
 	Order   []PlannedNode
 	Actions []Action
+	// Held maps each node another maintenance tool holds to why (locks.go),
+	// shown as its status reason while it waits.
+	Held map[string]string
 	// NextWindow is when nodes may start next (windows, blackouts,
 	// notBefore), if waiting for that.
 	NextWindow time.Time
@@ -243,6 +246,10 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		if (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried) {
 			if n.HeldBy != "" {
 				held = append(held, n.Name+" "+n.HeldBy)
+				if d.Held == nil {
+					d.Held = map[string]string{}
+				}
+				d.Held[n.Name] = n.HeldBy
 				continue
 			}
 			// A node someone else has cordoned is unavailable already:

@@ -195,6 +195,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 			}
 			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
+			ns.Reason = heldReason(*ns, d.Held[pn.Name])
 		}
 		if d.Phase != v1alpha1.PhasePending {
 			s.Nodes = pruneUnplanned(s.Nodes, d.Order)
