@@ -146,3 +146,21 @@ func heldReason(ns v1alpha1.NodeStatus, why string) string {
 	}
 	return ns.Reason
 }
+
+// notReadyWaits: a node NotReady before its turn is not started (its agent
+// and kubelet cannot take a swap, and it would hold a slot); it goes when
+// it is Ready again.
+func notReadyWaits(n NodeView) bool {
+	return !n.Ready && (n.State == "" || n.State == v1alpha1.NodePending)
+}
+
+// waitReason is why a node due to start waits ("" when it may start).
+func waitReason(n NodeView) string {
+	switch {
+	case n.HeldBy != "":
+		return n.HeldBy
+	case notReadyWaits(n):
+		return "NotReady: swapped when it is Ready again"
+	}
+	return ""
+}

@@ -80,3 +80,31 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 		t.Fatalf("an unreadable lock: starts %v, reason %q; want none, fail closed", starts(bad), bad.Reason)
 	}
 }
+
+// A node NotReady before its turn holds neither a slot nor its window: the
+// nodes after it start, it says why, and it starts once Ready again.
+func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	ns := fleet(1, 4)
+	ns[0].Ready = false // zone-a-00, the first wave on its own
+	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
+	d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now)
+	if got := strings.Join(starts(d), " "); got != "zone-a-01 zone-a-02" {
+		t.Fatalf("started %q, want the two nodes after the NotReady one (%s)", got, d.Reason)
+	}
+	if !strings.HasPrefix(d.Held["zone-a-00"], "NotReady") {
+		t.Fatalf("held %v: the NotReady node does not say why it waits", d.Held)
+	}
+	for _, n := range []string{"zone-a-01", "zone-a-02", "zone-a-03"} {
+		upgrade(ns, n)
+		setState(ns, n, v1alpha1.NodeDone)
+	}
+	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); d.Phase == v1alpha1.PhaseCompleted || len(starts(d)) != 0 {
+		t.Fatalf("with only the NotReady node left: phase %s, starts %v", d.Phase, starts(d))
+	}
+	ns[0].Ready = true
+	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); strings.Join(starts(d), " ") != "zone-a-00" {
+		t.Fatalf("back Ready: starts %v, want zone-a-00 (%s)", starts(d), d.Reason)
+	}
+}

@@ -191,9 +191,14 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 			done++
 			continue
 		}
-		if current == 0 {
+		// A NotReady node not yet started holds no window: the ones after
+		// it go on, and it goes when it is back (notReadyWaits).
+		if current == 0 && !notReadyWaits(n) {
 			current = pn.Window
 		}
+	}
+	if current == 0 {
+		current = -1 // only NotReady nodes left: none starts
 	}
 	if done == len(order) {
 		if forgets > 0 {
@@ -236,22 +241,25 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	wave := 0
 	var held []string
 	for _, pn := range order {
+		n := byName[pn.Name]
+		due := (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried)
+		// A node that waits (another tool holds it, NotReady) says so in
+		// status whatever its window.
+		if why := waitReason(n); due && why != "" {
+			held = append(held, n.Name+" "+why)
+			if d.Held == nil {
+				d.Held = map[string]string{}
+			}
+			d.Held[n.Name] = why
+			continue
+		}
 		if pn.Window != current {
 			continue
 		}
-		n := byName[pn.Name]
 		if wave == 0 && !Terminal(n.State) {
 			wave = pn.Wave // the lowest wave with unfinished work, for the reason
 		}
-		if (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried) {
-			if n.HeldBy != "" {
-				held = append(held, n.Name+" "+n.HeldBy)
-				if d.Held == nil {
-					d.Held = map[string]string{}
-				}
-				d.Held[n.Name] = n.HeldBy
-				continue
-			}
+		if due {
 			// A node someone else has cordoned is unavailable already:
 			// swapping it takes a slot but no more of the budget.
 			out := p.CountOthers && heldByOthers(n)

@@ -45,7 +45,7 @@ func ParseWindow(w v1alpha1.MaintenanceWindow) (Window, error) {
 		return Window{}, fmt.Errorf("end: %w", err)
 	}
 	if end == start {
-		return Window{}, fmt.Errorf("end %s is the same as start %s (an end before the start crosses midnight; 00:00–24:00 is a whole day)", w.End, w.Start)
+		return Window{}, fmt.Errorf("end %s must differ from its start %s (an end before the start crosses midnight; 00:00–24:00 is a whole day)", w.End, w.Start)
 	}
 	loc, err := loadZone(w.TimeZone)
 	if err != nil {
