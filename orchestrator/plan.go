@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ const (
 	// ActRetry resets a node to Pending: a failed one after `nodewise resume`
 	// cleared a halt, a done one whose revision is no longer the newest.
 	ActRetry ActionKind = "Retry"
+	// ActPrepull creates the node's pre-pull pod (prepull.go);
+	// ActPrepullDone deletes it once the node has started or finished.
+	ActPrepull     ActionKind = "Prepull"
+	ActPrepullDone ActionKind = "PrepullDone"
 	// ActForget ends the status entry of a node deleted while in flight
 	// (Skipped, with the reason): there is no Node left to record on.
 	ActForget ActionKind = "Forget"
@@ -93,6 +98,12 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	order, missing := Order(selected, p.Canaries, p.MaxParallel)
 	d := Decision{Order: order}
 
+	// A pre-pull pod has done its work once its node is under way.
+	for _, n := range s.Nodes {
+		if n.Prepull.Exists && n.State != "" && n.State != v1alpha1.NodePending {
+			d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: n.Name})
+		}
+	}
 	// Nodes in flight always finish, whatever else is true: a node
 	// relabelled out of the selector too (its worker makes it safe), and it
 	// counts against maxUnavailable until it is.
@@ -265,6 +276,27 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 			out := p.CountOthers && heldByOthers(n)
 			if slots <= 0 || (budget <= 0 && !out) {
 				continue
+			}
+			// With prepull, a node starts only once its new images are on
+			// it; a pull that failed halts before any cordon.
+			if p.Prepull && !n.Prepull.Pulled {
+				if n.Prepull.Failed != "" {
+					d.Phase, d.Reason = v1alpha1.PhaseHalted, n.Prepull.Failed
+					d.Actions = slices.DeleteFunc(d.Actions, func(a Action) bool { return a.Kind == ActStart })
+					return d
+				}
+				if !n.Prepull.Exists {
+					d.Actions = append(d.Actions, Action{Kind: ActPrepull, Node: n.Name})
+				}
+				slots-- // the slot is the node's while its images come
+				if !out {
+					budget--
+				}
+				continue
+			}
+			if n.Prepull.Exists {
+				// Gone before the node starts: a drain would not evict a bare pod.
+				d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: n.Name})
 			}
 			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
 			slots--

@@ -64,6 +64,8 @@ type Policy struct {
 	// CountOthers: nodes unavailable through other maintenance count
 	// against MaxUnavailable (spec.coordination.countOthers, default true).
 	CountOthers bool
+	// Prepull: pull each node's new images before its start (spec.prepull).
+	Prepull bool
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
@@ -175,6 +177,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		p.Blackouts = append(p.Blackouts, bo)
 	}
 	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
+	p.Prepull = spec.Prepull
 	if spec.NotBefore != nil {
 		p.NotBefore = spec.NotBefore.Time
 	}

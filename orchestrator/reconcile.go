@@ -96,6 +96,8 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	switch a.Kind {
 	case ActResume:
 		e.startWorker(ctx, nr, p, a.Node)
+	case ActPrepull, ActPrepullDone:
+		return e.prepull(ctx, nr, p, a)
 	case ActStart, ActRollback:
 		if e.running(nr.Name, a.Node) {
 			return nil

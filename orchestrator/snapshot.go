@@ -30,6 +30,9 @@ type TargetView struct {
 	// NewestHash is the controller-revision-hash of the newest ControllerRevision
 	// owned by the DaemonSet (matched by owner UID).
 	NewestHash string
+	// Images are the images of the DaemonSet's pod template (its
+	// containers), the ones a pre-pull pulls.
+	Images []string
 	// Settled is true once the DaemonSet controller has observed the current
 	// template (status.observedGeneration ≥ generation), so its ControllerRevision
 	// exists and NewestHash is really the newest.
@@ -66,6 +69,8 @@ type NodeView struct {
 	// HeldBy says why another maintenance tool holds the node (Kured's lock,
 	// an SUC plan's job; locks.go), "" when none does. A held node never starts.
 	HeldBy string
+	// Prepull is the node's pre-pull pod, if there is one (prepull.go).
+	Prepull PrepullView
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.
 	Pods map[string]PodView
 }

@@ -221,6 +221,11 @@ type NodeRolloutSpec struct {
 	// other node maintenance (Kured, system-upgrade-controller, cordons).
 	// +optional
 	Coordination CoordinationSpec `json:"coordination,omitempty"`
+	// Prepull pulls each node's new target images in a short-lived pod on
+	// the node before its turn; a pull that fails halts the rollout before
+	// the cordon, naming the image and the node (default false).
+	// +optional
+	Prepull bool `json:"prepull,omitempty"`
 	// Paused stops new nodes from starting; nodes in flight finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
