@@ -49,6 +49,10 @@ const (
 	// the pod once the DaemonSet has adopted it: a bridge is one while its
 	// controller is a Pod (its anchor).
 	LabelSurgeBridge = "nodewise.io/surge-bridge"
+	// LabelPrepull on a Pod marks a pre-pull pod nodewise created for the
+	// NodeRollout it names (orchestrator/prepull.go); it is deleted once its
+	// node has started.
+	LabelPrepull = "nodewise.io/prepull"
 	// FinalizerReleaseNodes on a NodeRollout that has started a node: its
 	// deletion makes every in-flight node safe (as an abort does) before the
 	// object goes (orchestrator/finalizer.go).

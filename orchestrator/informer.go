@@ -64,10 +64,13 @@ func trimCached(obj any) (any, error) {
 
 // daemonLike: a pod a swap may act on or wait for: one with the
 // controller-revision-hash label (a DaemonSet's, nodewise's bridges, a
-// bridge handed over) or controlled by a DaemonSet.
+// bridge handed over) or controlled by a DaemonSet; or a pre-pull pod.
 func daemonLike(p *corev1.Pod) bool {
 	if _, ok := p.Labels[LabelControllerRevisionHash]; ok {
 		return true
+	}
+	if _, ok := p.Labels[LabelPrepull]; ok {
+		return true // its container states are the pull's outcome (prepull.go)
 	}
 	return controllerKind(p) == "DaemonSet"
 }

@@ -52,6 +52,15 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 			}
 		}
 	}
+	held, unreadable, err := e.otherMaintenance()
+	if err != nil {
+		return s, err
+	}
+	s.UnreadableLocks = unreadable
+	prepulls, err := e.prepullPods(nr.Name, p.Targets)
+	if err != nil {
+		return s, err
+	}
 	statusState := map[string]v1alpha1.NodeState{}
 	for _, ns := range nr.Status.Nodes {
 		statusState[ns.Name] = ns.State
@@ -60,6 +69,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 		nv := NodeView{
 			Name: n.Name, Zone: n.Labels[LabelZone], Labels: n.Labels,
 			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
+			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
 		}
 		rec := n.Annotations
 		if w := e.newestNode(n.Name); w != nil {
@@ -85,6 +95,9 @@ func (e *executor) target(ref v1alpha1.TargetRef) (TargetView, error) {
 	}
 	tv.Found, tv.UID, tv.Strategy = true, ds.UID, ds.Spec.UpdateStrategy.Type
 	tv.Settled = ds.Status.ObservedGeneration >= ds.Generation
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		tv.Images = append(tv.Images, c.Image)
+	}
 	revs, err := e.revs.ControllerRevisions(ref.Namespace).List(labels.Everything())
 	if err != nil {
 		return tv, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -27,6 +28,29 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	for i := range nl.Items {
 		_ = nodes.Add(&nl.Items[i])
 	}
+	// Other tools' locks (locks.go): DaemonSets anywhere, SUC job pods. A
+	// user the cluster lets read only the targets' namespaces gets a plan
+	// without them (the orchestrator reads them cluster-wide).
+	dl, err := kube.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsForbidden(err):
+	case err != nil:
+		return Snapshot{}, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+	default:
+		for i := range dl.Items {
+			_ = dss.Add(&dl.Items[i])
+		}
+	}
+	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sucPodSelector().String()})
+	switch {
+	case apierrors.IsForbidden(err):
+	case err != nil:
+		return Snapshot{}, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+	default:
+		for i := range sl.Items {
+			_ = pods.Add(&sl.Items[i])
+		}
+	}
 	seen := map[string]bool{}
 	for _, t := range p.Targets {
 		if seen[t.Namespace] {
@@ -39,13 +63,6 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		}
 		for i := range pl.Items {
 			_ = pods.Add(&pl.Items[i])
-		}
-		dl, err := kube.AppsV1().DaemonSets(t.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return Snapshot{}, fmt.Errorf("listing DaemonSets in %s: %w", t.Namespace, err)
-		}
-		for i := range dl.Items {
-			_ = dss.Add(&dl.Items[i])
 		}
 		rl, err := kube.AppsV1().ControllerRevisions(t.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ const (
 	// ActRetry resets a node to Pending: a failed one after `nodewise resume`
 	// cleared a halt, a done one whose revision is no longer the newest.
 	ActRetry ActionKind = "Retry"
+	// ActPrepull creates the node's pre-pull pod (prepull.go);
+	// ActPrepullDone deletes it once the node has started or finished.
+	ActPrepull     ActionKind = "Prepull"
+	ActPrepullDone ActionKind = "PrepullDone"
 	// ActForget ends the status entry of a node deleted while in flight
 	// (Skipped, with the reason): there is no Node left to record on.
 	ActForget ActionKind = "Forget"
@@ -47,7 +52,11 @@ type Decision struct {
 	Reason  string
 	Order   []PlannedNode
 	Actions []Action
-	// NextWindow is when the next maintenance window opens, if waiting for one.
+	// Held maps each node another maintenance tool holds to why (locks.go),
+	// shown as its status reason while it waits.
+	Held map[string]string
+	// NextWindow is when nodes may start next (windows, blackouts,
+	// notBefore), if waiting for that.
 	NextWindow time.Time
 }
 
@@ -89,6 +98,12 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	order, missing := Order(selected, p.Canaries, p.MaxParallel)
 	d := Decision{Order: order}
 
+	// A pre-pull pod has done its work once its node is under way.
+	for _, n := range s.Nodes {
+		if n.Prepull.Exists && n.State != "" && n.State != v1alpha1.NodePending {
+			d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: n.Name})
+		}
+	}
 	// Nodes in flight always finish, whatever else is true: a node
 	// relabelled out of the selector too (its worker makes it safe), and it
 	// counts against maxUnavailable until it is.
@@ -187,9 +202,14 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 			done++
 			continue
 		}
-		if current == 0 {
+		// A NotReady node not yet started holds no window: the ones after
+		// it go on, and it goes when it is back (notReadyWaits).
+		if current == 0 && !notReadyWaits(n) {
 			current = pn.Window
 		}
+	}
+	if current == 0 {
+		current = -1 // only NotReady nodes left: none starts
 	}
 	if done == len(order) {
 		if forgets > 0 {
@@ -206,11 +226,11 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	case p.Paused:
 		d.Phase, d.Reason = v1alpha1.PhasePaused, "paused by the user"
 		return d
-	case !InAnyWindow(p.Windows, now):
-		d.Phase, d.Reason = v1alpha1.PhaseWaitingForWindow, "outside every maintenance window"
-		if next, ok := NextWindowOpen(p.Windows, now); ok {
+	case p.Closed(now) != "":
+		d.Phase, d.Reason = v1alpha1.PhaseWaitingForWindow, p.Closed(now)
+		if next, ok := p.NextOpening(now); ok {
 			d.NextWindow = next
-			d.Reason = "outside every maintenance window; next opens " + next.UTC().Format(time.RFC3339)
+			d.Reason += "; next opens " + next.UTC().Format(time.RFC3339)
 		}
 		if inflight > 0 {
 			d.Phase = v1alpha1.PhaseProgressing
@@ -219,26 +239,79 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		return d
 	}
 
-	// Within the current window, nodes start in plan order as slots free.
-	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight - failed
+	if len(s.UnreadableLocks) > 0 {
+		d.Phase, d.Reason = v1alpha1.PhaseProgressing, "no node starts: "+strings.Join(s.UnreadableLocks, "; ")
+		return d
+	}
+
+	// Within the current window, nodes start in plan order as slots free,
+	// with the nodes other maintenance holds counted (locks.go).
+	others := othersUnavailable(selected, p)
+	slots := p.MaxParallel - inflight - failed
+	budget := p.MaxUnavailable - others - inflight - failed
 	wave := 0
+	var held []string
 	for _, pn := range order {
+		n := byName[pn.Name]
+		due := (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried)
+		// A node that waits (another tool holds it, NotReady) says so in
+		// status whatever its window.
+		if why := waitReason(n); due && why != "" {
+			held = append(held, n.Name+" "+why)
+			if d.Held == nil {
+				d.Held = map[string]string{}
+			}
+			d.Held[n.Name] = why
+			continue
+		}
 		if pn.Window != current {
 			continue
 		}
-		n := byName[pn.Name]
 		if wave == 0 && !Terminal(n.State) {
 			wave = pn.Wave // the lowest wave with unfinished work, for the reason
 		}
-		if budget <= 0 {
-			continue
-		}
-		if (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried) {
+		if due {
+			// A node someone else has cordoned is unavailable already:
+			// swapping it takes a slot but no more of the budget.
+			out := p.CountOthers && heldByOthers(n)
+			if slots <= 0 || (budget <= 0 && !out) {
+				continue
+			}
+			// With prepull, a node starts only once its new images are on
+			// it; a pull that failed halts before any cordon.
+			if p.Prepull && !n.Prepull.Pulled {
+				if n.Prepull.Failed != "" {
+					d.Phase, d.Reason = v1alpha1.PhaseHalted, n.Prepull.Failed
+					d.Actions = slices.DeleteFunc(d.Actions, func(a Action) bool { return a.Kind == ActStart })
+					return d
+				}
+				if !n.Prepull.Exists {
+					d.Actions = append(d.Actions, Action{Kind: ActPrepull, Node: n.Name})
+				}
+				slots-- // the slot is the node's while its images come
+				if !out {
+					budget--
+				}
+				continue
+			}
+			if n.Prepull.Exists {
+				// Gone before the node starts: a drain would not evict a bare pod.
+				d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: n.Name})
+			}
 			d.Actions = append(d.Actions, Action{Kind: ActStart, Node: n.Name})
-			budget--
+			slots--
+			if !out {
+				budget--
+			}
 		}
 	}
 	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", wave)
+	if others > 0 && budget <= 0 {
+		d.Reason += fmt.Sprintf("; %d node(s) unavailable through other maintenance count against maxUnavailable %d", others, p.MaxUnavailable)
+	}
+	if len(held) > 0 {
+		d.Reason += "; waiting: " + strings.Join(held, ", ")
+	}
 	return d
 }
 

@@ -57,6 +57,15 @@ type Policy struct {
 	// means it) or SwapReplace. It is the orchestrator's (Config.ZtunnelSwap),
 	// not the NodeRollout's.
 	ZtunnelSwap SwapKind
+
+	// Blackouts and NotBefore hold every start, whatever the windows say.
+	Blackouts []Blackout
+	NotBefore time.Time
+	// CountOthers: nodes unavailable through other maintenance count
+	// against MaxUnavailable (spec.coordination.countOthers, default true).
+	CountOthers bool
+	// Prepull: pull each node's new images before its start (spec.prepull).
+	Prepull bool
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
@@ -158,6 +167,19 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 			continue
 		}
 		p.Windows = append(p.Windows, win)
+	}
+	for i, b := range spec.Blackouts {
+		bo, err := ParseBlackout(b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spec.blackouts[%d]: %w", i, err))
+			continue
+		}
+		p.Blackouts = append(p.Blackouts, bo)
+	}
+	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
+	p.Prepull = spec.Prepull
+	if spec.NotBefore != nil {
+		p.NotBefore = spec.NotBefore.Time
 	}
 	return p, errors.Join(errs...)
 }

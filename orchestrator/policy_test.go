@@ -16,7 +16,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		want string
 	}{
 		{"negative maxParallel", v1alpha1.NodeRolloutSpec{MaxParallel: -1}, "spec.maxParallel"},
-		{"window end before start", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "09:00"}}}, "not after start"},
+		{"window end equal to start", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "10:00"}}}, "must differ from its start"},
 		{"unknown time zone", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "10:00", End: "11:00", TimeZone: "Mars/Olympus"}}}, "unknown time zone"},
 		{"bad clock", v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{{Start: "25:00", End: "26:00"}}}, "not HH:MM"},
 		{"drain policy", v1alpha1.NodeRolloutSpec{Drain: v1alpha1.DrainSpec{Policy: "sometimes"}}, "spec.drain.policy"},

@@ -96,6 +96,8 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	switch a.Kind {
 	case ActResume:
 		e.startWorker(ctx, nr, p, a.Node)
+	case ActPrepull, ActPrepullDone:
+		return e.prepull(ctx, nr, p, a)
 	case ActStart, ActRollback:
 		if e.running(nr.Name, a.Node) {
 			return nil
@@ -195,6 +197,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 			}
 			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
+			ns.Reason = heldReason(*ns, d.Held[pn.Name])
 		}
 		if d.Phase != v1alpha1.PhasePending {
 			s.Nodes = pruneUnplanned(s.Nodes, d.Order)

@@ -16,6 +16,9 @@ type Snapshot struct {
 	Status v1alpha1.NodeRolloutStatus
 	// ResumeRequested is true when `nodewise resume` asked to clear a halt.
 	ResumeRequested bool
+	// UnreadableLocks are other tools' locks nodewise found but could not
+	// read (locks.go): no node starts while there is one (fail closed).
+	UnreadableLocks []string
 }
 
 // TargetView is one target DaemonSet as the planner needs it.
@@ -27,6 +30,9 @@ type TargetView struct {
 	// NewestHash is the controller-revision-hash of the newest ControllerRevision
 	// owned by the DaemonSet (matched by owner UID).
 	NewestHash string
+	// Images are the images of the DaemonSet's pod template (its
+	// containers), the ones a pre-pull pulls.
+	Images []string
 	// Settled is true once the DaemonSet controller has observed the current
 	// template (status.observedGeneration ≥ generation), so its ControllerRevision
 	// exists and NewestHash is really the newest.
@@ -60,6 +66,11 @@ type NodeView struct {
 	// its swap). Being on the newest revisions does not make it Done: it is
 	// started again, and passes only through its gate.
 	Retried bool
+	// HeldBy says why another maintenance tool holds the node (Kured's lock,
+	// an SUC plan's job; locks.go), "" when none does. A held node never starts.
+	HeldBy string
+	// Prepull is the node's pre-pull pod, if there is one (prepull.go).
+	Prepull PrepullView
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.
 	Pods map[string]PodView
 }

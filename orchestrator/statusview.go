@@ -85,16 +85,7 @@ func RenderPlan(w io.Writer, d Decision, p Policy, now time.Time, est time.Durat
 	if p.Drain == v1alpha1.DrainAuto {
 		fmt.Fprintln(w, "Drain auto is decided per node at run time: drain when the node's agent may see a connection older than ztunnel's drain deadline (or cannot tell), else swap in place")
 	}
-	if len(p.Windows) == 0 {
-		fmt.Fprintln(w, "Maintenance windows: none (nodes may start at any time)")
-	} else {
-		open := InAnyWindow(p.Windows, now)
-		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v", len(p.Windows), open)
-		if next, ok := NextWindowOpen(p.Windows, now); ok && !open {
-			fmt.Fprintf(w, ", next opens %s", next.UTC().Format(time.RFC3339))
-		}
-		fmt.Fprintln(w)
-	}
+	renderSchedule(w, p, d.Order, now, est)
 	fmt.Fprintf(w, "Phase now: %s (%s)\n", d.Phase, d.Reason)
 	waves := 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -88,10 +88,16 @@ type DrainSpec struct {
 type Weekday string
 
 // MaintenanceWindow is a daily span, on the listed days, in a time zone. No node
-// starts outside every window; a node already in flight finishes.
-// +kubebuilder:validation:XValidation:rule="self.end > self.start",message="window end must be after its start (same day, HH:MM)"
+// starts outside every window; a node already in flight finishes. An end
+// before the start crosses midnight (22:00–04:00 closes at 04:00 the next
+// morning). Times are wall-clock times in TimeZone: on a spring-forward day a
+// start or end inside the skipped hour is the moment the clock jumps, and on
+// the autumn day a window closes the first time its end is reached (a night
+// window holding the repeated hour is an hour longer). See docs/maintenance.md.
+// +kubebuilder:validation:XValidation:rule="self.end != self.start",message="window end must differ from its start (an end before the start crosses midnight; 00:00–24:00 is a whole day)"
 type MaintenanceWindow struct {
-	// Days the window opens on; empty means every day.
+	// Days the window opens on (the day of its start, for a window that
+	// crosses midnight); empty means every day.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=7
@@ -100,7 +106,7 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	Start string `json:"start"`
-	// End is HH:MM (24-hour) in TimeZone, after Start.
+	// End is HH:MM (24-hour) in TimeZone; before Start, it is on the next day.
 	// +kubebuilder:validation:MaxLength=5
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$`
 	End string `json:"end"`
@@ -114,6 +120,45 @@ type MaintenanceWindow struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
 	// +optional
 	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// Blackout is an absolute span, from Start to End (local date-times in
+// TimeZone), in which no node starts; nodes in flight finish.
+// +kubebuilder:validation:XValidation:rule="self.end > self.start",message="blackout end must be after its start (YYYY-MM-DDTHH:MM)"
+type Blackout struct {
+	// Start is YYYY-MM-DDTHH:MM (24-hour) in TimeZone.
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// End is YYYY-MM-DDTHH:MM (24-hour) in TimeZone, after Start.
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]$`
+	End string `json:"end"`
+	// TimeZone is an IANA name such as Europe/Berlin (default UTC), checked
+	// as a window's is.
+	// +kubebuilder:validation:XValidation:rule="timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="timeZone is not a known IANA time zone"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+	// Reason is shown in status while the blackout holds (e.g. "release freeze").
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// CoordinationSpec: a node held by Kured's lock (the lock annotation on its
+// DaemonSet) or worked on by a system-upgrade-controller plan (a running job
+// pod labelled with the plan, on that node) is never started while held. See
+// docs/maintenance.md.
+type CoordinationSpec struct {
+	// CountOthers: the rollout's nodes that are unavailable for another
+	// reason (cordoned by someone else, held by Kured or an SUC plan) count
+	// against maxUnavailable, so two maintenance tools never take the fleet
+	// below the budget together (default true).
+	// +kubebuilder:default=true
+	// +optional
+	CountOthers *bool `json:"countOthers,omitempty"`
 }
 
 // NodeRolloutSpec is what to roll and how.
@@ -163,6 +208,24 @@ type NodeRolloutSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+	// Blackouts are absolute spans, each in its own time zone, in which no node
+	// starts, whatever the windows say (a release freeze, a holiday).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Blackouts []Blackout `json:"blackouts,omitempty"`
+	// NotBefore: no node starts before this time (RFC 3339), for a rollout
+	// applied in advance.
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// Coordination is how the rollout shares the fleet with the cluster's
+	// other node maintenance (Kured, system-upgrade-controller, cordons).
+	// +optional
+	Coordination CoordinationSpec `json:"coordination,omitempty"`
+	// Prepull pulls each node's new target images in a short-lived pod on
+	// the node before its turn; a pull that fails halts the rollout before
+	// the cordon, naming the image and the node (default false).
+	// +optional
+	Prepull bool `json:"prepull,omitempty"`
 	// Paused stops new nodes from starting; nodes in flight finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`

@@ -202,6 +202,12 @@ func (k *Kubelet) sync(ctx context.Context, key string) (time.Duration, error) {
 
 // start asks the runtime to start the pod, then reports it Running.
 func (k *Kubelet) start(ctx context.Context, node *NodeSpec, pod *corev1.Pod) (time.Duration, error) {
+	if hasTag(pod, TagNoPull) {
+		if err := k.updateStatus(ctx, pod, pullFailed(pod)); err != nil {
+			return 0, err
+		}
+		return 5 * time.Second, nil // a kubelet retries with a back-off
+	}
 	ip := node.IP // a host-network pod has its node's address
 	if !pod.Spec.HostNetwork {
 		var err error

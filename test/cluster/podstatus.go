@@ -74,6 +74,19 @@ func containerCreating(pod *corev1.Pod, cause error) *corev1.PodStatus {
 	return s
 }
 
+// pullFailed is the status of a pod one of whose images cannot be pulled
+// (TagNoPull): Pending, that container waiting in ErrImagePull.
+func pullFailed(pod *corev1.Pod) *corev1.PodStatus {
+	s := containerCreating(pod, fmt.Errorf("waiting for the images"))
+	for i, c := range pod.Spec.Containers {
+		if strings.HasSuffix(imageTag(c.Image), TagNoPull) {
+			s.ContainerStatuses[i].State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+				Message: fmt.Sprintf("failed to pull and unpack image %q: not found (simulated: tag ends in %s)", c.Image, TagNoPull)}
+		}
+	}
+	return s
+}
+
 func setCondition(s *corev1.PodStatus, t corev1.PodConditionType, status corev1.ConditionStatus, reason string, now metav1.Time) {
 	for i := range s.Conditions {
 		if s.Conditions[i].Type == t {

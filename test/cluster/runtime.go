@@ -63,6 +63,9 @@ const (
 	TagNeverReady = "-neverready"
 	// TagCrashLoop: the container keeps exiting and restarting.
 	TagCrashLoop = "-crashloop"
+	// TagNoPull: the image cannot be pulled; the pod stays Pending, its
+	// container waiting in ErrImagePull, as a kubelet reports a missing tag.
+	TagNoPull = "-nopull"
 )
 
 // imageTag returns the tag of an image reference ("" when it has none).

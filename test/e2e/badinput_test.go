@@ -73,7 +73,7 @@ func TestBadInputRejected(t *testing.T) {
 		{"malformed YAML", "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: bad}\nspec: {maxParallel: [\n", "malformed", false},
 		{"unknown DaemonSet", strings.Replace(goodRollout, "spec:\n", "spec:\n  targets: [{namespace: istio-system, name: ztunnel-typo}]\n", 1), "ztunnel-typo not found", false},
 		{"maxParallel 0", strings.Replace(goodRollout, "maxParallel: 2", "maxParallel: 0", 1), "maxParallel", true},
-		{"window ends before it starts", strings.Replace(goodRollout, `end: "24:00"`, `end: "00:00"`, 1), "not after start", true},
+		{"window ends where it starts", strings.Replace(goodRollout, `end: "24:00"`, `end: "00:00"`, 1), "must differ from its start", true},
 		{"unknown time zone", strings.Replace(goodRollout, "Europe/Berlin", "Europe/Atlantis", 1), "unknown time zone", true},
 	}
 	for _, tc := range cases {

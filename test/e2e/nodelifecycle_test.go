@@ -166,7 +166,10 @@ func TestKeepCordonedIsHonoured(t *testing.T) {
 	// Three nodes: with the kept one cordoned, the others' drains have
 	// somewhere to move istiod (held by its PDB) to.
 	e := newEnv(t, 3, 1)
-	canary := e.stuckInDrain("kept", nil)
+	// The kept node stays out of the fleet: with maxUnavailable 1 it would
+	// hold every other start (spec.coordination.countOthers, on by default).
+	countOthers := false
+	canary := e.stuckInDrain("kept", func(s *v1alpha1.NodeRolloutSpec) { s.Coordination.CountOthers = &countOthers })
 	ctx := context.Background()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"disk errors, ticket 4711"}}}`, orchestrator.AnnotationKeepCordoned)
 	if _, err := e.c.Client.CoreV1().Nodes().Patch(ctx, canary, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {

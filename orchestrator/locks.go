@@ -1,0 +1,166 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// Keys other maintenance tools own, read (never written) to honour their
+// locks. docs/maintenance.md says how each is read.
+const (
+	// AnnotationKuredLock is Kured's lock, on its own DaemonSet: JSON naming
+	// the node being rebooted ({"nodeID": …}), or several ({"locks": [{"nodeID": …}]}).
+	AnnotationKuredLock = "weave.works/kured-node-lock"
+	// LabelSUCPlan marks the job pods of a system-upgrade-controller plan;
+	// LabelSUCNode names the node the job upgrades.
+	LabelSUCPlan = "upgrade.cattle.io/plan"
+	LabelSUCNode = "upgrade.cattle.io/node"
+)
+
+type kuredLock struct {
+	NodeID string      `json:"nodeID"`
+	Locks  []kuredLock `json:"locks"`
+}
+
+// kuredHolders maps each node a Kured lock holds to why, from every
+// DaemonSet carrying the lock annotation (any namespace and name, so Kured's
+// --ds-name and --ds-namespace need no setting here). A lock nodewise cannot
+// read holds nothing but is reported, so a Kured version with another format
+// shows up in status instead of being ignored in silence.
+func kuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
+	held := map[string]string{}
+	var unreadable []string
+	for _, ds := range dss {
+		v, ok := ds.Annotations[AnnotationKuredLock]
+		if !ok || v == "" {
+			continue
+		}
+		var l kuredLock
+		if err := json.Unmarshal([]byte(v), &l); err != nil {
+			unreadable = append(unreadable, fmt.Sprintf("Kured lock on DaemonSet %s/%s is not JSON: %v", ds.Namespace, ds.Name, err))
+			continue
+		}
+		for _, h := range append([]kuredLock{l}, l.Locks...) {
+			if h.NodeID != "" {
+				held[h.NodeID] = fmt.Sprintf("held by Kured's lock (%s on DaemonSet %s/%s)", AnnotationKuredLock, ds.Namespace, ds.Name)
+			}
+		}
+	}
+	return held, unreadable
+}
+
+// sucHolders maps each node a system-upgrade-controller job is upgrading
+// (a job pod labelled with its plan, not finished) to why.
+func sucHolders(pods []*corev1.Pod) map[string]string {
+	held := map[string]string{}
+	for _, p := range pods {
+		plan, ok := p.Labels[LabelSUCPlan]
+		if !ok || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		node := p.Labels[LabelSUCNode]
+		if node == "" {
+			node = p.Spec.NodeName
+		}
+		if node != "" {
+			held[node] = fmt.Sprintf("being upgraded by system-upgrade-controller plan %s (pod %s/%s)", plan, p.Namespace, p.Name)
+		}
+	}
+	return held
+}
+
+// sucPodSelector selects the job pods of any SUC plan.
+func sucPodSelector() labels.Selector {
+	r, _ := labels.NewRequirement(LabelSUCPlan, selection.Exists, nil)
+	return labels.NewSelector().Add(*r)
+}
+
+// otherMaintenance is, per node, why another tool holds it (Kured's lock,
+// an SUC plan's job), from the caches.
+func (e *executor) otherMaintenance() (map[string]string, []string, error) {
+	dss, err := e.dss.List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+	}
+	held, unreadable := kuredHolders(dss)
+	pods, err := e.pods.List(sucPodSelector())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+	}
+	for n, why := range sucHolders(pods) {
+		if _, ok := held[n]; !ok {
+			held[n] = why
+		}
+	}
+	return held, unreadable, nil
+}
+
+// heldByOthers is a node unavailable through someone else: held by another
+// tool's lock, or cordoned while nodewise does not have it in flight (a
+// failed node is counted as nodewise's own). A node the rollout finished
+// that stays cordoned (prior-unschedulable, keep-cordoned) counts too: it is
+// out of the fleet, whoever keeps it out.
+func heldByOthers(n NodeView) bool {
+	if InFlight(n.State) || n.State == v1alpha1.NodeFailed {
+		return false
+	}
+	return n.HeldBy != "" || n.Unschedulable
+}
+
+// othersUnavailable counts the rollout's nodes other maintenance makes
+// unavailable, when the policy counts them (0 otherwise).
+func othersUnavailable(nodes []NodeView, p Policy) int {
+	if !p.CountOthers {
+		return 0
+	}
+	n := 0
+	for _, v := range nodes {
+		if heldByOthers(v) {
+			n++
+		}
+	}
+	return n
+}
+
+// heldPrefix starts the status reason of a node another tool holds, so the
+// reason is cleared (and only it) once the tool lets go.
+const heldPrefix = "waiting: "
+
+// heldReason is a node's status reason given why another tool holds it now
+// ("" when none does): only a Pending node shows it.
+func heldReason(ns v1alpha1.NodeStatus, why string) string {
+	pending := ns.State == "" || ns.State == v1alpha1.NodePending
+	switch {
+	case pending && why != "":
+		return heldPrefix + why
+	case strings.HasPrefix(ns.Reason, heldPrefix):
+		return ""
+	}
+	return ns.Reason
+}
+
+// notReadyWaits: a node NotReady before its turn is not started (its agent
+// and kubelet cannot take a swap, and it would hold a slot); it goes when
+// it is Ready again.
+func notReadyWaits(n NodeView) bool {
+	return !n.Ready && (n.State == "" || n.State == v1alpha1.NodePending)
+}
+
+// waitReason is why a node due to start waits ("" when it may start).
+func waitReason(n NodeView) string {
+	switch {
+	case n.HeldBy != "":
+		return n.HeldBy
+	case notReadyWaits(n):
+		return "NotReady: swapped when it is Ready again"
+	}
+	return ""
+}

@@ -1,0 +1,110 @@
+package orchestrator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+func TestKuredAndSUCHolders(t *testing.T) {
+	ds := func(name, lock string) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name, Annotations: map[string]string{AnnotationKuredLock: lock}}}
+	}
+	held, bad := kuredHolders([]*appsv1.DaemonSet{
+		ds("kured", `{"nodeID":"n1","metadata":{"unschedulable":false},"created":"2026-12-01T00:00:00Z","TTL":0}`),
+		ds("kured-multi", `{"maxOwners":2,"locks":[{"nodeID":"n2"},{"nodeID":"n3"}]}`),
+		ds("released", ""),
+		ds("broken", `not json`),
+	})
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if !strings.Contains(held[n], "Kured's lock") {
+			t.Errorf("%s: %q, want held by Kured", n, held[n])
+		}
+	}
+	if len(held) != 3 || len(bad) != 1 || !strings.Contains(bad[0], "kube-system/broken") {
+		t.Fatalf("held %v, unreadable %v", held, bad)
+	}
+	pod := func(node string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "system-upgrade", Name: "apply-" + node, Labels: map[string]string{LabelSUCPlan: "os", LabelSUCNode: node}}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	suc := sucHolders([]*corev1.Pod{pod("n4", corev1.PodRunning), pod("n5", corev1.PodSucceeded)})
+	if len(suc) != 1 || !strings.Contains(suc["n4"], "plan os") {
+		t.Fatalf("SUC holders %v, want n4 only", suc)
+	}
+}
+
+// Other maintenance counts against maxUnavailable: a node held by Kured is
+// never started, a node cordoned by someone else costs a slot to swap but no
+// more budget, and with countOthers off only nodewise's own nodes count.
+func TestPlanCountsOtherMaintenance(t *testing.T) {
+	world := func() []NodeView {
+		ns := fleet(1, 8)
+		for _, n := range []string{"zone-a-00", "zone-a-01", "zone-a-02"} {
+			upgrade(ns, n)
+			setState(ns, n, v1alpha1.NodeDone)
+		}
+		setState(ns, "zone-a-03", v1alpha1.NodeSwapZtunnel)
+		ns[4].HeldBy, ns[4].Unschedulable = "held by Kured's lock", true
+		ns[5].Unschedulable = true
+		return ns
+	}
+	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 3 })
+	d := Plan(Snapshot{Nodes: world(), Targets: tgts}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	// 3 - 2 others - 1 in flight = 0 budget: only the cordoned zone-a-05
+	// may start (it is unavailable already), zone-a-04 waits for Kured.
+	got := starts(d)
+	if strings.Join(got, " ") != "zone-a-05" {
+		t.Fatalf("started %v, want only the cordoned zone-a-05 (%s)", got, d.Reason)
+	}
+	if !strings.Contains(d.Reason, "zone-a-04 held by Kured's lock") || !strings.Contains(d.Reason, "2 node(s) unavailable through other maintenance") {
+		t.Errorf("reason %q does not name the held node and the count", d.Reason)
+	}
+	off := false
+	p2 := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = 4, 3
+		s.Coordination.CountOthers = &off
+	})
+	d = Plan(Snapshot{Nodes: world(), Targets: tgts}, p2, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	if got := strings.Join(starts(d), " "); got != "zone-a-05 zone-a-06" {
+		t.Errorf("countOthers off started %q, want zone-a-05 zone-a-06 (3 - 1 in flight; Kured's node still held)", got)
+	}
+	bad := Plan(Snapshot{Nodes: world(), Targets: tgts, UnreadableLocks: []string{"Kured lock on DaemonSet kube-system/kured is not JSON"}}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	if len(starts(bad)) != 0 || !strings.Contains(bad.Reason, "not JSON") {
+		t.Fatalf("an unreadable lock: starts %v, reason %q; want none, fail closed", starts(bad), bad.Reason)
+	}
+}
+
+// A node NotReady before its turn holds neither a slot nor its window: the
+// nodes after it start, it says why, and it starts once Ready again.
+func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	ns := fleet(1, 4)
+	ns[0].Ready = false // zone-a-00, the first wave on its own
+	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
+	d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now)
+	if got := strings.Join(starts(d), " "); got != "zone-a-01 zone-a-02" {
+		t.Fatalf("started %q, want the two nodes after the NotReady one (%s)", got, d.Reason)
+	}
+	if !strings.HasPrefix(d.Held["zone-a-00"], "NotReady") {
+		t.Fatalf("held %v: the NotReady node does not say why it waits", d.Held)
+	}
+	for _, n := range []string{"zone-a-01", "zone-a-02", "zone-a-03"} {
+		upgrade(ns, n)
+		setState(ns, n, v1alpha1.NodeDone)
+	}
+	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); d.Phase == v1alpha1.PhaseCompleted || len(starts(d)) != 0 {
+		t.Fatalf("with only the NotReady node left: phase %s, starts %v", d.Phase, starts(d))
+	}
+	ns[0].Ready = true
+	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); strings.Join(starts(d), " ") != "zone-a-00" {
+		t.Fatalf("back Ready: starts %v, want zone-a-00 (%s)", starts(d), d.Reason)
+	}
+}

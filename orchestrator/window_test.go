@@ -1,0 +1,297 @@
+package orchestrator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+func mustPolicy(t *testing.T, spec v1alpha1.NodeRolloutSpec) Policy {
+	t.Helper()
+	p, err := NewPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// clock is a fake clock walking a rollout forward: each node takes perNode
+// once started; the next starts at the next opening after the one before it
+// finishes, as the planner (Plan, maxParallel 1) would start it when its
+// resync tick lands there. starts lists the exact start instants, in UTC.
+func clockStarts(t *testing.T, p Policy, from time.Time, nodes int, perNode time.Duration) []string {
+	t.Helper()
+	waves := make([]time.Duration, nodes)
+	for i := range waves {
+		waves[i] = perNode
+	}
+	starts, _, ok := p.Starts(from, waves)
+	if !ok {
+		t.Fatalf("some node never starts")
+	}
+	out := make([]string, len(starts))
+	for i, s := range starts {
+		// What the planner itself says at that instant and a minute before.
+		if why := p.Closed(s); why != "" {
+			t.Fatalf("start %s is closed: %s", s, why)
+		}
+		out[i] = s.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
+var berlinNight = v1alpha1.MaintenanceWindow{Start: "22:00", End: "04:00", TimeZone: "Europe/Berlin"}
+
+// A 22:00–04:00 Berlin window crosses midnight; on the night of the spring
+// change (Sun 29 Mar 2026, 02:00 CET -> 03:00 CEST) it lasts 5 real hours, on
+// the autumn one (Sun 25 Oct 2026, 03:00 CEST -> 02:00 CET) 7.
+func TestWindowAcrossMidnightAndBothDSTChanges(t *testing.T) {
+	w, err := ParseWindow(berlinNight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name       string
+		at         string
+		open       bool
+		next, ends string
+	}{
+		{"winter evening before", "2026-03-28T20:59:00Z", false, "2026-03-28T21:00:00Z", ""},
+		{"winter 22:00 CET", "2026-03-28T21:00:00Z", true, "2026-03-28T21:00:00Z", "2026-03-29T02:00:00Z"},
+		{"after midnight, same window", "2026-03-28T23:30:00Z", true, "2026-03-28T23:30:00Z", "2026-03-29T02:00:00Z"},
+		{"the skipped hour does not exist: 01:30 UTC is 03:30 CEST", "2026-03-29T01:30:00Z", true, "2026-03-29T01:30:00Z", "2026-03-29T02:00:00Z"},
+		{"04:00 CEST is 02:00 UTC: closed", "2026-03-29T02:00:00Z", false, "2026-03-29T20:00:00Z", ""},
+		{"summer 22:00 CEST is 20:00 UTC", "2026-03-29T20:00:00Z", true, "2026-03-29T20:00:00Z", "2026-03-30T02:00:00Z"},
+		{"autumn night opens 22:00 CEST", "2026-10-24T20:00:00Z", true, "2026-10-24T20:00:00Z", "2026-10-25T03:00:00Z"},
+		{"first 02:30 (CEST)", "2026-10-25T00:30:00Z", true, "2026-10-25T00:30:00Z", "2026-10-25T03:00:00Z"},
+		{"second 02:30 (CET)", "2026-10-25T01:30:00Z", true, "2026-10-25T01:30:00Z", "2026-10-25T03:00:00Z"},
+		{"04:00 CET is 03:00 UTC: closed", "2026-10-25T03:00:00Z", false, "2026-10-25T21:00:00Z", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			at := utc(tc.at)
+			if got := w.Contains(at); got != tc.open {
+				t.Fatalf("Contains(%s) = %v, want %v", tc.at, got, tc.open)
+			}
+			next, ok := w.NextOpen(at)
+			if !ok || next.UTC().Format(time.RFC3339) != tc.next {
+				t.Fatalf("NextOpen(%s) = %v %v, want %s", tc.at, next.UTC(), ok, tc.next)
+			}
+			end, ok := w.ClosesAt(at)
+			if got := ""; ok {
+				got = end.UTC().Format(time.RFC3339)
+				if got != tc.ends {
+					t.Fatalf("ClosesAt(%s) = %s, want %s", tc.at, got, tc.ends)
+				}
+			} else if tc.ends != "" {
+				t.Fatalf("ClosesAt(%s): not open, want %s", tc.at, tc.ends)
+			}
+		})
+	}
+	// Real lengths of the three nights: an ordinary one, spring, autumn.
+	for open, want := range map[string]time.Duration{
+		"2026-03-27T21:00:00Z": 6 * time.Hour, // Fri night, winter
+		"2026-03-28T21:00:00Z": 5 * time.Hour, // Sat night, spring forward
+		"2026-10-24T20:00:00Z": 7 * time.Hour, // Sat night, fall back
+	} {
+		end, ok := w.ClosesAt(utc(open))
+		if !ok || end.Sub(utc(open)) != want {
+			t.Errorf("night opening %s lasts %s, want %s", open, end.Sub(utc(open)), want)
+		}
+	}
+}
+
+// The exact starts of a six-node rollout, one node per 100 minutes, through
+// both DST nights: each night's starts stop where the window closes, and the
+// rest go on the next night.
+func TestWindowStartsAcrossDSTWithFakeClock(t *testing.T) {
+	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}})
+	spring := clockStarts(t, p, utc("2026-03-28T12:00:00Z"), 6, 100*time.Minute)
+	want := []string{
+		// Sat 22:00 CET, 23:40 CET, 01:20 CET, then 03:00: the clock jumped
+		// to 04:00 CEST, closed. Sun 22:00 CEST = 20:00 UTC.
+		"2026-03-28T21:00:00Z", "2026-03-28T22:40:00Z", "2026-03-29T00:20:00Z",
+		"2026-03-29T20:00:00Z", "2026-03-29T21:40:00Z", "2026-03-29T23:20:00Z",
+	}
+	if strings.Join(spring, " ") != strings.Join(want, " ") {
+		t.Fatalf("spring starts\n got %v\nwant %v", spring, want)
+	}
+	autumn := clockStarts(t, p, utc("2026-10-24T12:00:00Z"), 6, 100*time.Minute)
+	want = []string{
+		// Sat 22:00 CEST (20:00 UTC), 23:40, 01:20, 02:00 CET the second
+		// time (01:00 UTC), 03:40 CET; 04:00 CET closes, Sun 22:00 CET.
+		"2026-10-24T20:00:00Z", "2026-10-24T21:40:00Z", "2026-10-24T23:20:00Z",
+		"2026-10-25T01:00:00Z", "2026-10-25T02:40:00Z", "2026-10-25T21:00:00Z",
+	}
+	if strings.Join(autumn, " ") != strings.Join(want, " ") {
+		t.Fatalf("autumn starts\n got %v\nwant %v", autumn, want)
+	}
+}
+
+// A 02:30 start on the spring-forward day opens when the clock jumps (03:00
+// CEST), the next day at 02:30 CEST again; a 02:30 start on the autumn day
+// opens at the first 02:30 and a 02:45 end closes at the first 02:45.
+func TestWindowStartInsideTheChangedHour(t *testing.T) {
+	w, err := ParseWindow(v1alpha1.MaintenanceWindow{Start: "02:30", End: "05:00", TimeZone: "Europe/Berlin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, want := range map[string]string{
+		"2026-03-28T12:00:00Z": "2026-03-29T01:00:00Z", // 03:00 CEST, the jump
+		"2026-03-29T12:00:00Z": "2026-03-30T00:30:00Z", // 02:30 CEST
+		"2026-03-27T12:00:00Z": "2026-03-28T01:30:00Z", // 02:30 CET
+	} {
+		if got, _ := w.NextOpen(utc(from)); got.UTC().Format(time.RFC3339) != want {
+			t.Errorf("NextOpen(%s) = %s, want %s", from, got.UTC().Format(time.RFC3339), want)
+		}
+	}
+	short, err := ParseWindow(v1alpha1.MaintenanceWindow{Start: "02:30", End: "02:45", TimeZone: "Europe/Berlin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, _ := short.NextOpen(utc("2026-10-24T12:00:00Z"))
+	end, _ := short.ClosesAt(open)
+	if open.UTC().Format(time.RFC3339) != "2026-10-25T00:30:00Z" || end.UTC().Format(time.RFC3339) != "2026-10-25T00:45:00Z" {
+		t.Fatalf("autumn 02:30–02:45 is %s–%s, want the first pass 00:30–00:45 UTC", open.UTC(), end.UTC())
+	}
+	if short.Contains(utc("2026-10-25T01:35:00Z")) {
+		t.Fatal("the second 02:35 (CET) opened the window again: it opens once a day")
+	}
+}
+
+// A blackout inside a window holds the starts that would fall in it; the
+// next start is the blackout's end, still inside the window.
+func TestBlackoutInsideAWindow(t *testing.T) {
+	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{
+		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
+		Blackouts:          []v1alpha1.Blackout{{Start: "2026-12-01T23:30", End: "2026-12-02T02:00", TimeZone: "Europe/Berlin", Reason: "release freeze"}},
+	})
+	got := clockStarts(t, p, utc("2026-12-01T12:00:00Z"), 5, time.Hour)
+	want := []string{
+		// Tue 22:00 CET, 23:00, [23:30–02:00 blackout], 02:00, 03:00, then Wed 22:00.
+		"2026-12-01T21:00:00Z", "2026-12-01T22:00:00Z",
+		"2026-12-02T01:00:00Z", "2026-12-02T02:00:00Z", "2026-12-02T21:00:00Z",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("starts\n got %v\nwant %v", got, want)
+	}
+	if why := p.Closed(utc("2026-12-01T23:00:00Z")); !strings.Contains(why, "blackout until 2026-12-02T01:00:00Z (release freeze)") {
+		t.Fatalf("inside the blackout: %q", why)
+	}
+	if _, err := NewPolicy(v1alpha1.NodeRolloutSpec{Blackouts: []v1alpha1.Blackout{{Start: "2026-12-02T02:00", End: "2026-12-01T23:30"}}}); err == nil || !strings.Contains(err.Error(), "spec.blackouts[0]: end") {
+		t.Fatalf("reversed blackout: %v", err)
+	}
+	if _, err := NewPolicy(v1alpha1.NodeRolloutSpec{Blackouts: []v1alpha1.Blackout{{Start: "2026-12-01", End: "2026-12-02T02:00"}}}); err == nil || !strings.Contains(err.Error(), "is not YYYY-MM-DDTHH:MM") {
+		t.Fatalf("date without time: %v", err)
+	}
+}
+
+// notBefore holds every start until it, then the windows rule; with no
+// windows the first start is notBefore itself.
+func TestNotBefore(t *testing.T) {
+	nb := metav1.NewTime(utc("2026-12-02T22:30:00Z"))
+	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}, NotBefore: &nb})
+	got := clockStarts(t, p, utc("2026-12-01T12:00:00Z"), 3, 2*time.Hour)
+	// 23:30 CET, 01:30, 03:30 (the window closes at 04:00 CET, 03:00 UTC).
+	want := []string{"2026-12-02T22:30:00Z", "2026-12-03T00:30:00Z", "2026-12-03T02:30:00Z"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("starts\n got %v\nwant %v", got, want)
+	}
+	bare := mustPolicy(t, v1alpha1.NodeRolloutSpec{NotBefore: &nb})
+	if got := clockStarts(t, bare, utc("2026-12-01T12:00:00Z"), 2, time.Hour); strings.Join(got, " ") != "2026-12-02T22:30:00Z 2026-12-02T23:30:00Z" {
+		t.Fatalf("notBefore alone: %v", got)
+	}
+}
+
+// The planner itself, stepped by a fake clock minute by minute through the
+// autumn night with one node every 100 minutes: it starts a node exactly at
+// the instants Starts forecasts, and reports why it waits in between.
+func TestPlanFollowsTheScheduleMinuteByMinute(t *testing.T) {
+	nb := metav1.NewTime(utc("2026-10-24T20:30:00Z"))
+	spec := v1alpha1.NodeRolloutSpec{
+		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
+		Blackouts:          []v1alpha1.Blackout{{Start: "2026-10-25T01:00", End: "2026-10-25T02:10", TimeZone: "Europe/Berlin"}},
+		NotBefore:          &nb,
+	}
+	p := mustPolicy(t, spec)
+	nodes, tgts := fleet(1, 4), targets(appsv1.OnDeleteDaemonSetStrategyType)
+	var got []string
+	inflight, doneAt := "", time.Time{}
+	for now := utc("2026-10-24T18:00:00Z"); now.Before(utc("2026-10-26T06:00:00Z")); now = now.Add(time.Minute) {
+		if inflight != "" && !now.Before(doneAt) {
+			upgrade(nodes, inflight)
+			setState(nodes, inflight, v1alpha1.NodeDone)
+			inflight = ""
+		}
+		d := Plan(Snapshot{Nodes: nodes, Targets: tgts}, p, now)
+		for _, a := range d.Actions {
+			if a.Kind != ActStart {
+				continue
+			}
+			if inflight != "" {
+				t.Fatalf("%s: %s started while %s is in flight (maxParallel 1)", now, a.Node, inflight)
+			}
+			got = append(got, now.UTC().Format(time.RFC3339))
+			setState(nodes, a.Node, v1alpha1.NodeDrain)
+			inflight, doneAt = a.Node, now.Add(100*time.Minute)
+		}
+		if d.Phase == v1alpha1.PhaseWaitingForWindow && d.NextWindow.IsZero() {
+			t.Fatalf("%s: waiting with no next opening: %s", now, d.Reason)
+		}
+	}
+	// notBefore 20:30 UTC (22:30 CEST), 00:10 CEST=22:10 UTC, then the
+	// blackout 01:00–02:10 CEST (23:00–00:10 UTC) holds 23:50 UTC to 00:10,
+	// 01:50 UTC (02:50 CET).
+	want := []string{"2026-10-24T20:30:00Z", "2026-10-24T22:10:00Z", "2026-10-25T00:10:00Z", "2026-10-25T01:50:00Z"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("planner starts\n got %v\nwant %v", got, want)
+	}
+	fc := clockStarts(t, p, utc("2026-10-24T18:00:00Z"), 4, 100*time.Minute)
+	if strings.Join(fc, " ") != strings.Join(want, " ") {
+		t.Fatalf("forecast %v differs from the planner's %v", fc, want)
+	}
+}
+
+// plan's forecast names the windows, blackouts and notBefore, the next
+// opening and the end counting them.
+func TestRenderPlanForecastsTheSchedule(t *testing.T) {
+	nb := metav1.NewTime(utc("2026-12-01T22:00:00Z"))
+	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{
+		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
+		Blackouts:          []v1alpha1.Blackout{{Start: "2026-12-01T23:30", End: "2026-12-02T02:00", TimeZone: "Europe/Berlin", Reason: "release freeze"}},
+		NotBefore:          &nb,
+	})
+	order := []PlannedNode{{Name: "a", Wave: 1}, {Name: "b", Wave: 2}, {Name: "c", Wave: 3}}
+	var b strings.Builder
+	if err := RenderPlan(&b, Decision{Order: order}, p, utc("2026-12-01T12:00:00Z"), 3*3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"every day 22:00–04:00 Europe/Berlin (crosses midnight)",
+		"2026-12-01T22:30:00Z – 2026-12-02T01:00:00Z release freeze",
+		"Not before: 2026-12-01T22:00:00Z",
+		"Next opening: 2026-12-01T22:00:00Z (in 10h0m0s; now not before 2026-12-01T22:00:00Z)",
+		// 23:00 CET+3h = 02:00 CET, inside the blackout until 02:00: the
+		// second wave starts at 02:00 CET (01:00 UTC), ends 04:00 UTC, out
+		// of the window: the third starts the next night, 21:00 UTC.
+		"Estimated end: 2026-12-03T00:00:00Z, counting windows, blackouts and notBefore (3 wave(s) of 3h0m0s each, the last starting 2026-12-02T21:00:00Z)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+}
