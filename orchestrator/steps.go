@@ -172,10 +172,10 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 		if out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable); err != nil {
 			return err
 		}
-		if live.KeepCordoned != "" && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
-			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, live.KeepCordoned))
+		if live.KeepCordoned != nil && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
+			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, *live.KeepCordoned))
 			e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: n.UID, APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseLeftCordoned",
-				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, live.KeepCordoned)
+				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, *live.KeepCordoned)
 		}
 		return nil
 	})
