@@ -216,6 +216,9 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKi
 		}
 		uid := pod.UID
 		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if refused(err) {
+			return halt(HaltSwapFailed, "deleting pod %s/%s on %s: %v", pod.Namespace, pod.Name, node, err)
+		}
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
