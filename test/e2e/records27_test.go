@@ -87,13 +87,18 @@ func TestInvalidRolloutLetsGoWhenDeleted(t *testing.T) {
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		nr, err := e.rollouts.Get(ctx, "invalid", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return true, nil
+		case err == nil:
+			last = nr
 		}
-		last = nr
 		return false, nil
 	})
+	if err != nil && last != nil {
+		t.Fatalf("the deleted invalid rollout is still there after a minute: finalizers %v, phase %q (%v), deleted at %v", last.Finalizers, last.Status.Phase, last.Status.Conditions, last.DeletionTimestamp)
+	}
 	if err != nil {
-		t.Fatalf("the deleted invalid rollout is still there after a minute: finalizers %v, phase %q", last.Finalizers, last.Status.Phase)
+		t.Fatalf("the deleted invalid rollout: %v", err)
 	}
 }
