@@ -79,8 +79,10 @@ func TestGateInputCarriesControls(t *testing.T) {
 		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 		gate: gate, status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
-		cp: &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against
+		cp:           &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against
+		rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 	}
+	_ = e.rolloutStore.Add(nr.DeepCopy())
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)
 	}

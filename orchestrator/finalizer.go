@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -87,4 +88,26 @@ func (e *executor) setFinalizer(ctx context.Context, nr *v1alpha1.NodeRollout, o
 		e.recorder.Eventf(nr, corev1.EventTypeNormal, "Released", "rollout %s deleted: every node it held is released", nr.Name)
 	}
 	return nil
+}
+
+// heldNodes is, for a rollout that cannot be observed under its policy (an
+// invalid spec), the nodes it may still hold, read the one way (nodeState):
+// every node of the cache with a status entry or a record of the rollout.
+func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) Snapshot {
+	var snap Snapshot
+	status := map[string]v1alpha1.NodeState{}
+	for _, ns := range nr.Status.Nodes {
+		status[ns.Name] = ns.State
+	}
+	if nodes, err := e.nodes.List(labels.Everything()); err == nil {
+		for _, n := range nodes {
+			rec := parseRecord(n.Annotations)
+			if rec.RolloutUID != nr.UID && status[n.Name] == "" {
+				continue
+			}
+			st, _ := nodeState(e.claimedBy(nr.Name, n.Name), rec, nr.UID, status[n.Name])
+			snap.Nodes = append(snap.Nodes, NodeView{Name: n.Name, State: st})
+		}
+	}
+	return snap // a node deleted holds nothing (ActForget, for a valid rollout)
 }

@@ -49,6 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 const (
 	HaltGateFailed      = "gate_failed"
 	HaltSwapTimeout     = "swap_timeout"
+	HaltSwapFailed      = "swap_failed" // the API refused a swap's write, or the kubelet rejected the new pod
 	HaltPDBBlocked      = "pdb_blocked"
 	HaltDrainFailed     = "drain_failed"
 	HaltPreflightFailed = "preflight_failed"

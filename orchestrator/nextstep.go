@@ -226,16 +226,21 @@ func doneStep(rec nodeRecord, p Policy, seq []v1alpha1.NodeState) step {
 // abortedStep ends a node made safe (after an abort, the rollout's
 // deletion, or the node leaving the selector), uncordoned in the same
 // patch: Pending when it was not swapped; when it was, Done (not gated), or
-// Skipped for a node the rollout no longer selects. A cleanup resumed after
-// its cause went away (abort withdrawn) still ends as an abort.
+// Skipped for a node the rollout no longer selects. In a rollback "swapped"
+// means back on the restored revision (RolledBack); a node stopped before
+// its swap back is Pending, still on the revision the rollout moved it to.
+// A cleanup resumed after its cause went away (abort withdrawn) still ends
+// as an abort.
 func abortedStep(p Policy, v stepView, why leave) step {
 	if why == "" {
 		why = leaveAbort
 	}
 	s := step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: string(why) + " before the swap"}
 	switch {
-	case p.Rollback:
+	case p.Rollback && v.UpToDate:
 		s.State, s.Reason = v1alpha1.NodeRolledBack, ""
+	case p.Rollback:
+		s.Reason = string(why) + " before the swap back: still on the revision the rollout moved it to"
 	case v.UpToDate && why == leaveSelector:
 		s.State, s.Reason = v1alpha1.NodeSkipped, string(why)+" after the swap; not gated"
 	case v.UpToDate:

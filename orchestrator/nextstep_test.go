@@ -423,10 +423,20 @@ func TestNextStepWalks(t *testing.T) {
 			},
 		},
 		{
-			name: "abort in a rollback ends RolledBack",
-			spec: rollback, rec: v1alpha1.NodeAbortCleanup, abort: always,
+			name: "abort in a rollback after the swap back ends RolledBack",
+			spec: rollback, rec: v1alpha1.NodeAbortCleanup, abort: always, up: true,
 			want: []string{
 				"RolledBack record uncordon final forget-swaps",
+			},
+		},
+		{
+			// #27 finding 4: a node aborted before its swap back was never
+			// swapped: it is not RolledBack.
+			name: "abort in a rollback during the drain, before the swap back: Pending, not RolledBack",
+			spec: rollback, rec: v1alpha1.NodeDrain, abort: always,
+			want: []string{
+				`AbortCleanup record "aborted"`,
+				`Pending record uncordon final forget-swaps "aborted before the swap back: still on the revision the rollout moved it to"`,
 			},
 		},
 	}

@@ -318,6 +318,15 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 // planRollback swaps upgraded nodes back in reverse plan order once every
 // target's newest revision differs from the one the rollout moved nodes to.
 func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, inflight int) Decision {
+	if p.Abort {
+		// An abort stops a rollback too: no node starts its swap back, the
+		// ones in flight are made safe (abortedStep).
+		d.Phase, d.Reason = v1alpha1.PhaseAborted, "rollback aborted by the user"
+		if inflight > 0 {
+			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("aborting the rollback: making %d in-flight node(s) safe", inflight)
+		}
+		return d
+	}
 	for _, t := range s.Targets {
 		for _, rec := range s.Status.Targets {
 			if rec.Namespace == t.Ref.Namespace && rec.Name == t.Ref.Name && rec.Revision == t.NewestHash {

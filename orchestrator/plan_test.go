@@ -634,3 +634,37 @@ func TestPlanCanaryGoneAfterStart(t *testing.T) {
 		t.Errorf("after the start: %s %q, starts %v; want the others to go on", d.Phase, d.Reason, starts(d))
 	}
 }
+
+// TestPlanAbortStopsARollback: #27 finding 4. An abort during a rollback
+// starts no more swaps back; the rollout ends Aborted once nothing is in
+// flight (the rollback used to be planned before the abort was read).
+func TestPlanAbortStopsARollback(t *testing.T) {
+	ns := fleet(1, 4)
+	for _, n := range ns[:3] {
+		setState(ns, n.Name, v1alpha1.NodeDone)
+		upgrade(ns, n.Name)
+	}
+	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.Rollback, s.Abort = true, true
+		s.MaxParallel, s.MaxUnavailable = 2, 2
+	})
+	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
+	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	for i := range restored {
+		restored[i].NewestHash = oldHash
+	}
+	d := Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	if d.Phase != v1alpha1.PhaseAborted || len(d.Actions) != 0 {
+		t.Fatalf("rollback aborted with nothing in flight: %s %q %+v; want Aborted and no action", d.Phase, d.Reason, d.Actions)
+	}
+	setState(ns, "zone-a-02", v1alpha1.NodeDrain) // its swap back was under way
+	d = Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	for _, a := range d.Actions {
+		if a.Kind == ActRollback {
+			t.Fatalf("rollback aborted: %s planned for %s", a.Kind, a.Node)
+		}
+	}
+	if d.Phase != v1alpha1.PhaseProgressing {
+		t.Fatalf("rollback aborted with a node in flight: %s %q; want Progressing until it is safe", d.Phase, d.Reason)
+	}
+}

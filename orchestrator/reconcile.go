@@ -61,7 +61,15 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		perr = e.overlapping(nr, p) // see overlap.go
 	}
 	if perr != nil {
-		return e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil)
+		if err := e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil); err != nil {
+			return err
+		}
+		if deleting && slices.Contains(nr.Finalizers, FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
+			// An invalid rollout plans nothing, so the pass below never
+			// comes: it lets go here once nothing of it is in flight.
+			return e.setFinalizer(ctx, nr, false)
+		}
+		return nil
 	}
 	snap, err := e.observe(nr, p)
 	if err != nil {

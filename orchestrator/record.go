@@ -35,8 +35,10 @@ type nodeRecord struct {
 	PriorUnschedulable string
 	// CordonedBy names the rollout that set spec.unschedulable.
 	CordonedBy string
-	// KeepCordoned is a person's AnnotationKeepCordoned (read, never written).
-	KeepCordoned string
+	// KeepCordoned is a person's AnnotationKeepCordoned (read, never
+	// written): nil when the node has none; any value, "" included, keeps
+	// the node cordoned.
+	KeepCordoned *string
 	// Swapped is, by target name, the UID of the old pod a swap deletes. An
 	// empty UID deletes the entry when written.
 	Swapped map[string]types.UID
@@ -57,7 +59,9 @@ func parseRecord(ann map[string]string) nodeRecord {
 		DrainDecidedAt:     parseTime(ann[AnnotationDrainDecidedAt]),
 		PriorUnschedulable: ann[AnnotationPriorUnschedulable],
 		CordonedBy:         ann[AnnotationCordonedBy],
-		KeepCordoned:       ann[AnnotationKeepCordoned],
+	}
+	if v, ok := ann[AnnotationKeepCordoned]; ok {
+		r.KeepCordoned = &v
 	}
 	for k, v := range ann {
 		if name, ok := strings.CutPrefix(k, AnnotationSwappedPrefix); ok && v != "" {
@@ -168,7 +172,7 @@ func (r nodeRecord) cordoned(rollout string, unschedulable bool) (n nodeRecord, 
 // to keep it cordoned since (AnnotationKeepCordoned).
 func (r nodeRecord) uncordoned() (n nodeRecord, clear bool) {
 	n = r.clone()
-	clear = r.PriorUnschedulable != "true" && r.CordonedBy != "" && r.KeepCordoned == ""
+	clear = r.PriorUnschedulable != "true" && r.CordonedBy != "" && r.KeepCordoned == nil
 	n.PriorUnschedulable, n.CordonedBy = "", ""
 	return n, clear
 }

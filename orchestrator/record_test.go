@@ -94,7 +94,7 @@ func TestRecordCordon(t *testing.T) {
 		{"it was cordoned before us", nodeRecord{PriorUnschedulable: "true"}, false},
 		{"never cordoned by us", nodeRecord{}, false},
 		{"prior record lost, our cordon named", nodeRecord{CordonedBy: "r"}, true},
-		{"ours, but a person asked to keep it cordoned", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r", KeepCordoned: "disk errors"}, false},
+		{"ours, but a person asked to keep it cordoned", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r", KeepCordoned: ptr("disk errors")}, false},
 	} {
 		got, clear := tc.rec.uncordoned()
 		if got.PriorUnschedulable != "" || got.CordonedBy != "" || clear != tc.clear {
@@ -138,5 +138,20 @@ func TestParseStepIsParseRecord(t *testing.T) {
 	full, cheap := parseRecord(ann), parseStep(ann)
 	if cheap.Rollout != full.Rollout || cheap.RolloutUID != full.RolloutUID || cheap.Step != full.Step {
 		t.Errorf("parseStep %+v, parseRecord %+v", cheap, full)
+	}
+}
+
+// TestKeepCordonedAnyValue: #27 finding 8. nodewise.io/keep-cordoned keeps
+// the node cordoned whatever its value, the empty one included (`kubectl
+// annotate node n nodewise.io/keep-cordoned=`), as the docs say.
+func TestKeepCordonedAnyValue(t *testing.T) {
+	for _, v := range []string{"", "disk errors"} {
+		rec := parseRecord(map[string]string{AnnotationPriorUnschedulable: "false", AnnotationCordonedBy: "r", AnnotationKeepCordoned: v})
+		if _, clear := rec.uncordoned(); clear {
+			t.Errorf("%s=%q: the uncordon clears spec.unschedulable; want the node kept cordoned", AnnotationKeepCordoned, v)
+		}
+	}
+	if _, clear := parseRecord(map[string]string{AnnotationPriorUnschedulable: "false", AnnotationCordonedBy: "r"}).uncordoned(); !clear {
+		t.Error("without the annotation the uncordon keeps the node cordoned")
 	}
 }

@@ -25,6 +25,13 @@ func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, Policy, error) {
 // ParseRollout is LoadRolloutFile on bytes.
 func ParseRollout(data []byte) (*v1alpha1.NodeRollout, Policy, error) {
 	nr := &v1alpha1.NodeRollout{}
+	raw := map[string]any{}
+	rawErr := yaml.Unmarshal(data, &raw)
+	if rawErr == nil {
+		if err := yamlBooleans(raw); err != nil {
+			return nil, Policy{}, err
+		}
+	}
 	if err := yaml.UnmarshalStrict(data, nr); err != nil {
 		return nil, Policy{}, fmt.Errorf("malformed NodeRollout: %s", firstLine(err.Error()))
 	}
@@ -35,8 +42,7 @@ func ParseRollout(data []byte) (*v1alpha1.NodeRollout, Policy, error) {
 	if nr.Name == "" {
 		errs = append(errs, errors.New("metadata.name: required"))
 	}
-	raw := map[string]any{}
-	if err := yaml.Unmarshal(data, &raw); err == nil {
+	if rawErr == nil {
 		if err := ValidateRaw(raw); err != nil {
 			errs = append(errs, err)
 		}
@@ -54,4 +60,19 @@ func OneLine(err error) string { return oneLine(err) }
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
+}
+
+// yamlBooleans names a policy word that YAML 1.1 (which kubectl and this
+// reader speak) read as a boolean: an unquoted Off, On, No or Yes. For
+// spec.gates.controlGroup it says which word to write instead; the API
+// server would refuse it too, as "must be of type string".
+func yamlBooleans(raw map[string]any) error {
+	spec, _ := raw["spec"].(map[string]any)
+	gates, _ := spec["gates"].(map[string]any)
+	if b, ok := gates["controlGroup"].(bool); ok {
+		want := map[bool]v1alpha1.ControlGroupPolicy{true: v1alpha1.ControlGroupEnabled, false: v1alpha1.ControlGroupDisabled}[b]
+		return fmt.Errorf("spec.gates.controlGroup: YAML reads an unquoted Off/No (On/Yes) as the boolean %v, not a policy; write %s (one of %s, %s)",
+			b, want, v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled)
+	}
+	return nil
 }

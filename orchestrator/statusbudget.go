@@ -2,8 +2,10 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -18,42 +20,95 @@ const statusBudget = 1 << 20
 // trimmedMark ends a verdict whose detail fitStatus dropped.
 const trimmedMark = " (detail trimmed)"
 
+// messageLimit bounds every free-text field of the status (condition
+// messages, the halt reason, each node's reason and verdict) in bytes. The
+// API server refuses a Condition message over 32,768 characters, and then
+// every later status write of the rollout with it; a halt reason built
+// from hundreds of failing samples gets there. 8 KiB still names the first
+// dozens of reasons; the rest is cut with a mark saying how much.
+const messageLimit = 8 << 10
+
+// truncate cuts s to at most max bytes (on a rune boundary), ending it with
+// a mark that says how many bytes were cut.
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	mark := fmt.Sprintf(" … (%d bytes cut)", len(s)-max)
+	cut := max - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut < 0 {
+		cut = 0
+	}
+	return s[:cut] + mark
+}
+
+// boundMessages cuts every free-text field of s to messageLimit.
+func boundMessages(s *v1alpha1.NodeRolloutStatus) {
+	s.HaltReason = truncate(s.HaltReason, messageLimit)
+	for i := range s.Conditions {
+		s.Conditions[i].Message = truncate(s.Conditions[i].Message, messageLimit)
+	}
+	for i := range s.Nodes {
+		n := &s.Nodes[i]
+		n.Reason, n.Verdict = truncate(n.Reason, messageLimit), truncate(n.Verdict, messageLimit)
+	}
+}
+
 // fitStatus keeps s within budget, cutting in this order until it fits:
+//
 //  1. the nodes that passed (Done or RolledBack, not failing), oldest finish
 //     first: their judgement goes and their verdict keeps its outcome word;
+//
 //  2. the same nodes' start and state-change times (the finish time stays);
+//
 //  3. the before/after rows of the judgements of nodes in flight (their
 //     counters, which a successor resumes from, stay);
+//
 //  4. the baseline records of nodes in flight (up to 32 KiB each, so many
 //     nodes in flight at once may not fit them all): a successor then fails
 //     such a node closed, as without a record.
 //
-// Failed and skipped nodes keep every detail, and nothing the planner reads
-// (state, zone, wave, canary, finish time) is touched. It returns how many
-// entries it trimmed; a status that fits is left as it is.
+//  5. only then the failed and skipped nodes, oldest finish first: the
+//     before/after rows of their judgements, then their judgement (the
+//     verdict keeps its outcome word and the reason stays).
+//
+// Every free-text field is first cut to messageLimit (boundMessages), and
+// nothing the planner reads (state, zone, wave, canary, finish time) is
+// touched. It returns how many entries it trimmed; a status that fits is
+// left as it is.
 func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
+	boundMessages(s)
 	size := jsonSize(s)
 	if size <= budget {
 		return 0
 	}
-	var passed, inFlight []int
+	var passed, inFlight, ended []int
 	for i, n := range s.Nodes {
 		switch {
 		case (n.State == v1alpha1.NodeDone || n.State == v1alpha1.NodeRolledBack) && !strings.HasPrefix(n.Verdict, string(v1alpha1.OutcomeFail)):
 			passed = append(passed, i)
 		case InFlight(n.State):
 			inFlight = append(inFlight, i)
+		case n.State == v1alpha1.NodeFailed || n.State == v1alpha1.NodeSkipped:
+			ended = append(ended, i)
 		}
 	}
-	sort.SliceStable(passed, func(a, b int) bool {
-		fa, fb := s.Nodes[passed[a]].FinishTime, s.Nodes[passed[b]].FinishTime
-		return fa != nil && (fb == nil || fa.Before(fb))
-	})
+	byFinish := func(idx []int) {
+		sort.SliceStable(idx, func(a, b int) bool {
+			fa, fb := s.Nodes[idx[a]].FinishTime, s.Nodes[idx[b]].FinishTime
+			return fa != nil && (fb == nil || fa.Before(fb))
+		})
+	}
+	byFinish(passed)
+	byFinish(ended)
 	trimmed := map[int]bool{}
 	for _, pass := range []struct {
 		nodes []int
 		cut   func(*v1alpha1.NodeStatus)
-	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimBaseline}} {
+	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimBaseline}, {ended, trimRows}, {ended, trimVerdict}} {
 		for _, i := range pass.nodes {
 			if size <= budget {
 				return len(trimmed)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -127,5 +128,55 @@ func TestFitStatusDropsBaselinesLast(t *testing.T) {
 	fitStatus(small, statusBudget)
 	if small.Nodes[3].Baseline == "" {
 		t.Error("a status within the budget lost a baseline record")
+	}
+}
+
+// TestFitStatusBoundsMessagesAndTrimsFailedEntries: #27 finding 6. A halt
+// reason built from hundreds of failing Prometheus samples (≈ 60 KiB) is
+// cut below the API's 32,768-character Condition message limit everywhere
+// it lands (halt reason, condition, node reason and verdict); and a status
+// whose Failed and Skipped entries alone are over the budget is brought
+// under it, those entries keeping their state and reason.
+func TestFitStatusBoundsMessagesAndTrimsFailedEntries(t *testing.T) {
+	var samples []string
+	for i := range 600 {
+		samples = append(samples, fmt.Sprintf("query success_rate: sample {pod=\"shop/cart-5d8f7c9b6-%05d\"} = 0.81 < 0.99", i))
+	}
+	reason := "node n1: gate Fail: " + strings.Join(samples, "; ")
+	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: reason,
+		Conditions: []metav1.Condition{{Type: "Halted", Status: metav1.ConditionTrue, Reason: "Halted", Message: reason}},
+		Nodes:      []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed, Reason: reason, Verdict: reason}}}
+	fitStatus(s, statusBudget)
+	const conditionLimit = 32768
+	for what, msg := range map[string]string{"haltReason": s.HaltReason, "condition": s.Conditions[0].Message, "node reason": s.Nodes[0].Reason, "node verdict": s.Nodes[0].Verdict} {
+		if len(msg) > conditionLimit || !strings.HasPrefix(msg, "node n1: gate Fail: query success_rate") {
+			t.Errorf("%s: %d bytes (limit %d), starting %.40q", what, len(msg), conditionLimit, msg)
+		}
+	}
+
+	big := bigStatus(3000)
+	for i := range big.Nodes {
+		big.Nodes[i].State = []v1alpha1.NodeState{v1alpha1.NodeFailed, v1alpha1.NodeSkipped}[i%2]
+		big.Nodes[i].Reason = "gate failed"
+	}
+	fitStatus(big, statusBudget)
+	if size := jsonSize(big); size > statusBudget {
+		t.Errorf("3000 Failed/Skipped entries: %d bytes after trimming, over the budget %d", size, statusBudget)
+	}
+	for i, ns := range big.Nodes {
+		if ns.State != []v1alpha1.NodeState{v1alpha1.NodeFailed, v1alpha1.NodeSkipped}[i%2] || ns.Reason != "gate failed" {
+			t.Fatalf("entry %d lost its state or reason: %+v", i, ns)
+		}
+	}
+}
+
+func TestTruncateKeepsRunes(t *testing.T) {
+	s := strings.Repeat("é", 100) // 200 bytes
+	got := truncate(s, 101)
+	if len(got) > 101 || !utf8.ValidString(got) || !strings.Contains(got, "bytes cut") {
+		t.Errorf("truncate: %d bytes, valid %v: %q", len(got), utf8.ValidString(got), got)
+	}
+	if truncate("short", 10) != "short" {
+		t.Error("a short string was cut")
 	}
 }

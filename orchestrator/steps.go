@@ -1,7 +1,10 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -172,10 +175,10 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 		if out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable); err != nil {
 			return err
 		}
-		if live.KeepCordoned != "" && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
-			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, live.KeepCordoned))
+		if live.KeepCordoned != nil && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
+			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, *live.KeepCordoned))
 			e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: n.UID, APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseLeftCordoned",
-				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, live.KeepCordoned)
+				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, *live.KeepCordoned)
 		}
 		return nil
 	})
@@ -216,6 +219,9 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKi
 		}
 		uid := pod.UID
 		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if refused(err) {
+			return halt(HaltSwapFailed, "deleting pod %s/%s on %s: %v", pod.Namespace, pod.Name, node, err)
+		}
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -335,13 +341,22 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		// observation behind them reads every node and pod of the cache.
 		in.Control, in.ControlScope = e.controls(nr, p, node)
 	}
-	v, err := e.gate.Judge(ctx, in)
+	// A gate that holds the node (Inconclusive rounds) waits in Judge: the
+	// user's abort or delete, the node leaving the selector, or an edit of
+	// spec.gates must reach it there, not only between steps.
+	gctx, stop := e.whileGateStands(ctx, nr, node)
+	v, err := e.gate.Judge(gctx, in)
+	stop()
+	if cause := context.Cause(gctx); ctx.Err() == nil && (errors.Is(cause, errGateLeft) || errors.Is(cause, errGatesEdited)) {
+		return nil, nil, cause
+	}
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
-	if _, readiness := e.gate.(ReadinessGate); v.Outcome == health.Pass && !readiness && in.SoakStart.Before(in.Now) {
+	if _, readiness := e.gate.(ReadinessGate); v.Outcome == health.Pass && !readiness {
 		// Whatever the gate, a node or pod that was not Ready for any part
-		// of the soak does not pass.
+		// of the soak does not pass; with no soak (soak: 0s), one that is
+		// not Ready now.
 		r, err := soakReadiness(e.nodes, e.pods, node, in.SoakStart)
 		if err != nil {
 			r.problems = []string{"readiness: " + err.Error()}
@@ -355,6 +370,51 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
 	}
 	return &summary, v.Summary, nil
+}
+
+// errGateLeft and errGatesEdited end a gate's wait early (whileGateStands):
+// the worker decides again, which makes the node safe (abortedStep), or
+// judges it again under the edited spec.gates (the rounds so far are
+// persisted: Previous carries them on).
+var (
+	errGateLeft    = errors.New("the node's steps must stop short of its gate")
+	errGatesEdited = errors.New("spec.gates was edited")
+)
+
+// whileGateStands is ctx, also cancelled once the node must leave (leaving:
+// abort, deletion, the selector) with errGateLeft, or once the live
+// spec.gates differs from nr's with errGatesEdited, read from the cache
+// every idleCheck.
+func (e *executor) whileGateStands(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
+	return cancelWhen(ctx, idleCheck, func() error {
+		if e.leaving(nr, node) != "" {
+			return errGateLeft
+		}
+		if live := e.latest(nr.Name); live != nil && live.UID == nr.UID && !sameGates(live.Spec.Gates, nr.Spec.Gates) {
+			return errGatesEdited
+		}
+		return nil
+	})
+}
+
+// sameGates compares two gate specs as the API holds them (their JSON: a
+// Duration keeps what was written, which reflection cannot compare).
+func sameGates(a, b v1alpha1.GatesSpec) bool {
+	ja, erra := json.Marshal(a)
+	jb, errb := json.Marshal(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
+}
+
+// withLiveGates is nr and p with spec.gates as the cache holds it now.
+func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p Policy) (*v1alpha1.NodeRollout, Policy) {
+	live := e.latest(nr.Name)
+	if live == nil || live.UID != nr.UID {
+		return nr, p
+	}
+	cp := *nr
+	cp.Spec.Gates = *live.Spec.Gates.DeepCopy()
+	p.NoControlGroup = cp.Spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled
+	return &cp, p
 }
 
 // statusEntry is the node's status entry as this process knows it best.

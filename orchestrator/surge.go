@@ -90,6 +90,12 @@ const (
 	// SurgeRetire: delete Older in order; with HandOver the last of them is
 	// Pod's anchor, deleted with propagationPolicy Orphan.
 	SurgeRetire SurgeStepKind = "Retire"
+	// SurgeBridgeFailed: the node's bridge on the newest revision (Pod) is
+	// phase Failed: the kubelet rejected it (OutOfcpu, OutOfmemory, a node
+	// affinity it could not meet) or it ran to a failure. Its name is the
+	// node's and the revision's, so a create repeated would only find it
+	// again: the swap halts with the pod's reason, the old pod serving.
+	SurgeBridgeFailed SurgeStepKind = "BridgeFailed"
 	// SurgeWaitController: the cluster's controllers have to act (the garbage
 	// collector hand a bridge over, the DaemonSet controller adopt it or
 	// create a pod on a node that has none).
@@ -119,6 +125,9 @@ type SurgeStep struct {
 // alone. It is pure.
 func NextSurgeStep(in SurgeInput) SurgeStep {
 	hash := in.Revision.Labels[LabelControllerRevisionHash]
+	if b := failedBridge(in); b != nil {
+		return SurgeStep{Kind: SurgeBridgeFailed, Pod: b, Reason: fmt.Sprintf("surge bridge %s on revision %s failed on the node: %s", b.Name, hash, podFailure(b))}
+	}
 	live := surgePods(in)
 	if len(live) == 0 {
 		return SurgeStep{Kind: SurgeWaitController, Reason: "no live pod on the node: the DaemonSet controller creates one (OnDelete)"}
@@ -173,7 +182,8 @@ func newestControlled(live []*corev1.Pod, ds types.UID) *corev1.Pod {
 
 // SurgeLeftovers are the bridges an abandoned surge swap leaves that must go:
 // every bridge of the DaemonSet on the node that is not Ready (it never
-// served, so deleting it strands no pod). A Ready bridge is the newest
+// served, so deleting it strands no pod), Failed ones included (surgePods
+// leaves those out: they are not live). A Ready bridge is the newest
 // ztunnel and is never deleted while an older one is live: the caller
 // finishes the swap instead (NextSurgeStep).
 func SurgeLeftovers(in SurgeInput) []*corev1.Pod {
@@ -183,7 +193,40 @@ func SurgeLeftovers(in SurgeInput) []*corev1.Pod {
 			out = append(out, p)
 		}
 	}
+	for _, p := range in.Pods {
+		if p.Spec.NodeName == in.Node && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodFailed && isBridge(p, in.DaemonSet) {
+			out = append(out, p)
+		}
+	}
 	return out
+}
+
+// failedBridge is the node's bridge on the newest revision when it is phase
+// Failed (not being deleted), else nil.
+func failedBridge(in SurgeInput) *corev1.Pod {
+	name := BridgeName(in.DaemonSet, in.Revision, in.Node)
+	for _, p := range in.Pods {
+		if p.Name == name && p.Spec.NodeName == in.Node && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodFailed && isBridge(p, in.DaemonSet) {
+			return p
+		}
+	}
+	return nil
+}
+
+// podFailure is a Failed pod's reason and message as the kubelet wrote
+// them ("OutOfcpu: Pod was rejected: ..."), bounded.
+func podFailure(p *corev1.Pod) string {
+	why := p.Status.Reason
+	if p.Status.Message != "" {
+		if why != "" {
+			why += ": "
+		}
+		why += p.Status.Message
+	}
+	if why == "" {
+		why = "phase Failed, no reason given"
+	}
+	return truncate(why, 512)
 }
 
 // surgePods are the live pods of the DaemonSet on the node (its own, nodewise's

@@ -24,6 +24,11 @@ import (
 // old pod kept serving).
 var ErrSurgeTimeout = errors.New("surge swap timed out")
 
+// ErrSurgeBridgeFailed is wrapped by the error Surger.Swap returns when the
+// node's bridge is phase Failed (the kubelet rejected it: OutOfcpu, …): the
+// failed bridge is deleted, the old pod kept serving, and the caller halts.
+var ErrSurgeBridgeFailed = errors.New("surge bridge failed")
+
 // Surger acts the surge swap (surge.go) of one DaemonSet on one node through
 // the API. It keeps no state between calls: every call reads the pods again.
 type Surger struct {
@@ -164,6 +169,18 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 	case SurgeCreateBridge:
 		b := step.Bridge
 		_, err := s.Kube.CoreV1().Pods(b.Namespace).Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			// The name is the node's and the revision's: what holds it is
+			// this swap's bridge, unless the view this step was decided
+			// from missed that it failed.
+			if got, gerr := s.Kube.CoreV1().Pods(b.Namespace).Get(ctx, b.Name, metav1.GetOptions{}); gerr == nil && got.Status.Phase == corev1.PodFailed && got.DeletionTimestamp == nil {
+				if err := s.deletePod(ctx, got, false, "failed surge bridge deleted"); err != nil {
+					return err
+				}
+				res.Writes++
+				return fmt.Errorf("%w: %s/%s on %s: %s; deleted it, the older pod keeps serving", ErrSurgeBridgeFailed, b.Namespace, b.Name, b.Spec.NodeName, podFailure(got))
+			}
+		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating surge bridge %s/%s on %s: %w", b.Namespace, b.Name, b.Spec.NodeName, err)
 		}
@@ -284,7 +301,17 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			return res, nil
 		case SurgeRetire, SurgeCreateBridge:
 			// Acted: look again once the change shows (a Ready bridge is
-			// retired past the deadline too: it is the newest ztunnel).
+			// retired past the deadline too: it is the newest ztunnel). A
+			// bridge this loop already created, decided again past the
+			// deadline, times out like any wait: a create never counts as
+			// progress by itself.
+			if step.Kind == SurgeCreateBridge && res.Bridge == step.Bridge.Name && !s.Now().Before(s.deadline(in, node, deadline)) {
+				gone, err := s.abandon(ctx, in, &res)
+				if err != nil {
+					return res, err
+				}
+				return res, fmt.Errorf("%s/%s on %s: %w: bridge %s created but never seen live (%d leftover(s) deleted), the older pod keeps serving", ref.Namespace, ref.Name, node, ErrSurgeTimeout, step.Bridge.Name, len(gone))
+			}
 			if err := s.Apply(ctx, step, &res); err != nil {
 				return res, err
 			}
@@ -292,6 +319,13 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			if step.Kind != SurgeCreateBridge {
 				settle = acted.Add(controllerGrace)
 			}
+		case SurgeBridgeFailed:
+			// The kubelet rejected the bridge: a create would only find it
+			// again. It goes (a leftover), the old pod keeps serving.
+			if _, err := s.abandon(ctx, in, &res); err != nil {
+				return res, err
+			}
+			return res, fmt.Errorf("%s/%s on %s: %w: %s; deleted it, the older pod keeps serving", ref.Namespace, ref.Name, node, ErrSurgeBridgeFailed, step.Reason)
 		case surgeWaitOwnWrites:
 		default:
 			if !s.Now().Before(s.deadline(in, node, deadline)) && !s.Now().Before(settle) {

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -27,8 +28,13 @@ func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node strin
 		Changes: e.changes.wait, BridgeTimeout: timeout,
 	}
 	res, err := s.Swap(ctx, ref, node, deadline)
-	if errors.Is(err, ErrSurgeTimeout) {
+	switch {
+	case errors.Is(err, ErrSurgeTimeout):
 		return halt(HaltSwapTimeout, "%s (swap timeout %s)", err, timeout)
+	case errors.Is(err, ErrSurgeBridgeFailed):
+		return halt(HaltSwapFailed, "%s", err)
+	case refused(err):
+		return halt(HaltSwapFailed, "surge swap of %s/%s: %v", ref.Namespace, ref.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("surge swap of %s/%s on %s: %w", ref.Namespace, ref.Name, node, err)
@@ -59,4 +65,12 @@ func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (SurgeInput
 		}
 	}
 	return surgeInput(ds, revs, pods, node)
+}
+
+// refused says the API server refused a swap's write for good (RBAC, an
+// admission policy, a quota, an invalid object): retrying the same write
+// changes nothing, so the swap halts with the API's reason instead of
+// leaving the node Progressing while its worker retries forever.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsMethodNotSupported(err)
 }

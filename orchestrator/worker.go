@@ -187,6 +187,13 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 		}
 		next, res, err := e.act(ctx, nr, p, node, rec, s, checked)
 		rec = next
+		if errors.Is(err, errGateLeft) || errors.Is(err, errGatesEdited) {
+			// The gate's wait was cut short: decide again from the same
+			// view (an abort makes the node safe; an edited spec.gates is
+			// judged again).
+			nr, p = e.withLiveGates(nr, p)
+			continue
+		}
 		if res.verdict != nil {
 			out.verdict, out.judgement = res.verdict, res.judgement
 		}

@@ -8,7 +8,7 @@ package v1alpha1
 // Numbers that are not integers (ratios, rates, significance) are decimal strings,
 // because CRDs cannot carry floats portably; CEL rules check their ranges.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.interval) || self.interval.matches('[1-9]')",message="gates.interval must be a positive duration such as 1m"
+// +kubebuilder:validation:XValidation:rule="!has(self.interval) || (self.interval.matches('[1-9]') && duration(self.interval) >= duration('1s'))",message="gates.interval must be a positive duration of at least 1s, such as 1m"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxSnapshotAge) || self.maxSnapshotAge.matches('[1-9]')",message="gates.maxSnapshotAge must be a positive duration such as 30s"
 type GatesSpec struct {
 	// Interval is how often the judge compares the soak so far with the baseline
@@ -194,7 +194,7 @@ type PrometheusGates struct {
 	// +kubebuilder:validation:Pattern=`^https?://`
 	Address string `json:"address"`
 	// Timeout bounds one query, retries included (default 10s).
-	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="prometheus.timeout must be a positive duration"
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]') && duration(self) >= duration('100ms')",message="prometheus.timeout must be a positive duration of at least 100ms, such as 10s"
 	// +optional
 	Timeout *Duration `json:"timeout,omitempty"`
 	// MaxConsecutiveErrors is how many failed evaluations in a row fail the gate (default 3).

@@ -161,6 +161,11 @@ type CoordinationSpec struct {
 	CountOthers *bool `json:"countOthers,omitempty"`
 }
 
+// The abort rule sits on the spec, not on the optional field: a transition
+// rule on a field does not run when the field is removed, so a merge patch
+// {"spec":{"abort":null}} would undo it.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone"
+
 // NodeRolloutSpec is what to roll and how.
 type NodeRolloutSpec struct {
 	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
@@ -232,7 +237,6 @@ type NodeRolloutSpec struct {
 	// Abort stops the rollout once the nodes in flight are made safe (uncordoned).
 	// Set by `nodewise abort`; it cannot be undone.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!oldSelf || self",message="abort cannot be undone"
 	Abort bool `json:"abort,omitempty"`
 	// Rollback swaps the upgraded nodes back, in reverse order, once the user has
 	// restored the old template. Set by `nodewise rollback`.

@@ -20,6 +20,15 @@ import (
 // spec.gates.interval is not set.
 const DefaultInterval = time.Minute
 
+// MinInterval and MinPrometheusTimeout are the least spec.gates.interval and
+// spec.gates.prometheus.timeout accepted (the CRD's CEL rules say the
+// same): a judge every nanosecond is a busy loop against the agents, a
+// query bounded by a nanosecond never answers.
+const (
+	MinInterval          = time.Second
+	MinPrometheusTimeout = 100 * time.Millisecond
+)
+
 // Interval returns spec.gates.interval or its default.
 func Interval(g v1alpha1.GatesSpec) (time.Duration, error) {
 	if g.Interval == nil {
@@ -28,8 +37,8 @@ func Interval(g v1alpha1.GatesSpec) (time.Duration, error) {
 	if err := g.Interval.Err(); err != nil {
 		return 0, fmt.Errorf("gates.interval: %w", err)
 	}
-	if g.Interval.Duration <= 0 {
-		return 0, fmt.Errorf("gates.interval %s: must be a positive duration such as 1m", g.Interval.Duration)
+	if g.Interval.Duration < MinInterval {
+		return 0, fmt.Errorf("gates.interval %s: must be a positive duration of at least %s, such as 1m", g.Interval.Duration, MinInterval)
 	}
 	return g.Interval.Duration, nil
 }
@@ -152,8 +161,8 @@ func Prometheus(g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logge
 		if err := p.Timeout.Err(); err != nil {
 			return nil, fmt.Errorf("gates.prometheus.timeout: %w", err)
 		}
-		if p.Timeout.Duration <= 0 {
-			return nil, fmt.Errorf("gates.prometheus.timeout %s: must be a positive duration", p.Timeout.Duration)
+		if p.Timeout.Duration < MinPrometheusTimeout {
+			return nil, fmt.Errorf("gates.prometheus.timeout %s: must be a positive duration of at least %s, such as 10s", p.Timeout.Duration, MinPrometheusTimeout)
 		}
 		cfg.Timeout = p.Timeout.Duration
 	}

@@ -84,6 +84,8 @@ var badGates = []struct {
 }{
 	{"unknown control group policy", map[string]any{"controlGroup": "Off"}, v1alpha1.GatesSpec{ControlGroup: "Off"}, "controlGroup"},
 	{"negative interval", map[string]any{"interval": "-1m"}, v1alpha1.GatesSpec{Interval: dur(-time.Minute)}, "gates.interval"},
+	{"interval of 1ns (#27 finding 7)", map[string]any{"interval": "1ns"}, v1alpha1.GatesSpec{Interval: dur(time.Nanosecond)}, "at least 1s"},
+	{"interval of 999ms", map[string]any{"interval": "999ms"}, v1alpha1.GatesSpec{Interval: dur(999 * time.Millisecond)}, "at least 1s"},
 	{"negative snapshot age", map[string]any{"maxSnapshotAge": "-30s"}, v1alpha1.GatesSpec{MaxSnapshotAge: dur(-30 * time.Second)}, "gates.maxSnapshotAge"},
 	{"negative latency increase", map[string]any{"latency": []any{map[string]any{"metric": "srtt", "minIncrease": "-1ms"}}},
 		v1alpha1.GatesSpec{Latency: []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: dur(-time.Millisecond)}}}, "minIncrease"},
@@ -351,6 +353,31 @@ func TestCRDPrometheusQueriesAndBuiltIn(t *testing.T) {
 	} {
 		if got := validate(rm, builtIn(bad.b)); !strings.Contains(got, bad.want) {
 			t.Errorf("%v: %q, want %q", bad.b, got, bad.want)
+		}
+	}
+}
+
+// TestPrometheusTimeoutMinimum: #27 finding 7. spec.gates.prometheus.timeout
+// of 1ns is refused by the judge's reading and by the CRD, naming the
+// minimum; 100ms is accepted by both.
+func TestPrometheusTimeoutMinimum(t *testing.T) {
+	validate := crdValidator(t, "nodewise.io_noderollouts.yaml")
+	for _, tc := range []struct {
+		timeout string
+		ok      bool
+	}{{"1ns", false}, {"99ms", false}, {"100ms", true}, {"10s", true}} {
+		d, err := time.ParseDuration(tc.timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://p.m.svc:9090", Timeout: dur(d), Queries: []v1alpha1.PrometheusQuery{pq1("")}}}
+		_, err = Prometheus(gs, health.AddressPolicy{}, nil)
+		if got := err == nil; got != tc.ok || (!tc.ok && !strings.Contains(err.Error(), "at least 100ms")) {
+			t.Errorf("timeout %s: the judge's reading said %v; want accepted %v", tc.timeout, err, tc.ok)
+		}
+		errs := validate(map[string]any{"prometheus": map[string]any{"address": "http://p.m.svc:9090", "timeout": tc.timeout, "queries": []any{q1("")}}})
+		if got := len(errs) == 0; got != tc.ok || (!tc.ok && !strings.Contains(errs.ToAggregate().Error(), "at least 100ms")) {
+			t.Errorf("timeout %s: the CRD said %v; want accepted %v", tc.timeout, errs.ToAggregate(), tc.ok)
 		}
 	}
 }
