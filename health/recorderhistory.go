@@ -83,18 +83,25 @@ func (r *Recorder) CoveredSince(node string) time.Time {
 // BaselineNote says, for a verdict, when the agent restarted inside the
 // baseline window [baselineStart, swapStart]: its counters were reset, so
 // the samples before the restart are left out and the baseline is the
-// shorter part since. "" when it did not.
+// shorter part since, whether or not the Recorder held samples of the
+// run before. "" when it did not.
 func (r *Recorder) BaselineNote(node string, baselineStart, swapStart time.Time) string {
 	list, _, _ := r.samples(node)
 	kept, dropped := lastEpoch(list, baselineStart, swapStart)
-	if dropped == 0 {
+	if len(kept) == 0 {
+		return ""
+	}
+	// The run's start on the orchestrator's clock: inside the window, the
+	// baseline is shorter whether or not the older run's samples were held.
+	last := kept[len(kept)-1]
+	if runStart := last.snap.StartTime.Add(-last.shift); dropped == 0 && !runStart.After(baselineStart) {
 		return ""
 	}
 	covered := time.Duration(0)
 	if len(kept) > 1 {
 		covered = kept[len(kept)-1].at.Sub(kept[0].at)
 	}
-	return fmt.Sprintf("agent on node %s restarted inside the baseline window (its counters started again at %s): %d samples before it left out, judged on the shorter baseline of %s (%d samples) of the %s window",
+	return fmt.Sprintf("agent on node %s restarted inside the baseline window (its counters started again at %s; %d earlier samples left out): judged on the shorter baseline of %s (%d samples) of the %s window",
 		node, kept[0].snap.StartTime.UTC().Format(time.RFC3339), dropped, covered.Round(time.Second), len(kept), swapStart.Sub(baselineStart).Round(time.Second))
 }
 
