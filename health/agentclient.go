@@ -169,8 +169,44 @@ func readTokenFile(path string) (string, error) {
 // Snapshot fetches the node's current snapshot. Every failure wraps
 // ErrAgentUnavailable and says what went wrong.
 func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, error) {
-	fail := func(format string, args ...any) (Snapshot, error) {
-		return Snapshot{}, fmt.Errorf("%w: node %s: %s", ErrAgentUnavailable, node, fmt.Sprintf(format, args...))
+	var s Snapshot
+	if err := c.get(ctx, node, "/v1/snapshot", &s); err != nil {
+		return Snapshot{}, err
+	}
+	if s.Node != node {
+		return Snapshot{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, s.Node)
+	}
+	if s.Time.IsZero() || s.StartTime.IsZero() {
+		return Snapshot{}, fmt.Errorf("%w: node %s: the snapshot has no time or start time", ErrAgentUnavailable, node)
+	}
+	return s, nil
+}
+
+// History fetches the snapshots the node's agent kept since a time
+// (HistorySource). An agent that serves no history (an older one: 404)
+// wraps ErrNoHistory; every other failure wraps ErrAgentUnavailable. A
+// snapshot of another node or agent run than the answer's is an error.
+func (c *AgentClient) History(ctx context.Context, node string, since time.Time) (History, error) {
+	var h History
+	path := "/v1/history?since=" + url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
+	if err := c.get(ctx, node, path, &h); err != nil {
+		return History{}, err
+	}
+	if h.Node != node || h.Now.IsZero() || h.StartTime.IsZero() {
+		return History{}, fmt.Errorf("%w: node %s: the history is of node %q, or has no time or start time", ErrAgentUnavailable, node, h.Node)
+	}
+	for _, s := range h.Snapshots {
+		if s.Node != node || !s.StartTime.Equal(h.StartTime) || s.Time.IsZero() {
+			return History{}, fmt.Errorf("%w: node %s: a history snapshot of node %q started %s, not of this agent run", ErrAgentUnavailable, node, s.Node, s.StartTime.UTC().Format(time.RFC3339))
+		}
+	}
+	return h, nil
+}
+
+// get fetches path from the node's agent and decodes its JSON into out.
+func (c *AgentClient) get(ctx context.Context, node, path string, out any) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: node %s: %s", ErrAgentUnavailable, node, fmt.Sprintf(format, args...))
 	}
 	base, err := c.cfg.URLFor(ctx, node)
 	if err != nil {
@@ -180,7 +216,7 @@ func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, erro
 	if err != nil {
 		return fail("%v", err)
 	}
-	target := strings.TrimSuffix(base, "/") + "/v1/snapshot"
+	target := strings.TrimSuffix(base, "/") + path
 	if c.cfg.VerifyNodeName {
 		u, err := url.Parse(target)
 		if err != nil || u.Port() == "" {
@@ -198,26 +234,22 @@ func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, erro
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fail("GET %s/v1/snapshot: %v", base, err)
+		return fail("GET %s%s: %v", base, path, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/v1/history") {
+		return fmt.Errorf("%w: node %s: GET %s/v1/history: %s", ErrNoHistory, node, base, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		hint := ""
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 			hint = " (the agent rejected the token: check the token file matches the agents' Secret)"
 		}
-		return fail("GET %s/v1/snapshot: %s%s: %s", base, resp.Status, hint, strings.TrimSpace(string(body)))
+		return fail("GET %s%s: %s%s: %s", base, path, resp.Status, hint, strings.TrimSpace(string(body)))
 	}
-	var s Snapshot
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&s); err != nil {
-		return fail("decoding the snapshot: %v", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fail("decoding the answer to %s: %v", path, err)
 	}
-	if s.Node != node {
-		return fail("the agent at %s answered for node %q", base, s.Node)
-	}
-	if s.Time.IsZero() || s.StartTime.IsZero() {
-		return fail("the snapshot has no time or start time")
-	}
-	return s, nil
+	return nil
 }

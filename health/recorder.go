@@ -200,7 +200,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 // Windows returns the samples a judgement needs, by the orchestrator's
 // clock: every sample surely read in [baselineStart, swapStart] (sent at or
 // after the start, answered at or before the swap started: the baseline
-// series), and the first sample sent at or after soakStart. The snapshots
+// series) since the agent's last restart in it (BaselineNote says so), and the first sample sent at or after soakStart. The snapshots
 // carry their times as placed on the orchestrator's clock. err says what is
 // missing.
 func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []Snapshot, soak Snapshot, err error) {
@@ -208,10 +208,9 @@ func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time
 	if !tracked {
 		return nil, Snapshot{}, fmt.Errorf("node %s: %w (Track starts at preflight; a successor needs the node's persisted baseline record, Restore)", node, ErrNotTracked)
 	}
-	for _, s := range list {
-		if s.inBaseline(baselineStart, swapStart) {
-			baseline = append(baseline, s.placed())
-		}
+	kept, _ := lastEpoch(list, baselineStart, swapStart)
+	for _, s := range kept {
+		baseline = append(baseline, s.placed())
 	}
 	for _, s := range list {
 		if s.inSoak(soakStart) {
@@ -250,10 +249,9 @@ func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.
 		return BaselineRecord{}, fmt.Errorf("node %s: %w", node, ErrNotTracked)
 	}
 	out := BaselineRecord{Node: node, BaselineStart: baselineStart, SwapStart: swapStart}
-	for _, s := range list {
-		if s.inBaseline(baselineStart, swapStart) {
-			out.Baseline = append(out.Baseline, s.recorded())
-		}
+	kept, _ := lastEpoch(list, baselineStart, swapStart)
+	for _, s := range kept {
+		out.Baseline = append(out.Baseline, s.recorded())
 	}
 	if len(out.Baseline) < 2 {
 		return BaselineRecord{}, fmt.Errorf("node %s: %d samples recorded in the baseline window, need at least 2", node, len(out.Baseline))
@@ -285,6 +283,14 @@ func (r *Recorder) Restore(node string, rec BaselineRecord) error {
 	if rec.SoakStart != nil {
 		restored = append(restored, r.fromRecord(*rec.SoakStart))
 	}
+	r.merge(node, restored)
+	return nil
+}
+
+// merge tracks node and adds samples to its own, in the order of their
+// placed times, leaving out those it already holds (the same agent epoch
+// and seq, or time).
+func (r *Recorder) merge(node string, restored []sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.tracked[node]
@@ -304,7 +310,6 @@ func (r *Recorder) Restore(node string, rec BaselineRecord) error {
 	}
 	sort.SliceStable(merged, func(i, j int) bool { return merged[i].at.Before(merged[j].at) })
 	h.samples = merged
-	return nil
 }
 
 // recorded is the sample as a BaselineRecord holds it.

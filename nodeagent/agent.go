@@ -39,6 +39,8 @@ type Agent struct {
 	src      source
 	resolver Resolver
 
+	hist *history
+
 	ready chan struct{}
 	addr  net.Addr
 }
@@ -78,6 +80,7 @@ func New(cfg Config) (*Agent, error) {
 			Name: "nodewise_agent_ebpf_fallback",
 			Help: "1 when --mode=auto could not load the eBPF programs and fell back to /proc (a warning: no histograms, no sides, no ages).",
 		}),
+		hist:  newHistory(cfg.HistoryEvery, cfg.HistoryKeep, cfg.HistoryMaxBytes),
 		ready: make(chan struct{}),
 	}
 	untracked := prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -182,6 +185,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	close(a.ready)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(netutil.LimitListener(ln, a.cfg.MaxConnections), "", "") }()
+	go a.keepHistory(ctx)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving: %w", err)
@@ -237,6 +241,7 @@ func (a *Agent) handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /v1/snapshot", authenticated(a.auth, a.log, http.HandlerFunc(a.serveSnapshot)))
+	mux.Handle("GET /v1/history", authenticated(a.auth, a.log, http.HandlerFunc(a.serveHistory)))
 	mux.Handle("GET /metrics", authenticated(a.auth, a.log, promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{})))
 	return mux
 }
@@ -251,5 +256,63 @@ func (a *Agent) serveSnapshot(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(s); err != nil {
 		a.log.Debug("writing snapshot", zap.Error(err))
+	}
+}
+
+// keepHistory takes a snapshot into the history now and every HistoryEvery
+// until ctx ends. A failed read is logged and leaves a gap, which the
+// orchestrator sees as fewer samples.
+func (a *Agent) keepHistory(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HistoryEvery)
+	defer t.Stop()
+	for {
+		s, err := a.Snapshot()
+		if err == nil {
+			err = a.hist.add(s)
+		}
+		if err != nil {
+			a.log.Warn("history snapshot failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// History is the snapshots kept since t (all of them for the zero time),
+// as /v1/history serves them.
+func (a *Agent) History(since time.Time) (health.History, error) {
+	snaps, err := a.hist.since(since)
+	if err != nil {
+		return health.History{}, err
+	}
+	return health.History{
+		Node: a.cfg.Node, StartTime: a.start, Now: time.Now(),
+		Every: a.cfg.HistoryEvery, Keep: a.cfg.HistoryKeep, Snapshots: snaps,
+	}, nil
+}
+
+// serveHistory answers GET /v1/history?since=<RFC 3339 time>.
+func (a *Agent) serveHistory(w http.ResponseWriter, r *http.Request) {
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("since %q: want an RFC 3339 time", v), http.StatusBadRequest)
+			return
+		}
+		since = t
+	}
+	h, err := a.History(since)
+	if err != nil {
+		a.log.Error("history failed", zap.Error(err))
+		http.Error(w, "history failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(h); err != nil {
+		a.log.Debug("writing history", zap.Error(err))
 	}
 }

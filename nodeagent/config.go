@@ -19,6 +19,13 @@ const (
 	ModeProc = "proc" // /proc counters only
 )
 
+// History defaults (Config.HistoryEvery, HistoryKeep, HistoryMaxBytes).
+const (
+	DefaultHistoryEvery    = 30 * time.Second
+	DefaultHistoryKeep     = time.Hour
+	DefaultHistoryMaxBytes = 16 << 20
+)
+
 // Config is everything the agent needs. New validates it and fills defaults.
 type Config struct {
 	Node       string // node name reported in snapshots; default: the hostname
@@ -62,6 +69,18 @@ type Config struct {
 	// goroutines, and what the cap holds back is served as the others end
 	// (each is bounded by the timeouts above).
 	MaxConnections int
+	// HistoryEvery is how often the agent keeps a snapshot in its history
+	// (/v1/history; default 30s, the orchestrator's sampling period, so a
+	// baseline read from history has the samples a waited one has).
+	HistoryEvery time.Duration
+	// HistoryKeep is how far back the history reaches (default 1h): the
+	// longest baseline read from it without a wait. A longer baseline waits
+	// for the part the history does not cover.
+	HistoryKeep time.Duration
+	// HistoryMaxBytes bounds the history's memory (default 16 MiB); past
+	// it the oldest snapshots go first. 110 pods take at most about
+	// 10 MiB at the defaults with every counter busy (docs/nodeagent.md).
+	HistoryMaxBytes int
 
 	// loadProbe replaces the eBPF loader in tests.
 	loadProbe func() (probe, error)
@@ -117,6 +136,21 @@ func (c *Config) validate() error {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 60 * time.Second
+	}
+	if c.HistoryEvery == 0 {
+		c.HistoryEvery = DefaultHistoryEvery
+	}
+	if c.HistoryKeep == 0 {
+		c.HistoryKeep = DefaultHistoryKeep
+	}
+	if c.HistoryMaxBytes == 0 {
+		c.HistoryMaxBytes = DefaultHistoryMaxBytes
+	}
+	if c.HistoryEvery < 0 || c.HistoryKeep < c.HistoryEvery {
+		return fmt.Errorf("history: need 0 < every (%s) ≤ keep (%s)", c.HistoryEvery, c.HistoryKeep)
+	}
+	if c.HistoryMaxBytes < 0 {
+		return fmt.Errorf("history max bytes %d: must be positive", c.HistoryMaxBytes)
 	}
 	if c.loadProbe == nil {
 		c.loadProbe = loadProbe

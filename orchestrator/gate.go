@@ -83,6 +83,19 @@ type Keeper interface {
 type PrepareInput struct {
 	Node    string
 	Control []string
+	// Baseline is the policy's baseline window: a gate that reads the
+	// agents' history (Historian) takes that much of it back.
+	Baseline time.Duration
+}
+
+// Historian is implemented by gates that read a node's baseline from its
+// agent's history (the judge): the baseline window is the one that ends at
+// the swap, and preflight waits only for the part of it the history does
+// not cover (a new agent, a node just added, an agent restarted since).
+type Historian interface {
+	// CoveredSince samples the node now and says since when the gate holds
+	// its samples in one run of its agent (zero: none).
+	CoveredSince(ctx context.Context, node string) time.Time
 }
 
 // Gate decides whether a node that finished its soak may count as done. An

@@ -71,7 +71,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		next.SwapSince = now
 		// The baseline window ends here: its record goes with this step's
 		// status write, before the swap acts.
-		baseline = e.keep(ctx, nr, node, now, time.Time{})
+		baseline = e.keep(ctx, nr, p, node, now, time.Time{})
 	}
 	if s.StampSoak {
 		next.SoakSince = now

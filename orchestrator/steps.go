@@ -38,7 +38,7 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 	}
 	if pr, ok := e.gate.(Preparer); ok {
 		control, _ := e.controls(nr, p, node)
-		if err := pr.Prepare(ctx, PrepareInput{Node: node, Control: control}); err != nil {
+		if err := pr.Prepare(ctx, PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
 			return halt(HaltPreflightFailed, "preflight: gate: %v", err)
 		}
 	}
@@ -335,6 +335,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy
 	if !rec.SwapSince.IsZero() {
 		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
 	}
+	in.BaselineStart = e.baselineStart(p, in.BaselineStart, in.SwapStart)
 	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
 	if _, samples := e.gate.(Preparer); samples {
 		// Only a gate that samples (the judge) compares with controls; the
@@ -432,7 +433,7 @@ func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.
 // (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
 // start. "" when the gate keeps none, or when it fails (logged: the node
 // then fails closed on a handover, as it would without a record).
-func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, node string, swapStart, soakStart time.Time) string {
+func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, swapStart, soakStart time.Time) string {
 	k, ok := e.gate.(Keeper)
 	if !ok {
 		return ""
@@ -444,6 +445,7 @@ func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, node stri
 		}
 		in.Record = ns.Baseline
 	}
+	in.BaselineStart = e.baselineStart(p, in.BaselineStart, swapStart)
 	out, err := k.Keep(ctx, in)
 	if err != nil {
 		e.o.log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
@@ -455,9 +457,9 @@ func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, node stri
 // keepSoakStart persists the record with the soak's first sample, before
 // the soak is waited out (once: a resumed soak whose record holds it
 // writes nothing).
-func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodeRecord) error {
+func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) error {
 	ns, _ := e.statusEntry(nr, node)
-	out := e.keep(ctx, nr, node, rec.SwapSince, rec.SoakSince)
+	out := e.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
 	if out == "" || out == ns.Baseline {
 		return nil
 	}

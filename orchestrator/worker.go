@@ -237,7 +237,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 			err = <-checked
 		}
 		if err == nil && s.Timeout > 0 {
-			err = sleepUntil(ctx, deadline, e.o.cfg.Now)
+			err = e.waitBaseline(ctx, p, node, deadline)
 		}
 	case actDrain:
 		var next nodeRecord
@@ -252,7 +252,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, 
 			}
 		}
 	case actSoak:
-		if err = e.keepSoakStart(ctx, nr, node, rec); err == nil {
+		if err = e.keepSoakStart(ctx, nr, p, node, rec); err == nil {
 			err = sleepUntil(ctx, deadline, e.o.cfg.Now)
 		}
 	case actGate:

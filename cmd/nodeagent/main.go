@@ -56,6 +56,8 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	f.creds.register(fs)
 	fs.StringVar(&cfg.ProcRoot, "proc-root", "/proc", "the /proc to read (the host's, with hostPID, for proc mode)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup v2 mount")
+	fs.DurationVar(&cfg.HistoryEvery, "history-every", nodeagent.DefaultHistoryEvery, "how often a snapshot is kept in the history (/v1/history), the judge's baseline")
+	fs.DurationVar(&cfg.HistoryKeep, "history-keep", nodeagent.DefaultHistoryKeep, "how far back the history reaches: the longest baseline read from it without a wait")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	err := fs.Parse(args)

@@ -47,10 +47,11 @@ type Gate struct {
 }
 
 var (
-	_ orchestrator.Gate     = (*Gate)(nil)
-	_ orchestrator.Preparer = (*Gate)(nil)
-	_ orchestrator.Releaser = (*Gate)(nil)
-	_ orchestrator.Keeper   = (*Gate)(nil)
+	_ orchestrator.Gate      = (*Gate)(nil)
+	_ orchestrator.Preparer  = (*Gate)(nil)
+	_ orchestrator.Releaser  = (*Gate)(nil)
+	_ orchestrator.Keeper    = (*Gate)(nil)
+	_ orchestrator.Historian = (*Gate)(nil)
 )
 
 // New validates cfg.
@@ -98,12 +99,42 @@ func (g *Gate) Prepare(ctx context.Context, in orchestrator.PrepareInput) error 
 	if err := g.cfg.Recorder.Track(ctx, in.Node); err != nil {
 		return fmt.Errorf("preflight: node agent on %s: %w", in.Node, err)
 	}
+	g.backfill(ctx, in.Node, in.Baseline)
 	for _, c := range in.Control {
 		if err := g.cfg.Recorder.Track(ctx, c); err != nil {
 			g.cfg.Logger.Info("control node's agent does not answer yet; sampling it from now on", zap.String("node", in.Node), zap.String("control", c), zap.Error(err))
+			continue
 		}
+		g.backfill(ctx, c, in.Baseline) // the controls' "before" is the same window
 	}
 	return nil
+}
+
+// backfill takes the last baseline of the node's agent history back into
+// the Recorder (health.Recorder.Backfill). An agent that keeps none, or
+// fails to serve it, leaves the baseline to be waited out: logged, no error.
+func (g *Gate) backfill(ctx context.Context, node string, baseline time.Duration) {
+	if baseline <= 0 {
+		return
+	}
+	n, err := g.cfg.Recorder.Backfill(ctx, node, baseline)
+	if err != nil {
+		g.cfg.Logger.Info("node agent's history unavailable: its baseline is waited out", zap.String("node", node), zap.Error(err))
+		return
+	}
+	g.cfg.Logger.Debug("baseline taken from the agent's history", zap.String("node", node), zap.Int("samples", n),
+		zap.Time("coveredSince", g.cfg.Recorder.CoveredSince(node)))
+}
+
+// CoveredSince implements orchestrator.Historian: the node sampled now,
+// the oldest sample the Recorder holds of its agent's current run. A
+// sample that fails keeps what the Recorder holds (the gate reports a
+// silent agent when it judges).
+func (g *Gate) CoveredSince(ctx context.Context, node string) time.Time {
+	if err := g.cfg.Recorder.Sample(ctx, node); err != nil {
+		g.cfg.Logger.Info("cannot sample node agent", zap.String("node", node), zap.Error(err))
+	}
+	return g.cfg.Recorder.CoveredSince(node)
 }
 
 // Done forgets a node's snapshots once its gate has passed or failed, and
@@ -156,13 +187,17 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 
 // clockReasons say, for the judged node and each control, how far its
 // agent's clock was off the orchestrator's and what that changed, when it
-// changed anything: samples placed on the orchestrator's clock, or answers
-// whose seq did not advance.
+// changed anything (samples placed on the orchestrator's clock, or answers
+// whose seq did not advance), and when its agent restarted inside the
+// baseline window (the baseline is the shorter part since).
 func (g *Gate) clockReasons(in orchestrator.GateInput) []string {
 	var out []string
 	for _, n := range append([]string{in.Node}, in.Control...) {
 		if c := g.cfg.Recorder.Clock(n, in.BaselineStart, in.SwapStart, in.SoakStart); c.Mattered() {
 			out = append(out, c.Reason())
+		}
+		if note := g.cfg.Recorder.BaselineNote(n, in.BaselineStart, in.SwapStart); note != "" {
+			out = append(out, note)
 		}
 	}
 	return out

@@ -1,0 +1,52 @@
+package orchestrator
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// waitBaseline is preflight's wait for the node's baseline window. A gate
+// that reads the agents' history (Historian) already holds the part of the
+// window its agent's current run covers: preflight waits only for the rest,
+// counted from the oldest sample of that run (none for an agent that kept
+// the whole window, all of it for a new agent, from the restart for one that
+// restarted), checked again after each wait so an agent restarted meanwhile
+// is waited for too. Other gates wait the whole window, to deadline.
+func (e *executor) waitBaseline(ctx context.Context, p Policy, node string, deadline time.Time) error {
+	h, ok := e.gate.(Historian)
+	if !ok {
+		return sleepUntil(ctx, deadline, e.o.cfg.Now)
+	}
+	for {
+		until := deadline
+		if since := h.CoveredSince(ctx, node); !since.IsZero() {
+			until = since.Add(p.Baseline)
+		}
+		now := e.o.cfg.Now()
+		if !now.Before(until) {
+			return nil
+		}
+		e.o.log.Info("waiting for the part of the baseline window the agent's history does not cover",
+			zap.String("node", node), zap.Duration("wait", until.Sub(now).Round(time.Second)), zap.Duration("baseline", p.Baseline))
+		if err := sleepUntil(ctx, until, e.o.cfg.Now); err != nil {
+			return err
+		}
+	}
+}
+
+// baselineStart is when the node's baseline window starts, given the
+// preflight's start (recorded) and the swap's: with a gate that reads the
+// agents' history, the window is the spec's baseline that ended at the swap,
+// or the time since the preflight when that is longer; else the time since
+// the preflight, as waited.
+func (e *executor) baselineStart(p Policy, preflight, swapStart time.Time) time.Time {
+	if _, ok := e.gate.(Historian); !ok || swapStart.IsZero() {
+		return preflight
+	}
+	if from := swapStart.Add(-p.Baseline); preflight.IsZero() || from.Before(preflight) {
+		return from
+	}
+	return preflight
+}
