@@ -3,9 +3,14 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,4 +105,14 @@ func (f *fakeMigrations) Watch(_ context.Context, opts metav1.ListOptions) (watc
 	}
 	f.watches.Add(1)
 	return watch.NewRaceFreeFake(), nil
+}
+
+func forbidden() error {
+	return apierrors.NewForbidden(schema.GroupResource{Group: "nodewise.io", Resource: "noderollouts"}, "faulty", errors.New(`User "viewer" cannot patch resource "noderollouts"`))
+}
+
+func newBenchServer(b *testing.B, s *Server) string {
+	srv := httptest.NewServer(s.Handler())
+	b.Cleanup(srv.Close)
+	return srv.URL
 }

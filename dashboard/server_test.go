@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -226,7 +224,7 @@ func TestActions(t *testing.T) {
 	if len(e.rs.patches) != 2 || e.rs.patches[0] != `faulty {"spec":{"paused":true}}` || !strings.Contains(e.rs.patches[1], `"nodewise.io/resume-token":"2026-12-03T03:05:00Z"`) {
 		t.Errorf("patches: %q", e.rs.patches)
 	}
-	e.rs.patchErr = apierrors.NewForbidden(schema.GroupResource{Group: "nodewise.io", Resource: "noderollouts"}, "faulty", nil)
+	e.rs.patchErr = forbidden()
 	code, body := e.post("/rollouts/faulty/actions/abort", true)
 	if code != http.StatusForbidden || !strings.Contains(body, "forbidden: your credentials may not patch NodeRollout faulty") {
 		t.Errorf("abort without RBAC: %d %s", code, body)
