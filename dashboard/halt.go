@@ -22,9 +22,9 @@ func buildHalt(nr *v1alpha1.NodeRollout) *haltView {
 	h := &haltView{Rollout: nr.Name, Reason: nr.Status.HaltReason}
 	var failed *v1alpha1.NodeStatus
 	for i := range nr.Status.Nodes {
-		n := &nr.Status.Nodes[i]
+		n := nr.Status.Nodes[i] // a copy: the cached object is never written
 		if n.State == v1alpha1.NodeFailed && (failed == nil || strings.Contains(h.Reason, n.Name)) {
-			failed = n
+			failed = &n
 		}
 	}
 	text := h.Reason
@@ -43,7 +43,7 @@ func buildHalt(nr *v1alpha1.NodeRollout) *haltView {
 	switch kind := haltKind(failed, text); kind {
 	case "gate_failed":
 		h.Kind = "the judge found a regression"
-		h.Advice = "Read the before/after table below. A real regression: roll the upgraded nodes back in reverse order (re-apply the old Istio chart, OnDelete, first), or abort to stop where you are. A false alarm (planned maintenance traffic, say): resume retries the node from preflight."
+		h.Advice = "The node's page has the judge's before/after table. A real regression: roll the upgraded nodes back in reverse order (re-apply the old Istio chart, OnDelete, first), or abort to stop where you are. A false alarm (planned maintenance traffic, say): resume retries the node from preflight."
 		h.Commands = []string{"nodewise explain " + name + " --node " + node, "nodewise rollback " + name, "nodewise abort " + name, resume}
 	case "swap_timeout":
 		h.Kind = "the new pod never got Ready"

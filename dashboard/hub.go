@@ -86,34 +86,25 @@ func newInformer[L runtime.Object](c listWatcher[L], obj runtime.Object, kind st
 	return inf
 }
 
-// run starts the informers and waits until their caches are filled.
+// run starts the informers and waits until the NodeRollouts are listed.
+// RevisionMigrations are not waited for: a cluster without their CRD, or
+// credentials that may not read them, still gets its rollouts, and the
+// list page says the migrations are not readable.
 func (h *hub) run(ctx context.Context) error {
-	synced := []cache.InformerSynced{}
-	for _, inf := range h.informers() {
-		go inf.RunWithContext(ctx)
-		synced = append(synced, inf.HasSynced)
+	go h.rollouts.RunWithContext(ctx)
+	if h.migrations != nil {
+		go h.migrations.RunWithContext(ctx)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("listing NodeRollouts and RevisionMigrations: %w", context.Cause(ctx))
+	if !cache.WaitForCacheSync(ctx.Done(), h.rollouts.HasSynced) {
+		return fmt.Errorf("listing NodeRollouts: %w", context.Cause(ctx))
 	}
 	return nil
 }
 
-func (h *hub) informers() []cache.SharedIndexInformer {
-	if h.migrations == nil {
-		return []cache.SharedIndexInformer{h.rollouts}
-	}
-	return []cache.SharedIndexInformer{h.rollouts, h.migrations}
-}
+func (h *hub) synced() bool { return h.rollouts.HasSynced() }
 
-func (h *hub) synced() bool {
-	for _, inf := range h.informers() {
-		if !inf.HasSynced() {
-			return false
-		}
-	}
-	return true
-}
+// migrationsListed says whether the RevisionMigrations have been listed.
+func (h *hub) migrationsListed() bool { return h.migrations != nil && h.migrations.HasSynced() }
 
 func (h *hub) publish(topic string) {
 	h.mu.Lock()
@@ -164,7 +155,7 @@ func (h *hub) rollout(name string) *v1alpha1.NodeRollout {
 }
 
 func (h *hub) migration(name string) *v1alpha1.RevisionMigration {
-	if h.migrations == nil {
+	if !h.migrationsListed() {
 		return nil
 	}
 	o, ok, err := h.migrations.GetStore().GetByKey(name)
@@ -184,7 +175,7 @@ func (h *hub) allRollouts() []*v1alpha1.NodeRollout {
 }
 
 func (h *hub) allMigrations() []*v1alpha1.RevisionMigration {
-	if h.migrations == nil {
+	if !h.migrationsListed() {
 		return nil
 	}
 	var out []*v1alpha1.RevisionMigration

@@ -58,10 +58,11 @@ type Config struct {
 
 // Server is the dashboard: its pages, its event stream and its actions.
 type Server struct {
-	cfg  Config
-	hub  *hub
-	mux  *http.ServeMux
-	tmpl *template.Template
+	cfg   Config
+	style template.CSS
+	hub   *hub
+	mux   *http.ServeMux
+	tmpl  *template.Template
 }
 
 //go:embed assets
@@ -90,6 +91,11 @@ func New(cfg Config) (*Server, error) {
 		migrations = cfg.Migrations
 	}
 	s := &Server{cfg: cfg, hub: newHub(cfg.Rollouts, migrations), mux: http.NewServeMux(), tmpl: tmpl}
+	css, err := assets.ReadFile("assets/style.css")
+	if err != nil {
+		return nil, err
+	}
+	s.style = template.CSS(css) // our own embedded file
 	static, _ := fs.Sub(assets, "assets")
 	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	s.mux.HandleFunc("GET /{$}", s.page(s.listPage))
@@ -132,6 +138,9 @@ type pageData struct {
 	Title, Topic string
 	Crumbs       []link
 	Main         template.HTML
+	// Style is the style sheet, inlined: the first paint waits for no
+	// second request.
+	Style template.CSS
 }
 
 // page renders a page: whole, or its main section alone for the script's
@@ -158,6 +167,7 @@ func (s *Server) page(build func(r *http.Request) (pageData, string, any, int)) 
 			return
 		}
 		pd.Main = template.HTML(main.String()) // produced by html/template above
+		pd.Style = s.style
 		if err := s.tmpl.ExecuteTemplate(w, "layout.html", pd); err != nil {
 			s.cfg.Log.Error("rendering the layout", zap.Error(err))
 		}
@@ -167,8 +177,9 @@ func (s *Server) page(build func(r *http.Request) (pageData, string, any, int)) 
 type notFound struct{ What string }
 
 func (s *Server) listPage(*http.Request) (pageData, string, any, int) {
-	now := s.cfg.Now()
-	return pageData{Title: "nodewise", Topic: "*"}, "list.html", buildList(s.hub.allRollouts(), s.hub.allMigrations(), now), http.StatusOK
+	p := buildList(s.hub.allRollouts(), s.hub.allMigrations(), s.cfg.Now())
+	p.HasMigrations, p.MigrationsListed = s.hub.migrations != nil, s.hub.migrationsListed()
+	return pageData{Title: "nodewise", Topic: "*"}, "list.html", p, http.StatusOK
 }
 
 type rolloutData struct {

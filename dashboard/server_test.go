@@ -25,14 +25,9 @@ type env struct {
 func newEnv(t *testing.T, readOnly bool, nrs ...*v1alpha1.NodeRollout) *env {
 	t.Helper()
 	e := &env{t: t, rs: newFakeRollouts(nrs...), ms: &fakeMigrations{items: []v1alpha1.RevisionMigration{migration()}}}
-	s, err := New(Config{Rollouts: e.rs, Migrations: e.ms, ReadOnly: readOnly, GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
+	s := started(t, Config{Rollouts: e.rs, Migrations: e.ms, ReadOnly: readOnly, GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }})
+	for !s.hub.migrationsListed() { // Start waits for the rollouts alone
+		time.Sleep(10 * time.Millisecond)
 	}
 	e.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(e.srv.Close)
@@ -262,5 +257,45 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := New(Config{Rollouts: newFakeRollouts(), GrafanaURL: "grafana:3000"}); err == nil || !strings.Contains(err.Error(), "GrafanaURL") {
 		t.Errorf("a Grafana URL without scheme: %v", err)
+	}
+}
+
+// started is a started server of cfg, stopped at t's end.
+func started(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestListWithoutMigrations(t *testing.T) {
+	s := started(t, Config{Rollouts: newFakeRollouts(haltedRollout("faulty", 3)), ReadOnly: true})
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if page := rec.Body.String(); !strings.Contains(page, "/rollouts/faulty") || strings.Contains(page, "Revision migrations") {
+		t.Errorf("a dashboard without RevisionMigrations lists them, or not the rollout: %.300s", page)
+	}
+}
+
+// unlistable is a RevisionMigration resource the credentials may not read.
+type unlistable struct{ fakeMigrations }
+
+func (*unlistable) List(context.Context, metav1.ListOptions) (*v1alpha1.RevisionMigrationList, error) {
+	return nil, forbidden()
+}
+
+func TestRolloutsServedWhenMigrationsCannotBeListed(t *testing.T) {
+	s := started(t, Config{Rollouts: newFakeRollouts(haltedRollout("faulty", 3)), Migrations: &unlistable{}})
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if page := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(page, "/rollouts/faulty") || !strings.Contains(page, "RevisionMigrations cannot be listed") {
+		t.Errorf("%d: %.400s", rec.Code, page)
 	}
 }

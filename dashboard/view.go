@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,8 +15,13 @@ import (
 // the pages are tested in tables and rendered without a request to the API.
 
 type listPage struct {
-	Rollouts   []rolloutRow
-	Migrations []migrationRow
+	Rollouts []rolloutRow
+	// HasMigrations is false when this dashboard does not read
+	// RevisionMigrations (the orchestrator's, without their controller).
+	HasMigrations bool
+	// MigrationsListed is false until they could be listed (no CRD, no RBAC).
+	MigrationsListed bool
+	Migrations       []migrationRow
 }
 
 type rolloutRow struct {
@@ -78,9 +84,11 @@ type nodeGroup struct {
 	Nodes  []nodeRow
 }
 
+// nodeRow is one node's line; Verdict is the verdict's first clause (the
+// whole of it is the row's title and on the node's page).
 type nodeRow struct {
-	Name, State, Class, Step, InStep, Took, Verdict, Reason string
-	Canary                                                  bool
+	Name, State, Class, Step, InStep, Took, Verdict, FullVerdict, Reason string
+	Canary                                                               bool
 }
 
 func buildRollout(nr *v1alpha1.NodeRollout, now time.Time) rolloutPage {
@@ -88,7 +96,7 @@ func buildRollout(nr *v1alpha1.NodeRollout, now time.Time) rolloutPage {
 	p := rolloutPage{Name: nr.Name, Phase: phaseOr(string(nr.Status.Phase)), Counts: c, Paused: nr.Spec.Paused, Targets: nr.Status.Targets,
 		Percent: percent(int(c.Done+c.Skipped+c.RolledBack), int(c.Total)), Halt: buildHalt(nr)}
 	for _, n := range nr.Status.Nodes {
-		row := nodeRow{Name: n.Name, State: string(n.State), Class: stateClass(n.State), Verdict: n.Verdict, Reason: n.Reason, Canary: n.Canary}
+		row := nodeRow{Name: n.Name, State: string(n.State), Class: stateClass(n.State), Verdict: firstClause(n.Verdict), FullVerdict: n.Verdict, Reason: otherReason(&n), Canary: n.Canary}
 		if inFlight(n.State) {
 			row.Step = string(n.State)
 			if n.StateSince != nil {
@@ -172,8 +180,10 @@ func findNode(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeStatus {
 
 func buildNode(nr *v1alpha1.NodeRollout, n *v1alpha1.NodeStatus, grafana string, now time.Time) nodePage {
 	p := nodePage{Rollout: nr.Name, Name: n.Name, State: string(n.State), Class: stateClass(n.State), Zone: n.Zone, Wave: n.Wave, Canary: n.Canary,
-		Verdict: n.Verdict, Reason: n.Reason}
+		Verdict: n.Verdict, Reason: otherReason(n)}
 	if h := buildHalt(nr); h != nil && h.Node == n.Name {
+		h.Reason = "" // the verdict below says it
+		h.Advice = strings.Replace(h.Advice, "The node's page has the judge's before/after table", "The judge's before/after table is below", 1)
 		p.Halt = h
 	}
 	if j := n.Judgement; j != nil {
@@ -222,7 +232,11 @@ func evidence(r v1alpha1.JudgementRow) evidenceRow {
 		}
 	}
 	if v.ControlShift != "" {
-		if s, err := strconv.ParseFloat(v.ControlShift, 64); err == nil {
+		switch s, err := strconv.ParseFloat(v.ControlShift, 64); {
+		case err != nil:
+		case math.IsInf(s, 1):
+			e.Control = fmt.Sprintf("rose from zero over %d control pods", v.ControlPods)
+		default:
 			e.Control = fmt.Sprintf("×%.2g over %d control pods", s, v.ControlPods)
 		}
 	} else {
@@ -335,6 +349,24 @@ func migrationTag(m *v1alpha1.RevisionMigration) string {
 		return v1alpha1.DefaultMigrationTag
 	}
 	return m.Spec.Tag
+}
+
+// firstClause is a verdict up to its first "; " (the outcome and its
+// first reason).
+func firstClause(v string) string {
+	if head, _, ok := strings.Cut(v, "; "); ok {
+		return head + " …"
+	}
+	return v
+}
+
+// otherReason is the node's reason when it says more than its verdict
+// (a gate's reason repeats the verdict).
+func otherReason(n *v1alpha1.NodeStatus) string {
+	if n.Verdict != "" && strings.Contains(n.Reason, n.Verdict) {
+		return ""
+	}
+	return n.Reason
 }
 
 func inFlight(s v1alpha1.NodeState) bool {
