@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +37,8 @@ const (
 // topics coalesce until it takes them.
 type hub struct {
 	rollouts, migrations cache.SharedIndexInformer
+	// rolloutErr is the last error listing or watching NodeRollouts.
+	rolloutErr atomic.Pointer[error]
 
 	mu   sync.Mutex
 	subs map[*subscription]struct{}
@@ -45,11 +51,20 @@ type subscription struct {
 	pending map[string]bool
 }
 
-func newHub(rollouts listWatcher[*v1alpha1.NodeRolloutList], migrations listWatcher[*v1alpha1.RevisionMigrationList]) *hub {
+func newHub(rollouts listWatcher[*v1alpha1.NodeRolloutList], migrations listWatcher[*v1alpha1.RevisionMigrationList], log *zap.Logger) *hub {
 	h := &hub{subs: map[*subscription]struct{}{}}
 	h.rollouts = newInformer(rollouts, &v1alpha1.NodeRollout{}, kindRollout, h.publish)
+	_ = h.rollouts.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		h.rolloutErr.Store(&err)
+		log.Warn("listing or watching NodeRollouts", zap.Error(err))
+	})
 	if migrations != nil {
 		h.migrations = newInformer(migrations, &v1alpha1.RevisionMigration{}, kindMigration, h.publish)
+		// A cluster without their CRD, or credentials that may not read
+		// them, is expected: the list page says so; the log keeps it quiet.
+		_ = h.migrations.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			log.Debug("listing or watching RevisionMigrations", zap.Error(err))
+		})
 	}
 	return h
 }
@@ -95,8 +110,17 @@ func (h *hub) run(ctx context.Context) error {
 	if h.migrations != nil {
 		go h.migrations.RunWithContext(ctx)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), h.rollouts.HasSynced) {
-		return fmt.Errorf("listing NodeRollouts: %w", context.Cause(ctx))
+	for tick := time.NewTicker(50 * time.Millisecond); !h.rollouts.HasSynced(); {
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return fmt.Errorf("listing NodeRollouts: %w", context.Cause(ctx))
+		case <-tick.C:
+		}
+		if err := h.rolloutErr.Load(); err != nil && !h.rollouts.HasSynced() {
+			tick.Stop()
+			return fmt.Errorf("listing NodeRollouts: %w", *err)
+		}
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Migrations != nil {
 		migrations = cfg.Migrations
 	}
-	s := &Server{cfg: cfg, hub: newHub(cfg.Rollouts, migrations), mux: http.NewServeMux(), tmpl: tmpl}
+	s := &Server{cfg: cfg, hub: newHub(cfg.Rollouts, migrations, cfg.Log), mux: http.NewServeMux(), tmpl: tmpl}
 	css, err := assets.ReadFile("assets/style.css")
 	if err != nil {
 		return nil, err

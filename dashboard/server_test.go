@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -297,5 +298,26 @@ func TestRolloutsServedWhenMigrationsCannotBeListed(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if page := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(page, "/rollouts/faulty") || !strings.Contains(page, "RevisionMigrations cannot be listed") {
 		t.Errorf("%d: %.400s", rec.Code, page)
+	}
+}
+
+// unlistableRollouts are NodeRollouts the credentials may not read.
+type unlistableRollouts struct{ *fakeRollouts }
+
+func (unlistableRollouts) List(context.Context, metav1.ListOptions) (*v1alpha1.NodeRolloutList, error) {
+	return nil, forbidden()
+}
+
+// TestStartFailsWhenRolloutsCannotBeListed: the CLI says why instead of
+// waiting forever for a cache that never fills.
+func TestStartFailsWhenRolloutsCannotBeListed(t *testing.T) {
+	s, err := New(Config{Rollouts: unlistableRollouts{newFakeRollouts()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "listing NodeRollouts") {
+		t.Errorf("Start: %v, want the Forbidden listing NodeRollouts", err)
 	}
 }
