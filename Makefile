@@ -12,7 +12,7 @@ TEST_FLAGS ?= -count=1 -p 2 -timeout 40m
 # live data plane and of the test rigs; clang/llvm/bpftool regenerate the eBPF
 # objects (make generate, which make test runs), so the demo does without them.
 RUN_PACKAGES   := iproute2 nftables procps
-BUILD_PACKAGES := clang llvm bpftool libbpf-dev
+BUILD_PACKAGES := clang llvm bpftool libbpf-dev chromium
 
 # Paths that `make generate` writes; check-generate fails when they differ from the commit.
 GENERATED := bpf api deploy/crds

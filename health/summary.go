@@ -2,6 +2,7 @@ package health
 
 import (
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -62,6 +63,7 @@ func (c Comparison) Row() v1alpha1.JudgementRow {
 		r.Before = FormatRate(c.Before) + "/s"
 		r.After = FormatRate(c.After) + "/s"
 	}
+	r.Values = c.values()
 	switch {
 	case !c.Tested:
 		r.Note = "too little traffic to test"
@@ -73,3 +75,22 @@ func (c Comparison) Row() v1alpha1.JudgementRow {
 	}
 	return r
 }
+
+// values are the comparison's numbers as the persisted row keeps them.
+func (c Comparison) values() *v1alpha1.RowValues {
+	v := &v1alpha1.RowValues{Before: formatValue(c.Before), After: formatValue(c.After),
+		NBefore: int64(c.NBefore), NAfter: int64(c.NAfter), Probe: c.Probe}
+	if c.Metric.IsLatency() {
+		v.BeforeP50, v.AfterP50 = formatValue(c.BeforeP50), formatValue(c.AfterP50)
+	}
+	if c.ControlRatio != 0 {
+		v.ControlShift, v.ControlPods = formatValue(c.ControlRatio), int32(c.ControlPods)
+	}
+	if c.Tested {
+		v.PAdj = formatValue(c.PAdj)
+	}
+	return v
+}
+
+// formatValue writes a number for RowValues: four significant digits.
+func formatValue(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }

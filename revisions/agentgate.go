@@ -400,7 +400,7 @@ func judgementOf(v health.Verdict) *v1alpha1.WaveJudgement {
 			if i == 64 {
 				break
 			}
-			j.Rows = append(j.Rows, v1alpha1.JudgementRow{Pod: r.Pod, Metric: r.Metric, Before: r.Before, After: r.After, P: r.P, Regressed: r.Regressed, Note: r.Note})
+			j.Rows = append(j.Rows, r)
 		}
 	}
 	return j

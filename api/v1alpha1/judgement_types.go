@@ -68,4 +68,51 @@ type JudgementRow struct {
 	// Note says why a row was not tested, or which floors it did not clear.
 	// +optional
 	Note string `json:"note,omitempty"`
+	// Values are the row's numbers behind Before, After and P, for the
+	// dashboard to draw after the agents have moved on (absent in
+	// judgements written before they were recorded).
+	// +optional
+	Values *RowValues `json:"values,omitempty"`
+}
+
+// RowValues are one before/after row's numbers. CRDs carry no floats, so
+// each number is a decimal string as strconv.FormatFloat(v, 'g', 4, 64)
+// writes it ("0.25", "1.2e-05"); an empty string is a number not measured.
+// A row stays under 200 bytes of JSON, so the judgement's 64 rows keep the
+// status budget (orchestrator/statusbudget.go) as they did.
+type RowValues struct {
+	// Before and After are rates per second for counts and p99 in
+	// microseconds for latency.
+	// +kubebuilder:validation:MaxLength=24
+	Before string `json:"before"`
+	// +kubebuilder:validation:MaxLength=24
+	After string `json:"after"`
+	// BeforeP50 and AfterP50 are the medians in microseconds (latency only).
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	BeforeP50 string `json:"beforeP50,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	AfterP50 string `json:"afterP50,omitempty"`
+	// NBefore and NAfter are the events (counts) or samples (latency) in each window.
+	// +optional
+	NBefore int64 `json:"nBefore,omitempty"`
+	// +optional
+	NAfter int64 `json:"nAfter,omitempty"`
+	// ControlShift is the control group's after/before ratio over the same
+	// interval (rate ratio for counts, geometric-mean ratio for latency);
+	// empty when the row had no control group. ControlPods are the pods it pools.
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	ControlShift string `json:"controlShift,omitempty"`
+	// +optional
+	ControlPods int32 `json:"controlPods,omitempty"`
+	// PAdj is the Holm-adjusted one-sided p-value; empty when untested.
+	// +optional
+	// +kubebuilder:validation:MaxLength=24
+	PAdj string `json:"pAdj,omitempty"`
+	// Probe marks the probe workload's row: traffic that crosses the node's
+	// ztunnel even when the node is drained.
+	// +optional
+	Probe bool `json:"probe,omitempty"`
 }

@@ -107,3 +107,12 @@ func (g *globalFlags) groupServed(_ context.Context) bool {
 	_, err = d.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	return err == nil || !apierrors.IsNotFound(err)
 }
+
+// nodewise builds the nodewise.io client from the global flags.
+func (g *globalFlags) nodewise() (*v1alpha1.Client, error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return v1alpha1.NewForConfig(cfg)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/test/dataplane"
 	"github.com/nodewise/nodewise/test/demo"
 )
@@ -70,6 +71,7 @@ func newDemoCmd(_ *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.WorkDir, "work-dir", "", "directory for the cluster's state (default: a temporary directory, removed at the end)")
 	f.StringVar(&redraw, "redraw", "auto", "redraw the node table in place: auto (on a terminal), always, never")
 	f.StringVar(&logFile, "log-file", "", "write the orchestrator's and kubelet's logs to this file")
+	f.StringVar(&cfg.DashboardAddress, "dashboard-address", dashboard.DefaultAddress, "where the demo serves the dashboard while it runs (a free loopback port when taken)")
 	f.BoolVar(&live, "live", true, "run the pods on the live data plane (network namespaces, ztunnel stand-ins, traffic); needs root, ip and nft")
 	cmd.AddCommand(newDemoStandinCmd())
 	return cmd

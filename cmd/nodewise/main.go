@@ -49,7 +49,7 @@ func newRootCmd(argv0 string) *cobra.Command {
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
 		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
-		newExplainCmd(g), newDemoCmd(g), newVersionCmd(g),
+		newExplainCmd(g), newDashboardCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)
 	return root
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
@@ -32,6 +34,7 @@ type runConfig struct {
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
 	notify         notifyFlags
+	dashboardAddr  string // --dashboard-addr: the read-only dashboard (empty: off)
 	debug          bool
 	showVersion    bool
 }
@@ -145,7 +148,39 @@ func run(ctx context.Context, rc runConfig) error {
 			defer srv.Close()
 		}
 	}
+	if rc.dashboardAddr != "" {
+		t, err := dashboardTask(rc.dashboardAddr, cfg, set["revisions"])
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, t)
+	}
 	return runAll(ctx, tasks)
+}
+
+// dashboardTask serves the dashboard read-only on its own address, on every
+// replica, with the orchestrator's own credentials: the NodeRollouts, and
+// the RevisionMigrations when this process runs their controller (the
+// noderollout controller's RBAC does not read them).
+func dashboardTask(addr string, cfg orchestrator.Config, migrations bool) (task, error) {
+	nwc, err := v1alpha1.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
+	dc := dashboard.Config{Rollouts: nwc.NodeRollouts(), ReadOnly: true, Log: cfg.Logger.Named("dashboard")}
+	if migrations {
+		dc.Migrations = nwc.RevisionMigrations()
+	}
+	srv, err := dashboard.New(dc)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--dashboard-addr %s: %w", addr, err)
+	}
+	cfg.Logger.Info("serving the read-only dashboard", zap.String("address", ln.Addr().String()))
+	return func(ctx context.Context) error { return srv.Serve(ctx, ln) }, nil
 }
 
 // revisionTasks are the proxy inventory (read-only, on every replica) and the

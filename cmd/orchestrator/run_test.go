@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -124,5 +125,26 @@ func TestRevisionTasksJudgeWavesThroughTheAgents(t *testing.T) {
 	cfg.Registry = prometheus.NewRegistry()
 	if _, err := revisionTasks(kube, cfg, rc); err == nil || !strings.Contains(err.Error(), "--wave-soak") {
 		t.Errorf("--wave-soak=-1s: %v; want the flag named", err)
+	}
+}
+
+// TestDashboardTaskServesReadOnly: --dashboard-addr is off by default, and
+// its task listens on the address it names (a taken one is refused at once).
+func TestDashboardTaskServesReadOnly(t *testing.T) {
+	if rc, err := parseFlags(nil, io.Discard); err != nil || rc.dashboardAddr != "" {
+		t.Fatalf("default --dashboard-addr %q (%v), want off", rc.dashboardAddr, err)
+	}
+	rc, err := parseFlags([]string{"--dashboard-addr=127.0.0.1:0"}, io.Discard)
+	if err != nil || rc.dashboardAddr != "127.0.0.1:0" {
+		t.Fatalf("--dashboard-addr: %q %v", rc.dashboardAddr, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
+	if _, err := dashboardTask(ln.Addr().String(), cfg, false); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") {
+		t.Errorf("a taken address: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
@@ -75,6 +76,9 @@ type Config struct {
 	Redraw bool
 	// Log receives the components' logs (default: discarded).
 	Log *zap.Logger
+	// DashboardAddress is where the demo serves the dashboard (default
+	// dashboard.DefaultAddress; a free loopback port when that is taken).
+	DashboardAddress string
 }
 
 func (c *Config) validate() error {
@@ -96,6 +100,7 @@ func (c *Config) validate() error {
 	}
 	def(&c.FaultyTag, "1.28.2"+cluster.TagNeverReady)
 	def(&c.SidecarFaulty, "1.29.0-rst")
+	def(&c.DashboardAddress, dashboard.DefaultAddress)
 	if c.Out == nil {
 		c.Out = os.Stdout
 	}
@@ -245,6 +250,11 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	rc := nwc.NodeRollouts()
+	stopDashboard, err := startDashboard(ctx, nwc, cfg.DashboardAddress, out, cfg.Log.Named("dashboard"))
+	if err != nil {
+		return sum, err
+	}
+	defer stopDashboard()
 	if err := waitSamples(ctx, c); err != nil {
 		return sum, err
 	}

@@ -313,18 +313,7 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 // halts there, with the judge's reason.
 func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	e := newLiveEnv(t, 3)
-	ctx := context.Background()
-	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, "1.27.4-rst"); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {
-		t.Fatal(err)
-	}
-	e.settle()
-	node, err := busiestAmbientNode(ctx, e.c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := e.faultyBuild("1.27.4-rst")
 	nr := e.run(faultyRollout("rst", node, true), node)
 	ns := nodeStatus(t, nr, node)
 	t.Logf("halt reason: %s", nr.Status.HaltReason)
@@ -334,4 +323,24 @@ func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") || ns.Judgement == nil || ns.Judgement.Regressions == 0 {
 		t.Errorf("want the judge's reset regression as the reason: verdict %q, halt %q, judgement %+v", ns.Verdict, nr.Status.HaltReason, ns.Judgement)
 	}
+}
+
+// faultyBuild points ztunnel's template at tag (a faulty build such as
+// 1.27.4-rst), lets streams open, and returns the node with the most
+// ambient pods: the canary whose judgement has the most to go on.
+func (e *liveEnv) faultyBuild(tag string) string {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, tag); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {
+		e.t.Fatal(err)
+	}
+	e.settle()
+	node, err := busiestAmbientNode(ctx, e.c)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return node
 }

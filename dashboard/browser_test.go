@@ -1,0 +1,104 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/test/browser"
+)
+
+// TestBrowserRendersAndUpdatesLive: in headless Chromium the rollout page
+// shows the halt and its node, and a node's state changes on the page when
+// the watch says so, without a reload; the confirm dialog guards an action
+// and a refused patch reads "forbidden".
+func TestBrowserRendersAndUpdatesLive(t *testing.T) {
+	e := newEnv(t, false, haltedRollout("faulty", 9))
+	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty"), chromedp.WaitVisible(chromedp.CSS("#halt"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("live").textContent === "live"`); err != nil {
+		t.Fatal(err)
+	}
+	halt, err := browser.Text(ctx, "#halt h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(halt, "node-001") {
+		t.Errorf("halt banner %q does not name node-001", halt)
+	}
+	if _, err := browser.Eval[bool](ctx, `window.__sameDocument = true`); err != nil {
+		t.Fatal(err)
+	}
+	nr := haltedRollout("faulty", 9)
+	nr.Status.Nodes[1].State = v1alpha1.NodeSoak
+	e.rs.put(nr)
+	if err := browser.WaitTrue(ctx, `document.querySelector("#node-node-002 td.state").textContent.includes("Soak")`); err != nil {
+		t.Fatalf("node-002 never showed Soak on the page: %v", err)
+	}
+	if same, err := browser.Eval[bool](ctx, `window.__sameDocument === true`); err != nil || !same {
+		t.Errorf("the page reloaded to show the change (%v)", err)
+	}
+	e.rs.patchErr = forbidden()
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`button[data-action="pause"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm-ok")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("action-result").className === "forbidden"`); err != nil {
+		t.Fatal(err)
+	}
+	if result, _ := browser.Text(ctx, "#action-result"); !strings.HasPrefix(result, "forbidden:") {
+		t.Errorf("a refused pause reads %q", result)
+	}
+	if p, err := browser.Screenshot(ctx, browser.ScreenshotDir(t), "dashboard-forbidden"); err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("screenshot: %s", p)
+	}
+}
+
+// BenchmarkFirstPaint1000Nodes: the rollout page of a 1,000-node rollout,
+// from navigation to the browser's first contentful paint, in headless
+// Chromium (the page is rendered on the server from the informer's cache).
+// Prints the median, best and worst first paint and the page's size.
+func BenchmarkFirstPaint1000Nodes(b *testing.B) {
+	s := started(b, Config{Rollouts: newFakeRollouts(haltedRollout("big", 1000)), Now: func() time.Time { return t0.Add(5 * time.Minute) }})
+	url := newBenchServer(b, s) + "/rollouts/big"
+	ctx := browser.New(b) // closed before the server, whose Close waits for the page's event stream
+	var paints []float64
+	var size int
+	b.ResetTimer()
+	for range b.N {
+		if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+			b.Fatal(err)
+		}
+		fcp, err := chromedp.Run(ctx, chromedp.Poll[float64](`(() => { const e = performance.getEntriesByName("first-contentful-paint")[0]; return e ? e.startTime : 0; })()`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if size, err = browser.Eval[int](ctx, `document.documentElement.outerHTML.length`); err != nil {
+			b.Fatal(err)
+		}
+		paints = append(paints, fcp)
+	}
+	b.StopTimer()
+	if rows, _ := browser.Eval[int](ctx, `document.querySelectorAll("#nodes tr[id]").length`); rows != 1000 {
+		b.Fatalf("the page shows %d node rows, want 1000", rows)
+	}
+	slices.Sort(paints)
+	median := paints[len(paints)/2]
+	b.ReportMetric(median, "first-paint-ms")
+	fmt.Printf("first paint of a 1,000-node rollout: %.0f ms median, %.0f ms best, %.0f ms worst over %d loads (%d KiB of HTML)\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
+}

@@ -1,0 +1,14 @@
+// Package dashboard is nodewise's web view: every NodeRollout and
+// RevisionMigration with its phase and progress, a rollout's nodes in their
+// planned order by wave and zone, one node's judgement with the judge's
+// numbers before and after for each pod, a halt's reason with what to do
+// next, and a migration's waves. It is served by `nodewise dashboard` (with
+// the user's kubeconfig, actions allowed) and, read-only, by the
+// orchestrator behind a chart value.
+//
+// Pages are rendered on the server from one informer per resource, so a
+// thousand-node rollout paints without client-side work; a small embedded
+// script keeps them live from server-sent events fed by the same informers
+// (one watch per resource per process, whatever the number of tabs). The
+// assets are embedded: nothing is fetched from the network at run time.
+package dashboard

@@ -1,0 +1,46 @@
+package dashboard
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
+
+// haltedRollout is a rollout of nodes nodes in three zones whose canary
+// node-001 failed its gate on a pod's resets.
+func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0)}}
+	nr.Status.Phase = v1alpha1.PhaseHalted
+	nr.Status.HaltReason = "node node-001: gate Fail: resetsReceived rose on default/web-1 (p<0.001)"
+	start, finish := metav1.NewTime(t0.Add(time.Minute)), metav1.NewTime(t0.Add(3*time.Minute))
+	for i := 1; i <= nodes; i++ {
+		n := v1alpha1.NodeStatus{Name: fmt.Sprintf("node-%03d", i), Zone: fmt.Sprintf("zone-%c", 'a'+(i-1)%3), State: v1alpha1.NodePending}
+		switch {
+		case i == 1:
+			n.Canary, n.Wave, n.State, n.StartTime, n.FinishTime = true, 1, v1alpha1.NodeFailed, &start, &finish
+			n.Verdict = "Fail: resetsReceived rose on default/web-1 (p<0.001)"
+			n.Judgement = &v1alpha1.NodeJudgement{Judgements: 1, ConsecutiveFailures: 1, IntervalOutcome: v1alpha1.OutcomeFail, BaselineSeconds: 60, SoakSeconds: 60,
+				PodsCompared: 4, Tests: 24, Regressions: 1, JudgedAt: t0.Add(3 * time.Minute).Format(time.RFC3339),
+				Rows: []v1alpha1.JudgementRow{
+					{Metric: v1alpha1.MetricResetsReceived, Before: "0.1/s", After: "4.2/s", P: "p<0.001", Regressed: true,
+						Values: &v1alpha1.RowValues{Before: "0.1", After: "4.2", NBefore: 6, NAfter: 252, ControlShift: "1.02", ControlPods: 9, PAdj: "1e-06"}},
+					{Pod: "default/web-1", Metric: v1alpha1.MetricResetsReceived, Before: "0.05/s", After: "3.9/s", P: "p<0.001", Regressed: true,
+						Values: &v1alpha1.RowValues{Before: "0.05", After: "3.9", NBefore: 3, NAfter: 234, ControlShift: "1.01", ControlPods: 9, PAdj: "2e-06"}},
+					{Pod: "default/web-2", Metric: v1alpha1.MetricConnectLatency, Before: "p50 1.0ms p99 4.0ms", After: "p50 1.1ms p99 4.2ms", P: "p=0.41",
+						Values: &v1alpha1.RowValues{Before: "4000", After: "4200", BeforeP50: "1000", AfterP50: "1100", PAdj: "0.41"}},
+					{Pod: "nodewise-probe/probe-x", Metric: v1alpha1.MetricConnectFailures, Before: "0/s", After: "0/s", Note: "too little traffic to test",
+						Values: &v1alpha1.RowValues{Before: "0", After: "0", Probe: true}},
+				}}
+		default:
+			n.Wave = int32(2 + (i-2)/4)
+		}
+		nr.Status.Nodes = append(nr.Status.Nodes, n)
+	}
+	nr.Status.Counts = v1alpha1.RolloutCounts{Total: int32(nodes), Pending: int32(nodes - 1), Failed: 1}
+	return nr
+}

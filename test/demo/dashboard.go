@@ -1,0 +1,39 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+
+	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/dashboard"
+)
+
+// startDashboard serves the dashboard of the demo's cluster on addr (or, when
+// that is taken, on a free loopback port), prints its address, and stops it
+// when the returned func is called.
+func startDashboard(ctx context.Context, nwc *v1alpha1.Client, addr string, out io.Writer, log *zap.Logger) (func(), error) {
+	srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("listening for the dashboard: %w", err)
+		}
+	}
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+			log.Error("serving the dashboard", zap.Error(err))
+		}
+	}()
+	fmt.Fprintf(out, "   dashboard: http://%s (the rollouts below, live; `nodewise dashboard` serves the same with the KUBECONFIG above)\n", ln.Addr())
+	return func() { stop(); <-done }, nil
+}

@@ -1,0 +1,143 @@
+package demo
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/test/browser"
+)
+
+// TestLiveDashboardShowsTheHalt: a faulty ztunnel build (-rst) rolled on
+// the live data plane halts at its canary, watched in headless Chromium on
+// `nodewise dashboard`'s handler. The rollout page, open before the halt,
+// shows the canary's state change without a reload; then it names the
+// halted node and its reason, and the node's page has a before → after row
+// for a pod of that node. `chromium --dump-dom` of the page names the node.
+// Screenshots go to $NODEWISE_SCREENSHOTS (docs/dashboard has the ones the
+// docs show).
+func TestLiveDashboardShowsTheHalt(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	ctx := context.Background()
+	nwc, err := v1alpha1.NewForConfig(e.c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dashboard.New(dashboard.Config{Rollouts: e.rc, Migrations: nwc.RevisionMigrations()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serving the dashboard: %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String()
+	tab := browser.New(t) // closed before the server stops
+	shots := browser.ScreenshotDir(t)
+
+	node := e.faultyBuild("1.27.4-rst")
+	// The rollout's page, open before the rollout exists: it fills in and
+	// follows the canary from the event stream alone. A MutationObserver
+	// records each state the canary's row shows.
+	tctx, cancel := context.WithTimeout(tab, 10*time.Minute)
+	defer cancel()
+	row := "#node-" + node + " td.state"
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/rollouts/rst")); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(tctx, `document.getElementById("live").textContent === "live"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := browser.Eval[bool](tctx, `window.__sameDocument = true; window.__states = [];
+		new MutationObserver(() => {
+			const c = document.querySelector("`+row+`");
+			const s = c ? c.textContent.trim() : "";
+			if (s && window.__states[window.__states.length - 1] !== s) window.__states.push(s);
+		}).observe(document.getElementById("main"), {childList: true, subtree: true, characterData: true});
+		true`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rc.Create(ctx, faultyRollout("rst", node, true), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(tctx, `window.__states.some(s => s !== "Pending" && s !== "Failed")`); err != nil {
+		t.Fatalf("the page never showed %s in flight: %v", node, err)
+	}
+	if _, err := browser.Screenshot(tctx, shots, "rollout-in-flight"); err != nil {
+		t.Error(err)
+	}
+	if err := browser.WaitTrue(tctx, `document.querySelector("`+row+`").textContent.includes("Failed")`); err != nil {
+		t.Fatalf("the page never showed %s Failed: %v", node, err)
+	}
+	states, _ := browser.Eval[[]string](tctx, `window.__states`)
+	if same, err := browser.Eval[bool](tctx, `window.__sameDocument === true`); err != nil || !same {
+		t.Errorf("the page reloaded to show %s's changes (%v)", node, err)
+	}
+	t.Logf("%s's states on the page, without a reload: %q", node, states)
+	if err := browser.WaitTrue(tctx, `document.getElementById("halt") !== null`); err != nil {
+		t.Fatal(err)
+	}
+	halt, _ := browser.Text(tctx, "#halt")
+	t.Logf("halt banner: %s", halt)
+	if !strings.Contains(halt, "Halted at "+node) || !strings.Contains(halt, "resets") || !strings.Contains(halt, "nodewise rollback rst") {
+		t.Errorf("the halt banner does not name %s, its resets and what to do: %q", node, halt)
+	}
+	if _, err := browser.Screenshot(tctx, shots, "rollout-halted"); err != nil {
+		t.Error(err)
+	}
+
+	// The node's page: a before → after row for a pod of that node.
+	pods, err := e.c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := map[string]bool{}
+	for _, p := range pods.Items {
+		onNode[p.Namespace+"/"+p.Name] = true
+	}
+	if err := chromedp.Do(tctx, chromedp.Navigate(base+"/rollouts/rst/nodes/"+node), chromedp.WaitVisible(chromedp.CSS("table.evidence"))); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := browser.Eval[[][]string](tctx, `[...document.querySelectorAll("table.evidence tr[data-pod]")].filter(r => r.dataset.pod).map(r => [r.dataset.pod, r.querySelector("td.ba").textContent])`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, r := range rows {
+		pod := strings.TrimSuffix(r[0], " (proxy)")
+		if onNode[pod] && strings.Contains(r[1], " → ") {
+			found = append(found, r[0]+": "+r[1])
+		}
+	}
+	if len(found) == 0 {
+		t.Errorf("no before → after row for a pod of %s among %q", node, rows)
+	}
+	t.Logf("before → after rows of %s's pods: %q", node, found)
+	if _, err := browser.Screenshot(tctx, shots, "node-evidence"); err != nil {
+		t.Error(err)
+	}
+
+	dom, err := browser.DumpDOM(ctx, base+"/rollouts/rst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dom, `class="halted-node">`+node+`<`) {
+		t.Errorf("chromium --dump-dom of the rollout page does not name the halted node %s", node)
+	}
+}
