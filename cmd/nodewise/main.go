@@ -16,7 +16,7 @@ import (
 func main() {
 	if err := newRootCmd(filepath.Base(os.Args[0])).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "nodewise:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 

@@ -287,11 +287,15 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 
 func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 	var wave string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "explain NAME [--wave WAVE]",
 		Short: "Print the gate's table for each judged wave of a RevisionMigration",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			mc, err := migrationClient(g)
 			if err != nil {
 				return err
@@ -300,9 +304,24 @@ func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
-			return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
+			if output.human() {
+				return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
+			}
+			// -o: the waves' status entries (.status.waves[]), as the API has them.
+			var waves []v1alpha1.ResolvedWave
+			var names []string
+			for _, w := range rm.Status.Waves {
+				if wave == "" || w.Name == wave {
+					waves, names = append(waves, w), append(names, "wave/"+w.Name)
+				}
+			}
+			if wave != "" && len(waves) == 0 {
+				return fmt.Errorf("revisionmigration %s has no wave %q", rm.Name, wave)
+			}
+			return output.print(cmd.OutOrStdout(), waves, func() []string { return names }, nil)
 		},
 	}
+	output.addFlag(cmd)
 	cmd.Flags().StringVar(&wave, "wave", "", "only this wave (default every judged wave)")
 	return cmd
 }

@@ -27,8 +27,8 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show a NodeRollout: each node's zone, state, time in state and verdict, progress and any halt reason",
 		Long: "status prints the rollout once; with -w it follows it until a terminal phase.\n\n" +
 			"Exit status: 0 while the rollout is healthy or once it is Completed or RolledBack;\n" +
-			"1 when it is Halted or Aborted (with -w: once it gets there), when --timeout runs out\n" +
-			"first, or on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
+			"2 when it is Halted or Aborted (with -w: once it gets there); 3 when --timeout runs out\n" +
+			"first; 1 on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
 			"file a new table is written only when something changed.",
 		Example:           "  nodewise status up -w --timeout 2h && echo upgraded\n  kubectl nodewise status up -o jsonpath='{.status.phase}'",
 		Args:              cobra.ExactArgs(1),
@@ -47,7 +47,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted or Aborted")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 1) after this long (default: wait for ever)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 3) after this long (default: wait for ever)")
 	out.addFlags(cmd)
 	return cmd
 }
@@ -146,15 +146,15 @@ func phaseOutcome(nr *v1alpha1.NodeRollout) error {
 		if reason == "" {
 			reason = "no reason recorded"
 		}
-		return fmt.Errorf("NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
+		return withExitCode(exitHalted, "NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
 	case v1alpha1.PhaseAborted:
-		return fmt.Errorf("NodeRollout %s is Aborted", nr.Name)
+		return withExitCode(exitHalted, "NodeRollout %s is Aborted", nr.Name)
 	}
 	return nil
 }
 
 func timedOut(nr *v1alpha1.NodeRollout, timeout time.Duration) error {
-	return fmt.Errorf("timed out after %s waiting for NodeRollout %s to finish: phase %s, %d/%d nodes done", timeout, nr.Name, nr.Status.Phase, nr.Status.Counts.Done, nr.Status.Counts.Total)
+	return withExitCode(exitTimeout, "timed out after %s waiting for NodeRollout %s to finish: phase %s, %d/%d nodes done", timeout, nr.Name, nr.Status.Phase, nr.Status.Counts.Done, nr.Status.Counts.Total)
 }
 
 // isTerminalWriter reports whether w is a terminal (not a pipe or a file),
