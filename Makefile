@@ -154,9 +154,15 @@ HELM_KUBE_VERSION := 1.37.0
 chart-check: tool-helm ## Lint and render the Helm chart (every optional part on and off); test/chart compares it with deploy/.
 	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION)
 	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set judge.enabled=false,monitoring.serviceMonitor.enabled=true,monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true
-	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set createIstioNamespace=true,priorityClassQuota.enabled=true,crds.enabled=false
+	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) >/dev/null
+	$(MAKE) --no-print-directory chart-package
+
+.PHONY: chart-package
+chart-package: tool-helm ## Package the chart into bin/charts/nodewise-<version>.tgz: what users install and upgrade from (the CRDs are in it).
+	$(BIN)/helm package $(CHART) --destination $(BIN)/charts
 
 .PHONY: chart-sync
-chart-sync: ## Copy the generated CRDs and the dashboards into the chart (Helm reads only files inside it).
-	cp deploy/crds/nodewise.io_*.yaml $(CHART)/crds/
+chart-sync: ## Copy the generated CRDs (files/crds/, rendered by templates/crds.yaml) and the dashboards into the chart (Helm reads only files inside it).
+	cp deploy/crds/nodewise.io_*.yaml $(CHART)/files/crds/
 	cp deploy/nodeagent/nodewise-node-health.json deploy/orchestrator/nodewise-rollouts.json $(CHART)/dashboards/

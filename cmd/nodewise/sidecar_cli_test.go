@@ -100,7 +100,7 @@ func TestSidecarCommands(t *testing.T) {
 		ok("skew", "policy", "-o", o)
 		ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1", "-o", o)
 	}
-	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1", "-o", "jsonpath={.[*].to}"); out != "1.27 1.28" {
+	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1", "-o", "jsonpath={[*].to}"); out != "1.27 1.28" {
 		t.Fatalf("skew plan -o jsonpath: %q", out)
 	}
 	// A sidecar four minors behind its istiod: skew reports it and exits 4,
