@@ -48,7 +48,7 @@ func newRootCmd(argv0 string) *cobra.Command {
 	root.AddCommand(
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
-		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
+		newPlanCmd(g), newApplyCmd(g), newGetCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
 		newExplainCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)
 	return root

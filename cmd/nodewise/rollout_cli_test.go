@@ -200,6 +200,20 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 		t.Errorf("completing explain up --node: %v\n%s", err, out)
 	}
 
+	// list / get.
+	if out, errOut, err := cli("", "list"); err != nil || !strings.Contains(out, "NAME") || !strings.Contains(out, "halts") || !strings.Contains(out, string(v1alpha1.PhaseHalted)) {
+		t.Errorf("list: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "list", "-o", "name"); err != nil || !strings.Contains(out, "noderollout.nodewise.io/up\n") || !strings.Contains(out, "noderollout.nodewise.io/halts\n") {
+		t.Errorf("list -o name: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "get", "up", "-o", "jsonpath={.status.phase}"); err != nil || out != string(v1alpha1.PhaseCompleted) {
+		t.Errorf("get up -o jsonpath: %v %q %s", err, out, errOut)
+	}
+	if out, _, err := cli("", "get", "nope"); err == nil {
+		t.Errorf("get of a missing rollout succeeded: %q", out)
+	}
+
 	// -o on the commands that change a rollout or explain a node.
 	if out, errOut, err := cli("", "explain", "up", "--node", node, "-o", "jsonpath={.name} {.state}"); err != nil || out != node+" "+string(v1alpha1.NodeDone) {
 		t.Errorf("explain -o jsonpath: %v %q %s", err, out, errOut)
@@ -207,7 +221,7 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 	if out, errOut, err := cli("", "pause", "up", "-o", "jsonpath={.spec.paused}"); err != nil || out != "true" {
 		t.Errorf("pause -o jsonpath: %v %q %s", err, out, errOut)
 	}
-	if out, errOut, err := cli("", "resume", "up", "-o", "yaml"); err != nil || !strings.Contains(out, "kind: NodeRollout") || !strings.Contains(out, "paused: false") {
+	if out, errOut, err := cli("", "resume", "up", "-o", "yaml"); err != nil || !strings.Contains(out, "kind: NodeRollout") || !strings.Contains(out, "nodewise.io/resume-token") || strings.Contains(out, "paused: true") {
 		t.Errorf("resume -o yaml: %v %q %s", err, out, errOut)
 	}
 
