@@ -36,10 +36,11 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
+build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin, and bin/kubectl_complete-nodewise, its completion), orchestrator, nodeagent and probe into bin/.
 	@: set-up: build
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
+	ln -sfn nodewise $(BIN)/kubectl_complete-nodewise
 
 .PHONY: test
 test: check-setup deps tools lint check-tidy check-generate chart-check ## Run every test (installs packages and builds the pinned cluster tools first).

@@ -50,7 +50,15 @@ func newGetCmd(g *globalFlags) *cobra.Command {
 				if len(args) == 1 {
 					return printer.print(w, &list.Items[0], "")
 				}
-				return printer.print(w, list, "")
+				if *out.pf.OutputFormat != "name" {
+					return printer.print(w, list, "")
+				}
+				for i := range list.Items { // the name printer takes no List
+					if err := printer.print(w, &list.Items[i], ""); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			if len(list.Items) == 0 {
 				_, err := fmt.Fprintln(cmd.ErrOrStderr(), "No NodeRollouts found.")
