@@ -37,9 +37,33 @@ func HelmRun(ctx context.Context, kubeconfig string, args ...string) (string, er
 }
 
 // Package runs `helm package` on the chart in dir into out and returns the
-// package's path.
+// package's path. The simulated cluster's API server, built from its module,
+// reports Kubernetes v0.0.0-master, which no kubeVersion constraint admits
+// (and helm install has no --kube-version), so the package is made from a
+// copy without Chart.yaml's kubeVersion line; nothing else differs.
 func Package(ctx context.Context, dir, out string) (string, error) {
-	got, err := HelmRun(ctx, "", "package", dir, "--destination", out)
+	cp := filepath.Join(out, "src-"+filepath.Base(filepath.Dir(filepath.Dir(dir))))
+	if err := os.MkdirAll(cp, 0o755); err != nil {
+		return "", err
+	}
+	if b, err := exec.CommandContext(ctx, "cp", "-r", dir, cp).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copying the chart: %w: %s", err, b)
+	}
+	chart := filepath.Join(cp, filepath.Base(dir))
+	meta, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+	if err != nil {
+		return "", err
+	}
+	var keep []string
+	for _, l := range strings.Split(string(meta), "\n") {
+		if !strings.HasPrefix(l, "kubeVersion:") {
+			keep = append(keep, l)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(chart, "Chart.yaml"), []byte(strings.Join(keep, "\n")), 0o600); err != nil {
+		return "", err
+	}
+	got, err := HelmRun(ctx, "", "package", chart, "--destination", out)
 	if err != nil {
 		return "", err
 	}
@@ -54,23 +78,15 @@ func Package(ctx context.Context, dir, out string) (string, error) {
 // PreviousChart extracts the chart of PreviousChartCommit from the
 // repository's history into dir and returns the chart's directory.
 func PreviousChart(ctx context.Context, dir string) (string, error) {
-	archive := exec.CommandContext(ctx, "git", "-C", RepoRoot(), "archive", "--format=tar", PreviousChartCommit, "deploy/charts/nodewise")
-	untar := exec.CommandContext(ctx, "tar", "-x", "-C", dir)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	untar.Stdin = pipe
-	var errs bytes.Buffer
-	archive.Stderr, untar.Stderr = &errs, &errs
-	if err := untar.Start(); err != nil {
-		return "", err
+	tarball := filepath.Join(dir, "previous.tar")
+	if b, err := exec.CommandContext(ctx, "git", "-C", RepoRoot(), "archive", "--format=tar", "-o", tarball, PreviousChartCommit, "deploy/charts/nodewise").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("git archive %s (the upgrade test needs the repository's history): %w: %s", PreviousChartCommit, err, b)
 	}
-	if err := archive.Run(); err != nil {
-		return "", fmt.Errorf("git archive %s (the upgrade test needs the repository's history): %w: %s", PreviousChartCommit, err, errs.String())
-	}
-	if err := untar.Wait(); err != nil {
-		return "", fmt.Errorf("extracting the previous chart: %w: %s", err, errs.String())
+	if b, err := exec.CommandContext(ctx, "tar", "-x", "-f", tarball, "-C", dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("extracting the previous chart: %w: %s", err, b)
 	}
 	return filepath.Join(dir, "deploy", "charts", "nodewise"), nil
 }

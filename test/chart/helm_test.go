@@ -109,7 +109,12 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		t.Fatalf("helm uninstall deleted the Istio namespace it created: %v", err)
 	}
 
-	// The upgrade path: start over from the previous package.
+	// The upgrade path: start over from the previous package, once the
+	// probe's namespace (the release's) is gone.
+	waitFor(t, "the probe's namespace to be deleted", func() (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Get(ctx, "nodewise-probe", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
 	for _, name := range []string{"noderollouts.nodewise.io", "revisionmigrations.nodewise.io"} {
 		if err := ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
