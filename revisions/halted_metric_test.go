@@ -33,4 +33,6 @@ func TestHaltedGauge(t *testing.T) {
 
 // noMigrations is a RevisionMigrations client New accepts; the test calls
 // none of its methods.
-type noMigrations struct{ v1alpha1.RevisionMigrationInterface }
+type noMigrations struct {
+	v1alpha1.RevisionMigrationInterface
+}
