@@ -161,9 +161,16 @@ func TestSidecarCommands(t *testing.T) {
 	if l, err := mc.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("bad input created migrations: %v %v", l, err)
 	}
-	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%",
-		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false")
-	ok("revision", "abort", "1-27-to-1-28")
+	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%",
+		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false", "-o", "name"); out != "revisionmigration.nodewise.io/1-27-to-1-28\n" {
+		t.Fatalf("revision migrate -o name: %q", out)
+	}
+	if out := ok("revision", "abort", "1-27-to-1-28", "-o", "jsonpath={.spec.abort}"); out != string(v1alpha1.AbortAll) {
+		t.Fatalf("revision abort -o jsonpath: %q", out)
+	}
+	if out := ok("revision", "explain", "1-27-to-1-28", "-o", "json"); !strings.HasPrefix(out, "null") && !strings.HasPrefix(out, "[") {
+		t.Fatalf("revision explain -o json: %q", out)
+	}
 	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
 	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 ||
 		rm.Spec.Gates == nil || rm.Spec.Gates.Prometheus.Address != "http://prometheus.monitoring.svc:9090" || !rm.Spec.Gates.Prometheus.BuiltIn.Disabled {
