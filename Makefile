@@ -39,12 +39,13 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin), orchestrator, nodeagent and probe into bin/.
+build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kubectl plugin, and bin/kubectl_complete-nodewise, its completion), orchestrator, nodeagent and probe into bin/.
 	@: set-up: build
 	@mkdir -p $(BIN)/.cold; echo $$(date +%s) >$(BIN)/.cold/build-start
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o $(BIN)/ ./cmd/nodewise ./cmd/orchestrator ./cmd/nodeagent ./cmd/probe
 	@echo $$(( $$(date +%s) - $$(cat $(BIN)/.cold/build-start) )) >$(BIN)/.cold/nodewise
 	ln -sfn nodewise $(BIN)/kubectl-nodewise
+	ln -sfn nodewise $(BIN)/kubectl_complete-nodewise
 
 .PHONY: test
 test: check-setup deps tools lint check-tidy check-generate chart-check images ## Run every test (installs packages and builds the pinned cluster tools first).
@@ -173,9 +174,15 @@ HELM_KUBE_VERSION := 1.37.0
 chart-check: tool-helm ## Lint and render the Helm chart (every optional part on and off); test/chart compares it with deploy/.
 	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION)
 	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set judge.enabled=false,monitoring.serviceMonitor.enabled=true,monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true
-	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) --include-crds >/dev/null
+	$(BIN)/helm lint --strict $(CHART) --kube-version $(HELM_KUBE_VERSION) --set createIstioNamespace=true,priorityClassQuota.enabled=true,crds.enabled=false
+	$(BIN)/helm template nodewise $(CHART) -n nodewise-system --kube-version $(HELM_KUBE_VERSION) >/dev/null
+	$(MAKE) --no-print-directory chart-package
+
+.PHONY: chart-package
+chart-package: tool-helm ## Package the chart into bin/charts/nodewise-<version>.tgz: what users install and upgrade from (the CRDs are in it).
+	$(BIN)/helm package $(CHART) --destination $(BIN)/charts
 
 .PHONY: chart-sync
-chart-sync: ## Copy the generated CRDs and the dashboards into the chart (Helm reads only files inside it).
-	cp deploy/crds/nodewise.io_*.yaml $(CHART)/crds/
+chart-sync: ## Copy the generated CRDs (files/crds/, rendered by templates/crds.yaml) and the dashboards into the chart (Helm reads only files inside it).
+	cp deploy/crds/nodewise.io_*.yaml $(CHART)/files/crds/
 	cp deploy/nodeagent/nodewise-node-health.json deploy/orchestrator/nodewise-rollouts.json $(CHART)/dashboards/

@@ -13,6 +13,7 @@ type Metrics struct {
 	NodesByState *prometheus.GaugeVec
 	StepSeconds  *prometheus.HistogramVec
 	Halts        *prometheus.CounterVec
+	Halted       *prometheus.GaugeVec
 	APIRequests  *prometheus.CounterVec
 	IsLeader     prometheus.Gauge
 }
@@ -30,6 +31,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Halts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodewise_rollout_halts_total", Help: "Rollout halts by reason.",
 		}, []string{"reason"}),
+		Halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_rollout_halted", Help: "1 while the NodeRollout is Halted (waiting for a person), else 0.",
+		}, []string{"rollout"}),
 		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodewise_api_requests_total", Help: "Kubernetes API requests the orchestrator made, by verb and resource.",
 		}, []string{"verb", "resource"}),
@@ -37,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "nodewise_orchestrator_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.APIRequests, m.IsLeader} {
+	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.APIRequests, m.IsLeader} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -231,6 +231,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 	}
 	cur, _ := e.currentStatus(nr.Name, "")
 	e.updateGauges(nr.Name, cur.Nodes)
+	e.o.metrics.Halted.WithLabelValues(nr.Name).Set(map[bool]float64{true: 1}[cur.Phase == v1alpha1.PhaseHalted])
 	if prevPhase != cur.Phase {
 		typ := corev1.EventTypeNormal
 		if cur.Phase == v1alpha1.PhaseHalted {

@@ -67,11 +67,14 @@ func orDash(s string) string {
 	return s
 }
 
+// trunc cuts s to at most n runes, marking a cut with "…": by runes, not
+// bytes, so a verdict's "→" is never split into invalid UTF-8.
 func trunc(s string, n int) string {
-	if len(s) <= n {
+	r := []rune(s)
+	if len(r) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string(r[:n-1]) + "…"
 }
 
 // RenderPlan writes the ordered plan with its waves, windows and estimate.

@@ -83,6 +83,7 @@ type Controller struct {
 	cfg      Config
 	restarts *prometheus.CounterVec
 	phases   *prometheus.GaugeVec
+	halted   *prometheus.GaugeVec
 	mu       sync.Mutex
 	buckets  map[string]*bucket
 	writes   map[string]*writes
@@ -125,11 +126,15 @@ func New(cfg Config) (*Controller, error) {
 			Name: "nodewise_migration_namespaces",
 			Help: "Namespaces of each RevisionMigration by phase.",
 		}, []string{"migration", "phase"}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_migration_halted",
+			Help: "1 while the RevisionMigration is Halted (waiting for a person), else 0.",
+		}, []string{"migration"}),
 		buckets: map[string]*bucket{},
 		writes:  map[string]*writes{},
 		stamped: map[string]string{},
 	}
-	for _, m := range []prometheus.Collector{c.restarts, c.phases} {
+	for _, m := range []prometheus.Collector{c.restarts, c.phases, c.halted} {
 		if err := cfg.Registry.Register(m); err != nil {
 			return nil, fmt.Errorf("migration: registering metrics: %w", err)
 		}
@@ -275,4 +280,5 @@ func (c *Controller) observePhases(rm *v1alpha1.RevisionMigration) {
 		v1alpha1.NamespaceReady, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack} {
 		c.phases.WithLabelValues(rm.Name, string(p)).Set(float64(counts[p]))
 	}
+	c.halted.WithLabelValues(rm.Name).Set(map[bool]float64{true: 1}[rm.Status.Phase == v1alpha1.MigrationHalted])
 }

@@ -143,6 +143,16 @@ func TestKubectlPluginName(t *testing.T) {
 			t.Errorf("nodewise --help lacks kubectl's %s", f)
 		}
 	}
+	// kubectl completes `kubectl nodewise sk<TAB>` by running
+	// kubectl_complete-nodewise with the words typed.
+	complete := filepath.Join(filepath.Dir(bin), "kubectl_complete-nodewise")
+	if err := os.Symlink(bin, complete); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(complete, "sk")
+	if err != nil || !strings.HasPrefix(out, "skew\t") && !strings.HasPrefix(out, "skew\n") {
+		t.Errorf("kubectl_complete-nodewise sk: %v\n%q", err, out)
+	}
 }
 
 // The krew manifest names the binary `make build` links and kubectl looks

@@ -15,6 +15,7 @@ import (
 
 func newExplainCmd(g *globalFlags) *cobra.Command {
 	var node string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:               "explain NAME --node NODE",
 		Short:             "Print the judge's before/after table for one node of a NodeRollout",
@@ -24,6 +25,9 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 			if node == "" {
 				return fmt.Errorf("--node is required: the node whose judgement to explain")
 			}
+			if err := output.check(); err != nil {
+				return err
+			}
 			cfg, err := g.restConfig()
 			if err != nil {
 				return err
@@ -32,9 +36,10 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return explainNode(cmd.Context(), nwc.NodeRollouts(), args[0], node, cmd.OutOrStdout())
+			return explainNode(cmd.Context(), nwc.NodeRollouts(), args[0], node, output, cmd.OutOrStdout())
 		},
 	}
+	output.addFlag(cmd)
 	cmd.Flags().StringVar(&node, "node", "", "the node to explain (required)")
 	_ = cmd.RegisterFlagCompletionFunc("node", completeRolloutNodes(g))
 	return cmd
@@ -47,7 +52,8 @@ type rolloutGetter interface {
 
 // explainNode reads the NodeRollout, finds the node's entry and prints it
 // with the judgement exactly as the orchestrator persisted it.
-func explainNode(ctx context.Context, rollouts rolloutGetter, name, node string, out io.Writer) error {
+// With -o it prints the node's status entry (.status.nodes[] of the rollout).
+func explainNode(ctx context.Context, rollouts rolloutGetter, name, node string, output dataOutput, out io.Writer) error {
 	nr, err := rollouts.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading NodeRollout %s: %w", name, err)
@@ -58,7 +64,9 @@ func explainNode(ctx context.Context, rollouts rolloutGetter, name, node string,
 		if n.Name != node {
 			continue
 		}
-		return health.WriteExplain(out, health.Explanation{Rollout: name, Node: node, State: string(n.State), Verdict: n.Verdict, Judgement: n.Judgement})
+		return output.print(out, n, func() []string { return []string{"node/" + n.Name} }, func() error {
+			return health.WriteExplain(out, health.Explanation{Rollout: name, Node: node, State: string(n.State), Verdict: n.Verdict, Judgement: n.Judgement})
+		})
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("node %s is not in NodeRollout %s: it has no nodes in its status yet", node, name)

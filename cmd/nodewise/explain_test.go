@@ -37,7 +37,7 @@ func TestExplainNode(t *testing.T) {
 	rollouts := rolloutsByName{"mesh": nr}
 
 	var out bytes.Buffer
-	if err := explainNode(context.Background(), rollouts, "mesh", "w2", &out); err != nil {
+	if err := explainNode(context.Background(), rollouts, "mesh", "w2", dataOutput{}, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"node w2: state Failed", "2 failing in a row", "interval Fail", "shop/cart-7d9", "REGRESSED", "0.2/s", "3.1/s"} {
@@ -46,13 +46,13 @@ func TestExplainNode(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := explainNode(context.Background(), rollouts, "mesh", "w1", &out); err != nil || !strings.Contains(out.String(), "no before/after table recorded") {
+	if err := explainNode(context.Background(), rollouts, "mesh", "w1", dataOutput{}, &out); err != nil || !strings.Contains(out.String(), "no before/after table recorded") {
 		t.Errorf("node without a judgement: %v %q", err, out.String())
 	}
-	if err := explainNode(context.Background(), rollouts, "mesh", "w9", &out); err == nil || !strings.Contains(err.Error(), "its nodes: w1, w2") {
+	if err := explainNode(context.Background(), rollouts, "mesh", "w9", dataOutput{}, &out); err == nil || !strings.Contains(err.Error(), "its nodes: w1, w2") {
 		t.Errorf("unknown node: %v", err)
 	}
-	if err := explainNode(context.Background(), rollouts, "nope", "w1", &out); err == nil || !strings.Contains(err.Error(), "reading NodeRollout nope") {
+	if err := explainNode(context.Background(), rollouts, "nope", "w1", dataOutput{}, &out); err == nil || !strings.Contains(err.Error(), "reading NodeRollout nope") {
 		t.Errorf("unknown rollout: %v", err)
 	}
 }

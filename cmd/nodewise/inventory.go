@@ -23,13 +23,13 @@ func (f *sidecarFlags) bind(cmd *cobra.Command) {
 
 func newInventoryCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
-	var output string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "inventory",
 		Short: "Show every meshed pod's proxy version and revision, ztunnel and istio-cni per node, and istiod revisions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDataFormat(output); err != nil {
+			if err := output.check(); err != nil {
 				return err
 			}
 			client, err := g.kube()
@@ -40,11 +40,11 @@ func newInventoryCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printData(cmd.OutOrStdout(), output, inv, func() error { return printInventory(cmd.OutOrStdout(), inv) })
+			return output.print(cmd.OutOrStdout(), inv, func() []string { return inventoryNames(inv) }, func() error { return printInventory(cmd.OutOrStdout(), inv) })
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	output.addFlag(cmd)
 	return cmd
 }
 
@@ -116,4 +116,13 @@ func sortKeys(keys []inventory.Key) {
 			keys[j], keys[j-1] = keys[j-1], keys[j]
 		}
 	}
+}
+
+// inventoryNames are the meshed pods, as -o name prints them.
+func inventoryNames(inv inventory.Inventory) []string {
+	var out []string
+	for _, p := range inv.Pods {
+		out = append(out, "pod/"+p.Namespace+"/"+p.Name)
+	}
+	return out
 }

@@ -13,16 +13,29 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// completePlugin is the name kubectl (1.26 and later) runs to complete
+// `kubectl nodewise <TAB>`: kubectl_complete-<plugin> on the PATH, with the
+// words typed so far. `make build` links it to this binary.
+const completePlugin = "kubectl_complete-nodewise"
+
 func main() {
-	if err := newRootCmd(filepath.Base(os.Args[0])).Execute(); err != nil {
+	argv0 := filepath.Base(os.Args[0])
+	root := newRootCmd(argv0)
+	if argv0 == completePlugin {
+		root.SetArgs(append([]string{cobra.ShellCompRequestCmd}, os.Args[1:]...))
+	}
+	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "nodewise:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
 // displayName is how help and completion name the command: "kubectl
 // nodewise" when kubectl runs this binary as its plugin kubectl-nodewise.
 func displayName(argv0 string) string {
+	if argv0 == completePlugin {
+		return "kubectl nodewise"
+	}
 	if strings.HasPrefix(argv0, "kubectl-") {
 		return "kubectl " + strings.ReplaceAll(strings.TrimPrefix(argv0, "kubectl-"), "_", "-")
 	}
@@ -48,7 +61,7 @@ func newRootCmd(argv0 string) *cobra.Command {
 	root.AddCommand(
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
-		newPlanCmd(g), newApplyCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
+		newPlanCmd(g), newApplyCmd(g), newGetCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
 		newExplainCmd(g), newDashboardCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)
 	return root

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -66,10 +67,47 @@ func allowed(formats []string) string {
 	return "want table, " + strings.Join(formats, ", ")
 }
 
-// printData writes a value that is not an API object (an inventory, a tag
-// list) as JSON or YAML; human is the table.
-func printData(w io.Writer, format string, v any, human func() error) error {
-	switch format {
+// dataOutput is -o for what is not an API object (an inventory, a skew
+// report, a plan): json, yaml, name (one name a line) or jsonpath=TEMPLATE
+// (kubectl's JSONPath, missing keys allowed as kubectl allows them by
+// default); table, or no -o, is the human view.
+type dataOutput struct{ format string }
+
+const dataFormats = "want table, json, yaml, name or jsonpath=TEMPLATE"
+
+func (o *dataOutput) addFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.format, "output", "o", "", "output format: table (default), json, yaml, name or jsonpath=TEMPLATE")
+}
+
+// check refuses an unknown -o (or a JSONPath that does not parse) before
+// anything is read.
+func (o dataOutput) check() error {
+	_, err := o.jsonPath()
+	return err
+}
+
+func (o dataOutput) human() bool { return o.format == "" || o.format == "table" }
+
+func (o dataOutput) jsonPath() (*jsonpath.JSONPath, error) {
+	switch o.format {
+	case "", "table", "json", "yaml", "name":
+		return nil, nil
+	}
+	tmpl, ok := strings.CutPrefix(o.format, "jsonpath=")
+	if !ok || tmpl == "" {
+		return nil, fmt.Errorf("-o %s: %s", o.format, dataFormats)
+	}
+	jp := jsonpath.New("output").AllowMissingKeys(true)
+	if err := jp.Parse(tmpl); err != nil {
+		return nil, fmt.Errorf("-o %s: %w", o.format, err)
+	}
+	return jp, nil
+}
+
+// print writes v in the -o format; names are what -o name prints, human the
+// table.
+func (o dataOutput) print(w io.Writer, v any, names func() []string, human func() error) error {
+	switch o.format {
 	case "", "table":
 		return human()
 	case "json":
@@ -86,15 +124,26 @@ func printData(w io.Writer, format string, v any, human func() error) error {
 		}
 		_, err = w.Write(b)
 		return err
-	}
-	return fmt.Errorf("-o %s: want table, json or yaml", format)
-}
-
-// checkDataFormat refuses an unknown -o before anything is read.
-func checkDataFormat(format string) error {
-	switch format {
-	case "", "table", "json", "yaml":
+	case "name":
+		for _, n := range names() {
+			if _, err := fmt.Fprintln(w, n); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
-	return fmt.Errorf("-o %s: want table, json or yaml", format)
+	jp, err := o.jsonPath()
+	if err != nil {
+		return err
+	}
+	// JSONPath walks the value as its JSON reads, field names included.
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	return jp.Execute(w, doc)
 }

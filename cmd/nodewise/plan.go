@@ -24,6 +24,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		perSwap time.Duration
 		agents  judgegate.AgentConfig
 		addrs   health.AddressPolicy
+		output  dataOutput
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
@@ -32,12 +33,21 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			"evaluate each gate query once, then reads (never writes) the cluster's nodes, DaemonSets,\n" +
 			"pods and ControllerRevisions to order the nodes and check the targets.\n" +
 			"With --offline it only validates the file, against the CRD's schema and rules as the API\n" +
-			"server would (gate queries are not sent to Prometheus).",
+			"server would (gate queries are not sent to Prometheus).\n" +
+			"-o json|yaml|name|jsonpath=... prints the order (each node's wave and window), the\n" +
+			"phase the plan would take and the estimate; the swap and forecast tables are table-only.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, addrs, offline)
 			if err != nil {
 				return err
+			}
+			if offline && !output.human() {
+				r := planReport{Rollout: nr.Name, Offline: true, Nodes: []planNode{}}
+				return output.print(cmd.OutOrStdout(), r, r.names, nil)
 			}
 			if offline {
 				_, err := cmd.OutOrStdout().Write([]byte("valid NodeRollout " + nr.Name + " (offline: nodes and targets not checked)\n"))
@@ -46,6 +56,10 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			d, err := planAgainstCluster(cmd.Context(), g, nr, p)
 			if err != nil {
 				return err
+			}
+			if !output.human() {
+				r := newPlanReport(nr.Name, d, p, orchestrator.Estimate(d.Order, p, perSwap))
+				return output.print(cmd.OutOrStdout(), r, r.names, nil)
 			}
 			if err := orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
@@ -68,8 +82,48 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	cmd.Flags().IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	addGateAddressFlags(cmd, &addrs)
+	output.addFlag(cmd)
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
+}
+
+// planReport is `nodewise plan -o json|yaml|jsonpath`.
+type planReport struct {
+	Rollout  string     `json:"rollout"`
+	Offline  bool       `json:"offline,omitempty"`
+	Phase    string     `json:"phase,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+	Targets  []string   `json:"targets,omitempty"`
+	Estimate string     `json:"estimate,omitempty"`
+	Nodes    []planNode `json:"nodes"`
+}
+
+type planNode struct {
+	Name   string `json:"name"`
+	Zone   string `json:"zone,omitempty"`
+	Canary bool   `json:"canary,omitempty"`
+	Wave   int    `json:"wave"`
+	Window int    `json:"window"`
+}
+
+func newPlanReport(name string, d orchestrator.Decision, p orchestrator.Policy, est time.Duration) planReport {
+	r := planReport{Rollout: name, Phase: string(d.Phase), Reason: d.Reason, Estimate: est.String(), Nodes: []planNode{}}
+	for _, t := range p.Targets {
+		r.Targets = append(r.Targets, t.Namespace+"/"+t.Name)
+	}
+	for _, n := range d.Order {
+		r.Nodes = append(r.Nodes, planNode{Name: n.Name, Zone: n.Zone, Canary: n.Canary, Wave: n.Wave, Window: n.Window})
+	}
+	return r
+}
+
+// names are the nodes in the order they are upgraded (-o name).
+func (r planReport) names() []string {
+	var out []string
+	for _, n := range r.Nodes {
+		out = append(out, "node/"+n.Name)
+	}
+	return out
 }
 
 // loadAndCheck reads and validates the file (- is stdin) and, unless

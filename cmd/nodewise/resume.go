@@ -10,7 +10,8 @@ import (
 )
 
 func newResumeCmd(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
+	out := newPrintFlags("resumed")
+	cmd := &cobra.Command{
 		Use:               "resume NAME",
 		Short:             "Unpause a NodeRollout, and clear a halt (failed nodes are retried from preflight)",
 		Args:              cobra.ExactArgs(1),
@@ -18,7 +19,9 @@ func newResumeCmd(g *globalFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := time.Now().UTC().Format(time.RFC3339Nano)
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, orchestrator.AnnotationResumeToken, token)
-			return patchRollout(cmd, g, args[0], patch, "resumed")
+			return patchRollout(cmd, g, out, args[0], patch, "resumed")
 		},
 	}
+	out.addFlags(cmd)
+	return cmd
 }

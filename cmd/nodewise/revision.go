@@ -94,11 +94,16 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	var promAddr string
 	var addrs health.AddressPolicy
 	spec := v1alpha1.RevisionMigrationSpec{}
+	out := newPrintFlags("created")
 	cmd := &cobra.Command{
 		Use:   "migrate --from REV --to REV --rate PODS_PER_SECOND",
 		Short: "Create a RevisionMigration: move sidecar namespaces from one revision to another in gated waves",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			printer, err := out.toPrinter()
+			if err != nil {
+				return err
+			}
 			for _, w := range waves {
 				wave, err := parseWave(w)
 				if err != nil {
@@ -167,8 +172,12 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			mc := nwc.RevisionMigrations()
-			if _, err := mc.Create(cmd.Context(), rm, metav1.CreateOptions{}); err != nil {
+			created, err := mc.Create(cmd.Context(), rm, metav1.CreateOptions{})
+			if err != nil {
 				return fmt.Errorf("creating RevisionMigration %s: %w", name, err)
+			}
+			if !out.human() {
+				return printer.print(cmd.OutOrStdout(), created, "created")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s created: %s -> %s via tag %s\n", name, spec.From, spec.To, spec.Tag)
 			return nil
@@ -184,6 +193,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&waves, "wave", nil, "a wave, in order: NAME=PERCENT% or NAME=key=value[,key=value] (default canary, 5%, 30%, 100%)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "let the migration move --tag if it already points elsewhere")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the RevisionMigration instead of creating it")
+	out.addFlags(cmd)
 	cmd.Flags().StringVar(&promAddr, "prometheus", "", "Prometheus base URL for spec.gates.prometheus.address: turns on the built-in gates (istiod's rejected configs per revision, retries per request against the control)")
 	cmd.Flags().BoolVar(&builtIn, "builtin-gates", true, "with --prometheus, run the built-in gates (false sets spec.gates.prometheus.builtIn.disabled)")
 	addGateAddressFlags(cmd, &addrs)
@@ -244,6 +254,7 @@ func printPlan(out io.Writer, spec v1alpha1.RevisionMigrationSpec, sc revisions.
 
 func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 	var wave bool
+	out := newPrintFlags("aborting")
 	cmd := &cobra.Command{
 		Use:   "abort NAME [--wave]",
 		Short: "Abort a RevisionMigration: moved namespaces are retagged back and restarted",
@@ -253,10 +264,15 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			"without --wave while it is in flight.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			printer, err := out.toPrinter()
+			if err != nil {
+				return err
+			}
 			mc, err := migrationClient(g)
 			if err != nil {
 				return err
 			}
+			var updated *v1alpha1.RevisionMigration
 			scope := v1alpha1.AbortAll
 			if wave {
 				scope = v1alpha1.AbortWave
@@ -271,27 +287,35 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 					return fmt.Errorf("revisionmigration %s is already aborting every wave; an abort cannot be narrowed", args[0])
 				}
 				rm.Spec.Abort = scope
-				_, err = mc.Update(cmd.Context(), rm, metav1.UpdateOptions{})
+				updated, err = mc.Update(cmd.Context(), rm, metav1.UpdateOptions{})
 				return err
 			})
 			if err != nil {
 				return fmt.Errorf("aborting %s: %w", args[0], err)
+			}
+			if !out.human() {
+				return printer.print(cmd.OutOrStdout(), updated, "aborting")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revisionmigration %s: abort (%s) requested\n", args[0], scope)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&wave, "wave", false, "roll back only the current wave")
+	out.addFlags(cmd)
 	return cmd
 }
 
 func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 	var wave string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "explain NAME [--wave WAVE]",
 		Short: "Print the gate's table for each judged wave of a RevisionMigration",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			mc, err := migrationClient(g)
 			if err != nil {
 				return err
@@ -300,9 +324,24 @@ func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("reading RevisionMigration %s: %w", args[0], err)
 			}
-			return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
+			if output.human() {
+				return writeWaveExplain(cmd.OutOrStdout(), rm, wave)
+			}
+			// -o: the waves' status entries (.status.waves[]), as the API has them.
+			var waves []v1alpha1.ResolvedWave
+			var names []string
+			for _, w := range rm.Status.Waves {
+				if wave == "" || w.Name == wave {
+					waves, names = append(waves, w), append(names, "wave/"+w.Name)
+				}
+			}
+			if wave != "" && len(waves) == 0 {
+				return fmt.Errorf("revisionmigration %s has no wave %q", rm.Name, wave)
+			}
+			return output.print(cmd.OutOrStdout(), waves, func() []string { return names }, nil)
 		},
 	}
+	output.addFlag(cmd)
 	cmd.Flags().StringVar(&wave, "wave", "", "only this wave (default every judged wave)")
 	return cmd
 }

@@ -10,19 +10,26 @@ import (
 )
 
 func newRollbackCmd(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
+	out := newPrintFlags("rolling back")
+	cmd := &cobra.Command{
 		Use:               "rollback NAME",
 		Short:             "Swap the upgraded nodes back in reverse order, once you have re-applied the old chart (updateStrategy OnDelete)",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return patchRollout(cmd, g, args[0], `{"spec":{"rollback":true}}`, "rolling back")
+			return patchRollout(cmd, g, out, args[0], `{"spec":{"rollback":true}}`, "rolling back")
 		},
 	}
+	out.addFlags(cmd)
+	return cmd
 }
 
 // patchRollout merge-patches a NodeRollout and prints one line (or -o name).
-func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) error {
+func patchRollout(cmd *cobra.Command, g *globalFlags, out *printFlags, name, patch, what string) error {
+	printer, err := out.toPrinter()
+	if err != nil {
+		return err
+	}
 	_, rc, err := rolloutClients(g)
 	if err != nil {
 		return err
@@ -31,11 +38,11 @@ func patchRollout(cmd *cobra.Command, g *globalFlags, name, patch, what string) 
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if _, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager}); err != nil {
+	nr, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager})
+	if err != nil {
 		return fmt.Errorf("updating NodeRollout %s: %w", name, g.clarify(ctx, err))
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "noderollout.nodewise.io/%s %s\n", name, what)
-	return nil
+	return printer.print(cmd.OutOrStdout(), nr, what)
 }
 
 // patchFieldManager owns what pause, resume, abort and rollback set; apart

@@ -117,7 +117,7 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 		t.Fatalf("status -o yaml: %v %+v\n%s", err, got.TypeMeta, o.String())
 	}
 
-	// status -w ends on a terminal phase: 0 for Completed, 1 for Halted;
+	// status -w ends on a terminal phase: 0 for Completed, 2 for Halted;
 	// into a pipe it draws no screen-clearing escapes.
 	if _, errOut, err := cli(strings.Replace(good, "name: up", "name: halts", 1), "apply", "-f", "-"); err != nil {
 		t.Fatal(errOut)
@@ -162,14 +162,14 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 		switch {
 		case !tc.fails && werr != nil:
 			t.Errorf("status -w on Completed: %v %s; want exit 0", werr, we.String())
-		case tc.fails && (!errors.As(werr, &exit) || exit.ExitCode() != 1 || !strings.Contains(we.String(), tc.reason)):
-			t.Errorf("status -w on Halted: %v, stderr %q; want exit 1 with the reason", werr, we.String())
+		case tc.fails && (!errors.As(werr, &exit) || exit.ExitCode() != exitHalted || !strings.Contains(we.String(), tc.reason)):
+			t.Errorf("status -w on Halted: %v, stderr %q; want exit %d with the reason", werr, we.String(), exitHalted)
 		}
 		if strings.Contains(wo.String(), "\033[") || !strings.Contains(wo.String(), string(tc.phase)) || !strings.Contains(wo.String(), "Progressing") {
 			t.Errorf("status -w %s into a pipe:\n%q", tc.name, wo.String())
 		}
 	}
-	// Without -w, a halted rollout exits 1 too; a completed one 0.
+	// Without -w, a halted rollout exits 2 too; a completed one 0.
 	stdoutAndFailure := func(wantOut, wantErr string, args ...string) {
 		t.Helper()
 		out, errOut, err := cli("", args...)
@@ -198,6 +198,31 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 	}
 	if out, _, err := cli("", "__complete", "explain", "up", "--node", ""); err != nil || !strings.HasPrefix(out, node+"\n:") {
 		t.Errorf("completing explain up --node: %v\n%s", err, out)
+	}
+
+	// list / get.
+	if out, errOut, err := cli("", "list"); err != nil || !strings.Contains(out, "NAME") || !strings.Contains(out, "halts") || !strings.Contains(out, string(v1alpha1.PhaseHalted)) {
+		t.Errorf("list: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "list", "-o", "name"); err != nil || !strings.Contains(out, "noderollout.nodewise.io/up\n") || !strings.Contains(out, "noderollout.nodewise.io/halts\n") {
+		t.Errorf("list -o name: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "get", "up", "-o", "jsonpath={.status.phase}"); err != nil || out != string(v1alpha1.PhaseCompleted) {
+		t.Errorf("get up -o jsonpath: %v %q %s", err, out, errOut)
+	}
+	if out, _, err := cli("", "get", "nope"); err == nil {
+		t.Errorf("get of a missing rollout succeeded: %q", out)
+	}
+
+	// -o on the commands that change a rollout or explain a node.
+	if out, errOut, err := cli("", "explain", "up", "--node", node, "-o", "jsonpath={.name} {.state}"); err != nil || out != node+" "+string(v1alpha1.NodeDone) {
+		t.Errorf("explain -o jsonpath: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "pause", "up", "-o", "jsonpath={.spec.paused}"); err != nil || out != "true" {
+		t.Errorf("pause -o jsonpath: %v %q %s", err, out, errOut)
+	}
+	if out, errOut, err := cli("", "resume", "up", "-o", "yaml"); err != nil || !strings.Contains(out, "kind: NodeRollout") || !strings.Contains(out, "nodewise.io/resume-token") || strings.Contains(out, "paused: true") {
+		t.Errorf("resume -o yaml: %v %q %s", err, out, errOut)
 	}
 
 	// version: the client, Kubernetes, and nodewise's workloads in -n.
@@ -240,7 +265,9 @@ func installFakeOrchestrator(t *testing.T, c *cluster.Cluster, ns, version strin
 	labels := map[string]string{"app.kubernetes.io/name": "nodewise-orchestrator", "app.kubernetes.io/part-of": "nodewise"}
 	zero := int32(0)
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodewise-orchestrator", Namespace: ns, Labels: labels},
+		// The chart's version label says its appVersion; the image (an
+		// image.tag override) says what runs, and version reports that.
+		ObjectMeta: metav1.ObjectMeta{Name: "nodewise-orchestrator", Namespace: ns, Labels: map[string]string{"app.kubernetes.io/name": "nodewise-orchestrator", "app.kubernetes.io/part-of": "nodewise", "app.kubernetes.io/version": "v0.1.0"}},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &zero,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,7 +79,13 @@ func TestSidecarCommands(t *testing.T) {
 	if table := ok("inventory"); !strings.Contains(table, "shop") || !strings.Contains(table, "1.27.3") {
 		t.Fatalf("inventory table:\n%s", table)
 	}
-	bad("want table, json or yaml", "inventory", "-o", "wide")
+	bad("want table, json, yaml, name or jsonpath", "inventory", "-o", "wide")
+	if out := ok("inventory", "-o", "jsonpath={.pods[0].version}"); out != "1.27.3" {
+		t.Fatalf("inventory -o jsonpath: %q", out)
+	}
+	if out := ok("inventory", "-o", "name"); out != "pod/shop/web\n" {
+		t.Fatalf("inventory -o name: %q", out)
+	}
 
 	// skew.
 	if out := ok("skew"); !strings.Contains(out, "no skew violations") {
@@ -87,6 +95,34 @@ func TestSidecarCommands(t *testing.T) {
 		t.Fatalf("skew plan: %s", out)
 	}
 	bad("unknown component", "skew", "--max-behind", "waypoint=1")
+	for _, o := range []string{"yaml", "json", "name", "jsonpath={.components}"} {
+		ok("skew", "-o", o)
+		ok("skew", "policy", "-o", o)
+		ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1", "-o", o)
+	}
+	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1", "-o", "jsonpath={[*].to}"); out != "1.27 1.28" {
+		t.Fatalf("skew plan -o jsonpath: %q", out)
+	}
+	// A sidecar four minors behind its istiod: skew reports it and exits 4,
+	// in every -o, so a pipeline can gate on it.
+	legacy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: "legacy", Annotations: map[string]string{"sidecar.istio.io/status": `{"revision":"1-28"}`}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "sample:1"}, {Name: "istio-proxy", Image: "docker.io/istio/proxyv2:1.24.0"}}}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Pods("legacy").Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"table", "name", "yaml", "jsonpath={.violations[0].subject}"} {
+		out, errOut, err := run(bin, kc, "skew", "-o", o)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitViolation || !strings.Contains(out, "old") || !strings.Contains(errOut, "outside the supported skew") {
+			t.Fatalf("skew -o %s with a violation: %v, stdout %q, stderr %q; want exit %d naming legacy/old", o, err, out, errOut, exitViolation)
+		}
+	}
+	if err := c.Client.CoreV1().Pods("legacy").Delete(ctx, "old", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
 
 	// tags.
 	bad(`unknown revision "1-99"`, "tag", "set", "canary", "--revision", "1-99")
@@ -125,9 +161,16 @@ func TestSidecarCommands(t *testing.T) {
 	if l, err := mc.List(ctx, metav1.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("bad input created migrations: %v %v", l, err)
 	}
-	ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%",
-		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false")
-	ok("revision", "abort", "1-27-to-1-28")
+	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--wave", "t1=tier=1", "--wave", "all=100%",
+		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false", "-o", "name"); out != "revisionmigration.nodewise.io/1-27-to-1-28\n" {
+		t.Fatalf("revision migrate -o name: %q", out)
+	}
+	if out := ok("revision", "abort", "1-27-to-1-28", "-o", "jsonpath={.spec.abort}"); out != string(v1alpha1.AbortAll) {
+		t.Fatalf("revision abort -o jsonpath: %q", out)
+	}
+	if out := ok("revision", "explain", "1-27-to-1-28", "-o", "json"); !strings.HasPrefix(out, "null") && !strings.HasPrefix(out, "[") {
+		t.Fatalf("revision explain -o json: %q", out)
+	}
 	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
 	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 ||
 		rm.Spec.Gates == nil || rm.Spec.Gates.Prometheus.Address != "http://prometheus.monitoring.svc:9090" || !rm.Spec.Gates.Prometheus.BuiltIn.Disabled {

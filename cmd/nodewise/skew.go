@@ -13,13 +13,19 @@ import (
 func newSkewCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
 	var overrides []string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "skew",
 		Short: "List data-plane components outside Istio's supported version skew",
 		Long: "Checks every sidecar against its revision's istiod and every ztunnel and istio-cni\n" +
-			"against istiod, using Istio's published support policy (see `nodewise skew policy`).",
+			"against istiod, using Istio's published support policy (see `nodewise skew policy`).\n\n" +
+			"Exit status: 0 when every component is within the skew, 4 when any is not (whatever -o\n" +
+			"says), 1 on any error; so `nodewise skew -o name` gates a pipeline.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			policy, err := skew.DefaultPolicy().Override(overrides)
 			if err != nil {
 				return err
@@ -38,19 +44,30 @@ func newSkewCmd(g *globalFlags) *cobra.Command {
 			}
 			v := skew.Check(policy, obs)
 			out := cmd.OutOrStdout()
-			if len(v) == 0 {
-				fmt.Fprintf(out, "no skew violations among %d data-plane components\n", len(obs))
-				return nil
-			}
-			w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(w, "COMPONENT\tSUBJECT\tREVISION\tVERSION\tREASON")
+			report := skewReport{Components: len(obs), Violations: []skewViolation{}}
 			for _, x := range v {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Component, x.Subject, x.Revision, x.Version, x.Reason)
+				report.Violations = append(report.Violations, skewViolation{Component: string(x.Component), Subject: x.Subject, Revision: x.Revision, Version: x.Version.String(), Reason: x.Reason})
 			}
-			return w.Flush()
+			err = output.print(out, report, report.names, func() error {
+				if len(v) == 0 {
+					_, err := fmt.Fprintf(out, "no skew violations among %d data-plane components\n", len(obs))
+					return err
+				}
+				w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+				fmt.Fprintln(w, "COMPONENT\tSUBJECT\tREVISION\tVERSION\tREASON")
+				for _, x := range v {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", x.Component, x.Subject, x.Revision, x.Version, x.Reason)
+				}
+				return w.Flush()
+			})
+			if err != nil || len(v) == 0 {
+				return err
+			}
+			return withExitCode(exitViolation, "%d of %d data-plane components are outside the supported skew", len(v), len(obs))
 		},
 	}
 	f.bind(cmd)
+	output.addFlag(cmd)
 	cmd.PersistentFlags().StringSliceVar(&overrides, "max-behind", nil, "override the policy: component=minors (components: sidecar, ztunnel, istio-cni)")
 	cmd.AddCommand(newSkewPlanCmd(g, &overrides), newSkewPolicyCmd(&overrides))
 	return cmd
@@ -59,11 +76,15 @@ func newSkewCmd(g *globalFlags) *cobra.Command {
 func newSkewPlanCmd(g *globalFlags, overrides *[]string) *cobra.Command {
 	var f sidecarFlags
 	var from, to string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "plan --to VERSION [--from VERSION]",
 		Short: "Split a sidecar move into the passes the skew policy allows (n-2 -> n is two passes)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			policy, err := skew.DefaultPolicy().Override(*overrides)
 			if err != nil {
 				return err
@@ -96,17 +117,31 @@ func newSkewPlanCmd(g *globalFlags, overrides *[]string) *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if len(passes) == 0 {
-				fmt.Fprintf(out, "nothing to do: proxies are already on %s\n", target.MinorString())
+			report := []skewPass{}
+			for _, p := range passes {
+				report = append(report, skewPass{From: p.From.MinorString(), To: p.To.MinorString(), Why: p.Why})
+			}
+			names := func() []string {
+				var n []string
+				for _, p := range report {
+					n = append(n, p.To)
+				}
+				return n
+			}
+			return output.print(out, report, names, func() error {
+				if len(passes) == 0 {
+					_, err := fmt.Fprintf(out, "nothing to do: proxies are already on %s\n", target.MinorString())
+					return err
+				}
+				for i, p := range passes {
+					fmt.Fprintf(out, "pass %d: %s -> %s: %s\n", i+1, p.From.MinorString(), p.To.MinorString(), p.Why)
+				}
 				return nil
-			}
-			for i, p := range passes {
-				fmt.Fprintf(out, "pass %d: %s -> %s: %s\n", i+1, p.From.MinorString(), p.To.MinorString(), p.Why)
-			}
-			return nil
+			})
 		},
 	}
 	f.bind(cmd)
+	output.addFlag(cmd)
 	cmd.Flags().StringVar(&to, "to", "", "target Istio version, e.g. 1.28.1 (required)")
 	cmd.Flags().StringVar(&from, "from", "", "oldest proxy version (default: the oldest sidecar in the cluster)")
 	_ = cmd.MarkFlagRequired("to")
@@ -114,21 +149,76 @@ func newSkewPlanCmd(g *globalFlags, overrides *[]string) *cobra.Command {
 }
 
 func newSkewPolicyCmd(overrides *[]string) *cobra.Command {
-	return &cobra.Command{
+	var output dataOutput
+	cmd := &cobra.Command{
 		Use:   "policy",
 		Short: "Print the skew table in force",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			policy, err := skew.DefaultPolicy().Override(*overrides)
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
-			fmt.Fprintln(w, "COMPONENT\tMAX MINORS BEHIND ISTIOD\tMAX AHEAD\tSOURCE")
+			rules := []skewRule{}
 			for _, r := range policy.Rules() {
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", r.Component, r.MaxBehind, r.MaxAhead, r.Source)
+				rules = append(rules, skewRule{Component: string(r.Component), MaxBehind: r.MaxBehind, MaxAhead: r.MaxAhead, Source: r.Source})
 			}
-			return w.Flush()
+			names := func() []string {
+				var n []string
+				for _, r := range rules {
+					n = append(n, r.Component)
+				}
+				return n
+			}
+			return output.print(cmd.OutOrStdout(), rules, names, func() error {
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
+				fmt.Fprintln(w, "COMPONENT\tMAX MINORS BEHIND ISTIOD\tMAX AHEAD\tSOURCE")
+				for _, r := range rules {
+					fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", r.Component, r.MaxBehind, r.MaxAhead, r.Source)
+				}
+				return w.Flush()
+			})
 		},
 	}
+	output.addFlag(cmd)
+	return cmd
+}
+
+// skewReport is `nodewise skew -o json|yaml|jsonpath`.
+type skewReport struct {
+	Components int             `json:"components"`
+	Violations []skewViolation `json:"violations"`
+}
+
+type skewViolation struct {
+	Component string `json:"component"`
+	Subject   string `json:"subject"`
+	Revision  string `json:"revision,omitempty"`
+	Version   string `json:"version"`
+	Reason    string `json:"reason"`
+}
+
+// names are the components in violation (-o name), one per line.
+func (r skewReport) names() []string {
+	var out []string
+	for _, v := range r.Violations {
+		out = append(out, v.Component+"/"+v.Subject)
+	}
+	return out
+}
+
+type skewPass struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	Why  string `json:"why"`
+}
+
+type skewRule struct {
+	Component string `json:"component"`
+	MaxBehind int    `json:"maxBehind"`
+	MaxAhead  int    `json:"maxAhead"`
+	Source    string `json:"source"`
 }

@@ -11,6 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	watchapi "k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -25,10 +30,10 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a NodeRollout: each node's zone, state, time in state and verdict, progress and any halt reason",
-		Long: "status prints the rollout once; with -w it follows it until a terminal phase.\n\n" +
+		Long: "status prints the rollout once; with -w it watches it (no polling) until a terminal phase.\n\n" +
 			"Exit status: 0 while the rollout is healthy or once it is Completed or RolledBack;\n" +
-			"1 when it is Halted or Aborted (with -w: once it gets there), when --timeout runs out\n" +
-			"first, or on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
+			"2 when it is Halted or Aborted (with -w: once it gets there); 3 when --timeout runs out\n" +
+			"first; 1 on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
 			"file a new table is written only when something changed.",
 		Example:           "  nodewise status up -w --timeout 2h && echo upgraded\n  kubectl nodewise status up -o jsonpath='{.status.phase}'",
 		Args:              cobra.ExactArgs(1),
@@ -47,7 +52,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted or Aborted")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 1) after this long (default: wait for ever)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 3) after this long (default: wait for ever)")
 	out.addFlags(cmd)
 	return cmd
 }
@@ -97,14 +102,14 @@ func progressKey(nr *v1alpha1.NodeRollout) string {
 	return b.String()
 }
 
+// followStatus shows the rollout once or, with watch, on every change until
+// a terminal phase: a watch of the one object (watchtools.UntilWithSync
+// lists, then watches, and re-lists when the watch expires), not a poll.
 func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutInterface, name string, watch bool, timeout time.Duration, w statusWriter) error {
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	for {
+	if !watch {
 		nr, err := rc.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
@@ -112,21 +117,62 @@ func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutIn
 		if err := w.show(nr); err != nil {
 			return err
 		}
-		settled := nr.Status.ObservedGeneration >= nr.Generation
-		if err := phaseOutcome(nr); settled && (err != nil || !watch || terminal(nr.Status.Phase)) {
-			return err
+		if nr.Status.ObservedGeneration >= nr.Generation {
+			return phaseOutcome(nr)
 		}
-		if !watch {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil // interrupted
-		case <-deadline:
-			return timedOut(nr, timeout)
-		case <-time.After(time.Second):
-		}
+		return nil
 	}
+	// The object must exist: a typo is an error now, not a wait for ever.
+	if _, err := rc.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
+	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return rc.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watchapi.Interface, error) {
+			o.FieldSelector = selector
+			return rc.Watch(ctx, o)
+		},
+	}
+	var last *v1alpha1.NodeRollout
+	var outcome error
+	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(ev watchapi.Event) (bool, error) {
+		if ev.Type == watchapi.Deleted {
+			return false, fmt.Errorf("NodeRollout %s was deleted", name)
+		}
+		nr, ok := ev.Object.(*v1alpha1.NodeRollout)
+		if !ok {
+			return false, nil
+		}
+		last = nr
+		if err := w.show(nr); err != nil {
+			return false, err
+		}
+		if nr.Status.ObservedGeneration < nr.Generation {
+			return false, nil
+		}
+		outcome = phaseOutcome(nr)
+		return outcome != nil || terminal(nr.Status.Phase), nil
+	})
+	switch {
+	case err == nil:
+		return outcome
+	case ctx.Err() != nil:
+		return nil // interrupted
+	case wctx.Err() != nil && last != nil:
+		return timedOut(last, timeout)
+	case wctx.Err() != nil:
+		return withExitCode(exitTimeout, "timed out after %s waiting for NodeRollout %s", timeout, name)
+	}
+	return fmt.Errorf("watching NodeRollout %s: %w", name, g.clarify(ctx, err))
 }
 
 func terminal(p v1alpha1.RolloutPhase) bool {
@@ -146,15 +192,15 @@ func phaseOutcome(nr *v1alpha1.NodeRollout) error {
 		if reason == "" {
 			reason = "no reason recorded"
 		}
-		return fmt.Errorf("NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
+		return withExitCode(exitHalted, "NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
 	case v1alpha1.PhaseAborted:
-		return fmt.Errorf("NodeRollout %s is Aborted", nr.Name)
+		return withExitCode(exitHalted, "NodeRollout %s is Aborted", nr.Name)
 	}
 	return nil
 }
 
 func timedOut(nr *v1alpha1.NodeRollout, timeout time.Duration) error {
-	return fmt.Errorf("timed out after %s waiting for NodeRollout %s to finish: phase %s, %d/%d nodes done", timeout, nr.Name, nr.Status.Phase, nr.Status.Counts.Done, nr.Status.Counts.Total)
+	return withExitCode(exitTimeout, "timed out after %s waiting for NodeRollout %s to finish: phase %s, %d/%d nodes done", timeout, nr.Name, nr.Status.Phase, nr.Status.Counts.Done, nr.Status.Counts.Total)
 }
 
 // isTerminalWriter reports whether w is a terminal (not a pipe or a file),

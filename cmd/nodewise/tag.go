@@ -22,13 +22,13 @@ func newTagCmd(g *globalFlags) *cobra.Command {
 
 func newTagListCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
-	var output string
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List revision tags, the revision each points at, and the namespaces using it",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDataFormat(output); err != nil {
+			if err := output.check(); err != nil {
 				return err
 			}
 			client, err := g.kube()
@@ -39,7 +39,13 @@ func newTagListCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printData(cmd.OutOrStdout(), output, tags, func() error {
+			return output.print(cmd.OutOrStdout(), tags, func() []string {
+				var n []string
+				for _, t := range tags {
+					n = append(n, t.Name)
+				}
+				return n
+			}, func() error {
 				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 8, 2, ' ', 0)
 				fmt.Fprintln(w, "TAG\tREVISION\tNAMESPACES")
 				for _, t := range tags {
@@ -50,7 +56,7 @@ func newTagListCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	output.addFlag(cmd)
 	return cmd
 }
 

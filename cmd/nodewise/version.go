@@ -44,16 +44,17 @@ type component struct {
 func newVersionCmd(g *globalFlags) *cobra.Command {
 	var (
 		clientOnly bool
-		output     string
+		output     dataOutput
 	)
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the CLI's version and, from the cluster, Kubernetes' and nodewise's (orchestrator, revisions controller, agents)",
 		Long: "The server side is read from nodewise's workloads (label app.kubernetes.io/part-of=nodewise)\n" +
-			"in -n (default nodewise-system): each one's app.kubernetes.io/version label, else its image tag.",
+			"in -n (default nodewise-system): each one's image tag, else (an image pinned by digest only)\n" +
+			"its app.kubernetes.io/version label.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkDataFormat(output); err != nil {
+			if err := output.check(); err != nil {
 				return err
 			}
 			v := versionInfo{Client: component{Name: "nodewise", Version: buildinfo.Version(), GoVersion: runtime.Version()}}
@@ -61,14 +62,14 @@ func newVersionCmd(g *globalFlags) *cobra.Command {
 			if !clientOnly {
 				serverErr = serverVersions(cmd.Context(), g, &v)
 			}
-			if err := printData(cmd.OutOrStdout(), output, v, func() error { return printVersion(cmd.OutOrStdout(), v, clientOnly) }); err != nil {
+			if err := output.print(cmd.OutOrStdout(), v, v.names, func() error { return printVersion(cmd.OutOrStdout(), v, clientOnly) }); err != nil {
 				return err
 			}
 			return serverErr
 		},
 	}
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "print the CLI's version only, without contacting the cluster")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: table (default), json or yaml")
+	output.addFlag(cmd)
 	return cmd
 }
 
@@ -110,10 +111,10 @@ func nodewiseWorkloads(ctx context.Context, kube kubernetes.Interface, ns string
 	return out, nil
 }
 
+// workloadVersion is what runs: the first container's image tag, which an
+// image.tag override changes while the chart's version label stays; the
+// label only when the image has no tag (pinned by digest alone).
 func workloadVersion(labels map[string]string, pod corev1.PodSpec) string {
-	if v := labels[versionLabel]; v != "" {
-		return v
-	}
 	for _, c := range pod.Containers {
 		ref := c.Image
 		if i := strings.LastIndex(ref, "@"); i >= 0 {
@@ -122,8 +123,24 @@ func workloadVersion(labels map[string]string, pod corev1.PodSpec) string {
 		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
 			return ref[i+1:]
 		}
+		break
+	}
+	if v := labels[versionLabel]; v != "" {
+		return v
 	}
 	return "unknown"
+}
+
+// names are the workloads, as -o name prints them.
+func (v versionInfo) names() []string {
+	var out []string
+	for _, c := range v.Server {
+		out = append(out, strings.ToLower(c.Kind)+".apps/"+c.Name)
+	}
+	if len(out) == 0 {
+		out = append(out, v.Client.Name)
+	}
+	return out
 }
 
 func printVersion(w io.Writer, v versionInfo, clientOnly bool) error {

@@ -43,23 +43,36 @@ system:serviceaccount:{{ .root.Release.Namespace }}:{{ .name }}
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 {{- end -}}
 
-{{- define "nodewise.restrictedContainer" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: ["ALL"]
+{{/*
+Extra pod-template metadata of a workload: (dict "root" . "c" .Values.<component>).
+The global podLabels/podAnnotations, then the component's (which win). The
+labels the selectors use (name, part-of) cannot be overridden.
+*/}}
+{{- define "nodewise.podLabels" -}}
+{{- $m := merge (deepCopy (.c.podLabels | default dict)) (deepCopy (.root.Values.podLabels | default dict)) -}}
+{{- with omit $m "app.kubernetes.io/name" "app.kubernetes.io/part-of" }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
-{{- define "nodewise.restrictedPod" -}}
-runAsNonRoot: true
-runAsUser: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- define "nodewise.podAnnotations" -}}
+{{- $m := merge (deepCopy (.c.podAnnotations | default dict)) (deepCopy (.root.Values.podAnnotations | default dict)) -}}
+{{- with $m }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* A workload's imagePullSecrets: the component's own (the probe's, which lives in its own namespace), else the global imagePullSecrets. */}}
+{{- define "nodewise.imagePullSecrets" -}}
+{{- with (.c.imagePullSecrets | default .root.Values.imagePullSecrets) }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* Spread the replicas of a controller over nodes, so one drain or node loss leaves a replica. */}}
+{{/* (dict "name" <app> "affinity" .Values.<component>.affinity): the component's affinity replaces the default anti-affinity when set. */}}
 {{- define "nodewise.spread" -}}
 affinity:
+{{- if .affinity }}
+  {{- toYaml .affinity | nindent 2 }}
+{{- else }}
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
       - weight: 100
@@ -67,14 +80,15 @@ affinity:
           topologyKey: kubernetes.io/hostname
           labelSelector:
             matchLabels:
-              app.kubernetes.io/name: {{ . }}
+              app.kubernetes.io/name: {{ .name }}
+{{- end }}
 topologySpreadConstraints:
   - maxSkew: 1
     topologyKey: kubernetes.io/hostname
     whenUnsatisfiable: ScheduleAnyway
     labelSelector:
       matchLabels:
-        app.kubernetes.io/name: {{ . }}
+        app.kubernetes.io/name: {{ .name }}
 {{- end -}}
 
 {{/* The hosts spec.gates.prometheus may query besides the cluster's Services (values gates). */}}
