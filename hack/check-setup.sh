@@ -31,6 +31,7 @@ declare -A needs=(
 	[deps-images]=""
 	[krew]=""
 	[chart-check]="tool:helm"
+	[chart-package]="tool:helm"
 	[chart-sync]=""
 )
 # What a target must not build: the demo has no use for Prometheus or istioctl.
