@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// TestChartOnRealNode installs the chart with `helm install` onto a cluster
+// with a real kubelet node, from the images `make images` built (imported into
+// the node's containerd, pullPolicy Never), and checks that the orchestrator,
+// the agent and the probe run there as containers: Running from those images,
+// Ready through their own probes, and with the securityContext the chart
+// renders, unchanged. The agent is Ready only once its serving certificate is
+// issued, so this also has the orchestrator, in its container and with
+// in-cluster credentials, sign the agent's CSR.
+func TestChartOnRealNode(t *testing.T) {
+	c := Start(t, Options{Nodes: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := imagesDir()
+	bin := filepath.Dir(dir)
+	n := startRealNode(t, ctx, c, bin)
+	refs := map[string]string{}
+	var err error
+	for _, name := range []string{"orchestrator", "nodeagent", "probe"} {
+		if refs[name], err = n.Containerd.Import(ctx, filepath.Join(dir, name+".tar")); err != nil {
+			t.Fatalf("%v (run `make images`)", err)
+		}
+	}
+
+	// The orchestrator is a Deployment: pin its one replica to the real node,
+	// which it must tolerate. The agent and the probe tolerate every node.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(fmt.Sprintf(`orchestrator:
+  replicas: 1
+  nodeSelector: {kubernetes.io/hostname: %s}
+  tolerations: [{key: %s, operator: Exists, effect: NoSchedule}]
+`, n.Name, TaintRealNode)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"install", "nodewise", filepath.Join("..", "..", "deploy", "charts", "nodewise"),
+		"--kubeconfig", c.Kubeconfig, "-n", "nodewise-system", "--create-namespace", "-f", values,
+		"--set", "image.pullPolicy=Never", "--set", "revisions.enabled=false"}
+	for name, ref := range refs {
+		key := map[string]string{"nodeagent": "agent"}[name]
+		if key == "" {
+			key = name
+		}
+		repo, tag, _ := strings.Cut(ref, ":")
+		args = append(args, "--set", key+".image.repository="+repo, "--set", key+".image.tag="+tag)
+	}
+	// The chart's Roles for the data plane live in the Istio namespace; Istio
+	// itself may come later (TestDeployBeforeIstio).
+	createNamespace(t, ctx, c.Client, "istio-system")
+	helm := filepath.Join(bin, "helm")
+	if out, err := exec.CommandContext(ctx, helm, args...).CombinedOutput(); err != nil {
+		t.Fatalf("helm %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	manifest, err := exec.CommandContext(ctx, helm, "get", "manifest", "nodewise", "-n", "nodewise-system", "--kubeconfig", c.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("helm get manifest: %v", err)
+	}
+	rendered := renderedPodSpecs(t, string(manifest))
+
+	for _, w := range []struct{ ns, name, image string }{
+		{"nodewise-system", "nodewise-orchestrator", refs["orchestrator"]},
+		{"nodewise-system", "nodewise-agent", refs["nodeagent"]},
+		{"nodewise-probe", "nodewise-probe", refs["probe"]},
+	} {
+		want, ok := rendered[w.name]
+		if !ok {
+			t.Fatalf("the chart rendered no workload %s", w.name)
+		}
+		var pod corev1.Pod
+		waitPods(t, ctx, c.Client, w.ns, "app.kubernetes.io/name="+w.name, func(pods []corev1.Pod) bool {
+			for _, p := range pods {
+				if p.Spec.NodeName == n.Name && podReady(&p) {
+					pod = p
+					return true
+				}
+			}
+			return false
+		})
+		cs := pod.Status.ContainerStatuses
+		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].Image != w.image || cs[0].ImageID == "" {
+			t.Errorf("%s: container statuses %+v, want one running from %s", w.name, cs, w.image)
+		}
+		if !reflect.DeepEqual(pod.Spec.SecurityContext, want.SecurityContext) {
+			t.Errorf("%s: pod securityContext %+v, the chart renders %+v", w.name, pod.Spec.SecurityContext, want.SecurityContext)
+		}
+		if len(pod.Spec.Containers) != 1 || !reflect.DeepEqual(pod.Spec.Containers[0].SecurityContext, want.Containers[0].SecurityContext) {
+			t.Errorf("%s: container securityContext differs from the chart's %+v", w.name, want.Containers[0].SecurityContext)
+		}
+	}
+}
+
+// renderedPodSpecs maps each Deployment and DaemonSet of a helm manifest to
+// its pod template's spec.
+func renderedPodSpecs(t *testing.T, manifest string) map[string]corev1.PodSpec {
+	t.Helper()
+	specs := map[string]corev1.PodSpec{}
+	for _, doc := range strings.Split(manifest, "\n---") {
+		if !strings.Contains(doc, "kind: Deployment") && !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("decoding the chart's manifest: %v", err)
+		}
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			specs[o.Name] = o.Spec.Template.Spec
+		case *appsv1.DaemonSet:
+			specs[o.Name] = o.Spec.Template.Spec
+		}
+	}
+	return specs
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
