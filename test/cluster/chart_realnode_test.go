@@ -2,17 +2,25 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -72,6 +80,7 @@ func TestChartOnRealNode(t *testing.T) {
 		t.Fatalf("helm get manifest: %v", err)
 	}
 	rendered := renderedPodSpecs(t, string(manifest))
+	running := map[string]corev1.Pod{}
 
 	for _, w := range []struct{ ns, name, image string }{
 		{"nodewise-system", "nodewise-orchestrator", refs["orchestrator"]},
@@ -92,6 +101,7 @@ func TestChartOnRealNode(t *testing.T) {
 			}
 			return false
 		})
+		running[w.name] = pod
 		cs := pod.Status.ContainerStatuses
 		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].Image != w.image || cs[0].ImageID == "" {
 			t.Errorf("%s: container statuses %+v, want one running from %s", w.name, cs, w.image)
@@ -103,6 +113,81 @@ func TestChartOnRealNode(t *testing.T) {
 			t.Errorf("%s: container securityContext differs from the chart's %+v", w.name, want.Containers[0].SecurityContext)
 		}
 	}
+	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
+}
+
+// agentSeesPods checks that the agent in its container counts with eBPF (its
+// log and nodewise_agent_mode say so, with no fallback to /proc) and that its
+// counters see the probe pod on the node: the kubelet's readiness probe
+// connects to it every period, so its accepts grow. It reads /metrics as
+// the orchestrator does, with the orchestrator's token for the agents'
+// audience.
+func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, agent, probe corev1.Pod) {
+	t.Helper()
+	logs, err := n.ContainerLog(&agent, "agent")
+	if err != nil {
+		t.Fatalf("the agent's log: %v", err)
+	}
+	if fallback := grepLine(logs, "falling back"); fallback != "" {
+		t.Errorf("the agent in its container did not load its eBPF programs: %s", fallback)
+	}
+	tok, err := c.Client.CoreV1().ServiceAccounts("nodewise-system").CreateToken(ctx, "nodewise-orchestrator",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"nodewise-agent"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The certificate is checked by the orchestrator (TestChartOnRealNode's
+	// judge); here only the counters matter.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	accepts := `nodewise_pod_tcp_accepts_total{namespace="` + probe.Namespace + `",pod="` + probe.Name + `"`
+	var body string
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			body = err.Error()
+			return false, nil
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return resp.StatusCode == http.StatusOK && metricSum(body, accepts) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's /metrics never counted the probe pod's accepted connections (%s): %v; it served:\n%s", accepts, err, body)
+	}
+	mode := grepLine(body, "nodewise_agent_mode{")
+	if !strings.Contains(mode, `mode="ebpf"`) || !strings.HasSuffix(mode, " 1") {
+		t.Errorf("nodewise_agent_mode: %q, want mode=\"ebpf\" 1; the agent's log:\n%s", mode, logs)
+	}
+	t.Logf("the agent: %s; %s…} summed %v", mode, accepts, metricSum(body, accepts))
+}
+
+// grepLine is the first line of text that contains s, or "".
+func grepLine(text, s string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+// metricSum adds the values of the samples in a Prometheus text exposition
+// whose line starts with prefix.
+func metricSum(text, prefix string) float64 {
+	var sum float64
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		if f := strings.Fields(l); len(f) > 1 {
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
 }
 
 // renderedPodSpecs maps each Deployment and DaemonSet of a helm manifest to

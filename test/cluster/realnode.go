@@ -118,12 +118,13 @@ readOnlyPort: 0
 healthzPort: 0
 enforceNodeAllocatable: []
 resolvConf: ""
+podLogsDir: %s
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 registerWithTaints:
   - {key: %s, effect: NoSchedule}
-`, n.Containerd.Socket, n.IP, port, TaintRealNode)
+`, n.Containerd.Socket, n.IP, port, filepath.Join(dir, "kubelet", "logs"), TaintRealNode)
 	kdir := filepath.Join(dir, "kubelet")
 	if err := os.MkdirAll(kdir, 0o755); err != nil {
 		n.Stop()
@@ -158,6 +159,20 @@ registerWithTaints:
 
 // KubeletLog is the path of the kubelet's log.
 func (n *RealNode) KubeletLog() string { return filepath.Join(n.dir, "kubelet", "kubelet.log") }
+
+// ContainerLog is what the container wrote (the CRI log file, with its
+// timestamp and stream prefixes) in its current run: the API server's
+// GetLogs would need the kubelet to serve it with credentials it has not.
+func (n *RealNode) ContainerLog(pod *corev1.Pod, container string) (string, error) {
+	name := filepath.Join(n.dir, "kubelet", "logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container)
+	files, _ := filepath.Glob(filepath.Join(name, "*.log"))
+	if len(files) == 0 {
+		return "", fmt.Errorf("no log of %s/%s's %s under %s", pod.Namespace, pod.Name, container, name)
+	}
+	sort.Strings(files)
+	b, err := os.ReadFile(files[len(files)-1])
+	return string(b), err
+}
 
 // Stop stops the kubelet, kills the containers it left, stops containerd
 // and removes what they left on the host: mounts under the node's directory
