@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -114,6 +115,53 @@ func TestChartOnRealNode(t *testing.T) {
 		}
 	}
 	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
+	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"])
+}
+
+// versionFromServer runs `nodewise version -o json` against the cluster: it
+// prints Kubernetes' version and the orchestrator Deployment with its version
+// and its one Ready replica. The process running in that pod (its
+// nodewise_build_info, on its metrics port) is the same build as the CLI.
+func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string, orch corev1.Pod, image string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "nodewise"), "version", "-o", "json", "--kubeconfig", c.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("nodewise version: %v: %s", err, out)
+	}
+	var v struct {
+		Client     struct{ Version string }
+		Kubernetes string
+		Server     []struct{ Name, Kind, Version, Ready string }
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("nodewise version -o json printed %s: %v", out, err)
+	}
+	if !strings.HasPrefix(v.Kubernetes, "v1.") {
+		t.Errorf("nodewise version: Kubernetes %q, want the API server's v1.x", v.Kubernetes)
+	}
+	_, tag, _ := strings.Cut(image, ":")
+	found := false
+	for _, s := range v.Server {
+		if s.Name == "nodewise-orchestrator" {
+			found = true
+			if s.Kind != "Deployment" || s.Version != tag || s.Ready != "1/1" {
+				t.Errorf("nodewise version: the orchestrator %+v, want Deployment %s 1/1", s, tag)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("nodewise version printed no orchestrator: %s", out)
+	}
+	resp, err := http.Get("http://" + net.JoinHostPort(orch.Status.PodIP, "8080") + "/metrics")
+	if err != nil {
+		t.Fatalf("the orchestrator's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := `nodewise_build_info{component="orchestrator",goversion=`
+	if info := grepLine(string(b), want); !strings.Contains(info, `version="`+v.Client.Version+`"`) {
+		t.Errorf("the running orchestrator's build: %q, want version %q (the CLI's build)", info, v.Client.Version)
+	}
 }
 
 // agentSeesPods checks that the agent in its container counts with eBPF (its
