@@ -3,19 +3,30 @@
 # on its `tool` lines, from the Go module proxy, into bin/.tools/NAME-KEY, and
 # links each binary as bin/BINARY. KEY hashes the module's go.mod and go.sum, so
 # a pinned version change rebuilds and anything else reuses the cached build.
+# Binaries of k8s.io/kubernetes carry its version (component-base/version, as
+# its own Makefile sets), so /version and `kubelet --version` report v1.37.2,
+# not v0.0.0-master: helm checks a chart's kubeVersion against it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 name=${1:?usage: build-tool.sh NAME}
 mod="$root/tools/$name"
 [ -f "$mod/go.mod" ] || { echo "build-tool.sh: no tools module at tools/$name" >&2; exit 2; }
-key=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-12)
+ldflags='-s -w'
+k8s=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$mod/go.mod")
+if [ -n "$k8s" ]; then
+	minor=${k8s#v*.}
+	minor=${minor%%.*}
+	v=k8s.io/component-base/version
+	ldflags="$ldflags -X $v.gitVersion=$k8s -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+fi
+key=$( (cat "$mod/go.mod" "$mod/go.sum"; [ -z "$k8s" ] || echo "$ldflags") | sha256sum | cut -c1-12)
 out="$root/bin/.tools/$name-$key"
 if [ ! -f "$out/.done" ]; then
 	echo "building $name from the Go module proxy into bin/ (cold: minutes; cached by version afterwards)" >&2
 	rm -rf "$out.tmp"
 	mkdir -p "$out.tmp"
 	start=$(date +%s)
-	(cd "$mod" && go build -trimpath -ldflags='-s -w' -o "$out.tmp/" tool)
+	(cd "$mod" && go build -trimpath -ldflags="$ldflags" -o "$out.tmp/" tool)
 	# A main package at a /vN module root is named after its parent element.
 	if [ "$name" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
 	touch "$out.tmp/.done"

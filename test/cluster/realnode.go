@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,8 +31,13 @@ type RealNode struct {
 	// PodCIDR is the host-local range its pods get their IPs from.
 	PodCIDR string
 
+	// IP is the node's InternalIP: the bridge's gateway address, so that
+	// its pods reach a hostNetwork pod (the agent) at the node's IP.
+	IP string
+
 	dir    string
 	bridge string
+	nat    [][]string // the iptables rules that route the kubernetes Service
 	proc   *process
 }
 
@@ -75,6 +81,10 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		n.Stop()
 		return nil, err
 	}
+	if err := n.plumb(c.state.Ports.APIServer); err != nil {
+		n.Stop()
+		return nil, err
+	}
 	cni := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"nodewise","plugins":[`+
 		`{"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}]}},`+
 		`{"type":"loopback"}]}`, n.bridge, opts.PodCIDR)
@@ -82,6 +92,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		n.Stop()
 		return nil, err
 	}
+	// The API server reaches the kubelet (logs, exec) at the node's IP.
 	l, port, err := listenFree()
 	if err != nil {
 		n.Stop()
@@ -101,18 +112,19 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzPort: 0
 enforceNodeAllocatable: []
 resolvConf: ""
+podLogsDir: %s
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 registerWithTaints:
   - {key: %s, effect: NoSchedule}
-`, n.Containerd.Socket, port, TaintRealNode)
+`, n.Containerd.Socket, n.IP, port, filepath.Join(dir, "kubelet", "logs"), TaintRealNode)
 	kdir := filepath.Join(dir, "kubelet")
 	if err := os.MkdirAll(kdir, 0o755); err != nil {
 		n.Stop()
@@ -123,7 +135,7 @@ registerWithTaints:
 		return nil, err
 	}
 	argv := []string{kubelet, "--config", filepath.Join(kdir, "config.yaml"), "--kubeconfig", c.Kubeconfig,
-		"--hostname-override", opts.Name, "--root-dir", filepath.Join(kdir, "root"), "--cert-dir", filepath.Join(kdir, "pki")}
+		"--hostname-override", opts.Name, "--node-ip", n.IP, "--root-dir", filepath.Join(kdir, "root"), "--cert-dir", filepath.Join(kdir, "pki")}
 	n.proc, err = startProcess("kubelet-"+opts.Name, argv, filepath.Join(kdir, "kubelet.log"), false)
 	if err != nil {
 		n.Stop()
@@ -148,6 +160,20 @@ registerWithTaints:
 // KubeletLog is the path of the kubelet's log.
 func (n *RealNode) KubeletLog() string { return filepath.Join(n.dir, "kubelet", "kubelet.log") }
 
+// ContainerLog is what the container wrote (the CRI log file, with its
+// timestamp and stream prefixes) in its current run: the API server's
+// GetLogs would need the kubelet to serve it with credentials it has not.
+func (n *RealNode) ContainerLog(pod *corev1.Pod, container string) (string, error) {
+	name := filepath.Join(n.dir, "kubelet", "logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container)
+	files, _ := filepath.Glob(filepath.Join(name, "*.log"))
+	if len(files) == 0 {
+		return "", fmt.Errorf("no log of %s/%s's %s under %s", pod.Namespace, pod.Name, container, name)
+	}
+	sort.Strings(files)
+	b, err := os.ReadFile(files[len(files)-1])
+	return string(b), err
+}
+
 // Stop stops the kubelet, kills the containers it left, stops containerd
 // and removes what they left on the host: mounts under the node's directory
 // and the CNI bridge.
@@ -167,7 +193,50 @@ func (n *RealNode) Stop() {
 		n.Containerd.Stop()
 	}
 	unmountUnder(n.dir)
+	for _, rule := range n.nat {
+		_ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, rule...)...).Run()
+	}
 	_ = exec.Command("ip", "link", "del", n.bridge).Run()
+}
+
+// plumb gives the node what a real one has from its network and kube-proxy:
+// a non-loopback address (the CNI bridge, up before the first pod, with the
+// gateway address of PodCIDR) and the kubernetes Service's ClusterIP
+// routed to the API server, which listens on loopback only. Both the pods on
+// the bridge (PREROUTING; route_localnet lets their packets go to 127.0.0.1)
+// and the hostNetwork pods (OUTPUT) reach it, with in-cluster credentials.
+func (n *RealNode) plumb(apiPort int) error {
+	ip, cidr, err := net.ParseCIDR(n.PodCIDR)
+	if err != nil {
+		return fmt.Errorf("real node: pod CIDR %q: %w", n.PodCIDR, err)
+	}
+	gw := ip.Mask(cidr.Mask).To4()
+	gw[3]++
+	n.IP = gw.String()
+	ones, _ := cidr.Mask.Size()
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "name", n.bridge, "type", "bridge"},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", n.IP, ones), "dev", n.bridge},
+		{"ip", "link", "set", n.bridge, "up"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("real node: %s: %v: %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+n.bridge+"/route_localnet", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("real node: %w", err)
+	}
+	to := fmt.Sprintf("127.0.0.1:%d", apiPort)
+	for _, rule := range [][]string{
+		{"PREROUTING", "-i", n.bridge, "-d", serviceIP, "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to},
+		{"OUTPUT", "-d", serviceIP, "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to},
+	} {
+		if out, err := exec.Command("iptables", append([]string{"-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("real node: iptables -t nat -A %s: %v: %s", strings.Join(rule, " "), err, out)
+		}
+		n.nat = append(n.nat, rule)
+	}
+	return nil
 }
 
 // unmountUnder detaches every mount below dir (rootfs overlays, netns and

@@ -22,17 +22,7 @@ func TestRealNodeRunsProbeImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := filepath.Dir(imagesDir())
-	dir := t.TempDir()
-	n, err := c.StartRealNode(ctx, dir, RealNodeOptions{Name: "real-001", BinDir: bin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- tail of the kubelet log:\n%s", tail(n.KubeletLog(), 30))
-		}
-		n.Stop()
-	})
+	n := startRealNode(t, ctx, c, bin)
 	ref, err := n.Containerd.Import(ctx, filepath.Join(bin, "images", "probe.tar"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,4 +82,21 @@ func TestRealNodeRunsProbeImage(t *testing.T) {
 	if err != nil {
 		t.Errorf("the probe pod was not removed by the real kubelet: %v", err)
 	}
+}
+
+// startRealNode joins real-001 to c, stopped when the test ends (with the
+// kubelet's log when it failed).
+func startRealNode(t *testing.T, ctx context.Context, c *Cluster, bin string) *RealNode {
+	t.Helper()
+	n, err := c.StartRealNode(ctx, t.TempDir(), RealNodeOptions{Name: "real-001", BinDir: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- tail of the kubelet log:\n%s", tail(n.KubeletLog(), 30))
+		}
+		n.Stop()
+	})
+	return n
 }

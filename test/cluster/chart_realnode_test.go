@@ -1,0 +1,271 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// TestChartOnRealNode installs the chart with `helm install` onto a cluster
+// with a real kubelet node, from the images `make images` built (imported into
+// the node's containerd, pullPolicy Never), and checks that the orchestrator,
+// the agent and the probe run there as containers: Running from those images,
+// Ready through their own probes, and with the securityContext the chart
+// renders, unchanged. The agent is Ready only once its serving certificate is
+// issued, so this also has the orchestrator, in its container and with
+// in-cluster credentials, sign the agent's CSR.
+func TestChartOnRealNode(t *testing.T) {
+	c := Start(t, Options{Nodes: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := imagesDir()
+	bin := filepath.Dir(dir)
+	n := startRealNode(t, ctx, c, bin)
+	refs := map[string]string{}
+	var err error
+	for _, name := range []string{"orchestrator", "nodeagent", "probe"} {
+		if refs[name], err = n.Containerd.Import(ctx, filepath.Join(dir, name+".tar")); err != nil {
+			t.Fatalf("%v (run `make images`)", err)
+		}
+	}
+
+	// The orchestrator is a Deployment: pin its one replica to the real node,
+	// which it must tolerate. The agent and the probe tolerate every node.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(fmt.Sprintf(`orchestrator:
+  replicas: 1
+  nodeSelector: {kubernetes.io/hostname: %s}
+  tolerations: [{key: %s, operator: Exists, effect: NoSchedule}]
+`, n.Name, TaintRealNode)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"install", "nodewise", filepath.Join("..", "..", "deploy", "charts", "nodewise"),
+		"--kubeconfig", c.Kubeconfig, "-n", "nodewise-system", "--create-namespace", "-f", values,
+		"--set", "image.pullPolicy=Never", "--set", "revisions.enabled=false"}
+	for name, ref := range refs {
+		key := map[string]string{"nodeagent": "agent"}[name]
+		if key == "" {
+			key = name
+		}
+		repo, tag, _ := strings.Cut(ref, ":")
+		args = append(args, "--set", key+".image.repository="+repo, "--set", key+".image.tag="+tag)
+	}
+	// The chart's Roles for the data plane live in the Istio namespace; Istio
+	// itself may come later (TestDeployBeforeIstio).
+	createNamespace(t, ctx, c.Client, "istio-system")
+	helm := filepath.Join(bin, "helm")
+	if out, err := exec.CommandContext(ctx, helm, args...).CombinedOutput(); err != nil {
+		t.Fatalf("helm %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	manifest, err := exec.CommandContext(ctx, helm, "get", "manifest", "nodewise", "-n", "nodewise-system", "--kubeconfig", c.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("helm get manifest: %v", err)
+	}
+	rendered := renderedPodSpecs(t, string(manifest))
+	running := map[string]corev1.Pod{}
+
+	for _, w := range []struct{ ns, name, image string }{
+		{"nodewise-system", "nodewise-orchestrator", refs["orchestrator"]},
+		{"nodewise-system", "nodewise-agent", refs["nodeagent"]},
+		{"nodewise-probe", "nodewise-probe", refs["probe"]},
+	} {
+		want, ok := rendered[w.name]
+		if !ok {
+			t.Fatalf("the chart rendered no workload %s", w.name)
+		}
+		var pod corev1.Pod
+		waitPods(t, ctx, c.Client, w.ns, "app.kubernetes.io/name="+w.name, func(pods []corev1.Pod) bool {
+			for _, p := range pods {
+				if p.Spec.NodeName == n.Name && podReady(&p) {
+					pod = p
+					return true
+				}
+			}
+			return false
+		})
+		running[w.name] = pod
+		cs := pod.Status.ContainerStatuses
+		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].Image != w.image || cs[0].ImageID == "" {
+			t.Errorf("%s: container statuses %+v, want one running from %s", w.name, cs, w.image)
+		}
+		if !reflect.DeepEqual(pod.Spec.SecurityContext, want.SecurityContext) {
+			t.Errorf("%s: pod securityContext %+v, the chart renders %+v", w.name, pod.Spec.SecurityContext, want.SecurityContext)
+		}
+		if len(pod.Spec.Containers) != 1 || !reflect.DeepEqual(pod.Spec.Containers[0].SecurityContext, want.Containers[0].SecurityContext) {
+			t.Errorf("%s: container securityContext differs from the chart's %+v", w.name, want.Containers[0].SecurityContext)
+		}
+	}
+	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
+	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"])
+}
+
+// versionFromServer runs `nodewise version -o json` against the cluster: it
+// prints Kubernetes' version and the orchestrator Deployment with its version
+// and its one Ready replica. The process running in that pod (its
+// nodewise_build_info, on its metrics port) is the same build as the CLI.
+func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string, orch corev1.Pod, image string) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "nodewise"), "version", "-o", "json", "--kubeconfig", c.Kubeconfig).Output()
+	if err != nil {
+		t.Fatalf("nodewise version: %v: %s", err, out)
+	}
+	var v struct {
+		Client     struct{ Version string }
+		Kubernetes string
+		Server     []struct{ Name, Kind, Version, Ready string }
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("nodewise version -o json printed %s: %v", out, err)
+	}
+	if !strings.HasPrefix(v.Kubernetes, "v1.") {
+		t.Errorf("nodewise version: Kubernetes %q, want the API server's v1.x", v.Kubernetes)
+	}
+	_, tag, _ := strings.Cut(image, ":")
+	found := false
+	for _, s := range v.Server {
+		if s.Name == "nodewise-orchestrator" {
+			found = true
+			if s.Kind != "Deployment" || s.Version != tag || s.Ready != "1/1" {
+				t.Errorf("nodewise version: the orchestrator %+v, want Deployment %s 1/1", s, tag)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("nodewise version printed no orchestrator: %s", out)
+	}
+	resp, err := http.Get("http://" + net.JoinHostPort(orch.Status.PodIP, "8080") + "/metrics")
+	if err != nil {
+		t.Fatalf("the orchestrator's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	want := `nodewise_build_info{component="orchestrator",goversion=`
+	if info := grepLine(string(b), want); !strings.Contains(info, `version="`+v.Client.Version+`"`) {
+		t.Errorf("the running orchestrator's build: %q, want version %q (the CLI's build)", info, v.Client.Version)
+	}
+}
+
+// agentSeesPods checks that the agent in its container counts with eBPF (its
+// log and nodewise_agent_mode say so, with no fallback to /proc) and that its
+// counters see the probe pod on the node: the kubelet's readiness probe
+// connects to it every period, so its accepts grow. It reads /metrics as
+// the orchestrator does, with the orchestrator's token for the agents'
+// audience.
+func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, agent, probe corev1.Pod) {
+	t.Helper()
+	logs, err := n.ContainerLog(&agent, "agent")
+	if err != nil {
+		t.Fatalf("the agent's log: %v", err)
+	}
+	if fallback := grepLine(logs, "falling back"); fallback != "" {
+		t.Errorf("the agent in its container did not load its eBPF programs: %s", fallback)
+	}
+	tok, err := c.Client.CoreV1().ServiceAccounts("nodewise-system").CreateToken(ctx, "nodewise-orchestrator",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"nodewise-agent"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The certificate is checked by the orchestrator (TestChartOnRealNode's
+	// judge); here only the counters matter.
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	accepts := `nodewise_pod_tcp_accepts_total{namespace="` + probe.Namespace + `",pod="` + probe.Name + `"`
+	var body string
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			body = err.Error()
+			return false, nil
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return resp.StatusCode == http.StatusOK && metricSum(body, accepts) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's /metrics never counted the probe pod's accepted connections (%s): %v; it served:\n%s", accepts, err, body)
+	}
+	mode := grepLine(body, "nodewise_agent_mode{")
+	if !strings.Contains(mode, `mode="ebpf"`) || !strings.HasSuffix(mode, " 1") {
+		t.Errorf("nodewise_agent_mode: %q, want mode=\"ebpf\" 1; the agent's log:\n%s", mode, logs)
+	}
+	t.Logf("the agent: %s; %s…} summed %v", mode, accepts, metricSum(body, accepts))
+}
+
+// grepLine is the first line of text that contains s, or "".
+func grepLine(text, s string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+// metricSum adds the values of the samples in a Prometheus text exposition
+// whose line starts with prefix.
+func metricSum(text, prefix string) float64 {
+	var sum float64
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		if f := strings.Fields(l); len(f) > 1 {
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// renderedPodSpecs maps each Deployment and DaemonSet of a helm manifest to
+// its pod template's spec.
+func renderedPodSpecs(t *testing.T, manifest string) map[string]corev1.PodSpec {
+	t.Helper()
+	specs := map[string]corev1.PodSpec{}
+	for _, doc := range strings.Split(manifest, "\n---") {
+		if !strings.Contains(doc, "kind: Deployment") && !strings.Contains(doc, "kind: DaemonSet") {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("decoding the chart's manifest: %v", err)
+		}
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			specs[o.Name] = o.Spec.Template.Spec
+		case *appsv1.DaemonSet:
+			specs[o.Name] = o.Spec.Template.Spec
+		}
+	}
+	return specs
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
