@@ -89,7 +89,7 @@ IMAGES     := orchestrator nodeagent probe
 IMAGE_BUILDER ?= buildah
 # buildah builds the images; containerd, runc and the CNI plugins run them
 # (the image tests, the real kubelet node of test/cluster).
-IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates
+IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates iptables
 
 .PHONY: images
 images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and pause, the test node's sandbox).
