@@ -41,11 +41,13 @@ var allowed = map[string][]string{
 	"probe":        {},
 	"istio":        {"api"},
 	"health":       {"api"},
-	"nodeagent":    {"api", "bpf", "health", "istio"},
+	"nodeagent":    {"api", "bpf", "health", "istio", "agentpki"}, // agentpki: the agent's own credentials (its flood test reviews tokens through it)
 	"orchestrator": {"api", "health", "istio", "leader"},
 	"revisions":    {"api", "health", "istio", "leader"},
 	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
+	"dashboard":    {"api", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only
+	"hack":         {},                      // build helpers (the pause image's binary)
 }
 
 type pkg struct {
