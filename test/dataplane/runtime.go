@@ -57,10 +57,17 @@ type DataPlane struct {
 
 	load *load // every client's pace (TrafficSurge)
 
-	// closed is set by Close: a stand-in whose start raced with it is
-	// killed instead of kept (Close has already swept the ones it knew).
+	// procs is every stand-in process running (ztunnels and sidecars),
+	// and starting counts the ones still coming up: Close waits for those,
+	// then kills them all, so none outlives the data plane.
+	procs    map[*standinProc]bool
+	starting sync.WaitGroup
+	// closed is set by Close: nothing starts after it.
 	closed bool
 }
+
+// errClosed is a start refused because the data plane is closing.
+var errClosed = errors.New("the data plane is closed")
 
 // podSandbox is one app pod's namespace, veth leg and app, or a probe pod's
 // namespace, veth leg and probe.
@@ -96,7 +103,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	d := &DataPlane{
 		cfg: cfg, prefix: "nwdp" + hex.EncodeToString(b), log: cfg.Log,
-		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, standins: map[types.UID]*standinProc{},
+		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, standins: map[types.UID]*standinProc{}, procs: map[*standinProc]bool{},
 		pods: map[types.UID]*podSandbox{}, byNode: map[string]map[types.UID]bool{}, gone: map[string]Truth{},
 		load: &load{},
 	}
@@ -218,6 +225,7 @@ func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
 		if p != nil {
 			start := time.Now()
 			p.terminate(ctx)
+			d.forget(p)
 			d.log.Debug("ztunnel stand-in stopped", zap.String("pod", p.pod), zap.String("node", p.node), zap.Duration("took", time.Since(start)))
 			d.mu.Lock()
 			delete(d.standins, pod.UID)
@@ -226,6 +234,34 @@ func (d *DataPlane) Stop(ctx context.Context, pod *corev1.Pod) {
 	case kindApp, kindProbe:
 		d.stopApp(ctx, pod.UID)
 	}
+}
+
+// spawn starts a stand-in process (a ztunnel, or a pod's sidecar) and keeps
+// it in d.procs until forget, so Close can kill it whatever its owner does.
+func (d *DataPlane) spawn(env []string, node, pod string) (*standinProc, error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, errClosed
+	}
+	d.starting.Add(1)
+	d.mu.Unlock()
+	defer d.starting.Done()
+	p, err := startStandin(d.cfg.StandinArgv, env, d.cfg.StandinLog, node, pod)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.procs[p] = true
+	d.mu.Unlock()
+	return p, nil
+}
+
+// forget drops a stand-in that has exited from d.procs.
+func (d *DataPlane) forget(p *standinProc) {
+	d.mu.Lock()
+	delete(d.procs, p)
+	d.mu.Unlock()
 }
 
 // startZtunnel starts the node's new stand-in and hands it every ambient pod
@@ -250,15 +286,14 @@ func (d *DataPlane) startZtunnel(pod *corev1.Pod) error {
 		}
 	}
 	env = append(env, tagEnv+"="+tag)
-	p, err := startStandin(d.cfg.StandinArgv, env, d.cfg.StandinLog, pod.Spec.NodeName, pod.Namespace+"/"+pod.Name)
+	p, err := d.spawn(env, pod.Spec.NodeName, pod.Namespace+"/"+pod.Name)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
-	if d.closed {
+	if d.closed { // Close kills p: it is in d.procs
 		d.mu.Unlock()
-		p.kill()
-		return errors.New("the data plane is closed")
+		return errClosed
 	}
 	d.connects++
 	p.connected = d.connects
@@ -355,7 +390,7 @@ func (d *DataPlane) startApp(ctx context.Context, pod *corev1.Pod, podIP string)
 		netns: fmt.Sprintf("%s-p%d", d.prefix, d.next), leg: fmt.Sprintf("v%d", d.next)}
 	d.mu.Unlock()
 	if tag, ok := sidecarTag(pod); ok && !ambient {
-		p, err := startStandin(d.cfg.StandinArgv, []string{tagEnv + "=" + tag}, d.cfg.StandinLog, node, sb.key)
+		p, err := d.spawn([]string{tagEnv + "=" + tag}, node, sb.key)
 		if err != nil {
 			return fmt.Errorf("pod %s: its sidecar: %w", sb.key, err)
 		}
@@ -426,6 +461,7 @@ func (d *DataPlane) teardown(sb *podSandbox) {
 	}
 	if sb.sidecar != nil {
 		sb.sidecar.kill() // after the app: the pod's own proxy goes with it
+		d.forget(sb.sidecar)
 	}
 	_ = d.fab.detach(sb.leg)
 	if err := delNetns(sb.netns); err != nil {
@@ -546,12 +582,15 @@ func (d *DataPlane) Close() error {
 	for _, sb := range d.pods {
 		pods = append(pods, sb)
 	}
-	procs := make([]*standinProc, 0, len(d.standins))
-	for _, p := range d.standins {
-		procs = append(procs, p)
-	}
 	d.pods, d.standins = map[types.UID]*podSandbox{}, map[types.UID]*standinProc{}
 	d.closed = true
+	d.mu.Unlock()
+	d.starting.Wait() // no spawn adds to d.procs after this
+	d.mu.Lock()
+	procs := make([]*standinProc, 0, len(d.procs))
+	for p := range d.procs {
+		procs = append(procs, p)
+	}
 	d.mu.Unlock()
 	for _, sb := range pods {
 		if sb.app != nil {
