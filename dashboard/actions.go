@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // FieldManager owns what the dashboard's actions set.
@@ -18,7 +18,7 @@ func actionPatch(verb string, now time.Time) ([]byte, string, error) {
 		return []byte(`{"spec":{"paused":true}}`), "paused", nil
 	case "resume":
 		token := now.UTC().Format(time.RFC3339Nano)
-		return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, orchestrator.AnnotationResumeToken, token), "resumed", nil
+		return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, model.AnnotationResumeToken, token), "resumed", nil
 	case "abort":
 		return []byte(`{"spec":{"abort":true}}`), "aborting", nil
 	case "rollback":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"go.uber.org/zap"
 )
 
@@ -14,7 +15,7 @@ import (
 // the whole window, all of it for a new agent, from the restart for one that
 // restarted), checked again after each wait so an agent restarted meanwhile
 // is waited for too. Other gates wait the whole window, to deadline.
-func (e *executor) waitBaseline(ctx context.Context, p Policy, node string, deadline time.Time) error {
+func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
 	h, ok := e.gate.(Historian)
 	if !ok {
 		return sleepUntil(ctx, deadline, e.o.cfg.Now)
@@ -41,7 +42,7 @@ func (e *executor) waitBaseline(ctx context.Context, p Policy, node string, dead
 // agents' history, the window is the spec's baseline that ended at the swap,
 // or the time since the preflight when that is longer; else the time since
 // the preflight, as waited.
-func (e *executor) baselineStart(p Policy, preflight, swapStart time.Time) time.Time {
+func (e *executor) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
 	if _, ok := e.gate.(Historian); !ok || swapStart.IsZero() {
 		return preflight
 	}

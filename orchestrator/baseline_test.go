@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // historian is a gate whose samples of the node cover since a time, which
@@ -38,7 +39,7 @@ func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	exec := func(g Gate) *executor {
 		return &executor{o: &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()}, gate: g}
 	}
-	p := Policy{Baseline: baseline}
+	p := model.Policy{Baseline: baseline}
 	farDeadline := time.Now().Add(time.Hour) // the record's StepSince + baseline: never reached here
 
 	full := &historian{since: []time.Time{time.Now().Add(-time.Hour)}}

@@ -14,6 +14,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // Config configures the orchestrator. Zero values get the defaults below.
@@ -53,7 +54,7 @@ type Config struct {
 	// (default; make-before-break, needs pods create/patch in its namespace,
 	// deploy/orchestrator/surge-rbac.yaml) or SwapReplace (break-before-make:
 	// delete the old pod, the DaemonSet creates the new one once it is gone).
-	ZtunnelSwap SwapKind
+	ZtunnelSwap model.SwapKind
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step (for a step with no record of its own, as it
 	// begins), so a test can kill -9 the process at that point.
@@ -81,8 +82,8 @@ func (c *Config) validate() error {
 	}
 	switch c.ZtunnelSwap {
 	case "":
-		c.ZtunnelSwap = SwapSurge
-	case SwapSurge, SwapReplace:
+		c.ZtunnelSwap = model.SwapSurge
+	case model.SwapSurge, model.SwapReplace:
 	default:
 		errs = append(errs, fmt.Errorf("ZtunnelSwap: %q is not surge or replace", c.ZtunnelSwap))
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // preparingGate records what the executor hands a gate.
@@ -49,13 +50,13 @@ func TestGateInputCarriesControls(t *testing.T) {
 		Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}}}
 	_ = dss.Add(ds)
 	_ = revs.Add(&appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: "node-agent-new",
-		Labels: map[string]string{LabelControllerRevisionHash: "new"}, OwnerReferences: []metav1.OwnerReference{{UID: "ds"}}}, Revision: 2})
+		Labels: map[string]string{model.LabelControllerRevisionHash: "new"}, OwnerReferences: []metav1.OwnerReference{{UID: "ds"}}}, Revision: 2})
 	addNode := func(name, zone string) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelZone: zone}},
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{model.LabelZone: zone}},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 		_ = nodes.Add(n)
 		_ = pods.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: "node-agent-" + name,
-			Labels: map[string]string{LabelControllerRevisionHash: "old"}, OwnerReferences: []metav1.OwnerReference{{UID: "ds", Kind: "DaemonSet"}}},
+			Labels: map[string]string{model.LabelControllerRevisionHash: "old"}, OwnerReferences: []metav1.OwnerReference{{UID: "ds", Kind: "DaemonSet"}}},
 			Spec: corev1.PodSpec{NodeName: name}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}})
 		return n
 	}
@@ -68,7 +69,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	for _, n := range []string{"a2", "a3", "a4", "b1"} {
 		nr.Status.Nodes = append(nr.Status.Nodes, v1alpha1.NodeStatus{Name: n, State: v1alpha1.NodePending})
 	}
-	p, err := NewPolicy(nr.Spec)
+	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // drain evicts the node's pods when the policy says so. DaemonSet pods are
@@ -30,7 +31,7 @@ import (
 // start, so a successor after a restart gets only what is left of it: past
 // it, a dry-run eviction tells a PDB refusal from a drain still under way.
 // It returns the record as it then stands and whether a drain finished.
-func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord, deadline time.Time) (nodeRecord, bool, error) {
+func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, deadline time.Time) (nodeRecord, bool, error) {
 	switch p.Drain {
 	case v1alpha1.DrainNever:
 		return rec, false, nil
@@ -156,7 +157,7 @@ func pdbRefusal(h *drain.Helper, node string) (string, error) {
 // reason in its status entry, and an Event on the NodeRollout and the Node.
 // A successor after a crash reads the choice back instead of asking the
 // agent again, so a half-done drain is never followed by a swap in place.
-func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (nodeRecord, bool, error) {
+func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) (nodeRecord, bool, error) {
 	if drain, ok := rec.autoDecision(nr.UID, rec.StepSince); ok {
 		return rec, drain, nil
 	}
@@ -196,14 +197,14 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 // ztunnel's drain deadline from the ztunnel pod running on the node (the old
 // one: nothing is swapped before Drain, and its grace period is the one
 // SIGTERM will honour), and the agent's snapshot.
-func (e *executor) observeAuto(ctx context.Context, p Policy, node string) (autoInput, error) {
+func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string) (autoInput, error) {
 	var in autoInput
 	grace := time.Duration(-1)
 	for _, ref := range p.Targets {
 		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
-		in.SwapsZtunnel, in.Swap = true, SwapKind(swapKindOf(p, ref))
+		in.SwapsZtunnel, in.Swap = true, model.SwapKind(swapKindOf(p, ref))
 		tv, err := e.target(ref)
 		if err != nil {
 			return in, err

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // Values of AnnotationDrainDecision.
@@ -30,7 +31,7 @@ type autoInput struct {
 	// listener while the old one drains, so every new connection of its pods
 	// is refused then. Empty decides as SwapSurge does, except that the
 	// reason names no swap.
-	Swap SwapKind
+	Swap model.SwapKind
 	// Deadline is ztunnel's drain deadline on the node (health.DrainDeadline
 	// of the old ztunnel pod's grace period).
 	Deadline time.Duration
@@ -158,7 +159,7 @@ func decideAuto(in autoInput) autoChoice {
 	case len(blind) > 0:
 		return autoChoice{Drain: true, Reason: "drain (fail safe): the agent cannot vouch for every pod: " + named(blind)}
 	}
-	if in.Swap == SwapReplace {
+	if in.Swap == model.SwapReplace {
 		// Short requests are hurt too: nothing listens between the old
 		// ztunnel's exit and the new one's start.
 		var busy []string
@@ -172,7 +173,7 @@ func decideAuto(in autoInput) autoChoice {
 		}
 	}
 	how := ""
-	if in.Swap == SwapSurge {
+	if in.Swap == model.SwapSurge {
 		how = "; surge: the new ztunnel listens beside the old one, so short requests are never refused"
 	}
 	return autoChoice{Reason: fmt.Sprintf("in place: no connection %s among %d pods (agent snapshot at %s)%s",
@@ -189,7 +190,7 @@ func movablePods(pods []*corev1.Pod) []*corev1.Pod {
 		if isTargetPod(p) { // owned by a DaemonSet
 			continue
 		}
-		if _, bridge := p.Labels[LabelSurgeBridge]; bridge { // a surge bridge is a DaemonSet pod to be
+		if _, bridge := p.Labels[model.LabelSurgeBridge]; bridge { // a surge bridge is a DaemonSet pod to be
 			continue
 		}
 		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestDecideAuto(t *testing.T) {
@@ -183,24 +184,24 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name:      "surge: short requests only stay in place, and the reason says why",
-			in:        autoInput{Swap: SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        autoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
 			reasonHas: []string{"in place: no connection open longer than 5s", "; surge: the new ztunnel listens beside the old one, so short requests are never refused"},
 		},
 		{
 			name:      "surge: a stream that would outlive the deadline still drains",
-			in:        autoInput{Swap: SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			in:        autoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
 		},
 		{
 			name:      "replace: short requests drain, since nothing listens while the old ztunnel goes",
-			in:        autoInput{Swap: SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        autoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
 			drain:     true,
 			reasonHas: []string{"break-before-make (replace)", "shop/a carry traffic"},
 		},
 		{
 			name: "replace: an idle pod stays in place",
-			in: autoInput{Swap: SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
+			in: autoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
 				Snapshot: snap(counters("a", health.SideApp, make([]uint64, len(health.AgeBucketBoundsSeconds)+1)))},
 			reasonHas: []string{"in place: no connection"},
 		},
@@ -233,7 +234,7 @@ func TestPersistedAuto(t *testing.T) {
 	since := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) string { return since.Add(d).Format(time.RFC3339Nano) }
 	ann := func(uid, decision, decidedAt string) map[string]string {
-		return map[string]string{AnnotationRolloutUID: uid, AnnotationDrainDecision: decision, AnnotationDrainDecidedAt: decidedAt}
+		return map[string]string{model.AnnotationRolloutUID: uid, model.AnnotationDrainDecision: decision, model.AnnotationDrainDecidedAt: decidedAt}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -244,7 +245,7 @@ func TestPersistedAuto(t *testing.T) {
 		{"drain, this attempt", ann("u1", DrainDecisionDrain, at(0)), true, true},
 		{"an earlier attempt's decision is decided again", ann("u1", DrainDecisionInPlace, at(-time.Second)), false, false},
 		{"another rollout's decision is decided again", ann("u0", DrainDecisionDrain, at(time.Second)), false, false},
-		{"no decision", map[string]string{AnnotationRolloutUID: "u1"}, false, false},
+		{"no decision", map[string]string{model.AnnotationRolloutUID: "u1"}, false, false},
 		{"an unknown value is decided again", ann("u1", "maybe", at(time.Second)), false, false},
 	} {
 		drain, ok := parseRecord(tc.ann).autoDecision("u1", since)
@@ -257,7 +258,7 @@ func TestPersistedAuto(t *testing.T) {
 func TestRenderPlanSaysAutoIsDecidedPerNode(t *testing.T) {
 	for _, policy := range []v1alpha1.DrainPolicy{v1alpha1.DrainAuto, v1alpha1.DrainAlways} {
 		var b strings.Builder
-		if err := RenderPlan(&b, Decision{}, Policy{Drain: policy}, time.Now(), 0); err != nil {
+		if err := RenderPlan(&b, Decision{}, model.Policy{Drain: policy}, time.Now(), 0); err != nil {
 			t.Fatal(err)
 		}
 		says := strings.Contains(b.String(), "decided per node at run time")

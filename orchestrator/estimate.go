@@ -1,6 +1,10 @@
 package orchestrator
 
-import "time"
+import (
+	"time"
+
+	"github.com/nodewise/nodewise/orchestrator/model"
+)
 
 // Estimate is the planned duration of a rollout: per wave, the slowest node's
 // swaps + soak (nodes of a wave run in parallel), summed over waves. The
@@ -9,7 +13,7 @@ import "time"
 // not cover it: an agent newer than the baseline, or a baseline longer than
 // the agents' --history-keep). Drains and waits for maintenance windows are
 // not included.
-func Estimate(order []PlannedNode, p Policy, swapPerTarget time.Duration) time.Duration {
+func Estimate(order []PlannedNode, p model.Policy, swapPerTarget time.Duration) time.Duration {
 	perNode := time.Duration(len(p.Targets))*swapPerTarget + p.Soak
 	waves := map[int]bool{}
 	for _, n := range order {

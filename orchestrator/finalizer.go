@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // A NodeRollout that has started a node carries FinalizerReleaseNodes, so
@@ -35,9 +36,9 @@ func holdsNodes(d Decision) bool {
 
 // releasable says a deleted rollout has nothing left to make safe: no node
 // in flight in the snapshot, and no worker of it running in this process.
-func (e *executor) releasable(nr *v1alpha1.NodeRollout, snap Snapshot) bool {
+func (e *executor) releasable(nr *v1alpha1.NodeRollout, snap model.Snapshot) bool {
 	for _, n := range snap.Nodes {
-		if InFlight(n.State) {
+		if model.InFlight(n.State) {
 			return false
 		}
 	}
@@ -69,19 +70,19 @@ func (e *executor) setFinalizer(ctx context.Context, nr *v1alpha1.NodeRollout, o
 	if fresh.UID != nr.UID {
 		return nil // replaced meanwhile: the next pass sees the new one
 	}
-	has := slices.Contains(fresh.Finalizers, FinalizerReleaseNodes)
+	has := slices.Contains(fresh.Finalizers, model.FinalizerReleaseNodes)
 	if has == on {
 		return nil
 	}
-	fins := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == FinalizerReleaseNodes })
+	fins := slices.DeleteFunc(slices.Clone(fresh.Finalizers), func(f string) bool { return f == model.FinalizerReleaseNodes })
 	if on {
-		fins = append(fins, FinalizerReleaseNodes)
+		fins = append(fins, model.FinalizerReleaseNodes)
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": fresh.ResourceVersion}})
 	if err != nil {
 		return fmt.Errorf("encoding the finalizer patch: %w", err)
 	}
-	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: model.FieldManager}); err != nil {
 		return fmt.Errorf("%s NodeRollout %s's finalizer: %w", map[bool]string{true: "adding", false: "removing"}[on], nr.Name, err)
 	}
 	if !on {
@@ -93,8 +94,8 @@ func (e *executor) setFinalizer(ctx context.Context, nr *v1alpha1.NodeRollout, o
 // heldNodes is, for a rollout that cannot be observed under its policy (an
 // invalid spec), the nodes it may still hold, read the one way (nodeState):
 // every node of the cache with a status entry or a record of the rollout.
-func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) Snapshot {
-	var snap Snapshot
+func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) model.Snapshot {
+	var snap model.Snapshot
 	status := map[string]v1alpha1.NodeState{}
 	for _, ns := range nr.Status.Nodes {
 		status[ns.Name] = ns.State
@@ -106,7 +107,7 @@ func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) Snapshot {
 				continue
 			}
 			st, _ := nodeState(e.claimedBy(nr.Name, n.Name), rec, nr.UID, status[n.Name])
-			snap.Nodes = append(snap.Nodes, NodeView{Name: n.Name, State: st})
+			snap.Nodes = append(snap.Nodes, model.NodeView{Name: n.Name, State: st})
 		}
 	}
 	return snap // a node deleted holds nothing (ActForget, for a valid rollout)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // ControlNodes returns the control group the judge compares node i of the
@@ -36,7 +37,7 @@ func ControlNodes(order []PlannedNode, i int) (nodes []string, scope string) {
 
 // PlannedGate is the gate node i of the plan will get, as `nodewise plan`
 // prints it: its baseline and soak, and the control group it is judged against.
-func PlannedGate(order []PlannedNode, i int, p Policy) string {
+func PlannedGate(order []PlannedNode, i int, p model.Policy) string {
 	if p.Soak == 0 || p.Baseline == 0 {
 		return fmt.Sprintf("no before/after judgement (baseline %s, soak %s set explicitly)", p.Baseline, p.Soak)
 	}
@@ -77,13 +78,13 @@ func shortDuration(d time.Duration) string {
 // the node is judged, so a node cordoned or started since is dropped. With
 // the control group switched off (spec.gates.controlGroup: Disabled) there
 // are none.
-func Controls(s Snapshot, p Policy, node string) (nodes []string, scope string) {
+func Controls(s model.Snapshot, p model.Policy, node string) (nodes []string, scope string) {
 	if p.NoControlGroup {
 		return nil, "" // switched off: nothing to sample, nothing to compare with
 	}
 	selected := selectedNodes(s, p)
 	order, _ := Order(selected, p.Canaries, p.MaxParallel)
-	view := make(map[string]NodeView, len(selected))
+	view := make(map[string]model.NodeView, len(selected))
 	for _, n := range selected {
 		view[n.Name] = n
 	}

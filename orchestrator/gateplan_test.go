@@ -10,18 +10,19 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestDefaultBaselineAndSoakAreNonZero(t *testing.T) {
-	p, err := NewPolicy(v1alpha1.NodeRolloutSpec{})
+	p, err := model.NewPolicy(v1alpha1.NodeRolloutSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Baseline != DefaultBaseline || p.Soak != DefaultSoak || p.Baseline == 0 || p.Soak == 0 {
+	if p.Baseline != model.DefaultBaseline || p.Soak != model.DefaultSoak || p.Baseline == 0 || p.Soak == 0 {
 		t.Errorf("minimal spec: baseline %s, soak %s", p.Baseline, p.Soak)
 	}
 	// Zero only when asked for.
-	p, err = NewPolicy(v1alpha1.NodeRolloutSpec{Baseline: &v1alpha1.Duration{}, Soak: &v1alpha1.Duration{}})
+	p, err = model.NewPolicy(v1alpha1.NodeRolloutSpec{Baseline: &v1alpha1.Duration{}, Soak: &v1alpha1.Duration{}})
 	if err != nil || p.Baseline != 0 || p.Soak != 0 {
 		t.Errorf("explicit 0s: baseline %s, soak %s, %v", p.Baseline, p.Soak, err)
 	}
@@ -35,7 +36,7 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 		{Name: "b1", Zone: "b", Wave: 3, Window: 3},
 		{Name: "b2", Zone: "b", Wave: 4, Window: 4},
 	}
-	p, _ := NewPolicy(v1alpha1.NodeRolloutSpec{})
+	p, _ := model.NewPolicy(v1alpha1.NodeRolloutSpec{})
 	var b bytes.Buffer
 	if err := RenderPlan(&b, Decision{Order: order}, p, time.Now(), 0); err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 			t.Errorf("node %s: %q, want %q", node, line, want)
 		}
 	}
-	off, _ := NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: v1alpha1.ControlGroupDisabled}})
+	off, _ := model.NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: v1alpha1.ControlGroupDisabled}})
 	b.Reset()
 	if err := RenderPlan(&b, Decision{Order: order}, off, time.Now(), 0); err != nil {
 		t.Fatal(err)
@@ -80,13 +81,13 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 // the newest revision, not selected).
 func TestControlsAtJudgeTime(t *testing.T) {
 	ref := v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}
-	tv := TargetView{Ref: ref, Found: true, NewestHash: "new", Settled: true}
-	node := func(name, zone string, st v1alpha1.NodeState, cordoned bool, hash string) NodeView {
-		return NodeView{Name: name, Zone: zone, Labels: map[string]string{"pool": "apps"}, Ready: true, State: st, Unschedulable: cordoned,
-			Pods: map[string]PodView{tv.Key(): {Name: "ztunnel-" + name, Hash: hash, Ready: true}}}
+	tv := model.TargetView{Ref: ref, Found: true, NewestHash: "new", Settled: true}
+	node := func(name, zone string, st v1alpha1.NodeState, cordoned bool, hash string) model.NodeView {
+		return model.NodeView{Name: name, Zone: zone, Labels: map[string]string{"pool": "apps"}, Ready: true, State: st, Unschedulable: cordoned,
+			Pods: map[string]model.PodView{tv.Key(): {Name: "ztunnel-" + name, Hash: hash, Ready: true}}}
 	}
 	pending := v1alpha1.NodePending
-	s := Snapshot{Targets: []TargetView{tv}, Nodes: []NodeView{
+	s := model.Snapshot{Targets: []model.TargetView{tv}, Nodes: []model.NodeView{
 		node("a1", "a", v1alpha1.NodeGate, false, "new"), // judged
 		node("a2", "a", pending, false, "old"),
 		node("a3", "a", pending, true, "old"),            // cordoned by someone else
@@ -105,7 +106,7 @@ func TestControlsAtJudgeTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Windows: canary a1 1, canary b1 2, the rest of zone a 3, of zone b 4.
-	p := Policy{Targets: []v1alpha1.TargetRef{ref}, Selector: sel, Canaries: []string{"a1", "b1"}, MaxParallel: 1}
+	p := model.Policy{Targets: []v1alpha1.TargetRef{ref}, Selector: sel, Canaries: []string{"a1", "b1"}, MaxParallel: 1}
 	for _, tc := range []struct {
 		node, scope string
 		want        []string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -63,7 +64,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 				gate: gate, rolloutStore: store,
 				status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
 			}
-			p, err := NewPolicy(nr.Spec)
+			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 		status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
 	}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
-	p, err := NewPolicy(nr.Spec)
+	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}

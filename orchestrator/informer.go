@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // newRolloutInformer watches NodeRollouts through the typed client.
@@ -66,10 +67,10 @@ func trimCached(obj any) (any, error) {
 // controller-revision-hash label (a DaemonSet's, nodewise's bridges, a
 // bridge handed over) or controlled by a DaemonSet; or a pre-pull pod.
 func daemonLike(p *corev1.Pod) bool {
-	if _, ok := p.Labels[LabelControllerRevisionHash]; ok {
+	if _, ok := p.Labels[model.LabelControllerRevisionHash]; ok {
 		return true
 	}
-	if _, ok := p.Labels[LabelPrepull]; ok {
+	if _, ok := p.Labels[model.LabelPrepull]; ok {
 		return true // its container states are the pull's outcome (prepull.go)
 	}
 	return controllerKind(p) == "DaemonSet"

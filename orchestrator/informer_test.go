@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodewise/nodewise/orchestrator/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -74,17 +75,17 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 		}
 	}
 
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{AnnotationStep: "SwapZtunnel"}},
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{model.AnnotationStep: "SwapZtunnel"}},
 		Spec:   corev1.NodeSpec{Unschedulable: true},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"a"}}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	out, _ = trimCached(node)
-	if n := out.(*corev1.Node); n.Status.Images != nil || !nodeReady(n) || !n.Spec.Unschedulable || n.Annotations[AnnotationStep] != "SwapZtunnel" {
+	if n := out.(*corev1.Node); n.Status.Images != nil || !nodeReady(n) || !n.Spec.Unschedulable || n.Annotations[model.AnnotationStep] != "SwapZtunnel" {
 		t.Errorf("trimmed node: %+v", n)
 	}
 	rev := surgeRev.DeepCopy()
 	rev.Data.Raw = []byte(`{"spec":{}}`)
 	out, _ = trimCached(rev)
-	if r := out.(*appsv1.ControllerRevision); r.Data.Raw != nil || r.Revision != 2 || r.Labels[LabelControllerRevisionHash] != "new" {
+	if r := out.(*appsv1.ControllerRevision); r.Data.Raw != nil || r.Revision != 2 || r.Labels[model.LabelControllerRevisionHash] != "new" {
 		t.Errorf("trimmed revision: %+v", r)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // Keys other maintenance tools own, read (never written) to honour their
@@ -108,8 +109,8 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 // failed node is counted as nodewise's own). A node the rollout finished
 // that stays cordoned (prior-unschedulable, keep-cordoned) counts too: it is
 // out of the fleet, whoever keeps it out.
-func heldByOthers(n NodeView) bool {
-	if InFlight(n.State) || n.State == v1alpha1.NodeFailed {
+func heldByOthers(n model.NodeView) bool {
+	if model.InFlight(n.State) || n.State == v1alpha1.NodeFailed {
 		return false
 	}
 	return n.HeldBy != "" || n.Unschedulable
@@ -117,7 +118,7 @@ func heldByOthers(n NodeView) bool {
 
 // othersUnavailable counts the rollout's nodes other maintenance makes
 // unavailable, when the policy counts them (0 otherwise).
-func othersUnavailable(nodes []NodeView, p Policy) int {
+func othersUnavailable(nodes []model.NodeView, p model.Policy) int {
 	if !p.CountOthers {
 		return 0
 	}
@@ -150,12 +151,12 @@ func heldReason(ns v1alpha1.NodeStatus, why string) string {
 // notReadyWaits: a node NotReady before its turn is not started (its agent
 // and kubelet cannot take a swap, and it would hold a slot); it goes when
 // it is Ready again.
-func notReadyWaits(n NodeView) bool {
+func notReadyWaits(n model.NodeView) bool {
 	return !n.Ready && (n.State == "" || n.State == v1alpha1.NodePending)
 }
 
 // waitReason is why a node due to start waits ("" when it may start).
-func waitReason(n NodeView) string {
+func waitReason(n model.NodeView) string {
 	switch {
 	case n.HeldBy != "":
 		return n.HeldBy

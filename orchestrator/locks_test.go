@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestKuredAndSUCHolders(t *testing.T) {
@@ -43,7 +44,7 @@ func TestKuredAndSUCHolders(t *testing.T) {
 // never started, a node cordoned by someone else costs a slot to swap but no
 // more budget, and with countOthers off only nodewise's own nodes count.
 func TestPlanCountsOtherMaintenance(t *testing.T) {
-	world := func() []NodeView {
+	world := func() []model.NodeView {
 		ns := fleet(1, 8)
 		for _, n := range []string{"zone-a-00", "zone-a-01", "zone-a-02"} {
 			upgrade(ns, n)
@@ -56,7 +57,7 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 	}
 	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
 	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 3 })
-	d := Plan(Snapshot{Nodes: world(), Targets: tgts}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	d := Plan(model.Snapshot{Nodes: world(), Targets: tgts}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	// 3 - 2 others - 1 in flight = 0 budget: only the cordoned zone-a-05
 	// may start (it is unavailable already), zone-a-04 waits for Kured.
 	got := starts(d)
@@ -71,11 +72,11 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 		s.MaxParallel, s.MaxUnavailable = 4, 3
 		s.Coordination.CountOthers = &off
 	})
-	d = Plan(Snapshot{Nodes: world(), Targets: tgts}, p2, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	d = Plan(model.Snapshot{Nodes: world(), Targets: tgts}, p2, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	if got := strings.Join(starts(d), " "); got != "zone-a-05 zone-a-06" {
 		t.Errorf("countOthers off started %q, want zone-a-05 zone-a-06 (3 - 1 in flight; Kured's node still held)", got)
 	}
-	bad := Plan(Snapshot{Nodes: world(), Targets: tgts, UnreadableLocks: []string{"Kured lock on DaemonSet kube-system/kured is not JSON"}}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	bad := Plan(model.Snapshot{Nodes: world(), Targets: tgts, UnreadableLocks: []string{"Kured lock on DaemonSet kube-system/kured is not JSON"}}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	if len(starts(bad)) != 0 || !strings.Contains(bad.Reason, "not JSON") {
 		t.Fatalf("an unreadable lock: starts %v, reason %q; want none, fail closed", starts(bad), bad.Reason)
 	}
@@ -89,7 +90,7 @@ func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
 	ns[0].Ready = false // zone-a-00, the first wave on its own
 	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
 	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
-	d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now)
+	d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if got := strings.Join(starts(d), " "); got != "zone-a-01 zone-a-02" {
 		t.Fatalf("started %q, want the two nodes after the NotReady one (%s)", got, d.Reason)
 	}
@@ -100,11 +101,11 @@ func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
 		upgrade(ns, n)
 		setState(ns, n, v1alpha1.NodeDone)
 	}
-	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); d.Phase == v1alpha1.PhaseCompleted || len(starts(d)) != 0 {
+	if d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now); d.Phase == v1alpha1.PhaseCompleted || len(starts(d)) != 0 {
 		t.Fatalf("with only the NotReady node left: phase %s, starts %v", d.Phase, starts(d))
 	}
 	ns[0].Ready = true
-	if d := Plan(Snapshot{Nodes: ns, Targets: tgts}, p, now); strings.Join(starts(d), " ") != "zone-a-00" {
+	if d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now); strings.Join(starts(d), " ") != "zone-a-00" {
 		t.Fatalf("back Ready: starts %v, want zone-a-00 (%s)", starts(d), d.Reason)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // The per-node state machine. nextStep is pure: from the node's record,
@@ -42,16 +43,16 @@ type swapKind string
 
 const (
 	// swapReplace deletes the old pod; the DaemonSet controller creates the new one.
-	swapReplace = swapKind(SwapReplace)
+	swapReplace = swapKind(model.SwapReplace)
 	// swapSurge starts a new pod beside the old one, deletes the old one once
 	// it is Ready and hands the new one to the DaemonSet (surge.go).
-	swapSurge = swapKind(SwapSurge)
+	swapSurge = swapKind(model.SwapSurge)
 )
 
 // swapKindOf is how target t is swapped: ztunnel make-before-break (surge)
 // unless the policy says replace; istio-cni and other targets replace.
-func swapKindOf(p Policy, t v1alpha1.TargetRef) swapKind {
-	if swapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != SwapReplace {
+func swapKindOf(p model.Policy, t v1alpha1.TargetRef) swapKind {
+	if swapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != model.SwapReplace {
 		return swapSurge
 	}
 	return swapReplace
@@ -113,7 +114,7 @@ const (
 )
 
 // nextStep decides a node's next step. It is pure.
-func nextStep(rec nodeRecord, p Policy, v stepView, why leave) step {
+func nextStep(rec nodeRecord, p model.Policy, v stepView, why leave) step {
 	seq := steps(p)
 	if v.Failed != nil {
 		return failedStep(rec, seq, v.Failed)
@@ -165,7 +166,7 @@ func nextStep(rec nodeRecord, p Policy, v stepView, why leave) step {
 // position is the index in seq of the step to act on now (len(seq): past
 // the gate; -1: a record nextStep cannot place) and whether it is the
 // record's own step, resumed.
-func position(rec nodeRecord, p Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
+func position(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
 	switch {
 	case at == v1alpha1.NodePending:
 		return 0, false
@@ -186,7 +187,7 @@ func position(rec nodeRecord, p Policy, seq []v1alpha1.NodeState, at v1alpha1.No
 }
 
 // stepFor is step st acted on without a record of its own.
-func stepFor(p Policy, st v1alpha1.NodeState) step {
+func stepFor(p model.Policy, st v1alpha1.NodeState) step {
 	s := step{State: st}
 	switch st {
 	case v1alpha1.NodePreflight:
@@ -215,7 +216,7 @@ func stepFor(p Policy, st v1alpha1.NodeState) step {
 
 // doneStep ends a node that passed its gate: Done (RolledBack in a
 // rollback), with the uncordon when the gate judged before it (no soak).
-func doneStep(rec nodeRecord, p Policy, seq []v1alpha1.NodeState) step {
+func doneStep(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState) step {
 	s := step{State: v1alpha1.NodeDone, Record: true, Final: true, ClearSwapped: true, Uncordon: !uncordoned(rec, seq)}
 	if p.Rollback {
 		s.State = v1alpha1.NodeRolledBack
@@ -231,7 +232,7 @@ func doneStep(rec nodeRecord, p Policy, seq []v1alpha1.NodeState) step {
 // its swap back is Pending, still on the revision the rollout moved it to.
 // A cleanup resumed after its cause went away (abort withdrawn) still ends
 // as an abort.
-func abortedStep(p Policy, v stepView, why leave) step {
+func abortedStep(p model.Policy, v stepView, why leave) step {
 	if why == "" {
 		why = leaveAbort
 	}
@@ -273,7 +274,7 @@ func uncordoned(rec nodeRecord, seq []v1alpha1.NodeState) bool {
 func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 	kind := t.Kind
 	if kind == "" { // not typed yet (a plan, a test): only the default targets' exact names
-		for _, d := range DefaultTargets {
+		for _, d := range model.DefaultTargets {
 			if d.Namespace == t.Namespace && d.Name == t.Name {
 				kind = d.Kind
 			}
@@ -289,7 +290,7 @@ func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 }
 
 // steps is the per-node sequence for a policy: one swap step per target.
-func steps(p Policy) []v1alpha1.NodeState {
+func steps(p model.Policy) []v1alpha1.NodeState {
 	s := []v1alpha1.NodeState{v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain}
 	for _, t := range p.Targets {
 		s = append(s, swapState(t))
@@ -314,14 +315,14 @@ func steps(p Policy) []v1alpha1.NodeState {
 // last swap, or the soak), and the next step's record (Cordon, Uncordon, Done
 // or Failed with the verdict) says it passed. Preflight with a baseline is
 // recorded: the baseline window counts from its record, across a restart.
-func unrecorded(p Policy, st v1alpha1.NodeState) bool {
+func unrecorded(p model.Policy, st v1alpha1.NodeState) bool {
 	return st == v1alpha1.NodeWaitReady || st == v1alpha1.NodeGate || (st == v1alpha1.NodePreflight && p.Baseline == 0)
 }
 
 // cordonsWith is the index of the step whose record the cordon's patch
 // carries instead of its own (the first swap, when every step between them
 // is a noop: no drain), or -1.
-func cordonsWith(p Policy, seq []v1alpha1.NodeState, cordon int) int {
+func cordonsWith(p model.Policy, seq []v1alpha1.NodeState, cordon int) int {
 	for i := cordon + 1; i < len(seq); i++ {
 		switch {
 		case noop(p, seq[i]):
@@ -337,7 +338,7 @@ func cordonsWith(p Policy, seq []v1alpha1.NodeState, cordon int) int {
 // swapsRecordedWith are the targets whose old pods swap step st's record
 // names: its own, and the surge swaps right after it, which have no record
 // of their own (nextStep).
-func swapsRecordedWith(p Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
+func swapsRecordedWith(p model.Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
 	var out []v1alpha1.TargetRef
 	for i, t := range p.Targets {
 		if swapState(t) != st {
@@ -360,7 +361,7 @@ func isSwap(st v1alpha1.NodeState) bool {
 }
 
 // noop steps do nothing under this policy: no drain, or a zero soak.
-func noop(p Policy, st v1alpha1.NodeState) bool {
+func noop(p model.Policy, st v1alpha1.NodeState) bool {
 	return (st == v1alpha1.NodeDrain && p.Drain == v1alpha1.DrainNever) || (st == v1alpha1.NodeSoak && p.Soak == 0)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // describe is a step in one line, for tables: the state, then what the
@@ -70,7 +71,7 @@ var (
 // walk drives nextStep the way the worker does, with every act passing
 // except where fail says, and returns the steps in order. A record makes
 // its state the record's step, as persist does.
-func walk(t *testing.T, p Policy, rec nodeRecord, v stepView, abort func(i int) leave, fail map[v1alpha1.NodeState]*stepError) []string {
+func walk(t *testing.T, p model.Policy, rec nodeRecord, v stepView, abort func(i int) leave, fail map[v1alpha1.NodeState]*stepError) []string {
 	t.Helper()
 	var out []string
 	for i := 0; i < 30; i++ {
@@ -456,7 +457,7 @@ func TestNextStepWalks(t *testing.T) {
 // its timeout could count from across a restart.
 func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
 	p := policy(t, plain)
-	p.ZtunnelSwap = SwapReplace
+	p.ZtunnelSwap = model.SwapReplace
 	got := walk(t, p, nodeRecord{}, stepView{At: v1alpha1.NodePending}, never, nil)
 	want := []string{
 		"Preflight preflight",
@@ -507,15 +508,15 @@ func TestSwapKindOf(t *testing.T) {
 	zt := v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}
 	cni := v1alpha1.TargetRef{Namespace: "istio-system", Name: "istio-cni-node"}
 	for _, c := range []struct {
-		p    Policy
+		p    model.Policy
 		t    v1alpha1.TargetRef
 		want swapKind
 	}{
-		{Policy{}, zt, swapSurge},
-		{Policy{ZtunnelSwap: SwapSurge}, zt, swapSurge},
-		{Policy{ZtunnelSwap: SwapReplace}, zt, swapReplace},
-		{Policy{}, cni, swapReplace},
-		{Policy{ZtunnelSwap: SwapSurge}, cni, swapReplace},
+		{model.Policy{}, zt, swapSurge},
+		{model.Policy{ZtunnelSwap: model.SwapSurge}, zt, swapSurge},
+		{model.Policy{ZtunnelSwap: model.SwapReplace}, zt, swapReplace},
+		{model.Policy{}, cni, swapReplace},
+		{model.Policy{ZtunnelSwap: model.SwapSurge}, cni, swapReplace},
 	} {
 		if got := swapKindOf(c.p, c.t); got != c.want {
 			t.Errorf("swapKindOf(ZtunnelSwap %q, %s) = %s, want %s", c.p.ZtunnelSwap, c.t.Name, got, c.want)

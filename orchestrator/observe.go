@@ -9,13 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // observe builds the planner's snapshot from the caches plus what this
 // process wrote (claims, and the Nodes its patches returned: newestNode).
-func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
-	s := Snapshot{Status: nr.Status}
-	s.ResumeRequested = nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]
+func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
+	s := model.Snapshot{Status: nr.Status}
+	s.ResumeRequested = nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 	for _, ref := range p.Targets {
 		tv, err := e.target(ref)
 		if err != nil {
@@ -27,7 +28,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 	if err != nil {
 		return s, fmt.Errorf("listing nodes: %w", err)
 	}
-	byNode := map[string]map[string]PodView{}
+	byNode := map[string]map[string]model.PodView{}
 	for _, tv := range s.Targets {
 		if !tv.Found {
 			continue
@@ -43,7 +44,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 			pv := podView(pod)
 			m := byNode[pod.Spec.NodeName]
 			if m == nil {
-				m = map[string]PodView{}
+				m = map[string]model.PodView{}
 				byNode[pod.Spec.NodeName] = m
 			}
 			// Prefer the live pod over one that is terminating.
@@ -66,8 +67,8 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 		statusState[ns.Name] = ns.State
 	}
 	for _, n := range nodes {
-		nv := NodeView{
-			Name: n.Name, Zone: n.Labels[LabelZone], Labels: n.Labels,
+		nv := model.NodeView{
+			Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
 			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
 			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
 		}
@@ -84,8 +85,8 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error)
 }
 
 // target reads one DaemonSet and its newest ControllerRevision (by owner UID).
-func (e *executor) target(ref v1alpha1.TargetRef) (TargetView, error) {
-	tv := TargetView{Ref: ref}
+func (e *executor) target(ref v1alpha1.TargetRef) (model.TargetView, error) {
+	tv := model.TargetView{Ref: ref}
 	ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
 	if apierrors.IsNotFound(err) {
 		return tv, nil
@@ -111,12 +112,12 @@ func (e *executor) target(ref v1alpha1.TargetRef) (TargetView, error) {
 		}
 	}
 	if newest != nil {
-		tv.NewestHash = newest.Labels[LabelControllerRevisionHash]
+		tv.NewestHash = newest.Labels[model.LabelControllerRevisionHash]
 	}
 	return tv, nil
 }
 
-func ownedBy(p *corev1.Pod, tv TargetView) bool {
+func ownedBy(p *corev1.Pod, tv model.TargetView) bool {
 	for _, o := range p.OwnerReferences {
 		if o.UID == tv.UID {
 			return true
@@ -125,13 +126,13 @@ func ownedBy(p *corev1.Pod, tv TargetView) bool {
 	return false
 }
 
-func podView(p *corev1.Pod) PodView {
+func podView(p *corev1.Pod) model.PodView {
 	ready, _ := podReadyCondition(p)
-	return PodView{Name: p.Name, UID: p.UID, Hash: p.Labels[LabelControllerRevisionHash], Ready: ready, Terminating: p.DeletionTimestamp != nil}
+	return model.PodView{Name: p.Name, UID: p.UID, Hash: p.Labels[model.LabelControllerRevisionHash], Ready: ready, Terminating: p.DeletionTimestamp != nil}
 }
 
 // targetPods returns the live and terminating pods of a target on a node.
-func (e *executor) targetPods(tv TargetView, node string) (live []*corev1.Pod, terminating int, err error) {
+func (e *executor) targetPods(tv model.TargetView, node string) (live []*corev1.Pod, terminating int, err error) {
 	pods, err := e.pods.OnNode(node)
 	if err != nil {
 		return nil, 0, fmt.Errorf("listing pods on node %s: %w", node, err)

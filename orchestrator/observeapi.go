@@ -12,18 +12,19 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // SnapshotFromAPI builds the planner's snapshot with plain List calls (for
 // the CLI's plan, which reads but never writes).
-func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha1.NodeRollout, p Policy) (Snapshot, error) {
+func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
 	nodes, pods, dss, revs := idx(), idx(), idx(), idx()
 	nl, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("listing nodes: %w", err)
+		return model.Snapshot{}, fmt.Errorf("listing nodes: %w", err)
 	}
 	for i := range nl.Items {
 		_ = nodes.Add(&nl.Items[i])
@@ -35,7 +36,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	switch {
 	case apierrors.IsForbidden(err):
 	case err != nil:
-		return Snapshot{}, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+		return model.Snapshot{}, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	default:
 		for i := range dl.Items {
 			_ = dss.Add(&dl.Items[i])
@@ -45,7 +46,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	switch {
 	case apierrors.IsForbidden(err):
 	case err != nil:
-		return Snapshot{}, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+		return model.Snapshot{}, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
 	default:
 		for i := range sl.Items {
 			_ = pods.Add(&sl.Items[i])
@@ -59,14 +60,14 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		seen[t.Namespace] = true
 		pl, err := kube.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("listing pods in %s: %w", t.Namespace, err)
+			return model.Snapshot{}, fmt.Errorf("listing pods in %s: %w", t.Namespace, err)
 		}
 		for i := range pl.Items {
 			_ = pods.Add(&pl.Items[i])
 		}
 		rl, err := kube.AppsV1().ControllerRevisions(t.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return Snapshot{}, fmt.Errorf("listing ControllerRevisions in %s: %w", t.Namespace, err)
+			return model.Snapshot{}, fmt.Errorf("listing ControllerRevisions in %s: %w", t.Namespace, err)
 		}
 		for i := range rl.Items {
 			_ = revs.Add(&rl.Items[i])

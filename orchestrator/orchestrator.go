@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // Orchestrator runs NodeRollouts while it holds the leader Lease.
@@ -94,7 +95,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	synced.Store(true)
 	o.log.Info("caches synced; campaigning for the Lease")
 	return leader.Run(ctx, leader.Election{
-		Client: o.kube, Namespace: o.cfg.Namespace, Name: LeaseName, Identity: o.cfg.Identity,
+		Client: o.kube, Namespace: o.cfg.Namespace, Name: model.LeaseName, Identity: o.cfg.Identity,
 		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
 		Log: o.log, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
 	}, func(lctx context.Context) error { return o.lead(lctx, c) })
@@ -188,7 +189,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	bc := record.NewBroadcaster(record.WithContext(ctx))
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
 	defer bc.Shutdown()
-	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: FieldManager})
+	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: model.FieldManager})
 
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err

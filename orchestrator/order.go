@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"sort"
+
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // PlannedNode is one node's place in the plan.
@@ -25,8 +27,8 @@ type PlannedNode struct {
 // windows: each canary is a wave of its own; then zone by zone (zones sorted
 // by name, nodes by name), waves ramp 1, 2, 4 … up to maxParallel, and a wave
 // never spans two zones. Canaries missing from nodes are returned in missing.
-func Order(nodes []NodeView, canaries []string, maxParallel int) (plan []PlannedNode, missing []string) {
-	byName := map[string]NodeView{}
+func Order(nodes []model.NodeView, canaries []string, maxParallel int) (plan []PlannedNode, missing []string) {
+	byName := map[string]model.NodeView{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // Two NodeRollouts on one node would corrupt each other's records: a node's
@@ -23,7 +24,7 @@ import (
 
 // overlapping is the first unfinished rollout in others that claims a node
 // me selects before me, as an error naming it and the shared nodes.
-func overlapping(me *v1alpha1.NodeRollout, mine Policy, others []*v1alpha1.NodeRollout, nodes []*corev1.Node) error {
+func overlapping(me *v1alpha1.NodeRollout, mine model.Policy, others []*v1alpha1.NodeRollout, nodes []*corev1.Node) error {
 	meActive := underWay(me)
 	for _, o := range sortedByAge(others) {
 		if o.UID == me.UID || o.Name == me.Name || finished(o) || o.DeletionTimestamp != nil {
@@ -33,7 +34,7 @@ func overlapping(me *v1alpha1.NodeRollout, mine Policy, others []*v1alpha1.NodeR
 		if !(oActive && !meActive) && !(oActive == meActive && olderThan(o, me)) {
 			continue
 		}
-		op, err := NewPolicy(o.Spec)
+		op, err := model.NewPolicy(o.Spec)
 		if err != nil {
 			continue // it cannot act on any node while invalid
 		}
@@ -91,7 +92,7 @@ func sortedByAge(nrs []*v1alpha1.NodeRollout) []*v1alpha1.NodeRollout {
 }
 
 // overlapping reads every NodeRollout and node from the caches.
-func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p Policy) error {
+func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p model.Policy) error {
 	var all []*v1alpha1.NodeRollout
 	for _, obj := range e.rolloutStore.List() {
 		all = append(all, obj.(*v1alpha1.NodeRollout))

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestOverlappingRolloutsWaitForTheOneUnderWay(t *testing.T) {
@@ -52,7 +53,7 @@ func TestOverlappingRolloutsWaitForTheOneUnderWay(t *testing.T) {
 					o.Generation = 2
 				}
 			}
-			p, err := NewPolicy(tc.me.Spec)
+			p, err := model.NewPolicy(tc.me.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // conflictBackoff retries 409s for a few seconds: the leader is the only
@@ -36,7 +37,7 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	if err != nil {
 		return nodeRecord{}, fmt.Errorf("encoding node patch: %w", err)
 	}
-	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: model.FieldManager})
 	if err != nil {
 		return nodeRecord{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
@@ -51,7 +52,7 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 // RolledBack, Pending for a retry), from the node's newest record.
 func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
 	rec, _, _ := e.nodeRecord(nr, node)
-	_, err := e.persist(ctx, nr, Policy{}, node, rec, step{State: st, Record: true, Reason: reason}, carried{})
+	_, err := e.persist(ctx, nr, model.Policy{}, node, rec, step{State: st, Record: true, Reason: reason}, carried{})
 	return err
 }
 
@@ -62,7 +63,7 @@ func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, n
 // run concurrently; the step acts only after both succeeded. If one fails,
 // the older record wins on resume and the (idempotent) earlier step simply
 // runs again. It returns the record as the API then holds it.
-func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord, s step, c carried) (nodeRecord, error) {
+func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, s step, c carried) (nodeRecord, error) {
 	now := e.o.cfg.Now()
 	st := s.State
 	next := rec.withStep(nr.Name, nr.UID, st, now)
@@ -134,7 +135,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		switch {
 		case baseline != "":
 			ns.Baseline = baseline
-		case s.StampSwap || !InFlight(st) || st == v1alpha1.NodeAbortCleanup:
+		case s.StampSwap || !model.InFlight(st) || st == v1alpha1.NodeAbortCleanup:
 			ns.Baseline = "" // an earlier attempt's, or no longer needed
 		}
 		if haltReason != "" {
@@ -148,9 +149,9 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 		switch {
 		case st == v1alpha1.NodePending: // retried or aborted: the next attempt has its own times
 			ns.StartTime, ns.FinishTime = nil, nil
-		case InFlight(st) && ns.StartTime == nil: // Preflight, or the cordon when preflight has no record
+		case model.InFlight(st) && ns.StartTime == nil: // Preflight, or the cordon when preflight has no record
 			ns.StartTime = &metav1.Time{Time: now}
-		case !InFlight(st) && st != v1alpha1.NodePending:
+		case !model.InFlight(st) && st != v1alpha1.NodePending:
 			ns.FinishTime = &metav1.Time{Time: now}
 		}
 	}
@@ -169,7 +170,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	if err := errors.Join(w.err, statusErr); err != nil {
 		return rec, err
 	}
-	if r, ok := e.gate.(Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!InFlight(st) && st != v1alpha1.NodePending)) {
+	if r, ok := e.gate.(Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
 		r.Done(node)
 	}
 	e.unclaim(nr.Name, node)
@@ -177,7 +178,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	if c.shown != nil { // the step acted on last had no record of its own
 		timed, since = c.shown.state, c.shown.since
 	}
-	if rec.ours(nr.UID) && InFlight(timed) && timed != st && !since.IsZero() {
+	if rec.ours(nr.UID) && model.InFlight(timed) && timed != st && !since.IsZero() {
 		e.o.metrics.StepSeconds.WithLabelValues(string(timed)).Observe(now.Sub(since).Seconds())
 	}
 	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
@@ -199,7 +200,7 @@ func statusBehind(st v1alpha1.NodeState, reason string, hasVerdict, halts bool) 
 	if reason != "" || halts || (hasVerdict && st != v1alpha1.NodeDone) {
 		return false
 	}
-	return st == v1alpha1.NodeDone || (InFlight(st) && st != v1alpha1.NodeAbortCleanup)
+	return st == v1alpha1.NodeDone || (model.InFlight(st) && st != v1alpha1.NodeAbortCleanup)
 }
 
 func nodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus {

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // ActionKind is what the executor is asked to do with one node.
@@ -61,10 +62,10 @@ type Decision struct {
 }
 
 // selectedNodes are the snapshot's nodes the rollout's selector picks.
-func selectedNodes(s Snapshot, p Policy) []NodeView {
-	selected := make([]NodeView, 0, len(s.Nodes))
+func selectedNodes(s model.Snapshot, p model.Policy) []model.NodeView {
+	selected := make([]model.NodeView, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
-		if p.Selector == nil || p.Selector.Matches(labelSet(n.Labels)) {
+		if p.Selector == nil || p.Selector.Matches(model.LabelSet(n.Labels)) {
 			selected = append(selected, n)
 		}
 	}
@@ -72,7 +73,7 @@ func selectedNodes(s Snapshot, p Policy) []NodeView {
 }
 
 // ValidateTargets checks the targets exist, use OnDelete and have a revision.
-func ValidateTargets(targets []TargetView) error {
+func ValidateTargets(targets []model.TargetView) error {
 	var errs []error
 	for _, t := range targets {
 		switch {
@@ -89,9 +90,9 @@ func ValidateTargets(targets []TargetView) error {
 
 // Plan decides the next actions from a snapshot, a policy and the time. It is
 // pure: it reads nothing else and changes nothing.
-func Plan(s Snapshot, p Policy, now time.Time) Decision {
+func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	selected := selectedNodes(s, p)
-	byName := make(map[string]NodeView, len(selected))
+	byName := make(map[string]model.NodeView, len(selected))
 	for _, n := range selected {
 		byName[n.Name] = n
 	}
@@ -111,7 +112,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	present := make(map[string]bool, len(s.Nodes))
 	for _, n := range s.Nodes {
 		present[n.Name] = true
-		if InFlight(n.State) {
+		if model.InFlight(n.State) {
 			inflight++
 			d.Actions = append(d.Actions, Action{Kind: ActResume, Node: n.Name})
 		}
@@ -125,7 +126,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 	// status entry ends, or it would read in flight forever.
 	forgets := 0
 	for _, ns := range s.Status.Nodes {
-		if InFlight(ns.State) && !present[ns.Name] {
+		if model.InFlight(ns.State) && !present[ns.Name] {
 			d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
 			forgets++
 		}
@@ -198,7 +199,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 				st = v1alpha1.NodePending
 			}
 		}
-		if Terminal(st) {
+		if model.Terminal(st) {
 			done++
 			continue
 		}
@@ -267,7 +268,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 		if pn.Window != current {
 			continue
 		}
-		if wave == 0 && !Terminal(n.State) {
+		if wave == 0 && !model.Terminal(n.State) {
 			wave = pn.Wave // the lowest wave with unfinished work, for the reason
 		}
 		if due {
@@ -317,7 +318,7 @@ func Plan(s Snapshot, p Policy, now time.Time) Decision {
 
 // planRollback swaps upgraded nodes back in reverse plan order once every
 // target's newest revision differs from the one the rollout moved nodes to.
-func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, inflight int) Decision {
+func planRollback(s model.Snapshot, p model.Policy, d Decision, byName map[string]model.NodeView, inflight int) Decision {
 	if p.Abort {
 		// An abort stops a rollback too: no node starts its swap back, the
 		// ones in flight are made safe (abortedStep).
@@ -366,7 +367,7 @@ func planRollback(s Snapshot, p Policy, d Decision, byName map[string]NodeView, 
 // the newest (a live pod, so one being recreated from the newest template
 // does not count; readiness does not either: a Done node whose pod restarts
 // is not swapped again).
-func behind(n NodeView, targets []TargetView) (string, bool) {
+func behind(n model.NodeView, targets []model.TargetView) (string, bool) {
 	for _, t := range targets {
 		p, ok := n.Pods[t.Key()]
 		if !t.Settled || t.NewestHash == "" || !ok || p.Terminating || p.Hash == t.NewestHash {
@@ -377,7 +378,7 @@ func behind(n NodeView, targets []TargetView) (string, bool) {
 	return "", false
 }
 
-func failedReason(nodes []NodeView) string {
+func failedReason(nodes []model.NodeView) string {
 	for _, n := range nodes {
 		if n.State == v1alpha1.NodeFailed {
 			return "node " + n.Name + " failed"

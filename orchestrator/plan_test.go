@@ -11,36 +11,37 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 const oldHash, newHash = "old111", "new222"
 
-func targets(strategy appsv1.DaemonSetUpdateStrategyType) []TargetView {
-	var ts []TargetView
-	for _, r := range DefaultTargets {
-		ts = append(ts, TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash, Settled: true})
+func targets(strategy appsv1.DaemonSetUpdateStrategyType) []model.TargetView {
+	var ts []model.TargetView
+	for _, r := range model.DefaultTargets {
+		ts = append(ts, model.TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash, Settled: true})
 	}
 	return ts
 }
 
 // fleet builds n nodes per zone, named z<zone>-<i>, every pod on the old revision.
-func fleet(zones, perZone int) []NodeView {
-	var ns []NodeView
+func fleet(zones, perZone int) []model.NodeView {
+	var ns []model.NodeView
 	for z := 0; z < zones; z++ {
 		for i := 0; i < perZone; i++ {
 			zone := fmt.Sprintf("zone-%c", 'a'+z)
 			name := fmt.Sprintf("%s-%02d", zone, i)
-			pods := map[string]PodView{}
-			for _, r := range DefaultTargets {
-				pods[r.Namespace+"/"+r.Name] = PodView{Name: r.Name + "-" + name, Hash: oldHash, Ready: true}
+			pods := map[string]model.PodView{}
+			for _, r := range model.DefaultTargets {
+				pods[r.Namespace+"/"+r.Name] = model.PodView{Name: r.Name + "-" + name, Hash: oldHash, Ready: true}
 			}
-			ns = append(ns, NodeView{Name: name, Zone: zone, Ready: true, Labels: map[string]string{LabelZone: zone}, State: v1alpha1.NodePending, Pods: pods})
+			ns = append(ns, model.NodeView{Name: name, Zone: zone, Ready: true, Labels: map[string]string{model.LabelZone: zone}, State: v1alpha1.NodePending, Pods: pods})
 		}
 	}
 	return ns
 }
 
-func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
+func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) model.Policy {
 	t.Helper()
 	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
 	// No baseline or soak unless a test asks (the defaults are minutes).
@@ -48,14 +49,14 @@ func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) Policy {
 	if mut != nil {
 		mut(&spec)
 	}
-	p, err := NewPolicy(spec)
+	p, err := model.NewPolicy(spec)
 	if err != nil {
 		t.Fatalf("NewPolicy: %v", err)
 	}
 	return p
 }
 
-func setState(ns []NodeView, name string, st v1alpha1.NodeState) {
+func setState(ns []model.NodeView, name string, st v1alpha1.NodeState) {
 	for i := range ns {
 		if ns[i].Name == name {
 			ns[i].State = st
@@ -63,7 +64,7 @@ func setState(ns []NodeView, name string, st v1alpha1.NodeState) {
 	}
 }
 
-func upgrade(ns []NodeView, name string) {
+func upgrade(ns []model.NodeView, name string) {
 	for i := range ns {
 		if ns[i].Name == name {
 			for k, p := range ns[i].Pods {
@@ -113,8 +114,8 @@ func TestPlan(t *testing.T) {
 	cases := []struct {
 		name      string
 		spec      func(*v1alpha1.NodeRolloutSpec)
-		world     func(ns []NodeView) []NodeView
-		targets   []TargetView
+		world     func(ns []model.NodeView) []model.NodeView
+		targets   []model.TargetView
 		status    v1alpha1.NodeRolloutStatus
 		now       time.Time
 		wantPhase v1alpha1.RolloutPhase
@@ -128,7 +129,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "second wave waits for the first to finish",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeSoak)
 				return ns
 			},
@@ -136,7 +137,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "after wave 1 (1 node) wave 2 starts two nodes",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeDone)
 				upgrade(ns, "zone-a-00")
 				return ns
@@ -146,7 +147,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "maxUnavailable caps a wave",
 			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 1 },
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeDone)
 				upgrade(ns, "zone-a-00")
 				return ns
@@ -156,7 +157,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "in-flight nodes use the maxUnavailable budget",
 			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 2 },
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeDone)
 				upgrade(ns, "zone-a-00")
 				setState(ns, "zone-a-01", v1alpha1.NodeWaitReady)
@@ -167,7 +168,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a failed node halts and nothing new starts",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeFailed)
 				return ns
 			},
@@ -196,7 +197,7 @@ func TestPlan(t *testing.T) {
 			spec: func(s *v1alpha1.NodeRolloutSpec) {
 				s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "02:00", End: "04:00"}}
 			},
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				setState(ns, "zone-a-00", v1alpha1.NodeDrain)
 				return ns
 			},
@@ -218,16 +219,16 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:      "unknown DaemonSet",
-			targets:   []TargetView{{Ref: v1alpha1.TargetRef{Namespace: "istio-system", Name: "nope"}}},
+			targets:   []model.TargetView{{Ref: v1alpha1.TargetRef{Namespace: "istio-system", Name: "nope"}}},
 			wantPhase: v1alpha1.PhasePending, wantStart: nil, reason: "istio-system/nope not found",
 		},
 		{
 			name: "a template the DaemonSet controller has not observed: nothing starts, nothing is done",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				upgrade(ns, "zone-a-00")
 				return ns
 			},
-			targets: func() []TargetView {
+			targets: func() []model.TargetView {
 				ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
 				ts[1].Settled = false
 				return ts
@@ -236,7 +237,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a node already on the newest revision is done, not swapped",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				upgrade(ns, "zone-a-00")
 				return ns
 			},
@@ -244,7 +245,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "a pod on the new revision but not Ready is not done",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				upgrade(ns, "zone-a-00")
 				p := ns[0].Pods["istio-system/ztunnel"]
 				p.Ready = false
@@ -255,7 +256,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "all nodes on the newest revision completes",
-			world: func(ns []NodeView) []NodeView {
+			world: func(ns []model.NodeView) []model.NodeView {
 				for _, n := range ns {
 					upgrade(ns, n.Name)
 				}
@@ -266,7 +267,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "node selector limits the rollout",
 			spec: func(s *v1alpha1.NodeRolloutSpec) {
-				s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelZone: "zone-b"}}
+				s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{model.LabelZone: "zone-b"}}
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-b-00"},
 		},
@@ -290,7 +291,7 @@ func TestPlan(t *testing.T) {
 			if now.IsZero() {
 				now = monday10
 			}
-			d := Plan(Snapshot{Nodes: ns, Targets: ts, Status: tc.status}, policy(t, tc.spec), now)
+			d := Plan(model.Snapshot{Nodes: ns, Targets: ts, Status: tc.status}, policy(t, tc.spec), now)
 			if d.Phase != tc.wantPhase {
 				t.Errorf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
 			}
@@ -308,14 +309,14 @@ func TestPlanResumesInFlightEvenWhenHalted(t *testing.T) {
 	ns := fleet(1, 3)
 	setState(ns, "zone-a-00", v1alpha1.NodeFailed)
 	setState(ns, "zone-a-01", v1alpha1.NodeUncordon)
-	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseHalted {
 		t.Fatalf("phase %s", d.Phase)
 	}
 	if len(d.Actions) != 1 || d.Actions[0].Kind != ActResume || d.Actions[0].Node != "zone-a-01" {
 		t.Fatalf("actions %+v, want only Resume zone-a-01", d.Actions)
 	}
-	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), ResumeRequested: true}, policy(t, nil), time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), ResumeRequested: true}, policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseProgressing || d.Actions[len(d.Actions)-1] != (Action{Kind: ActRetry, Node: "zone-a-00", Reason: "halt cleared by resume"}) {
 		t.Fatalf("resume: %s %+v", d.Phase, d.Actions)
 	}
@@ -329,7 +330,7 @@ func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
 	}
 	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel = 2; s.MaxUnavailable = 2 })
 	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
-	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 0 || !strings.Contains(d.Reason, "re-apply the previous chart") {
 		t.Fatalf("template not restored yet: %s %q %+v", d.Phase, d.Reason, d.Actions)
 	}
@@ -337,7 +338,7 @@ func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
 	for i := range restored {
 		restored[i].NewestHash = oldHash
 	}
-	d = Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	var got []string
 	for _, a := range d.Actions {
 		got = append(got, string(a.Kind)+":"+a.Node)
@@ -379,7 +380,7 @@ func TestPlanSlidingWindow(t *testing.T) {
 	setState(ns, "zone-a-03", v1alpha1.NodeDone)
 	upgrade(ns, "zone-a-03")
 	setState(ns, "zone-a-04", v1alpha1.NodeSwapZtunnel)
-	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	// a-03 finished while a-04 (its wave) is still swapping: a-05 (next wave)
 	// takes the free slot; maxParallel 2 caps it below maxUnavailable 3.
 	if got := starts(d); !reflect.DeepEqual(got, []string{"zone-a-05"}) {
@@ -389,7 +390,7 @@ func TestPlanSlidingWindow(t *testing.T) {
 	setState(ns, "zone-a-05", v1alpha1.NodeCordon)
 	setState(ns, "zone-a-04", v1alpha1.NodeDone)
 	upgrade(ns, "zone-a-04")
-	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v across a zone boundary while zone-a-05 is in flight", got)
 	}
@@ -401,7 +402,7 @@ func TestPlanSlidingWindow(t *testing.T) {
 	upgrade(ns, "zone-a-01")
 	setState(ns, "zone-a-02", v1alpha1.NodeGate)
 	p = policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 4 })
-	d = Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v before ramp wave 2 finished", got)
 	}
@@ -414,7 +415,7 @@ func TestPlanSlidingWindow(t *testing.T) {
 // momentarily not Ready is not swapped again.
 func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 	const newer = "newer333"
-	newest := func(hash string) []TargetView {
+	newest := func(hash string) []model.TargetView {
 		ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
 		for i := range ts {
 			ts[i].NewestHash = hash
@@ -423,14 +424,14 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 	}
 	cases := []struct {
 		name      string
-		setup     func(ns []NodeView)
-		targets   []TargetView
+		setup     func(ns []model.NodeView)
+		targets   []model.TargetView
 		wantPhase v1alpha1.RolloutPhase
 		want      []string // actions, Kind:node
 	}{
 		{
 			name: "every node done on the newest",
-			setup: func(ns []NodeView) {
+			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
 					setState(ns, n.Name, v1alpha1.NodeDone)
 					upgrade(ns, n.Name)
@@ -440,7 +441,7 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 		},
 		{
 			name: "the template moved on after every node was done",
-			setup: func(ns []NodeView) {
+			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
 					setState(ns, n.Name, v1alpha1.NodeDone)
 					upgrade(ns, n.Name)
@@ -451,7 +452,7 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 		},
 		{
 			name: "the template moved on mid-rollout",
-			setup: func(ns []NodeView) {
+			setup: func(ns []model.NodeView) {
 				setState(ns, "zone-a-00", v1alpha1.NodeDone)
 				upgrade(ns, "zone-a-00")
 			},
@@ -460,7 +461,7 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 		},
 		{
 			name: "a done node's pod restarting on the newest",
-			setup: func(ns []NodeView) {
+			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
 					setState(ns, n.Name, v1alpha1.NodeDone)
 					upgrade(ns, n.Name)
@@ -476,7 +477,7 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := fleet(1, 3)
 			tc.setup(ns)
-			d := Plan(Snapshot{Nodes: ns, Targets: tc.targets}, policy(t, nil), time.Now())
+			d := Plan(model.Snapshot{Nodes: ns, Targets: tc.targets}, policy(t, nil), time.Now())
 			if d.Phase != tc.wantPhase {
 				t.Fatalf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
 			}
@@ -510,7 +511,7 @@ func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
 		restored[i].NewestHash = oldHash
 	}
 	status := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
-	d := Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 1 || d.Actions[0] != (Action{Kind: ActRollback, Node: "zone-a-02"}) {
 		t.Fatalf("%s %q %+v, want RollingBack starting with the failed zone-a-02", d.Phase, d.Reason, d.Actions)
 	}
@@ -529,7 +530,7 @@ func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
 	upgrade(ns, "zone-a-00")
 	upgrade(ns, "zone-a-01")
 	ns[0].Retried = true // zone-a-00: Pending in this rollout's record
-	d := Plan(Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
 	var got []string
 	for _, a := range d.Actions {
 		got = append(got, string(a.Kind)+" "+a.Node)
@@ -554,7 +555,7 @@ func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
 		s.MaxParallel, s.MaxUnavailable = 2, 2
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
 	})
-	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	var resumed []string
 	for _, a := range d.Actions {
 		if a.Kind == ActResume {
@@ -582,7 +583,7 @@ func TestPlanForgetsADeletedNode(t *testing.T) {
 		{Name: "gone-soaking", State: v1alpha1.NodeSoak},
 		{Name: "gone-done", State: v1alpha1.NodeDone},
 	}}
-	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
 	var forgot []Action
 	for _, a := range d.Actions {
 		if a.Kind == ActForget {
@@ -609,12 +610,12 @@ func TestPlanNotCompletedWhileADeletedNodeIsInFlight(t *testing.T) {
 	for _, n := range nodes {
 		st.Nodes = append(st.Nodes, v1alpha1.NodeStatus{Name: n.Name, State: v1alpha1.NodeDone})
 	}
-	d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseProgressing || !strings.Contains(d.Reason, "deleted in flight") {
 		t.Errorf("phase %s (%s); want Progressing until the deleted node's entry is ended", d.Phase, d.Reason)
 	}
 	st.Nodes[0].State = v1alpha1.NodeSkipped
-	if d := Plan(Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now()); d.Phase != v1alpha1.PhaseCompleted {
+	if d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now()); d.Phase != v1alpha1.PhaseCompleted {
 		t.Errorf("once ended: phase %s (%s); want Completed", d.Phase, d.Reason)
 	}
 }
@@ -625,7 +626,7 @@ func TestPlanNotCompletedWhileADeletedNodeIsInFlight(t *testing.T) {
 func TestPlanCanaryGoneAfterStart(t *testing.T) {
 	nodes := fleet(1, 3)
 	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.CanaryNodes = []string{"gone"} })
-	snap := Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}
+	snap := model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}
 	if d := Plan(snap, p, time.Now()); d.Phase != v1alpha1.PhasePending || !strings.Contains(d.Reason, "gone") {
 		t.Errorf("before the start: %s %q, want Pending naming the canary", d.Phase, d.Reason)
 	}
@@ -653,12 +654,12 @@ func TestPlanAbortStopsARollback(t *testing.T) {
 	for i := range restored {
 		restored[i].NewestHash = oldHash
 	}
-	d := Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseAborted || len(d.Actions) != 0 {
 		t.Fatalf("rollback aborted with nothing in flight: %s %q %+v; want Aborted and no action", d.Phase, d.Reason, d.Actions)
 	}
 	setState(ns, "zone-a-02", v1alpha1.NodeDrain) // its swap back was under way
-	d = Plan(Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	for _, a := range d.Actions {
 		if a.Kind == ActRollback {
 			t.Fatalf("rollback aborted: %s planned for %s", a.Kind, a.Node)

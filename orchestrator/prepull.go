@@ -10,21 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
-
-// PrepullView is a node's pre-pull pod: one container per new target image,
-// bound to the node, whose command does not exist, so nothing runs: the
-// kubelet pulls each image before it tries to start the container, and the
-// container's state says whether it could.
-type PrepullView struct {
-	Exists bool
-	// Pulled: every container got past its pull (running, exited, or failed
-	// for a reason other than its image).
-	Pulled bool
-	// Failed names the image, the node and the kubelet's reason when a pull
-	// failed.
-	Failed string
-}
 
 // prepullCommand is a path no image has: the container fails to start
 // after its image is pulled, and nothing of the image ever runs.
@@ -38,8 +25,8 @@ var pullFailures = map[string]bool{
 }
 
 // prepullView reads a pre-pull pod's container states.
-func prepullView(pod *corev1.Pod) PrepullView {
-	v := PrepullView{Exists: true}
+func prepullView(pod *corev1.Pod) model.PrepullView {
+	v := model.PrepullView{Exists: true}
 	pulled := 0
 	for _, cs := range pod.Status.ContainerStatuses {
 		w := cs.State.Waiting
@@ -66,15 +53,15 @@ func prepullName(rollout, node string) string {
 
 // prepullPods maps each node to its pre-pull pod of the rollout, from the
 // cache (in the first target's namespace, where prepull creates them).
-func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (map[string]PrepullView, error) {
+func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (map[string]model.PrepullView, error) {
 	if len(targets) == 0 {
 		return nil, nil
 	}
-	pods, err := e.pods.Pods(targets[0].Namespace).List(labels.SelectorFromSet(labels.Set{LabelPrepull: rollout}))
+	pods, err := e.pods.Pods(targets[0].Namespace).List(labels.SelectorFromSet(labels.Set{model.LabelPrepull: rollout}))
 	if err != nil {
 		return nil, fmt.Errorf("listing pre-pull pods: %w", err)
 	}
-	out := map[string]PrepullView{}
+	out := map[string]model.PrepullView{}
 	for _, p := range pods {
 		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
 			out[p.Spec.NodeName] = prepullView(p)
@@ -85,7 +72,7 @@ func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (ma
 
 // prepull creates (ActPrepull) or deletes (ActPrepullDone) a node's
 // pre-pull pod. Both are idempotent: an existing or missing pod is fine.
-func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
+func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a Action) error {
 	ns := p.Targets[0].Namespace
 	name := prepullName(nr.Name, a.Node)
 	if a.Kind == ActPrepullDone {
@@ -120,12 +107,12 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p Poli
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: name, Labels: map[string]string{LabelPrepull: nr.Name},
+			Namespace: ns, Name: name, Labels: map[string]string{model.LabelPrepull: nr.Name},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeRollout", Name: nr.Name, UID: nr.UID}},
 		},
 		Spec: spec,
 	}
-	if _, err := e.o.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := e.o.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: model.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating pre-pull pod %s/%s on %s: %w", ns, name, a.Node, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // reconcileAll plans and acts on every NodeRollout, oldest first.
@@ -46,7 +47,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		}
 	}
 	now := e.o.cfg.Now()
-	p, perr := NewPolicy(nr.Spec)
+	p, perr := model.NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
 	if deleting {
 		p.Abort = true // see finalizer.go
@@ -64,7 +65,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		if err := e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil); err != nil {
 			return err
 		}
-		if deleting && slices.Contains(nr.Finalizers, FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
+		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
 			// An invalid rollout plans nothing, so the pass below never
 			// comes: it lets go here once nothing of it is in flight.
 			return e.setFinalizer(ctx, nr, false)
@@ -76,7 +77,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		return err
 	}
 	d := Plan(snap, p, now)
-	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, FinalizerReleaseNodes) {
+	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
 		if err := e.setFinalizer(ctx, nr, true); err != nil {
 			return err // nothing started: the next pass tries again
 		}
@@ -94,13 +95,13 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	if err := e.writePhase(ctx, nr, d, snap.Targets); err != nil {
 		return err
 	}
-	if deleting && slices.Contains(nr.Finalizers, FinalizerReleaseNodes) && e.releasable(nr, snap) {
+	if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, snap) {
 		return e.setFinalizer(ctx, nr, false)
 	}
 	return nil
 }
 
-func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, a Action) error {
+func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a Action) error {
 	switch a.Kind {
 	case ActResume:
 		e.startWorker(ctx, nr, p, a.Node)
@@ -137,7 +138,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 	now := metav1.NewTime(e.o.cfg.Now())
 	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		ns := nodeEntry(s, node)
-		if InFlight(ns.State) {
+		if model.InFlight(ns.State) {
 			ns.State, ns.Reason, ns.StateSince, ns.FinishTime = v1alpha1.NodeSkipped, reason, &now, &now
 		}
 	}); err != nil {
@@ -153,7 +154,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 
 // writePhase records the decision's phase, the plan's node list, counts,
 // targets and conditions, and emits an Event when the phase changes.
-func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d Decision, targets []TargetView) error {
+func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d Decision, targets []model.TargetView) error {
 	now := metav1.NewTime(e.o.cfg.Now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
 	prev, known := e.currentStatus(nr.Name, nr.UID)
@@ -261,11 +262,11 @@ func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []PlannedNode) []v1alpha1
 }
 
 func resumed(nr *v1alpha1.NodeRollout) bool {
-	return nr.Annotations[AnnotationResumeToken] != "" && nr.Annotations[AnnotationResumeToken] != nr.Annotations[AnnotationAckedResumeToken]
+	return nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 }
 
 func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationAckedResumeToken, nr.Annotations[AnnotationResumeToken])
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, model.AnnotationAckedResumeToken, nr.Annotations[model.AnnotationResumeToken])
 	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("acknowledging resume: %w", err)
 	}
@@ -284,7 +285,7 @@ func counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {
 			c.Failed++
 		case n.State == v1alpha1.NodeRolledBack:
 			c.RolledBack++
-		case InFlight(n.State):
+		case model.InFlight(n.State):
 			c.InProgress++
 		default:
 			c.Pending++

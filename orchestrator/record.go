@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // nodeRecord is a node's progress in a rollout, as its annotations hold it
@@ -48,23 +49,23 @@ type nodeRecord struct {
 // read as zero (never set).
 func parseRecord(ann map[string]string) nodeRecord {
 	r := nodeRecord{
-		Rollout:            ann[AnnotationRollout],
-		RolloutUID:         types.UID(ann[AnnotationRolloutUID]),
-		Step:               v1alpha1.NodeState(ann[AnnotationStep]),
-		StepSince:          parseTime(ann[AnnotationStepSince]),
-		SwapSince:          parseTime(ann[AnnotationSwapSince]),
-		SoakSince:          parseTime(ann[AnnotationSoakSince]),
-		DrainedAt:          parseTime(ann[AnnotationDrainedAt]),
-		DrainDecision:      ann[AnnotationDrainDecision],
-		DrainDecidedAt:     parseTime(ann[AnnotationDrainDecidedAt]),
-		PriorUnschedulable: ann[AnnotationPriorUnschedulable],
-		CordonedBy:         ann[AnnotationCordonedBy],
+		Rollout:            ann[model.AnnotationRollout],
+		RolloutUID:         types.UID(ann[model.AnnotationRolloutUID]),
+		Step:               v1alpha1.NodeState(ann[model.AnnotationStep]),
+		StepSince:          parseTime(ann[model.AnnotationStepSince]),
+		SwapSince:          parseTime(ann[model.AnnotationSwapSince]),
+		SoakSince:          parseTime(ann[model.AnnotationSoakSince]),
+		DrainedAt:          parseTime(ann[model.AnnotationDrainedAt]),
+		DrainDecision:      ann[model.AnnotationDrainDecision],
+		DrainDecidedAt:     parseTime(ann[model.AnnotationDrainDecidedAt]),
+		PriorUnschedulable: ann[model.AnnotationPriorUnschedulable],
+		CordonedBy:         ann[model.AnnotationCordonedBy],
 	}
-	if v, ok := ann[AnnotationKeepCordoned]; ok {
+	if v, ok := ann[model.AnnotationKeepCordoned]; ok {
 		r.KeepCordoned = &v
 	}
 	for k, v := range ann {
-		if name, ok := strings.CutPrefix(k, AnnotationSwappedPrefix); ok && v != "" {
+		if name, ok := strings.CutPrefix(k, model.AnnotationSwappedPrefix); ok && v != "" {
 			if r.Swapped == nil {
 				r.Swapped = map[string]types.UID{}
 			}
@@ -77,7 +78,7 @@ func parseRecord(ann map[string]string) nodeRecord {
 // parseStep is the part of parseRecord that nodeState reads (the rollout
 // and the step), for the planner's pass over every node.
 func parseStep(ann map[string]string) nodeRecord {
-	return nodeRecord{Rollout: ann[AnnotationRollout], RolloutUID: types.UID(ann[AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[AnnotationStep])}
+	return nodeRecord{Rollout: ann[model.AnnotationRollout], RolloutUID: types.UID(ann[model.AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[model.AnnotationStep])}
 }
 
 // patch is the annotation merge patch that turns prev into r: every key
@@ -93,27 +94,27 @@ func (r nodeRecord) patch(prev nodeRecord) map[string]*string {
 			ann[key] = ptr(now)
 		}
 	}
-	set(AnnotationRollout, r.Rollout, prev.Rollout)
-	set(AnnotationRolloutUID, string(r.RolloutUID), string(prev.RolloutUID))
-	set(AnnotationStep, string(r.Step), string(prev.Step))
-	set(AnnotationStepSince, formatTime(r.StepSince), formatTime(prev.StepSince))
-	set(AnnotationSwapSince, formatTime(r.SwapSince), formatTime(prev.SwapSince))
-	set(AnnotationSoakSince, formatTime(r.SoakSince), formatTime(prev.SoakSince))
-	set(AnnotationDrainedAt, formatTime(r.DrainedAt), formatTime(prev.DrainedAt))
-	set(AnnotationDrainDecision, r.DrainDecision, prev.DrainDecision)
-	set(AnnotationDrainDecidedAt, formatTime(r.DrainDecidedAt), formatTime(prev.DrainDecidedAt))
-	set(AnnotationPriorUnschedulable, r.PriorUnschedulable, prev.PriorUnschedulable)
-	set(AnnotationCordonedBy, r.CordonedBy, prev.CordonedBy)
+	set(model.AnnotationRollout, r.Rollout, prev.Rollout)
+	set(model.AnnotationRolloutUID, string(r.RolloutUID), string(prev.RolloutUID))
+	set(model.AnnotationStep, string(r.Step), string(prev.Step))
+	set(model.AnnotationStepSince, formatTime(r.StepSince), formatTime(prev.StepSince))
+	set(model.AnnotationSwapSince, formatTime(r.SwapSince), formatTime(prev.SwapSince))
+	set(model.AnnotationSoakSince, formatTime(r.SoakSince), formatTime(prev.SoakSince))
+	set(model.AnnotationDrainedAt, formatTime(r.DrainedAt), formatTime(prev.DrainedAt))
+	set(model.AnnotationDrainDecision, r.DrainDecision, prev.DrainDecision)
+	set(model.AnnotationDrainDecidedAt, formatTime(r.DrainDecidedAt), formatTime(prev.DrainDecidedAt))
+	set(model.AnnotationPriorUnschedulable, r.PriorUnschedulable, prev.PriorUnschedulable)
+	set(model.AnnotationCordonedBy, r.CordonedBy, prev.CordonedBy)
 	for name, uid := range r.Swapped {
 		if uid == "" {
-			ann[AnnotationSwappedPrefix+name] = nil // deleted, whatever prev says
+			ann[model.AnnotationSwappedPrefix+name] = nil // deleted, whatever prev says
 			continue
 		}
-		set(AnnotationSwappedPrefix+name, string(uid), string(prev.Swapped[name]))
+		set(model.AnnotationSwappedPrefix+name, string(uid), string(prev.Swapped[name]))
 	}
 	for name := range prev.Swapped {
 		if _, ok := r.Swapped[name]; !ok {
-			ann[AnnotationSwappedPrefix+name] = nil
+			ann[model.AnnotationSwappedPrefix+name] = nil
 		}
 	}
 	return ann

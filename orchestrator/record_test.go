@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // apply merges a patch into annotations the way the API server does.
@@ -51,16 +52,16 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	// A patch carries only what changed.
 	next := full.withStep("r", "u1", v1alpha1.NodeGate, at.Add(time.Minute))
-	if p := next.patch(full); len(p) != 2 || *p[AnnotationStep] != "Gate" || p[AnnotationStepSince] == nil {
+	if p := next.patch(full); len(p) != 2 || *p[model.AnnotationStep] != "Gate" || p[model.AnnotationStepSince] == nil {
 		t.Errorf("patch of a step change: %v, want the step and its time only", p)
 	}
 	// An empty swap UID deletes the key even when the record before lacks it
 	// (a copy that had not seen the swap).
 	cleared := nodeRecord{Swapped: map[string]types.UID{"istio-cni-node": ""}}
-	if p := cleared.patch(nodeRecord{}); len(p) != 1 || p[AnnotationSwappedPrefix+"istio-cni-node"] != nil {
+	if p := cleared.patch(nodeRecord{}); len(p) != 1 || p[model.AnnotationSwappedPrefix+"istio-cni-node"] != nil {
 		t.Errorf("clearing a swap record: %v", p)
 	}
-	if _, ok := cleared.patch(nodeRecord{})[AnnotationSwappedPrefix+"istio-cni-node"]; !ok {
+	if _, ok := cleared.patch(nodeRecord{})[model.AnnotationSwappedPrefix+"istio-cni-node"]; !ok {
 		t.Error("clearing a swap record sent no deletion")
 	}
 }
@@ -134,7 +135,7 @@ func TestNodeState(t *testing.T) {
 // TestParseStepIsParseRecord: the planner's cheap read of a record agrees
 // with the full one on what nodeState reads.
 func TestParseStepIsParseRecord(t *testing.T) {
-	ann := map[string]string{AnnotationRollout: "r", AnnotationRolloutUID: "u1", AnnotationStep: "Soak", AnnotationStepSince: "2026-12-01T09:00:00Z"}
+	ann := map[string]string{model.AnnotationRollout: "r", model.AnnotationRolloutUID: "u1", model.AnnotationStep: "Soak", model.AnnotationStepSince: "2026-12-01T09:00:00Z"}
 	full, cheap := parseRecord(ann), parseStep(ann)
 	if cheap.Rollout != full.Rollout || cheap.RolloutUID != full.RolloutUID || cheap.Step != full.Step {
 		t.Errorf("parseStep %+v, parseRecord %+v", cheap, full)
@@ -146,12 +147,12 @@ func TestParseStepIsParseRecord(t *testing.T) {
 // annotate node n nodewise.io/keep-cordoned=`), as the docs say.
 func TestKeepCordonedAnyValue(t *testing.T) {
 	for _, v := range []string{"", "disk errors"} {
-		rec := parseRecord(map[string]string{AnnotationPriorUnschedulable: "false", AnnotationCordonedBy: "r", AnnotationKeepCordoned: v})
+		rec := parseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r", model.AnnotationKeepCordoned: v})
 		if _, clear := rec.uncordoned(); clear {
-			t.Errorf("%s=%q: the uncordon clears spec.unschedulable; want the node kept cordoned", AnnotationKeepCordoned, v)
+			t.Errorf("%s=%q: the uncordon clears spec.unschedulable; want the node kept cordoned", model.AnnotationKeepCordoned, v)
 		}
 	}
-	if _, clear := parseRecord(map[string]string{AnnotationPriorUnschedulable: "false", AnnotationCordonedBy: "r"}).uncordoned(); !clear {
+	if _, clear := parseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r"}).uncordoned(); !clear {
 		t.Error("without the annotation the uncordon keeps the node cordoned")
 	}
 }

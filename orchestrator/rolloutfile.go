@@ -9,31 +9,32 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // LoadRolloutFile reads a NodeRollout manifest strictly (unknown fields are
 // errors) and validates it as the CRD and the orchestrator would. Every
 // problem is returned, joined.
-func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, Policy, error) {
+func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, model.Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("reading %s: %w", path, err)
+		return nil, model.Policy{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return ParseRollout(data)
 }
 
 // ParseRollout is LoadRolloutFile on bytes.
-func ParseRollout(data []byte) (*v1alpha1.NodeRollout, Policy, error) {
+func ParseRollout(data []byte) (*v1alpha1.NodeRollout, model.Policy, error) {
 	nr := &v1alpha1.NodeRollout{}
 	raw := map[string]any{}
 	rawErr := yaml.Unmarshal(data, &raw)
 	if rawErr == nil {
 		if err := yamlBooleans(raw); err != nil {
-			return nil, Policy{}, err
+			return nil, model.Policy{}, err
 		}
 	}
 	if err := yaml.UnmarshalStrict(data, nr); err != nil {
-		return nil, Policy{}, fmt.Errorf("malformed NodeRollout: %s", firstLine(err.Error()))
+		return nil, model.Policy{}, fmt.Errorf("malformed NodeRollout: %s", firstLine(err.Error()))
 	}
 	var errs []error
 	if nr.APIVersion != v1alpha1.GroupVersion.String() || nr.Kind != "NodeRollout" {
@@ -43,11 +44,11 @@ func ParseRollout(data []byte) (*v1alpha1.NodeRollout, Policy, error) {
 		errs = append(errs, errors.New("metadata.name: required"))
 	}
 	if rawErr == nil {
-		if err := ValidateRaw(raw); err != nil {
+		if err := model.ValidateRaw(raw); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	p, err := NewPolicy(nr.Spec)
+	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {
 		errs = append(errs, err)
 	}

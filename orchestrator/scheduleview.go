@@ -4,46 +4,26 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
+
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
-
-// String is the window as written: days, HH:MM–HH:MM and the time zone.
-func (w Window) String() string {
-	days := "every day"
-	if w.Days != nil {
-		var ds []string
-		for d := time.Sunday; d <= time.Saturday; d++ {
-			if w.Days[d] {
-				ds = append(ds, d.String()[:3])
-			}
-		}
-		days = strings.Join(ds, ",")
-	}
-	s := fmt.Sprintf("%s %s–%s %s", days, clock(w.Start), clock(w.End), w.Location)
-	if w.End <= w.Start {
-		s += " (crosses midnight)"
-	}
-	return s
-}
-
-func clock(min int) string { return fmt.Sprintf("%02d:%02d", min/60, min%60) }
 
 // renderSchedule writes the plan's windows, blackouts and notBefore, the next
 // opening, and when the rollout would end counting them: each wave (est split
 // evenly over the waves of order) starts at the next opening after the one
 // before it ends.
-func renderSchedule(w io.Writer, p Policy, order []PlannedNode, now time.Time, est time.Duration) {
+func renderSchedule(w io.Writer, p model.Policy, order []PlannedNode, now time.Time, est time.Duration) {
 	if len(p.Windows) == 0 {
 		fmt.Fprintln(w, "Maintenance windows: none (nodes may start at any time)")
 	} else {
-		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v\n", len(p.Windows), InAnyWindow(p.Windows, now))
+		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v\n", len(p.Windows), model.InAnyWindow(p.Windows, now))
 		for _, win := range p.Windows {
 			fmt.Fprintf(w, "  %s\n", win)
 		}
 	}
 	if len(p.Blackouts) > 0 {
-		bs := append([]Blackout(nil), p.Blackouts...)
+		bs := append([]model.Blackout(nil), p.Blackouts...)
 		sort.Slice(bs, func(i, j int) bool { return bs[i].Start.Before(bs[j].Start) })
 		fmt.Fprintf(w, "Blackouts: %d\n", len(bs))
 		for _, b := range bs {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // statusBudget bounds a NodeRollout's status in bytes of JSON. etcd refuses
@@ -90,7 +91,7 @@ func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
 		switch {
 		case (n.State == v1alpha1.NodeDone || n.State == v1alpha1.NodeRolledBack) && !strings.HasPrefix(n.Verdict, string(v1alpha1.OutcomeFail)):
 			passed = append(passed, i)
-		case InFlight(n.State):
+		case model.InFlight(n.State):
 			inFlight = append(inFlight, i)
 		case n.State == v1alpha1.NodeFailed || n.State == v1alpha1.NodeSkipped:
 			ended = append(ended, i)

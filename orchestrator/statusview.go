@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // RenderStatus writes the human view of a NodeRollout: phase, a progress
@@ -78,7 +79,7 @@ func trunc(s string, n int) string {
 }
 
 // RenderPlan writes the ordered plan with its waves, windows and estimate.
-func RenderPlan(w io.Writer, d Decision, p Policy, now time.Time, est time.Duration) error {
+func RenderPlan(w io.Writer, d Decision, p model.Policy, now time.Time, est time.Duration) error {
 	fmt.Fprintf(w, "Targets (swapped in this order on each node):")
 	for _, t := range p.Targets {
 		fmt.Fprintf(w, " %s/%s", t.Namespace, t.Name)

@@ -17,12 +17,13 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // preflightChecks is preflight without the wait: observations only (the
 // node, the skew, the gate's first sample), so they may run while the
 // Preflight record is being written.
-func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	n, err := e.nodes.Get(node)
 	if apierrors.IsNotFound(err) {
 		return halt(HaltPreflightFailed, "preflight: node no longer exists")
@@ -91,7 +92,7 @@ func (e *executor) newestNode(node string) *corev1.Node {
 	e.mu.Unlock()
 	c, err := e.nodes.Get(node)
 	switch {
-	case err == nil && w != nil && c.Annotations[AnnotationStepSince] == w.Annotations[AnnotationStepSince]:
+	case err == nil && w != nil && c.Annotations[model.AnnotationStepSince] == w.Annotations[model.AnnotationStepSince]:
 		return c
 	case w != nil:
 		return w
@@ -176,9 +177,9 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 			return err
 		}
 		if live.KeepCordoned != nil && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
-			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(AnnotationKeepCordoned, *live.KeepCordoned))
+			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(model.AnnotationKeepCordoned, *live.KeepCordoned))
 			e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: n.UID, APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseLeftCordoned",
-				"nodewise's uncordon left the node cordoned: %s=%q", AnnotationKeepCordoned, *live.KeepCordoned)
+				"nodewise's uncordon left the node cordoned: %s=%q", model.AnnotationKeepCordoned, *live.KeepCordoned)
 		}
 		return nil
 	})
@@ -214,7 +215,7 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKi
 	// resumed swap cannot swap a node twice, and re-deleting a pod that is
 	// already terminating (the cache may lag) is harmless.
 	for _, pod := range live {
-		if pod.Labels[LabelControllerRevisionHash] == tv.NewestHash {
+		if pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
 			continue
 		}
 		uid := pod.UID
@@ -271,8 +272,8 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 			live, why = nil, "the DaemonSet controller has not observed the current template yet"
 		}
 		for _, pod := range live {
-			if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash {
-				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[LabelControllerRevisionHash], tv.NewestHash)
+			if pod.Labels[model.LabelControllerRevisionHash] != tv.NewestHash {
+				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[model.LabelControllerRevisionHash], tv.NewestHash)
 				continue
 			}
 			if ok, _ := podReadyCondition(pod); ok {
@@ -311,7 +312,7 @@ func waitingReason(p *corev1.Pod) string {
 // judge runs the gate on the node's record; an error fails closed. It
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
-func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
+func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	var persisted *v1alpha1.NodeJudgement
 	if ns, ok := e.statusEntry(nr, node); ok {
@@ -407,7 +408,7 @@ func sameGates(a, b v1alpha1.GatesSpec) bool {
 }
 
 // withLiveGates is nr and p with spec.gates as the cache holds it now.
-func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p Policy) (*v1alpha1.NodeRollout, Policy) {
+func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1alpha1.NodeRollout, model.Policy) {
 	live := e.latest(nr.Name)
 	if live == nil || live.UID != nr.UID {
 		return nr, p
@@ -433,7 +434,7 @@ func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.
 // (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
 // start. "" when the gate keeps none, or when it fails (logged: the node
 // then fails closed on a handover, as it would without a record).
-func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, swapStart, soakStart time.Time) string {
+func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) string {
 	k, ok := e.gate.(Keeper)
 	if !ok {
 		return ""
@@ -457,7 +458,7 @@ func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy,
 // keepSoakStart persists the record with the soak's first sample, before
 // the soak is waited out (once: a resumed soak whose record holds it
 // writes nothing).
-func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord) error {
+func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) error {
 	ns, _ := e.statusEntry(nr, node)
 	out := e.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
 	if out == "" || out == ns.Baseline {
@@ -470,7 +471,7 @@ func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, 
 // over a fresh observation, with the status as this process last wrote it).
 // When the world cannot be observed the node gets none: it is judged
 // before/after alone, which only makes the judgement stricter.
-func (e *executor) controls(nr *v1alpha1.NodeRollout, p Policy, node string) ([]string, string) {
+func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string) ([]string, string) {
 	cur := *nr
 	if st, ok := e.currentStatus(nr.Name, nr.UID); ok {
 		cur.Status = st
@@ -486,7 +487,7 @@ func (e *executor) controls(nr *v1alpha1.NodeRollout, p Policy, node string) ([]
 // drainFacts says whether ztunnel was swapped on the node in place (from the
 // policy and the persisted drain record, so it holds after a restart) and
 // ztunnel's termination grace period, from the ztunnel target's pod template.
-func (e *executor) drainFacts(p Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
+func (e *executor) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
 	grace, swapsZtunnel := defaultZtunnelGrace, false
 	for _, ref := range p.Targets {
 		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
@@ -500,7 +501,7 @@ func (e *executor) drainFacts(p Policy, drainedAt, swapStart time.Time) (bool, t
 	return swappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
 }
 
-func (e *executor) upToDate(p Policy, node string) bool {
+func (e *executor) upToDate(p model.Policy, node string) bool {
 	for _, ref := range p.Targets {
 		tv, err := e.target(ref)
 		if err != nil || !tv.Found || !tv.Settled {
@@ -512,7 +513,7 @@ func (e *executor) upToDate(p Policy, node string) bool {
 		}
 		ok := false
 		for _, pod := range live {
-			if r, _ := podReadyCondition(pod); r && pod.Labels[LabelControllerRevisionHash] == tv.NewestHash {
+			if r, _ := podReadyCondition(pod); r && pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
 				ok = true
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/nodewise/nodewise/orchestrator/model"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,19 +43,6 @@ import (
 // deleted while an older one is live: istio-cni hands new pods only to the
 // newest ztunnel, so a rollback starts a fresh bridge on the restored
 // revision instead.
-
-// SwapKind is how a target's pod is replaced on a node.
-type SwapKind string
-
-const (
-	// SwapSurge is make-before-break: the new pod is Ready beside the old one
-	// before the old one goes (ztunnel's default).
-	SwapSurge SwapKind = "surge"
-	// SwapReplace is break-before-make: nodewise deletes the old pod and the
-	// DaemonSet controller recreates it (istio-cni's: two agents on one node
-	// would share one socket path).
-	SwapReplace SwapKind = "replace"
-)
 
 // annotationTemplateGeneration is the DaemonSet annotation the DaemonSet
 // controller copies into its pods' pod-template-generation label.
@@ -124,7 +112,7 @@ type SurgeStep struct {
 // NextSurgeStep decides the next step of a surge swap from the API objects
 // alone. It is pure.
 func NextSurgeStep(in SurgeInput) SurgeStep {
-	hash := in.Revision.Labels[LabelControllerRevisionHash]
+	hash := in.Revision.Labels[model.LabelControllerRevisionHash]
 	if b := failedBridge(in); b != nil {
 		return SurgeStep{Kind: SurgeBridgeFailed, Pod: b, Reason: fmt.Sprintf("surge bridge %s on revision %s failed on the node: %s", b.Name, hash, podFailure(b))}
 	}
@@ -135,14 +123,14 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 	top := live[len(live)-1]
 	older := live[:len(live)-1]
 	switch {
-	case top.Labels[LabelControllerRevisionHash] != hash:
+	case top.Labels[model.LabelControllerRevisionHash] != hash:
 		anchor := newestControlled(live, in.DaemonSet.UID)
 		if anchor == nil {
-			return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s, and the DaemonSet has no live pod on the node to hand a bridge over by: waiting for it to adopt or create one", top.Name, top.Labels[LabelControllerRevisionHash], hash)}
+			return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s, and the DaemonSet has no live pod on the node to hand a bridge over by: waiting for it to adopt or create one", top.Name, top.Labels[model.LabelControllerRevisionHash], hash)}
 		}
 		b := BridgePod(in.DaemonSet, in.Revision, in.Node, anchor)
 		return SurgeStep{Kind: SurgeCreateBridge, Pod: top, Bridge: b, Anchor: anchor,
-			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it, handed over by %s", top.Name, top.Labels[LabelControllerRevisionHash], hash, b.Name, anchor.Name)}
+			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it, handed over by %s", top.Name, top.Labels[model.LabelControllerRevisionHash], hash, b.Name, anchor.Name)}
 	case !podIsReady(top):
 		return SurgeStep{Kind: SurgeWaitReady, Pod: top, Reason: fmt.Sprintf("pod %s on revision %s is not Ready%s", top.Name, hash, waitingReason(top))}
 	case len(older) > 0:
@@ -235,7 +223,7 @@ func podFailure(p *corev1.Pod) string {
 // revision last, then the DaemonSet's own (it creates a pod only on a node
 // that had none of its own), then by name.
 func surgePods(in SurgeInput) []*corev1.Pod {
-	hash := in.Revision.Labels[LabelControllerRevisionHash]
+	hash := in.Revision.Labels[model.LabelControllerRevisionHash]
 	var live []*corev1.Pod
 	for _, p := range in.Pods {
 		if p.Spec.NodeName != in.Node || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -247,7 +235,7 @@ func surgePods(in SurgeInput) []*corev1.Pod {
 	}
 	rank := func(p *corev1.Pod) int {
 		r := 0
-		if p.Labels[LabelControllerRevisionHash] == hash {
+		if p.Labels[model.LabelControllerRevisionHash] == hash {
 			r += 2
 		}
 		if controlledBy(p, in.DaemonSet.UID) {
@@ -271,7 +259,7 @@ func surgePods(in SurgeInput) []*corev1.Pod {
 // isBridge: nodewise's bridge for the DaemonSet, not handed over yet (still
 // controlled by its anchor pod).
 func isBridge(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
-	return p.Labels[LabelSurgeBridge] == ds.Name && controllerKind(p) == "Pod"
+	return p.Labels[model.LabelSurgeBridge] == ds.Name && controllerKind(p) == "Pod"
 }
 
 // isHandedOver: a bridge whose controller reference the garbage collector
@@ -282,7 +270,7 @@ func isHandedOver(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
 		return false
 	}
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
-	return err == nil && !sel.Empty() && sel.Matches(labelSet(p.Labels)) && p.Labels[LabelControllerRevisionHash] != ""
+	return err == nil && !sel.Empty() && sel.Matches(model.LabelSet(p.Labels)) && p.Labels[model.LabelControllerRevisionHash] != ""
 }
 
 func controlledBy(p *corev1.Pod, uid types.UID) bool {
@@ -308,7 +296,7 @@ func podIsReady(p *corev1.Pod) bool {
 // (same hash) with a higher number, while the last bridge of that hash may
 // still be draining.
 func BridgeName(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string) string {
-	sum := sha256.Sum256([]byte(node + "\x00" + rev.Labels[LabelControllerRevisionHash] + "\x00" + strconv.FormatInt(rev.Revision, 10)))
+	sum := sha256.Sum256([]byte(node + "\x00" + rev.Labels[model.LabelControllerRevisionHash] + "\x00" + strconv.FormatInt(rev.Revision, 10)))
 	return ds.Name + "-surge-" + hex.EncodeToString(sum[:])[:10]
 }
 
@@ -328,11 +316,11 @@ func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string
 	for k, v := range t.Labels {
 		labels[k] = v
 	}
-	labels[LabelControllerRevisionHash] = rev.Labels[LabelControllerRevisionHash]
+	labels[model.LabelControllerRevisionHash] = rev.Labels[model.LabelControllerRevisionHash]
 	if g, ok := ds.Annotations[annotationTemplateGeneration]; ok {
 		labels[labelPodTemplateGeneration] = g
 	}
-	labels[LabelSurgeBridge] = ds.Name
+	labels[model.LabelSurgeBridge] = ds.Name
 	spec := t.Spec
 	spec.NodeName = node
 	addDaemonTolerations(&spec)

@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 var (
@@ -32,7 +33,7 @@ var (
 		},
 	}
 	surgeRev = &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "ztunnel-new", UID: "rev-uid",
-		Labels: map[string]string{LabelControllerRevisionHash: "new"}}, Revision: 2}
+		Labels: map[string]string{model.LabelControllerRevisionHash: "new"}}, Revision: 2}
 )
 
 type podOpt func(*corev1.Pod)
@@ -42,7 +43,7 @@ func surgePod(name, hash string, created time.Duration, opts ...podOpt) *corev1.
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", UID: types.UID(name + "-uid"),
 			CreationTimestamp: metav1.NewTime(surgeT0.Add(created)),
-			Labels:            map[string]string{"app": "ztunnel", LabelControllerRevisionHash: hash},
+			Labels:            map[string]string{"app": "ztunnel", model.LabelControllerRevisionHash: hash},
 			OwnerReferences:   []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel", UID: "ds-uid", Controller: &yes}}},
 		Spec:   corev1.PodSpec{NodeName: "n1"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
@@ -63,7 +64,7 @@ func terminating(p *corev1.Pod) {
 func bridgedBy(anchor string) podOpt {
 	return func(p *corev1.Pod) {
 		yes := true
-		p.Labels[LabelSurgeBridge] = "ztunnel"
+		p.Labels[model.LabelSurgeBridge] = "ztunnel"
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: anchor, UID: types.UID(anchor + "-uid"), Controller: &yes}}
 	}
 }
@@ -92,7 +93,7 @@ func TestNextSurgeStep(t *testing.T) {
 			[]*corev1.Pod{surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false, ""},
 		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false, ""},
 		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false, ""},
-		{"adopted, still labelled a bridge: done", []*corev1.Pod{surgePod("b", "new", time.Hour, func(p *corev1.Pod) { p.Labels[LabelSurgeBridge] = "ztunnel" })}, SurgeDone, "b", nil, false, ""},
+		{"adopted, still labelled a bridge: done", []*corev1.Pod{surgePod("b", "new", time.Hour, func(p *corev1.Pod) { p.Labels[model.LabelSurgeBridge] = "ztunnel" })}, SurgeDone, "b", nil, false, ""},
 		{"the DaemonSet's own pod beside a bridge is newest: retire the bridge",
 			[]*corev1.Pod{surgePod("ds", "new", 2*time.Hour), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "ds", []string{"b"}, false, ""},
 		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{surgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false, "newer"},
@@ -142,7 +143,7 @@ func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
 	if b.Spec.NodeName != "n1" || b.Namespace != "istio-system" || !strings.HasPrefix(b.Name, "ztunnel-surge-") {
 		t.Errorf("bridge %s/%s on %q", b.Namespace, b.Name, b.Spec.NodeName)
 	}
-	for k, v := range map[string]string{"app": "ztunnel", "istio.io/rev": "1-28", LabelControllerRevisionHash: "new", labelPodTemplateGeneration: "2", LabelSurgeBridge: "ztunnel"} {
+	for k, v := range map[string]string{"app": "ztunnel", "istio.io/rev": "1-28", model.LabelControllerRevisionHash: "new", labelPodTemplateGeneration: "2", model.LabelSurgeBridge: "ztunnel"} {
 		if b.Labels[k] != v {
 			t.Errorf("label %s=%q, want %q", k, b.Labels[k], v)
 		}
@@ -162,7 +163,7 @@ func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
 	if len(req) != 1 || req[0].MatchFields[0].Values[0] != "n1" {
 		t.Errorf("node affinity %+v; want metadata.name in [n1]", req)
 	}
-	if surgeDS.Spec.Template.Labels[LabelSurgeBridge] != "" || len(surgeDS.Spec.Template.Spec.Tolerations) != 1 {
+	if surgeDS.Spec.Template.Labels[model.LabelSurgeBridge] != "" || len(surgeDS.Spec.Template.Spec.Tolerations) != 1 {
 		t.Errorf("BridgePod changed the DaemonSet's template")
 	}
 	// The name is deterministic (a repeated create finds it) and differs by

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // ErrSurgeTimeout is wrapped by the error Surger.Swap returns when the new
@@ -168,7 +169,7 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 	switch step.Kind {
 	case SurgeCreateBridge:
 		b := step.Bridge
-		_, err := s.Kube.CoreV1().Pods(b.Namespace).Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err := s.Kube.CoreV1().Pods(b.Namespace).Create(ctx, b, metav1.CreateOptions{FieldManager: model.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			// The name is the node's and the revision's: what holds it is
 			// this swap's bridge, unless the view this step was decided
@@ -189,7 +190,7 @@ func (s Surger) Apply(ctx context.Context, step SurgeStep, res *SurgeResult) err
 		res.expect = append(res.expect, expectation{name: b.Name, want: func(p *corev1.Pod) bool { return p != nil }})
 		if err == nil {
 			s.Log.Info("surge bridge created", zap.String("pod", b.Namespace+"/"+b.Name), zap.String("node", b.Spec.NodeName),
-				zap.String("revision", b.Labels[LabelControllerRevisionHash]), zap.String("anchor", step.Anchor.Name))
+				zap.String("revision", b.Labels[model.LabelControllerRevisionHash]), zap.String("anchor", step.Anchor.Name))
 		}
 	case SurgeRetire:
 		for i, p := range step.Older {
@@ -260,7 +261,7 @@ func (s Surger) deletePod(ctx context.Context, p *corev1.Pod, orphan bool, why s
 		return fmt.Errorf("deleting pod %s/%s on %s: %w", p.Namespace, p.Name, p.Spec.NodeName, err)
 	}
 	s.Log.Info(why, zap.String("pod", p.Namespace+"/"+p.Name), zap.String("node", p.Spec.NodeName),
-		zap.String("revision", p.Labels[LabelControllerRevisionHash]))
+		zap.String("revision", p.Labels[model.LabelControllerRevisionHash]))
 	return nil
 }
 

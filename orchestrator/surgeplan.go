@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // DetectSwap says which swap a target DaemonSet supports, or, when neither,
@@ -20,7 +21,7 @@ import (
 // its pods claim host ports (two on one node would clash); istio-cni, and any
 // DaemonSet that is not ztunnel, gets replace: two istio-cni agents on one
 // node would fight over /var/run/ztunnel/ztunnel.sock.
-func DetectSwap(ds *appsv1.DaemonSet) (SwapKind, string, error) {
+func DetectSwap(ds *appsv1.DaemonSet) (model.SwapKind, string, error) {
 	key := ds.Namespace + "/" + ds.Name
 	if t := ds.Spec.UpdateStrategy.Type; t != appsv1.OnDeleteDaemonSetStrategyType {
 		chart := "the chart"
@@ -30,23 +31,23 @@ func DetectSwap(ds *appsv1.DaemonSet) (SwapKind, string, error) {
 		return "", "", fmt.Errorf("DaemonSet %s uses updateStrategy %s, under which the DaemonSet controller replaces pods itself, in its own order: set %s's value updateStrategy.type=OnDelete (helm upgrade --reuse-values --set updateStrategy.type=OnDelete) and re-apply; nodewise then swaps %s", key, t, chart, defaultSwapFor(ds))
 	}
 	if !isZtunnelDaemonSet(ds) {
-		return SwapReplace, "replace (break-before-make): the old pod is deleted, then the DaemonSet creates the new one", nil
+		return model.SwapReplace, "replace (break-before-make): the old pod is deleted, then the DaemonSet creates the new one", nil
 	}
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		for _, p := range c.Ports {
 			if p.HostPort != 0 {
-				return SwapReplace, fmt.Sprintf("replace (break-before-make): container %s claims host port %d, so two pods cannot share a node", c.Name, p.HostPort), nil
+				return model.SwapReplace, fmt.Sprintf("replace (break-before-make): container %s claims host port %d, so two pods cannot share a node", c.Name, p.HostPort), nil
 			}
 		}
 	}
-	return SwapSurge, "surge (make-before-break): a new-version pod is Ready beside the old one before the old one goes, and the DaemonSet adopts it", nil
+	return model.SwapSurge, "surge (make-before-break): a new-version pod is Ready beside the old one before the old one goes, and the DaemonSet adopts it", nil
 }
 
-func defaultSwapFor(ds *appsv1.DaemonSet) SwapKind {
+func defaultSwapFor(ds *appsv1.DaemonSet) model.SwapKind {
 	if isZtunnelDaemonSet(ds) {
-		return SwapSurge
+		return model.SwapSurge
 	}
-	return SwapReplace
+	return model.SwapReplace
 }
 
 // isZtunnelDaemonSet: named ztunnel, or running a ztunnel image.
@@ -76,7 +77,7 @@ type ForecastInput struct {
 	AgentErr  error
 	Deadline  time.Duration
 	LongLived time.Duration
-	Swap      SwapKind
+	Swap      model.SwapKind
 }
 
 // WorkloadForecast is one workload's connections on one node.
@@ -204,7 +205,7 @@ func workloadOf(p *corev1.Pod) string {
 // RenderForecast prints the predicted disruption per node, then the fleet
 // summary: the nodes drain auto would drain, and the workloads whose
 // connections outlive the deadline, with what to change.
-func RenderForecast(w io.Writer, fs []NodeForecast, deadline, longLived time.Duration, swap SwapKind) error {
+func RenderForecast(w io.Writer, fs []NodeForecast, deadline, longLived time.Duration, swap model.SwapKind) error {
 	threshold := deadline
 	if longLived > 0 && longLived < threshold {
 		threshold = longLived

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestDetectSwap(t *testing.T) {
@@ -25,15 +26,15 @@ func TestDetectSwap(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		ds      *appsv1.DaemonSet
-		want    SwapKind
+		want    model.SwapKind
 		errHas  string
 		whyHas  string
 		oneLine bool
 	}{
-		{"ztunnel under OnDelete: surge", ds("ztunnel", "docker.io/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), SwapSurge, "", "make-before-break", true},
-		{"a ztunnel image under another name: surge", ds("zt", "registry:5000/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), SwapSurge, "", "adopts", true},
-		{"istio-cni: replace", ds("istio-cni-node", "docker.io/istio/install-cni:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), SwapReplace, "", "break-before-make", true},
-		{"ztunnel with a host port: replace", ds("ztunnel", "docker.io/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 15020), SwapReplace, "", "host port 15020", true},
+		{"ztunnel under OnDelete: surge", ds("ztunnel", "docker.io/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), model.SwapSurge, "", "make-before-break", true},
+		{"a ztunnel image under another name: surge", ds("zt", "registry:5000/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), model.SwapSurge, "", "adopts", true},
+		{"istio-cni: replace", ds("istio-cni-node", "docker.io/istio/install-cni:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 0), model.SwapReplace, "", "break-before-make", true},
+		{"ztunnel with a host port: replace", ds("ztunnel", "docker.io/istio/ztunnel:1.28.1", appsv1.OnDeleteDaemonSetStrategyType, 15020), model.SwapReplace, "", "host port 15020", true},
 		{"ztunnel under RollingUpdate: neither, say the chart value", ds("ztunnel", "docker.io/istio/ztunnel:1.28.1", appsv1.RollingUpdateDaemonSetStrategyType, 0), "",
 			"set the ztunnel chart's value updateStrategy.type=OnDelete", "", true},
 	} {
@@ -71,7 +72,7 @@ func TestForecastPerWorkload(t *testing.T) {
 		{UID: "web-1", Namespace: "shop", Name: "web-1", Side: health.SideApp, ConnAges: ages(0, 40, 2, 1)},
 	}}
 	in := ForecastInput{Node: "n1", Pods: []*corev1.Pod{pod("cart-1", "cart-abc12"), pod("cart-2", "cart-abc12"), pod("web-1", "web-abc12")},
-		Snapshot: snap, Deadline: 25 * time.Second, LongLived: 5 * time.Second, Swap: SwapSurge}
+		Snapshot: snap, Deadline: 25 * time.Second, LongLived: 5 * time.Second, Swap: model.SwapSurge}
 	f := Forecast(in)
 	if !f.Drain || len(f.Workloads) != 2 {
 		t.Fatalf("forecast %+v; want drain and two workloads", f)
@@ -84,8 +85,8 @@ func TestForecastPerWorkload(t *testing.T) {
 		t.Errorf("web: %+v; want nothing outliving, p99 ≤ 5s", web)
 	}
 	var out bytes.Buffer
-	other := Forecast(ForecastInput{Node: "n2", AgentErr: errors.New("connection refused"), Pods: in.Pods, Deadline: 25 * time.Second, Swap: SwapSurge})
-	if err := RenderForecast(&out, []NodeForecast{f, other}, 25*time.Second, 5*time.Second, SwapSurge); err != nil {
+	other := Forecast(ForecastInput{Node: "n2", AgentErr: errors.New("connection refused"), Pods: in.Pods, Deadline: 25 * time.Second, Swap: model.SwapSurge})
+	if err := RenderForecast(&out, []NodeForecast{f, other}, 25*time.Second, 5*time.Second, model.SwapSurge); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"n1    shop/cart", "≤ 2m0s", "(agent unreachable)", "n2: drain (fail safe)",

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // detectKind tells what a target DaemonSet runs from its pod template:
@@ -57,7 +58,7 @@ func imageName(image string) string {
 // typeTargets fills each target's kind (spec first, else detected from the
 // DaemonSet the cache holds) and checks that no two targets share one: each
 // kind has one swap step. A target not found is left to ValidateTargets.
-func typeTargets(p Policy, get func(ns, name string) (*appsv1.DaemonSet, error)) (Policy, error) {
+func typeTargets(p model.Policy, get func(ns, name string) (*appsv1.DaemonSet, error)) (model.Policy, error) {
 	typed := make([]v1alpha1.TargetRef, len(p.Targets))
 	seen := map[v1alpha1.TargetKind]string{}
 	var errs []error
@@ -82,6 +83,6 @@ func typeTargets(p Policy, get func(ns, name string) (*appsv1.DaemonSet, error))
 }
 
 // typeTargets reads the targets from the DaemonSet cache.
-func (e *executor) typeTargets(p Policy) (Policy, error) {
+func (e *executor) typeTargets(p model.Policy) (model.Policy, error) {
 	return typeTargets(p, func(ns, name string) (*appsv1.DaemonSet, error) { return e.dss.DaemonSets(ns).Get(name) })
 }

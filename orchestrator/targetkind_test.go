@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func TestTypeTargetsByWhatTheyRun(t *testing.T) {
@@ -46,7 +47,7 @@ func TestTypeTargetsByWhatTheyRun(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := typeTargets(Policy{Targets: tc.targets}, get)
+			p, err := typeTargets(model.Policy{Targets: tc.targets}, get)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want mention of %q", err, tc.err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // stepError ends a node's steps with a halt (or a skip) and a reason.
@@ -50,7 +51,7 @@ type shownStep struct {
 // times the step before it.
 func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodeRecord, st v1alpha1.NodeState) *shownStep {
 	now := e.o.cfg.Now()
-	if rec.ours(nr.UID) && InFlight(rec.Step) && !rec.StepSince.IsZero() {
+	if rec.ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
 		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
 	}
 	e.mutateStatusLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
@@ -64,7 +65,7 @@ func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodeRecor
 	return &shownStep{state: st, since: now}
 }
 
-func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) {
+func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) {
 	key := nr.Name + "/" + node
 	e.mu.Lock()
 	if e.workers[key] {
@@ -91,7 +92,7 @@ func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p 
 // runNode drives one node from its record to the end: next step (pure),
 // persist its record, act, and again. Every act is idempotent: after a
 // crash a successor acts on the recorded step again.
-func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	ctx, stop := e.whileNodeExists(ctx, node)
 	defer stop()
 	err := e.driveNode(ctx, nr, p, node)
@@ -142,7 +143,7 @@ func cancelWhen(ctx context.Context, every time.Duration, check func() error) (c
 }
 
 // driveNode is runNode's loop.
-func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string) error {
+func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	rec, st, fromRecord := e.nodeRecord(nr, node)
 	var v stepView
 	if st == claimed || !fromRecord {
@@ -213,7 +214,7 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p Po
 // act does step s once its record (if any) is written, and returns the
 // record as it then stands and the results for the next record. Bounds
 // count from the record's StepSince, the step's persisted start.
-func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p Policy, node string, rec nodeRecord, s step, checked chan error) (nodeRecord, carried, error) {
+func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, s step, checked chan error) (nodeRecord, carried, error) {
 	var res carried
 	deadline := rec.StepSince.Add(s.Timeout)
 	if !s.Record { // a resumed cordon or uncordon acts again, without a record
@@ -350,7 +351,7 @@ func (e *executor) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
 		return ""
 	}
 	for _, pod := range live {
-		if pod.Labels[LabelControllerRevisionHash] != tv.NewestHash {
+		if pod.Labels[model.LabelControllerRevisionHash] != tv.NewestHash {
 			return pod.UID
 		}
 	}

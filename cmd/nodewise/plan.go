@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -106,7 +107,7 @@ type planNode struct {
 	Window int    `json:"window"`
 }
 
-func newPlanReport(name string, d orchestrator.Decision, p orchestrator.Policy, est time.Duration) planReport {
+func newPlanReport(name string, d orchestrator.Decision, p model.Policy, est time.Duration) planReport {
 	r := planReport{Rollout: name, Phase: string(d.Phase), Reason: d.Reason, Estimate: est.String(), Nodes: []planNode{}}
 	for _, t := range p.Targets {
 		r.Targets = append(r.Targets, t.Namespace+"/"+t.Name)
@@ -129,7 +130,7 @@ func (r planReport) names() []string {
 // loadAndCheck reads and validates the file (- is stdin) and, unless
 // offline, checks it against the cluster: a server dry-run (the CRD's own
 // validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
-func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs health.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, orchestrator.Policy, error) {
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs health.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
 	rf, err := readRollout(ctx, in, file, addrs)
 	if err != nil {
 		return nil, rf.policy, err
@@ -166,7 +167,7 @@ func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs health.Addr
 	return nil
 }
 
-func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p orchestrator.Policy) (orchestrator.Decision, error) {
+func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p model.Policy) (orchestrator.Decision, error) {
 	kube, _, err := rolloutClients(g)
 	if err != nil {
 		return orchestrator.Decision{}, err

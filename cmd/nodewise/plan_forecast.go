@@ -14,13 +14,14 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // renderSwaps prints, per target, the swap nodewise will use (or the one line
 // saying what to set when neither is possible), and returns ztunnel's swap
 // and drain deadline for the forecast.
-func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p orchestrator.Policy) (orchestrator.SwapKind, time.Duration, error) {
-	swap, deadline := orchestrator.SwapKind(""), time.Duration(0)
+func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p model.Policy) (model.SwapKind, time.Duration, error) {
+	swap, deadline := model.SwapKind(""), time.Duration(0)
 	fmt.Fprintln(w, "\nSwaps:")
 	for _, ref := range p.Targets {
 		ds, err := kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
@@ -33,7 +34,7 @@ func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p 
 			continue
 		}
 		fmt.Fprintf(w, "  %s/%s: %s\n", ref.Namespace, ref.Name, why)
-		if kind == orchestrator.SwapSurge || swap == "" {
+		if kind == model.SwapSurge || swap == "" {
 			grace := 30 * time.Second
 			if g := ds.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 				grace = time.Duration(*g) * time.Second
@@ -48,7 +49,7 @@ func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p 
 // disruption (orchestrator.RenderForecast). An unreachable agent is shown as
 // such; drain auto would drain that node.
 func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface, agents judgegate.AgentConfig, order []orchestrator.PlannedNode,
-	p orchestrator.Policy, swap orchestrator.SwapKind, deadline time.Duration) error {
+	p model.Policy, swap model.SwapKind, deadline time.Duration) error {
 	client, err := judgegate.Agents(agents, kube, zap.NewNop())
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func newResumeCmd(g *globalFlags) *cobra.Command {
@@ -18,7 +18,7 @@ func newResumeCmd(g *globalFlags) *cobra.Command {
 		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token := time.Now().UTC().Format(time.RFC3339Nano)
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, orchestrator.AnnotationResumeToken, token)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, model.AnnotationResumeToken, token)
 			return patchRollout(cmd, g, out, args[0], patch, "resumed")
 		},
 	}

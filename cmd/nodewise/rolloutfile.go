@@ -12,13 +12,14 @@ import (
 	"github.com/nodewise/nodewise/deploy/crds"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // rolloutFile is a NodeRollout read from -f: the typed object, its policy,
 // and the document as written (what apply sends).
 type rolloutFile struct {
 	rollout *v1alpha1.NodeRollout
-	policy  orchestrator.Policy
+	policy  model.Policy
 	doc     []byte // JSON
 }
 

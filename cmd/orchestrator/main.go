@@ -28,7 +28,7 @@ import (
 	"github.com/nodewise/nodewise/cmd/internal/usage"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func main() {
@@ -92,7 +92,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
 	fs.StringVar(&rc.dashboardAddr, "dashboard-addr", "", "address of the read-only dashboard, a port of its own (empty: off)")
 	fs.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
-		cfg.ZtunnelSwap = orchestrator.SwapKind(v)
+		cfg.ZtunnelSwap = model.SwapKind(v)
 		return nil
 	})
 	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -175,7 +175,7 @@ func drainDecisions(ctx context.Context, c *cluster.Cluster) map[string]string {
 		return out
 	}
 	for _, n := range nodes.Items {
-		if d := n.Annotations[orchestrator.AnnotationDrainDecision]; d != "" {
+		if d := n.Annotations[model.AnnotationDrainDecision]; d != "" {
 			out[n.Name] = d
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -161,7 +161,7 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 		must(b, during(name, "waiting for the native rollout", waitUpgraded(ctx, c)))
 	} else {
 		must(b, during(name, "waiting for the DaemonSet controller", waitTemplateObserved(ctx, c, cluster.CNIName, cluster.ZtunnelName)))
-		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents), orchestrator.SwapKind(swap))
+		stop, err := startOrchestrator(ctx, c, nil, agentConfig(agents), model.SwapKind(swap))
 		must(b, err)
 		defer stop()
 		nwc, err := v1alpha1.NewForConfig(c.Config)

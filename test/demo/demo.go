@@ -21,7 +21,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/dashboard"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 	"github.com/nodewise/nodewise/test/injector"
@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	} else {
 		step(out, "starting the orchestrator (in this process, leader election on a Lease), nodes gated on readiness (no agents without the live data plane)")
 	}
-	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents), orchestrator.SwapSurge)
+	stopOrch, err := startOrchestrator(ctx, c, cfg.Log.Named("orchestrator"), agentConfig(agents), model.SwapSurge)
 	if err != nil {
 		return sum, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -63,7 +64,7 @@ func agentConfig(a *dataplane.Agents) *judgegate.AgentConfig {
 // agents' connection ages, wired as cmd/orchestrator wires them
 // (judgegate.Build, the recorder running beside the controller,
 // judgegate.Agents); without, it gates on readiness and auto drains every node.
-func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig, swap orchestrator.SwapKind) (stop func(), err error) {
+func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig, swap model.SwapKind) (stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}

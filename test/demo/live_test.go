@@ -17,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -132,7 +133,7 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, orchestrator.SwapSurge)
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, model.SwapSurge)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -149,9 +150,9 @@ func BenchmarkNodeRollout200(b *testing.B) {
 //   - barrierFloor: the formula taken literally, the sum over waves
 //     of each wave's slowest swap (what waves as barriers would take).
 func swapFloors(nr *v1alpha1.NodeRollout, slots int, sc *swapClock) (floor, barrierFloor time.Duration, waves int) {
-	var views []orchestrator.NodeView
+	var views []model.NodeView
 	for _, n := range nr.Status.Nodes {
-		views = append(views, orchestrator.NodeView{Name: n.Name, Zone: n.Zone})
+		views = append(views, model.NodeView{Name: n.Name, Zone: n.Zone})
 	}
 	plan, _ := orchestrator.Order(views, nr.Spec.CanaryNodes, int(nr.Spec.MaxParallel))
 	slots = min(slots, int(nr.Spec.MaxUnavailable))

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // TestPDBBlockedDrainUnderLeaderChurn: a drain's timeout counts from the
@@ -37,7 +37,7 @@ func TestPDBBlockedDrainUnderLeaderChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drainStart, err := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationStepSince])
+	drainStart, err := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationStepSince])
 	if err != nil {
 		t.Fatalf("Drain step-since: %v", err)
 	}

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	prommodel "github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // TestResumeAfterKillAtEveryStep kills -9 the orchestrator process right after
@@ -88,15 +88,15 @@ func (e *env) assertDrainRecorded(rollout string, want int) {
 	}
 	seen := 0
 	for _, n := range nodes.Items {
-		if n.Annotations[orchestrator.AnnotationRollout] != rollout {
+		if n.Annotations[model.AnnotationRollout] != rollout {
 			continue
 		}
 		seen++
-		drained, err1 := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationDrainedAt])
-		cordon, err2 := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationSwapSince])
+		drained, err1 := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationDrainedAt])
+		cordon, err2 := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationSwapSince])
 		if err1 != nil || err2 != nil || drained.Before(cordon) {
 			e.t.Errorf("node %s: drained-at %q, swap-since %q: want a drain recorded at or after the cordon",
-				n.Name, n.Annotations[orchestrator.AnnotationDrainedAt], n.Annotations[orchestrator.AnnotationSwapSince])
+				n.Name, n.Annotations[model.AnnotationDrainedAt], n.Annotations[model.AnnotationSwapSince])
 		}
 	}
 	if seen != want {
@@ -114,7 +114,7 @@ func (e *env) waitStep(rollout string, step v1alpha1.NodeState) string {
 			return false, nil
 		}
 		for _, n := range nodes.Items {
-			if n.Annotations[orchestrator.AnnotationRollout] == rollout && n.Annotations[orchestrator.AnnotationStep] == string(step) {
+			if n.Annotations[model.AnnotationRollout] == rollout && n.Annotations[model.AnnotationStep] == string(step) {
 				node = n.Name
 				return true, nil
 			}
@@ -166,7 +166,7 @@ func scrapeQuiet(addr string) (map[string]*dto, error) {
 		return nil, fmt.Errorf("scraping %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
+	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the metrics of %s: %w", addr, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/chart"
 	"github.com/nodewise/nodewise/test/cluster"
 )
@@ -234,7 +235,7 @@ func TestDeployBeforeIstio(t *testing.T) {
 	ctx := context.Background()
 	as := asOrchestrator(t, c)
 	bridge := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "bridge", Namespace: cluster.IstioNamespace, Labels: map[string]string{orchestrator.LabelSurgeBridge: cluster.ZtunnelName}},
+		ObjectMeta: metav1.ObjectMeta{Name: "bridge", Namespace: cluster.IstioNamespace, Labels: map[string]string{model.LabelSurgeBridge: cluster.ZtunnelName}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	// The policies reach the admission chain within a few seconds: until

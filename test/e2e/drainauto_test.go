@@ -25,6 +25,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -237,7 +238,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		t.Errorf("node %s status reason during Drain %q, want the drain decision naming pdb/guarded's 4 old connections", old, sawReason)
 	}
 	first := e.nodeAnnotations(old)
-	if first[orchestrator.AnnotationDrainDecision] != orchestrator.DrainDecisionDrain || first[orchestrator.AnnotationDrainDecidedAt] == "" {
+	if first[model.AnnotationDrainDecision] != orchestrator.DrainDecisionDrain || first[model.AnnotationDrainDecidedAt] == "" {
 		t.Fatalf("node %s decision annotations %v, want drain with a time", old, first)
 	}
 
@@ -265,10 +266,10 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	}
 	for node, w := range want {
 		ann := e.nodeAnnotations(node)
-		if got := ann[orchestrator.AnnotationDrainDecision]; got != w.decision {
+		if got := ann[model.AnnotationDrainDecision]; got != w.decision {
 			t.Errorf("node %s: decision %q, want %q", node, got, w.decision)
 		}
-		drainedAt, swapSince := ann[orchestrator.AnnotationDrainedAt], ann[orchestrator.AnnotationSwapSince]
+		drainedAt, swapSince := ann[model.AnnotationDrainedAt], ann[model.AnnotationSwapSince]
 		drained := drainedAt != "" && drainedAt >= swapSince
 		if drained != (w.decision == orchestrator.DrainDecisionDrain) {
 			t.Errorf("node %s: drained-at %q swap-since %q, but the decision was %s", node, drainedAt, swapSince, w.decision)
@@ -285,8 +286,8 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		}
 		t.Logf("%s: %s", node, msgs[0])
 	}
-	if got := e.nodeAnnotations(old)[orchestrator.AnnotationDrainDecidedAt]; got != first[orchestrator.AnnotationDrainDecidedAt] {
-		t.Errorf("node %s decided again after the restart (%s, first at %s)", old, got, first[orchestrator.AnnotationDrainDecidedAt])
+	if got := e.nodeAnnotations(old)[model.AnnotationDrainDecidedAt]; got != first[model.AnnotationDrainDecidedAt] {
+		t.Errorf("node %s decided again after the restart (%s, first at %s)", old, got, first[model.AnnotationDrainDecidedAt])
 	}
 	if now := appUID("shop", "app", young); now != youngApp {
 		t.Errorf("node %s was swapped in place, but its pod shop/app changed (%s → %s): it was evicted", young, youngApp, now)

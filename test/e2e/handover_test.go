@@ -18,7 +18,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 const handoverSoak = 8 * time.Second
@@ -63,7 +63,7 @@ func handover(t *testing.T, e *e2e, start func(identity string) (stop func())) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	soakSince, _ := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationSoakSince])
+	soakSince, _ := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationSoakSince])
 	stopA()
 	t.Logf("leader A stopped %s into node %s's %s soak", time.Since(soakSince).Round(10*time.Millisecond), node, handoverSoak)
 	if time.Since(soakSince) >= handoverSoak {
@@ -94,7 +94,7 @@ func (e *e2e) processLeader(t *testing.T) func(string) func() {
 func waitLeader(t *testing.T, e *e2e, id string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, orchestrator.LeaseName, metav1.GetOptions{})
+		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, model.LeaseName, metav1.GetOptions{})
 		return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == id, nil
 	})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -67,7 +67,7 @@ func TestOnlyLeaderWrites(t *testing.T) {
 	if r := leaseReads(scrape(t, addrB)); r != 0 {
 		t.Errorf("standby replica read its Lease %v times with GET or LIST, want none: it watches it", r)
 	}
-	old, err := e.c.Client.CoordinationV1().Leases("default").Get(context.Background(), orchestrator.LeaseName, metav1.GetOptions{})
+	old, err := e.c.Client.CoordinationV1().Leases("default").Get(context.Background(), model.LeaseName, metav1.GetOptions{})
 	if err != nil || old.Spec.RenewTime == nil {
 		t.Fatalf("reading the lease: %v", err)
 	}
@@ -101,7 +101,7 @@ func waitHolder(t testing.TB, e *env, id string) leaseView {
 	var lv leaseView
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, orchestrator.LeaseName, metav1.GetOptions{})
+		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, model.LeaseName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil
 		}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // The lifecycle gaps of #18: what happens to a node nodewise holds when
@@ -78,8 +78,8 @@ func TestDeletingARolloutReleasesItsNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(nr.Finalizers, orchestrator.FinalizerReleaseNodes) {
-		t.Fatalf("a rollout holding a cordoned node has finalizers %v, want %s", nr.Finalizers, orchestrator.FinalizerReleaseNodes)
+	if !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
+		t.Fatalf("a rollout holding a cordoned node has finalizers %v, want %s", nr.Finalizers, model.FinalizerReleaseNodes)
 	}
 	if err := e.rollouts.Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestNodeRelabelledOutIsHandedBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := n.Annotations[orchestrator.AnnotationStep]; st != string(v1alpha1.NodePending) {
+	if st := n.Annotations[model.AnnotationStep]; st != string(v1alpha1.NodePending) {
 		t.Errorf("the relabelled node's record says %q, want Pending (made safe before its swap)", st)
 	}
 }
@@ -171,7 +171,7 @@ func TestKeepCordonedIsHonoured(t *testing.T) {
 	countOthers := false
 	canary := e.stuckInDrain("kept", func(s *v1alpha1.NodeRolloutSpec) { s.Coordination.CountOthers = &countOthers })
 	ctx := context.Background()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"disk errors, ticket 4711"}}}`, orchestrator.AnnotationKeepCordoned)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"disk errors, ticket 4711"}}}`, model.AnnotationKeepCordoned)
 	if _, err := e.c.Client.CoreV1().Nodes().Patch(ctx, canary, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +181,8 @@ func TestKeepCordonedIsHonoured(t *testing.T) {
 		t.Errorf("unschedulable %v, want only the kept %s", uns, canary)
 	}
 	n := e.noCordonBookkeeping(canary)
-	if n.Annotations[orchestrator.AnnotationKeepCordoned] == "" {
-		t.Errorf("nodewise removed the person's %s", orchestrator.AnnotationKeepCordoned)
+	if n.Annotations[model.AnnotationKeepCordoned] == "" {
+		t.Errorf("nodewise removed the person's %s", model.AnnotationKeepCordoned)
 	}
 }
 
@@ -202,7 +202,7 @@ func (e *env) noCordonBookkeeping(node string) *corev1.Node {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for _, k := range []string{orchestrator.AnnotationCordonedBy, orchestrator.AnnotationPriorUnschedulable} {
+	for _, k := range []string{model.AnnotationCordonedBy, model.AnnotationPriorUnschedulable} {
 		if v, ok := n.Annotations[k]; ok {
 			e.t.Errorf("%s still has %s=%q", node, k, v)
 		}

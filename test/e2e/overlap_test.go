@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // TestOverlappingRolloutWaits: a second NodeRollout that selects a node the
@@ -60,7 +60,7 @@ func TestOverlappingRolloutWaits(t *testing.T) {
 			return false, nil
 		}
 		for _, n := range nl.Items {
-			if n.Annotations[orchestrator.AnnotationRollout] == "second" {
+			if n.Annotations[model.AnnotationRollout] == "second" {
 				t.Fatalf("node %s holds a step of the second rollout while the first is %s", n.Name, first.Status.Phase)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -47,7 +47,7 @@ func TestPrepullFailureHaltsBeforeAnyCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range nl.Items {
-		if st := n.Annotations[orchestrator.AnnotationStep]; st != "" {
+		if st := n.Annotations[model.AnnotationStep]; st != "" {
 			t.Errorf("node %s has step %s recorded, want none started", n.Name, st)
 		}
 	}
@@ -59,7 +59,7 @@ func TestPrepullFailureHaltsBeforeAnyCordon(t *testing.T) {
 	if got, worst := w.maxUnavail, w.worst; got != 0 {
 		t.Errorf("the watcher saw %d node(s) unavailable (%s), want none", got, worst)
 	}
-	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: orchestrator.LabelPrepull + "=prepull"})
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: model.LabelPrepull + "=prepull"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("no pre-pull pod left to show the failure (%v)", err)
 	}
@@ -81,7 +81,7 @@ func TestPrepullThenSwap(t *testing.T) {
 		t.Fatalf("phase %s: %s", nr.Status.Phase, nr.Status.HaltReason)
 	}
 	e.assertAllOnNewest(nodes)
-	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: orchestrator.LabelPrepull})
+	pods, err := e.c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: model.LabelPrepull})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -74,7 +74,7 @@ func TestInvalidRolloutLetsGoWhenDeleted(t *testing.T) {
 	nr := rollout("invalid", func(s *v1alpha1.NodeRolloutSpec) {
 		s.Targets = []v1alpha1.TargetRef{{Namespace: "elsewhere", Name: "ztunnel"}}
 	})
-	nr.Finalizers = []string{orchestrator.FinalizerReleaseNodes}
+	nr.Finalizers = []string{model.FinalizerReleaseNodes}
 	e.apply(nr)
 	got := e.waitPhase("invalid", time.Minute, v1alpha1.PhasePending)
 	if !strings.Contains(got.Status.Conditions[0].Message+got.Status.HaltReason, "elsewhere") {

@@ -10,6 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // TestResumeGatesASwappedNodeAgain: a node whose swap went through and
@@ -35,7 +36,7 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 		return health.Verdict{Outcome: health.Pass, Reasons: []string{"test gate passes"}}, nil
 	})
 	// Replace, not surge: the watcher counts a replace's deleted old pods.
-	e.runInProcessWith("regate", func(c *orchestrator.Config) { c.Gate, c.ZtunnelSwap = gate, orchestrator.SwapReplace })
+	e.runInProcessWith("regate", func(c *orchestrator.Config) { c.Gate, c.ZtunnelSwap = gate, model.SwapReplace })
 	e.apply(rollout("regate", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{bad}
 		s.MaxParallel, s.MaxUnavailable = 1, 1

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -38,7 +38,7 @@ func TestNodeNotReadyDuringSoakFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	soakStart, err := time.Parse(time.RFC3339Nano, n.Annotations[orchestrator.AnnotationSoakSince])
+	soakStart, err := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationSoakSince])
 	if err != nil {
 		t.Fatalf("soak-since: %v", err)
 	}

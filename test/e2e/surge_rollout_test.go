@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -47,7 +47,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := n.Annotations[orchestrator.AnnotationStep]; got != string(v1alpha1.NodeSwapCNI) {
+	if got := n.Annotations[model.AnnotationStep]; got != string(v1alpha1.NodeSwapCNI) {
 		t.Fatalf("node %s mid-surge: record %q, want SwapCNI's", surging, got)
 	}
 

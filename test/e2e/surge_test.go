@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -352,7 +353,7 @@ func (e *env) waitFor(cond func(context.Context) bool, what string) {
 
 // isZtunnel: the DaemonSet's pods and nodewise's bridges for it.
 func isZtunnel(p *corev1.Pod) bool {
-	return p.Labels["app"] == "ztunnel" || p.Labels[orchestrator.LabelSurgeBridge] == cluster.ZtunnelName
+	return p.Labels["app"] == "ztunnel" || p.Labels[model.LabelSurgeBridge] == cluster.ZtunnelName
 }
 
 func (e *env) ztunnelPodOrNil(node string) *corev1.Pod {
@@ -452,7 +453,7 @@ func (e *env) surgeLeftovers() []*corev1.Pod {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		c := metav1.GetControllerOf(p)
-		if _, bridge := p.Labels[orchestrator.LabelSurgeBridge]; (bridge && (c == nil || c.Kind != "DaemonSet")) || (c != nil && c.Kind == "ControllerRevision") {
+		if _, bridge := p.Labels[model.LabelSurgeBridge]; (bridge && (c == nil || c.Kind != "DaemonSet")) || (c != nil && c.Kind == "ControllerRevision") {
 			out = append(out, p)
 		}
 	}
@@ -629,7 +630,7 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	evil.Spec.Containers[0].Image = "docker.io/attacker/rootkit:1"
 	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	plain.Name += "-plain"
-	delete(plain.Labels, orchestrator.LabelSurgeBridge)
+	delete(plain.Labels, model.LabelSurgeBridge)
 	uncontrolled := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	uncontrolled.Name += "-uncontrolled"
 	uncontrolled.OwnerReferences = nil // the DaemonSet would adopt it at once, beside the old pod

@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 // Every label and annotation key nodewise's orchestrator reads or writes. The
 // table in docs/orchestrator.md lists the same keys; keep them in step.

@@ -1,24 +1,14 @@
-package orchestrator
+package model
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
-
-func mustPolicy(t *testing.T, spec v1alpha1.NodeRolloutSpec) Policy {
-	t.Helper()
-	p, err := NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 func utc(s string) time.Time {
 	t, err := time.Parse(time.RFC3339, s)
@@ -118,7 +108,7 @@ func TestWindowAcrossMidnightAndBothDSTChanges(t *testing.T) {
 // both DST nights: each night's starts stop where the window closes, and the
 // rest go on the next night.
 func TestWindowStartsAcrossDSTWithFakeClock(t *testing.T) {
-	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}})
+	p := MustPolicy(v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}})
 	spring := clockStarts(t, p, utc("2026-03-28T12:00:00Z"), 6, 100*time.Minute)
 	want := []string{
 		// Sat 22:00 CET, 23:40 CET, 01:20 CET, then 03:00: the clock jumped
@@ -175,7 +165,7 @@ func TestWindowStartInsideTheChangedHour(t *testing.T) {
 // A blackout inside a window holds the starts that would fall in it; the
 // next start is the blackout's end, still inside the window.
 func TestBlackoutInsideAWindow(t *testing.T) {
-	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{
+	p := MustPolicy(v1alpha1.NodeRolloutSpec{
 		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
 		Blackouts:          []v1alpha1.Blackout{{Start: "2026-12-01T23:30", End: "2026-12-02T02:00", TimeZone: "Europe/Berlin", Reason: "release freeze"}},
 	})
@@ -203,95 +193,15 @@ func TestBlackoutInsideAWindow(t *testing.T) {
 // windows the first start is notBefore itself.
 func TestNotBefore(t *testing.T) {
 	nb := metav1.NewTime(utc("2026-12-02T22:30:00Z"))
-	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}, NotBefore: &nb})
+	p := MustPolicy(v1alpha1.NodeRolloutSpec{MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight}, NotBefore: &nb})
 	got := clockStarts(t, p, utc("2026-12-01T12:00:00Z"), 3, 2*time.Hour)
 	// 23:30 CET, 01:30, 03:30 (the window closes at 04:00 CET, 03:00 UTC).
 	want := []string{"2026-12-02T22:30:00Z", "2026-12-03T00:30:00Z", "2026-12-03T02:30:00Z"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("starts\n got %v\nwant %v", got, want)
 	}
-	bare := mustPolicy(t, v1alpha1.NodeRolloutSpec{NotBefore: &nb})
+	bare := MustPolicy(v1alpha1.NodeRolloutSpec{NotBefore: &nb})
 	if got := clockStarts(t, bare, utc("2026-12-01T12:00:00Z"), 2, time.Hour); strings.Join(got, " ") != "2026-12-02T22:30:00Z 2026-12-02T23:30:00Z" {
 		t.Fatalf("notBefore alone: %v", got)
-	}
-}
-
-// The planner itself, stepped by a fake clock minute by minute through the
-// autumn night with one node every 100 minutes: it starts a node exactly at
-// the instants Starts forecasts, and reports why it waits in between.
-func TestPlanFollowsTheScheduleMinuteByMinute(t *testing.T) {
-	nb := metav1.NewTime(utc("2026-10-24T20:30:00Z"))
-	spec := v1alpha1.NodeRolloutSpec{
-		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
-		Blackouts:          []v1alpha1.Blackout{{Start: "2026-10-25T01:00", End: "2026-10-25T02:10", TimeZone: "Europe/Berlin"}},
-		NotBefore:          &nb,
-	}
-	p := mustPolicy(t, spec)
-	nodes, tgts := fleet(1, 4), targets(appsv1.OnDeleteDaemonSetStrategyType)
-	var got []string
-	inflight, doneAt := "", time.Time{}
-	for now := utc("2026-10-24T18:00:00Z"); now.Before(utc("2026-10-26T06:00:00Z")); now = now.Add(time.Minute) {
-		if inflight != "" && !now.Before(doneAt) {
-			upgrade(nodes, inflight)
-			setState(nodes, inflight, v1alpha1.NodeDone)
-			inflight = ""
-		}
-		d := Plan(Snapshot{Nodes: nodes, Targets: tgts}, p, now)
-		for _, a := range d.Actions {
-			if a.Kind != ActStart {
-				continue
-			}
-			if inflight != "" {
-				t.Fatalf("%s: %s started while %s is in flight (maxParallel 1)", now, a.Node, inflight)
-			}
-			got = append(got, now.UTC().Format(time.RFC3339))
-			setState(nodes, a.Node, v1alpha1.NodeDrain)
-			inflight, doneAt = a.Node, now.Add(100*time.Minute)
-		}
-		if d.Phase == v1alpha1.PhaseWaitingForWindow && d.NextWindow.IsZero() {
-			t.Fatalf("%s: waiting with no next opening: %s", now, d.Reason)
-		}
-	}
-	// notBefore 20:30 UTC (22:30 CEST), 00:10 CEST=22:10 UTC, then the
-	// blackout 01:00–02:10 CEST (23:00–00:10 UTC) holds 23:50 UTC to 00:10,
-	// 01:50 UTC (02:50 CET).
-	want := []string{"2026-10-24T20:30:00Z", "2026-10-24T22:10:00Z", "2026-10-25T00:10:00Z", "2026-10-25T01:50:00Z"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("planner starts\n got %v\nwant %v", got, want)
-	}
-	fc := clockStarts(t, p, utc("2026-10-24T18:00:00Z"), 4, 100*time.Minute)
-	if strings.Join(fc, " ") != strings.Join(want, " ") {
-		t.Fatalf("forecast %v differs from the planner's %v", fc, want)
-	}
-}
-
-// plan's forecast names the windows, blackouts and notBefore, the next
-// opening and the end counting them.
-func TestRenderPlanForecastsTheSchedule(t *testing.T) {
-	nb := metav1.NewTime(utc("2026-12-01T22:00:00Z"))
-	p := mustPolicy(t, v1alpha1.NodeRolloutSpec{
-		MaintenanceWindows: []v1alpha1.MaintenanceWindow{berlinNight},
-		Blackouts:          []v1alpha1.Blackout{{Start: "2026-12-01T23:30", End: "2026-12-02T02:00", TimeZone: "Europe/Berlin", Reason: "release freeze"}},
-		NotBefore:          &nb,
-	})
-	order := []PlannedNode{{Name: "a", Wave: 1}, {Name: "b", Wave: 2}, {Name: "c", Wave: 3}}
-	var b strings.Builder
-	if err := RenderPlan(&b, Decision{Order: order}, p, utc("2026-12-01T12:00:00Z"), 3*3*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	for _, want := range []string{
-		"every day 22:00–04:00 Europe/Berlin (crosses midnight)",
-		"2026-12-01T22:30:00Z – 2026-12-02T01:00:00Z release freeze",
-		"Not before: 2026-12-01T22:00:00Z",
-		"Next opening: 2026-12-01T22:00:00Z (in 10h0m0s; now not before 2026-12-01T22:00:00Z)",
-		// 23:00 CET+3h = 02:00 CET, inside the blackout until 02:00: the
-		// second wave starts at 02:00 CET (01:00 UTC), ends 04:00 UTC, out
-		// of the window: the third starts the next night, 21:00 UTC.
-		"Estimated end: 2026-12-03T00:00:00Z, counting windows, blackouts and notBefore (3 wave(s) of 3h0m0s each, the last starting 2026-12-02T21:00:00Z)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("plan output lacks %q:\n%s", want, out)
-		}
 	}
 }

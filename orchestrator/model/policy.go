@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 import (
 	"errors"
@@ -66,6 +66,16 @@ type Policy struct {
 	CountOthers bool
 	// Prepull: pull each node's new images before its start (spec.prepull).
 	Prepull bool
+}
+
+// MustPolicy is NewPolicy for a spec known to be valid (tests, literals):
+// it panics on an error.
+func MustPolicy(spec v1alpha1.NodeRolloutSpec) Policy {
+	p, err := NewPolicy(spec)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // NewPolicy validates a spec the way the CRD does, plus what CEL cannot check
@@ -237,3 +247,16 @@ func durationOr(d *v1alpha1.Duration, def time.Duration) time.Duration {
 	}
 	return d.Duration
 }
+
+// SwapKind is how a target's pod is replaced on a node.
+type SwapKind string
+
+const (
+	// SwapSurge is make-before-break: the new pod is Ready beside the old one
+	// before the old one goes (ztunnel's default).
+	SwapSurge SwapKind = "surge"
+	// SwapReplace is break-before-make: nodewise deletes the old pod and the
+	// DaemonSet controller recreates it (istio-cni's: two agents on one node
+	// would share one socket path).
+	SwapReplace SwapKind = "replace"
+)

@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 import (
 	"fmt"
@@ -310,3 +310,24 @@ func (p Policy) Starts(now time.Time, waves []time.Duration) (starts []time.Time
 	}
 	return starts, t, true
 }
+
+// String is the window as written: days, HH:MM–HH:MM and the time zone.
+func (w Window) String() string {
+	days := "every day"
+	if w.Days != nil {
+		var ds []string
+		for d := time.Sunday; d <= time.Saturday; d++ {
+			if w.Days[d] {
+				ds = append(ds, d.String()[:3])
+			}
+		}
+		days = strings.Join(ds, ",")
+	}
+	s := fmt.Sprintf("%s %s–%s %s", days, clock(w.Start), clock(w.End), w.Location)
+	if w.End <= w.Start {
+		s += " (crosses midnight)"
+	}
+	return s
+}
+
+func clock(min int) string { return fmt.Sprintf("%02d:%02d", min/60, min%60) }

@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 import (
 	"encoding/json"

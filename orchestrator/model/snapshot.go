@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
@@ -98,4 +98,18 @@ func InFlight(s v1alpha1.NodeState) bool {
 // Terminal states need nothing more in a forward rollout.
 func Terminal(s v1alpha1.NodeState) bool {
 	return s == v1alpha1.NodeDone || s == v1alpha1.NodeSkipped
+}
+
+// PrepullView is a node's pre-pull pod: one container per new target image,
+// bound to the node, whose command does not exist, so nothing runs: the
+// kubelet pulls each image before it tries to start the container, and the
+// container's state says whether it could.
+type PrepullView struct {
+	Exists bool
+	// Pulled: every container got past its pull (running, exited, or failed
+	// for a reason other than its image).
+	Pulled bool
+	// Failed names the image, the node and the kubelet's reason when a pull
+	// failed.
+	Failed string
 }
