@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 func TestDecideAuto(t *testing.T) {
@@ -258,7 +259,7 @@ func TestPersistedAuto(t *testing.T) {
 func TestRenderPlanSaysAutoIsDecidedPerNode(t *testing.T) {
 	for _, policy := range []v1alpha1.DrainPolicy{v1alpha1.DrainAuto, v1alpha1.DrainAlways} {
 		var b strings.Builder
-		if err := RenderPlan(&b, Decision{}, model.Policy{Drain: policy}, time.Now(), 0); err != nil {
+		if err := planner.RenderPlan(&b, planner.Decision{}, model.Policy{Drain: policy}, time.Now(), 0); err != nil {
 			t.Fatal(err)
 		}
 		says := strings.Contains(b.String(), "decided per node at run time")

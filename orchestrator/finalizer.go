@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // A NodeRollout that has started a node carries FinalizerReleaseNodes, so
@@ -24,10 +25,10 @@ import (
 
 // holdsNodes says the decision starts or drives a node: the rollout must
 // hold its finalizer before it acts.
-func holdsNodes(d Decision) bool {
+func holdsNodes(d planner.Decision) bool {
 	for _, a := range d.Actions {
 		switch a.Kind {
-		case ActStart, ActResume, ActRollback:
+		case planner.ActStart, planner.ActResume, planner.ActRollback:
 			return true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -443,7 +444,7 @@ func TestNextStepWalks(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := policy(t, tc.spec)
+			p := fixture.Policy(t, tc.spec)
 			got := walk(t, p, nodeRecord{Step: tc.rec}, stepView{At: tc.at, UpToDate: tc.up}, tc.abort, tc.fail)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
@@ -456,7 +457,7 @@ func TestNextStepWalks(t *testing.T) {
 // record of its own; ztunnel replaced (break-before-make) has nothing else
 // its timeout could count from across a restart.
 func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
-	p := policy(t, plain)
+	p := fixture.Policy(t, plain)
 	p.ZtunnelSwap = model.SwapReplace
 	got := walk(t, p, nodeRecord{}, stepView{At: v1alpha1.NodePending}, never, nil)
 	want := []string{
@@ -473,7 +474,7 @@ func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
 	if got := swapsRecordedWith(p, v1alpha1.NodeSwapCNI); len(got) != 1 {
 		t.Errorf("the CNI swap's record names the old pods of %v; want its own only", got)
 	}
-	if got := swapsRecordedWith(policy(t, plain), v1alpha1.NodeSwapCNI); len(got) != 2 || got[1].Name != "ztunnel" {
+	if got := swapsRecordedWith(fixture.Policy(t, plain), v1alpha1.NodeSwapCNI); len(got) != 2 || got[1].Name != "ztunnel" {
 		t.Errorf("the CNI swap's record names the old pods of %v; want istio-cni-node's and ztunnel's (surged without a record)", got)
 	}
 }
@@ -482,7 +483,7 @@ func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
 // worker adds to the record's StepSince, so the same record gives the same
 // deadline to every successor, however late it resumes.
 func TestNextStepBoundsCountFromTheRecord(t *testing.T) {
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
 		soaked(s)
 		s.Drain.Timeout, s.SwapTimeout = dur(20*time.Second), dur(time.Minute)
 	})

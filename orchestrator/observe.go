@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // observe builds the planner's snapshot from the caches plus what this
@@ -148,4 +149,40 @@ func (e *executor) targetPods(tv model.TargetView, node string) (live []*corev1.
 		live = append(live, p)
 	}
 	return live, terminating, nil
+}
+
+// otherMaintenance is, per node, why another tool holds it (Kured's lock,
+// an SUC plan's job), from the caches.
+func (e *executor) otherMaintenance() (map[string]string, []string, error) {
+	dss, err := e.dss.List(labels.Everything())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
+	}
+	held, unreadable := planner.KuredHolders(dss)
+	pods, err := e.pods.List(planner.SUCPodSelector())
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
+	}
+	for n, why := range planner.SUCHolders(pods) {
+		if _, ok := held[n]; !ok {
+			held[n] = why
+		}
+	}
+	return held, unreadable, nil
+}
+
+// overlapping reads every NodeRollout and node from the caches.
+func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p model.Policy) error {
+	var all []*v1alpha1.NodeRollout
+	for _, obj := range e.rolloutStore.List() {
+		all = append(all, obj.(*v1alpha1.NodeRollout))
+	}
+	if len(all) < 2 {
+		return nil
+	}
+	nodes, err := e.nodes.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	return planner.Overlapping(nr, p, all, nodes)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // SnapshotFromAPI builds the planner's snapshot with plain List calls (for
@@ -42,7 +43,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 			_ = dss.Add(&dl.Items[i])
 		}
 	}
-	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sucPodSelector().String()})
+	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: planner.SUCPodSelector().String()})
 	switch {
 	case apierrors.IsForbidden(err):
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // prepullCommand is a path no image has: the container fails to start
@@ -72,10 +73,10 @@ func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (ma
 
 // prepull creates (ActPrepull) or deletes (ActPrepullDone) a node's
 // pre-pull pod. Both are idempotent: an existing or missing pod is fine.
-func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a Action) error {
+func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a planner.Action) error {
 	ns := p.Targets[0].Namespace
 	name := prepullName(nr.Name, a.Node)
-	if a.Kind == ActPrepullDone {
+	if a.Kind == planner.ActPrepullDone {
 		err := e.o.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pre-pull pod %s/%s: %w", ns, name, err)

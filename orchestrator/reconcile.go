@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // reconcileAll plans and acts on every NodeRollout, oldest first.
@@ -53,7 +54,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		p.Abort = true // see finalizer.go
 	}
 	if perr == nil {
-		perr = targetsInNamespace(p.Targets, e.o.cfg.IstioNamespace) // see targetns.go
+		perr = planner.TargetsInNamespace(p.Targets, e.o.cfg.IstioNamespace) // see targetns.go
 	}
 	if perr == nil {
 		p, perr = e.typeTargets(p) // see targetkind.go
@@ -62,7 +63,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		perr = e.overlapping(nr, p) // see overlap.go
 	}
 	if perr != nil {
-		if err := e.writePhase(ctx, nr, Decision{Phase: v1alpha1.PhasePending, Reason: oneLine(perr)}, nil); err != nil {
+		if err := e.writePhase(ctx, nr, planner.Decision{Phase: v1alpha1.PhasePending, Reason: planner.OneLine(perr)}, nil); err != nil {
 			return err
 		}
 		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
@@ -76,7 +77,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	if err != nil {
 		return err
 	}
-	d := Plan(snap, p, now)
+	d := planner.Plan(snap, p, now)
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
 		if err := e.setFinalizer(ctx, nr, true); err != nil {
 			return err // nothing started: the next pass tries again
@@ -101,13 +102,13 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	return nil
 }
 
-func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a Action) error {
+func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a planner.Action) error {
 	switch a.Kind {
-	case ActResume:
+	case planner.ActResume:
 		e.startWorker(ctx, nr, p, a.Node)
-	case ActPrepull, ActPrepullDone:
+	case planner.ActPrepull, planner.ActPrepullDone:
 		return e.prepull(ctx, nr, p, a)
-	case ActStart, ActRollback:
+	case planner.ActStart, planner.ActRollback:
 		if e.running(nr.Name, a.Node) {
 			return nil
 		}
@@ -116,13 +117,13 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 		// persist in parallel.
 		e.claim(nr.Name, a.Node)
 		e.startWorker(ctx, nr, p, a.Node)
-	case ActMarkDone:
+	case planner.ActMarkDone:
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
-	case ActMarkRolledBack:
+	case planner.ActMarkRolledBack:
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
-	case ActRetry:
+	case planner.ActRetry:
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
-	case ActForget:
+	case planner.ActForget:
 		return e.forgetNode(ctx, nr, a.Node, a.Reason)
 	}
 	return nil
@@ -154,7 +155,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 
 // writePhase records the decision's phase, the plan's node list, counts,
 // targets and conditions, and emits an Event when the phase changes.
-func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d Decision, targets []model.TargetView) error {
+func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView) error {
 	now := metav1.NewTime(e.o.cfg.Now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
 	prev, known := e.currentStatus(nr.Name, nr.UID)
@@ -206,12 +207,12 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 			}
 			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
-			ns.Reason = heldReason(*ns, d.Held[pn.Name])
+			ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
 		}
 		if d.Phase != v1alpha1.PhasePending {
 			s.Nodes = pruneUnplanned(s.Nodes, d.Order)
 		}
-		s.Counts = counts(s.Nodes)
+		s.Counts = planner.Counts(s.Nodes)
 		setConditions(s, d, nr.Generation)
 	}
 	// A new phase (or generation, or halt reason) is written before the loop
@@ -247,7 +248,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d D
 // pruneUnplanned drops the Pending entries of nodes the plan no longer has
 // (deleted, or relabelled out of the selector, before they started):
 // nothing of them is left to show. Entries that started stay, as history.
-func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []PlannedNode) []v1alpha1.NodeStatus {
+func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []v1alpha1.NodeStatus {
 	planned := make(map[string]bool, len(order))
 	for _, pn := range order {
 		planned[pn.Name] = true
@@ -273,28 +274,7 @@ func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	return nil
 }
 
-func counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {
-	c := v1alpha1.RolloutCounts{Total: int32(len(nodes))}
-	for _, n := range nodes {
-		switch {
-		case n.State == v1alpha1.NodeDone:
-			c.Done++
-		case n.State == v1alpha1.NodeSkipped:
-			c.Skipped++
-		case n.State == v1alpha1.NodeFailed:
-			c.Failed++
-		case n.State == v1alpha1.NodeRolledBack:
-			c.RolledBack++
-		case model.InFlight(n.State):
-			c.InProgress++
-		default:
-			c.Pending++
-		}
-	}
-	return c
-}
-
-func setConditions(s *v1alpha1.NodeRolloutStatus, d Decision, gen int64) {
+func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64) {
 	cond := func(t string, ok bool, reason, msg string) {
 		st := metav1.ConditionFalse
 		if ok {

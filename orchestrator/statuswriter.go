@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // statusWriter group-commits NodeRollout status writes: mutations queue up,
@@ -189,8 +190,8 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 		for _, q := range qs {
 			q.f(&next.Status)
 		}
-		next.Status.Counts = counts(next.Status.Nodes)
-		FitStatus(&next.Status) // see statusbudget.go
+		next.Status.Counts = planner.Counts(next.Status.Nodes)
+		planner.FitStatus(&next.Status) // see statusbudget.go
 		if equalStatus(cur.Status, next.Status) {
 			w.remember(name, cur)
 			return nil
@@ -237,7 +238,7 @@ func (e *executor) currentStatus(name string, uid types.UID) (v1alpha1.NodeRollo
 			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing
 		}
 	}
-	s.Counts = counts(s.Nodes)
+	s.Counts = planner.Counts(s.Nodes)
 	return s, true
 }
 

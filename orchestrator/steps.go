@@ -18,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // preflightChecks is preflight without the wait: observations only (the
@@ -481,7 +482,7 @@ func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node strin
 		e.o.log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
 		return nil, ""
 	}
-	return Controls(snap, p, node)
+	return planner.Controls(snap, p, node)
 }
 
 // drainFacts says whether ztunnel was swapped on the node in place (from the

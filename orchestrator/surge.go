@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -214,7 +215,7 @@ func podFailure(p *corev1.Pod) string {
 	if why == "" {
 		why = "phase Failed, no reason given"
 	}
-	return truncate(why, 512)
+	return planner.Truncate(why, 512)
 }
 
 // surgePods are the live pods of the DaemonSet on the node (its own, nodewise's

@@ -16,6 +16,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -59,10 +60,10 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			if !output.human() {
-				r := newPlanReport(nr.Name, d, p, orchestrator.Estimate(d.Order, p, perSwap))
+				r := newPlanReport(nr.Name, d, p, planner.Estimate(d.Order, p, perSwap))
 				return output.print(cmd.OutOrStdout(), r, r.names, nil)
 			}
-			if err := orchestrator.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), orchestrator.Estimate(d.Order, p, perSwap)); err != nil {
+			if err := planner.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), planner.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
 			}
 			kube, _, err := rolloutClients(g)
@@ -107,7 +108,7 @@ type planNode struct {
 	Window int    `json:"window"`
 }
 
-func newPlanReport(name string, d orchestrator.Decision, p model.Policy, est time.Duration) planReport {
+func newPlanReport(name string, d planner.Decision, p model.Policy, est time.Duration) planReport {
 	r := planReport{Rollout: name, Phase: string(d.Phase), Reason: d.Reason, Estimate: est.String(), Nodes: []planNode{}}
 	for _, t := range p.Targets {
 		r.Targets = append(r.Targets, t.Namespace+"/"+t.Name)
@@ -162,19 +163,19 @@ func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs health.Addr
 		err = fmt.Errorf("%w (if the orchestrator allows it, pass the same --gate-address-allow here)", err)
 	}
 	if err != nil {
-		return errors.New(orchestrator.OneLine(err))
+		return errors.New(planner.OneLine(err))
 	}
 	return nil
 }
 
-func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p model.Policy) (orchestrator.Decision, error) {
+func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p model.Policy) (planner.Decision, error) {
 	kube, _, err := rolloutClients(g)
 	if err != nil {
-		return orchestrator.Decision{}, err
+		return planner.Decision{}, err
 	}
 	snap, err := orchestrator.SnapshotFromAPI(ctx, kube, nr, p)
 	if err != nil {
-		return orchestrator.Decision{}, err
+		return planner.Decision{}, err
 	}
-	return orchestrator.Plan(snap, p, time.Now()), nil
+	return planner.Plan(snap, p, time.Now()), nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // renderSwaps prints, per target, the swap nodewise will use (or the one line
@@ -48,7 +49,7 @@ func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p 
 // renderForecast reads every planned node's agent and prints the predicted
 // disruption (orchestrator.RenderForecast). An unreachable agent is shown as
 // such; drain auto would drain that node.
-func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface, agents judgegate.AgentConfig, order []orchestrator.PlannedNode,
+func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface, agents judgegate.AgentConfig, order []planner.PlannedNode,
 	p model.Policy, swap model.SwapKind, deadline time.Duration) error {
 	client, err := judgegate.Agents(agents, kube, zap.NewNop())
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/deploy/crds"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // rolloutFile is a NodeRollout read from -f: the typed object, its policy,
@@ -32,13 +32,13 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs health
 	if err != nil {
 		return rolloutFile{}, err
 	}
-	nr, p, perr := orchestrator.ParseRollout(doc)
+	nr, p, perr := planner.ParseRollout(doc)
 	if nr == nil {
-		return rolloutFile{}, errors.New(orchestrator.OneLine(perr))
+		return rolloutFile{}, errors.New(planner.OneLine(perr))
 	}
 	msgs := []string{}
 	if perr != nil {
-		msgs = append(msgs, orchestrator.OneLine(perr))
+		msgs = append(msgs, planner.OneLine(perr))
 	}
 	// The judge's own reading of spec.gates says more than the schema
 	// ("listed twice", "must be a decimal number"): it goes first, and the

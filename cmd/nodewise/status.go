@@ -18,7 +18,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
@@ -78,7 +78,7 @@ func (w *statusWriter) show(nr *v1alpha1.NodeRollout) error {
 	w.last = key
 	var buf bytes.Buffer
 	if w.human {
-		if err := orchestrator.RenderStatus(&buf, nr, time.Now()); err != nil {
+		if err := planner.RenderStatus(&buf, nr, time.Now()); err != nil {
 			return err
 		}
 	} else if err := w.printer.print(&buf, nr, ""); err != nil {

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -154,7 +154,7 @@ func swapFloors(nr *v1alpha1.NodeRollout, slots int, sc *swapClock) (floor, barr
 	for _, n := range nr.Status.Nodes {
 		views = append(views, model.NodeView{Name: n.Name, Zone: n.Zone})
 	}
-	plan, _ := orchestrator.Order(views, nr.Spec.CanaryNodes, int(nr.Spec.MaxParallel))
+	plan, _ := planner.Order(views, nr.Spec.CanaryNodes, int(nr.Spec.MaxParallel))
 	slots = min(slots, int(nr.Spec.MaxUnavailable))
 	slowest := map[int]time.Duration{}
 	windows := map[int][]time.Duration{}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // kuredDaemonSet creates a Kured-style DaemonSet in kube-system (scheduled
@@ -24,7 +24,7 @@ func (e *env) kuredDaemonSet(node string) {
 	labels := map[string]string{"name": "kured"}
 	ds := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured", Annotations: map[string]string{
-			orchestrator.AnnotationKuredLock: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
+			planner.AnnotationKuredLock: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
 		}},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -103,7 +103,7 @@ func TestKuredLockHoldsANode(t *testing.T) {
 	released := time.Now()
 	e.uncordon(rebooting)
 	if _, err := e.c.Client.AppsV1().DaemonSets("kube-system").Patch(context.Background(), "kured", "application/merge-patch+json",
-		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, orchestrator.AnnotationKuredLock)), metav1.PatchOptions{}); err != nil {
+		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, planner.AnnotationKuredLock)), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nr = e.waitPhase("beside-kured", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)

@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -405,7 +405,7 @@ func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, 
 		return len(data)
 	}
 	asIs = size()
-	trimmed = orchestrator.FitStatus(&big.Status)
+	trimmed = planner.FitStatus(&big.Status)
 	return asIs, size(), trimmed
 }
 

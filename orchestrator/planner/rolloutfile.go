@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"errors"
@@ -54,9 +54,6 @@ func ParseRollout(data []byte) (*v1alpha1.NodeRollout, model.Policy, error) {
 	}
 	return nr, p, errors.Join(errs...)
 }
-
-// OneLine flattens a joined error for a one-line CLI message.
-func OneLine(err error) string { return oneLine(err) }
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"encoding/json"
@@ -31,7 +31,7 @@ const messageLimit = 8 << 10
 
 // truncate cuts s to at most max bytes (on a rune boundary), ending it with
 // a mark that says how many bytes were cut.
-func truncate(s string, max int) string {
+func Truncate(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
@@ -48,13 +48,13 @@ func truncate(s string, max int) string {
 
 // boundMessages cuts every free-text field of s to messageLimit.
 func boundMessages(s *v1alpha1.NodeRolloutStatus) {
-	s.HaltReason = truncate(s.HaltReason, messageLimit)
+	s.HaltReason = Truncate(s.HaltReason, messageLimit)
 	for i := range s.Conditions {
-		s.Conditions[i].Message = truncate(s.Conditions[i].Message, messageLimit)
+		s.Conditions[i].Message = Truncate(s.Conditions[i].Message, messageLimit)
 	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		n.Reason, n.Verdict = truncate(n.Reason, messageLimit), truncate(n.Verdict, messageLimit)
+		n.Reason, n.Verdict = Truncate(n.Reason, messageLimit), Truncate(n.Verdict, messageLimit)
 	}
 }
 

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // so a target elsewhere would be refused mid-swap, on a cordoned node. One
 // orchestrator swaps one namespace's data plane; a second namespace needs
 // its own orchestrator (its own --istio-namespace and Roles there).
-func targetsInNamespace(targets []v1alpha1.TargetRef, ns string) error {
+func TargetsInNamespace(targets []v1alpha1.TargetRef, ns string) error {
 	for i, t := range targets {
 		if t.Namespace != ns {
 			return fmt.Errorf("spec.targets[%d] %s/%s: not in the Istio namespace %s, the only one where this orchestrator may delete and create pods (--istio-namespace, and its RBAC Roles there)",

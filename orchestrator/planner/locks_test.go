@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"strings"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -17,7 +18,7 @@ func TestKuredAndSUCHolders(t *testing.T) {
 	ds := func(name, lock string) *appsv1.DaemonSet {
 		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name, Annotations: map[string]string{AnnotationKuredLock: lock}}}
 	}
-	held, bad := kuredHolders([]*appsv1.DaemonSet{
+	held, bad := KuredHolders([]*appsv1.DaemonSet{
 		ds("kured", `{"nodeID":"n1","metadata":{"unschedulable":false},"created":"2026-12-01T00:00:00Z","TTL":0}`),
 		ds("kured-multi", `{"maxOwners":2,"locks":[{"nodeID":"n2"},{"nodeID":"n3"}]}`),
 		ds("released", ""),
@@ -34,7 +35,7 @@ func TestKuredAndSUCHolders(t *testing.T) {
 	pod := func(node string, phase corev1.PodPhase) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "system-upgrade", Name: "apply-" + node, Labels: map[string]string{LabelSUCPlan: "os", LabelSUCNode: node}}, Status: corev1.PodStatus{Phase: phase}}
 	}
-	suc := sucHolders([]*corev1.Pod{pod("n4", corev1.PodRunning), pod("n5", corev1.PodSucceeded)})
+	suc := SUCHolders([]*corev1.Pod{pod("n4", corev1.PodRunning), pod("n5", corev1.PodSucceeded)})
 	if len(suc) != 1 || !strings.Contains(suc["n4"], "plan os") {
 		t.Fatalf("SUC holders %v, want n4 only", suc)
 	}
@@ -45,18 +46,18 @@ func TestKuredAndSUCHolders(t *testing.T) {
 // more budget, and with countOthers off only nodewise's own nodes count.
 func TestPlanCountsOtherMaintenance(t *testing.T) {
 	world := func() []model.NodeView {
-		ns := fleet(1, 8)
+		ns := fixture.Fleet(1, 8)
 		for _, n := range []string{"zone-a-00", "zone-a-01", "zone-a-02"} {
-			upgrade(ns, n)
-			setState(ns, n, v1alpha1.NodeDone)
+			fixture.Upgrade(ns, n)
+			fixture.SetState(ns, n, v1alpha1.NodeDone)
 		}
-		setState(ns, "zone-a-03", v1alpha1.NodeSwapZtunnel)
+		fixture.SetState(ns, "zone-a-03", v1alpha1.NodeSwapZtunnel)
 		ns[4].HeldBy, ns[4].Unschedulable = "held by Kured's lock", true
 		ns[5].Unschedulable = true
 		return ns
 	}
-	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 3 })
+	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 3 })
 	d := Plan(model.Snapshot{Nodes: world(), Targets: tgts}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	// 3 - 2 others - 1 in flight = 0 budget: only the cordoned zone-a-05
 	// may start (it is unavailable already), zone-a-04 waits for Kured.
@@ -68,7 +69,7 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 		t.Errorf("reason %q does not name the held node and the count", d.Reason)
 	}
 	off := false
-	p2 := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+	p2 := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 4, 3
 		s.Coordination.CountOthers = &off
 	})
@@ -86,10 +87,10 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 // nodes after it start, it says why, and it starts once Ready again.
 func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	ns := fleet(1, 4)
+	ns := fixture.Fleet(1, 4)
 	ns[0].Ready = false // zone-a-00, the first wave on its own
-	tgts := targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
+	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
 	d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if got := strings.Join(starts(d), " "); got != "zone-a-01 zone-a-02" {
 		t.Fatalf("started %q, want the two nodes after the NotReady one (%s)", got, d.Reason)
@@ -98,8 +99,8 @@ func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
 		t.Fatalf("held %v: the NotReady node does not say why it waits", d.Held)
 	}
 	for _, n := range []string{"zone-a-01", "zone-a-02", "zone-a-03"} {
-		upgrade(ns, n)
-		setState(ns, n, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, n)
+		fixture.SetState(ns, n, v1alpha1.NodeDone)
 	}
 	if d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now); d.Phase == v1alpha1.PhaseCompleted || len(starts(d)) != 0 {
 		t.Fatalf("with only the NotReady node left: phase %s, starts %v", d.Phase, starts(d))

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ import (
 
 // overlapping is the first unfinished rollout in others that claims a node
 // me selects before me, as an error naming it and the shared nodes.
-func overlapping(me *v1alpha1.NodeRollout, mine model.Policy, others []*v1alpha1.NodeRollout, nodes []*corev1.Node) error {
+func Overlapping(me *v1alpha1.NodeRollout, mine model.Policy, others []*v1alpha1.NodeRollout, nodes []*corev1.Node) error {
 	meActive := underWay(me)
 	for _, o := range sortedByAge(others) {
 		if o.UID == me.UID || o.Name == me.Name || finished(o) || o.DeletionTimestamp != nil {
@@ -89,20 +89,4 @@ func sortedByAge(nrs []*v1alpha1.NodeRollout) []*v1alpha1.NodeRollout {
 	out := append([]*v1alpha1.NodeRollout(nil), nrs...)
 	sort.Slice(out, func(i, j int) bool { return olderThan(out[i], out[j]) })
 	return out
-}
-
-// overlapping reads every NodeRollout and node from the caches.
-func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p model.Policy) error {
-	var all []*v1alpha1.NodeRollout
-	for _, obj := range e.rolloutStore.List() {
-		all = append(all, obj.(*v1alpha1.NodeRollout))
-	}
-	if len(all) < 2 {
-		return nil
-	}
-	nodes, err := e.nodes.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
-	}
-	return overlapping(nr, p, all, nodes)
 }

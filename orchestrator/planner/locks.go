@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"encoding/json"
@@ -36,7 +36,7 @@ type kuredLock struct {
 // --ds-name and --ds-namespace need no setting here). A lock nodewise cannot
 // read holds nothing but is reported, so a Kured version with another format
 // shows up in status instead of being ignored in silence.
-func kuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
+func KuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
 	held := map[string]string{}
 	var unreadable []string
 	for _, ds := range dss {
@@ -60,7 +60,7 @@ func kuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
 
 // sucHolders maps each node a system-upgrade-controller job is upgrading
 // (a job pod labelled with its plan, not finished) to why.
-func sucHolders(pods []*corev1.Pod) map[string]string {
+func SUCHolders(pods []*corev1.Pod) map[string]string {
 	held := map[string]string{}
 	for _, p := range pods {
 		plan, ok := p.Labels[LabelSUCPlan]
@@ -79,29 +79,9 @@ func sucHolders(pods []*corev1.Pod) map[string]string {
 }
 
 // sucPodSelector selects the job pods of any SUC plan.
-func sucPodSelector() labels.Selector {
+func SUCPodSelector() labels.Selector {
 	r, _ := labels.NewRequirement(LabelSUCPlan, selection.Exists, nil)
 	return labels.NewSelector().Add(*r)
-}
-
-// otherMaintenance is, per node, why another tool holds it (Kured's lock,
-// an SUC plan's job), from the caches.
-func (e *executor) otherMaintenance() (map[string]string, []string, error) {
-	dss, err := e.dss.List(labels.Everything())
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
-	}
-	held, unreadable := kuredHolders(dss)
-	pods, err := e.pods.List(sucPodSelector())
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
-	}
-	for n, why := range sucHolders(pods) {
-		if _, ok := held[n]; !ok {
-			held[n] = why
-		}
-	}
-	return held, unreadable, nil
 }
 
 // heldByOthers is a node unavailable through someone else: held by another
@@ -137,7 +117,7 @@ const heldPrefix = "waiting: "
 
 // heldReason is a node's status reason given why another tool holds it now
 // ("" when none does): only a Pending node shows it.
-func heldReason(ns v1alpha1.NodeStatus, why string) string {
+func HeldReason(ns v1alpha1.NodeStatus, why string) string {
 	pending := ns.State == "" || ns.State == v1alpha1.NodePending
 	switch {
 	case pending && why != "":

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"errors"
@@ -142,7 +142,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		problems = append(problems, err)
 	}
 	if len(problems) > 0 {
-		d.Phase, d.Reason = v1alpha1.PhasePending, oneLine(errors.Join(problems...))
+		d.Phase, d.Reason = v1alpha1.PhasePending, OneLine(errors.Join(problems...))
 		return d
 	}
 
@@ -387,4 +387,27 @@ func failedReason(nodes []model.NodeView) string {
 	return "halted"
 }
 
-func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+// OneLine flattens a joined error for a one-line message (CLI, status).
+func OneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// counts tallies the node states of a status.
+func Counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {
+	c := v1alpha1.RolloutCounts{Total: int32(len(nodes))}
+	for _, n := range nodes {
+		switch {
+		case n.State == v1alpha1.NodeDone:
+			c.Done++
+		case n.State == v1alpha1.NodeSkipped:
+			c.Skipped++
+		case n.State == v1alpha1.NodeFailed:
+			c.Failed++
+		case n.State == v1alpha1.NodeRolledBack:
+			c.RolledBack++
+		case model.InFlight(n.State):
+			c.InProgress++
+		default:
+			c.Pending++
+		}
+	}
+	return c
+}

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"fmt"
@@ -11,69 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
-
-const oldHash, newHash = "old111", "new222"
-
-func targets(strategy appsv1.DaemonSetUpdateStrategyType) []model.TargetView {
-	var ts []model.TargetView
-	for _, r := range model.DefaultTargets {
-		ts = append(ts, model.TargetView{Ref: r, Found: true, Strategy: strategy, NewestHash: newHash, Settled: true})
-	}
-	return ts
-}
-
-// fleet builds n nodes per zone, named z<zone>-<i>, every pod on the old revision.
-func fleet(zones, perZone int) []model.NodeView {
-	var ns []model.NodeView
-	for z := 0; z < zones; z++ {
-		for i := 0; i < perZone; i++ {
-			zone := fmt.Sprintf("zone-%c", 'a'+z)
-			name := fmt.Sprintf("%s-%02d", zone, i)
-			pods := map[string]model.PodView{}
-			for _, r := range model.DefaultTargets {
-				pods[r.Namespace+"/"+r.Name] = model.PodView{Name: r.Name + "-" + name, Hash: oldHash, Ready: true}
-			}
-			ns = append(ns, model.NodeView{Name: name, Zone: zone, Ready: true, Labels: map[string]string{model.LabelZone: zone}, State: v1alpha1.NodePending, Pods: pods})
-		}
-	}
-	return ns
-}
-
-func policy(t *testing.T, mut func(*v1alpha1.NodeRolloutSpec)) model.Policy {
-	t.Helper()
-	spec := v1alpha1.NodeRolloutSpec{MaxParallel: 4, MaxUnavailable: 4}
-	// No baseline or soak unless a test asks (the defaults are minutes).
-	spec.Baseline, spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{}
-	if mut != nil {
-		mut(&spec)
-	}
-	p, err := model.NewPolicy(spec)
-	if err != nil {
-		t.Fatalf("NewPolicy: %v", err)
-	}
-	return p
-}
-
-func setState(ns []model.NodeView, name string, st v1alpha1.NodeState) {
-	for i := range ns {
-		if ns[i].Name == name {
-			ns[i].State = st
-		}
-	}
-}
-
-func upgrade(ns []model.NodeView, name string) {
-	for i := range ns {
-		if ns[i].Name == name {
-			for k, p := range ns[i].Pods {
-				p.Hash = newHash
-				ns[i].Pods[k] = p
-			}
-		}
-	}
-}
 
 func starts(d Decision) []string {
 	var out []string
@@ -86,7 +26,7 @@ func starts(d Decision) []string {
 }
 
 func TestOrderCanariesThenZonesWithRampingWaves(t *testing.T) {
-	ns := fleet(3, 5)
+	ns := fixture.Fleet(3, 5)
 	plan, missing := Order(ns, []string{"zone-c-04", "zone-a-02"}, 4)
 	if len(missing) != 0 {
 		t.Fatalf("missing %v", missing)
@@ -130,7 +70,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "second wave waits for the first to finish",
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeSoak)
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeSoak)
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil,
@@ -138,8 +78,8 @@ func TestPlan(t *testing.T) {
 		{
 			name: "after wave 1 (1 node) wave 2 starts two nodes",
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeDone)
-				upgrade(ns, "zone-a-00")
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+				fixture.Upgrade(ns, "zone-a-00")
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01", "zone-a-02"},
@@ -148,8 +88,8 @@ func TestPlan(t *testing.T) {
 			name: "maxUnavailable caps a wave",
 			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 1 },
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeDone)
-				upgrade(ns, "zone-a-00")
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+				fixture.Upgrade(ns, "zone-a-00")
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01"},
@@ -158,10 +98,10 @@ func TestPlan(t *testing.T) {
 			name: "in-flight nodes use the maxUnavailable budget",
 			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 2 },
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeDone)
-				upgrade(ns, "zone-a-00")
-				setState(ns, "zone-a-01", v1alpha1.NodeWaitReady)
-				setState(ns, "zone-a-02", v1alpha1.NodeCordon)
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+				fixture.Upgrade(ns, "zone-a-00")
+				fixture.SetState(ns, "zone-a-01", v1alpha1.NodeWaitReady)
+				fixture.SetState(ns, "zone-a-02", v1alpha1.NodeCordon)
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil,
@@ -169,7 +109,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a failed node halts and nothing new starts",
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeFailed)
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeFailed)
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseHalted, wantStart: nil, reason: "zone-a-00",
@@ -198,7 +138,7 @@ func TestPlan(t *testing.T) {
 				s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "02:00", End: "04:00"}}
 			},
 			world: func(ns []model.NodeView) []model.NodeView {
-				setState(ns, "zone-a-00", v1alpha1.NodeDrain)
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDrain)
 				return ns
 			},
 			now:       monday10,
@@ -214,7 +154,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name:      "RollingUpdate target is refused naming the Helm value",
-			targets:   targets(appsv1.RollingUpdateDaemonSetStrategyType),
+			targets:   fixture.Targets(appsv1.RollingUpdateDaemonSetStrategyType),
 			wantPhase: v1alpha1.PhasePending, wantStart: nil, reason: "updateStrategy.type=OnDelete",
 		},
 		{
@@ -225,11 +165,11 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a template the DaemonSet controller has not observed: nothing starts, nothing is done",
 			world: func(ns []model.NodeView) []model.NodeView {
-				upgrade(ns, "zone-a-00")
+				fixture.Upgrade(ns, "zone-a-00")
 				return ns
 			},
 			targets: func() []model.TargetView {
-				ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+				ts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 				ts[1].Settled = false
 				return ts
 			}(),
@@ -238,7 +178,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a node already on the newest revision is done, not swapped",
 			world: func(ns []model.NodeView) []model.NodeView {
-				upgrade(ns, "zone-a-00")
+				fixture.Upgrade(ns, "zone-a-00")
 				return ns
 			},
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: []string{"zone-a-01", "zone-a-02"},
@@ -246,7 +186,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a pod on the new revision but not Ready is not done",
 			world: func(ns []model.NodeView) []model.NodeView {
-				upgrade(ns, "zone-a-00")
+				fixture.Upgrade(ns, "zone-a-00")
 				p := ns[0].Pods["istio-system/ztunnel"]
 				p.Ready = false
 				ns[0].Pods["istio-system/ztunnel"] = p
@@ -258,7 +198,7 @@ func TestPlan(t *testing.T) {
 			name: "all nodes on the newest revision completes",
 			world: func(ns []model.NodeView) []model.NodeView {
 				for _, n := range ns {
-					upgrade(ns, n.Name)
+					fixture.Upgrade(ns, n.Name)
 				}
 				return ns
 			},
@@ -279,19 +219,19 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := fleet(3, 4)
+			ns := fixture.Fleet(3, 4)
 			if tc.world != nil {
 				ns = tc.world(ns)
 			}
 			ts := tc.targets
 			if ts == nil {
-				ts = targets(appsv1.OnDeleteDaemonSetStrategyType)
+				ts = fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 			}
 			now := tc.now
 			if now.IsZero() {
 				now = monday10
 			}
-			d := Plan(model.Snapshot{Nodes: ns, Targets: ts, Status: tc.status}, policy(t, tc.spec), now)
+			d := Plan(model.Snapshot{Nodes: ns, Targets: ts, Status: tc.status}, fixture.Policy(t, tc.spec), now)
 			if d.Phase != tc.wantPhase {
 				t.Errorf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
 			}
@@ -306,37 +246,37 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPlanResumesInFlightEvenWhenHalted(t *testing.T) {
-	ns := fleet(1, 3)
-	setState(ns, "zone-a-00", v1alpha1.NodeFailed)
-	setState(ns, "zone-a-01", v1alpha1.NodeUncordon)
-	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	ns := fixture.Fleet(1, 3)
+	fixture.SetState(ns, "zone-a-00", v1alpha1.NodeFailed)
+	fixture.SetState(ns, "zone-a-01", v1alpha1.NodeUncordon)
+	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, fixture.Policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseHalted {
 		t.Fatalf("phase %s", d.Phase)
 	}
 	if len(d.Actions) != 1 || d.Actions[0].Kind != ActResume || d.Actions[0].Node != "zone-a-01" {
 		t.Fatalf("actions %+v, want only Resume zone-a-01", d.Actions)
 	}
-	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), ResumeRequested: true}, policy(t, nil), time.Now())
+	d = Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), ResumeRequested: true}, fixture.Policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseProgressing || d.Actions[len(d.Actions)-1] != (Action{Kind: ActRetry, Node: "zone-a-00", Reason: "halt cleared by resume"}) {
 		t.Fatalf("resume: %s %+v", d.Phase, d.Actions)
 	}
 }
 
 func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
-	ns := fleet(1, 4)
+	ns := fixture.Fleet(1, 4)
 	for _, n := range ns[:3] { // three nodes were upgraded to "new222"
-		setState(ns, n.Name, v1alpha1.NodeDone)
-		upgrade(ns, n.Name)
+		fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, n.Name)
 	}
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel = 2; s.MaxUnavailable = 2 })
-	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
-	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel = 2; s.MaxUnavailable = 2 })
+	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: fixture.NewHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: fixture.NewHash}}}
+	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 0 || !strings.Contains(d.Reason, "re-apply the previous chart") {
 		t.Fatalf("template not restored yet: %s %q %+v", d.Phase, d.Reason, d.Actions)
 	}
-	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	restored := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 	for i := range restored {
-		restored[i].NewestHash = oldHash
+		restored[i].NewestHash = fixture.OldHash
 	}
 	d = Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	var got []string
@@ -350,7 +290,7 @@ func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
 }
 
 func TestOrderWindowsSlideOnceTheRampIsFull(t *testing.T) {
-	ns := fleet(3, 5)
+	ns := fixture.Fleet(3, 5)
 	plan, _ := Order(ns, []string{"zone-c-04"}, 2)
 	var got []string
 	for _, p := range plan {
@@ -369,40 +309,40 @@ func TestOrderWindowsSlideOnceTheRampIsFull(t *testing.T) {
 }
 
 func TestPlanSlidingWindow(t *testing.T) {
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 3 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 3 })
 	// zone-a: wave 1 (a-00) and wave 2 (a-01, a-02) are ramp waves and
 	// barriers; a-03 … a-05 share zone-a's sliding window with waves 3 and 4.
-	ns := fleet(2, 6)
+	ns := fixture.Fleet(2, 6)
 	for _, n := range []string{"zone-a-00", "zone-a-01", "zone-a-02"} {
-		setState(ns, n, v1alpha1.NodeDone)
-		upgrade(ns, n)
+		fixture.SetState(ns, n, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, n)
 	}
-	setState(ns, "zone-a-03", v1alpha1.NodeDone)
-	upgrade(ns, "zone-a-03")
-	setState(ns, "zone-a-04", v1alpha1.NodeSwapZtunnel)
-	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	fixture.SetState(ns, "zone-a-03", v1alpha1.NodeDone)
+	fixture.Upgrade(ns, "zone-a-03")
+	fixture.SetState(ns, "zone-a-04", v1alpha1.NodeSwapZtunnel)
+	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	// a-03 finished while a-04 (its wave) is still swapping: a-05 (next wave)
 	// takes the free slot; maxParallel 2 caps it below maxUnavailable 3.
 	if got := starts(d); !reflect.DeepEqual(got, []string{"zone-a-05"}) {
 		t.Fatalf("starts %v, want [zone-a-05]", got)
 	}
 	// The next zone waits until zone-a is finished.
-	setState(ns, "zone-a-05", v1alpha1.NodeCordon)
-	setState(ns, "zone-a-04", v1alpha1.NodeDone)
-	upgrade(ns, "zone-a-04")
-	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	fixture.SetState(ns, "zone-a-05", v1alpha1.NodeCordon)
+	fixture.SetState(ns, "zone-a-04", v1alpha1.NodeDone)
+	fixture.Upgrade(ns, "zone-a-04")
+	d = Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v across a zone boundary while zone-a-05 is in flight", got)
 	}
 	// A ramp wave is a barrier: with wave 2 half done, wave 3 does not start.
-	ns = fleet(1, 6)
-	setState(ns, "zone-a-00", v1alpha1.NodeDone)
-	upgrade(ns, "zone-a-00")
-	setState(ns, "zone-a-01", v1alpha1.NodeDone)
-	upgrade(ns, "zone-a-01")
-	setState(ns, "zone-a-02", v1alpha1.NodeGate)
-	p = policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 4 })
-	d = Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	ns = fixture.Fleet(1, 6)
+	fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+	fixture.Upgrade(ns, "zone-a-00")
+	fixture.SetState(ns, "zone-a-01", v1alpha1.NodeDone)
+	fixture.Upgrade(ns, "zone-a-01")
+	fixture.SetState(ns, "zone-a-02", v1alpha1.NodeGate)
+	p = fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 4 })
+	d = Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v before ramp wave 2 finished", got)
 	}
@@ -416,7 +356,7 @@ func TestPlanSlidingWindow(t *testing.T) {
 func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 	const newer = "newer333"
 	newest := func(hash string) []model.TargetView {
-		ts := targets(appsv1.OnDeleteDaemonSetStrategyType)
+		ts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 		for i := range ts {
 			ts[i].NewestHash = hash
 		}
@@ -433,18 +373,18 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 			name: "every node done on the newest",
 			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
-					setState(ns, n.Name, v1alpha1.NodeDone)
-					upgrade(ns, n.Name)
+					fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+					fixture.Upgrade(ns, n.Name)
 				}
 			},
-			targets: newest(newHash), wantPhase: v1alpha1.PhaseCompleted,
+			targets: newest(fixture.NewHash), wantPhase: v1alpha1.PhaseCompleted,
 		},
 		{
 			name: "the template moved on after every node was done",
 			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
-					setState(ns, n.Name, v1alpha1.NodeDone)
-					upgrade(ns, n.Name)
+					fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+					fixture.Upgrade(ns, n.Name)
 				}
 			},
 			targets: newest(newer), wantPhase: v1alpha1.PhaseProgressing,
@@ -453,8 +393,8 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 		{
 			name: "the template moved on mid-rollout",
 			setup: func(ns []model.NodeView) {
-				setState(ns, "zone-a-00", v1alpha1.NodeDone)
-				upgrade(ns, "zone-a-00")
+				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+				fixture.Upgrade(ns, "zone-a-00")
 			},
 			targets: newest(newer), wantPhase: v1alpha1.PhaseProgressing,
 			want: []string{"Retry:zone-a-00"},
@@ -463,21 +403,21 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 			name: "a done node's pod restarting on the newest",
 			setup: func(ns []model.NodeView) {
 				for _, n := range ns {
-					setState(ns, n.Name, v1alpha1.NodeDone)
-					upgrade(ns, n.Name)
+					fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+					fixture.Upgrade(ns, n.Name)
 				}
 				p := ns[1].Pods["istio-system/ztunnel"]
 				p.Ready = false
 				ns[1].Pods["istio-system/ztunnel"] = p
 			},
-			targets: newest(newHash), wantPhase: v1alpha1.PhaseCompleted,
+			targets: newest(fixture.NewHash), wantPhase: v1alpha1.PhaseCompleted,
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := fleet(1, 3)
+			ns := fixture.Fleet(1, 3)
 			tc.setup(ns)
-			d := Plan(model.Snapshot{Nodes: ns, Targets: tc.targets}, policy(t, nil), time.Now())
+			d := Plan(model.Snapshot{Nodes: ns, Targets: tc.targets}, fixture.Policy(t, nil), time.Now())
 			if d.Phase != tc.wantPhase {
 				t.Fatalf("phase %s (%s), want %s", d.Phase, d.Reason, tc.wantPhase)
 			}
@@ -498,19 +438,19 @@ func TestPlanDoneNodesRecheckedAgainstNewestRevision(t *testing.T) {
 // TestPlanRollbackTakesTheFailedNode: the node a halt stopped on may have
 // been swapped; rollback takes it back too, first (it was swapped last).
 func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
-	ns := fleet(1, 4)
+	ns := fixture.Fleet(1, 4)
 	for _, n := range ns[:2] {
-		setState(ns, n.Name, v1alpha1.NodeDone)
-		upgrade(ns, n.Name)
+		fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, n.Name)
 	}
-	setState(ns, "zone-a-02", v1alpha1.NodeFailed)
-	upgrade(ns, "zone-a-02")
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel, s.MaxUnavailable = 1, 1 })
-	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	fixture.SetState(ns, "zone-a-02", v1alpha1.NodeFailed)
+	fixture.Upgrade(ns, "zone-a-02")
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel, s.MaxUnavailable = 1, 1 })
+	restored := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 	for i := range restored {
-		restored[i].NewestHash = oldHash
+		restored[i].NewestHash = fixture.OldHash
 	}
-	status := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
+	status := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: fixture.NewHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: fixture.NewHash}}}
 	d := Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 1 || d.Actions[0] != (Action{Kind: ActRollback, Node: "zone-a-02"}) {
 		t.Fatalf("%s %q %+v, want RollingBack starting with the failed zone-a-02", d.Phase, d.Reason, d.Actions)
@@ -526,11 +466,11 @@ func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
 // gate; it is never marked Done for being on the newest revision. A node
 // this rollout never started is.
 func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
-	ns := fleet(1, 3)
-	upgrade(ns, "zone-a-00")
-	upgrade(ns, "zone-a-01")
+	ns := fixture.Fleet(1, 3)
+	fixture.Upgrade(ns, "zone-a-00")
+	fixture.Upgrade(ns, "zone-a-01")
 	ns[0].Retried = true // zone-a-00: Pending in this rollout's record
-	d := Plan(model.Snapshot{Nodes: ns, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, fixture.Policy(t, nil), time.Now())
 	var got []string
 	for _, a := range d.Actions {
 		got = append(got, string(a.Kind)+" "+a.Node)
@@ -545,17 +485,17 @@ func TestPlanRetriedNodeIsGatedAgain(t *testing.T) {
 // selector mid-step is still resumed (its worker makes it safe) and still
 // holds its slot of maxUnavailable until then.
 func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
-	nodes := fleet(1, 4)
+	nodes := fixture.Fleet(1, 4)
 	for i := range nodes {
 		nodes[i].Labels["pool"] = "a"
 	}
 	nodes[0].Labels["pool"] = "b" // relabelled out while draining
-	setState(nodes, nodes[0].Name, v1alpha1.NodeDrain)
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+	fixture.SetState(nodes, nodes[0].Name, v1alpha1.NodeDrain)
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 2, 2
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
 	})
-	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	var resumed []string
 	for _, a := range d.Actions {
 		if a.Kind == ActResume {
@@ -578,12 +518,12 @@ func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
 // TestPlanForgetsADeletedNode: a status entry in flight whose Node is gone
 // is ended (ActForget); one that finished is left as history.
 func TestPlanForgetsADeletedNode(t *testing.T) {
-	nodes := fleet(1, 2)
+	nodes := fixture.Fleet(1, 2)
 	st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{
 		{Name: "gone-soaking", State: v1alpha1.NodeSoak},
 		{Name: "gone-done", State: v1alpha1.NodeDone},
 	}}
-	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, fixture.Policy(t, nil), time.Now())
 	var forgot []Action
 	for _, a := range d.Actions {
 		if a.Kind == ActForget {
@@ -601,21 +541,21 @@ func TestPlanForgetsADeletedNode(t *testing.T) {
 // not planned again, so the entry would read in flight forever
 // (TestNodeDeletedInFlightLeavesTheRollout failed so once).
 func TestPlanNotCompletedWhileADeletedNodeIsInFlight(t *testing.T) {
-	nodes := fleet(1, 2)
+	nodes := fixture.Fleet(1, 2)
 	for _, n := range nodes {
-		setState(nodes, n.Name, v1alpha1.NodeDone)
-		upgrade(nodes, n.Name)
+		fixture.SetState(nodes, n.Name, v1alpha1.NodeDone)
+		fixture.Upgrade(nodes, n.Name)
 	}
 	st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{{Name: "gone", State: v1alpha1.NodeDrain}}}
 	for _, n := range nodes {
 		st.Nodes = append(st.Nodes, v1alpha1.NodeStatus{Name: n.Name, State: v1alpha1.NodeDone})
 	}
-	d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now())
+	d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, fixture.Policy(t, nil), time.Now())
 	if d.Phase != v1alpha1.PhaseProgressing || !strings.Contains(d.Reason, "deleted in flight") {
 		t.Errorf("phase %s (%s); want Progressing until the deleted node's entry is ended", d.Phase, d.Reason)
 	}
 	st.Nodes[0].State = v1alpha1.NodeSkipped
-	if d := Plan(model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, policy(t, nil), time.Now()); d.Phase != v1alpha1.PhaseCompleted {
+	if d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, fixture.Policy(t, nil), time.Now()); d.Phase != v1alpha1.PhaseCompleted {
 		t.Errorf("once ended: phase %s (%s); want Completed", d.Phase, d.Reason)
 	}
 }
@@ -624,9 +564,9 @@ func TestPlanNotCompletedWhileADeletedNodeIsInFlight(t *testing.T) {
 // mistake before the rollout starts (Pending), and a node that left once it
 // has started (the rollout goes on without it).
 func TestPlanCanaryGoneAfterStart(t *testing.T) {
-	nodes := fleet(1, 3)
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.CanaryNodes = []string{"gone"} })
-	snap := model.Snapshot{Nodes: nodes, Targets: targets(appsv1.OnDeleteDaemonSetStrategyType)}
+	nodes := fixture.Fleet(1, 3)
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.CanaryNodes = []string{"gone"} })
+	snap := model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}
 	if d := Plan(snap, p, time.Now()); d.Phase != v1alpha1.PhasePending || !strings.Contains(d.Reason, "gone") {
 		t.Errorf("before the start: %s %q, want Pending naming the canary", d.Phase, d.Reason)
 	}
@@ -640,25 +580,25 @@ func TestPlanCanaryGoneAfterStart(t *testing.T) {
 // starts no more swaps back; the rollout ends Aborted once nothing is in
 // flight (the rollback used to be planned before the abort was read).
 func TestPlanAbortStopsARollback(t *testing.T) {
-	ns := fleet(1, 4)
+	ns := fixture.Fleet(1, 4)
 	for _, n := range ns[:3] {
-		setState(ns, n.Name, v1alpha1.NodeDone)
-		upgrade(ns, n.Name)
+		fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, n.Name)
 	}
-	p := policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
 		s.Rollback, s.Abort = true, true
 		s.MaxParallel, s.MaxUnavailable = 2, 2
 	})
-	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: newHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: newHash}}}
-	restored := targets(appsv1.OnDeleteDaemonSetStrategyType)
+	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: fixture.NewHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: fixture.NewHash}}}
+	restored := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 	for i := range restored {
-		restored[i].NewestHash = oldHash
+		restored[i].NewestHash = fixture.OldHash
 	}
 	d := Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseAborted || len(d.Actions) != 0 {
 		t.Fatalf("rollback aborted with nothing in flight: %s %q %+v; want Aborted and no action", d.Phase, d.Reason, d.Actions)
 	}
-	setState(ns, "zone-a-02", v1alpha1.NodeDrain) // its swap back was under way
+	fixture.SetState(ns, "zone-a-02", v1alpha1.NodeDrain) // its swap back was under way
 	d = Plan(model.Snapshot{Nodes: ns, Targets: restored, Status: status}, p, time.Now())
 	for _, a := range d.Actions {
 		if a.Kind == ActRollback {

@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func bigStatus(n int) *v1alpha1.NodeRolloutStatus {
 		}
 		s.Nodes = append(s.Nodes, ns)
 	}
-	s.Counts = counts(s.Nodes)
+	s.Counts = Counts(s.Nodes)
 	return s
 }
 
@@ -172,11 +172,11 @@ func TestFitStatusBoundsMessagesAndTrimsFailedEntries(t *testing.T) {
 
 func TestTruncateKeepsRunes(t *testing.T) {
 	s := strings.Repeat("é", 100) // 200 bytes
-	got := truncate(s, 101)
+	got := Truncate(s, 101)
 	if len(got) > 101 || !utf8.ValidString(got) || !strings.Contains(got, "bytes cut") {
 		t.Errorf("truncate: %d bytes, valid %v: %q", len(got), utf8.ValidString(got), got)
 	}
-	if truncate("short", 10) != "short" {
+	if Truncate("short", 10) != "short" {
 		t.Error("a short string was cut")
 	}
 }

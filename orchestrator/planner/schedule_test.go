@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"strings"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -35,13 +36,13 @@ func TestPlanFollowsTheScheduleMinuteByMinute(t *testing.T) {
 		NotBefore:          &nb,
 	}
 	p := model.MustPolicy(spec)
-	nodes, tgts := fleet(1, 4), targets(appsv1.OnDeleteDaemonSetStrategyType)
+	nodes, tgts := fixture.Fleet(1, 4), fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 	var got []string
 	inflight, doneAt := "", time.Time{}
 	for now := instant("2026-10-24T18:00:00Z"); now.Before(instant("2026-10-26T06:00:00Z")); now = now.Add(time.Minute) {
 		if inflight != "" && !now.Before(doneAt) {
-			upgrade(nodes, inflight)
-			setState(nodes, inflight, v1alpha1.NodeDone)
+			fixture.Upgrade(nodes, inflight)
+			fixture.SetState(nodes, inflight, v1alpha1.NodeDone)
 			inflight = ""
 		}
 		d := Plan(model.Snapshot{Nodes: nodes, Targets: tgts}, p, now)
@@ -53,7 +54,7 @@ func TestPlanFollowsTheScheduleMinuteByMinute(t *testing.T) {
 				t.Fatalf("%s: %s started while %s is in flight (maxParallel 1)", now, a.Node, inflight)
 			}
 			got = append(got, now.UTC().Format(time.RFC3339))
-			setState(nodes, a.Node, v1alpha1.NodeDrain)
+			fixture.SetState(nodes, a.Node, v1alpha1.NodeDrain)
 			inflight, doneAt = a.Node, now.Add(100*time.Minute)
 		}
 		if d.Phase == v1alpha1.PhaseWaitingForWindow && d.NextWindow.IsZero() {

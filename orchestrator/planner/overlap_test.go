@@ -1,4 +1,4 @@
-package orchestrator
+package planner
 
 import (
 	"strings"
@@ -57,7 +57,7 @@ func TestOverlappingRolloutsWaitForTheOneUnderWay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = overlapping(tc.me, p, append(tc.others, tc.me), nodes)
+			err = Overlapping(tc.me, p, append(tc.others, tc.me), nodes)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("held: %v", err)
