@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 func TestCatchUpWaitsForTheCacheToHoldWhatTheAPIHolds(t *testing.T) {
@@ -101,7 +102,7 @@ func TestNodeConflictWaitsForTheCache(t *testing.T) {
 		return false, nil, nil
 	})
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "r-uid"}}
-	if _, err := e.cordon(context.Background(), nr, "a", nodeRecord{}, nil); err != nil {
+	if _, err := e.cordon(context.Background(), nr, "a", nodestep.Record{}, nil); err != nil {
 		t.Fatalf("cordon: %v", err)
 	}
 	for _, a := range kube.Actions() {

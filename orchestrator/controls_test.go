@@ -17,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // preparingGate records what the executor hands a gate.
@@ -100,7 +101,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	_ = nodes.Update(a2)
 	e.status.current[nr.Name].Status.Nodes[2].State = v1alpha1.NodeCordon
 	clock = now.Add(20 * time.Minute)
-	rec := nodeRecord{SwapSince: now.Add(5 * time.Minute), SoakSince: now.Add(10 * time.Minute)}
+	rec := nodestep.Record{SwapSince: now.Add(5 * time.Minute), SoakSince: now.Add(10 * time.Minute)}
 	if _, _, err := e.judge(context.Background(), nr, p, "a1", rec); err == nil {
 		t.Fatal("the recording gate fails every node; judge returned no halt")
 	}

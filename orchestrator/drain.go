@@ -19,6 +19,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // drain evicts the node's pods when the policy says so. DaemonSet pods are
@@ -31,7 +32,7 @@ import (
 // start, so a successor after a restart gets only what is left of it: past
 // it, a dry-run eviction tells a PDB refusal from a drain still under way.
 // It returns the record as it then stands and whether a drain finished.
-func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, deadline time.Time) (nodeRecord, bool, error) {
+func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error) {
 	switch p.Drain {
 	case v1alpha1.DrainNever:
 		return rec, false, nil
@@ -61,7 +62,7 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			DeleteEmptyDirData:   true,
 			Timeout:              timeout,
 			EvictErrorRetryDelay: e.o.cfg.EvictRetryDelay,
-			AdditionalFilters:    []drain.PodFilter{skipOwnPods(e.o.cfg.Namespace)},
+			AdditionalFilters:    []drain.PodFilter{nodestep.SkipOwnPods(e.o.cfg.Namespace)},
 			Out:                  &lineRecorder{},
 			ErrOut:               errOut,
 		}
@@ -88,14 +89,14 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			return rec, false, context.Cause(dctx)
 		}
 		if pdb == "" {
-			return rec, false, halt(HaltDrainFailed, "drain: %v", err)
+			return rec, false, nodestep.Halt(nodestep.HaltDrainFailed, "drain: %v", err)
 		}
 		reason := "drain blocked by a PodDisruptionBudget: " + strings.TrimSpace(pdb)
 		switch p.PDBBlocked {
 		case v1alpha1.PDBSkipNode:
-			return rec, false, &stepError{halt: HaltPDBBlocked, reason: reason, skip: true}
+			return rec, false, &nodestep.StepError{Halt: nodestep.HaltPDBBlocked, Reason: reason, Skip: true}
 		case v1alpha1.PDBHalt:
-			return rec, false, halt(HaltPDBBlocked, "%s", reason)
+			return rec, false, nodestep.Halt(nodestep.HaltPDBBlocked, "%s", reason)
 		}
 		// wait: record why, then try again (each attempt is still finite).
 		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
@@ -157,27 +158,27 @@ func pdbRefusal(h *drain.Helper, node string) (string, error) {
 // reason in its status entry, and an Event on the NodeRollout and the Node.
 // A successor after a crash reads the choice back instead of asking the
 // agent again, so a half-done drain is never followed by a swap in place.
-func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) (nodeRecord, bool, error) {
-	if drain, ok := rec.autoDecision(nr.UID, rec.StepSince); ok {
+func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (nodestep.Record, bool, error) {
+	if drain, ok := rec.AutoDecision(nr.UID, rec.StepSince); ok {
 		return rec, drain, nil
 	}
 	in, err := e.observeAuto(ctx, p, node)
 	if err != nil {
 		return rec, false, err
 	}
-	c := decideAuto(in)
-	next := rec.clone()
-	next.DrainDecision, next.DrainDecidedAt = DrainDecisionInPlace, e.o.cfg.Now()
+	c := nodestep.DecideAuto(in)
+	next := rec.Clone()
+	next.DrainDecision, next.DrainDecidedAt = nodestep.DrainDecisionInPlace, e.o.cfg.Now()
 	if c.Drain {
-		next.DrainDecision = DrainDecisionDrain
+		next.DrainDecision = nodestep.DrainDecisionDrain
 	}
 	type written struct {
-		rec nodeRecord
+		rec nodestep.Record
 		err error
 	}
 	nodeErr := make(chan written, 1)
 	go func() {
-		w, err := e.patchNode(ctx, node, "", next.patch(rec), nil)
+		w, err := e.patchNode(ctx, node, "", next.Patch(rec), nil)
 		nodeErr <- written{w, err}
 	}()
 	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
@@ -190,21 +191,21 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 	e.recorder.Eventf(nr, corev1.EventTypeNormal, "DrainDecision", "node %s: %s", node, c.Reason)
 	e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseDrainDecision", "NodeRollout %s: %s", nr.Name, c.Reason)
 	e.o.log.Info("drain decision", zap.String("rollout", nr.Name), zap.String("node", node), zap.Bool("drain", c.Drain), zap.String("reason", c.Reason))
-	return w.rec.forRollout(nr.UID), c.Drain, nil
+	return w.rec.ForRollout(nr.UID), c.Drain, nil
 }
 
 // observeAuto gathers decideAuto's input: the node's pods from the cache,
 // ztunnel's drain deadline from the ztunnel pod running on the node (the old
 // one: nothing is swapped before Drain, and its grace period is the one
 // SIGTERM will honour), and the agent's snapshot.
-func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string) (autoInput, error) {
-	var in autoInput
+func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string) (nodestep.AutoInput, error) {
+	var in nodestep.AutoInput
 	grace := time.Duration(-1)
 	for _, ref := range p.Targets {
-		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
+		if nodestep.SwapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
-		in.SwapsZtunnel, in.Swap = true, model.SwapKind(swapKindOf(p, ref))
+		in.SwapsZtunnel, in.Swap = true, model.SwapKind(nodestep.SwapKindOf(p, ref))
 		tv, err := e.target(ref)
 		if err != nil {
 			return in, err
@@ -217,7 +218,7 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 		// ControllerRevision cache can lag, and the pod's own grace is what
 		// counts. With more than one, the shortest deadline is the cautious one.
 		for _, pod := range live {
-			g := defaultZtunnelGrace
+			g := nodestep.DefaultZtunnelGrace
 			if pod.Spec.TerminationGracePeriodSeconds != nil {
 				g = time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
 			}
@@ -227,7 +228,7 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 		}
 		if grace < 0 {
 			ds, _ := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
-			grace = ztunnelGrace(ds)
+			grace = nodestep.ZtunnelGrace(ds)
 		}
 	}
 	in.Deadline = health.DrainDeadline(grace)
@@ -237,7 +238,7 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 		return in, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	in.Pods = pods
-	if !in.SwapsZtunnel || len(movablePods(in.Pods)) == 0 {
+	if !in.SwapsZtunnel || len(nodestep.MovablePods(in.Pods)) == 0 {
 		return in, nil // nothing to ask the agent
 	}
 	if e.o.cfg.Agents == nil {

@@ -8,8 +8,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-
-	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 // executor is the acting half, alive while this replica leads. It reads from
@@ -53,10 +51,6 @@ type executor struct {
 	// cpCache serves the control plane from informers once synced (nil in tests).
 	cpCache *controlPlaneCache
 }
-
-// claimed is the in-memory state of a node the planner started whose worker
-// has not yet persisted its first step. It is never written to the API.
-const claimed v1alpha1.NodeState = "Claimed"
 
 func (e *executor) poke() {
 	select {

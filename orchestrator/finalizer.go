@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -103,11 +104,11 @@ func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) model.Snapshot {
 	}
 	if nodes, err := e.nodes.List(labels.Everything()); err == nil {
 		for _, n := range nodes {
-			rec := parseRecord(n.Annotations)
+			rec := nodestep.ParseRecord(n.Annotations)
 			if rec.RolloutUID != nr.UID && status[n.Name] == "" {
 				continue
 			}
-			st, _ := nodeState(e.claimedBy(nr.Name, n.Name), rec, nr.UID, status[n.Name])
+			st, _ := nodestep.NodeState(e.claimedBy(nr.Name, n.Name), rec, nr.UID, status[n.Name])
 			snap.Nodes = append(snap.Nodes, model.NodeView{Name: n.Name, State: st})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // GateInput is what a gate judges: one node, its soak window and the rollout's gate spec.
@@ -186,7 +187,7 @@ func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string,
 			continue
 		}
 		r.pods++
-		ready, at := podReadyCondition(p)
+		ready, at := model.PodReadyCondition(p)
 		// A pod counts as there at soak start only once it had started: a
 		// replica scheduled just before the soak and still starting has not
 		// gone from Ready to not Ready (under load it was judged so).
@@ -198,7 +199,7 @@ func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string,
 			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready, since before the soak", p.Namespace, p.Name))
 		case existed && ready && at.After(since):
 			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
-		case !existed && !ready && isTargetPod(p):
+		case !existed && !ready && model.IsTargetPod(p):
 			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))
 		}
 	}
@@ -212,24 +213,6 @@ func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string,
 // soak (the gate fails closed).
 func changedSince(transition, since time.Time) bool {
 	return !transition.Before(since.Truncate(time.Second))
-}
-
-func isTargetPod(p *corev1.Pod) bool {
-	for _, o := range p.OwnerReferences {
-		if o.Kind == "DaemonSet" {
-			return true
-		}
-	}
-	return false
-}
-
-func podReadyCondition(p *corev1.Pod) (bool, time.Time) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
-		}
-	}
-	return false, time.Time{}
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -18,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -84,9 +85,9 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			rec := nodeRecord{Step: v1alpha1.NodeSoak, SwapSince: time.Now().Add(-time.Hour), SoakSince: time.Now().Add(-time.Minute)}
+			rec := nodestep.Record{Step: v1alpha1.NodeSoak, SwapSince: time.Now().Add(-time.Hour), SoakSince: time.Now().Add(-time.Minute)}
 			verdict, _, err := e.judge(ctx, nr, p, "n1", rec)
-			var se *stepError
+			var se *nodestep.StepError
 			if errors.As(err, &se) || verdict != nil || ctx.Err() != nil {
 				t.Fatalf("after the %s edit the gate's wait went on until its context ended (%v): verdict %v, %v; want it cut short with no verdict", edit, ctx.Err(), verdict, err)
 			}
@@ -128,9 +129,9 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = e.judge(context.Background(), nr, p, "n1", nodeRecord{Step: v1alpha1.NodeWaitReady, SwapSince: time.Now().Add(-time.Minute)})
-	var se *stepError
-	if !errors.As(err, &se) || se.halt != HaltGateFailed || !strings.Contains(se.reason, "not Ready") {
+	_, _, err = e.judge(context.Background(), nr, p, "n1", nodestep.Record{Step: v1alpha1.NodeWaitReady, SwapSince: time.Now().Add(-time.Minute)})
+	var se *nodestep.StepError
+	if !errors.As(err, &se) || se.Halt != nodestep.HaltGateFailed || !strings.Contains(se.Reason, "not Ready") {
 		t.Fatalf("soak 0s, node NotReady, the gate passing: %v; want a gate_failed halt naming the node not Ready", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -62,8 +63,8 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	if !equality.Semantic.DeepEqual(slim, want) {
 		t.Errorf("slimmed app pod:\n%+v\nwant\n%+v", slim, want)
 	}
-	if r1, r2 := fmt.Sprint(podReadyCondition(app)), fmt.Sprint(podReadyCondition(slim)); r1 != r2 || podStart(app) != podStart(slim) || len(movablePods([]*corev1.Pod{slim})) != 0 {
-		t.Errorf("the slim pod reads differently: ready %s vs %s, start %v vs %v", r1, r2, podStart(app), podStart(slim))
+	if r1, r2 := fmt.Sprint(model.PodReadyCondition(app)), fmt.Sprint(model.PodReadyCondition(slim)); r1 != r2 || nodestep.PodStart(app) != nodestep.PodStart(slim) || len(nodestep.MovablePods([]*corev1.Pod{slim})) != 0 {
+		t.Errorf("the slim pod reads differently: ready %s vs %s, start %v vs %v", r1, r2, nodestep.PodStart(app), nodestep.PodStart(slim))
 	}
 
 	for _, p := range []*corev1.Pod{surgePod("ztunnel-x", "new", 0), surgePod("b", "new", 0, bridged), surgePod("h", "new", 0, bridged, handedOver)} {

@@ -49,16 +49,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Halt reasons (bounded label values of nodewise_rollout_halts_total).
-const (
-	HaltGateFailed      = "gate_failed"
-	HaltSwapTimeout     = "swap_timeout"
-	HaltSwapFailed      = "swap_failed" // the API refused a swap's write, or the kubelet rejected the new pod
-	HaltPDBBlocked      = "pdb_blocked"
-	HaltDrainFailed     = "drain_failed"
-	HaltPreflightFailed = "preflight_failed"
-)
-
 // CountRequests wraps cfg's transport so every request is counted by verb and resource.
 func (m *Metrics) CountRequests(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -78,7 +79,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 			rec = w.Annotations
 		}
 		var fromRecord bool
-		nv.State, fromRecord = nodeState(e.claimedBy(nr.Name, n.Name), parseStep(rec), nr.UID, statusState[n.Name])
+		nv.State, fromRecord = nodestep.NodeState(e.claimedBy(nr.Name, n.Name), nodestep.ParseStep(rec), nr.UID, statusState[n.Name])
 		nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 		s.Nodes = append(s.Nodes, nv)
 	}
@@ -128,7 +129,7 @@ func ownedBy(p *corev1.Pod, tv model.TargetView) bool {
 }
 
 func podView(p *corev1.Pod) model.PodView {
-	ready, _ := podReadyCondition(p)
+	ready, _ := model.PodReadyCondition(p)
 	return model.PodView{Name: p.Name, UID: p.UID, Hash: p.Labels[model.LabelControllerRevisionHash], Ready: ready, Terminating: p.DeletionTimestamp != nil}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // conflictBackoff retries 409s for a few seconds: the leader is the only
@@ -24,7 +25,7 @@ var conflictBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, F
 // when unschedulable is set, spec.unschedulable. With rv set the patch is
 // conditional on that resourceVersion, so a racing write returns 409. It
 // returns the node's record as the API answered.
-func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodeRecord, error) {
+func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error) {
 	meta := map[string]any{"annotations": ann}
 	if rv != "" {
 		meta["resourceVersion"] = rv
@@ -35,24 +36,24 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return nodeRecord{}, fmt.Errorf("encoding node patch: %w", err)
+		return nodestep.Record{}, fmt.Errorf("encoding node patch: %w", err)
 	}
 	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: model.FieldManager})
 	if err != nil {
-		return nodeRecord{}, fmt.Errorf("patching node %s: %w", node, err)
+		return nodestep.Record{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
 	_, _ = trimCached(out) // kept beside the cache, so trimmed as the cache is
 	e.mu.Lock()
 	e.written[node] = out
 	e.mu.Unlock()
-	return parseRecord(out.Annotations), nil
+	return nodestep.ParseRecord(out.Annotations), nil
 }
 
 // persistState records a node's state decided by the planner (Done,
 // RolledBack, Pending for a retry), from the node's newest record.
 func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
 	rec, _, _ := e.nodeRecord(nr, node)
-	_, err := e.persist(ctx, nr, model.Policy{}, node, rec, step{State: st, Record: true, Reason: reason}, carried{})
+	_, err := e.persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{})
 	return err
 }
 
@@ -63,10 +64,10 @@ func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, n
 // run concurrently; the step acts only after both succeeded. If one fails,
 // the older record wins on resume and the (idempotent) earlier step simply
 // runs again. It returns the record as the API then holds it.
-func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, s step, c carried) (nodeRecord, error) {
+func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, c carried) (nodestep.Record, error) {
 	now := e.o.cfg.Now()
 	st := s.State
-	next := rec.withStep(nr.Name, nr.UID, st, now)
+	next := rec.WithStep(nr.Name, nr.UID, st, now)
 	var baseline string
 	if s.StampSwap {
 		next.SwapSince = now
@@ -80,11 +81,11 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	if c.drained {
 		next.DrainedAt = now // the gate reads it back: the node was not swapped in place
 	}
-	if s.Act == actSwap {
+	if s.Act == nodestep.ActSwap {
 		// Before a swap: the UID of the old pod it is about to delete, and
 		// of the surge swaps' after it that have no record of their own (a
 		// record for people and for the resume log).
-		for _, t := range swapsRecordedWith(p, s.State) {
+		for _, t := range nodestep.SwapsRecordedWith(p, s.State) {
 			if uid := e.oldPod(t, node); uid != "" {
 				if next.Swapped == nil {
 					next.Swapped = map[string]types.UID{}
@@ -101,9 +102,9 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 			next.Swapped[t.Name] = ""
 		}
 	}
-	ann := next.patch(rec)
+	ann := next.Patch(rec)
 	type written struct {
-		rec nodeRecord
+		rec nodestep.Record
 		err error
 	}
 	nodeDone := make(chan written, 1)
@@ -178,7 +179,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	if c.shown != nil { // the step acted on last had no record of its own
 		timed, since = c.shown.state, c.shown.since
 	}
-	if rec.ours(nr.UID) && model.InFlight(timed) && timed != st && !since.IsZero() {
+	if rec.Ours(nr.UID) && model.InFlight(timed) && timed != st && !since.IsZero() {
 		e.o.metrics.StepSeconds.WithLabelValues(string(timed)).Observe(now.Sub(since).Seconds())
 	}
 	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
@@ -212,5 +213,3 @@ func nodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus 
 	s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: node, State: v1alpha1.NodePending})
 	return &s.Nodes[len(s.Nodes)-1]
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -14,6 +14,7 @@ import (
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // controlPlaneTTL is how long one observation of the istiod revisions and
@@ -47,7 +48,7 @@ func checkSkew(policy skew.Policy, node string, targets []templateVersion, cp co
 	var cniRev string
 	for _, t := range targets {
 		var comp skew.Component
-		switch swapState(t.Ref) {
+		switch nodestep.SwapState(t.Ref) {
 		case v1alpha1.NodeSwapZtunnel:
 			comp = skew.Ztunnel
 		case v1alpha1.NodeSwapCNI:
@@ -93,7 +94,7 @@ func (e *executor) preflightSkew(ctx context.Context, p model.Policy, node strin
 	for _, ref := range p.Targets {
 		ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
 		if apierrors.IsNotFound(err) {
-			return halt(HaltPreflightFailed, "preflight: DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
+			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
 		}
 		if err != nil {
 			return fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
@@ -106,13 +107,13 @@ func (e *executor) preflightSkew(ctx context.Context, p model.Policy, node strin
 	}
 	cp, err := e.controlPlane(ctx)
 	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		return halt(HaltPreflightFailed, "preflight: cannot check the version skew: %v", err)
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: cannot check the version skew: %v", err)
 	}
 	if err != nil {
 		return err
 	}
 	if err := checkSkew(e.o.cfg.SkewPolicy, node, targets, cp); err != nil {
-		return halt(HaltPreflightFailed, "preflight: %v", err)
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %v", err)
 	}
 	return nil
 }

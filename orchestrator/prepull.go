@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -77,7 +78,7 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	ns := p.Targets[0].Namespace
 	name := prepullName(nr.Name, a.Node)
 	if a.Kind == planner.ActPrepullDone {
-		err := e.o.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr[int64](0)})
+		err := e.o.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: nodestep.Ptr[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pre-pull pod %s/%s: %w", ns, name, err)
 		}
@@ -86,9 +87,9 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	spec := corev1.PodSpec{
 		NodeName:                      a.Node,
 		RestartPolicy:                 corev1.RestartPolicyNever,
-		TerminationGracePeriodSeconds: ptr[int64](0),
-		AutomountServiceAccountToken:  ptr(false),
-		EnableServiceLinks:            ptr(false),
+		TerminationGracePeriodSeconds: nodestep.Ptr[int64](0),
+		AutomountServiceAccountToken:  nodestep.Ptr(false),
+		EnableServiceLinks:            nodestep.Ptr(false),
 	}
 	addDaemonTolerations(&spec)
 	for _, ref := range p.Targets {

@@ -18,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -27,13 +28,13 @@ import (
 func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	n, err := e.nodes.Get(node)
 	if apierrors.IsNotFound(err) {
-		return halt(HaltPreflightFailed, "preflight: node no longer exists")
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node no longer exists")
 	}
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", node, err)
 	}
 	if !nodeReady(n) {
-		return halt(HaltPreflightFailed, "preflight: node is not Ready")
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node is not Ready")
 	}
 	if err := e.preflightSkew(ctx, p, node); err != nil {
 		return err
@@ -41,7 +42,7 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 	if pr, ok := e.gate.(Preparer); ok {
 		control, _ := e.controls(nr, p, node)
 		if err := pr.Prepare(ctx, PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
-			return halt(HaltPreflightFailed, "preflight: gate: %v", err)
+			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
 		}
 	}
 	return nil
@@ -52,7 +53,7 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 // patch conditional on the resourceVersion it read. with are more
 // annotations for the same patch (the step's record). It returns the record
 // as the API then holds it.
-func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
+func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
 	attempt, conflicted := 0, ""
 	out := rec
 	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
@@ -62,9 +63,9 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 			return err
 		}
 		conflicted = n.ResourceVersion
-		live := parseRecord(n.Annotations)
-		next, set := live.cordoned(nr.Name, n.Spec.Unschedulable)
-		ann := next.patch(live)
+		live := nodestep.ParseRecord(n.Annotations)
+		next, set := live.Cordoned(nr.Name, n.Spec.Unschedulable)
+		ann := next.Patch(live)
 		for k, v := range with {
 			ann[k] = v
 		}
@@ -76,7 +77,7 @@ func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node st
 			out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, nil)
 			return err
 		}
-		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, ptr(true))
+		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, nodestep.Ptr(true))
 		return err
 	})
 	return out, err
@@ -150,7 +151,7 @@ const conflictCatchUp = 2 * time.Second
 // cordoned. It never decides from a copy that could hide nodewise's own
 // cordon: only from one holding this process's last step record
 // (readNode), or the API. with are more annotations for the same patch.
-func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, with map[string]*string) (nodeRecord, error) {
+func (e *executor) uncordon(ctx context.Context, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
 	attempt, conflicted := 0, ""
 	out := rec
 	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
@@ -160,9 +161,9 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 			return err
 		}
 		conflicted = n.ResourceVersion
-		live := parseRecord(n.Annotations)
-		next, clear := live.uncordoned()
-		ann := next.patch(live)
+		live := nodestep.ParseRecord(n.Annotations)
+		next, clear := live.Uncordoned()
+		ann := next.Patch(live)
 		for k, v := range with {
 			ann[k] = v
 		}
@@ -172,7 +173,7 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 		}
 		var unschedulable *bool
 		if clear {
-			unschedulable = ptr(false)
+			unschedulable = nodestep.Ptr(false)
 		}
 		if out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable); err != nil {
 			return err
@@ -190,18 +191,18 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodeRecord, wi
 // swap deletes the target's old pod on the node (once: the deleted UID is
 // persisted first) and waits for the DaemonSet controller's new pod to be
 // Ready on the newest revision.
-func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKind, node string, deadline time.Time, timeout time.Duration) error {
+func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind model.SwapKind, node string, deadline time.Time, timeout time.Duration) error {
 	tv, err := e.target(ref)
 	if err != nil {
 		return err
 	}
 	if !tv.Found {
-		return halt(HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
 	}
 	if err := e.waitSettled(ctx, ref, deadline, timeout); err != nil {
 		return err
 	}
-	if kind == swapSurge {
+	if kind == model.SwapSurge {
 		return e.surge(ctx, ref, node, deadline, timeout)
 	}
 	if tv, err = e.target(ref); err != nil {
@@ -222,7 +223,7 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind swapKi
 		uid := pod.UID
 		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if refused(err) {
-			return halt(HaltSwapFailed, "deleting pod %s/%s on %s: %v", pod.Namespace, pod.Name, node, err)
+			return nodestep.Halt(nodestep.HaltSwapFailed, "deleting pod %s/%s on %s: %v", pod.Namespace, pod.Name, node, err)
 		}
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -246,7 +247,7 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, dead
 			return nil
 		}
 		if !e.o.cfg.Now().Before(deadline) {
-			return halt(HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
+			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
 		}
 		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
 			return err
@@ -277,7 +278,7 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[model.LabelControllerRevisionHash], tv.NewestHash)
 				continue
 			}
-			if ok, _ := podReadyCondition(pod); ok {
+			if ok, _ := model.PodReadyCondition(pod); ok {
 				return nil
 			}
 			why = fmt.Sprintf("pod %s on revision %s is not Ready%s", pod.Name, tv.NewestHash, waitingReason(pod))
@@ -286,7 +287,7 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 			why = "no pod scheduled yet"
 		}
 		if !e.o.cfg.Now().Before(deadline) {
-			return halt(HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
+			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
 		}
 		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
 			return err
@@ -313,7 +314,7 @@ func waitingReason(p *corev1.Pod) string {
 // judge runs the gate on the node's record; an error fails closed. It
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
-func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) (*string, *v1alpha1.NodeJudgement, error) {
+func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
 	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	var persisted *v1alpha1.NodeJudgement
 	if ns, ok := e.statusEntry(nr, node); ok {
@@ -370,7 +371,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	}
 	summary := verdictOf(v)
 	if v.Outcome != health.Pass {
-		return &summary, v.Summary, halt(HaltGateFailed, "gate %s", summary)
+		return &summary, v.Summary, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", summary)
 	}
 	return &summary, v.Summary, nil
 }
@@ -459,7 +460,7 @@ func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.P
 // keepSoakStart persists the record with the soak's first sample, before
 // the soak is waited out (once: a resumed soak whose record holds it
 // writes nothing).
-func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord) error {
+func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) error {
 	ns, _ := e.statusEntry(nr, node)
 	out := e.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
 	if out == "" || out == ns.Baseline {
@@ -489,17 +490,17 @@ func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node strin
 // policy and the persisted drain record, so it holds after a restart) and
 // ztunnel's termination grace period, from the ztunnel target's pod template.
 func (e *executor) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
-	grace, swapsZtunnel := defaultZtunnelGrace, false
+	grace, swapsZtunnel := nodestep.DefaultZtunnelGrace, false
 	for _, ref := range p.Targets {
-		if swapState(ref) != v1alpha1.NodeSwapZtunnel {
+		if nodestep.SwapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
 		swapsZtunnel = true
 		if ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name); err == nil {
-			grace = ztunnelGrace(ds)
+			grace = nodestep.ZtunnelGrace(ds)
 		}
 	}
-	return swappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
+	return nodestep.SwappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
 }
 
 func (e *executor) upToDate(p model.Policy, node string) bool {
@@ -514,7 +515,7 @@ func (e *executor) upToDate(p model.Policy, node string) bool {
 		}
 		ok := false
 		for _, pod := range live {
-			if r, _ := podReadyCondition(pod); r && pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
+			if r, _ := model.PodReadyCondition(pod); r && pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
 				ok = true
 			}
 		}

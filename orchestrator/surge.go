@@ -287,7 +287,7 @@ func controllerKind(p *corev1.Pod) string {
 }
 
 func podIsReady(p *corev1.Pod) bool {
-	ok, _ := podReadyCondition(p)
+	ok, _ := model.PodReadyCondition(p)
 	return ok
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // surge runs the surge swap (surge.go) of ztunnel on the node for the
@@ -30,11 +31,11 @@ func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node strin
 	res, err := s.Swap(ctx, ref, node, deadline)
 	switch {
 	case errors.Is(err, ErrSurgeTimeout):
-		return halt(HaltSwapTimeout, "%s (swap timeout %s)", err, timeout)
+		return nodestep.Halt(nodestep.HaltSwapTimeout, "%s (swap timeout %s)", err, timeout)
 	case errors.Is(err, ErrSurgeBridgeFailed):
-		return halt(HaltSwapFailed, "%s", err)
+		return nodestep.Halt(nodestep.HaltSwapFailed, "%s", err)
 	case refused(err):
-		return halt(HaltSwapFailed, "surge swap of %s/%s: %v", ref.Namespace, ref.Name, err)
+		return nodestep.Halt(nodestep.HaltSwapFailed, "surge swap of %s/%s: %v", ref.Namespace, ref.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("surge swap of %s/%s on %s: %w", ref.Namespace, ref.Name, node, err)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 var ztunnelTarget = v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel", Kind: v1alpha1.TargetZtunnel}
@@ -114,7 +116,7 @@ func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods
 	_ = dss.Add(ds)
 	rev := surgeRev.DeepCopy()
 	rev.Namespace = ds.Namespace
-	rev.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr(true)}}
+	rev.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: nodestep.Ptr(true)}}
 	_ = revs.Add(rev)
 	for _, p := range pods {
 		_ = podIdx.Add(p)
@@ -143,10 +145,10 @@ func TestSwapForbiddenDeleteHalts(t *testing.T) {
 		kube := fake.NewClientset(old.DeepCopy())
 		forbid(kube)
 		e := swapExecutor(t, kube, surgeDS, old)
-		err := e.swap(context.Background(), ztunnelTarget, swapReplace, "n1", time.Now().Add(time.Minute), time.Minute)
-		var se *stepError
-		if !errors.As(err, &se) || se.halt != HaltSwapFailed || !strings.Contains(se.reason, "denied") {
-			t.Fatalf("replace swap with a forbidden delete: %v; want a %s halt with the API's reason", err, HaltSwapFailed)
+		err := e.swap(context.Background(), ztunnelTarget, model.SwapReplace, "n1", time.Now().Add(time.Minute), time.Minute)
+		var se *nodestep.StepError
+		if !errors.As(err, &se) || se.Halt != nodestep.HaltSwapFailed || !strings.Contains(se.Reason, "denied") {
+			t.Fatalf("replace swap with a forbidden delete: %v; want a %s halt with the API's reason", err, nodestep.HaltSwapFailed)
 		}
 	})
 	t.Run("surge", func(t *testing.T) {
@@ -154,10 +156,10 @@ func TestSwapForbiddenDeleteHalts(t *testing.T) {
 		kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
 		forbid(kube)
 		e := swapExecutor(t, kube, surgeDS, old, b)
-		err := e.swap(context.Background(), ztunnelTarget, swapSurge, "n1", time.Now().Add(time.Minute), time.Minute)
-		var se *stepError
-		if !errors.As(err, &se) || se.halt != HaltSwapFailed || !strings.Contains(se.reason, "denied") {
-			t.Fatalf("surge swap with a forbidden delete: %v; want a %s halt with the API's reason", err, HaltSwapFailed)
+		err := e.swap(context.Background(), ztunnelTarget, model.SwapSurge, "n1", time.Now().Add(time.Minute), time.Minute)
+		var se *nodestep.StepError
+		if !errors.As(err, &se) || se.Halt != nodestep.HaltSwapFailed || !strings.Contains(se.Reason, "denied") {
+			t.Fatalf("surge swap with a forbidden delete: %v; want a %s halt with the API's reason", err, nodestep.HaltSwapFailed)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 func TestTypeTargetsByWhatTheyRun(t *testing.T) {
@@ -58,7 +59,7 @@ func TestTypeTargetsByWhatTheyRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, tr := range p.Targets {
-				if got := swapState(tr); got != tc.want[i] {
+				if got := nodestep.SwapState(tr); got != tc.want[i] {
 					t.Errorf("target %s: step %s, want %s", tr.Name, got, tc.want[i])
 				}
 			}

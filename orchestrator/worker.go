@@ -16,20 +16,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
-
-// stepError ends a node's steps with a halt (or a skip) and a reason.
-type stepError struct {
-	halt   string // a HaltXxx metric label
-	reason string
-	skip   bool // skip the node instead of halting the rollout
-}
-
-func (s *stepError) Error() string { return s.reason }
-
-func halt(kind, format string, args ...any) error {
-	return &stepError{halt: kind, reason: fmt.Sprintf(format, args...)}
-}
 
 // carried is what an act returns for the node's next record to persist
 // with it: the gate's verdict and judgement, that a drain finished.
@@ -49,9 +37,9 @@ type shownStep struct {
 // showStep mirrors into status a step that has no record of its own (the
 // record before it stays the node's: a successor resumes from that), and
 // times the step before it.
-func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodeRecord, st v1alpha1.NodeState) *shownStep {
+func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, st v1alpha1.NodeState) *shownStep {
 	now := e.o.cfg.Now()
-	if rec.ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
+	if rec.Ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
 		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
 	}
 	e.mutateStatusLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
@@ -145,8 +133,8 @@ func cancelWhen(ctx context.Context, every time.Duration, check func() error) (c
 // driveNode is runNode's loop.
 func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	rec, st, fromRecord := e.nodeRecord(nr, node)
-	var v stepView
-	if st == claimed || !fromRecord {
+	var v nodestep.View
+	if st == nodestep.Claimed || !fromRecord {
 		v.At = v1alpha1.NodePending // start from the first step
 	}
 	var out carried // the last acts' results, for the next record
@@ -155,12 +143,12 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 		if why != "" || rec.Step == v1alpha1.NodeAbortCleanup {
 			v.UpToDate = e.upToDate(p, node)
 		}
-		s := nextStep(rec, p, v, why)
-		if s.Act == actStop {
+		s := nodestep.Next(rec, p, v, why)
+		if s.Act == nodestep.ActStop {
 			return fmt.Errorf("node %s: %s", node, s.Reason)
 		}
 		var checked chan error
-		if s.Act == actPreflight && s.Record {
+		if s.Act == nodestep.ActPreflight && s.Record {
 			// Preflight only observes: its checks run while its record is
 			// written; nothing acts (cordons) before both are done.
 			checked = make(chan error, 1)
@@ -177,7 +165,7 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 			e.finished(nr, node, s)
 			return nil
 		}
-		if !s.Record && s.Act == actSwap && s.State != rec.Step {
+		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {
 			// A swap with no record of its own (nextStep): status shows it.
 			out.shown = e.showStep(nr, node, rec, s.State)
 			if s.State == e.o.cfg.HoldAfterPersist {
@@ -199,14 +187,14 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 			out.verdict, out.judgement = res.verdict, res.judgement
 		}
 		out.drained = out.drained || res.drained
-		var se *stepError
+		var se *nodestep.StepError
 		switch {
 		case errors.As(err, &se):
-			v = stepView{At: s.State, Failed: se}
+			v = nodestep.View{At: s.State, Failed: se}
 		case err != nil:
 			return err
 		default:
-			v = stepView{At: s.State}
+			v = nodestep.View{At: s.State}
 		}
 	}
 }
@@ -214,7 +202,7 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 // act does step s once its record (if any) is written, and returns the
 // record as it then stands and the results for the next record. Bounds
 // count from the record's StepSince, the step's persisted start.
-func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodeRecord, s step, checked chan error) (nodeRecord, carried, error) {
+func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, checked chan error) (nodestep.Record, carried, error) {
 	var res carried
 	deadline := rec.StepSince.Add(s.Timeout)
 	if !s.Record { // a resumed cordon or uncordon acts again, without a record
@@ -231,7 +219,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	}
 	var err error
 	switch s.Act {
-	case actPreflight:
+	case nodestep.ActPreflight:
 		if checked == nil {
 			err = e.preflightChecks(ctx, nr, p, node)
 		} else {
@@ -240,30 +228,30 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		if err == nil && s.Timeout > 0 {
 			err = e.waitBaseline(ctx, p, node, deadline)
 		}
-	case actDrain:
-		var next nodeRecord
+	case nodestep.ActDrain:
+		var next nodestep.Record
 		next, res.drained, err = e.drain(ctx, nr, p, node, rec, deadline)
 		rec = next
-	case actSwap:
+	case nodestep.ActSwap:
 		err = e.swap(ctx, s.Target, s.Swap, node, deadline, s.Timeout)
-	case actWaitReady:
+	case nodestep.ActWaitReady:
 		for _, ref := range p.Targets {
 			if err = e.waitReady(ctx, ref, node, deadline, s.Timeout); err != nil {
 				break
 			}
 		}
-	case actSoak:
+	case nodestep.ActSoak:
 		if err = e.keepSoakStart(ctx, nr, p, node, rec); err == nil {
 			err = sleepUntil(ctx, deadline, e.o.cfg.Now)
 		}
-	case actGate:
+	case nodestep.ActGate:
 		res.verdict, res.judgement, err = e.judge(ctx, nr, p, node, rec)
 	}
 	return rec, res, err
 }
 
 // finished tells people how a node ended when it did not simply pass.
-func (e *executor) finished(nr *v1alpha1.NodeRollout, node string, s step) {
+func (e *executor) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.Step) {
 	switch {
 	case s.State == v1alpha1.NodeSkipped:
 		e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, s.Reason)
@@ -279,10 +267,10 @@ func (e *executor) finished(nr *v1alpha1.NodeRollout, node string, s step) {
 // nodeRecord is the node's record as this rollout's worker starts from it
 // (the newest this process can see), with its state read the one way
 // (nodeState).
-func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodeRecord, v1alpha1.NodeState, bool) {
-	var rec nodeRecord
+func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Record, v1alpha1.NodeState, bool) {
+	var rec nodestep.Record
 	if n := e.newestNode(node); n != nil {
-		rec = parseRecord(n.Annotations)
+		rec = nodestep.ParseRecord(n.Annotations)
 	}
 	var status v1alpha1.NodeState
 	if st, ok := e.currentStatus(nr.Name, nr.UID); ok {
@@ -298,21 +286,21 @@ func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodeRecord
 			}
 		}
 	}
-	st, fromRecord := nodeState(e.claimedBy(nr.Name, node), rec, nr.UID, status)
-	return rec.forRollout(nr.UID), st, fromRecord
+	st, fromRecord := nodestep.NodeState(e.claimedBy(nr.Name, node), rec, nr.UID, status)
+	return rec.ForRollout(nr.UID), st, fromRecord
 }
 
 // leaving says why the node's steps must stop short of its gate ("" when
 // they go on), read live from the caches between steps: the user aborted
 // the rollout or is deleting it, or the node no longer matches the live
 // spec.nodeSelector.
-func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) leave {
+func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) nodestep.Leave {
 	live := e.latest(nr.Name)
 	switch {
 	case live == nil || live.UID != nr.UID || live.DeletionTimestamp != nil:
-		return leaveDeleting
+		return nodestep.LeaveDeleting
 	case live.Spec.Abort:
-		return leaveAbort
+		return nodestep.LeaveAbort
 	case live.Spec.NodeSelector == nil:
 		return ""
 	}
@@ -321,7 +309,7 @@ func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) leave {
 	if err != nil || nerr != nil || sel.Matches(labels.Set(n.Labels)) {
 		return "" // an invalid selector is the planner's to report
 	}
-	return leaveSelector
+	return nodestep.LeaveSelector
 }
 
 func (e *executor) latest(name string) *v1alpha1.NodeRollout {

@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -29,7 +29,7 @@ func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p 
 		if err != nil {
 			return swap, deadline, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
-		kind, why, err := orchestrator.DetectSwap(ds)
+		kind, why, err := nodestep.DetectSwap(ds)
 		if err != nil {
 			fmt.Fprintf(w, "  %s/%s: no swap possible: %v\n", ref.Namespace, ref.Name, err)
 			continue
@@ -55,20 +55,20 @@ func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface,
 	if err != nil {
 		return err
 	}
-	var fs []orchestrator.NodeForecast
+	var fs []nodestep.NodeForecast
 	for _, pn := range order {
 		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", pn.Name).String()})
 		if err != nil {
 			return fmt.Errorf("listing the pods on %s: %w", pn.Name, err)
 		}
-		in := orchestrator.ForecastInput{Node: pn.Name, Deadline: deadline, LongLived: p.LongLivedAfter, Swap: swap}
+		in := nodestep.ForecastInput{Node: pn.Name, Deadline: deadline, LongLived: p.LongLivedAfter, Swap: swap}
 		for i := range list.Items {
 			in.Pods = append(in.Pods, &list.Items[i])
 		}
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		in.Snapshot, in.AgentErr = client.Snapshot(actx, pn.Name)
 		cancel()
-		fs = append(fs, orchestrator.Forecast(in))
+		fs = append(fs, nodestep.Forecast(in))
 	}
-	return orchestrator.RenderForecast(w, fs, deadline, p.LongLivedAfter, swap)
+	return nodestep.RenderForecast(w, fs, deadline, p.LongLivedAfter, swap)
 }

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/test/cluster"
 	"github.com/nodewise/nodewise/test/dataplane"
 )
@@ -261,8 +261,8 @@ func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 	}
 	// Auto decided from the node agent's connection ages (streams older
 	// than the 5 s deadline), so it drained.
-	if d := drainDecisions(context.Background(), e.c)["node-001"]; d != orchestrator.DrainDecisionDrain {
-		t.Errorf("drain auto's decision on node-001: %q, want %q", d, orchestrator.DrainDecisionDrain)
+	if d := drainDecisions(context.Background(), e.c)["node-001"]; d != nodestep.DrainDecisionDrain {
+		t.Errorf("drain auto's decision on node-001: %q, want %q", d, nodestep.DrainDecisionDrain)
 	}
 	ns := nodeStatus(t, nr, "node-001")
 	t.Logf("verdict: %s", ns.Verdict)

@@ -26,6 +26,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -238,7 +239,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		t.Errorf("node %s status reason during Drain %q, want the drain decision naming pdb/guarded's 4 old connections", old, sawReason)
 	}
 	first := e.nodeAnnotations(old)
-	if first[model.AnnotationDrainDecision] != orchestrator.DrainDecisionDrain || first[model.AnnotationDrainDecidedAt] == "" {
+	if first[model.AnnotationDrainDecision] != nodestep.DrainDecisionDrain || first[model.AnnotationDrainDecidedAt] == "" {
 		t.Fatalf("node %s decision annotations %v, want drain with a time", old, first)
 	}
 
@@ -259,10 +260,10 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		decision string
 		reason   []string
 	}{
-		old:   {orchestrator.DrainDecisionDrain, []string{"deadline 1s cuts what is still open) on pdb/guarded-", " (4)"}},
-		young: {orchestrator.DrainDecisionInPlace, []string{"in place: no connection open longer than 1s (ztunnel's drain deadline 1s cuts what is still open) among"}},
-		mute:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent cannot tell connection ages", "node agent unavailable"}},
-		proc:  {orchestrator.DrainDecisionDrain, []string{"drain (fail safe): the node agent runs in proc mode"}},
+		old:   {nodestep.DrainDecisionDrain, []string{"deadline 1s cuts what is still open) on pdb/guarded-", " (4)"}},
+		young: {nodestep.DrainDecisionInPlace, []string{"in place: no connection open longer than 1s (ztunnel's drain deadline 1s cuts what is still open) among"}},
+		mute:  {nodestep.DrainDecisionDrain, []string{"drain (fail safe): the node agent cannot tell connection ages", "node agent unavailable"}},
+		proc:  {nodestep.DrainDecisionDrain, []string{"drain (fail safe): the node agent runs in proc mode"}},
 	}
 	for node, w := range want {
 		ann := e.nodeAnnotations(node)
@@ -271,7 +272,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 		}
 		drainedAt, swapSince := ann[model.AnnotationDrainedAt], ann[model.AnnotationSwapSince]
 		drained := drainedAt != "" && drainedAt >= swapSince
-		if drained != (w.decision == orchestrator.DrainDecisionDrain) {
+		if drained != (w.decision == nodestep.DrainDecisionDrain) {
 			t.Errorf("node %s: drained-at %q swap-since %q, but the decision was %s", node, drainedAt, swapSince, w.decision)
 		}
 		msgs := e.decisionEvents(node)

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +14,7 @@ const LabelPartOf = "app.kubernetes.io/part-of"
 // skipOwnPods is a drain filter that skips the pods of nodewise itself
 // (namespace ns, LabelPartOf=nodewise): the orchestrator's replicas and the
 // revisions controller. The agents are DaemonSet pods, already skipped.
-func skipOwnPods(ns string) drain.PodFilter {
+func SkipOwnPods(ns string) drain.PodFilter {
 	return func(p corev1.Pod) drain.PodDeleteStatus {
 		if p.Namespace == ns && p.Labels[LabelPartOf] == "nodewise" {
 			return drain.MakePodDeleteStatusSkip()

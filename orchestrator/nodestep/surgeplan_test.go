@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"bytes"

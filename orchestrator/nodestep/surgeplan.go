@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"fmt"
@@ -108,7 +108,7 @@ type NodeForecast struct {
 
 // Forecast predicts one node's disruption. It is pure.
 func Forecast(in ForecastInput) NodeForecast {
-	choice := decideAuto(autoInput{SwapsZtunnel: true, Swap: in.Swap, Deadline: in.Deadline, LongLived: in.LongLived,
+	choice := DecideAuto(AutoInput{SwapsZtunnel: true, Swap: in.Swap, Deadline: in.Deadline, LongLived: in.LongLived,
 		Pods: in.Pods, Snapshot: in.Snapshot, AgentErr: in.AgentErr})
 	f := NodeForecast{Node: in.Node, Drain: choice.Drain, Reason: choice.Reason, AgentErr: in.AgentErr}
 	if in.AgentErr != nil {
@@ -131,7 +131,7 @@ func Forecast(in ForecastInput) NodeForecast {
 		valid bool
 	}
 	work := map[string]*acc{}
-	for _, p := range movablePods(in.Pods) {
+	for _, p := range MovablePods(in.Pods) {
 		w := workloadOf(p)
 		a := work[w]
 		if a == nil {

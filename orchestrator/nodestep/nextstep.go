@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"fmt"
@@ -22,44 +22,33 @@ const (
 	actNone stepAct = iota
 	// actPreflight checks the node, the skew and the gate, then waits out
 	// the baseline window (Timeout from the record's StepSince).
-	actPreflight
+	ActPreflight
 	// actDrain drains the node under the policy (Timeout bounds it).
-	actDrain
+	ActDrain
 	// actSwap replaces Target's pod on the node the Swap way and waits for
 	// the new one Ready (Timeout bounds it).
-	actSwap
+	ActSwap
 	// actWaitReady waits for every target Ready on its newest revision.
-	actWaitReady
+	ActWaitReady
 	// actSoak waits out the soak.
-	actSoak
+	ActSoak
 	// actGate judges the node.
-	actGate
+	ActGate
 	// actStop: the record cannot be resumed; the worker stops with Reason.
-	actStop
-)
-
-// swapKind is how a swap step replaces a target's pod on a node.
-type swapKind string
-
-const (
-	// swapReplace deletes the old pod; the DaemonSet controller creates the new one.
-	swapReplace = swapKind(model.SwapReplace)
-	// swapSurge starts a new pod beside the old one, deletes the old one once
-	// it is Ready and hands the new one to the DaemonSet (surge.go).
-	swapSurge = swapKind(model.SwapSurge)
+	ActStop
 )
 
 // swapKindOf is how target t is swapped: ztunnel make-before-break (surge)
 // unless the policy says replace; istio-cni and other targets replace.
-func swapKindOf(p model.Policy, t v1alpha1.TargetRef) swapKind {
-	if swapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != model.SwapReplace {
-		return swapSurge
+func SwapKindOf(p model.Policy, t v1alpha1.TargetRef) model.SwapKind {
+	if SwapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != model.SwapReplace {
+		return model.SwapSurge
 	}
-	return swapReplace
+	return model.SwapReplace
 }
 
 // step is one decision of nextStep.
-type step struct {
+type Step struct {
 	// State is the step: the state recorded when Record, the one the
 	// worker has acted on once Act returns.
 	State v1alpha1.NodeState
@@ -73,7 +62,7 @@ type step struct {
 	Act                  stepAct
 	// Target and Swap say which target actSwap swaps, and how.
 	Target v1alpha1.TargetRef
-	Swap   swapKind
+	Swap   model.SwapKind
 	// Timeout bounds the act, counted from the record's StepSince (the
 	// persisted start of this step, or of the recorded step it follows),
 	// so a restart never stretches it.
@@ -89,14 +78,14 @@ type step struct {
 }
 
 // stepView is what nextStep sees besides the record and the policy.
-type stepView struct {
+type View struct {
 	// At is the step this worker acted on last. "" means none yet: the
 	// record's step is acted on again (a resume). v1alpha1.NodePending
 	// means start from the first step whatever the record says (a new
 	// start, or a record only the status knows).
 	At v1alpha1.NodeState
 	// Failed is how the last act failed (nil: it did not).
-	Failed *stepError
+	Failed *StepError
 	// UpToDate: every target has a Ready pod on its newest revision on the
 	// node. Read when aborting (it names how an aborted node ends).
 	UpToDate bool
@@ -104,17 +93,17 @@ type stepView struct {
 
 // leave is why a node's steps stop short of its gate ("" = they do not):
 // the node is made safe (a started swap finishes) and handed back.
-type leave string
+type Leave string
 
 const (
-	leaveAbort    leave = "aborted"
-	leaveDeleting leave = "NodeRollout deleted"
+	LeaveAbort    Leave = "aborted"
+	LeaveDeleting Leave = "NodeRollout deleted"
 	// leaveSelector: relabelled out of spec.nodeSelector mid-rollout.
-	leaveSelector leave = "left the nodeSelector"
+	LeaveSelector Leave = "left the nodeSelector"
 )
 
 // nextStep decides a node's next step. It is pure.
-func nextStep(rec nodeRecord, p model.Policy, v stepView, why leave) step {
+func Next(rec Record, p model.Policy, v View, why Leave) Step {
 	seq := steps(p)
 	if v.Failed != nil {
 		return failedStep(rec, seq, v.Failed)
@@ -125,12 +114,12 @@ func nextStep(rec nodeRecord, p model.Policy, v stepView, why leave) step {
 	abort := why != ""
 	next, resume := position(rec, p, seq, v.At)
 	if next < 0 {
-		return step{Act: actStop, Reason: fmt.Sprintf("unknown persisted step %q", rec.Step)}
+		return Step{Act: ActStop, Reason: fmt.Sprintf("unknown persisted step %q", rec.Step)}
 	}
 	if abort && (next <= indexOf(seq, v1alpha1.NodeDrain) || next > indexOf(seq, v1alpha1.NodeWaitReady)) {
 		// Make the node safe: a started swap finishes (through WaitReady),
 		// anything before it is skipped, and nothing after it is judged.
-		return step{State: v1alpha1.NodeAbortCleanup, Record: true, Reason: string(why)}
+		return Step{State: v1alpha1.NodeAbortCleanup, Record: true, Reason: string(why)}
 	}
 	if next == len(seq) {
 		return doneStep(rec, p, seq)
@@ -140,7 +129,7 @@ func nextStep(rec nodeRecord, p model.Policy, v stepView, why leave) step {
 	if resume {
 		return s // the record's own step, acted on again
 	}
-	s.Record = !unrecorded(p, st) && !(s.Swap == swapSurge && isSwap(v.At))
+	s.Record = !unrecorded(p, st) && !(s.Swap == model.SwapSurge && isSwap(v.At))
 	switch st {
 	case v1alpha1.NodeCordon:
 		s.StampSwap = true
@@ -166,13 +155,13 @@ func nextStep(rec nodeRecord, p model.Policy, v stepView, why leave) step {
 // position is the index in seq of the step to act on now (len(seq): past
 // the gate; -1: a record nextStep cannot place) and whether it is the
 // record's own step, resumed.
-func position(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
+func position(rec Record, p model.Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
 	switch {
 	case at == v1alpha1.NodePending:
 		return 0, false
 	case at == "":
 		switch rec.Step {
-		case "", v1alpha1.NodePending, claimed:
+		case "", v1alpha1.NodePending, Claimed:
 			return 0, false
 		}
 		return indexOf(seq, rec.Step), true
@@ -187,27 +176,27 @@ func position(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState, at v1alp
 }
 
 // stepFor is step st acted on without a record of its own.
-func stepFor(p model.Policy, st v1alpha1.NodeState) step {
-	s := step{State: st}
+func stepFor(p model.Policy, st v1alpha1.NodeState) Step {
+	s := Step{State: st}
 	switch st {
 	case v1alpha1.NodePreflight:
-		s.Act, s.Timeout = actPreflight, p.Baseline
+		s.Act, s.Timeout = ActPreflight, p.Baseline
 	case v1alpha1.NodeCordon:
 		s.Cordon = true
 	case v1alpha1.NodeDrain:
-		s.Act, s.Timeout = actDrain, p.DrainTimeout
+		s.Act, s.Timeout = ActDrain, p.DrainTimeout
 	case v1alpha1.NodeWaitReady:
-		s.Act, s.Timeout = actWaitReady, p.SwapTimeout
+		s.Act, s.Timeout = ActWaitReady, p.SwapTimeout
 	case v1alpha1.NodeUncordon:
 		s.Uncordon = true
 	case v1alpha1.NodeSoak:
-		s.Act, s.Timeout = actSoak, p.Soak
+		s.Act, s.Timeout = ActSoak, p.Soak
 	case v1alpha1.NodeGate:
-		s.Act = actGate
+		s.Act = ActGate
 	default:
 		for _, t := range p.Targets {
-			if swapState(t) == st {
-				s.Act, s.Target, s.Swap, s.Timeout = actSwap, t, swapKindOf(p, t), p.SwapTimeout
+			if SwapState(t) == st {
+				s.Act, s.Target, s.Swap, s.Timeout = ActSwap, t, SwapKindOf(p, t), p.SwapTimeout
 			}
 		}
 	}
@@ -216,8 +205,8 @@ func stepFor(p model.Policy, st v1alpha1.NodeState) step {
 
 // doneStep ends a node that passed its gate: Done (RolledBack in a
 // rollback), with the uncordon when the gate judged before it (no soak).
-func doneStep(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState) step {
-	s := step{State: v1alpha1.NodeDone, Record: true, Final: true, ClearSwapped: true, Uncordon: !uncordoned(rec, seq)}
+func doneStep(rec Record, p model.Policy, seq []v1alpha1.NodeState) Step {
+	s := Step{State: v1alpha1.NodeDone, Record: true, Final: true, ClearSwapped: true, Uncordon: !uncordoned(rec, seq)}
 	if p.Rollback {
 		s.State = v1alpha1.NodeRolledBack
 	}
@@ -232,17 +221,17 @@ func doneStep(rec nodeRecord, p model.Policy, seq []v1alpha1.NodeState) step {
 // its swap back is Pending, still on the revision the rollout moved it to.
 // A cleanup resumed after its cause went away (abort withdrawn) still ends
 // as an abort.
-func abortedStep(p model.Policy, v stepView, why leave) step {
+func abortedStep(p model.Policy, v View, why Leave) Step {
 	if why == "" {
-		why = leaveAbort
+		why = LeaveAbort
 	}
-	s := step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: string(why) + " before the swap"}
+	s := Step{State: v1alpha1.NodePending, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: string(why) + " before the swap"}
 	switch {
 	case p.Rollback && v.UpToDate:
 		s.State, s.Reason = v1alpha1.NodeRolledBack, ""
 	case p.Rollback:
 		s.Reason = string(why) + " before the swap back: still on the revision the rollout moved it to"
-	case v.UpToDate && why == leaveSelector:
+	case v.UpToDate && why == LeaveSelector:
 		s.State, s.Reason = v1alpha1.NodeSkipped, string(why)+" after the swap; not gated"
 	case v.UpToDate:
 		s.State, s.Reason = v1alpha1.NodeDone, string(why)+" after the swap; not gated"
@@ -255,23 +244,23 @@ func abortedStep(p model.Policy, v stepView, why leave) step {
 // back only when nothing was swapped (preflight, a PDB-blocked drain) or
 // the gate failed before its uncordon (no soak). A node whose swap failed
 // stays cordoned for a person to look at.
-func failedStep(rec nodeRecord, seq []v1alpha1.NodeState, se *stepError) step {
-	if se.skip {
-		return step{State: v1alpha1.NodeSkipped, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: se.reason}
+func failedStep(rec Record, seq []v1alpha1.NodeState, se *StepError) Step {
+	if se.Skip {
+		return Step{State: v1alpha1.NodeSkipped, Record: true, Final: true, ClearSwapped: true, Uncordon: true, Reason: se.Reason}
 	}
-	handBack := se.halt == HaltPDBBlocked || se.halt == HaltPreflightFailed || (se.halt == HaltGateFailed && !uncordoned(rec, seq))
-	return step{State: v1alpha1.NodeFailed, Record: true, Final: true, Uncordon: handBack, Reason: se.reason, Halt: se.halt}
+	handBack := se.Halt == HaltPDBBlocked || se.Halt == HaltPreflightFailed || (se.Halt == HaltGateFailed && !uncordoned(rec, seq))
+	return Step{State: v1alpha1.NodeFailed, Record: true, Final: true, Uncordon: handBack, Reason: se.Reason, Halt: se.Halt}
 }
 
 // uncordoned says the record is at or past the uncordon.
-func uncordoned(rec nodeRecord, seq []v1alpha1.NodeState) bool {
+func uncordoned(rec Record, seq []v1alpha1.NodeState) bool {
 	i := indexOf(seq, rec.Step)
 	return i >= 0 && i >= indexOf(seq, v1alpha1.NodeUncordon)
 }
 
 // swapState names the step that swaps target t.
 // Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
-func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
+func SwapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 	kind := t.Kind
 	if kind == "" { // not typed yet (a plan, a test): only the default targets' exact names
 		for _, d := range model.DefaultTargets {
@@ -293,7 +282,7 @@ func swapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 func steps(p model.Policy) []v1alpha1.NodeState {
 	s := []v1alpha1.NodeState{v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain}
 	for _, t := range p.Targets {
-		s = append(s, swapState(t))
+		s = append(s, SwapState(t))
 	}
 	return append(s, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate)
 }
@@ -338,15 +327,15 @@ func cordonsWith(p model.Policy, seq []v1alpha1.NodeState, cordon int) int {
 // swapsRecordedWith are the targets whose old pods swap step st's record
 // names: its own, and the surge swaps right after it, which have no record
 // of their own (nextStep).
-func swapsRecordedWith(p model.Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
+func SwapsRecordedWith(p model.Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
 	var out []v1alpha1.TargetRef
 	for i, t := range p.Targets {
-		if swapState(t) != st {
+		if SwapState(t) != st {
 			continue
 		}
 		out = append(out, t)
 		for _, u := range p.Targets[i+1:] {
-			if swapKindOf(p, u) != swapSurge {
+			if SwapKindOf(p, u) != model.SwapSurge {
 				break
 			}
 			out = append(out, u)
@@ -372,4 +361,27 @@ func indexOf(seq []v1alpha1.NodeState, s v1alpha1.NodeState) int {
 		}
 	}
 	return -1
+}
+
+// Halt reasons (bounded label values of nodewise_rollout_halts_total).
+const (
+	HaltGateFailed      = "gate_failed"
+	HaltSwapTimeout     = "swap_timeout"
+	HaltSwapFailed      = "swap_failed" // the API refused a swap's write, or the kubelet rejected the new pod
+	HaltPDBBlocked      = "pdb_blocked"
+	HaltDrainFailed     = "drain_failed"
+	HaltPreflightFailed = "preflight_failed"
+)
+
+// stepError ends a node's steps with a halt (or a skip) and a reason.
+type StepError struct {
+	Halt   string // a HaltXxx metric label
+	Reason string
+	Skip   bool // skip the node instead of halting the rollout
+}
+
+func (s *StepError) Error() string { return s.Reason }
+
+func Halt(kind, format string, args ...any) error {
+	return &StepError{Halt: kind, Reason: fmt.Sprintf(format, args...)}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"errors"
@@ -54,86 +54,86 @@ func TestDecideAuto(t *testing.T) {
 	const deadline = 25 * time.Second
 	for _, tc := range []struct {
 		name      string
-		in        autoInput
+		in        AutoInput
 		drain     bool
 		reasonHas []string
 	}{
 		{
 			name:      "young connections only: in place",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(3*time.Second, 40)), counters("a", health.SideProxy, ages(20*time.Second, 2)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(3*time.Second, 40)), counters("a", health.SideProxy, ages(20*time.Second, 2)))},
 			reasonHas: []string{"in place", "no connection open longer than 25s (ztunnel's drain deadline 25s cuts what is still open) among 1 pods"},
 		},
 		{
 			name:      "longLivedAfter 5s: only short requests stay in place",
-			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
 			reasonHas: []string{"in place", "open longer than 5s"},
 		},
 		{
 			name:      "longLivedAfter 5s: a 10s stream under a 25s deadline drains (it is cut if it lives on)",
-			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
 		},
 		{
 			name:      "longLivedAfter 5s: a pod 3s old cannot hold one and needs no ages",
-			in:        autoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 3*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 1)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 3*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 1)))},
 			reasonHas: []string{"in place", "among 2 pods"},
 		},
 		{
 			name:      "longLivedAfter above the deadline is capped by it",
-			in:        autoInput{LongLived: time.Minute, Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(30*time.Second, 1)))},
+			in:        AutoInput{LongLived: time.Minute, Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(30*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"open longer than 25s"},
 		},
 		{
 			name:      "one connection at the deadline: drain, naming the pod",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 5)), counters("b", health.SideApp, ages(25*time.Second, 1)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 5)), counters("b", health.SideApp, ages(25*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: ", "deadline 25s", "shop/b (1)"},
 		},
 		{
 			name:      "proxy side counts too (ztunnel's in-pod sockets carry the pod's traffic)",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)), counters("a", health.SideProxy, ages(10*time.Minute, 3)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)), counters("a", health.SideProxy, ages(10*time.Minute, 3)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (3)"},
 		},
 		{
 			name:      "a shorter grace period lowers the deadline: 12s (grace 17s) catches a 15s connection",
-			in:        autoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(15*time.Second, 1)))},
+			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(15*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"deadline 12s"},
 		},
 		{
 			name:      "a bucket straddling the deadline counts whole: 12s deadline, a [10s,15s) connection drains",
-			in:        autoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(11*time.Second, 1)))},
+			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(11*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (1)"},
 		},
 		{
 			name: "DaemonSet, mirror and finished pods stay either way: their old connections do not drain",
-			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("zt", time.Minute, daemon), pod("static", time.Minute, mirror), pod("job", time.Minute, done)},
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("zt", time.Minute, daemon), pod("static", time.Minute, mirror), pod("job", time.Minute, done)},
 				Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 1)), counters("zt", health.SideApp, ages(time.Hour, 9)), counters("static", health.SideApp, ages(time.Hour, 9)), counters("job", health.SideApp, ages(time.Hour, 9)))},
 			reasonHas: []string{"in place", "among 1 pods"},
 		},
 		{
 			name:      "nothing a drain would move: in place without asking the agent",
-			in:        autoInput{Pods: []*corev1.Pod{pod("zt", time.Hour, daemon)}, AgentErr: errors.New("never asked")},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("zt", time.Hour, daemon)}, AgentErr: errors.New("never asked")},
 			reasonHas: []string{"in place: no pod on the node that a drain would move"},
 		},
 		{
 			name:      "ztunnel not a target: nothing is reset",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, AgentErr: errors.New("down")},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, AgentErr: errors.New("down")},
 			reasonHas: []string{"ztunnel is not a target"},
 		},
 		{
 			name:      "agent unreachable: drain (fail safe) with the agent's error",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, AgentErr: errors.New("node agent unavailable: node n1: timeout")},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, AgentErr: errors.New("node agent unavailable: node n1: timeout")},
 			drain:     true,
 			reasonHas: []string{"fail safe", "timeout"},
 		},
 		{
 			name: "proc mode has no ages: drain",
-			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot {
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot {
 				s := snap(counters("a", health.SideApp, ages(0, 0)))
 				s.Mode = health.ModeProc
 				return s
@@ -143,30 +143,30 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name:      "ages of another shape are unknown: drain",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, []uint64{0, 0}))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, []uint64{0, 0}))},
 			drain:     true,
 			reasonHas: []string{"shop/a has no connection ages"},
 		},
 		{
 			name:      "a pod older than the deadline missing from the snapshot: drain",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
 			drain:     true,
 			reasonHas: []string{"shop/b is not in the agent's snapshot"},
 		},
 		{
 			name:      "a pod younger than the deadline needs no ages",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 5*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 5*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
 			reasonHas: []string{"in place", "among 2 pods"},
 		},
 		{
 			name:      "a pod that started before the agent may hold connections it never saw: drain",
-			in:        autoInput{Pods: []*corev1.Pod{pod("a", 2*time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", 2*time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
 			drain:     true,
 			reasonHas: []string{"shop/a started before the agent"},
 		},
 		{
 			name: "a pod matched by name when the agent has no UID",
-			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
 				c := counters("a", health.SideApp, ages(time.Minute, 2))
 				c.UID = ""
 				return c
@@ -176,7 +176,7 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name: "a recreated pod with the same name does not inherit its predecessor's ages",
-			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
 				c := counters("a", health.SideApp, ages(time.Hour, 7))
 				c.UID = "uid-a-before"
 				return c
@@ -185,30 +185,30 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name:      "surge: short requests only stay in place, and the reason says why",
-			in:        autoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
 			reasonHas: []string{"in place: no connection open longer than 5s", "; surge: the new ztunnel listens beside the old one, so short requests are never refused"},
 		},
 		{
 			name:      "surge: a stream that would outlive the deadline still drains",
-			in:        autoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
 		},
 		{
 			name:      "replace: short requests drain, since nothing listens while the old ztunnel goes",
-			in:        autoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
 			drain:     true,
 			reasonHas: []string{"break-before-make (replace)", "shop/a carry traffic"},
 		},
 		{
 			name: "replace: an idle pod stays in place",
-			in: autoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
+			in: AutoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
 				Snapshot: snap(counters("a", health.SideApp, make([]uint64, len(health.AgeBucketBoundsSeconds)+1)))},
 			reasonHas: []string{"in place: no connection"},
 		},
 		{
 			name: "many pods are named up to three",
-			in: autoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
 				Snapshot: snap(counters("a", health.SideApp, ages(time.Minute, 1)), counters("b", health.SideApp, ages(time.Minute, 1)), counters("c", health.SideApp, ages(time.Minute, 1)), counters("d", health.SideApp, ages(time.Minute, 1)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (1), shop/b (1), shop/c (1) and 1 more"},
@@ -219,7 +219,7 @@ func TestDecideAuto(t *testing.T) {
 			in.Deadline = deadline
 		}
 		in.SwapsZtunnel = !strings.Contains(tc.name, "ztunnel not a target")
-		got := decideAuto(in)
+		got := DecideAuto(in)
 		if got.Drain != tc.drain {
 			t.Errorf("%s: drain %v, want %v (reason %q)", tc.name, got.Drain, tc.drain, got.Reason)
 		}
@@ -249,7 +249,7 @@ func TestPersistedAuto(t *testing.T) {
 		{"no decision", map[string]string{model.AnnotationRolloutUID: "u1"}, false, false},
 		{"an unknown value is decided again", ann("u1", "maybe", at(time.Second)), false, false},
 	} {
-		drain, ok := parseRecord(tc.ann).autoDecision("u1", since)
+		drain, ok := ParseRecord(tc.ann).AutoDecision("u1", since)
 		if drain != tc.drain || ok != tc.ok {
 			t.Errorf("%s: got %v, %v; want %v, %v", tc.name, drain, ok, tc.drain, tc.ok)
 		}

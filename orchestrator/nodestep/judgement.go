@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"time"
@@ -9,14 +9,14 @@ import (
 )
 
 // defaultZtunnelGrace is Kubernetes' default terminationGracePeriodSeconds.
-const defaultZtunnelGrace = 30 * time.Second
+const DefaultZtunnelGrace = 30 * time.Second
 
 // swappedInPlace decides, from persisted facts only, whether ztunnel was
 // swapped on a node without draining it first: it was when the rollout swaps
 // ztunnel and either the policy never drains or no finished drain was
 // recorded since this attempt's cordon (swapStart). A drain record older than
 // the cordon belongs to an earlier attempt (a retry after resume).
-func swappedInPlace(policy v1alpha1.DrainPolicy, swapsZtunnel bool, drainedAt, swapStart time.Time) bool {
+func SwappedInPlace(policy v1alpha1.DrainPolicy, swapsZtunnel bool, drainedAt, swapStart time.Time) bool {
 	if !swapsZtunnel {
 		return false // ztunnel keeps running: nothing is reset as planned
 	}
@@ -28,9 +28,9 @@ func swappedInPlace(policy v1alpha1.DrainPolicy, swapsZtunnel bool, drainedAt, s
 
 // ztunnelGrace is the termination grace period of a ztunnel DaemonSet's pod
 // template (default 30 s); ztunnel's drain deadline is derived from it.
-func ztunnelGrace(ds *appsv1.DaemonSet) time.Duration {
+func ZtunnelGrace(ds *appsv1.DaemonSet) time.Duration {
 	if ds == nil || ds.Spec.Template.Spec.TerminationGracePeriodSeconds == nil {
-		return defaultZtunnelGrace
+		return DefaultZtunnelGrace
 	}
 	return time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
 }

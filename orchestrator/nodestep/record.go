@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"strings"
@@ -14,7 +14,7 @@ import (
 // (the keys are in constants.go). It is parsed from them here and written to
 // them here (patch) and nowhere else: the worker decides from it (nextStep)
 // and every write of a step is the record before and after.
-type nodeRecord struct {
+type Record struct {
 	Rollout    string
 	RolloutUID types.UID
 	// Step is the step about to act (written before it acts), StepSince when
@@ -47,8 +47,8 @@ type nodeRecord struct {
 
 // parseRecord reads a node's record from its annotations. Unparseable times
 // read as zero (never set).
-func parseRecord(ann map[string]string) nodeRecord {
-	r := nodeRecord{
+func ParseRecord(ann map[string]string) Record {
+	r := Record{
 		Rollout:            ann[model.AnnotationRollout],
 		RolloutUID:         types.UID(ann[model.AnnotationRolloutUID]),
 		Step:               v1alpha1.NodeState(ann[model.AnnotationStep]),
@@ -77,13 +77,13 @@ func parseRecord(ann map[string]string) nodeRecord {
 
 // parseStep is the part of parseRecord that nodeState reads (the rollout
 // and the step), for the planner's pass over every node.
-func parseStep(ann map[string]string) nodeRecord {
-	return nodeRecord{Rollout: ann[model.AnnotationRollout], RolloutUID: types.UID(ann[model.AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[model.AnnotationStep])}
+func ParseStep(ann map[string]string) Record {
+	return Record{Rollout: ann[model.AnnotationRollout], RolloutUID: types.UID(ann[model.AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[model.AnnotationStep])}
 }
 
 // patch is the annotation merge patch that turns prev into r: every key
 // whose value differs (nil deletes it).
-func (r nodeRecord) patch(prev nodeRecord) map[string]*string {
+func (r Record) Patch(prev Record) map[string]*string {
 	ann := map[string]*string{}
 	set := func(key, now, was string) {
 		switch {
@@ -91,7 +91,7 @@ func (r nodeRecord) patch(prev nodeRecord) map[string]*string {
 		case now == "":
 			ann[key] = nil
 		default:
-			ann[key] = ptr(now)
+			ann[key] = Ptr(now)
 		}
 	}
 	set(model.AnnotationRollout, r.Rollout, prev.Rollout)
@@ -121,26 +121,26 @@ func (r nodeRecord) patch(prev nodeRecord) map[string]*string {
 }
 
 // ours says the record belongs to the rollout with this UID.
-func (r nodeRecord) ours(uid types.UID) bool { return uid != "" && r.RolloutUID == uid }
+func (r Record) Ours(uid types.UID) bool { return uid != "" && r.RolloutUID == uid }
 
 // forRollout is the record as a worker of rollout uid starts from: a record
 // of another rollout (or of none) has no step and no times for it; the
 // cordon bookkeeping and the swap records stay (they are the node's).
-func (r nodeRecord) forRollout(uid types.UID) nodeRecord {
-	if r.ours(uid) {
+func (r Record) ForRollout(uid types.UID) Record {
+	if r.Ours(uid) {
 		return r
 	}
-	return nodeRecord{PriorUnschedulable: r.PriorUnschedulable, CordonedBy: r.CordonedBy, Swapped: r.Swapped}
+	return Record{PriorUnschedulable: r.PriorUnschedulable, CordonedBy: r.CordonedBy, Swapped: r.Swapped}
 }
 
 // withStep is the record of step st written at now by rollout nr.
-func (r nodeRecord) withStep(rollout string, uid types.UID, st v1alpha1.NodeState, now time.Time) nodeRecord {
-	n := r.clone()
+func (r Record) WithStep(rollout string, uid types.UID, st v1alpha1.NodeState, now time.Time) Record {
+	n := r.Clone()
 	n.Rollout, n.RolloutUID, n.Step, n.StepSince = rollout, uid, st, now
 	return n
 }
 
-func (r nodeRecord) clone() nodeRecord {
+func (r Record) Clone() Record {
 	n := r
 	if r.Swapped != nil {
 		n.Swapped = make(map[string]types.UID, len(r.Swapped))
@@ -155,8 +155,8 @@ func (r nodeRecord) clone() nodeRecord {
 // already unschedulable: the prior cordon is recorded once, before anything
 // else, and only a cordon nodewise sets names it. set says
 // spec.unschedulable must be set.
-func (r nodeRecord) cordoned(rollout string, unschedulable bool) (n nodeRecord, set bool) {
-	n = r.clone()
+func (r Record) Cordoned(rollout string, unschedulable bool) (n Record, set bool) {
+	n = r.Clone()
 	if n.PriorUnschedulable == "" {
 		n.PriorUnschedulable = boolString(unschedulable)
 	}
@@ -171,8 +171,8 @@ func (r nodeRecord) cordoned(rollout string, unschedulable bool) (n nodeRecord, 
 // bookkeeping goes, and clear says spec.unschedulable must be cleared: only
 // when nodewise set it, the node was not cordoned before, and nobody asked
 // to keep it cordoned since (AnnotationKeepCordoned).
-func (r nodeRecord) uncordoned() (n nodeRecord, clear bool) {
-	n = r.clone()
+func (r Record) Uncordoned() (n Record, clear bool) {
+	n = r.Clone()
 	clear = r.PriorUnschedulable != "true" && r.CordonedBy != "" && r.KeepCordoned == nil
 	n.PriorUnschedulable, n.CordonedBy = "", ""
 	return n, clear
@@ -182,8 +182,8 @@ func (r nodeRecord) uncordoned() (n nodeRecord, clear bool) {
 // the record is rollout uid's and the choice was made at or after the Drain
 // step began (since). An older one belongs to an earlier attempt (a retry
 // after resume, or a rollback) and is decided again.
-func (r nodeRecord) autoDecision(uid types.UID, since time.Time) (drain, ok bool) {
-	if !r.ours(uid) || r.DrainDecidedAt.IsZero() || r.DrainDecidedAt.Before(since) {
+func (r Record) AutoDecision(uid types.UID, since time.Time) (drain, ok bool) {
+	if !r.Ours(uid) || r.DrainDecidedAt.IsZero() || r.DrainDecidedAt.Before(since) {
 		return false, false
 	}
 	switch r.DrainDecision {
@@ -202,11 +202,11 @@ func (r nodeRecord) autoDecision(uid types.UID, since time.Time) (drain, ok bool
 // Pending. fromRecord says the state is the record's: only then does a
 // worker resume it (a state known only from status has no times to resume
 // from, and starts over).
-func nodeState(claim bool, r nodeRecord, uid types.UID, status v1alpha1.NodeState) (st v1alpha1.NodeState, fromRecord bool) {
+func NodeState(claim bool, r Record, uid types.UID, status v1alpha1.NodeState) (st v1alpha1.NodeState, fromRecord bool) {
 	switch {
 	case claim:
-		return claimed, false
-	case r.ours(uid) && r.Step != "":
+		return Claimed, false
+	case r.Ours(uid) && r.Step != "":
 		return r.Step, true
 	case status != "":
 		return status, false
@@ -235,3 +235,10 @@ func parseTime(s string) time.Time {
 	}
 	return t
 }
+
+// claimed is the in-memory state of a node the planner started whose worker
+// has not yet persisted its first step. It is never written to the API.
+const Claimed v1alpha1.NodeState = "Claimed"
+
+// ptr is a pointer to a copy of v.
+func Ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"fmt"
@@ -14,8 +14,8 @@ import (
 
 // describe is a step in one line, for tables: the state, then what the
 // step does ("record" when it persists the state first).
-func describe(s step) string {
-	if s.Act == actStop {
+func describe(s Step) string {
+	if s.Act == ActStop {
 		return "stop: " + s.Reason
 	}
 	parts := []string{string(s.State)}
@@ -30,17 +30,17 @@ func describe(s step) string {
 	flag(s.StampSwap, "swap-since")
 	flag(s.StampSoak, "soak-since")
 	switch s.Act {
-	case actPreflight:
+	case ActPreflight:
 		parts = append(parts, "preflight")
-	case actDrain:
+	case ActDrain:
 		parts = append(parts, "drain")
-	case actSwap:
+	case ActSwap:
 		parts = append(parts, fmt.Sprintf("%s %s", s.Swap, s.Target.Name))
-	case actWaitReady:
+	case ActWaitReady:
 		parts = append(parts, "wait-ready")
-	case actSoak:
+	case ActSoak:
 		parts = append(parts, "soak")
-	case actGate:
+	case ActGate:
 		parts = append(parts, "gate")
 	}
 	if s.Timeout > 0 {
@@ -72,39 +72,39 @@ var (
 // walk drives nextStep the way the worker does, with every act passing
 // except where fail says, and returns the steps in order. A record makes
 // its state the record's step, as persist does.
-func walk(t *testing.T, p model.Policy, rec nodeRecord, v stepView, abort func(i int) leave, fail map[v1alpha1.NodeState]*stepError) []string {
+func walk(t *testing.T, p model.Policy, rec Record, v View, abort func(i int) Leave, fail map[v1alpha1.NodeState]*StepError) []string {
 	t.Helper()
 	var out []string
 	for i := 0; i < 30; i++ {
-		s := nextStep(rec, p, v, abort(i))
+		s := Next(rec, p, v, abort(i))
 		out = append(out, describe(s))
-		if s.Final || s.Act == actStop {
+		if s.Final || s.Act == ActStop {
 			return out
 		}
 		if s.Record {
 			rec.Step = s.State
 		}
-		v = stepView{At: s.State, Failed: fail[s.State], UpToDate: v.UpToDate}
+		v = View{At: s.State, Failed: fail[s.State], UpToDate: v.UpToDate}
 	}
 	t.Fatalf("no final step after 30: %v", out)
 	return nil
 }
 
-func never(int) leave  { return "" }
-func always(int) leave { return leaveAbort }
+func never(int) Leave  { return "" }
+func always(int) Leave { return LeaveAbort }
 
 // TestNextStepWalks walks whole nodes, from a fresh start and from every
 // record a successor can resume, through each transition, halt, skip and
 // abort branch.
 func TestNextStepWalks(t *testing.T) {
-	pdb := &stepError{halt: HaltPDBBlocked, reason: "drain blocked by a PodDisruptionBudget: x", skip: true}
+	pdb := &StepError{Halt: HaltPDBBlocked, Reason: "drain blocked by a PodDisruptionBudget: x", Skip: true}
 	cases := []struct {
 		name  string
 		spec  func(*v1alpha1.NodeRolloutSpec)
 		rec   v1alpha1.NodeState // the record's step ("" = none)
 		at    v1alpha1.NodeState // stepView.At at the start
-		abort func(i int) leave
-		fail  map[v1alpha1.NodeState]*stepError
+		abort func(i int) Leave
+		fail  map[v1alpha1.NodeState]*StepError
 		up    bool // the node is on the newest revisions (read when aborting)
 		want  []string
 	}{
@@ -272,7 +272,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "preflight fails: halt, hand the node back",
 			spec: soaked, at: v1alpha1.NodePending, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodePreflight: {halt: HaltPreflightFailed, reason: "preflight: node is not Ready"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodePreflight: {Halt: HaltPreflightFailed, Reason: "preflight: node is not Ready"}},
 			want: []string{
 				"Preflight record preflight ≤1s",
 				`Failed record uncordon final halt=preflight_failed "preflight: node is not Ready"`,
@@ -281,7 +281,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "a PDB blocks the drain under skip-node: skip, hand the node back",
 			spec: soaked, at: v1alpha1.NodePending, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: pdb},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeDrain: pdb},
 			want: []string{
 				"Preflight record preflight ≤1s",
 				"Cordon record cordon swap-since",
@@ -292,7 +292,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "a PDB blocks the drain under halt: halt, hand the node back",
 			spec: soaked, rec: v1alpha1.NodeDrain, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: {halt: HaltPDBBlocked, reason: "blocked"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeDrain: {Halt: HaltPDBBlocked, Reason: "blocked"}},
 			want: []string{
 				"Drain drain ≤5m0s",
 				`Failed record uncordon final halt=pdb_blocked "blocked"`,
@@ -301,7 +301,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "a drain fails otherwise: halt, the node stays cordoned",
 			spec: soaked, rec: v1alpha1.NodeDrain, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeDrain: {halt: HaltDrainFailed, reason: "drain: boom"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeDrain: {Halt: HaltDrainFailed, Reason: "drain: boom"}},
 			want: []string{
 				"Drain drain ≤5m0s",
 				`Failed record final halt=drain_failed "drain: boom"`,
@@ -310,7 +310,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "a swap times out: halt, the node stays cordoned",
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeWaitReady: {halt: HaltSwapTimeout, reason: "not Ready"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeWaitReady: {Halt: HaltSwapTimeout, Reason: "not Ready"}},
 			want: []string{
 				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
@@ -320,7 +320,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "the gate fails after the soak: halt (the node is uncordoned already)",
 			spec: soaked, rec: v1alpha1.NodeSoak, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeGate: {halt: HaltGateFailed, reason: "gate Fail: x"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeGate: {Halt: HaltGateFailed, Reason: "gate Fail: x"}},
 			want: []string{
 				"Soak soak ≤1m0s",
 				"Gate gate",
@@ -330,7 +330,7 @@ func TestNextStepWalks(t *testing.T) {
 		{
 			name: "the gate fails without a soak: halt, uncordoned in the same patch",
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: never,
-			fail: map[v1alpha1.NodeState]*stepError{v1alpha1.NodeGate: {halt: HaltGateFailed, reason: "gate Fail: x"}},
+			fail: map[v1alpha1.NodeState]*StepError{v1alpha1.NodeGate: {Halt: HaltGateFailed, Reason: "gate Fail: x"}},
 			want: []string{
 				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
@@ -368,9 +368,9 @@ func TestNextStepWalks(t *testing.T) {
 		},
 		{
 			name: "abort after the first swap's record with no drain: the swap finishes",
-			spec: plain, at: v1alpha1.NodePending, abort: func(i int) leave {
+			spec: plain, at: v1alpha1.NodePending, abort: func(i int) Leave {
 				if i >= 2 {
-					return leaveAbort
+					return LeaveAbort
 				}
 				return ""
 			}, up: true,
@@ -400,7 +400,7 @@ func TestNextStepWalks(t *testing.T) {
 		},
 		{
 			name: "a node relabelled out of the selector during its drain: made safe, back to Pending",
-			spec: soaked, rec: v1alpha1.NodeDrain, abort: func(int) leave { return leaveSelector },
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: func(int) Leave { return LeaveSelector },
 			want: []string{
 				`AbortCleanup record "left the nodeSelector"`,
 				`Pending record uncordon final forget-swaps "left the nodeSelector before the swap"`,
@@ -408,7 +408,7 @@ func TestNextStepWalks(t *testing.T) {
 		},
 		{
 			name: "a node relabelled out of the selector during its soak: Skipped, not gated",
-			spec: soaked, rec: v1alpha1.NodeSoak, abort: func(int) leave { return leaveSelector }, up: true,
+			spec: soaked, rec: v1alpha1.NodeSoak, abort: func(int) Leave { return LeaveSelector }, up: true,
 			want: []string{
 				`AbortCleanup record "left the nodeSelector"`,
 				`Skipped record uncordon final forget-swaps "left the nodeSelector after the swap; not gated"`,
@@ -416,7 +416,7 @@ func TestNextStepWalks(t *testing.T) {
 		},
 		{
 			name: "the NodeRollout deleted during a swap: the swap finishes, then made safe",
-			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: func(int) leave { return leaveDeleting }, up: true,
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: func(int) Leave { return LeaveDeleting }, up: true,
 			want: []string{
 				"SwapZtunnel surge ztunnel ≤5m0s",
 				"WaitReady wait-ready ≤5m0s",
@@ -445,7 +445,7 @@ func TestNextStepWalks(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := fixture.Policy(t, tc.spec)
-			got := walk(t, p, nodeRecord{Step: tc.rec}, stepView{At: tc.at, UpToDate: tc.up}, tc.abort, tc.fail)
+			got := walk(t, p, Record{Step: tc.rec}, View{At: tc.at, UpToDate: tc.up}, tc.abort, tc.fail)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
@@ -459,7 +459,7 @@ func TestNextStepWalks(t *testing.T) {
 func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
 	p := fixture.Policy(t, plain)
 	p.ZtunnelSwap = model.SwapReplace
-	got := walk(t, p, nodeRecord{}, stepView{At: v1alpha1.NodePending}, never, nil)
+	got := walk(t, p, Record{}, View{At: v1alpha1.NodePending}, never, nil)
 	want := []string{
 		"Preflight preflight",
 		"SwapCNI record cordon swap-since replace istio-cni-node ≤5m0s",
@@ -471,10 +471,10 @@ func TestNextStepReplaceSwapKeepsItsRecord(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	if got := swapsRecordedWith(p, v1alpha1.NodeSwapCNI); len(got) != 1 {
+	if got := SwapsRecordedWith(p, v1alpha1.NodeSwapCNI); len(got) != 1 {
 		t.Errorf("the CNI swap's record names the old pods of %v; want its own only", got)
 	}
-	if got := swapsRecordedWith(fixture.Policy(t, plain), v1alpha1.NodeSwapCNI); len(got) != 2 || got[1].Name != "ztunnel" {
+	if got := SwapsRecordedWith(fixture.Policy(t, plain), v1alpha1.NodeSwapCNI); len(got) != 2 || got[1].Name != "ztunnel" {
 		t.Errorf("the CNI swap's record names the old pods of %v; want istio-cni-node's and ztunnel's (surged without a record)", got)
 	}
 }
@@ -496,7 +496,7 @@ func TestNextStepBoundsCountFromTheRecord(t *testing.T) {
 		{v1alpha1.NodeSwapCNI, time.Minute},
 		{v1alpha1.NodeSoak, time.Minute},
 	} {
-		s := nextStep(nodeRecord{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, stepView{}, "")
+		s := Next(Record{Step: tc.rec, StepSince: time.Unix(100, 0)}, p, View{}, "")
 		if s.Record || s.Timeout != tc.want {
 			t.Errorf("resume %s: %s, want the record's own step bounded by %s from its StepSince", tc.rec, describe(s), tc.want)
 		}
@@ -511,15 +511,15 @@ func TestSwapKindOf(t *testing.T) {
 	for _, c := range []struct {
 		p    model.Policy
 		t    v1alpha1.TargetRef
-		want swapKind
+		want model.SwapKind
 	}{
-		{model.Policy{}, zt, swapSurge},
-		{model.Policy{ZtunnelSwap: model.SwapSurge}, zt, swapSurge},
-		{model.Policy{ZtunnelSwap: model.SwapReplace}, zt, swapReplace},
-		{model.Policy{}, cni, swapReplace},
-		{model.Policy{ZtunnelSwap: model.SwapSurge}, cni, swapReplace},
+		{model.Policy{}, zt, model.SwapSurge},
+		{model.Policy{ZtunnelSwap: model.SwapSurge}, zt, model.SwapSurge},
+		{model.Policy{ZtunnelSwap: model.SwapReplace}, zt, model.SwapReplace},
+		{model.Policy{}, cni, model.SwapReplace},
+		{model.Policy{ZtunnelSwap: model.SwapSurge}, cni, model.SwapReplace},
 	} {
-		if got := swapKindOf(c.p, c.t); got != c.want {
+		if got := SwapKindOf(c.p, c.t); got != c.want {
 			t.Errorf("swapKindOf(ZtunnelSwap %q, %s) = %s, want %s", c.p.ZtunnelSwap, c.t.Name, got, c.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ const (
 
 // autoInput is what drain policy auto decides from, observed at the node's
 // Drain step.
-type autoInput struct {
+type AutoInput struct {
 	// SwapsZtunnel: ztunnel is a target. Only ztunnel's swap resets
 	// connections (istio-cni carries no traffic).
 	SwapsZtunnel bool
@@ -83,11 +83,11 @@ const maxNamed = 3
 // terminating pods hold no connection worth moving. Both sides (app and
 // proxy) of a pod count: ztunnel's in-pod sockets carry the pod's traffic.
 // A bucket straddling the threshold counts whole (health.MayBeOlderThan).
-func decideAuto(in autoInput) autoChoice {
+func DecideAuto(in AutoInput) autoChoice {
 	if !in.SwapsZtunnel {
 		return autoChoice{Reason: "in place: ztunnel is not a target, so the swap resets no connection"}
 	}
-	movable := movablePods(in.Pods)
+	movable := MovablePods(in.Pods)
 	if len(movable) == 0 {
 		return autoChoice{Reason: "in place: no pod on the node that a drain would move"}
 	}
@@ -138,7 +138,7 @@ func decideAuto(in autoInput) autoChoice {
 		if c == nil {
 			c = byName[types.UID(name)]
 		}
-		started := podStart(p)
+		started := PodStart(p)
 		seen := c != nil && c.seen
 		switch {
 		case s.Time.Sub(started) < threshold:
@@ -181,13 +181,13 @@ func decideAuto(in autoInput) autoChoice {
 }
 
 // movablePods are the pods a drain would evict, sorted by namespace/name.
-func movablePods(pods []*corev1.Pod) []*corev1.Pod {
+func MovablePods(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if isTargetPod(p) { // owned by a DaemonSet
+		if model.IsTargetPod(p) { // owned by a DaemonSet
 			continue
 		}
 		if _, bridge := p.Labels[model.LabelSurgeBridge]; bridge { // a surge bridge is a DaemonSet pod to be
@@ -206,7 +206,7 @@ func movablePods(pods []*corev1.Pod) []*corev1.Pod {
 
 // podStart is when the pod's containers could first have opened a
 // connection: its status start time, else its creation.
-func podStart(p *corev1.Pod) time.Time {
+func PodStart(p *corev1.Pod) time.Time {
 	if p.Status.StartTime != nil {
 		return p.Status.StartTime.Time
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"reflect"
@@ -31,37 +31,37 @@ func apply(ann map[string]string, patch map[string]*string) map[string]string {
 // parseRecord, and a record patched from another reads back as itself.
 func TestRecordRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 123456789, time.UTC)
-	full := nodeRecord{
+	full := Record{
 		Rollout: "r", RolloutUID: "u1", Step: v1alpha1.NodeSoak, StepSince: at,
 		SwapSince: at.Add(-time.Minute), SoakSince: at, DrainedAt: at.Add(-30 * time.Second),
 		DrainDecision: DrainDecisionDrain, DrainDecidedAt: at.Add(-40 * time.Second),
 		PriorUnschedulable: "false", CordonedBy: "r",
 		Swapped: map[string]types.UID{"ztunnel": "pod-uid"},
 	}
-	ann := apply(map[string]string{"other.io/key": "kept"}, full.patch(nodeRecord{}))
-	if got := parseRecord(ann); !reflect.DeepEqual(got, full) {
+	ann := apply(map[string]string{"other.io/key": "kept"}, full.Patch(Record{}))
+	if got := ParseRecord(ann); !reflect.DeepEqual(got, full) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, full)
 	}
 	if ann["other.io/key"] != "kept" {
 		t.Error("a key nodewise does not own was touched")
 	}
 	// Back to an empty record: every key nodewise wrote goes.
-	empty := apply(ann, nodeRecord{}.patch(full))
+	empty := apply(ann, Record{}.Patch(full))
 	if len(empty) != 1 {
 		t.Errorf("annotations after clearing the record: %v, want only the foreign key", empty)
 	}
 	// A patch carries only what changed.
-	next := full.withStep("r", "u1", v1alpha1.NodeGate, at.Add(time.Minute))
-	if p := next.patch(full); len(p) != 2 || *p[model.AnnotationStep] != "Gate" || p[model.AnnotationStepSince] == nil {
+	next := full.WithStep("r", "u1", v1alpha1.NodeGate, at.Add(time.Minute))
+	if p := next.Patch(full); len(p) != 2 || *p[model.AnnotationStep] != "Gate" || p[model.AnnotationStepSince] == nil {
 		t.Errorf("patch of a step change: %v, want the step and its time only", p)
 	}
 	// An empty swap UID deletes the key even when the record before lacks it
 	// (a copy that had not seen the swap).
-	cleared := nodeRecord{Swapped: map[string]types.UID{"istio-cni-node": ""}}
-	if p := cleared.patch(nodeRecord{}); len(p) != 1 || p[model.AnnotationSwappedPrefix+"istio-cni-node"] != nil {
+	cleared := Record{Swapped: map[string]types.UID{"istio-cni-node": ""}}
+	if p := cleared.Patch(Record{}); len(p) != 1 || p[model.AnnotationSwappedPrefix+"istio-cni-node"] != nil {
 		t.Errorf("clearing a swap record: %v", p)
 	}
-	if _, ok := cleared.patch(nodeRecord{})[model.AnnotationSwappedPrefix+"istio-cni-node"]; !ok {
+	if _, ok := cleared.Patch(Record{})[model.AnnotationSwappedPrefix+"istio-cni-node"]; !ok {
 		t.Error("clearing a swap record sent no deletion")
 	}
 }
@@ -71,33 +71,33 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestRecordCordon(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		rec           nodeRecord
+		rec           Record
 		unschedulable bool
-		want          nodeRecord
+		want          Record
 		set           bool
 	}{
-		{"schedulable node: record false, cordon", nodeRecord{}, false, nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true},
-		{"already cordoned by someone: record true, leave it", nodeRecord{}, true, nodeRecord{PriorUnschedulable: "true"}, false},
-		{"our own cordon, resumed: nothing changes", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true, nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, false},
-		{"the prior record is kept when an operator uncordoned meanwhile", nodeRecord{PriorUnschedulable: "true"}, false, nodeRecord{PriorUnschedulable: "true", CordonedBy: "r"}, true},
+		{"schedulable node: record false, cordon", Record{}, false, Record{PriorUnschedulable: "false", CordonedBy: "r"}, true},
+		{"already cordoned by someone: record true, leave it", Record{}, true, Record{PriorUnschedulable: "true"}, false},
+		{"our own cordon, resumed: nothing changes", Record{PriorUnschedulable: "false", CordonedBy: "r"}, true, Record{PriorUnschedulable: "false", CordonedBy: "r"}, false},
+		{"the prior record is kept when an operator uncordoned meanwhile", Record{PriorUnschedulable: "true"}, false, Record{PriorUnschedulable: "true", CordonedBy: "r"}, true},
 	} {
-		got, set := tc.rec.cordoned("r", tc.unschedulable)
+		got, set := tc.rec.Cordoned("r", tc.unschedulable)
 		if !reflect.DeepEqual(got, tc.want) || set != tc.set {
 			t.Errorf("%s: cordoned = %+v, %v; want %+v, %v", tc.name, got, set, tc.want, tc.set)
 		}
 	}
 	for _, tc := range []struct {
 		name  string
-		rec   nodeRecord
+		rec   Record
 		clear bool
 	}{
-		{"we cordoned it", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r"}, true},
-		{"it was cordoned before us", nodeRecord{PriorUnschedulable: "true"}, false},
-		{"never cordoned by us", nodeRecord{}, false},
-		{"prior record lost, our cordon named", nodeRecord{CordonedBy: "r"}, true},
-		{"ours, but a person asked to keep it cordoned", nodeRecord{PriorUnschedulable: "false", CordonedBy: "r", KeepCordoned: ptr("disk errors")}, false},
+		{"we cordoned it", Record{PriorUnschedulable: "false", CordonedBy: "r"}, true},
+		{"it was cordoned before us", Record{PriorUnschedulable: "true"}, false},
+		{"never cordoned by us", Record{}, false},
+		{"prior record lost, our cordon named", Record{CordonedBy: "r"}, true},
+		{"ours, but a person asked to keep it cordoned", Record{PriorUnschedulable: "false", CordonedBy: "r", KeepCordoned: Ptr("disk errors")}, false},
 	} {
-		got, clear := tc.rec.uncordoned()
+		got, clear := tc.rec.Uncordoned()
 		if got.PriorUnschedulable != "" || got.CordonedBy != "" || clear != tc.clear {
 			t.Errorf("%s: uncordoned = %+v, %v; want the bookkeeping gone, clear %v", tc.name, got, clear, tc.clear)
 		}
@@ -106,28 +106,28 @@ func TestRecordCordon(t *testing.T) {
 
 // TestNodeState is the one order a node's state is read in.
 func TestNodeState(t *testing.T) {
-	ours := nodeRecord{RolloutUID: "u1", Step: v1alpha1.NodeDrain}
-	theirs := nodeRecord{RolloutUID: "u0", Step: v1alpha1.NodeSoak}
+	ours := Record{RolloutUID: "u1", Step: v1alpha1.NodeDrain}
+	theirs := Record{RolloutUID: "u0", Step: v1alpha1.NodeSoak}
 	for _, tc := range []struct {
 		name       string
 		claim      bool
-		rec        nodeRecord
+		rec        Record
 		status     v1alpha1.NodeState
 		want       v1alpha1.NodeState
 		fromRecord bool
 	}{
-		{"a claim comes first", true, ours, v1alpha1.NodeDone, claimed, false},
+		{"a claim comes first", true, ours, v1alpha1.NodeDone, Claimed, false},
 		{"then this rollout's record, over an older status", false, ours, v1alpha1.NodeCordon, v1alpha1.NodeDrain, true},
 		{"another rollout's record: the status", false, theirs, v1alpha1.NodeDone, v1alpha1.NodeDone, false},
-		{"a record without a step: the status", false, nodeRecord{RolloutUID: "u1"}, v1alpha1.NodeFailed, v1alpha1.NodeFailed, false},
-		{"nothing: Pending", false, nodeRecord{}, "", v1alpha1.NodePending, false},
+		{"a record without a step: the status", false, Record{RolloutUID: "u1"}, v1alpha1.NodeFailed, v1alpha1.NodeFailed, false},
+		{"nothing: Pending", false, Record{}, "", v1alpha1.NodePending, false},
 	} {
-		got, from := nodeState(tc.claim, tc.rec, "u1", tc.status)
+		got, from := NodeState(tc.claim, tc.rec, "u1", tc.status)
 		if got != tc.want || from != tc.fromRecord {
 			t.Errorf("%s: %s (from record %v), want %s (%v)", tc.name, got, from, tc.want, tc.fromRecord)
 		}
 	}
-	if r := theirs.forRollout("u1"); r.Step != "" || !r.StepSince.IsZero() {
+	if r := theirs.ForRollout("u1"); r.Step != "" || !r.StepSince.IsZero() {
 		t.Errorf("another rollout's record as ours: %+v, want no step and no times", r)
 	}
 }
@@ -136,7 +136,7 @@ func TestNodeState(t *testing.T) {
 // with the full one on what nodeState reads.
 func TestParseStepIsParseRecord(t *testing.T) {
 	ann := map[string]string{model.AnnotationRollout: "r", model.AnnotationRolloutUID: "u1", model.AnnotationStep: "Soak", model.AnnotationStepSince: "2026-12-01T09:00:00Z"}
-	full, cheap := parseRecord(ann), parseStep(ann)
+	full, cheap := ParseRecord(ann), ParseStep(ann)
 	if cheap.Rollout != full.Rollout || cheap.RolloutUID != full.RolloutUID || cheap.Step != full.Step {
 		t.Errorf("parseStep %+v, parseRecord %+v", cheap, full)
 	}
@@ -147,12 +147,12 @@ func TestParseStepIsParseRecord(t *testing.T) {
 // annotate node n nodewise.io/keep-cordoned=`), as the docs say.
 func TestKeepCordonedAnyValue(t *testing.T) {
 	for _, v := range []string{"", "disk errors"} {
-		rec := parseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r", model.AnnotationKeepCordoned: v})
-		if _, clear := rec.uncordoned(); clear {
+		rec := ParseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r", model.AnnotationKeepCordoned: v})
+		if _, clear := rec.Uncordoned(); clear {
 			t.Errorf("%s=%q: the uncordon clears spec.unschedulable; want the node kept cordoned", model.AnnotationKeepCordoned, v)
 		}
 	}
-	if _, clear := parseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r"}).uncordoned(); !clear {
+	if _, clear := ParseRecord(map[string]string{model.AnnotationPriorUnschedulable: "false", model.AnnotationCordonedBy: "r"}).Uncordoned(); !clear {
 		t.Error("without the annotation the uncordon keeps the node cordoned")
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package nodestep
 
 import (
 	"testing"
@@ -29,7 +29,7 @@ func TestGateDrainFacts(t *testing.T) {
 		{"always, only an earlier attempt's drain", v1alpha1.DrainAlways, true, cordon.Add(-time.Hour), true},
 		{"ztunnel not a target: nothing reset as planned", v1alpha1.DrainNever, false, time.Time{}, false},
 	} {
-		if got := swappedInPlace(tc.policy, tc.swapsZtunnel, tc.drainedAt, cordon); got != tc.want {
+		if got := SwappedInPlace(tc.policy, tc.swapsZtunnel, tc.drainedAt, cordon); got != tc.want {
 			t.Errorf("%s: swappedInPlace = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -49,7 +49,7 @@ func TestGateDrainFacts(t *testing.T) {
 		{"long grace", sec(300), 5 * time.Minute},
 		{"short grace", sec(8), 8 * time.Second},
 	} {
-		if got := ztunnelGrace(tc.ds); got != tc.want {
+		if got := ZtunnelGrace(tc.ds); got != tc.want {
 			t.Errorf("%s: ztunnelGrace = %s, want %s", tc.name, got, tc.want)
 		}
 	}
