@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	appsv1 "k8s.io/api/apps/v1"
@@ -36,7 +37,7 @@ func TestTrimCachedDropsManagedFields(t *testing.T) {
 // ControllerRevision its data.
 func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	yes := true
-	start := metav1.NewTime(surgeT0)
+	start := metav1.NewTime(fixture.SurgeT0)
 	app := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "7",
 			Labels:          map[string]string{"app": "web"},
@@ -67,7 +68,7 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 		t.Errorf("the slim pod reads differently: ready %s vs %s, start %v vs %v", r1, r2, nodestep.PodStart(app), nodestep.PodStart(slim))
 	}
 
-	for _, p := range []*corev1.Pod{surgePod("ztunnel-x", "new", 0), surgePod("b", "new", 0, bridged), surgePod("h", "new", 0, bridged, handedOver)} {
+	for _, p := range []*corev1.Pod{fixture.SurgePod("ztunnel-x", "new", 0), fixture.SurgePod("b", "new", 0, fixture.Bridged), fixture.SurgePod("h", "new", 0, fixture.Bridged, fixture.HandedOver)} {
 		p.Spec.Containers = []corev1.Container{{Name: "istio-proxy"}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "istio-proxy", RestartCount: 2}}
 		out, _ := trimCached(p.DeepCopy())
@@ -83,7 +84,7 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	if n := out.(*corev1.Node); n.Status.Images != nil || !nodeReady(n) || !n.Spec.Unschedulable || n.Annotations[model.AnnotationStep] != "SwapZtunnel" {
 		t.Errorf("trimmed node: %+v", n)
 	}
-	rev := surgeRev.DeepCopy()
+	rev := fixture.SurgeRev.DeepCopy()
 	rev.Data.Raw = []byte(`{"spec":{}}`)
 	out, _ = trimCached(rev)
 	if r := out.(*appsv1.ControllerRevision); r.Data.Raw != nil || r.Revision != 2 || r.Labels[model.LabelControllerRevisionHash] != "new" {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
+	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -31,7 +32,7 @@ import (
 type Orchestrator struct {
 	cfg      Config
 	log      *zap.Logger
-	metrics  *Metrics
+	metrics  *metrics.Metrics
 	kube     kubernetes.Interface
 	rollouts v1alpha1.NodeRolloutInterface
 }
@@ -41,7 +42,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("orchestrator config: %w", err)
 	}
-	m, err := NewMetrics(cfg.Registry)
+	m, err := metrics.NewMetrics(cfg.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
 // prepullCommand is a path no image has: the container fails to start
@@ -91,7 +92,7 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		AutomountServiceAccountToken:  nodestep.Ptr(false),
 		EnableServiceLinks:            nodestep.Ptr(false),
 	}
-	addDaemonTolerations(&spec)
+	swap.AddDaemonTolerations(&spec)
 	for _, ref := range p.Targets {
 		tv, err := e.target(ref)
 		if err != nil {

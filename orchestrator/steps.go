@@ -281,7 +281,7 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 			if ok, _ := model.PodReadyCondition(pod); ok {
 				return nil
 			}
-			why = fmt.Sprintf("pod %s on revision %s is not Ready%s", pod.Name, tv.NewestHash, waitingReason(pod))
+			why = fmt.Sprintf("pod %s on revision %s is not Ready%s", pod.Name, tv.NewestHash, model.WaitingReason(pod))
 		}
 		if why == "" {
 			why = "no pod scheduled yet"
@@ -293,22 +293,6 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 			return err
 		}
 	}
-}
-
-func waitingReason(p *corev1.Pod) string {
-	var parts []string
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			parts = append(parts, cs.State.Waiting.Reason)
-		}
-		if cs.RestartCount > 0 {
-			parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
-		}
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // judge runs the gate on the node's record; an error fails closed. It

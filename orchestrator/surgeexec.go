@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
 // surge runs the surge swap (surge.go) of ztunnel on the node for the
@@ -23,16 +24,16 @@ import (
 // the wait for the new pod to be Ready: past it the never-Ready bridge is
 // deleted and the rollout halts, the old ztunnel still serving.
 func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
-	s := Surger{
+	s := swap.Surger{
 		Kube: e.o.kube, Log: e.o.log.With(zap.String("node", node)), Now: e.o.cfg.Now, Poll: idleCheck,
-		Observe: func(context.Context) (SurgeInput, error) { return e.observeSurge(ref, node) },
+		Observe: func(context.Context) (swap.SurgeInput, error) { return e.observeSurge(ref, node) },
 		Changes: e.changes.wait, BridgeTimeout: timeout,
 	}
 	res, err := s.Swap(ctx, ref, node, deadline)
 	switch {
-	case errors.Is(err, ErrSurgeTimeout):
+	case errors.Is(err, swap.ErrSurgeTimeout):
 		return nodestep.Halt(nodestep.HaltSwapTimeout, "%s (swap timeout %s)", err, timeout)
-	case errors.Is(err, ErrSurgeBridgeFailed):
+	case errors.Is(err, swap.ErrSurgeBridgeFailed):
 		return nodestep.Halt(nodestep.HaltSwapFailed, "%s", err)
 	case refused(err):
 		return nodestep.Halt(nodestep.HaltSwapFailed, "surge swap of %s/%s: %v", ref.Namespace, ref.Name, err)
@@ -46,18 +47,18 @@ func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node strin
 }
 
 // observeSurge is the surge step's input from the caches.
-func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (SurgeInput, error) {
+func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (swap.SurgeInput, error) {
 	ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
 	if err != nil {
-		return SurgeInput{Node: node}, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+		return swap.SurgeInput{Node: node}, fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	revs, err := e.revs.ControllerRevisions(ref.Namespace).List(labels.Everything())
 	if err != nil {
-		return SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
+		return swap.SurgeInput{Node: node}, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)
 	}
 	onNode, err := e.pods.OnNode(node)
 	if err != nil {
-		return SurgeInput{Node: node}, fmt.Errorf("listing pods on node %s: %w", node, err)
+		return swap.SurgeInput{Node: node}, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
 	var pods []*corev1.Pod
 	for _, p := range onNode {
@@ -65,7 +66,7 @@ func (e *executor) observeSurge(ref v1alpha1.TargetRef, node string) (SurgeInput
 			pods = append(pods, p)
 		}
 	}
-	return surgeInput(ds, revs, pods, node)
+	return swap.InputOf(ds, revs, pods, node)
 }
 
 // refused says the API server refused a swap's write for good (RBAC, an

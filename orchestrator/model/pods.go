@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,4 +26,22 @@ func PodReadyCondition(p *corev1.Pod) (bool, time.Time) {
 		}
 	}
 	return false, time.Time{}
+}
+
+// WaitingReason is why the pod's containers wait, and how often they
+// restarted, as " (reason, N restarts)", or "".
+func WaitingReason(p *corev1.Pod) string {
+	var parts []string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
+			parts = append(parts, cs.State.Waiting.Reason)
+		}
+		if cs.RestartCount > 0 {
+			parts = append(parts, fmt.Sprintf("%d restarts", cs.RestartCount))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -155,7 +155,7 @@ func (e *env) swapWith(ctx context.Context, name, node string) (int, error) {
 	deadline := time.Now().Add(time.Minute)
 	switch name {
 	case "bridge":
-		res, err := orchestrator.Surger{Kube: e.c.Client}.Swap(ctx, ztunnelRef, node, deadline)
+		res, err := swap.Surger{Kube: e.c.Client}.Swap(ctx, ztunnelRef, node, deadline)
 		return res.Writes, err
 	case "replace":
 		hash := e.newestHash(cluster.ZtunnelName)

@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -43,7 +43,7 @@ func TestSurgeSwapMakesBeforeBreak(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.slowStart(2 * time.Second) // so a swap that did not wait for Ready would show
 	newHash := e.newestHash(cluster.ZtunnelName)
-	s := orchestrator.Surger{Kube: e.c.Client}
+	s := swap.Surger{Kube: e.c.Client}
 	for _, node := range []string{"node-002", "node-003", "node-001"} {
 		old := e.ztunnelPod(node)
 		others := e.ztunnelUIDs(node)
@@ -113,7 +113,7 @@ func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 	w := e.watchZtunnels(t)
 	e.upgrade("1.28.1")
 	hash := e.newestHash(cluster.ZtunnelName)
-	s := orchestrator.Surger{Kube: e.c.Client}
+	s := swap.Surger{Kube: e.c.Client}
 	cases := []struct {
 		node, crashAfter string
 		outage           bool
@@ -195,7 +195,7 @@ func TestSurgeAnchorDeletedBySomeoneElse(t *testing.T) {
 		c := metav1.GetControllerOf(p)
 		return p != nil && p.UID != bridge.UID && c != nil && c.Kind == "DaemonSet" && podutils.IsPodReady(p) && p.Labels["controller-revision-hash"] == hash
 	}, "the DaemonSet's own pod on the newest revision")
-	res, err := (orchestrator.Surger{Kube: e.c.Client}).Swap(ctx, ztunnelRef, "node-001", time.Now().Add(time.Minute))
+	res, err := (swap.Surger{Kube: e.c.Client}).Swap(ctx, ztunnelRef, "node-001", time.Now().Add(time.Minute))
 	if err != nil {
 		t.Fatalf("resuming: %v", err)
 	}
@@ -214,8 +214,8 @@ func TestSurgeNeverReadyHalts(t *testing.T) {
 	old := e.ztunnelPod("node-001")
 	e.upgrade("1.28.2-neverready")
 	e.newestHash(cluster.ZtunnelName)
-	res, err := orchestrator.Surger{Kube: e.c.Client}.Swap(ctx, ztunnelRef, "node-001", time.Now().Add(5*time.Second))
-	if !errors.Is(err, orchestrator.ErrSurgeTimeout) {
+	res, err := swap.Surger{Kube: e.c.Client}.Swap(ctx, ztunnelRef, "node-001", time.Now().Add(5*time.Second))
+	if !errors.Is(err, swap.ErrSurgeTimeout) {
 		t.Fatalf("surge of a never-Ready build: %v (%+v); want ErrSurgeTimeout", err, res)
 	}
 	t.Logf("halted: %v", err)
@@ -255,7 +255,7 @@ func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
 			t.Errorf("pod %s on %s changed while nodewise was down", uid, node)
 		}
 	}
-	s := orchestrator.Surger{Kube: e.c.Client}
+	s := swap.Surger{Kube: e.c.Client}
 	for _, node := range []string{"node-001", spec.Name, "node-002"} {
 		res, err := s.Swap(ctx, ztunnelRef, node, time.Now().Add(time.Minute))
 		if err != nil {
@@ -316,21 +316,21 @@ func (e *env) slowStart(d time.Duration) {
 func (e *env) surgeUntil(node, crashAfter string) {
 	e.t.Helper()
 	ctx := context.Background()
-	s := orchestrator.Surger{Kube: e.c.Client}
+	s := swap.Surger{Kube: e.c.Client}
 	e.waitFor(func(ctx context.Context) bool {
-		in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, node)
+		in, err := swap.ObserveSurge(ctx, e.c.Client, ztunnelRef, node)
 		if err != nil {
 			return false
 		}
-		step := orchestrator.NextSurgeStep(in)
-		var res orchestrator.SurgeResult
+		step := swap.NextSurgeStep(in)
+		var res swap.SurgeResult
 		switch {
-		case step.Kind == orchestrator.SurgeCreateBridge:
+		case step.Kind == swap.SurgeCreateBridge:
 			if err := s.Apply(ctx, step, &res); err != nil {
 				e.t.Fatal(err)
 			}
 			return crashAfter == "bridge created"
-		case step.Kind == orchestrator.SurgeRetire:
+		case step.Kind == swap.SurgeRetire:
 			if err := s.Apply(ctx, step, &res); err != nil {
 				e.t.Fatal(err)
 			}
@@ -619,19 +619,19 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	in, err := swap.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pods := as.CoreV1().Pods(ns)
 	anchor := e.ztunnelPod("node-001")
-	evil := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	evil := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	evil.Name += "-evil"
 	evil.Spec.Containers[0].Image = "docker.io/attacker/rootkit:1"
-	plain := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	plain := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	plain.Name += "-plain"
 	delete(plain.Labels, model.LabelSurgeBridge)
-	uncontrolled := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	uncontrolled := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	uncontrolled.Name += "-uncontrolled"
 	uncontrolled.OwnerReferences = nil // the DaemonSet would adopt it at once, beside the old pod
 	var denied error
@@ -651,7 +651,7 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 			t.Errorf("creating %s: %v; want refused by the policy", what, err)
 		}
 	}
-	bridge := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	bridge := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	created, err := pods.Create(ctx, bridge, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating the real bridge as the orchestrator: %v", err)
@@ -666,16 +666,16 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 		p, err := e.c.Client.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 		return err == nil && podutils.IsPodReady(p)
 	}, "the bridge Ready")
-	in, err = orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	in, err = swap.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := orchestrator.NextSurgeStep(in)
-	if step.Kind != orchestrator.SurgeRetire || !step.HandOver || len(step.Older) != 1 {
+	step := swap.NextSurgeStep(in)
+	if step.Kind != swap.SurgeRetire || !step.HandOver || len(step.Older) != 1 {
 		t.Fatalf("step %s (%s); want the old pod retired and the bridge handed over", step.Kind, step.Reason)
 	}
-	var res orchestrator.SurgeResult
-	if err := (orchestrator.Surger{Kube: as}).Apply(ctx, step, &res); err != nil {
+	var res swap.SurgeResult
+	if err := (swap.Surger{Kube: as}).Apply(ctx, step, &res); err != nil {
 		t.Fatalf("retiring the old pod and handing the bridge over as the orchestrator: %v", err)
 	}
 	if res.HandedOver != created.Name {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
 // TestSurgePolicyComparesTheWholePodSpec: the surge policy refuses, from the
@@ -29,14 +29,14 @@ func TestSurgePolicyComparesTheWholePodSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := orchestrator.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
+	in, err := swap.ObserveSurge(ctx, e.c.Client, ztunnelRef, "node-001")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pods := as.CoreV1().Pods(ns)
 	anchor := e.ztunnelPod("node-001")
 	bridge := func(name string, change func(*corev1.PodSpec)) *corev1.Pod {
-		p := orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+		p := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 		p.Name += "-" + name
 		change(&p.Spec)
 		return p
@@ -88,7 +88,7 @@ func TestSurgePolicyComparesTheWholePodSpec(t *testing.T) {
 			_ = e.c.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 		}
 	}
-	if _, err := pods.Create(ctx, orchestrator.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor), metav1.CreateOptions{}); err != nil {
+	if _, err := pods.Create(ctx, swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the real bridge as the orchestrator: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package swap
 
 import (
 	"crypto/sha256"
@@ -133,7 +133,7 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 		return SurgeStep{Kind: SurgeCreateBridge, Pod: top, Bridge: b, Anchor: anchor,
 			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it, handed over by %s", top.Name, top.Labels[model.LabelControllerRevisionHash], hash, b.Name, anchor.Name)}
 	case !podIsReady(top):
-		return SurgeStep{Kind: SurgeWaitReady, Pod: top, Reason: fmt.Sprintf("pod %s on revision %s is not Ready%s", top.Name, hash, waitingReason(top))}
+		return SurgeStep{Kind: SurgeWaitReady, Pod: top, Reason: fmt.Sprintf("pod %s on revision %s is not Ready%s", top.Name, hash, model.WaitingReason(top))}
 	case len(older) > 0:
 		st := SurgeStep{Kind: SurgeRetire, Pod: top, Reason: fmt.Sprintf("pod %s is Ready on revision %s: retire %d older pod(s)", top.Name, hash, len(older))}
 		var anchor *corev1.Pod
@@ -260,7 +260,7 @@ func surgePods(in SurgeInput) []*corev1.Pod {
 // isBridge: nodewise's bridge for the DaemonSet, not handed over yet (still
 // controlled by its anchor pod).
 func isBridge(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
-	return p.Labels[model.LabelSurgeBridge] == ds.Name && controllerKind(p) == "Pod"
+	return p.Labels[model.LabelSurgeBridge] == ds.Name && ControllerKind(p) == "Pod"
 }
 
 // isHandedOver: a bridge whose controller reference the garbage collector
@@ -279,7 +279,7 @@ func controlledBy(p *corev1.Pod, uid types.UID) bool {
 	return c != nil && c.UID == uid
 }
 
-func controllerKind(p *corev1.Pod) string {
+func ControllerKind(p *corev1.Pod) string {
 	if c := metav1.GetControllerOf(p); c != nil {
 		return c.Kind
 	}
@@ -324,7 +324,7 @@ func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string
 	labels[model.LabelSurgeBridge] = ds.Name
 	spec := t.Spec
 	spec.NodeName = node
-	addDaemonTolerations(&spec)
+	AddDaemonTolerations(&spec)
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
@@ -351,7 +351,7 @@ func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string
 // addDaemonTolerations adds the tolerations the DaemonSet controller gives
 // every pod it creates, so the bridge, once adopted, is what it would have
 // made (and node problems do not evict it).
-func addDaemonTolerations(spec *corev1.PodSpec) {
+func AddDaemonTolerations(spec *corev1.PodSpec) {
 	tol := []corev1.Toleration{
 		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},

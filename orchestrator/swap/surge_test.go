@@ -1,4 +1,4 @@
-package orchestrator
+package swap
 
 import (
 	"context"
@@ -7,72 +7,15 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
-
-var (
-	surgeT0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	surgeDS = &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "ztunnel", Namespace: "istio-system", UID: "ds-uid",
-			Annotations: map[string]string{annotationTemplateGeneration: "2"}},
-		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ztunnel"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "ztunnel", "istio.io/rev": "1-28"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "istio-proxy", Image: "istio/ztunnel:1.28.1"}},
-					Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpEqual, Effect: corev1.TaintEffectNoSchedule}}},
-			},
-		},
-	}
-	surgeRev = &appsv1.ControllerRevision{ObjectMeta: metav1.ObjectMeta{Name: "ztunnel-new", UID: "rev-uid",
-		Labels: map[string]string{model.LabelControllerRevisionHash: "new"}}, Revision: 2}
-)
-
-type podOpt func(*corev1.Pod)
-
-func surgePod(name, hash string, created time.Duration, opts ...podOpt) *corev1.Pod {
-	yes := true
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "istio-system", UID: types.UID(name + "-uid"),
-			CreationTimestamp: metav1.NewTime(surgeT0.Add(created)),
-			Labels:            map[string]string{"app": "ztunnel", model.LabelControllerRevisionHash: hash},
-			OwnerReferences:   []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel", UID: "ds-uid", Controller: &yes}}},
-		Spec:   corev1.PodSpec{NodeName: "n1"},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
-
-func notReady(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }
-func terminating(p *corev1.Pod) {
-	now := metav1.NewTime(surgeT0.Add(time.Hour))
-	p.DeletionTimestamp = &now
-}
-
-// bridgedBy makes the pod a bridge anchored by the named pod.
-func bridgedBy(anchor string) podOpt {
-	return func(p *corev1.Pod) {
-		yes := true
-		p.Labels[model.LabelSurgeBridge] = "ztunnel"
-		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: anchor, UID: types.UID(anchor + "-uid"), Controller: &yes}}
-	}
-}
-
-var bridged = bridgedBy("old")
-
-func handedOver(p *corev1.Pod) { p.OwnerReferences = nil }
-func onNode(n string) podOpt   { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
 
 func TestNextSurgeStep(t *testing.T) {
 	for _, c := range []struct {
@@ -84,33 +27,33 @@ func TestNextSurgeStep(t *testing.T) {
 		hand   bool
 		anchor string // SurgeStep.Anchor
 	}{
-		{"old pod only: start a bridge anchored by it", []*corev1.Pod{surgePod("old", "old", 0)}, SurgeCreateBridge, "old", nil, false, "old"},
-		{"bridge starting: wait", []*corev1.Pod{surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}, SurgeWaitReady, "b", nil, false, ""},
-		{"bridge Ready: retire its anchor, which hands it over", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged), surgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true, ""},
-		{"anchor terminating (crash after its deletion): the garbage collector hands over",
-			[]*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false, ""},
+		{"old pod only: start a bridge anchored by it", []*corev1.Pod{fixture.SurgePod("old", "old", 0)}, SurgeCreateBridge, "old", nil, false, "old"},
+		{"bridge starting: wait", []*corev1.Pod{fixture.SurgePod("old", "old", 0), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged, fixture.NotReady)}, SurgeWaitReady, "b", nil, false, ""},
+		{"bridge Ready: retire its anchor, which hands it over", []*corev1.Pod{fixture.SurgePod("b", "new", time.Hour, fixture.Bridged), fixture.SurgePod("old", "old", 0)}, SurgeRetire, "b", []string{"old"}, true, ""},
+		{"anchor fixture.Terminating (crash after its deletion): the garbage collector hands over",
+			[]*corev1.Pod{fixture.SurgePod("old", "old", 0, fixture.Terminating), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)}, SurgeWaitController, "b", nil, false, ""},
 		{"anchor gone, the bridge still names it: wait for the garbage collector",
-			[]*corev1.Pod{surgePod("b", "new", time.Hour, bridged)}, SurgeWaitController, "b", nil, false, ""},
-		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{surgePod("b", "new", time.Hour, bridged, handedOver)}, SurgeWaitController, "b", nil, false, ""},
-		{"adopted: done", []*corev1.Pod{surgePod("old", "old", 0, terminating), surgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false, ""},
-		{"adopted, still labelled a bridge: done", []*corev1.Pod{surgePod("b", "new", time.Hour, func(p *corev1.Pod) { p.Labels[model.LabelSurgeBridge] = "ztunnel" })}, SurgeDone, "b", nil, false, ""},
+			[]*corev1.Pod{fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)}, SurgeWaitController, "b", nil, false, ""},
+		{"handed over, not adopted yet: wait for the DaemonSet", []*corev1.Pod{fixture.SurgePod("b", "new", time.Hour, fixture.Bridged, fixture.HandedOver)}, SurgeWaitController, "b", nil, false, ""},
+		{"adopted: done", []*corev1.Pod{fixture.SurgePod("old", "old", 0, fixture.Terminating), fixture.SurgePod("b", "new", time.Hour)}, SurgeDone, "b", nil, false, ""},
+		{"adopted, still labelled a bridge: done", []*corev1.Pod{fixture.SurgePod("b", "new", time.Hour, func(p *corev1.Pod) { p.Labels[model.LabelSurgeBridge] = "ztunnel" })}, SurgeDone, "b", nil, false, ""},
 		{"the DaemonSet's own pod beside a bridge is newest: retire the bridge",
-			[]*corev1.Pod{surgePod("ds", "new", 2*time.Hour), surgePod("b", "new", time.Hour, bridged)}, SurgeRetire, "ds", []string{"b"}, false, ""},
-		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{surgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false, "newer"},
+			[]*corev1.Pod{fixture.SurgePod("ds", "new", 2*time.Hour), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)}, SurgeRetire, "ds", []string{"b"}, false, ""},
+		{"rollback: the newest pod is on a revision no longer newest: a fresh bridge", []*corev1.Pod{fixture.SurgePod("newer", "newer", time.Hour)}, SurgeCreateBridge, "newer", nil, false, "newer"},
 		{"rollback beside a bridge not handed over: the fresh bridge is anchored by the DaemonSet's pod, not the bridge",
-			[]*corev1.Pod{surgePod("old", "old", 0), surgePod("mid", "mid", time.Hour, bridged)}, SurgeCreateBridge, "mid", nil, false, "old"},
+			[]*corev1.Pod{fixture.SurgePod("old", "old", 0), fixture.SurgePod("mid", "mid", time.Hour, fixture.Bridged)}, SurgeCreateBridge, "mid", nil, false, "old"},
 		{"rollback bridge in the same second as the pod it replaces is newer",
-			[]*corev1.Pod{surgePod("b2", "new", time.Hour, bridgedBy("newer")), surgePod("newer", "newer", time.Hour)}, SurgeRetire, "b2", []string{"newer"}, true, ""},
-		{"two older pods: the anchor goes last", []*corev1.Pod{surgePod("b", "new", 3*time.Hour, bridged), surgePod("mid", "mid", time.Hour, bridged), surgePod("old", "old", 0)},
+			[]*corev1.Pod{fixture.SurgePod("b2", "new", time.Hour, fixture.BridgedBy("newer")), fixture.SurgePod("newer", "newer", time.Hour)}, SurgeRetire, "b2", []string{"newer"}, true, ""},
+		{"two older pods: the anchor goes last", []*corev1.Pod{fixture.SurgePod("b", "new", 3*time.Hour, fixture.Bridged), fixture.SurgePod("mid", "mid", time.Hour, fixture.Bridged), fixture.SurgePod("old", "old", 0)},
 			SurgeRetire, "b", []string{"mid", "old"}, true, ""},
 		{"old revision, no pod of the DaemonSet to anchor a bridge: wait for its adoption",
-			[]*corev1.Pod{surgePod("x", "old", 0, handedOver)}, SurgeWaitController, "x", nil, false, ""},
-		{"no live pod: the DaemonSet creates one", []*corev1.Pod{surgePod("old", "old", 0, terminating)}, SurgeWaitController, "", nil, false, ""},
-		{"pods on other nodes and of other owners are not ours", []*corev1.Pod{surgePod("old", "old", 0), surgePod("x", "new", time.Hour, onNode("n2")),
-			surgePod("y", "new", time.Hour, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" })}, SurgeCreateBridge, "old", nil, false, "old"},
+			[]*corev1.Pod{fixture.SurgePod("x", "old", 0, fixture.HandedOver)}, SurgeWaitController, "x", nil, false, ""},
+		{"no live pod: the DaemonSet creates one", []*corev1.Pod{fixture.SurgePod("old", "old", 0, fixture.Terminating)}, SurgeWaitController, "", nil, false, ""},
+		{"pods on other nodes and of other owners are not ours", []*corev1.Pod{fixture.SurgePod("old", "old", 0), fixture.SurgePod("x", "new", time.Hour, fixture.OnNode("n2")),
+			fixture.SurgePod("y", "new", time.Hour, func(p *corev1.Pod) { p.OwnerReferences[0].UID = "other" })}, SurgeCreateBridge, "old", nil, false, "old"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := NextSurgeStep(SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: c.pods})
+			got := NextSurgeStep(SurgeInput{DaemonSet: fixture.SurgeDS, Revision: fixture.SurgeRev, Node: "n1", Pods: c.pods})
 			var pod, anchor string
 			if got.Pod != nil {
 				pod = got.Pod.Name
@@ -138,8 +81,8 @@ func TestNextSurgeStep(t *testing.T) {
 }
 
 func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
-	anchor := surgePod("old", "old", 0)
-	b := BridgePod(surgeDS, surgeRev, "n1", anchor)
+	anchor := fixture.SurgePod("old", "old", 0)
+	b := BridgePod(fixture.SurgeDS, fixture.SurgeRev, "n1", anchor)
 	if b.Spec.NodeName != "n1" || b.Namespace != "istio-system" || !strings.HasPrefix(b.Name, "ztunnel-surge-") {
 		t.Errorf("bridge %s/%s on %q", b.Namespace, b.Name, b.Spec.NodeName)
 	}
@@ -163,25 +106,25 @@ func TestBridgePodIsWhatTheDaemonSetWouldCreate(t *testing.T) {
 	if len(req) != 1 || req[0].MatchFields[0].Values[0] != "n1" {
 		t.Errorf("node affinity %+v; want metadata.name in [n1]", req)
 	}
-	if surgeDS.Spec.Template.Labels[model.LabelSurgeBridge] != "" || len(surgeDS.Spec.Template.Spec.Tolerations) != 1 {
+	if fixture.SurgeDS.Spec.Template.Labels[model.LabelSurgeBridge] != "" || len(fixture.SurgeDS.Spec.Template.Spec.Tolerations) != 1 {
 		t.Errorf("BridgePod changed the DaemonSet's template")
 	}
 	// The name is deterministic (a repeated create finds it) and differs by
 	// node and by revision number (a rollback reuses the hash).
-	again := surgeRev.DeepCopy()
+	again := fixture.SurgeRev.DeepCopy()
 	again.Revision = 3
-	if BridgePod(surgeDS, surgeRev, "n1", anchor).Name != b.Name || BridgePod(surgeDS, surgeRev, "n2", anchor).Name == b.Name || BridgePod(surgeDS, again, "n1", anchor).Name == b.Name {
+	if BridgePod(fixture.SurgeDS, fixture.SurgeRev, "n1", anchor).Name != b.Name || BridgePod(fixture.SurgeDS, fixture.SurgeRev, "n2", anchor).Name == b.Name || BridgePod(fixture.SurgeDS, again, "n1", anchor).Name == b.Name {
 		t.Errorf("bridge names: not deterministic per node and revision")
 	}
 }
 
 func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
-	in := SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{
-		surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged, notReady)}}
+	in := SurgeInput{DaemonSet: fixture.SurgeDS, Revision: fixture.SurgeRev, Node: "n1", Pods: []*corev1.Pod{
+		fixture.SurgePod("old", "old", 0), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged, fixture.NotReady)}}
 	if got := SurgeLeftovers(in); len(got) != 1 || got[0].Name != "b" {
 		t.Errorf("leftovers %v; want the never-Ready bridge", got)
 	}
-	in.Pods[1] = surgePod("b", "new", time.Hour, bridged)
+	in.Pods[1] = fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)
 	if got := SurgeLeftovers(in); len(got) != 0 {
 		t.Errorf("leftovers %v; a Ready bridge is the newest ztunnel and is finished, not deleted", got)
 	}
@@ -190,7 +133,7 @@ func TestSurgeLeftoversAreNeverReadyBridges(t *testing.T) {
 // TestShowsOwnWrites: Swap waits until its input shows each of its last
 // writes, matched by name and UID.
 func TestShowsOwnWrites(t *testing.T) {
-	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	old, b := fixture.SurgePod("old", "old", 0), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)
 	created := []expectation{{name: "b", want: func(p *corev1.Pod) bool { return p != nil }}}
 	gone := []expectation{expectGone(old)}
 	in := func(pods ...*corev1.Pod) SurgeInput { return SurgeInput{Pods: pods} }
@@ -203,9 +146,9 @@ func TestShowsOwnWrites(t *testing.T) {
 		{"bridge not in the cache yet", in(old), created, false},
 		{"bridge in the cache", in(old, b), created, true},
 		{"deleted pod still live in the cache", in(old, b), gone, false},
-		{"deleted pod terminating", in(surgePod("old", "old", 0, terminating), b), gone, true},
+		{"deleted pod fixture.Terminating", in(fixture.SurgePod("old", "old", 0, fixture.Terminating), b), gone, true},
 		{"deleted pod gone", in(b), gone, true},
-		{"a pod of the same name, another UID", in(surgePod("old", "old", 0, func(p *corev1.Pod) { p.UID = "other" }), b), gone, true},
+		{"a pod of the same name, another UID", in(fixture.SurgePod("old", "old", 0, func(p *corev1.Pod) { p.UID = "other" }), b), gone, true},
 		{"all of them", in(old, b), append(created, gone...), false},
 	} {
 		if got := shows(c.in, c.expect); got != c.want {
@@ -220,7 +163,7 @@ func TestShowsOwnWrites(t *testing.T) {
 // is waited for, not timed out at once. The anchor is deleted with
 // propagationPolicy Orphan, by UID.
 func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
-	old, b := surgePod("old", "old", 0), surgePod("b", "new", time.Hour, bridged)
+	old, b := fixture.SurgePod("old", "old", 0), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)
 	kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
 	looks := 0
 	observe := func(ctx context.Context) (SurgeInput, error) {
@@ -233,11 +176,11 @@ func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 		for i := range pl.Items {
 			p := &pl.Items[i]
 			if p.Name == "b" && looks > 5 {
-				p.OwnerReferences = surgePod("x", "new", 0).OwnerReferences // handed over and adopted, a few looks later
+				p.OwnerReferences = fixture.SurgePod("x", "new", 0).OwnerReferences // handed over and adopted, a few looks later
 			}
 			pods = append(pods, p)
 		}
-		return SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: pods}, nil
+		return SurgeInput{DaemonSet: fixture.SurgeDS, Revision: fixture.SurgeRev, Node: "n1", Pods: pods}, nil
 	}
 	s := Surger{Kube: kube, Poll: time.Millisecond, Observe: observe}
 	res, err := s.Swap(context.Background(), v1alpha1.TargetRef{Namespace: "istio-system", Name: "ztunnel"}, "n1", time.Now().Add(-time.Minute))
@@ -270,8 +213,8 @@ func TestSwapPastItsDeadlineWaitsForTheAdoption(t *testing.T) {
 // and times out once the bridge is older than that: the bridge's creation,
 // which any successor reads from the API, is where the swap's clock runs.
 func TestSurgeTimeoutCountsFromTheBridge(t *testing.T) {
-	now := surgeT0.Add(time.Hour)
-	old := surgePod("ztunnel-old", "old", 0)
+	now := fixture.SurgeT0.Add(time.Hour)
+	old := fixture.SurgePod("ztunnel-old", "old", 0)
 	for _, tc := range []struct {
 		name          string
 		bridgeAge     time.Duration
@@ -283,12 +226,12 @@ func TestSurgeTimeoutCountsFromTheBridge(t *testing.T) {
 		{"no BridgeTimeout: the caller's deadline", time.Minute, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := BridgePod(surgeDS, surgeRev, "n1", old)
+			b := BridgePod(fixture.SurgeDS, fixture.SurgeRev, "n1", old)
 			b.CreationTimestamp = metav1.NewTime(now.Add(-tc.bridgeAge))
 			b.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}
 			s := Surger{Kube: fake.NewClientset(b), Poll: time.Millisecond, Now: func() time.Time { return now }, BridgeTimeout: tc.bridgeTimeout,
 				Observe: func(context.Context) (SurgeInput, error) {
-					return SurgeInput{DaemonSet: surgeDS, Revision: surgeRev, Node: "n1", Pods: []*corev1.Pod{old, b}}, nil
+					return SurgeInput{DaemonSet: fixture.SurgeDS, Revision: fixture.SurgeRev, Node: "n1", Pods: []*corev1.Pod{old, b}}, nil
 				}}
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()

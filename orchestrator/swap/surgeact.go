@@ -1,4 +1,4 @@
-package orchestrator
+package swap
 
 import (
 	"context"
@@ -131,13 +131,13 @@ func ObserveSurge(ctx context.Context, kube kubernetes.Interface, ref v1alpha1.T
 	for i := range pods.Items {
 		ps[i] = &pods.Items[i]
 	}
-	return surgeInput(ds, rs, ps, node)
+	return InputOf(ds, rs, ps, node)
 }
 
 // surgeInput assembles a SurgeInput from what was read (from the API or from
 // informer caches): it needs the DaemonSet settled (the controller has
 // observed its template, so the newest ControllerRevision is its template's).
-func surgeInput(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []*corev1.Pod, node string) (SurgeInput, error) {
+func InputOf(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []*corev1.Pod, node string) (SurgeInput, error) {
 	in := SurgeInput{Node: node}
 	if ds.Status.ObservedGeneration < ds.Generation {
 		return in, fmt.Errorf("DaemonSet %s/%s: %w", ds.Namespace, ds.Name, errUnsettled)

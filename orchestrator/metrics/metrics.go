@@ -1,4 +1,4 @@
-package orchestrator
+package metrics
 
 import (
 	"net/http"
