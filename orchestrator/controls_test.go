@@ -18,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // preparingGate records what the executor hands a gate.
@@ -78,7 +79,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	clock := now
 	e := &executor{
 		o:     &Orchestrator{cfg: Config{Now: func() time.Time { return clock }}, log: zap.NewNop()},
-		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(pods)},
+		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 		gate: gate, status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
 		cp:           &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"sync"
 
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	corev1 "k8s.io/api/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -17,7 +18,7 @@ import (
 type executor struct {
 	o        *Orchestrator
 	nodes    corelisters.NodeLister
-	pods     PodCache
+	pods     observe.PodCache
 	dss      appslisters.DaemonSetLister
 	revs     appslisters.ControllerRevisionLister
 	gate     Gate

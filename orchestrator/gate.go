@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // GateInput is what a gate judges: one node, its soak window and the rollout's gate spec.
@@ -134,7 +135,7 @@ func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, erro
 // times), so a successor judges the same way after a crash.
 type ReadinessGate struct {
 	Nodes corelisters.NodeLister
-	Pods  PodCache
+	Pods  observe.PodCache
 }
 
 // Judge implements Gate.
@@ -165,13 +166,13 @@ type readiness struct {
 // however short: a node that went NotReady and came back has its last
 // transition inside the soak); every pod that had started before it Ready
 // with no transition since; a target pod that started since Ready.
-func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string, since time.Time) (readiness, error) {
+func soakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name string, since time.Time) (readiness, error) {
 	var r readiness
 	node, err := nodes.Get(name)
 	if err != nil {
 		return r, fmt.Errorf("reading node %s: %w", name, err)
 	}
-	ready, changed := nodeReadyCondition(node)
+	ready, changed := model.NodeReadyCondition(node)
 	switch {
 	case !ready:
 		r.problems = append(r.problems, fmt.Sprintf("node %s is not Ready", name))
@@ -213,20 +214,4 @@ func soakReadiness(nodes corelisters.NodeLister, podCache PodCache, name string,
 // soak (the gate fails closed).
 func changedSince(transition, since time.Time) bool {
 	return !transition.Before(since.Truncate(time.Second))
-}
-
-func nodeReady(n *corev1.Node) bool {
-	ready, _ := nodeReadyCondition(n)
-	return ready
-}
-
-// nodeReadyCondition is whether the node is Ready, and when its Ready
-// condition last changed.
-func nodeReadyCondition(n *corev1.Node) (bool, time.Time) {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
-		}
-	}
-	return false, time.Time{}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 func TestReadinessGate(t *testing.T) {
@@ -53,7 +54,7 @@ func TestReadinessGate(t *testing.T) {
 			_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
 			_ = pods.Add(tc.pod)
-			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: PodCache{PodLister: corelisters.NewPodLister(pods)}}
+			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)}}
 			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak, Now: soak.Add(2 * time.Minute)})
 			if err != nil || v.Outcome != tc.want {
 				t.Fatalf("got %s %v (%v), want %s", v.Outcome, v.Reasons, err, tc.want)
@@ -89,7 +90,7 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 			_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 				Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: tc.status, LastTransitionTime: metav1.NewTime(tc.changed)}}}})
 			pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: PodCache{PodLister: corelisters.NewPodLister(pods)}}
+			g := ReadinessGate{Nodes: corelisters.NewNodeLister(nodes), Pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)}}
 			v, err := g.Judge(context.Background(), GateInput{Node: "n1", SoakStart: soak.Add(tc.into), Now: soak.Add(time.Minute)})
 			if err != nil || v.Outcome != tc.want || len(v.Reasons) == 0 || !strings.Contains(v.Reasons[0], tc.reason) {
 				t.Fatalf("got %s %v (%v), want %s with %q", v.Outcome, v.Reasons, err, tc.want, tc.reason)

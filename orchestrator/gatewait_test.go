@@ -19,6 +19,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -60,7 +61,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 			gate := &holdingGate{}
 			e := &executor{
 				o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()},
-				nodes: corelisters.NewNodeLister(idx()), pods: PodCache{PodLister: corelisters.NewPodLister(idx())},
+				nodes: corelisters.NewNodeLister(idx()), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
 				dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
 				gate: gate, rolloutStore: store,
 				status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
@@ -119,7 +120,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "r-uid"}, Spec: v1alpha1.NodeRolloutSpec{Soak: v1alpha1.DurationOf(0)}}
 	e := &executor{
 		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()},
-		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(idx())},
+		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
 		dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
 		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 		status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},

@@ -71,7 +71,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 	for _, n := range nodes {
 		nv := model.NodeView{
 			Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
-			Unschedulable: n.Spec.Unschedulable, Ready: nodeReady(n), Pods: byNode[n.Name],
+			Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: byNode[n.Name],
 			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
 		}
 		rec := n.Annotations

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -75,7 +76,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		}
 	}
 	e := &executor{
-		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(pods)},
+		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
 	return e.observe(nr, p)

@@ -26,6 +26,7 @@ import (
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // Orchestrator runs NodeRollouts while it holds the leader Lease.
@@ -117,9 +118,9 @@ type caches struct {
 }
 
 func startCaches(ctx context.Context, o *Orchestrator) *caches {
-	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(trimCached)), rollout: newRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
+	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(observe.TrimCached)), rollout: observe.NewRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
 	c.informers() // registers them with the factory, which starts only those
-	if err := addPodNodeIndex(c.f.Core().V1().Pods().Informer()); err != nil {
+	if err := observe.AddPodNodeIndex(c.f.Core().V1().Pods().Informer()); err != nil {
 		panic(err) // only fails on an informer already started or a duplicate index name: a bug
 	}
 	c.f.Start(ctx.Done())
@@ -154,7 +155,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	ex := &executor{
 		o:       o,
 		nodes:   f.Core().V1().Nodes().Lister(),
-		pods:    NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
+		pods:    observe.NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
 		dss:     f.Apps().V1().DaemonSets().Lister(),
 		revs:    f.Apps().V1().ControllerRevisions().Lister(),
 		kick:    make(chan struct{}, 1),
@@ -195,7 +196,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err
 	}
-	if rounds, err := catchUp(ctx, o.kube, ex.nodes); err != nil {
+	if rounds, err := observe.CatchUp(ctx, o.kube, ex.nodes); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // conflictBackoff retries 409s for a few seconds: the leader is the only
@@ -42,7 +43,7 @@ func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[strin
 	if err != nil {
 		return nodestep.Record{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
-	_, _ = trimCached(out) // kept beside the cache, so trimmed as the cache is
+	_, _ = observe.TrimCached(out) // kept beside the cache, so trimmed as the cache is
 	e.mu.Lock()
 	e.written[node] = out
 	e.mu.Unlock()

@@ -33,7 +33,7 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", node, err)
 	}
-	if !nodeReady(n) {
+	if !model.NodeReady(n) {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node is not Ready")
 	}
 	if err := e.preflightSkew(ctx, p, node); err != nil {

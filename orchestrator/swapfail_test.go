@@ -23,6 +23,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // swapExecutor is an executor over caches holding ds, its newest revision
@@ -43,7 +44,7 @@ func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods
 	}
 	return &executor{
 		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop(), kube: kube},
-		nodes: corelisters.NewNodeLister(nodes), pods: PodCache{PodLister: corelisters.NewPodLister(podIdx)},
+		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(podIdx)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
 }

@@ -45,3 +45,20 @@ func WaitingReason(p *corev1.Pod) string {
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }
+
+// NodeReady is whether the node is Ready.
+func NodeReady(n *corev1.Node) bool {
+	ready, _ := NodeReadyCondition(n)
+	return ready
+}
+
+// NodeReadyCondition is whether the node is Ready, and when its Ready
+// condition last changed.
+func NodeReadyCondition(n *corev1.Node) (bool, time.Time) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, time.Time{}
+}

@@ -1,4 +1,4 @@
-package orchestrator
+package observe
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const catchUpTimeout = 10 * time.Second
 // listed resourceVersion, listing again while a node differs: a node written
 // since the list shows a newer version in the cache than in the list, and
 // resourceVersions may only be compared for equality.
-func catchUp(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister) (rounds int, err error) {
+func CatchUp(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister) (rounds int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {

@@ -1,4 +1,4 @@
-package orchestrator
+package observe
 
 import (
 	"fmt"
@@ -21,12 +21,12 @@ import (
 // and a tombstone passes through.
 func TestTrimCachedDropsManagedFields(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}}
-	out, err := trimCached(pod)
+	out, err := TrimCached(pod)
 	if err != nil || len(out.(*corev1.Pod).ManagedFields) != 0 || out.(*corev1.Pod).Name != "p" {
 		t.Errorf("trimCached(pod) = %+v, %v", out, err)
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: pod}
-	if out, err := trimCached(tomb); err != nil || out != any(tomb) {
+	if out, err := TrimCached(tomb); err != nil || out != any(tomb) {
 		t.Errorf("trimCached(tombstone) = %+v, %v", out, err)
 	}
 }
@@ -50,7 +50,7 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: start, Message: "long"}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "web:1"}}},
 	}
-	out, err := trimCached(app.DeepCopy())
+	out, err := TrimCached(app.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	for _, p := range []*corev1.Pod{fixture.SurgePod("ztunnel-x", "new", 0), fixture.SurgePod("b", "new", 0, fixture.Bridged), fixture.SurgePod("h", "new", 0, fixture.Bridged, fixture.HandedOver)} {
 		p.Spec.Containers = []corev1.Container{{Name: "istio-proxy"}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "istio-proxy", RestartCount: 2}}
-		out, _ := trimCached(p.DeepCopy())
+		out, _ := TrimCached(p.DeepCopy())
 		if !equality.Semantic.DeepEqual(out, p) {
 			t.Errorf("pod %s was trimmed; the swaps read it whole", p.Name)
 		}
@@ -80,13 +80,13 @@ func TestTrimCachedSlimsPodsNodewiseNeverActsOn(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{model.AnnotationStep: "SwapZtunnel"}},
 		Spec:   corev1.NodeSpec{Unschedulable: true},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"a"}}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
-	out, _ = trimCached(node)
-	if n := out.(*corev1.Node); n.Status.Images != nil || !nodeReady(n) || !n.Spec.Unschedulable || n.Annotations[model.AnnotationStep] != "SwapZtunnel" {
+	out, _ = TrimCached(node)
+	if n := out.(*corev1.Node); n.Status.Images != nil || !model.NodeReady(n) || !n.Spec.Unschedulable || n.Annotations[model.AnnotationStep] != "SwapZtunnel" {
 		t.Errorf("trimmed node: %+v", n)
 	}
 	rev := fixture.SurgeRev.DeepCopy()
 	rev.Data.Raw = []byte(`{"spec":{}}`)
-	out, _ = trimCached(rev)
+	out, _ = TrimCached(rev)
 	if r := out.(*appsv1.ControllerRevision); r.Data.Raw != nil || r.Revision != 2 || r.Labels[model.LabelControllerRevisionHash] != "new" {
 		t.Errorf("trimmed revision: %+v", r)
 	}

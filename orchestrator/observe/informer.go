@@ -1,4 +1,4 @@
-package orchestrator
+package observe
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 )
 
 // newRolloutInformer watches NodeRollouts through the typed client.
-func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInformer {
+func NewRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return c.List(ctx, opts)
@@ -29,7 +29,7 @@ func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInform
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.NodeRollout{}, 0, cache.Indexers{})
-	_ = inf.SetTransform(trimCached) // only fails once started
+	_ = inf.SetTransform(TrimCached) // only fails once started
 	return inf
 }
 
@@ -47,7 +47,7 @@ func newRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInform
 //
 // The pods the swaps act on (a DaemonSet's, bridges, handed-over bridges:
 // all carry the controller-revision-hash label) stay whole.
-func trimCached(obj any) (any, error) {
+func TrimCached(obj any) (any, error) {
 	if a, err := meta.Accessor(obj); err == nil {
 		a.SetManagedFields(nil)
 	}
@@ -134,7 +134,7 @@ func NewPodCache(idx cache.Indexer) PodCache {
 }
 
 // addPodNodeIndex adds podNodeIndex to the pod informer (before it starts).
-func addPodNodeIndex(inf cache.SharedIndexInformer) error {
+func AddPodNodeIndex(inf cache.SharedIndexInformer) error {
 	return inf.AddIndexers(cache.Indexers{podNodeIndex: podNodeIndexFunc})
 }
 
