@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"go.uber.org/zap"
 )
@@ -16,7 +17,7 @@ import (
 // restarted), checked again after each wait so an agent restarted meanwhile
 // is waited for too. Other gates wait the whole window, to deadline.
 func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
-	h, ok := e.gate.(Historian)
+	h, ok := e.gate.(gate.Historian)
 	if !ok {
 		return sleepUntil(ctx, deadline, e.o.cfg.Now)
 	}
@@ -43,7 +44,7 @@ func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string
 // or the time since the preflight when that is longer; else the time since
 // the preflight, as waited.
 func (e *executor) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
-	if _, ok := e.gate.(Historian); !ok || swapStart.IsZero() {
+	if _, ok := e.gate.(gate.Historian); !ok || swapStart.IsZero() {
 		return preflight
 	}
 	if from := swapStart.Add(-p.Baseline); preflight.IsZero() || from.Before(preflight) {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -18,7 +19,7 @@ type historian struct {
 	asked int
 }
 
-func (h *historian) Judge(context.Context, GateInput) (health.Verdict, error) {
+func (h *historian) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{}, nil
 }
 
@@ -36,7 +37,7 @@ func (h *historian) CoveredSince(context.Context, string) time.Time {
 func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	const baseline = 400 * time.Millisecond
 	ctx := context.Background()
-	exec := func(g Gate) *executor {
+	exec := func(g gate.Gate) *executor {
 		return &executor{o: &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()}, gate: g}
 	}
 	p := model.Policy{Baseline: baseline}
@@ -67,7 +68,7 @@ func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	}
 
 	start = time.Now()
-	plain := GateFunc(func(context.Context, GateInput) (health.Verdict, error) { return health.Verdict{}, nil })
+	plain := gate.GateFunc(func(context.Context, gate.GateInput) (health.Verdict, error) { return health.Verdict{}, nil })
 	if err := exec(plain).waitBaseline(ctx, p, "w1", start.Add(baseline/4)); err != nil || time.Now().Before(start.Add(baseline/4)) {
 		t.Errorf("no history: %v, returned before the deadline", err)
 	}

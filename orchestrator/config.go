@@ -14,6 +14,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// Logger is the structured logger (default: no-op).
 	Logger *zap.Logger
 	// Gate judges each node after its soak (default: ReadinessGate).
-	Gate Gate
+	Gate gate.Gate
 	// Agents reads the node agents' snapshots for drain policy auto, which
 	// drains a node only when its agent may see connections older than
 	// ztunnel's drain deadline. Nil: auto drains every node (fail safe).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -23,16 +24,16 @@ import (
 
 // preparingGate records what the executor hands a gate.
 type preparingGate struct {
-	prepared []PrepareInput
-	judged   []GateInput
+	prepared []gate.PrepareInput
+	judged   []gate.GateInput
 }
 
-func (g *preparingGate) Prepare(_ context.Context, in PrepareInput) error {
+func (g *preparingGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	g.prepared = append(g.prepared, in)
 	return nil
 }
 
-func (g *preparingGate) Judge(_ context.Context, in GateInput) (health.Verdict, error) {
+func (g *preparingGate) Judge(_ context.Context, in gate.GateInput) (health.Verdict, error) {
 	g.judged = append(g.judged, in)
 	return health.Verdict{Outcome: health.Fail, Reasons: []string{"recorded"}}, nil
 }

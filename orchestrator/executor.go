@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"sync"
 
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	corev1 "k8s.io/api/core/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -21,7 +22,7 @@ type executor struct {
 	pods     observe.PodCache
 	dss      appslisters.DaemonSetLister
 	revs     appslisters.ControllerRevisionLister
-	gate     Gate
+	gate     gate.Gate
 	recorder record.EventRecorder
 
 	rolloutStore cache.Store

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -30,7 +31,7 @@ type holdingGate struct {
 	specs []v1alpha1.GatesSpec
 }
 
-func (g *holdingGate) Judge(ctx context.Context, in GateInput) (health.Verdict, error) {
+func (g *holdingGate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, error) {
 	g.mu.Lock()
 	g.specs = append(g.specs, in.Spec)
 	g.mu.Unlock()
@@ -102,7 +103,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 // passingGate passes every node.
 type passingGate struct{}
 
-func (passingGate) Judge(context.Context, GateInput) (health.Verdict, error) {
+func (passingGate) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{Outcome: health.Pass, Reasons: []string{"no regression"}}, nil
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -167,7 +168,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		cpCache: c.cp,
 	}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
-		ex.gate = ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
+		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}
 	wake := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandlerFuncs) error {
 		reg, err := inf.AddEventHandler(h)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -172,7 +173,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	if err := errors.Join(w.err, statusErr); err != nil {
 		return rec, err
 	}
-	if r, ok := e.gate.(Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
+	if r, ok := e.gate.(gate.Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
 		r.Done(node)
 	}
 	e.unclaim(nr.Name, node)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/planner"
@@ -39,9 +40,9 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 	if err := e.preflightSkew(ctx, p, node); err != nil {
 		return err
 	}
-	if pr, ok := e.gate.(Preparer); ok {
+	if pr, ok := e.gate.(gate.Preparer); ok {
 		control, _ := e.controls(nr, p, node)
-		if err := pr.Prepare(ctx, PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
+		if err := pr.Prepare(ctx, gate.PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
 			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
 		}
 	}
@@ -299,7 +300,7 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
 func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
-	in := GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
+	in := gate.GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
 	var persisted *v1alpha1.NodeJudgement
 	if ns, ok := e.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
@@ -310,7 +311,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
 	if !rec.SoakSince.IsZero() {
 		in.SoakStart = rec.SoakSince
-		in.Previous = judgedSince(persisted, rec.SoakSince)
+		in.Previous = gate.JudgedSince(persisted, rec.SoakSince)
 	}
 	in.Progress = func(ctx context.Context, v health.Verdict) error {
 		line := verdictOf(v)
@@ -324,7 +325,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	}
 	in.BaselineStart = e.baselineStart(p, in.BaselineStart, in.SwapStart)
 	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
-	if _, samples := e.gate.(Preparer); samples {
+	if _, samples := e.gate.(gate.Preparer); samples {
 		// Only a gate that samples (the judge) compares with controls; the
 		// observation behind them reads every node and pod of the cache.
 		in.Control, in.ControlScope = e.controls(nr, p, node)
@@ -341,16 +342,16 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
-	if _, readiness := e.gate.(ReadinessGate); v.Outcome == health.Pass && !readiness {
+	if _, readiness := e.gate.(gate.ReadinessGate); v.Outcome == health.Pass && !readiness {
 		// Whatever the gate, a node or pod that was not Ready for any part
 		// of the soak does not pass; with no soak (soak: 0s), one that is
 		// not Ready now.
-		r, err := soakReadiness(e.nodes, e.pods, node, in.SoakStart)
+		r, err := gate.SoakReadiness(e.nodes, e.pods, node, in.SoakStart)
 		if err != nil {
-			r.problems = []string{"readiness: " + err.Error()}
+			r.Problems = []string{"readiness: " + err.Error()}
 		}
-		if len(r.problems) > 0 {
-			v.Outcome, v.Reasons = health.Fail, append(r.problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
+		if len(r.Problems) > 0 {
+			v.Outcome, v.Reasons = health.Fail, append(r.Problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
 		}
 	}
 	summary := verdictOf(v)
@@ -421,11 +422,11 @@ func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.
 // start. "" when the gate keeps none, or when it fails (logged: the node
 // then fails closed on a handover, as it would without a record).
 func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) string {
-	k, ok := e.gate.(Keeper)
+	k, ok := e.gate.(gate.Keeper)
 	if !ok {
 		return ""
 	}
-	in := KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
+	in := gate.KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
 	if ns, ok := e.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
 			in.BaselineStart = ns.StartTime.Time
@@ -508,17 +509,4 @@ func (e *executor) upToDate(p model.Policy, node string) bool {
 		}
 	}
 	return true
-}
-
-// judgedSince is j when it was judged at or after since (this soak's, not
-// an earlier attempt's), else nil.
-func judgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudgement {
-	if j == nil {
-		return nil
-	}
-	at, err := time.Parse(time.RFC3339, j.JudgedAt)
-	if err != nil || at.Before(since.Truncate(time.Second)) {
-		return nil
-	}
-	return j
 }

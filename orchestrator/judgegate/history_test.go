@@ -9,7 +9,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
 // historyFleet is a fleet whose agents keep every snapshot they take each
@@ -46,7 +46,7 @@ func (h *historyFleet) History(_ context.Context, node string, since time.Time) 
 // history: the agents count for ten minutes unobserved, then the node's
 // slot starts (Prepare backfills), the swap follows at once, and the
 // window is the ten minutes before it, as the orchestrator sets it.
-func judgeFromHistory(t *testing.T, regress map[string]bool, control []string) (health.Verdict, *Gate, orchestrator.GateInput) {
+func judgeFromHistory(t *testing.T, regress map[string]bool, control []string) (health.Verdict, *Gate, gate.GateInput) {
 	t.Helper()
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
 	hf := &historyFleet{fleet: fleet{}, kept: map[string][]health.Snapshot{}}
@@ -61,13 +61,13 @@ func judgeFromHistory(t *testing.T, regress map[string]bool, control []string) (
 	g, rec := newHistoryGate(t, hf)
 	clock := hf.fleet["w1"].now
 	ctx := context.Background()
-	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Control: control, Baseline: 10 * time.Minute}); err != nil {
+	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1", Control: control, Baseline: 10 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if got := g.CoveredSince(ctx, "w1"); !got.Equal(start) {
 		t.Fatalf("covered since %s, want the agent's first snapshot at %s", got, start)
 	}
-	in := orchestrator.GateInput{Node: "w1", SwapStart: clock(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}, Control: control, ControlScope: "zone a"}
+	in := gate.GateInput{Node: "w1", SwapStart: clock(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}, Control: control, ControlScope: "zone a"}
 	in.BaselineStart = in.SwapStart.Add(-10 * time.Minute)
 	hf.fleet.tick() // the swap
 	hf.fleet.soak()
@@ -165,7 +165,7 @@ func TestAgentRestartedBeforeTheSlot(t *testing.T) {
 	hf.tick()
 	g, _ := newHistoryGate(t, hf)
 	ctx := context.Background()
-	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Baseline: 10 * time.Minute}); err != nil {
+	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1", Baseline: 10 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	since := g.CoveredSince(ctx, "w1")
@@ -173,7 +173,7 @@ func TestAgentRestartedBeforeTheSlot(t *testing.T) {
 		t.Fatalf("covered since %s, want the restart at %s (the rest of the window is waited for)", since, restarted.start)
 	}
 	clock := restarted.now
-	in := orchestrator.GateInput{Node: "w1", SwapStart: clock(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
+	in := gate.GateInput{Node: "w1", SwapStart: clock(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
 	in.BaselineStart = in.SwapStart.Add(-10 * time.Minute)
 	hf.fleet.tick()
 	in.SoakStart = clock()

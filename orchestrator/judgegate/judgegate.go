@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
 // Config configures a Gate.
@@ -47,11 +47,11 @@ type Gate struct {
 }
 
 var (
-	_ orchestrator.Gate      = (*Gate)(nil)
-	_ orchestrator.Preparer  = (*Gate)(nil)
-	_ orchestrator.Releaser  = (*Gate)(nil)
-	_ orchestrator.Keeper    = (*Gate)(nil)
-	_ orchestrator.Historian = (*Gate)(nil)
+	_ gate.Gate      = (*Gate)(nil)
+	_ gate.Preparer  = (*Gate)(nil)
+	_ gate.Releaser  = (*Gate)(nil)
+	_ gate.Keeper    = (*Gate)(nil)
+	_ gate.Historian = (*Gate)(nil)
 )
 
 // New validates cfg.
@@ -84,7 +84,7 @@ func New(cfg Config) (*Gate, error) {
 // agent is never touched. A control node whose agent does not answer is
 // tracked all the same (the Recorder retries each period) and left out of
 // the judgement if its windows are missing then.
-func (g *Gate) Prepare(ctx context.Context, in orchestrator.PrepareInput) error {
+func (g *Gate) Prepare(ctx context.Context, in gate.PrepareInput) error {
 	g.mu.Lock()
 	h := g.holds[in.Node]
 	if h == nil {
@@ -164,7 +164,7 @@ func (g *Gate) Done(node string) {
 // for health.Input.Control. A control without them (never tracked, or its
 // agent silent through the baseline) is left out, with a reason: losing a
 // control only makes the judgement stricter.
-func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]health.ControlNode, []string) {
+func (g *Gate) controls(ctx context.Context, in gate.GateInput) ([]health.ControlNode, []string) {
 	var out []health.ControlNode
 	var dropped []string
 	for _, c := range in.Control {
@@ -190,7 +190,7 @@ func (g *Gate) controls(ctx context.Context, in orchestrator.GateInput) ([]healt
 // changed anything (samples placed on the orchestrator's clock, or answers
 // whose seq did not advance), and when its agent restarted inside the
 // baseline window (the baseline is the shorter part since).
-func (g *Gate) clockReasons(in orchestrator.GateInput) []string {
+func (g *Gate) clockReasons(in gate.GateInput) []string {
 	var out []string
 	for _, n := range append([]string{in.Node}, in.Control...) {
 		if c := g.cfg.Recorder.Clock(n, in.BaselineStart, in.SwapStart, in.SoakStart); c.Mattered() {
@@ -209,7 +209,7 @@ func (g *Gate) clockReasons(in orchestrator.GateInput) []string {
 // its limit, or too little traffic under the Pause policy) waits and judges
 // again, carrying the judge's Summary from one judgement to the next. The
 // last verdict's Summary is what the orchestrator persists in status.
-func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Verdict, error) {
+func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, error) {
 	cfg, err := gatespec.Config(in.Spec)
 	if err != nil {
 		return health.Verdict{}, err
@@ -302,7 +302,7 @@ func (g *Gate) Judge(ctx context.Context, in orchestrator.GateInput) (health.Ver
 // Recorder never saw the baseline (a successor) takes it back from
 // in.Record first; a record that already holds this soak's start is
 // returned as it is.
-func (g *Gate) Keep(ctx context.Context, in orchestrator.KeepInput) (string, error) {
+func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (string, error) {
 	cfg, err := gatespec.Config(in.Spec)
 	if err != nil {
 		return "", err

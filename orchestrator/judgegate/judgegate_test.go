@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
 // agent is a scripted node agent: five pods with steady traffic, counters
@@ -115,7 +115,7 @@ func (f fleet) soak() {
 // rig runs the orchestrator's sequence against the gate for w1 alone:
 // preflight (Prepare), a ten-minute baseline sampled every minute, the swap,
 // the soak, the gate.
-func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, orchestrator.GateInput, *int) {
+func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, gate.GateInput, *int) {
 	t.Helper()
 	r := rigFleet(t, spec, map[string]bool{"w1": regress}, nil, "")
 	return r.gate, r.agents["w1"], r.in, r.sleeps
@@ -125,7 +125,7 @@ type rigged struct {
 	gate   *Gate
 	rec    *health.Recorder
 	agents fleet
-	in     orchestrator.GateInput
+	in     gate.GateInput
 	sleeps *int
 }
 
@@ -145,8 +145,8 @@ func rigFleet(t *testing.T, spec v1alpha1.GatesSpec, regress map[string]bool, co
 	sleeps := 0
 	g, rec := newGate(t, f, &sleeps)
 	ctx := context.Background()
-	in := orchestrator.GateInput{Node: "w1", BaselineStart: clock(), Spec: spec, Control: control, ControlScope: scope}
-	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1", Control: control}); err != nil {
+	in := gate.GateInput{Node: "w1", BaselineStart: clock(), Spec: spec, Control: control, ControlScope: scope}
+	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1", Control: control}); err != nil {
 		t.Fatal(err)
 	}
 	sampleAll := func() {
@@ -237,11 +237,11 @@ func TestGateFailsClosed(t *testing.T) {
 	if _, err := g.Judge(context.Background(), in); err == nil || !strings.Contains(err.Error(), `unknown metric "resets"`) {
 		t.Errorf("bad spec: %v", err)
 	}
-	if err := g.Prepare(context.Background(), orchestrator.PrepareInput{Node: "w1"}); err != nil {
+	if err := g.Prepare(context.Background(), gate.PrepareInput{Node: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	a.down = true
-	if err := g.Prepare(context.Background(), orchestrator.PrepareInput{Node: "w3"}); err == nil || !strings.Contains(err.Error(), "preflight: node agent on w3") {
+	if err := g.Prepare(context.Background(), gate.PrepareInput{Node: "w3"}); err == nil || !strings.Contains(err.Error(), "preflight: node agent on w3") {
 		t.Errorf("preflight with the agent down: %v", err)
 	}
 }
@@ -375,7 +375,7 @@ func TestGateDoneReleasesControls(t *testing.T) {
 	for _, n := range []string{"w2", "c3"} {
 		r.agents[n] = newAgent(n, r.in.BaselineStart)
 	}
-	for _, in := range []orchestrator.PrepareInput{
+	for _, in := range []gate.PrepareInput{
 		{Node: "w1", Control: []string{"c1", "c2"}}, // again, as after a restart
 		{Node: "w2", Control: []string{"c2", "c3"}},
 	} {
@@ -455,8 +455,8 @@ func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	in := orchestrator.GateInput{Node: "w1", BaselineStart: a.now(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
-	if err := g.Prepare(ctx, orchestrator.PrepareInput{Node: "w1"}); err != nil {
+	in := gate.GateInput{Node: "w1", BaselineStart: a.now(), Spec: v1alpha1.GatesSpec{MinNodeConnections: 10}}
+	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	sample := func() {
@@ -540,7 +540,7 @@ func successor(t *testing.T, f fleet) *Gate {
 func kept(t *testing.T, r rigged) (atCordon, atSoak string) {
 	t.Helper()
 	ctx := context.Background()
-	in := orchestrator.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, Spec: r.in.Spec}
+	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, Spec: r.in.Spec}
 	atCordon, err := r.gate.Keep(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -618,8 +618,8 @@ func TestGateFailsClosedOnABadRecord(t *testing.T) {
 func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
 	atCordon, _ := kept(t, r)
-	in := orchestrator.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, SoakStart: r.in.SoakStart, Record: atCordon}
-	if _, err := successor(t, r.agents).Keep(context.Background(), orchestrator.KeepInput{Node: "w1", BaselineStart: in.BaselineStart, SwapStart: in.SwapStart, SoakStart: in.SoakStart}); err == nil {
+	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, SoakStart: r.in.SoakStart, Record: atCordon}
+	if _, err := successor(t, r.agents).Keep(context.Background(), gate.KeepInput{Node: "w1", BaselineStart: in.BaselineStart, SwapStart: in.SwapStart, SoakStart: in.SoakStart}); err == nil {
 		t.Error("a successor without the record kept a baseline it never saw")
 	}
 	atSoak, err := successor(t, r.agents).Keep(context.Background(), in)

@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
 // TestZeroSoakGate: with no soak the gate judges right before the uncordon
@@ -25,7 +26,7 @@ func TestZeroSoakGate(t *testing.T) {
 	w := e.watch()
 	e.upgrade("1.28.1")
 	bad := e.c.Nodes[2].Name // the plan goes node by node name: the third node
-	gate := orchestrator.GateFunc(func(_ context.Context, in orchestrator.GateInput) (health.Verdict, error) {
+	gate := gate.GateFunc(func(_ context.Context, in gate.GateInput) (health.Verdict, error) {
 		if in.Node == bad {
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{"test gate refuses " + in.Node}}, nil
 		}

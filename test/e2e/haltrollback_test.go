@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/test/cluster"
 )
 
@@ -28,7 +29,7 @@ func TestRollbackAfterHalt(t *testing.T) {
 	bad := e.c.Nodes[2].Name // the plan goes node by node name: the third node
 	var failing atomic.Bool
 	failing.Store(true)
-	gate := orchestrator.GateFunc(func(_ context.Context, in orchestrator.GateInput) (health.Verdict, error) {
+	gate := gate.GateFunc(func(_ context.Context, in gate.GateInput) (health.Verdict, error) {
 		if in.Node == bad && failing.Load() {
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{"test gate refuses " + in.Node}}, nil
 		}

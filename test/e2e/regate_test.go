@@ -10,6 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -26,7 +27,7 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 	bad := e.c.Nodes[1].Name
 	var mu sync.Mutex
 	judged := map[string]int{}
-	gate := orchestrator.GateFunc(func(_ context.Context, in orchestrator.GateInput) (health.Verdict, error) {
+	gate := gate.GateFunc(func(_ context.Context, in gate.GateInput) (health.Verdict, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		judged[in.Node]++

@@ -1,4 +1,4 @@
-package orchestrator
+package gate
 
 import (
 	"context"
@@ -113,11 +113,11 @@ func TestJudgedSince(t *testing.T) {
 		{"", false},
 	} {
 		j := &v1alpha1.NodeJudgement{JudgedAt: tc.at}
-		if got := judgedSince(j, soak) != nil; got != tc.want {
+		if got := JudgedSince(j, soak) != nil; got != tc.want {
 			t.Errorf("judged at %q, soak %s: carried %v, want %v", tc.at, soak, got, tc.want)
 		}
 	}
-	if judgedSince(nil, soak) != nil {
+	if JudgedSince(nil, soak) != nil {
 		t.Error("nil carried")
 	}
 }

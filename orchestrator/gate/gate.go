@@ -1,4 +1,4 @@
-package orchestrator
+package gate
 
 import (
 	"context"
@@ -140,12 +140,12 @@ type ReadinessGate struct {
 
 // Judge implements Gate.
 func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, error) {
-	r, err := soakReadiness(g.Nodes, g.Pods, in.Node, in.SoakStart)
+	r, err := SoakReadiness(g.Nodes, g.Pods, in.Node, in.SoakStart)
 	if err != nil {
 		return health.Verdict{}, err
 	}
-	if len(r.problems) > 0 {
-		return health.Verdict{Outcome: health.Fail, Reasons: r.problems}, nil
+	if len(r.Problems) > 0 {
+		return health.Verdict{Outcome: health.Fail, Reasons: r.Problems}, nil
 	}
 	// Say what was seen, and no more: the conditions as they stand at the
 	// end of the soak, and their last transitions.
@@ -156,7 +156,7 @@ func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, e
 
 // readiness is what the Ready conditions of a node and its pods show of a soak.
 type readiness struct {
-	problems []string // a reason for each Ready transition or not-Ready pod seen
+	Problems []string // a reason for each Ready transition or not-Ready pod seen
 	pods     int      // the pods judged
 }
 
@@ -166,7 +166,7 @@ type readiness struct {
 // however short: a node that went NotReady and came back has its last
 // transition inside the soak); every pod that had started before it Ready
 // with no transition since; a target pod that started since Ready.
-func soakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name string, since time.Time) (readiness, error) {
+func SoakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name string, since time.Time) (readiness, error) {
 	var r readiness
 	node, err := nodes.Get(name)
 	if err != nil {
@@ -175,9 +175,9 @@ func soakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name
 	ready, changed := model.NodeReadyCondition(node)
 	switch {
 	case !ready:
-		r.problems = append(r.problems, fmt.Sprintf("node %s is not Ready", name))
+		r.Problems = append(r.Problems, fmt.Sprintf("node %s is not Ready", name))
 	case changedSince(changed, since):
-		r.problems = append(r.problems, fmt.Sprintf("node %s's Ready condition changed during the soak (Ready again since %s)", name, changed.UTC().Format(time.RFC3339)))
+		r.Problems = append(r.Problems, fmt.Sprintf("node %s's Ready condition changed during the soak (Ready again since %s)", name, changed.UTC().Format(time.RFC3339)))
 	}
 	pods, err := podCache.OnNode(name)
 	if err != nil {
@@ -195,13 +195,13 @@ func soakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name
 		existed := p.Status.StartTime != nil && p.Status.StartTime.Time.Before(since)
 		switch {
 		case existed && !ready && at.After(since):
-			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s went not Ready during the soak (at %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
+			r.Problems = append(r.Problems, fmt.Sprintf("pod %s/%s went not Ready during the soak (at %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
 		case existed && !ready:
-			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready, since before the soak", p.Namespace, p.Name))
+			r.Problems = append(r.Problems, fmt.Sprintf("pod %s/%s is not Ready, since before the soak", p.Namespace, p.Name))
 		case existed && ready && at.After(since):
-			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
+			r.Problems = append(r.Problems, fmt.Sprintf("pod %s/%s flapped Ready during the soak (last transition %s)", p.Namespace, p.Name, at.UTC().Format(time.RFC3339)))
 		case !existed && !ready && model.IsTargetPod(p):
-			r.problems = append(r.problems, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))
+			r.Problems = append(r.Problems, fmt.Sprintf("pod %s/%s is not Ready", p.Namespace, p.Name))
 		}
 	}
 	return r, nil
@@ -214,4 +214,17 @@ func soakReadiness(nodes corelisters.NodeLister, podCache observe.PodCache, name
 // soak (the gate fails closed).
 func changedSince(transition, since time.Time) bool {
 	return !transition.Before(since.Truncate(time.Second))
+}
+
+// judgedSince is j when it was judged at or after since (this soak's, not
+// an earlier attempt's), else nil.
+func JudgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudgement {
+	if j == nil {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, j.JudgedAt)
+	if err != nil || at.Before(since.Truncate(time.Second)) {
+		return nil
+	}
+	return j
 }
