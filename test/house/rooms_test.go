@@ -1,0 +1,86 @@
+package house
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// rooms lists, for each package inside orchestrator/, the rooms of
+// orchestrator/ its non-test code may import (by path under orchestrator/).
+// The root (the reconcile loop and its executor) wires them all; no room
+// imports the root, and a new room needs a line here.
+var rooms = map[string][]string{
+	"model":            {},
+	"metrics":          {},
+	"planner":          {"model"},
+	"nodestep":         {"model"},
+	"swap":             {"model", "planner"}, // planner: the status budget's Truncate
+	"observe":          {"model", "swap"},    // swap: which pods are surge bridges
+	"gate":             {"model", "observe"}, // observe: the pod cache the readiness gate reads
+	"judgegate":        {"gate", "model"},    // the judge behind the Gate interface
+	"internal/fixture": {"model"},            // the unit tests' fleets, targets and pods
+}
+
+// roomViolations applies rooms to the package list.
+func roomViolations(pkgs []pkg) []string {
+	var bad []string
+	for _, p := range pkgs {
+		r := rel(p.ImportPath)
+		if area(r) != "orchestrator" || r == "orchestrator" {
+			continue
+		}
+		room := strings.TrimPrefix(r, "orchestrator/")
+		may, known := rooms[room]
+		if !known {
+			bad = append(bad, r+": a room of orchestrator/ with no rule (add it to rooms)")
+			continue
+		}
+		for _, i := range p.Imports {
+			ri := rel(i)
+			switch {
+			case ri == "orchestrator":
+				bad = append(bad, r+" imports the orchestrator's root (rooms take what they use as arguments)")
+			case area(ri) == "orchestrator" && !slices.Contains(may, strings.TrimPrefix(ri, "orchestrator/")):
+				bad = append(bad, r+" imports "+ri+"; it may import only "+strings.Join(may, ", "))
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+func TestOrchestratorRooms(t *testing.T) {
+	pkgs := listPackages(t)
+	n := 0
+	for _, p := range pkgs {
+		if r := rel(p.ImportPath); strings.HasPrefix(r, "orchestrator/") {
+			n++
+		}
+	}
+	if n < len(rooms)-1 {
+		t.Fatalf("go list shows %d rooms under orchestrator/, want %d: the check below would prove little", n, len(rooms))
+	}
+	for _, v := range roomViolations(pkgs) {
+		t.Error(v)
+	}
+}
+
+func TestOrchestratorRoomRulesCatch(t *testing.T) {
+	m := func(r string) string { return module + "/" + r }
+	for _, c := range []struct {
+		name string
+		p    pkg
+		want string
+	}{
+		{"the model imports the planner", pkg{ImportPath: m("orchestrator/model"), Imports: []string{m("orchestrator/planner")}}, "may import only"},
+		{"a room imports the root", pkg{ImportPath: m("orchestrator/swap"), Imports: []string{m("orchestrator")}}, "root"},
+		{"a room without a rule", pkg{ImportPath: m("orchestrator/newroom")}, "no rule"},
+	} {
+		v := roomViolations([]pkg{c.p})
+		if len(v) != 1 || !strings.Contains(v[0], c.want) {
+			t.Errorf("%s: got %v, want one violation saying %q", c.name, v, c.want)
+		}
+	}
+}
