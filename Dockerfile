@@ -39,7 +39,7 @@ COPY probe /probe
 USER 65532:65532
 ENTRYPOINT ["/probe"]
 
-# The sandbox (pause) image of test/cluster's real kubelet node, not shipped:
+# The sandbox (pause) image of sim/cluster's real kubelet node, not shipped:
 # it holds each pod's namespaces until SIGTERM (hack/pause).
 FROM scratch AS pause
 COPY pause /pause

@@ -20,7 +20,7 @@ GENERATED := bpf api deploy/crds
 # Upstream binaries the tests run (tools/controller-gen runs through `go tool`);
 # the demo needs only the simulated cluster's.
 # registry is the OCI registry the image tests push nodewise's images and chart
-# to; kubelet runs test/cluster's real node (a module of its own, so adding it
+# to; kubelet runs sim/cluster's real node (a module of its own, so adding it
 # left the control plane's cache key alone; it reuses that build's packages).
 TOOLS      := etcd kubernetes prometheus istioctl registry kubelet
 DEMO_TOOLS := etcd kubernetes
@@ -72,11 +72,11 @@ bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 
 
 .PHONY: bench-disruption
 bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.
-	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./test/demo
+	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./sim/demo
 
 .PHONY: bench-surge
 bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plane (root) while every client sends x3 during the canary's soak: the control group on, then off, side by side.
-	$(GO) test -run '^$$' -bench BenchmarkClusterWideSurge -benchtime 1x -count 1 -timeout 30m ./test/demo
+	$(GO) test -run '^$$' -bench BenchmarkClusterWideSurge -benchtime 1x -count 1 -timeout 30m ./sim/demo
 
 ##@ Images and releases
 
@@ -88,7 +88,7 @@ IMAGES     := orchestrator nodeagent probe
 # buildah (Debian) or docker (docker buildx): the same Dockerfile stages.
 IMAGE_BUILDER ?= buildah
 # buildah builds the images; containerd, runc and the CNI plugins run them
-# (the image tests, the real kubelet node of test/cluster).
+# (the image tests, the real kubelet node of sim/cluster).
 IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates iptables
 
 .PHONY: images

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 type agentRig struct {
@@ -128,7 +128,7 @@ func TestAgentClientRetriesThenSucceeds(t *testing.T) {
 // server shares one certificate) and returns its path.
 func unrelatedCA(t *testing.T) string {
 	t.Helper()
-	ca, err := testpki.NewCA("other CA", time.Hour)
+	ca, err := simpki.NewCA("other CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 // TestAgentClientVerifiesTheNodeName: an agent at the address the client
@@ -24,7 +24,7 @@ import (
 // IP into its own status), is refused in the handshake, before the token
 // is sent. The same CA's certificate for the node itself is accepted.
 func TestAgentClientVerifiesTheNodeName(t *testing.T) {
-	ca, err := testpki.NewCA("agents", time.Hour)
+	ca, err := simpki.NewCA("agents", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/dashboard"
-	"github.com/nodewise/nodewise/test/dataplane"
-	"github.com/nodewise/nodewise/test/demo"
+	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/sim/demo"
 )
 
 // newDemoCmd runs nodewise's whole job on the built-in simulated cluster.

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // TestRolloutCommandsOnTheSimCluster runs the real binary's rollout commands

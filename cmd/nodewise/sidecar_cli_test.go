@@ -15,8 +15,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions/revtag"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/injector"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/injector"
 )
 
 // TestSidecarCommands runs the real binary's sidecar commands against the

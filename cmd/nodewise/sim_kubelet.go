@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // newSimKubeletCmd is a background process `sim up` starts: the simulated

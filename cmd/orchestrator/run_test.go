@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 func TestParseControllers(t *testing.T) {
@@ -96,7 +96,7 @@ func TestRevisionTasksJudgeWavesThroughTheAgents(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("t0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	agentsCA, err := testpki.NewCA("agents CA", time.Hour)
+	agentsCA, err := simpki.NewCA("agents CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Command pause is the sandbox image of test/cluster's real node: it holds a
+// Command pause is the sandbox image of sim/cluster's real node: it holds a
 // pod's namespaces and exits on SIGINT or SIGTERM, as Kubernetes' pause does.
 // Static Go, so the image is FROM scratch like nodewise's own and needs no
 // registry.

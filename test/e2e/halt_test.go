@@ -10,7 +10,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // setImageTag points every container of a DaemonSet at a tag (OnDelete: no pod changes).

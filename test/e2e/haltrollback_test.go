@@ -14,7 +14,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/gate"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // TestRollbackAfterHalt is the emergency path in the order the docs give

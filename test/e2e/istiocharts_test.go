@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // chartDaemonSets renders Istio's ambient profile with the built istioctl

@@ -1,6 +1,6 @@
 package e2e
 
-// The judge gate end to end on the simulated cluster (test/cluster: real etcd, kube-apiserver,
+// The judge gate end to end on the simulated cluster (sim/cluster: real etcd, kube-apiserver,
 // controller-manager and scheduler): the orchestrator rolls ztunnel and
 // istio-cni node by node, and its soak step is judged by the real judge
 // through judgegate, reading synthetic node agents over HTTPS with the real
@@ -39,7 +39,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 const (

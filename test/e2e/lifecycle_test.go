@@ -12,7 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 func (e *env) cli(args ...string) (string, error) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // TestFullRollout: 20 nodes, 3 zones, 2 canaries, 1.27.3 → 1.28.1 under OnDelete.

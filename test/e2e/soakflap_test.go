@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // TestNodeNotReadyDuringSoakFails: a canary made NotReady for a moment in

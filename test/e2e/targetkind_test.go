@@ -12,7 +12,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // TestZtunnelTargetTypedByWhatItRuns: a ztunnel DaemonSet that is not named

@@ -10,9 +10,12 @@
 //	deploy/crds                    the embedded CRDs and their offline validator, a leaf
 //	api/*                          the CRD types, client and Scheme
 //
-// test/* holds the simulated cluster, the rigs and the suites that run on
-// them; a product package never imports it, and a product package's own
-// tests never start a cluster (those suites live under test/).
+// sim/* is the simulated cluster and live data plane that `nodewise sim` and
+// `nodewise demo` ship: it may import any product package, and only cmd/ and
+// test/ import it. test/* holds the rigs and the suites that run on the
+// simulator; nothing outside test/ depends on it in non-test code (cmd/ and
+// sim/ included), and a product package's own tests never start a cluster
+// (those suites live under test/ or with the simulator).
 package house
 
 import (
@@ -100,11 +103,11 @@ func listPackages(t *testing.T) []pkg {
 func violations(pkgs []pkg) []string {
 	var bad []string
 	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
-	clusterBound := map[string]bool{} // test/cluster and every package built on it
+	clusterBound := map[string]bool{} // sim/cluster and every package built on it
 	for _, p := range pkgs {
 		r := rel(p.ImportPath)
 		for _, d := range append([]string{p.ImportPath}, p.Deps...) {
-			if rel(d) == "test/cluster" {
+			if rel(d) == "sim/cluster" {
 				clusterBound[r] = true
 			}
 		}
@@ -127,8 +130,16 @@ func violations(pkgs []pkg) []string {
 				add("%s imports %s: nothing imports a binary", r, i)
 			}
 		}
-		if a == "cmd" || a == "test" {
-			continue // the binaries and the test tree may import any product package
+		if a == "test" {
+			continue // the test tree may import anything but a binary
+		}
+		for _, d := range ours(p.Deps) {
+			if area(d) == "test" {
+				add("%s depends on %s: product code never depends on test/", r, d)
+			}
+		}
+		if a == "cmd" || a == "sim" {
+			continue // the binaries and the simulator may import any product package
 		}
 		want, ok := allowed[a]
 		if !ok {
@@ -144,6 +155,10 @@ func violations(pkgs []pkg) []string {
 				add("%s imports %s: product code never imports test/", r, i)
 				continue
 			}
+			if ai == "sim" {
+				add("%s imports %s: only cmd/ and test/ import the simulator (sim/)", r, i)
+				continue
+			}
 			found := false
 			for _, w := range want {
 				found = found || w == ai
@@ -152,16 +167,11 @@ func violations(pkgs []pkg) []string {
 				add("%s imports %s: %s may import only %v of ours", r, i, a, want)
 			}
 		}
-		for _, d := range ours(p.Deps) {
-			if area(d) == "test" {
-				add("%s depends on %s: product code never depends on test/", r, d)
-			}
-		}
 		for _, i := range testImports {
 			switch ai := area(i); {
-			case ai == "test" && clusterBound[i]:
+			case (ai == "test" || ai == "sim") && clusterBound[i]:
 				add("%s's tests import %s: a suite that starts a cluster lives under test/", r, i)
-			case ai != a && ai != "test" && !contains(want, ai):
+			case ai != a && ai != "test" && ai != "sim" && !contains(want, ai):
 				add("%s's tests import %s: %s may import only %v of ours", r, i, a, want)
 			}
 		}
@@ -187,7 +197,7 @@ func TestHouse(t *testing.T) {
 		seen[rel(p.ImportPath)] = true
 	}
 	// The rules are only as good as the list they read.
-	for _, must := range []string{"api/v1alpha1", "health", "orchestrator", "orchestrator/judgegate", "revisions", "istio", "leader", "bpf", "nodeagent", "cmd/nodewise", "test/cluster"} {
+	for _, must := range []string{"api/v1alpha1", "health", "orchestrator", "orchestrator/judgegate", "revisions", "istio", "leader", "bpf", "nodeagent", "cmd/nodewise", "sim/cluster"} {
 		if !seen[must] {
 			t.Fatalf("go list did not report %s: the house test reads the wrong module", must)
 		}
@@ -214,12 +224,15 @@ func TestHouseRulesCatch(t *testing.T) {
 		{"api imports health", pkg{ImportPath: m("api/v1alpha1"), Imports: []string{m("health")}}, "api may import only []"},
 		{"istio imports orchestrator", pkg{ImportPath: m("istio/skew"), Imports: []string{m("orchestrator")}}, "istio may import only [api]"},
 		{"product imports test", pkg{ImportPath: m("leader"), Imports: []string{m("test/netrig")}}, "never imports test/"},
-		{"product depends on test", pkg{ImportPath: m("health"), Deps: []string{m("test/testpki")}}, "never depends on test/"},
-		{"cluster suite in a product package", pkg{ImportPath: m("health"), XTestImports: []string{m("test/cluster")}}, "lives under test/"},
+		{"product depends on test", pkg{ImportPath: m("health"), Deps: []string{m("test/netrig")}}, "never depends on test/"},
+		{"a binary depends on test", pkg{ImportPath: m("cmd/nodewise"), Deps: []string{m("test/chart")}}, "never depends on test/"},
+		{"the simulator depends on test", pkg{ImportPath: m("sim/demo"), Deps: []string{m("test/browser")}}, "never depends on test/"},
+		{"product imports sim", pkg{ImportPath: m("orchestrator"), Imports: []string{m("sim/simpki")}}, "only cmd/ and test/ import the simulator"},
+		{"cluster suite in a product package", pkg{ImportPath: m("health"), XTestImports: []string{m("sim/cluster")}}, "lives under test/"},
 		{"a binary imported", pkg{ImportPath: m("test/e2e"), TestImports: []string{m("cmd/nodewise")}}, "nothing imports a binary"},
 		{"a new area", pkg{ImportPath: m("sidecar")}, "has no rule"},
 	} {
-		got := strings.Join(violations([]pkg{tc.p, {ImportPath: m("test/cluster")}}), "\n")
+		got := strings.Join(violations([]pkg{tc.p, {ImportPath: m("sim/cluster")}}), "\n")
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("%s: violations %q, want one containing %q", tc.name, got, tc.want)
 		}

@@ -1,4 +1,4 @@
-// Module kubelet builds the kubelet of test/cluster's real node (a pod's
+// Module kubelet builds the kubelet of sim/cluster's real node (a pod's
 // containers run under containerd there). It pins the same k8s.io/kubernetes
 // and replace lines as tools/kubernetes, so the packages the control plane
 // compiled are reused from the Go build cache; it is a module of its own so

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodewise/nodewise/test/injector"
+	"github.com/nodewise/nodewise/sim/injector"
 )
 
 // The background sidecar injector of a detached cluster (`nodewise sim`):

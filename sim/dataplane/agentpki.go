@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 // agentPKI is what the node agents and the orchestrator share, as the
@@ -23,7 +23,7 @@ type agentPKI struct {
 // token into dir.
 func writeAgentPKI(dir string, nodes []AgentNode) (*agentPKI, error) {
 	const life = 24 * time.Hour
-	ca, err := testpki.NewCA("nodewise-test-agent-ca", life)
+	ca, err := simpki.NewCA("nodewise-test-agent-ca", life)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func writeAgentPKI(dir string, nodes []AgentNode) (*agentPKI, error) {
 	if err := os.WriteFile(p.caFile, ca.CertPEM(), 0o600); err != nil {
 		return nil, err
 	}
-	tok, err := testpki.Token()
+	tok, err := simpki.Token()
 	if err != nil {
 		return nil, err
 	}

@@ -22,9 +22,9 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/dataplane"
-	"github.com/nodewise/nodewise/test/injector"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/sim/injector"
 )
 
 // DataPlane is what the demo needs of a live data plane: the simulated

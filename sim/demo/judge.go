@@ -17,8 +17,8 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // sampleEvery is how often the judge's recorder samples a node in flight:

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/probe"
-	"github.com/nodewise/nodewise/test/cluster"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // Config configures a DataPlane. Zero values get defaults.

@@ -1,7 +1,7 @@
-// Package testpki makes the throwaway certificate authorities, serving
+// Package simpki makes the throwaway certificate authorities, serving
 // certificates and bearer tokens the simulated cluster and the live data
 // plane's node agents use. Nothing here is for production keys.
-package testpki
+package simpki
 
 import (
 	"crypto/ecdsa"

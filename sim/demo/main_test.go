@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // TestMain turns the test binary into the ztunnel stand-in when the live

@@ -18,8 +18,8 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // testGrace is the ztunnel grace period the live tests use: its drain

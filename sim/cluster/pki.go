@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 // Identities the cluster's token file knows. Each component authenticates as
@@ -41,7 +41,7 @@ func newPKI(dir string) (pki, error) {
 		return p, err
 	}
 	const year = 365 * 24 * time.Hour
-	ca, err := testpki.NewCA("nodewise-sim-ca", 10*year)
+	ca, err := simpki.NewCA("nodewise-sim-ca", 10*year)
 	if err != nil {
 		return p, err
 	}
@@ -59,7 +59,7 @@ func newPKI(dir string) (pki, error) {
 	if err != nil {
 		return p, err
 	}
-	saKeyPEM, err := testpki.KeyPEM(saKey)
+	saKeyPEM, err := simpki.KeyPEM(saKey)
 	if err != nil {
 		return p, err
 	}
@@ -68,7 +68,7 @@ func newPKI(dir string) (pki, error) {
 		"serving.crt": servingCert,
 		"serving.key": servingKey,
 		"sa.key":      saKeyPEM,
-		"sa.pub":      testpki.PEM("PUBLIC KEY", saPub),
+		"sa.pub":      simpki.PEM("PUBLIC KEY", saPub),
 	}
 	var csv strings.Builder
 	for i, u := range []struct{ user, groups string }{
@@ -77,7 +77,7 @@ func newPKI(dir string) (pki, error) {
 		{userScheduler, ""},
 		{userKubelet, "nodewise:sim"},
 	} {
-		tok, err := testpki.Token()
+		tok, err := simpki.Token()
 		if err != nil {
 			return p, err
 		}

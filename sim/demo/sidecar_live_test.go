@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/injector"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/injector"
 )
 
 // liveSidecars is a live cluster whose sample sidecar namespaces (catalog

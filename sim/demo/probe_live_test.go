@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // drainedRollout rolls with drain always: the canary's app pods are evicted

@@ -1,4 +1,4 @@
-package testpki
+package simpki
 
 import (
 	"crypto/tls"

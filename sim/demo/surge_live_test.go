@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // surgeTraffic is the live traffic with a background of aborted requests

@@ -20,7 +20,7 @@ import (
 
 	probemanifest "github.com/nodewise/nodewise/deploy/probe"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // ProbeTraffic is what the live rig's probes send: modest, as the rig shares

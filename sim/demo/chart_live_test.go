@@ -20,9 +20,9 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
 	"github.com/nodewise/nodewise/test/chart"
-	"github.com/nodewise/nodewise/test/cluster"
-	"github.com/nodewise/nodewise/test/dataplane"
 )
 
 // chartAgents installs nodewise from its Helm chart (helm template, then a

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 // IstioNamespace is where the fixtures install Istio's control and data plane.
@@ -42,7 +42,7 @@ type IstioOptions struct {
 	// InjectorURL returns the URL of a revision's sidecar injector. Empty means
 	// an unreachable loopback address with failurePolicy Ignore, so pods in
 	// sidecar namespaces start without a sidecar until a test registers an
-	// injector (see test/injector).
+	// injector (see sim/injector).
 	InjectorURL func(revision string) string
 	// CABundle is the injector's CA when InjectorURL is set.
 	CABundle []byte
@@ -138,7 +138,7 @@ func (in installer) caRootCert(ctx context.Context) error {
 			continue
 		}
 		if root == "" {
-			ca, err := testpki.NewCA("simulated mesh root", 10*365*24*time.Hour)
+			ca, err := simpki.NewCA("simulated mesh root", 10*365*24*time.Hour)
 			if err != nil {
 				return fmt.Errorf("making the mesh root: %w", err)
 			}

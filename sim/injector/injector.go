@@ -24,7 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/test/testpki"
+	"github.com/nodewise/nodewise/sim/simpki"
 )
 
 // Server is a running injector for any number of revisions.
@@ -109,7 +109,7 @@ func certificates(dir string) (caPEM []byte, cert tls.Certificate, err error) {
 			return caPEM, cert, nil
 		}
 	}
-	ca, err := testpki.NewCA("test-injector-ca", 365*24*time.Hour)
+	ca, err := simpki.NewCA("test-injector-ca", 365*24*time.Hour)
 	if err != nil {
 		return nil, tls.Certificate{}, err
 	}

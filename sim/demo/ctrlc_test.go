@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/test/dataplane"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // TestDemoCtrlCLeavesNothingBehind runs `nodewise demo` with the live data
