@@ -17,8 +17,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/test/chart"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/chart"
 )
 
 // TestDeployServerSideApply builds deploy/ with kustomize and applies every
