@@ -34,6 +34,12 @@ type AgentsConfig struct {
 	// Authenticator) instead of the test CA and shared token: the credentials
 	// the chart wires (package agentpki). Agents.CAFile and TokenFile are then empty.
 	Credentials func(ctx context.Context, node AgentNode, cfg *nodeagent.Config) error
+	// HistoryEvery is how often each agent keeps a snapshot in its history
+	// (nodeagent.Config.HistoryEvery; default its 30 s). A baseline shorter
+	// than it, read back from the history, starts at the orchestrator's
+	// first sample of its own instead: seconds before the swap when the
+	// agent started long enough before the preflight that no wait is due.
+	HistoryEvery time.Duration
 }
 
 // Agents are the real node agents of the simulated nodes, one per node, in
@@ -81,7 +87,7 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 		acfg := nodeagent.Config{
 			Node: n.Name, Mode: nodeagent.ModeEBPF, ListenAddr: net.JoinHostPort(n.IP, strconv.Itoa(cfg.Port)),
 			CertFile: cert[0], KeyFile: cert[1], TokenFile: pki.tokenFile, Version: "live-dataplane",
-			Resolver: d.Resolver(n.Name), Logger: cfg.Log.Named(n.Name),
+			Resolver: d.Resolver(n.Name), Logger: cfg.Log.Named(n.Name), HistoryEvery: cfg.HistoryEvery,
 		}
 		if cfg.Credentials != nil {
 			if err := cfg.Credentials(ctx, n, &acfg); err != nil {

@@ -21,8 +21,10 @@ import (
 	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
-// sampleEvery is how often the judge's recorder samples a node in flight:
-// short, because the demo's baselines and soaks last seconds, not minutes.
+// sampleEvery is how often the judge's recorder samples a node in flight,
+// and how often each agent keeps a snapshot in its history (the baselines
+// the orchestrator reads back at preflight): short, because the demo's
+// baselines and soaks last seconds, not minutes.
 const sampleEvery = time.Second
 
 // startAgents starts the real node agent of every simulated node (eBPF, on
@@ -43,7 +45,7 @@ func startAgentsWith(ctx context.Context, dp DataPlane, c *cluster.Cluster, dir 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	a, err := dp.StartAgents(ctx, dataplane.AgentsConfig{Nodes: nodes, Port: port, Dir: dir, Log: log, Credentials: creds})
+	a, err := dp.StartAgents(ctx, dataplane.AgentsConfig{Nodes: nodes, Port: port, Dir: dir, Log: log, Credentials: creds, HistoryEvery: sampleEvery})
 	if err != nil {
 		return nil, fmt.Errorf("starting the node agents: %w", err)
 	}
