@@ -94,7 +94,10 @@ func TestSurgeAbortMidSwap(t *testing.T) {
 	nodewiseCLI(t) // built before the swap it aborts, not while it runs
 	e := newEnv(t, 3, 1)
 	e.upgrade("1.28.1")
-	e.slowStart(3 * time.Second)
+	// The bridge starts slowly enough that the abort, a CLI process on a
+	// loaded machine, lands while it starts (with 3 s it could land after
+	// the node finished and the next began: CI, Done 2).
+	e.slowStart(15 * time.Second)
 	hash := e.newestHash(cluster.ZtunnelName)
 	e.runInProcess("solo")
 	e.apply(rollout("abort-surge", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
