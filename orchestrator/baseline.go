@@ -6,6 +6,7 @@ import (
 
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	"go.uber.org/zap"
 )
 
@@ -19,7 +20,7 @@ import (
 func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
 	h, ok := e.gate.(gate.Historian)
 	if !ok {
-		return sleepUntil(ctx, deadline, e.o.cfg.Now)
+		return observe.SleepUntil(ctx, deadline, e.o.cfg.Now)
 	}
 	for {
 		until := deadline
@@ -32,7 +33,7 @@ func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string
 		}
 		e.o.log.Info("waiting for the part of the baseline window the agent's history does not cover",
 			zap.String("node", node), zap.Duration("wait", until.Sub(now).Round(time.Second)), zap.Duration("baseline", p.Baseline))
-		if err := sleepUntil(ctx, until, e.o.cfg.Now); err != nil {
+		if err := observe.SleepUntil(ctx, until, e.o.cfg.Now); err != nil {
 			return err
 		}
 	}

@@ -54,7 +54,7 @@ func TestNodeConflictWaitsForTheCache(t *testing.T) {
 			go func() { // the watch delivers the taint a little later
 				time.Sleep(50 * time.Millisecond)
 				_ = idx.Update(node("8", true))
-				e.changes.broadcast()
+				e.changes.Broadcast()
 			}()
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "a", errors.New("changed"))
 		}

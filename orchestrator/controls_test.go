@@ -86,6 +86,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 		cp:           &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against
 		rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 	}
+	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // drain evicts the node's pods when the policy says so. DaemonSet pods are
@@ -123,7 +124,7 @@ const abortPoll = 250 * time.Millisecond
 // untilLeaving is ctx, also cancelled (with errLeftDuringDrain) once the
 // caches say the node leaves the rollout (executor.leaving).
 func (e *executor) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
-	return cancelWhen(ctx, abortPoll, func() error {
+	return observe.CancelWhen(ctx, abortPoll, func() error {
 		if why := e.leaving(nr, node); why != "" {
 			return fmt.Errorf("%w (%s)", errLeftDuringDrain, why)
 		}
@@ -206,11 +207,11 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 			continue
 		}
 		in.SwapsZtunnel, in.Swap = true, model.SwapKind(nodestep.SwapKindOf(p, ref))
-		tv, err := e.target(ref)
+		tv, err := e.targets.Target(ref)
 		if err != nil {
 			return in, err
 		}
-		live, _, err := e.targetPods(tv, node)
+		live, _, err := e.targets.OnNode(tv, node)
 		if err != nil {
 			return in, err
 		}

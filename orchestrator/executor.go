@@ -32,18 +32,17 @@ type executor struct {
 	freed chan struct{}
 	wg    *sync.WaitGroup
 
+	targets observe.Targets
+	// claims are the nodes this process started or drives.
+	claims observe.Claims
+
 	mu sync.Mutex
-	// workers holds "rollout/node" for every node a goroutine is driving.
-	workers map[string]bool
-	// claims holds "rollout/node" for every node the planner started whose
-	// worker has not yet written a record (see claimed).
-	claims map[string]bool
 	// written is the Node object the API returned to this process's last
 	// patch of it, by name: at least as new as anything this process wrote,
 	// newer than the cache until the watch catches up (see newestNode).
 	written map[string]*corev1.Node
-	// changes wakes the steps that wait on the informer caches (see changes.go).
-	changes changes
+	// changes wakes the steps that wait on the informer caches.
+	changes observe.Changes
 	// status queues and group-commits status writes (see statuswriter.go).
 	status statusWriter
 
@@ -69,20 +68,9 @@ func (e *executor) slotFreed() {
 	}
 }
 
-func (e *executor) claim(rollout, node string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.claims[rollout+"/"+node] = true
-}
-
-func (e *executor) unclaim(rollout, node string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.claims, rollout+"/"+node)
-}
-
-func (e *executor) claimedBy(rollout, node string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.claims[rollout+"/"+node]
+// changed is every informer event handler: it wakes waiting steps and the
+// reconcile loop.
+func (e *executor) changed() {
+	e.changes.Broadcast()
+	e.poke()
 }

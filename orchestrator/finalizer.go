@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,20 +43,7 @@ func (e *executor) releasable(nr *v1alpha1.NodeRollout, snap model.Snapshot) boo
 			return false
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	prefix := nr.Name + "/"
-	for k := range e.workers {
-		if strings.HasPrefix(k, prefix) {
-			return false
-		}
-	}
-	for k := range e.claims {
-		if strings.HasPrefix(k, prefix) {
-			return false
-		}
-	}
-	return true
+	return !e.claims.Holds(nr.Name)
 }
 
 // setFinalizer adds (on) or removes FinalizerReleaseNodes, from a fresh read
@@ -108,7 +94,7 @@ func (e *executor) heldNodes(nr *v1alpha1.NodeRollout) model.Snapshot {
 			if rec.RolloutUID != nr.UID && status[n.Name] == "" {
 				continue
 			}
-			st, _ := nodestep.NodeState(e.claimedBy(nr.Name, n.Name), rec, nr.UID, status[n.Name])
+			st, _ := nodestep.NodeState(e.claims.Claimed(nr.Name, n.Name), rec, nr.UID, status[n.Name])
 			snap.Nodes = append(snap.Nodes, model.NodeView{Name: n.Name, State: st})
 		}
 	}

@@ -67,6 +67,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 				gate: gate, rolloutStore: store,
 				status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
 			}
+			e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
 			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -126,6 +127,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 		status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
 	}
+	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {

@@ -161,12 +161,11 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		revs:    f.Apps().V1().ControllerRevisions().Lister(),
 		kick:    make(chan struct{}, 1),
 		freed:   make(chan struct{}, 1),
-		workers: map[string]bool{},
-		claims:  map[string]bool{},
 		written: map[string]*corev1.Node{},
 		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}, life: ctx},
 		cpCache: c.cp,
 	}
+	ex.targets = observe.Targets{DaemonSets: ex.dss, Revisions: ex.revs, Pods: ex.pods}
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}

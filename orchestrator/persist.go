@@ -176,7 +176,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	if r, ok := e.gate.(gate.Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
 		r.Done(node)
 	}
-	e.unclaim(nr.Name, node)
+	e.claims.Unclaim(nr.Name, node)
 	timed, since := rec.Step, rec.StepSince
 	if c.shown != nil { // the step acted on last had no record of its own
 		timed, since = c.shown.state, c.shown.since

@@ -94,7 +94,7 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	}
 	swap.AddDaemonTolerations(&spec)
 	for _, ref := range p.Targets {
-		tv, err := e.target(ref)
+		tv, err := e.targets.Target(ref)
 		if err != nil {
 			return err
 		}

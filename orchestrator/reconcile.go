@@ -110,13 +110,13 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	case planner.ActPrepull, planner.ActPrepullDone:
 		return e.prepull(ctx, nr, p, a)
 	case planner.ActStart, planner.ActRollback:
-		if e.running(nr.Name, a.Node) {
+		if e.claims.Working(nr.Name, a.Node) {
 			return nil
 		}
 		// Claim the node in memory (it counts as in flight from now on); its
 		// worker persists Preflight before acting, so the nodes of a wave
 		// persist in parallel.
-		e.claim(nr.Name, a.Node)
+		e.claims.Claim(nr.Name, a.Node)
 		e.startWorker(ctx, nr, p, a.Node)
 	case planner.ActMarkDone:
 		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
@@ -134,7 +134,7 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 // is no Node to record on or hand back. A worker still on it stops by
 // itself first (whileNodeExists).
 func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, node, reason string) error {
-	if e.running(nr.Name, node) {
+	if e.claims.Working(nr.Name, node) {
 		return nil
 	}
 	now := metav1.NewTime(e.o.cfg.Now())
@@ -297,10 +297,4 @@ func (e *executor) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
 	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
 		e.o.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
 	}
-}
-
-func (e *executor) running(rollout, node string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.workers[rollout+"/"+node]
 }

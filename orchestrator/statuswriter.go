@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -163,7 +164,7 @@ func (e *executor) writeStatuses(ctx context.Context) {
 		w.pending = append(retry, w.pending...)
 		w.mu.Unlock()
 		if len(retry) > 0 {
-			if err := sleepUntil(ctx, time.Now().Add(200*time.Millisecond), time.Now); err != nil {
+			if err := observe.SleepUntil(ctx, time.Now().Add(200*time.Millisecond), time.Now); err != nil {
 				w.mu.Lock()
 				w.active = false
 				w.mu.Unlock()

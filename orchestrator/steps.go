@@ -20,6 +20,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -126,11 +127,11 @@ func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWr
 	case attempt == 2 && usable && conflicted != "":
 		until := e.o.cfg.Now().Add(conflictCatchUp)
 		for e.o.cfg.Now().Before(until) {
-			ch := e.changes.wait()
+			ch := e.changes.Wait()
 			if n := e.newestNode(node); n != nil && n.ResourceVersion != conflicted {
 				return n, nil
 			}
-			if err := waitChange(ctx, ch, until, e.o.cfg.Now); err != nil {
+			if err := observe.WaitChange(ctx, ch, until, e.o.cfg.Now); err != nil {
 				return nil, err
 			}
 		}
@@ -193,7 +194,7 @@ func (e *executor) uncordon(ctx context.Context, node string, rec nodestep.Recor
 // persisted first) and waits for the DaemonSet controller's new pod to be
 // Ready on the newest revision.
 func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind model.SwapKind, node string, deadline time.Time, timeout time.Duration) error {
-	tv, err := e.target(ref)
+	tv, err := e.targets.Target(ref)
 	if err != nil {
 		return err
 	}
@@ -206,10 +207,10 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind model.
 	if kind == model.SwapSurge {
 		return e.surge(ctx, ref, node, deadline, timeout)
 	}
-	if tv, err = e.target(ref); err != nil {
+	if tv, err = e.targets.Target(ref); err != nil {
 		return err
 	}
-	live, _, err := e.targetPods(tv, node)
+	live, _, err := e.targets.OnNode(tv, node)
 	if err != nil {
 		return err
 	}
@@ -239,8 +240,8 @@ func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind model.
 // timeout, which ends at deadline).
 func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, deadline time.Time, timeout time.Duration) error {
 	for {
-		changed := e.changes.wait()
-		tv, err := e.target(ref)
+		changed := e.changes.Wait()
+		tv, err := e.targets.Target(ref)
 		if err != nil {
 			return err
 		}
@@ -250,7 +251,7 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, dead
 		if !e.o.cfg.Now().Before(deadline) {
 			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
 		}
-		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
+		if err := observe.WaitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
 			return err
 		}
 	}
@@ -261,12 +262,12 @@ func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, dead
 // the persisted step start, so a restart does not extend it).
 func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
 	for {
-		changed := e.changes.wait()
-		tv, err := e.target(ref)
+		changed := e.changes.Wait()
+		tv, err := e.targets.Target(ref)
 		if err != nil {
 			return err
 		}
-		live, _, err := e.targetPods(tv, node)
+		live, _, err := e.targets.OnNode(tv, node)
 		if err != nil {
 			return err
 		}
@@ -290,7 +291,7 @@ func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node s
 		if !e.o.cfg.Now().Before(deadline) {
 			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
 		}
-		if err := waitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
+		if err := observe.WaitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
 			return err
 		}
 	}
@@ -373,9 +374,9 @@ var (
 // whileGateStands is ctx, also cancelled once the node must leave (leaving:
 // abort, deletion, the selector) with errGateLeft, or once the live
 // spec.gates differs from nr's with errGatesEdited, read from the cache
-// every idleCheck.
+// every observe.IdleCheck.
 func (e *executor) whileGateStands(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
-	return cancelWhen(ctx, idleCheck, func() error {
+	return observe.CancelWhen(ctx, observe.IdleCheck, func() error {
 		if e.leaving(nr, node) != "" {
 			return errGateLeft
 		}
@@ -490,11 +491,11 @@ func (e *executor) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (b
 
 func (e *executor) upToDate(p model.Policy, node string) bool {
 	for _, ref := range p.Targets {
-		tv, err := e.target(ref)
+		tv, err := e.targets.Target(ref)
 		if err != nil || !tv.Found || !tv.Settled {
 			return false
 		}
-		live, _, err := e.targetPods(tv, node)
+		live, _, err := e.targets.OnNode(tv, node)
 		if err != nil {
 			return false
 		}

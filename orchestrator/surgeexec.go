@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
@@ -25,9 +26,9 @@ import (
 // deleted and the rollout halts, the old ztunnel still serving.
 func (e *executor) surge(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
 	s := swap.Surger{
-		Kube: e.o.kube, Log: e.o.log.With(zap.String("node", node)), Now: e.o.cfg.Now, Poll: idleCheck,
+		Kube: e.o.kube, Log: e.o.log.With(zap.String("node", node)), Now: e.o.cfg.Now, Poll: observe.IdleCheck,
 		Observe: func(context.Context) (swap.SurgeInput, error) { return e.observeSurge(ref, node) },
-		Changes: e.changes.wait, BridgeTimeout: timeout,
+		Changes: e.changes.Wait, BridgeTimeout: timeout,
 	}
 	res, err := s.Swap(ctx, ref, node, deadline)
 	switch {

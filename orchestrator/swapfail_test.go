@@ -42,11 +42,13 @@ func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods
 	for _, p := range pods {
 		_ = podIdx.Add(p)
 	}
-	return &executor{
+	e := &executor{
 		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop(), kube: kube},
 		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(podIdx)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
+	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	return e
 }
 
 // TestSwapForbiddenDeleteHalts: #27 finding 3. A pod delete the API server

@@ -17,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // carried is what an act returns for the node's next record to persist
@@ -54,21 +55,14 @@ func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.
 }
 
 func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) {
-	key := nr.Name + "/" + node
-	e.mu.Lock()
-	if e.workers[key] {
-		e.mu.Unlock()
+	if !e.claims.StartWorker(nr.Name, node) {
 		return
 	}
-	e.workers[key] = true
-	e.mu.Unlock()
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer func() {
-			e.mu.Lock()
-			delete(e.workers, key)
-			e.mu.Unlock()
+			e.claims.EndWorker(nr.Name, node)
 			e.slotFreed()
 		}()
 		if err := e.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
@@ -99,35 +93,12 @@ var errNodeGone = errors.New("the node was deleted")
 // whileNodeExists is ctx, also cancelled (with errNodeGone) once the node
 // cache no longer holds the node.
 func (e *executor) whileNodeExists(ctx context.Context, node string) (context.Context, func()) {
-	return cancelWhen(ctx, time.Second, func() error {
+	return observe.CancelWhen(ctx, time.Second, func() error {
 		if _, err := e.nodes.Get(node); apierrors.IsNotFound(err) {
 			return errNodeGone
 		}
 		return nil
 	})
-}
-
-// cancelWhen is ctx, also cancelled with the cause check returns, checked
-// at once and then every period (in the caches: no request), and a func
-// that ends it.
-func cancelWhen(ctx context.Context, every time.Duration, check func() error) (context.Context, func()) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			if cause := check(); cause != nil {
-				cancel(cause)
-				return
-			}
-			select {
-			case <-cctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return cctx, func() { cancel(context.Canceled) }
 }
 
 // driveNode is runNode's loop.
@@ -242,7 +213,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		}
 	case nodestep.ActSoak:
 		if err = e.keepSoakStart(ctx, nr, p, node, rec); err == nil {
-			err = sleepUntil(ctx, deadline, e.o.cfg.Now)
+			err = observe.SleepUntil(ctx, deadline, e.o.cfg.Now)
 		}
 	case nodestep.ActGate:
 		res.verdict, res.judgement, err = e.judge(ctx, nr, p, node, rec)
@@ -286,7 +257,7 @@ func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.R
 			}
 		}
 	}
-	st, fromRecord := nodestep.NodeState(e.claimedBy(nr.Name, node), rec, nr.UID, status)
+	st, fromRecord := nodestep.NodeState(e.claims.Claimed(nr.Name, node), rec, nr.UID, status)
 	return rec.ForRollout(nr.UID), st, fromRecord
 }
 
@@ -330,11 +301,11 @@ func (e *executor) nodeUID(node string) types.UID {
 // oldPod is the UID of the live pod of the target on the node that is not on
 // the newest revision: the one its swap deletes ("" when there is none).
 func (e *executor) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
-	tv, err := e.target(ref)
+	tv, err := e.targets.Target(ref)
 	if err != nil || !tv.Found {
 		return ""
 	}
-	live, _, err := e.targetPods(tv, node)
+	live, _, err := e.targets.OnNode(tv, node)
 	if err != nil {
 		return ""
 	}
@@ -344,21 +315,6 @@ func (e *executor) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
 		}
 	}
 	return ""
-}
-
-func sleepUntil(ctx context.Context, t time.Time, now func() time.Time) error {
-	d := t.Sub(now())
-	if d <= 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }
 
 // verdictOf is the verdict's one-line summary: outcome, then reasons.
