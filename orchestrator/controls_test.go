@@ -17,9 +17,11 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // preparingGate records what the executor hands a gate.
@@ -82,11 +84,12 @@ func TestGateInputCarriesControls(t *testing.T) {
 		o:     &Orchestrator{cfg: Config{Now: func() time.Time { return clock }}, log: zap.NewNop()},
 		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
-		gate: gate, status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
+		gate: gate, status: seededStatus(t, nr),
 		cp:           &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against
 		rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 	}
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)
@@ -102,7 +105,9 @@ func TestGateInputCarriesControls(t *testing.T) {
 	a2 = a2.DeepCopy()
 	a2.Spec.Unschedulable = true
 	_ = nodes.Update(a2)
-	e.status.current[nr.Name].Status.Nodes[2].State = v1alpha1.NodeCordon
+	if err := e.status.Mutate(context.Background(), nr.Name, func(s *v1alpha1.NodeRolloutStatus) { s.Nodes[2].State = v1alpha1.NodeCordon }); err != nil {
+		t.Fatal(err)
+	}
 	clock = now.Add(20 * time.Minute)
 	rec := nodestep.Record{SwapSince: now.Add(5 * time.Minute), SoakSince: now.Add(10 * time.Minute)}
 	if _, _, err := e.judge(context.Background(), nr, p, "a1", rec); err == nil {
@@ -115,4 +120,15 @@ func TestGateInputCarriesControls(t *testing.T) {
 	if !slices.Equal(in.Control, []string{"a4"}) || in.ControlScope != "zone a" {
 		t.Errorf("GateInput controls %v in %q, want [a4] in \"zone a\"", in.Control, in.ControlScope)
 	}
+}
+
+// seededStatus is a status writer over an in-memory API holding nr, which
+// has read nr once (as a leader's first write does).
+func seededStatus(t *testing.T, nr *v1alpha1.NodeRollout) *write.Status {
+	t.Helper()
+	w := write.NewStatus(context.Background(), fixture.NewRollouts(nr), zap.NewNop())
+	if err := w.Mutate(context.Background(), nr.Name, func(*v1alpha1.NodeRolloutStatus) {}); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

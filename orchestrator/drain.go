@@ -101,8 +101,8 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 		}
 		// wait: record why, then try again (each attempt is still finite).
 		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
-		if err := e.mutateStatus(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-			nodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
+		if err := e.status.Mutate(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+			model.NodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
 		}); err != nil {
 			if dctx.Err() != nil {
 				return rec, false, context.Cause(dctx)
@@ -179,11 +179,11 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 	}
 	nodeErr := make(chan written, 1)
 	go func() {
-		w, err := e.patchNode(ctx, node, "", next.Patch(rec), nil)
+		w, err := e.nodeWrites.Patch(ctx, node, "", next.Patch(rec), nil)
 		nodeErr <- written{w, err}
 	}()
-	statusErr := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-		nodeEntry(s, node).Reason = "drain auto: " + c.Reason
+	statusErr := e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		model.NodeEntry(s, node).Reason = "drain auto: " + c.Reason
 	})
 	w := <-nodeErr
 	if err := errors.Join(w.err, statusErr); err != nil {

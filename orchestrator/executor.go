@@ -5,7 +5,7 @@ import (
 
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/nodewise/nodewise/orchestrator/write"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -36,15 +36,12 @@ type executor struct {
 	// claims are the nodes this process started or drives.
 	claims observe.Claims
 
-	mu sync.Mutex
-	// written is the Node object the API returned to this process's last
-	// patch of it, by name: at least as new as anything this process wrote,
-	// newer than the cache until the watch catches up (see newestNode).
-	written map[string]*corev1.Node
+	// nodeWrites patches nodes and remembers what the API returned (Newest).
+	nodeWrites *write.Nodes
 	// changes wakes the steps that wait on the informer caches.
 	changes observe.Changes
-	// status queues and group-commits status writes (see statuswriter.go).
-	status statusWriter
+	// status queues and group-commits status writes.
+	status *write.Status
 
 	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
 	cpMu sync.Mutex

@@ -21,6 +21,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -65,9 +66,10 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 				nodes: corelisters.NewNodeLister(idx()), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
 				dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
 				gate: gate, rolloutStore: store,
-				status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
+				status: seededStatus(t, nr),
 			}
 			e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+			e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -125,9 +127,10 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
 		dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
 		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
-		status: statusWriter{current: map[string]*v1alpha1.NodeRollout{nr.Name: nr.DeepCopy()}, life: context.Background()},
+		status: seededStatus(t, nr),
 	}
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {

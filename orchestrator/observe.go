@@ -73,7 +73,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
 		}
 		rec := n.Annotations
-		if w := e.newestNode(n.Name); w != nil {
+		if w := e.nodeWrites.Newest(n.Name); w != nil {
 			rec = w.Annotations
 		}
 		var fromRecord bool

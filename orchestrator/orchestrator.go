@@ -28,6 +28,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // Orchestrator runs NodeRollouts while it holds the leader Lease.
@@ -161,11 +162,11 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		revs:    f.Apps().V1().ControllerRevisions().Lister(),
 		kick:    make(chan struct{}, 1),
 		freed:   make(chan struct{}, 1),
-		written: map[string]*corev1.Node{},
-		status:  statusWriter{current: map[string]*v1alpha1.NodeRollout{}, life: ctx},
+		status:  write.NewStatus(ctx, o.rollouts, o.log),
 		cpCache: c.cp,
 	}
 	ex.targets = observe.Targets{DaemonSets: ex.dss, Revisions: ex.revs, Pods: ex.pods}
+	defer ex.status.Wait()
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}
@@ -192,6 +193,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
 	defer bc.Shutdown()
 	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: model.FieldManager})
+	ex.nodeWrites = &write.Nodes{Kube: o.kube, Cache: ex.nodes, Changes: &ex.changes, Now: o.cfg.Now, Log: o.log, Recorder: ex.recorder}
 
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err

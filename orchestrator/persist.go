@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,46 +9,12 @@ import (
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
-	"github.com/nodewise/nodewise/orchestrator/observe"
 )
-
-// conflictBackoff retries 409s for a few seconds: the leader is the only
-// writer of status, so conflicts come from users editing spec.
-var conflictBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.6, Jitter: 0.2, Cap: 2 * time.Second}
-
-// patchNode merge-patches a node's annotations (nil value = delete) and,
-// when unschedulable is set, spec.unschedulable. With rv set the patch is
-// conditional on that resourceVersion, so a racing write returns 409. It
-// returns the node's record as the API answered.
-func (e *executor) patchNode(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error) {
-	meta := map[string]any{"annotations": ann}
-	if rv != "" {
-		meta["resourceVersion"] = rv
-	}
-	body := map[string]any{"metadata": meta}
-	if unschedulable != nil {
-		body["spec"] = map[string]any{"unschedulable": *unschedulable}
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nodestep.Record{}, fmt.Errorf("encoding node patch: %w", err)
-	}
-	out, err := e.o.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: model.FieldManager})
-	if err != nil {
-		return nodestep.Record{}, fmt.Errorf("patching node %s: %w", node, err)
-	}
-	_, _ = observe.TrimCached(out) // kept beside the cache, so trimmed as the cache is
-	e.mu.Lock()
-	e.written[node] = out
-	e.mu.Unlock()
-	return nodestep.ParseRecord(out.Annotations), nil
-}
 
 // persistState records a node's state decided by the planner (Done,
 // RolledBack, Pending for a retry), from the node's newest record.
@@ -114,11 +79,11 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		var w written
 		switch {
 		case s.Cordon:
-			w.rec, w.err = e.cordon(ctx, nr, node, next, ann)
+			w.rec, w.err = e.nodeWrites.Cordon(ctx, nr.Name, node, next, ann)
 		case s.Uncordon:
-			w.rec, w.err = e.uncordon(ctx, node, next, ann)
+			w.rec, w.err = e.nodeWrites.Uncordon(ctx, node, next, ann)
 		default:
-			w.rec, w.err = e.patchNode(ctx, node, "", ann, nil)
+			w.rec, w.err = e.nodeWrites.Patch(ctx, node, "", ann, nil)
 		}
 		nodeDone <- w
 	}()
@@ -127,7 +92,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		haltReason = fmt.Sprintf("node %s: %s", node, s.Reason)
 	}
 	mirror := func(ss *v1alpha1.NodeRolloutStatus) {
-		ns := nodeEntry(ss, node)
+		ns := model.NodeEntry(ss, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
 		}
@@ -165,9 +130,9 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
 	if baseline == "" && statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
-		e.mutateStatusLater(nr.Name, mirror)
+		e.status.MutateLater(nr.Name, mirror)
 	} else {
-		statusErr = e.mutateStatus(ctx, nr.Name, mirror)
+		statusErr = e.status.Mutate(ctx, nr.Name, mirror)
 	}
 	w := <-nodeDone
 	if err := errors.Join(w.err, statusErr); err != nil {
@@ -204,14 +169,4 @@ func statusBehind(st v1alpha1.NodeState, reason string, hasVerdict, halts bool) 
 		return false
 	}
 	return st == v1alpha1.NodeDone || (model.InFlight(st) && st != v1alpha1.NodeAbortCleanup)
-}
-
-func nodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus {
-	for i := range s.Nodes {
-		if s.Nodes[i].Name == node {
-			return &s.Nodes[i]
-		}
-	}
-	s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: node, State: v1alpha1.NodePending})
-	return &s.Nodes[len(s.Nodes)-1]
 }

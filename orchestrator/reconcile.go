@@ -17,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // reconcileAll plans and acts on every NodeRollout, oldest first.
@@ -35,10 +36,10 @@ func (e *executor) reconcileAll(ctx context.Context) {
 
 // reconcile is one observe → plan → act pass over a NodeRollout.
 func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) error {
-	if cur, ok := e.currentStatus(nr.Name, nr.UID); ok {
+	if cur, ok := e.status.Current(nr.Name, nr.UID); ok {
 		nr.Status = cur // our own last write (and queued ones) are never older than the cache
 	} else {
-		e.forgetStatus(nr.Name)
+		e.status.Forget(nr.Name)
 	}
 
 	deleting := nr.DeletionTimestamp != nil
@@ -70,7 +71,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
 			// An invalid rollout plans nothing, so the pass below never
 			// comes: it lets go here once nothing of it is in flight.
-			return e.setFinalizer(ctx, nr, false)
+			return write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, false)
 		}
 		return nil
 	}
@@ -80,7 +81,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	d := planner.Plan(snap, p, now)
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
-		if err := e.setFinalizer(ctx, nr, true); err != nil {
+		if err := write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, true); err != nil {
 			return err // nothing started: the next pass tries again
 		}
 	}
@@ -98,7 +99,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		return err
 	}
 	if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, snap) {
-		return e.setFinalizer(ctx, nr, false)
+		return write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, false)
 	}
 	return nil
 }
@@ -138,8 +139,8 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 		return nil
 	}
 	now := metav1.NewTime(e.o.cfg.Now())
-	if err := e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-		ns := nodeEntry(s, node)
+	if err := e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		ns := model.NodeEntry(s, node)
 		if model.InFlight(ns.State) {
 			ns.State, ns.Reason, ns.StateSince, ns.FinishTime = v1alpha1.NodeSkipped, reason, &now, &now
 		}
@@ -159,7 +160,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView) error {
 	now := metav1.NewTime(e.o.cfg.Now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
-	prev, known := e.currentStatus(nr.Name, nr.UID)
+	prev, known := e.status.Current(nr.Name, nr.UID)
 	prevPhase := prev.Phase
 	mutate := func(s *v1alpha1.NodeRolloutStatus) {
 		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
@@ -226,13 +227,13 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 	case known && equality.Semantic.DeepEqual(prev, next):
 		// nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
-		e.mutateStatusLater(nr.Name, mutate)
+		e.status.MutateLater(nr.Name, mutate)
 	default:
-		if err := e.mutateStatus(ctx, nr.Name, mutate); err != nil {
+		if err := e.status.Mutate(ctx, nr.Name, mutate); err != nil {
 			return err
 		}
 	}
-	cur, _ := e.currentStatus(nr.Name, "")
+	cur, _ := e.status.Current(nr.Name, "")
 	e.updateGauges(nr.Name, cur.Nodes)
 	e.o.metrics.Halted.WithLabelValues(nr.Name).Set(map[bool]float64{true: 1}[cur.Phase == v1alpha1.PhaseHalted])
 	if prevPhase != cur.Phase {

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -48,146 +46,6 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 		}
 	}
 	return nil
-}
-
-// cordon cordons the node and records whether it was already
-// unschedulable (once, before anything else: nodeRecord.cordoned), in one
-// patch conditional on the resourceVersion it read. with are more
-// annotations for the same patch (the step's record). It returns the record
-// as the API then holds it.
-func (e *executor) cordon(ctx context.Context, nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
-	attempt, conflicted := 0, ""
-	out := rec
-	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		attempt++
-		n, err := e.readNode(ctx, node, attempt, false, conflicted)
-		if err != nil {
-			return err
-		}
-		conflicted = n.ResourceVersion
-		live := nodestep.ParseRecord(n.Annotations)
-		next, set := live.Cordoned(nr.Name, n.Spec.Unschedulable)
-		ann := next.Patch(live)
-		for k, v := range with {
-			ann[k] = v
-		}
-		if !set {
-			if len(ann) == 0 {
-				out = live
-				return nil
-			}
-			out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, nil)
-			return err
-		}
-		out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, nodestep.Ptr(true))
-		return err
-	})
-	return out, err
-}
-
-// newestNode is the node as this process knows it best, without a request:
-// the cache once it holds this process's last step record (then it is at
-// least as new as every write of ours, and it may hold others' later
-// writes, such as the unschedulable taint), else what that last patch
-// returned, else the cache (nil when neither has it).
-func (e *executor) newestNode(node string) *corev1.Node {
-	e.mu.Lock()
-	w := e.written[node]
-	e.mu.Unlock()
-	c, err := e.nodes.Get(node)
-	switch {
-	case err == nil && w != nil && c.Annotations[model.AnnotationStepSince] == w.Annotations[model.AnnotationStepSince]:
-		return c
-	case w != nil:
-		return w
-	case err == nil:
-		return c
-	}
-	return nil
-}
-
-// readNode reads a node for a conditional write. On the first attempt:
-// newestNode, unless ownWrites (only a copy holding this process's own
-// writes will do) and the only copy is the cache. After a conflict on
-// resourceVersion conflicted: the first copy newestNode gives at another
-// version (the cache catching up with the write that conflicted), waited for
-// up to conflictCatchUp; after that, or after a second conflict, the API.
-// The write that follows is conditional on its resourceVersion, so a stale
-// copy costs a 409 and a retry, never a lost update.
-func (e *executor) readNode(ctx context.Context, node string, attempt int, ownWrites bool, conflicted string) (*corev1.Node, error) {
-	e.mu.Lock()
-	_, wrote := e.written[node]
-	e.mu.Unlock()
-	usable := wrote || !ownWrites
-	switch {
-	case attempt == 1 && usable:
-		if n := e.newestNode(node); n != nil {
-			return n, nil
-		}
-	case attempt == 2 && usable && conflicted != "":
-		until := e.o.cfg.Now().Add(conflictCatchUp)
-		for e.o.cfg.Now().Before(until) {
-			ch := e.changes.Wait()
-			if n := e.newestNode(node); n != nil && n.ResourceVersion != conflicted {
-				return n, nil
-			}
-			if err := observe.WaitChange(ctx, ch, until, e.o.cfg.Now); err != nil {
-				return nil, err
-			}
-		}
-	}
-	n, err := e.o.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading node %s: %w", node, err)
-	}
-	return n, nil
-}
-
-// conflictCatchUp bounds readNode's wait for the cache to show the write a
-// conditional node patch conflicted with (the watch is usually well within
-// it) before it reads the node from the API.
-const conflictCatchUp = 2 * time.Second
-
-// uncordon hands the node back (nodeRecord.uncordoned): schedulable again
-// only if nodewise cordoned it; a node that was already cordoned stays
-// cordoned. It never decides from a copy that could hide nodewise's own
-// cordon: only from one holding this process's last step record
-// (readNode), or the API. with are more annotations for the same patch.
-func (e *executor) uncordon(ctx context.Context, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
-	attempt, conflicted := 0, ""
-	out := rec
-	err := retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
-		attempt++
-		n, err := e.readNode(ctx, node, attempt, true, conflicted)
-		if err != nil {
-			return err
-		}
-		conflicted = n.ResourceVersion
-		live := nodestep.ParseRecord(n.Annotations)
-		next, clear := live.Uncordoned()
-		ann := next.Patch(live)
-		for k, v := range with {
-			ann[k] = v
-		}
-		if len(ann) == 0 {
-			out = live
-			return nil
-		}
-		var unschedulable *bool
-		if clear {
-			unschedulable = nodestep.Ptr(false)
-		}
-		if out, err = e.patchNode(ctx, node, n.ResourceVersion, ann, unschedulable); err != nil {
-			return err
-		}
-		if live.KeepCordoned != nil && live.CordonedBy != "" && live.PriorUnschedulable != "true" {
-			e.o.log.Info("left cordoned", zap.String("node", node), zap.String(model.AnnotationKeepCordoned, *live.KeepCordoned))
-			e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: n.UID, APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseLeftCordoned",
-				"nodewise's uncordon left the node cordoned: %s=%q", model.AnnotationKeepCordoned, *live.KeepCordoned)
-		}
-		return nil
-	})
-	return out, err
 }
 
 // swap deletes the target's old pod on the node (once: the deleted UID is
@@ -316,8 +174,8 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	}
 	in.Progress = func(ctx context.Context, v health.Verdict) error {
 		line := verdictOf(v)
-		return e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-			ns := nodeEntry(s, node)
+		return e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+			ns := model.NodeEntry(s, node)
 			ns.Verdict, ns.Judgement = line, v.Summary
 		})
 	}
@@ -409,7 +267,7 @@ func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1a
 
 // statusEntry is the node's status entry as this process knows it best.
 func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
-	st, _ := e.currentStatus(nr.Name, nr.UID)
+	st, _ := e.status.Current(nr.Name, nr.UID)
 	for _, ns := range st.Nodes {
 		if ns.Name == node {
 			return ns, true
@@ -452,7 +310,7 @@ func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	if out == "" || out == ns.Baseline {
 		return nil
 	}
-	return e.mutateStatus(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { nodeEntry(s, node).Baseline = out })
+	return e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { model.NodeEntry(s, node).Baseline = out })
 }
 
 // controls is the node's control group as the rollout stands now (Controls
@@ -461,7 +319,7 @@ func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, 
 // before/after alone, which only makes the judgement stricter.
 func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string) ([]string, string) {
 	cur := *nr
-	if st, ok := e.currentStatus(nr.Name, nr.UID); ok {
+	if st, ok := e.status.Current(nr.Name, nr.UID); ok {
 		cur.Status = st
 	}
 	snap, err := e.observe(&cur, p)

@@ -24,6 +24,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // swapExecutor is an executor over caches holding ds, its newest revision
@@ -48,6 +49,7 @@ func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 	return e
 }
 

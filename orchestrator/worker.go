@@ -43,8 +43,8 @@ func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.
 	if rec.Ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
 		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
 	}
-	e.mutateStatusLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
-		ns := nodeEntry(ss, node)
+	e.status.MutateLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
+		ns := model.NodeEntry(ss, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
 		}
@@ -180,9 +180,9 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		var err error
 		switch {
 		case s.Cordon:
-			rec, err = e.cordon(ctx, nr, node, rec, nil)
+			rec, err = e.nodeWrites.Cordon(ctx, nr.Name, node, rec, nil)
 		case s.Uncordon:
-			rec, err = e.uncordon(ctx, node, rec, nil)
+			rec, err = e.nodeWrites.Uncordon(ctx, node, rec, nil)
 		}
 		if err != nil {
 			return rec, res, err
@@ -240,11 +240,11 @@ func (e *executor) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.St
 // (nodeState).
 func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Record, v1alpha1.NodeState, bool) {
 	var rec nodestep.Record
-	if n := e.newestNode(node); n != nil {
+	if n := e.nodeWrites.Newest(node); n != nil {
 		rec = nodestep.ParseRecord(n.Annotations)
 	}
 	var status v1alpha1.NodeState
-	if st, ok := e.currentStatus(nr.Name, nr.UID); ok {
+	if st, ok := e.status.Current(nr.Name, nr.UID); ok {
 		for _, ns := range st.Nodes {
 			if ns.Name == node {
 				status = ns.State

@@ -113,3 +113,14 @@ type PrepullView struct {
 	// failed.
 	Failed string
 }
+
+// NodeEntry is the node's entry in the status, appended (Pending) when it has none.
+func NodeEntry(s *v1alpha1.NodeRolloutStatus, node string) *v1alpha1.NodeStatus {
+	for i := range s.Nodes {
+		if s.Nodes[i].Name == node {
+			return &s.Nodes[i]
+		}
+	}
+	s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: node, State: v1alpha1.NodePending})
+	return &s.Nodes[len(s.Nodes)-1]
+}

@@ -16,11 +16,12 @@ var rooms = map[string][]string{
 	"metrics":          {},
 	"planner":          {"model"},
 	"nodestep":         {"model"},
-	"swap":             {"model", "planner"}, // planner: the status budget's Truncate
-	"observe":          {"model", "swap"},    // swap: which pods are surge bridges
-	"gate":             {"model", "observe"}, // observe: the pod cache the readiness gate reads
-	"judgegate":        {"gate", "model"},    // the judge behind the Gate interface
-	"internal/fixture": {"model"},            // the unit tests' fleets, targets and pods
+	"swap":             {"model", "planner"},                        // planner: the status budget's Truncate
+	"observe":          {"model", "swap"},                           // swap: which pods are surge bridges
+	"gate":             {"model", "observe"},                        // observe: the pod cache the readiness gate reads
+	"judgegate":        {"gate", "model"},                           // the judge behind the Gate interface
+	"write":            {"model", "nodestep", "observe", "planner"}, // node and status writes: records, cache waits, the status budget
+	"internal/fixture": {"model"},                                   // the unit tests' fleets, targets and pods
 }
 
 // roomViolations applies rooms to the package list.

@@ -1,4 +1,4 @@
-package orchestrator
+package write
 
 import (
 	"context"
@@ -18,12 +18,16 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
-// statusWriter group-commits NodeRollout status writes: mutations queue up,
+// Status group-commits NodeRollout status writes: mutations queue up,
 // and one writer at a time applies every queued mutation to the last status
 // the API returned and writes it with its resourceVersion (re-reading and
 // re-applying on 409). A caller either waits for the write that carries its
-// mutation (mutateStatus) or does not (mutateStatusLater).
-type statusWriter struct {
+// mutation (Mutate) or does not (MutateLater). Build it with NewStatus.
+type Status struct {
+	rollouts v1alpha1.NodeRolloutInterface
+	log      *zap.Logger
+	wg       sync.WaitGroup // the writer goroutines (Wait)
+
 	// mu guards everything below; it is never held across a request.
 	mu      sync.Mutex
 	pending []statusReq // queued, not yet taken by the writer
@@ -48,11 +52,21 @@ type statusReq struct {
 	done chan error
 }
 
-// mutateStatus applies f to the NodeRollout's status and returns once a
+// NewStatus is a status writer whose writes run on life (the leader's
+// context), not on the context of whoever queued first (a node worker's, a
+// drain's), which may end while writes behind are still queued.
+func NewStatus(life context.Context, rollouts v1alpha1.NodeRolloutInterface, log *zap.Logger) *Status {
+	return &Status{rollouts: rollouts, log: log, life: life, current: map[string]*v1alpha1.NodeRollout{}, urgent: make(chan struct{}, 1)}
+}
+
+// Wait waits for the writer goroutines to end (after life ends).
+func (w *Status) Wait() { w.wg.Wait() }
+
+// Mutate applies f to the NodeRollout's status and returns once a
 // write containing f succeeded.
-func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
+func (w *Status) Mutate(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error {
 	r := statusReq{name: name, f: f, done: make(chan error, 1)}
-	e.enqueueStatus(r)
+	w.enqueue(r)
 	select {
 	case err := <-r.done:
 		return err
@@ -61,11 +75,11 @@ func (e *executor) mutateStatus(ctx context.Context, name string, f func(*v1alph
 	}
 }
 
-// mutateStatusLater queues f without waiting for its write: for the status
+// MutateLater queues f without waiting for its write: for the status
 // mirror of a node step whose record of truth (the node annotation) is
 // already persisted. A failed write is retried with the next batch.
-func (e *executor) mutateStatusLater(name string, f func(*v1alpha1.NodeRolloutStatus)) {
-	e.enqueueStatus(statusReq{name: name, f: f})
+func (w *Status) MutateLater(name string, f func(*v1alpha1.NodeRolloutStatus)) {
+	w.enqueue(statusReq{name: name, f: f})
 }
 
 // statusEvery paces writes behind: a batch nobody waits for is sent at most
@@ -74,12 +88,8 @@ func (e *executor) mutateStatusLater(name string, f func(*v1alpha1.NodeRolloutSt
 // somebody waits for goes out as soon as the one in flight returns.
 const statusEvery = 500 * time.Millisecond
 
-func (e *executor) enqueueStatus(r statusReq) {
-	w := &e.status
+func (w *Status) enqueue(r statusReq) {
 	w.mu.Lock()
-	if w.urgent == nil {
-		w.urgent = make(chan struct{}, 1)
-	}
 	w.pending = append(w.pending, r)
 	start := !w.active
 	w.active = true
@@ -92,17 +102,16 @@ func (e *executor) enqueueStatus(r statusReq) {
 		}
 	}
 	if start {
-		e.wg.Add(1)
+		w.wg.Add(1)
 		go func() {
-			defer e.wg.Done()
-			e.writeStatuses(w.life)
+			defer w.wg.Done()
+			w.writeQueued(w.life)
 		}()
 	}
 }
 
-// writeStatuses writes queued mutations until the queue is empty.
-func (e *executor) writeStatuses(ctx context.Context) {
-	w := &e.status
+// writeQueued writes queued mutations until the queue is empty.
+func (w *Status) writeQueued(ctx context.Context) {
 	for {
 		w.mu.Lock()
 		wait := statusEvery - time.Since(w.last)
@@ -142,7 +151,7 @@ func (e *executor) writeStatuses(ctx context.Context) {
 		}
 		var retry []statusReq
 		for _, n := range names {
-			err := e.writeStatus(ctx, n, byName[n])
+			err := w.write(ctx, n, byName[n])
 			for _, q := range byName[n] {
 				switch {
 				case q.done != nil:
@@ -156,7 +165,7 @@ func (e *executor) writeStatuses(ctx context.Context) {
 				continue
 			}
 			if err != nil && ctx.Err() == nil {
-				e.o.log.Warn("writing NodeRollout status; retrying", zap.String("rollout", n), zap.Error(err))
+				w.log.Warn("writing NodeRollout status; retrying", zap.String("rollout", n), zap.Error(err))
 			}
 		}
 		w.mu.Lock()
@@ -174,14 +183,13 @@ func (e *executor) writeStatuses(ctx context.Context) {
 	}
 }
 
-func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq) error {
-	w := &e.status
-	return retry.OnError(conflictBackoff, apierrors.IsConflict, func() error {
+func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
+	return retry.OnError(ConflictBackoff, apierrors.IsConflict, func() error {
 		w.mu.Lock()
 		cur := w.current[name]
 		w.mu.Unlock()
 		if cur == nil {
-			fresh, err := e.o.rollouts.Get(ctx, name, metav1.GetOptions{})
+			fresh, err := w.rollouts.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("reading NodeRollout %s: %w", name, err)
 			}
@@ -197,7 +205,7 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 			w.remember(name, cur)
 			return nil
 		}
-		out, err := e.o.rollouts.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		out, err := w.rollouts.UpdateStatus(ctx, next, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsConflict(err):
 			w.remember(name, nil) // re-read on the retry
@@ -211,7 +219,7 @@ func (e *executor) writeStatus(ctx context.Context, name string, qs []statusReq)
 }
 
 // remember records the NodeRollout the API returned (nil forgets it).
-func (w *statusWriter) remember(name string, nr *v1alpha1.NodeRollout) {
+func (w *Status) remember(name string, nr *v1alpha1.NodeRollout) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if nr == nil {
@@ -221,12 +229,11 @@ func (w *statusWriter) remember(name string, nr *v1alpha1.NodeRollout) {
 	w.current[name] = nr
 }
 
-// currentStatus is the NodeRollout's status as this process last wrote it
+// Current is the NodeRollout's status as this process last wrote it
 // (the API's answer) with every mutation still queued or in flight applied:
 // what the status will be once the queue is written. ok is false when this
 // process has not written the rollout (uid: of the same object) yet.
-func (e *executor) currentStatus(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool) {
-	w := &e.status
+func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cur := w.current[name]
@@ -243,8 +250,8 @@ func (e *executor) currentStatus(name string, uid types.UID) (v1alpha1.NodeRollo
 	return s, true
 }
 
-// forgetStatus drops a rollout's remembered status (it was recreated).
-func (e *executor) forgetStatus(name string) { e.status.remember(name, nil) }
+// Forget drops a rollout's remembered status (it was recreated).
+func (w *Status) Forget(name string) { w.remember(name, nil) }
 
 func equalStatus(a, b v1alpha1.NodeRolloutStatus) bool {
 	ja, _ := json.Marshal(a)

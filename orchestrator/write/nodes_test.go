@@ -1,4 +1,4 @@
-package orchestrator
+package write
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // TestNodeConflictWaitsForTheCache: a conditional node patch that conflicts
@@ -37,10 +37,7 @@ func TestNodeConflictWaitsForTheCache(t *testing.T) {
 	kube := fake.NewClientset(node("8", true))
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = idx.Add(node("7", false)) // the cache has not seen the taint
-	e := &executor{
-		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop(), kube: kube},
-		nodes: corelisters.NewNodeLister(idx), written: map[string]*corev1.Node{},
-	}
+	w := &Nodes{Kube: kube, Cache: corelisters.NewNodeLister(idx), Changes: &observe.Changes{}, Now: time.Now, Log: zap.NewNop()}
 	var patchRVs []string
 	kube.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		var body struct {
@@ -54,14 +51,13 @@ func TestNodeConflictWaitsForTheCache(t *testing.T) {
 			go func() { // the watch delivers the taint a little later
 				time.Sleep(50 * time.Millisecond)
 				_ = idx.Update(node("8", true))
-				e.changes.Broadcast()
+				w.Changes.Broadcast()
 			}()
 			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "a", errors.New("changed"))
 		}
 		return false, nil, nil
 	})
-	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "r-uid"}}
-	if _, err := e.cordon(context.Background(), nr, "a", nodestep.Record{}, nil); err != nil {
+	if _, err := w.Cordon(context.Background(), "r", "a", nodestep.Record{}, nil); err != nil {
 		t.Fatalf("cordon: %v", err)
 	}
 	for _, a := range kube.Actions() {
