@@ -3,13 +3,14 @@ package orchestrator
 import (
 	"sync"
 
-	"github.com/nodewise/nodewise/orchestrator/gate"
-	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/write"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // executor is the acting half, alive while this replica leads. It reads from

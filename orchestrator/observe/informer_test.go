@@ -6,15 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
-	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
 // TestTrimCachedDropsManagedFields: cached copies carry no managedFields,
