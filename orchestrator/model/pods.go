@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // IsTargetPod is a pod a DaemonSet owns (a target's, or another node daemon's).
@@ -61,4 +62,12 @@ func NodeReadyCondition(n *corev1.Node) (bool, time.Time) {
 		}
 	}
 	return false, time.Time{}
+}
+
+// ControllerKind is the kind of the pod's controller ("" when it has none).
+func ControllerKind(p *corev1.Pod) string {
+	if c := metav1.GetControllerOf(p); c != nil {
+		return c.Kind
+	}
+	return ""
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
 // newRolloutInformer watches NodeRollouts through the typed client.
@@ -74,7 +73,7 @@ func daemonLike(p *corev1.Pod) bool {
 	if _, ok := p.Labels[model.LabelPrepull]; ok {
 		return true // its container states are the pull's outcome (prepull.go)
 	}
-	return swap.ControllerKind(p) == "DaemonSet"
+	return model.ControllerKind(p) == "DaemonSet"
 }
 
 // slimPod is what the orchestrator reads of a pod it never acts on: its

@@ -7,12 +7,13 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // The surge swap (make-before-break, the default for ztunnel) on one node of
@@ -260,7 +261,7 @@ func surgePods(in SurgeInput) []*corev1.Pod {
 // isBridge: nodewise's bridge for the DaemonSet, not handed over yet (still
 // controlled by its anchor pod).
 func isBridge(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
-	return p.Labels[model.LabelSurgeBridge] == ds.Name && ControllerKind(p) == "Pod"
+	return p.Labels[model.LabelSurgeBridge] == ds.Name && model.ControllerKind(p) == "Pod"
 }
 
 // isHandedOver: a bridge whose controller reference the garbage collector
@@ -277,13 +278,6 @@ func isHandedOver(p *corev1.Pod, ds *appsv1.DaemonSet) bool {
 func controlledBy(p *corev1.Pod, uid types.UID) bool {
 	c := metav1.GetControllerOf(p)
 	return c != nil && c.UID == uid
-}
-
-func ControllerKind(p *corev1.Pod) string {
-	if c := metav1.GetControllerOf(p); c != nil {
-		return c.Kind
-	}
-	return ""
 }
 
 func podIsReady(p *corev1.Pod) bool {
