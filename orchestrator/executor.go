@@ -9,7 +9,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
@@ -34,6 +36,10 @@ type executor struct {
 	wg    *sync.WaitGroup
 
 	targets observe.Targets
+	// waits are the waits on the caches for the DaemonSet controller.
+	waits swap.Waits
+	// swaps swap a target's pod on a node, by kind (surge or replace).
+	swaps map[model.SwapKind]swap.Swapper
 	// claims are the nodes this process started or drives.
 	claims observe.Claims
 
@@ -71,4 +77,14 @@ func (e *executor) slotFreed() {
 func (e *executor) changed() {
 	e.changes.Broadcast()
 	e.poke()
+}
+
+// wireSwaps builds the swaps over the executor's caches and writers.
+func (e *executor) wireSwaps() {
+	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.waits = swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.o.cfg.Now}
+	e.swaps = map[model.SwapKind]swap.Swapper{
+		model.SwapReplace: swap.Replace{Waits: e.waits, Kube: e.o.kube, Log: e.o.log},
+		model.SwapSurge:   swap.Surge{Waits: e.waits, Kube: e.o.kube, Log: e.o.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
+	}
 }

@@ -68,7 +68,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 				gate: gate, rolloutStore: store,
 				status: seededStatus(t, nr),
 			}
-			e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+			e.wireSwaps()
 			e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
@@ -129,7 +129,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 		status: seededStatus(t, nr),
 	}
-	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.wireSwaps()
 	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	p, err := model.NewPolicy(nr.Spec)

@@ -165,7 +165,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		status:  write.NewStatus(ctx, o.rollouts, o.log),
 		cpCache: c.cp,
 	}
-	ex.targets = observe.Targets{DaemonSets: ex.dss, Revisions: ex.revs, Pods: ex.pods}
+	ex.wireSwaps()
 	defer ex.status.Wait()
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -46,113 +45,6 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 		}
 	}
 	return nil
-}
-
-// swap deletes the target's old pod on the node (once: the deleted UID is
-// persisted first) and waits for the DaemonSet controller's new pod to be
-// Ready on the newest revision.
-func (e *executor) swap(ctx context.Context, ref v1alpha1.TargetRef, kind model.SwapKind, node string, deadline time.Time, timeout time.Duration) error {
-	tv, err := e.targets.Target(ref)
-	if err != nil {
-		return err
-	}
-	if !tv.Found {
-		return nodestep.Halt(nodestep.HaltPreflightFailed, "DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
-	}
-	if err := e.waitSettled(ctx, ref, deadline, timeout); err != nil {
-		return err
-	}
-	if kind == model.SwapSurge {
-		return e.surge(ctx, ref, node, deadline, timeout)
-	}
-	if tv, err = e.targets.Target(ref); err != nil {
-		return err
-	}
-	live, _, err := e.targets.OnNode(tv, node)
-	if err != nil {
-		return err
-	}
-	// Delete every live pod not on the newest revision, with a UID
-	// precondition: a pod on the newest revision is never touched, so a
-	// resumed swap cannot swap a node twice, and re-deleting a pod that is
-	// already terminating (the cache may lag) is harmless.
-	for _, pod := range live {
-		if pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
-			continue
-		}
-		uid := pod.UID
-		err := e.o.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if refused(err) {
-			return nodestep.Halt(nodestep.HaltSwapFailed, "deleting pod %s/%s on %s: %v", pod.Namespace, pod.Name, node, err)
-		}
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		e.o.log.Debug("deleted old pod", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node))
-	}
-	return e.waitReady(ctx, ref, node, deadline, timeout)
-}
-
-// waitSettled waits until the DaemonSet controller has observed the current
-// template, so the newest ControllerRevision is known (bounded by the swap
-// timeout, which ends at deadline).
-func (e *executor) waitSettled(ctx context.Context, ref v1alpha1.TargetRef, deadline time.Time, timeout time.Duration) error {
-	for {
-		changed := e.changes.Wait()
-		tv, err := e.targets.Target(ref)
-		if err != nil {
-			return err
-		}
-		if tv.Settled {
-			return nil
-		}
-		if !e.o.cfg.Now().Before(deadline) {
-			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s: the DaemonSet controller did not observe the current template within the swap timeout %s", ref.Namespace, ref.Name, timeout)
-		}
-		if err := observe.WaitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
-			return err
-		}
-	}
-}
-
-// waitReady waits until the node has a Ready pod of the target on its newest
-// revision, or halts when the swap timeout passes (at deadline: counted from
-// the persisted step start, so a restart does not extend it).
-func (e *executor) waitReady(ctx context.Context, ref v1alpha1.TargetRef, node string, deadline time.Time, timeout time.Duration) error {
-	for {
-		changed := e.changes.Wait()
-		tv, err := e.targets.Target(ref)
-		if err != nil {
-			return err
-		}
-		live, _, err := e.targets.OnNode(tv, node)
-		if err != nil {
-			return err
-		}
-		var why string
-		if !tv.Settled {
-			live, why = nil, "the DaemonSet controller has not observed the current template yet"
-		}
-		for _, pod := range live {
-			if pod.Labels[model.LabelControllerRevisionHash] != tv.NewestHash {
-				why = fmt.Sprintf("pod %s is on revision %s, not %s", pod.Name, pod.Labels[model.LabelControllerRevisionHash], tv.NewestHash)
-				continue
-			}
-			if ok, _ := model.PodReadyCondition(pod); ok {
-				return nil
-			}
-			why = fmt.Sprintf("pod %s on revision %s is not Ready%s", pod.Name, tv.NewestHash, model.WaitingReason(pod))
-		}
-		if why == "" {
-			why = "no pod scheduled yet"
-		}
-		if !e.o.cfg.Now().Before(deadline) {
-			return nodestep.Halt(nodestep.HaltSwapTimeout, "%s/%s not Ready on the new revision within the swap timeout %s: %s", ref.Namespace, ref.Name, timeout, why)
-		}
-		if err := observe.WaitChange(ctx, changed, deadline, e.o.cfg.Now); err != nil {
-			return err
-		}
-	}
 }
 
 // judge runs the gate on the node's record; an error fails closed. It
@@ -345,27 +237,4 @@ func (e *executor) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (b
 		}
 	}
 	return nodestep.SwappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
-}
-
-func (e *executor) upToDate(p model.Policy, node string) bool {
-	for _, ref := range p.Targets {
-		tv, err := e.targets.Target(ref)
-		if err != nil || !tv.Found || !tv.Settled {
-			return false
-		}
-		live, _, err := e.targets.OnNode(tv, node)
-		if err != nil {
-			return false
-		}
-		ok := false
-		for _, pod := range live {
-			if r, _ := model.PodReadyCondition(pod); r && pod.Labels[model.LabelControllerRevisionHash] == tv.NewestHash {
-				ok = true
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
 }

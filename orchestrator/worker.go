@@ -112,7 +112,7 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 	for {
 		why := e.leaving(nr, node)
 		if why != "" || rec.Step == v1alpha1.NodeAbortCleanup {
-			v.UpToDate = e.upToDate(p, node)
+			v.UpToDate = e.waits.UpToDate(p.Targets, node)
 		}
 		s := nodestep.Next(rec, p, v, why)
 		if s.Act == nodestep.ActStop {
@@ -204,10 +204,10 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		next, res.drained, err = e.drain(ctx, nr, p, node, rec, deadline)
 		rec = next
 	case nodestep.ActSwap:
-		err = e.swap(ctx, s.Target, s.Swap, node, deadline, s.Timeout)
+		err = e.swaps[s.Swap].Swap(ctx, s.Target, node, deadline, s.Timeout)
 	case nodestep.ActWaitReady:
 		for _, ref := range p.Targets {
-			if err = e.waitReady(ctx, ref, node, deadline, s.Timeout); err != nil {
+			if err = e.waits.Ready(ctx, ref, node, deadline, s.Timeout); err != nil {
 				break
 			}
 		}

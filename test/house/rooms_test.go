@@ -16,8 +16,8 @@ var rooms = map[string][]string{
 	"metrics":          {},
 	"planner":          {"model"},
 	"nodestep":         {"model"},
-	"swap":             {"model", "planner"},                        // planner: the status budget's Truncate
-	"observe":          {"model", "swap"},                           // swap: which pods are surge bridges
+	"swap":             {"model", "nodestep", "observe", "planner"}, // planner: the status budget's Truncate; observe: the caches it waits on
+	"observe":          {"model"},
 	"gate":             {"model", "observe"},                        // observe: the pod cache the readiness gate reads
 	"judgegate":        {"gate", "model"},                           // the judge behind the Gate interface
 	"write":            {"model", "nodestep", "observe", "planner"}, // node and status writes: records, cache waits, the status budget

@@ -1,4 +1,4 @@
-package orchestrator
+package swap
 
 import (
 	"context"
@@ -24,17 +24,16 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
-// swapExecutor is an executor over caches holding ds, its newest revision
+// swapsOver are both swaps over caches holding ds, its newest revision
 // (hash "new") and pods, writing through kube.
-func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods ...*corev1.Pod) *executor {
+func swapsOver(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods ...*corev1.Pod) map[model.SwapKind]Swapper {
 	t.Helper()
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	podIdx, dss, revs, nodes := idx(), idx(), idx(), idx()
+	podIdx, dss, revs := idx(), idx(), idx()
 	_ = dss.Add(ds)
 	rev := fixture.SurgeRev.DeepCopy()
 	rev.Namespace = ds.Namespace
@@ -43,14 +42,13 @@ func swapExecutor(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods
 	for _, p := range pods {
 		_ = podIdx.Add(p)
 	}
-	e := &executor{
-		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop(), kube: kube},
-		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(podIdx)},
-		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
+	pc := observe.PodCache{PodLister: corelisters.NewPodLister(podIdx)}
+	dl, rl := appslisters.NewDaemonSetLister(dss), appslisters.NewControllerRevisionLister(revs)
+	w := Waits{Targets: observe.Targets{DaemonSets: dl, Revisions: rl, Pods: pc}, Changes: &observe.Changes{}, Now: time.Now}
+	return map[model.SwapKind]Swapper{
+		model.SwapReplace: Replace{Waits: w, Kube: kube, Log: zap.NewNop()},
+		model.SwapSurge:   Surge{Waits: w, Kube: kube, Log: zap.NewNop(), DaemonSets: dl, Revisions: rl, Pods: pc},
 	}
-	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
-	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
-	return e
 }
 
 // TestSwapForbiddenDeleteHalts: #27 finding 3. A pod delete the API server
@@ -69,8 +67,7 @@ func TestSwapForbiddenDeleteHalts(t *testing.T) {
 		old := fixture.SurgePod("old", "old", 0)
 		kube := fake.NewClientset(old.DeepCopy())
 		forbid(kube)
-		e := swapExecutor(t, kube, fixture.SurgeDS, old)
-		err := e.swap(context.Background(), fixture.ZtunnelTarget, model.SwapReplace, "n1", time.Now().Add(time.Minute), time.Minute)
+		err := swapsOver(t, kube, fixture.SurgeDS, old)[model.SwapReplace].Swap(context.Background(), fixture.ZtunnelTarget, "n1", time.Now().Add(time.Minute), time.Minute)
 		var se *nodestep.StepError
 		if !errors.As(err, &se) || se.Halt != nodestep.HaltSwapFailed || !strings.Contains(se.Reason, "denied") {
 			t.Fatalf("replace swap with a forbidden delete: %v; want a %s halt with the API's reason", err, nodestep.HaltSwapFailed)
@@ -80,8 +77,7 @@ func TestSwapForbiddenDeleteHalts(t *testing.T) {
 		old, b := fixture.SurgePod("old", "old", 0), fixture.SurgePod("b", "new", time.Hour, fixture.Bridged)
 		kube := fake.NewClientset(old.DeepCopy(), b.DeepCopy())
 		forbid(kube)
-		e := swapExecutor(t, kube, fixture.SurgeDS, old, b)
-		err := e.swap(context.Background(), fixture.ZtunnelTarget, model.SwapSurge, "n1", time.Now().Add(time.Minute), time.Minute)
+		err := swapsOver(t, kube, fixture.SurgeDS, old, b)[model.SwapSurge].Swap(context.Background(), fixture.ZtunnelTarget, "n1", time.Now().Add(time.Minute), time.Minute)
 		var se *nodestep.StepError
 		if !errors.As(err, &se) || se.Halt != nodestep.HaltSwapFailed || !strings.Contains(se.Reason, "denied") {
 			t.Fatalf("surge swap with a forbidden delete: %v; want a %s halt with the API's reason", err, nodestep.HaltSwapFailed)
