@@ -88,8 +88,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 		cp:           &controlPlane{at: now, tags: map[string]string{}}, // no istiod to skew against
 		rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 	}
-	e.wireSwaps()
-	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
+	e.wire()
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodewise/nodewise/orchestrator/drain"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -40,6 +41,8 @@ type executor struct {
 	waits swap.Waits
 	// swaps swap a target's pod on a node, by kind (surge or replace).
 	swaps map[model.SwapKind]swap.Swapper
+	// drainer drains a node (or chooses a swap in place under policy auto).
+	drainer *drain.Drainer
 	// claims are the nodes this process started or drives.
 	claims observe.Claims
 
@@ -79,12 +82,19 @@ func (e *executor) changed() {
 	e.poke()
 }
 
-// wireSwaps builds the swaps over the executor's caches and writers.
-func (e *executor) wireSwaps() {
+// wire builds the rooms the executor acts through, over its caches, clients
+// and recorder: the node writer, the swaps and the drainer.
+func (e *executor) wire() {
+	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: e.o.log, Recorder: e.recorder}
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
 	e.waits = swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.o.cfg.Now}
 	e.swaps = map[model.SwapKind]swap.Swapper{
 		model.SwapReplace: swap.Replace{Waits: e.waits, Kube: e.o.kube, Log: e.o.log},
 		model.SwapSurge:   swap.Surge{Waits: e.waits, Kube: e.o.kube, Log: e.o.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
+	}
+	e.drainer = &drain.Drainer{
+		Kube: e.o.kube, Log: e.o.log, Now: e.o.cfg.Now, EvictRetryDelay: e.o.cfg.EvictRetryDelay, Namespace: e.o.cfg.Namespace,
+		Agents: e.o.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
+		Status: e.status, Records: e.nodeWrites, Leaving: e.leaving,
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -68,8 +67,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 				gate: gate, rolloutStore: store,
 				status: seededStatus(t, nr),
 			}
-			e.wireSwaps()
-			e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
+			e.wire()
 			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -129,8 +127,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
 		status: seededStatus(t, nr),
 	}
-	e.wireSwaps()
-	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: zap.NewNop()}
+	e.wire()
 	_ = e.rolloutStore.Add(nr.DeepCopy())
 	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {

@@ -165,7 +165,6 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		status:  write.NewStatus(ctx, o.rollouts, o.log),
 		cpCache: c.cp,
 	}
-	ex.wireSwaps()
 	defer ex.status.Wait()
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
@@ -193,7 +192,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
 	defer bc.Shutdown()
 	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: model.FieldManager})
-	ex.nodeWrites = &write.Nodes{Kube: o.kube, Cache: ex.nodes, Changes: &ex.changes, Now: o.cfg.Now, Log: o.log, Recorder: ex.recorder}
+	ex.wire()
 
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err

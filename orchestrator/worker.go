@@ -201,7 +201,7 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		}
 	case nodestep.ActDrain:
 		var next nodestep.Record
-		next, res.drained, err = e.drain(ctx, nr, p, node, rec, deadline)
+		next, res.drained, err = e.drainer.Drain(ctx, nr, p, node, rec, deadline)
 		rec = next
 	case nodestep.ActSwap:
 		err = e.swaps[s.Swap].Swap(ctx, s.Target, node, deadline, s.Timeout)

@@ -20,6 +20,7 @@ var rooms = map[string][]string{
 	"observe":          {"model"},
 	"gate":             {"model", "observe"},                        // observe: the pod cache the readiness gate reads
 	"judgegate":        {"gate", "model"},                           // the judge behind the Gate interface
+	"drain":            {"model", "nodestep", "observe"},            // the Drain step: evictions, PDBs, drain policy auto
 	"write":            {"model", "nodestep", "observe", "planner"}, // node and status writes: records, cache waits, the status budget
 	"internal/fixture": {"model"},                                   // the unit tests' fleets, targets and pods
 }

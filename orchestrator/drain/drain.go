@@ -1,4 +1,4 @@
-package orchestrator
+package drain
 
 import (
 	"bytes"
@@ -13,8 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
-	"k8s.io/kubectl/pkg/drain"
+	kdrain "k8s.io/kubectl/pkg/drain"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -23,7 +27,39 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
-// drain evicts the node's pods when the policy says so. DaemonSet pods are
+// Drainer drains a node for its Drain step: evictions through the Eviction
+// API (kubectl's drain library) under the policy's PDB handling, or, under
+// policy auto, first the choice between a drain and a swap in place.
+type Drainer struct {
+	Kube kubernetes.Interface
+	Log  *zap.Logger
+	Now  func() time.Time
+	// EvictRetryDelay is the wait after a refused eviction.
+	EvictRetryDelay time.Duration
+	// Namespace is nodewise's own, whose pods a drain leaves alone.
+	Namespace string
+	// Agents answers drain policy auto's question (nil: no agent configured).
+	Agents   health.SnapshotSource
+	Targets  observe.Targets
+	Nodes    corelisters.NodeLister
+	Recorder record.EventRecorder
+	Status   StatusWriter
+	Records  NodePatcher
+	// Leaving says why the node's steps must stop ("" while they go on).
+	Leaving func(nr *v1alpha1.NodeRollout, node string) nodestep.Leave
+}
+
+// StatusWriter writes a mutation of a NodeRollout's status (write.Status).
+type StatusWriter interface {
+	Mutate(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error
+}
+
+// NodePatcher patches a node's record (write.Nodes).
+type NodePatcher interface {
+	Patch(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error)
+}
+
+// Drain evicts the node's pods when the policy says so. DaemonSet pods are
 // ignored, mirror pods skipped (the library's default filter), evictions go
 // through the Eviction API with a finite timeout and a retry delay of at
 // least 5 s. A PodDisruptionBudget that keeps refusing follows pdbBlocked.
@@ -33,37 +69,37 @@ import (
 // start, so a successor after a restart gets only what is left of it: past
 // it, a dry-run eviction tells a PDB refusal from a drain still under way.
 // It returns the record as it then stands and whether a drain finished.
-func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error) {
+func (d *Drainer) Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error) {
 	switch p.Drain {
 	case v1alpha1.DrainNever:
 		return rec, false, nil
 	case v1alpha1.DrainAuto:
 		var drain bool
 		var err error
-		if rec, drain, err = e.autoDrain(ctx, nr, p, node, rec); err != nil || !drain {
+		if rec, drain, err = d.autoDrain(ctx, nr, p, node, rec); err != nil || !drain {
 			return rec, false, err
 		}
 	}
 	// An abort reaches a drain in progress (a PDB may hold it for the whole
 	// timeout, or forever under wait): the drain stops, and the worker's next
 	// pass makes the node safe (abort cleanup uncordons it).
-	dctx, stop := e.untilLeaving(ctx, nr, node)
+	dctx, stop := d.untilLeaving(ctx, nr, node)
 	defer stop()
 	for attempt := 1; ; attempt++ {
 		timeout := p.DrainTimeout // under pdbBlocked wait, every later attempt is finite too
 		if attempt == 1 {
-			timeout = deadline.Sub(e.o.cfg.Now())
+			timeout = deadline.Sub(d.Now())
 		}
 		errOut := &lineRecorder{}
-		h := &drain.Helper{
+		h := &kdrain.Helper{
 			Ctx:                  dctx,
-			Client:               e.o.kube,
+			Client:               d.Kube,
 			GracePeriodSeconds:   -1,
 			IgnoreAllDaemonSets:  true,
 			DeleteEmptyDirData:   true,
 			Timeout:              timeout,
-			EvictErrorRetryDelay: e.o.cfg.EvictRetryDelay,
-			AdditionalFilters:    []drain.PodFilter{nodestep.SkipOwnPods(e.o.cfg.Namespace)},
+			EvictErrorRetryDelay: d.EvictRetryDelay,
+			AdditionalFilters:    []kdrain.PodFilter{nodestep.SkipOwnPods(d.Namespace)},
 			Out:                  &lineRecorder{},
 			ErrOut:               errOut,
 		}
@@ -75,11 +111,11 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			// blocks the drain now.
 			if pdb, err = pdbRefusal(h, node); err == nil && pdb == "" {
 				h.Timeout = time.Nanosecond // done if nothing is left to evict
-				if err = drain.RunNodeDrain(h, node); err != nil {
+				if err = kdrain.RunNodeDrain(h, node); err != nil {
 					err = fmt.Errorf("the drain timeout %s (counted from the Drain step's start) passed: %w", p.DrainTimeout, err)
 				}
 			}
-		} else if err = drain.RunNodeDrain(h, node); err != nil {
+		} else if err = kdrain.RunNodeDrain(h, node); err != nil {
 			// A refusal the library retried through to success is no block.
 			pdb = errOut.find("disruption budget")
 		}
@@ -100,8 +136,8 @@ func (e *executor) drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			return rec, false, nodestep.Halt(nodestep.HaltPDBBlocked, "%s", reason)
 		}
 		// wait: record why, then try again (each attempt is still finite).
-		e.o.log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
-		if err := e.status.Mutate(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		d.Log.Info("drain waiting on a PodDisruptionBudget", zap.String("node", node), zap.Int("attempt", attempt))
+		if err := d.Status.Mutate(dctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 			model.NodeEntry(s, node).Reason = fmt.Sprintf("waiting (attempt %d): %s", attempt, reason)
 		}); err != nil {
 			if dctx.Err() != nil {
@@ -122,10 +158,10 @@ var errLeftDuringDrain = errors.New("drain stopped: the node leaves the rollout"
 const abortPoll = 250 * time.Millisecond
 
 // untilLeaving is ctx, also cancelled (with errLeftDuringDrain) once the
-// caches say the node leaves the rollout (executor.leaving).
-func (e *executor) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
+// caches say the node leaves the rollout (Leaving).
+func (d *Drainer) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
 	return observe.CancelWhen(ctx, abortPoll, func() error {
-		if why := e.leaving(nr, node); why != "" {
+		if why := d.Leaving(nr, node); why != "" {
 			return fmt.Errorf("%w (%s)", errLeftDuringDrain, why)
 		}
 		return nil
@@ -135,7 +171,7 @@ func (e *executor) untilLeaving(ctx context.Context, nr *v1alpha1.NodeRollout, n
 // pdbRefusal asks the Eviction API, in a dry run, whether a PodDisruptionBudget
 // refuses the eviction of one of the pods a drain of the node would evict,
 // and returns the first refusal ("" if none).
-func pdbRefusal(h *drain.Helper, node string) (string, error) {
+func pdbRefusal(h *kdrain.Helper, node string) (string, error) {
 	list, errs := h.GetPodsForDeletion(node)
 	if len(errs) > 0 {
 		return "", fmt.Errorf("listing the pods to evict from node %s: %w", node, errors.Join(errs...))
@@ -159,17 +195,17 @@ func pdbRefusal(h *drain.Helper, node string) (string, error) {
 // reason in its status entry, and an Event on the NodeRollout and the Node.
 // A successor after a crash reads the choice back instead of asking the
 // agent again, so a half-done drain is never followed by a swap in place.
-func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (nodestep.Record, bool, error) {
+func (d *Drainer) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (nodestep.Record, bool, error) {
 	if drain, ok := rec.AutoDecision(nr.UID, rec.StepSince); ok {
 		return rec, drain, nil
 	}
-	in, err := e.observeAuto(ctx, p, node)
+	in, err := d.observeAuto(ctx, p, node)
 	if err != nil {
 		return rec, false, err
 	}
 	c := nodestep.DecideAuto(in)
 	next := rec.Clone()
-	next.DrainDecision, next.DrainDecidedAt = nodestep.DrainDecisionInPlace, e.o.cfg.Now()
+	next.DrainDecision, next.DrainDecidedAt = nodestep.DrainDecisionInPlace, d.Now()
 	if c.Drain {
 		next.DrainDecision = nodestep.DrainDecisionDrain
 	}
@@ -179,19 +215,19 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 	}
 	nodeErr := make(chan written, 1)
 	go func() {
-		w, err := e.nodeWrites.Patch(ctx, node, "", next.Patch(rec), nil)
+		w, err := d.Records.Patch(ctx, node, "", next.Patch(rec), nil)
 		nodeErr <- written{w, err}
 	}()
-	statusErr := e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+	statusErr := d.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		model.NodeEntry(s, node).Reason = "drain auto: " + c.Reason
 	})
 	w := <-nodeErr
 	if err := errors.Join(w.err, statusErr); err != nil {
 		return rec, false, fmt.Errorf("persisting the drain decision for node %s: %w", node, err)
 	}
-	e.recorder.Eventf(nr, corev1.EventTypeNormal, "DrainDecision", "node %s: %s", node, c.Reason)
-	e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseDrainDecision", "NodeRollout %s: %s", nr.Name, c.Reason)
-	e.o.log.Info("drain decision", zap.String("rollout", nr.Name), zap.String("node", node), zap.Bool("drain", c.Drain), zap.String("reason", c.Reason))
+	d.Recorder.Eventf(nr, corev1.EventTypeNormal, "DrainDecision", "node %s: %s", node, c.Reason)
+	d.Recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: d.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeNormal, "NodewiseDrainDecision", "NodeRollout %s: %s", nr.Name, c.Reason)
+	d.Log.Info("drain decision", zap.String("rollout", nr.Name), zap.String("node", node), zap.Bool("drain", c.Drain), zap.String("reason", c.Reason))
 	return w.rec.ForRollout(nr.UID), c.Drain, nil
 }
 
@@ -199,7 +235,7 @@ func (e *executor) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 // ztunnel's drain deadline from the ztunnel pod running on the node (the old
 // one: nothing is swapped before Drain, and its grace period is the one
 // SIGTERM will honour), and the agent's snapshot.
-func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string) (nodestep.AutoInput, error) {
+func (d *Drainer) observeAuto(ctx context.Context, p model.Policy, node string) (nodestep.AutoInput, error) {
 	var in nodestep.AutoInput
 	grace := time.Duration(-1)
 	for _, ref := range p.Targets {
@@ -207,11 +243,11 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 			continue
 		}
 		in.SwapsZtunnel, in.Swap = true, model.SwapKind(nodestep.SwapKindOf(p, ref))
-		tv, err := e.targets.Target(ref)
+		tv, err := d.Targets.Target(ref)
 		if err != nil {
 			return in, err
 		}
-		live, _, err := e.targets.OnNode(tv, node)
+		live, _, err := d.Targets.OnNode(tv, node)
 		if err != nil {
 			return in, err
 		}
@@ -228,13 +264,13 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 			}
 		}
 		if grace < 0 {
-			ds, _ := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+			ds, _ := d.Targets.DaemonSets.DaemonSets(ref.Namespace).Get(ref.Name)
 			grace = nodestep.ZtunnelGrace(ds)
 		}
 	}
 	in.Deadline = health.DrainDeadline(grace)
 	in.LongLived = p.LongLivedAfter
-	pods, err := e.pods.OnNode(node)
+	pods, err := d.Targets.Pods.OnNode(node)
 	if err != nil {
 		return in, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
@@ -242,11 +278,11 @@ func (e *executor) observeAuto(ctx context.Context, p model.Policy, node string)
 	if !in.SwapsZtunnel || len(nodestep.MovablePods(in.Pods)) == 0 {
 		return in, nil // nothing to ask the agent
 	}
-	if e.o.cfg.Agents == nil {
+	if d.Agents == nil {
 		in.AgentErr = errors.New("no node agent configured (orchestrator --agent-ca and --agent-token-file)")
 		return in, nil
 	}
-	in.Snapshot, in.AgentErr = e.o.cfg.Agents.Snapshot(ctx, node)
+	in.Snapshot, in.AgentErr = d.Agents.Snapshot(ctx, node)
 	if ctx.Err() != nil {
 		return in, ctx.Err()
 	}
@@ -277,6 +313,13 @@ func (l *lineRecorder) find(substr string) string {
 		if strings.Contains(lines[i], substr) {
 			return lines[i]
 		}
+	}
+	return ""
+}
+
+func (d *Drainer) nodeUID(node string) types.UID {
+	if n, err := d.Nodes.Get(node); err == nil {
+		return n.UID
 	}
 	return ""
 }
