@@ -13,19 +13,22 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/swap"
+	"github.com/nodewise/nodewise/orchestrator/worker"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
-// executor is the acting half, alive while this replica leads. It reads from
-// informer caches, writes through the API and remembers only what it wrote
-// (the Nodes its patches returned, the statuses), which a successor reads
-// back from the API. A node's progress lives in its record (record.go).
+// executor is the reconcile loop's state, alive while this replica leads:
+// the caches it reads, the writers it writes through, and the worker that
+// drives each node it starts. It remembers only what it wrote (the Nodes
+// its patches returned, the statuses), which a successor reads back from
+// the API. A node's progress lives in its record (nodestep.Record).
 type executor struct {
 	o        *Orchestrator
 	nodes    corelisters.NodeLister
 	pods     observe.PodCache
 	dss      appslisters.DaemonSetLister
 	revs     appslisters.ControllerRevisionLister
+	targets  observe.Targets
 	gate     gate.Gate
 	recorder record.EventRecorder
 
@@ -34,24 +37,18 @@ type executor struct {
 	// freed is kicked when a node's worker ends (a slot is free): the next
 	// pass runs at once, not paced as informer events are.
 	freed chan struct{}
-	wg    *sync.WaitGroup
+	wg    sync.WaitGroup // the node workers
 
-	targets observe.Targets
-	// waits are the waits on the caches for the DaemonSet controller.
-	waits swap.Waits
-	// swaps swap a target's pod on a node, by kind (surge or replace).
-	swaps map[model.SwapKind]swap.Swapper
-	// drainer drains a node (or chooses a swap in place under policy auto).
-	drainer *drain.Drainer
 	// claims are the nodes this process started or drives.
 	claims observe.Claims
-
-	// nodeWrites patches nodes and remembers what the API returned (Newest).
-	nodeWrites *write.Nodes
 	// changes wakes the steps that wait on the informer caches.
 	changes observe.Changes
+	// nodeWrites patches nodes and remembers what the API returned (Newest).
+	nodeWrites *write.Nodes
 	// status queues and group-commits status writes.
 	status *write.Status
+	// worker drives the nodes the planner starts.
+	worker *worker.Worker
 
 	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
 	cpMu sync.Mutex
@@ -82,19 +79,27 @@ func (e *executor) changed() {
 	e.poke()
 }
 
-// wire builds the rooms the executor acts through, over its caches, clients
-// and recorder: the node writer, the swaps and the drainer.
+// wire builds the rooms the executor acts through over its caches, clients
+// and recorder: the node writer, the swaps, the drainer and the worker.
 func (e *executor) wire() {
-	e.nodeWrites = &write.Nodes{Kube: e.o.kube, Cache: e.nodes, Changes: &e.changes, Now: e.o.cfg.Now, Log: e.o.log, Recorder: e.recorder}
+	o := e.o
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
-	e.waits = swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.o.cfg.Now}
-	e.swaps = map[model.SwapKind]swap.Swapper{
-		model.SwapReplace: swap.Replace{Waits: e.waits, Kube: e.o.kube, Log: e.o.log},
-		model.SwapSurge:   swap.Surge{Waits: e.waits, Kube: e.o.kube, Log: e.o.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
+	e.nodeWrites = &write.Nodes{Kube: o.kube, Cache: e.nodes, Changes: &e.changes, Now: o.cfg.Now, Log: o.log, Recorder: e.recorder}
+	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: o.cfg.Now}
+	w := &worker.Worker{
+		Log: o.log, Metrics: o.metrics, Now: o.cfg.Now, HoldAfterPersist: o.cfg.HoldAfterPersist,
+		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,
+		Rollouts: e.rolloutStore, Claims: &e.claims, NodeWrites: e.nodeWrites, Status: e.status, Waits: waits,
+		Swaps: map[model.SwapKind]swap.Swapper{
+			model.SwapReplace: swap.Replace{Waits: waits, Kube: o.kube, Log: o.log},
+			model.SwapSurge:   swap.Surge{Waits: waits, Kube: o.kube, Log: o.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
+		},
+		World: e, Freed: e.slotFreed, WG: &e.wg,
 	}
-	e.drainer = &drain.Drainer{
-		Kube: e.o.kube, Log: e.o.log, Now: e.o.cfg.Now, EvictRetryDelay: e.o.cfg.EvictRetryDelay, Namespace: e.o.cfg.Namespace,
-		Agents: e.o.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
-		Status: e.status, Records: e.nodeWrites, Leaving: e.leaving,
+	w.Drainer = &drain.Drainer{
+		Kube: o.kube, Log: o.log, Now: o.cfg.Now, EvictRetryDelay: o.cfg.EvictRetryDelay, Namespace: o.cfg.Namespace,
+		Agents: o.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
+		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
+	e.worker = w
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
-// observe builds the planner's snapshot from the caches plus what this
+// Snapshot builds the planner's snapshot from the caches plus what this
 // process wrote (claims, and the Nodes its patches returned: newestNode).
-func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
+func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
 	s := model.Snapshot{Status: nr.Status}
 	s.ResumeRequested = nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 	for _, ref := range p.Targets {

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // SnapshotFromAPI builds the planner's snapshot with plain List calls (for
@@ -79,5 +80,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)},
 		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
 	}
-	return e.observe(nr, p)
+	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.nodeWrites = &write.Nodes{Cache: e.nodes} // writes nothing: Newest is the cache
+	return e.Snapshot(nr, p)
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -206,9 +205,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		o.log.Info("node cache caught up with the API", zap.Int("reads", rounds))
 	}
 	o.log.Info("caches synced; reconciling")
-	var wg sync.WaitGroup
-	ex.wg = &wg
-	defer wg.Wait()
+	defer ex.wg.Wait()
 	t := time.NewTicker(o.cfg.Resync)
 	defer t.Stop()
 	for {

@@ -89,7 +89,7 @@ func checkSkew(policy skew.Policy, node string, targets []templateVersion, cp co
 // checks them. A skew outside the policy halts the node (it is uncordoned:
 // nothing was swapped), and so does an API refusal to show the control plane
 // (RBAC); another API error is returned for the worker to retry.
-func (e *executor) preflightSkew(ctx context.Context, p model.Policy, node string) error {
+func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
 	var targets []templateVersion
 	for _, ref := range p.Targets {
 		ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)

@@ -75,7 +75,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		}
 		return nil
 	}
-	snap, err := e.observe(nr, p)
+	snap, err := e.Snapshot(nr, p)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, a planner.Action) error {
 	switch a.Kind {
 	case planner.ActResume:
-		e.startWorker(ctx, nr, p, a.Node)
+		e.worker.Start(ctx, nr, p, a.Node)
 	case planner.ActPrepull, planner.ActPrepullDone:
 		return e.prepull(ctx, nr, p, a)
 	case planner.ActStart, planner.ActRollback:
@@ -118,13 +118,13 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 		// worker persists Preflight before acting, so the nodes of a wave
 		// persist in parallel.
 		e.claims.Claim(nr.Name, a.Node)
-		e.startWorker(ctx, nr, p, a.Node)
+		e.worker.Start(ctx, nr, p, a.Node)
 	case planner.ActMarkDone:
-		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
+		return e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodeDone, a.Reason)
 	case planner.ActMarkRolledBack:
-		return e.persistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
+		return e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
 	case planner.ActRetry:
-		return e.persistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
+		return e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
 	case planner.ActForget:
 		return e.forgetNode(ctx, nr, a.Node, a.Reason)
 	}

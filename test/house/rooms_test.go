@@ -18,11 +18,12 @@ var rooms = map[string][]string{
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe", "planner"}, // planner: the status budget's Truncate; observe: the caches it waits on
 	"observe":          {"model"},
-	"gate":             {"model", "observe"},                        // observe: the pod cache the readiness gate reads
-	"judgegate":        {"gate", "model"},                           // the judge behind the Gate interface
-	"drain":            {"model", "nodestep", "observe"},            // the Drain step: evictions, PDBs, drain policy auto
-	"write":            {"model", "nodestep", "observe", "planner"}, // node and status writes: records, cache waits, the status budget
-	"internal/fixture": {"model"},                                   // the unit tests' fleets, targets and pods
+	"gate":             {"model", "observe"},                                                   // observe: the pod cache the readiness gate reads
+	"judgegate":        {"gate", "model"},                                                      // the judge behind the Gate interface
+	"drain":            {"model", "nodestep", "observe"},                                       // the Drain step: evictions, PDBs, drain policy auto
+	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"}, // drives one node through its steps (write: only behind interfaces)
+	"write":            {"model", "nodestep", "observe", "planner"},                            // node and status writes: records, cache waits, the status budget
+	"internal/fixture": {"model"},                                                              // the unit tests' fleets, targets and pods
 }
 
 // roomViolations applies rooms to the package list.

@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"context"
@@ -18,23 +18,23 @@ import (
 // the whole window, all of it for a new agent, from the restart for one that
 // restarted), checked again after each wait so an agent restarted meanwhile
 // is waited for too. Other gates wait the whole window, to deadline.
-func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
-	h, ok := e.gate.(gate.Historian)
+func (w *Worker) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
+	h, ok := w.Gate.(gate.Historian)
 	if !ok {
-		return observe.SleepUntil(ctx, deadline, e.o.cfg.Now)
+		return observe.SleepUntil(ctx, deadline, w.Now)
 	}
 	for {
 		until := deadline
 		if since := h.CoveredSince(ctx, node); !since.IsZero() {
 			until = since.Add(p.Baseline)
 		}
-		now := e.o.cfg.Now()
+		now := w.Now()
 		if !now.Before(until) {
 			return nil
 		}
-		e.o.log.Info("waiting for the part of the baseline window the agent's history does not cover",
+		w.Log.Info("waiting for the part of the baseline window the agent's history does not cover",
 			zap.String("node", node), zap.Duration("wait", until.Sub(now).Round(time.Second)), zap.Duration("baseline", p.Baseline))
-		if err := observe.SleepUntil(ctx, until, e.o.cfg.Now); err != nil {
+		if err := observe.SleepUntil(ctx, until, w.Now); err != nil {
 			return err
 		}
 	}
@@ -45,8 +45,8 @@ func (e *executor) waitBaseline(ctx context.Context, p model.Policy, node string
 // agents' history, the window is the spec's baseline that ended at the swap,
 // or the time since the preflight when that is longer; else the time since
 // the preflight, as waited.
-func (e *executor) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
-	if _, ok := e.gate.(gate.Historian); !ok || swapStart.IsZero() {
+func (w *Worker) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
+	if _, ok := w.Gate.(gate.Historian); !ok || swapStart.IsZero() {
 		return preflight
 	}
 	if from := swapStart.Add(-p.Baseline); preflight.IsZero() || from.Before(preflight) {

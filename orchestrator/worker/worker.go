@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"context"
@@ -38,35 +38,35 @@ type shownStep struct {
 // showStep mirrors into status a step that has no record of its own (the
 // record before it stays the node's: a successor resumes from that), and
 // times the step before it.
-func (e *executor) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, st v1alpha1.NodeState) *shownStep {
-	now := e.o.cfg.Now()
+func (w *Worker) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, st v1alpha1.NodeState) *shownStep {
+	now := w.Now()
 	if rec.Ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
-		e.o.metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
+		w.Metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
 	}
-	e.status.MutateLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
+	w.Status.MutateLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
 		ns := model.NodeEntry(ss, node)
 		if ns.State != st {
 			ns.StateSince = &metav1.Time{Time: now}
 		}
 		ns.State, ns.Reason = st, ""
 	})
-	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("record", string(rec.Step)))
+	w.Log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("record", string(rec.Step)))
 	return &shownStep{state: st, since: now}
 }
 
-func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) {
-	if !e.claims.StartWorker(nr.Name, node) {
+func (w *Worker) Start(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) {
+	if !w.Claims.StartWorker(nr.Name, node) {
 		return
 	}
-	e.wg.Add(1)
+	w.WG.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer w.WG.Done()
 		defer func() {
-			e.claims.EndWorker(nr.Name, node)
-			e.slotFreed()
+			w.Claims.EndWorker(nr.Name, node)
+			w.Freed()
 		}()
-		if err := e.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
-			e.o.log.Warn("node worker stopped; it is resumed on the next pass", zap.String("node", node), zap.Error(err))
+		if err := w.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
+			w.Log.Warn("node worker stopped; it is resumed on the next pass", zap.String("node", node), zap.Error(err))
 		}
 	}()
 }
@@ -74,14 +74,14 @@ func (e *executor) startWorker(ctx context.Context, nr *v1alpha1.NodeRollout, p 
 // runNode drives one node from its record to the end: next step (pure),
 // persist its record, act, and again. Every act is idempotent: after a
 // crash a successor acts on the recorded step again.
-func (e *executor) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
-	ctx, stop := e.whileNodeExists(ctx, node)
+func (w *Worker) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
+	ctx, stop := w.whileNodeExists(ctx, node)
 	defer stop()
-	err := e.driveNode(ctx, nr, p, node)
+	err := w.driveNode(ctx, nr, p, node)
 	if errors.Is(context.Cause(ctx), errNodeGone) {
 		// Nothing is left to record on or hand back; the planner's next
 		// pass ends the node's status entry (ActForget).
-		e.o.log.Warn("node deleted; its steps stop", zap.String("rollout", nr.Name), zap.String("node", node))
+		w.Log.Warn("node deleted; its steps stop", zap.String("rollout", nr.Name), zap.String("node", node))
 		return nil
 	}
 	return err
@@ -92,9 +92,9 @@ var errNodeGone = errors.New("the node was deleted")
 
 // whileNodeExists is ctx, also cancelled (with errNodeGone) once the node
 // cache no longer holds the node.
-func (e *executor) whileNodeExists(ctx context.Context, node string) (context.Context, func()) {
+func (w *Worker) whileNodeExists(ctx context.Context, node string) (context.Context, func()) {
 	return observe.CancelWhen(ctx, time.Second, func() error {
-		if _, err := e.nodes.Get(node); apierrors.IsNotFound(err) {
+		if _, err := w.Nodes.Get(node); apierrors.IsNotFound(err) {
 			return errNodeGone
 		}
 		return nil
@@ -102,17 +102,17 @@ func (e *executor) whileNodeExists(ctx context.Context, node string) (context.Co
 }
 
 // driveNode is runNode's loop.
-func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
-	rec, st, fromRecord := e.nodeRecord(nr, node)
+func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
+	rec, st, fromRecord := w.nodeRecord(nr, node)
 	var v nodestep.View
 	if st == nodestep.Claimed || !fromRecord {
 		v.At = v1alpha1.NodePending // start from the first step
 	}
 	var out carried // the last acts' results, for the next record
 	for {
-		why := e.leaving(nr, node)
+		why := w.Leaving(nr, node)
 		if why != "" || rec.Step == v1alpha1.NodeAbortCleanup {
-			v.UpToDate = e.waits.UpToDate(p.Targets, node)
+			v.UpToDate = w.Waits.UpToDate(p.Targets, node)
 		}
 		s := nodestep.Next(rec, p, v, why)
 		if s.Act == nodestep.ActStop {
@@ -123,35 +123,35 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 			// Preflight only observes: its checks run while its record is
 			// written; nothing acts (cordons) before both are done.
 			checked = make(chan error, 1)
-			go func() { checked <- e.preflightChecks(ctx, nr, p, node) }()
+			go func() { checked <- w.preflightChecks(ctx, nr, p, node) }()
 		}
 		if s.Record {
 			var err error
-			if rec, err = e.persist(ctx, nr, p, node, rec, s, out); err != nil {
+			if rec, err = w.persist(ctx, nr, p, node, rec, s, out); err != nil {
 				return err
 			}
 			out = carried{}
 		}
 		if s.Final {
-			e.finished(nr, node, s)
+			w.finished(nr, node, s)
 			return nil
 		}
 		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {
 			// A swap with no record of its own (nextStep): status shows it.
-			out.shown = e.showStep(nr, node, rec, s.State)
-			if s.State == e.o.cfg.HoldAfterPersist {
-				e.o.log.Info("holding as the step begins (test hook)", zap.String("step", string(s.State)))
+			out.shown = w.showStep(nr, node, rec, s.State)
+			if s.State == w.HoldAfterPersist {
+				w.Log.Info("holding as the step begins (test hook)", zap.String("step", string(s.State)))
 				<-ctx.Done()
 				return ctx.Err()
 			}
 		}
-		next, res, err := e.act(ctx, nr, p, node, rec, s, checked)
+		next, res, err := w.act(ctx, nr, p, node, rec, s, checked)
 		rec = next
 		if errors.Is(err, errGateLeft) || errors.Is(err, errGatesEdited) {
 			// The gate's wait was cut short: decide again from the same
 			// view (an abort makes the node safe; an edited spec.gates is
 			// judged again).
-			nr, p = e.withLiveGates(nr, p)
+			nr, p = w.withLiveGates(nr, p)
 			continue
 		}
 		if res.verdict != nil {
@@ -173,16 +173,16 @@ func (e *executor) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 // act does step s once its record (if any) is written, and returns the
 // record as it then stands and the results for the next record. Bounds
 // count from the record's StepSince, the step's persisted start.
-func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, checked chan error) (nodestep.Record, carried, error) {
+func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, checked chan error) (nodestep.Record, carried, error) {
 	var res carried
 	deadline := rec.StepSince.Add(s.Timeout)
 	if !s.Record { // a resumed cordon or uncordon acts again, without a record
 		var err error
 		switch {
 		case s.Cordon:
-			rec, err = e.nodeWrites.Cordon(ctx, nr.Name, node, rec, nil)
+			rec, err = w.NodeWrites.Cordon(ctx, nr.Name, node, rec, nil)
 		case s.Uncordon:
-			rec, err = e.nodeWrites.Uncordon(ctx, node, rec, nil)
+			rec, err = w.NodeWrites.Uncordon(ctx, node, rec, nil)
 		}
 		if err != nil {
 			return rec, res, err
@@ -192,59 +192,59 @@ func (e *executor) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	switch s.Act {
 	case nodestep.ActPreflight:
 		if checked == nil {
-			err = e.preflightChecks(ctx, nr, p, node)
+			err = w.preflightChecks(ctx, nr, p, node)
 		} else {
 			err = <-checked
 		}
 		if err == nil && s.Timeout > 0 {
-			err = e.waitBaseline(ctx, p, node, deadline)
+			err = w.waitBaseline(ctx, p, node, deadline)
 		}
 	case nodestep.ActDrain:
 		var next nodestep.Record
-		next, res.drained, err = e.drainer.Drain(ctx, nr, p, node, rec, deadline)
+		next, res.drained, err = w.Drainer.Drain(ctx, nr, p, node, rec, deadline)
 		rec = next
 	case nodestep.ActSwap:
-		err = e.swaps[s.Swap].Swap(ctx, s.Target, node, deadline, s.Timeout)
+		err = w.Swaps[s.Swap].Swap(ctx, s.Target, node, deadline, s.Timeout)
 	case nodestep.ActWaitReady:
 		for _, ref := range p.Targets {
-			if err = e.waits.Ready(ctx, ref, node, deadline, s.Timeout); err != nil {
+			if err = w.Waits.Ready(ctx, ref, node, deadline, s.Timeout); err != nil {
 				break
 			}
 		}
 	case nodestep.ActSoak:
-		if err = e.keepSoakStart(ctx, nr, p, node, rec); err == nil {
-			err = observe.SleepUntil(ctx, deadline, e.o.cfg.Now)
+		if err = w.keepSoakStart(ctx, nr, p, node, rec); err == nil {
+			err = observe.SleepUntil(ctx, deadline, w.Now)
 		}
 	case nodestep.ActGate:
-		res.verdict, res.judgement, err = e.judge(ctx, nr, p, node, rec)
+		res.verdict, res.judgement, err = w.judge(ctx, nr, p, node, rec)
 	}
 	return rec, res, err
 }
 
 // finished tells people how a node ended when it did not simply pass.
-func (e *executor) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.Step) {
+func (w *Worker) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.Step) {
 	switch {
 	case s.State == v1alpha1.NodeSkipped:
-		e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, s.Reason)
+		w.Recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, s.Reason)
 	case s.Halt != "":
 		reason := fmt.Sprintf("node %s: %s", node, s.Reason)
-		e.o.metrics.Halts.WithLabelValues(s.Halt).Inc()
-		e.recorder.Eventf(nr, corev1.EventTypeWarning, "Halted", "rollout halted: %s", reason)
-		e.recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: e.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeWarning, "NodewiseHalted", "NodeRollout %s halted on this node: %s", nr.Name, s.Reason)
-		e.o.log.Warn("rollout halted", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", s.Reason))
+		w.Metrics.Halts.WithLabelValues(s.Halt).Inc()
+		w.Recorder.Eventf(nr, corev1.EventTypeWarning, "Halted", "rollout halted: %s", reason)
+		w.Recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: w.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeWarning, "NodewiseHalted", "NodeRollout %s halted on this node: %s", nr.Name, s.Reason)
+		w.Log.Warn("rollout halted", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", s.Reason))
 	}
 }
 
 // nodeRecord is the node's record as this rollout's worker starts from it
 // (the newest this process can see), with its state read the one way
 // (nodeState).
-func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Record, v1alpha1.NodeState, bool) {
+func (w *Worker) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Record, v1alpha1.NodeState, bool) {
 	var rec nodestep.Record
-	if n := e.nodeWrites.Newest(node); n != nil {
+	if n := w.NodeWrites.Newest(node); n != nil {
 		rec = nodestep.ParseRecord(n.Annotations)
 	}
 	var status v1alpha1.NodeState
-	if st, ok := e.status.Current(nr.Name, nr.UID); ok {
+	if st, ok := w.Status.Current(nr.Name, nr.UID); ok {
 		for _, ns := range st.Nodes {
 			if ns.Name == node {
 				status = ns.State
@@ -257,7 +257,7 @@ func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.R
 			}
 		}
 	}
-	st, fromRecord := nodestep.NodeState(e.claims.Claimed(nr.Name, node), rec, nr.UID, status)
+	st, fromRecord := nodestep.NodeState(w.Claims.Claimed(nr.Name, node), rec, nr.UID, status)
 	return rec.ForRollout(nr.UID), st, fromRecord
 }
 
@@ -265,8 +265,8 @@ func (e *executor) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.R
 // they go on), read live from the caches between steps: the user aborted
 // the rollout or is deleting it, or the node no longer matches the live
 // spec.nodeSelector.
-func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) nodestep.Leave {
-	live := e.latest(nr.Name)
+func (w *Worker) Leaving(nr *v1alpha1.NodeRollout, node string) nodestep.Leave {
+	live := w.latest(nr.Name)
 	switch {
 	case live == nil || live.UID != nr.UID || live.DeletionTimestamp != nil:
 		return nodestep.LeaveDeleting
@@ -276,23 +276,23 @@ func (e *executor) leaving(nr *v1alpha1.NodeRollout, node string) nodestep.Leave
 		return ""
 	}
 	sel, err := metav1.LabelSelectorAsSelector(live.Spec.NodeSelector)
-	n, nerr := e.nodes.Get(node)
+	n, nerr := w.Nodes.Get(node)
 	if err != nil || nerr != nil || sel.Matches(labels.Set(n.Labels)) {
 		return "" // an invalid selector is the planner's to report
 	}
 	return nodestep.LeaveSelector
 }
 
-func (e *executor) latest(name string) *v1alpha1.NodeRollout {
-	obj, ok, err := e.rolloutStore.GetByKey(name)
+func (w *Worker) latest(name string) *v1alpha1.NodeRollout {
+	obj, ok, err := w.Rollouts.GetByKey(name)
 	if err != nil || !ok {
 		return nil
 	}
 	return obj.(*v1alpha1.NodeRollout)
 }
 
-func (e *executor) nodeUID(node string) types.UID {
-	if n, err := e.nodes.Get(node); err == nil {
+func (w *Worker) nodeUID(node string) types.UID {
+	if n, err := w.Nodes.Get(node); err == nil {
 		return n.UID
 	}
 	return ""
@@ -300,12 +300,12 @@ func (e *executor) nodeUID(node string) types.UID {
 
 // oldPod is the UID of the live pod of the target on the node that is not on
 // the newest revision: the one its swap deletes ("" when there is none).
-func (e *executor) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
-	tv, err := e.targets.Target(ref)
+func (w *Worker) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
+	tv, err := w.Targets.Target(ref)
 	if err != nil || !tv.Found {
 		return ""
 	}
-	live, _, err := e.targets.OnNode(tv, node)
+	live, _, err := w.Targets.OnNode(tv, node)
 	if err != nil {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 
 // persistState records a node's state decided by the planner (Done,
 // RolledBack, Pending for a retry), from the node's newest record.
-func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
-	rec, _, _ := e.nodeRecord(nr, node)
-	_, err := e.persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{})
+func (w *Worker) PersistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
+	rec, _, _ := w.nodeRecord(nr, node)
+	_, err := w.persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{})
 	return err
 }
 
@@ -31,8 +31,8 @@ func (e *executor) persistState(ctx context.Context, nr *v1alpha1.NodeRollout, n
 // run concurrently; the step acts only after both succeeded. If one fails,
 // the older record wins on resume and the (idempotent) earlier step simply
 // runs again. It returns the record as the API then holds it.
-func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, c carried) (nodestep.Record, error) {
-	now := e.o.cfg.Now()
+func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, s nodestep.Step, c carried) (nodestep.Record, error) {
+	now := w.Now()
 	st := s.State
 	next := rec.WithStep(nr.Name, nr.UID, st, now)
 	var baseline string
@@ -40,7 +40,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		next.SwapSince = now
 		// The baseline window ends here: its record goes with this step's
 		// status write, before the swap acts.
-		baseline = e.keep(ctx, nr, p, node, now, time.Time{})
+		baseline = w.keep(ctx, nr, p, node, now, time.Time{})
 	}
 	if s.StampSoak {
 		next.SoakSince = now
@@ -53,7 +53,7 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		// of the surge swaps' after it that have no record of their own (a
 		// record for people and for the resume log).
 		for _, t := range nodestep.SwapsRecordedWith(p, s.State) {
-			if uid := e.oldPod(t, node); uid != "" {
+			if uid := w.oldPod(t, node); uid != "" {
 				if next.Swapped == nil {
 					next.Swapped = map[string]types.UID{}
 				}
@@ -76,16 +76,16 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	}
 	nodeDone := make(chan written, 1)
 	go func() {
-		var w written
+		var wr written
 		switch {
 		case s.Cordon:
-			w.rec, w.err = e.nodeWrites.Cordon(ctx, nr.Name, node, next, ann)
+			wr.rec, wr.err = w.NodeWrites.Cordon(ctx, nr.Name, node, next, ann)
 		case s.Uncordon:
-			w.rec, w.err = e.nodeWrites.Uncordon(ctx, node, next, ann)
+			wr.rec, wr.err = w.NodeWrites.Uncordon(ctx, node, next, ann)
 		default:
-			w.rec, w.err = e.nodeWrites.Patch(ctx, node, "", ann, nil)
+			wr.rec, wr.err = w.NodeWrites.Patch(ctx, node, "", ann, nil)
 		}
-		nodeDone <- w
+		nodeDone <- wr
 	}()
 	haltReason := ""
 	if s.Halt != "" {
@@ -130,32 +130,32 @@ func (e *executor) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
 	if baseline == "" && statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
-		e.status.MutateLater(nr.Name, mirror)
+		w.Status.MutateLater(nr.Name, mirror)
 	} else {
-		statusErr = e.status.Mutate(ctx, nr.Name, mirror)
+		statusErr = w.Status.Mutate(ctx, nr.Name, mirror)
 	}
-	w := <-nodeDone
-	if err := errors.Join(w.err, statusErr); err != nil {
+	wr := <-nodeDone
+	if err := errors.Join(wr.err, statusErr); err != nil {
 		return rec, err
 	}
-	if r, ok := e.gate.(gate.Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
+	if r, ok := w.Gate.(gate.Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
 		r.Done(node)
 	}
-	e.claims.Unclaim(nr.Name, node)
+	w.Claims.Unclaim(nr.Name, node)
 	timed, since := rec.Step, rec.StepSince
 	if c.shown != nil { // the step acted on last had no record of its own
 		timed, since = c.shown.state, c.shown.since
 	}
 	if rec.Ours(nr.UID) && model.InFlight(timed) && timed != st && !since.IsZero() {
-		e.o.metrics.StepSeconds.WithLabelValues(string(timed)).Observe(now.Sub(since).Seconds())
+		w.Metrics.StepSeconds.WithLabelValues(string(timed)).Observe(now.Sub(since).Seconds())
 	}
-	e.o.log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
-	if st == e.o.cfg.HoldAfterPersist && st != "" {
-		e.o.log.Info("holding after persisting (test hook)", zap.String("step", string(st)))
+	w.Log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("reason", s.Reason))
+	if st == w.HoldAfterPersist && st != "" {
+		w.Log.Info("holding after persisting (test hook)", zap.String("step", string(st)))
 		<-ctx.Done()
-		return w.rec, ctx.Err()
+		return wr.rec, ctx.Err()
 	}
-	return w.rec, nil
+	return wr.rec, nil
 }
 
 // statusBehind says whether a step's status mirror may be written behind:

@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ import (
 // preflightChecks is preflight without the wait: observations only (the
 // node, the skew, the gate's first sample), so they may run while the
 // Preflight record is being written.
-func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
-	n, err := e.nodes.Get(node)
+func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
+	n, err := w.Nodes.Get(node)
 	if apierrors.IsNotFound(err) {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node no longer exists")
 	}
@@ -35,11 +35,11 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 	if !model.NodeReady(n) {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node is not Ready")
 	}
-	if err := e.preflightSkew(ctx, p, node); err != nil {
+	if err := w.World.PreflightSkew(ctx, p, node); err != nil {
 		return err
 	}
-	if pr, ok := e.gate.(gate.Preparer); ok {
-		control, _ := e.controls(nr, p, node)
+	if pr, ok := w.Gate.(gate.Preparer); ok {
+		control, _ := w.controls(nr, p, node)
 		if err := pr.Prepare(ctx, gate.PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
 			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
 		}
@@ -50,10 +50,10 @@ func (e *executor) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout
 // judge runs the gate on the node's record; an error fails closed. It
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
-func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
-	in := gate.GateInput{Node: node, Now: e.o.cfg.Now(), Spec: nr.Spec.Gates}
+func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
+	in := gate.GateInput{Node: node, Now: w.Now(), Spec: nr.Spec.Gates}
 	var persisted *v1alpha1.NodeJudgement
-	if ns, ok := e.statusEntry(nr, node); ok {
+	if ns, ok := w.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
 		}
@@ -66,7 +66,7 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	}
 	in.Progress = func(ctx context.Context, v health.Verdict) error {
 		line := verdictOf(v)
-		return e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 			ns := model.NodeEntry(s, node)
 			ns.Verdict, ns.Judgement = line, v.Summary
 		})
@@ -74,18 +74,18 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	if !rec.SwapSince.IsZero() {
 		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
 	}
-	in.BaselineStart = e.baselineStart(p, in.BaselineStart, in.SwapStart)
-	in.SwappedInPlace, in.ZtunnelGrace = e.drainFacts(p, rec.DrainedAt, in.SwapStart)
-	if _, samples := e.gate.(gate.Preparer); samples {
+	in.BaselineStart = w.baselineStart(p, in.BaselineStart, in.SwapStart)
+	in.SwappedInPlace, in.ZtunnelGrace = w.drainFacts(p, rec.DrainedAt, in.SwapStart)
+	if _, samples := w.Gate.(gate.Preparer); samples {
 		// Only a gate that samples (the judge) compares with controls; the
 		// observation behind them reads every node and pod of the cache.
-		in.Control, in.ControlScope = e.controls(nr, p, node)
+		in.Control, in.ControlScope = w.controls(nr, p, node)
 	}
 	// A gate that holds the node (Inconclusive rounds) waits in Judge: the
 	// user's abort or delete, the node leaving the selector, or an edit of
 	// spec.gates must reach it there, not only between steps.
-	gctx, stop := e.whileGateStands(ctx, nr, node)
-	v, err := e.gate.Judge(gctx, in)
+	gctx, stop := w.whileGateStands(ctx, nr, node)
+	v, err := w.Gate.Judge(gctx, in)
 	stop()
 	if cause := context.Cause(gctx); ctx.Err() == nil && (errors.Is(cause, errGateLeft) || errors.Is(cause, errGatesEdited)) {
 		return nil, nil, cause
@@ -93,11 +93,11 @@ func (e *executor) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
-	if _, readiness := e.gate.(gate.ReadinessGate); v.Outcome == health.Pass && !readiness {
+	if _, readiness := w.Gate.(gate.ReadinessGate); v.Outcome == health.Pass && !readiness {
 		// Whatever the gate, a node or pod that was not Ready for any part
 		// of the soak does not pass; with no soak (soak: 0s), one that is
 		// not Ready now.
-		r, err := gate.SoakReadiness(e.nodes, e.pods, node, in.SoakStart)
+		r, err := gate.SoakReadiness(w.Nodes, w.Pods, node, in.SoakStart)
 		if err != nil {
 			r.Problems = []string{"readiness: " + err.Error()}
 		}
@@ -125,12 +125,12 @@ var (
 // abort, deletion, the selector) with errGateLeft, or once the live
 // spec.gates differs from nr's with errGatesEdited, read from the cache
 // every observe.IdleCheck.
-func (e *executor) whileGateStands(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
+func (w *Worker) whileGateStands(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (context.Context, func()) {
 	return observe.CancelWhen(ctx, observe.IdleCheck, func() error {
-		if e.leaving(nr, node) != "" {
+		if w.Leaving(nr, node) != "" {
 			return errGateLeft
 		}
-		if live := e.latest(nr.Name); live != nil && live.UID == nr.UID && !sameGates(live.Spec.Gates, nr.Spec.Gates) {
+		if live := w.latest(nr.Name); live != nil && live.UID == nr.UID && !sameGates(live.Spec.Gates, nr.Spec.Gates) {
 			return errGatesEdited
 		}
 		return nil
@@ -146,8 +146,8 @@ func sameGates(a, b v1alpha1.GatesSpec) bool {
 }
 
 // withLiveGates is nr and p with spec.gates as the cache holds it now.
-func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1alpha1.NodeRollout, model.Policy) {
-	live := e.latest(nr.Name)
+func (w *Worker) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1alpha1.NodeRollout, model.Policy) {
+	live := w.latest(nr.Name)
 	if live == nil || live.UID != nr.UID {
 		return nr, p
 	}
@@ -158,8 +158,8 @@ func (e *executor) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1a
 }
 
 // statusEntry is the node's status entry as this process knows it best.
-func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
-	st, _ := e.status.Current(nr.Name, nr.UID)
+func (w *Worker) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
+	st, _ := w.Status.Current(nr.Name, nr.UID)
 	for _, ns := range st.Nodes {
 		if ns.Name == node {
 			return ns, true
@@ -172,22 +172,22 @@ func (e *executor) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.
 // (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
 // start. "" when the gate keeps none, or when it fails (logged: the node
 // then fails closed on a handover, as it would without a record).
-func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) string {
-	k, ok := e.gate.(gate.Keeper)
+func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) string {
+	k, ok := w.Gate.(gate.Keeper)
 	if !ok {
 		return ""
 	}
 	in := gate.KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
-	if ns, ok := e.statusEntry(nr, node); ok {
+	if ns, ok := w.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
 			in.BaselineStart = ns.StartTime.Time
 		}
 		in.Record = ns.Baseline
 	}
-	in.BaselineStart = e.baselineStart(p, in.BaselineStart, swapStart)
+	in.BaselineStart = w.baselineStart(p, in.BaselineStart, swapStart)
 	out, err := k.Keep(ctx, in)
 	if err != nil {
-		e.o.log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
+		w.Log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
 		return ""
 	}
 	return out
@@ -196,27 +196,27 @@ func (e *executor) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.P
 // keepSoakStart persists the record with the soak's first sample, before
 // the soak is waited out (once: a resumed soak whose record holds it
 // writes nothing).
-func (e *executor) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) error {
-	ns, _ := e.statusEntry(nr, node)
-	out := e.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
+func (w *Worker) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) error {
+	ns, _ := w.statusEntry(nr, node)
+	out := w.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
 	if out == "" || out == ns.Baseline {
 		return nil
 	}
-	return e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { model.NodeEntry(s, node).Baseline = out })
+	return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { model.NodeEntry(s, node).Baseline = out })
 }
 
 // controls is the node's control group as the rollout stands now (Controls
 // over a fresh observation, with the status as this process last wrote it).
 // When the world cannot be observed the node gets none: it is judged
 // before/after alone, which only makes the judgement stricter.
-func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string) ([]string, string) {
+func (w *Worker) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string) ([]string, string) {
 	cur := *nr
-	if st, ok := e.status.Current(nr.Name, nr.UID); ok {
+	if st, ok := w.Status.Current(nr.Name, nr.UID); ok {
 		cur.Status = st
 	}
-	snap, err := e.observe(&cur, p)
+	snap, err := w.World.Snapshot(&cur, p)
 	if err != nil {
-		e.o.log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
+		w.Log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
 		return nil, ""
 	}
 	return planner.Controls(snap, p, node)
@@ -225,14 +225,14 @@ func (e *executor) controls(nr *v1alpha1.NodeRollout, p model.Policy, node strin
 // drainFacts says whether ztunnel was swapped on the node in place (from the
 // policy and the persisted drain record, so it holds after a restart) and
 // ztunnel's termination grace period, from the ztunnel target's pod template.
-func (e *executor) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
+func (w *Worker) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
 	grace, swapsZtunnel := nodestep.DefaultZtunnelGrace, false
 	for _, ref := range p.Targets {
 		if nodestep.SwapState(ref) != v1alpha1.NodeSwapZtunnel {
 			continue
 		}
 		swapsZtunnel = true
-		if ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name); err == nil {
+		if ds, err := w.DaemonSets.DaemonSets(ref.Namespace).Get(ref.Name); err == nil {
 			grace = nodestep.ZtunnelGrace(ds)
 		}
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"context"
@@ -37,9 +37,7 @@ func (h *historian) CoveredSince(context.Context, string) time.Time {
 func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	const baseline = 400 * time.Millisecond
 	ctx := context.Background()
-	exec := func(g gate.Gate) *executor {
-		return &executor{o: &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()}, gate: g}
-	}
+	exec := func(g gate.Gate) *Worker { return &Worker{Now: time.Now, Log: zap.NewNop(), Gate: g} }
 	p := model.Policy{Baseline: baseline}
 	farDeadline := time.Now().Add(time.Hour) // the record's StepSince + baseline: never reached here
 

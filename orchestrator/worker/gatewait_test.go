@@ -1,4 +1,4 @@
-package orchestrator
+package worker
 
 import (
 	"context"
@@ -8,19 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	appslisters "k8s.io/client-go/listers/apps/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
-	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // holdingGate judges Inconclusive for ever, one round per millisecond, as
@@ -54,20 +49,9 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 		t.Run(edit, func(t *testing.T) {
 			nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "r-uid"},
 				Spec: v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{Interval: v1alpha1.DurationOf(time.Minute)}}}
-			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-			_ = store.Add(nr.DeepCopy())
-			idx := func() cache.Indexer {
-				return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-			}
 			gate := &holdingGate{}
-			e := &executor{
-				o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()},
-				nodes: corelisters.NewNodeLister(idx()), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
-				dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
-				gate: gate, rolloutStore: store,
-				status: seededStatus(t, nr),
-			}
-			e.wire()
+			e := testWorker(t, newCaches(), gate, nr, time.Now)
+			store := e.Rollouts
 			p, err := model.NewPolicy(nr.Spec)
 			if err != nil {
 				t.Fatal(err)
@@ -113,22 +97,11 @@ func (passingGate) Judge(context.Context, gate.GateInput) (health.Verdict, error
 // pod is not) must still fail: the end-of-soak readiness check used to be
 // skipped when the soak had no length.
 func TestZeroSoakStillChecksReadiness(t *testing.T) {
-	idx := func() cache.Indexer {
-		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	}
-	nodes := idx()
-	_ = nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+	c := newCaches()
+	_ = c.nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}}})
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "r-uid"}, Spec: v1alpha1.NodeRolloutSpec{Soak: v1alpha1.DurationOf(0)}}
-	e := &executor{
-		o:     &Orchestrator{cfg: Config{Now: time.Now}, log: zap.NewNop()},
-		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx())},
-		dss: appslisters.NewDaemonSetLister(idx()), revs: appslisters.NewControllerRevisionLister(idx()),
-		gate: passingGate{}, rolloutStore: cache.NewStore(cache.MetaNamespaceKeyFunc),
-		status: seededStatus(t, nr),
-	}
-	e.wire()
-	_ = e.rolloutStore.Add(nr.DeepCopy())
+	e := testWorker(t, c, passingGate{}, nr, time.Now)
 	p, err := model.NewPolicy(nr.Spec)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,89 @@
+// Package worker drives one node of a NodeRollout through its steps: the
+// next step (nodestep, pure), its record persisted (node annotation and
+// status entry), then the act (preflight, cordon, drain, swap, soak, gate)
+// through the rooms it is given, and again, until the node ends. Every act
+// is idempotent: after a crash a successor acts on the recorded step again.
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/metrics"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/swap"
+)
+
+// Worker starts and runs the node workers of this leader. Its fields are
+// the rooms it acts through, each as narrow as the worker uses it.
+type Worker struct {
+	Log     *zap.Logger
+	Metrics *metrics.Metrics
+	Now     func() time.Time
+	// HoldAfterPersist, a test hook, blocks a worker right after it
+	// persisted (or began) that step.
+	HoldAfterPersist v1alpha1.NodeState
+
+	Gate       gate.Gate
+	Recorder   record.EventRecorder
+	Nodes      corelisters.NodeLister
+	Pods       observe.PodCache
+	DaemonSets appslisters.DaemonSetLister
+	Targets    observe.Targets
+	// Rollouts is the NodeRollout cache: the live spec (abort, selector, gates).
+	Rollouts cache.Store
+	Claims   *observe.Claims
+
+	NodeWrites NodeWriter
+	Status     StatusWriter
+	Waits      swap.Waits
+	Swaps      map[model.SwapKind]swap.Swapper
+	Drainer    Drainer
+	World      World
+
+	// Freed is called when a worker ends (a slot is free).
+	Freed func()
+	// WG counts the running workers (the leader waits for them).
+	WG *sync.WaitGroup
+}
+
+// NodeWriter writes a node's record and cordon (write.Nodes).
+type NodeWriter interface {
+	Patch(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error)
+	Cordon(ctx context.Context, rollout, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error)
+	Uncordon(ctx context.Context, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error)
+	Newest(node string) *corev1.Node
+}
+
+// StatusWriter writes NodeRollout status (write.Status).
+type StatusWriter interface {
+	Mutate(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error
+	MutateLater(name string, f func(*v1alpha1.NodeRolloutStatus))
+	Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool)
+}
+
+// Drainer runs the Drain step (drain.Drainer).
+type Drainer interface {
+	Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error)
+}
+
+// World is what a worker reads beyond its own node: the planner's snapshot
+// of the rollout (for the node's control group) and the version skew
+// against the control plane (preflight).
+type World interface {
+	Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error)
+	PreflightSkew(ctx context.Context, p model.Policy, node string) error
+}
