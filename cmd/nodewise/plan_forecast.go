@@ -47,7 +47,7 @@ func renderSwaps(ctx context.Context, w io.Writer, kube kubernetes.Interface, p 
 }
 
 // renderForecast reads every planned node's agent and prints the predicted
-// disruption (orchestrator.RenderForecast). An unreachable agent is shown as
+// disruption (nodestep.RenderForecast). An unreachable agent is shown as
 // such; drain auto would drain that node.
 func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface, agents judgegate.AgentConfig, order []planner.PlannedNode,
 	p model.Policy, swap model.SwapKind, deadline time.Duration) error {

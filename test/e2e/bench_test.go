@@ -138,7 +138,7 @@ func BenchmarkNodeRollout200(b *testing.B) {
 // pod deleted → last new pod Ready):
 //
 //   - floor: the wall time of the same plan run by an orchestrator whose
-//     bookkeeping costs nothing. The plan is rebuilt with orchestrator.Order
+//     bookkeeping costs nothing. The plan is rebuilt with planner.Order
 //     from the status (names, zones, canaries). Windows run one after the
 //     other (canaries, ramp waves and zone boundaries are barriers); within a
 //     window nodes start in plan order, each on the first slot to free

@@ -386,7 +386,7 @@ func requestsByResource(nodes int, scrapes ...map[string]*dto) string {
 
 // statusSize is the JSON size of nr with its node entries repeated copies
 // times under new names (copies 1 is the object as it is), and the size
-// after orchestrator.FitStatus, with how many entries that trimmed.
+// after planner.FitStatus, with how many entries that trimmed.
 func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, trimmed int) {
 	t.Helper()
 	big := nr.DeepCopy()
