@@ -45,7 +45,7 @@ const (
 	// nodewise deleted for that target, so a resumed swap never deletes twice.
 	AnnotationSwappedPrefix = "swapped.nodewise.io/"
 	// LabelSurgeBridge on a Pod marks a pod nodewise created as a surge
-	// bridge for the DaemonSet it names (orchestrator/surge.go). It stays on
+	// bridge for the DaemonSet it names (orchestrator/swap/surge.go). It stays on
 	// the pod once the DaemonSet has adopted it: a bridge is one while its
 	// controller is a Pod (its anchor).
 	LabelSurgeBridge = "nodewise.io/surge-bridge"

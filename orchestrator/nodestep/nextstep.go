@@ -11,7 +11,7 @@ import (
 
 // The per-node state machine. nextStep is pure: from the node's record,
 // the policy and what its worker has done since it read the record, it
-// decides the one next step. The worker (worker.go) persists that step's
+// decides the one next step. The worker (orchestrator/worker) persists that step's
 // record, acts, and asks again.
 
 // stepAct is what a step does once its record, if it has one, is written.
@@ -292,7 +292,7 @@ func steps(p model.Policy) []v1alpha1.NodeState {
 // with the old pods of both), and a successor resumes it from that record,
 // the earlier swap acted on again (its old pod long gone: a wait for Ready
 // that returns at once), then the surge swap, which derives every step
-// from the pods on the node (surge.go). Its timeout counts from its
+// from the pods on the node (swap/surge.go). Its timeout counts from its
 // bridge's creation (a name the node and revision decide, so a successor
 // finds it), or before there is one from the record before it
 // (surgeDeadline): neither moves with a restart. The status entry shows

@@ -74,7 +74,7 @@ func shortDuration(d time.Duration) string {
 // whose remaining nodes are all cordoned falls back to the cluster). A
 // control is still Pending in this rollout, schedulable (not cordoned, by
 // nodewise or anyone), and not yet on the newest revision of every target.
-// It is pure; the executor calls it at a node's preflight and again when
+// It is pure; the worker calls it at a node's preflight and again when
 // the node is judged, so a node cordoned or started since is dropped. With
 // the control group switched off (spec.gates.controlGroup: Disabled) there
 // are none.
