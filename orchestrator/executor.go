@@ -3,13 +3,17 @@ package orchestrator
 import (
 	"sync"
 
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/drain"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/swap"
@@ -23,7 +27,11 @@ import (
 // its patches returned, the statuses), which a successor reads back from
 // the API. A node's progress lives in its record (nodestep.Record).
 type executor struct {
-	o        *Orchestrator
+	cfg      Config
+	log      *zap.Logger
+	metrics  *metrics.Metrics
+	kube     kubernetes.Interface
+	rollouts v1alpha1.NodeRolloutInterface
 	nodes    corelisters.NodeLister
 	pods     observe.PodCache
 	dss      appslisters.DaemonSetLister
@@ -82,23 +90,23 @@ func (e *executor) changed() {
 // wire builds the rooms the executor acts through over its caches, clients
 // and recorder: the node writer, the swaps, the drainer and the worker.
 func (e *executor) wire() {
-	o := e.o
+
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
-	e.nodeWrites = &write.Nodes{Kube: o.kube, Cache: e.nodes, Changes: &e.changes, Now: o.cfg.Now, Log: o.log, Recorder: e.recorder}
-	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: o.cfg.Now}
+	e.nodeWrites = &write.Nodes{Kube: e.kube, Cache: e.nodes, Changes: &e.changes, Now: e.cfg.Now, Log: e.log, Recorder: e.recorder}
+	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.cfg.Now}
 	w := &worker.Worker{
-		Log: o.log, Metrics: o.metrics, Now: o.cfg.Now, HoldAfterPersist: o.cfg.HoldAfterPersist,
+		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,
 		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,
 		Rollouts: e.rolloutStore, Claims: &e.claims, NodeWrites: e.nodeWrites, Status: e.status, Waits: waits,
 		Swaps: map[model.SwapKind]swap.Swapper{
-			model.SwapReplace: swap.Replace{Waits: waits, Kube: o.kube, Log: o.log},
-			model.SwapSurge:   swap.Surge{Waits: waits, Kube: o.kube, Log: o.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
+			model.SwapReplace: swap.Replace{Waits: waits, Kube: e.kube, Log: e.log},
+			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
 		World: e, Freed: e.slotFreed, WG: &e.wg,
 	}
 	w.Drainer = &drain.Drainer{
-		Kube: o.kube, Log: o.log, Now: o.cfg.Now, EvictRetryDelay: o.cfg.EvictRetryDelay, Namespace: o.cfg.Namespace,
-		Agents: o.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
+		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,
+		Agents: e.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
 	e.worker = w

@@ -154,7 +154,7 @@ func (c *caches) informers() []cache.SharedIndexInformer {
 func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	f := c.f
 	ex := &executor{
-		o:       o,
+		cfg: o.cfg, log: o.log, metrics: o.metrics, kube: o.kube, rollouts: o.rollouts,
 		nodes:   f.Core().V1().Nodes().Lister(),
 		pods:    observe.NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
 		dss:     f.Apps().V1().DaemonSets().Lister(),

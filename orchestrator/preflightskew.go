@@ -112,7 +112,7 @@ func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node strin
 	if err != nil {
 		return err
 	}
-	if err := checkSkew(e.o.cfg.SkewPolicy, node, targets, cp); err != nil {
+	if err := checkSkew(e.cfg.SkewPolicy, node, targets, cp); err != nil {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %v", err)
 	}
 	return nil
@@ -123,7 +123,7 @@ func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node strin
 // path), else by listing them, at most once per controlPlaneTTL. The list is
 // also what turns an RBAC refusal into a halt: a forbidden watch never syncs.
 func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
-	now := e.o.cfg.Now()
+	now := e.cfg.Now()
 	if e.cpCache != nil && e.cpCache.synced() {
 		return e.cpCache.observe(now)
 	}
@@ -133,14 +133,14 @@ func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
 		return *e.cp, nil
 	}
 	cp := controlPlane{at: now, tags: map[string]string{}}
-	whs, err := e.o.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
+	whs, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
 	if err != nil {
 		return cp, fmt.Errorf("listing revision tags: %w", err)
 	}
 	for _, wh := range whs.Items {
 		cp.tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
 	}
-	if cp.revisions, err = inventory.Revisions(ctx, e.o.kube, inventory.Options{IstioNamespace: e.o.cfg.IstioNamespace}, cp.tags); err != nil {
+	if cp.revisions, err = inventory.Revisions(ctx, e.kube, inventory.Options{IstioNamespace: e.cfg.IstioNamespace}, cp.tags); err != nil {
 		return cp, err
 	}
 	e.cp = &cp

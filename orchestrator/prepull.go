@@ -79,7 +79,7 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	ns := p.Targets[0].Namespace
 	name := prepullName(nr.Name, a.Node)
 	if a.Kind == planner.ActPrepullDone {
-		err := e.o.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: nodestep.Ptr[int64](0)})
+		err := e.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: nodestep.Ptr[int64](0)})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting pre-pull pod %s/%s: %w", ns, name, err)
 		}
@@ -115,7 +115,7 @@ func (e *executor) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		},
 		Spec: spec,
 	}
-	if _, err := e.o.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: model.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := e.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: model.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating pre-pull pod %s/%s on %s: %w", ns, name, a.Node, err)
 	}
 	return nil

@@ -29,7 +29,7 @@ func (e *executor) reconcileAll(ctx context.Context) {
 	sort.Slice(nrs, func(i, j int) bool { return nrs[i].CreationTimestamp.Before(&nrs[j].CreationTimestamp) })
 	for _, nr := range nrs {
 		if err := e.reconcile(ctx, nr.DeepCopy()); err != nil && ctx.Err() == nil {
-			e.o.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
+			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
 		}
 	}
 }
@@ -49,14 +49,14 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 			return nil // finished; a spec change (e.g. rollback) wakes it
 		}
 	}
-	now := e.o.cfg.Now()
+	now := e.cfg.Now()
 	p, perr := model.NewPolicy(nr.Spec)
-	p.ZtunnelSwap = e.o.cfg.ZtunnelSwap
+	p.ZtunnelSwap = e.cfg.ZtunnelSwap
 	if deleting {
 		p.Abort = true // see finalizer.go
 	}
 	if perr == nil {
-		perr = planner.TargetsInNamespace(p.Targets, e.o.cfg.IstioNamespace) // see targetns.go
+		perr = planner.TargetsInNamespace(p.Targets, e.cfg.IstioNamespace) // see targetns.go
 	}
 	if perr == nil {
 		p, perr = e.typeTargets(p) // see targetkind.go
@@ -71,7 +71,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
 			// An invalid rollout plans nothing, so the pass below never
 			// comes: it lets go here once nothing of it is in flight.
-			return write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, false)
+			return write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, false)
 		}
 		return nil
 	}
@@ -81,7 +81,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	}
 	d := planner.Plan(snap, p, now)
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
-		if err := write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, true); err != nil {
+		if err := write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, true); err != nil {
 			return err // nothing started: the next pass tries again
 		}
 	}
@@ -99,7 +99,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		return err
 	}
 	if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, snap) {
-		return write.SetFinalizer(ctx, e.o.rollouts, e.recorder, nr, false)
+		return write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, false)
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 	if e.claims.Working(nr.Name, node) {
 		return nil
 	}
-	now := metav1.NewTime(e.o.cfg.Now())
+	now := metav1.NewTime(e.cfg.Now())
 	if err := e.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
 		ns := model.NodeEntry(s, node)
 		if model.InFlight(ns.State) {
@@ -151,14 +151,14 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 		r.Done(node)
 	}
 	e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, reason)
-	e.o.log.Warn("node deleted while in flight", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", reason))
+	e.log.Warn("node deleted while in flight", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", reason))
 	return nil
 }
 
 // writePhase records the decision's phase, the plan's node list, counts,
 // targets and conditions, and emits an Event when the phase changes.
 func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView) error {
-	now := metav1.NewTime(e.o.cfg.Now())
+	now := metav1.NewTime(e.cfg.Now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
 	prev, known := e.status.Current(nr.Name, nr.UID)
 	prevPhase := prev.Phase
@@ -235,14 +235,14 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 	}
 	cur, _ := e.status.Current(nr.Name, "")
 	e.updateGauges(nr.Name, cur.Nodes)
-	e.o.metrics.Halted.WithLabelValues(nr.Name).Set(map[bool]float64{true: 1}[cur.Phase == v1alpha1.PhaseHalted])
+	e.metrics.Halted.WithLabelValues(nr.Name).Set(map[bool]float64{true: 1}[cur.Phase == v1alpha1.PhaseHalted])
 	if prevPhase != cur.Phase {
 		typ := corev1.EventTypeNormal
 		if cur.Phase == v1alpha1.PhaseHalted {
 			typ = corev1.EventTypeWarning
 		}
 		e.recorder.Eventf(nr, typ, string(cur.Phase), "rollout %s: %s", cur.Phase, d.Reason)
-		e.o.log.Info("rollout phase", zap.String("rollout", nr.Name), zap.String("phase", string(cur.Phase)), zap.String("reason", d.Reason))
+		e.log.Info("rollout phase", zap.String("rollout", nr.Name), zap.String("phase", string(cur.Phase)), zap.String("reason", d.Reason))
 	}
 	return nil
 }
@@ -270,7 +270,7 @@ func resumed(nr *v1alpha1.NodeRollout) bool {
 
 func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, model.AnnotationAckedResumeToken, nr.Annotations[model.AnnotationResumeToken])
-	if _, err := e.o.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := e.rollouts.Patch(ctx, nr.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("acknowledging resume: %w", err)
 	}
 	return nil
@@ -296,6 +296,6 @@ func (e *executor) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
 		by[n.State]++
 	}
 	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
-		e.o.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
+		e.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
 	}
 }
