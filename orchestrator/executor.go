@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"sync"
 
 	"go.uber.org/zap"
@@ -16,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/preflight"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/orchestrator/worker"
 	"github.com/nodewise/nodewise/orchestrator/write"
@@ -58,11 +60,10 @@ type executor struct {
 	// worker drives the nodes the planner starts.
 	worker *worker.Worker
 
-	// cpMu guards cp, the last observation of the control plane (preflight's skew check).
-	cpMu sync.Mutex
-	cp   *controlPlane
-	// cpCache serves the control plane from informers once synced (nil in tests).
-	cpCache *controlPlaneCache
+	// cpCache serves preflight's skew check the control plane from informers once synced (nil: it lists).
+	cpCache *preflight.ControlPlaneCache
+	// skew is preflight's version-skew check.
+	skew *preflight.Skew
 }
 
 func (e *executor) poke() {
@@ -92,6 +93,7 @@ func (e *executor) changed() {
 func (e *executor) wire() {
 
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
+	e.skew = &preflight.Skew{Kube: e.kube, DaemonSets: e.dss, Policy: e.cfg.SkewPolicy, IstioNamespace: e.cfg.IstioNamespace, Now: e.cfg.Now, Cache: e.cpCache}
 	e.nodeWrites = &write.Nodes{Kube: e.kube, Cache: e.nodes, Changes: &e.changes, Now: e.cfg.Now, Log: e.log, Recorder: e.recorder}
 	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.cfg.Now}
 	w := &worker.Worker{
@@ -110,4 +112,9 @@ func (e *executor) wire() {
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
 	e.worker = w
+}
+
+// PreflightSkew is the worker's World's skew check.
+func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
+	return e.skew.Check(ctx, p, node)
 }

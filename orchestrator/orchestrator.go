@@ -27,6 +27,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
+	"github.com/nodewise/nodewise/orchestrator/preflight"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
@@ -115,23 +116,23 @@ func boolGauge(b bool) float64 {
 type caches struct {
 	f       informers.SharedInformerFactory
 	rollout cache.SharedIndexInformer
-	cp      *controlPlaneCache
+	cp      *preflight.ControlPlaneCache
 }
 
 func startCaches(ctx context.Context, o *Orchestrator) *caches {
-	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(observe.TrimCached)), rollout: observe.NewRolloutInformer(o.rollouts), cp: newControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
+	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(observe.TrimCached)), rollout: observe.NewRolloutInformer(o.rollouts), cp: preflight.NewControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
 	c.informers() // registers them with the factory, which starts only those
 	if err := observe.AddPodNodeIndex(c.f.Core().V1().Pods().Informer()); err != nil {
 		panic(err) // only fails on an informer already started or a duplicate index name: a bug
 	}
 	c.f.Start(ctx.Done())
 	go c.rollout.Run(ctx.Done())
-	c.cp.run(ctx.Done())
+	c.cp.Run(ctx.Done())
 	return c
 }
 
 // waitSynced waits for the executor's caches (not the control-plane cache,
-// see controlPlaneCache).
+// see preflight.ControlPlaneCache).
 func (c *caches) waitSynced(ctx context.Context) error {
 	for typ, ok := range c.f.WaitForCacheSync(ctx.Done()) {
 		if !ok {

@@ -23,6 +23,7 @@ var rooms = map[string][]string{
 	"drain":            {"model", "nodestep", "observe"},                                       // the Drain step: evictions, PDBs, drain policy auto
 	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"}, // drives one node through its steps (write: only behind interfaces)
 	"write":            {"model", "nodestep", "observe", "planner"},                            // node and status writes: records, cache waits, the status budget
+	"preflight":        {"model", "nodestep"},                                                  // the version-skew check before a node's swap (its halts)
 	"internal/fixture": {"model"},                                                              // the unit tests' fleets, targets and pods
 }
 

@@ -1,13 +1,16 @@
-package orchestrator
+package preflight
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio"
@@ -85,14 +88,29 @@ func checkSkew(policy skew.Policy, node string, targets []templateVersion, cp co
 	return fmt.Errorf("the new templates break the supported version skew: %s", strings.Join(reasons, "; "))
 }
 
-// preflightSkew observes the target templates and the control plane, then
+// Skew is preflight's version-skew check of a node's new templates against
+// the control plane that will serve them.
+type Skew struct {
+	Kube           kubernetes.Interface
+	DaemonSets     appslisters.DaemonSetLister
+	Policy         skew.Policy
+	IstioNamespace string
+	Now            func() time.Time
+	// Cache serves the control plane from informers once synced (nil: listed, at most once per controlPlaneTTL).
+	Cache *ControlPlaneCache
+
+	mu sync.Mutex    // guards cp
+	cp *controlPlane // the last observation listed
+}
+
+// Check observes the target templates and the control plane, then
 // checks them. A skew outside the policy halts the node (it is uncordoned:
 // nothing was swapped), and so does an API refusal to show the control plane
 // (RBAC); another API error is returned for the worker to retry.
-func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
+func (c *Skew) Check(ctx context.Context, p model.Policy, node string) error {
 	var targets []templateVersion
 	for _, ref := range p.Targets {
-		ds, err := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+		ds, err := c.DaemonSets.DaemonSets(ref.Namespace).Get(ref.Name)
 		if apierrors.IsNotFound(err) {
 			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: DaemonSet %s/%s disappeared", ref.Namespace, ref.Name)
 		}
@@ -105,14 +123,14 @@ func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node strin
 		}
 		targets = append(targets, t)
 	}
-	cp, err := e.controlPlane(ctx)
+	cp, err := c.controlPlane(ctx)
 	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: cannot check the version skew: %v", err)
 	}
 	if err != nil {
 		return err
 	}
-	if err := checkSkew(e.cfg.SkewPolicy, node, targets, cp); err != nil {
+	if err := checkSkew(c.Policy, node, targets, cp); err != nil {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %v", err)
 	}
 	return nil
@@ -122,27 +140,27 @@ func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node strin
 // informer caches once they have synced (no request on a node's critical
 // path), else by listing them, at most once per controlPlaneTTL. The list is
 // also what turns an RBAC refusal into a halt: a forbidden watch never syncs.
-func (e *executor) controlPlane(ctx context.Context) (controlPlane, error) {
-	now := e.cfg.Now()
-	if e.cpCache != nil && e.cpCache.synced() {
-		return e.cpCache.observe(now)
+func (c *Skew) controlPlane(ctx context.Context) (controlPlane, error) {
+	now := c.Now()
+	if c.Cache != nil && c.Cache.synced() {
+		return c.Cache.observe(now)
 	}
-	e.cpMu.Lock()
-	defer e.cpMu.Unlock()
-	if e.cp != nil && now.Sub(e.cp.at) < controlPlaneTTL && !now.Before(e.cp.at) {
-		return *e.cp, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cp != nil && now.Sub(c.cp.at) < controlPlaneTTL && !now.Before(c.cp.at) {
+		return *c.cp, nil
 	}
 	cp := controlPlane{at: now, tags: map[string]string{}}
-	whs, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
+	whs, err := c.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
 	if err != nil {
 		return cp, fmt.Errorf("listing revision tags: %w", err)
 	}
 	for _, wh := range whs.Items {
 		cp.tags[wh.Labels[istio.LabelTag]] = wh.Labels[istio.LabelRev]
 	}
-	if cp.revisions, err = inventory.Revisions(ctx, e.kube, inventory.Options{IstioNamespace: e.cfg.IstioNamespace}, cp.tags); err != nil {
+	if cp.revisions, err = inventory.Revisions(ctx, c.Kube, inventory.Options{IstioNamespace: c.IstioNamespace}, cp.tags); err != nil {
 		return cp, err
 	}
-	e.cp = &cp
+	c.cp = &cp
 	return cp, nil
 }

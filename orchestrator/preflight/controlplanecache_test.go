@@ -1,4 +1,4 @@
-package orchestrator
+package preflight
 
 import (
 	"context"
@@ -39,13 +39,13 @@ func TestControlPlaneCacheMatchesList(t *testing.T) {
 		wh("istio-revision-tag-prod", map[string]string{istio.LabelTag: "prod", istio.LabelRev: "1-28-1"}),
 		wh("unrelated", map[string]string{"x": "y"}),
 	)
-	c := newControlPlaneCache(kube, "istio-system")
+	c := NewControlPlaneCache(kube, "istio-system")
 	if c.synced() {
 		t.Fatal("synced before its informers ran: preflight would never list (nor halt on a refusal)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c.run(ctx.Done())
+	c.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		t.Fatal("control-plane cache never synced")
 	}

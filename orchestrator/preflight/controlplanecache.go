@@ -1,4 +1,4 @@
-package orchestrator
+package preflight
 
 import (
 	"fmt"
@@ -18,12 +18,12 @@ import (
 	"github.com/nodewise/nodewise/istio/inventory"
 )
 
-// controlPlaneCache watches what preflight's skew check reads: the istiod
+// ControlPlaneCache watches what preflight's skew check reads: the istiod
 // Deployments in the Istio namespace and the revision-tag webhooks. It is
 // not part of the caches the reconcile loop waits for, so an RBAC that
 // refuses the watch does not stall the orchestrator: preflight then lists,
 // and the refusal halts the node with its reason.
-type controlPlaneCache struct {
+type ControlPlaneCache struct {
 	istiods  cache.SharedIndexInformer
 	webhooks cache.SharedIndexInformer
 	deps     appslisters.DeploymentLister
@@ -31,8 +31,8 @@ type controlPlaneCache struct {
 	ns       string
 }
 
-func newControlPlaneCache(kube kubernetes.Interface, istioNamespace string) *controlPlaneCache {
-	c := &controlPlaneCache{ns: istioNamespace}
+func NewControlPlaneCache(kube kubernetes.Interface, istioNamespace string) *ControlPlaneCache {
+	c := &ControlPlaneCache{ns: istioNamespace}
 	c.istiods = appsinformers.NewFilteredDeploymentInformer(kube, istioNamespace, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = inventory.DefaultIstiodSelector })
@@ -43,18 +43,18 @@ func newControlPlaneCache(kube kubernetes.Interface, istioNamespace string) *con
 	return c
 }
 
-// run starts both informers; they stop with stop.
-func (c *controlPlaneCache) run(stop <-chan struct{}) {
+// Run starts both informers; they stop with stop.
+func (c *ControlPlaneCache) Run(stop <-chan struct{}) {
 	go c.istiods.Run(stop)
 	go c.webhooks.Run(stop)
 }
 
-func (c *controlPlaneCache) synced() bool {
+func (c *ControlPlaneCache) synced() bool {
 	return c.istiods.HasSynced() && c.webhooks.HasSynced()
 }
 
 // observe builds the control plane from the caches.
-func (c *controlPlaneCache) observe(now time.Time) (controlPlane, error) {
+func (c *ControlPlaneCache) observe(now time.Time) (controlPlane, error) {
 	cp := controlPlane{at: now, tags: map[string]string{}}
 	whs, err := c.tags.List(labels.Everything())
 	if err != nil {
