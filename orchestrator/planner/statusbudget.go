@@ -2,10 +2,8 @@ package planner
 
 import (
 	"encoding/json"
-	"fmt"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -29,32 +27,15 @@ const trimmedMark = " (detail trimmed)"
 // dozens of reasons; the rest is cut with a mark saying how much.
 const messageLimit = 8 << 10
 
-// truncate cuts s to at most max bytes (on a rune boundary), ending it with
-// a mark that says how many bytes were cut.
-func Truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	mark := fmt.Sprintf(" … (%d bytes cut)", len(s)-max)
-	cut := max - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	if cut < 0 {
-		cut = 0
-	}
-	return s[:cut] + mark
-}
-
 // boundMessages cuts every free-text field of s to messageLimit.
 func boundMessages(s *v1alpha1.NodeRolloutStatus) {
-	s.HaltReason = Truncate(s.HaltReason, messageLimit)
+	s.HaltReason = model.Truncate(s.HaltReason, messageLimit)
 	for i := range s.Conditions {
-		s.Conditions[i].Message = Truncate(s.Conditions[i].Message, messageLimit)
+		s.Conditions[i].Message = model.Truncate(s.Conditions[i].Message, messageLimit)
 	}
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
-		n.Reason, n.Verdict = Truncate(n.Reason, messageLimit), Truncate(n.Verdict, messageLimit)
+		n.Reason, n.Verdict = model.Truncate(n.Reason, messageLimit), model.Truncate(n.Verdict, messageLimit)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -167,16 +166,5 @@ func TestFitStatusBoundsMessagesAndTrimsFailedEntries(t *testing.T) {
 		if ns.State != []v1alpha1.NodeState{v1alpha1.NodeFailed, v1alpha1.NodeSkipped}[i%2] || ns.Reason != "gate failed" {
 			t.Fatalf("entry %d lost its state or reason: %+v", i, ns)
 		}
-	}
-}
-
-func TestTruncateKeepsRunes(t *testing.T) {
-	s := strings.Repeat("é", 100) // 200 bytes
-	got := Truncate(s, 101)
-	if len(got) > 101 || !utf8.ValidString(got) || !strings.Contains(got, "bytes cut") {
-		t.Errorf("truncate: %d bytes, valid %v: %q", len(got), utf8.ValidString(got), got)
-	}
-	if Truncate("short", 10) != "short" {
-		t.Error("a short string was cut")
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // The surge swap (make-before-break, the default for ztunnel) on one node of
@@ -216,7 +215,7 @@ func podFailure(p *corev1.Pod) string {
 	if why == "" {
 		why = "phase Failed, no reason given"
 	}
-	return planner.Truncate(why, 512)
+	return model.Truncate(why, 512)
 }
 
 // surgePods are the live pods of the DaemonSet on the node (its own, nodewise's

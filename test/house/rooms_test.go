@@ -16,7 +16,7 @@ var rooms = map[string][]string{
 	"metrics":          {},
 	"planner":          {"model"},
 	"nodestep":         {"model"},
-	"swap":             {"model", "nodestep", "observe", "planner"}, // planner: the status budget's Truncate; observe: the caches it waits on
+	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on
 	"observe":          {"model"},
 	"gate":             {"model", "observe"},                                                   // observe: the pod cache the readiness gate reads
 	"judgegate":        {"gate", "model"},                                                      // the judge behind the Gate interface
