@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/promrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // promRig is a real Prometheus on loopback scraping a real /metrics endpoint.
@@ -50,18 +51,9 @@ func startPromRig(t *testing.T) *promRig {
 	return r
 }
 
-// waitFor polls cond until it holds; it gives up after a minute, which is a
-// bound on a broken rig, not a timing assertion.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
+// rigBound is how long the tests wait for the rig's scrapes (testkit.WaitFor):
+// a bound on a broken rig, not a timing assertion.
+const rigBound = time.Minute
 
 func (r *promRig) gate(t *testing.T, queries ...PromQuery) *PrometheusGate {
 	t.Helper()
@@ -88,9 +80,9 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	r := startPromRig(t)
 	ctx := context.Background()
 	all := r.gate(t, qSuccess, qP99, qRejects)
-	waitFor(t, "the first scrapes", func() bool {
+	testkit.WaitFor(t, rigBound, "the first scrapes", func() (bool, error) {
 		s, err := all.query(ctx, `rate(shop_request_duration_seconds_count[5s]) > 0`)
-		return err == nil && len(s) > 0
+		return err == nil && len(s) > 0, err
 	})
 
 	t.Run("healthy passes", func(t *testing.T) {
@@ -161,9 +153,9 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	t.Run("threshold crossed fails", func(t *testing.T) {
 		r.success.WithLabelValues("cart", "node-a").Set(0.9)
 		r.rejects.Add(2)
-		waitFor(t, "the new values to be scraped", func() bool {
+		testkit.WaitFor(t, rigBound, "the new values to be scraped", func() (bool, error) {
 			res, err := all.Check(ctx, "node-a")
-			return err == nil && len(res.Failures) == 2
+			return err == nil && len(res.Failures) == 2, err
 		})
 		res, _ := all.Check(ctx, "node-a")
 		fails := res.Failures

@@ -31,6 +31,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
+// InstallCRDs installs the CRDs in the YAML files at paths on c for a test
+// (InstallCRD: created unless there, then waited for until served) and fails
+// the test on the first that is not.
+func InstallCRDs(t testing.TB, c *Cluster, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := InstallCRD(context.Background(), c.Config, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func tail(path string, lines int) []byte {
 	data, err := os.ReadFile(path)
 	if err != nil {

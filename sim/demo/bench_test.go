@@ -19,6 +19,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // benchNodes is the cluster size of each disruption run.
@@ -139,14 +140,14 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 	}
 	defer c.Stop()
 	dp.UseClient(c.Client)
-	agents, err := startAgents(ctx, dp, c, b.TempDir(), freePort(b, c.Nodes[0].IP), nil)
+	agents, err := startAgents(ctx, dp, c, b.TempDir(), testkit.FreePort(b, c.Nodes[0].IP), nil)
 	must(b, err)
 	defer agents.Close()
 	strategy := appsv1.OnDeleteDaemonSetStrategyType
 	if swap == "native" {
 		strategy = appsv1.RollingUpdateDaemonSetStrategyType
 	}
-	must(b, installCRD(ctx, c.Config, repoCRDDir()))
+	cluster.InstallCRDs(b, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	must(b, cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: strategy}))
 	must(b, during(name, "waiting for the DaemonSets", waitDaemonSets(ctx, c, benchNodes)))
 	must(b, during(name, "waiting for the sample apps", waitSamples(ctx, c)))

@@ -23,6 +23,7 @@ import (
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
 	"github.com/nodewise/nodewise/test/chart"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // chartAgents installs nodewise from its Helm chart (helm template, then a
@@ -74,7 +75,7 @@ func chartAgents(t *testing.T) wireAgents {
 		if err := os.WriteFile(tokenFile, []byte(projected+"\n"), 0o600); err != nil {
 			return nil, nil, err
 		}
-		port := freePort(t, c.Nodes[0].IP)
+		port := testkit.FreePort(t, c.Nodes[0].IP)
 		agents, err := startAgentsWith(ctx, dp, c, t.TempDir(), port, testLog(t), func(ctx context.Context, n dataplane.AgentNode, cfg *nodeagent.Config) error {
 			return in.AgentCredentials(ctx, n.Name, []net.IP{net.ParseIP(n.IP)}, cfg, testLog(t))
 		})

@@ -1,14 +1,9 @@
 package demo
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"k8s.io/client-go/rest"
-
-	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // crdFile is the NodeRollout CRD, relative to the repository root.
@@ -31,9 +26,4 @@ func FindCRDDir() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found under %v: run the demo from the repository root (make demo)", crdFile, roots)
-}
-
-// installCRD creates the NodeRollout CRD and waits until it is established.
-func installCRD(ctx context.Context, cfg *rest.Config, dir string) error {
-	return cluster.InstallCRD(ctx, cfg, filepath.Join(dir, filepath.Base(crdFile)))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestDemoCtrlCLeavesNothingBehind runs `nodewise demo` with the live data
@@ -22,7 +23,7 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	dataplane.RequireKernel(t)
 	bin := filepath.Join(t.TempDir(), "nodewise")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
-	build.Dir = filepath.Join(repoCRDDir(), "..", "..")
+	build.Dir = testkit.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

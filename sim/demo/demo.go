@@ -219,7 +219,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return o
 	}
 	step(out, "installing the NodeRollout CRD and Istio %s (ztunnel and istio-cni with updateStrategy OnDelete, sample apps)", cfg.From)
-	if err := installCRD(ctx, c.Config, cfg.CRDDir); err != nil {
+	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join(cfg.CRDDir, filepath.Base(crdFile))); err != nil {
 		return sum, err
 	}
 	if err := cluster.InstallIstio(ctx, c.Client, istio(cfg.From, true)); err != nil {

@@ -2,10 +2,7 @@ package demo
 
 import (
 	"context"
-	"net"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // testGrace is the ztunnel grace period the live tests use: its drain
@@ -37,11 +35,6 @@ type liveEnv struct {
 	agents *dataplane.Agents
 }
 
-func repoCRDDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds")
-}
-
 func newLiveEnv(t testing.TB, nodes int) *liveEnv {
 	t.Helper()
 	return newLiveEnvWired(t, nodes, testAgents(t))
@@ -54,7 +47,7 @@ var liveTraffic = dataplane.Traffic{StreamLife: 30 * time.Second, StreamGap: 300
 // testAgents starts every node's agent with the test CA and token.
 func testAgents(t testing.TB) wireAgents {
 	return func(ctx context.Context, dp *dataplane.DataPlane, c *cluster.Cluster) (*dataplane.Agents, *judgegate.AgentConfig, error) {
-		agents, err := startAgents(ctx, dp, c, t.TempDir(), freePort(t, c.Nodes[0].IP), testLog(t))
+		agents, err := startAgents(ctx, dp, c, t.TempDir(), testkit.FreePort(t, c.Nodes[0].IP), testLog(t))
 		return agents, agentConfig(agents), err
 	}
 }
@@ -99,9 +92,7 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 			t.Errorf("stopping the node agents: %v", err)
 		}
 	})
-	if err := installCRD(ctx, c.Config, repoCRDDir()); err != nil {
-		t.Fatal(err)
-	}
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	opts := cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}
 	for _, o := range istio {
 		o(&opts)
@@ -144,18 +135,6 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 	}
 	rc := nwc.NodeRollouts()
 	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
-}
-
-// freePort is a port free on ip now, so that agents of tests running at the
-// same time (each cluster's nodes share the 127.1.x.y addresses) do not collide.
-func freePort(t testing.TB, ip string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // rolloutOn rolls one node with a drain policy, judged with a 5 s baseline and

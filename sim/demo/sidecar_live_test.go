@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/injector"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // liveSidecars is a live cluster whose sample sidecar namespaces (catalog
@@ -42,7 +43,7 @@ func liveSidecars(t *testing.T, to string) (*liveEnv, v1alpha1.RevisionMigration
 	if log == nil {
 		log = zap.NewNop()
 	}
-	mc, stop, err := startMigrations(ctx, e.c, repoCRDDir(), agentConfig(e.agents), log)
+	mc, stop, err := startMigrations(ctx, e.c, testkit.CRDDir(), agentConfig(e.agents), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,12 +17,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // helmLabels are the labels only the chart sets; everything else must match
@@ -165,7 +167,7 @@ func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
 // chart carries copies of the generated CRDs and the dashboards. They must be
 // byte-for-byte the sources (make chart-sync copies them).
 func TestChartCopiesMatchSources(t *testing.T) {
-	root := RepoRoot()
+	root := testkit.RepoRoot()
 	pairs := map[string]string{
 		"deploy/nodeagent/nodewise-node-health.json": "dashboards/nodewise-node-health.json",
 		"deploy/orchestrator/nodewise-rollouts.json": "dashboards/nodewise-rollouts.json",
@@ -210,7 +212,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	literal := regexp.MustCompile(`^"(nodewise_[a-z0-9_]+)"$`)
 	for _, dir := range []string{"orchestrator", "health", "revisions", "istio", "nodeagent", "leader"} {
-		err := filepath.WalkDir(filepath.Join(RepoRoot(), dir), func(path string, d fs.DirEntry, err error) error {
+		err := filepath.WalkDir(filepath.Join(testkit.RepoRoot(), dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
@@ -398,14 +400,14 @@ func TestChartServerSideApply(t *testing.T) {
 	if err := Apply(ctx, c.Config, objs); err != nil {
 		t.Fatalf("second apply: %v", err)
 	}
-	waitFor(t, "an agent pod on each of the 3 nodes", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "an agent pod on each of the 3 nodes", func() (bool, error) {
 		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		return ds.Status.DesiredNumberScheduled == 3 && ds.Status.NumberReady == 3, fmt.Errorf("DaemonSet status %+v", ds.Status)
 	})
-	waitFor(t, "the orchestrator's PodDisruptionBudget to allow one disruption of two replicas", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "the orchestrator's PodDisruptionBudget to allow one disruption of two replicas", func() (bool, error) {
 		pdb, err := c.Client.PolicyV1().PodDisruptionBudgets(Namespace).Get(ctx, "nodewise-orchestrator", metav1.GetOptions{})
 		return err == nil && pdb.Status.ExpectedPods == 2 && pdb.Status.CurrentHealthy == 2 && pdb.Status.DisruptionsAllowed == 1, err
 	})

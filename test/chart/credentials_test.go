@@ -22,6 +22,7 @@ import (
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // install applies the chart with its defaults to a new simulated cluster and
@@ -40,7 +41,7 @@ func install(t *testing.T, nodes int) *cluster.Cluster {
 	if err := Apply(ctx, c.Config, objs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the chart's pods to run", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "the chart's pods to run", func() (bool, error) {
 		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -94,16 +95,6 @@ func nodeIP(t *testing.T, c *cluster.Cluster, node string) net.IP {
 	}
 	t.Fatalf("node %s has no InternalIP", node)
 	return nil
-}
-
-func freePort(t *testing.T, ip net.IP) int {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startAgent runs a node agent (proc mode) on ip:port with the credentials
@@ -163,7 +154,7 @@ func TestChartAgentCredentials(t *testing.T) {
 	go func() { signed <- signer.Run(sctx) }()
 	defer func() { stop(); <-signed }()
 
-	port := freePort(t, nodeIP(t, c, nodes[0]))
+	port := testkit.FreePort(t, nodeIP(t, c, nodes[0]).String())
 	agentKube := map[string]kubernetes.Interface{}
 	for _, n := range nodes {
 		agentKube[n] = clientAs(t, in, tokenFor(t, in, "nodewise-agent", podOf(t, in, "nodewise-agent", n), nil))
@@ -230,7 +221,7 @@ func TestChartAgentCredentials(t *testing.T) {
 	// node-001's certificate served on node-002's address: the orchestrator
 	// dials node-002's InternalIP and verifies node-002's name, as
 	// --agent-issuer does, so the name check refuses it.
-	impostorPort := freePort(t, nodeIP(t, c, nodes[1]))
+	impostorPort := testkit.FreePort(t, nodeIP(t, c, nodes[1]).String())
 	if err := startImpostor(t, agentKube[nodes[0]], nodes[0], nodeIP(t, c, nodes[0]), nodeIP(t, c, nodes[1]), impostorPort); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // PreviousChartCommit is main's last commit with chart 0.1.0 (CRDs in
@@ -82,7 +84,7 @@ func PreviousChart(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	tarball := filepath.Join(dir, "previous.tar")
-	if b, err := exec.CommandContext(ctx, "git", "-C", RepoRoot(), "archive", "--format=tar", "-o", tarball, PreviousChartCommit, "deploy/charts/nodewise").CombinedOutput(); err != nil {
+	if b, err := exec.CommandContext(ctx, "git", "-C", testkit.RepoRoot(), "archive", "--format=tar", "-o", tarball, PreviousChartCommit, "deploy/charts/nodewise").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("git archive %s (the upgrade test needs the repository's history): %w: %s", PreviousChartCommit, err, b)
 	}
 	if b, err := exec.CommandContext(ctx, "tar", "-x", "-f", tarball, "-C", dir).CombinedOutput(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiext "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestChartLintRejectsUnknownValues: values.schema.json makes `helm lint
@@ -77,7 +79,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		"--set", "orchestrator.podSecurityContext.runAsUser="+uid,
 		"--set", "podAnnotations.example\\.com/team=mesh",
 		"--set", "orchestrator.image.digest="+digest)
-	waitFor(t, "a running orchestrator pod with the UID, the annotation and the digest", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "a running orchestrator pod with the UID, the annotation and the digest", func() (bool, error) {
 		pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodewise-orchestrator"})
 		if err != nil {
 			return false, err
@@ -91,7 +93,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		}
 		return false, nil
 	})
-	waitFor(t, "agents on both nodes with the global annotation", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "agents on both nodes with the global annotation", func() (bool, error) {
 		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -111,7 +113,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 
 	// The upgrade path: start over from the previous package, once the
 	// probe's namespace (the release's) is gone.
-	waitFor(t, "the probe's namespace to be deleted", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "the probe's namespace to be deleted", func() (bool, error) {
 		_, err := c.Client.CoreV1().Namespaces().Get(ctx, "nodewise-probe", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), err
 	})
@@ -120,7 +122,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the CRDs to be gone", func() (bool, error) {
+	testkit.WaitFor(t, 2*time.Minute, "the CRDs to be gone", func() (bool, error) {
 		l, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
 		return err == nil && len(l.Items) == 0, err
 	})

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +30,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // Namespace is where the kustomize base installs, and the release namespace
@@ -41,14 +42,8 @@ const Namespace = "nodewise-system"
 // simulated cluster's minor): Helm built from its module has no default.
 const KubeVersion = "1.37.0"
 
-// RepoRoot is the repository's root directory.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // ChartDir is deploy/charts/nodewise.
-func ChartDir() string { return filepath.Join(RepoRoot(), "deploy", "charts", "nodewise") }
+func ChartDir() string { return filepath.Join(testkit.RepoRoot(), "deploy", "charts", "nodewise") }
 
 // Helm finds the helm binary that `make chart-check` builds (hack/build-tool.sh
 // helm): in $NODEWISE_BIN_DIR, else the repository's bin/.
@@ -61,7 +56,7 @@ func Tool(name string) (string, error) {
 	if d := os.Getenv("NODEWISE_BIN_DIR"); d != "" {
 		dirs = append(dirs, d)
 	}
-	dirs = append(dirs, filepath.Join(RepoRoot(), "bin"))
+	dirs = append(dirs, filepath.Join(testkit.RepoRoot(), "bin"))
 	for _, d := range dirs {
 		p := filepath.Join(d, name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
@@ -93,7 +88,7 @@ func Template(ctx context.Context, set ...string) ([]*unstructured.Unstructured,
 
 // Kustomize builds deploy/ as `kubectl apply -k deploy/` would.
 func Kustomize() ([]*unstructured.Unstructured, error) {
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(RepoRoot(), "deploy"))
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(testkit.RepoRoot(), "deploy"))
 	if err != nil {
 		return nil, fmt.Errorf("kustomize build deploy/: %w", err)
 	}

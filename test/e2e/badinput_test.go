@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 var (
@@ -36,7 +37,7 @@ func nodewiseCLI(t testing.TB) string {
 		}
 		cliPath = filepath.Join(dir, "nodewise")
 		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/nodewise")
-		cmd.Dir = repoRoot()
+		cmd.Dir = testkit.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cliErr = err
 			cliPath = string(out)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 const ns = cluster.IstioNamespace
@@ -36,11 +36,6 @@ type env struct {
 	t        testing.TB
 	c        *cluster.Cluster
 	rollouts v1alpha1.NodeRolloutInterface
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 func newEnv(t testing.TB, nodes, zones int) *env {
@@ -58,7 +53,7 @@ func newEnvWith(t testing.TB, opts cluster.Options) *env {
 	}
 	c := cluster.Start(t, opts)
 	ctx := context.Background()
-	installCRDs(t, c)
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,13 +65,6 @@ func newEnvWith(t testing.TB, opts cluster.Options) *env {
 	e := &env{t: t, c: c, rollouts: rc}
 	e.waitDaemonSetsReady(nodes)
 	return e
-}
-
-func installCRDs(t testing.TB, c *cluster.Cluster) {
-	t.Helper()
-	if err := cluster.InstallCRD(context.Background(), c.Config, filepath.Join(repoRoot(), "deploy", "crds", "nodewise.io_noderollouts.yaml")); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (e *env) waitDaemonSetsReady(nodes int) {
@@ -215,7 +203,7 @@ func orchestratorBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "orchestrator")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/orchestrator")
-		cmd.Dir = repoRoot()
+		cmd.Dir = testkit.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

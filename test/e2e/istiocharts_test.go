@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // chartDaemonSets renders Istio's ambient profile with the built istioctl
@@ -30,7 +31,7 @@ func chartDaemonSets(t *testing.T, tag string) map[string]*appsv1.DaemonSet {
 	t.Helper()
 	dir := os.Getenv("NODEWISE_BIN_DIR")
 	if dir == "" {
-		dir = filepath.Join(repoRoot(), "bin")
+		dir = filepath.Join(testkit.RepoRoot(), "bin")
 	}
 	istioctl := filepath.Join(dir, "istioctl")
 	if _, err := os.Stat(istioctl); err != nil {

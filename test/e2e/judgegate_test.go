@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +39,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 const (
@@ -239,7 +239,7 @@ func startE2ECluster(t *testing.T) *e2e {
 	}
 	c := cluster.Start(t, cluster.Options{Nodes: e2eNodes, Zones: 2, ReadyDelay: 300 * time.Millisecond})
 	ctx := context.Background()
-	installCRD(t, c)
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
 		t.Fatal(err)
 	}
@@ -367,9 +367,8 @@ func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
 // explain runs `nodewise explain` against the cluster, as a user would.
 func explain(t *testing.T, e *e2e, rollout, node string) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(t.TempDir(), "nodewise")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(filepath.Dir(file), "..", "..", "cmd", "nodewise")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(testkit.RepoRoot(), "cmd", "nodewise")).CombinedOutput(); err != nil {
 		t.Fatalf("building nodewise: %v\n%s", err, out)
 	}
 	var stdout, stderr strings.Builder
@@ -441,14 +440,6 @@ func assertHaltedAt(t *testing.T, e *e2e, nr *v1alpha1.NodeRollout, bad, reason 
 	}
 }
 
-func installCRD(t *testing.T, c *cluster.Cluster) {
-	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")
-	if err := cluster.InstallCRD(context.Background(), c.Config, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func waitDaemonSets(t *testing.T, c *cluster.Cluster) {
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
@@ -471,7 +462,7 @@ func TestE2EAPIServerRejectsBadGates(t *testing.T) {
 		t.Skip("starts a simulated cluster")
 	}
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
-	installCRD(t, c)
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)

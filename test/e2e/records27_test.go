@@ -14,6 +14,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestAbortCannotBeUndoneByRemovingIt: #27 finding 5, against the real
@@ -24,7 +25,7 @@ import (
 // rollout never aborted may drop the field freely.
 func TestAbortCannotBeUndoneByRemovingIt(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
-	installCRDs(t, c)
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)

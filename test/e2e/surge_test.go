@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -24,6 +23,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 var ztunnelRef = v1alpha1.TargetRef{Namespace: ns, Name: cluster.ZtunnelName}
@@ -341,14 +341,14 @@ func (e *env) surgeUntil(node, crashAfter string) {
 	_ = ctx
 }
 
+// waitFor waits up to 2 minutes for cond (testkit.WaitFor), whose context
+// ends with the wait.
 func (e *env) waitFor(cond func(context.Context) bool, what string) {
 	e.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		return cond(ctx), nil
-	})
-	if err != nil {
-		e.t.Fatalf("waiting for %s: %v", what, err)
-	}
+	const timeout = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	testkit.WaitFor(e.t, timeout, what, func() (bool, error) { return cond(ctx), nil })
 }
 
 // isZtunnel: the DaemonSet's pods and nodewise's bridges for it.

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 func tierWaves(tiers ...string) []v1alpha1.Wave {
@@ -49,10 +50,10 @@ func TestAbortMidWave(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Mid-wave: wave 2 (index 1) restarting, some of its pods already on 1.28.1.
-	waitFor(t, 5*time.Minute, "wave tier-2 half restarted", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Minute, "wave tier-2 half restarted", func() (bool, error) {
 		rm := e.migration("ab")
 		if rm.Status.CurrentWave != 1 {
-			return false, fmt.Sprintf("wave %d %s", rm.Status.CurrentWave, rm.Status.Reason)
+			return false, fmt.Errorf("wave %d %s", rm.Status.CurrentWave, rm.Status.Reason)
 		}
 		tags, _ := e.proxies("ab-2")
 		moved := 0
@@ -61,7 +62,7 @@ func TestAbortMidWave(t *testing.T) {
 				moved++
 			}
 		}
-		return moved > 0, fmt.Sprintf("%d pods of ab-2 on 1.28.1", moved)
+		return moved > 0, fmt.Errorf("%d pods of ab-2 on 1.28.1", moved)
 	})
 	e.abort("ab", v1alpha1.AbortAll)
 	rm := e.waitPhase("ab", 5*time.Minute, v1alpha1.MigrationAborted)
@@ -234,9 +235,9 @@ func TestAbortWave(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "wave tier-2 held by its gate", func() (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "wave tier-2 held by its gate", func() (bool, error) {
 		rm := e.migration("aw")
-		return rm.Status.Phase == v1alpha1.MigrationGating && rm.Status.CurrentWave == 1, fmt.Sprintf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
+		return rm.Status.Phase == v1alpha1.MigrationGating && rm.Status.CurrentWave == 1, fmt.Errorf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
 	})
 	e.allOn(time.Minute, "1.28.1", 2, "aw-1", "aw-2")
 	before := requests.count()

@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // agentWaves starts 4 namespaces (tiers 1..4, 2 pods each) on from's proxy,
@@ -106,12 +107,12 @@ func TestAgentGateHaltsFaultyCanary(t *testing.T) {
 func TestAgentGatePassesThroughClusterWideChange(t *testing.T) {
 	e, agents, _ := agentWaves(t, "1.28.1")
 	var surgedAt time.Time
-	waitFor(t, 3*time.Minute, "the second wave", func() (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the second wave", func() (bool, error) {
 		rm := e.migration("ag")
 		if rm.Status.Phase == v1alpha1.MigrationHalted {
 			t.Fatalf("halted: %s", rm.Status.Reason)
 		}
-		return rm.Status.CurrentWave >= 1, fmt.Sprintf("wave %d %s", rm.Status.CurrentWave, rm.Status.Reason)
+		return rm.Status.CurrentWave >= 1, fmt.Errorf("wave %d %s", rm.Status.CurrentWave, rm.Status.Reason)
 	})
 	agents.setSurge(true)
 	surgedAt = time.Now()

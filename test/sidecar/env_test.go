@@ -3,8 +3,6 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -27,12 +25,8 @@ import (
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/injector"
+	"github.com/nodewise/nodewise/test/testkit"
 )
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
 
 type env struct {
 	// events records the Events of the last controller started.
@@ -66,36 +60,13 @@ func start(t *testing.T, nodes int, versions ...string) *env {
 			t.Fatal(err)
 		}
 	}
-	installCRD(t, ctx, c)
+	cluster.InstallCRDs(t, c, testkit.CRD(testkit.RevisionMigrationsCRD))
 	nwc, err := v1alpha1.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mc := nwc.RevisionMigrations()
 	return &env{t: t, ctx: ctx, c: c, inj: inj, mc: mc}
-}
-
-func installCRD(t *testing.T, ctx context.Context, c *cluster.Cluster) {
-	t.Helper()
-	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join(repoRoot(), "deploy", "crds", "nodewise.io_revisionmigrations.yaml")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitFor polls cond every 250 ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
 }
 
 // app is a workload the tests put in a namespace.
@@ -189,19 +160,19 @@ func (e *env) proxies(ns string) (tags map[string]string, notReady int) {
 // allOn waits until every pod of the namespaces is Ready with proxy version.
 func (e *env) allOn(timeout time.Duration, version string, wantPods int, nss ...string) {
 	e.t.Helper()
-	waitFor(e.t, timeout, "pods on "+version, func() (bool, string) {
+	testkit.WaitFor(e.t, timeout, "pods on "+version, func() (bool, error) {
 		for _, ns := range nss {
 			tags, notReady := e.proxies(ns)
 			if notReady > 0 || len(tags) != wantPods {
-				return false, fmt.Sprintf("%s: %d ready, %d not ready", ns, len(tags), notReady)
+				return false, fmt.Errorf("%s: %d ready, %d not ready", ns, len(tags), notReady)
 			}
 			for p, v := range tags {
 				if v != version {
-					return false, fmt.Sprintf("%s/%s runs %q", ns, p, v)
+					return false, fmt.Errorf("%s/%s runs %q", ns, p, v)
 				}
 			}
 		}
-		return true, ""
+		return true, nil
 	})
 }
 
@@ -258,14 +229,14 @@ func (e *env) migration(name string) *v1alpha1.RevisionMigration {
 func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.MigrationPhase) *v1alpha1.RevisionMigration {
 	e.t.Helper()
 	var rm *v1alpha1.RevisionMigration
-	waitFor(e.t, timeout, fmt.Sprintf("%s in %v", name, phases), func() (bool, string) {
+	testkit.WaitFor(e.t, timeout, fmt.Sprintf("%s in %v", name, phases), func() (bool, error) {
 		rm = e.migration(name)
 		for _, p := range phases {
 			if rm.Status.Phase == p {
-				return true, ""
+				return true, nil
 			}
 		}
-		return false, fmt.Sprintf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
+		return false, fmt.Errorf("phase %s wave %d: %s", rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Reason)
 	})
 	return rm
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestMigrationWavesCrashAndResume moves 30 namespaces in 3 tiers from 1-27
@@ -58,13 +59,13 @@ func TestMigrationWavesCrashAndResume(t *testing.T) {
 	}
 
 	// Kill the controller mid-wave: the 30% wave has a namespace restarting.
-	waitFor(t, 5*time.Minute, "the 30% wave mid-restart", func() (bool, string) {
+	testkit.WaitFor(t, 5*time.Minute, "the 30% wave mid-restart", func() (bool, error) {
 		rm := e.migration("to-1-28")
 		if rm.Status.Phase == v1alpha1.MigrationRefused {
 			t.Fatalf("refused: %s", rm.Status.Reason)
 		}
 		if rm.Status.CurrentWave != 2 {
-			return false, fmt.Sprintf("wave %d phase %s", rm.Status.CurrentWave, rm.Status.Phase)
+			return false, fmt.Errorf("wave %d phase %s", rm.Status.CurrentWave, rm.Status.Phase)
 		}
 		// Mid-wave: some of the wave's workloads restarted, some not yet.
 		stamped, total := 0, 0
@@ -78,7 +79,7 @@ func TestMigrationWavesCrashAndResume(t *testing.T) {
 				stamped++
 			}
 		}
-		return stamped > 0 && stamped < total, fmt.Sprintf("wave 2: %d of %d deployments restarted", stamped, total)
+		return stamped > 0 && stamped < total, fmt.Errorf("wave 2: %d of %d deployments restarted", stamped, total)
 	})
 	kill()
 	killed := e.migration("to-1-28")

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/test/promrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // fakeIstiod serves an istiod's /metrics as the real Prometheus scrapes it:
@@ -54,9 +55,9 @@ func TestBuiltInNACKGateHaltsCanary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "both istiods scraped", func() (bool, string) {
+	testkit.WaitFor(t, time.Minute, "both istiods scraped", func() (bool, error) {
 		s, err := pc.Query(ctx, `count(istio_build{component="pilot"})`, time.Time{})
-		return err == nil && len(s) == 1 && s[0].Value == 2, fmt.Sprint(s, err)
+		return err == nil && len(s) == 1 && s[0].Value == 2, fmt.Errorf("%v %v", s, err)
 	})
 	e.controller(revisions.SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zaptest.NewLogger(t).Named("gates")))
 	if _, err = e.mc.Create(ctx, &v1alpha1.RevisionMigration{

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // revisionsSA is the revisions controller's ServiceAccount (deploy/sidecar).
@@ -28,7 +29,7 @@ func (e *env) asRevisionsServiceAccount() *rest.Config {
 	t := e.t
 	t.Helper()
 	for _, f := range []string{"orchestrator/namespace.yaml", "sidecar/rbac.yaml", "sidecar/admission.yaml"} {
-		raw, err := os.ReadFile(filepath.Join(repoRoot(), "deploy", f))
+		raw, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "deploy", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,9 +41,9 @@ func (e *env) asRevisionsServiceAccount() *rest.Config {
 	// The policy is enforced a moment after it is created: wait until an
 	// arbitrary webhook is refused (dry run: nothing is written either way).
 	probe := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "nodewise-policy-probe"}}
-	waitFor(t, 30*time.Second, "the admission policy to be enforced", func() (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the admission policy to be enforced", func() (bool, error) {
 		_, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(e.ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "istio-revision-tag-"), ""
+		return err != nil && strings.Contains(err.Error(), "istio-revision-tag-"), nil
 	})
 	return sa
 }

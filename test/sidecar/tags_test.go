@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions/revtag"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // binDir holds the built tools (kubectl, istioctl).
@@ -24,7 +25,7 @@ func binDir() string {
 	if dir := os.Getenv("NODEWISE_BIN_DIR"); dir != "" {
 		return dir
 	}
-	return filepath.Join(repoRoot(), "bin")
+	return filepath.Join(testkit.RepoRoot(), "bin")
 }
 
 func istioctl(t *testing.T) string {
