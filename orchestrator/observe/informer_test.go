@@ -1,10 +1,12 @@
 package observe
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -129,5 +132,85 @@ func TestPodCacheOnNodeReadsTheNodeIndex(t *testing.T) {
 		if got, _ := c.OnNode("n2"); len(got) != 0 {
 			t.Errorf("%s: OnNode(n2) = %d pods; want none (moved to n1)", name, len(got))
 		}
+	}
+}
+
+// TestTrimCachedKeepsWhatASwapMayActOn: a pod without the hash label stays
+// whole when a DaemonSet controls it or it is a pre-pull pod (its container
+// states are the pull's outcome); a pod of another controller is slimmed.
+func TestTrimCachedKeepsWhatASwapMayActOn(t *testing.T) {
+	yes := true
+	pod := func(name string, lbl map[string]string, ownerKind string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbl},
+			Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "c", Image: "x:1"}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "c", RestartCount: 1}}}}
+		if ownerKind != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: ownerKind, Name: "o", Controller: &yes}}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		pod   *corev1.Pod
+		whole bool
+	}{
+		{pod("ds-pod", nil, "DaemonSet"), true},
+		{pod("prepull", map[string]string{model.LabelPrepull: "r"}, "Pod"), true},
+		{pod("rs-pod", map[string]string{"app": "web"}, "ReplicaSet"), false},
+		{pod("bare", nil, ""), false},
+	} {
+		out, err := TrimCached(tc.pod.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := equality.Semantic.DeepEqual(out, tc.pod); got != tc.whole {
+			t.Errorf("%s kept whole: %v, want %v", tc.pod.Name, got, tc.whole)
+		}
+		if p := out.(*corev1.Pod); p.Spec.NodeName != "n1" || p.Name != tc.pod.Name {
+			t.Errorf("%s lost its identity or node: %+v", tc.pod.Name, p)
+		}
+	}
+}
+
+// TestAddPodNodeIndex: the index added to a pod informer is the one OnNode
+// reads; OnNode on an indexer without it is an error, not an empty node.
+func TestAddPodNodeIndex(t *testing.T) {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.Pod{}, 0, cache.Indexers{})
+	if err := AddPodNodeIndex(inf); err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.GetIndexer().Add(fixture.SurgePod("ztunnel-a", "new", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := NewPodCache(inf.GetIndexer()).OnNode("n1"); err != nil || len(got) != 1 || got[0].Name != "ztunnel-a" {
+		t.Errorf("OnNode(n1) = %v, %v; want ztunnel-a", got, err)
+	}
+
+	unindexed := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if _, err := NewPodCache(unindexed).OnNode("n1"); err == nil {
+		t.Error("OnNode read an indexer without the node index and reported no error")
+	}
+}
+
+// TestRolloutInformerListsThroughTheTypedClient: the NodeRollout informer
+// lists through the client it is given and caches trimmed copies (no
+// managedFields). The fake refuses watches, so the informer syncs from the
+// list alone.
+func TestRolloutInformerListsThroughTheTypedClient(t *testing.T) {
+	api := fixture.NewRollouts(&v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "r1",
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}})
+	inf := NewRolloutInformer(api)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the rollout informer never synced from the list")
+	}
+	obj, ok, err := inf.GetIndexer().GetByKey("r1")
+	if err != nil || !ok {
+		t.Fatalf("r1 not cached: %v", err)
+	}
+	nr := obj.(*v1alpha1.NodeRollout)
+	if nr.ResourceVersion == "" || len(nr.ManagedFields) != 0 {
+		t.Errorf("cached r1: resourceVersion %q, %d managedFields; want the stored one, none", nr.ResourceVersion, len(nr.ManagedFields))
 	}
 }

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
@@ -20,17 +16,6 @@ import (
 // TestControlPlaneCacheMatchesList: the informer-fed control plane preflight
 // reads is what listing the istiod Deployments and tag webhooks gives.
 func TestControlPlaneCacheMatchesList(t *testing.T) {
-	dep := func(ns, name string, lbl map[string]string, image string, ready int32) *appsv1.Deployment {
-		return &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl},
-			Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "discovery", Image: image}}}}},
-			Status: appsv1.DeploymentStatus{ReadyReplicas: ready},
-		}
-	}
-	wh := func(name string, lbl map[string]string) *admissionv1.MutatingWebhookConfiguration {
-		return &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}
-	}
 	kube := fake.NewClientset(
 		dep("istio-system", "istiod-1-28-1", map[string]string{"app": "istiod", istio.LabelRev: "1-28-1"}, "istio/pilot:1.28.1", 1),
 		dep("istio-system", "istiod-1-27-3", map[string]string{"app": "istiod", istio.LabelRev: "1-27-3"}, "istio/pilot:1.27.3", 0),
