@@ -30,16 +30,20 @@ const catchUpTimeout = 10 * time.Second
 func CatchUp(ctx context.Context, kube kubernetes.Interface, nodes corelisters.NodeLister) (rounds int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
+	var last error // the last read that failed, reported with the timeout
 	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		rounds++
 		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, nil // retried until the timeout, which reports it
+			last = fmt.Errorf("listing nodes: %w", err)
+			return false, nil // retried until the timeout
 		}
 		cached, err := nodes.List(labels.Everything())
 		if err != nil {
+			last = fmt.Errorf("reading the node cache: %w", err)
 			return false, nil
 		}
+		last = nil
 		have := make(map[string]string, len(cached))
 		for _, n := range cached {
 			have[n.Name] = n.ResourceVersion
@@ -51,6 +55,9 @@ func CatchUp(ctx context.Context, kube kubernetes.Interface, nodes corelisters.N
 		}
 		return true, nil
 	})
+	if err != nil && last != nil {
+		return rounds, fmt.Errorf("node cache not caught up with the API after %d reads: %w (last: %w)", rounds, err, last)
+	}
 	if err != nil {
 		return rounds, fmt.Errorf("node cache not caught up with the API after %d reads: %w", rounds, err)
 	}

@@ -129,3 +129,19 @@ func (f *flakyNodes) List(s labels.Selector) ([]*corev1.Node, error) {
 	}
 	return f.NodeLister.List(s)
 }
+
+// TestCatchUpNamesTheRefusal: when RBAC refuses every node list, the error at
+// the timeout carries the Forbidden (a person reads why, not only that time
+// ran out).
+func TestCatchUpNamesTheRefusal(t *testing.T) {
+	kube := fake.NewClientset()
+	kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("RBAC"))
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err := CatchUp(ctx, kube, corelisters.NewNodeLister(newIndexer()))
+	if !apierrors.IsForbidden(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("CatchUp with node lists refused = %v; want the Forbidden and the deadline", err)
+	}
+}
