@@ -281,9 +281,12 @@ func TestSnapshotFromAPI(t *testing.T) {
 		dsOK    bool   // the targets' DaemonSets were read
 	}{
 		{"all readable", nil, "", true, true},
-		// The targets come from the same cluster-wide list: see the report
-		// on SnapshotFromAPI (observeapi.go) for what this costs the plan.
-		{"daemonsets forbidden", fail("list", "daemonsets", nil, forbidden), "", false, false},
+		// Refused cluster-wide, the targets are listed in their namespace.
+		{"daemonsets forbidden", fail("list", "daemonsets", allNS, forbidden), "", false, true},
+		{"daemonsets forbidden, then broken in the namespace", func(c *fake.Clientset) {
+			fail("list", "daemonsets", inNS, broken)(c)
+			fail("list", "daemonsets", allNS, forbidden)(c)
+		}, "listing DaemonSets in istio-system", false, false},
 		{"suc pods forbidden", fail("list", "pods", allNS, forbidden), "", true, true},
 		{"nodes", fail("list", "nodes", nil, broken), "listing nodes", false, false},
 		{"daemonsets", fail("list", "daemonsets", nil, broken), "listing DaemonSets for Kured's lock", false, false},

@@ -34,8 +34,10 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 	}
 	// Other tools' locks (locks.go): DaemonSets anywhere, SUC job pods. A
 	// user the cluster lets read only the targets' namespaces gets a plan
-	// without them (the orchestrator reads them cluster-wide).
+	// without them (the orchestrator reads them cluster-wide), its targets
+	// read in their namespaces.
 	dl, err := kube.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	dsWide := err == nil // else the targets' DaemonSets are listed in their namespaces below
 	switch {
 	case apierrors.IsForbidden(err):
 	case err != nil:
@@ -61,6 +63,15 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 			continue
 		}
 		seen[t.Namespace] = true
+		if !dsWide {
+			dl, err := kube.AppsV1().DaemonSets(t.Namespace).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return model.Snapshot{}, fmt.Errorf("listing DaemonSets in %s: %w", t.Namespace, err)
+			}
+			for i := range dl.Items {
+				_ = dss.Add(&dl.Items[i])
+			}
+		}
 		pl, err := kube.CoreV1().Pods(t.Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return model.Snapshot{}, fmt.Errorf("listing pods in %s: %w", t.Namespace, err)
