@@ -39,6 +39,10 @@ type Nodes struct {
 	// written is the Node object the API returned to this process's last
 	// patch of it, by name: at least as new as anything this process wrote.
 	written map[string]*corev1.Node
+	// older holds, by node, the resourceVersions this process knows to be
+	// older than written (each patch's precondition and the copy it
+	// replaced), until the cache shows written's own version.
+	older map[string]map[string]bool
 }
 
 // ConflictBackoff retries 409s for a few seconds: the leader is the only
@@ -69,7 +73,16 @@ func (w *Nodes) Patch(ctx context.Context, node, rv string, ann map[string]*stri
 	_, _ = observe.TrimCached(out) // kept beside the cache, so trimmed as the cache is
 	w.mu.Lock()
 	if w.written == nil {
-		w.written = map[string]*corev1.Node{}
+		w.written, w.older = map[string]*corev1.Node{}, map[string]map[string]bool{}
+	}
+	if w.older[node] == nil {
+		w.older[node] = map[string]bool{}
+	}
+	if prev := w.written[node]; prev != nil {
+		w.older[node][prev.ResourceVersion] = true
+	}
+	if rv != "" {
+		w.older[node][rv] = true
 	}
 	w.written[node] = out
 	w.mu.Unlock()
@@ -112,17 +125,23 @@ func (w *Nodes) Cordon(ctx context.Context, rollout, node string, rec nodestep.R
 }
 
 // Newest is the node as this process knows it best, without a request:
-// the cache once it holds this process's last step record (then it is at
-// least as new as every write of ours, and it may hold others' later
-// writes, such as the unschedulable taint), else what that last patch
-// returned, else the cache (nil when neither has it).
+// the cache once it holds this process's last patch (its version, or a
+// later one holding the same step record: then it is at least as new as
+// every write of ours, and it may hold others' later writes, such as the
+// unschedulable taint), else what that last patch returned, else the cache
+// (nil when neither has it). A cached version this process knows to be
+// older is never taken for a later one, even when a patch left the step
+// record as it was (a cordon resumed with nothing else to write).
 func (w *Nodes) Newest(node string) *corev1.Node {
-	w.mu.Lock()
-	mine := w.written[node]
-	w.mu.Unlock()
 	c, err := w.Cache.Get(node)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	mine := w.written[node]
 	switch {
-	case err == nil && mine != nil && c.Annotations[model.AnnotationStepSince] == mine.Annotations[model.AnnotationStepSince]:
+	case err == nil && mine != nil && c.ResourceVersion == mine.ResourceVersion:
+		delete(w.older, node) // the cache never goes back past what it shows
+		return c
+	case err == nil && mine != nil && !w.older[node][c.ResourceVersion] && c.Annotations[model.AnnotationStepSince] == mine.Annotations[model.AnnotationStepSince]:
 		return c
 	case mine != nil:
 		return mine

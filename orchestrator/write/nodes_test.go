@@ -161,6 +161,11 @@ func TestNewest(t *testing.T) {
 		{name: "own write only", patch: true, wantRV: "6"},
 		{name: "cache behind the own write", patch: true, cached: testNode("a", "5", false, model.AnnotationStepSince, older), wantRV: "6"},
 		{name: "cache caught up (and holds a later write)", patch: true, cached: testNode("a", "7", true, model.AnnotationStepSince, mine), wantRV: "7"},
+		{name: "cache at the own write's version", patch: true, cached: testNode("a", "6", false, model.AnnotationStepSince, mine), wantRV: "6"},
+		// A patch that left step-since as it was (a resumed cordon): the
+		// cache's copy has the same step record but is the version the
+		// patch replaced.
+		{name: "cache at the replaced version, same step record", patch: true, cached: testNode("a", "5", false, model.AnnotationStepSince, mine), wantRV: "6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cached []*corev1.Node
