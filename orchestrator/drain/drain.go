@@ -14,6 +14,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -115,8 +116,10 @@ func (d *Drainer) Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.P
 					err = fmt.Errorf("the drain timeout %s (counted from the Drain step's start) passed: %w", p.DrainTimeout, err)
 				}
 			}
-		} else if err = kdrain.RunNodeDrain(h, node); err != nil {
-			// A refusal the library retried through to success is no block.
+		} else if err = kdrain.RunNodeDrain(h, node); err != nil && onlyTimedOut(err) {
+			// A refusal the library retried through to success is no
+			// block, nor one followed by another failure (that failure
+			// halts the rollout with its own reason).
 			pdb = errOut.find("disruption budget")
 		}
 		if err == nil && pdb == "" {
@@ -315,6 +318,23 @@ func (l *lineRecorder) find(substr string) string {
 		}
 	}
 	return ""
+}
+
+// onlyTimedOut tells whether every pod the drain library could not evict
+// ran out of time (its "global timeout reached"), as a PodDisruptionBudget
+// refusing to the end does, and none failed otherwise.
+func onlyTimedOut(err error) bool {
+	errs := []error{err}
+	var agg utilerrors.Aggregate
+	if errors.As(err, &agg) {
+		errs = agg.Errors()
+	}
+	for _, e := range errs {
+		if !strings.Contains(e.Error(), "global timeout reached") {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 func (d *Drainer) nodeUID(node string) types.UID {

@@ -126,6 +126,26 @@ func TestDrainEvictionAnswers(t *testing.T) {
 			wantEvictions: []string{"default/web-1", "default/web-2"},
 		},
 		{
+			// The budget's earlier refusal is not the block: the Forbidden
+			// that followed halts with its own reason (it was read as
+			// pdb_blocked, and skip-node skipped the node).
+			name: "a budget refuses once, then the eviction is forbidden",
+			setup: func(h *harness) {
+				var refusedOnce atomic.Bool
+				h.evict = func(ev *policyv1.Eviction) error {
+					if ev.Name != "web-1" {
+						return nil
+					}
+					if refusedOnce.CompareAndSwap(false, true) {
+						return tooManyRequests()
+					}
+					return apierrors.NewForbidden(podsGR, ev.Name, errors.New("denied by admission webhook"))
+				}
+			},
+			wantReason:    "denied by admission webhook",
+			wantEvictions: []string{"default/web-1", "default/web-1", "default/web-2"},
+		},
+		{
 			name:       "a pod without a controller, which the library will not evict",
 			extraPods:  []*corev1.Pod{func() *corev1.Pod { p := appPod("bare", node); p.OwnerReferences = nil; return p }()},
 			wantReason: "declare no controller",
