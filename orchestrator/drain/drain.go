@@ -321,8 +321,10 @@ func (l *lineRecorder) find(substr string) string {
 }
 
 // onlyTimedOut tells whether every pod the drain library could not evict
-// ran out of time (its "global timeout reached"), as a PodDisruptionBudget
-// refusing to the end does, and none failed otherwise.
+// ran out of time, and none failed otherwise: an eviction a
+// PodDisruptionBudget refused to the end ("global timeout reached"), or an
+// evicted pod still terminating when the time ran out (its wait's context
+// deadline). The library wraps both with %v, so its words are what is left.
 func onlyTimedOut(err error) bool {
 	errs := []error{err}
 	var agg utilerrors.Aggregate
@@ -330,7 +332,7 @@ func onlyTimedOut(err error) bool {
 		errs = agg.Errors()
 	}
 	for _, e := range errs {
-		if !strings.Contains(e.Error(), "global timeout reached") {
+		if msg := e.Error(); !strings.Contains(msg, "global timeout reached") && !strings.Contains(msg, context.DeadlineExceeded.Error()) {
 			return false
 		}
 	}

@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -508,5 +510,28 @@ func TestDrainStopsWhenTheNodeLeaves(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "("+string(nodestep.LeaveAbort)+")") {
 		t.Errorf("error %q does not say why (%s)", err, nodestep.LeaveAbort)
+	}
+}
+
+// TestOnlyTimedOut: the drain library's errors that mean time ran out (a
+// refusal to the end, a pod still terminating) against any other failure.
+func TestOnlyTimedOut(t *testing.T) {
+	refused := errors.New(`error when evicting pods/"web-1" -n "default": global timeout reached: 1s`)
+	terminating := fmt.Errorf(`error when waiting for pod "web-2" in namespace "default" to terminate: %v`, context.DeadlineExceeded)
+	forbidden := errors.New(`error when evicting pods/"web-3" -n "default": denied by admission webhook`)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"one refusal", utilerrors.NewAggregate([]error{refused}), true},
+		{"a refusal and a pod still terminating", utilerrors.NewAggregate([]error{refused, terminating}), true},
+		{"a refusal and a forbidden eviction", utilerrors.NewAggregate([]error{refused, forbidden}), false},
+		{"not an aggregate", refused, true},
+		{"a forbidden eviction alone", forbidden, false},
+	} {
+		if got := onlyTimedOut(c.err); got != c.want {
+			t.Errorf("%s: onlyTimedOut = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
