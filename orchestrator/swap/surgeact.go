@@ -134,7 +134,7 @@ func ObserveSurge(ctx context.Context, kube kubernetes.Interface, ref v1alpha1.T
 	return InputOf(ds, rs, ps, node)
 }
 
-// surgeInput assembles a SurgeInput from what was read (from the API or from
+// InputOf assembles a SurgeInput from what was read (from the API or from
 // informer caches): it needs the DaemonSet settled (the controller has
 // observed its template, so the newest ControllerRevision is its template's).
 func InputOf(ds *appsv1.DaemonSet, revs []*appsv1.ControllerRevision, pods []*corev1.Pod, node string) (SurgeInput, error) {

@@ -71,16 +71,19 @@ func TestSurgeRepeatedCreatePastTheDeadlineTimesOut(t *testing.T) {
 	old := fixture.SurgePod("old", "old", 0)
 	kube := fake.NewClientset(old.DeepCopy())
 	now := fixture.SurgeT0.Add(time.Hour)
+	looks := 0
 	s := Surger{Kube: kube, Poll: time.Millisecond, Now: func() time.Time { return now },
 		Observe: func(context.Context) (SurgeInput, error) {
+			// The third look (after the create and one wait for its own
+			// write) is past the deadline and the wait for its own write.
+			// The clock moves on the swap's goroutine: no data race.
+			if looks++; looks == 3 {
+				now = now.Add(ownWriteWait + time.Minute)
+			}
 			return SurgeInput{DaemonSet: fixture.SurgeDS, Revision: fixture.SurgeRev, Node: "n1", Pods: []*corev1.Pod{old}}, nil
 		}}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	go func() {
-		<-time.After(50 * time.Millisecond)
-		now = now.Add(ownWriteWait + time.Minute) // past the deadline and the wait for its own write
-	}()
 	_, err := s.Swap(ctx, fixture.ZtunnelTarget, "n1", now.Add(time.Second))
 	if !errors.Is(err, ErrSurgeTimeout) {
 		t.Fatalf("swap whose bridge never shows: %v; want ErrSurgeTimeout", err)

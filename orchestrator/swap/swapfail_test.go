@@ -11,14 +11,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
-	appslisters "k8s.io/client-go/listers/apps/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -30,24 +26,11 @@ import (
 // (hash "new") and pods, writing through kube.
 func swapsOver(t *testing.T, kube *fake.Clientset, ds *appsv1.DaemonSet, pods ...*corev1.Pod) map[model.SwapKind]Swapper {
 	t.Helper()
-	idx := func() cache.Indexer {
-		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	}
-	podIdx, dss, revs := idx(), idx(), idx()
-	_ = dss.Add(ds)
-	rev := fixture.SurgeRev.DeepCopy()
-	rev.Namespace = ds.Namespace
-	rev.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: nodestep.Ptr(true)}}
-	_ = revs.Add(rev)
-	for _, p := range pods {
-		_ = podIdx.Add(p)
-	}
-	pc := observe.PodCache{PodLister: corelisters.NewPodLister(podIdx)}
-	dl, rl := appslisters.NewDaemonSetLister(dss), appslisters.NewControllerRevisionLister(revs)
-	w := Waits{Targets: observe.Targets{DaemonSets: dl, Revisions: rl, Pods: pc}, Changes: &observe.Changes{}, Now: time.Now}
+	c := newCaches(ds, pods...)
+	w := Waits{Targets: c.targets, Changes: &observe.Changes{}, Now: time.Now}
 	return map[model.SwapKind]Swapper{
 		model.SwapReplace: Replace{Waits: w, Kube: kube, Log: zap.NewNop()},
-		model.SwapSurge:   Surge{Waits: w, Kube: kube, Log: zap.NewNop(), DaemonSets: dl, Revisions: rl, Pods: pc},
+		model.SwapSurge:   Surge{Waits: w, Kube: kube, Log: zap.NewNop(), DaemonSets: c.targets.DaemonSets, Revisions: c.targets.Revisions, Pods: c.targets.Pods},
 	}
 }
 
