@@ -9,13 +9,11 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -392,7 +390,7 @@ func TestAutoCannotObserve(t *testing.T) {
 		{
 			name: "the DaemonSet cache fails",
 			setup: func(h *harness, _ context.CancelFunc) {
-				h.d.Targets.DaemonSets = failingDaemonSets{h.d.Targets.DaemonSets}
+				h.d.Targets.DaemonSets = fixture.FailingDaemonSets{Err: errors.New("cache broken")}
 			},
 			check: func(err error) bool {
 				return err != nil && strings.Contains(err.Error(), "reading DaemonSet istio-system/ztunnel: cache broken")
@@ -427,21 +425,6 @@ func TestAutoCannotObserve(t *testing.T) {
 			}
 		})
 	}
-}
-
-// failingDaemonSets is a DaemonSet lister whose Get fails (not a 404).
-type failingDaemonSets struct{ appslisters.DaemonSetLister }
-
-func (f failingDaemonSets) DaemonSets(ns string) appslisters.DaemonSetNamespaceLister {
-	return failingDaemonSetsIn{f.DaemonSetLister.DaemonSets(ns)}
-}
-
-type failingDaemonSetsIn struct {
-	appslisters.DaemonSetNamespaceLister
-}
-
-func (failingDaemonSetsIn) Get(string) (*appsv1.DaemonSet, error) {
-	return nil, errors.New("cache broken")
 }
 
 // TestAutoNodeEventWithoutCachedNode: a node missing from the cache still

@@ -18,6 +18,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 )
 
 func TestCatchUpWaitsForTheCacheToHoldWhatTheAPIHolds(t *testing.T) {
@@ -107,7 +109,7 @@ func TestCatchUpReportsAReadThatNeverSucceeds(t *testing.T) {
 	kube := fake.NewClientset()
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	rounds, err := CatchUp(ctx, kube, failingNodes{err: errors.New("cache closed")})
+	rounds, err := CatchUp(ctx, kube, fixture.FailingNodes{Err: errors.New("cache closed")})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("CatchUp on an unreadable cache = %v; want the deadline", err)
 	}

@@ -82,7 +82,7 @@ func TestTargetErrors(t *testing.T) {
 	// answers with the API's NotFound.
 	for name, lister := range map[string]appslisters.DaemonSetLister{
 		"missing from the cache": appslisters.NewDaemonSetLister(newIndexer()),
-		"NotFound from a read":   failingDaemonSets{err: apierrors.NewNotFound(gr, "ztunnel")},
+		"NotFound from a read":   fixture.FailingDaemonSets{Err: apierrors.NewNotFound(gr, "ztunnel")},
 	} {
 		tv, err := Targets{DaemonSets: lister, Revisions: empty}.Target(fixture.ZtunnelTarget)
 		if err != nil {
@@ -93,7 +93,7 @@ func TestTargetErrors(t *testing.T) {
 		}
 	}
 
-	_, err := Targets{DaemonSets: failingDaemonSets{err: forbidden}, Revisions: empty}.Target(fixture.ZtunnelTarget)
+	_, err := Targets{DaemonSets: fixture.FailingDaemonSets{Err: forbidden}, Revisions: empty}.Target(fixture.ZtunnelTarget)
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("a forbidden DaemonSet read = %v; want the Forbidden error returned", err)
 	}
@@ -101,7 +101,7 @@ func TestTargetErrors(t *testing.T) {
 	listFailed := errors.New("revisions unavailable")
 	tv, err := Targets{
 		DaemonSets: appslisters.NewDaemonSetLister(newIndexer(fixture.SurgeDS.DeepCopy())),
-		Revisions:  failingRevisions{err: listFailed},
+		Revisions:  fixture.FailingRevisions{Err: listFailed},
 	}.Target(fixture.ZtunnelTarget)
 	if !errors.Is(err, listFailed) {
 		t.Errorf("a failed revision list = %v; want it returned", err)
@@ -144,7 +144,7 @@ func TestTargetsOnNode(t *testing.T) {
 
 	// A pod cache that fails is an error naming the node, the cause kept.
 	listFailed := errors.New("cache closed")
-	if _, _, err := (Targets{Pods: PodCache{PodLister: failingPods{err: listFailed}}}).OnNode(tv, "n1"); !errors.Is(err, listFailed) {
+	if _, _, err := (Targets{Pods: PodCache{PodLister: fixture.FailingPods{Err: listFailed}}}).OnNode(tv, "n1"); !errors.Is(err, listFailed) {
 		t.Errorf("OnNode on a failing cache = %v; want %v wrapped", err, listFailed)
 	}
 }

@@ -92,7 +92,7 @@ func TestSkewCheck(t *testing.T) {
 		},
 		{
 			name:  "the DaemonSet cannot be read",
-			dss:   failingDaemonSets{err: apierrors.NewServiceUnavailable("cache resyncing")},
+			dss:   fixture.FailingDaemonSets{Err: apierrors.NewServiceUnavailable("cache resyncing")},
 			retry: apierrors.IsServiceUnavailable,
 		},
 		{
@@ -327,12 +327,12 @@ func TestControlPlaneCacheReadErrors(t *testing.T) {
 	c := NewControlPlaneCache(fake.NewClientset(), "istio-system")
 
 	tagsFail := *c
-	tagsFail.tags = failingWebhooks{err: boom}
+	tagsFail.tags = fixture.FailingWebhooks{Err: boom}
 	if _, err := tagsFail.observe(t0); !errors.Is(err, boom) || !strings.Contains(err.Error(), "revision tags") {
 		t.Errorf("observe with a failing tag cache = %v", err)
 	}
 	depsFail := *c
-	depsFail.deps = failingDeployments{err: boom}
+	depsFail.deps = fixture.FailingDeployments{Err: boom}
 	if _, err := depsFail.observe(t0); !errors.Is(err, boom) || !strings.Contains(err.Error(), "istiod deployments") {
 		t.Errorf("observe with a failing deployment cache = %v", err)
 	}
@@ -344,7 +344,7 @@ func TestControlPlaneCacheReadErrors(t *testing.T) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		t.Fatal("control-plane cache never synced")
 	}
-	c.deps = failingDeployments{err: boom}
+	c.deps = fixture.FailingDeployments{Err: boom}
 	now := t0
 	s := newSkew(fake.NewClientset(), daemonSets(templates1_28()...), &now)
 	s.Cache = c

@@ -7,8 +7,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -67,46 +65,4 @@ func daemonSets(dss ...*appsv1.DaemonSet) appslisters.DaemonSetLister {
 func haltOf(err error) (*nodestep.StepError, bool) {
 	var se *nodestep.StepError
 	return se, errors.As(err, &se)
-}
-
-// The failing listers answer every read with err.
-type failingDaemonSets struct {
-	appslisters.DaemonSetLister
-	err error
-}
-
-func (f failingDaemonSets) DaemonSets(string) appslisters.DaemonSetNamespaceLister {
-	return failingDaemonSetsNS{err: f.err}
-}
-
-type failingDaemonSetsNS struct {
-	appslisters.DaemonSetNamespaceLister
-	err error
-}
-
-func (f failingDaemonSetsNS) Get(string) (*appsv1.DaemonSet, error) { return nil, f.err }
-
-type failingDeployments struct {
-	appslisters.DeploymentLister
-	err error
-}
-
-func (f failingDeployments) Deployments(string) appslisters.DeploymentNamespaceLister {
-	return failingDeploymentsNS{err: f.err}
-}
-
-type failingDeploymentsNS struct {
-	appslisters.DeploymentNamespaceLister
-	err error
-}
-
-func (f failingDeploymentsNS) List(labels.Selector) ([]*appsv1.Deployment, error) { return nil, f.err }
-
-type failingWebhooks struct {
-	admissionlisters.MutatingWebhookConfigurationLister
-	err error
-}
-
-func (f failingWebhooks) List(labels.Selector) ([]*admissionv1.MutatingWebhookConfiguration, error) {
-	return nil, f.err
 }
