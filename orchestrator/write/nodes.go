@@ -3,6 +3,7 @@ package write
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -48,6 +49,17 @@ type Nodes struct {
 // ConflictBackoff retries 409s for a few seconds: the leader is the only
 // writer of status, so conflicts come from users editing spec.
 var ConflictBackoff = wait.Backoff{Steps: 12, Duration: 20 * time.Millisecond, Factor: 1.6, Jitter: 0.2, Cap: 2 * time.Second}
+
+// onConflict runs fn again on a 409, with ConflictBackoff. When fn stopped
+// because ctx ended, the caller is told so: retry.OnError would answer the
+// last 409 instead (it takes a context's end for a backoff that ran out).
+func onConflict(ctx context.Context, fn func() error) error {
+	err := retry.OnError(ConflictBackoff, apierrors.IsConflict, fn)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (after %w)", context.Cause(ctx), err)
+	}
+	return err
+}
 
 // Patch merge-patches a node's annotations (nil value = delete) and,
 // when unschedulable is set, spec.unschedulable. With rv set the patch is
@@ -97,7 +109,7 @@ func (w *Nodes) Patch(ctx context.Context, node, rv string, ann map[string]*stri
 func (w *Nodes) Cordon(ctx context.Context, rollout, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
 	attempt, conflicted := 0, ""
 	out := rec
-	err := retry.OnError(ConflictBackoff, apierrors.IsConflict, func() error {
+	err := onConflict(ctx, func() error {
 		attempt++
 		n, err := w.read(ctx, node, attempt, false, conflicted)
 		if err != nil {
@@ -201,7 +213,7 @@ const conflictCatchUp = 2 * time.Second
 func (w *Nodes) Uncordon(ctx context.Context, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error) {
 	attempt, conflicted := 0, ""
 	out := rec
-	err := retry.OnError(ConflictBackoff, apierrors.IsConflict, func() error {
+	err := onConflict(ctx, func() error {
 		attempt++
 		n, err := w.read(ctx, node, attempt, true, conflicted)
 		if err != nil {

@@ -383,9 +383,8 @@ func TestNodeWriteErrors(t *testing.T) {
 
 // TestCordonContextEnds: when the request context ends while Cordon waits
 // for the cache to show the write its patch conflicted with, Cordon gives up
-// at once: no read from the API, no second patch. (It returns the 409 it
-// retried, not the context's error: retry.OnError swaps an interrupted
-// error for the last retriable one.)
+// at once: no read from the API, no second patch, and the error says the
+// context ended (not only the 409 it was retrying).
 func TestCordonContextEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -424,8 +423,12 @@ func TestCordonContextEnds(t *testing.T) {
 				return t0
 			}
 			ctx := tc.ctx(t, e)
-			if _, err := e.w.Cordon(ctx, "r", "a", nodestep.Record{}, nil); err == nil {
+			_, err := e.w.Cordon(ctx, "r", "a", nodestep.Record{}, nil)
+			if err == nil {
 				t.Fatalf("Cordon succeeded after its context ended")
+			}
+			if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+				t.Errorf("Cordon = %v; want the context's end (%v)", err, ctx.Err())
 			}
 			if got := len(e.actions("patch")); got != 1 {
 				t.Errorf("%d patches; want only the one that conflicted", got)

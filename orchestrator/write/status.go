@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -184,7 +183,7 @@ func (w *Status) writeQueued(ctx context.Context) {
 }
 
 func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
-	return retry.OnError(ConflictBackoff, apierrors.IsConflict, func() error {
+	return onConflict(ctx, func() error {
 		w.mu.Lock()
 		cur := w.current[name]
 		w.mu.Unlock()
