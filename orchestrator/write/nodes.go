@@ -137,9 +137,9 @@ func (w *Nodes) Cordon(ctx context.Context, rollout, node string, rec nodestep.R
 }
 
 // Newest is the node as this process knows it best, without a request:
-// the cache once it holds this process's last patch (its version, or a
-// later one holding the same step record: then it is at least as new as
-// every write of ours, and it may hold others' later writes, such as the
+// the cache once it holds this process's last patch (a version holding the
+// same step record, not one known to be older: then it is at least as new
+// as every write of ours, and it may hold others' later writes, such as the
 // unschedulable taint), else what that last patch returned, else the cache
 // (nil when neither has it). A cached version this process knows to be
 // older is never taken for a later one, even when a patch left the step
@@ -150,10 +150,10 @@ func (w *Nodes) Newest(node string) *corev1.Node {
 	defer w.mu.Unlock()
 	mine := w.written[node]
 	switch {
-	case err == nil && mine != nil && c.ResourceVersion == mine.ResourceVersion:
-		delete(w.older, node) // the cache never goes back past what it shows
-		return c
 	case err == nil && mine != nil && !w.older[node][c.ResourceVersion] && c.Annotations[model.AnnotationStepSince] == mine.Annotations[model.AnnotationStepSince]:
+		if c.ResourceVersion == mine.ResourceVersion {
+			delete(w.older, node) // the cache never goes back past what it shows
+		}
 		return c
 	case mine != nil:
 		return mine
