@@ -412,20 +412,27 @@ func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...stri
 
 // waitSamples waits until every sample Deployment has its replicas available.
 func waitSamples(ctx context.Context, c *cluster.Cluster) error {
+	var waiting []string // what the last look found not yet available, for the error
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		ds, err := c.Client.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 		if err != nil {
+			waiting = []string{"listing Deployments: " + err.Error()}
 			return false, nil
 		}
+		waiting = waiting[:0]
 		for _, d := range ds.Items {
 			if d.Namespace != cluster.IstioNamespace && (d.Spec.Replicas == nil || d.Status.AvailableReplicas != *d.Spec.Replicas) {
-				return false, nil
+				want := int32(0)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				waiting = append(waiting, fmt.Sprintf("%s/%s %d/%d available", d.Namespace, d.Name, d.Status.AvailableReplicas, want))
 			}
 		}
-		return true, nil
+		return len(waiting) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the sample apps: %w", err)
+		return fmt.Errorf("waiting for the sample apps (%s): %w", strings.Join(waiting, ", "), err)
 	}
 	return nil
 }
