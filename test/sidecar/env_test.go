@@ -15,11 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/revisions"
@@ -244,15 +244,11 @@ func (e *env) waitPhase(name string, timeout time.Duration, phases ...v1alpha1.M
 // abort sets spec.abort, retrying while the controller's status writes conflict.
 func (e *env) abort(name string, scope v1alpha1.AbortScope) {
 	e.t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		rm, err := e.mc.Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		rm.Spec.Abort = scope
-		_, err = e.mc.Update(e.ctx, rm, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
+	// A merge patch of the one field, as a person's `kubectl patch` would:
+	// no resourceVersion, so the controller's status writes (one a restart)
+	// cannot make it conflict (a read-modify-update lost to them in CI).
+	patch := fmt.Sprintf(`{"spec":{"abort":%q}}`, scope)
+	if _, err := e.mc.Patch(e.ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		e.t.Fatalf("aborting %s: %v", name, err)
 	}
 }
