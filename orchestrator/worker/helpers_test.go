@@ -96,24 +96,6 @@ func testWorker(t *testing.T, c caches, g gate.Gate, nr *v1alpha1.NodeRollout, n
 // so a node can be driven through its steps with no API server: each
 // records what it was asked, and a test injects the errors it needs.
 
-// clock is a fake clock. Every read returns its time and moves it on by
-// step (0: it stands still). With a step longer than every timeout of the
-// policy, a wait until a deadline taken from an earlier read has always
-// passed: baselines, soaks and swap timeouts cost no real time.
-type clock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.t
-	c.t = c.t.Add(c.step)
-	return t
-}
-
 // t0 is when every test clock starts.
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
@@ -475,7 +457,7 @@ type rig struct {
 // newRig is a rig judged by g on clk, for a rollout whose spec drains
 // always, with a baseline, a soak and timeouts of five minutes, changed by
 // mut.
-func newRig(t *testing.T, g gate.Gate, clk *clock, mut func(*v1alpha1.NodeRolloutSpec)) *rig {
+func newRig(t *testing.T, g gate.Gate, clk *fixture.Clock, mut func(*v1alpha1.NodeRolloutSpec)) *rig {
 	t.Helper()
 	d := func() *v1alpha1.Duration { return v1alpha1.DurationOf(longTime) }
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: rollout, UID: "r-uid"},

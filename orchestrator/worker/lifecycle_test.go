@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
@@ -22,7 +23,7 @@ import (
 // worker that ends frees its slot and its claim, and a worker stopped by
 // an error while the leader still leads says so (it is resumed later).
 func TestStartRunsOneWorkerPerNode(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	core, logs := observer.New(zapcore.WarnLevel)
 	r.Log = zap.New(core)
 	var mu sync.Mutex
@@ -67,7 +68,7 @@ func TestStartRunsOneWorkerPerNode(t *testing.T) {
 // worker waits in a step stops the worker with nothing to report (the
 // planner forgets the node); any other stop returns its error.
 func TestRunNodeStopsQuietlyWhenTheNodeIsDeleted(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.resumeAt(v1alpha1.NodeSwapCNI, t0, nil)
 	r.replace.hold = true
 	_ = r.c.nodes.Delete(readyNode(node1))
@@ -80,7 +81,7 @@ func TestRunNodeStopsQuietlyWhenTheNodeIsDeleted(t *testing.T) {
 		t.Errorf("writes %v, status %+v: want nothing written for a deleted node", r.nodes.steps(), r.status.status())
 	}
 
-	r = newRig(t, passing(), &clock{t: t0}, nil)
+	r = newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.resumeAt(v1alpha1.NodeSwapCNI, t0, nil)
 	r.replace.err = apierrors.NewForbidden(corev1.Resource("pods"), "istio-cni-node-old", errors.New("RBAC"))
 	if err := r.runNode(t.Context(), r.nr, r.p, node1); !apierrors.IsForbidden(err) {
@@ -106,7 +107,7 @@ func TestPersistState(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := passing()
-			r := newRig(t, g, &clock{t: t0}, nil)
+			r := newRig(t, g, &fixture.Clock{T: t0}, nil)
 			r.resumeAt(v1alpha1.NodeFailed, t0.Add(-time.Hour), nil)
 			r.status.st.Nodes = []v1alpha1.NodeStatus{{Name: node1, State: v1alpha1.NodeFailed, Reason: "gate Fail"}}
 			if err := r.PersistState(t.Context(), r.nr, node1, tc.st, tc.reason); err != nil {
@@ -129,7 +130,7 @@ func TestPersistState(t *testing.T) {
 		})
 	}
 
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.nodes.fail = func(string, v1alpha1.NodeState) error { return apierrors.NewNotFound(corev1.Resource("nodes"), node1) }
 	if err := r.PersistState(t.Context(), r.nr, node1, v1alpha1.NodeDone, ""); !apierrors.IsNotFound(err) {
 		t.Errorf("PersistState on a deleted node: %v, want NotFound", err)
@@ -162,7 +163,7 @@ func TestNodeRecordReadsOneWay(t *testing.T) {
 		}, v1alpha1.NodeSkipped, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 			tc.setup(r)
 			rec, st, fromRecord := r.nodeRecord(r.nr, node1)
 			if st != tc.want || fromRecord != tc.fromRecord {

@@ -10,6 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
@@ -37,7 +38,7 @@ func TestPreflightChecks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := passing()
-			r := newRig(t, g, &clock{t: t0}, nil)
+			r := newRig(t, g, &fixture.Clock{T: t0}, nil)
 			tc.setup(r, g)
 			err := r.preflightChecks(t.Context(), r.nr, r.p, node1)
 			switch {
@@ -69,7 +70,7 @@ func TestPreflightHaltsThroughTheWorker(t *testing.T) {
 		{"skew unchecked", func(r *rig) { r.world.skew = unchecked }, unchecked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			tc.setup(r)
 			err := r.drive(t.Context())
 			if !errors.Is(err, tc.err) {
@@ -103,7 +104,7 @@ func (brokenWorld) Snapshot(*v1alpha1.NodeRollout, model.Policy) (model.Snapshot
 func TestUnobservableWorldAndKeeperErrors(t *testing.T) {
 	g := passing()
 	g.keepErr = errors.New("no samples")
-	r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	r.World = brokenWorld{&world{}}
 	if err := r.drive(t.Context()); err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func TestJudgeReadsThePersistedRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := passing()
-			r := newRig(t, g, &clock{t: t0}, nil)
+			r := newRig(t, g, &fixture.Clock{T: t0}, nil)
 			r.status.st.Nodes = []v1alpha1.NodeStatus{{Name: node1, State: v1alpha1.NodeSoak, Baseline: "kept",
 				Judgement: &v1alpha1.NodeJudgement{Judgements: 7, JudgedAt: tc.judgedAt.Format(time.RFC3339)}}}
 			rec := nodestep.Record{Step: v1alpha1.NodeSoak, SwapSince: swapAt, SoakSince: soakAt}
@@ -185,7 +186,7 @@ func TestBaselineStart(t *testing.T) {
 // TestWithLiveGates: the gates are taken from the cache only from the
 // same rollout (not one deleted or recreated under its name).
 func TestWithLiveGates(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.edit(func(nr *v1alpha1.NodeRollout) { nr.Spec.Gates.ControlGroup = v1alpha1.ControlGroupDisabled })
 	nr, p := r.withLiveGates(r.nr, r.p)
 	if nr == r.nr || nr.Spec.Gates.ControlGroup != v1alpha1.ControlGroupDisabled || !p.NoControlGroup || r.nr.Spec.Gates.ControlGroup != "" {
@@ -205,7 +206,7 @@ func TestWithLiveGates(t *testing.T) {
 // node not on the newest revision, none once it is, none for a target
 // the caches do not hold.
 func TestOldPod(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	cni := model.DefaultTargets[0]
 	if got := r.oldPod(cni, node1); got != "istio-cni-node-old-uid" {
 		t.Errorf("oldPod = %q, want the old pod's UID", got)

@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
@@ -28,7 +29,7 @@ import (
 // and the swap records forgotten.
 func TestNodeWalksEveryStepToDone(t *testing.T) {
 	g := passing()
-	r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	r.Claims.Claim(rollout, node1)
 	if err := r.drive(t.Context()); err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestNoBaselineNoSoakNoDrain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &judgeGate{verdict: health.Verdict{Outcome: tc.outcome, Reasons: []string{"judged"}}}
-			r := newRig(t, g, &clock{t: t0}, func(s *v1alpha1.NodeRolloutSpec) {
+			r := newRig(t, g, &fixture.Clock{T: t0}, func(s *v1alpha1.NodeRolloutSpec) {
 				s.Baseline, s.Soak, s.Drain.Policy = v1alpha1.DurationOf(0), v1alpha1.DurationOf(0), v1alpha1.DrainNever
 			})
 			if err := r.drive(t.Context()); err != nil {
@@ -169,7 +170,7 @@ func TestGateThatDoesNotPassHalts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &judgeGate{verdict: tc.verdict, err: tc.err}
-			r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			if err := r.drive(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +205,7 @@ func TestGateThatDoesNotPassHalts(t *testing.T) {
 func TestGateRoundsArePersisted(t *testing.T) {
 	g := passing()
 	g.progress = true
-	r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	var seen []string
 	r.status.fail = func(after v1alpha1.NodeRolloutStatus) error {
 		seen = append(seen, model.NodeEntry(&after, node1).Verdict)
@@ -233,7 +234,7 @@ func TestGatesEditedWhileJudgedAreJudgedAgain(t *testing.T) {
 		}
 		return g.verdict, nil
 	}
-	r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	r.edit(func(live *v1alpha1.NodeRollout) {
 		live.Spec.Gates.ConsecutiveFailures = 5
 		live.Spec.Gates.ControlGroup = v1alpha1.ControlGroupDisabled
@@ -269,7 +270,7 @@ func TestSwapFailuresHaltAndKeepTheNodeCordoned(t *testing.T) {
 			"istio-system/istio-cni-node not Ready on the new revision within the swap timeout 5m0s: pod istio-cni-node-old is on revision old, not new"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			tc.break_(r)
 			if err := r.drive(t.Context()); err != nil {
 				t.Fatal(err)
@@ -295,7 +296,7 @@ func TestSwapFailuresHaltAndKeepTheNodeCordoned(t *testing.T) {
 // TestAnEarlierHaltReasonStays: a node failing in a rollout already halted
 // by another node does not replace the first halt reason.
 func TestAnEarlierHaltReasonStays(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	r.status.st = v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: "node n0: gate Fail"}
 	r.replace.err = nodestep.Halt(nodestep.HaltSwapFailed, "refused")
 	if err := r.drive(t.Context()); err != nil {
@@ -310,7 +311,7 @@ func TestAnEarlierHaltReasonStays(t *testing.T) {
 // preflight fails with preflight_failed and is handed back (uncordoned in
 // the Failed record's patch) before anything was cordoned or swapped.
 func TestPreflightFailureHandsTheNodeBack(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 	n := readyNode(node1)
 	n.Status.Conditions[0].Status = "False"
 	_ = r.c.nodes.Update(n)
@@ -368,7 +369,7 @@ func TestWriteErrorsStopTheWorker(t *testing.T) {
 		{"drain forbidden", func(r *rig) { r.drain.err = forbidden }, apierrors.IsForbidden, "patch Drain", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			tc.break_(r)
 			err := r.drive(t.Context())
 			if !tc.is(err) {
@@ -411,7 +412,7 @@ func TestResumedStepsActAgain(t *testing.T) {
 		{"uncordon Forbidden", v1alpha1.NodeUncordon, "uncordon", apierrors.NewForbidden(corev1.Resource("nodes"), node1, errors.New("RBAC")), apierrors.IsForbidden, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			r.resumeAt(tc.at, t0.Add(-time.Minute), nil)
 			r.nodes.fail = func(op string, _ v1alpha1.NodeState) error {
 				if op == tc.failOp {
@@ -442,7 +443,7 @@ func TestResumedStepsActAgain(t *testing.T) {
 // TestUnknownRecordStops: a record whose step this version does not know
 // stops the worker with that reason, writing nothing.
 func TestUnknownRecordStops(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.resumeAt("Reticulate", t0, nil)
 	err := r.drive(t.Context())
 	if err == nil || !strings.Contains(err.Error(), `unknown persisted step "Reticulate"`) || len(r.nodes.steps()) != 0 {
@@ -485,7 +486,7 @@ func TestLeavingBetweenSteps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := passing()
-			r := newRig(t, g, &clock{t: t0, step: 10 * time.Minute}, nil)
+			r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
 			change := func() {
 				if tc.deleted {
 					_ = r.Rollouts.Delete(r.nr)
@@ -530,7 +531,7 @@ func TestLeavingBetweenSteps(t *testing.T) {
 // node's AbortCleanup ends it as an abort even though the abort was
 // withdrawn meanwhile; a node not on the new revision goes back Pending.
 func TestCleanupResumedAfterTheAbortWasWithdrawn(t *testing.T) {
-	r := newRig(t, passing(), &clock{t: t0}, nil)
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 	r.resumeAt(v1alpha1.NodeAbortCleanup, t0, func(rec *nodestep.Record) { rec.CordonedBy, rec.PriorUnschedulable = rollout, "false" })
 	r.nodes.nodes[node1].Spec.Unschedulable = true
 	if err := r.drive(t.Context()); err != nil {
@@ -568,7 +569,7 @@ func TestLeaving(t *testing.T) {
 		}, node1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, passing(), &clock{t: t0}, nil)
+			r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
 			if tc.edit == nil {
 				_ = r.Rollouts.Delete(r.nr)
 			} else {
@@ -589,17 +590,17 @@ func TestContextEndsTheWorker(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		setup func(r *rig, cancel context.CancelFunc)
-		clock *clock
+		clock *fixture.Clock
 		is    error
 		last  string
 	}{
 		{"cancelled in the swap", func(r *rig, cancel context.CancelFunc) { r.replace.during, r.replace.hold = cancel, true },
-			&clock{t: t0, step: 10 * time.Minute}, context.Canceled, "patch SwapCNI"},
-		{"deadline in the soak", func(r *rig, _ context.CancelFunc) {}, &clock{t: t0}, context.DeadlineExceeded, "patch Soak"},
+			&fixture.Clock{T: t0, Step: 10 * time.Minute}, context.Canceled, "patch SwapCNI"},
+		{"deadline in the soak", func(r *rig, _ context.CancelFunc) {}, &fixture.Clock{T: t0}, context.DeadlineExceeded, "patch Soak"},
 		{"held after the drain's record", func(r *rig, _ context.CancelFunc) { r.HoldAfterPersist = v1alpha1.NodeDrain },
-			&clock{t: t0, step: 10 * time.Minute}, context.DeadlineExceeded, "patch Drain"},
+			&fixture.Clock{T: t0, Step: 10 * time.Minute}, context.DeadlineExceeded, "patch Drain"},
 		{"held as the surge swap begins", func(r *rig, _ context.CancelFunc) { r.HoldAfterPersist = v1alpha1.NodeSwapZtunnel },
-			&clock{t: t0, step: 10 * time.Minute}, context.DeadlineExceeded, "patch SwapCNI"},
+			&fixture.Clock{T: t0, Step: 10 * time.Minute}, context.DeadlineExceeded, "patch SwapCNI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fixed clock waits the soak for real; no baseline keeps the

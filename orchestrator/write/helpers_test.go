@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,22 +40,6 @@ func fastConflicts(t *testing.T) {
 	saved := ConflictBackoff
 	ConflictBackoff = wait.Backoff{Steps: 4, Duration: time.Millisecond, Factor: 1}
 	t.Cleanup(func() { ConflictBackoff = saved })
-}
-
-// stepClock is a fake clock that moves on by step at every reading, so the
-// wait for the cache after a conflict runs out without real waiting.
-type stepClock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.t
-	c.t = c.t.Add(c.step)
-	return now
 }
 
 // testNode is a node at resourceVersion rv with annotations ann (pairs).
@@ -96,7 +79,7 @@ func newNodesEnv(t *testing.T, api, cached []*corev1.Node) *nodesEnv {
 		}
 	}
 	events := record.NewFakeRecorder(10)
-	clock := &stepClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), step: time.Second}
+	clock := &fixture.Clock{T: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Step: time.Second}
 	w := &Nodes{Kube: kube, Cache: corelisters.NewNodeLister(idx), Changes: &observe.Changes{}, Now: clock.Now, Log: zap.NewNop(), Recorder: events}
 	return &nodesEnv{w: w, kube: kube, idx: idx, events: events}
 }
