@@ -2,22 +2,20 @@ package bpf
 
 import (
 	"net"
-	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodewise/nodewise/test/netrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // BenchmarkProgramsLoopbackChurn opens and closes b.N loopback connections
 // with the programs attached and the kernel's run-time stats on, and reports
 // each program's mean cost per run and the programs' time per connection.
 func BenchmarkProgramsLoopbackChurn(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("SKIP: needs root to load eBPF")
-	}
+	testkit.RequireRoot(b, "load eBPF")
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		b.Fatalf("enabling BPF stats: %v", err)

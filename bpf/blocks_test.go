@@ -2,11 +2,11 @@ package bpf
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/nodewise/nodewise/test/netrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestCountersSpillToHashWhenBlocksRunOut loads the programs with a single
@@ -68,9 +68,7 @@ func TestCountersOfKeysThatArriveBetweenReads(t *testing.T) {
 // when the test ends.
 func loadForTest(t *testing.T, blocks uint32) *Probe {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF: skipping")
-	}
+	testkit.RequireRoot(t, "load eBPF")
 	var err error
 	if blocks == 0 {
 		if blocks, err = counterBlocks(); err != nil {

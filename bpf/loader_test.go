@@ -2,21 +2,18 @@ package bpf
 
 import (
 	"net"
-	"os"
 	"runtime"
 	"testing"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestLoadCountsLoopbackRefusal loads the programs and checks that a refused
 // connect on loopback shows up as a reset sent, a reset received and a
 // refused connect in this process's network namespace.
 func TestLoadCountsLoopbackRefusal(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF: skipping")
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skipf("kernel has no BTF (%v): skipping", err)
-	}
+	testkit.RequireRoot(t, "load eBPF")
+	testkit.RequireBTF(t)
 	p, err := Load()
 	if err != nil {
 		t.Fatalf("Load: %v", err)

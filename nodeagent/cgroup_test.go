@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/test/netrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // cgroup2Root finds a cgroup v2 mount: /sys/fs/cgroup on unified hosts,
@@ -24,7 +25,7 @@ func cgroup2Root(t *testing.T) string {
 			}
 		}
 	}
-	t.Skip("SKIP: no cgroup v2 mount found under /sys/fs/cgroup")
+	testkit.Unavailable(t, "no cgroup v2 mount found under /sys/fs/cgroup")
 	return ""
 }
 

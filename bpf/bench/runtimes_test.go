@@ -2,7 +2,6 @@ package bench
 
 import (
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/bpf"
 	"github.com/nodewise/nodewise/test/netrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 func TestRunTimesQuantile(t *testing.T) {
@@ -35,9 +35,7 @@ func TestRunTimesQuantile(t *testing.T) {
 // duration per run of the state program (as the kernel counts them) and
 // that the empty timed program runs on the same hook.
 func TestTimedBuildTimesEveryRun(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load eBPF: skipping")
-	}
+	testkit.RequireRoot(t, "load eBPF")
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		t.Fatalf("enabling BPF stats: %v", err)

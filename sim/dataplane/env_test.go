@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // liveEnv is a simulated cluster whose pods run on the live data plane,
@@ -23,7 +24,7 @@ type liveEnv struct {
 
 func newLiveEnv(t *testing.T, nodes int, traffic Traffic) *liveEnv {
 	t.Helper()
-	RequireKernel(t)
+	testkit.RequireNetns(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

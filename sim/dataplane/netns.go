@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -92,17 +91,4 @@ func inNetns(name string, fn func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return ferr
-}
-
-// RequireKernel skips, saying why, unless the test can build namespaces.
-func RequireKernel(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: not root (euid %d): cannot create network namespaces", os.Geteuid())
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("SKIP: %s not installed (run make deps): %v", tool, err)
-		}
-	}
 }

@@ -5,13 +5,15 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // twoPods builds a fabric with a server pod and an ambient client pod whose
 // traffic a stand-in process (grace seconds, image tag) proxies.
 func twoPods(t *testing.T, grace, tag string, traffic Traffic) (client *app, proc *standinProc) {
 	t.Helper()
-	RequireKernel(t)
+	testkit.RequireNetns(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +90,7 @@ func TestStandinResetsAtDrainDeadline(t *testing.T) {
 // TestStandinExitsWhenIdle: with no connection to keep, the stand-in exits
 // at once on SIGTERM instead of waiting for its deadline.
 func TestStandinExitsWhenIdle(t *testing.T) {
-	RequireKernel(t)
+	testkit.RequireNetns(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

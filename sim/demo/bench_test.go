@@ -54,9 +54,7 @@ const benchPreStopEnv = "NODEWISE_BENCH_PRESTOP"
 // gone, then the requests in flight are answered); NODEWISE_BENCH_PRESTOP=-1s
 // runs the rig's old abrupt apps instead. Run it with `make bench-disruption`.
 func BenchmarkDisruption(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("SKIP: not root: cannot create network namespaces")
-	}
+	testkit.RequireNetns(b)
 	var preStop time.Duration
 	if v := os.Getenv(benchPreStopEnv); v != "" {
 		d, err := time.ParseDuration(v)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/sim/dataplane"
 	"github.com/nodewise/nodewise/test/testkit"
 )
 
@@ -20,7 +19,7 @@ import (
 // plane, sends SIGINT once traffic flows, and checks that no network
 // namespace, process or mount of the run is left.
 func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
-	dataplane.RequireKernel(t)
+	testkit.RequireNetns(t)
 	bin := filepath.Join(t.TempDir(), "nodewise")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
 	build.Dir = testkit.RepoRoot()

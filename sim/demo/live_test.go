@@ -66,7 +66,7 @@ func newLiveEnvWired(t testing.TB, nodes int, wire wireAgents, istio ...func(*cl
 // newLiveEnvTraffic is newLiveEnvWired with the app clients' traffic.
 func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
-	dataplane.RequireKernel(t)
+	testkit.RequireNetns(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/dataplane"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // surgeTraffic is the live traffic with a background of aborted requests
@@ -179,9 +179,7 @@ func countRows(ns v1alpha1.NodeStatus) []string {
 // the rollout ended, the canary's node rows (resets before → after), its
 // verdict, and last one line per run. Run it with `make bench-surge` (root).
 func BenchmarkClusterWideSurge(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("SKIP: not root: cannot create network namespaces")
-	}
+	testkit.RequireNetns(b)
 	type result struct {
 		control  string
 		phase    v1alpha1.RolloutPhase

@@ -22,6 +22,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // The main goroutine keeps the process's main thread for itself. Enter
@@ -34,19 +36,14 @@ import (
 // namespace for the rest of the test binary.
 func init() { runtime.LockOSThread() }
 
-// RequireKernel skips t, saying why, unless the process is root on a kernel
-// with BTF: what loading the agent's eBPF and building namespaces needs.
+// RequireKernel ends t unless the process is root on a kernel with BTF and
+// has iproute2: what loading the agent's eBPF and building namespaces needs
+// (a failure under make test, a skip elsewhere: testkit.Unavailable).
 func RequireKernel(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("SKIP: not root (euid %d): cannot load eBPF or create network namespaces", os.Geteuid())
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skipf("SKIP: kernel has no BTF (%v): the eBPF programs need it", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("SKIP: iproute2 'ip' not installed (run make deps): %v", err)
-	}
+	testkit.RequireRoot(t, "load eBPF or create network namespaces")
+	testkit.RequireBTF(t)
+	testkit.RequireTools(t, "ip")
 }
 
 // Rig is one test's set of namespaces: a hub namespace with a bridge and
