@@ -3,7 +3,6 @@ package health
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	promapi "github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 
 	"github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/zap"
@@ -69,13 +72,13 @@ type PrometheusGate struct {
 	*PrometheusClient
 }
 
-// PrometheusClient queries one Prometheus server's HTTP API through the
-// gates' retrying client, within an AddressPolicy. The sidecar wing's
-// built-in gates use it for queries of their own.
+// PrometheusClient queries one Prometheus server's HTTP API with
+// client_golang's API client, over the gates' retrying transport, within an
+// AddressPolicy. The sidecar wing's built-in gates use it for queries of
+// their own.
 type PrometheusClient struct {
-	base      *url.URL
-	http      *retryablehttp.Client
-	tokenFile string
+	base *url.URL
+	api  promv1.API
 }
 
 var queryName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -161,7 +164,49 @@ func NewPrometheusClient(cfg PrometheusGateConfig) (*PrometheusClient, error) {
 		}
 		return nil
 	}
-	return &PrometheusClient{base: u, http: hc, tokenFile: cfg.BearerTokenFile}, nil
+	ac, err := promapi.NewClient(promapi.Config{
+		Address: u.String(),
+		Client:  &http.Client{Transport: &promTransport{retry: hc, tokenFile: cfg.BearerTokenFile}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gates.prometheus.address %q: %w", cfg.Address, err)
+	}
+	return &PrometheusClient{base: u, api: promv1.NewAPI(ac)}, nil
+}
+
+// promTransport carries the API client's requests through the retrying
+// client: it adds the bearer token, read from its file on every request (a
+// projected token rotates), and bounds what a response may bring.
+type promTransport struct {
+	retry     *retryablehttp.Client
+	tokenFile string
+}
+
+// maxPromResponse bounds one query's response: a judge's query selects one
+// node's series, so 16 MiB is far beyond any sane answer.
+const maxPromResponse = 16 << 20
+
+func (t *promTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rr, err := retryablehttp.FromRequest(req)
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	if t.tokenFile != "" {
+		tok, err := readTokenFile(t.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		rr.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := t.retry.Do(rr)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(resp.Body, maxPromResponse), resp.Body}
+	return resp, nil
 }
 
 // Name implements ExternalGate.
@@ -262,101 +307,37 @@ func (c *PrometheusClient) Query(ctx context.Context, q string, at time.Time) ([
 	return out, nil
 }
 
-// promResponse is the part of /api/v1/query's JSON the gate reads.
-type promResponse struct {
-	Status    string `json:"status"`
-	ErrorType string `json:"errorType"`
-	Error     string `json:"error"`
-	Data      struct {
-		ResultType string          `json:"resultType"`
-		Result     json.RawMessage `json:"result"`
-	} `json:"data"`
-}
-
 func (c *PrometheusClient) query(ctx context.Context, q string) ([]promSample, error) {
 	return c.queryAt(ctx, q, time.Time{})
 }
 
+// queryAt evaluates q at time at (the server's now when zero). A query the
+// server rejects as malformed (bad_data) wraps ErrBadQuery.
 func (c *PrometheusClient) queryAt(ctx context.Context, q string, at time.Time) ([]promSample, error) {
-	u := c.base.JoinPath("/api/v1/query")
-	v := url.Values{"query": {q}}
-	if !at.IsZero() {
-		v.Set("time", strconv.FormatFloat(float64(at.UnixMilli())/1000, 'f', 3, 64))
-	}
-	u.RawQuery = v.Encode()
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	val, _, _, err := c.api.Query(ctx, q, at) // a zero time is left out: the server's now
 	if err != nil {
-		return nil, fmt.Errorf("building the request: %w", err)
-	}
-	if c.tokenFile != "" {
-		tok, err := readTokenFile(c.tokenFile)
-		if err != nil {
-			return nil, err
+		var apiErr *promv1.Error
+		if errors.As(err, &apiErr) && apiErr.Type == promv1.ErrBadData {
+			return nil, fmt.Errorf("%w: %s", ErrBadQuery, apiErr.Msg)
 		}
-		req.Header.Set("Authorization", "Bearer "+tok)
+		return nil, fmt.Errorf("querying %s: %w", c.base.Redacted(), err)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", c.base.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, fmt.Errorf("reading the response: %w", err)
-	}
-	var pr promResponse
-	if err := json.Unmarshal(body, &pr); err != nil {
-		return nil, fmt.Errorf("%s from %s, not a Prometheus API response: %.200s", resp.Status, c.base.Redacted(), body)
-	}
-	if pr.Status != "success" {
-		if pr.ErrorType == "bad_data" {
-			return nil, fmt.Errorf("%w: %s", ErrBadQuery, pr.Error)
-		}
-		return nil, fmt.Errorf("%s: %s: %s", resp.Status, pr.ErrorType, pr.Error)
-	}
-	switch pr.Data.ResultType {
-	case "vector":
-		var v []struct {
-			Metric map[string]string `json:"metric"`
-			Value  [2]any            `json:"value"`
-		}
-		if err := json.Unmarshal(pr.Data.Result, &v); err != nil {
-			return nil, fmt.Errorf("decoding the vector: %w", err)
-		}
+	switch v := val.(type) {
+	case model.Vector:
 		out := make([]promSample, 0, len(v))
 		for _, s := range v {
-			f, err := sampleValue(s.Value)
-			if err != nil {
-				return nil, err
+			m := make(map[string]string, len(s.Metric))
+			for k, lv := range s.Metric {
+				m[string(k)] = string(lv)
 			}
-			out = append(out, promSample{labels: formatLabels(s.Metric), metric: s.Metric, value: f})
+			out = append(out, promSample{labels: formatLabels(m), metric: m, value: float64(s.Value)})
 		}
 		return out, nil
-	case "scalar":
-		var s [2]any
-		if err := json.Unmarshal(pr.Data.Result, &s); err != nil {
-			return nil, fmt.Errorf("decoding the scalar: %w", err)
-		}
-		f, err := sampleValue(s)
-		if err != nil {
-			return nil, err
-		}
-		return []promSample{{value: f}}, nil
+	case *model.Scalar:
+		return []promSample{{value: float64(v.Value)}}, nil
 	default:
-		return nil, fmt.Errorf("the query returns a %s; the gate needs an instant vector or a scalar", pr.Data.ResultType)
+		return nil, fmt.Errorf("the query returns a %s; the gate needs an instant vector or a scalar", val.Type())
 	}
-}
-
-func sampleValue(v [2]any) (float64, error) {
-	s, ok := v[1].(string)
-	if !ok {
-		return 0, fmt.Errorf("sample value %v is not a string", v[1])
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return 0, fmt.Errorf("sample value %q: %w", s, err)
-	}
-	return f, nil
 }
 
 func formatLabels(m map[string]string) string {
