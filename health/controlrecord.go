@@ -30,6 +30,10 @@ type ControlRecord struct {
 // 48 KiB of records in status, however many control nodes it has.
 const DefaultControlRecordBytes = 16 << 10
 
+// minItemBytes is less than any control node or pod adds to an encoded
+// record (a pod's UID alone is 36 random characters).
+const minItemBytes = 8
+
 // controlsVersion is the encoding's version; DecodeControls refuses others.
 const controlsVersion = 1
 
@@ -162,10 +166,15 @@ func EncodeControls(c ControlRecord, lim RecordLimits) (enc string, keptNodes, k
 		s, err := pack(w, "the control group's record")
 		return s, len(order), podsKept, err == nil && len(s) <= lim.MaxBytes
 	}
-	if s, kn, kp, ok := fits(len(items)); ok {
-		return s, kn, kp, nil
+	// No item encodes in fewer than minItemBytes, so a group of thousands
+	// of pods is never encoded whole to find that it does not fit.
+	hi := min(len(items), lim.MaxBytes/minItemBytes+1)
+	if hi == len(items) {
+		if s, kn, kp, ok := fits(hi); ok {
+			return s, kn, kp, nil
+		}
 	}
-	lo, hi := 0, len(items) // fits(lo) holds, or lo is 0
+	lo := 0 // fits(lo) holds, or lo is 0; fits(hi) does not
 	for lo < hi-1 {
 		mid := (lo + hi) / 2
 		if s, kn, kp, ok := fits(mid); ok {
