@@ -149,18 +149,44 @@ type podID struct {
 // baseline sample: keep's first, then by traffic over the window, most
 // first, then by key.
 func rankPods(list []RecordedSample, keep func(PodKey) bool) []podID {
+	ranked := rankedPods(list, keep)
+	out := make([]podID, len(ranked))
+	for i, c := range ranked {
+		out[i] = c.id
+	}
+	return out
+}
+
+// rankedPod is a pod rankPods lists, with what it was ranked by.
+type rankedPod struct {
+	id      podID
+	keep    bool
+	traffic uint64
+}
+
+// before orders pods as rankPods does: keep's first, then the most
+// traffic, then by key.
+func (a rankedPod) before(b rankedPod) bool {
+	if a.keep != b.keep {
+		return a.keep
+	}
+	if a.traffic != b.traffic {
+		return a.traffic > b.traffic
+	}
+	if a.id.key != b.id.key {
+		return a.id.key.less(b.id.key)
+	}
+	return a.id.uid < b.id.uid
+}
+
+func rankedPods(list []RecordedSample, keep func(PodKey) bool) []rankedPod {
 	first, last := list[0].Snapshot, list[len(list)-1].Snapshot
 	start := map[podID]uint64{}
 	for i := range first.Pods {
 		p := &first.Pods[i]
 		start[podID{keyOf(p), p.UID}] = p.traffic()
 	}
-	type cand struct {
-		id      podID
-		keep    bool
-		traffic uint64
-	}
-	var cs []cand
+	var cs []rankedPod
 	for i := range last.Pods {
 		p := &last.Pods[i]
 		id := podID{keyOf(p), p.UID}
@@ -172,26 +198,10 @@ func rankPods(list []RecordedSample, keep func(PodKey) bool) []podID {
 		if t := p.traffic(); t > t0 {
 			d = t - t0
 		}
-		cs = append(cs, cand{id, keep != nil && keep(id.key), d})
+		cs = append(cs, rankedPod{id, keep != nil && keep(id.key), d})
 	}
-	sort.Slice(cs, func(i, j int) bool {
-		a, b := cs[i], cs[j]
-		if a.keep != b.keep {
-			return a.keep
-		}
-		if a.traffic != b.traffic {
-			return a.traffic > b.traffic
-		}
-		if a.id.key != b.id.key {
-			return a.id.key.less(b.id.key)
-		}
-		return a.id.uid < b.id.uid
-	})
-	out := make([]podID, len(cs))
-	for i, c := range cs {
-		out[i] = c.id
-	}
-	return out
+	sort.Slice(cs, func(i, j int) bool { return cs[i].before(cs[j]) })
+	return cs
 }
 
 func (p *PodCounters) traffic() uint64 {
@@ -253,6 +263,11 @@ const maxRowLen = 1 << 10
 func fullSample(i, base int) bool { return i == 0 || i >= base-1 }
 
 func encodeWire(r BaselineRecord, pods []podID) (string, error) {
+	return pack(wireOf(r, pods), "the baseline record of node "+r.Node)
+}
+
+// wireOf is r's wire form with the pods listed.
+func wireOf(r BaselineRecord, pods []podID) wireRecord {
 	samples := append([]RecordedSample(nil), r.Baseline...)
 	base := len(samples)
 	w := wireRecord{V: recordVersion, Node: r.Node, Base: r.BaselineStart.UnixNano(), Swap: r.SwapStart.UnixNano(), Pods: r.Pods, Samples: r.Samples}
@@ -310,17 +325,22 @@ func encodeWire(r BaselineRecord, pods []podID) (string, error) {
 		}
 		w.P = append(w.P, wp)
 	}
-	data, err := json.Marshal(w)
+	return w
+}
+
+// pack encodes v as the records are: JSON, gzip, base64.
+func pack(v any, what string) (string, error) {
+	data, err := json.Marshal(v)
 	if err != nil {
-		return "", fmt.Errorf("encoding the baseline record of node %s: %w", r.Node, err)
+		return "", fmt.Errorf("encoding %s: %w", what, err)
 	}
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if _, err := zw.Write(data); err != nil {
-		return "", fmt.Errorf("compressing the baseline record of node %s: %w", r.Node, err)
+		return "", fmt.Errorf("compressing %s: %w", what, err)
 	}
 	if err := zw.Close(); err != nil {
-		return "", fmt.Errorf("compressing the baseline record of node %s: %w", r.Node, err)
+		return "", fmt.Errorf("compressing %s: %w", what, err)
 	}
 	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
@@ -386,27 +406,41 @@ func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 // another version, or whose parts disagree is an error wrapping
 // ErrRecordCorrupt.
 func DecodeRecord(enc string) (BaselineRecord, error) {
-	corrupt := func(format string, args ...any) (BaselineRecord, error) {
-		return BaselineRecord{}, fmt.Errorf("%w: %s", ErrRecordCorrupt, fmt.Sprintf(format, args...))
+	var w wireRecord
+	if err := unpack(enc, &w); err != nil {
+		return BaselineRecord{}, err
 	}
+	if w.V != recordVersion {
+		return BaselineRecord{}, fmt.Errorf("%w: version %d, this build reads %d", ErrRecordCorrupt, w.V, recordVersion)
+	}
+	return fromWire(w)
+}
+
+// unpack reverses pack; its errors wrap ErrRecordCorrupt.
+func unpack(enc string, v any) error {
 	raw, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
-		return corrupt("base64: %v", err)
+		return fmt.Errorf("%w: base64: %v", ErrRecordCorrupt, err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return corrupt("gzip: %v", err)
+		return fmt.Errorf("%w: gzip: %v", ErrRecordCorrupt, err)
 	}
 	data, err := io.ReadAll(io.LimitReader(zr, 16<<20))
 	if err != nil {
-		return corrupt("gzip: %v", err)
+		return fmt.Errorf("%w: gzip: %v", ErrRecordCorrupt, err)
 	}
-	var w wireRecord
-	if err := json.Unmarshal(data, &w); err != nil {
-		return corrupt("json: %v", err)
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: json: %v", ErrRecordCorrupt, err)
 	}
-	if w.V != recordVersion {
-		return corrupt("version %d, this build reads %d", w.V, recordVersion)
+	return nil
+}
+
+// fromWire is the record w holds, checked: parts that disagree are an
+// error wrapping ErrRecordCorrupt.
+func fromWire(w wireRecord) (BaselineRecord, error) {
+	corrupt := func(format string, args ...any) (BaselineRecord, error) {
+		return BaselineRecord{}, fmt.Errorf("%w: %s", ErrRecordCorrupt, fmt.Sprintf(format, args...))
 	}
 	n := len(w.T)
 	if len(w.Start) != n || len(w.Seq) != n || len(w.Mode) != n || len(w.Agent) != n {

@@ -321,6 +321,15 @@ type NodeStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32768
 	Baseline string `json:"baseline,omitempty"`
+	// Controls is the judge's record of the node's control nodes: of each,
+	// the first and last baseline samples and the soak's first, for the
+	// most connected pods across the group (base64 of gzipped JSON, at most
+	// 16 KiB), written and cleared with Baseline. A successor leader judges
+	// the node against its control group from it; without it, before/after
+	// alone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	Controls string `json:"controls,omitempty"`
 }
 
 // RolloutCounts sums the node entries.

@@ -50,6 +50,10 @@ type GateInput struct {
 	// (status.nodes[].baseline), read back after a restart: a gate whose own
 	// samples lack the node's baseline judges from it. "" when none.
 	Record string
+	// Controls is the Keeper's record of the control nodes' samples
+	// (status.nodes[].controls), read back after a restart: a gate whose
+	// own samples lack a control's baseline takes it from there. "" none.
+	Controls string
 }
 
 // KeepInput is what a Keeper records: a node's baseline window (and, once
@@ -65,17 +69,31 @@ type KeepInput struct {
 	// Record is the one persisted so far in this attempt ("" none): a
 	// successor's gate takes the baseline back from it.
 	Record string
+	// Control are the node's control nodes as the rollout stands (as
+	// GateInput.Control), and Controls their record persisted so far in
+	// this attempt ("" none).
+	Control  []string
+	Controls string
+}
+
+// Kept is what a Keeper returns to persist: the node's record
+// (status.nodes[].baseline) and its control nodes' (.controls); "" for
+// either persists none.
+type Kept struct {
+	Baseline, Controls string
 }
 
 // Keeper is implemented by gates whose judgement reads samples taken before
 // the swap (the judge), which a successor leader would otherwise not have.
 // The orchestrator calls Keep when the baseline window ends (the cordon)
 // and when the soak starts, and persists what it returns in the node's
-// status entry (status.nodes[].baseline) before the step acts; the entry is
-// cleared when the node leaves flight. An error persists nothing: the gate
-// then fails the node closed on a handover, as without a record.
+// status entry (status.nodes[].baseline, and the control nodes' in
+// .controls) before the step acts; both are cleared when the node leaves
+// flight. An error persists nothing: the gate then fails the node closed
+// on a handover, as without a record. A Kept without Controls leaves the
+// successor to judge the node without its control group.
 type Keeper interface {
-	Keep(ctx context.Context, in KeepInput) (string, error)
+	Keep(ctx context.Context, in KeepInput) (Kept, error)
 }
 
 // PrepareInput is what a Preparer needs at a node's preflight: the node,

@@ -173,7 +173,7 @@ func (g *Gate) controls(ctx context.Context, in gate.GateInput) ([]health.Contro
 		_ = g.cfg.Recorder.Sample(ctx, c)
 		baseline, soakStart, err := g.cfg.Recorder.Windows(c, in.BaselineStart, in.SwapStart, in.SoakStart)
 		if errors.Is(err, health.ErrNotTracked) {
-			dropped = append(dropped, fmt.Sprintf("control node %s left out: not sampled by this process over the baseline (named since the preflight, or prepared by a predecessor: a control's samples are not persisted)", c))
+			dropped = append(dropped, fmt.Sprintf("control node %s left out: not sampled by this process over the baseline, and not in the control group's persisted record (named since the preflight, or trimmed from the record)", c))
 			continue
 		}
 		if err != nil {
@@ -243,6 +243,10 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 			"%s, but the record holds no sample of the soak's start (%s): the soak window cannot be told, failing closed",
 			restoredReason(*restored), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
 	}
+	var controlsNote string
+	if !cfg.NoControlGroup {
+		controlsNote = g.restoreControls(in.Node, in.Control, in.BaselineStart, in.SwapStart, in.Controls)
+	}
 	// The old ztunnel's grace period, as the orchestrator persisted it: its
 	// drain deadline says which connections the swap reset on purpose.
 	deadline := health.DrainDeadline(in.ZtunnelGrace)
@@ -272,6 +276,9 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 			if restored != nil {
 				v.Reasons = append(v.Reasons, restoredReason(*restored))
 			}
+			if controlsNote != "" {
+				v.Reasons = append(v.Reasons, controlsNote)
+			}
 			v.Reasons = append(v.Reasons, dropped...)
 			v.Reasons = append(v.Reasons, g.clockReasons(in)...)
 		}
@@ -298,16 +305,29 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 
 // Keep implements orchestrator.Keeper: the node's baseline samples, and
 // once its soak started the soak's first (sampled now), as a record of the
-// pods that fit (the probe's first, then the most connected). A gate whose
-// Recorder never saw the baseline (a successor) takes it back from
-// in.Record first; a record that already holds this soak's start is
+// pods that fit (the probe's first, then the most connected), and its
+// control nodes' as a ControlRecord (keepControls). A gate whose Recorder
+// never saw the baseline (a successor) takes it back from in.Record (and
+// in.Controls) first; a record that already holds this soak's start is
 // returned as it is.
-func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (string, error) {
+func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (gate.Kept, error) {
 	cfg, err := gatespec.Config(in.Spec)
 	if err != nil {
-		return "", err
+		return gate.Kept{}, err
 	}
 	lim := health.RecordLimits{Keep: func(k health.PodKey) bool { return k.Namespace == cfg.ProbeNamespace }}
+	node, err := g.keepNode(ctx, in, lim)
+	if err != nil {
+		return gate.Kept{}, err
+	}
+	out := gate.Kept{Baseline: node}
+	if !cfg.NoControlGroup {
+		out.Controls = g.keepControls(ctx, in, lim)
+	}
+	return out, nil
+}
+
+func (g *Gate) keepNode(ctx context.Context, in gate.KeepInput, lim health.RecordLimits) (string, error) {
 	if in.SoakStart.IsZero() {
 		rec, err := g.cfg.Recorder.Record(in.Node, in.BaselineStart, in.SwapStart, time.Time{})
 		if err != nil {
@@ -340,6 +360,109 @@ func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (string, error) {
 	}
 	enc, _, err := health.EncodeRecord(rec, lim)
 	return enc, err
+}
+
+// keepControls records what the judge reads of each control node (its
+// baseline window's first and last samples, and once the soak started its
+// first sample since, sampled now), within health.DefaultControlRecordBytes.
+// A control without them is left out of the record, as the judge would
+// leave it out; "" (logged) when none has them. A control record that
+// already holds this soak's start is returned as it is.
+func (g *Gate) keepControls(ctx context.Context, in gate.KeepInput, lim health.RecordLimits) string {
+	if len(in.Control) == 0 {
+		return ""
+	}
+	if !in.SoakStart.IsZero() && in.Controls != "" {
+		if c, err := health.DecodeControls(in.Controls); err == nil && c.SwapStart.Equal(in.SwapStart) && soakRecorded(c, in.SoakStart) {
+			return in.Controls
+		}
+	}
+	g.restoreControls(in.Node, in.Control, in.BaselineStart, in.SwapStart, in.Controls)
+	c := health.ControlRecord{SwapStart: in.SwapStart, Named: len(in.Control)}
+	for _, n := range in.Control {
+		if !in.SoakStart.IsZero() {
+			_ = g.cfg.Recorder.Sample(ctx, n) // one that fails has no soak start: left out below
+		}
+		rec, err := g.cfg.Recorder.Record(n, in.BaselineStart, in.SwapStart, in.SoakStart)
+		if err == nil && !in.SoakStart.IsZero() && rec.SoakStart == nil {
+			err = fmt.Errorf("no sample since the soak started at %s", in.SoakStart.UTC().Format(time.RFC3339))
+		}
+		if err != nil {
+			g.cfg.Logger.Debug("control node left out of the record", zap.String("node", in.Node), zap.String("control", n), zap.Error(err))
+			continue
+		}
+		c.Nodes = append(c.Nodes, rec)
+	}
+	enc, nodes, pods, err := health.EncodeControls(c, lim)
+	if err != nil {
+		g.cfg.Logger.Info("no control record persisted: a successor leader would judge this node before/after alone", zap.String("node", in.Node), zap.Error(err))
+		return ""
+	}
+	g.cfg.Logger.Debug("control record kept", zap.String("node", in.Node), zap.Int("controls", nodes), zap.Int("named", len(in.Control)), zap.Int("pods", pods), zap.Int("bytes", len(enc)))
+	return enc
+}
+
+// soakRecorded says every control node in c holds its first sample of the
+// soak that began at soakStart.
+func soakRecorded(c health.ControlRecord, soakStart time.Time) bool {
+	for _, r := range c.Nodes {
+		if r.SoakStart == nil || !r.SoakAt.Equal(soakStart) {
+			return false
+		}
+	}
+	return true
+}
+
+// restoreControls seeds the Recorder with the control nodes' persisted
+// samples, for each named control it holds no baseline of its own for (a
+// successor leader), and holds them for node (Done releases them). It
+// returns the reason a verdict then gives: where the controls came from,
+// or why the record could not serve (unreadable, or of another attempt);
+// those controls are then left out by controls, each with its reason, and
+// the judgement is the stricter for it, never a silent pass. "" when no
+// control needed the record or the record held none of them.
+func (g *Gate) restoreControls(node string, control []string, baselineStart, swapStart time.Time, record string) string {
+	var need []string
+	for _, c := range control {
+		if _, err := g.cfg.Recorder.Record(c, baselineStart, swapStart, time.Time{}); err != nil {
+			need = append(need, c)
+		}
+	}
+	if len(need) == 0 || record == "" {
+		return ""
+	}
+	rec, err := health.DecodeControls(record)
+	if err != nil {
+		return fmt.Sprintf("the control group's persisted record cannot be read (%v): the control nodes this process did not sample are left out", err)
+	}
+	if !rec.SwapStart.Equal(swapStart) {
+		return fmt.Sprintf("the control group's persisted record is of the swap at %s, not this attempt's at %s: the control nodes this process did not sample are left out",
+			rec.SwapStart.UTC().Format(time.RFC3339Nano), swapStart.UTC().Format(time.RFC3339Nano))
+	}
+	restored := 0
+	for _, c := range need {
+		r, ok := rec.Node(c)
+		if !ok {
+			continue // left out by controls, with its reason
+		}
+		if err := g.cfg.Recorder.Restore(c, r); err != nil {
+			continue
+		}
+		g.mu.Lock()
+		if g.holds[node] == nil {
+			g.holds[node] = map[string]bool{node: true}
+		}
+		g.holds[node][c] = true
+		g.mu.Unlock()
+		restored++
+	}
+	if restored == 0 {
+		return ""
+	}
+	reason := fmt.Sprintf("control group restored from the record of the swap at %s (this process did not sample it): %d control nodes of %d recorded, %d pods of %d kept",
+		rec.SwapStart.UTC().Format(time.RFC3339), restored, rec.Named, rec.KeptPods(), rec.Pods)
+	g.cfg.Logger.Info("control nodes restored from the persisted record", zap.String("node", node), zap.String("reason", reason))
+	return reason
 }
 
 // restore seeds the Recorder with the persisted record when the Recorder

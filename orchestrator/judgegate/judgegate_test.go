@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -535,24 +536,87 @@ func successor(t *testing.T, f fleet) *Gate {
 	return g
 }
 
-// kept is what the first leader's gate persists: the record at the cordon
-// and the one at the soak's start.
-func kept(t *testing.T, r rigged) (atCordon, atSoak string) {
+// kept is what the first leader's gate persists: the records at the cordon
+// and the ones at the soak's start.
+func kept(t *testing.T, r rigged) (atCordon, atSoak gate.Kept) {
 	t.Helper()
 	ctx := context.Background()
-	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, Spec: r.in.Spec}
+	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, Spec: r.in.Spec, Control: r.in.Control}
 	atCordon, err := r.gate.Keep(ctx, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.SoakStart, in.Record = r.in.SoakStart, atCordon
+	in.SoakStart, in.Record, in.Controls = r.in.SoakStart, atCordon.Baseline, atCordon.Controls
 	if atSoak, err = r.gate.Keep(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := r.gate.Keep(ctx, in); err != nil || again != in.Record && again != atSoak {
-		t.Fatalf("keeping the soak's start again: %v", err)
+	in.Record, in.Controls = atSoak.Baseline, atSoak.Controls
+	if again, err := r.gate.Keep(ctx, in); err != nil || again != atSoak {
+		t.Fatalf("keeping the soak's start again: %v, the records changed: %v", err, again != atSoak)
 	}
 	return atCordon, atSoak
+}
+
+// TestGateJudgesWithItsControlsAfterAHandover: a cluster-wide rise, which
+// the control group explains. A successor given the node's record and its
+// controls' judges the node against the control group: the same outcome and
+// judgement as the leader that sampled them, the control group named as
+// before, and a reason saying where the controls came from. Without the
+// control record (as before it existed) the successor judges before/after
+// alone and fails the node; with one it cannot read it says so, and fails
+// it the same.
+func TestGateJudgesWithItsControlsAfterAHandover(t *testing.T) {
+	spec := v1alpha1.GatesSpec{MinNodeConnections: 10}
+	all := map[string]bool{"w1": true, "c1": true, "c2": true}
+	ctx := context.Background()
+	r := rigFleet(t, spec, all, []string{"c1", "c2"}, "zone a")
+	atCordon, atSoak := kept(t, r)
+	if atCordon.Controls == "" || atSoak.Controls == "" {
+		t.Fatalf("no control record kept: at the cordon %d bytes, at the soak's start %d", len(atCordon.Controls), len(atSoak.Controls))
+	}
+	c, err := health.DecodeControls(atSoak.Controls)
+	if err != nil || len(c.Nodes) != 2 || !soakRecorded(c, r.in.SoakStart) {
+		t.Fatalf("control record at the soak's start: %v, %d nodes", err, len(c.Nodes))
+	}
+	want, err := r.gate.Judge(ctx, r.in)
+	if err != nil || want.Outcome != health.Pass || !strings.Contains(strings.Join(want.Reasons, "\n"), "the control group (2 control nodes in zone a) moved the same way") {
+		t.Fatalf("the leader that sampled the controls: %v %s %q", err, want.Outcome, want.Reasons)
+	}
+
+	in := r.in
+	in.Record, in.Controls = atSoak.Baseline, atSoak.Controls
+	got, err := successor(t, r.agents).Judge(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored string
+	var rest []string
+	for _, reason := range got.Reasons {
+		switch {
+		case strings.HasPrefix(reason, "control group restored from the record"):
+			restored = reason
+		case !strings.HasPrefix(reason, "baseline restored from the record"):
+			rest = append(rest, reason)
+		}
+	}
+	if !strings.Contains(restored, "2 control nodes of 2 recorded, 12 pods of 12 kept") {
+		t.Errorf("the successor's reasons do not say where its controls came from: %q", got.Reasons)
+	}
+	if got.Outcome != want.Outcome || !reflect.DeepEqual(rest, want.Reasons) || !reflect.DeepEqual(got.Summary, want.Summary) {
+		t.Errorf("after the handover: %s %q %+v\nwithout it: %s %q %+v", got.Outcome, rest, got.Summary, want.Outcome, want.Reasons, want.Summary)
+	}
+
+	for name, tc := range map[string]struct{ controls, want string }{
+		"no control record":         {"", "control node c1 left out: not sampled by this process over the baseline, and not in the control group's persisted record"},
+		"unreadable control record": {atSoak.Controls[:len(atSoak.Controls)/2], "the control group's persisted record cannot be read"},
+	} {
+		in.Controls = tc.controls
+		v, err := successor(t, r.agents).Judge(ctx, in)
+		reasons := strings.Join(v.Reasons, "\n")
+		if err != nil || v.Outcome != health.Fail || !strings.Contains(reasons, tc.want) || !strings.Contains(reasons, "no control nodes: all 2 named were left out") {
+			t.Errorf("%s: %v %s %q, want Fail before/after alone, saying %q", name, err, v.Outcome, v.Reasons, tc.want)
+		}
+	}
 }
 
 // TestGateJudgesFromTheRecordAfterAHandover: a successor whose Recorder
@@ -566,7 +630,7 @@ func TestGateJudgesFromTheRecordAfterAHandover(t *testing.T) {
 		_, atSoak := kept(t, r)
 		g := successor(t, r.agents)
 		in := r.in
-		in.Record = atSoak
+		in.Record = atSoak.Baseline
 		v, err := g.Judge(context.Background(), in)
 		want := health.Pass
 		if regress {
@@ -599,9 +663,9 @@ func TestGateFailsClosedOnABadRecord(t *testing.T) {
 		swap   time.Time
 		want   string
 	}{
-		"corrupt":       {atSoak[:len(atSoak)/2], r.in.SwapStart, "persisted baseline record cannot be read"},
-		"other attempt": {atSoak, r.in.SwapStart.Add(time.Hour), "not this attempt's"},
-		"no soak start": {atCordon, r.in.SwapStart, "holds no sample of the soak's start"},
+		"corrupt":       {atSoak.Baseline[:len(atSoak.Baseline)/2], r.in.SwapStart, "persisted baseline record cannot be read"},
+		"other attempt": {atSoak.Baseline, r.in.SwapStart.Add(time.Hour), "not this attempt's"},
+		"no soak start": {atCordon.Baseline, r.in.SwapStart, "holds no sample of the soak's start"},
 	} {
 		in := r.in
 		in.Record, in.SwapStart = tc.record, tc.swap
@@ -618,7 +682,7 @@ func TestGateFailsClosedOnABadRecord(t *testing.T) {
 func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 	r := rigFleet(t, v1alpha1.GatesSpec{}, nil, nil, "")
 	atCordon, _ := kept(t, r)
-	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, SoakStart: r.in.SoakStart, Record: atCordon}
+	in := gate.KeepInput{Node: "w1", BaselineStart: r.in.BaselineStart, SwapStart: r.in.SwapStart, SoakStart: r.in.SoakStart, Record: atCordon.Baseline}
 	if _, err := successor(t, r.agents).Keep(context.Background(), gate.KeepInput{Node: "w1", BaselineStart: in.BaselineStart, SwapStart: in.SwapStart, SoakStart: in.SoakStart}); err == nil {
 		t.Error("a successor without the record kept a baseline it never saw")
 	}
@@ -626,7 +690,7 @@ func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := health.DecodeRecord(atSoak)
+	dec, err := health.DecodeRecord(atSoak.Baseline)
 	if err != nil || dec.SoakStart == nil || dec.Pods != 6 || len(dec.Baseline) != 11 {
 		t.Fatalf("the successor's record: %v, soak start %v, %d pods, %d samples", err, dec.SoakStart != nil, dec.Pods, len(dec.Baseline))
 	}
@@ -634,7 +698,7 @@ func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 		r.agents.tick()
 	}
 	gin := r.in
-	gin.Now, gin.Record = r.agents["w1"].now(), atSoak
+	gin.Now, gin.Record = r.agents["w1"].now(), atSoak.Baseline
 	v, err := successor(t, r.agents).Judge(context.Background(), gin)
 	if err != nil || v.Outcome != health.Pass || !strings.Contains(strings.Join(v.Reasons, "\n"), "baseline restored") {
 		t.Fatalf("third leader: %v %s %q", err, v.Outcome, v.Reasons)

@@ -49,11 +49,15 @@ func boundMessages(s *v1alpha1.NodeRolloutStatus) {
 //  3. the before/after rows of the judgements of nodes in flight (their
 //     counters, which a successor resumes from, stay);
 //
-//  4. the baseline records of nodes in flight (up to 32 KiB each, so many
+//  4. the control records of nodes in flight (up to 16 KiB each): a
+//     successor then judges such a node before/after alone, which is only
+//     stricter;
+//
+//  5. the baseline records of nodes in flight (up to 32 KiB each, so many
 //     nodes in flight at once may not fit them all): a successor then fails
 //     such a node closed, as without a record.
 //
-//  5. only then the failed and skipped nodes, oldest finish first: the
+//  6. only then the failed and skipped nodes, oldest finish first: the
 //     before/after rows of their judgements, then their judgement (the
 //     verdict keeps its outcome word and the reason stays).
 //
@@ -90,7 +94,7 @@ func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
 	for _, pass := range []struct {
 		nodes []int
 		cut   func(*v1alpha1.NodeStatus)
-	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimBaseline}, {ended, trimRows}, {ended, trimVerdict}} {
+	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimControls}, {inFlight, trimBaseline}, {ended, trimRows}, {ended, trimVerdict}} {
 		for _, i := range pass.nodes {
 			if size <= budget {
 				return len(trimmed)
@@ -136,7 +140,9 @@ func trimRows(n *v1alpha1.NodeStatus) {
 	}
 }
 
-func trimBaseline(n *v1alpha1.NodeStatus) { n.Baseline = "" }
+func trimControls(n *v1alpha1.NodeStatus) { n.Controls = "" }
+
+func trimBaseline(n *v1alpha1.NodeStatus) { n.Baseline, n.Controls = "", "" }
 
 func jsonSize(v any) int {
 	data, err := json.Marshal(v)

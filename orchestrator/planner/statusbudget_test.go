@@ -95,32 +95,57 @@ func TestFitStatusKeepsAFleetUnderTheBudget(t *testing.T) {
 }
 
 // TestFitStatusDropsBaselinesLast: 60 nodes in flight at once, each with a
-// full 32 KiB baseline record (≈ 1.9 MiB), fit once some records go, and
-// only after every other cut; the nodes' state and counters stay.
+// full 32 KiB baseline record and a full 16 KiB control record (≈ 2.8
+// MiB), fit once some records go, and only after every other cut: every
+// control record before the first baseline record; the nodes' state and
+// counters stay.
 func TestFitStatusDropsBaselinesLast(t *testing.T) {
 	s := bigStatus(600)
 	for i := range s.Nodes {
 		if i < 60 {
 			s.Nodes[i].State, s.Nodes[i].FinishTime = v1alpha1.NodeSoak, nil
 			s.Nodes[i].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
+			s.Nodes[i].Controls = strings.Repeat("C", health.DefaultControlRecordBytes)
 		}
 	}
 	fitStatus(s, statusBudget)
 	if size := jsonSize(s); size > statusBudget {
 		t.Fatalf("%d bytes after trimming, over the budget %d", size, statusBudget)
 	}
-	kept := 0
+	kept, controls := 0, 0
 	for i, ns := range s.Nodes[:60] {
 		if ns.Baseline != "" {
 			kept++
+		}
+		if ns.Controls != "" {
+			controls++
 		}
 		if ns.State != v1alpha1.NodeSoak || ns.Judgement == nil || ns.Judgement.Judgements != 3 {
 			t.Fatalf("entry %d lost its state or counters: %+v", i, ns)
 		}
 	}
-	t.Logf("%d of 60 baseline records kept within the budget", kept)
-	if kept == 0 || kept == 60 {
-		t.Errorf("%d of 60 records kept: want only as many dropped as the budget needs", kept)
+	t.Logf("%d of 60 baseline records and %d control records kept within the budget", kept, controls)
+	if kept == 0 || kept == 60 || controls != 0 {
+		t.Errorf("%d of 60 records and %d control records kept: want only as many dropped as the budget needs, the control records first", kept, controls)
+	}
+	mid := bigStatus(600)
+	for i := range mid.Nodes[:20] {
+		mid.Nodes[i].State, mid.Nodes[i].FinishTime = v1alpha1.NodeSoak, nil
+		mid.Nodes[i].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
+		mid.Nodes[i].Controls = strings.Repeat("C", health.DefaultControlRecordBytes)
+	}
+	fitStatus(mid, statusBudget)
+	midControls := 0
+	for i, ns := range mid.Nodes[:20] {
+		if ns.Baseline == "" {
+			t.Errorf("entry %d lost its baseline record where dropping control records was enough", i)
+		}
+		if ns.Controls != "" {
+			midControls++
+		}
+	}
+	if midControls == 0 || midControls == 20 {
+		t.Errorf("20 nodes in flight: %d of 20 control records kept, want some dropped to fit and no more", midControls)
 	}
 	small := bigStatus(20)
 	small.Nodes[3].Baseline = strings.Repeat("A", health.DefaultRecordBytes)

@@ -389,14 +389,14 @@ func (g *judgeGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	return g.prepareErr
 }
 
-func (g *judgeGate) Keep(_ context.Context, in gate.KeepInput) (string, error) {
+func (g *judgeGate) Keep(_ context.Context, in gate.KeepInput) (gate.Kept, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.kept = append(g.kept, in)
 	if g.keepErr != nil {
-		return "", g.keepErr
+		return gate.Kept{}, g.keepErr
 	}
-	return fmt.Sprintf("kept %d", len(g.kept)), nil
+	return gate.Kept{Baseline: fmt.Sprintf("kept %d", len(g.kept)), Controls: fmt.Sprintf("controls %d", len(g.kept))}, nil
 }
 
 func (g *judgeGate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, error) {

@@ -35,12 +35,12 @@ func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	now := w.Now()
 	st := s.State
 	next := rec.WithStep(nr.Name, nr.UID, st, now)
-	var baseline string
+	var kept gate.Kept
 	if s.StampSwap {
 		next.SwapSince = now
 		// The baseline window ends here: its record goes with this step's
 		// status write, before the swap acts.
-		baseline = w.keep(ctx, nr, p, node, now, time.Time{})
+		kept = w.keep(ctx, nr, p, node, now, time.Time{})
 	}
 	if s.StampSoak {
 		next.SoakSince = now
@@ -101,10 +101,10 @@ func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			ns.Verdict, ns.Judgement = *c.verdict, c.judgement
 		}
 		switch {
-		case baseline != "":
-			ns.Baseline = baseline
+		case kept.Baseline != "":
+			ns.Baseline, ns.Controls = kept.Baseline, kept.Controls
 		case s.StampSwap || !model.InFlight(st) || st == v1alpha1.NodeAbortCleanup:
-			ns.Baseline = "" // an earlier attempt's, or no longer needed
+			ns.Baseline, ns.Controls = "", "" // an earlier attempt's, or no longer needed
 		}
 		if haltReason != "" {
 			// In the same write as the Failed step: a planner pass in between
@@ -129,7 +129,7 @@ func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	// nodes' steps, except where status itself is the record: a halt, a
 	// failed or skipped node, a reason, a verdict, a node the planner changes.
 	var statusErr error
-	if baseline == "" && statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
+	if kept.Baseline == "" && statusBehind(st, s.Reason, c.verdict != nil, haltReason != "") {
 		w.Status.MutateLater(nr.Name, mirror)
 	} else {
 		statusErr = w.Status.Mutate(ctx, nr.Name, mirror)

@@ -57,7 +57,7 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		if ns.StartTime != nil {
 			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
 		}
-		persisted, in.Record = ns.Judgement, ns.Baseline
+		persisted, in.Record, in.Controls = ns.Judgement, ns.Baseline, ns.Controls
 	}
 	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
 	if !rec.SoakSince.IsZero() {
@@ -168,41 +168,48 @@ func (w *Worker) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.No
 	return v1alpha1.NodeStatus{}, false
 }
 
-// keep asks a Keeper for the node's record to persist: at the cordon
+// keep asks a Keeper for the node's records to persist: at the cordon
 // (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
-// start. "" when the gate keeps none, or when it fails (logged: the node
-// then fails closed on a handover, as it would without a record).
-func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) string {
+// start; the control nodes' with them. None when the gate keeps none, or
+// when it fails (logged: the node then fails closed on a handover, as it
+// would without a record).
+func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) gate.Kept {
 	k, ok := w.Gate.(gate.Keeper)
 	if !ok {
-		return ""
+		return gate.Kept{}
 	}
 	in := gate.KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
 	if ns, ok := w.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
 			in.BaselineStart = ns.StartTime.Time
 		}
-		in.Record = ns.Baseline
+		in.Record, in.Controls = ns.Baseline, ns.Controls
 	}
 	in.BaselineStart = w.baselineStart(p, in.BaselineStart, swapStart)
+	if _, samples := w.Gate.(gate.Preparer); samples {
+		in.Control, _ = w.controls(nr, p, node)
+	}
 	out, err := k.Keep(ctx, in)
 	if err != nil {
 		w.Log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
-		return ""
+		return gate.Kept{}
 	}
 	return out
 }
 
-// keepSoakStart persists the record with the soak's first sample, before
-// the soak is waited out (once: a resumed soak whose record holds it
+// keepSoakStart persists the records with the soak's first sample, before
+// the soak is waited out (once: a resumed soak whose records hold it
 // writes nothing).
 func (w *Worker) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) error {
 	ns, _ := w.statusEntry(nr, node)
 	out := w.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
-	if out == "" || out == ns.Baseline {
+	if out.Baseline == "" || out.Baseline == ns.Baseline && out.Controls == ns.Controls {
 		return nil
 	}
-	return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) { model.NodeEntry(s, node).Baseline = out })
+	return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		e := model.NodeEntry(s, node)
+		e.Baseline, e.Controls = out.Baseline, out.Controls
+	})
 }
 
 // controls is the node's control group as the rollout stands now (Controls

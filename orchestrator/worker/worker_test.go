@@ -78,8 +78,8 @@ func TestNodeWalksEveryStepToDone(t *testing.T) {
 	if ns.State != v1alpha1.NodeDone || ns.Verdict != "Pass: no regression" || ns.Judgement == nil || ns.Judgement.Judgements != 3 {
 		t.Errorf("status entry %+v: want Done with the gate's verdict and judgement", ns)
 	}
-	if ns.StartTime == nil || ns.FinishTime == nil || !ns.StartTime.Before(ns.FinishTime) || ns.Baseline != "" || ns.Reason != "" {
-		t.Errorf("status entry %+v: want start and finish times, the baseline record cleared, no reason", ns)
+	if ns.StartTime == nil || ns.FinishTime == nil || !ns.StartTime.Before(ns.FinishTime) || ns.Baseline != "" || ns.Controls != "" || ns.Reason != "" {
+		t.Errorf("status entry %+v: want start and finish times, the baseline and control records cleared, no reason", ns)
 	}
 	if st := r.status.status(); st.Phase == v1alpha1.PhaseHalted || st.HaltReason != "" {
 		t.Errorf("a passed node halted the rollout: %+v", st)
@@ -90,15 +90,15 @@ func TestNodeWalksEveryStepToDone(t *testing.T) {
 	if len(g.prepared) != 1 || g.prepared[0].Node != node1 || g.prepared[0].Baseline != longTime {
 		t.Errorf("prepared %+v, want n1 once with the baseline", g.prepared)
 	}
-	if len(g.kept) != 2 || !g.kept[0].SoakStart.IsZero() || g.kept[1].SoakStart.IsZero() || g.kept[1].Record != "kept 1" {
-		t.Errorf("kept %+v: want the baseline at the cordon, then the soak's start on top of that record", g.kept)
+	if len(g.kept) != 2 || !g.kept[0].SoakStart.IsZero() || g.kept[1].SoakStart.IsZero() || g.kept[1].Record != "kept 1" || g.kept[1].Controls != "controls 1" {
+		t.Errorf("kept %+v: want the baseline at the cordon, then the soak's start on top of those records", g.kept)
 	}
 	in := g.inputs()
 	if len(in) != 1 {
 		t.Fatalf("judged %d times, want once", len(in))
 	}
-	if in[0].SwappedInPlace || in[0].ZtunnelGrace != ztGrace*time.Second || in[0].Record != "kept 2" || !in[0].SoakStart.Equal(r.nodes.recordOf(t, v1alpha1.NodeSoak).SoakSince) {
-		t.Errorf("gate input %+v: want a drained node (not in place), ztunnel's grace %ds, the soak's record and start", in[0], ztGrace)
+	if in[0].SwappedInPlace || in[0].ZtunnelGrace != ztGrace*time.Second || in[0].Record != "kept 2" || in[0].Controls != "controls 2" || !in[0].SoakStart.Equal(r.nodes.recordOf(t, v1alpha1.NodeSoak).SoakSince) {
+		t.Errorf("gate input %+v: want a drained node (not in place), ztunnel's grace %ds, the soak's records and start", in[0], ztGrace)
 	}
 	if !slices.Equal(g.released, []string{node1}) {
 		t.Errorf("released %v, want n1 once it is Done", g.released)

@@ -112,8 +112,9 @@ func entry(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeStatus {
 }
 
 // TestE2EHandoverMidSoakJudgesFromTheRecord: healthy agents. B passes the
-// node A left mid-soak, on its evidence and from A's baseline, and goes on
-// to complete the rollout; no finished node keeps its record. Once with
+// node A left mid-soak, on its evidence, from A's baseline and against the
+// control group A recorded, and goes on to complete the rollout; no
+// finished node keeps its records. Once with
 // in-process leaders, once with orchestrator processes whose leader is
 // killed with SIGKILL: nothing of it survives but what it wrote to the API.
 func TestE2EHandoverMidSoakJudgesFromTheRecord(t *testing.T) {
@@ -142,9 +143,24 @@ func passesOnTheRecord(t *testing.T, e *e2e, leaders func(string) func()) {
 		!strings.Contains(ns.Verdict, "11 pods of 11 kept") || ns.Judgement == nil || ns.Judgement.PodsCompared != 11 {
 		t.Fatalf("node %s: verdict %q, judgement %+v: want a Pass on the restored baseline, 11 pods compared", node, ns.Verdict, ns.Judgement)
 	}
+	// B judged the node against its control group, from the control
+	// record A persisted beside the baseline: not before/after alone.
+	if !strings.Contains(ns.Verdict, "control group restored from the record of the swap at") ||
+		strings.Contains(ns.Verdict, "left out") || strings.Contains(ns.Verdict, "before/after alone") {
+		t.Fatalf("node %s: verdict %q: want it judged against the control group restored from A's record", node, ns.Verdict)
+	}
+	controlled := 0
+	for _, row := range ns.Judgement.Rows {
+		if row.Values != nil && row.Values.ControlPods > 0 {
+			controlled++
+		}
+	}
+	if controlled == 0 {
+		t.Errorf("node %s: no row of the judgement was compared with a control: %+v", node, ns.Judgement.Rows)
+	}
 	for _, other := range nr.Status.Nodes {
-		if other.Baseline != "" {
-			t.Errorf("node %s (%s) still carries its baseline record", other.Name, other.State)
+		if other.Baseline != "" || other.Controls != "" {
+			t.Errorf("node %s (%s) still carries its baseline or control record", other.Name, other.State)
 		}
 		if other.Name != node && strings.Contains(other.Verdict, "baseline restored") {
 			t.Errorf("node %s, started by B, was judged from a record: %q", other.Name, other.Verdict)
