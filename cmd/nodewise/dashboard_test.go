@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/browser"
+)
+
+// TestDashboardCommandOnTheSimCluster runs the built `nodewise dashboard`
+// against the simulated cluster's API server: it prints its address, its
+// rollout page names a halted rollout's node (the status an orchestrator
+// writes, set by the test), `chromium --headless --dump-dom` of that
+// address names it too, and SIGTERM stops it cleanly.
+func TestDashboardCommandOnTheSimCluster(t *testing.T) {
+	bin := nodewiseBinary(t)
+	ctx := context.Background()
+	c := cluster.Start(t, cluster.Options{Nodes: 1, Zones: 1})
+	node := c.Nodes[0].Name
+	for _, crd := range []string{"nodewise.io_noderollouts.yaml", "nodewise.io_revisionmigrations.yaml"} {
+		if err := cluster.InstallCRD(ctx, c.Config, filepath.Join("..", "..", "deploy", "crds", crd)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", SkipSamples: true}); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, err := runIn(bin, strings.Replace(goodRollout, "node-1", node, 1), "--kubeconfig="+c.Kubeconfig, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply: %v %q %q", err, out, errOut)
+	}
+	nwc, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPhase(t, nwc.NodeRollouts(), "up", v1alpha1.PhaseHalted, "node "+node+" failed: resets received 0 → 41", node, v1alpha1.NodeFailed)
+
+	cmd := exec.Command(bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	lines := bufio.NewReader(stdout)
+	first, err := lines.ReadString('\n')
+	go func() { _, _ = io.Copy(io.Discard, lines); exited <- cmd.Wait() }()
+	if err != nil {
+		t.Fatalf("nodewise dashboard printed no address: %v (stderr %q)", err, stderr.String())
+	}
+	_, rest, ok := strings.Cut(first, "http://")
+	addr, _, _ := strings.Cut(rest, " ")
+	if !strings.HasPrefix(first, "nodewise dashboard on http://127.0.0.1:") || !ok {
+		t.Fatalf("first line %q, want the dashboard's address", first)
+	}
+	url := "http://" + addr + "/rollouts/up"
+
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `class="halted-node">` + node + `<`
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), want) {
+		t.Errorf("GET %s: %s, %d bytes; want 200 naming the halted node %s", url, resp.Status, len(page), node)
+	}
+	dom, err := browser.DumpDOM(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dom, want) {
+		t.Errorf("chromium --dump-dom %s does not name the halted node %s", url, node)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("nodewise dashboard on SIGTERM: %v (stderr %q)", err, stderr.String())
+		}
+	case <-time.After(time.Minute): // a bound on a hung process, not a timing assertion
+		t.Errorf("nodewise dashboard did not stop within a minute of SIGTERM")
+	}
+}
