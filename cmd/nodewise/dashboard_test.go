@@ -1,27 +1,24 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/browser"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestDashboardCommandOnTheSimCluster runs the built `nodewise dashboard`
 // against the simulated cluster's API server: it prints its address, its
 // rollout page names a halted rollout's node (the status an orchestrator
 // writes, set by the test), `chromium --headless --dump-dom` of that
-// address names it too, and SIGTERM stops it cleanly.
+// address names it too, and SIGTERM stops it cleanly (testkit.Serve).
 func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 	bin := nodewiseBinary(t)
 	ctx := context.Background()
@@ -44,36 +41,11 @@ func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 	}
 	setPhase(t, nwc.NodeRollouts(), "up", v1alpha1.PhaseHalted, "node "+node+" failed: resets received 0 → 41", node, v1alpha1.NodeFailed)
 
-	cmd := exec.Command(bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	base := testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	if !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Fatalf("nodewise dashboard serves on %s, want the loopback address it was given", base)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	lines := bufio.NewReader(stdout)
-	first, err := lines.ReadString('\n')
-	go func() { _, _ = io.Copy(io.Discard, lines); exited <- cmd.Wait() }()
-	if err != nil {
-		t.Fatalf("nodewise dashboard printed no address: %v (stderr %q)", err, stderr.String())
-	}
-	_, rest, ok := strings.Cut(first, "http://")
-	addr, _, _ := strings.Cut(rest, " ")
-	if !strings.HasPrefix(first, "nodewise dashboard on http://127.0.0.1:") || !ok {
-		t.Fatalf("first line %q, want the dashboard's address", first)
-	}
-	url := "http://" + addr + "/rollouts/up"
+	url := base + "/rollouts/up"
 
 	resp, err := http.Get(url)
 	if err != nil {
@@ -91,18 +63,5 @@ func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 	}
 	if !strings.Contains(dom, want) {
 		t.Errorf("chromium --dump-dom %s does not name the halted node %s", url, node)
-	}
-
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Errorf("nodewise dashboard on SIGTERM: %v (stderr %q)", err, stderr.String())
-		}
-	case <-time.After(time.Minute): // a bound on a hung process, not a timing assertion
-		t.Errorf("nodewise dashboard did not stop within a minute of SIGTERM")
 	}
 }

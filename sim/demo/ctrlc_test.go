@@ -26,15 +26,10 @@ import (
 // dashboard's page of the rollout while the demo runs.
 func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	dataplane.RequireKernel(t)
-	bin := filepath.Join(t.TempDir(), "nodewise")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
-	build.Dir = testkit.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNodewise(t)
 	work := t.TempDir()
 	cmd := exec.Command(bin, "demo", "--nodes", "3", "--zones", "1", "--redraw", "never", "--work-dir", work)
-	cmd.Dir = build.Dir
+	cmd.Dir = testkit.RepoRoot()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +86,18 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	if procs := processesMentioning(bin, work); len(procs) > 0 {
 		t.Errorf("processes left behind: %v", procs)
 	}
+}
+
+// buildNodewise builds cmd/nodewise into the test's temporary directory.
+func buildNodewise(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
+	build.Dir = testkit.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // getPage GETs url and returns its body; a status other than 200 is an error.
