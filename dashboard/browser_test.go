@@ -72,7 +72,8 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 // BenchmarkFirstPaint1000Nodes: the rollout page of a 1,000-node rollout,
 // from navigation to the browser's first contentful paint, in headless
 // Chromium (the page is rendered on the server from the informer's cache).
-// Prints the median, best and worst first paint and the page's size.
+// Prints the median, best and worst first paint and the page's size, then
+// one machine-readable `firstpaint ...` line.
 func BenchmarkFirstPaint1000Nodes(b *testing.B) {
 	s := started(b, Config{Rollouts: newFakeRollouts(haltedRollout("big", 1000)), Now: func() time.Time { return t0.Add(5 * time.Minute) }})
 	url := newBenchServer(b, s) + "/rollouts/big"
@@ -101,4 +102,5 @@ func BenchmarkFirstPaint1000Nodes(b *testing.B) {
 	median := paints[len(paints)/2]
 	b.ReportMetric(median, "first-paint-ms")
 	fmt.Printf("first paint of a 1,000-node rollout: %.0f ms median, %.0f ms best, %.0f ms worst over %d loads (%d KiB of HTML)\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
+	fmt.Printf("firstpaint nodes=1000 median_ms=%.0f best_ms=%.0f worst_ms=%.0f loads=%d html_kib=%d\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -292,8 +293,14 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64)
 
 func (e *executor) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
 	by := map[v1alpha1.NodeState]int{}
+	e.metrics.NodeState.DeletePartialMatch(prometheus.Labels{"rollout": rollout})
 	for _, n := range nodes {
 		by[n.State]++
+		switch n.State {
+		case "", v1alpha1.NodePending, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeRolledBack:
+		default:
+			e.metrics.NodeState.WithLabelValues(rollout, n.Name, string(n.State)).Set(1)
+		}
 	}
 	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
 		e.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))

@@ -752,3 +752,34 @@ func TestPruneUnplanned(t *testing.T) {
 		t.Errorf("kept %v, want [b d]", names)
 	}
 }
+
+// TestNodeStateSeries: the per-node series (nodewise_rollout_node_state) is
+// one per node in a step or Failed, follows each node's state, and drops a
+// node once it is Done: a rollout has at most its parallelism plus its
+// failures, whatever its size.
+func TestNodeStateSeries(t *testing.T) {
+	e := newEnv(t)
+	want := func(when, exp string) {
+		t.Helper()
+		head := "# HELP nodewise_rollout_node_state 1 for each node of a NodeRollout in a step or Failed, by state (other nodes have no series).\n# TYPE nodewise_rollout_node_state gauge\n"
+		if exp == "" {
+			head = ""
+		}
+		if err := testutil.CollectAndCompare(e.ex.metrics.NodeState, strings.NewReader(head+exp)); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
+	}
+	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeSoak}, {Name: "n2", State: v1alpha1.NodePending}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	want("n1 in Soak", `nodewise_rollout_node_state{node="n1",rollout="r",state="Soak"} 1
+nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
+`)
+	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}, {Name: "n2", State: v1alpha1.NodeCordon}, {Name: "n3", State: v1alpha1.NodeDone}})
+	want("n1 Failed, n2 in Cordon", `nodewise_rollout_node_state{node="n1",rollout="r",state="Failed"} 1
+nodewise_rollout_node_state{node="n2",rollout="r",state="Cordon"} 1
+nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
+`)
+	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}})
+	want("all settled", "")
+}

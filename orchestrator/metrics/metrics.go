@@ -14,8 +14,13 @@ type Metrics struct {
 	StepSeconds  *prometheus.HistogramVec
 	Halts        *prometheus.CounterVec
 	Halted       *prometheus.GaugeVec
-	APIRequests  *prometheus.CounterVec
-	IsLeader     prometheus.Gauge
+	// NodeState is 1 for each node of a rollout that is in a step or
+	// Failed, labelled with that state: the per-node series of the rollout
+	// dashboard. Pending, Done, Skipped and RolledBack nodes have none, so a
+	// rollout has at most its parallelism plus its failures, whatever its size.
+	NodeState   *prometheus.GaugeVec
+	APIRequests *prometheus.CounterVec
+	IsLeader    prometheus.Gauge
 }
 
 // NewMetrics declares every metric once and registers it in reg.
@@ -34,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nodewise_rollout_halted", Help: "1 while the NodeRollout is Halted (waiting for a person), else 0.",
 		}, []string{"rollout"}),
+		NodeState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_rollout_node_state", Help: "1 for each node of a NodeRollout in a step or Failed, by state (other nodes have no series).",
+		}, []string{"rollout", "node", "state"}),
 		APIRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodewise_api_requests_total", Help: "Kubernetes API requests the orchestrator made, by verb and resource.",
 		}, []string{"verb", "resource"}),
@@ -41,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "nodewise_orchestrator_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.APIRequests, m.IsLeader} {
+	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.NodeState, m.APIRequests, m.IsLeader} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

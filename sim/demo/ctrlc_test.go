@@ -3,6 +3,9 @@ package demo
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,18 +20,15 @@ import (
 
 // TestDemoCtrlCLeavesNothingBehind runs `nodewise demo` with the live data
 // plane, sends SIGINT once traffic flows, and checks that no network
-// namespace, process or mount of the run is left.
+// namespace, process or mount of the run is left. Before that, the demo
+// has printed the dashboard's address, and that address serves the
+// dashboard's page of the rollout while the demo runs.
 func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	testkit.RequireNetns(t)
-	bin := filepath.Join(t.TempDir(), "nodewise")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
-	build.Dir = testkit.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNodewise(t)
 	work := t.TempDir()
 	cmd := exec.Command(bin, "demo", "--nodes", "3", "--zones", "1", "--redraw", "never", "--work-dir", work)
-	cmd.Dir = build.Dir
+	cmd.Dir = testkit.RepoRoot()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,8 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefixRE := regexp.MustCompile(`/run/netns/(nwdp[0-9a-f]+)-`)
-	prefix, interrupted := "", false
+	dashRE := regexp.MustCompile(`^   dashboard: (http://127\.0\.0\.1:[0-9]+) `)
+	prefix, dashboard, interrupted := "", "", false
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
@@ -47,8 +48,16 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 		if m := prefixRE.FindStringSubmatch(line); m != nil {
 			prefix = m[1]
 		}
+		if m := dashRE.FindStringSubmatch(line); m != nil && dashboard == "" {
+			dashboard = m[1]
+		}
 		// The first rollout has begun: pods, stand-ins and traffic all run.
 		if !interrupted && strings.Contains(line, "  wave ") {
+			if dashboard == "" {
+				t.Errorf("the demo did not print the dashboard's address before its rollout began")
+			} else if page, err := getPage(dashboard + "/"); err != nil || !strings.Contains(page, "upgrade-") {
+				t.Errorf("the dashboard the demo printed (%s) does not list its rollout: %v %q", dashboard, err, lastLines(page, 5))
+			}
 			if len(listNetnsNamed(prefix)) == 0 {
 				t.Errorf("no namespace of %q exists while the demo runs; the check below would prove nothing", prefix)
 			}
@@ -76,6 +85,32 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	if procs := processesMentioning(bin, work); len(procs) > 0 {
 		t.Errorf("processes left behind: %v", procs)
 	}
+}
+
+// buildNodewise builds cmd/nodewise into the test's temporary directory.
+func buildNodewise(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nodewise")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
+	build.Dir = testkit.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// getPage GETs url and returns its body; a status other than 200 is an error.
+func getPage(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), err
 }
 
 func listNetnsNamed(prefix string) []string {

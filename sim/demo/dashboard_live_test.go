@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,44 +9,24 @@ import (
 	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/test/browser"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestLiveDashboardShowsTheHalt: a faulty ztunnel build (-rst) rolled on
 // the live data plane halts at its canary, watched in headless Chromium on
-// `nodewise dashboard`'s handler. The rollout page, open before the halt,
+// the page the built `nodewise dashboard` serves, run as a person runs it
+// with the cluster's kubeconfig (and stopped with SIGTERM at the end). The rollout page, open before the halt,
 // shows the canary's state change without a reload; then it names the
 // halted node and its reason, and the node's page has a before → after row
 // for a pod of that node. `chromium --dump-dom` of the page names the node.
 // Screenshots go to $NODEWISE_SCREENSHOTS (docs/dashboard has the ones the
 // docs show).
 func TestLiveDashboardShowsTheHalt(t *testing.T) {
+	bin := buildNodewise(t)
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	nwc, err := v1alpha1.NewForConfig(e.c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := dashboard.New(dashboard.Config{Rollouts: e.rc, Migrations: nwc.RevisionMigrations()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("serving the dashboard: %v", err)
-		}
-	})
-	base := "http://" + ln.Addr().String()
+	base := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
 	tab := browser.New(t) // closed before the server stops
 	shots := browser.ScreenshotDir(t)
 

@@ -66,7 +66,9 @@ func agentConfig(a *dataplane.Agents) *judgegate.AgentConfig {
 // agents' connection ages, wired as cmd/orchestrator wires them
 // (judgegate.Build, the recorder running beside the controller,
 // judgegate.Agents); without, it gates on readiness and auto drains every node.
-func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig, swap model.SwapKind) (stop func(), err error) {
+// Each opt changes the config first (a registry shared with other
+// controllers, a metrics address).
+func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger, agents *judgegate.AgentConfig, swap model.SwapKind, opts ...func(*orchestrator.Config)) (stop func(), err error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -74,6 +76,9 @@ func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger,
 		RESTConfig: c.Config, Namespace: "default", Identity: "nodewise-demo",
 		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Resync: time.Second, Logger: log, Registry: prometheus.NewRegistry(), ZtunnelSwap: swap,
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	var rec interface{ Run(context.Context) error }
 	if agents != nil {

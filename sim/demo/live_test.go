@@ -2,16 +2,20 @@ package demo
 
 import (
 	"context"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -33,6 +37,10 @@ type liveEnv struct {
 	c      *cluster.Cluster
 	rc     v1alpha1.NodeRolloutInterface
 	agents *dataplane.Agents
+	// reg is the orchestrator's registry, served on metricsAddr (as
+	// --metrics-addr serves it).
+	reg         *prometheus.Registry
+	metricsAddr string
 }
 
 func newLiveEnv(t testing.TB, nodes int) *liveEnv {
@@ -124,7 +132,11 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 	if err := waitSamples(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, model.SwapSurge)
+	reg := prometheus.NewRegistry()
+	metricsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testkit.FreePort(t, "127.0.0.1")))
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, model.SwapSurge, func(cfg *orchestrator.Config) {
+		cfg.Registry, cfg.MetricsAddr = reg, metricsAddr
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +146,7 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 		t.Fatal(err)
 	}
 	rc := nwc.NodeRollouts()
-	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents}
+	return &liveEnv{t: t, dp: dp, c: c, rc: rc, agents: agents, reg: reg, metricsAddr: metricsAddr}
 }
 
 // rolloutOn rolls one node with a drain policy, judged with a 5 s baseline and

@@ -36,8 +36,9 @@ const (
 
 // startMigrations installs the RevisionMigration CRD from crdDir and runs
 // the controller with the spec's gates and an AgentGate over the agents.
-// The agents are sampled from now on, and stop ends it all.
-func startMigrations(ctx context.Context, c *cluster.Cluster, crdDir string, agents *judgegate.AgentConfig, log *zap.Logger) (v1alpha1.RevisionMigrationInterface, func(), error) {
+// The agents are sampled from now on, and stop ends it all. The controller's
+// metrics go to reg (nil: a registry of its own).
+func startMigrations(ctx context.Context, c *cluster.Cluster, crdDir string, agents *judgegate.AgentConfig, log *zap.Logger, reg prometheus.Registerer) (v1alpha1.RevisionMigrationInterface, func(), error) {
 	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join(crdDir, "nodewise.io_revisionmigrations.yaml")); err != nil {
 		return nil, nil, err
 	}
@@ -54,8 +55,11 @@ func startMigrations(ctx context.Context, c *cluster.Cluster, crdDir string, age
 		return nil, nil, err
 	}
 	mc := nwc.RevisionMigrations()
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	ctrl, err := revisions.New(revisions.Config{
-		Kube: c.Client, Migrations: mc, Log: log.Named("migration"), Registry: prometheus.NewRegistry(),
+		Kube: c.Client, Migrations: mc, Log: log.Named("migration"), Registry: reg,
 		Gate: revisions.Gates(revisions.SpecGates(health.AddressPolicy{}, log), gate), Interval: 500 * time.Millisecond,
 	})
 	if err != nil {
@@ -197,7 +201,7 @@ func sidecarHalf(ctx context.Context, c *cluster.Cluster, cfg Config, agents *ju
 	if err := legacyNamespace(ctx, c, "legacy"); err != nil {
 		return sum, err
 	}
-	mc, stop, err := startMigrations(ctx, c, cfg.CRDDir, agents, cfg.Log)
+	mc, stop, err := startMigrations(ctx, c, cfg.CRDDir, agents, cfg.Log, nil)
 	if err != nil {
 		return sum, err
 	}

@@ -43,7 +43,7 @@ func liveSidecars(t *testing.T, to string) (*liveEnv, v1alpha1.RevisionMigration
 	if log == nil {
 		log = zap.NewNop()
 	}
-	mc, stop, err := startMigrations(ctx, e.c, testkit.CRDDir(), agentConfig(e.agents), log)
+	mc, stop, err := startMigrations(ctx, e.c, testkit.CRDDir(), agentConfig(e.agents), log, e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,11 @@ import (
 type Target struct {
 	Addr   string
 	Labels map[string]string
+	// HTTPS scrapes https://Addr/metrics, trusting CAFile, with the bearer
+	// token in TokenFile (as a node agent's /metrics wants).
+	HTTPS     bool
+	CAFile    string
+	TokenFile string
 }
 
 // Server is a running Prometheus.
@@ -44,17 +49,31 @@ func Start(t testing.TB, targets ...Target) *Server {
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
-	if len(targets) > 0 {
-		b.WriteString("scrape_configs:\n  - job_name: rig\n    static_configs:\n")
-	}
+	var plain, https []Target
 	for _, tg := range targets {
-		fmt.Fprintf(&b, "      - targets: [%q]\n", tg.Addr)
-		if len(tg.Labels) > 0 {
-			b.WriteString("        labels:\n")
-			for k, v := range tg.Labels {
-				fmt.Fprintf(&b, "          %s: %q\n", k, v)
-			}
+		if tg.HTTPS {
+			https = append(https, tg)
+		} else {
+			plain = append(plain, tg)
 		}
+	}
+	if len(targets) > 0 {
+		b.WriteString("scrape_configs:\n")
+	}
+	if len(plain) > 0 {
+		b.WriteString("  - job_name: rig\n    static_configs:\n")
+		for _, tg := range plain {
+			writeTarget(&b, tg)
+		}
+	}
+	// A job per HTTPS target: each may have its own CA and token.
+	for i, tg := range https {
+		fmt.Fprintf(&b, "  - job_name: rig-https-%d\n    scheme: https\n    tls_config:\n      ca_file: %q\n", i, tg.CAFile)
+		if tg.TokenFile != "" {
+			fmt.Fprintf(&b, "    authorization:\n      credentials_file: %q\n", tg.TokenFile)
+		}
+		b.WriteString("    static_configs:\n")
+		writeTarget(&b, tg)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
@@ -97,6 +116,17 @@ func Start(t testing.TB, targets ...Target) *Server {
 			t.Fatalf("prometheus on %s never became ready", addr)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// writeTarget writes one static_configs entry.
+func writeTarget(b *strings.Builder, tg Target) {
+	fmt.Fprintf(b, "      - targets: [%q]\n", tg.Addr)
+	if len(tg.Labels) > 0 {
+		b.WriteString("        labels:\n")
+		for k, v := range tg.Labels {
+			fmt.Fprintf(b, "          %s: %q\n", k, v)
+		}
 	}
 }
 
