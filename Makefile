@@ -74,6 +74,10 @@ demo: deps-run build demo-tools ## Run the demo on the built-in simulated cluste
 bench: deps build tools ## Run the benchmarks and print their figures.
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m $(PKGS)
 
+.PHONY: bench-baseline
+bench-baseline: deps demo-tools ## Roll 6 simulated nodes one at a time (baseline 20s, soak 20s) judged through agents that keep a history; prints one `baseline-bench ...` line: wall beside N*(B+S) and N*S plus the swaps.
+	$(GO) test -run '^$$' -bench BenchmarkBaselineFromHistory -benchtime 1x -count 1 -timeout 30m ./test/e2e
+
 NODES ?= 1000
 .PHONY: bench-scale
 bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 10 app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.

@@ -17,6 +17,7 @@ declare -A needs=(
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[bench-surge]="deps-run tool:etcd tool:kubernetes"
 	[bench-scale]="deps tool:etcd tool:kubernetes"
+	[bench-baseline]="deps tool:etcd tool:kubernetes"
 	[generate]="deps"
 	[build]=""
 	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet"

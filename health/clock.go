@@ -30,6 +30,9 @@ type sample struct {
 	offset time.Duration
 	// skewed: the agent's own time lay outside the tolerance.
 	skewed bool
+	// history: read back from the agent's history (Backfill), not sampled
+	// by the Recorder as it was taken.
+	history bool
 }
 
 // placed is the snapshot with its time on the orchestrator's clock.

@@ -47,7 +47,7 @@ func (r *Recorder) Backfill(ctx context.Context, node string, span time.Duration
 		if at.After(sent) {
 			continue // not taken before the request, by this clock: not history
 		}
-		list = append(list, sample{snap: s, sent: at, received: at, at: at, shift: s.Time.Sub(at), offset: offset, skewed: shift != 0})
+		list = append(list, sample{snap: s, sent: at, received: at, at: at, shift: s.Time.Sub(at), offset: offset, skewed: shift != 0, history: true})
 	}
 	before := r.count(node)
 	r.merge(node, list)
@@ -125,4 +125,32 @@ func lastEpoch(list []sample, baselineStart, swapStart time.Time) (kept []sample
 		i--
 	}
 	return in[i:], i
+}
+
+// BaselineSource says, for a verdict, where the node's baseline window
+// [baselineStart, swapStart] came from: read back from its agent's history
+// at the slot's start (how much of the window, and the part after it
+// sampled live), or waited out and sampled live because the history held
+// none of it (an agent that keeps none or failed to serve it, a new agent).
+// "" when the window holds no sample of the node.
+func (r *Recorder) BaselineSource(node string, baselineStart, swapStart time.Time) string {
+	list, _, _ := r.samples(node)
+	kept, _ := lastEpoch(list, baselineStart, swapStart)
+	if len(kept) == 0 {
+		return ""
+	}
+	window := swapStart.Sub(baselineStart).Round(time.Second)
+	var read []sample
+	for _, s := range kept {
+		if s.history {
+			read = append(read, s)
+		}
+	}
+	if len(read) == 0 {
+		return fmt.Sprintf("baseline of node %s waited out: %s of the %s window sampled live (%d samples), none read from its agent's history",
+			node, kept[len(kept)-1].at.Sub(kept[0].at).Round(time.Second), window, len(kept))
+	}
+	last := read[len(read)-1].at
+	return fmt.Sprintf("baseline of node %s from its agent's history: %s of the %s window read back at the slot's start (%d snapshots), the last %s sampled live (%d sampled)",
+		node, last.Sub(kept[0].at).Round(time.Second), window, len(read), swapStart.Sub(last).Round(time.Second), len(kept)-len(read))
 }

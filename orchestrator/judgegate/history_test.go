@@ -138,8 +138,18 @@ func TestVerdictFromHistoryEqualsTheWaitedOne(t *testing.T) {
 			if waited.Outcome != tc.want {
 				t.Fatalf("waited baseline: %s %q, want %s", waited.Outcome, waited.Reasons, tc.want)
 			}
-			if fromHistory.Outcome != waited.Outcome || !reflect.DeepEqual(fromHistory.Reasons, waited.Reasons) || !reflect.DeepEqual(fromHistory.Summary, waited.Summary) {
+			// The verdicts differ only in the reason that says where the
+			// baseline came from.
+			hReasons, hSource := baselineSource(t, fromHistory.Reasons)
+			wReasons, wSource := baselineSource(t, waited.Reasons)
+			if fromHistory.Outcome != waited.Outcome || !reflect.DeepEqual(hReasons, wReasons) || !reflect.DeepEqual(fromHistory.Summary, waited.Summary) {
 				t.Errorf("history: %s %q\nwaited:  %s %q", fromHistory.Outcome, fromHistory.Reasons, waited.Outcome, waited.Reasons)
+			}
+			if want := "baseline of node w1 from its agent's history: 9m0s of the 10m0s window read back at the slot's start (10 snapshots)"; !strings.HasPrefix(hSource, want) {
+				t.Errorf("history baseline's source: %q, want %q", hSource, want)
+			}
+			if want := "baseline of node w1 waited out: 10m0s of the 10m0s window sampled live (11 samples), none read from its agent's history"; wSource != want {
+				t.Errorf("waited baseline's source: %q, want %q", wSource, want)
 			}
 		})
 	}
@@ -195,4 +205,24 @@ func TestAgentRestartedBeforeTheSlot(t *testing.T) {
 	if !said {
 		t.Errorf("verdict %s does not say the baseline was shortened by the restart: %q", v.Outcome, v.Reasons)
 	}
+}
+
+// baselineSource splits a verdict's reasons into the others and the one
+// that says where the judged node's baseline came from (there must be one).
+func baselineSource(t *testing.T, reasons []string) (rest []string, source string) {
+	t.Helper()
+	for _, r := range reasons {
+		if strings.HasPrefix(r, "baseline of node w1 ") {
+			if source != "" {
+				t.Fatalf("two baseline sources in %q", reasons)
+			}
+			source = r
+			continue
+		}
+		rest = append(rest, r)
+	}
+	if source == "" {
+		t.Fatalf("no reason says where the baseline came from: %q", reasons)
+	}
+	return rest, source
 }

@@ -275,6 +275,8 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 		if err == nil {
 			if restored != nil {
 				v.Reasons = append(v.Reasons, restoredReason(*restored))
+			} else if src := g.cfg.Recorder.BaselineSource(in.Node, in.BaselineStart, in.SwapStart); src != "" {
+				v.Reasons = append(v.Reasons, src) // read from the agent's history, or waited out
 			}
 			if controlsNote != "" {
 				v.Reasons = append(v.Reasons, controlsNote)

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -303,6 +304,30 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	if j := ns.Judgement; !strings.HasPrefix(ns.Verdict, "Pass") || j == nil || j.PlannedResets == 0 || j.Tests == 0 {
 		t.Errorf("want the gate passed with planned resets counted: verdict %q, judgement %+v", ns.Verdict, j)
 	}
+	assertBaselineFromHistory(t, ns)
+}
+
+// assertBaselineFromHistory: the node's verdict says its baseline was read
+// back from its agent's history at the slot's start, all of the window but
+// the moments between the read and the cordon, not waited out. The agents
+// counted for longer than the baseline before the rollout began.
+func assertBaselineFromHistory(t testing.TB, ns v1alpha1.NodeStatus) {
+	t.Helper()
+	want := "baseline of node " + ns.Name + " from its agent's history: "
+	_, after, ok := strings.Cut(ns.Verdict, want)
+	if !ok {
+		t.Errorf("node %s's verdict does not say its baseline came from its agent's history: %q", ns.Name, ns.Verdict)
+		return
+	}
+	var read, window time.Duration
+	var readS, windowS string
+	if _, err := fmt.Sscanf(after, "%s of the %s window", &readS, &windowS); err == nil {
+		read, _ = time.ParseDuration(readS)
+		window, _ = time.ParseDuration(windowS)
+	}
+	if window == 0 || read < window-2*sampleEvery {
+		t.Errorf("node %s: %s of the %s baseline window read from history, want all but the last moments: %q", ns.Name, read, window, ns.Verdict)
+	}
 }
 
 // TestLiveRstBuildHaltsAtCanary: a ztunnel build that resets a share of
@@ -321,6 +346,7 @@ func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") || ns.Judgement == nil || ns.Judgement.Regressions == 0 {
 		t.Errorf("want the judge's reset regression as the reason: verdict %q, halt %q, judgement %+v", ns.Verdict, nr.Status.HaltReason, ns.Judgement)
 	}
+	assertBaselineFromHistory(t, ns)
 }
 
 // faultyBuild points ztunnel's template at tag (a faulty build such as

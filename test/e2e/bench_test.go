@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -34,15 +35,20 @@ type swapClock struct {
 }
 
 func (e *env) clockSwaps(newVersion string) *swapClock {
+	return clockSwaps(e.t, e.c.Client, newVersion)
+}
+
+// clockSwaps starts a swapClock on the data-plane pods of the cluster.
+func clockSwaps(t testing.TB, client kubernetes.Interface, newVersion string) *swapClock {
 	sc := &swapClock{start: map[string]time.Time{}, end: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	pl, err := e.c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pl, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	w, err := e.c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: pl.ResourceVersion})
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: pl.ResourceVersion})
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	readyNew := map[string]int{}

@@ -52,7 +52,9 @@ const (
 // fleet is one synthetic node agent per simulated node, served by one HTTPS
 // server (path /nodes/<node>/v1/snapshot). Counters grow smoothly with time;
 // a node can regress (one pod's resets ×5 from its ztunnel swap on) or stop
-// answering (from its swap on).
+// answering (from its swap on). Once keepHistory starts, each agent also
+// keeps a snapshot every period and serves them at /v1/history, as the node
+// agent does; before, /v1/history is a 404, as from an agent that keeps none.
 type fleet struct {
 	srv   *httptest.Server
 	start time.Time
@@ -62,10 +64,11 @@ type fleet struct {
 	regress map[string]bool
 	mute    map[string]bool
 	served  map[string]int
-	byIP    map[string]string // node InternalIP → node, for serveOnNodes
+	byIP    map[string]string            // node InternalIP → node, for serveOnNodes
+	kept    map[string][]health.Snapshot // node → its history, oldest first (keepHistory)
 }
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t testing.TB) *fleet {
 	f := &fleet{start: time.Now().Add(-time.Minute), swapped: map[string]time.Time{}, regress: map[string]bool{}, mute: map[string]bool{}, served: map[string]int{}}
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
@@ -77,14 +80,14 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	node, ok := f.nodeOf(r)
+	node, path, ok := f.nodeOf(r)
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
 	f.mu.Lock()
-	swap, swapped := f.swapped[node]
-	regress, mute := f.regress[node], f.mute[node]
+	_, swapped := f.swapped[node]
+	mute := f.mute[node]
 	f.served[node]++
 	f.mu.Unlock()
 	if mute && swapped {
@@ -94,7 +97,25 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	now := time.Now()
+	var body any = f.snapshot(node, time.Now())
+	if path == "/v1/history" {
+		h, ok := f.history(node, r.URL.Query().Get("since"))
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		body = h
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// snapshot is the node's agent's snapshot at now.
+func (f *fleet) snapshot(node string, now time.Time) health.Snapshot {
+	f.mu.Lock()
+	swap, swapped := f.swapped[node]
+	regress := f.regress[node]
+	f.mu.Unlock()
 	secs := now.Sub(f.start).Seconds()
 	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
 	for i := range 11 { // ten workload pods and the probe
@@ -118,34 +139,100 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		s.Pods = append(s.Pods, c)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s)
+	return s
 }
 
-// nodeOf is the node a request is for: /nodes/<node>/v1/snapshot on the
-// test's own URL, or /v1/snapshot on a node's InternalIP (serveOnNodes).
-func (f *fleet) nodeOf(r *http.Request) (string, bool) {
-	if rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/"); ok {
-		return strings.CutSuffix(rest, "/v1/snapshot")
-	}
-	if r.URL.Path != "/v1/snapshot" {
-		return "", false
-	}
-	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	tcp, _ := local.(*net.TCPAddr)
-	if tcp == nil {
-		return "", false
+// keepHistory has every node's agent keep a snapshot now and every period
+// (for an hour at most, the node agent's default) until the test ends.
+func (f *fleet) keepHistory(t testing.TB, nodes []cluster.NodeSpec, every time.Duration) {
+	const keep = time.Hour
+	take := func() {
+		now := time.Now()
+		snaps := make([]health.Snapshot, 0, len(nodes))
+		for _, n := range nodes {
+			snaps = append(snaps, f.snapshot(n.Name, now))
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, s := range snaps {
+			h := append(f.kept[s.Node], s)
+			for len(h) > 0 && h[0].Time.Before(now.Add(-keep)) {
+				h = h[1:]
+			}
+			f.kept[s.Node] = h
+		}
 	}
 	f.mu.Lock()
+	f.kept = map[string][]health.Snapshot{}
+	f.mu.Unlock()
+	take()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				take()
+			}
+		}
+	}()
+}
+
+// history is what the node's agent serves at /v1/history?since=: false
+// when it keeps none (keepHistory not started).
+func (f *fleet) history(node, since string) (health.History, bool) {
+	from, _ := time.Parse(time.RFC3339Nano, since)
+	f.mu.Lock()
 	defer f.mu.Unlock()
-	node, ok := f.byIP[tcp.IP.String()]
-	return node, ok
+	if f.kept == nil {
+		return health.History{}, false
+	}
+	h := health.History{Node: node, StartTime: f.start, Now: time.Now(), Every: time.Second, Keep: time.Hour}
+	for _, s := range f.kept[node] {
+		if !s.Time.Before(from) {
+			h.Snapshots = append(h.Snapshots, s)
+		}
+	}
+	return h, true
+}
+
+// nodeOf is the node a request is for and the agent's path it asks
+// (/v1/snapshot or /v1/history): /nodes/<node>/<path> on the test's own
+// URL, or <path> on a node's InternalIP (serveOnNodes).
+func (f *fleet) nodeOf(r *http.Request) (string, string, bool) {
+	for _, path := range []string{"/v1/snapshot", "/v1/history"} {
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/"); ok {
+			if node, ok := strings.CutSuffix(rest, path); ok {
+				return node, path, true
+			}
+			continue
+		}
+		if r.URL.Path != path {
+			continue
+		}
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		tcp, _ := local.(*net.TCPAddr)
+		if tcp == nil {
+			return "", "", false
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		node, ok := f.byIP[tcp.IP.String()]
+		return node, path, ok
+	}
+	return "", "", false
 }
 
 // serveOnNodes also serves each node's agent where the orchestrator binary
 // looks for it: https://<node InternalIP>:<port>/v1/snapshot, with the
 // test server's certificate (valid for example.com). It returns the port.
-func (f *fleet) serveOnNodes(t *testing.T, c *cluster.Cluster) int {
+func (f *fleet) serveOnNodes(t testing.TB, c *cluster.Cluster) int {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		port, lns, err := listenOnAll(c.Nodes)
@@ -192,7 +279,7 @@ func listenOnAll(nodes []cluster.NodeSpec) (int, []net.Listener, error) {
 }
 
 // watchSwaps marks a node swapped when its old ztunnel pod is deleted.
-func (f *fleet) watchSwaps(t *testing.T, c *cluster.Cluster) {
+func (f *fleet) watchSwaps(t testing.TB, c *cluster.Cluster) {
 	inf := informers.NewSharedInformerFactoryWithOptions(c.Client, 0, informers.WithNamespace(cluster.IstioNamespace))
 	pods := inf.Core().V1().Pods().Informer()
 	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
@@ -233,7 +320,7 @@ func startE2E(t *testing.T) *e2e {
 
 // startE2ECluster is the cluster, the agents and Istio 1.28.1 to roll out
 // to, with no orchestrator yet.
-func startE2ECluster(t *testing.T) *e2e {
+func startE2ECluster(t testing.TB) *e2e {
 	if testing.Short() {
 		t.Skip("starts a simulated cluster")
 	}
@@ -265,7 +352,7 @@ func startE2ECluster(t *testing.T) *e2e {
 // own agent client, Recorder and judge, as a separate process has) until
 // the returned stop is called or the test ends. Stopping it cancels its
 // context: it gives up the Lease, and whatever its Recorder held is gone.
-func (e *e2e) startLeader(t *testing.T, identity string) (stop func()) {
+func (e *e2e) startLeader(t testing.TB, identity string) (stop func()) {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(identity)
 	agents, err := health.NewAgentClient(health.AgentClientConfig{CAFile: e.ca, TokenFile: e.tok, Timeout: time.Second, RetryMax: 1,
 		RetryWaitMin: 50 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, Logger: log,
@@ -324,7 +411,7 @@ func judgedRollout(name string, soak time.Duration) *v1alpha1.NodeRollout {
 }
 
 // finished waits until the rollout is Completed or Halted and returns it.
-func (e *e2e) finished(t *testing.T, name string) *v1alpha1.NodeRollout {
+func (e *e2e) finished(t testing.TB, name string) *v1alpha1.NodeRollout {
 	t.Helper()
 	var last *v1alpha1.NodeRollout
 	err := wait.PollUntilContextTimeout(context.Background(), 300*time.Millisecond, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -440,7 +527,7 @@ func assertHaltedAt(t *testing.T, e *e2e, nr *v1alpha1.NodeRollout, bad, reason 
 	}
 }
 
-func waitDaemonSets(t *testing.T, c *cluster.Cluster) {
+func waitDaemonSets(t testing.TB, c *cluster.Cluster) {
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, name := range []string{cluster.CNIName, cluster.ZtunnelName} {
 			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
