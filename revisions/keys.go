@@ -1,5 +1,7 @@
 package revisions
 
+import "fmt"
+
 // Keys nodewise writes or reads while migrating.
 const (
 	// AnnotationRestartedAt is the pod-template annotation `kubectl rollout
@@ -15,3 +17,12 @@ const (
 	// fieldManager names the controller's writes in managedFields.
 	fieldManager = "nodewise-revisions"
 )
+
+// PausePatch is the merge patch that pauses a migration before its next wave.
+func PausePatch() []byte { return []byte(`{"spec":{"paused":true}}`) }
+
+// ResumePatch is the merge patch `nodewise revision resume` sends: unpause,
+// and a new resume token (which clears a halt).
+func ResumePatch(token string) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, AnnotationResumeToken, token)
+}

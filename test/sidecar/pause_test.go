@@ -57,7 +57,7 @@ func TestPauseAndResume(t *testing.T) {
 		ph := rm.Status.Namespaces[0].Phase
 		return ph == v1alpha1.NamespaceRetagged || ph == v1alpha1.NamespaceRestarting, fmt.Errorf("p-1 %s", ph)
 	})
-	e.patch("p", `{"spec":{"paused":true}}`)
+	e.patch("p", string(revisions.PausePatch()))
 	rm := e.waitPhase("p", 2*time.Minute, v1alpha1.MigrationPaused)
 	if rm.Status.CurrentWave != 1 || !strings.Contains(rm.Status.Reason, "before wave tier-2") {
 		t.Fatalf("paused at wave %d (%q), want after tier-1 finished, before tier-2", rm.Status.CurrentWave, rm.Status.Reason)
@@ -116,5 +116,5 @@ func (e *env) patch(name, patch string) {
 // resume patches what `nodewise revision resume` does: spec.paused false and
 // a new resume token.
 func (e *env) resume(name, token string) {
-	e.patch(name, fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"paused":false}}`, revisions.AnnotationResumeToken, token))
+	e.patch(name, string(revisions.ResumePatch(token)))
 }
