@@ -101,6 +101,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&rc.issuer.caValidity, "agent-ca-validity", 0, "life of the agents' CA, rotated with a third left (default 8760h)")
 	fs.DurationVar(&rc.issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
 	fs.StringVar(&rc.notify.webhook, "notify-webhook", rc.notify.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
+	fs.StringVar(&rc.notify.cluster, "notify-cluster", "", "the cluster's name, in every webhook message (required with a webhook)")
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")

@@ -332,10 +332,20 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%s not rendered", k)
 		}
 	}
-	withHook := render(t, "notify.webhookSecret=nodewise-notify")
+	withHook := render(t, "notify.webhookSecret=nodewise-notify", "notify.clusterName=prod-eu")
 	dep := withHook["Deployment "+Namespace+"/nodewise-orchestrator"]
 	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
 		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
+	} else if !bytes.Contains(b, []byte(`--notify-cluster=prod-eu`)) {
+		t.Error("notify.clusterName does not reach the orchestrator's --notify-cluster")
+	}
+	// The alerts' cluster name serves the webhook too; with neither, the
+	// chart refuses (every message names its cluster).
+	if b, _ := json.Marshal(render(t, "notify.webhookSecret=nodewise-notify", "monitoring.prometheusRule.cluster=prod-us")["Deployment "+Namespace+"/nodewise-orchestrator"].Object); !bytes.Contains(b, []byte(`--notify-cluster=prod-us`)) {
+		t.Error("monitoring.prometheusRule.cluster is not the webhook's default cluster name")
+	}
+	if _, err := Template(context.Background(), "notify.webhookSecret=nodewise-notify"); err == nil || !strings.Contains(err.Error(), "needs notify.clusterName") {
+		t.Errorf("a webhook without a cluster name: %v, want the chart to refuse it", err)
 	}
 	gates := render(t, "gates.addressAllow={prom.example.com,*.metrics.example.net}", "gates.clusterDomain=corp.local")
 	for _, name := range []string{"nodewise-orchestrator", "nodewise-revisions"} {
