@@ -44,6 +44,12 @@ func main() {
 	case rc.showVersion:
 		fmt.Println("orchestrator", buildinfo.Version())
 		return
+	case rc.checkAgents:
+		if err := runCheckAgents(context.Background(), rc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "orchestrator --check-agents:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	log, err := newLogger(rc.debug)
 	if err != nil {
@@ -128,6 +134,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
 	fs.BoolVar(&rc.debug, "debug", false, "debug logging")
 	fs.BoolVar(&rc.showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&rc.checkAgents, "check-agents", false, "ask every node agent (pods "+agentSelector+" in --namespace) for a snapshot with the --agent-* credentials, print each, and exit 1 unless all answer (the chart's helm test)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return rc, err

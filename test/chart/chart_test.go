@@ -149,6 +149,9 @@ func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
 		}
 	}
 	for k, c := range chart {
+		if c.GetAnnotations()["helm.sh/hook"] == "test" {
+			continue // `helm test` pods exist only in the chart
+		}
 		ko, ok := kust[k]
 		if !ok {
 			t.Errorf("the chart renders %s, which deploy/ lacks", k)
@@ -160,6 +163,40 @@ func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
 	}
 	if len(chart) < 20 {
 		t.Errorf("the chart rendered only %d objects", len(chart))
+	}
+}
+
+// TestChartHelmTestHook: `helm test` runs a pod of the orchestrator's image,
+// as its ServiceAccount, that asks every node agent for a snapshot with the
+// orchestrator's kind of credentials (orchestrator --check-agents); without
+// the judge there are no agent credentials and no test pod.
+func TestChartHelmTestHook(t *testing.T) {
+	objs := render(t, "orchestrator.image.digest=sha256:"+strings.Repeat("a", 64))
+	pod := objs["Pod "+Namespace+"/nodewise-test-agents"]
+	if pod == nil {
+		t.Fatal("no helm test pod rendered")
+	}
+	if hook := pod.GetAnnotations()["helm.sh/hook"]; hook != "test" {
+		t.Fatalf("helm.sh/hook %q, want test", hook)
+	}
+	sa, _, _ := unstructured.NestedString(pod.Object, "spec", "serviceAccountName")
+	containers, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+	orch, _, _ := unstructured.NestedSlice(objs["Deployment "+Namespace+"/nodewise-orchestrator"].Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	args := fmt.Sprint(c["args"])
+	if sa != "nodewise-orchestrator" || c["image"] != orch[0].(map[string]any)["image"] || !strings.Contains(c["image"].(string), "@sha256:") {
+		t.Errorf("test pod runs %v as %q, want the orchestrator's image (digest included) as nodewise-orchestrator", c["image"], sa)
+	}
+	for _, want := range []string{"--check-agents", "--namespace=" + Namespace, "--agent-ca=/var/run/secrets/nodewise.io/agent-ca/ca.crt", "--agent-token-file=", "--agent-verify-node-name"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("test pod args %s lack %s", args, want)
+		}
+	}
+	if restart, _, _ := unstructured.NestedString(pod.Object, "spec", "restartPolicy"); restart != "Never" {
+		t.Errorf("restartPolicy %q: a failed check must end the pod, not retry", restart)
+	}
+	if render(t, "judge.enabled=false")["Pod "+Namespace+"/nodewise-test-agents"] != nil {
+		t.Error("judge.enabled=false still renders the agents' helm test")
 	}
 }
 
