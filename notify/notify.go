@@ -1,9 +1,10 @@
-// Package notify tells people about NodeRollouts by webhook: each halt (with
-// the failed nodes and the reason), each completion and each canary node's
-// verdict, in a Slack-compatible shape ({"text": ...}) or a generic JSON one,
-// through a retrying HTTP client. It watches the rollouts' status from
-// outside the orchestrator (observe, diff, send), so it needs nothing but
-// read access to NodeRollouts; run it under its own Lease so one replica sends.
+// Package notify tells people about NodeRollouts and RevisionMigrations by
+// webhook: each halt (a rollout's failed nodes, a migration's wave, and the
+// reason), each completion and each canary node's verdict, every message
+// naming the cluster, in a Slack-compatible shape ({"text": ...}) or a
+// generic JSON one, through a retrying HTTP client. It watches their status
+// from outside the controllers (observe, diff, send), so it needs nothing but
+// read access to both kinds; run it under its own Lease so one replica sends.
 package notify
 
 import (
@@ -28,8 +29,14 @@ const (
 
 // Event is one message: the generic shape as JSON.
 type Event struct {
-	Kind    Kind      `json:"kind"`
-	Rollout string    `json:"rollout"`
+	Kind Kind `json:"kind"`
+	// Cluster names the cluster the event happened in (Config.Cluster).
+	Cluster string `json:"cluster"`
+	// Rollout names a NodeRollout's event, Migration a RevisionMigration's.
+	Rollout   string `json:"rollout,omitempty"`
+	Migration string `json:"migration,omitempty"`
+	// Wave is a migration's current wave (halted: the wave that failed).
+	Wave    string    `json:"wave,omitempty"`
 	Nodes   []string  `json:"nodes,omitempty"` // halted: the failed nodes; verdict: the canary
 	Reason  string    `json:"reason,omitempty"`
 	Verdict string    `json:"verdict,omitempty"`
@@ -38,13 +45,22 @@ type Event struct {
 
 // Text is the one-line human form (the Slack message).
 func (e Event) Text() string {
+	from := "nodewise [" + e.Cluster + "]"
+	if e.Migration != "" {
+		switch e.Kind {
+		case Halted:
+			return fmt.Sprintf(":octagonal_sign: %s: RevisionMigration %s halted at wave %s: %s", from, e.Migration, e.Wave, e.Reason)
+		default:
+			return fmt.Sprintf(":white_check_mark: %s: RevisionMigration %s succeeded", from, e.Migration)
+		}
+	}
 	switch e.Kind {
 	case Halted:
-		return fmt.Sprintf(":octagonal_sign: nodewise: NodeRollout %s halted at %s: %s", e.Rollout, nodesOr(e.Nodes, "no failed node"), e.Reason)
+		return fmt.Sprintf(":octagonal_sign: %s: NodeRollout %s halted at %s: %s", from, e.Rollout, nodesOr(e.Nodes, "no failed node"), e.Reason)
 	case Completed:
-		return fmt.Sprintf(":white_check_mark: nodewise: NodeRollout %s completed", e.Rollout)
+		return fmt.Sprintf(":white_check_mark: %s: NodeRollout %s completed", from, e.Rollout)
 	default:
-		return fmt.Sprintf("nodewise: NodeRollout %s canary %s: %s", e.Rollout, nodesOr(e.Nodes, "?"), e.Verdict)
+		return fmt.Sprintf("%s: NodeRollout %s canary %s: %s", from, e.Rollout, nodesOr(e.Nodes, "?"), e.Verdict)
 	}
 }
 
@@ -107,6 +123,31 @@ func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []
 		}
 		return rank(a.Kind) - rank(b.Kind)
 	})
+	return out
+}
+
+// migrationChanges is changes for RevisionMigrations: one event when a
+// migration enters Halted (with its wave and the reason) or Succeeded.
+func migrationChanges(prev map[string]v1alpha1.MigrationPhase, cur []v1alpha1.RevisionMigration, now time.Time) []Event {
+	var out []Event
+	for i := range cur {
+		rm := &cur[i]
+		was, seen := prev[rm.Name]
+		if seen && was == rm.Status.Phase {
+			continue
+		}
+		switch rm.Status.Phase {
+		case v1alpha1.MigrationHalted:
+			wave := ""
+			if w := int(rm.Status.CurrentWave); w < len(rm.Status.Waves) {
+				wave = rm.Status.Waves[w].Name
+			}
+			out = append(out, Event{Kind: Halted, Migration: rm.Name, Wave: wave, Reason: rm.Status.Reason, Time: now})
+		case v1alpha1.MigrationSucceeded:
+			out = append(out, Event{Kind: Completed, Migration: rm.Name, Time: now})
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Migration < out[b].Migration })
 	return out
 }
 

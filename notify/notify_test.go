@@ -111,7 +111,7 @@ func TestRunSendsOneSlackMessagePerHaltThroughRetries(t *testing.T) {
 	src := &staticSource{}
 	src.set(rollout("old", v1alpha1.PhaseHalted, "before we started", v1alpha1.NodeStatus{Name: "n0", State: v1alpha1.NodeFailed}),
 		rollout("r", v1alpha1.PhaseProgressing, ""))
-	n, err := New(Config{Source: src, URL: srv.URL + "/hooks/secret", Every: 20 * time.Millisecond, retryWaitMin: time.Millisecond, retryWaitMax: 5 * time.Millisecond})
+	n, err := New(Config{Source: src, Cluster: "prod-eu", URL: srv.URL + "/hooks/secret", Every: 20 * time.Millisecond, retryWaitMin: time.Millisecond, retryWaitMax: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +139,14 @@ func TestRunSendsOneSlackMessagePerHaltThroughRetries(t *testing.T) {
 	}
 	for i, want := range []string{"halted at n2: node n2: resets received ×4.0", "halted at n3: node n3: swap timeout"} {
 		text, _ := rcv.bodies[i]["text"].(string)
-		if !strings.Contains(text, "NodeRollout r "+want) {
+		if !strings.Contains(text, "nodewise [prod-eu]: NodeRollout r "+want) {
 			t.Errorf("message %d: %q, want it to name the node and the reason (%q)", i, text, want)
 		}
 	}
 }
 
 func TestGenericShapeAndBadInput(t *testing.T) {
-	n, err := New(Config{Source: &staticSource{}, URL: "https://hooks.example/x", Format: FormatGeneric})
+	n, err := New(Config{Source: &staticSource{}, Cluster: "prod-eu", URL: "https://hooks.example/x", Format: FormatGeneric})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,18 +154,102 @@ func TestGenericShapeAndBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(b); got != `{"kind":"halted","rollout":"r","nodes":["n2"],"reason":"why","time":"1970-01-01T00:00:00Z"}` {
+	if got := string(b); got != `{"kind":"halted","cluster":"prod-eu","rollout":"r","nodes":["n2"],"reason":"why","time":"1970-01-01T00:00:00Z"}` {
 		t.Errorf("generic body %s", got)
 	}
 	for _, c := range []Config{
-		{Source: &staticSource{}, URL: "hooks.example/x"},
-		{Source: &staticSource{}, URL: "https://hooks.example/x", Format: "teams"},
-		{URL: "https://hooks.example/x"},
+		{Source: &staticSource{}, Cluster: "c", URL: "hooks.example/x"},
+		{Source: &staticSource{}, Cluster: "c", URL: "https://hooks.example/x", Format: "teams"},
+		{Cluster: "c", URL: "https://hooks.example/x"},
+		{Source: &staticSource{}, URL: "https://hooks.example/x"}, // no cluster name
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("accepted %+v", c)
 		} else if strings.Contains(err.Error(), "/x") {
 			t.Errorf("the error shows the webhook's secret path: %v", err)
 		}
+	}
+}
+
+type migrationSource struct {
+	mu    sync.Mutex
+	items []v1alpha1.RevisionMigration
+}
+
+func (s *migrationSource) List(context.Context, metav1.ListOptions) (*v1alpha1.RevisionMigrationList, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &v1alpha1.RevisionMigrationList{Items: append([]v1alpha1.RevisionMigration(nil), s.items...)}, nil
+}
+
+func (s *migrationSource) set(phase v1alpha1.MigrationPhase, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rm := v1alpha1.RevisionMigration{}
+	rm.Name = "to-1-28"
+	rm.Status = v1alpha1.RevisionMigrationStatus{Phase: phase, Reason: reason, CurrentWave: 1,
+		Waves: []v1alpha1.ResolvedWave{{Name: "canary"}, {Name: "tier-2"}}}
+	s.items = []v1alpha1.RevisionMigration{rm}
+}
+
+// TestRunSendsMigrationHalts: a RevisionMigration that halts gives one
+// message naming the cluster, the migration, its wave and the reason (both
+// shapes carry the cluster); its success gives one more.
+func TestRunSendsMigrationHalts(t *testing.T) {
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	migs := &migrationSource{}
+	migs.set(v1alpha1.MigrationProgressing, "")
+	n, err := New(Config{Source: &staticSource{}, Migrations: migs, Cluster: "prod-eu", URL: srv.URL, Every: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	waitBodies := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rcv.mu.Lock()
+			got := len(rcv.bodies)
+			rcv.mu.Unlock()
+			if got >= want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d messages, want %d", got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(60 * time.Millisecond) // the first look: nothing to say
+	migs.set(v1alpha1.MigrationHalted, "wave tier-2 failed its gate: retries per request 0.09 > 0.05")
+	waitBodies(1)
+	time.Sleep(60 * time.Millisecond) // still halted: no second message
+	migs.set(v1alpha1.MigrationSucceeded, "all 3 namespaces on 1-28")
+	waitBodies(2)
+	cancel()
+	<-done
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	if len(rcv.bodies) != 2 {
+		t.Fatalf("messages %v, want a halt and a success", rcv.bodies)
+	}
+	halt, _ := rcv.bodies[0]["text"].(string)
+	if want := "nodewise [prod-eu]: RevisionMigration to-1-28 halted at wave tier-2: wave tier-2 failed its gate: retries per request 0.09 > 0.05"; !strings.Contains(halt, want) {
+		t.Errorf("halt message %q, want %q", halt, want)
+	}
+	if ok, _ := rcv.bodies[1]["text"].(string); !strings.Contains(ok, "nodewise [prod-eu]: RevisionMigration to-1-28 succeeded") {
+		t.Errorf("success message %q", ok)
+	}
+	generic, err := New(Config{Source: &staticSource{}, Cluster: "prod-eu", URL: srv.URL, Format: FormatGeneric})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := generic.Body(Event{Kind: Halted, Migration: "to-1-28", Wave: "tier-2", Reason: "why", Time: time.Unix(0, 0).UTC()})
+	if err != nil || string(b) != `{"kind":"halted","cluster":"prod-eu","migration":"to-1-28","wave":"tier-2","reason":"why","time":"1970-01-01T00:00:00Z"}` {
+		t.Errorf("generic migration body %s %v", b, err)
 	}
 }

@@ -29,11 +29,20 @@ type Source interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.NodeRolloutList, error)
 }
 
+// MigrationSource lists RevisionMigrations (v1alpha1.RevisionMigrationInterface does).
+type MigrationSource interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.RevisionMigrationList, error)
+}
+
 // Config configures the notifier.
 type Config struct {
 	Source Source // required
-	URL    string // the webhook (required, http or https)
-	Format string // FormatSlack (default) or FormatGeneric
+	// Migrations, when set, adds RevisionMigrations' halts and successes.
+	Migrations MigrationSource
+	// Cluster is the cluster's name, in every message (required).
+	Cluster string
+	URL     string // the webhook (required, http or https)
+	Format  string // FormatSlack (default) or FormatGeneric
 	// Every is how often the rollouts are looked at (default 5s).
 	Every time.Duration
 	// Timeout bounds each attempt (default 10s); RetryMax attempts follow
@@ -56,6 +65,9 @@ type Notifier struct {
 func New(cfg Config) (*Notifier, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("notify.Config.Source is required")
+	}
+	if cfg.Cluster == "" {
+		return nil, errors.New("notify: the cluster's name is required: every message names its cluster")
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -109,6 +121,7 @@ func redact(raw string) string {
 // past the client's own retries.
 func (n *Notifier) Run(ctx context.Context) error {
 	var prev map[string]view
+	var prevMig map[string]v1alpha1.MigrationPhase
 	t := time.NewTicker(n.cfg.Every)
 	defer t.Stop()
 	for {
@@ -118,15 +131,26 @@ func (n *Notifier) Run(ctx context.Context) error {
 			n.cfg.Logger.Warn("listing NodeRollouts for notifications", zap.Error(err))
 		case err == nil:
 			if prev != nil {
-				for _, e := range changes(prev, list.Items, n.cfg.Now()) {
-					if err := n.Send(ctx, e); err != nil && ctx.Err() == nil {
-						n.cfg.Logger.Warn("notification not delivered", zap.String("kind", string(e.Kind)), zap.String("rollout", e.Rollout), zap.Error(err))
-					}
-				}
+				n.sendAll(ctx, changes(prev, list.Items, n.cfg.Now()))
 			}
 			prev = map[string]view{}
 			for i := range list.Items {
 				prev[list.Items[i].Name] = viewOf(&list.Items[i])
+			}
+		}
+		if n.cfg.Migrations != nil {
+			migs, err := n.cfg.Migrations.List(ctx, metav1.ListOptions{})
+			switch {
+			case err != nil && ctx.Err() == nil:
+				n.cfg.Logger.Warn("listing RevisionMigrations for notifications", zap.Error(err))
+			case err == nil:
+				if prevMig != nil {
+					n.sendAll(ctx, migrationChanges(prevMig, migs.Items, n.cfg.Now()))
+				}
+				prevMig = map[string]v1alpha1.MigrationPhase{}
+				for _, rm := range migs.Items {
+					prevMig[rm.Name] = rm.Status.Phase
+				}
 			}
 		}
 		select {
@@ -137,8 +161,18 @@ func (n *Notifier) Run(ctx context.Context) error {
 	}
 }
 
+// sendAll sends each event, logging (not retrying further) what fails.
+func (n *Notifier) sendAll(ctx context.Context, events []Event) {
+	for _, e := range events {
+		if err := n.Send(ctx, e); err != nil && ctx.Err() == nil {
+			n.cfg.Logger.Warn("notification not delivered", zap.String("kind", string(e.Kind)), zap.String("rollout", e.Rollout), zap.String("migration", e.Migration), zap.Error(err))
+		}
+	}
+}
+
 // Body is the webhook body of e in the configured format.
 func (n *Notifier) Body(e Event) ([]byte, error) {
+	e.Cluster = n.cfg.Cluster
 	if n.cfg.Format == FormatGeneric {
 		return json.Marshal(e)
 	}
@@ -165,6 +199,6 @@ func (n *Notifier) Send(ctx context.Context, e Event) error {
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("posting to %s: %s", redact(n.cfg.URL), resp.Status)
 	}
-	n.cfg.Logger.Info("notified", zap.String("kind", string(e.Kind)), zap.String("rollout", e.Rollout), zap.Strings("nodes", e.Nodes))
+	n.cfg.Logger.Info("notified", zap.String("kind", string(e.Kind)), zap.String("rollout", e.Rollout), zap.String("migration", e.Migration), zap.Strings("nodes", e.Nodes))
 	return nil
 }

@@ -24,6 +24,9 @@ import (
 func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) (time.Duration, error) {
 	spec := Defaulted(rm.Spec)
 	defer c.observePhases(rm)
+	if tok := rm.Annotations[AnnotationResumeToken]; tok != "" && tok != rm.Status.ResumeToken {
+		return c.cfg.Interval, c.resume(ctx, rm, spec, tok)
+	}
 	switch rm.Status.Phase {
 	case "", v1alpha1.MigrationPending:
 		return c.cfg.Interval, c.start(ctx, rm, spec, snap)
@@ -35,7 +38,7 @@ func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigrati
 			return 0, nil
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
-	case v1alpha1.MigrationProgressing, v1alpha1.MigrationGating:
+	case v1alpha1.MigrationProgressing, v1alpha1.MigrationGating, v1alpha1.MigrationPaused:
 		if spec.Abort != "" {
 			return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationAborting, abortReason(spec.Abort))
 		}
@@ -126,11 +129,22 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	if int(st.CurrentWave) >= len(st.Waves) {
 		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
 	}
+	wave := st.CurrentWave
+	// Paused: the wave in flight finishes; one not started yet does not start.
+	if spec.Paused && !waveStarted(st, wave) {
+		reason := fmt.Sprintf("paused before wave %s (spec.paused; nodewise revision resume %s)", st.Waves[wave].Name, rm.Name)
+		if st.Phase == v1alpha1.MigrationPaused && st.Reason == reason {
+			return 0, nil
+		}
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationPaused, reason)
+	}
+	if st.Phase == v1alpha1.MigrationPaused {
+		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("resumed: starting wave %s", st.Waves[wave].Name))
+	}
 	to, err := targetOf(snap.inv, spec.To)
 	if err != nil {
 		return 0, err
 	}
-	wave := st.CurrentWave
 	c.track(ctx, rm, snap)
 
 	// 1. Retag: record the original labels, then patch them.
@@ -196,6 +210,35 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
 	}
+}
+
+// waveStarted reports whether any namespace of wave has left Pending (its
+// labels recorded or patched): such a wave is in flight and a pause lets it finish.
+func waveStarted(st *v1alpha1.RevisionMigrationStatus, wave int32) bool {
+	for _, ns := range st.Namespaces {
+		if ns.Wave == wave && ns.Phase != v1alpha1.NamespacePending {
+			return true
+		}
+	}
+	return false
+}
+
+// resume acts on a new resume token: it is recorded, and a halted migration
+// goes back to judging its halted wave, from a fresh soak. Nothing is moved
+// or restarted again for that: the wave's namespaces keep their labels and
+// stamps, so a wave whose restart put the old proxy back halts again at once,
+// and one whose gate failed moves on only when the gate passes it this time.
+// A token seen in any other phase is only recorded, so that an old token
+// cannot clear a later halt.
+func (c *Controller) resume(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, tok string) error {
+	st := &rm.Status
+	st.ResumeToken = tok
+	if st.Phase != v1alpha1.MigrationHalted || spec.Abort != "" || int(st.CurrentWave) >= len(st.Waves) {
+		return c.writeStatus(ctx, rm)
+	}
+	w := &st.Waves[st.CurrentWave]
+	w.ReadyAt = nil
+	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("resumed after a halt: wave %s is judged again from a fresh soak", w.Name))
 }
 
 func (c *Controller) stamp(ctx context.Context, rm *v1alpha1.RevisionMigration, wave int32, from, to v1alpha1.NamespacePhase) error {

@@ -94,6 +94,11 @@ type RevisionMigrationSpec struct {
 	// rollback is in flight is allowed; an abort is never undone.
 	// +optional
 	Abort AbortScope `json:"abort,omitempty"`
+	// Paused stops the migration before its next wave: the wave in flight
+	// finishes (restart, soak, gate), no namespace of a later wave is
+	// retagged until paused is false again. An abort still proceeds.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
 }
 
 // ImplicitPolicy says whether a migration adopts namespaces that use From implicitly.
@@ -124,17 +129,19 @@ type RestartRateLimit struct {
 }
 
 // MigrationPhase is where a migration is.
-// +kubebuilder:validation:Enum=Pending;Progressing;Gating;Succeeded;Halted;Aborting;Aborted;Refused
+// +kubebuilder:validation:Enum=Pending;Progressing;Gating;Paused;Succeeded;Halted;Aborting;Aborted;Refused
 type MigrationPhase string
 
 const (
 	MigrationPending     MigrationPhase = "Pending"
 	MigrationProgressing MigrationPhase = "Progressing"
 	MigrationGating      MigrationPhase = "Gating"
-	MigrationSucceeded   MigrationPhase = "Succeeded"
-	MigrationHalted      MigrationPhase = "Halted"
-	MigrationAborting    MigrationPhase = "Aborting"
-	MigrationAborted     MigrationPhase = "Aborted"
+	// MigrationPaused: spec.paused holds the migration between two waves.
+	MigrationPaused    MigrationPhase = "Paused"
+	MigrationSucceeded MigrationPhase = "Succeeded"
+	MigrationHalted    MigrationPhase = "Halted"
+	MigrationAborting  MigrationPhase = "Aborting"
+	MigrationAborted   MigrationPhase = "Aborted"
 	// MigrationRefused means the controller will not start: an unknown
 	// revision, or a move outside the supported skew. The reason says which.
 	MigrationRefused MigrationPhase = "Refused"
@@ -226,6 +233,11 @@ type RevisionMigrationStatus struct {
 	WaveStartedAt *metav1.Time `json:"waveStartedAt,omitempty"`
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ResumeToken is the last nodewise.io/resume-token annotation the
+	// controller acted on (a new value clears a halt: the halted wave is
+	// judged again from a fresh soak).
+	// +optional
+	ResumeToken string `json:"resumeToken,omitempty"`
 }
 
 // SkippedNamespace is a namespace using From that a migration does not move.

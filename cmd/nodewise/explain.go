@@ -22,11 +22,11 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRollouts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if node == "" {
-				return fmt.Errorf("--node is required: the node whose judgement to explain")
-			}
 			if err := output.check(); err != nil {
 				return err
+			}
+			if node == "" {
+				return fmt.Errorf("--node is required: the node whose judgement to explain")
 			}
 			cfg, err := g.restConfig()
 			if err != nil {

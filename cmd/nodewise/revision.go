@@ -25,13 +25,14 @@ func newRevisionCmd(g *globalFlags) *cobra.Command {
 		Use:   "revision",
 		Short: "Istio control-plane revisions",
 	}
-	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionAbortCmd(g), newRevisionExplainCmd(g))
+	cmd.AddCommand(newRevisionRemoveCmd(g), newRevisionMigrateCmd(g), newRevisionStatusCmd(g), newRevisionPauseCmd(g), newRevisionResumeCmd(g), newRevisionAbortCmd(g), newRevisionExplainCmd(g))
 	return cmd
 }
 
 func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
 	var dryRun bool
+	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "remove REV",
 		Short: "Remove a revision's istiod and injector; refused while any proxy, tag or namespace still uses it",
@@ -40,6 +41,9 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
 			client, err := g.kube()
 			if err != nil {
 				return err
@@ -52,13 +56,25 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			if dryRun {
 				verb = "would remove"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s revision %s: %s\n", verb, args[0], strings.Join(deleted, ", "))
-			return nil
+			// -o: {revision, dryRun, removed: [kind/name...]}; -o name: the objects.
+			res := removedRevision{Revision: args[0], DryRun: dryRun, Removed: deleted}
+			return output.print(cmd.OutOrStdout(), res, func() []string { return deleted }, func() error {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s revision %s: %s\n", verb, args[0], strings.Join(deleted, ", "))
+				return err
+			})
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only print what would be removed")
+	output.addFlag(cmd)
 	return cmd
+}
+
+// removedRevision is what `revision remove -o` prints.
+type removedRevision struct {
+	Revision string   `json:"revision"`
+	DryRun   bool     `json:"dryRun"`
+	Removed  []string `json:"removed"`
 }
 
 // parseWave reads NAME=PERCENT% or NAME=key=value[,key=value].

@@ -131,7 +131,15 @@ func TestSidecarCommands(t *testing.T) {
 	if rev, _ := revtag.Get(ctx, c.Client, "canary"); rev != "1-28" {
 		t.Fatalf("a refused tag set moved canary to %s", rev)
 	}
-	ok("tag", "set", "canary", "--revision", "1-27", "--overwrite")
+	if out := ok("tag", "set", "canary", "--revision", "1-27", "--overwrite", "-o", "jsonpath={.tag} {.revision}"); out != "canary 1-27" {
+		t.Fatalf("tag set -o jsonpath: %q", out)
+	}
+	if out := ok("tag", "set", "spare", "--revision", "1-28", "-o", "yaml"); !strings.Contains(out, "tag: spare") || !strings.Contains(out, "revision: 1-28") {
+		t.Fatalf("tag set -o yaml:\n%s", out)
+	}
+	if out := ok("tag", "remove", "spare", "-o", "jsonpath={.revision}"); out != "1-28" {
+		t.Fatalf("tag remove -o jsonpath: %q", out)
+	}
 	if out := ok("tag", "list"); !strings.Contains(strings.Join(strings.Fields(out), " "), "canary 1-27") {
 		t.Fatalf("tag list:\n%s", out)
 	}
@@ -165,17 +173,67 @@ func TestSidecarCommands(t *testing.T) {
 		"--prometheus", "http://prometheus.monitoring.svc:9090", "--builtin-gates=false", "-o", "name"); out != "revisionmigration.nodewise.io/1-27-to-1-28\n" {
 		t.Fatalf("revision migrate -o name: %q", out)
 	}
+	// revision status, pause and resume (no controller runs here: the
+	// status is what the test writes).
+	if out := ok("revision", "pause", "1-27-to-1-28", "-o", "jsonpath={.spec.paused}"); out != "true" {
+		t.Fatalf("revision pause -o jsonpath: %q", out)
+	}
+	if out := ok("revision", "status", "1-27-to-1-28"); !strings.Contains(out, "revisionmigration 1-27-to-1-28: 1-27 -> 1-28 via tag next") || !strings.Contains(out, "(spec.paused)") {
+		t.Fatalf("revision status:\n%s", out)
+	}
+	if out := ok("revision", "resume", "1-27-to-1-28", "-o", "yaml"); !strings.Contains(out, "kind: RevisionMigration") || !strings.Contains(out, "nodewise.io/resume-token") || strings.Contains(out, "paused: true") {
+		t.Fatalf("revision resume -o yaml:\n%s", out)
+	}
+	if out, _, err := run(bin, kc, "revision", "status", "1-27-to-1-28", "-w", "--timeout", "1s"); exitStatus(err) != exitTimeout || !strings.Contains(out, "phase") {
+		t.Fatalf("revision status -w on a live migration: %v, stdout %q; want exit %d after the timeout", err, out, exitTimeout)
+	}
+	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.Status = v1alpha1.RevisionMigrationStatus{Phase: v1alpha1.MigrationHalted, Reason: "wave t1 failed its gate: test", ObservedGeneration: rm.Generation,
+		Waves: []v1alpha1.ResolvedWave{{Name: "t1", Namespaces: []string{"shop"}}}, Namespaces: []v1alpha1.NamespaceStatus{{Name: "shop", Phase: v1alpha1.NamespaceReady, Pods: 1}}}
+	if _, err := mc.UpdateStatus(ctx, rm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"table", "jsonpath={.status.phase}"} {
+		out, errOut, err := run(bin, kc, "revision", "status", "1-27-to-1-28", "-w", "-o", o)
+		if exitStatus(err) != exitHalted || !strings.Contains(out, "Halted") || !strings.Contains(errOut, "failed its gate") {
+			t.Fatalf("revision status -w -o %s of a halted migration: %v, stdout %q, stderr %q; want exit %d", o, err, out, errOut, exitHalted)
+		}
+	}
 	if out := ok("revision", "abort", "1-27-to-1-28", "-o", "jsonpath={.spec.abort}"); out != string(v1alpha1.AbortAll) {
 		t.Fatalf("revision abort -o jsonpath: %q", out)
 	}
 	if out := ok("revision", "explain", "1-27-to-1-28", "-o", "json"); !strings.HasPrefix(out, "null") && !strings.HasPrefix(out, "[") {
 		t.Fatalf("revision explain -o json: %q", out)
 	}
-	rm, err := mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
+	rm, err = mc.Get(ctx, "1-27-to-1-28", metav1.GetOptions{})
 	if err != nil || rm.Spec.Abort != v1alpha1.AbortAll || rm.Spec.Tag != "next" || len(rm.Spec.Waves) != 2 ||
 		rm.Spec.Gates == nil || rm.Spec.Gates.Prometheus.Address != "http://prometheus.monitoring.svc:9090" || !rm.Spec.Gates.Prometheus.BuiltIn.Disabled {
 		t.Fatalf("created migration %+v %v", rm, err)
 	}
+
+	// revision remove -o of 1-28, which nothing uses (dry run: nothing goes).
+	var removed removedRevision
+	if err := json.Unmarshal([]byte(ok("revision", "remove", "1-28", "--dry-run", "-o", "json")), &removed); err != nil || removed.Revision != "1-28" || !removed.DryRun || len(removed.Removed) == 0 {
+		t.Fatalf("revision remove --dry-run -o json: %+v %v", removed, err)
+	}
+	if out := ok("revision", "remove", "1-28", "--dry-run", "-o", "name"); strings.Count(out, "\n") != len(removed.Removed) {
+		t.Fatalf("revision remove -o name: %q, want %v", out, removed.Removed)
+	}
+}
+
+// exitStatus is the exit status of a finished command (0 for a nil error).
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
 
 func installRevisionMigrationCRD(t *testing.T, c *cluster.Cluster) {

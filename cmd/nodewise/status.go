@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -126,29 +127,11 @@ func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutIn
 	if _, err := rc.Get(ctx, name, metav1.GetOptions{}); err != nil {
 		return fmt.Errorf("reading NodeRollout %s: %w", name, g.clarify(ctx, err))
 	}
-	wctx, cancel := ctx, context.CancelFunc(func() {})
-	if timeout > 0 {
-		wctx, cancel = context.WithTimeout(ctx, timeout)
-	}
-	defer cancel()
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return rc.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watchapi.Interface, error) {
-			o.FieldSelector = selector
-			return rc.Watch(ctx, o)
-		},
-	}
 	var last *v1alpha1.NodeRollout
 	var outcome error
-	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(ev watchapi.Event) (bool, error) {
-		if ev.Type == watchapi.Deleted {
-			return false, fmt.Errorf("NodeRollout %s was deleted", name)
-		}
-		nr, ok := ev.Object.(*v1alpha1.NodeRollout)
+	lw := oneObject(name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return rc.List(ctx, o) }, rc.Watch)
+	err := watchObject(ctx, timeout, lw, &v1alpha1.NodeRollout{}, func(obj runtime.Object) (bool, error) {
+		nr, ok := obj.(*v1alpha1.NodeRollout)
 		if !ok {
 			return false, nil
 		}
@@ -165,14 +148,62 @@ func followStatus(ctx context.Context, g *globalFlags, rc v1alpha1.NodeRolloutIn
 	switch {
 	case err == nil:
 		return outcome
-	case ctx.Err() != nil:
-		return nil // interrupted
-	case wctx.Err() != nil && last != nil:
+	case errors.Is(err, errInterrupted):
+		return nil
+	case errors.Is(err, errWatchTimeout) && last != nil:
 		return timedOut(last, timeout)
-	case wctx.Err() != nil:
+	case errors.Is(err, errWatchTimeout):
 		return withExitCode(exitTimeout, "timed out after %s waiting for NodeRollout %s", timeout, name)
 	}
 	return fmt.Errorf("watching NodeRollout %s: %w", name, g.clarify(ctx, err))
+}
+
+// oneObject lists and watches the one object called name.
+func oneObject(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch func(context.Context, metav1.ListOptions) (watchapi.Interface, error)) *cache.ListWatch {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watchapi.Interface, error) {
+			o.FieldSelector = selector
+			return watch(ctx, o)
+		},
+	}
+}
+
+var (
+	errInterrupted  = errors.New("interrupted")
+	errWatchTimeout = errors.New("timed out")
+)
+
+// watchObject hands show every version of lw's object until show says done:
+// a watch (watchtools.UntilWithSync lists, then watches, and re-lists when
+// the watch expires), not a poll. It returns errInterrupted when ctx ends,
+// errWatchTimeout when timeout (> 0) runs out first, and an error when the
+// object is deleted.
+func watchObject(ctx context.Context, timeout time.Duration, lw *cache.ListWatch, exemplar runtime.Object, show func(runtime.Object) (bool, error)) error {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	defer cancel()
+	_, err := watchtools.UntilWithSync(wctx, lw, exemplar, nil, func(ev watchapi.Event) (bool, error) {
+		if ev.Type == watchapi.Deleted {
+			return false, errors.New("it was deleted")
+		}
+		return show(ev.Object)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errInterrupted
+	case wctx.Err() != nil:
+		return errWatchTimeout
+	}
+	return err
 }
 
 func terminal(p v1alpha1.RolloutPhase) bool {

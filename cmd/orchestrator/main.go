@@ -44,6 +44,12 @@ func main() {
 	case rc.showVersion:
 		fmt.Println("orchestrator", buildinfo.Version())
 		return
+	case rc.checkAgents:
+		if err := runCheckAgents(context.Background(), rc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "orchestrator --check-agents:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	log, err := newLogger(rc.debug)
 	if err != nil {
@@ -101,6 +107,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&rc.issuer.caValidity, "agent-ca-validity", 0, "life of the agents' CA, rotated with a third left (default 8760h)")
 	fs.DurationVar(&rc.issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
 	fs.StringVar(&rc.notify.webhook, "notify-webhook", rc.notify.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
+	fs.StringVar(&rc.notify.cluster, "notify-cluster", "", "the cluster's name, in every webhook message (required with a webhook)")
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
@@ -127,6 +134,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
 	fs.BoolVar(&rc.debug, "debug", false, "debug logging")
 	fs.BoolVar(&rc.showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&rc.checkAgents, "check-agents", false, "ask every node agent (pods "+agentSelector+" in --namespace) for a snapshot with the --agent-* credentials, print each, and exit 1 unless all answer (the chart's helm test)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return rc, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"k8s.io/client-go/kubernetes"
@@ -14,7 +15,7 @@ import (
 
 // notifyFlags turn on the webhook notifier (package notify).
 type notifyFlags struct {
-	webhook, format string
+	webhook, format, cluster string
 }
 
 // notifyLease is the notifier's own Lease, so one replica sends each message.
@@ -35,7 +36,11 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 	if err != nil {
 		return nil, err
 	}
-	n, err := notify.New(notify.Config{Source: client.NodeRollouts(), URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
+	if f.cluster == "" {
+		return nil, errors.New("--notify-cluster is required with a webhook: every message names its cluster")
+	}
+	n, err := notify.New(notify.Config{Source: client.NodeRollouts(), Migrations: client.RevisionMigrations(), Cluster: f.cluster,
+		URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,7 @@ type runConfig struct {
 	dashboardAddr  string // --dashboard-addr: the read-only dashboard (empty: off)
 	debug          bool
 	showVersion    bool
+	checkAgents    bool
 }
 
 // waveJudge is how the RevisionMigration controller's AgentGate watches each

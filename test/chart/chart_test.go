@@ -149,6 +149,9 @@ func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
 		}
 	}
 	for k, c := range chart {
+		if c.GetAnnotations()["helm.sh/hook"] == "test" {
+			continue // `helm test` pods exist only in the chart
+		}
 		ko, ok := kust[k]
 		if !ok {
 			t.Errorf("the chart renders %s, which deploy/ lacks", k)
@@ -160,6 +163,40 @@ func TestChartDefaultsMatchKustomizeBase(t *testing.T) {
 	}
 	if len(chart) < 20 {
 		t.Errorf("the chart rendered only %d objects", len(chart))
+	}
+}
+
+// TestChartHelmTestHook: `helm test` runs a pod of the orchestrator's image,
+// as its ServiceAccount, that asks every node agent for a snapshot with the
+// orchestrator's kind of credentials (orchestrator --check-agents); without
+// the judge there are no agent credentials and no test pod.
+func TestChartHelmTestHook(t *testing.T) {
+	objs := render(t, "orchestrator.image.digest=sha256:"+strings.Repeat("a", 64))
+	pod := objs["Pod "+Namespace+"/nodewise-test-agents"]
+	if pod == nil {
+		t.Fatal("no helm test pod rendered")
+	}
+	if hook := pod.GetAnnotations()["helm.sh/hook"]; hook != "test" {
+		t.Fatalf("helm.sh/hook %q, want test", hook)
+	}
+	sa, _, _ := unstructured.NestedString(pod.Object, "spec", "serviceAccountName")
+	containers, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+	orch, _, _ := unstructured.NestedSlice(objs["Deployment "+Namespace+"/nodewise-orchestrator"].Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	args := fmt.Sprint(c["args"])
+	if sa != "nodewise-orchestrator" || c["image"] != orch[0].(map[string]any)["image"] || !strings.Contains(c["image"].(string), "@sha256:") {
+		t.Errorf("test pod runs %v as %q, want the orchestrator's image (digest included) as nodewise-orchestrator", c["image"], sa)
+	}
+	for _, want := range []string{"--check-agents", "--namespace=" + Namespace, "--agent-ca=/var/run/secrets/nodewise.io/agent-ca/ca.crt", "--agent-token-file=", "--agent-verify-node-name"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("test pod args %s lack %s", args, want)
+		}
+	}
+	if restart, _, _ := unstructured.NestedString(pod.Object, "spec", "restartPolicy"); restart != "Never" {
+		t.Errorf("restartPolicy %q: a failed check must end the pod, not retry", restart)
+	}
+	if render(t, "judge.enabled=false")["Pod "+Namespace+"/nodewise-test-agents"] != nil {
+		t.Error("judge.enabled=false still renders the agents' helm test")
 	}
 }
 
@@ -332,10 +369,20 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%s not rendered", k)
 		}
 	}
-	withHook := render(t, "notify.webhookSecret=nodewise-notify")
+	withHook := render(t, "notify.webhookSecret=nodewise-notify", "notify.clusterName=prod-eu")
 	dep := withHook["Deployment "+Namespace+"/nodewise-orchestrator"]
 	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
 		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
+	} else if !bytes.Contains(b, []byte(`--notify-cluster=prod-eu`)) {
+		t.Error("notify.clusterName does not reach the orchestrator's --notify-cluster")
+	}
+	// The alerts' cluster name serves the webhook too; with neither, the
+	// chart refuses (every message names its cluster).
+	if b, _ := json.Marshal(render(t, "notify.webhookSecret=nodewise-notify", "monitoring.prometheusRule.cluster=prod-us")["Deployment "+Namespace+"/nodewise-orchestrator"].Object); !bytes.Contains(b, []byte(`--notify-cluster=prod-us`)) {
+		t.Error("monitoring.prometheusRule.cluster is not the webhook's default cluster name")
+	}
+	if _, err := Template(context.Background(), "notify.webhookSecret=nodewise-notify"); err == nil || !strings.Contains(err.Error(), "needs notify.clusterName") {
+		t.Errorf("a webhook without a cluster name: %v, want the chart to refuse it", err)
 	}
 	gates := render(t, "gates.addressAllow={prom.example.com,*.metrics.example.net}", "gates.clusterDomain=corp.local")
 	for _, name := range []string{"nodewise-orchestrator", "nodewise-revisions"} {
