@@ -193,10 +193,25 @@ func TestKrewManifest(t *testing.T) {
 	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "nodewise" || m.Spec.Version != "VERSION" || len(m.Spec.Platforms) == 0 {
 		t.Fatalf("krew manifest: %+v", m)
 	}
+	oses := map[string]string{} // os -> one arch the manifest names for it
 	for _, p := range m.Spec.Platforms {
 		platform := p.Selector.MatchLabels["os"] + "_" + p.Selector.MatchLabels["arch"]
 		if p.Bin != "kubectl-nodewise" || p.SHA256 != "SHA256_"+platform || !strings.HasSuffix(p.URI, "/VERSION/kubectl-nodewise_"+platform+".tar.gz") {
 			t.Errorf("platform %s: %+v", platform, p)
+		}
+		oses[p.Selector.MatchLabels["os"]] = p.Selector.MatchLabels["arch"]
+	}
+	// Every OS the manifest names compiles (one arch each: the build tags
+	// that keep the simulator Linux-only are per OS), or `make krew` would
+	// fail at release time.
+	if oses["darwin"] == "" {
+		t.Errorf("the manifest names no darwin platform: kubectl users on macOS cannot install it")
+	}
+	for goos, goarch := range oses {
+		build := exec.Command("go", "build", "-o", os.DevNull, ".")
+		build.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Errorf("kubectl-nodewise for %s/%s does not build: %v\n%s", goos, goarch, err, out)
 		}
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -104,9 +106,4 @@ func newDemoStandinCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE:   func(*cobra.Command, []string) error { return dataplane.RunStandin() },
 	}
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

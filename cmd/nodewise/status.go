@@ -240,3 +240,9 @@ func isTerminalWriter(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isTerminal(f)
 }
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
