@@ -35,6 +35,10 @@ type Election struct {
 	Log                                       *zap.Logger
 	// Leading, when set, is told when this replica starts and stops leading.
 	Leading func(bool)
+	// Guard, when set, is the fence of this replica's writes: told of every
+	// acquire and renew this replica makes, and that it stopped leading.
+	// Build the leader's clients with Guard.Wrap, and the Lease's without.
+	Guard *Guard
 }
 
 // Run campaigns for the Lease and runs lead while holding it. It
@@ -51,6 +55,7 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 		return err
 	}
 	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Log)
+	lock.guard = le.Guard
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch() // after the elector's release, which may read the Lease
 	go lock.run(wctx)
@@ -81,6 +86,7 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 				leadErr <- lead(lctx)
 			},
 			OnStoppedLeading: func() {
+				le.Guard.Lost()
 				le.Leading(false)
 				le.Log.Info("stopped leading", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
 			},

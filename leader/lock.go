@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -35,6 +36,7 @@ type watchedLease struct {
 	client          coordinationv1client.LeasesGetter
 	namespace, name string
 	identity        string
+	guard           *Guard // told of each successful write of this replica's record (nil: none)
 	informer        cache.SharedIndexInformer
 	log             *zap.Logger
 	mu              sync.Mutex
@@ -129,16 +131,20 @@ func (l *watchedLease) Create(ctx context.Context, ler resourcelock.LeaderElecti
 		ObjectMeta: metav1.ObjectMeta{Name: l.name, Namespace: l.namespace},
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&ler),
 	}
+	sent := l.guard.Now()
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	l.wrote(created)
+	l.wrote(created, sent)
 	return nil
 }
 
 // Update writes this record over the Lease last read or written, with that
-// copy's resourceVersion.
+// copy's resourceVersion. A release (a record held by nobody) is written only
+// over a copy this replica holds: client-go's release decides from the
+// record it last observed, and after a conflict retries over a fresh read,
+// which would otherwise clear the Lease of the replica that took over.
 func (l *watchedLease) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	l.mu.Lock()
 	if l.lease == nil {
@@ -147,16 +153,34 @@ func (l *watchedLease) Update(ctx context.Context, ler resourcelock.LeaderElecti
 	}
 	lease := l.lease.DeepCopy()
 	l.mu.Unlock()
+	if ler.HolderIdentity != l.identity && holder(lease) != l.identity {
+		return fmt.Errorf("not releasing the Lease %s: %q holds it, not %q", l.Describe(), holder(lease), l.identity)
+	}
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
+	sent := l.guard.Now()
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return err
 	}
-	l.wrote(updated)
+	l.wrote(updated, sent)
 	return nil
 }
 
-func (l *watchedLease) wrote(lease *coordinationv1.Lease) {
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// wrote keeps the Lease a write of this replica's sent at sent returned, and
+// tells the guard whether this replica now holds it.
+func (l *watchedLease) wrote(lease *coordinationv1.Lease, sent time.Time) {
+	if holder(lease) == l.identity {
+		l.guard.Renewed(sent)
+	} else {
+		l.guard.Lost()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lease = lease

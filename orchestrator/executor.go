@@ -64,6 +64,9 @@ type executor struct {
 	cpCache *preflight.ControlPlaneCache
 	// skew is preflight's version-skew check.
 	skew *preflight.Skew
+	// fence is nil while this replica holds the Lease (leader.Guard.Check;
+	// nil: always, in unit tests).
+	fence func() error
 }
 
 func (e *executor) poke() {
@@ -104,7 +107,7 @@ func (e *executor) wire() {
 			model.SwapReplace: swap.Replace{Waits: waits, Kube: e.kube, Log: e.log},
 			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
-		World: e, Freed: e.slotFreed, WG: &e.wg,
+		World: e, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
 	w.Drainer = &drain.Drainer{
 		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -33,11 +34,16 @@ import (
 
 // Orchestrator runs NodeRollouts while it holds the leader Lease.
 type Orchestrator struct {
-	cfg      Config
-	log      *zap.Logger
-	metrics  *metrics.Metrics
+	cfg     Config
+	log     *zap.Logger
+	metrics *metrics.Metrics
+	// guard fences every write of kube and rollouts (leader.Guard): a
+	// replica that does not know itself to hold the Lease now writes nothing.
+	guard    *leader.Guard
 	kube     kubernetes.Interface
 	rollouts v1alpha1.NodeRolloutInterface
+	// leaseKube is the Lease's own client, the only one not fenced.
+	leaseKube kubernetes.Interface
 }
 
 // New validates cfg, fills defaults and builds the clients (every request counted).
@@ -53,15 +59,24 @@ func New(cfg Config) (*Orchestrator, error) {
 	if rc.QPS == 0 {
 		rc.QPS, rc.Burst = 50, 100
 	}
-	kube, err := kubernetes.NewForConfig(rc)
+	// The identity in every request's User-Agent tells the replicas apart
+	// in the API server's audit log.
+	rc.UserAgent = fmt.Sprintf("%s %s/%s", rest.DefaultKubernetesUserAgent(), model.FieldManager, cfg.Identity)
+	leaseKube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
 	}
-	nw, err := v1alpha1.NewForConfig(rc)
+	guard := leader.NewGuard(cfg.RenewDeadline)
+	fenced := guard.Wrap(rc)
+	kube, err := kubernetes.NewForConfig(fenced)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client: %w", err)
+	}
+	nw, err := v1alpha1.NewForConfig(fenced)
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, kube: kube, rollouts: nw.NodeRollouts()}, nil
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}, nil
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles
@@ -99,9 +114,9 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	synced.Store(true)
 	o.log.Info("caches synced; campaigning for the Lease")
 	return leader.Run(ctx, leader.Election{
-		Client: o.kube, Namespace: o.cfg.Namespace, Name: model.LeaseName, Identity: o.cfg.Identity,
+		Client: o.leaseKube, Namespace: o.cfg.Namespace, Name: model.LeaseName, Identity: o.cfg.Identity,
 		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
-		Log: o.log, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
+		Log: o.log, Guard: o.guard, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
 	}, func(lctx context.Context) error { return o.lead(lctx, c) })
 }
 
@@ -164,7 +179,9 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		freed:   make(chan struct{}, 1),
 		status:  write.NewStatus(ctx, o.rollouts, o.log),
 		cpCache: c.cp,
+		fence:   o.guard.Check,
 	}
+	ex.status.Fence = o.guard.Check
 	defer ex.status.Wait()
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}

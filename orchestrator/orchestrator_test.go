@@ -35,7 +35,7 @@ func testOrchestrator(t *testing.T, objs []runtime.Object, nrs ...*v1alpha1.Node
 	}
 	kube := fake.NewClientset(objs...)
 	api := fixture.NewRollouts(nrs...)
-	return &Orchestrator{cfg: cfg, log: zap.NewNop(), metrics: m, kube: kube, rollouts: watchableRollouts{api}}, kube, api
+	return &Orchestrator{cfg: cfg, log: zap.NewNop(), metrics: m, kube: kube, leaseKube: kube, rollouts: watchableRollouts{api}}, kube, api
 }
 
 // TestRunLeadsAndReconciles: Run syncs its caches, takes the Lease and,

@@ -23,6 +23,14 @@ import (
 
 // reconcileAll plans and acts on every NodeRollout, oldest first.
 func (e *executor) reconcileAll(ctx context.Context) {
+	if e.fence != nil {
+		if err := e.fence(); err != nil {
+			// Deposed (stopped past the lease) or not yet sure: plan
+			// nothing, start nothing; the elector ends this leadership.
+			e.log.Debug("not reconciling", zap.Error(err))
+			return
+		}
+	}
 	var nrs []*v1alpha1.NodeRollout
 	for _, obj := range e.rolloutStore.List() {
 		nrs = append(nrs, obj.(*v1alpha1.NodeRollout))

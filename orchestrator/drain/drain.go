@@ -55,9 +55,9 @@ type StatusWriter interface {
 	Mutate(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error
 }
 
-// NodePatcher patches a node's record (write.Nodes).
+// NodePatcher writes a node's record, conditional on it (write.Nodes.Record).
 type NodePatcher interface {
-	Patch(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error)
+	Record(ctx context.Context, uid types.UID, node string, prev nodestep.Record, ann map[string]*string) (nodestep.Record, error)
 }
 
 // Drain evicts the node's pods when the policy says so. DaemonSet pods are
@@ -218,7 +218,7 @@ func (d *Drainer) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mod
 	}
 	nodeErr := make(chan written, 1)
 	go func() {
-		w, err := d.Records.Patch(ctx, node, "", next.Patch(rec), nil)
+		w, err := d.Records.Record(ctx, nr.UID, node, rec, next.Patch(rec))
 		nodeErr <- written{w, err}
 	}()
 	statusErr := d.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {

@@ -1,6 +1,7 @@
 package nodestep
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -119,6 +120,15 @@ func (r Record) Patch(prev Record) map[string]*string {
 	}
 	return ann
 }
+
+// ErrRecordMoved is a step-record write refused because the node's record
+// is no longer the one the step was decided from: someone else (a leader
+// that took over) wrote it meanwhile. The worker stops; the next pass
+// decides again from the record as it stands.
+var ErrRecordMoved = errors.New("the node's step record moved since the step was decided")
+
+// Same says r and o hold the same record (every key Patch writes).
+func (r Record) Same(o Record) bool { return len(r.Patch(o)) == 0 }
 
 // ours says the record belongs to the rollout with this UID.
 func (r Record) Ours(uid types.UID) bool { return uid != "" && r.RolloutUID == uid }

@@ -54,15 +54,22 @@ type Worker struct {
 	Drainer    Drainer
 	World      World
 
+	// Fence is nil while this replica holds the leader Lease
+	// (leader.Guard.Check; a nil func: always). Every write is fenced in
+	// the client; the worker asks it to tell a write refused that way (or
+	// an act that failed because of one) from a failure of the step.
+	Fence func() error
+
 	// Freed is called when a worker ends (a slot is free).
 	Freed func()
 	// WG counts the running workers (the leader waits for them).
 	WG *sync.WaitGroup
 }
 
-// NodeWriter writes a node's record and cordon (write.Nodes).
+// NodeWriter writes a node's record and cordon (write.Nodes), each write
+// conditional on the node's resourceVersion.
 type NodeWriter interface {
-	Patch(ctx context.Context, node, rv string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error)
+	Record(ctx context.Context, uid types.UID, node string, prev nodestep.Record, ann map[string]*string) (nodestep.Record, error)
 	Cordon(ctx context.Context, rollout, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error)
 	Uncordon(ctx context.Context, node string, rec nodestep.Record, with map[string]*string) (nodestep.Record, error)
 	Newest(node string) *corev1.Node

@@ -147,8 +147,17 @@ func (f *nodeWrites) write(op, node string, patch func(live nodestep.Record, n *
 	return rec, nil
 }
 
-func (f *nodeWrites) Patch(_ context.Context, node, _ string, ann map[string]*string, unschedulable *bool) (nodestep.Record, error) {
-	return f.write("patch", node, func(nodestep.Record, *corev1.Node) (map[string]*string, *bool) { return ann, unschedulable })
+// Record writes a step record as write.Nodes does: only over the record the
+// step was decided from (else nodestep.ErrRecordMoved, unapplied).
+func (f *nodeWrites) Record(_ context.Context, uid types.UID, node string, prev nodestep.Record, ann map[string]*string) (nodestep.Record, error) {
+	f.mu.Lock()
+	n, ok := f.nodes[node]
+	moved := ok && !nodestep.ParseRecord(n.Annotations).ForRollout(uid).Same(prev)
+	f.mu.Unlock()
+	if moved {
+		return nodestep.Record{}, fmt.Errorf("node %s: %w", node, nodestep.ErrRecordMoved)
+	}
+	return f.write("patch", node, func(nodestep.Record, *corev1.Node) (map[string]*string, *bool) { return ann, nil })
 }
 
 // Cordon cordons as write.Nodes does: the prior cordon recorded once, the

@@ -83,7 +83,7 @@ func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 		case s.Uncordon:
 			wr.rec, wr.err = w.NodeWrites.Uncordon(ctx, node, next, ann)
 		default:
-			wr.rec, wr.err = w.NodeWrites.Patch(ctx, node, "", ann, nil)
+			wr.rec, wr.err = w.NodeWrites.Record(ctx, nr.UID, node, rec, ann)
 		}
 		nodeDone <- wr
 	}()

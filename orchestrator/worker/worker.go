@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -65,10 +66,37 @@ func (w *Worker) Start(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 			w.Claims.EndWorker(nr.Name, node)
 			w.Freed()
 		}()
-		if err := w.runNode(ctx, nr, p, node); err != nil && ctx.Err() == nil {
+		err := w.runNode(ctx, nr, p, node)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case w.deposed(err):
+			w.Log.Info("not leading: the node's steps stop here, for the leader to resume from its record",
+				zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
+		case errors.Is(err, nodestep.ErrRecordMoved):
+			w.Log.Info("the node's record moved: its next step is decided again on the next pass",
+				zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
+		default:
 			w.Log.Warn("node worker stopped; it is resumed on the next pass", zap.String("node", node), zap.Error(err))
 		}
 	}()
+}
+
+// deposed says the worker's step ended because this replica does not hold
+// the leader Lease now: a write refused by the fence, or an act that failed
+// while the fence is shut (the drain library keeps only the text of the
+// errors it retried). Such an end is no step failure: nothing is recorded
+// (every write would be refused), nothing halts.
+func (w *Worker) deposed(err error) bool {
+	return errors.Is(err, leader.ErrNotLeading) || (w.Fence != nil && w.Fence() != nil)
+}
+
+// notLeading is err as the end of a deposed replica's step: ErrNotLeading,
+// never the step error (a halt) the act made of a refused write.
+func notLeading(err error) error {
+	if errors.Is(err, leader.ErrNotLeading) {
+		return err
+	}
+	return fmt.Errorf("%w (the step ended with: %v)", leader.ErrNotLeading, err)
 }
 
 // runNode drives one node from its record to the end: next step (pure),
@@ -147,6 +175,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		}
 		next, res, err := w.act(ctx, nr, p, node, rec, s, checked)
 		rec = next
+		if err != nil && w.deposed(err) {
+			return notLeading(err) // not the step's failure: nothing to record, nothing halts
+		}
 		if errors.Is(err, errGateLeft) || errors.Is(err, errGatesEdited) {
 			// The gate's wait was cut short: decide again from the same
 			// view (an abort makes the node safe; an edited spec.gates is

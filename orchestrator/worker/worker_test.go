@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -619,6 +622,76 @@ func TestContextEndsTheWorker(t *testing.T) {
 			}
 			if st := r.status.status(); st.Phase == v1alpha1.PhaseHalted || model.NodeEntry(&st, node1).State == v1alpha1.NodeFailed {
 				t.Errorf("the context's end failed the node: %+v", st)
+			}
+		})
+	}
+}
+
+// TestAFencedWriteEndsTheStepQuietly: a replica that no longer holds the
+// leader Lease (its fence shut: stopped past its lease) ends the node's
+// step where the fence refused it: no halt, no Failed record, nothing in
+// status, even when the act turned the refused evictions into a drain
+// failure (the drain library keeps only their text). A record a successor
+// wrote meanwhile stops the worker too, and stays the successor's.
+func TestAFencedWriteEndsTheStepQuietly(t *testing.T) {
+	refused := fmt.Errorf("patching node n1: PATCH /api/v1/nodes/n1: %w", leader.ErrNotLeading)
+	for _, tc := range []struct {
+		name   string
+		break_ func(r *rig, shut func())
+		is     error
+		last   string // the last node write applied
+	}{
+		{"the evictions refused", func(r *rig, shut func()) {
+			r.drain.during = shut
+			r.drain.err = nodestep.Halt(nodestep.HaltDrainFailed, "drain: error when evicting pods/%q -n %q: POST: not leading", "app", "default")
+		}, leader.ErrNotLeading, "patch Drain"},
+		{"the swap's record refused", func(r *rig, shut func()) {
+			r.drain.during = shut
+			r.nodes.fail = func(_ string, s v1alpha1.NodeState) error {
+				if s == v1alpha1.NodeSwapCNI {
+					return refused
+				}
+				return nil
+			}
+		}, leader.ErrNotLeading, "patch Drain"},
+		{"a successor recorded the drain again", func(r *rig, _ func()) {
+			r.drain.during = func() {
+				r.nodes.mu.Lock()
+				defer r.nodes.mu.Unlock()
+				succ := nodestep.ParseRecord(r.nodes.nodes[node1].Annotations).WithStep(r.nr.Name, r.nr.UID, v1alpha1.NodeDrain, t0.Add(time.Hour))
+				for k, v := range succ.Patch(nodestep.Record{}) {
+					r.nodes.nodes[node1].Annotations[k] = *v
+				}
+			}
+		}, nodestep.ErrRecordMoved, "patch Drain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, passing(), &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
+			var fence atomic.Pointer[error]
+			r.Fence = func() error {
+				if e := fence.Load(); e != nil {
+					return *e
+				}
+				return nil
+			}
+			tc.break_(r, func() { e := error(leader.ErrNotLeading); fence.Store(&e) })
+			err := r.drive(t.Context())
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("drive: %v, want %v", err, tc.is)
+			}
+			var se *nodestep.StepError
+			if errors.As(err, &se) {
+				t.Errorf("the step ended as a step error: %v", se)
+			}
+			steps := r.nodes.steps()
+			if last := steps[len(steps)-1]; last != tc.last {
+				t.Errorf("node writes %v, want the last %q", steps, tc.last)
+			}
+			if ns, st := r.status.node(node1), r.status.status(); st.Phase == v1alpha1.PhaseHalted || ns.State == v1alpha1.NodeFailed || ns.Reason != "" {
+				t.Errorf("status %s %q, n1 %s %q: want nothing recorded", st.Phase, st.HaltReason, ns.State, ns.Reason)
+			}
+			if r.halts(nodestep.HaltDrainFailed) != 0 {
+				t.Error("a halt was counted")
 			}
 		})
 	}

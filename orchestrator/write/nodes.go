@@ -101,6 +101,35 @@ func (w *Nodes) Patch(ctx context.Context, node, rv string, ann map[string]*stri
 	return nodestep.ParseRecord(out.Annotations), nil
 }
 
+// Record writes a node's step record: ann turns prev, the record the step
+// was decided from (as rollout uid's worker reads it, ForRollout), into the
+// next one. The patch is conditional on the resourceVersion of a copy that
+// still holds prev, read as Cordon reads (Newest: no request): any other
+// write to the node in between (the kubelet's) costs a 409 and a retry from
+// the newer copy, and a copy whose record is no longer prev (a leader that
+// took over wrote it) fails with nodestep.ErrRecordMoved, for the worker to
+// decide again. So a write of a deposed leader that was already on its way
+// when its process stopped cannot land over its successor's record.
+func (w *Nodes) Record(ctx context.Context, uid types.UID, node string, prev nodestep.Record, ann map[string]*string) (nodestep.Record, error) {
+	attempt, conflicted := 0, ""
+	var out nodestep.Record
+	err := onConflict(ctx, func() error {
+		attempt++
+		n, err := w.read(ctx, node, attempt, false, conflicted)
+		if err != nil {
+			return err
+		}
+		conflicted = n.ResourceVersion
+		if live := nodestep.ParseRecord(n.Annotations).ForRollout(uid); !live.Same(prev) {
+			return fmt.Errorf("node %s: %w (it holds step %q of %q written %s, the step was decided from %q written %s)", node, nodestep.ErrRecordMoved,
+				live.Step, live.Rollout, live.StepSince.Format(time.RFC3339Nano), prev.Step, prev.StepSince.Format(time.RFC3339Nano))
+		}
+		out, err = w.Patch(ctx, node, n.ResourceVersion, ann, nil)
+		return err
+	})
+	return out, err
+}
+
 // Cordon cordons the node and records whether it was already
 // unschedulable (once, before anything else: nodeRecord.cordoned), in one
 // patch conditional on the resourceVersion it read. with are more

@@ -3,6 +3,7 @@ package write
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,19 +14,29 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // Status group-commits NodeRollout status writes: mutations queue up,
 // and one writer at a time applies every queued mutation to the last status
-// the API returned and writes it with its resourceVersion (re-reading and
-// re-applying on 409). A caller either waits for the write that carries its
-// mutation (Mutate) or does not (MutateLater). Build it with NewStatus.
+// the API returned and writes it with its resourceVersion. On a 409 it
+// re-reads and re-applies, but only once Fence says this replica still
+// leads: a conflict is how a deposed leader meets its successor's status,
+// which it must not overwrite. A caller either waits for the write that
+// carries its mutation (Mutate) or does not (MutateLater). Build it with
+// NewStatus.
 type Status struct {
 	rollouts v1alpha1.NodeRolloutInterface
 	log      *zap.Logger
 	wg       sync.WaitGroup // the writer goroutines (Wait)
+	// Fence, when set, is nil while this replica holds the leader Lease
+	// (leader.Guard.Check). Every write is fenced in the client too; the
+	// writer asks before it re-reads after a conflict and before a retry,
+	// and a refused batch is kept queued, quietly, until the leader's
+	// context ends (or the fence opens again: a renew that came late).
+	Fence func() error
 
 	// mu guards everything below; it is never held across a request.
 	mu      sync.Mutex
@@ -159,11 +170,12 @@ func (w *Status) writeQueued(ctx context.Context) {
 					retry = append(retry, q) // a deleted rollout's writes are dropped
 				}
 			}
-			if apierrors.IsNotFound(err) {
+			switch {
+			case apierrors.IsNotFound(err):
 				w.remember(n, nil)
-				continue
-			}
-			if err != nil && ctx.Err() == nil {
+			case errors.Is(err, leader.ErrNotLeading):
+				w.log.Debug("not writing NodeRollout status: not leading", zap.String("rollout", n), zap.Error(err))
+			case err != nil && ctx.Err() == nil:
 				w.log.Warn("writing NodeRollout status; retrying", zap.String("rollout", n), zap.Error(err))
 			}
 		}
@@ -184,6 +196,11 @@ func (w *Status) writeQueued(ctx context.Context) {
 
 func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
 	return onConflict(ctx, func() error {
+		if w.Fence != nil {
+			if err := w.Fence(); err != nil {
+				return fmt.Errorf("writing NodeRollout %s status: %w", name, err)
+			}
+		}
 		w.mu.Lock()
 		cur := w.current[name]
 		w.mu.Unlock()

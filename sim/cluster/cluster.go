@@ -46,6 +46,11 @@ type Options struct {
 	// installed revision as this background process (see RunInjector), so
 	// InstallIstio's webhooks inject real proxies (Cluster.Injector).
 	InjectorArgv []string `json:"injectorArgv,omitempty"`
+	// AuditLog makes the API server write an audit log of every write
+	// request (create, update, patch, delete; Metadata level: who, with
+	// which User-Agent, on what, and the answer's code) to Cluster.AuditLog,
+	// for tests that prove from the API side which client wrote what.
+	AuditLog bool `json:"auditLog,omitempty"`
 	// Runtime runs the containers of the in-process kubelet; nil runs none.
 	Runtime Runtime `json:"-"`
 	// Log receives the in-process kubelet's logs; nil discards them.
@@ -134,6 +139,9 @@ type Cluster struct {
 	Dir string
 	// Kubeconfig is the path of the admin kubeconfig (Dir/kubeconfig).
 	Kubeconfig string
+	// AuditLog is the API server's audit log (JSON lines) with
+	// Options.AuditLog, else empty.
+	AuditLog string
 	// Config is the admin's client configuration.
 	Config *rest.Config
 	// Client is an admin client.
@@ -171,6 +179,12 @@ func Up(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	}
 	s := &state{Dir: dir, Options: opts, Nodes: nodeSpecs(opts.Nodes, opts.Zones), Created: time.Now()}
 	c := &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), Nodes: s.Nodes, state: s, bins: bins}
+	if opts.AuditLog {
+		c.AuditLog = s.auditLogPath()
+		if err := os.WriteFile(s.auditPolicyPath(), []byte(auditPolicy), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.boot(ctx); err != nil {
 		c.Stop()
 		_ = os.RemoveAll(dir)
@@ -412,6 +426,9 @@ func Attach(dir string) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: s.Dir, Kubeconfig: filepath.Join(s.Dir, "kubeconfig"), Nodes: s.Nodes, state: s}
+	if s.Options.AuditLog {
+		c.AuditLog = s.auditLogPath()
+	}
 	if c.Config, err = restConfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}

@@ -160,9 +160,26 @@ func (s *state) etcdArgv(b binaries) []string {
 	}
 }
 
+// auditPolicy logs every write request at Metadata level, and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
+
+func (s *state) auditLogPath() string    { return filepath.Join(s.Dir, "logs", "audit.log") }
+func (s *state) auditPolicyPath() string { return filepath.Join(s.Dir, "audit-policy.yaml") }
+
 func (s *state) apiserverArgv(b binaries) []string {
 	pk := pki{dir: filepath.Join(s.Dir, "pki")}
-	return []string{b.APIServer,
+	var audit []string
+	if s.Options.AuditLog {
+		audit = []string{"--audit-log-path=" + s.auditLogPath(), "--audit-policy-file=" + s.auditPolicyPath(), "--audit-log-format=json"}
+	}
+	return append([]string{b.APIServer,
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", s.Ports.Etcd),
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(s.Ports.APIServer),
@@ -186,7 +203,7 @@ func (s *state) apiserverArgv(b binaries) []string {
 		// killed one's connections linger in TIME_WAIT.
 		"--permit-address-sharing=true",
 		"--profiling=false", "--v=1",
-	}
+	}, audit...)
 }
 
 func (s *state) controllerManagerArgv(b binaries) []string {
