@@ -6,6 +6,10 @@
 # Binaries of k8s.io/kubernetes carry its version (component-base/version, as
 # its own Makefile sets), so /version and `kubelet --version` report v1.37.2,
 # not v0.0.0-master: helm checks a chart's kubeVersion against it.
+# Tools build with CGO_ENABLED=0, as `make build` does: the k8s.io packages
+# both compile (client-go, apimachinery, at the same versions: tools/kubernetes
+# and tools/kubelet require nodewise's versions of the modules they share) are
+# then one entry in the Go build cache, so the second build reuses the first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 name=${1:?usage: build-tool.sh NAME}
@@ -19,7 +23,8 @@ if [ -n "$k8s" ]; then
 	v=k8s.io/component-base/version
 	ldflags="$ldflags -X $v.gitVersion=$k8s -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 fi
-key=$( (cat "$mod/go.mod" "$mod/go.sum"; [ -z "$k8s" ] || echo "$ldflags") | sha256sum | cut -c1-12)
+export CGO_ENABLED=0
+key=$( (cat "$mod/go.mod" "$mod/go.sum"; [ -z "$k8s" ] || echo "$ldflags"; echo "CGO_ENABLED=$CGO_ENABLED") | sha256sum | cut -c1-12)
 out="$root/bin/.tools/$name-$key"
 if [ ! -f "$out/.done" ]; then
 	echo "building $name from the Go module proxy into bin/ (cold: minutes; cached by version afterwards)" >&2

@@ -3,15 +3,16 @@
 # pinned tools cold, how long nodewise's own build and those upstream builds
 # took: `cold build: nodewise Xs, upstream Ys (total/upstream R)`. The figures
 # come from `make build` and hack/build-tool.sh (bin/.cold/NAME); only tools
-# built since this run's `make build` count, so a warm run prints nothing.
+# built since this run started (bin/.cold/start, make's cold-start) count, so a
+# warm run prints nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 d=$root/bin/.cold
-[ -f "$d/nodewise" ] && [ -f "$d/build-start" ] || exit 0
+[ -f "$d/nodewise" ] && [ -f "$d/start" ] || exit 0
 upstream=0 built=
 for t in "$@"; do
 	f=$d/$t
-	[ -f "$f" ] && [ "$(stat -c %Y "$f")" -ge "$(cat "$d/build-start")" ] || continue
+	[ -f "$f" ] && [ "$(stat -c %Y "$f")" -ge "$(cat "$d/start")" ] || continue
 	upstream=$(( upstream + $(cat "$f") ))
 	built="$built $t"
 done

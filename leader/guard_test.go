@@ -134,7 +134,7 @@ func TestLockFencesTheGuardAndNeverReleasesAnothersLease(t *testing.T) {
 		clock.sleep(4 * time.Second) // a slow API server
 		return false, nil, nil
 	})
-	l := newWatchedLease(kube, "ns", "l", "a", zap.NewNop())
+	l := newWatchedLease(kube, "ns", "l", "a", "", zap.NewNop())
 	l.guard = g
 	ctx := context.Background()
 	if _, _, err := l.Get(ctx); err != nil { // the informer is not running: read from the API

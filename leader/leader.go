@@ -33,6 +33,9 @@ type Election struct {
 	Namespace, Name, Identity                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Log                                       *zap.Logger
+	// Version is the build of this replica, written on the Lease with each
+	// of its writes (VersionAnnotation) while it holds it; empty writes none.
+	Version string
 	// Leading, when set, is told when this replica starts and stops leading.
 	Leading func(bool)
 	// Guard, when set, is the fence of this replica's writes: told of every
@@ -54,7 +57,7 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	if err := leaseNamespaceExists(ctx, le); err != nil {
 		return err
 	}
-	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Log)
+	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Version, le.Log)
 	lock.guard = le.Guard
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch() // after the elector's release, which may read the Lease

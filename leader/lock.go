@@ -21,6 +21,24 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
+// VersionAnnotation is written on a leader Lease by each write of its
+// holder: the holder's build (Election.Version). The last writer of a Lease
+// is its leader, so the annotation is the version of the process that holds
+// it, which `nodewise version` prints as the running server's version.
+const VersionAnnotation = "nodewise.io/version"
+
+// stampVersion sets VersionAnnotation on the Lease this replica writes
+// (nothing when it was given no version).
+func (l *watchedLease) stampVersion(lease *coordinationv1.Lease) {
+	if l.version == "" {
+		return
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[VersionAnnotation] = l.version
+}
+
 // watchedLease is the election's lock on one Lease. It reads the Lease from
 // a watch of that Lease alone, so a standby costs the API server one watch
 // rather than a GET every retry period; it writes (Create, Update) to the API
@@ -37,6 +55,7 @@ type watchedLease struct {
 	namespace, name string
 	identity        string
 	guard           *Guard // told of each successful write of this replica's record (nil: none)
+	version         string // written on the Lease (VersionAnnotation)
 	informer        cache.SharedIndexInformer
 	log             *zap.Logger
 	mu              sync.Mutex
@@ -46,11 +65,11 @@ type watchedLease struct {
 
 var _ resourcelock.Interface = (*watchedLease)(nil)
 
-func newWatchedLease(c kubernetes.Interface, namespace, name, identity string, log *zap.Logger) *watchedLease {
+func newWatchedLease(c kubernetes.Interface, namespace, name, identity, version string, log *zap.Logger) *watchedLease {
 	inf := coordinationinformers.NewFilteredLeaseInformer(c, namespace, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 	})
-	l := &watchedLease{client: c.CoordinationV1(), namespace: namespace, name: name, identity: identity, informer: inf, log: log}
+	l := &watchedLease{client: c.CoordinationV1(), namespace: namespace, name: name, identity: identity, version: version, informer: inf, log: log}
 	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) {
 			log.Debug("the leader Lease's watch ended; watching again", zap.String("lease", l.Describe()), zap.Error(err))
@@ -132,6 +151,7 @@ func (l *watchedLease) Create(ctx context.Context, ler resourcelock.LeaderElecti
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&ler),
 	}
 	sent := l.guard.Now()
+	l.stampVersion(lease)
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -158,6 +178,7 @@ func (l *watchedLease) Update(ctx context.Context, ler resourcelock.LeaderElecti
 	}
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
 	sent := l.guard.Now()
+	l.stampVersion(lease)
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return err

@@ -26,6 +26,9 @@ type Config struct {
 	Namespace string
 	// Identity names this replica in the Lease (default: hostname).
 	Identity string
+	// Version is this replica's build, written on the Lease while it leads
+	// (leader.VersionAnnotation, which `nodewise version` reads); empty: none.
+	Version string
 	// LeaseDuration, RenewDeadline and RetryPeriod are client-go's leader
 	// election timings (defaults 15 s, 10 s, 2 s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration

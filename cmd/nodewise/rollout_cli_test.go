@@ -12,11 +12,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
 
@@ -230,8 +232,21 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 		t.Errorf("version without nodewise installed: %v\n%q", err, out)
 	}
 	installFakeOrchestrator(t, c, "nodewise-system", "v9.9.9")
-	if out, _, err := cli("", "version"); err != nil || !strings.Contains(out, "Server: nodewise-orchestrator v9.9.9 (deployment nodewise-system/") {
+	if out, _, err := cli("", "version"); err != nil || !strings.Contains(out, "Server: nodewise-orchestrator v9.9.9 (deployment nodewise-system/") || strings.Contains(out, "Running:") {
 		t.Errorf("version: %v\n%s", err, out)
+	}
+	// What runs is what the leaders write on their Leases, whatever the
+	// Deployment's image says; a released Lease (no holder) runs nothing.
+	holder, none := "orch-0", ""
+	for name, h := range map[string]*string{"nodewise-orchestrator": &holder, "nodewise-notify": &none} {
+		lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "nodewise-system",
+			Annotations: map[string]string{leader.VersionAnnotation: "v9.9.10-" + name}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: h}}
+		if _, err := c.Client.CoordinationV1().Leases("nodewise-system").Create(context.Background(), lease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, _, err := cli("", "version"); err != nil || !strings.Contains(out, "Running: orch-0 v9.9.10-nodewise-orchestrator (leader of Lease nodewise-system/nodewise-orchestrator)") || strings.Contains(out, "nodewise-notify") {
+		t.Errorf("version with a leader: %v\n%s", err, out)
 	}
 }
 

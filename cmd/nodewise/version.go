@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/buildinfo"
+	"github.com/nodewise/nodewise/leader"
 )
 
 const (
@@ -29,6 +30,18 @@ type versionInfo struct {
 	Kubernetes string      `json:"kubernetes,omitempty"`
 	Namespace  string      `json:"namespace,omitempty"`
 	Server     []component `json:"server,omitempty"`
+	// Running are the versions the running processes publish: each leader
+	// Lease in the namespace with the build of the replica holding it.
+	Running []leaderBuild `json:"running,omitempty"`
+}
+
+// leaderBuild is the build of the process that holds a leader Lease, from the
+// Lease's nodewise.io/version annotation (leader.VersionAnnotation), which
+// that process writes with every renewal.
+type leaderBuild struct {
+	Lease   string `json:"lease"`
+	Holder  string `json:"holder"`
+	Version string `json:"version"`
 }
 
 // component is one binary's version; for a workload, the version its
@@ -51,7 +64,8 @@ func newVersionCmd(g *globalFlags) *cobra.Command {
 		Short: "Print the CLI's version and, from the cluster, Kubernetes' and nodewise's (orchestrator, revisions controller, agents)",
 		Long: "The server side is read from nodewise's workloads (label app.kubernetes.io/part-of=nodewise)\n" +
 			"in -n (default nodewise-system): each one's image tag, else (an image pinned by digest only)\n" +
-			"its app.kubernetes.io/version label.",
+			"its app.kubernetes.io/version label; and from the running leaders: the build each process\n" +
+			"holding a leader Lease there writes on it (annotation nodewise.io/version).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
@@ -84,8 +98,29 @@ func serverVersions(ctx context.Context, g *globalFlags, v *versionInfo) error {
 	}
 	v.Kubernetes = sv.GitVersion
 	v.Namespace = g.namespace(defaultInstallNamespace)
-	v.Server, err = nodewiseWorkloads(ctx, kube, v.Namespace)
+	if v.Server, err = nodewiseWorkloads(ctx, kube, v.Namespace); err != nil {
+		return err
+	}
+	v.Running, err = runningVersions(ctx, kube, v.Namespace)
 	return err
+}
+
+// runningVersions reads the build each leader in ns publishes on its Lease.
+// A Lease without a holder (released) says nothing of a running process.
+func runningVersions(ctx context.Context, kube kubernetes.Interface, ns string) ([]leaderBuild, error) {
+	leases, err := kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the leader Leases in %s: %w", ns, err)
+	}
+	var out []leaderBuild
+	for _, l := range leases.Items {
+		ver, ok := l.Annotations[leader.VersionAnnotation]
+		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			continue
+		}
+		out = append(out, leaderBuild{Lease: l.Name, Holder: *l.Spec.HolderIdentity, Version: ver})
+	}
+	return out, nil
 }
 
 // nodewiseWorkloads lists the Deployments and DaemonSets of nodewise in ns.
@@ -160,6 +195,9 @@ func printVersion(w io.Writer, v versionInfo, clientOnly bool) error {
 	}
 	for _, c := range v.Server {
 		fmt.Fprintf(w, "Server: %s %s (%s %s/%s ready)\n", c.Name, c.Version, strings.ToLower(c.Kind), v.Namespace, c.Ready)
+	}
+	for _, r := range v.Running {
+		fmt.Fprintf(w, "Running: %s %s (leader of Lease %s/%s)\n", r.Holder, r.Version, v.Namespace, r.Lease)
 	}
 	return nil
 }

@@ -86,6 +86,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 		hold string
 	)
 	cfg, agents := &rc.orchestrator, &rc.agents
+	cfg.Version = buildinfo.Version() // on the leader Lease, for `nodewise version`
 	fs.StringVar(&rc.controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	fs.StringVar(&rc.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	fs.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases (default $POD_NAMESPACE, then nodewise-system)")

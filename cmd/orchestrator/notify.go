@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/notify"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -48,6 +49,7 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 		return leader.Run(ctx, leader.Election{
 			Client: kube, Namespace: cfg.Namespace, Name: notifyLease, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: cfg.Logger,
+			Version: buildinfo.Version(),
 		}, n.Run)
 	}, nil
 }

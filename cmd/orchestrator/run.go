@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio/inventory"
@@ -229,6 +230,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 		return leader.Run(ctx, leader.Election{
 			Client: kube, Namespace: cfg.Namespace, Name: revisions.LeaseName, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
+			Version: buildinfo.Version(),
 		}, ctrl.Run)
 	}
 	return append(tasks, lead), nil

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,30 +24,39 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/nodewise/nodewise/agentpki"
+	"github.com/nodewise/nodewise/leader"
 )
 
 // TestChartOnRealNode installs the chart with `helm install` onto a cluster
-// with a real kubelet node, from the images `make images` built (imported into
-// the node's containerd, pullPolicy Never), and checks that the orchestrator,
-// the agent and the probe run there as containers: Running from those images,
-// Ready through their own probes, and with the securityContext the chart
-// renders, unchanged. The agent is Ready only once its serving certificate is
-// issued, so this also has the orchestrator, in its container and with
-// in-cluster credentials, sign the agent's CSR.
+// with a real kubelet node, and checks that the orchestrator, the agent and
+// the probe run there as containers: pulled by the node's containerd from a
+// registry on loopback (the images `make images` built, pushed there under
+// their ghcr.io names; the node reaches it through a hosts.toml mirror, as a
+// cluster behind a private mirror does), Running from those images, Ready
+// through their own probes, and with the securityContext the chart renders,
+// unchanged. The agent is Ready only once its serving certificate is issued,
+// so this also has the orchestrator, in its container and with in-cluster
+// credentials, sign the agent's CSR; the test then trusts only the bundle
+// the orchestrator publishes, for the node's name, to read the agent.
 func TestChartOnRealNode(t *testing.T) {
 	c := Start(t, Options{Nodes: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := imagesDir()
 	bin := filepath.Dir(dir)
-	n := startRealNode(t, ctx, c, bin)
-	refs := map[string]string{}
-	var err error
-	for _, name := range []string{"orchestrator", "nodeagent", "probe"} {
-		if refs[name], err = n.Containerd.Import(ctx, filepath.Join(dir, name+".tar")); err != nil {
-			t.Fatalf("%v (run `make images`)", err)
-		}
+	reg := startRegistry(t, ctx, bin)
+	n := startRealNode(t, ctx, c, bin, map[string]string{"ghcr.io": "http://" + reg.Host})
+	// Pushed from a containerd of its own: the node's holds none of the
+	// images' content, so its kubelet pulls every blob from the registry.
+	pusher, err := StartContainerd(ctx, t.TempDir(), ContainerdOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	images := []string{"orchestrator", "nodeagent", "probe"}
+	refs := pushImages(t, ctx, pusher, reg, dir, images...)
+	pusher.Stop()
 
 	// The orchestrator is a Deployment: pin its one replica to the real node,
 	// which it must tolerate. The agent and the probe tolerate every node.
@@ -58,17 +68,11 @@ func TestChartOnRealNode(t *testing.T) {
 `, n.Name, TaintRealNode)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The chart's own image names and tags (its appVersion, what `make
+	// images` tags), with its own pull policy: the node has none of them.
 	args := []string{"install", "nodewise", filepath.Join("..", "..", "deploy", "charts", "nodewise"),
 		"--kubeconfig", c.Kubeconfig, "-n", "nodewise-system", "--create-namespace", "-f", values,
-		"--set", "image.pullPolicy=Never", "--set", "revisions.enabled=false"}
-	for name, ref := range refs {
-		key := map[string]string{"nodeagent": "agent"}[name]
-		if key == "" {
-			key = name
-		}
-		repo, tag, _ := strings.Cut(ref, ":")
-		args = append(args, "--set", key+".image.repository="+repo, "--set", key+".image.tag="+tag)
-	}
+		"--set", "revisions.enabled=false"}
 	// The chart's Roles for the data plane live in the Istio namespace; Istio
 	// itself may come later (TestDeployBeforeIstio).
 	createNamespace(t, ctx, c.Client, "istio-system")
@@ -113,15 +117,23 @@ func TestChartOnRealNode(t *testing.T) {
 		if len(pod.Spec.Containers) != 1 || !reflect.DeepEqual(pod.Spec.Containers[0].SecurityContext, want.Containers[0].SecurityContext) {
 			t.Errorf("%s: container securityContext differs from the chart's %+v", w.name, want.Containers[0].SecurityContext)
 		}
+		if want.Containers[0].Image != w.image {
+			t.Errorf("%s: the chart renders image %s, want its default %s", w.name, want.Containers[0].Image, w.image)
+		}
+	}
+	for _, name := range images {
+		checkPulledThroughMirror(t, reg, refs[name])
 	}
 	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
 	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"])
 }
 
 // versionFromServer runs `nodewise version -o json` against the cluster: it
-// prints Kubernetes' version and the orchestrator Deployment with its version
-// and its one Ready replica. The process running in that pod (its
-// nodewise_build_info, on its metrics port) is the same build as the CLI.
+// prints Kubernetes' version, the orchestrator Deployment with its image's
+// version and its one Ready replica, and the running orchestrator's build,
+// which the orchestrator in that pod writes on its leader Lease: the build
+// inside the image, the same as the CLI's (make builds both), also what the
+// process serves as nodewise_build_info on its metrics port.
 func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string, orch corev1.Pod, image string) {
 	t.Helper()
 	out, err := exec.CommandContext(ctx, filepath.Join(bin, "nodewise"), "version", "-o", "json", "--kubeconfig", c.Kubeconfig).Output()
@@ -132,6 +144,7 @@ func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string
 		Client     struct{ Version string }
 		Kubernetes string
 		Server     []struct{ Name, Kind, Version, Ready string }
+		Running    []struct{ Lease, Holder, Version string }
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("nodewise version -o json printed %s: %v", out, err)
@@ -151,6 +164,18 @@ func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string
 	}
 	if !found {
 		t.Errorf("nodewise version printed no orchestrator: %s", out)
+	}
+	leaders := 0
+	for _, r := range v.Running {
+		if r.Holder == orch.Name {
+			leaders++
+			if r.Version != v.Client.Version {
+				t.Errorf("nodewise version: the running orchestrator %s (Lease %s) is %q, want the build in its image, %q", r.Holder, r.Lease, r.Version, v.Client.Version)
+			}
+		}
+	}
+	if leaders == 0 {
+		t.Errorf("nodewise version printed no leader Lease held by the orchestrator pod %s with its %s: %s", orch.Name, leader.VersionAnnotation, out)
 	}
 	resp, err := http.Get("http://" + net.JoinHostPort(orch.Status.PodIP, "8080") + "/metrics")
 	if err != nil {
@@ -184,9 +209,21 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The certificate is checked by the orchestrator (TestChartOnRealNode's
-	// judge); here only the counters matter.
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	// The agent's certificate must chain to the bundle the orchestrator
+	// publishes and name the node, as the orchestrator's agent client checks
+	// it (health.AgentClientConfig.VerifyNodeName): the orchestrator in its
+	// container signed it for this node. That the orchestrator itself dials
+	// the agent and judges the node from it is not shown here (no NodeRollout
+	// runs on the real node).
+	bundle, err := c.Client.CoreV1().ConfigMaps("nodewise-system").Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agents' CA bundle the orchestrator publishes: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(bundle.Data["ca.crt"])) {
+		t.Fatalf("ConfigMap %s holds no PEM certificate in ca.crt: %v", agentpki.BundleConfigMapName, bundle.Data)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: n.Name, MinVersion: tls.VersionTLS12}}}
 	accepts := `nodewise_pod_tcp_accepts_total{namespace="` + probe.Namespace + `",pod="` + probe.Name + `"`
 	var body string
 	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {

@@ -77,49 +77,23 @@ func TestImagesThroughRegistry(t *testing.T) {
 	defer cancel()
 	dir := imagesDir()
 	bin := filepath.Dir(dir)
-	reg, err := StartRegistry(ctx, filepath.Join(bin, "registry"), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("--- tail of the registry log:\n%s", tail(reg.Log(), 20))
-		}
-		reg.Stop()
-	})
+	reg := startRegistry(t, ctx, bin)
 	ctd, err := StartContainerd(ctx, t.TempDir(), ContainerdOptions{RegistryMirrors: map[string]string{"ghcr.io": "http://" + reg.Host}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ctd.Stop)
-	for _, name := range []string{"orchestrator", "nodeagent", "probe"} {
-		ref, err := ctd.Import(ctx, filepath.Join(dir, name+".tar"))
-		if err != nil {
-			t.Fatalf("%v (run `make images`)", err)
-		}
-		repoTag := strings.TrimPrefix(ref, "ghcr.io/")
-		if repoTag == ref {
-			t.Fatalf("%s.tar holds %s, want an image of ghcr.io (the chart's default)", name, ref)
-		}
-		pushed := reg.Host + "/" + repoTag
-		if err := ctd.Push(ctx, ref, pushed); err != nil {
-			t.Fatal(err)
-		}
-		// Nothing of the image is left, so the pull below must fetch it all.
-		if err := ctd.Remove(ctx, ref, pushed); err != nil {
-			t.Fatal(err)
-		}
+	names := []string{"orchestrator", "nodeagent", "probe"}
+	refs := pushImages(t, ctx, ctd, reg, dir, names...)
+	for _, name := range names {
+		ref := refs[name]
 		if err := ctd.Pull(ctx, ref); err != nil {
 			t.Fatalf("pulling %s through the mirror %s: %v", ref, reg.Host, err)
 		}
 		if out, err := ctd.Run(ctx, ref, "mirror-"+name, "/"+name, "--version"); err != nil || !strings.HasPrefix(out, name+" ") {
 			t.Errorf("%s pulled through the mirror: --version printed %q, %v", ref, out, err)
 		}
-		// containerd names the upstream host in ?ns= when it pulls through a mirror.
-		blobs := `"GET /v2/` + strings.Split(repoTag, ":")[0] + "/blobs/sha256:"
-		if !logHas(t, reg.Log(), blobs, "?ns=ghcr.io ") {
-			t.Errorf("the registry's access log has no %s…?ns=ghcr.io: %s was not pulled from it through the mirror", blobs, ref)
-		}
+		checkPulledThroughMirror(t, reg, ref)
 	}
 
 	// The chart, as an OCI artifact: helm push, then read back from the registry.
@@ -146,6 +120,64 @@ func TestImagesThroughRegistry(t *testing.T) {
 	version := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(pkgs[0]), "nodewise-"), ".tgz")
 	if got := runHelm("show", "chart", "oci://"+reg.Host+"/charts/nodewise", "--version", version, "--plain-http"); !strings.Contains(got, "name: nodewise") {
 		t.Errorf("helm show chart from the registry printed %q, want the nodewise chart", got)
+	}
+}
+
+// startRegistry starts bin/registry on loopback for the test, stopped when
+// it ends (with the tail of its log when it failed).
+func startRegistry(t *testing.T, ctx context.Context, bin string) *Registry {
+	t.Helper()
+	reg, err := StartRegistry(ctx, filepath.Join(bin, "registry"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- tail of the registry log:\n%s", tail(reg.Log(), 20))
+		}
+		reg.Stop()
+	})
+	return reg
+}
+
+// pushImages puts the images `make images` built (dir/NAME.tar) into reg
+// under their own ghcr.io repository and tag, as a release pushes them: each
+// is imported into ctd, pushed, and removed from ctd again, so nothing of it
+// is left there and whatever runs it next pulls it all from reg through the
+// ghcr.io mirror. It returns each image's ghcr.io reference.
+func pushImages(t *testing.T, ctx context.Context, ctd *Containerd, reg *Registry, dir string, names ...string) map[string]string {
+	t.Helper()
+	refs := map[string]string{}
+	for _, name := range names {
+		ref, err := ctd.Import(ctx, filepath.Join(dir, name+".tar"))
+		if err != nil {
+			t.Fatalf("%v (run `make images`)", err)
+		}
+		repoTag := strings.TrimPrefix(ref, "ghcr.io/")
+		if repoTag == ref {
+			t.Fatalf("%s.tar holds %s, want an image of ghcr.io (the chart's default)", name, ref)
+		}
+		pushed := reg.Host + "/" + repoTag
+		if err := ctd.Push(ctx, ref, pushed); err != nil {
+			t.Fatal(err)
+		}
+		if err := ctd.Remove(ctx, ref, pushed); err != nil {
+			t.Fatal(err)
+		}
+		refs[name] = ref
+	}
+	return refs
+}
+
+// checkPulledThroughMirror fails the test unless reg's access log shows the
+// blobs of ref fetched through a mirror of ghcr.io: containerd names the
+// upstream host in ?ns= when it pulls through a mirror.
+func checkPulledThroughMirror(t *testing.T, reg *Registry, ref string) {
+	t.Helper()
+	repoTag := strings.TrimPrefix(ref, "ghcr.io/")
+	blobs := `"GET /v2/` + strings.Split(repoTag, ":")[0] + "/blobs/sha256:"
+	if !logHas(t, reg.Log(), blobs, "?ns=ghcr.io ") {
+		t.Errorf("the registry's access log has no %s…?ns=ghcr.io: %s was not pulled from it through the mirror", blobs, ref)
 	}
 }
 

@@ -52,6 +52,10 @@ type RealNodeOptions struct {
 	BinDir string
 	// PodCIDR is the /24 its pods are addressed from; empty means 10.244.250.0/24.
 	PodCIDR string
+	// RegistryMirrors are its containerd's hosts.toml mirrors
+	// (ContainerdOptions.RegistryMirrors): the kubelet pulls a pod's image
+	// from a registry on loopback under the image's own name.
+	RegistryMirrors map[string]string
 }
 
 // StartRealNode starts containerd and a kubelet in dir, registered as
@@ -73,7 +77,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		return nil, fmt.Errorf("the sandbox image (make images builds it): %w", err)
 	}
 	n := &RealNode{Name: opts.Name, PodCIDR: opts.PodCIDR, dir: dir, bridge: "nwreal" + fmt.Sprint(os.Getpid()%10000)}
-	n.Containerd, err = StartContainerd(ctx, filepath.Join(dir, "containerd"), ContainerdOptions{CRI: true, SandboxImage: pause})
+	n.Containerd, err = StartContainerd(ctx, filepath.Join(dir, "containerd"), ContainerdOptions{CRI: true, SandboxImage: pause, RegistryMirrors: opts.RegistryMirrors})
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ func TestRealNodeRunsProbeImage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := filepath.Dir(imagesDir())
-	n := startRealNode(t, ctx, c, bin)
+	n := startRealNode(t, ctx, c, bin, nil)
 	ref, err := n.Containerd.Import(ctx, filepath.Join(bin, "images", "probe.tar"))
 	if err != nil {
 		t.Fatal(err)
@@ -84,11 +84,12 @@ func TestRealNodeRunsProbeImage(t *testing.T) {
 	}
 }
 
-// startRealNode joins real-001 to c, stopped when the test ends (with the
-// kubelet's log when it failed).
-func startRealNode(t *testing.T, ctx context.Context, c *Cluster, bin string) *RealNode {
+// startRealNode joins real-001 to c, with mirrors its containerd pulls
+// through (RealNodeOptions.RegistryMirrors), stopped when the test ends (with
+// the kubelet's log when it failed).
+func startRealNode(t *testing.T, ctx context.Context, c *Cluster, bin string, mirrors map[string]string) *RealNode {
 	t.Helper()
-	n, err := c.StartRealNode(ctx, t.TempDir(), RealNodeOptions{Name: "real-001", BinDir: bin})
+	n, err := c.StartRealNode(ctx, t.TempDir(), RealNodeOptions{Name: "real-001", BinDir: bin, RegistryMirrors: mirrors})
 	if err != nil {
 		t.Fatal(err)
 	}
