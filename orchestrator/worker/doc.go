@@ -53,6 +53,9 @@ type Worker struct {
 	Swaps      map[model.SwapKind]swap.Swapper
 	Drainer    Drainer
 	World      World
+	// Prechecks holds the skew checks made for the nodes next in line
+	// (Precheck); nil: every preflight checks the skew itself.
+	Prechecks *Prechecks
 
 	// Freed is called when a worker ends (a slot is free).
 	Freed func()
