@@ -107,7 +107,7 @@ func (e *executor) wire() {
 			model.SwapReplace: swap.Replace{Waits: waits, Kube: e.kube, Log: e.log},
 			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
-		World: e, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
+		World: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
 	w.Drainer = &drain.Drainer{
 		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,
@@ -115,6 +115,24 @@ func (e *executor) wire() {
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
 	e.worker = w
+}
+
+// precheck runs the skew check of the nodes next in line, each in the
+// background (one at a time per node: worker.Precheck), while the nodes
+// before them hold the slots. It writes nothing, and runs only once the
+// control plane's informers have synced: the look-ahead adds no request.
+func (e *executor) precheck(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, next []string) {
+	if len(next) == 0 || e.cpCache == nil || !e.cpCache.Synced() {
+		return
+	}
+	view := *nr // the pass goes on with nr; the checks read its name, UID and generation
+	for _, node := range next {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.worker.Precheck(ctx, &view, p, node)
+		}()
+	}
 }
 
 // PreflightSkew is the worker's World's skew check.

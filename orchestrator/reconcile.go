@@ -99,6 +99,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
 		}
 	}
+	e.precheck(ctx, nr, p, planner.NextInLine(snap, p, d))
 	if snap.ResumeRequested && d.Phase != v1alpha1.PhaseHalted {
 		if err := e.ackResume(ctx, nr); err != nil {
 			return err

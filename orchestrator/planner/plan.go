@@ -254,7 +254,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	var held []string
 	for _, pn := range order {
 		n := byName[pn.Name]
-		due := (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(s.Targets) || n.Retried)
+		due := dueToStart(n, s.Targets)
 		// A node that waits (another tool holds it, NotReady) says so in
 		// status whatever its window.
 		if why := waitReason(n); due && why != "" {

@@ -302,7 +302,7 @@ func TestSkewCheckReadsTheSyncedCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	cpCache.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), cpCache.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), cpCache.Synced) {
 		t.Fatal("control-plane cache never synced")
 	}
 	kube.ClearActions()
@@ -341,7 +341,7 @@ func TestControlPlaneCacheReadErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	c.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
 		t.Fatal("control-plane cache never synced")
 	}
 	c.deps = fixture.FailingDeployments{Err: boom}

@@ -49,7 +49,8 @@ func (c *ControlPlaneCache) Run(stop <-chan struct{}) {
 	go c.webhooks.Run(stop)
 }
 
-func (c *ControlPlaneCache) synced() bool {
+// Synced says whether both informers have synced: the control plane is then read from them, with no request.
+func (c *ControlPlaneCache) Synced() bool {
 	return c.istiods.HasSynced() && c.webhooks.HasSynced()
 }
 

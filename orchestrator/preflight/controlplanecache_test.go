@@ -25,13 +25,13 @@ func TestControlPlaneCacheMatchesList(t *testing.T) {
 		wh("unrelated", map[string]string{"x": "y"}),
 	)
 	c := NewControlPlaneCache(kube, "istio-system")
-	if c.synced() {
+	if c.Synced() {
 		t.Fatal("synced before its informers ran: preflight would never list (nor halt on a refusal)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
 		t.Fatal("control-plane cache never synced")
 	}
 	now := time.Unix(1000, 0)

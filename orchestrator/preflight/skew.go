@@ -142,7 +142,7 @@ func (c *Skew) Check(ctx context.Context, p model.Policy, node string) error {
 // also what turns an RBAC refusal into a halt: a forbidden watch never syncs.
 func (c *Skew) controlPlane(ctx context.Context) (controlPlane, error) {
 	now := c.Now()
-	if c.Cache != nil && c.Cache.synced() {
+	if c.Cache != nil && c.Cache.Synced() {
 		return c.Cache.observe(now)
 	}
 	c.mu.Lock()

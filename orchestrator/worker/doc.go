@@ -53,6 +53,9 @@ type Worker struct {
 	Swaps      map[model.SwapKind]swap.Swapper
 	Drainer    Drainer
 	World      World
+	// Prechecks holds the skew checks made for the nodes next in line
+	// (Precheck); nil: every preflight checks the skew itself.
+	Prechecks *Prechecks
 
 	// Fence is nil while this replica holds the leader Lease
 	// (leader.Guard.Check; a nil func: always). Every write is fenced in

@@ -50,6 +50,7 @@ type world struct {
 	snapshot func(nr *v1alpha1.NodeRollout) model.Snapshot
 	asked    []v1alpha1.NodeRolloutStatus
 	skew     error
+	checks   int // PreflightSkew calls
 }
 
 func (w *world) Snapshot(nr *v1alpha1.NodeRollout, _ model.Policy) (model.Snapshot, error) {
@@ -62,7 +63,18 @@ func (w *world) Snapshot(nr *v1alpha1.NodeRollout, _ model.Policy) (model.Snapsh
 	return w.snapshot(nr), nil
 }
 
-func (w *world) PreflightSkew(context.Context, model.Policy, string) error { return w.skew }
+func (w *world) PreflightSkew(context.Context, model.Policy, string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.checks++
+	return w.skew
+}
+
+func (w *world) skewChecks() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.checks
+}
 
 // testWorker is a Worker over c, judged by g, for nr: its status writer
 // has read nr once from an in-memory API (as a leader's first write does),

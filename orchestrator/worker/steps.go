@@ -22,8 +22,8 @@ import (
 )
 
 // preflightChecks is preflight without the wait: observations only (the
-// node, the skew, the gate's first sample), so they may run while the
-// Preflight record is being written.
+// node, the skew unless a fresh pre-check passed it, the gate's first
+// sample), so they may run while the Preflight record is being written.
 func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	n, err := w.Nodes.Get(node)
 	if apierrors.IsNotFound(err) {
@@ -35,8 +35,12 @@ func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	if !model.NodeReady(n) {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: node is not Ready")
 	}
-	if err := w.World.PreflightSkew(ctx, p, node); err != nil {
-		return err
+	// A pass pre-checked while the nodes before it soaked stands (the
+	// template and spec it saw are part of the key); else check now.
+	if !w.Prechecks.passed(w.precheckKey(nr, p, node), w.Now()) {
+		if err := w.World.PreflightSkew(ctx, p, node); err != nil {
+			return err
+		}
 	}
 	if pr, ok := w.Gate.(gate.Preparer); ok {
 		control, _ := w.controls(nr, p, node)
