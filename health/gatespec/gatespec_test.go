@@ -278,11 +278,12 @@ func gatesSchemaOf(t *testing.T, file string) (*apiextensions.JSONSchemaProps, *
 }
 
 // TestValidateAsksPrometheus: a server answering like Prometheus does to a
-// syntax error (400, errorType bad_data) makes Validate fail with ErrBadQuery;
+// syntax error (400, errorType bad_data) makes Validate fail with ErrBadQuery
+// (the query comes as a POSTed form, as client_golang sends it, or in the URL);
 // the real server is exercised in health's TestPrometheusGateAgainstRealServer.
 func TestValidateAsksPrometheus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Count(r.URL.Query().Get("query"), "(") != strings.Count(r.URL.Query().Get("query"), ")") {
+		if q := r.FormValue("query"); strings.Count(q, "(") != strings.Count(q, ")") {
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = w.Write([]byte(`{"status":"error","errorType":"bad_data","error":"invalid parameter \"query\": 1:9: parse error: unclosed left parenthesis"}`))
 			return
