@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,6 +131,17 @@ func Decode(r io.Reader) ([]*unstructured.Unstructured, error) {
 	}
 }
 
+// isTestHook reports whether o is a `helm test` hook (helm.sh/hook lists
+// "test"), which Helm creates only when the user runs `helm test`.
+func isTestHook(o *unstructured.Unstructured) bool {
+	for _, h := range strings.Split(o.GetAnnotations()["helm.sh/hook"], ",") {
+		if strings.TrimSpace(h) == "test" {
+			return true
+		}
+	}
+	return false
+}
+
 // Key names an object: kind, namespace and name.
 func Key(o *unstructured.Unstructured) string {
 	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
@@ -137,7 +149,10 @@ func Key(o *unstructured.Unstructured) string {
 
 // Apply server-side-applies the objects with field manager "nodewise-test":
 // CRDs and Namespaces first, so the rest can be mapped and placed. It stops
-// at the first object the API server refuses.
+// at the first object the API server refuses. As `helm install` does, it
+// leaves out the `helm test` hooks (they run only under `helm test`): a
+// test pod applied as a plain Pod would be a controller-less pod a drain
+// refuses to evict.
 func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -148,7 +163,12 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	ordered := append([]*unstructured.Unstructured(nil), objs...)
+	var ordered []*unstructured.Unstructured
+	for _, o := range objs {
+		if !isTestHook(o) {
+			ordered = append(ordered, o)
+		}
+	}
 	first := func(o *unstructured.Unstructured) bool {
 		return o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "Namespace"
 	}

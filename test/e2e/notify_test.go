@@ -38,7 +38,7 @@ func TestNotifyOneMessagePerHalt(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer rcv.Close()
-	n, err := notify.New(notify.Config{Source: e.rollouts, URL: rcv.URL + "/hook", Every: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	n, err := notify.New(notify.Config{Source: e.rollouts, URL: rcv.URL + "/hook", Cluster: "e2e-west", Every: 200 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,5 +73,8 @@ func TestNotifyOneMessagePerHalt(t *testing.T) {
 	}
 	if !strings.Contains(halts[0], "notify-halt halted at "+guarded) || !strings.Contains(halts[0], "PodDisruptionBudget") {
 		t.Errorf("halt message %q does not name the node %s and the PodDisruptionBudget reason", halts[0], guarded)
+	}
+	if !strings.Contains(halts[0], "[e2e-west]") {
+		t.Errorf("halt message %q does not name the cluster e2e-west", halts[0])
 	}
 }
