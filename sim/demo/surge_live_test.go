@@ -38,6 +38,9 @@ func surgeRollout(name, canary string, control v1alpha1.ControlGroupPolicy) *v1a
 	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
 	nr.Spec.Drain.Policy = v1alpha1.DrainNever
 	nr.Spec.Gates.ControlGroup = control
+	// These tests judge resets against the control group; the nodes after
+	// the canary have no controls left and are judged alone.
+	srttAboveLoadNoise(nr)
 	return nr
 }
 
