@@ -280,11 +280,7 @@ func newRevisionAbortCmd(g *globalFlags) *cobra.Command {
 			"without --wave while it is in flight.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			printer, err := out.toPrinter()
-			if err != nil {
-				return err
-			}
-			mc, err := migrationClient(g)
+			printer, mc, err := openMigrations(g, out)
 			if err != nil {
 				return err
 			}
@@ -396,6 +392,17 @@ func writeWaveExplain(out io.Writer, rm *v1alpha1.RevisionMigration, only string
 }
 
 // migrationClient is the RevisionMigration client of the global flags' cluster.
+// openMigrations checks -o and builds the RevisionMigration client: the
+// opening of every revision command that prints a migration.
+func openMigrations(g *globalFlags, out *printFlags) (objectPrinter, v1alpha1.RevisionMigrationInterface, error) {
+	printer, err := out.toPrinter()
+	if err != nil {
+		return objectPrinter{}, nil, err
+	}
+	mc, err := migrationClient(g)
+	return printer, mc, err
+}
+
 func migrationClient(g *globalFlags) (v1alpha1.RevisionMigrationInterface, error) {
 	cfg, err := g.restConfig()
 	if err != nil {

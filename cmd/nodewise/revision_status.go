@@ -37,11 +37,7 @@ func newRevisionStatusCmd(g *globalFlags) *cobra.Command {
 			"  nodewise revision status 1-27-to-1-28 -o jsonpath='{.status.phase}'",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			printer, err := out.toPrinter()
-			if err != nil {
-				return err
-			}
-			mc, err := migrationClient(g)
+			printer, mc, err := openMigrations(g, out)
 			if err != nil {
 				return err
 			}
@@ -217,11 +213,7 @@ func newRevisionResumeCmd(g *globalFlags) *cobra.Command {
 // patchMigration merge-patches a RevisionMigration (no resourceVersion: the
 // controller's status writes cannot make it conflict) and prints the result.
 func patchMigration(cmd *cobra.Command, g *globalFlags, out *printFlags, name string, patch []byte, what string) error {
-	printer, err := out.toPrinter()
-	if err != nil {
-		return err
-	}
-	mc, err := migrationClient(g)
+	printer, mc, err := openMigrations(g, out)
 	if err != nil {
 		return err
 	}
