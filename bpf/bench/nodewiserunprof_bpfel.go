@@ -84,12 +84,14 @@ const (
 	NodewiseRunprofMapEmptyRunNs          = "empty_run_ns"
 	NodewiseRunprofMapEstablishedOverflow = "established_overflow"
 	NodewiseRunprofMapFarUsed             = "far_used"
+	NodewiseRunprofMapFloorRuns           = "floor_runs"
 	NodewiseRunprofMapNearSlots           = "near_slots"
 	NodewiseRunprofMapNetnsOwners         = "netns_owners"
 	NodewiseRunprofMapNextBlock           = "next_block"
 	NodewiseRunprofMapOwnerCache          = "owner_cache"
 	NodewiseRunprofMapRunNs               = "run_ns"
 	NodewiseRunprofMapSockSlots           = "sock_slots"
+	NodewiseRunprofProgCountOnly          = "count_only"
 	NodewiseRunprofProgEmptyTimed         = "empty_timed"
 	NodewiseRunprofProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseRunprofProgTcpReceiveReset    = "tcp_receive_reset"
@@ -144,6 +146,7 @@ type NodewiseRunprofSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseRunprofProgramSpecs struct {
+	CountOnly        *ebpf.ProgramSpec `ebpf:"count_only"`
 	EmptyTimed       *ebpf.ProgramSpec `ebpf:"empty_timed"`
 	InetSockSetState *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
 	TcpReceiveReset  *ebpf.ProgramSpec `ebpf:"tcp_receive_reset"`
@@ -162,6 +165,7 @@ type NodewiseRunprofMapSpecs struct {
 	EmptyRunNs          *ebpf.MapSpec `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
 	FarUsed             *ebpf.MapSpec `ebpf:"far_used"`
+	FloorRuns           *ebpf.MapSpec `ebpf:"floor_runs"`
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
@@ -208,6 +212,7 @@ type NodewiseRunprofMaps struct {
 	EmptyRunNs          *ebpf.Map `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
 	FarUsed             *ebpf.Map `ebpf:"far_used"`
+	FloorRuns           *ebpf.Map `ebpf:"floor_runs"`
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
@@ -225,6 +230,7 @@ func (m *NodewiseRunprofMaps) Close() error {
 		m.EmptyRunNs,
 		m.EstablishedOverflow,
 		m.FarUsed,
+		m.FloorRuns,
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,
@@ -249,6 +255,7 @@ type NodewiseRunprofVariables struct {
 //
 // It can be passed to LoadNodewiseRunprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseRunprofPrograms struct {
+	CountOnly        *ebpf.Program `ebpf:"count_only"`
 	EmptyTimed       *ebpf.Program `ebpf:"empty_timed"`
 	InetSockSetState *ebpf.Program `ebpf:"inet_sock_set_state"`
 	TcpReceiveReset  *ebpf.Program `ebpf:"tcp_receive_reset"`
@@ -258,6 +265,7 @@ type NodewiseRunprofPrograms struct {
 
 func (p *NodewiseRunprofPrograms) Close() error {
 	return _NodewiseRunprofClose(
+		p.CountOnly,
 		p.EmptyTimed,
 		p.InetSockSetState,
 		p.TcpReceiveReset,
