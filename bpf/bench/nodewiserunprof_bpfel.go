@@ -18,6 +18,11 @@ type NodewiseRunprofBlockCache struct {
 	Way [2048]uint64
 }
 
+type NodewiseRunprofBlockOwners struct {
+	_  structs.HostLayout
+	Id [2048]uint64
+}
+
 type NodewiseRunprofCounterKey struct {
 	_     structs.HostLayout
 	Netns uint32
@@ -39,15 +44,6 @@ type NodewiseRunprofNetnsOwner struct {
 	Netns  uint32
 	Pad    uint32
 	Cgroup uint64
-}
-
-type NodewiseRunprofOwnerCache struct {
-	_   structs.HostLayout
-	Way [256]struct {
-		_    structs.HostLayout
-		Pair uint64
-		At   uint64
-	}
 }
 
 type NodewiseRunprofSockCounters struct {
@@ -78,6 +74,7 @@ type NodewiseRunprofSockSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	NodewiseRunprofMapBlockCache          = "block_cache"
+	NodewiseRunprofMapBlockOwners         = "block_owners"
 	NodewiseRunprofMapCounterIndex        = "counter_index"
 	NodewiseRunprofMapCounterRows         = "counter_rows"
 	NodewiseRunprofMapCounters            = "counters"
@@ -88,7 +85,6 @@ const (
 	NodewiseRunprofMapNearSlots           = "near_slots"
 	NodewiseRunprofMapNetnsOwners         = "netns_owners"
 	NodewiseRunprofMapNextBlock           = "next_block"
-	NodewiseRunprofMapOwnerCache          = "owner_cache"
 	NodewiseRunprofMapRunNs               = "run_ns"
 	NodewiseRunprofMapSockSlots           = "sock_slots"
 	NodewiseRunprofProgCountOnly          = "count_only"
@@ -159,6 +155,7 @@ type NodewiseRunprofProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseRunprofMapSpecs struct {
 	BlockCache          *ebpf.MapSpec `ebpf:"block_cache"`
+	BlockOwners         *ebpf.MapSpec `ebpf:"block_owners"`
 	CounterIndex        *ebpf.MapSpec `ebpf:"counter_index"`
 	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
@@ -169,7 +166,6 @@ type NodewiseRunprofMapSpecs struct {
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
-	OwnerCache          *ebpf.MapSpec `ebpf:"owner_cache"`
 	RunNs               *ebpf.MapSpec `ebpf:"run_ns"`
 	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
@@ -206,6 +202,7 @@ func (o *NodewiseRunprofObjects) Close() error {
 // It can be passed to LoadNodewiseRunprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseRunprofMaps struct {
 	BlockCache          *ebpf.Map `ebpf:"block_cache"`
+	BlockOwners         *ebpf.Map `ebpf:"block_owners"`
 	CounterIndex        *ebpf.Map `ebpf:"counter_index"`
 	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
@@ -216,7 +213,6 @@ type NodewiseRunprofMaps struct {
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
-	OwnerCache          *ebpf.Map `ebpf:"owner_cache"`
 	RunNs               *ebpf.Map `ebpf:"run_ns"`
 	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
@@ -224,6 +220,7 @@ type NodewiseRunprofMaps struct {
 func (m *NodewiseRunprofMaps) Close() error {
 	return _NodewiseRunprofClose(
 		m.BlockCache,
+		m.BlockOwners,
 		m.CounterIndex,
 		m.CounterRows,
 		m.Counters,
@@ -234,7 +231,6 @@ func (m *NodewiseRunprofMaps) Close() error {
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,
-		m.OwnerCache,
 		m.RunNs,
 		m.SockSlots,
 	)
