@@ -137,6 +137,13 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 	fmt.Printf("churn %v: offered %.0f/s, achieved %.0f/s with the agent (%.0f/s without; %d connections failed) | programs (stats on): %s | agent (B, stats off, as production) %.2f%% of a core | peak RSS %.1f MiB | snapshot %d bytes at %d pods, served in %v (median of %d, max %v) | load %s\n",
 		c, c.rate, achieved, alone, failed, strings.Join(progLine, ", "), cpuShare,
 		float64(peakRSS)/(1<<20), snapBytes, c.pods, netrig.Quantile(snapTook, 0.5).Round(time.Microsecond), len(snapTook), netrig.Quantile(snapTook, 1).Round(time.Microsecond), la)
+	// One machine-readable line: the agent's CPU is its user space (B,
+	// statistics off) plus the programs' time per connection less the
+	// accounting floor (B′), at the achieved rate; lost is client
+	// connects the agent did not count (B and B′).
+	bpfShare := max(perConn-floor*runsPerConn, 0) * achieved / 1e9 * 100
+	fmt.Printf("agent rate_offered=%.0f rate_achieved=%.0f cpu_pct=%.2f user_pct=%.2f bpf_pct=%.2f rss_mib=%.1f pods=%d lost=%d load=%s\n",
+		c.rate, achieved, cpuShare+bpfShare, cpuShare, bpfShare, float64(peakRSS)/(1<<20), c.pods, int64(nConns)-int64(agentConnects), strings.ReplaceAll(la, " ", ","))
 	if achieved < 0.95*c.rate {
 		fmt.Printf("NOTE %v: the load generator reached %.0f/s of the %.0f/s offered (%.0f%%; %.0f/s with no agent) on this machine's %d CPUs: the figures are at the achieved rate\n",
 			c, achieved, c.rate, achieved/c.rate*100, alone, runtime.NumCPU())
