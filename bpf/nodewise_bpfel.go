@@ -18,6 +18,11 @@ type NodewiseBlockCache struct {
 	Way [2048]uint64
 }
 
+type NodewiseBlockOwners struct {
+	_  structs.HostLayout
+	Id [2048]uint64
+}
+
 type NodewiseCounterKey struct {
 	_     structs.HostLayout
 	Netns uint32
@@ -39,15 +44,6 @@ type NodewiseNetnsOwner struct {
 	Netns  uint32
 	Pad    uint32
 	Cgroup uint64
-}
-
-type NodewiseOwnerCache struct {
-	_   structs.HostLayout
-	Way [256]struct {
-		_    structs.HostLayout
-		Pair uint64
-		At   uint64
-	}
 }
 
 type NodewiseSockCounters struct {
@@ -78,6 +74,7 @@ type NodewiseSockSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	NodewiseMapBlockCache          = "block_cache"
+	NodewiseMapBlockOwners         = "block_owners"
 	NodewiseMapCounterIndex        = "counter_index"
 	NodewiseMapCounterRows         = "counter_rows"
 	NodewiseMapCounters            = "counters"
@@ -86,7 +83,6 @@ const (
 	NodewiseMapNearSlots           = "near_slots"
 	NodewiseMapNetnsOwners         = "netns_owners"
 	NodewiseMapNextBlock           = "next_block"
-	NodewiseMapOwnerCache          = "owner_cache"
 	NodewiseMapSockSlots           = "sock_slots"
 	NodewiseProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseProgTcpReceiveReset    = "tcp_receive_reset"
@@ -152,6 +148,7 @@ type NodewiseProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseMapSpecs struct {
 	BlockCache          *ebpf.MapSpec `ebpf:"block_cache"`
+	BlockOwners         *ebpf.MapSpec `ebpf:"block_owners"`
 	CounterIndex        *ebpf.MapSpec `ebpf:"counter_index"`
 	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
@@ -160,7 +157,6 @@ type NodewiseMapSpecs struct {
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
-	OwnerCache          *ebpf.MapSpec `ebpf:"owner_cache"`
 	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
 
@@ -196,6 +192,7 @@ func (o *NodewiseObjects) Close() error {
 // It can be passed to LoadNodewiseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseMaps struct {
 	BlockCache          *ebpf.Map `ebpf:"block_cache"`
+	BlockOwners         *ebpf.Map `ebpf:"block_owners"`
 	CounterIndex        *ebpf.Map `ebpf:"counter_index"`
 	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
@@ -204,13 +201,13 @@ type NodewiseMaps struct {
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
-	OwnerCache          *ebpf.Map `ebpf:"owner_cache"`
 	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
 
 func (m *NodewiseMaps) Close() error {
 	return _NodewiseClose(
 		m.BlockCache,
+		m.BlockOwners,
 		m.CounterIndex,
 		m.CounterRows,
 		m.Counters,
@@ -219,7 +216,6 @@ func (m *NodewiseMaps) Close() error {
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,
-		m.OwnerCache,
 		m.SockSlots,
 	)
 }

@@ -17,6 +17,7 @@ declare -A needs=(
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[bench-surge]="deps-run tool:etcd tool:kubernetes"
 	[bench-scale]="deps tool:etcd tool:kubernetes"
+	[bench-ebpf]="deps"
 	[bench-baseline]="deps tool:etcd tool:kubernetes"
 	[generate]="deps"
 	[build]=""

@@ -1,14 +1,10 @@
 package nodeagent
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,186 +16,6 @@ import (
 	"github.com/nodewise/nodewise/bpf/bench"
 	"github.com/nodewise/nodewise/test/netrig"
 )
-
-// load is what one churn run did.
-type load struct {
-	lat     []time.Duration // the connect (Dial) durations
-	conns   int             // connections made
-	failed  int             // connections that failed
-	why     map[string]int  // failures by error
-	elapsed time.Duration
-}
-
-// rate is the new connections a second achieved.
-func (l load) rate() float64 { return float64(l.conns) / l.elapsed.Seconds() }
-
-// churn opens and closes paced short connections from every pod to its own
-// echo server: rate new connections a second offered across the pods
-// together, for d. A pod behind its schedule dials without pausing until it
-// has caught up, but none dials after d, so a generator that cannot offer
-// the rate makes fewer connections in the same time, and the load's rate
-// says what it achieved.
-func churn(pods []*netrig.Pod, rate float64, d time.Duration) load {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	// Every pod's thread is locked to it and makes blocking system calls:
-	// with a P for each, a thread back from the kernel runs on at once,
-	// where with GOMAXPROCS at the CPU count it would queue for one of
-	// two Ps behind a hundred others (and the cores would idle meanwhile).
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(pods) + runtime.NumCPU()))
-	var l load
-	start := time.Now()
-	interval := time.Duration(float64(time.Second) * float64(len(pods)) / rate)
-	for _, p := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.Enter(); err != nil {
-				return
-			}
-			target := &unix.SockaddrInet4{Port: 8080, Addr: [4]byte(p.IP.To4())}
-			buf := make([]byte, 16)
-			var mine []time.Duration
-			why := map[string]int{}
-			for i := 0; ; i++ {
-				next := start.Add(time.Duration(i) * interval)
-				if next.Sub(start) >= d || time.Since(start) >= d {
-					break
-				}
-				if w := time.Until(next); w > 0 {
-					time.Sleep(w)
-				}
-				took, err := echoOnce(target, buf)
-				if err != nil {
-					why[err.Error()]++
-					continue
-				}
-				mine = append(mine, took)
-			}
-			mu.Lock()
-			l.lat = append(l.lat, mine...)
-			for err, n := range why {
-				if l.why == nil {
-					l.why = map[string]int{}
-				}
-				l.why[err] += n
-				l.failed += n
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	l.elapsed = time.Since(start)
-	l.conns = len(l.lat)
-	return l
-}
-
-// serveRawEcho serves echo on port inside the pod's namespace from one
-// thread making blocking system calls, as echoOnce does on the client side:
-// Go's net server costs a poller wake-up and a goroutine hand-off per
-// connection, which held the generator near 10,000 connections a second on
-// 2 cores. The listening socket is shut down when the benchmark ends, and
-// the thread (locked into the pod's namespace) exits with its goroutine.
-func serveRawEcho(b *testing.B, p *netrig.Pod, port int) {
-	b.Helper()
-	listening := make(chan int, 1)
-	failed := make(chan error, 1)
-	go func() {
-		if err := p.Enter(); err != nil {
-			failed <- err
-			return
-		}
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-		}
-		if err == nil {
-			err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
-		}
-		if err == nil {
-			err = unix.Listen(fd, 4096)
-		}
-		if err != nil {
-			failed <- fmt.Errorf("echo server in %s: %w", p.Name, err)
-			return
-		}
-		listening <- fd
-		buf := make([]byte, 64)
-		tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
-		for {
-			c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
-			switch {
-			case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED):
-				continue
-			case err != nil:
-				return // shut down
-			}
-			_ = unix.SetsockoptTimeval(c, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-			if n, err := unix.Read(c, buf); err == nil && n > 0 {
-				_, _ = unix.Write(c, buf[:n])
-			}
-			unix.Close(c)
-		}
-	}()
-	select {
-	case err := <-failed:
-		b.Fatal(err)
-	case fd := <-listening:
-		b.Cleanup(func() { _ = unix.Shutdown(fd, unix.SHUT_RDWR); unix.Close(fd) })
-	}
-}
-
-// echoOnce connects to an echo server from the calling thread's namespace,
-// sends buf, reads it back and closes, and returns the connect's duration.
-// It makes blocking system calls: a goroutine locked to its thread (as a
-// pod's must be) that waits in Go's poller costs a futex handoff between
-// threads each time, which capped the generator well below a busy node's
-// rates.
-func echoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	// Bound the read, should the server never answer; a timeout on the
-	// connect would make a signal end it with EINTR, on loopback it
-	// needs none.
-	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	if err := unix.Connect(fd, to); err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
-	}
-	took := time.Since(t0)
-	if _, err := unix.Write(fd, buf); err != nil {
-		return 0, fmt.Errorf("write: %w", err)
-	}
-	for n := 0; n < len(buf); {
-		m, err := unix.Read(fd, buf[n:])
-		if errors.Is(err, unix.EINTR) { // a signal, with SO_RCVTIMEO set
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read: %w", err)
-		}
-		if m == 0 {
-			return 0, io.ErrUnexpectedEOF
-		}
-		n += m
-	}
-	return took, nil
-}
-
-func quantile(xs []time.Duration, q float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), xs...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[int(q*float64(len(s)-1))]
-}
 
 // nodewisePrograms finds the agent's programs loaded after minID.
 func nodewisePrograms(minID ebpf.ProgramID) (map[string]*ebpf.Program, error) {
@@ -282,7 +98,7 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 	var pods []*netrig.Pod
 	for i := range 110 {
 		p := r.AddPod(fmt.Sprintf("bench-%d", i))
-		serveRawEcho(b, p, 8080)
+		netrig.ServeRawEcho(b, p, 8080)
 		pods = append(pods, p)
 	}
 	files := writeTLSFiles(b)
@@ -301,7 +117,7 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 
 // churnRound is what one round of A, B, B', C, D and E measured.
 type churnRound struct {
-	a, b, bStats load
+	a, b, bStats netrig.Churned
 	// The agent's CPU (rusage) and the wall time over B; the wall time
 	// of B'.
 	cpu, wall, statsWall time.Duration
@@ -325,7 +141,7 @@ func churnRounds(b *testing.B, c churnCase, pods []*netrig.Pod, files tlsFiles) 
 	for _, p := range pods {
 		podMap[p.Inode] = Pod{Namespace: "bench", Name: p.PodName, UID: p.Name}
 	}
-	churn(pods, c.rate, time.Second) // warm up
+	netrig.Churn(pods, 8080, c.rate, time.Second) // warm up
 	var rounds []churnRound
 	for range c.rounds {
 		rounds = append(rounds, runChurnRound(b, c, pods, podMap, files))
@@ -335,7 +151,7 @@ func churnRounds(b *testing.B, c churnCase, pods []*netrig.Pod, files tlsFiles) 
 
 func runChurnRound(b *testing.B, c churnCase, pods []*netrig.Pod, podMap map[uint32]Pod, files tlsFiles) churnRound {
 	var rd churnRound
-	rd.a = churn(pods, c.rate, churnPhase)
+	rd.a = netrig.Churn(pods, 8080, c.rate, churnPhase)
 
 	minID := maxProgramID()
 	ap := startAgentProcess(b, files, podMap)
@@ -358,7 +174,7 @@ func runChurnRound(b *testing.B, c churnCase, pods []*netrig.Pod, podMap map[uin
 			}
 		}
 	}()
-	rd.b = churn(pods, c.rate, churnPhase)
+	rd.b = netrig.Churn(pods, 8080, c.rate, churnPhase)
 	<-done
 	_, n, took := ap.ra.timedSnapshot(b)
 	rd.snapBytes, rd.snapTook = append(rd.snapBytes, n), append(rd.snapTook, took)
@@ -388,7 +204,7 @@ func runChurnRound(b *testing.B, c churnCase, pods []*netrig.Pod, podMap map[uin
 	}
 	defer stats.Close()
 	t1 := time.Now()
-	rd.bStats = churn(pods, c.rate, churnPhase/2)
+	rd.bStats = netrig.Churn(pods, 8080, c.rate, churnPhase/2)
 	rd.progs = programStats(progs)
 	for name, st := range rd.progs {
 		st.RunCount -= before[name].RunCount
@@ -405,11 +221,11 @@ func runChurnRound(b *testing.B, c churnCase, pods []*netrig.Pod, podMap map[uin
 
 	// C: the kernel's own cost of accounting a run (two clock reads), on
 	// the same hook under the same churn: an empty program's mean per run.
-	rd.floorRuns, rd.floorTime = emptyProgramCost(b, func() { churn(pods, c.rate, churnPhase/2) })
+	rd.floorRuns, rd.floorTime = emptyProgramCost(b, func() { netrig.Churn(pods, 8080, c.rate, churnPhase/2) })
 	// D and E: the timed build (in this process) and an empty program
 	// timed the same way: the distribution of run times, which the
 	// kernel's mean hides, and what timing adds.
-	rd.timed, rd.emptyTimed = timedRuns(b, func() { churn(pods, c.rate, churnPhase/2) })
+	rd.timed, rd.emptyTimed = timedRuns(b, func() { netrig.Churn(pods, 8080, c.rate, churnPhase/2) })
 	return rd
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nodewise/nodewise/bpf/bench"
+	"github.com/nodewise/nodewise/test/netrig"
 )
 
 // reportChurn reports c's rounds as metrics and prints one line for c.
@@ -46,11 +47,11 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 		statsWall += rd.statsWall
 		peakRSS, offRuns = max(peakRSS, rd.peakRSS), offRuns+rd.offRuns
 		agentConnects += rd.agentConnects
-		nConns += uint64(rd.b.conns + rd.bStats.conns)
-		statsConns += rd.bStats.conns
-		for _, l := range []load{rd.a, rd.b, rd.bStats} {
-			failed += l.failed
-			for err, n := range l.why {
+		nConns += uint64(rd.b.Conns + rd.bStats.Conns)
+		statsConns += rd.bStats.Conns
+		for _, l := range []netrig.Churned{rd.a, rd.b, rd.bStats} {
+			failed += l.Failed
+			for err, n := range l.Why {
 				why[err] += n
 			}
 		}
@@ -60,11 +61,11 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 		for _, n := range rd.snapBytes {
 			snapBytes = max(snapBytes, n)
 		}
-		d50 = append(d50, float64(quantile(rd.b.lat, 0.5)-quantile(rd.a.lat, 0.5))/1e3)
-		d99 = append(d99, float64(quantile(rd.b.lat, 0.99)-quantile(rd.a.lat, 0.99))/1e3)
-		rateA, rateB = append(rateA, rd.a.rate()), append(rateB, rd.b.rate())
+		d50 = append(d50, float64(netrig.Quantile(rd.b.Lat, 0.5)-netrig.Quantile(rd.a.Lat, 0.5))/1e3)
+		d99 = append(d99, float64(netrig.Quantile(rd.b.Lat, 0.99)-netrig.Quantile(rd.a.Lat, 0.99))/1e3)
+		rateA, rateB = append(rateA, rd.a.Rate()), append(rateB, rd.b.Rate())
 		roundLogs = append(roundLogs, fmt.Sprintf("round %d: A p50 %v p99 %v, %.0f conns/s | B p50 %v p99 %v, %.0f conns/s",
-			i, quantile(rd.a.lat, 0.5), quantile(rd.a.lat, 0.99), rd.a.rate(), quantile(rd.b.lat, 0.5), quantile(rd.b.lat, 0.99), rd.b.rate()))
+			i, netrig.Quantile(rd.a.Lat, 0.5), netrig.Quantile(rd.a.Lat, 0.99), rd.a.Rate(), netrig.Quantile(rd.b.Lat, 0.5), netrig.Quantile(rd.b.Lat, 0.99), rd.b.Rate()))
 	}
 	names := make([]string, 0, len(progs))
 	for name := range progs {
@@ -123,7 +124,7 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 	b.ReportMetric(kernelShare, "bpf-cpu-%core")
 	b.ReportMetric(float64(peakRSS)/(1<<20), "agent-peak-rss-MiB")
 	b.ReportMetric(float64(snapBytes), "snapshot-bytes")
-	b.ReportMetric(float64(quantile(snapTook, 0.5))/1e6, "snapshot-serve-ms")
+	b.ReportMetric(float64(netrig.Quantile(snapTook, 0.5))/1e6, "snapshot-serve-ms")
 	b.ReportMetric(median(d50), "added-connect-p50-µs")
 	b.ReportMetric(median(d99), "added-connect-p99-µs")
 
@@ -135,7 +136,14 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 	}
 	fmt.Printf("churn %v: offered %.0f/s, achieved %.0f/s with the agent (%.0f/s without; %d connections failed) | programs (stats on): %s | agent (B, stats off, as production) %.2f%% of a core | peak RSS %.1f MiB | snapshot %d bytes at %d pods, served in %v (median of %d, max %v) | load %s\n",
 		c, c.rate, achieved, alone, failed, strings.Join(progLine, ", "), cpuShare,
-		float64(peakRSS)/(1<<20), snapBytes, c.pods, quantile(snapTook, 0.5).Round(time.Microsecond), len(snapTook), quantile(snapTook, 1).Round(time.Microsecond), la)
+		float64(peakRSS)/(1<<20), snapBytes, c.pods, netrig.Quantile(snapTook, 0.5).Round(time.Microsecond), len(snapTook), netrig.Quantile(snapTook, 1).Round(time.Microsecond), la)
+	// One machine-readable line: the agent's CPU is its user space (B,
+	// statistics off) plus the programs' time per connection less the
+	// accounting floor (B′), at the achieved rate; lost is client
+	// connects the agent did not count (B and B′).
+	bpfShare := max(perConn-floor*runsPerConn, 0) * achieved / 1e9 * 100
+	fmt.Printf("agent rate_offered=%.0f rate_achieved=%.0f cpu_pct=%.2f user_pct=%.2f bpf_pct=%.2f rss_mib=%.1f pods=%d lost=%d load=%s\n",
+		c.rate, achieved, cpuShare+bpfShare, cpuShare, bpfShare, float64(peakRSS)/(1<<20), c.pods, int64(nConns)-int64(agentConnects), strings.ReplaceAll(la, " ", ","))
 	if achieved < 0.95*c.rate {
 		fmt.Printf("NOTE %v: the load generator reached %.0f/s of the %.0f/s offered (%.0f%%; %.0f/s with no agent) on this machine's %d CPUs: the figures are at the achieved rate\n",
 			c, achieved, c.rate, achieved/c.rate*100, alone, runtime.NumCPU())

@@ -18,6 +18,11 @@ type NodewiseRunprofBlockCache struct {
 	Way [2048]uint64
 }
 
+type NodewiseRunprofBlockOwners struct {
+	_  structs.HostLayout
+	Id [2048]uint64
+}
+
 type NodewiseRunprofCounterKey struct {
 	_     structs.HostLayout
 	Netns uint32
@@ -39,15 +44,6 @@ type NodewiseRunprofNetnsOwner struct {
 	Netns  uint32
 	Pad    uint32
 	Cgroup uint64
-}
-
-type NodewiseRunprofOwnerCache struct {
-	_   structs.HostLayout
-	Way [256]struct {
-		_    structs.HostLayout
-		Pair uint64
-		At   uint64
-	}
 }
 
 type NodewiseRunprofSockCounters struct {
@@ -78,18 +74,20 @@ type NodewiseRunprofSockSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	NodewiseRunprofMapBlockCache          = "block_cache"
+	NodewiseRunprofMapBlockOwners         = "block_owners"
 	NodewiseRunprofMapCounterIndex        = "counter_index"
 	NodewiseRunprofMapCounterRows         = "counter_rows"
 	NodewiseRunprofMapCounters            = "counters"
 	NodewiseRunprofMapEmptyRunNs          = "empty_run_ns"
 	NodewiseRunprofMapEstablishedOverflow = "established_overflow"
 	NodewiseRunprofMapFarUsed             = "far_used"
+	NodewiseRunprofMapFloorRuns           = "floor_runs"
 	NodewiseRunprofMapNearSlots           = "near_slots"
 	NodewiseRunprofMapNetnsOwners         = "netns_owners"
 	NodewiseRunprofMapNextBlock           = "next_block"
-	NodewiseRunprofMapOwnerCache          = "owner_cache"
 	NodewiseRunprofMapRunNs               = "run_ns"
 	NodewiseRunprofMapSockSlots           = "sock_slots"
+	NodewiseRunprofProgCountOnly          = "count_only"
 	NodewiseRunprofProgEmptyTimed         = "empty_timed"
 	NodewiseRunprofProgInetSockSetState   = "inet_sock_set_state"
 	NodewiseRunprofProgTcpReceiveReset    = "tcp_receive_reset"
@@ -144,6 +142,7 @@ type NodewiseRunprofSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseRunprofProgramSpecs struct {
+	CountOnly        *ebpf.ProgramSpec `ebpf:"count_only"`
 	EmptyTimed       *ebpf.ProgramSpec `ebpf:"empty_timed"`
 	InetSockSetState *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
 	TcpReceiveReset  *ebpf.ProgramSpec `ebpf:"tcp_receive_reset"`
@@ -156,16 +155,17 @@ type NodewiseRunprofProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type NodewiseRunprofMapSpecs struct {
 	BlockCache          *ebpf.MapSpec `ebpf:"block_cache"`
+	BlockOwners         *ebpf.MapSpec `ebpf:"block_owners"`
 	CounterIndex        *ebpf.MapSpec `ebpf:"counter_index"`
 	CounterRows         *ebpf.MapSpec `ebpf:"counter_rows"`
 	Counters            *ebpf.MapSpec `ebpf:"counters"`
 	EmptyRunNs          *ebpf.MapSpec `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.MapSpec `ebpf:"established_overflow"`
 	FarUsed             *ebpf.MapSpec `ebpf:"far_used"`
+	FloorRuns           *ebpf.MapSpec `ebpf:"floor_runs"`
 	NearSlots           *ebpf.MapSpec `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.MapSpec `ebpf:"netns_owners"`
 	NextBlock           *ebpf.MapSpec `ebpf:"next_block"`
-	OwnerCache          *ebpf.MapSpec `ebpf:"owner_cache"`
 	RunNs               *ebpf.MapSpec `ebpf:"run_ns"`
 	SockSlots           *ebpf.MapSpec `ebpf:"sock_slots"`
 }
@@ -202,16 +202,17 @@ func (o *NodewiseRunprofObjects) Close() error {
 // It can be passed to LoadNodewiseRunprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseRunprofMaps struct {
 	BlockCache          *ebpf.Map `ebpf:"block_cache"`
+	BlockOwners         *ebpf.Map `ebpf:"block_owners"`
 	CounterIndex        *ebpf.Map `ebpf:"counter_index"`
 	CounterRows         *ebpf.Map `ebpf:"counter_rows"`
 	Counters            *ebpf.Map `ebpf:"counters"`
 	EmptyRunNs          *ebpf.Map `ebpf:"empty_run_ns"`
 	EstablishedOverflow *ebpf.Map `ebpf:"established_overflow"`
 	FarUsed             *ebpf.Map `ebpf:"far_used"`
+	FloorRuns           *ebpf.Map `ebpf:"floor_runs"`
 	NearSlots           *ebpf.Map `ebpf:"near_slots"`
 	NetnsOwners         *ebpf.Map `ebpf:"netns_owners"`
 	NextBlock           *ebpf.Map `ebpf:"next_block"`
-	OwnerCache          *ebpf.Map `ebpf:"owner_cache"`
 	RunNs               *ebpf.Map `ebpf:"run_ns"`
 	SockSlots           *ebpf.Map `ebpf:"sock_slots"`
 }
@@ -219,16 +220,17 @@ type NodewiseRunprofMaps struct {
 func (m *NodewiseRunprofMaps) Close() error {
 	return _NodewiseRunprofClose(
 		m.BlockCache,
+		m.BlockOwners,
 		m.CounterIndex,
 		m.CounterRows,
 		m.Counters,
 		m.EmptyRunNs,
 		m.EstablishedOverflow,
 		m.FarUsed,
+		m.FloorRuns,
 		m.NearSlots,
 		m.NetnsOwners,
 		m.NextBlock,
-		m.OwnerCache,
 		m.RunNs,
 		m.SockSlots,
 	)
@@ -249,6 +251,7 @@ type NodewiseRunprofVariables struct {
 //
 // It can be passed to LoadNodewiseRunprofObjects or ebpf.CollectionSpec.LoadAndAssign.
 type NodewiseRunprofPrograms struct {
+	CountOnly        *ebpf.Program `ebpf:"count_only"`
 	EmptyTimed       *ebpf.Program `ebpf:"empty_timed"`
 	InetSockSetState *ebpf.Program `ebpf:"inet_sock_set_state"`
 	TcpReceiveReset  *ebpf.Program `ebpf:"tcp_receive_reset"`
@@ -258,6 +261,7 @@ type NodewiseRunprofPrograms struct {
 
 func (p *NodewiseRunprofPrograms) Close() error {
 	return _NodewiseRunprofClose(
+		p.CountOnly,
 		p.EmptyTimed,
 		p.InetSockSetState,
 		p.TcpReceiveReset,

@@ -253,37 +253,27 @@ struct {
 	__type(value, __u8);
 } netns_owners SEC(".maps");
 
-// The cache of the (namespace, cgroup) pairs seen lately, so the same
-// pair again (an app opening connection after connection) returns after
-// one line of the cache, before reading the cgroup's id or the map.
-// Entries hold a 64-bit hash of the addresses of the struct net and the
-// struct cgroup, which the allocator reuses: a new pod whose namespace
-// and cgroup land where a dead pod's were would match a stale entry. So an entry expires after OWNER_TTL_JIFFIES (0.25–2.5 s,
-// whatever the tick rate): such a pod is recorded at most that much later,
-// never misrecorded, since the map itself is keyed by the inode and cgroup
-// id read on a miss. Shared by all CPUs, in the linear map, like the block
-// cache: two CPUs filling a set at once can drop or repeat an entry (a
-// later miss); an entry's hash and time are written apart, so a race can
-// pair one pair's hash with another's time, off by microseconds.
-#define OWNER_CACHE_SETS 64
-#define OWNER_CACHE_WAYS 4
-#define OWNER_TTL_JIFFIES 250
+// The cgroups each counter block last recorded as owners of its
+// namespace: an app opening connection after connection returns after
+// comparing its socket's cgroup id with its block's, with no helper call,
+// hash or map lookup. Cgroup ids are never reused, so a new pod whose
+// namespace gets a dead pod's inode (and block) differs from it and is
+// recorded at its first socket. Two ways a block, for a namespace that
+// also sees a visitor; a block's ways are written by any CPU, and a race
+// can only cost a later map lookup. A key that counts in the hash, with
+// no block, looks the map up every time.
+#define OWNER_WAYS 2
 
-struct owner_cache_entry {
-	__u64 pair; // hash of the addresses; 0 when empty
-	__u64 at;   // jiffies when recorded
-};
-
-struct owner_cache {
-	struct owner_cache_entry way[OWNER_CACHE_SETS * OWNER_CACHE_WAYS];
+struct block_owners {
+	__u64 id[COUNTER_BLOCKS * OWNER_WAYS];
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct owner_cache);
-} owner_cache SEC(".maps");
+	__type(value, struct block_owners);
+} block_owners SEC(".maps");
 
 static __always_inline int is_ztunnel_port(__u16 port)
 {
@@ -517,15 +507,13 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 // too, so they are side=proxy). A visitor from another pod (an agent that
 // opens sockets in many pods) leaves its cgroup in many namespaces; user
 // space sets such visitors aside.
-static __always_inline void note_owner(const struct sock *sk, __u32 netns)
+static __always_inline void note_owner(const struct sock *sk, __u32 netns, __u32 ref)
 {
-	const struct net *net = sk->__sk_common.skc_net.net;
-	struct owner_cache_entry *w;
 	struct netns_owner key = {};
-	struct owner_cache *oc;
 	const struct cgroup *cgrp;
-	__u64 cg, netp, pair, now;
-	__u32 zero = 0, set;
+	struct block_owners *bo;
+	__u32 zero = 0, b;
+	__u64 id, *w;
 	__u8 one = 1;
 
 	// Linux 5.15 and later; before, the cgroup shares a word with flags.
@@ -534,30 +522,26 @@ static __always_inline void note_owner(const struct sock *sk, __u32 netns)
 	cgrp = sk->sk_cgrp_data.cgroup;
 	if (!cgrp)
 		return;
-	oc = bpf_map_lookup_elem(&owner_cache, &zero);
-	if (!oc)
-		return;
-	// Pointer minus pointer is a number to the verifier.
-	cg = (__u64)cgrp - (__u64)&owner_cache;
-	netp = (__u64)net - (__u64)&owner_cache;
-	pair = ((netp ^ (cg * 0xC2B2AE3D27D4EB4FULL)) * 0x9E3779B97F4A7C15ULL) | 1;
-	now = bpf_jiffies64();
-	set = (__u32)(pair >> 56) & (OWNER_CACHE_SETS - 1);
-	w = &oc->way[set * OWNER_CACHE_WAYS];
-	for (int i = 0; i < OWNER_CACHE_WAYS; i++) {
-		if (w[i].pair == pair && now - w[i].at < OWNER_TTL_JIFFIES)
-			return;
+	id = cgrp->kn->id;
+	w = NULL;
+	if (ref && ref != REF_SPILL && ref <= COUNTER_BLOCKS) {
+		// The mask bounds the index for the verifier.
+		b = (ref - 1) & (COUNTER_BLOCKS - 1);
+		bo = bpf_map_lookup_elem(&block_owners, &zero);
+		if (bo) {
+			w = &bo->id[b * OWNER_WAYS];
+			if (w[0] == id || w[1] == id)
+				return;
+		}
 	}
-	w[3] = w[2];
-	w[2] = w[1];
-	w[1] = w[0];
-	w[0].pair = pair;
-	w[0].at = now;
 	key.netns = netns;
-	key.cgroup = cgrp->kn->id;
-	if (bpf_map_lookup_elem(&netns_owners, &key))
-		return;
-	bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
+	key.cgroup = id;
+	if (!bpf_map_lookup_elem(&netns_owners, &key))
+		bpf_map_update_elem(&netns_owners, &key, &one, BPF_ANY);
+	if (w) {
+		w[1] = w[0];
+		w[0] = id;
+	}
 }
 
 // near_hash places a socket in the near table.
@@ -774,11 +758,11 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 			// slot: its owner may be unknown yet.
 			netns = sk_netns(sk);
 			side = sk_side(sk);
-			if (side == SIDE_APP)
-				note_owner(sk, netns);
 		}
 		if (!ref)
 			ref = counter_ref(netns, side);
+		if (!st && side == SIDE_APP)
+			note_owner(sk, netns, ref);
 		srtt_sample(sk, ref, netns, side);
 		return 0;
 	}
@@ -786,8 +770,11 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 	switch (newstate) {
 	case TCP_LISTEN:
 		// A server's first sign of life.
-		if (sk->sk_protocol == IPPROTO_TCP && sk_side(sk) == SIDE_APP)
-			note_owner(sk, sk_netns(sk));
+		if (sk->sk_protocol == IPPROTO_TCP && sk_side(sk) == SIDE_APP) {
+			__u32 ns = sk_netns(sk);
+
+			note_owner(sk, ns, counter_ref(ns, SIDE_APP));
+		}
 		return 0;
 	case TCP_ESTABLISHED:
 		if (sk->sk_protocol != IPPROTO_TCP)
@@ -811,9 +798,9 @@ static __always_inline int set_state(const struct sock *sk, const int oldstate, 
 	now = tp->tcp_clock_cache;
 	netns = sk_netns(sk);
 	side = sk_side(sk);
-	if (side == SIDE_APP)
-		note_owner(sk, netns);
 	ref = counter_ref(netns, side);
+	if (side == SIDE_APP)
+		note_owner(sk, netns, ref);
 	// Only a connect whose SYN was retransmitted has a slot already.
 	st = NULL;
 	start = 0;
@@ -874,9 +861,10 @@ failed_connect:
 		if (err) {
 			netns = sk_netns(sk);
 			side = sk_side(sk);
+			ref = counter_ref(netns, side);
 			if (side == SIDE_APP)
-				note_owner(sk, netns);
-			count(counter_ref(netns, side), netns, side, F_CONNECT_FAILURES + failure_class(err));
+				note_owner(sk, netns, ref);
+			count(ref, netns, side, F_CONNECT_FAILURES + failure_class(err));
 		}
 	}
 	return 0;
@@ -937,6 +925,28 @@ int BPF_PROG(empty_timed)
 	__u64 t0 = bpf_ktime_get_ns();
 
 	runprof_record(&empty_run_ns, t0);
+	return 0;
+}
+
+// The accounting floor of make bench-ebpf: a program that only counts
+// (one per-CPU counter, the least any counting program does), attached
+// to the same hook beside the real ones, its run time read from the
+// kernel's statistics as theirs is.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} floor_runs SEC(".maps");
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(count_only)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&floor_runs, &zero);
+
+	if (n)
+		*n += 1;
 	return 0;
 }
 #else
