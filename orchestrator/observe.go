@@ -72,6 +72,17 @@ func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Sna
 			Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: byNode[n.Name],
 			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
 		}
+		if ready, since := model.NodeReadyCondition(n); !ready {
+			nv.NotReadySince = since
+			if since.IsZero() {
+				nv.NotReadySince = n.CreationTimestamp.Time // never reported Ready
+			}
+		}
+		if p.Opportunistic && n.Spec.Unschedulable {
+			if nv.Drained, err = e.drained(n.Name); err != nil {
+				return s, err
+			}
+		}
 		rec := n.Annotations
 		if w := e.nodeWrites.Newest(n.Name); w != nil {
 			rec = w.Annotations
@@ -82,6 +93,21 @@ func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Sna
 		s.Nodes = append(s.Nodes, nv)
 	}
 	return s, nil
+}
+
+// drained: the cordoned node runs nothing a drain would evict (nodewise's
+// own pre-pull pod aside), so someone else drained it.
+func (e *executor) drained(node string) (bool, error) {
+	pods, err := e.pods.OnNode(node)
+	if err != nil {
+		return false, fmt.Errorf("listing pods on node %s: %w", node, err)
+	}
+	for _, p := range nodestep.MovablePods(pods) {
+		if _, prepull := p.Labels[model.LabelPrepull]; !prepull {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // otherMaintenance is, per node, why another tool holds it (Kured's lock,

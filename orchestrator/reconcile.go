@@ -135,6 +135,12 @@ func (e *executor) actOn(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 		return e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodeRolledBack, a.Reason)
 	case planner.ActRetry:
 		return e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodePending, a.Reason)
+	case planner.ActSkip:
+		if err := e.worker.PersistState(ctx, nr, a.Node, v1alpha1.NodeSkipped, a.Reason); err != nil {
+			return err
+		}
+		e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", a.Node, a.Reason)
+		e.log.Warn("node skipped", zap.String("rollout", nr.Name), zap.String("node", a.Node), zap.String("reason", a.Reason))
 	case planner.ActForget:
 		return e.forgetNode(ctx, nr, a.Node, a.Reason)
 	}

@@ -159,6 +159,11 @@ type CoordinationSpec struct {
 	// +kubebuilder:default=true
 	// +optional
 	CountOthers *bool `json:"countOthers,omitempty"`
+	// Opportunistic: a node someone else has already cordoned and drained
+	// (only DaemonSet pods left) goes first, once the canaries passed, in a
+	// free slot; its cordon stays with its owner (default false).
+	// +optional
+	Opportunistic bool `json:"opportunistic,omitempty"`
 }
 
 // The abort rule sits on the spec, not on the optional field: a transition
@@ -222,6 +227,12 @@ type NodeRolloutSpec struct {
 	// applied in advance.
 	// +optional
 	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// NotReadyTimeout: a node NotReady for longer than this before its turn
+	// is Skipped, with the reason, so the rollout can complete (default
+	// unset: it waits until the node is Ready again).
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="notReadyTimeout must be positive"
+	// +optional
+	NotReadyTimeout *Duration `json:"notReadyTimeout,omitempty"`
 	// Coordination is how the rollout shares the fleet with the cluster's
 	// other node maintenance (Kured, system-upgrade-controller, cordons).
 	// +optional

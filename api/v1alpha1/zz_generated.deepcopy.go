@@ -396,6 +396,11 @@ func (in *NodeRolloutSpec) DeepCopyInto(out *NodeRolloutSpec) {
 		in, out := &in.NotBefore, &out.NotBefore
 		*out = (*in).DeepCopy()
 	}
+	if in.NotReadyTimeout != nil {
+		in, out := &in.NotReadyTimeout, &out.NotReadyTimeout
+		*out = new(Duration)
+		**out = **in
+	}
 	in.Coordination.DeepCopyInto(&out.Coordination)
 	in.Gates.DeepCopyInto(&out.Gates)
 }

@@ -66,6 +66,12 @@ type Policy struct {
 	CountOthers bool
 	// Prepull: pull each node's new images before its start (spec.prepull).
 	Prepull bool
+	// NotReadyTimeout: a node NotReady longer than this before its turn is
+	// Skipped (spec.notReadyTimeout; 0: it waits until Ready again).
+	NotReadyTimeout time.Duration
+	// Opportunistic: a node another tool already cordoned and drained goes
+	// first, after the canaries (spec.coordination.opportunistic).
+	Opportunistic bool
 }
 
 // MustPolicy is NewPolicy for a spec known to be valid (tests, literals):
@@ -188,6 +194,11 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	}
 	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
 	p.Prepull = spec.Prepull
+	p.Opportunistic = spec.Coordination.Opportunistic
+	p.NotReadyTimeout = durationOr(spec.NotReadyTimeout, 0)
+	if spec.NotReadyTimeout != nil && spec.NotReadyTimeout.Err() == nil && p.NotReadyTimeout <= 0 {
+		errs = append(errs, errors.New("spec.notReadyTimeout: must be positive (leave it out to wait for a NotReady node forever)"))
+	}
 	if spec.NotBefore != nil {
 		p.NotBefore = spec.NotBefore.Time
 	}
@@ -223,6 +234,7 @@ func badDurations(spec v1alpha1.NodeRolloutSpec) []error {
 		{"spec.swapTimeout", spec.SwapTimeout},
 		{"spec.baseline", spec.Baseline},
 		{"spec.soak", spec.Soak},
+		{"spec.notReadyTimeout", spec.NotReadyTimeout},
 		{"spec.gates.interval", spec.Gates.Interval},
 		{"spec.gates.maxSnapshotAge", spec.Gates.MaxSnapshotAge},
 	}

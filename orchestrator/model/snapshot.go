@@ -1,6 +1,8 @@
 package model
 
 import (
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -58,6 +60,12 @@ type NodeView struct {
 	Labels        map[string]string
 	Unschedulable bool
 	Ready         bool
+	// NotReadySince is when the node's Ready condition last turned false
+	// (or unknown); zero while it is Ready.
+	NotReadySince time.Time
+	// Drained: the node is cordoned and runs no pod but DaemonSet and
+	// mirror pods (and finished ones): someone else drained it.
+	Drained bool
 	// State is the node's persisted step for this rollout (nodeState: the
 	// node's record first, then status).
 	State v1alpha1.NodeState

@@ -184,6 +184,8 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	// Nodes already on the newest revisions are done without disruption.
 	done := 0
 	current := 0 // the lowest window with unfinished work
+	var skipped []string
+	skipWhy := map[string]string{}
 	for _, pn := range order {
 		n := byName[pn.Name]
 		st := n.State
@@ -198,6 +200,14 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 				d.Actions = append(d.Actions, Action{Kind: ActRetry, Node: n.Name, Reason: why})
 				st = v1alpha1.NodePending
 			}
+		}
+		if why := notReadyExpired(n, p, now); why != "" && (st == "" || st == v1alpha1.NodePending) {
+			d.Actions = append(d.Actions, Action{Kind: ActSkip, Node: n.Name, Reason: why})
+			skipWhy[n.Name] = why
+			st = v1alpha1.NodeSkipped
+		}
+		if st == v1alpha1.NodeSkipped {
+			skipped = append(skipped, n.Name)
 		}
 		if model.Terminal(st) {
 			done++
@@ -219,7 +229,10 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("ending the status of %d node(s) deleted in flight", forgets)
 			return d
 		}
-		d.Phase, d.Reason = v1alpha1.PhaseCompleted, fmt.Sprintf("%d node(s) on the newest revision", done)
+		d.Phase, d.Reason = v1alpha1.PhaseCompleted, fmt.Sprintf("%d node(s) on the newest revision", done-len(skipped))
+		if sk := skippedSummary(skipped, skipWhy, s.Status); sk != "" {
+			d.Reason += ", " + sk
+		}
 		return d
 	}
 
@@ -252,7 +265,9 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	budget := p.MaxUnavailable - others - inflight - failed
 	wave := 0
 	var held []string
-	for _, pn := range order {
+	walk, moved := opportunistic(order, byName, p, current, s.Targets)
+	for i, pn := range walk {
+		hoisted := i < len(moved)
 		n := byName[pn.Name]
 		due := dueToStart(n, s.Targets)
 		// A node that waits (another tool holds it, NotReady) says so in
@@ -268,7 +283,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		if pn.Window != current {
 			continue
 		}
-		if wave == 0 && !model.Terminal(n.State) {
+		if wave == 0 && !hoisted && !model.Terminal(n.State) {
 			wave = pn.Wave // the lowest wave with unfinished work, for the reason
 		}
 		if due {
@@ -312,6 +327,9 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	}
 	if len(held) > 0 {
 		d.Reason += "; waiting: " + strings.Join(held, ", ")
+	}
+	if len(moved) > 0 {
+		d.Reason += "; first, cordoned and drained by someone else: " + strings.Join(moved, ", ")
 	}
 	return d
 }
