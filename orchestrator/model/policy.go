@@ -66,6 +66,8 @@ type Policy struct {
 	CountOthers bool
 	// Prepull: pull each node's new images before its start (spec.prepull).
 	Prepull bool
+	// Blocking: pods and alerts that hold starts (spec.blocking, blocking.go).
+	Blocking Blocking
 }
 
 // MustPolicy is NewPolicy for a spec known to be valid (tests, literals):
@@ -188,6 +190,9 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	}
 	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
 	p.Prepull = spec.Prepull
+	var berrs []error
+	p.Blocking, berrs = parseBlocking(spec.Blocking)
+	errs = append(errs, berrs...)
 	if spec.NotBefore != nil {
 		p.NotBefore = spec.NotBefore.Time
 	}
