@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
@@ -46,4 +45,3 @@ func (e *executor) alertsBlock(ctx context.Context, b model.Blocking) string {
 	}
 	return planner.AlertsBlock(b, firing, err)
 }
-
