@@ -164,7 +164,7 @@ type CoordinationSpec struct {
 // BlockingSpec holds starts while something else says the cluster or a node
 // is busy (Kured's --blocking-pod-selector and --prometheus-url alerts). See
 // docs/maintenance.md.
-// +kubebuilder:validation:XValidation:rule="!has(self.alerts) || size(self.alerts) == 0 || (has(self.prometheusAddress) && self.prometheusAddress != ”)",message="blocking.alerts needs blocking.prometheusAddress"
+// +kubebuilder:validation:XValidation:rule="!has(self.alerts) || size(self.alerts) == 0 || (has(self.prometheusAddress) && size(self.prometheusAddress) > 0)",message="blocking.alerts needs blocking.prometheusAddress"
 type BlockingSpec struct {
 	// PodSelector: a node does not start while a pod matching it (any
 	// namespace, not finished) runs on it; its status reason names the pod.
