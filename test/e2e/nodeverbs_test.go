@@ -132,6 +132,7 @@ func TestRetryAndSkipNodes(t *testing.T) {
 	if p := e.ztunnelPod(skipped); p.UID != oldZtunnel {
 		t.Errorf("the skipped node's ztunnel was replaced (%s → %s)", oldZtunnel, p.UID)
 	}
+	e.waitFor(func(context.Context) bool { return len(e.rolloutEvents("verbs", "NodeRetried")) > 0 }, "the retry's Event")
 	if ev := e.rolloutEvents("verbs", "NodeSkipped"); len(ev) == 0 || !strings.Contains(strings.Join(ev, "\n"), skipped) {
 		t.Errorf("NodeSkipped Events %q, want one naming %s", ev, skipped)
 	}
@@ -163,8 +164,8 @@ func TestSkipInFlightNodeRefused(t *testing.T) {
 		return err == nil && n.Annotations[model.AnnotationStep] == string(v1alpha1.NodeSoak)
 	}, first+" soaking")
 	e.request("inflight", model.VerbSkip, first, "should be refused")
-	ev := e.rolloutEvents("inflight", "NodeRequestRefused")
-	if len(ev) == 0 || !strings.Contains(ev[0], "in flight (Soak)") {
+	e.waitFor(func(context.Context) bool { return len(e.rolloutEvents("inflight", "NodeRequestRefused")) > 0 }, "the refusal's Event")
+	if ev := e.rolloutEvents("inflight", "NodeRequestRefused"); !strings.Contains(ev[0], "in flight (Soak)") {
 		t.Fatalf("NodeRequestRefused Events %q, want the skip of %s refused as in flight", ev, first)
 	}
 	nr := e.waitPhase("inflight", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
