@@ -58,6 +58,10 @@ func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Sna
 		return s, err
 	}
 	s.UnreadableLocks = unreadable
+	blocked, err := e.blockingPods(p.Blocking)
+	if err != nil {
+		return s, err
+	}
 	prepulls, err := e.prepullPods(nr.Name, p.Targets)
 	if err != nil {
 		return s, err
@@ -70,7 +74,7 @@ func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Sna
 		nv := model.NodeView{
 			Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
 			Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: byNode[n.Name],
-			HeldBy: held[n.Name], Prepull: prepulls[n.Name],
+			HeldBy: held[n.Name], Blocked: blocked[n.Name], Prepull: prepulls[n.Name],
 		}
 		if ready, since := model.NodeReadyCondition(n); !ready {
 			nv.NotReadySince = since

@@ -88,6 +88,12 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	if err != nil {
 		return err
 	}
+	snap.AlertsBlock = e.alertsBlock(ctx, p.Blocking) // blocking.go: read here, not in the workers' snapshots
+	if !deleting {
+		if handled, err := e.nodeRequest(ctx, nr, p, snap); handled || err != nil {
+			return err // noderequest.go: the next pass plans from the node's new state
+		}
+	}
 	d := planner.Plan(snap, p, now)
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
 		if err := write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, true); err != nil {

@@ -166,6 +166,41 @@ type CoordinationSpec struct {
 	Opportunistic bool `json:"opportunistic,omitempty"`
 }
 
+// BlockingSpec holds starts while something else says the cluster or a node
+// is busy (Kured's --blocking-pod-selector and --prometheus-url alerts). See
+// docs/maintenance.md.
+// +kubebuilder:validation:XValidation:rule="!has(self.alerts) || size(self.alerts) == 0 || (has(self.prometheusAddress) && size(self.prometheusAddress) > 0)",message="blocking.alerts needs blocking.prometheusAddress"
+type BlockingSpec struct {
+	// PodSelector: a node does not start while a pod matching it (any
+	// namespace, not finished) runs on it; its status reason names the pod.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// Alerts: no node starts while one of them fires in PrometheusAddress's
+	// alerts. Read fail closed: a server that cannot be read holds every start.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Alerts []BlockingAlert `json:"alerts,omitempty"`
+	// PrometheusAddress is the server whose alerts are read, such as
+	// http://prometheus.monitoring.svc:9090; the same hosts are allowed as for
+	// spec.gates.prometheus.address.
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	PrometheusAddress string `json:"prometheusAddress,omitempty"`
+}
+
+// BlockingAlert matches firing alerts by name and, optionally, labels.
+type BlockingAlert struct {
+	// Name is the alertname.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+	// Labels the alert must carry with these values (all of them).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
 // The abort rule sits on the spec, not on the optional field: a transition
 // rule on a field does not run when the field is removed, so a merge patch
 // {"spec":{"abort":null}} would undo it.
@@ -237,6 +272,10 @@ type NodeRolloutSpec struct {
 	// other node maintenance (Kured, system-upgrade-controller, cordons).
 	// +optional
 	Coordination CoordinationSpec `json:"coordination,omitempty"`
+	// Blocking holds starts while matching pods run on a node, or while
+	// matching Prometheus alerts fire.
+	// +optional
+	Blocking BlockingSpec `json:"blocking,omitempty"`
 	// Prepull pulls each node's new target images in a short-lived pod on
 	// the node before its turn; a pull that fails halts the rollout before
 	// the cordon, naming the image and the node (default false).

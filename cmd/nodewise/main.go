@@ -61,7 +61,7 @@ func newRootCmd(argv0 string) *cobra.Command {
 	root.AddCommand(
 		newSimCmd(g),
 		newInventoryCmd(g), newSkewCmd(g), newTagCmd(g), newRevisionCmd(g),
-		newPlanCmd(g), newApplyCmd(g), newGetCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g),
+		newPlanCmd(g), newApplyCmd(g), newGetCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g), newRetryCmd(g), newSkipCmd(g),
 		newExplainCmd(g), newDashboardCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)
 	return root

@@ -246,3 +246,11 @@ func JudgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudge
 	}
 	return j
 }
+
+// AlertReader is implemented by gates that reach Prometheus (the judge):
+// FiringAlerts returns the labels of every alert firing on the server at
+// address (within the gates' address policy), for spec.blocking.alerts. An
+// error holds every start (fail closed).
+type AlertReader interface {
+	FiringAlerts(ctx context.Context, address string) ([]map[string]string, error)
+}

@@ -44,6 +44,9 @@ type Gate struct {
 	// holds it, so releasing one judged node never drops a control another
 	// one still needs.
 	holds map[string]map[string]bool
+	// alertClients are spec.blocking.alerts' Prometheus clients by address
+	// (alerts.go), kept so each server's connections are reused.
+	alertClients map[string]*health.PrometheusClient
 }
 
 var (

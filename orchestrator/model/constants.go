@@ -63,6 +63,13 @@ const (
 	// AnnotationAckedResumeToken on a NodeRollout is the last resume token the
 	// orchestrator acted on.
 	AnnotationAckedResumeToken = "nodewise.io/acked-resume-token"
+	// AnnotationNodeRequest on a NodeRollout is set by `nodewise retry` and
+	// `nodewise skip`: one request on one node, as JSON (NodeRequest); the
+	// orchestrator acts on a request whose token it has not acknowledged.
+	AnnotationNodeRequest = "nodewise.io/node-request"
+	// AnnotationAckedNodeRequest on a NodeRollout is the token of the last
+	// node request the orchestrator acted on (or refused).
+	AnnotationAckedNodeRequest = "nodewise.io/acked-node-request"
 
 	// LabelZone is the well-known zone label the planner groups nodes by.
 	LabelZone = "topology.kubernetes.io/zone"

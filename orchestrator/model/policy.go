@@ -72,6 +72,8 @@ type Policy struct {
 	// Opportunistic: a node another tool already cordoned and drained goes
 	// first, after the canaries (spec.coordination.opportunistic).
 	Opportunistic bool
+	// Blocking: pods and alerts that hold starts (spec.blocking, blocking.go).
+	Blocking Blocking
 }
 
 // MustPolicy is NewPolicy for a spec known to be valid (tests, literals):
@@ -199,6 +201,9 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	if spec.NotReadyTimeout != nil && spec.NotReadyTimeout.Err() == nil && p.NotReadyTimeout <= 0 {
 		errs = append(errs, errors.New("spec.notReadyTimeout: must be positive (leave it out to wait for a NotReady node forever)"))
 	}
+	var berrs []error
+	p.Blocking, berrs = parseBlocking(spec.Blocking)
+	errs = append(errs, berrs...)
 	if spec.NotBefore != nil {
 		p.NotBefore = spec.NotBefore.Time
 	}

@@ -21,6 +21,9 @@ type Snapshot struct {
 	// UnreadableLocks are other tools' locks nodewise found but could not
 	// read (locks.go): no node starts while there is one (fail closed).
 	UnreadableLocks []string
+	// AlertsBlock says why spec.blocking.alerts hold every start (an alert
+	// fires, or the alerts could not be read), "" when they do not.
+	AlertsBlock string
 }
 
 // TargetView is one target DaemonSet as the planner needs it.
@@ -77,6 +80,9 @@ type NodeView struct {
 	// HeldBy says why another maintenance tool holds the node (Kured's lock,
 	// an SUC plan's job; locks.go), "" when none does. A held node never starts.
 	HeldBy string
+	// Blocked names a pod matching spec.blocking.podSelector running on
+	// the node ("" when none does). A blocked node never starts.
+	Blocked string
 	// Prepull is the node's pre-pull pod, if there is one (prepull.go).
 	Prepull PrepullView
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.

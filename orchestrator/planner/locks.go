@@ -140,6 +140,8 @@ func waitReason(n model.NodeView) string {
 	switch {
 	case n.HeldBy != "":
 		return n.HeldBy
+	case blockedWaits(n):
+		return n.Blocked
 	case notReadyWaits(n):
 		return "NotReady: swapped when it is Ready again"
 	}

@@ -257,6 +257,10 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		d.Phase, d.Reason = v1alpha1.PhaseProgressing, "no node starts: "+strings.Join(s.UnreadableLocks, "; ")
 		return d
 	}
+	if s.AlertsBlock != "" {
+		d.Phase, d.Reason = v1alpha1.PhaseProgressing, "no node starts: "+s.AlertsBlock
+		return d
+	}
 
 	// Within the current window, nodes start in plan order as slots free,
 	// with the nodes other maintenance holds counted (locks.go).

@@ -45,10 +45,24 @@ func (s *Server) Kill() {
 // is ready. The process is killed when the test ends.
 func Start(t testing.TB, targets ...Target) *Server {
 	t.Helper()
+	return StartWithRules(t, "", targets...)
+}
+
+// StartWithRules is Start with a rule file (Prometheus' rule-file YAML,
+// evaluated every second), for tests of alerts that fire.
+func StartWithRules(t testing.TB, rules string, targets ...Target) *Server {
+	t.Helper()
 	bin := find(t)
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+	if rules != "" {
+		rf := filepath.Join(dir, "rules.yml")
+		if err := os.WriteFile(rf, []byte(rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "rule_files: [%q]\n", rf)
+	}
 	var plain, https []Target
 	for _, tg := range targets {
 		if tg.HTTPS {
