@@ -97,6 +97,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Registry.Register(untracked),
 		cfg.Registry.Register(missed),
 		cfg.Registry.Register(newCollector(a.Snapshot)),
+		cfg.Registry.Register(newCNICollector(a)),
 	); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -242,6 +243,7 @@ func (a *Agent) handler() http.Handler {
 	})
 	mux.Handle("GET /v1/snapshot", authenticated(a.auth, a.log, http.HandlerFunc(a.serveSnapshot)))
 	mux.Handle("GET /v1/history", authenticated(a.auth, a.log, http.HandlerFunc(a.serveHistory)))
+	mux.Handle("GET /v1/cni", authenticated(a.auth, a.log, http.HandlerFunc(a.serveCNI)))
 	mux.Handle("GET /metrics", authenticated(a.auth, a.log, promhttp.HandlerFor(a.cfg.Registry, promhttp.HandlerOpts{})))
 	return mux
 }

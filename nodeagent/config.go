@@ -53,6 +53,12 @@ type Config struct {
 	PodLister PodLister
 	// CgroupRoot is the cgroup v2 mount (default /sys/fs/cgroup).
 	CgroupRoot string
+	// CNIConfDir and CNIBinDir are the node's CNI conf and bin dirs as the
+	// agent sees them (default /etc/cni/net.d, /opt/cni/bin; the DaemonSet
+	// mounts the host's read-only), and CNIKubeconfig the kubeconfig
+	// istio-cni writes (default CNIConfDir/ZZZ-istio-cni-kubeconfig): what
+	// the istio-cni health check reads (/v1/cni, CheckCNI).
+	CNIConfDir, CNIBinDir, CNIKubeconfig string
 	// Registry receives the agent's metrics; default: a new registry.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger
@@ -125,6 +131,7 @@ func (c *Config) validate() error {
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = "/sys/fs/cgroup"
 	}
+	c.cniDefaults()
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}

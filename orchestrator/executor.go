@@ -109,6 +109,9 @@ func (e *executor) wire() {
 		},
 		World: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
+	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && worker.Judged(e.gate) {
+		w.CNI = c // the agents that answer the judge answer for istio-cni
+	}
 	w.Drainer = &drain.Drainer{
 		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,
 		Agents: e.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,

@@ -56,6 +56,10 @@ type Worker struct {
 	// Prechecks holds the skew checks made for the nodes next in line
 	// (Precheck); nil: every preflight checks the skew itself.
 	Prechecks *Prechecks
+	// CNI asks the node agents for istio-cni's own health, in rollouts
+	// with an istio-cni target: before the cordon and after the swap
+	// (cnicheck.go). Nil (no agents): not checked.
+	CNI CNIChecker
 
 	// Fence is nil while this replica holds the leader Lease
 	// (leader.Guard.Check; a nil func: always). Every write is fenced in

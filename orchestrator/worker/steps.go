@@ -109,6 +109,7 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 			v.Outcome, v.Reasons = health.Fail, append(r.Problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
 		}
 	}
+	v = w.cniAfterSwap(ctx, p, node, v)
 	summary := verdictOf(v)
 	if v.Outcome != health.Pass {
 		return &summary, v.Summary, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", summary)

@@ -230,6 +230,9 @@ func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Poli
 		if err == nil && s.Timeout > 0 {
 			err = w.waitBaseline(ctx, p, node, deadline)
 		}
+		if err == nil {
+			err = w.cniBeforeCordon(ctx, p, node) // last before the cordon
+		}
 	case nodestep.ActDrain:
 		var next nodestep.Record
 		next, res.drained, err = w.Drainer.Drain(ctx, nr, p, node, rec, deadline)

@@ -84,10 +84,16 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 		cancel: cancel, done: make(chan error, len(cfg.Nodes))}
 	for _, n := range cfg.Nodes {
 		cert := pki.certs[n.Name]
+		cniConf, cniBin, err := d.CNIDirs(n.Name)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("CNI dirs of node %s: %w", n.Name, err)
+		}
 		acfg := nodeagent.Config{
 			Node: n.Name, Mode: nodeagent.ModeEBPF, ListenAddr: net.JoinHostPort(n.IP, strconv.Itoa(cfg.Port)),
 			CertFile: cert[0], KeyFile: cert[1], TokenFile: pki.tokenFile, Version: "live-dataplane",
 			Resolver: d.Resolver(n.Name), Logger: cfg.Log.Named(n.Name), HistoryEvery: cfg.HistoryEvery,
+			CNIConfDir: cniConf, CNIBinDir: cniBin,
 		}
 		if cfg.Credentials != nil {
 			if err := cfg.Credentials(ctx, n, &acfg); err != nil {

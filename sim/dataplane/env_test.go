@@ -42,7 +42,7 @@ func newLiveEnv(t *testing.T, nodes int, traffic Traffic) *liveEnv {
 		}
 	})
 	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1, ReadyDelay: 300 * time.Millisecond, Runtime: dp})
-	dp.UseClient(c.Client)
+	dp.UseCluster(c)
 	if err := cluster.InstallIstio(context.Background(), c.Client, cluster.IstioOptions{Version: "1.27.3", UpdateStrategy: appsv1.OnDeleteDaemonSetStrategyType}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/probe"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -43,9 +45,12 @@ type DataPlane struct {
 	prefix string
 	fab    *fabric
 	log    *zap.Logger
+	// cniRoot holds each node's CNI conf and bin dirs (CNIDirs).
+	cniRoot string
 
 	mu        sync.Mutex
 	client    kubernetes.Interface
+	api       *rest.Config // the API server istio-cni's stand-in names in its kubeconfig
 	ambientNS map[string]bool
 	cniUp     map[string]bool               // node → istio-cni stand-in running
 	standins  map[types.UID]*standinProc    // ztunnel pod → its process
@@ -113,19 +118,15 @@ func New(cfg Config) (*DataPlane, error) {
 		return nil, err
 	}
 	d.fab = fab
+	if d.cniRoot, err = os.MkdirTemp("", d.prefix+"-cni-"); err != nil {
+		_ = delNetns(d.prefix + "-fabric")
+		return nil, err
+	}
 	return d, nil
 }
 
 // Prefix is the name prefix of every namespace the data plane creates.
 func (d *DataPlane) Prefix() string { return d.prefix }
-
-// UseClient lets the data plane read namespaces (which are ambient). Until
-// it is called, app pods stay in ContainerCreating.
-func (d *DataPlane) UseClient(c kubernetes.Interface) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.client = c
-}
 
 type podKind int
 
@@ -188,6 +189,9 @@ func runsZtunnel(pod *corev1.Pod) bool {
 func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) error {
 	switch kindOf(pod) {
 	case kindCNI:
+		if err := d.installCNI(ctx, pod); err != nil {
+			return err
+		}
 		d.mu.Lock()
 		d.cniUp[pod.Spec.NodeName] = true
 		d.mu.Unlock()
@@ -606,7 +610,7 @@ func (d *DataPlane) Close() error {
 	for _, p := range procs {
 		p.kill()
 	}
-	var errs []error
+	errs := []error{os.RemoveAll(d.cniRoot)}
 	for _, ns := range listNetns(d.prefix) {
 		if err := delNetns(ns); err != nil {
 			errs = append(errs, err)

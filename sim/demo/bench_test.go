@@ -137,7 +137,7 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 		b.Fatal(err)
 	}
 	defer c.Stop()
-	dp.UseClient(c.Client)
+	dp.UseCluster(c)
 	agents, err := startAgents(ctx, dp, c, b.TempDir(), testkit.FreePort(b, c.Nodes[0].IP), nil)
 	must(b, err)
 	defer agents.Close()

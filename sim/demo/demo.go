@@ -31,8 +31,9 @@ import (
 // kubelet's container runtime, plus the traffic's own ground truth.
 type DataPlane interface {
 	cluster.Runtime
-	// UseClient lets the data plane read the API once the cluster is up.
-	UseClient(kubernetes.Interface)
+	// UseCluster lets the data plane read the API once the cluster is up
+	// (and names its API server in istio-cni's kubeconfig).
+	UseCluster(*cluster.Cluster)
 	// Prefix names every network namespace the data plane creates.
 	Prefix() string
 	// Truth is the traffic's own ground truth so far (per pod, and in total).
@@ -186,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 	defer c.Stop()
 	var agents *dataplane.Agents
 	if cfg.DataPlane != nil {
-		cfg.DataPlane.UseClient(c.Client)
+		cfg.DataPlane.UseCluster(c)
 		fmt.Fprintf(out, "   live data plane: pod namespaces /run/netns/%s-*, one ztunnel stand-in process per node, traffic between the ambient pods\n", cfg.DataPlane.Prefix())
 		if agents, err = startAgents(ctx, cfg.DataPlane, c, filepath.Join(filepath.Dir(dir), "agents"), cfg.AgentPort, cfg.Log.Named("agent")); err != nil {
 			return sum, err

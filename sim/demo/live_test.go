@@ -90,7 +90,7 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 		}
 	})
 	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1, ReadyDelay: 300 * time.Millisecond, Runtime: dp, Log: testLog(t)})
-	dp.UseClient(c.Client)
+	dp.UseCluster(c)
 	ctx := context.Background()
 	agents, agentCfg, err := wire(ctx, dp, c)
 	if err != nil {

@@ -1,0 +1,96 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// The checks of istio-cni's own health a node agent makes (CNIHealth.Checks).
+const (
+	// CNICheckConfig: the CNI config the container runtime uses (the first
+	// file of the conf dir by name) holds the istio-cni plugin, chained or
+	// as its own config.
+	CNICheckConfig = "config"
+	// CNICheckKubeconfig: the kubeconfig istio-cni wrote is there and names
+	// a server and a token.
+	CNICheckKubeconfig = "kubeconfig"
+	// CNICheckToken: the API server that kubeconfig names accepts its token.
+	CNICheckToken = "token"
+	// CNICheckPlugin: the plugin binary is there, runs, and reports the
+	// version expected (when one was asked for).
+	CNICheckPlugin = "plugin"
+)
+
+// CNIHealth is what a node agent serves at /v1/cni: istio-cni's own health
+// on its node, one entry per check, each naming the file it read.
+type CNIHealth struct {
+	Node string    `json:"node"`
+	Time time.Time `json:"time"`
+	// Expected is the plugin version asked for ("" none: the version found
+	// is reported, not compared).
+	Expected string     `json:"expected,omitempty"`
+	Checks   []CNICheck `json:"checks"`
+}
+
+// CNICheck is one check of CNIHealth.
+type CNICheck struct {
+	Check  string `json:"check"` // CNICheckConfig, …
+	File   string `json:"file"`  // the file (or directory) the check read
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"` // what was found, or why it failed
+}
+
+// OK is whether every check passed (false with none).
+func (h CNIHealth) OK() bool {
+	for _, c := range h.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(h.Checks) > 0
+}
+
+// Problems is one line per failed check, naming the node, the check and the file.
+func (h CNIHealth) Problems() []string {
+	var out []string
+	for _, c := range h.Checks {
+		if !c.OK {
+			out = append(out, fmt.Sprintf("istio-cni on node %s: check %s failed on %s: %s", h.Node, c.Check, c.File, c.Detail))
+		}
+	}
+	if len(h.Checks) == 0 {
+		out = append(out, fmt.Sprintf("istio-cni on node %s: the agent made no check", h.Node))
+	}
+	return out
+}
+
+// Summary is one line for a healthy node: each check and what it found.
+func (h CNIHealth) Summary() string {
+	parts := make([]string, 0, len(h.Checks))
+	for _, c := range h.Checks {
+		parts = append(parts, fmt.Sprintf("%s ok (%s: %s)", c.Check, c.File, c.Detail))
+	}
+	return fmt.Sprintf("istio-cni on node %s: %s", h.Node, strings.Join(parts, "; "))
+}
+
+// CNI asks the node's agent for istio-cni's health (GET /v1/cni), with the
+// plugin version expected ("" to compare none). Every failure to get an
+// answer wraps ErrAgentUnavailable; the checks' own failures are in the
+// answer.
+func (c *AgentClient) CNI(ctx context.Context, node, version string) (CNIHealth, error) {
+	path := "/v1/cni"
+	if version != "" {
+		path += "?version=" + url.QueryEscape(version)
+	}
+	var h CNIHealth
+	if err := c.get(ctx, node, path, &h); err != nil {
+		return CNIHealth{}, err
+	}
+	if h.Node != node {
+		return CNIHealth{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, h.Node)
+	}
+	return h, nil
+}

@@ -1,0 +1,300 @@
+package nodeagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// Where istio-cni puts its files on a node (Istio's cni/pkg/install): the
+// CNI conf dir and bin dir the kubelet's runtime reads, the kubeconfig it
+// writes into the conf dir, and the plugin binary it copies into the bin dir.
+const (
+	DefaultCNIConfDir        = "/etc/cni/net.d"
+	DefaultCNIBinDir         = "/opt/cni/bin"
+	DefaultCNIKubeconfigName = "ZZZ-istio-cni-kubeconfig"
+	cniPluginName            = "istio-cni" // the binary, and the plugin's "type" in the config
+)
+
+// cniTimeout bounds each check that waits on something else (the API
+// server, the plugin binary).
+const cniTimeout = 5 * time.Second
+
+// cniMetricsTTL is how long a scrape reuses the last check (a scrape is
+// not to send a review per request).
+const cniMetricsTTL = 10 * time.Second
+
+// cniDefaults fills the CNI paths of cfg.
+func (c *Config) cniDefaults() {
+	if c.CNIConfDir == "" {
+		c.CNIConfDir = DefaultCNIConfDir
+	}
+	if c.CNIBinDir == "" {
+		c.CNIBinDir = DefaultCNIBinDir
+	}
+	if c.CNIKubeconfig == "" {
+		c.CNIKubeconfig = filepath.Join(c.CNIConfDir, DefaultCNIKubeconfigName)
+	}
+}
+
+// CheckCNI checks istio-cni's own health on this node: its plugin in the
+// CNI config the runtime uses, its kubeconfig, that kubeconfig's token
+// against the API server it names, and the plugin binary's version
+// (compared with expected unless ""). It reads files and asks the API
+// server; it changes nothing.
+func (a *Agent) CheckCNI(ctx context.Context, expected string) health.CNIHealth {
+	h := health.CNIHealth{Node: a.cfg.Node, Time: time.Now(), Expected: expected}
+	h.Checks = append(h.Checks, checkCNIConfig(a.cfg.CNIConfDir))
+	kc, client, err := loadCNIKubeconfig(a.cfg.CNIKubeconfig)
+	h.Checks = append(h.Checks, kc)
+	if err != nil {
+		h.Checks = append(h.Checks, health.CNICheck{Check: health.CNICheckToken, File: a.cfg.CNIKubeconfig, Detail: "not checked: " + kc.Detail})
+	} else {
+		h.Checks = append(h.Checks, checkCNIToken(ctx, a.cfg.CNIKubeconfig, client))
+	}
+	h.Checks = append(h.Checks, checkCNIPlugin(ctx, filepath.Join(a.cfg.CNIBinDir, cniPluginName), expected))
+	return h
+}
+
+// checkCNIConfig reads the conf dir as the runtime does (libcni: *.conf,
+// *.conflist, *.json, by name; the first is the network) and looks for the
+// istio-cni plugin in that first file: chained into its plugins (Istio's
+// default), or the file's own type (istio-cni's own config).
+func checkCNIConfig(dir string) health.CNICheck {
+	c := health.CNICheck{Check: health.CNICheckConfig, File: dir}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		c.Detail = fmt.Sprintf("cannot read the CNI conf dir: %v", err)
+		return c
+	}
+	var names []string
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".conf", ".conflist", ".json":
+			if !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	if len(names) == 0 {
+		c.Detail = "no CNI config (*.conf, *.conflist, *.json) in the conf dir"
+		return c
+	}
+	sort.Strings(names)
+	c.File = filepath.Join(dir, names[0])
+	b, err := os.ReadFile(c.File)
+	if err != nil {
+		c.Detail = fmt.Sprintf("cannot read the CNI config the runtime uses: %v", err)
+		return c
+	}
+	var conf struct {
+		Type    string `json:"type"`
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &conf); err != nil {
+		c.Detail = fmt.Sprintf("the CNI config the runtime uses is not JSON: %v", err)
+		return c
+	}
+	if conf.Type == cniPluginName {
+		c.OK, c.Detail = true, "istio-cni's own config, first by name"
+		return c
+	}
+	types := make([]string, 0, len(conf.Plugins))
+	for _, p := range conf.Plugins {
+		if p.Type == cniPluginName {
+			c.OK, c.Detail = true, fmt.Sprintf("istio-cni chained into the primary config (plugin %d of %d)", len(types)+1, len(conf.Plugins))
+			return c
+		}
+		types = append(types, p.Type)
+	}
+	c.Detail = fmt.Sprintf("no istio-cni plugin in the CNI config the runtime uses (first by name; its plugins: %s): new pods are not handed to istio-cni", strings.Join(types, ", "))
+	return c
+}
+
+// loadCNIKubeconfig reads istio-cni's kubeconfig and builds a client that
+// authenticates only with what it holds.
+func loadCNIKubeconfig(path string) (health.CNICheck, kubernetes.Interface, error) {
+	c := health.CNICheck{Check: health.CNICheckKubeconfig, File: path}
+	fail := func(format string, args ...any) (health.CNICheck, kubernetes.Interface, error) {
+		c.Detail = fmt.Sprintf(format, args...)
+		return c, nil, errors.New(c.Detail)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail("cannot read istio-cni's kubeconfig: %v", err)
+	}
+	cfg, err := clientcmd.Load(b)
+	if err != nil {
+		return fail("istio-cni's kubeconfig does not parse: %v", err)
+	}
+	ctxName := cfg.CurrentContext
+	kctx := cfg.Contexts[ctxName]
+	if kctx == nil {
+		return fail("istio-cni's kubeconfig has no current context (%q)", ctxName)
+	}
+	if cl := cfg.Clusters[kctx.Cluster]; cl == nil || cl.Server == "" {
+		return fail("istio-cni's kubeconfig names no server (cluster %q)", kctx.Cluster)
+	}
+	if u := cfg.AuthInfos[kctx.AuthInfo]; u == nil || (u.Token == "" && u.TokenFile == "") {
+		return fail("istio-cni's kubeconfig holds no token (user %q)", kctx.AuthInfo)
+	}
+	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
+	if err != nil {
+		return fail("istio-cni's kubeconfig: %v", err)
+	}
+	rc.Timeout = cniTimeout
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fail("building a client from istio-cni's kubeconfig: %v", err)
+	}
+	c.OK, c.Detail = true, fmt.Sprintf("server %s, user %s", rc.Host, kctx.AuthInfo)
+	return c, client, nil
+}
+
+// checkCNIToken sends a SelfSubjectReview with the kubeconfig's token to the
+// server it names, as istio-cni's own calls would go: a 401 is a token the
+// API server refuses. Any other failure to get an answer fails the check
+// too (it cannot say the token works).
+func checkCNIToken(ctx context.Context, path string, client kubernetes.Interface) health.CNICheck {
+	c := health.CNICheck{Check: health.CNICheckToken, File: path}
+	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
+	defer cancel()
+	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsUnauthorized(err):
+		c.Detail = fmt.Sprintf("the API server refused the token in istio-cni's kubeconfig: %v", err)
+	case apierrors.IsForbidden(err):
+		// Authenticated, only not allowed to review itself.
+		c.OK, c.Detail = true, "the API server accepted the token (authenticated; the review itself is forbidden)"
+	case err != nil:
+		c.Detail = fmt.Sprintf("cannot tell whether the API server accepts the token: %v", err)
+	default:
+		c.OK, c.Detail = true, fmt.Sprintf("the API server accepted the token as %s", r.Status.UserInfo.Username)
+	}
+	return c
+}
+
+// aboutLine is what a CNI plugin built on the CNI library's skel prints when
+// run with no CNI_COMMAND: istio-cni's is "CNI plugin istio-cni <version>".
+var aboutLine = regexp.MustCompile(`(?m)^CNI plugin istio-cni (\S+)\s*$`)
+
+// checkCNIPlugin runs the plugin binary with no CNI_COMMAND, with an empty
+// environment and no input, and reads the version from the line it prints.
+func checkCNIPlugin(ctx context.Context, path, expected string) health.CNICheck {
+	c := health.CNICheck{Check: health.CNICheckPlugin, File: path}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		c.Detail = fmt.Sprintf("no plugin binary: %v", err)
+		return c
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		c.Detail = fmt.Sprintf("the plugin is not an executable file (%s)", fi.Mode())
+		return c
+	}
+	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Env = []string{}
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	m := aboutLine.FindSubmatch(out.Bytes())
+	if m == nil {
+		c.Detail = fmt.Sprintf("the plugin printed no version (\"CNI plugin istio-cni <version>\" with no CNI_COMMAND; exit: %v): %q", runErr, firstBytes(out.Bytes(), 200))
+		return c
+	}
+	got := string(m[1])
+	if expected != "" && got != expected {
+		c.Detail = fmt.Sprintf("the plugin is version %s, want %s (the istio-cni pod's image)", got, expected)
+		return c
+	}
+	c.OK, c.Detail = true, "version "+got
+	if expected == "" {
+		c.Detail += " (no version expected)"
+	}
+	return c
+}
+
+func firstBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// serveCNI answers GET /v1/cni?version=<expected plugin version>.
+func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
+	h := a.CheckCNI(r.Context(), r.URL.Query().Get("version"))
+	if !h.OK() {
+		a.log.Info("istio-cni health check failed", zap.Strings("problems", h.Problems()))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(h); err != nil {
+		a.log.Debug("writing the istio-cni health", zap.Error(err))
+	}
+}
+
+// cniCollector exposes the checks as nodewise_agent_cni_check_ok{check,file},
+// from a check made at most cniMetricsTTL before the scrape.
+type cniCollector struct {
+	check func() health.CNIHealth
+	desc  *prometheus.Desc
+}
+
+func newCNICollector(a *Agent) *cniCollector {
+	var (
+		mu   sync.Mutex
+		last health.CNIHealth
+		at   time.Time
+	)
+	return &cniCollector{
+		check: func() health.CNIHealth {
+			mu.Lock() // scrapes at once share one check
+			defer mu.Unlock()
+			if time.Since(at) >= cniMetricsTTL {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*cniTimeout)
+				last, at = a.CheckCNI(ctx, ""), time.Now()
+				cancel()
+			}
+			return last
+		},
+		desc: prometheus.NewDesc("nodewise_agent_cni_check_ok",
+			"istio-cni's own health on this node: 1 when the check passed, 0 when it failed (config, kubeconfig, token, plugin), with the file it read. The plugin's version is compared only on /v1/cni?version=.",
+			[]string{"check", "file"}, nil),
+	}
+}
+
+func (c *cniCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *cniCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, k := range c.check().Checks {
+		v := 0.0
+		if k.OK {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, k.Check, k.File)
+	}
+}

@@ -1,0 +1,179 @@
+package nodeagent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// cniNode is a node's CNI dirs as istio-cni leaves them when healthy
+// (chained into the primary conflist, its kubeconfig, its plugin), for
+// the tests to break one piece at a time.
+type cniNode struct{ conf, bin string }
+
+func newCNINode(t *testing.T, version string) cniNode {
+	t.Helper()
+	n := cniNode{conf: filepath.Join(t.TempDir(), "net.d"), bin: filepath.Join(t.TempDir(), "bin")}
+	for _, d := range []string{n.conf, n.bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.write(t, "10-calico.conflist", `{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"portmap"},{"type":"istio-cni","kubernetes":{"kubeconfig":"/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"}}]}`)
+	n.write(t, "99-other.conf", `{"cniVersion":"0.3.1","name":"other","type":"bridge"}`)
+	n.write(t, DefaultCNIKubeconfigName, `apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:1
+    insecure-skip-tls-verify: true
+users:
+- name: istio-cni
+  user:
+    token: "abc"
+contexts:
+- name: istio-cni-context
+  context:
+    cluster: local
+    user: istio-cni
+current-context: istio-cni-context
+`)
+	n.plugin(t, version)
+	return n
+}
+
+func (n cniNode) write(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(n.conf, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// plugin writes a plugin that prints what istio-cni prints with no CNI_COMMAND.
+func (n cniNode) plugin(t *testing.T, version string) {
+	t.Helper()
+	script := "#!/bin/sh\necho 'CNI plugin istio-cni " + version + "' >&2\necho 'CNI protocol versions supported: 0.1.0, 1.0.0' >&2\n"
+	if err := os.WriteFile(filepath.Join(n.bin, cniPluginName), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n cniNode) agent(t *testing.T) *Agent {
+	t.Helper()
+	cfg := Config{Node: "n1", CertFile: "x", KeyFile: "y", TokenFile: "z", CNIConfDir: n.conf, CNIBinDir: n.bin}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &Agent{cfg: cfg}
+}
+
+func check(t *testing.T, h health.CNIHealth, name string) health.CNICheck {
+	t.Helper()
+	for _, c := range h.Checks {
+		if c.Check == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s check in %+v", name, h.Checks)
+	return health.CNICheck{}
+}
+
+// TestCNIHealthyFilesPass: chained config, kubeconfig and plugin of the
+// version asked for pass (the token is the API server's to judge: see
+// test/e2e TestCNITokenRefusedByTheAPIServer).
+func TestCNIHealthyFilesPass(t *testing.T) {
+	n := newCNINode(t, "1.28.1")
+	h := n.agent(t).CheckCNI(context.Background(), "1.28.1")
+	for _, name := range []string{health.CNICheckConfig, health.CNICheckKubeconfig, health.CNICheckPlugin} {
+		if c := check(t, h, name); !c.OK {
+			t.Errorf("%s failed on a healthy node: %+v", name, c)
+		}
+	}
+	if c := check(t, h, health.CNICheckConfig); c.File != filepath.Join(n.conf, "10-calico.conflist") {
+		t.Errorf("config check read %s, want the primary conflist", c.File)
+	}
+	if c := check(t, h, health.CNICheckPlugin); c.Detail != "version 1.28.1" {
+		t.Errorf("plugin: %q", c.Detail)
+	}
+}
+
+// TestCNIConfigWithoutIstioFails: a primary conflist without istio-cni (a
+// primary CNI that rewrote it) fails, naming that file, even though a
+// later file would hold it; an empty conf dir fails naming the dir.
+func TestCNIConfigWithoutIstioFails(t *testing.T) {
+	n := newCNINode(t, "1.28.1")
+	n.write(t, "05-cilium.conflist", `{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}`)
+	c := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckConfig)
+	if c.OK || c.File != filepath.Join(n.conf, "05-cilium.conflist") || !strings.Contains(c.Detail, "no istio-cni plugin") {
+		t.Errorf("want a failure naming 05-cilium.conflist: %+v", c)
+	}
+
+	empty := newCNINode(t, "1.28.1")
+	for _, f := range []string{"10-calico.conflist", "99-other.conf"} {
+		if err := os.Remove(filepath.Join(empty.conf, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c = check(t, empty.agent(t).CheckCNI(context.Background(), ""), health.CNICheckConfig)
+	if c.OK || c.File != empty.conf {
+		t.Errorf("want a failure naming the conf dir: %+v", c)
+	}
+}
+
+// TestCNIKubeconfigMissingFails: no kubeconfig fails that check, naming
+// the file, and the token check says it could not run.
+func TestCNIKubeconfigMissingFails(t *testing.T) {
+	n := newCNINode(t, "1.28.1")
+	path := filepath.Join(n.conf, DefaultCNIKubeconfigName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	h := n.agent(t).CheckCNI(context.Background(), "")
+	kc, tok := check(t, h, health.CNICheckKubeconfig), check(t, h, health.CNICheckToken)
+	if kc.OK || kc.File != path || tok.OK || !strings.HasPrefix(tok.Detail, "not checked") {
+		t.Errorf("kubeconfig %+v, token %+v", kc, tok)
+	}
+	if h.OK() {
+		t.Error("the node is healthy without a kubeconfig")
+	}
+	got := strings.Join(h.Problems(), "\n")
+	if !strings.Contains(got, "check kubeconfig failed on "+path) {
+		t.Errorf("problems do not name the file: %s", got)
+	}
+	// A kubeconfig without a token fails too.
+	n.write(t, DefaultCNIKubeconfigName, "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: https://x}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n")
+	if kc := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckKubeconfig); kc.OK || !strings.Contains(kc.Detail, "no token") {
+		t.Errorf("kubeconfig without a token: %+v", kc)
+	}
+}
+
+// TestCNIPluginWrongVersionFails: a plugin of another version than asked
+// fails, naming the binary and both versions; a missing one fails too.
+func TestCNIPluginWrongVersionFails(t *testing.T) {
+	n := newCNINode(t, "1.27.3")
+	path := filepath.Join(n.bin, cniPluginName)
+	c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin)
+	if c.OK || c.File != path || !strings.Contains(c.Detail, "version 1.27.3, want 1.28.1") {
+		t.Errorf("want a version failure: %+v", c)
+	}
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckPlugin); !c.OK || !strings.Contains(c.Detail, "no version expected") {
+		t.Errorf("no version asked: %+v", c)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "printed no version") {
+		t.Errorf("a plugin that prints no version: %+v", c)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "no plugin binary") {
+		t.Errorf("no plugin: %+v", c)
+	}
+}

@@ -1,0 +1,150 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
+)
+
+// CNIChecker asks a node's agent for istio-cni's own health on its node
+// (the agent's /v1/cni): health.AgentClient. version is the plugin version
+// expected ("" compares none).
+type CNIChecker interface {
+	CNI(ctx context.Context, node, version string) (health.CNIHealth, error)
+}
+
+// cniTarget is the rollout's istio-cni target, if it has one: the rollouts
+// the istio-cni check runs in (before the cordon and after the swap).
+func cniTarget(p model.Policy) (v1alpha1.TargetRef, bool) {
+	for _, t := range p.Targets {
+		if t.Kind == v1alpha1.TargetCNI {
+			return t, true
+		}
+	}
+	return v1alpha1.TargetRef{}, false
+}
+
+// checkCNI asks the node's agent for istio-cni's health, expecting the
+// plugin version of the target's pod now on the node (the old one before
+// the swap, the new one after). It returns the problems (none: healthy)
+// and, for a healthy node, what was checked. ran is false when there is
+// nothing to check: no agents (the readiness gate) or no istio-cni target.
+// An agent that does not answer is a problem: the check fails closed.
+func (w *Worker) checkCNI(ctx context.Context, p model.Policy, node string) (problems []string, summary string, ran bool) {
+	t, ok := cniTarget(p)
+	if w.CNI == nil || !ok {
+		return nil, "", false
+	}
+	version, why := w.cniVersion(t, node)
+	h, err := w.CNI.CNI(ctx, node, version)
+	if err != nil {
+		return []string{fmt.Sprintf("istio-cni on node %s cannot be checked: %v", node, err)}, "", true
+	}
+	if !h.OK() {
+		return h.Problems(), "", true
+	}
+	summary = h.Summary()
+	if why != "" {
+		summary += " (" + why + ")"
+	}
+	return nil, summary, true
+}
+
+// cniBeforeCordon halts the node before its cordon when istio-cni is not
+// healthy on it, naming the node, the check and the file.
+func (w *Worker) cniBeforeCordon(ctx context.Context, p model.Policy, node string) error {
+	problems, _, _ := w.checkCNI(ctx, p, node)
+	if len(problems) > 0 {
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// cniAfterSwap adds istio-cni's health after the swap to the gate's
+// verdict: a failed check fails the node whatever the traffic said (what
+// the gate alone said is kept in the reasons); a passed one is reported.
+func (w *Worker) cniAfterSwap(ctx context.Context, p model.Policy, node string, v health.Verdict) health.Verdict {
+	problems, summary, ran := w.checkCNI(ctx, p, node)
+	switch {
+	case !ran:
+		return v
+	case len(problems) == 0:
+		v.Reasons = append(v.Reasons, summary)
+		return v
+	}
+	alone := verdictOf(v)
+	v.Outcome = health.Fail
+	v.Reasons = append(problems, "(the gate alone said: "+alone+")")
+	return v
+}
+
+// cniVersion is the plugin version the istio-cni target's pod now on the
+// node should have installed: its image's tag without Istio's variant
+// suffix (1.28.1-distroless → 1.28.1). "" with the reason when it cannot
+// tell (no such pod, an image by digest): the version found is then
+// reported, not compared.
+func (w *Worker) cniVersion(t v1alpha1.TargetRef, node string) (string, string) {
+	pods, err := w.Pods.OnNode(node)
+	if err != nil {
+		return "", fmt.Sprintf("plugin version not compared: listing the pods on the node: %v", err)
+	}
+	var newest *corev1.Pod
+	for _, pod := range pods {
+		if pod.Namespace != t.Namespace || pod.DeletionTimestamp != nil || !ownedByDaemonSet(pod, t.Name) {
+			continue
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&pod.CreationTimestamp) {
+			newest = pod
+		}
+	}
+	if newest == nil || len(newest.Spec.Containers) == 0 {
+		return "", fmt.Sprintf("plugin version not compared: no pod of %s/%s on the node", t.Namespace, t.Name)
+	}
+	image := newest.Spec.Containers[0].Image
+	if v := imageVersion(image); v != "" {
+		return v, ""
+	}
+	return "", fmt.Sprintf("plugin version not compared: image %s has no tag", image)
+}
+
+func ownedByDaemonSet(pod *corev1.Pod, name string) bool {
+	for _, o := range pod.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// imageVersion is an image's tag without Istio's variant suffixes, "" for
+// an image by digest or without a tag.
+func imageVersion(image string) string {
+	if strings.Contains(image, "@") {
+		return ""
+	}
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return ""
+	}
+	tag := image[i+1:]
+	for _, variant := range []string{"-distroless", "-debug"} {
+		tag = strings.TrimSuffix(tag, variant)
+	}
+	return tag
+}
+
+// Judged says whether g samples the node agents (the judge: a Preparer),
+// the gate whose agents are also asked for istio-cni's health. Under the
+// readiness gate there are no agents to ask.
+func Judged(g gate.Gate) bool {
+	_, ok := g.(gate.Preparer)
+	return ok
+}

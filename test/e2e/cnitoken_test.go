@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/nodeagent"
+	"github.com/nodewise/nodewise/sim/cluster"
+)
+
+type admitAll struct{}
+
+func (admitAll) Authenticate(*http.Request) error { return nil }
+
+// TestCNITokenRefusedByTheAPIServer: the agent's token check of istio-cni's
+// kubeconfig against the real kube-apiserver. A ServiceAccount token the
+// API server issued is accepted (and named); the same token with a
+// signature the API server did not make is refused, and the check names
+// the kubeconfig.
+func TestCNITokenRefusedByTheAPIServer(t *testing.T) {
+	c := cluster.Start(t, cluster.Options{Nodes: 1})
+	ctx := context.Background()
+	const sa = "istio-cni"
+	if _, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).CreateToken(ctx, sa, &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := tr.Status.Token
+	i := strings.LastIndex(good, ".")
+	bad := good[:i+1] + strings.Repeat("A", len(good)-i-1)
+
+	conf := t.TempDir()
+	if err := os.WriteFile(filepath.Join(conf, "10-ptp.conflist"), []byte(`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"ptp"},{"type":"istio-cni"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(conf, nodeagent.DefaultCNIKubeconfigName)
+	ag, err := nodeagent.New(nodeagent.Config{
+		Node: "n1", CNIConfDir: conf, CNIBinDir: t.TempDir(),
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil },
+		Authenticator:  admitAll{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(token string) {
+		t.Helper()
+		kc := clientcmdapi.NewConfig()
+		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthority: c.Config.CAFile, CertificateAuthorityData: c.Config.CAData}
+		kc.AuthInfos["istio-cni"] = &clientcmdapi.AuthInfo{Token: token}
+		kc.Contexts["istio-cni-context"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "istio-cni"}
+		kc.CurrentContext = "istio-cni-context"
+		if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokenCheck := func() health.CNICheck {
+		for _, k := range ag.CheckCNI(ctx, "").Checks {
+			if k.Check == health.CNICheckToken {
+				return k
+			}
+		}
+		t.Fatal("no token check")
+		return health.CNICheck{}
+	}
+
+	write(good)
+	if k := tokenCheck(); !k.OK || !strings.Contains(k.Detail, "system:serviceaccount:default:istio-cni") {
+		t.Fatalf("the API server's own token: %+v", k)
+	}
+	write(bad)
+	k := tokenCheck()
+	if k.OK || k.File != kubeconfig || !strings.Contains(k.Detail, "refused the token") {
+		t.Fatalf("a token the API server did not sign: %+v", k)
+	}
+	t.Logf("refused: %s", k.Detail)
+}
