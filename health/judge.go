@@ -192,6 +192,10 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
 	reasons := append([]string(nil), a.Reasons...)
+	if v, failed := j.gateEnrollment(in, cur, a, sum, reasons); failed {
+		return v, nil
+	}
+	reasons = append(reasons, enrollmentNotes(in, cur)...)
 	intervalFails := a.Outcome == Fail
 
 	// External gates: a crossed threshold fails the interval; errors count.
@@ -267,8 +271,12 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 			return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
 		}
 	}
-	reasons = append([]string{fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
-		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))}, reasons...)
+	pass := fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
+		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))
+	if sum.Enrollment != "" {
+		pass += ", " + sum.Enrollment
+	}
+	reasons = append([]string{pass}, reasons...)
 	return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
 }
 
