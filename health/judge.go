@@ -195,6 +195,9 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if v, failed := j.gateEnrollment(in, cur, a, sum, reasons); failed {
 		return v, nil
 	}
+	if sum.Enrollment != "" {
+		reasons = append([]string{sum.Enrollment + " (ambient pods in the mesh at the soak's end)"}, reasons...)
+	}
 	reasons = append(reasons, enrollmentNotes(in, cur)...)
 	intervalFails := a.Outcome == Fail
 
@@ -271,12 +274,8 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 			return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
 		}
 	}
-	pass := fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
-		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))
-	if sum.Enrollment != "" {
-		pass += ", " + sum.Enrollment
-	}
-	reasons = append([]string{pass}, reasons...)
+	reasons = append([]string{fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
+		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))}, reasons...)
 	return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
 }
 
