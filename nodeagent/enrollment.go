@@ -61,11 +61,12 @@ type MeshSource interface {
 	Ztunnels() (Ztunnels, error)
 }
 
-// checkEnrollment checks every ambient pod of the node: the redirection in
+// CheckEnrollment checks every ambient pod of the node (what the agent puts
+// in each snapshot when Config.Mesh is set): the redirection in
 // its namespace, the current ztunnel's listeners there, and its open
 // outbound connections. A pod whose namespace cannot be opened is not
 // checkable; a mesh source that cannot answer is the Enrollment's error.
-func checkEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enrollment {
+func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enrollment {
 	e := &health.Enrollment{Time: now, Pods: []health.PodEnrollment{}}
 	zt, err := src.Ztunnels()
 	if err != nil {
@@ -451,7 +452,7 @@ func (a *Agent) enrollment(now time.Time) *health.Enrollment {
 	if a.cfg.Mesh == nil {
 		return nil
 	}
-	e := checkEnrollment(a.cfg.Mesh, a.cfg.ProcRoot, now)
+	e := CheckEnrollment(a.cfg.Mesh, a.cfg.ProcRoot, now)
 	counts := map[health.EnrollmentResult]int{}
 	for _, p := range e.Pods {
 		counts[p.Result]++

@@ -96,7 +96,7 @@ func TestEnrollmentChecksOnTheKernel(t *testing.T) {
 		{nolisten, Ztunnels{}, health.NotEnrolled, health.CheckListeners, "no ztunnel runs on the node"},
 		{bypass, Ztunnels{Current: bypass.StandinPID()}, health.NotEnrolled, health.CheckBypass, fmt.Sprintf("1 open connections go straight to their peer, not through ztunnel's outbound listener (first %s:", bypass.IP)},
 	} {
-		e := checkEnrollment(meshFake{pods: []MeshPod{meshPod(c.pod)}, zt: c.zt}, "/proc", time.Now())
+		e := CheckEnrollment(meshFake{pods: []MeshPod{meshPod(c.pod)}, zt: c.zt}, "/proc", time.Now())
 		if e.Error != "" || len(e.Pods) != 1 {
 			t.Fatalf("%s: enrollment %+v", c.pod.PodName, e)
 		}
@@ -107,7 +107,7 @@ func TestEnrollmentChecksOnTheKernel(t *testing.T) {
 	}
 
 	gone := MeshPod{Pod: Pod{Namespace: "rig", Name: "gone", UID: "x"}, NoNetns: "no process of the pod runs"}
-	e := checkEnrollment(meshFake{pods: []MeshPod{gone}, zt: Ztunnels{Current: enrolled.StandinPID()}}, "/proc", time.Now())
+	e := CheckEnrollment(meshFake{pods: []MeshPod{gone}, zt: Ztunnels{Current: enrolled.StandinPID()}}, "/proc", time.Now())
 	if p := e.Pods[0]; p.Result != health.NotCheckable || !strings.Contains(p.Detail, "no process of the pod runs") {
 		t.Errorf("a pod without a namespace: %s, want not checkable with the reason", p)
 	}
