@@ -99,7 +99,13 @@ type EnrollmentVerdict struct {
 	// Notes are reported only: pods never enrolled, pods gone, pods that
 	// could not be checked.
 	Notes []string
+	// Pods is one line per pod not enrolled after the swap (at most
+	// maxEnrollmentPods), for the judgement's EnrollmentPods.
+	Pods []string
 }
+
+// maxEnrollmentPods bounds NodeJudgement.EnrollmentPods (its CRD MaxItems).
+const maxEnrollmentPods = 32
 
 // JudgeEnrollment compares a node's enrollment before the swap with the one
 // at the end of the soak. A pod enrolled before and not after fails the node,
@@ -131,6 +137,19 @@ func JudgeEnrollment(before, after *Enrollment) EnrollmentVerdict {
 	for _, p := range after.Pods {
 		seen[p.UID] = true
 		b, known := was[p.UID]
+		if p.Result != Enrolled && len(v.Pods) < maxEnrollmentPods {
+			line := p.String()
+			switch {
+			case p.Result == NotCheckable:
+			case !known:
+				line += ": new since the swap, fails the node"
+			case b.Result == Enrolled:
+				line += ": enrolled before the swap, fails the node"
+			default:
+				line += ": not enrolled before the swap either, reported only"
+			}
+			v.Pods = append(v.Pods, line)
+		}
 		switch {
 		case p.Result == Enrolled:
 		case p.Result == NotCheckable:
@@ -173,7 +192,7 @@ func enrollmentBefore(in Input) *Enrollment {
 // It records the node's count in sum either way.
 func (j *Judge) gateEnrollment(in Input, cur Snapshot, a Assessment, sum *v1alpha1.NodeJudgement, traffic []string) (Verdict, bool) {
 	ev := JudgeEnrollment(enrollmentBefore(in), cur.Enrollment)
-	sum.Enrollment = ev.Summary
+	sum.Enrollment, sum.EnrollmentPods = ev.Summary, ev.Pods
 	if cur.Enrollment != nil {
 		sum.TrafficOutcome = a.Outcome
 	}
@@ -191,4 +210,19 @@ func (j *Judge) gateEnrollment(in Input, cur Snapshot, a Assessment, sum *v1alph
 // enrollmentNotes are the enrollment findings reported without failing.
 func enrollmentNotes(in Input, cur Snapshot) []string {
 	return JudgeEnrollment(enrollmentBefore(in), cur.Enrollment).Notes
+}
+
+// writeEnrollment adds the judgement's enrollment to an explanation: the
+// count, what the traffic alone decided, and each pod not enrolled.
+func writeEnrollment(b *strings.Builder, s *v1alpha1.NodeJudgement) {
+	if s.Enrollment == "" {
+		return
+	}
+	fmt.Fprintf(b, "\nenrollment: %s of the node's ambient pods", s.Enrollment)
+	if s.TrafficOutcome != "" {
+		fmt.Fprintf(b, "; the traffic figures alone: %s", s.TrafficOutcome)
+	}
+	for _, p := range s.EnrollmentPods {
+		fmt.Fprintf(b, "\n  %s", p)
+	}
 }

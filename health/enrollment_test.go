@@ -3,6 +3,8 @@ package health
 import (
 	"strings"
 	"testing"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
 func pe(uid string, r EnrollmentResult, failed EnrollmentCheck) PodEnrollment {
@@ -40,5 +42,21 @@ func TestJudgeEnrollment(t *testing.T) {
 	}
 	if v := JudgeEnrollment(nil, after); len(v.Failures) != 3 {
 		t.Errorf("no enrollment before: failures %q, want every not-enrolled pod (2, 3, 6) counted as new", v.Failures)
+	}
+}
+
+func TestExplainShowsEnrollmentPerPod(t *testing.T) {
+	before := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", Enrolled, "")}}
+	after := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", NotEnrolled, CheckListeners)}}
+	v := JudgeEnrollment(before, after)
+	var b strings.Builder
+	err := WriteExplain(&b, Explanation{Rollout: "r", Node: "n1", Judgement: &v1alpha1.NodeJudgement{Enrollment: v.Summary, EnrollmentPods: v.Pods, TrafficOutcome: Pass}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"enrollment: enrolled 1/2 of the node's ambient pods; the traffic figures alone: Pass", "shop/p2 not enrolled (listeners: why): enrolled before the swap, fails the node"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("explain:\n%s\nwant %q", b.String(), want)
+		}
 	}
 }

@@ -50,6 +50,12 @@ type NodeJudgement struct {
 	// not check enrollment.
 	// +optional
 	Enrollment string `json:"enrollment,omitempty"`
+	// EnrollmentPods are the ambient pods not enrolled at the end of the
+	// soak, one line each with the check that failed and whether it fails
+	// the node (enrolled pods are only counted, in Enrollment).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	EnrollmentPods []string `json:"enrollmentPods,omitempty"`
 	// TrafficOutcome is what the traffic figures alone decided this
 	// interval, apart from enrollment (set when enrollment was checked).
 	// +optional
