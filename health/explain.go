@@ -50,6 +50,7 @@ func WriteExplain(w io.Writer, j Explanation) error {
 	if s.PlannedResets > 0 {
 		fmt.Fprintf(&b, "; %d planned resets (in-place swap) not counted", s.PlannedResets)
 	}
+	writeEnrollment(&b, s)
 	b.WriteString("\n\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err

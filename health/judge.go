@@ -192,6 +192,13 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
 	reasons := append([]string(nil), a.Reasons...)
+	if v, failed := j.gateEnrollment(in, cur, a, sum, reasons); failed {
+		return v, nil
+	}
+	if sum.Enrollment != "" {
+		reasons = append([]string{sum.Enrollment + " (ambient pods in the mesh at the soak's end)"}, reasons...)
+	}
+	reasons = append(reasons, enrollmentNotes(in, cur)...)
 	intervalFails := a.Outcome == Fail
 
 	// External gates: a crossed threshold fails the interval; errors count.

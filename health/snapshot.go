@@ -95,4 +95,7 @@ type Snapshot struct {
 	// then tells a new snapshot by its Time.
 	Seq  uint64        `json:"seq,omitempty"`
 	Pods []PodCounters `json:"pods"`
+	// Enrollment is every ambient pod's enrollment in the mesh at Time;
+	// nil from an agent that does not check it (no mesh source).
+	Enrollment *Enrollment `json:"enrollment,omitempty"`
 }

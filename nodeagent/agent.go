@@ -40,6 +40,8 @@ type Agent struct {
 	resolver Resolver
 
 	hist *history
+	// enrollGauge counts the ambient pods by enrollment result (Config.Mesh).
+	enrollGauge *prometheus.GaugeVec
 
 	ready chan struct{}
 	addr  net.Addr
@@ -100,6 +102,13 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Registry.Register(newCNICollector(a)),
 	); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	if cfg.Mesh != nil {
+		g, err := newEnrollmentGauge(cfg.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+		a.enrollGauge = g
 	}
 	return a, nil
 }
@@ -233,7 +242,9 @@ func (a *Agent) Snapshot() (health.Snapshot, error) {
 		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
 	}
 	meta := snapshotMeta{node: a.cfg.Node, mode: src.mode(), version: a.cfg.Version, start: a.start, now: time.Now(), seq: a.seq.Add(1)}
-	return buildSnapshot(meta, r, pods), nil
+	s := buildSnapshot(meta, r, pods)
+	s.Enrollment = a.enrollment(meta.now)
+	return s, nil
 }
 
 func (a *Agent) handler() http.Handler {

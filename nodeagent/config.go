@@ -49,6 +49,9 @@ type Config struct {
 	// Namespaces are keyed by their inode in eBPF mode and by KeyProcNet in
 	// proc mode, so a Resolver given here must match the mode.
 	Resolver Resolver
+	// Mesh, when set, makes every snapshot check the enrollment of the
+	// node's ambient pods (Snapshot.Enrollment, docs/enrollment.md).
+	Mesh MeshSource
 	// PodLister names pods by UID for the default resolvers (optional).
 	PodLister PodLister
 	// CgroupRoot is the cgroup v2 mount (default /sys/fs/cgroup).

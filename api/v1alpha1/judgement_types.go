@@ -45,6 +45,21 @@ type NodeJudgement struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Rows []JudgementRow `json:"rows,omitempty"`
+	// Enrollment is the node's count of ambient pods enrolled in the mesh
+	// at the end of the soak ("enrolled 10/10"); empty when its agent does
+	// not check enrollment.
+	// +optional
+	Enrollment string `json:"enrollment,omitempty"`
+	// EnrollmentPods are the ambient pods not enrolled at the end of the
+	// soak, one line each with the check that failed and whether it fails
+	// the node (enrolled pods are only counted, in Enrollment).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	EnrollmentPods []string `json:"enrollmentPods,omitempty"`
+	// TrafficOutcome is what the traffic figures alone decided this
+	// interval, apart from enrollment (set when enrollment was checked).
+	// +optional
+	TrafficOutcome Outcome `json:"trafficOutcome,omitempty"`
 	// JudgedAt is when the judgement was made (RFC 3339).
 	// +optional
 	JudgedAt string `json:"judgedAt,omitempty"`

@@ -92,7 +92,7 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 		acfg := nodeagent.Config{
 			Node: n.Name, Mode: nodeagent.ModeEBPF, ListenAddr: net.JoinHostPort(n.IP, strconv.Itoa(cfg.Port)),
 			CertFile: cert[0], KeyFile: cert[1], TokenFile: pki.tokenFile, Version: "live-dataplane",
-			Resolver: d.Resolver(n.Name), Logger: cfg.Log.Named(n.Name), HistoryEvery: cfg.HistoryEvery,
+			Resolver: d.Resolver(n.Name), Mesh: d.Mesh(n.Name), Logger: cfg.Log.Named(n.Name), HistoryEvery: cfg.HistoryEvery,
 			CNIConfDir: cniConf, CNIBinDir: cniBin,
 		}
 		if cfg.Credentials != nil {

@@ -11,6 +11,10 @@ const (
 	ProbePort    = 15080
 	OutboundPort = 15001
 	InboundPort  = 15006
+	// HBONEPort is ztunnel's HBONE (mTLS tunnel) listener: the stand-in
+	// opens it in each pod as ztunnel does, but the simulated pods' traffic
+	// between nodes is plaintext, so nothing connects to it.
+	HBONEPort = 15008
 	// ZtunnelMark is the SO_MARK ztunnel puts on its own sockets: the
 	// redirect rules let them through untouched.
 	ZtunnelMark = 1337
@@ -19,19 +23,29 @@ const (
 )
 
 // redirectRules is the nftables ruleset istio-cni would install inside an
-// ambient pod's namespace: app (and probe) connections out to other pods go
-// to the stand-in's outbound listener, connections in to the app (or probe)
-// go to its inbound listener; the stand-in's own marked sockets pass.
+// ambient pod's namespace, in the layout of Istio's nftables backend (1.27
+// and later: table inet istio-proxy-nat, base chains prerouting and output,
+// the redirects in chains istio-redirect and istio-in-redirect): app (and
+// probe) connections out to other pods go to the stand-in's outbound
+// listener, connections in to the app (or probe) go to its inbound
+// listener; the stand-in's own marked sockets pass. The node agent's
+// enrollment check reads it (docs/enrollment.md).
 func redirectRules() string {
-	return fmt.Sprintf(`table ip nodewise {
-	chain out {
+	return fmt.Sprintf(`table inet istio-proxy-nat {
+	chain istio-redirect {
+		meta l4proto tcp redirect to :%[4]d
+	}
+	chain istio-in-redirect {
+		meta l4proto tcp redirect to :%[5]d
+	}
+	chain output {
 		type nat hook output priority -100; policy accept;
 		meta mark %[1]d return
-		ip daddr %[2]s tcp dport { %[3]d, %[6]d } redirect to :%[4]d
+		ip daddr %[2]s tcp dport { %[3]d, %[6]d } jump istio-redirect
 	}
-	chain in {
+	chain prerouting {
 		type nat hook prerouting priority -100; policy accept;
-		iifname "eth0" tcp dport { %[3]d, %[6]d } redirect to :%[5]d
+		iifname "eth0" tcp dport { %[3]d, %[6]d } jump istio-in-redirect
 	}
 }
 `, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort, ProbePort)

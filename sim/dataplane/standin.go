@@ -53,17 +53,26 @@ type Profile struct {
 	SynDropEvery int
 	// ResetShare of accepted connections are reset at once (-rst).
 	ResetShare float64
+	// NoHBONEFirst leaves the first pod it is handed without its HBONE
+	// listener (-nolisten), while answering ok: the pod keeps 15001 and
+	// 15006, so its traffic in the simulation (plaintext between pods) does
+	// not change, and only the enrollment check sees the pod half out of
+	// the mesh.
+	NoHBONEFirst bool
 }
 
 // ProfileFor returns the behaviour of an image tag: a tag ending in -slow
 // adds 50 ms per connection and makes a quarter of its connects wait for a
-// SYN retransmission; one ending in -rst resets a quarter of them.
+// SYN retransmission; one ending in -rst resets a quarter of them; one
+// ending in -nolisten opens no HBONE listener in the first pod it serves.
 func ProfileFor(tag string) Profile {
 	switch {
 	case strings.HasSuffix(tag, "-slow"):
 		return Profile{Latency: 50 * time.Millisecond, SynDropEvery: 4}
 	case strings.HasSuffix(tag, "-rst"):
 		return Profile{ResetShare: 0.25}
+	case strings.HasSuffix(tag, "-nolisten"):
+		return Profile{NoHBONEFirst: true}
 	}
 	return Profile{}
 }
@@ -99,6 +108,7 @@ type standin struct {
 	mu        sync.Mutex
 	draining  bool
 	listeners map[string][]net.Listener
+	skipped   bool // NoHBONEFirst: the pod it left out is chosen
 	relays    map[*relay]bool
 	idle      chan struct{} // poked when the last relay ends
 }
@@ -126,7 +136,7 @@ func (s *standin) serveControl(in io.Reader, out io.Writer) {
 	}
 }
 
-// add opens the outbound and inbound listeners inside a pod's namespace.
+// add opens the outbound, inbound and HBONE listeners inside a pod's namespace.
 func (s *standin) add(ns string) error {
 	s.mu.Lock()
 	draining := s.draining
@@ -134,8 +144,16 @@ func (s *standin) add(ns string) error {
 	if draining {
 		return fmt.Errorf("draining")
 	}
+	ports := []int{OutboundPort, InboundPort, HBONEPort}
+	s.mu.Lock()
+	if s.profile.NoHBONEFirst && !s.skipped {
+		s.skipped = true
+		ports = ports[:2]
+		logf("-nolisten: no HBONE listener in %s", ns)
+	}
+	s.mu.Unlock()
 	var ls []net.Listener
-	for _, port := range []int{OutboundPort, InboundPort} {
+	for _, port := range ports {
 		l, err := listenIn(ns, port)
 		if err != nil {
 			for _, l := range ls {

@@ -194,3 +194,14 @@ func (n *Netns) ListenEcho(t interface {
 	go serveEcho(l)
 	t.Cleanup(func() { l.Close() })
 }
+
+// StandinPID is the stand-in's process ID (0 when none runs): the process
+// whose sockets are the pod's ztunnel listeners.
+func (p *Pod) StandinPID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.standin == nil {
+		return 0
+	}
+	return p.standin.Process.Pid
+}

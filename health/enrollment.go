@@ -1,0 +1,228 @@
+package health
+
+import (
+	"fmt"
+
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// EnrollmentResult is one ambient pod's standing in the mesh.
+type EnrollmentResult string
+
+const (
+	// Enrolled: every check passed.
+	Enrolled EnrollmentResult = "enrolled"
+	// NotEnrolled: a check failed (PodEnrollment.Failed names it).
+	NotEnrolled EnrollmentResult = "not-enrolled"
+	// NotCheckable: the agent could not look (PodEnrollment.Detail says why).
+	NotCheckable EnrollmentResult = "not-checkable"
+)
+
+// EnrollmentCheck names one of the checks of a pod's enrollment.
+type EnrollmentCheck string
+
+const (
+	// CheckRedirection: istio-cni's redirect rules are in the pod's netns.
+	CheckRedirection EnrollmentCheck = "redirection"
+	// CheckListeners: the running ztunnel listens in the pod's netns on
+	// 15001, 15006 and 15008.
+	CheckListeners EnrollmentCheck = "listeners"
+	// CheckBypass: none of the pod's open outbound connections goes
+	// straight to a peer instead of through ztunnel's outbound listener.
+	CheckBypass EnrollmentCheck = "bypass"
+)
+
+// PodEnrollment is one ambient pod's enrollment as a node agent saw it.
+type PodEnrollment struct {
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	UID       string           `json:"uid"`
+	Result    EnrollmentResult `json:"result"`
+	// Failed is the first check that failed (NotEnrolled only).
+	Failed EnrollmentCheck `json:"failed,omitempty"`
+	// Detail says what the failed check found, or why the pod could not be checked.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Key is the pod's namespace/name.
+func (p PodEnrollment) Key() string { return p.Namespace + "/" + p.Name }
+
+// String is "ns/name enrolled", "ns/name not enrolled (listeners: …)" or
+// "ns/name not checkable (…)".
+func (p PodEnrollment) String() string {
+	switch p.Result {
+	case Enrolled:
+		return p.Key() + " enrolled"
+	case NotEnrolled:
+		return fmt.Sprintf("%s not enrolled (%s: %s)", p.Key(), p.Failed, p.Detail)
+	}
+	return fmt.Sprintf("%s not checkable (%s)", p.Key(), p.Detail)
+}
+
+// Enrollment is every ambient pod's enrollment on one node at one time (the
+// field of Snapshot a node agent fills when it checks enrollment).
+type Enrollment struct {
+	Time time.Time `json:"time"`
+	// Ztunnel names the ztunnel process the listeners were matched
+	// against ("pid 4242"); empty when none runs on the node.
+	Ztunnel string          `json:"ztunnel,omitempty"`
+	Pods    []PodEnrollment `json:"pods"`
+	// Error says why the agent could not check at all (it could not list
+	// the ambient pods or find ztunnel): the gate fails closed on it.
+	Error string `json:"error,omitempty"`
+}
+
+// Count returns how many pods are enrolled, out of all the ambient pods.
+func (e *Enrollment) Count() (enrolled, total int) {
+	if e == nil {
+		return 0, 0
+	}
+	for _, p := range e.Pods {
+		if p.Result == Enrolled {
+			enrolled++
+		}
+	}
+	return enrolled, len(e.Pods)
+}
+
+// EnrollmentVerdict is the gate on a node's enrollment across its swap.
+type EnrollmentVerdict struct {
+	// Summary is the one count per node: "enrolled 9/10".
+	Summary string
+	// Failures fail the node: a pod enrolled before the swap that is not
+	// after it, or a pod new on the node since that is not enrolled.
+	Failures []string
+	// Notes are reported only: pods never enrolled, pods gone, pods that
+	// could not be checked.
+	Notes []string
+	// Pods is one line per pod not enrolled after the swap (at most
+	// maxEnrollmentPods), for the judgement's EnrollmentPods.
+	Pods []string
+}
+
+// maxEnrollmentPods bounds NodeJudgement.EnrollmentPods (its CRD MaxItems).
+const maxEnrollmentPods = 32
+
+// JudgeEnrollment compares a node's enrollment before the swap with the one
+// at the end of the soak. A pod enrolled before and not after fails the node,
+// naming the check that failed; so does a pod new on the node that is not
+// enrolled (istio-cni no longer enrols). A pod never enrolled is reported, not
+// failed; a pod that cannot be checked after the swap is reported too (the
+// agent could not look, which says nothing of the swap). after nil (an agent
+// that does not check enrollment) gives an empty verdict; before nil with
+// after present counts every pod as new.
+func JudgeEnrollment(before, after *Enrollment) EnrollmentVerdict {
+	var v EnrollmentVerdict
+	if after == nil {
+		return v
+	}
+	if after.Error != "" {
+		v.Summary = "enrollment not checked"
+		v.Failures = append(v.Failures, "enrollment: the agent could not check it: "+after.Error)
+		return v
+	}
+	was := map[string]PodEnrollment{}
+	if before != nil {
+		for _, p := range before.Pods {
+			was[p.UID] = p
+		}
+	}
+	n, total := after.Count()
+	v.Summary = fmt.Sprintf("enrolled %d/%d", n, total)
+	seen := map[string]bool{}
+	for _, p := range after.Pods {
+		seen[p.UID] = true
+		b, known := was[p.UID]
+		if p.Result != Enrolled && len(v.Pods) < maxEnrollmentPods {
+			line := p.String()
+			switch {
+			case p.Result == NotCheckable:
+			case !known:
+				line += ": new since the swap, fails the node"
+			case b.Result == Enrolled:
+				line += ": enrolled before the swap, fails the node"
+			default:
+				line += ": not enrolled before the swap either, reported only"
+			}
+			v.Pods = append(v.Pods, line)
+		}
+		switch {
+		case p.Result == Enrolled:
+		case p.Result == NotCheckable:
+			v.Notes = append(v.Notes, "enrollment: "+p.String())
+		case !known:
+			v.Failures = append(v.Failures, fmt.Sprintf("enrollment: pod %s, new on the node since the swap, is not enrolled: %s failed: %s", p.Key(), p.Failed, p.Detail))
+		case b.Result == Enrolled:
+			v.Failures = append(v.Failures, fmt.Sprintf("enrollment: pod %s was enrolled before the swap and is not after it: %s failed: %s", p.Key(), p.Failed, p.Detail))
+		default:
+			v.Notes = append(v.Notes, fmt.Sprintf("enrollment: pod %s was not enrolled before the swap either (%s), not counted against it", p.Key(), p.String()))
+		}
+	}
+	var gone []string
+	for uid, p := range was {
+		if !seen[uid] {
+			gone = append(gone, p.Key())
+		}
+	}
+	if len(gone) > 0 {
+		sort.Strings(gone)
+		v.Notes = append(v.Notes, "enrollment: gone from the node since the swap: "+strings.Join(gone, ", "))
+	}
+	return v
+}
+
+// enrollmentBefore is the enrollment of the last baseline snapshot that
+// carries one: the pods' standing just before the swap.
+func enrollmentBefore(in Input) *Enrollment {
+	for i := len(in.Baseline) - 1; i >= 0; i-- {
+		if e := in.Baseline[i].Enrollment; e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// gateEnrollment fails the node when a pod lost its enrollment in the swap
+// (or a new pod was never enrolled), whatever the traffic figures say: the
+// verdict names the pods and checks, and says what traffic alone decided.
+// It records the node's count in sum either way.
+func (j *Judge) gateEnrollment(in Input, cur Snapshot, a Assessment, sum *v1alpha1.NodeJudgement, traffic []string) (Verdict, bool) {
+	ev := JudgeEnrollment(enrollmentBefore(in), cur.Enrollment)
+	sum.Enrollment, sum.EnrollmentPods = ev.Summary, ev.Pods
+	if cur.Enrollment != nil {
+		sum.TrafficOutcome = a.Outcome
+	}
+	if len(ev.Failures) == 0 {
+		return Verdict{}, false
+	}
+	sum.IntervalOutcome = Fail
+	reasons := append([]string(nil), ev.Failures...)
+	reasons = append(reasons, fmt.Sprintf("%s on the node; the traffic figures alone: %s", ev.Summary, a.Outcome))
+	reasons = append(reasons, traffic...)
+	reasons = append(reasons, ev.Notes...)
+	return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), true
+}
+
+// enrollmentNotes are the enrollment findings reported without failing.
+func enrollmentNotes(in Input, cur Snapshot) []string {
+	return JudgeEnrollment(enrollmentBefore(in), cur.Enrollment).Notes
+}
+
+// writeEnrollment adds the judgement's enrollment to an explanation: the
+// count, what the traffic alone decided, and each pod not enrolled.
+func writeEnrollment(b *strings.Builder, s *v1alpha1.NodeJudgement) {
+	if s.Enrollment == "" {
+		return
+	}
+	fmt.Fprintf(b, "\nenrollment: %s of the node's ambient pods", s.Enrollment)
+	if s.TrafficOutcome != "" {
+		fmt.Fprintf(b, "; the traffic figures alone: %s", s.TrafficOutcome)
+	}
+	for _, p := range s.EnrollmentPods {
+		fmt.Fprintf(b, "\n  %s", p)
+	}
+}

@@ -1,0 +1,62 @@
+package health
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+func pe(uid string, r EnrollmentResult, failed EnrollmentCheck) PodEnrollment {
+	return PodEnrollment{Namespace: "shop", Name: "p" + uid, UID: uid, Result: r, Failed: failed, Detail: "why"}
+}
+
+func TestJudgeEnrollment(t *testing.T) {
+	before := &Enrollment{Pods: []PodEnrollment{
+		pe("1", Enrolled, ""), pe("2", Enrolled, ""), pe("3", NotEnrolled, CheckRedirection), pe("4", Enrolled, ""), pe("5", Enrolled, ""),
+	}}
+	after := &Enrollment{Pods: []PodEnrollment{
+		pe("1", Enrolled, ""),
+		pe("2", NotEnrolled, CheckListeners),   // lost: fails
+		pe("3", NotEnrolled, CheckRedirection), // never enrolled: note
+		pe("4", NotCheckable, ""),              // could not look: note
+		pe("6", NotEnrolled, CheckRedirection), // new and not enrolled: fails
+		pe("7", Enrolled, ""),                  // new and enrolled
+	}}
+	v := JudgeEnrollment(before, after)
+	if v.Summary != "enrolled 2/6" {
+		t.Errorf("summary %q, want enrolled 2/6", v.Summary)
+	}
+	if len(v.Failures) != 2 || !strings.Contains(v.Failures[0], "shop/p2 was enrolled before the swap") || !strings.Contains(v.Failures[0], "listeners failed") ||
+		!strings.Contains(v.Failures[1], "shop/p6, new on the node") || !strings.Contains(v.Failures[1], "redirection failed") {
+		t.Errorf("failures %q: want p2 (listeners) then p6 (redirection)", v.Failures)
+	}
+	notes := strings.Join(v.Notes, "\n")
+	for _, want := range []string{"shop/p3 was not enrolled before the swap either", "shop/p4 not checkable", "gone from the node since the swap: shop/p5"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes %q: want %q", notes, want)
+		}
+	}
+	if v := JudgeEnrollment(before, nil); v.Summary != "" || len(v.Failures)+len(v.Notes) != 0 {
+		t.Errorf("no enrollment after: %+v, want an empty verdict", v)
+	}
+	if v := JudgeEnrollment(nil, after); len(v.Failures) != 3 {
+		t.Errorf("no enrollment before: failures %q, want every not-enrolled pod (2, 3, 6) counted as new", v.Failures)
+	}
+}
+
+func TestExplainShowsEnrollmentPerPod(t *testing.T) {
+	before := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", Enrolled, "")}}
+	after := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", NotEnrolled, CheckListeners)}}
+	v := JudgeEnrollment(before, after)
+	var b strings.Builder
+	err := WriteExplain(&b, Explanation{Rollout: "r", Node: "n1", Judgement: &v1alpha1.NodeJudgement{Enrollment: v.Summary, EnrollmentPods: v.Pods, TrafficOutcome: Pass}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"enrollment: enrolled 1/2 of the node's ambient pods; the traffic figures alone: Pass", "shop/p2 not enrolled (listeners: why): enrolled before the swap, fails the node"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("explain:\n%s\nwant %q", b.String(), want)
+		}
+	}
+}

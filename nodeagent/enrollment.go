@@ -1,0 +1,467 @@
+package nodeagent
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodewise/nodewise/health"
+)
+
+// ztunnel's in-pod ports: outbound (redirected connects), inbound
+// plaintext (redirected accepts) and HBONE.
+const (
+	ztunnelOutbound = 15001
+	ztunnelInbound  = 15006
+	ztunnelHBONE    = 15008
+)
+
+// MeshPod is one pod on the node that Istio puts in the ambient mesh
+// (istio.Ambient: namespace or pod label, not a waypoint, not opted out).
+type MeshPod struct {
+	Pod
+	// Netns is the path of a file that is the pod's network namespace:
+	// /proc/<pid>/ns/net of one of its processes, or a bind mount such as
+	// /run/netns/<name>. Empty: it was not found, and NoNetns says why.
+	Netns   string
+	NoNetns string
+}
+
+// Ztunnels are the ztunnel processes running on the node.
+type Ztunnels struct {
+	// Current is the PID of the ztunnel that serves the node now (the
+	// newest, the one istio-cni hands pods to); 0 when none runs.
+	Current int
+	// Older are the PIDs of older ztunnels still running (draining).
+	Older []int
+}
+
+// MeshSource tells the enrollment check which pods to look at and which
+// ztunnel runs. The simulated data plane supplies one
+// (sim/dataplane.DataPlane.Mesh).
+type MeshSource interface {
+	AmbientPods() ([]MeshPod, error)
+	Ztunnels() (Ztunnels, error)
+}
+
+// CheckEnrollment checks every ambient pod of the node (what the agent puts
+// in each snapshot when Config.Mesh is set): the redirection in
+// its namespace, the current ztunnel's listeners there, and its open
+// outbound connections. A pod whose namespace cannot be opened is not
+// checkable; a mesh source that cannot answer is the Enrollment's error.
+func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enrollment {
+	e := &health.Enrollment{Time: now, Pods: []health.PodEnrollment{}}
+	zt, err := src.Ztunnels()
+	if err != nil {
+		e.Error = fmt.Sprintf("finding the ztunnel processes: %v", err)
+		return e
+	}
+	pods, err := src.AmbientPods()
+	if err != nil {
+		e.Error = fmt.Sprintf("listing the ambient pods: %v", err)
+		return e
+	}
+	var current map[uint64]bool
+	zerr := ""
+	if zt.Current == 0 {
+		zerr = "no ztunnel runs on the node"
+	} else {
+		e.Ztunnel = "pid " + strconv.Itoa(zt.Current)
+		if current, err = socketInodes(procRoot, zt.Current); err != nil {
+			zerr = fmt.Sprintf("reading ztunnel's sockets: %v", err)
+		}
+	}
+	all := map[uint64]bool{}
+	for ino := range current {
+		all[ino] = true
+	}
+	for _, pid := range zt.Older {
+		older, err := socketInodes(procRoot, pid)
+		if err != nil {
+			continue // exited since it was listed: its sockets are gone with it
+		}
+		for ino := range older {
+			all[ino] = true
+		}
+	}
+	for _, p := range pods {
+		e.Pods = append(e.Pods, checkPod(p, current, all, zerr))
+	}
+	sort.Slice(e.Pods, func(i, j int) bool { return e.Pods[i].Key() < e.Pods[j].Key() })
+	return e
+}
+
+func checkPod(p MeshPod, current, ztunnel map[uint64]bool, zerr string) health.PodEnrollment {
+	r := health.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+	notCheckable := func(why string) health.PodEnrollment {
+		r.Result, r.Detail = health.NotCheckable, why
+		return r
+	}
+	failed := func(c health.EnrollmentCheck, detail string) health.PodEnrollment {
+		r.Result, r.Failed, r.Detail = health.NotEnrolled, c, detail
+		return r
+	}
+	if p.Netns == "" {
+		return notCheckable("its network namespace was not found: " + p.NoNetns)
+	}
+	fd, err := unix.Open(p.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return notCheckable(fmt.Sprintf("opening its network namespace: %v", err))
+	}
+	defer unix.Close(fd)
+	if detail, err := checkRedirection(fd); err != nil {
+		return notCheckable(fmt.Sprintf("reading its nftables ruleset: %v", err))
+	} else if detail != "" {
+		return failed(health.CheckRedirection, detail)
+	}
+	if zerr != "" {
+		return failed(health.CheckListeners, zerr)
+	}
+	socks, err := readSockets(fd)
+	if err != nil {
+		return notCheckable(fmt.Sprintf("reading its sockets: %v", err))
+	}
+	if detail := checkListeners(socks, current); detail != "" {
+		return failed(health.CheckListeners, detail)
+	}
+	if cands := bypassing(socks, ztunnel); len(cands) > 0 {
+		// The socket tables are read one bucket at a time: a connection
+		// opened during the read can show its app side without ztunnel's.
+		// Only what a second read confirms counts.
+		again, err := readSockets(fd)
+		if err != nil {
+			return notCheckable(fmt.Sprintf("reading its sockets: %v", err))
+		}
+		if still := bypassing(again, ztunnel); len(still) > 0 {
+			return failed(health.CheckBypass, fmt.Sprintf("%d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0]))
+		}
+	}
+	r.Result = health.Enrolled
+	return r
+}
+
+// Redirection layouts the check accepts (docs/enrollment.md): Istio's
+// nftables backend (1.27 and later, in-pod tables "inet istio-proxy-*")
+// and its iptables in-pod rules (1.22 to 1.26, and later without the
+// nftables backend) as iptables-nft writes them (chains ISTIO_OUTPUT and
+// ISTIO_PRERT, REDIRECT or TPROXY targets).
+const nftTablePrefix = "istio-proxy-"
+
+// checkRedirection reads the nftables ruleset of a namespace and returns
+// what is missing ("" when the redirect to 15001 and to 15006 are both there).
+func checkRedirection(netnsFd int) (string, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(netnsFd))
+	if err != nil {
+		return "", err
+	}
+	chains, err := c.ListChains()
+	if err != nil {
+		return "", fmt.Errorf("listing chains: %w", err)
+	}
+	var out, in bool
+	var istioChains int
+	for _, ch := range chains {
+		native := strings.HasPrefix(ch.Table.Name, nftTablePrefix) && ch.Table.Family == nftables.TableFamilyINet
+		legacy := strings.HasPrefix(ch.Name, "ISTIO_")
+		if !native && !legacy {
+			continue
+		}
+		istioChains++
+		rules, err := c.GetRules(ch.Table, ch)
+		if err != nil {
+			return "", fmt.Errorf("listing the rules of chain %s: %w", ch.Name, err)
+		}
+		for _, r := range rules {
+			for _, port := range redirectPorts(r.Exprs) {
+				out = out || port == ztunnelOutbound
+				in = in || port == ztunnelInbound
+			}
+		}
+	}
+	switch {
+	case istioChains == 0:
+		return "no istio-cni rules in its netns (no table inet " + nftTablePrefix + "*, no ISTIO_* chain)", nil
+	case !out && !in:
+		return fmt.Sprintf("istio-cni's chains redirect neither to %d nor to %d", ztunnelOutbound, ztunnelInbound), nil
+	case !out:
+		return fmt.Sprintf("no rule redirects outbound traffic to %d", ztunnelOutbound), nil
+	case !in:
+		return fmt.Sprintf("no rule redirects inbound traffic to %d", ztunnelInbound), nil
+	}
+	return "", nil
+}
+
+// redirectPorts are the ports a rule redirects or tproxies to: an nft
+// redirect or tproxy whose port register was loaded by an immediate, or an
+// xtables REDIRECT or TPROXY target.
+func redirectPorts(exprs []expr.Any) []uint16 {
+	regs := map[uint32]uint16{}
+	var ports []uint16
+	for _, e := range exprs {
+		switch x := e.(type) {
+		case *expr.Immediate:
+			if len(x.Data) == 2 {
+				regs[x.Register] = binary.BigEndian.Uint16(x.Data)
+			}
+		case *expr.Redir:
+			if p, ok := regs[x.RegisterProtoMin]; ok {
+				ports = append(ports, p)
+			}
+		case *expr.TProxy:
+			if p, ok := regs[x.RegPort]; ok {
+				ports = append(ports, p)
+			}
+		case *expr.Target:
+			if p, ok := targetPort(x); ok {
+				ports = append(ports, p)
+			}
+		}
+	}
+	return ports
+}
+
+// targetPort is the port of an xtables REDIRECT or TPROXY target.
+func targetPort(t *expr.Target) (uint16, bool) {
+	switch info := t.Info.(type) {
+	case *xt.NatIPv4MultiRangeCompat:
+		if t.Name == "REDIRECT" && len(*info) > 0 {
+			return (*info)[0].MinPort, true
+		}
+	case *xt.NatRange:
+		if t.Name == "REDIRECT" {
+			return info.MinPort, true
+		}
+	case *xt.Unknown:
+		// xt_tproxy_target_info (rev 0): mark mask and value, an IPv4
+		// address, the port; rev 1: the address takes 16 bytes.
+		off := 12
+		if t.Rev == 1 {
+			off = 24
+		}
+		if t.Name == "TPROXY" && len(*info) >= off+2 {
+			return binary.BigEndian.Uint16((*info)[off : off+2]), true
+		}
+	}
+	return 0, false
+}
+
+// tcpSock is one line of /proc/net/tcp{,6}.
+type tcpSock struct {
+	local, remote netip.AddrPort
+	state         uint8
+	inode         uint64
+}
+
+const (
+	tcpEstablished = 0x01
+	tcpListen      = 0x0A
+)
+
+// readSockets reads a namespace's TCP sockets from /proc/thread-self/net/tcp
+// and tcp6, on a thread moved into the namespace for the read.
+func readSockets(netnsFd int) ([]tcpSock, error) {
+	var socks []tcpSock
+	err := inNetns(netnsFd, func() error {
+		for _, f := range []string{"tcp", "tcp6"} {
+			s, err := parseProcNetTCP("/proc/thread-self/net/" + f)
+			if err != nil {
+				return err
+			}
+			socks = append(socks, s...)
+		}
+		return nil
+	})
+	return socks, err
+}
+
+// inNetns runs fn on a thread moved into the namespace, and moves it back.
+// A thread that cannot be moved back is never reused: it stays locked, so
+// it exits with this goroutine.
+func inNetns(netnsFd int, fn func() error) error {
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("opening this thread's network namespace: %w", err)
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(netnsFd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("entering the network namespace: %w", err)
+	}
+	ferr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return errors.Join(ferr, fmt.Errorf("returning to the agent's network namespace: %w", err))
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+func parseProcNetTCP(path string) ([]tcpSock, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []tcpSock
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 {
+			continue
+		}
+		local, err1 := parseHexAddr(fs[1])
+		remote, err2 := parseHexAddr(fs[2])
+		st, err3 := strconv.ParseUint(fs[3], 16, 8)
+		ino, err4 := strconv.ParseUint(fs[9], 10, 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return nil, fmt.Errorf("%s: line %q: %w", path, sc.Text(), err)
+		}
+		out = append(out, tcpSock{local: local, remote: remote, state: uint8(st), inode: ino})
+	}
+	return out, sc.Err()
+}
+
+// parseHexAddr parses "0100007F:1F90": the address as the kernel's 32-bit
+// words in host (little-endian) order, the port in hex.
+func parseHexAddr(s string) (netip.AddrPort, error) {
+	a, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("address %q", s)
+	}
+	raw, err := hex.DecodeString(a)
+	if err != nil || (len(raw) != 4 && len(raw) != 16) {
+		return netip.AddrPort{}, fmt.Errorf("address %q", s)
+	}
+	for i := 0; i < len(raw); i += 4 { // each 32-bit word is little-endian
+		raw[i], raw[i+1], raw[i+2], raw[i+3] = raw[i+3], raw[i+2], raw[i+1], raw[i]
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("port %q", s)
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
+}
+
+// socketInodes are the inodes of the sockets a process holds open.
+func socketInodes(procRoot string, pid int) (map[uint64]bool, error) {
+	dir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]bool{}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.HasPrefix(l, "socket:[") {
+			continue // closed since the listing, or not a socket
+		}
+		if ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64); err == nil {
+			out[ino] = true
+		}
+	}
+	return out, nil
+}
+
+// checkListeners returns what is missing of the current ztunnel's listeners
+// in a namespace ("" when it listens on 15001, 15006 and 15008).
+func checkListeners(socks []tcpSock, current map[uint64]bool) string {
+	var missing []string
+	for _, port := range []uint16{ztunnelOutbound, ztunnelInbound, ztunnelHBONE} {
+		var any, ours bool
+		for _, s := range socks {
+			if s.state == tcpListen && s.local.Port() == port {
+				any = true
+				ours = ours || current[s.inode]
+			}
+		}
+		switch {
+		case !any:
+			missing = append(missing, fmt.Sprintf("nothing listens on %d", port))
+		case !ours:
+			missing = append(missing, fmt.Sprintf("only an older ztunnel listens on %d", port))
+		}
+	}
+	return strings.Join(missing, ", ")
+}
+
+// bypassing lists the namespace's open outbound connections that do not go
+// through ztunnel: established sockets not ztunnel's own, from a port
+// nothing listens on (an active open), to a non-loopback peer on a port
+// that is not ztunnel's, with no connection accepted on 15001 from the same
+// address and port (the other end of a redirected connect).
+func bypassing(socks []tcpSock, ztunnel map[uint64]bool) []string {
+	listening := map[uint16]bool{}
+	redirected := map[netip.AddrPort]bool{}
+	for _, s := range socks {
+		switch {
+		case s.state == tcpListen:
+			listening[s.local.Port()] = true
+		case s.state == tcpEstablished && s.local.Port() == ztunnelOutbound:
+			redirected[s.remote] = true
+		}
+	}
+	var out []string
+	for _, s := range socks {
+		if s.state != tcpEstablished || ztunnel[s.inode] || listening[s.local.Port()] || s.remote.Addr().IsLoopback() {
+			continue
+		}
+		switch s.remote.Port() {
+		case ztunnelOutbound, ztunnelInbound, ztunnelHBONE:
+			continue
+		}
+		if !redirected[s.local] {
+			out = append(out, s.local.String()+" → "+s.remote.String())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// enrollmentMetrics is the gauge of the last check's counts by result.
+func newEnrollmentGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "nodewise_agent_enrollment_pods",
+		Help: "Ambient pods on the node by enrollment result at the last check (enrolled, not-enrolled, not-checkable; docs/enrollment.md).",
+	}, []string{"result"})
+	return g, reg.Register(g)
+}
+
+// enrollment checks the node's ambient pods and sets the gauge; nil when
+// the agent has no mesh source.
+func (a *Agent) enrollment(now time.Time) *health.Enrollment {
+	if a.cfg.Mesh == nil {
+		return nil
+	}
+	e := CheckEnrollment(a.cfg.Mesh, a.cfg.ProcRoot, now)
+	counts := map[health.EnrollmentResult]int{}
+	for _, p := range e.Pods {
+		counts[p.Result]++
+	}
+	for _, r := range []health.EnrollmentResult{health.Enrolled, health.NotEnrolled, health.NotCheckable} {
+		a.enrollGauge.WithLabelValues(string(r)).Set(float64(counts[r]))
+	}
+	if e.Error != "" {
+		a.log.Warn("enrollment not checked", zap.String("error", e.Error))
+	}
+	return e
+}

@@ -1,0 +1,67 @@
+package dataplane
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/nodeagent"
+)
+
+// podsOf is a MeshSource over the two pods of twoPods and their stand-in.
+type podsOf struct {
+	netns []string
+	pid   int
+}
+
+func (p podsOf) AmbientPods() ([]nodeagent.MeshPod, error) {
+	var out []nodeagent.MeshPod
+	for _, ns := range p.netns {
+		out = append(out, nodeagent.MeshPod{Pod: nodeagent.Pod{Namespace: "sim", Name: ns, UID: ns}, Netns: netnsDir + "/" + ns})
+	}
+	return out, nil
+}
+
+func (p podsOf) Ztunnels() (nodeagent.Ztunnels, error) {
+	return nodeagent.Ztunnels{Current: p.pid}, nil
+}
+
+// TestEnrollmentOfTheStandins: with traffic running through the stand-in,
+// the node agent's check finds both pods enrolled (the istio-cni stand-in's
+// rules are in a layout it reads, the stand-in's listeners are its own, the
+// client's connections go through 15001); a -nolisten build leaves the first
+// pod it serves without its HBONE listener while the traffic still flows.
+func TestEnrollmentOfTheStandins(t *testing.T) {
+	for _, c := range []struct {
+		tag  string
+		want map[string]string // pod (srv, cli) → result, failed check
+	}{
+		{"1.28.1", map[string]string{"srv": "enrolled", "cli": "enrolled"}},
+		{"1.28.1-nolisten", map[string]string{"srv": "not-enrolled listeners", "cli": "enrolled"}},
+	} {
+		client, proc := twoPods(t, "3", c.tag, Traffic{Streams: 2, StreamLife: time.Minute, StreamGap: 100 * time.Millisecond})
+		time.Sleep(time.Second)
+		prefix := strings.TrimSuffix(client.netns, "-cli")
+		e := nodeagent.CheckEnrollment(podsOf{netns: []string{prefix + "-srv", prefix + "-cli"}, pid: proc.cmd.Process.Pid}, "/proc", time.Now())
+		if e.Error != "" || len(e.Pods) != 2 {
+			t.Fatalf("%s: enrollment %+v", c.tag, e)
+		}
+		for _, p := range e.Pods {
+			role := strings.TrimPrefix(p.Name, prefix+"-")
+			got := string(p.Result)
+			if p.Failed != "" {
+				got += " " + string(p.Failed)
+			}
+			if got != c.want[role] {
+				t.Errorf("%s: pod %s: %s, want %s", c.tag, role, p, c.want[role])
+			}
+			if p.Result == health.NotEnrolled && p.Detail != "nothing listens on 15008" {
+				t.Errorf("%s: pod %s: detail %q, want only the HBONE listener missing", c.tag, role, p.Detail)
+			}
+		}
+		if tr := client.truth.load(); tr.Requests == 0 || tr.RequestsFailed != 0 {
+			t.Errorf("%s: traffic %s: want requests without failures", c.tag, tr)
+		}
+	}
+}
