@@ -351,11 +351,12 @@ func TestChartAgentCertificateRenews(t *testing.T) {
 	}
 	var ours int
 	for _, r := range csrs.Items {
-		if r.Spec.SignerName != agentpki.SignerName {
-			t.Errorf("request %s for signer %q, want %s", r.Name, r.Spec.SignerName, agentpki.SignerName)
+		if v := r.Spec.Extra[agentpki.NodeNameExtra]; r.Spec.Username != "system:serviceaccount:"+Namespace+":nodewise-agent" || len(v) != 1 || v[0] != node {
+			continue
 		}
-		if v := r.Spec.Extra[agentpki.NodeNameExtra]; len(v) == 1 && v[0] == node {
-			ours++
+		ours++
+		if r.Spec.SignerName != agentpki.SignerName {
+			t.Errorf("the agent's request %s is for signer %q, want %s", r.Name, r.Spec.SignerName, agentpki.SignerName)
 		}
 	}
 	if ours < 2 {
