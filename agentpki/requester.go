@@ -2,13 +2,9 @@ package agentpki
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -18,8 +14,11 @@ import (
 
 	"go.uber.org/zap"
 	certv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/certificate"
+	"k8s.io/client-go/util/certificate/csr"
+	"k8s.io/client-go/util/keyutil"
 )
 
 // RequesterConfig configures the agent's side: its serving certificate from
@@ -28,18 +27,20 @@ type RequesterConfig struct {
 	Kube kubernetes.Interface // as the agent's own ServiceAccount (required)
 	Node string               // the node's name (required)
 	IPs  []net.IP             // the node's addresses the orchestrator dials (required)
-	// Poll is how often a pending request is checked (default 1s), Timeout
-	// how long one request may stay unsigned before a new one (default 5m).
-	Poll, Timeout time.Duration
-	Logger        *zap.Logger
-	Now           func() time.Time
+	// Timeout is how long the first request may stay unsigned (default 5m).
+	Timeout time.Duration
+	Logger  *zap.Logger
 }
 
-// Requester holds the agent's current certificate and renews it. Its
-// GetCertificate is the TLS server's.
+// usages are the key usages the agent asks for and the Signer issues.
+var usages = []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth}
+
+// Requester holds the agent's current certificate and renews it with
+// client-go's certificate manager (the kubelet's serving-certificate
+// rotation). Its GetCertificate is the TLS server's.
 type Requester struct {
-	cfg  RequesterConfig
-	cert atomic.Pointer[tls.Certificate]
+	cfg   RequesterConfig
+	store memoryStore
 }
 
 // NewRequester validates cfg and fills its defaults.
@@ -50,19 +51,15 @@ func NewRequester(cfg RequesterConfig) (*Requester, error) {
 	if len(cfg.IPs) == 0 {
 		return nil, fmt.Errorf("agentpki.RequesterConfig: node %s: at least one IP is required (the orchestrator verifies the address it dials)", cfg.Node)
 	}
-	if cfg.Poll == 0 {
-		cfg.Poll = time.Second
-	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Requester{cfg: cfg}, nil
+	r := &Requester{cfg: cfg}
+	r.store.log = cfg.Logger
+	return r, nil
 }
 
 // ParseIPs reads a comma-separated list of IPs (the downward API's status.hostIPs).
@@ -81,111 +78,115 @@ func ParseIPs(s string) ([]net.IP, error) {
 	return out, nil
 }
 
+// template is what every request asks for: the node's name (the identity
+// the orchestrator verifies) and its addresses (where it dials).
+func (r *Requester) template() *x509.CertificateRequest {
+	return &x509.CertificateRequest{Subject: pkix.Name{CommonName: "nodewise-agent:" + r.cfg.Node}, DNSNames: []string{r.cfg.Node}, IPAddresses: r.cfg.IPs}
+}
+
 // GetCertificate serves the current certificate (tls.Config.GetCertificate).
 func (r *Requester) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	c := r.cert.Load()
+	c := r.store.cert.Load()
 	if c == nil {
 		return nil, errors.New("no serving certificate yet: the certificate request is not signed")
+	}
+	if time.Now().After(c.Leaf.NotAfter) {
+		return nil, fmt.Errorf("the serving certificate expired at %s and no renewal was signed (is the orchestrator running with --agent-issuer?)", c.Leaf.NotAfter.Format(time.RFC3339))
 	}
 	return c, nil
 }
 
-// Obtain requests a certificate and waits until it is signed, denied, or ctx ends.
+// Obtain requests the first certificate and waits (watching the request)
+// until it is signed, denied, or the Timeout or ctx ends. Serve only after
+// it succeeds; a denial is an error naming the Signer's reason.
 func (r *Requester) Obtain(ctx context.Context) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := keyutil.MakeEllipticPrivateKeyPEM()
 	if err != nil {
 		return err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "nodewise-agent:" + r.cfg.Node}, DNSNames: []string{r.cfg.Node}, IPAddresses: r.cfg.IPs,
-	}, key)
+	signer, err := keyutil.ParsePrivateKeyPEM(key)
 	if err != nil {
-		return fmt.Errorf("building the certificate request: %w", err)
+		return err
 	}
-	csrs := r.cfg.Kube.CertificatesV1().CertificateSigningRequests()
-	csr, err := csrs.Create(ctx, &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "nodewise-agent-" + r.cfg.Node + "-", Labels: map[string]string{"app.kubernetes.io/part-of": "nodewise"}},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: SignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageServerAuth},
-		},
-	}, metav1.CreateOptions{})
+	csrPEM, err := cert.MakeCSRFromTemplate(signer, r.template())
+	if err != nil {
+		return err
+	}
+	name, uid, err := csr.RequestCertificateWithContext(ctx, r.cfg.Kube, csrPEM, "", SignerName, nil, usages, signer)
 	if err != nil {
 		return fmt.Errorf("creating the certificate request (signer %s): %w", SignerName, err)
 	}
-	r.cfg.Logger.Info("requested a serving certificate", zap.String("csr", csr.Name), zap.String("signer", SignerName))
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	r.cfg.Logger.Info("requested a serving certificate", zap.String("csr", name), zap.String("signer", SignerName))
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	t := time.NewTicker(r.cfg.Poll)
-	defer t.Stop()
-	for {
-		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
-		if err == nil {
-			for _, c := range got.Status.Conditions {
-				if c.Type == certv1.CertificateDenied || c.Type == certv1.CertificateFailed {
-					return fmt.Errorf("certificate request %s %s: %s: %s", csr.Name, strings.ToLower(string(c.Type)), c.Reason, c.Message)
-				}
-			}
-			if len(got.Status.Certificate) > 0 {
-				return r.install(got.Status.Certificate, key)
-			}
-		} else {
-			r.cfg.Logger.Debug("reading the certificate request", zap.String("csr", csr.Name), zap.Error(err))
+	certPEM, err := csr.WaitForCertificate(wctx, r.cfg.Kube, name, uid)
+	if err != nil {
+		if wctx.Err() != nil {
+			return fmt.Errorf("certificate request %s not signed within %s (is the orchestrator running with --agent-issuer?)", name, r.cfg.Timeout)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("certificate request %s not signed: %w (is the orchestrator running with --agent-issuer?)", csr.Name, ctx.Err())
-		case <-t.C:
-		}
+		return fmt.Errorf("certificate request %s: %w", name, err)
 	}
-}
-
-func (r *Requester) install(certPEM []byte, key *ecdsa.PrivateKey) error {
-	certs, err := parseCerts(certPEM)
-	if err != nil || len(certs) == 0 {
-		return fmt.Errorf("the signed certificate does not parse: %v", err)
+	c, err := r.store.Update(certPEM, key)
+	if err != nil {
+		return err
 	}
-	if !key.PublicKey.Equal(certs[0].PublicKey) {
-		return errors.New("the signed certificate is not for our key")
-	}
-	c := &tls.Certificate{PrivateKey: key, Leaf: certs[0]}
-	for _, x := range certs {
-		c.Certificate = append(c.Certificate, x.Raw)
-	}
-	r.cert.Store(c)
-	r.cfg.Logger.Info("serving certificate installed", zap.Time("notAfter", certs[0].NotAfter))
+	r.cfg.Logger.Info("serving certificate installed", zap.String("csr", name), zap.Time("notAfter", c.Leaf.NotAfter))
 	return nil
 }
 
-// renewAt is two thirds into the current certificate's life.
-func (r *Requester) renewAt() time.Time {
-	c := r.cert.Load()
-	if c == nil {
-		return r.cfg.Now()
+// Run renews the certificate until ctx ends (Obtain the first one before):
+// client-go's certificate manager requests a new key's certificate at 70 to
+// 90% of the current one's life, retrying with backoff, and the current
+// certificate keeps serving meanwhile.
+func (r *Requester) Run(ctx context.Context) error {
+	if r.store.cert.Load() == nil {
+		return errors.New("agentpki.Requester.Run: no certificate yet (call Obtain first)")
 	}
-	nb, na := c.Leaf.NotBefore, c.Leaf.NotAfter
-	return nb.Add(na.Sub(nb) * 2 / 3)
+	m, err := certificate.NewManager(&certificate.Config{
+		ClientsetFn:      func(*tls.Certificate) (kubernetes.Interface, error) { return r.cfg.Kube, nil },
+		Template:         r.template(),
+		SignerName:       SignerName,
+		Usages:           usages,
+		CertificateStore: &r.store,
+		Name:             "nodewise-agent serving certificate",
+	})
+	if err != nil {
+		return fmt.Errorf("the certificate manager: %w", err)
+	}
+	m.Start()
+	<-ctx.Done()
+	m.Stop()
+	return nil
 }
 
-// Run renews the certificate two thirds into its life until ctx ends
-// (Obtain the first one before serving). A failed renewal is retried after
-// a minute; the current certificate keeps serving meanwhile.
-func (r *Requester) Run(ctx context.Context) error {
-	for {
-		wait := r.renewAt().Sub(r.cfg.Now())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(max(wait, 0)):
-		}
-		if err := r.Obtain(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("renewing the serving certificate failed; retrying in a minute", zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Minute):
-			}
+// memoryStore is the manager's certificate store: the key never leaves
+// memory, so a restarted agent asks again.
+type memoryStore struct {
+	cert atomic.Pointer[tls.Certificate]
+	log  *zap.Logger
+}
+
+func (s *memoryStore) Current() (*tls.Certificate, error) {
+	if c := s.cert.Load(); c != nil {
+		return c, nil
+	}
+	e := certificate.NoCertKeyError("no serving certificate yet")
+	return nil, &e
+}
+
+func (s *memoryStore) Update(certPEM, keyPEM []byte) (*tls.Certificate, error) {
+	c, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the signed certificate does not match our key: %w", err)
+	}
+	if c.Leaf == nil {
+		if c.Leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return nil, err
 		}
 	}
+	old := s.cert.Swap(&c)
+	if old != nil {
+		s.log.Info("serving certificate renewed", zap.Time("oldNotAfter", old.Leaf.NotAfter), zap.Time("notAfter", c.Leaf.NotAfter))
+	}
+	return &c, nil
 }

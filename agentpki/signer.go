@@ -31,7 +31,7 @@ type SignerConfig struct {
 	// CAValidity is the CA's life (default 1 year); it is rotated with a third left.
 	CAValidity time.Duration
 	// CertValidity is each agent certificate's life (default 7 days), capped
-	// by the CA's; agents renew at two thirds.
+	// by the CA's; agents renew at 70 to 90% of it (client-go's certificate manager).
 	CertValidity time.Duration
 	// Every is how often pending requests are looked at and the CA checked (default 2s).
 	Every  time.Duration

@@ -48,6 +48,19 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 	if same, err := browser.Eval[bool](ctx, `window.__sameDocument === true`); err != nil || !same {
 		t.Errorf("the page reloaded to show the change (%v)", err)
 	}
+	// The halted node's page: its pods' connection ages before → after.
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty/nodes/node-001"), chromedp.WaitVisible(chromedp.CSS("td.ages"))); err != nil {
+		t.Fatal(err)
+	}
+	if ages, err := browser.Text(ctx, `tr[data-pod="default/web-1"] td.ages`); err != nil || ages != "40 open, median ≥45 s, oldest ≥600 s → 2 open, median <1 s, oldest ≥1 s" {
+		t.Errorf("default/web-1's connection ages read %q (%v)", ages, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty"), chromedp.WaitVisible(chromedp.CSS("#halt"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("live").textContent === "live"`); err != nil {
+		t.Fatal(err)
+	}
 	e.rs.patchErr = forbidden()
 	if err := chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`button[data-action="pause"]`)),

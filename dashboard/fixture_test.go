@@ -35,6 +35,10 @@ func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
 						Values: &v1alpha1.RowValues{Before: "4000", After: "4200", BeforeP50: "1000", AfterP50: "1100", PAdj: "0.41"}},
 					{Pod: "nodewise-probe/probe-x", Metric: v1alpha1.MetricConnectFailures, Before: "0/s", After: "0/s", Note: "too little traffic to test",
 						Values: &v1alpha1.RowValues{Before: "0", After: "0", Probe: true}},
+				},
+				PodAges: []v1alpha1.PodAges{
+					{Pod: "default/web-1", Before: v1alpha1.ConnAges{Open: 40, Median: "45", Oldest: "600"}, After: v1alpha1.ConnAges{Open: 2, Median: "0", Oldest: "1"}},
+					{Pod: "default/web-2"},
 				}}
 		default:
 			n.Wave = int32(2 + (i-2)/4)

@@ -141,6 +141,24 @@ type judgementView struct {
 	PodsCompared, PodsNotCompared, Tests, Regressions int32
 	PlannedResets                                     int64
 	Node, Pods, Probe                                 []evidenceRow
+	Ages                                              []agesRow
+}
+
+// agesRow is one pod's established connections by age, before → after.
+type agesRow struct{ Pod, Before, After string }
+
+// agesText reads a persisted connection-age summary in words.
+func agesText(c v1alpha1.ConnAges) string {
+	if c.Open == 0 {
+		return "none open"
+	}
+	age := func(lower string) string {
+		if lower == "0" {
+			return "<1 s"
+		}
+		return "≥" + lower + " s"
+	}
+	return fmt.Sprintf("%d open, median %s, oldest %s", c.Open, age(c.Median), age(c.Oldest))
 }
 
 // evidenceRow is one before→after line, with bar widths (percent of the
@@ -201,6 +219,9 @@ func buildNode(nr *v1alpha1.NodeRollout, n *v1alpha1.NodeStatus, grafana string,
 			default:
 				v.Pods = append(v.Pods, e)
 			}
+		}
+		for _, a := range j.PodAges {
+			v.Ages = append(v.Ages, agesRow{Pod: a.Pod, Before: agesText(a.Before), After: agesText(a.After)})
 		}
 		p.Judgement = v
 	}

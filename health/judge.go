@@ -191,6 +191,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	a.Reasons = append(a.Reasons, dropped...)
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
+	sum.PodAges = podAges(sum, in.Baseline[len(in.Baseline)-1], cur)
 	reasons := append([]string(nil), a.Reasons...)
 	if v, failed := j.gateEnrollment(in, cur, a, sum, reasons); failed {
 		return v, nil

@@ -286,3 +286,49 @@ func TestJudgePlannedResetsDuringTheSwap(t *testing.T) {
 		t.Fatalf("want Pass with %d planned resets during the swap: %s %q %+v", want, v.Outcome, v.Reasons, v.Summary)
 	}
 }
+
+// TestJudgementKeepsConnectionAges: the persisted judgement carries, for the
+// pod whose resets regressed, its connection ages before → after: 400
+// connections of 45–60 s before the swap, 3 young ones after it.
+func TestJudgementKeepsConnectionAges(t *testing.T) {
+	j, in, cur := judgeScenario(t, 1, nil)
+	last := &in.Baseline[len(in.Baseline)-1]
+	last.Pods = append([]PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods[3].ConnAges[0], last.Pods[3].ConnAges[10] = 100, 400 // [0, 1 s) and [45 s, 60 s)
+	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods[3].ResetsReceived += 400
+	cur.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	cur.Pods[3].ConnAges[1] = 3 // [1 s, 2 s)
+	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	in.Gates.ConsecutiveFailures = 1
+	v := mustJudge(t, j, in)
+	pod := cur.Pods[3].Namespace + "/" + cur.Pods[3].Name
+	var got *v1alpha1.PodAges
+	for i := range v.Summary.PodAges {
+		if v.Summary.PodAges[i].Pod == pod {
+			got = &v.Summary.PodAges[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("no connection ages for %s in %+v (rows %d)", pod, v.Summary.PodAges, len(v.Summary.Rows))
+	}
+	want := v1alpha1.PodAges{Pod: pod, Before: v1alpha1.ConnAges{Open: 500, Median: "45", Oldest: "45"}, After: v1alpha1.ConnAges{Open: 3, Median: "1", Oldest: "1"}}
+	if *got != want {
+		t.Errorf("connection ages %+v, want %+v", *got, want)
+	}
+	if n := len(v.Summary.PodAges); n > MaxSummaryPodRows {
+		t.Errorf("%d pods' ages, want at most %d", n, MaxSummaryPodRows)
+	}
+}
+
+func TestSummarizeAges(t *testing.T) {
+	h := make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	if got := summarizeAges(h); got != (v1alpha1.ConnAges{}) {
+		t.Errorf("none open: %+v", got)
+	}
+	h[0], h[2], h[len(h)-1] = 1, 1, 1 // [0,1), [2,5), ≥ 3600 s
+	if got := summarizeAges(h); got != (v1alpha1.ConnAges{Open: 3, Median: "2", Oldest: "3600"}) {
+		t.Errorf("three open: %+v", got)
+	}
+}

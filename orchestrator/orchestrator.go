@@ -200,7 +200,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		}
 	}
 	rinf := c.rollout
-	if err := wake(rinf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.poke() }, UpdateFunc: func(_, _ any) { ex.poke() }}); err != nil {
+	if err := wake(rinf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.poke() }, UpdateFunc: func(_, _ any) { ex.poke() }, DeleteFunc: func(any) { ex.poke() }}); err != nil {
 		return err
 	}
 	ex.rolloutStore = rinf.GetStore()

@@ -36,11 +36,14 @@ func (e *executor) reconcileAll(ctx context.Context) {
 		nrs = append(nrs, obj.(*v1alpha1.NodeRollout))
 	}
 	sort.Slice(nrs, func(i, j int) bool { return nrs[i].CreationTimestamp.Before(&nrs[j].CreationTimestamp) })
+	live := make(map[string]bool, len(nrs))
 	for _, nr := range nrs {
+		live[nr.Name] = true
 		if err := e.reconcile(ctx, nr.DeepCopy()); err != nil && ctx.Err() == nil {
 			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
 		}
 	}
+	e.metrics.PruneRollouts(live) // a deleted rollout's series go with it
 }
 
 // reconcile is one observe → plan → act pass over a NodeRollout.

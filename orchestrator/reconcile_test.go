@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -782,4 +784,46 @@ nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
 	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}})
 	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}})
 	want("all settled", "")
+}
+
+// TestDeletedRolloutSeriesGo: once a NodeRollout is gone from the cache, the
+// next pass deletes its per-rollout series (per-node state, nodes by state,
+// halted); another rollout's stay.
+func TestDeletedRolloutSeriesGo(t *testing.T) {
+	e := newEnv(t)
+	done := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "other", Generation: 1}}
+	done.Status.Phase, done.Status.ObservedGeneration = v1alpha1.PhaseCompleted, 1
+	e.put(done)
+	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}})
+	e.ex.metrics.Halted.WithLabelValues("r").Set(1)
+	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	e.ex.metrics.Halted.WithLabelValues("other").Set(0)
+	series := func(rollout string) int {
+		n := 0
+		for _, c := range []prometheus.Collector{e.ex.metrics.NodeState, e.ex.metrics.NodesByState, e.ex.metrics.Halted} {
+			ch := make(chan prometheus.Metric, 100)
+			c.Collect(ch)
+			close(ch)
+			for m := range ch {
+				var d dto.Metric
+				_ = m.Write(&d)
+				for _, l := range d.GetLabel() {
+					if l.GetName() == "rollout" && l.GetValue() == rollout {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if series("r") != 16 || series("other") != 16 { // 1 node state + 14 states + halted
+		t.Fatalf("before: %d series of r, %d of other, want 16 each", series("r"), series("other"))
+	}
+	e.ex.reconcileAll(e.ctx) // r is not in the cache: deleted
+	if n := series("r"); n != 0 {
+		t.Errorf("%d series of the deleted rollout r remain", n)
+	}
+	if n := series("other"); n != 16 {
+		t.Errorf("%d series of rollout other, want its 16 kept", n)
+	}
 }

@@ -60,9 +60,42 @@ type NodeJudgement struct {
 	// interval, apart from enrollment (set when enrollment was checked).
 	// +optional
 	TrafficOutcome Outcome `json:"trafficOutcome,omitempty"`
+	// PodAges are the established connections by age of the pods in Rows,
+	// at the baseline's end (just before the swap) and at the soak's end:
+	// what an in-place swap cuts, and what the new ztunnel carries again.
+	// +optional
+	// +kubebuilder:validation:MaxItems=12
+	PodAges []PodAges `json:"podAges,omitempty"`
 	// JudgedAt is when the judgement was made (RFC 3339).
 	// +optional
 	JudgedAt string `json:"judgedAt,omitempty"`
+}
+
+// PodAges are one pod's connection ages before → after (the agent's
+// connection-age gauge histogram at each window's end). About 100 bytes
+// of JSON, so the judgement stays within the status budget.
+type PodAges struct {
+	// Pod is namespace/name as in JudgementRow.Pod.
+	// +kubebuilder:validation:MaxLength=330
+	Pod    string   `json:"pod"`
+	Before ConnAges `json:"before"`
+	After  ConnAges `json:"after"`
+}
+
+// ConnAges summarise a connection-age histogram. Ages are the lower bounds,
+// in seconds, of the agent's age buckets (health.AgeBucketBoundsSeconds),
+// so "60" reads "at least 60 s".
+type ConnAges struct {
+	// Open is the number of established connections.
+	Open int64 `json:"open"`
+	// Median and Oldest are the lower bounds of the buckets holding the
+	// median and the oldest connection; empty when none was open.
+	// +optional
+	// +kubebuilder:validation:MaxLength=12
+	Median string `json:"median,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=12
+	Oldest string `json:"oldest,omitempty"`
 }
 
 // JudgementRow is one line of the before/after table, formatted for people.

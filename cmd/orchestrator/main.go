@@ -106,7 +106,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept (with --agent-issuer: this pod's projected ServiceAccount token for audience nodewise-agent)")
 	fs.BoolVar(&rc.issuer.enabled, "agent-issuer", false, "sign the node agents' certificate requests (signer nodewise.io/agent-serving) from the CA in Secret <namespace>/nodewise-agent-ca, created and rotated here, and trust that CA instead of --agent-ca")
 	fs.DurationVar(&rc.issuer.caValidity, "agent-ca-validity", 0, "life of the agents' CA, rotated with a third left (default 8760h)")
-	fs.DurationVar(&rc.issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed at two thirds (default 168h)")
+	fs.DurationVar(&rc.issuer.certValidity, "agent-cert-validity", 0, "life of each agent certificate, renewed by the agent at 70-90% of it (default 168h)")
 	fs.StringVar(&rc.notify.webhook, "notify-webhook", rc.notify.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
 	fs.StringVar(&rc.notify.cluster, "notify-cluster", "", "the cluster's name, in every webhook message (required with a webhook)")
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
 )
 
@@ -55,6 +56,46 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// PruneRollouts deletes the series of every rollout not in live (the
+// per-rollout gauges: nodes by state, halted, per-node state), so a
+// deleted NodeRollout's series end with it rather than at the next restart.
+func (m *Metrics) PruneRollouts(live map[string]bool) {
+	for _, name := range m.rollouts() {
+		if !live[name] {
+			l := prometheus.Labels{"rollout": name}
+			m.NodesByState.DeletePartialMatch(l)
+			m.Halted.DeletePartialMatch(l)
+			m.NodeState.DeletePartialMatch(l)
+		}
+	}
+}
+
+// rollouts are the rollouts that have a series in a per-rollout gauge.
+func (m *Metrics) rollouts() []string {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		m.NodesByState.Collect(ch)
+		m.Halted.Collect(ch)
+		m.NodeState.Collect(ch)
+		close(ch)
+	}()
+	seen := map[string]bool{}
+	var out []string
+	for metric := range ch {
+		var d dto.Metric
+		if metric.Write(&d) != nil {
+			continue
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "rollout" && !seen[l.GetValue()] {
+				seen[l.GetValue()] = true
+				out = append(out, l.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // CountRequests wraps cfg's transport so every request is counted by verb and resource.

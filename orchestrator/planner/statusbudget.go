@@ -135,7 +135,7 @@ func trimTimes(n *v1alpha1.NodeStatus) { n.StartTime, n.StateSince = nil, nil }
 func trimRows(n *v1alpha1.NodeStatus) {
 	if n.Judgement != nil && n.Judgement.Rows != nil {
 		j := *n.Judgement
-		j.Rows = nil
+		j.Rows, j.PodAges = nil, nil
 		n.Judgement = &j
 	}
 }

@@ -108,6 +108,20 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 		t.Errorf("no before → after row for a pod of %s among %q", node, rows)
 	}
 	t.Logf("before → after rows of %s's pods: %q", node, found)
+	ages, err := browser.Eval[[][]string](tctx, `[...document.querySelectorAll("table.ages tr[data-pod]")].map(r => [r.dataset.pod, r.querySelector("td.ages").textContent])`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aged []string
+	for _, r := range ages {
+		if onNode[strings.TrimSuffix(r[0], " (proxy)")] && strings.Contains(r[1], " open") && strings.Contains(r[1], " → ") {
+			aged = append(aged, r[0]+": "+r[1])
+		}
+	}
+	if len(aged) == 0 {
+		t.Errorf("no connection ages before → after for a pod of %s among %q", node, ages)
+	}
+	t.Logf("connection ages of %s's pods: %q", node, aged)
 	if _, err := browser.Screenshot(tctx, shots, "node-evidence"); err != nil {
 		t.Error(err)
 	}

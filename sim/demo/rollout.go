@@ -6,6 +6,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -66,30 +71,49 @@ func terminal(p v1alpha1.RolloutPhase) bool {
 	return false
 }
 
-// runRollout creates nr and shows its progress until it reaches a terminal phase.
+// runRollout creates nr and shows its progress until it reaches a terminal
+// phase, from a watch of nr (a list, then its changes; relisted if the
+// watch breaks), within 15 minutes.
 func runRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, nr *v1alpha1.NodeRollout, v *view) (*v1alpha1.NodeRollout, error) {
 	if _, err := rc.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating NodeRollout %s: %w", nr.Name, err)
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(15 * time.Minute)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-deadline:
-			return nil, fmt.Errorf("NodeRollout %s did not finish within 15m", nr.Name)
-		case <-tick.C:
+	const limit = 15 * time.Minute
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	byName := fields.OneTermEqualSelector("metadata.name", nr.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = byName
+			return rc.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = byName
+			return rc.Watch(ctx, o)
+		},
+	}
+	var last *v1alpha1.NodeRollout
+	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(e watch.Event) (bool, error) {
+		cur, ok := e.Object.(*v1alpha1.NodeRollout)
+		if !ok {
+			return false, nil
 		}
-		cur, err := rc.Get(ctx, nr.Name, metav1.GetOptions{})
-		if err != nil {
-			continue // the API server may be busy; the next tick retries
+		if e.Type == watch.Deleted {
+			return false, fmt.Errorf("NodeRollout %s was deleted before it finished (phase %s)", nr.Name, orDash(string(cur.Status.Phase)))
 		}
 		v.show(cur)
-		if terminal(cur.Status.Phase) {
-			v.final(cur)
-			return cur, nil
+		last = cur
+		return terminal(cur.Status.Phase), nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
+		if wctx.Err() != nil {
+			return nil, fmt.Errorf("NodeRollout %s did not finish within %s", nr.Name, limit)
+		}
+		return nil, err
 	}
+	v.final(last)
+	return last, nil
 }

@@ -483,6 +483,8 @@ func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
 		{orch, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", true},
 		{orch, "certificates.k8s.io", "certificatesigningrequests", "", "", "delete", "", false},
 		{agent, "certificates.k8s.io", "certificatesigningrequests", "", "", "create", "", true},
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "", "", "watch", "", true}, // client-go's certificate manager waits on a watch
+		{agent, "certificates.k8s.io", "certificatesigningrequests", "", "", "delete", "", false},
 		{agent, "certificates.k8s.io", "certificatesigningrequests", "approval", "", "update", "", false},
 		{agent, "certificates.k8s.io", "certificatesigningrequests", "status", "", "update", "", false},
 		{agent, "certificates.k8s.io", "signers", "", "nodewise.io/agent-serving", "sign", "", false},

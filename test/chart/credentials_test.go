@@ -2,6 +2,8 @@ package chart
 
 import (
 	"context"
+	"crypto"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -271,3 +273,93 @@ func startImpostor(t *testing.T, kube kubernetes.Interface, node string, own, ot
 type allowAll struct{}
 
 func (allowAll) Authenticate(*http.Request) error { return nil }
+
+// TestChartAgentCertificateRenews: with the chart's RBAC only, the agent's
+// certificate manager (client-go's) replaces its certificate with a new
+// key's before the old one expires, for the same name and address, and the
+// new one is what the agent serves. The signer's clock runs behind, so the
+// first certificate has 30 s left when issued and is already past its
+// renewal point.
+func TestChartAgentCertificateRenews(t *testing.T) {
+	c := install(t, 1)
+	in := Installed{Config: c.Config, Client: c.Client}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := zaptest.NewLogger(t)
+	node := "node-001"
+	ip := nodeIP(t, c, node)
+
+	const life = 10 * time.Minute // the signer's shortest
+	behind := life - 30*time.Second
+	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", podOf(t, in, "nodewise-orchestrator", ""), nil))
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: 200 * time.Millisecond, CertValidity: life,
+		Now: func() time.Time { return time.Now().Add(-behind) }, Logger: log.Named("signer")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := make(chan error, 1)
+	go func() { signed <- signer.Run(ctx) }()
+	defer func() { cancel(); <-signed }()
+
+	agentKube := clientAs(t, in, tokenFor(t, in, "nodewise-agent", podOf(t, in, "nodewise-agent", node), nil))
+	req, err := agentpki.NewRequester(agentpki.RequesterConfig{Kube: agentKube, Node: node, IPs: []net.IP{ip}, Timeout: time.Minute, Logger: log.Named("certificate")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Obtain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := req.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Until(first.Leaf.NotAfter); left > time.Minute {
+		t.Fatalf("the first certificate has %s left, want at most 30 s (the signer's clock runs %s behind)", left, behind)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- req.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+
+	var renewed *tls.Certificate
+	testkit.WaitFor(t, 25*time.Second, "a renewed certificate before the first expires", func() (bool, error) {
+		cur, err := req.GetCertificate(nil)
+		if err != nil {
+			return false, err
+		}
+		renewed = cur
+		return cur.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0, nil
+	})
+	if now := time.Now(); !now.Before(first.Leaf.NotAfter) {
+		t.Errorf("renewed at %s, after the first certificate expired at %s", now, first.Leaf.NotAfter)
+	}
+	if renewed.Leaf.NotAfter.Before(first.Leaf.NotAfter) { // same second when renewed at once
+		t.Errorf("renewed certificate ends %s, before the first's %s", renewed.Leaf.NotAfter, first.Leaf.NotAfter)
+	}
+	if renewed.Leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(first.Leaf.PublicKey) {
+		t.Error("the renewed certificate reuses the first key; the manager generates a new one")
+	}
+	if cn, dns, ips := renewed.Leaf.Subject.CommonName, renewed.Leaf.DNSNames, renewed.Leaf.IPAddresses; cn != "nodewise-agent:"+node ||
+		len(dns) != 1 || dns[0] != node || len(ips) != 1 || !ips[0].Equal(ip) {
+		t.Errorf("renewed certificate for CN %q DNS %q IPs %v, want nodewise-agent:%s, [%s], [%s]", cn, dns, ips, node, node, ip)
+	}
+	if err := renewed.Leaf.VerifyHostname(node); err != nil {
+		t.Errorf("renewed certificate: %v", err)
+	}
+	csrs, err := c.Client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours int
+	for _, r := range csrs.Items {
+		if v := r.Spec.Extra[agentpki.NodeNameExtra]; r.Spec.Username != "system:serviceaccount:"+Namespace+":nodewise-agent" || len(v) != 1 || v[0] != node {
+			continue
+		}
+		ours++
+		if r.Spec.SignerName != agentpki.SignerName {
+			t.Errorf("the agent's request %s is for signer %q, want %s", r.Name, r.Spec.SignerName, agentpki.SignerName)
+		}
+	}
+	if ours < 2 {
+		t.Errorf("%d certificate requests from %s's agent, want the first and at least one renewal", ours, node)
+	}
+}
