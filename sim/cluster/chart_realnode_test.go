@@ -40,9 +40,12 @@ import (
 // so this also has the orchestrator, in its container and with in-cluster
 // credentials, sign the agent's CSR; the test then trusts only the bundle
 // the orchestrator publishes, for the node's name, to read the agent.
+// Last, NodeRollouts of the node's ztunnel (rolloutOnRealNode): the
+// orchestrator judges the node from that agent's evidence, passes a healthy
+// build and halts on one that never gets Ready.
 func TestChartOnRealNode(t *testing.T) {
 	c := Start(t, Options{Nodes: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := imagesDir()
 	bin := filepath.Dir(dir)
@@ -56,15 +59,19 @@ func TestChartOnRealNode(t *testing.T) {
 	}
 	images := []string{"orchestrator", "nodeagent", "probe"}
 	refs := pushImages(t, ctx, pusher, reg, dir, images...)
+	pushZtunnelBuilds(t, ctx, pusher, reg, dir)
 	pusher.Stop()
 
 	// The orchestrator is a Deployment: pin its one replica to the real node,
-	// which it must tolerate. The agent and the probe tolerate every node.
+	// which it must tolerate (and its cordon, for the rollouts below). The
+	// agent and the probe tolerate every node. The judge samples the agents
+	// every second, for the rollouts' 10 s baselines.
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(fmt.Sprintf(`orchestrator:
   replicas: 1
   nodeSelector: {kubernetes.io/hostname: %s}
   tolerations: [{key: %s, operator: Exists, effect: NoSchedule}]
+  extraArgs: [--agent-sample-every=1s]
 `, n.Name, TaintRealNode)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +133,7 @@ func TestChartOnRealNode(t *testing.T) {
 	}
 	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
 	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"])
+	rolloutOnRealNode(t, ctx, c, n, running["nodewise-probe"])
 }
 
 // versionFromServer runs `nodewise version -o json` against the cluster: it
@@ -213,8 +221,7 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	// publishes and name the node, as the orchestrator's agent client checks
 	// it (health.AgentClientConfig.VerifyNodeName): the orchestrator in its
 	// container signed it for this node. That the orchestrator itself dials
-	// the agent and judges the node from it is not shown here (no NodeRollout
-	// runs on the real node).
+	// the agent and judges the node from it, rolloutOnRealNode shows.
 	bundle, err := c.Client.CoreV1().ConfigMaps("nodewise-system").Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the agents' CA bundle the orchestrator publishes: %v", err)

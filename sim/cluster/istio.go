@@ -48,6 +48,12 @@ type IstioOptions struct {
 	CABundle []byte
 	// SkipSamples leaves out the sample workloads.
 	SkipSamples bool
+	// ControlPlaneOnly leaves out the data-plane DaemonSets (ztunnel,
+	// istio-cni-node): istiod, its injector and the revision tag only, for a
+	// test that brings a data plane of its own (TestChartOnRealNode's ztunnel,
+	// from an image a real node can pull). The simulated ones tolerate every
+	// taint and would land on a real node with images nobody serves.
+	ControlPlaneOnly bool
 }
 
 var versionRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)(-[a-z0-9-]+)?$`)
@@ -79,10 +85,11 @@ func InstallIstio(ctx context.Context, client kubernetes.Interface, opts IstioOp
 		return fmt.Errorf("update strategy must be OnDelete or RollingUpdate, got %q", opts.UpdateStrategy)
 	}
 	in := installer{client: client, opts: opts, rev: rev}
-	steps := []func(context.Context) error{
-		in.namespace, in.serviceAccounts, in.istiod, in.injector, in.defaultTag,
-		func(ctx context.Context) error { return in.daemonSet(ctx, cniDaemonSet(opts, rev)) },
-		func(ctx context.Context) error { return in.daemonSet(ctx, ztunnelDaemonSet(opts, rev)) },
+	steps := []func(context.Context) error{in.namespace, in.serviceAccounts, in.istiod, in.injector, in.defaultTag}
+	if !opts.ControlPlaneOnly {
+		steps = append(steps,
+			func(ctx context.Context) error { return in.daemonSet(ctx, cniDaemonSet(opts, rev)) },
+			func(ctx context.Context) error { return in.daemonSet(ctx, ztunnelDaemonSet(opts, rev)) })
 	}
 	if !opts.SkipSamples {
 		steps = append(steps, in.samples)

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestRevision(t *testing.T) {
@@ -133,5 +134,29 @@ func TestInstallIstioAndUpgradeTemplates(t *testing.T) {
 	})
 	if err := InstallIstio(ctx, c.Client, IstioOptions{Version: "1.28"}); err == nil || !strings.Contains(err.Error(), "1.27.3") {
 		t.Errorf("malformed version accepted or unclear error: %v", err)
+	}
+}
+
+// TestInstallIstioControlPlaneOnly: with ControlPlaneOnly the fixtures install
+// istiod and its revision tag, which the skew preflight reads, and no
+// data-plane DaemonSet (their images would land on a real node unpullable).
+func TestInstallIstioControlPlaneOnly(t *testing.T) {
+	ctx := testContext(t, 10*time.Second)
+	client := fake.NewClientset()
+	if err := InstallIstio(ctx, client, IstioOptions{Version: "1.28.1", ControlPlaneOnly: true, SkipSamples: true}); err != nil {
+		t.Fatal(err)
+	}
+	dss, err := client.AppsV1().DaemonSets(IstioNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dss.Items) != 0 {
+		t.Errorf("ControlPlaneOnly installed %d DaemonSets, want none", len(dss.Items))
+	}
+	if _, err := client.AppsV1().Deployments(IstioNamespace).Get(ctx, "istiod-1-28", metav1.GetOptions{}); err != nil {
+		t.Errorf("no istiod: %v", err)
+	}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "istio-revision-tag-default", metav1.GetOptions{}); err != nil {
+		t.Errorf("no default revision tag: %v", err)
 	}
 }
