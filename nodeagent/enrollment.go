@@ -406,7 +406,8 @@ func checkListeners(socks []tcpSock, current map[uint64]bool) string {
 
 // bypassing lists the namespace's open outbound connections that do not go
 // through ztunnel: established sockets not ztunnel's own, from a port
-// nothing listens on (an active open), to a non-loopback peer on a port
+// nothing listens on (an active open), to a peer neither loopback nor the
+// pod's own address, on a port
 // that is not ztunnel's, with no connection accepted on 15001 from the same
 // address and port (the other end of a redirected connect).
 func bypassing(socks []tcpSock, ztunnel map[uint64]bool) []string {
@@ -422,7 +423,10 @@ func bypassing(socks []tcpSock, ztunnel map[uint64]bool) []string {
 	}
 	var out []string
 	for _, s := range socks {
-		if s.state != tcpEstablished || ztunnel[s.inode] || listening[s.local.Port()] || s.remote.Addr().IsLoopback() {
+		// A peer at the pod's own address is the pod itself (ztunnel's
+		// inbound delivery to the app, or the app calling itself): the
+		// connection never leaves the namespace.
+		if s.state != tcpEstablished || ztunnel[s.inode] || listening[s.local.Port()] || s.remote.Addr().IsLoopback() || s.remote.Addr() == s.local.Addr() {
 			continue
 		}
 		switch s.remote.Port() {

@@ -81,6 +81,14 @@ func TestEnrollmentChecksOnTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeAll)
+	// A connection of the enrolled pod to its own address (as ztunnel's
+	// inbound delivery to the app is) never leaves the pod: not a bypass.
+	enrolled.ListenEcho(t, 9090, false)
+	closeSelf, err := enrolled.Hold(fmt.Sprintf("%s:9090", enrolled.IP), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeSelf)
 
 	for _, c := range []struct {
 		pod      *netrig.Pod
