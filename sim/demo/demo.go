@@ -7,16 +7,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"k8s.io/kubectl/pkg/util/podutils"
+	"k8s.io/utils/ptr"
 
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -362,14 +364,16 @@ func workDir(dir string) (string, func(), error) {
 // istio-cni pod. It counts pods rather than trusting the DaemonSet status,
 // which the controller may update late on a loaded machine.
 func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, sel := range []string{"app=ztunnel", "k8s-app=" + cluster.CNIName} {
-			ready, err := readyNodes(ctx, c.Client, cluster.IstioNamespace, sel)
-			if err != nil || len(ready) != nodes {
-				return false, nil
+	pods := c.Client.CoreV1().Pods(cluster.IstioNamespace)
+	sels := map[string]labels.Selector{"ztunnel": labels.SelectorFromSet(labels.Set{"app": "ztunnel"}), cluster.CNIName: labels.SelectorFromSet(labels.Set{"k8s-app": cluster.CNIName})}
+	err := waitList(ctx, 3*time.Minute, listWatch(pods.List, pods.Watch, metav1.ListOptions{}), &corev1.Pod{}, func(objs []any) (bool, string) {
+		var short []string
+		for _, name := range []string{"ztunnel", cluster.CNIName} {
+			if n := len(readyNodes(objs, sels[name])); n != nodes {
+				short = append(short, fmt.Sprintf("%s Ready on %d", name, n))
 			}
 		}
-		return true, nil
+		return len(short) == 0, strings.Join(short, ", ")
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for ztunnel and istio-cni to be Ready on %d nodes: %w", nodes, err)
@@ -377,33 +381,40 @@ func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 	return nil
 }
 
-// readyNodes are the nodes with a Ready pod of namespace ns matching selector.
-func readyNodes(ctx context.Context, c kubernetes.Interface, ns, selector string) (map[string]bool, error) {
-	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil, err
-	}
+// readyNodes are the nodes with a Ready pod among pods matching selector.
+func readyNodes(pods []any, selector labels.Selector) map[string]bool {
 	ready := map[string]bool{}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
+	for _, o := range pods {
+		p, ok := o.(*corev1.Pod)
+		if ok && p.DeletionTimestamp == nil && selector.Matches(labels.Set(p.Labels)) && podutils.IsPodReady(p) {
 			ready[p.Spec.NodeName] = true
 		}
 	}
-	return ready, nil
+	return ready
 }
 
 // waitTemplateObserved waits until the DaemonSet controller has seen each
 // DaemonSet's new template (its newest ControllerRevision exists), so a
 // rollout applied next finds the nodes out of date.
 func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...string) error {
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, name := range names {
-			ds, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil || ds.Status.ObservedGeneration != ds.Generation || ds.Status.UpdatedNumberScheduled >= ds.Status.DesiredNumberScheduled {
-				return false, nil
+	dss := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace)
+	err := waitList(ctx, time.Minute, listWatch(dss.List, dss.Watch, metav1.ListOptions{}), &appsv1.DaemonSet{}, func(objs []any) (bool, string) {
+		seen := map[string]*appsv1.DaemonSet{}
+		for _, o := range objs {
+			if ds, ok := o.(*appsv1.DaemonSet); ok {
+				seen[ds.Name] = ds
 			}
 		}
-		return true, nil
+		for _, name := range names {
+			ds := seen[name]
+			if ds == nil {
+				return false, name + " not found"
+			}
+			if ds.Status.ObservedGeneration != ds.Generation || ds.Status.UpdatedNumberScheduled >= ds.Status.DesiredNumberScheduled {
+				return false, fmt.Sprintf("%s: generation %d observed %d, %d of %d updated", name, ds.Generation, ds.Status.ObservedGeneration, ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled)
+			}
+		}
+		return true, ""
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the DaemonSet controller to observe the new templates of %v: %w", names, err)
@@ -413,27 +424,23 @@ func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...stri
 
 // waitSamples waits until every sample Deployment has its replicas available.
 func waitSamples(ctx context.Context, c *cluster.Cluster) error {
-	var waiting []string // what the last look found not yet available, for the error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := c.Client.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			waiting = []string{"listing Deployments: " + err.Error()}
-			return false, nil
-		}
-		waiting = waiting[:0]
-		for _, d := range ds.Items {
-			if d.Namespace != cluster.IstioNamespace && (d.Spec.Replicas == nil || d.Status.AvailableReplicas != *d.Spec.Replicas) {
-				want := int32(0)
-				if d.Spec.Replicas != nil {
-					want = *d.Spec.Replicas
-				}
+	deps := c.Client.AppsV1().Deployments(metav1.NamespaceAll)
+	err := waitList(ctx, 3*time.Minute, listWatch(deps.List, deps.Watch, metav1.ListOptions{}), &appsv1.Deployment{}, func(objs []any) (bool, string) {
+		var waiting []string
+		for _, o := range objs {
+			d, ok := o.(*appsv1.Deployment)
+			if !ok || d.Namespace == cluster.IstioNamespace {
+				continue
+			}
+			if want := ptr.Deref(d.Spec.Replicas, 0); d.Spec.Replicas == nil || d.Status.AvailableReplicas != want {
 				waiting = append(waiting, fmt.Sprintf("%s/%s %d/%d available", d.Namespace, d.Name, d.Status.AvailableReplicas, want))
 			}
 		}
-		return len(waiting) == 0, nil
+		sort.Strings(waiting)
+		return len(waiting) == 0, strings.Join(waiting, ", ")
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the sample apps (%s): %w", strings.Join(waiting, ", "), err)
+		return fmt.Errorf("waiting for the sample apps: %w", err)
 	}
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/labels"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -135,9 +135,11 @@ func setProbeArgs(ds *appsv1.DaemonSet, tr ProbeTraffic) {
 
 // waitProbes waits until a probe pod is Ready on each of nodes nodes.
 func waitProbes(ctx context.Context, c kubernetes.Interface, nodes int) error {
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ready, err := readyNodes(ctx, c, health.DefaultProbeNamespace, dataplane.ProbeLabel+"="+dataplane.ProbeName)
-		return err == nil && len(ready) >= nodes, nil
+	pods := c.CoreV1().Pods(health.DefaultProbeNamespace)
+	sel := labels.SelectorFromSet(labels.Set{dataplane.ProbeLabel: dataplane.ProbeName})
+	err := waitList(ctx, 2*time.Minute, listWatch(pods.List, pods.Watch, metav1.ListOptions{LabelSelector: sel.String()}), &corev1.Pod{}, func(objs []any) (bool, string) {
+		n := len(readyNodes(objs, sel))
+		return n >= nodes, fmt.Sprintf("Ready on %d", n)
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for a Ready nodewise-probe pod on %d nodes: %w", nodes, err)

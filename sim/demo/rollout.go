@@ -6,10 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -81,17 +78,7 @@ func runRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, nr *v1alp
 	const limit = 15 * time.Minute
 	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	byName := fields.OneTermEqualSelector("metadata.name", nr.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = byName
-			return rc.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = byName
-			return rc.Watch(ctx, o)
-		},
-	}
+	lw := listWatch(rc.List, rc.Watch, byName(nr.Name))
 	var last *v1alpha1.NodeRollout
 	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(e watch.Event) (bool, error) {
 		cur, ok := e.Object.(*v1alpha1.NodeRollout)

@@ -83,30 +83,31 @@ func runMigration(ctx context.Context, mc v1alpha1.RevisionMigrationInterface, r
 	if _, err := mc.Create(ctx, rm, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("creating RevisionMigration %s: %w", rm.Name, err)
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	last := ""
-	for {
-		cur, err := mc.Get(ctx, rm.Name, metav1.GetOptions{})
-		if err == nil {
-			line := fmt.Sprintf("%s: %s", cur.Status.Phase, cur.Status.Reason)
-			if cur.Status.Phase != "" && line != last {
-				fmt.Fprintf(out, "   %s  %s\n", time.Now().Format("15:04:05"), line)
-				last = line
-			}
-			switch cur.Status.Phase {
-			case v1alpha1.MigrationSucceeded, v1alpha1.MigrationHalted, v1alpha1.MigrationRefused, v1alpha1.MigrationAborted:
-				return cur, nil
-			}
+	line := ""
+	var cur *v1alpha1.RevisionMigration
+	err := waitList(ctx, 5*time.Minute, listWatch(mc.List, mc.Watch, byName(rm.Name)), &v1alpha1.RevisionMigration{}, func(objs []any) (bool, string) {
+		if len(objs) == 0 {
+			return false, "not found"
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("RevisionMigration %s did not finish within 5m (%s)", rm.Name, last)
+		m, ok := objs[0].(*v1alpha1.RevisionMigration)
+		if !ok {
+			return false, "not a RevisionMigration"
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		cur = m
+		if l := fmt.Sprintf("%s: %s", m.Status.Phase, m.Status.Reason); m.Status.Phase != "" && l != line {
+			fmt.Fprintf(out, "   %s  %s\n", time.Now().Format("15:04:05"), l)
+			line = l
 		}
+		switch m.Status.Phase {
+		case v1alpha1.MigrationSucceeded, v1alpha1.MigrationHalted, v1alpha1.MigrationRefused, v1alpha1.MigrationAborted:
+			return true, ""
+		}
+		return false, line
+	})
+	if err != nil {
+		return nil, fmt.Errorf("RevisionMigration %s did not finish: %w", rm.Name, err)
 	}
+	return cur, nil
 }
 
 // canaryFirst moves the namespace canary first (its own wave), then the rest.
