@@ -39,7 +39,9 @@ func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
 				PodAges: []v1alpha1.PodAges{
 					{Pod: "default/web-1", Before: v1alpha1.ConnAges{Open: 40, Median: "45", Oldest: "600"}, After: v1alpha1.ConnAges{Open: 2, Median: "0", Oldest: "1"}},
 					{Pod: "default/web-2"},
-				}}
+				},
+				Enrollment: "enrolled 3/4", TrafficOutcome: v1alpha1.OutcomePass,
+				EnrollmentPods: []string{"default/web-3 not enrolled (listeners: nothing listens on 15008): was enrolled before the swap: fails the node"}}
 		default:
 			n.Wave = int32(2 + (i-2)/4)
 		}

@@ -142,6 +142,12 @@ type judgementView struct {
 	PlannedResets                                     int64
 	Node, Pods, Probe                                 []evidenceRow
 	Ages                                              []agesRow
+	// Enrollment is the node's count of ambient pods in the mesh at the
+	// soak's end; EnrollmentPods the ones not enrolled, each with its
+	// failed check (docs/enrollment.md).
+	Enrollment     string
+	EnrollmentPods []string
+	TrafficOutcome string
 }
 
 // agesRow is one pod's established connections by age, before → after.
@@ -208,7 +214,8 @@ func buildNode(nr *v1alpha1.NodeRollout, n *v1alpha1.NodeStatus, grafana string,
 		outcome, _, _ := strings.Cut(n.Verdict, ":")
 		v := &judgementView{Outcome: outcome, IntervalOutcome: string(j.IntervalOutcome), JudgedAt: j.JudgedAt, Judgements: j.Judgements,
 			ConsecutiveFailures: j.ConsecutiveFailures, BaselineSeconds: j.BaselineSeconds, SoakSeconds: j.SoakSeconds,
-			PodsCompared: j.PodsCompared, PodsNotCompared: j.PodsNotCompared, Tests: j.Tests, Regressions: j.Regressions, PlannedResets: j.PlannedResets}
+			PodsCompared: j.PodsCompared, PodsNotCompared: j.PodsNotCompared, Tests: j.Tests, Regressions: j.Regressions, PlannedResets: j.PlannedResets,
+			Enrollment: j.Enrollment, EnrollmentPods: j.EnrollmentPods, TrafficOutcome: string(j.TrafficOutcome)}
 		for _, r := range j.Rows {
 			e := evidence(r)
 			switch {
