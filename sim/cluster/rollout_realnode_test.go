@@ -125,7 +125,12 @@ func rolloutOnRealNode(t *testing.T, ctx context.Context, c *Cluster, n *RealNod
 	if !strings.HasPrefix(ns.Verdict, "Pass") || ns.Judgement == nil || ns.Judgement.Judgements == 0 {
 		t.Errorf("%s was not passed by the judge: verdict %q, judgement %+v", n.Name, ns.Verdict, ns.Judgement)
 	}
-	for _, want := range []string{"probe: 1 pods", "baseline of node " + n.Name + " from its agent's history"} {
+	// The evidence is the containerised agent's count of the probe's
+	// traffic through the node (the real node runs no workload of its own:
+	// inconclusive on the workload passes, below). Whether the baseline came
+	// from the agent's history or was sampled live depends on how long the
+	// agent has run before the node's slot.
+	for _, want := range []string{"probe: 1 pods", "connections in the soak", "baseline of node " + n.Name} {
 		if !strings.Contains(ns.Verdict, want) {
 			t.Errorf("the verdict does not name the agent's evidence %q: %q", want, ns.Verdict)
 		}
@@ -169,6 +174,9 @@ func realRollout(name, node string, swapTimeout time.Duration) *v1alpha1.NodeRol
 	nr.Spec.Baseline = &v1alpha1.Duration{Duration: 10 * time.Second}
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: 10 * time.Second}
 	nr.Spec.Gates.Interval = &v1alpha1.Duration{Duration: 3 * time.Second}
+	// The real node runs no workload, only the probe: too little workload
+	// traffic (Inconclusive) passes, so the probe's evidence decides.
+	nr.Spec.Gates.Inconclusive = v1alpha1.InconclusivePass
 	floor := &v1alpha1.Duration{Duration: 5 * time.Millisecond}
 	nr.Spec.Gates.Latency = []v1alpha1.LatencyGate{{Metric: v1alpha1.MetricSRTT, MinIncrease: floor}, {Metric: v1alpha1.MetricConnectLatency, MinIncrease: floor}}
 	return nr
