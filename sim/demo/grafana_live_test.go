@@ -65,9 +65,20 @@ func TestLiveGrafanaPanelsReturnData(t *testing.T) {
 	if nr.Status.Phase != v1alpha1.PhaseHalted {
 		t.Fatalf("rollout %s, want Halted at %s (the halt panels need one)", nr.Status.Phase, node)
 	}
-	time.Sleep(5 * time.Second) // a few scrapes of the halted state
-
-	end := time.Now()
+	// A few scrapes of the halted state: at least the two samples of the
+	// halt counter that "Halts by reason" (increase) needs. A fixed 5 s
+	// sleep missed them once beside a CI run (no series).
+	var end time.Time
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		end = time.Now()
+		n, err := rangeQuerier{url: prom.URL, start: start, end: end}.series(`count_over_time(nodewise_rollout_halts_total[10m]) >= 2`)
+		if err == nil && n > 0 && time.Since(deadline.Add(-time.Minute)) >= 5*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus has not scraped the halt counter twice within a minute (%d series, %v)", n, err)
+		}
+	}
 	for _, f := range []string{"deploy/nodeagent/nodewise-node-health.json", "deploy/orchestrator/nodewise-rollouts.json"} {
 		d := loadDashboard(t, filepath.Join(testkit.RepoRoot(), f))
 		q := rangeQuerier{url: prom.URL, start: start, end: end}
