@@ -98,6 +98,9 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body any = f.snapshot(node, time.Now())
+	if path == "/v1/cni" {
+		body = f.cni(node, r.URL.Query().Get("version"))
+	}
 	if path == "/v1/history" {
 		h, ok := f.history(node, r.URL.Query().Get("since"))
 		if !ok {
@@ -202,11 +205,23 @@ func (f *fleet) history(node, since string) (health.History, bool) {
 	return h, true
 }
 
+// cni is istio-cni's health as the node's agent serves it at /v1/cni: every
+// check passes, and the plugin reports the version asked for, as on a node
+// whose istio-cni is sound (the fleet fakes the data plane, not its faults:
+// the live tests and cnitoken_test.go show the agent's own checks failing).
+func (f *fleet) cni(node, version string) health.CNIHealth {
+	h := health.CNIHealth{Node: node, Time: time.Now(), Expected: version}
+	for _, c := range []string{health.CNICheckConfig, health.CNICheckKubeconfig, health.CNICheckToken, health.CNICheckPlugin} {
+		h.Checks = append(h.Checks, health.CNICheck{Check: c, File: "/etc/cni/net.d", OK: true, Detail: "fleet: sound"})
+	}
+	return h
+}
+
 // nodeOf is the node a request is for and the agent's path it asks
-// (/v1/snapshot or /v1/history): /nodes/<node>/<path> on the test's own
+// (/v1/snapshot, /v1/history or /v1/cni): /nodes/<node>/<path> on the test's own
 // URL, or <path> on a node's InternalIP (serveOnNodes).
 func (f *fleet) nodeOf(r *http.Request) (string, string, bool) {
-	for _, path := range []string{"/v1/snapshot", "/v1/history"} {
+	for _, path := range []string{"/v1/snapshot", "/v1/history", "/v1/cni"} {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/nodes/"); ok {
 			if node, ok := strings.CutSuffix(rest, path); ok {
 				return node, path, true
