@@ -448,26 +448,27 @@ func BenchmarkClusterTrial(b *testing.B) {
 	}
 }
 
-// TestSimClusterTimings prints the power and the false-Fail rate by baseline
-// and soak length, the figures the defaults were chosen from
-// (docs/health.md). It asserts only that a longer soak catches more.
-func TestSimClusterTimings(t *testing.T) {
-	if testing.Short() {
-		t.Skip("prints figures; run without -short")
-	}
-	trials := simClusterTrials / 5
-	t.Logf("%-28s %10s %12s %12s %12s", "timing", "trials", "false Fail", "probe 3×", "pod 3×")
-	var last float64
-	for i, tm := range []clusterTiming{{60, 120, 15, 60}, {120, 120, 30, 60}, {300, 120, 30, 60}, {300, 180, 30, 60}, {300, 300, 30, 60}, {600, 300, 60, 60}} {
-		healthy := runCluster(uint64(500+i), trials, tm, clusterCase{shift: shiftNone})
-		probe := runCluster(uint64(600+i), trials, tm, clusterCase{shift: shiftNone, regress: "probe", drained: true})
-		pod := runCluster(uint64(700+i), trials, tm, clusterCase{shift: shiftNone, regress: "pod"})
-		t.Logf("%-28s %10d %11.1f%% %11.1f%% %11.1f%%", tm, trials, healthy.pct(healthy.fails), probe.pct(probe.caught), pod.pct(pod.caught))
-		if tm.baseline == 300 && tm.soak > 120 && pod.pct(pod.caught)+10 < last {
-			t.Errorf("%s: power fell from %.1f%% to %.1f%% with a longer soak", tm, last, pod.pct(pod.caught))
-		}
-		if tm.baseline == 300 {
-			last = pod.pct(pod.caught)
+// BenchmarkSimClusterTimings prints the power and the false-Fail rate by
+// baseline and soak length, the figures the defaults were chosen from
+// (docs/health.md), one line a timing. It fails only if a longer soak
+// catches less. A report of about two minutes of CPU, so a benchmark
+// (make bench), not a test of make test.
+func BenchmarkSimClusterTimings(b *testing.B) {
+	for range b.N {
+		trials := simClusterTrials / 5
+		b.Logf("%-28s %10s %12s %12s %12s", "timing", "trials", "false Fail", "probe 3×", "pod 3×")
+		var last float64
+		for i, tm := range []clusterTiming{{60, 120, 15, 60}, {120, 120, 30, 60}, {300, 120, 30, 60}, {300, 180, 30, 60}, {300, 300, 30, 60}, {600, 300, 60, 60}} {
+			healthy := runCluster(uint64(500+i), trials, tm, clusterCase{shift: shiftNone})
+			probe := runCluster(uint64(600+i), trials, tm, clusterCase{shift: shiftNone, regress: "probe", drained: true})
+			pod := runCluster(uint64(700+i), trials, tm, clusterCase{shift: shiftNone, regress: "pod"})
+			b.Logf("%-28s %10d %11.1f%% %11.1f%% %11.1f%%", tm, trials, healthy.pct(healthy.fails), probe.pct(probe.caught), pod.pct(pod.caught))
+			if tm.baseline == 300 && tm.soak > 120 && pod.pct(pod.caught)+10 < last {
+				b.Errorf("%s: power fell from %.1f%% to %.1f%% with a longer soak", tm, last, pod.pct(pod.caught))
+			}
+			if tm.baseline == 300 {
+				last = pod.pct(pod.caught)
+			}
 		}
 	}
 }

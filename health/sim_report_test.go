@@ -11,19 +11,22 @@ import (
 // the simulation's rates. The traffic model and the acceptance tests are in
 // sim_test.go.
 
-// TestSimResetPowerByRate prints how often a 3× rise in resets received is
-// caught, by the pod's baseline reset rate. It asserts only that power rises
-// with the rate (more events, more evidence); the acceptance threshold is in
-// TestSimResetRegressionCaught.
-func TestSimResetPowerByRate(t *testing.T) {
-	var last float64
-	for i, band := range [][2]float64{{0.02, 0.05}, {0.05, 0.1}, {0.1, 0.2}, {0.2, 0.5}, {0.5, 5}} {
-		s := runSim(uint64(10+i), 300, injectResetsBand(band[0], band[1]))
-		t.Logf("3x resets received, baseline %.2f–%.2f/s: caught %.1f%% of %d", band[0], band[1], 100*s.caughtRate(), s.trials)
-		if s.caughtRate()+0.05 < last {
-			t.Errorf("power fell from %.1f%% to %.1f%% as the rate rose", 100*last, 100*s.caughtRate())
+// BenchmarkSimResetPowerByRate prints how often a 3× rise in resets received
+// is caught, by the pod's baseline reset rate (300 trials a band). It fails
+// only if power falls as the rate rises (more events, more evidence); the
+// acceptance threshold is in TestSimResetRegressionCaught. A report of about
+// four minutes of CPU, so a benchmark (make bench), not a test of make test.
+func BenchmarkSimResetPowerByRate(b *testing.B) {
+	for range b.N {
+		var last float64
+		for i, band := range [][2]float64{{0.02, 0.05}, {0.05, 0.1}, {0.1, 0.2}, {0.2, 0.5}, {0.5, 5}} {
+			s := runSim(uint64(10+i), 300, injectResetsBand(band[0], band[1]))
+			b.Logf("3x resets received, baseline %.2f–%.2f/s: caught %.1f%% of %d", band[0], band[1], 100*s.caughtRate(), s.trials)
+			if s.caughtRate()+0.05 < last {
+				b.Errorf("power fell from %.1f%% to %.1f%% as the rate rose", 100*last, 100*s.caughtRate())
+			}
+			last = s.caughtRate()
 		}
-		last = s.caughtRate()
 	}
 }
 

@@ -387,7 +387,7 @@ func runSim(seed uint64, trials int, inject func(r *rand.Rand, pods []simPod) *s
 // resetsEligible: pods receiving at least 0.2 resets/s (one per 5 s) in the
 // baseline. Below that the data cannot carry a 3× rise to significance in a
 // 10-minute baseline and a 5-minute soak across ~170 tests per node;
-// TestSimResetPowerByRate prints the catch rate for the lower bands.
+// BenchmarkSimResetPowerByRate prints the catch rate for the lower bands.
 func resetsEligible(p simPod) bool  { return resetRate(p) >= 0.2 }
 func resetRate(p simPod) float64    { return p.connRate * p.resetRecvP }
 func latencyEligible(p simPod) bool { return p.connRate*p.outFrac >= 0.5 } // ≥ 150 connects per soak
