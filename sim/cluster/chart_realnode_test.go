@@ -261,7 +261,7 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	// /proc, the pod's cgroup), enters its network namespace and finds no
 	// redirection (docs/enrollment.md).
 	var snap health.Snapshot
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/v1/snapshot", nil)
 		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
 		resp, err := client.Do(req)
