@@ -14,7 +14,9 @@ import (
 )
 
 // TestDaemonSetIsLeastPrivilege checks deploy/nodeagent against what the
-// agent is allowed: not privileged, CAP_BPF and CAP_PERFMON only, a
+// agent is allowed: not privileged, CAP_BPF and CAP_PERFMON for the eBPF
+// programs and, for the proof of enrollment (--mesh, docs/enrollment.md),
+// CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_NET_ADMIN, nothing else; a
 // read-only root filesystem, RuntimeDefault seccomp, no hostPID.
 func TestDaemonSetIsLeastPrivilege(t *testing.T) {
 	b, err := os.ReadFile("../deploy/nodeagent/daemonset.yaml")
@@ -48,8 +50,9 @@ func TestDaemonSetIsLeastPrivilege(t *testing.T) {
 		add = append(add, string(a))
 	}
 	sort.Strings(add)
-	if strings.Join(add, ",") != "BPF,PERFMON" || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
-		t.Errorf("capabilities add %v drop %v, want add BPF,PERFMON and drop ALL", add, c.Capabilities.Drop)
+	const want = "BPF,NET_ADMIN,PERFMON,SYS_ADMIN,SYS_PTRACE"
+	if strings.Join(add, ",") != want || len(c.Capabilities.Drop) != 1 || c.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("capabilities add %v drop %v, want add %s and drop ALL", add, c.Capabilities.Drop, want)
 	}
 	for _, m := range spec.Containers[0].VolumeMounts {
 		if !m.ReadOnly {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -36,7 +37,14 @@ type flags struct {
 	kubeconfig  string
 	showVersion bool
 	creds       credFlags
+	mesh        string
 }
+
+// Values of --mesh.
+const (
+	meshAuto = "auto" // check enrollment whenever the agent reaches the Kubernetes API
+	meshOff  = "off"
+)
 
 // parseFlags reads args; -h prints every flag with its description to out
 // and returns flag.ErrHelp.
@@ -61,6 +69,7 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&cfg.CNIKubeconfig, "cni-kubeconfig", "", "the kubeconfig istio-cni writes (default: --cni-conf-dir/"+nodeagent.DefaultCNIKubeconfigName+")")
 	fs.DurationVar(&cfg.HistoryEvery, "history-every", nodeagent.DefaultHistoryEvery, "how often a snapshot is kept in the history (/v1/history), the judge's baseline")
 	fs.DurationVar(&cfg.HistoryKeep, "history-keep", nodeagent.DefaultHistoryKeep, "how far back the history reaches: the longest baseline read from it without a wait")
+	fs.StringVar(&f.mesh, "mesh", meshAuto, "proof of enrollment of the node's ambient pods (docs/enrollment.md): auto (when the agent reaches the Kubernetes API) or off")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	err := fs.Parse(args)
@@ -85,6 +94,9 @@ func run(args []string, out io.Writer) error {
 		_, err := fmt.Fprintln(out, "nodeagent", buildinfo.Version())
 		return err
 	}
+	if f.mesh != meshAuto && f.mesh != meshOff {
+		return fmt.Errorf("mesh %q: want %s or %s", f.mesh, meshAuto, meshOff)
+	}
 	cfg := f.agent
 	log, err := zap.NewProduction()
 	if err != nil {
@@ -101,15 +113,19 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var client kubernetes.Interface
 	if rc != nil {
 		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("building the Kubernetes client: %w", err)
 		}
-		cfg.PodLister = &nodeagent.KubePodLister{Client: client, Node: cfg.Node}
+		if err := podsFromAPI(ctx, &cfg, client, f.mesh == meshAuto); err != nil {
+			return err
+		}
+	} else if f.mesh == meshAuto {
+		log.Info("enrollment is not checked: no Kubernetes API (not in a cluster and no --kubeconfig)")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	renew, err := f.creds.apply(ctx, &cfg, rc, client)
 	if err != nil {
 		return err
@@ -123,6 +139,37 @@ func run(args []string, out io.Writer) error {
 		go func() { _ = renew(ctx) }() // logs its own failures; the current certificate keeps serving
 	}
 	return agent.Run(ctx)
+}
+
+// podsFromAPI names the node's pods from the API (informers on this node's
+// pods and on namespaces) and, with mesh, checks its ambient pods'
+// enrollment from them. The agent serves even while the API cannot list
+// them: names then fall back to UIDs, and enrollment is reported as an error.
+func podsFromAPI(ctx context.Context, cfg *nodeagent.Config, client kubernetes.Interface, mesh bool) error {
+	node := cfg.Node
+	if node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("node name not set (--node or $NODE_NAME) and hostname unknown: %w", err)
+		}
+		node = h
+	}
+	procRoot := cfg.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	km, err := nodeagent.NewKubeMesh(client, node, procRoot)
+	if err != nil {
+		return err
+	}
+	if err := km.Start(ctx, 10*time.Second); err != nil {
+		cfg.Logger.Warn("starting without the node's pods", zap.Error(err))
+	}
+	cfg.PodLister = km
+	if mesh {
+		cfg.Mesh = km
+	}
+	return nil
 }
 
 // restConfig loads an explicit kubeconfig, else the in-cluster config; with

@@ -15,6 +15,7 @@ func TestRunRejectsBadInputWithOneLine(t *testing.T) {
 		{[]string{"-mode=turbo", "-tls-cert=a", "-tls-key=b", "-token-file=c"}, `mode "turbo": want one of auto, ebpf, proc`},
 		{[]string{"-tls-cert=/nonexistent/tls.crt", "-tls-key=/nonexistent/tls.key", "-token-file=/nonexistent/token"}, "loading TLS certificate"},
 		{[]string{"-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--mesh=on", "-tls-cert=a", "-tls-key=b", "-token-file=c"}, `mesh "on": want auto or off`},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig", "-tls-cert=a", "-tls-key=b", "-token-file=c"}, "loading kubeconfig"},
 	} {
 		var out bytes.Buffer
@@ -32,7 +33,7 @@ func TestHelpDescribesEveryFlag(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 	help := out.String()
-	for _, flag := range []string{"node", "mode", "listen", "tls-cert", "tls-key", "token-file", "proc-root", "cgroup-root", "kubeconfig", "version"} {
+	for _, flag := range []string{"node", "mode", "listen", "tls-cert", "tls-key", "token-file", "proc-root", "cgroup-root", "mesh", "kubeconfig", "version"} {
 		if !strings.Contains(help, "  -"+flag+" ") && !strings.Contains(help, "  -"+flag+"\n") {
 			t.Errorf("--help lacks -%s:\n%s", flag, help)
 		}

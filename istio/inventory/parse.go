@@ -28,6 +28,13 @@ func ImageTag(image string) string {
 	return image[colon+1:]
 }
 
+// HasSidecar says whether p carries an injected proxy: such a pod is the
+// sidecar's, never ztunnel's, whatever its ambient labels say.
+func HasSidecar(p *corev1.Pod) bool {
+	_, ok := sidecarContainer(p)
+	return ok
+}
+
 // sidecarContainer finds the injected proxy, as a regular container or as a
 // native sidecar (an init container that keeps running).
 func sidecarContainer(p *corev1.Pod) (corev1.Container, bool) {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nodewise/nodewise/agentpki"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/leader"
 )
 
@@ -254,6 +255,43 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 		t.Errorf("nodewise_agent_mode: %q, want mode=\"ebpf\" 1; the agent's log:\n%s", mode, logs)
 	}
 	t.Logf("the agent: %s; %s…} summed %v", mode, accepts, metricSum(body, accepts))
+
+	// The probe's namespace is ambient and no istio-cni runs here: the
+	// agent in its container finds the probe pod (its informers, the host's
+	// /proc, the pod's cgroup), enters its network namespace and finds no
+	// redirection (docs/enrollment.md).
+	var snap health.Snapshot
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/v1/snapshot", nil)
+		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			body = err.Error()
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		snap = health.Snapshot{}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &snap) != nil || snap.Enrollment == nil {
+			return false, nil
+		}
+		for _, p := range snap.Enrollment.Pods {
+			if p.UID == string(probe.UID) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the agent's snapshot never reported the probe pod's enrollment: %v; it served:\n%s", err, body)
+	}
+	for _, p := range snap.Enrollment.Pods {
+		if p.UID == string(probe.UID) && (p.Result != health.NotEnrolled || p.Failed != health.CheckRedirection || !strings.Contains(p.Detail, "no istio-cni rules")) {
+			t.Errorf("the probe pod's enrollment: %s, want not enrolled for want of istio-cni's redirection", p)
+		}
+	}
+	t.Logf("the agent's enrollment: ztunnel %q, %v (error %q)", snap.Enrollment.Ztunnel, snap.Enrollment.Pods, snap.Enrollment.Error)
 }
 
 // grepLine is the first line of text that contains s, or "".

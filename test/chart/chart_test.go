@@ -360,6 +360,17 @@ func TestChartValues(t *testing.T) {
 	if !strings.Contains(args, "--token-file=") || strings.Contains(args, "--tls-csr") {
 		t.Errorf("judge.enabled=false: agent args %s, want the static Secret credentials", args)
 	}
+	if !strings.Contains(args, "--mesh=auto") {
+		t.Errorf("agent args %s, want the proof of enrollment on by default (--mesh=auto)", args)
+	}
+	off := render(t, "agent.mesh=off")
+	containers, _, _ = unstructured.NestedSlice(off["DaemonSet "+Namespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
+	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--mesh=off") {
+		t.Errorf("agent.mesh=off: agent args %s", args)
+	}
+	if _, err := Template(context.Background(), "agent.mesh=on"); err == nil {
+		t.Error("agent.mesh=on rendered; the schema allows auto or off")
+	}
 	role := objs["ClusterRole /nodewise-orchestrator"]
 	if b, _ := json.Marshal(role.Object); bytes.Contains(b, []byte("certificatesigningrequests")) {
 		t.Error("judge.enabled=false still grants the orchestrator CSR rights")
@@ -491,6 +502,10 @@ func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
 		{agent, "authentication.k8s.io", "tokenreviews", "", "", "create", "", true},
 		{agent, "", "secrets", "", "nodewise-agent-ca", "get", Namespace, false},
 		{agent, "", "pods", "", "", "list", "", true},
+		{agent, "", "pods", "", "", "watch", "", true}, // the enrollment check's informers (docs/enrollment.md)
+		{agent, "", "namespaces", "", "", "watch", "", true},
+		{agent, "", "namespaces", "", "", "update", "", false},
+		{agent, "", "pods", "", "", "get", "", false},
 		{agent, "", "pods", "", "", "delete", "", false},
 	} {
 		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: tc.user, Groups: []string{"system:serviceaccounts"},
