@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 const goodRollout = `apiVersion: nodewise.io/v1alpha1
@@ -43,7 +45,7 @@ func oneLineFailure(t *testing.T, what, stdout, stderr string, err error, want s
 // Bad files get one line and a non-zero exit from plan --offline; nothing
 // reaches a cluster (there is none).
 func TestPlanOfflineRefusesBadFiles(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	dir := t.TempDir()
 	file := func(name, body string) string {
 		p := filepath.Join(dir, name)
@@ -79,7 +81,7 @@ func TestPlanOfflineRefusesBadFiles(t *testing.T) {
 // A server that accepts connections but never answers fails the command
 // after --request-timeout, with one line saying so.
 func TestSilentServerTimesOut(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestSilentServerTimesOut(t *testing.T) {
 // No kubeconfig and no cluster: one line saying what to set, not a dial to
 // localhost:8080.
 func TestNoClusterConfigured(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	cmd := exec.Command(bin, "status", "up")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "none"), "HOME="+t.TempDir(), "KUBERNETES_SERVICE_HOST=")
 	var o, e bytes.Buffer
@@ -125,7 +127,7 @@ func TestNoClusterConfigured(t *testing.T) {
 
 // Installed as kubectl-nodewise, the help names `kubectl nodewise`.
 func TestKubectlPluginName(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	plugin := filepath.Join(t.TempDir(), "kubectl-nodewise")
 	if err := os.Symlink(bin, plugin); err != nil {
 		t.Fatal(err)

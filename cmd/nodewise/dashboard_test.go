@@ -20,7 +20,7 @@ import (
 // writes, set by the test), `chromium --headless --dump-dom` of that
 // address names it too, and SIGTERM stops it cleanly (testkit.Serve).
 func TestDashboardCommandOnTheSimCluster(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
 	c := cluster.Start(t, cluster.Options{Nodes: 1, Zones: 1})
 	node := c.Nodes[0].Name

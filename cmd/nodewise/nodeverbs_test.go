@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestNodeVerbsOnTheSimCluster runs the real binary's retry and skip against
@@ -19,7 +20,7 @@ import (
 // is refused in one line with nothing written; an accepted request is the
 // annotation the orchestrator acts on, naming who asked.
 func TestNodeVerbsOnTheSimCluster(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
 	c := cluster.Start(t, cluster.Options{Nodes: 3, Zones: 1})
 	kc := "--kubeconfig=" + c.Kubeconfig

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nodewise/nodewise/test/promrig"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestPlanApplyRejectBadGates: plan and apply refuse malformed spec.gates with
@@ -15,7 +16,7 @@ import (
 // `hack/build-tool.sh prometheus`); plan --offline checks thresholds but sends
 // no query.
 func TestPlanApplyRejectBadGates(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	prom := startPrometheus(t)
 	dir := t.TempDir()
 	file := func(name, gates string) string {

@@ -20,13 +20,14 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestRolloutCommandsOnTheSimCluster runs the real binary's rollout commands
 // against the simulated cluster's API server. The test plays the orchestrator
 // where a command waits on one (it writes the status the orchestrator would).
 func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
 	c := cluster.Start(t, cluster.Options{Nodes: 3, Zones: 1})
 	node := c.Nodes[0].Name

@@ -17,13 +17,14 @@ import (
 	"github.com/nodewise/nodewise/revisions/revtag"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/injector"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestSidecarCommands runs the real binary's sidecar commands against the
 // simulated cluster: what they print, and that bad input exits non-zero with
 // one line on stderr and changes nothing.
 func TestSidecarCommands(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
 	inj, err := injector.Start()
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,46 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
-
-// cli is the nodewise binary the tests run, built once for the package.
-var cli struct {
-	once     sync.Once
-	dir, bin string
-	err      error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cli.dir != "" {
-		_ = os.RemoveAll(cli.dir)
-	}
-	os.Exit(code)
-}
-
-// nodewiseBinary builds the CLI once per test run (`sim up` re-executes it
-// as the background kubelet, so the tests run the real binary), as
-// `make build` does (-trimpath, CGO_ENABLED=0), so its packages come from
-// the build cache and only the link is new. Before, every test built its
-// own: eleven links of the CLI, minutes of CI.
-func nodewiseBinary(t *testing.T) string {
-	t.Helper()
-	cli.once.Do(func() {
-		if cli.dir, cli.err = os.MkdirTemp("", "nodewise-cli-test-"); cli.err != nil {
-			return
-		}
-		cli.bin = filepath.Join(cli.dir, "nodewise")
-		build := exec.Command("go", "build", "-trimpath", "-o", cli.bin, ".")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			cli.err = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if cli.err != nil {
-		t.Fatalf("building nodewise: %v", cli.err)
-	}
-	return cli.bin
-}
 
 func run(bin string, args ...string) (stdout, stderr string, err error) {
 	var o, e bytes.Buffer
@@ -96,7 +58,7 @@ func running(pid int) bool {
 // `sim up` leaves a ready cluster running in the background with its PIDs
 // recorded; `sim down` stops exactly those processes.
 func TestSimUpStatusDown(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	dir := filepath.Join(t.TempDir(), "sim")
 	out, errOut, err := run(bin, "sim", "up", "--nodes", "3", "--zones", "2", "--state-dir", dir)
 	if err != nil {
@@ -187,7 +149,7 @@ func simInjects(t *testing.T, bin, dir string) {
 
 // Bad input gets one line on stderr, a non-zero exit, and starts nothing.
 func TestSimBadInput(t *testing.T) {
-	bin := nodewiseBinary(t)
+	bin := testkit.Binary(t, "nodewise")
 	base := t.TempDir()
 	inUse := filepath.Join(base, "in-use")
 	if err := os.MkdirAll(inUse, 0o755); err != nil {

@@ -25,7 +25,7 @@ import (
 // dashboard's page of the rollout while the demo runs.
 func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	testkit.RequireNetns(t)
-	bin := buildNodewise(t)
+	bin := testkit.Binary(t, "nodewise")
 	work := t.TempDir()
 	cmd := exec.Command(bin, "demo", "--nodes", "3", "--zones", "1", "--redraw", "never", "--work-dir", work)
 	cmd.Dir = testkit.RepoRoot()
@@ -85,18 +85,6 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	if procs := processesMentioning(bin, work); len(procs) > 0 {
 		t.Errorf("processes left behind: %v", procs)
 	}
-}
-
-// buildNodewise builds cmd/nodewise into the test's temporary directory.
-func buildNodewise(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nodewise")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nodewise")
-	build.Dir = testkit.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // getPage GETs url and returns its body; a status other than 200 is an error.

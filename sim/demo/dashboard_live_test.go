@@ -23,7 +23,7 @@ import (
 // Screenshots go to $NODEWISE_SCREENSHOTS (docs/dashboard has the ones the
 // docs show).
 func TestLiveDashboardShowsTheHalt(t *testing.T) {
-	bin := buildNodewise(t)
+	bin := testkit.Binary(t, "nodewise")
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
 	base := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,34 +19,6 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/test/testkit"
 )
-
-var (
-	cliOnce sync.Once
-	cliPath string
-	cliErr  error
-)
-
-func nodewiseCLI(t testing.TB) string {
-	t.Helper()
-	cliOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodewise-e2e-cli")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliPath = filepath.Join(dir, "nodewise")
-		cmd := exec.Command("go", "build", "-o", cliPath, "./cmd/nodewise")
-		cmd.Dir = testkit.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = err
-			cliPath = string(out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatalf("building nodewise: %v\n%s", cliErr, cliPath)
-	}
-	return cliPath
-}
 
 const goodRollout = `apiVersion: nodewise.io/v1alpha1
 kind: NodeRollout
@@ -65,7 +36,7 @@ spec:
 // rejects the same object through the CRD's validation.
 func TestBadInputRejected(t *testing.T) {
 	e := newEnv(t, 3, 1)
-	bin := nodewiseCLI(t)
+	bin := testkit.Binary(t, "nodewise")
 	dir := t.TempDir()
 	cases := []struct {
 		name, yaml, want string

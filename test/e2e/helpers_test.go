@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,34 +185,6 @@ func (e *env) runInProcessWith(identity string, mut func(*orchestrator.Config)) 
 	return stop, reg
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// orchestratorBinary builds cmd/orchestrator once per test binary.
-func orchestratorBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodewise-e2e-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "orchestrator")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/orchestrator")
-		cmd.Dir = testkit.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
 // proc is an orchestrator subprocess.
 type proc struct {
 	cmd  *exec.Cmd
@@ -223,7 +194,7 @@ type proc struct {
 
 func (e *env) startProcess(identity, metricsAddr string, extra ...string) *proc {
 	e.t.Helper()
-	bin := orchestratorBinary(e.t)
+	bin := testkit.Binary(e.t, "orchestrator")
 	logPath := filepath.Join(e.t.TempDir(), identity+".log")
 	f, err := os.Create(logPath)
 	if err != nil {

@@ -469,10 +469,7 @@ func TestE2EHealthyRolloutPassesEveryGate(t *testing.T) {
 // explain runs `nodewise explain` against the cluster, as a user would.
 func explain(t *testing.T, e *e2e, rollout, node string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nodewise")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(testkit.RepoRoot(), "cmd", "nodewise")).CombinedOutput(); err != nil {
-		t.Fatalf("building nodewise: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "nodewise")
 	var stdout, stderr strings.Builder
 	cmd := exec.Command(bin, "explain", rollout, "--node", node, "--kubeconfig", e.c.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -13,11 +13,12 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 func (e *env) cli(args ...string) (string, error) {
 	var out, errOut bytes.Buffer
-	cmd := exec.Command(nodewiseCLI(e.t), append([]string{"--kubeconfig", e.c.Kubeconfig}, args...)...)
+	cmd := exec.Command(testkit.Binary(e.t, "nodewise"), append([]string{"--kubeconfig", e.c.Kubeconfig}, args...)...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	return out.String() + errOut.String(), err

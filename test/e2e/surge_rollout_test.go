@@ -10,6 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestSurgeRolloutThroughAnOutage: a full rollout with ztunnel swapped surge
@@ -91,7 +92,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 // still starting: the started swap finishes (the bridge is handed over, the
 // old pod goes), nothing else starts, and nothing of nodewise's is left.
 func TestSurgeAbortMidSwap(t *testing.T) {
-	nodewiseCLI(t) // built before the swap it aborts, not while it runs
+	testkit.Binary(t, "nodewise") // built before the swap it aborts, not while it runs
 	e := newEnv(t, 3, 1)
 	e.upgrade("1.28.1")
 	// The bridge starts slowly enough that the abort, a CLI process on a
