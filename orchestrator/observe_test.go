@@ -59,18 +59,20 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 	unbound.Name = "ztunnel-pending"
 	stranger := targetPod(ztunnelDS, "n2", fixture.OldHash)
 	stranger.Name, stranger.OwnerReferences = "lookalike", []metav1.OwnerReference{{Kind: "DaemonSet", Name: "ztunnel", UID: "someone-else"}}
-	// Kured holds n2; an SUC job holds n3; the pre-pull pods of n1 (and a
-	// deleted one of n2).
+	// Kured holds n2; an SUC job holds n3; the pre-pull pods of n1 (one per
+	// target), ztunnel's alone of n3, and a deleted one of n2.
 	kured := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
 		Annotations: map[string]string{planner.AnnotationKuredLock: `{"nodeID":"n2"}`}}}
 	suc := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "apply-os", Namespace: "system-upgrade",
 		Labels: map[string]string{planner.LabelSUCPlan: "os", planner.LabelSUCNode: "n3"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	prepull := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", "n1"), Namespace: istioNS, Labels: map[string]string{model.LabelPrepull: "r"}},
-		Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "pull-0"}}},
-		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}}}}}
-	gone := prepull.DeepCopy()
-	gone.Name, gone.Spec.NodeName, gone.DeletionTimestamp = prepullName("r", "n2"), "n2", &metav1.Time{Time: t0}
-	e := newEnv(t, append(objs, old, unbound, stranger, kured, suc, prepull, gone, nr)...)
+	prepull := func(node, target string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", node, target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepull: "r", model.LabelPrepullTarget: target}},
+			Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pull-0"}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}}}}}
+	}
+	gone := prepull("n2", "ztunnel")
+	gone.DeletionTimestamp = &metav1.Time{Time: t0}
+	e := newEnv(t, append(objs, old, unbound, stranger, kured, suc, prepull("n1", "istio-cni-node"), prepull("n1", "ztunnel"), prepull("n3", "ztunnel"), gone, nr)...)
 
 	// This process has claimed n3, and written n2's newest record itself
 	// (the cache has not caught up).
@@ -113,8 +115,8 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 	if len(n1.Pods) != 2 || !n1.Ready || n1.Zone != "zone-a" {
 		t.Errorf("n1 %+v, want Ready in zone-a with both targets' pods", n1)
 	}
-	if !n1.Prepull.Exists || !n1.Prepull.Pulled {
-		t.Errorf("n1 pre-pull %+v, want an existing, pulled pod", n1.Prepull)
+	if !n1.Prepull.Exists || n1.Prepull.Missing || !n1.Prepull.Pulled {
+		t.Errorf("n1 pre-pull %+v, want both targets' pods, pulled", n1.Prepull)
 	}
 	n2 := nodeView(t, s, "n2")
 	if n2.Pods[istioNS+"/ztunnel"].Name != "ztunnel-n2" {
@@ -123,8 +125,12 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 	if !strings.Contains(n2.HeldBy, "Kured") || n2.Prepull.Exists {
 		t.Errorf("n2 held by %q, pre-pull %+v: want Kured's lock and no (deleted) pre-pull pod", n2.HeldBy, n2.Prepull)
 	}
-	if n3 := nodeView(t, s, "n3"); !strings.Contains(n3.HeldBy, "system-upgrade-controller plan os") {
+	n3 := nodeView(t, s, "n3")
+	if !strings.Contains(n3.HeldBy, "system-upgrade-controller plan os") {
 		t.Errorf("n3 held by %q, want the SUC plan", n3.HeldBy)
+	}
+	if !n3.Prepull.Exists || !n3.Prepull.Missing || n3.Prepull.Pulled {
+		t.Errorf("n3 pre-pull %+v, want ztunnel's pod (pulled) with istio-cni's missing: not pulled", n3.Prepull)
 	}
 	if len(s.UnreadableLocks) != 0 {
 		t.Errorf("unreadable locks %v", s.UnreadableLocks)

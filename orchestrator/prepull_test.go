@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -42,54 +43,91 @@ func TestPrepullViewReadsContainerStates(t *testing.T) {
 		"one pull failed":              {pod(term, waiting("ImagePullBackOff")), false, true},
 		"running (a sim, or an image)": {pod(corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}), true, false},
 	} {
-		v := prepullView(tc.p)
-		if v.Pulled != tc.pulled || (v.Failed != "") != tc.failed {
-			t.Errorf("%s: %+v, want pulled %v failed %v", name, v, tc.pulled, tc.failed)
+		pulled, failed := podPull(tc.p)
+		if pulled != tc.pulled || (failed != "") != tc.failed {
+			t.Errorf("%s: pulled %v failed %q, want pulled %v failed %v", name, pulled, failed, tc.pulled, tc.failed)
 		}
 	}
-	if v := prepullView(pod(waiting("ErrImagePull"))); !strings.Contains(v.Failed, "image istio/ztunnel:a on node n1 failed: ErrImagePull") {
-		t.Errorf("failure %q does not name image and node", v.Failed)
+	if _, failed := podPull(pod(waiting("ErrImagePull"))); !strings.Contains(failed, "image istio/ztunnel:a on node n1 failed: ErrImagePull") {
+		t.Errorf("failure %q does not name image and node", failed)
 	}
 }
 
-// TestPrepullCreatesAndDeletesThePod: ActPrepull creates, in the first
-// target's namespace, a pod bound to the node with one container per new
-// target image whose command does not exist, owned by the rollout;
-// ActPrepullDone deletes it at once. Both are idempotent (an existing or
-// missing pod is fine); any other API error is returned.
-func TestPrepullCreatesAndDeletesThePod(t *testing.T) {
+// TestPrepullViewNeedsEveryTargetsPod: a node's pre-pull is pulled only when
+// each target with images has its pod and every pod is past its pulls; a
+// missing one is reported (to be created), a failed one halts.
+func TestPrepullViewNeedsEveryTargetsPod(t *testing.T) {
+	want := map[string]bool{istioNS + "/istio-cni-node": true, istioNS + "/ztunnel": true}
+	pod := func(target, reason string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", "n1", target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepullTarget: target}},
+			Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "pull-0"}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Image: target + ":new", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}}}
+	}
+	for name, tc := range map[string]struct {
+		pods []*corev1.Pod
+		want model.PrepullView
+	}{
+		"both pulled":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError"), pod("istio-cni-node", "RunContainerError")}, model.PrepullView{Exists: true, Pulled: true}},
+		"one missing":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError")}, model.PrepullView{Exists: true, Missing: true}},
+		"one pulling":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError"), pod("istio-cni-node", "ContainerCreating")}, model.PrepullView{Exists: true}},
+		"one pull failed": {[]*corev1.Pod{pod("ztunnel", "ErrImagePull"), pod("istio-cni-node", "RunContainerError")}, model.PrepullView{Exists: true, Failed: "pre-pull of image ztunnel:new on node n1 failed: ErrImagePull: "}},
+	} {
+		if got := prepullView(tc.pods, want); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
+		}
+	}
+}
+
+// TestPrepullCreatesAndDeletesThePods: ActPrepull creates, in each target's
+// namespace, one pod per target bound to the node with one container per new
+// image of that target whose command does not exist, owned by the rollout
+// and labelled with it and the target (what the chart's nodewise-prepull-only
+// admits); ActPrepullDone deletes them at once. Both are idempotent (an
+// existing or missing pod is fine); any other API error is returned.
+func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 	nr := rollout("r", func(nr *v1alpha1.NodeRollout) { nr.Spec.Prepull = true })
 	p := model.MustPolicy(nr.Spec)
-	name := prepullName("r", "n1")
+	name := prepullName("r", "n1", "ztunnel")
 	forbidden := func(verb string) func(k8stesting.Action) (bool, runtime.Object, error) {
 		return func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, name, errors.New("RBAC "+verb))
 		}
 	}
 
-	e := newEnv(t, cluster(fixture.OldHash, "n1")...)
+	secret := []corev1.LocalObjectReference{{Name: "istio-pull"}}
+	cni := cniDS.DeepCopy()
+	cni.Spec.Template.Spec.ImagePullSecrets = secret
+	objs := cluster(fixture.OldHash, "n1")
+	objs[0] = cni
+	e := newEnv(t, objs...)
 	if err := e.ex.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod.Spec.NodeName != "n1" || pod.Labels[model.LabelPrepull] != "r" || len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != nr.UID {
-		t.Errorf("pod %+v, want bound to n1, labelled and owned by r", pod.ObjectMeta)
-	}
-	var images []string
-	for _, c := range pod.Spec.Containers {
-		images = append(images, c.Image)
-		if len(c.Command) != 1 || c.Command[0] != prepullCommand {
-			t.Errorf("container %s runs %v, want %s", c.Name, c.Command, prepullCommand)
+	for target, image := range map[string]string{"istio-cni-node": "docker.io/istio/install-cni:1.28.1", "ztunnel": "docker.io/istio/ztunnel:1.28.1"} {
+		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !slices.Equal(images, []string{"docker.io/istio/install-cni:1.28.1", "docker.io/istio/ztunnel:1.28.1"}) {
-		t.Errorf("images %v, want both targets' new images", images)
-	}
-	if len(pod.Spec.Tolerations) == 0 || pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
-		t.Errorf("pod spec %+v, want a daemon's tolerations and no restarts", pod.Spec)
+		if pod.Spec.NodeName != "n1" || pod.Labels[model.LabelPrepull] != "r" || pod.Labels[model.LabelPrepullTarget] != target || len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != nr.UID {
+			t.Errorf("pod %+v, want bound to n1, labelled with r and %s, owned by r", pod.ObjectMeta, target)
+		}
+		var images []string
+		for _, c := range pod.Spec.Containers {
+			images = append(images, c.Image)
+			if len(c.Command) != 1 || c.Command[0] != PrepullCommand || c.SecurityContext != nil || len(c.VolumeMounts) != 0 {
+				t.Errorf("container %s runs %v (securityContext %v, mounts %v), want %s alone", c.Name, c.Command, c.SecurityContext, c.VolumeMounts, PrepullCommand)
+			}
+		}
+		if !slices.Equal(images, []string{image}) {
+			t.Errorf("%s's pod pulls %v, want its new image %s only", target, images, image)
+		}
+		s := pod.Spec
+		if len(s.Tolerations) == 0 || s.RestartPolicy != corev1.RestartPolicyNever || s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || len(s.Volumes) != 0 || s.ServiceAccountName != "" {
+			t.Errorf("pod spec %+v, want a daemon's tolerations, no restarts, no token, no volumes", s)
+		}
+		if wantSecrets := map[string][]corev1.LocalObjectReference{"istio-cni-node": secret}[target]; !slices.Equal(s.ImagePullSecrets, wantSecrets) {
+			t.Errorf("%s's pod pulls with %v, want the template's %v", target, s.ImagePullSecrets, wantSecrets)
+		}
 	}
 	// Again: it exists, which is fine.
 	if err := e.ex.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
@@ -104,8 +142,10 @@ func TestPrepullCreatesAndDeletesThePod(t *testing.T) {
 	if err := e.ex.prepull(e.ctx, nr, p, done); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("pre-pull pod still there: %v", err)
+	for _, target := range []string{"istio-cni-node", "ztunnel"} {
+		if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s's pre-pull pod still there: %v", target, err)
+		}
 	}
 	if err := e.ex.prepull(e.ctx, nr, p, done); err != nil {
 		t.Errorf("deleting a missing pod: %v", err)
@@ -131,13 +171,21 @@ func TestPrepullWithoutImages(t *testing.T) {
 	}
 }
 
-// TestPrepullNameIsAValidName: a name past 253 characters is cut.
+// TestPrepullNameIsAValidName: a name past 253 characters is cut, and a
+// hash of the whole keeps two targets' pods apart.
 func TestPrepullNameIsAValidName(t *testing.T) {
-	if got := prepullName("r", "n1"); got != "nodewise-prepull-r-n1" {
+	if got := prepullName("r", "n1", "ztunnel"); got != "nodewise-prepull-r-n1-ztunnel" {
 		t.Errorf("name %q", got)
 	}
-	if got := prepullName(strings.Repeat("r", 200), strings.Repeat("n", 100)); len(got) != 253 {
-		t.Errorf("name of %d characters, want 253", len(got))
+	long := func(target string) string {
+		return prepullName(strings.Repeat("r", 200), strings.Repeat("n", 100), target)
+	}
+	a, b := long("ztunnel"), long("istio-cni-node")
+	if len(a) != 253 || len(b) != 253 || a == b {
+		t.Errorf("names of %d and %d characters (equal: %v), want 253 and distinct", len(a), len(b), a == b)
+	}
+	if errs := validation.IsDNS1123Subdomain(a); len(errs) != 0 {
+		t.Errorf("%s: %v", a, errs)
 	}
 }
 
@@ -149,9 +197,13 @@ func TestReconcilePrepullsBeforeStarting(t *testing.T) {
 	if err := e.pass("r"); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1"), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("no pre-pull pod: %v", err)
+	var pods []*corev1.Pod
+	for _, target := range []string{"istio-cni-node", "ztunnel"} {
+		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("no pre-pull pod for %s: %v", target, err)
+		}
+		pods = append(pods, pod)
 	}
 	if e.ex.claims.Holds("r") || slices.Contains(e.stored("r").Finalizers, model.FinalizerReleaseNodes) {
 		t.Error("the node started before its images were pulled")
@@ -159,16 +211,20 @@ func TestReconcilePrepullsBeforeStarting(t *testing.T) {
 	if p := e.stored("r").Status.Phase; p != v1alpha1.PhaseProgressing {
 		t.Errorf("phase %s, want Progressing", p)
 	}
-	// The kubelet pulled both images (the containers then fail to start).
-	for range pod.Spec.Containers {
-		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}})
+	// The kubelet pulled each image (the containers then fail to start).
+	for _, pod := range pods {
+		for range pod.Spec.Containers {
+			pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}})
+		}
+		_ = e.pods.Add(pod)
 	}
-	_ = e.pods.Add(pod)
 	if err := e.pass("r"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("pre-pull pod not deleted before the start: %v", err)
+	for _, pod := range pods {
+		if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("pre-pull pod %s not deleted before the start: %v", pod.Name, err)
+		}
 	}
 	if !slices.Contains(e.stored("r").Finalizers, model.FinalizerReleaseNodes) {
 		t.Error("the node did not start once pulled")

@@ -53,6 +53,10 @@ const (
 	// NodeRollout it names (orchestrator/prepull.go); it is deleted once its
 	// node has started.
 	LabelPrepull = "nodewise.io/prepull"
+	// LabelPrepullTarget on a pre-pull pod names the target DaemonSet whose
+	// images it pulls (one pod per target): the chart's admission policy
+	// nodewise-prepull-only checks the pod against that DaemonSet's template.
+	LabelPrepullTarget = "nodewise.io/prepull-target"
 	// FinalizerReleaseNodes on a NodeRollout that has started a node: its
 	// deletion makes every in-flight node safe (as an abort does) before the
 	// object goes (orchestrator/finalizer.go).

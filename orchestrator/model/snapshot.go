@@ -4,6 +4,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -36,8 +37,10 @@ type TargetView struct {
 	// owned by the DaemonSet (matched by owner UID).
 	NewestHash string
 	// Images are the images of the DaemonSet's pod template (its
-	// containers), the ones a pre-pull pulls.
-	Images []string
+	// containers), the ones a pre-pull pulls, with the template's
+	// ImagePullSecrets.
+	Images           []string
+	ImagePullSecrets []corev1.LocalObjectReference
 	// Settled is true once the DaemonSet controller has observed the current
 	// template (status.observedGeneration ≥ generation), so its ControllerRevision
 	// exists and NewestHash is really the newest.
@@ -114,14 +117,16 @@ func Terminal(s v1alpha1.NodeState) bool {
 	return s == v1alpha1.NodeDone || s == v1alpha1.NodeSkipped
 }
 
-// PrepullView is a node's pre-pull pod: one container per new target image,
-// bound to the node, whose command does not exist, so nothing runs: the
-// kubelet pulls each image before it tries to start the container, and the
-// container's state says whether it could.
+// PrepullView is a node's pre-pull pods, one per target: one container per
+// new image of the target, bound to the node, whose command does not exist,
+// so nothing runs: the kubelet pulls each image before it tries to start the
+// container, and the container's state says whether it could.
 type PrepullView struct {
-	Exists bool
-	// Pulled: every container got past its pull (running, exited, or failed
-	// for a reason other than its image).
+	// Exists: the node has a pre-pull pod; Missing: a target with images
+	// has none yet (both are created by one ActPrepull).
+	Exists, Missing bool
+	// Pulled: every target's pod exists and every container got past its
+	// pull (running, exited, or failed for a reason other than its image).
 	Pulled bool
 	// Failed names the image, the node and the kubelet's reason when a pull
 	// failed.

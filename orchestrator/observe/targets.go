@@ -2,6 +2,7 @@ package observe
 
 import (
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,7 @@ func (t Targets) Target(ref v1alpha1.TargetRef) (model.TargetView, error) {
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		tv.Images = append(tv.Images, c.Image)
 	}
+	tv.ImagePullSecrets = slices.Clone(ds.Spec.Template.Spec.ImagePullSecrets)
 	revs, err := t.Revisions.ControllerRevisions(ref.Namespace).List(labels.Everything())
 	if err != nil {
 		return tv, fmt.Errorf("listing ControllerRevisions in %s: %w", ref.Namespace, err)

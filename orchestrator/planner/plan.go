@@ -305,7 +305,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 					d.Actions = slices.DeleteFunc(d.Actions, func(a Action) bool { return a.Kind == ActStart })
 					return d
 				}
-				if !n.Prepull.Exists {
+				if !n.Prepull.Exists || n.Prepull.Missing {
 					d.Actions = append(d.Actions, Action{Kind: ActPrepull, Node: n.Name})
 				}
 				slots-- // the slot is the node's while its images come

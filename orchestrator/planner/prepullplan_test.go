@@ -27,6 +27,12 @@ func TestPlanPrepullsBeforeTheStart(t *testing.T) {
 	if d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now); len(d.Actions) != 0 {
 		t.Fatalf("pulling: actions %v, want none (the slot is taken)", d.Actions)
 	}
+	// One target's pod is there, another's not yet (a crash between the
+	// creates): the pre-pull is made again, which creates the missing one.
+	ns[0].Prepull = model.PrepullView{Exists: true, Missing: true}
+	if d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now); len(d.Actions) != 1 || d.Actions[0].Kind != ActPrepull {
+		t.Fatalf("a pod missing: actions %v, want the pre-pull again", d.Actions)
+	}
 	ns[0].Prepull = model.PrepullView{Exists: true, Pulled: true}
 	d = Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if len(d.Actions) != 2 || d.Actions[0].Kind != ActPrepullDone || d.Actions[1].Kind != ActStart {

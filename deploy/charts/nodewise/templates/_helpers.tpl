@@ -100,3 +100,8 @@ topologySpreadConstraints:
 - --cluster-domain={{ .Values.gates.clusterDomain }}
 {{- end }}
 {{- end -}}
+
+{{/* The DaemonSets a pre-pull pod may pull for (the NodeRollout's default targets): one ValidatingAdmissionPolicyBinding each (orchestrator-prepull.yaml), named in nodewise-surge-bridge-labelled. */}}
+{{- define "nodewise.prepullTargets" -}}
+istio-cni-node ztunnel
+{{- end -}}
