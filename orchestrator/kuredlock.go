@@ -136,7 +136,7 @@ func (e *executor) kuredLockChange(ds *appsv1.DaemonSet, holder string, nodes []
 	cur, present := ds.Annotations[planner.AnnotationKuredLock]
 	concurrency := 1
 	for _, c := range ds.Spec.Template.Spec.Containers {
-		concurrency = max(concurrency, planner.KuredConcurrency(append(slices.Clone(c.Command), c.Args...)))
+		concurrency = max(concurrency, planner.KuredConcurrency(append(slices.Clone(c.Command), c.Args...), c.Env))
 	}
 	return planner.TakeKuredLock(cur, present, planner.KuredLockWant{
 		Holder: holder, Nodes: nodes, MaxOwners: concurrency, TTL: e.cfg.KuredLockTTL, Now: e.cfg.Now(),

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Kured's lock, as kubereboot/kured pkg/daemonsetlock writes and reads it.
@@ -209,9 +211,17 @@ func marshalMulti(m kuredMultiLock) (KuredLockChange, error) {
 	return KuredLockChange{Write: true, Value: string(b)}, nil
 }
 
-// KuredConcurrency is Kured's --concurrency from its container's arguments
-// (1 when it is not set or not a number: Kured's default).
-func KuredConcurrency(args []string) int {
+// KuredConcurrency is Kured's --concurrency from its container's arguments,
+// or its environment variable KURED_CONCURRENCY, which Kured lets override
+// the flag (1 when neither is set or a number: Kured's default).
+func KuredConcurrency(args []string, env []corev1.EnvVar) int {
+	for _, e := range env {
+		if e.Name == "KURED_CONCURRENCY" {
+			if n, err := strconv.Atoi(e.Value); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
 	for i, a := range args {
 		a = strings.TrimLeft(a, "-")
 		var v string

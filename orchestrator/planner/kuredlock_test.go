@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var lockNow = time.Date(2026, 12, 4, 19, 0, 0, 0, time.UTC)
@@ -180,14 +182,16 @@ func TestTakeKuredMultiLock(t *testing.T) {
 func TestKuredConcurrency(t *testing.T) {
 	for _, c := range []struct {
 		args []string
+		env  []corev1.EnvVar
 		want int
 	}{
-		{nil, 1},
-		{[]string{"/usr/bin/kured", "--ds-name=kured", "--concurrency=3"}, 3},
-		{[]string{"--concurrency", "2"}, 2},
-		{[]string{"-concurrency=x"}, 1},
+		{nil, nil, 1},
+		{[]string{"/usr/bin/kured", "--ds-name=kured", "--concurrency=3"}, nil, 3},
+		{[]string{"--concurrency", "2"}, nil, 2},
+		{[]string{"-concurrency=x"}, nil, 1},
+		{[]string{"--concurrency=3"}, []corev1.EnvVar{{Name: "KURED_CONCURRENCY", Value: "2"}}, 2}, // Kured: the variable wins
 	} {
-		if got := KuredConcurrency(c.args); got != c.want {
+		if got := KuredConcurrency(c.args, c.env); got != c.want {
 			t.Errorf("%v: %d, want %d", c.args, got, c.want)
 		}
 	}
