@@ -96,6 +96,9 @@ func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []str
 		return fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
 	}
 	if ch, err := e.kuredLockChange(ds, holder, nodes); err != nil || (!ch.Write && !ch.Remove) {
+		if len(nodes) == 0 {
+			return nil // a lock nodewise cannot read holds nothing of its own (it writes only JSON)
+		}
 		return err
 	}
 	for range 5 {
