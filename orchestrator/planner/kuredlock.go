@@ -76,9 +76,9 @@ type KuredLockWant struct {
 	Holder string
 	// Nodes in flight; none: release.
 	Nodes []string
-	// MaxOwners is Kured's --concurrency (from its DaemonSet's args), which
-	// decides the format when there is no annotation yet; a multi-lock's
-	// own maxOwners wins.
+	// MaxOwners is Kured's --concurrency (from its DaemonSet), which decides
+	// the format when there is no annotation yet; a multi-lock is filled up
+	// to the larger of it and the lock's own maxOwners.
 	MaxOwners int
 	TTL       time.Duration
 	Now       time.Time
@@ -153,10 +153,9 @@ func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockC
 			return KuredLockChange{}, fmt.Errorf("Kured's multi-lock %s: %w", AnnotationKuredLock, err)
 		}
 	}
-	owners := m.MaxOwners
-	if owners <= 0 {
-		owners = max(w.MaxOwners, 1)
-	}
+	// Kured's Acquire counts against its own --concurrency, which may have
+	// changed since it wrote maxOwners: fill up to the larger.
+	owners := max(m.MaxOwners, w.MaxOwners, 1)
 	var others, mine []KuredLockValue
 	var holders []string
 	for _, l := range m.Locks {

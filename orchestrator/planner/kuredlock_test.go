@@ -170,8 +170,14 @@ func TestTakeKuredMultiLock(t *testing.T) {
 	}
 	// Every entry Kured's: nodewise waits.
 	full := fmt.Sprintf(`{"maxOwners":2,"locks":[%s,%s]}`, kuredSingle("node-7", lockNow, 0), kuredSingle("node-8", lockNow, 0))
-	if _, err := TakeKuredLock(full, true, w); !errors.Is(err, ErrKuredHolds) || !strings.Contains(err.Error(), "node-7,node-8") {
+	if _, err := TakeKuredLock(full, true, want("node-1")); !errors.Is(err, ErrKuredHolds) || !strings.Contains(err.Error(), "node-7,node-8") {
 		t.Errorf("full multi-lock: %v", err)
+	}
+	// Kured's --concurrency raised since it wrote maxOwners 2: its Acquire counts to 3.
+	w3 := want("node-1")
+	w3.MaxOwners = 3
+	if c, err := TakeKuredLock(`{"maxOwners":2,"locks":[]}`, true, w3); err != nil || kuredAcquireMulti(t, c.Value, 3, lockNow) {
+		t.Errorf("multi-lock under a raised concurrency: %+v, %v; Kured acquires an entry", c, err)
 	}
 	// Kured's Release leaves "locks":[]: still a multi-lock, whatever the args say.
 	if c, _ := TakeKuredLock(`{"maxOwners":2,"locks":[]}`, true, want("node-1")); !strings.Contains(c.Value, `"locks":[`) {
