@@ -1,11 +1,15 @@
 package orchestrator
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -69,5 +73,41 @@ func TestKuredLockOnAnotherDaemonSetHoldsStarts(t *testing.T) {
 	}
 	if err := newEnv(t).ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), []string{"node-1"}); err != nil {
 		t.Errorf("no Kured at all: %v, want nothing to hold", err)
+	}
+}
+
+// TestKuredLockConflictNeverClobbersKured: Kured acquires its lock between
+// nodewise's read and its update. The update is a conflict; nodewise reads
+// again, finds Kured's lock and leaves it (the node waits), never writing
+// over it. Without Kured's write, the retry takes the free lock.
+func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
+	kuredLock := `{"nodeID":"node-3","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:59Z","TTL":0}`
+	for _, kuredWrites := range []bool{true, false} {
+		e := newEnv(t, kuredDS("kube-system", ""))
+		updates := 0
+		e.kube.PrependReactor("update", "daemonsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			updates++
+			if updates > 1 {
+				return false, nil, nil
+			}
+			if kuredWrites { // Kured's Acquire lands first
+				ds := kuredDS("kube-system", kuredLock)
+				if err := e.kube.Tracker().Update(appsv1.SchemeGroupVersion.WithResource("daemonsets"), ds, "kube-system"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return true, nil, apierrors.NewConflict(appsv1.Resource("daemonsets"), "kured", errors.New("the object has been modified"))
+		})
+		err := e.ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), []string{"node-1"})
+		v, _ := e.kuredLockOnAPI()
+		switch {
+		case kuredWrites && (!errors.Is(err, planner.ErrKuredHolds) || v != kuredLock):
+			t.Errorf("Kured acquired during nodewise's update: err %v, lock %s; want ErrKuredHolds and Kured's lock untouched", err, v)
+		case !kuredWrites && (err != nil || !strings.Contains(v, `"nodeID":"nodewise:r"`)):
+			t.Errorf("a conflict with no Kured write: err %v, lock %s; want nodewise's lock after the retry", err, v)
+		}
+		if updates != 1+map[bool]int{true: 0, false: 1}[kuredWrites] {
+			t.Errorf("kuredWrites %v: %d updates", kuredWrites, updates)
+		}
 	}
 }
