@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -40,7 +42,15 @@ func (e *executor) holdKuredLock(ctx context.Context, nr *v1alpha1.NodeRollout, 
 		}
 		slices.Sort(nodes)
 	}
-	err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nodes)
+	w, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nodes)
+	switch w {
+	case lockTaken:
+		e.recorder.Eventf(nr, corev1.EventTypeNormal, "KuredLockTaken", "holding Kured's lock on DaemonSet %s/%s as %s while node(s) %s are in flight",
+			e.cfg.KuredNamespace, e.cfg.KuredDaemonSet, planner.KuredHolder(nr.Name), strings.Join(nodes, ", "))
+	case lockReleased:
+		e.recorder.Eventf(nr, corev1.EventTypeNormal, "KuredLockReleased", "released Kured's lock on DaemonSet %s/%s: no node in flight",
+			e.cfg.KuredNamespace, e.cfg.KuredDaemonSet)
+	}
 	if err == nil {
 		return d
 	}
@@ -79,37 +89,48 @@ func inFlightIn(s model.Snapshot, node string) bool {
 	return false
 }
 
+// lockWrite is what syncKuredLock wrote.
+type lockWrite int
+
+const (
+	lockUnchanged lockWrite = iota
+	lockTaken               // the lock did not name the holder before
+	lockRenewed             // it did: new nodes or a new created
+	lockReleased
+)
+
 // syncKuredLock makes Kured's lock hold holder for nodes (none: not at
 // all). It decides from the cache and writes only when the lock must change:
 // a fresh read, then an update with its resourceVersion (a conflict reads
 // again), so an entry Kured wrote meanwhile is never overwritten.
-func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []string) error {
+func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []string) (lockWrite, error) {
 	ns, name := e.cfg.KuredNamespace, e.cfg.KuredDaemonSet
 	ds, err := e.dss.DaemonSets(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		if len(nodes) == 0 {
-			return nil
+			return lockUnchanged, nil
 		}
-		return e.kuredElsewhere()
+		return lockUnchanged, e.kuredElsewhere()
 	}
 	if err != nil {
-		return fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
+		return lockUnchanged, fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
 	}
 	if ch, err := e.kuredLockChange(ds, holder, nodes); err != nil || (!ch.Write && !ch.Remove) {
 		if len(nodes) == 0 {
-			return nil // a lock nodewise cannot read holds nothing of its own (it writes only JSON)
+			return lockUnchanged, nil // a lock nodewise cannot read holds nothing of its own (it writes only JSON)
 		}
-		return err
+		return lockUnchanged, err
 	}
 	for range 5 {
 		fresh, err := e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
+			return lockUnchanged, fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
 		}
 		ch, err := e.kuredLockChange(fresh, holder, nodes)
 		if err != nil || (!ch.Write && !ch.Remove) {
-			return err
+			return lockUnchanged, err
 		}
+		had := slices.Contains(planner.KuredLockHolders(fresh.Annotations[planner.AnnotationKuredLock]), holder)
 		if ch.Remove {
 			delete(fresh.Annotations, planner.AnnotationKuredLock)
 		} else {
@@ -123,16 +144,20 @@ func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []str
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: %w", ns, name, err)
+			return lockUnchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: %w", ns, name, err)
 		}
-		if len(nodes) == 0 {
+		switch {
+		case len(nodes) == 0:
 			e.log.Info("released Kured's lock", zap.String("holder", holder), zap.String("daemonset", ns+"/"+name))
-		} else {
-			e.log.Debug("holding Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("value", ch.Value))
+			return lockReleased, nil
+		case !had:
+			e.log.Info("took Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("daemonset", ns+"/"+name))
+			return lockTaken, nil
 		}
-		return nil
+		e.log.Debug("renewed Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("value", ch.Value))
+		return lockRenewed, nil
 	}
-	return fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: conflicts, 5 times in a row", ns, name)
+	return lockUnchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: conflicts, 5 times in a row", ns, name)
 }
 
 func (e *executor) kuredLockChange(ds *appsv1.DaemonSet, holder string, nodes []string) (planner.KuredLockChange, error) {
@@ -174,7 +199,7 @@ func (e *executor) releaseGoneKuredLocks(ctx context.Context, live map[string]bo
 		if live[h[len(planner.KuredHolderPrefix):]] {
 			continue
 		}
-		if err := e.syncKuredLock(ctx, h, nil); err != nil && !errors.Is(err, context.Canceled) {
+		if _, err := e.syncKuredLock(ctx, h, nil); err != nil && !errors.Is(err, context.Canceled) {
 			e.log.Warn("releasing a gone rollout's Kured lock", zap.String("holder", h), zap.Error(err))
 		}
 	}

@@ -61,7 +61,8 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
 			// finished; a spec change (e.g. rollback) wakes it. A crash
 			// between its last node and the release left Kured's lock held.
-			return e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nil)
+			_, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nil)
+			return err
 		}
 	}
 	now := e.cfg.Now()

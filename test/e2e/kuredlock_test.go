@@ -274,6 +274,21 @@ func TestNodewiseTakesKuredLock(t *testing.T) {
 		}
 		r.mu.Unlock()
 	}
+	// Events on the rollout say when the lock was taken and released (the
+	// recorder sends them in the background).
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		events, err := e.c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=NodeRollout,involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		seen := map[string]bool{}
+		for _, ev := range events.Items {
+			seen[ev.Reason] = true
+		}
+		return seen["KuredLockTaken"] && seen["KuredLockReleased"], nil
+	}); err != nil {
+		t.Errorf("no KuredLockTaken and KuredLockReleased Events on rollout %s", name)
+	}
 	if firstSwap.IsZero() {
 		t.Errorf("no swap of %s seen", node)
 	}
