@@ -59,6 +59,15 @@ type Config struct {
 	// deploy/orchestrator/surge-rbac.yaml) or SwapReplace (break-before-make:
 	// delete the old pod, the DaemonSet creates the new one once it is gone).
 	ZtunnelSwap model.SwapKind
+	// KuredNamespace and KuredDaemonSet name Kured's DaemonSet, whose lock
+	// annotation a rollout with spec.coordination.kuredLock take holds while
+	// it has a node in flight (defaults kube-system, kured: Kured's
+	// --ds-namespace and --ds-name). The RBAC allows updating only it.
+	KuredNamespace, KuredDaemonSet string
+	// KuredLockTTL is the TTL written in that lock, renewed at half of it:
+	// Kured takes a lock this long after the last renewal (the orchestrator
+	// crashed and none came back). Default 10 m, minimum 2 s.
+	KuredLockTTL time.Duration
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step (for a step with no record of its own, as it
 	// begins), so a test can kill -9 the process at that point.
@@ -91,6 +100,12 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("ZtunnelSwap: %q is not surge or replace", c.ZtunnelSwap))
 	}
+	if c.KuredNamespace == "" {
+		c.KuredNamespace = "kube-system"
+	}
+	if c.KuredDaemonSet == "" {
+		c.KuredDaemonSet = "kured"
+	}
 	if c.Identity == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -108,6 +123,10 @@ func (c *Config) validate() error {
 	def(&c.RetryPeriod, 2*time.Second)
 	def(&c.Resync, 2*time.Second)
 	def(&c.EvictRetryDelay, 5*time.Second)
+	def(&c.KuredLockTTL, 10*time.Minute)
+	if c.KuredLockTTL < 2*time.Second {
+		errs = append(errs, fmt.Errorf("KuredLockTTL: %s is below the 2s minimum", c.KuredLockTTL))
+	}
 	if !(c.LeaseDuration > c.RenewDeadline && c.RenewDeadline > c.RetryPeriod && c.RetryPeriod > 0) {
 		errs = append(errs, fmt.Errorf("LeaseDuration %s > RenewDeadline %s > RetryPeriod %s > 0 must hold", c.LeaseDuration, c.RenewDeadline, c.RetryPeriod))
 	}

@@ -44,6 +44,7 @@ func (e *executor) reconcileAll(ctx context.Context) {
 		}
 	}
 	e.metrics.PruneRollouts(live) // a deleted rollout's series go with it
+	e.releaseGoneKuredLocks(ctx, live)
 }
 
 // reconcile is one observe → plan → act pass over a NodeRollout.
@@ -58,7 +59,10 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 	switch nr.Status.Phase {
 	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
 		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
-			return nil // finished; a spec change (e.g. rollback) wakes it
+			// finished; a spec change (e.g. rollback) wakes it. A crash
+			// between its last node and the release left Kured's lock held.
+			_, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nil)
+			return err
 		}
 	}
 	now := e.cfg.Now()
@@ -98,6 +102,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		}
 	}
 	d := planner.Plan(snap, p, now)
+	d = e.holdKuredLock(ctx, nr, p, snap, d) // kuredlock.go: before any node starts
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
 		if err := write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, true); err != nil {
 			return err // nothing started: the next pass tries again

@@ -164,7 +164,26 @@ type CoordinationSpec struct {
 	// free slot; its cordon stays with its owner (default false).
 	// +optional
 	Opportunistic bool `json:"opportunistic,omitempty"`
+	// KuredLock: take (default) holds Kured's lock on Kured's DaemonSet
+	// (the orchestrator's --kured-daemonset) while the rollout has a node in
+	// flight, so Kured starts no reboot meanwhile, and no node starts while
+	// Kured holds it; honour only holds the nodes Kured's lock names. Both
+	// read the lock on any DaemonSet. See docs/maintenance.md.
+	// +kubebuilder:default=take
+	// +optional
+	KuredLock KuredLockMode `json:"kuredLock,omitempty"`
 }
+
+// KuredLockMode says whether nodewise takes Kured's lock or only honours it.
+// +kubebuilder:validation:Enum=take;honour
+type KuredLockMode string
+
+const (
+	// KuredLockTake holds Kured's lock while a node is in flight.
+	KuredLockTake KuredLockMode = "take"
+	// KuredLockHonour only holds the nodes Kured's lock names.
+	KuredLockHonour KuredLockMode = "honour"
+)
 
 // BlockingSpec holds starts while something else says the cluster or a node
 // is busy (Kured's --blocking-pod-selector and --prometheus-url alerts). See

@@ -102,6 +102,15 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 		cfg.ZtunnelSwap = model.SwapKind(v)
 		return nil
 	})
+	fs.Func("kured-daemonset", "Kured's DaemonSet as namespace/name, whose lock annotation rollouts with spec.coordination.kuredLock take hold while a node is in flight (default kube-system/kured: Kured's --ds-namespace/--ds-name)", func(v string) error {
+		ns, name, ok := strings.Cut(v, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("%q is not namespace/name", v)
+		}
+		cfg.KuredNamespace, cfg.KuredDaemonSet = ns, name
+		return nil
+	})
+	fs.DurationVar(&cfg.KuredLockTTL, "kured-lock-ttl", 0, "TTL written in Kured's lock while nodewise holds it, renewed at half of it: Kured takes the lock this long after an orchestrator that crashed last renewed it (default 10m, minimum 2s)")
 	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
 	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept (with --agent-issuer: this pod's projected ServiceAccount token for audience nodewise-agent)")
 	fs.BoolVar(&rc.issuer.enabled, "agent-issuer", false, "sign the node agents' certificate requests (signer nodewise.io/agent-serving) from the CA in Secret <namespace>/nodewise-agent-ca, created and rotated here, and trust that CA instead of --agent-ca")

@@ -72,6 +72,9 @@ type Policy struct {
 	// Opportunistic: a node another tool already cordoned and drained goes
 	// first, after the canaries (spec.coordination.opportunistic).
 	Opportunistic bool
+	// TakeKuredLock: hold Kured's lock while a node is in flight
+	// (spec.coordination.kuredLock take, the default; honour: false).
+	TakeKuredLock bool
 	// Blocking: pods and alerts that hold starts (spec.blocking, blocking.go).
 	Blocking Blocking
 }
@@ -197,6 +200,13 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	p.CountOthers = spec.Coordination.CountOthers == nil || *spec.Coordination.CountOthers
 	p.Prepull = spec.Prepull
 	p.Opportunistic = spec.Coordination.Opportunistic
+	switch spec.Coordination.KuredLock {
+	case "", v1alpha1.KuredLockTake:
+		p.TakeKuredLock = true
+	case v1alpha1.KuredLockHonour:
+	default:
+		errs = append(errs, fmt.Errorf("spec.coordination.kuredLock: %q is not take or honour", spec.Coordination.KuredLock))
+	}
 	p.NotReadyTimeout = durationOr(spec.NotReadyTimeout, 0)
 	if spec.NotReadyTimeout != nil && spec.NotReadyTimeout.Err() == nil && p.NotReadyTimeout <= 0 {
 		errs = append(errs, errors.New("spec.notReadyTimeout: must be positive (leave it out to wait for a NotReady node forever)"))

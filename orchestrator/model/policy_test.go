@@ -25,6 +25,7 @@ func TestNewPolicyRejects(t *testing.T) {
 		{"soak not a duration", specJSON(t, `{"soak":"10 minutes"}`), `spec.soak: "10 minutes" is not a duration`},
 		{"gate interval not a duration", specJSON(t, `{"gates":{"interval":"banana"}}`), `spec.gates.interval: "banana"`},
 		{"unknown control group policy", v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: "Off"}}, `spec.gates.controlGroup: "Off" is not one of Enabled, Disabled`},
+		{"unknown kuredLock", v1alpha1.NodeRolloutSpec{Coordination: v1alpha1.CoordinationSpec{KuredLock: "ignore"}}, `spec.coordination.kuredLock: "ignore" is not take or honour`},
 		{"duplicate target", v1alpha1.NodeRolloutSpec{Targets: []v1alpha1.TargetRef{{Namespace: "a", Name: "b"}, {Namespace: "a", Name: "b"}}}, "listed twice"},
 	}
 	for _, tc := range cases {
@@ -59,7 +60,7 @@ func TestNewPolicyDefaults(t *testing.T) {
 	if len(p.Targets) != 2 || p.Targets[0].Name != "istio-cni-node" || p.Targets[1].Name != "ztunnel" {
 		t.Fatalf("targets %v: want CNI then ztunnel", p.Targets)
 	}
-	if p.MaxParallel != 1 || p.MaxUnavailable != 1 || p.Drain != v1alpha1.DrainNever || p.PDBBlocked != v1alpha1.PDBHalt || p.SwapTimeout != DefaultSwapTimeout {
+	if p.MaxParallel != 1 || p.MaxUnavailable != 1 || p.Drain != v1alpha1.DrainNever || p.PDBBlocked != v1alpha1.PDBHalt || p.SwapTimeout != DefaultSwapTimeout || !p.TakeKuredLock {
 		t.Fatalf("defaults %+v", p)
 	}
 }

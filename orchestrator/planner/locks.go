@@ -14,8 +14,9 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
-// Keys other maintenance tools own, read (never written) to honour their
-// locks. docs/maintenance.md says how each is read.
+// Keys other maintenance tools own, read to honour their locks; Kured's is
+// also written, to hold it while a node is in flight (kuredlock.go).
+// docs/maintenance.md says how each is read.
 const (
 	// AnnotationKuredLock is Kured's lock, on its own DaemonSet: JSON naming
 	// the node being rebooted ({"nodeID": …}), or several ({"locks": [{"nodeID": …}]}).

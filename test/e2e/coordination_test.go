@@ -18,14 +18,13 @@ import (
 )
 
 // kuredDaemonSet creates a Kured-style DaemonSet in kube-system (scheduled
-// nowhere) whose lock annotation holds node, as Kured's --ds-name does.
+// nowhere) whose lock annotation holds node, as Kured's --ds-name does
+// (node "": no annotation, as before Kured first took its lock).
 func (e *env) kuredDaemonSet(node string) {
 	e.t.Helper()
 	labels := map[string]string{"name": "kured"}
 	ds := &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured", Annotations: map[string]string{
-			planner.AnnotationKuredLock: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
-		}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kured"},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
@@ -36,6 +35,11 @@ func (e *env) kuredDaemonSet(node string) {
 				},
 			},
 		},
+	}
+	if node != "" {
+		ds.Annotations = map[string]string{
+			planner.AnnotationKuredLock: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
+		}
 	}
 	if _, err := e.c.Client.AppsV1().DaemonSets("kube-system").Create(context.Background(), ds, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
@@ -83,6 +87,7 @@ func TestKuredLockHoldsANode(t *testing.T) {
 	e.runInProcess("solo")
 	e.apply(rollout("beside-kured", func(s *v1alpha1.NodeRolloutSpec) {
 		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.Coordination.KuredLock = v1alpha1.KuredLockHonour // take: no node would start (kuredlock_test.go)
 	}))
 	nr := e.waitRollout("beside-kured", 4*time.Minute, "every other node Done", func(nr *v1alpha1.NodeRollout) bool {
 		return nr.Status.Counts.Done == nodes-1

@@ -36,8 +36,8 @@ func TestDeployServerSideApply(t *testing.T) {
 }
 
 // TestOrchestratorRBACLeastPrivilege applies deploy/ and asks the API server
-// what the orchestrator's ServiceAccount may do: no DaemonSet writes (nodewise
-// never edits a template), evictions, node patches, pod reads cluster-wide,
+// what the orchestrator's ServiceAccount may do: no DaemonSet writes but
+// Kured's lock on kube-system/kured (nodewise never edits a template), evictions, node patches, pod reads cluster-wide,
 // and, in the Istio namespace (the targets') only, pod deletes, istiod's
 // Deployments and pod create for the surge swap's bridge (no pod patch). Then it
 // acts as that ServiceAccount (impersonation) against the real API server.
@@ -118,6 +118,29 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		}
 		if got.Status.Allowed != tc.want {
 			t.Errorf("%s leases %q in nodewise-system: allowed %v, want %v", tc.verb, tc.name, got.Status.Allowed, tc.want)
+		}
+	}
+	// Kured's lock: get and update on Kured's DaemonSet (kube-system/kured) only.
+	for _, tc := range []struct {
+		verb, ns, name string
+		want           bool
+	}{
+		{"update", "kube-system", "kured", true},
+		{"get", "kube-system", "kured", true},
+		{"patch", "kube-system", "kured", false},
+		{"delete", "kube-system", "kured", false},
+		{"update", "kube-system", "kube-proxy", false},
+		{"update", "kube-system", "", false},
+		{"update", "istio-system", "kured", false},
+	} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authv1.ResourceAttributes{Group: "apps", Resource: "daemonsets", Verb: tc.verb, Namespace: tc.ns, Name: tc.name}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.want {
+			t.Errorf("%s daemonsets %q in %s: allowed %v, want %v", tc.verb, tc.name, tc.ns, got.Status.Allowed, tc.want)
 		}
 	}
 	actAsOrchestrator(t, c)

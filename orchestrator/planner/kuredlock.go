@@ -1,0 +1,271 @@
+package planner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Kured's lock, as kubereboot/kured pkg/daemonsetlock writes and reads it.
+// With --concurrency 1 the annotation is one lock:
+//
+//	{"nodeID":"node-3","metadata":{"unschedulable":false},"created":"2026-12-04T19:00:00Z","TTL":0}
+//
+// and above 1 a multi-lock: {"maxOwners":2,"locks":[<lock>, …]}. A lock
+// expires once TTL (nanoseconds, 0: never) has passed since created; Kured's
+// Acquire overwrites an expired lock, and fills a multi-lock while it has
+// fewer than maxOwners entries (dropping expired ones once it is full).
+
+// KuredHolderPrefix starts every holder nodewise writes in Kured's lock: a
+// name no Kured pod has, since Kured's Acquire treats a lock naming its own
+// node as its own (and would reboot that node).
+const KuredHolderPrefix = "nodewise:"
+
+// KuredHolder is the holder a rollout writes in Kured's lock.
+func KuredHolder(rollout string) string { return KuredHolderPrefix + rollout }
+
+// KuredLockValue is one lock, Kured's LockAnnotationValue; nodewise adds the
+// nodes it has in flight to the metadata (Kured ignores the field).
+type KuredLockValue struct {
+	NodeID   string        `json:"nodeID"`
+	Metadata KuredLockMeta `json:"metadata,omitempty"`
+	Created  time.Time     `json:"created"`
+	TTL      time.Duration `json:"TTL"`
+}
+
+// KuredLockMeta is Kured's NodeMeta plus nodewise's in-flight nodes.
+type KuredLockMeta struct {
+	Unschedulable bool     `json:"unschedulable"`
+	Nodes         []string `json:"nodes,omitempty"`
+}
+
+type kuredMultiLock struct {
+	MaxOwners int              `json:"maxOwners"`
+	Locks     []KuredLockValue `json:"locks"`
+}
+
+func (v KuredLockValue) expired(now time.Time) bool {
+	return v.TTL > 0 && now.Sub(v.Created) >= v.TTL
+}
+
+// ours: the entry is this holder's (a multi-lock holds it several times:
+// holder, holder#2, …).
+func ours(id, holder string) bool {
+	return id == holder || strings.HasPrefix(id, holder+"#")
+}
+
+// ErrKuredHolds is returned when Kured (or another rollout) holds the lock
+// nodewise needs.
+var ErrKuredHolds = errors.New("Kured's lock is held")
+
+// KuredLockChange is what TakeKuredLock decided: Write the annotation with
+// Value, or Remove it, or neither (the lock is as it should be).
+type KuredLockChange struct {
+	Write, Remove bool
+	Value         string
+}
+
+// KuredLockWant is what a rollout wants of Kured's lock now.
+type KuredLockWant struct {
+	Holder string
+	// Nodes in flight; none: release.
+	Nodes []string
+	// MaxOwners is Kured's --concurrency (from its DaemonSet), which decides
+	// the format when there is no annotation yet; a multi-lock is filled up
+	// to the larger of it and the lock's own maxOwners.
+	MaxOwners int
+	TTL       time.Duration
+	Now       time.Time
+}
+
+// TakeKuredLock decides the next value of Kured's lock annotation (cur;
+// present says whether the DaemonSet carries it) for w. It never takes over
+// an entry that is not expired and not w.Holder's: then it returns
+// ErrKuredHolds, naming the holders, and the nodes wait. The holder renews
+// its lock (a new created) once half its TTL has passed, so the lock lapses
+// for Kured only TTL after the last orchestrator that renewed it stopped.
+//
+// With a single lock nodewise holds the one lock for all of the rollout's
+// nodes in flight. With a multi-lock it fills every free entry up to
+// maxOwners (holder, holder#2, …): Kured's Acquire takes an entry whenever
+// one is free or expired, and would reboot a node nodewise is swapping.
+func TakeKuredLock(cur string, present bool, w KuredLockWant) (KuredLockChange, error) {
+	want := len(w.Nodes) > 0
+	multi := w.MaxOwners > 1
+	if present && cur != "" {
+		var probe map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(cur), &probe); err != nil {
+			return KuredLockChange{}, fmt.Errorf("Kured's lock %s is not JSON: %w", AnnotationKuredLock, err)
+		}
+		_, hasLocks := probe["locks"]
+		_, hasMax := probe["maxOwners"]
+		multi = hasLocks || hasMax
+	}
+	if multi {
+		return takeMulti(cur, present, w, want)
+	}
+	var v KuredLockValue
+	if present && cur != "" {
+		if err := json.Unmarshal([]byte(cur), &v); err != nil {
+			return KuredLockChange{}, fmt.Errorf("Kured's lock %s: %w", AnnotationKuredLock, err)
+		}
+	}
+	mine := present && v.NodeID == w.Holder
+	switch {
+	case present && !mine && v.NodeID != "" && !v.expired(w.Now):
+		if !want {
+			return KuredLockChange{}, nil
+		}
+		return KuredLockChange{}, fmt.Errorf("%w by %s (since %s)", ErrKuredHolds, v.NodeID, v.Created.UTC().Format(time.RFC3339))
+	case !want && mine:
+		return KuredLockChange{Remove: true}, nil
+	case !want:
+		return KuredLockChange{}, nil
+	case mine && slices.Equal(v.Metadata.Nodes, w.Nodes) && !renewDue(v, w):
+		return KuredLockChange{}, nil
+	}
+	b, err := json.Marshal(w.entry(w.Holder))
+	if err != nil {
+		return KuredLockChange{}, err
+	}
+	return KuredLockChange{Write: true, Value: string(b)}, nil
+}
+
+func (w KuredLockWant) entry(id string) KuredLockValue {
+	return KuredLockValue{NodeID: id, Metadata: KuredLockMeta{Nodes: w.Nodes}, Created: w.Now.UTC(), TTL: w.TTL}
+}
+
+// renewDue: half the entry's TTL has passed (or its TTL is not ours).
+func renewDue(v KuredLockValue, w KuredLockWant) bool {
+	return v.TTL != w.TTL || w.Now.Sub(v.Created) >= w.TTL/2
+}
+
+func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockChange, error) {
+	var m kuredMultiLock
+	if present && cur != "" {
+		if err := json.Unmarshal([]byte(cur), &m); err != nil {
+			return KuredLockChange{}, fmt.Errorf("Kured's multi-lock %s: %w", AnnotationKuredLock, err)
+		}
+	}
+	// Kured's Acquire counts against its own --concurrency, which may have
+	// changed since it wrote maxOwners: fill up to the larger.
+	owners := max(m.MaxOwners, w.MaxOwners, 1)
+	var others, mine []KuredLockValue
+	var holders []string
+	for _, l := range m.Locks {
+		switch {
+		case ours(l.NodeID, w.Holder):
+			mine = append(mine, l)
+		case l.expired(w.Now):
+			// Kured's Acquire drops it too; keeping it would leave a free entry.
+		default:
+			others = append(others, l)
+			holders = append(holders, l.NodeID)
+		}
+	}
+	if !want {
+		if len(mine) == 0 {
+			return KuredLockChange{}, nil
+		}
+		return marshalMulti(kuredMultiLock{MaxOwners: owners, Locks: others})
+	}
+	free := owners - len(others)
+	if free <= 0 {
+		return KuredLockChange{}, fmt.Errorf("%w: every one of its %d entries, by %s", ErrKuredHolds, owners, strings.Join(holders, ","))
+	}
+	if len(mine) == free && len(mine) == len(m.Locks)-len(others) {
+		fresh := true
+		for _, l := range mine {
+			fresh = fresh && slices.Equal(l.Metadata.Nodes, w.Nodes) && !renewDue(l, w)
+		}
+		if fresh {
+			return KuredLockChange{}, nil
+		}
+	}
+	next := kuredMultiLock{MaxOwners: owners, Locks: others}
+	for i := 0; i < free; i++ {
+		id := w.Holder
+		if i > 0 {
+			id += "#" + strconv.Itoa(i+1)
+		}
+		next.Locks = append(next.Locks, w.entry(id))
+	}
+	return marshalMulti(next)
+}
+
+func marshalMulti(m kuredMultiLock) (KuredLockChange, error) {
+	if m.Locks == nil {
+		m.Locks = []KuredLockValue{} // Kured's Release leaves "locks":[]
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return KuredLockChange{}, err
+	}
+	return KuredLockChange{Write: true, Value: string(b)}, nil
+}
+
+// KuredConcurrency is Kured's --concurrency from its container's arguments,
+// or its environment variable KURED_CONCURRENCY, which Kured lets override
+// the flag (1 when neither is set or a number: Kured's default).
+func KuredConcurrency(args []string, env []corev1.EnvVar) int {
+	for _, e := range env {
+		if e.Name == "KURED_CONCURRENCY" {
+			if n, err := strconv.Atoi(e.Value); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		var v string
+		switch {
+		case strings.HasPrefix(a, "concurrency="):
+			v = strings.TrimPrefix(a, "concurrency=")
+		case a == "concurrency" && i+1 < len(args):
+			v = args[i+1]
+		default:
+			continue
+		}
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// KuredLockHolders are the holders nodewise wrote in the lock value (each
+// rollout once), so a leader can release those of rollouts that are gone.
+func KuredLockHolders(cur string) []string {
+	var m struct {
+		NodeID string           `json:"nodeID"`
+		Locks  []KuredLockValue `json:"locks"`
+	}
+	if json.Unmarshal([]byte(cur), &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, id := range append([]string{m.NodeID}, func() []string {
+		var ids []string
+		for _, l := range m.Locks {
+			ids = append(ids, l.NodeID)
+		}
+		return ids
+	}()...) {
+		if !strings.HasPrefix(id, KuredHolderPrefix) {
+			continue
+		}
+		if i := strings.LastIndex(id, "#"); i > 0 {
+			id = id[:i]
+		}
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
