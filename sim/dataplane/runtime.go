@@ -195,7 +195,8 @@ func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) er
 		d.mu.Lock()
 		d.cniUp[pod.Spec.NodeName] = true
 		d.mu.Unlock()
-		return nil
+		_, err := d.readdPods(pod.Spec.NodeName, imageTag(pod))
+		return err
 	case kindZtunnel:
 		return d.startZtunnel(pod)
 	case kindApp, kindProbe:
