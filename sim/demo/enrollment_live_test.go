@@ -3,11 +3,16 @@ package demo
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
 // TestLiveNoListenBuildHaltsOnEnrollment: a ztunnel build that leaves one
@@ -80,4 +85,108 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 			t.Errorf("node %s: verdict %q does not carry its enrollment count %q", ns.Name, ns.Verdict, ns.Judgement.Enrollment)
 		}
 	}
+}
+
+// TestLiveNoReaddCNIBuildHaltsOnEnrollment: an istio-cni build that, once
+// swapped in, does not re-add one pod (-noreadd: its redirection is gone)
+// rolled onto the busiest node in place. The pod's traffic now goes
+// straight to its peers and nothing fails, so the judge's traffic verdict on
+// the node is Pass; the enrollment check halts the rollout at that canary,
+// naming the pod and the redirection check.
+func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	ctx := context.Background()
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.CNIName, "1.27.5"+dataplane.TagNoReadd); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitTemplateObserved(ctx, e.c, cluster.CNIName); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	node, err := busiestAmbientNode(ctx, e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ambientPodsOn(ctx, e.c, node)
+	if err != nil || len(pods) < 2 {
+		t.Fatalf("ambient pods on %s: %v (%v), want at least two", node, pods, err)
+	}
+	dropped := pods[0] // the build drops the node's first ambient app pod
+	nr := faultyRollout("cni-noreadd", node, true)
+	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
+	nr = e.run(nr, node)
+	ns := nodeStatus(t, nr, node)
+	t.Logf("halt reason: %s", nr.Status.HaltReason)
+	t.Logf("verdict: %s", ns.Verdict)
+	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
+		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at the canary %s", nr.Status.Phase, node, ns.State, ns.Verdict, node)
+	}
+	if want := "pod " + dropped + " was enrolled before the swap and is not after it: redirection failed: "; !strings.Contains(nr.Status.HaltReason, want) {
+		t.Errorf("halt reason %q: want %q (the pod not re-added, with the redirection check)", nr.Status.HaltReason, want)
+	}
+	j := ns.Judgement
+	if j == nil {
+		t.Fatalf("node %s has no judgement", node)
+	}
+	if j.TrafficOutcome != v1alpha1.OutcomePass || j.Regressions != 0 {
+		t.Errorf("the judge's traffic verdict: %q with %d regressions, want Pass (only enrollment should fail this build); verdict %q", j.TrafficOutcome, j.Regressions, ns.Verdict)
+	}
+	var n, total int
+	if _, err := fmt.Sscanf(j.Enrollment, "enrolled %d/%d", &n, &total); err != nil || total != len(pods) || n != total-1 {
+		t.Errorf("enrollment count %q: want %d of the node's %d ambient pods enrolled", j.Enrollment, len(pods)-1, len(pods))
+	}
+}
+
+// TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds: the -nolisten ztunnel
+// build is Ready, yet one pod's namespace has no HBONE listener. With a
+// one-minute soak and spec.enrollmentTimeout 5s, the soak's enrollment
+// watchdog fails the node seconds into the soak, naming the pod and the
+// listeners check, without waiting for the gate.
+func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	node := e.faultyBuild("1.27.4-nolisten")
+	nr := faultyRollout("watchdog", node, true)
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: time.Minute}
+	nr.Spec.EnrollmentTimeout = &v1alpha1.Duration{Duration: 5 * time.Second}
+	nr = e.run(nr, node)
+	ns := nodeStatus(t, nr, node)
+	t.Logf("halt reason: %s", nr.Status.HaltReason)
+	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
+		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at %s", nr.Status.Phase, node, ns.State, ns.Verdict, node)
+	}
+	if !strings.Contains(nr.Status.HaltReason, "enrollment watchdog: pod ") ||
+		!strings.Contains(nr.Status.HaltReason, " was enrolled before the swap and is not now: listeners failed: nothing listens on 15008") {
+		t.Errorf("halt reason %q: want the watchdog naming the pod that lost its HBONE listener, with the listeners check", nr.Status.HaltReason)
+	}
+	j := ns.Judgement
+	if j == nil {
+		t.Fatalf("node %s has no judgement", node)
+	}
+	t.Logf("failed %d s into the soak", j.SoakSeconds)
+	if j.SoakSeconds < 5 || j.SoakSeconds >= 30 || j.Judgements != 0 {
+		t.Errorf("judgement %+v: want the node failed 5 to 30 s into its one-minute soak, before any gate judgement", j)
+	}
+}
+
+// ambientPodsOn is the namespace/name of every ambient app pod on node,
+// sorted.
+func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) ([]string, error) {
+	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "istio.io/dataplane-mode=ambient"})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, ns := range nss.Items {
+		pods, err := c.Client.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+				out = append(out, p.Namespace+"/"+p.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
