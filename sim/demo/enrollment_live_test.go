@@ -107,11 +107,11 @@ func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := ambientPodsOn(ctx, e.c, node)
-	if err != nil || len(pods) < 2 {
-		t.Fatalf("ambient pods on %s: %v (%v), want at least two", node, pods, err)
+	apps, pods, err := ambientPodsOn(ctx, e.c, node)
+	if err != nil || len(apps) < 2 {
+		t.Fatalf("ambient app pods on %s: %v (%v), want at least two", node, apps, err)
 	}
-	dropped := pods[0] // the build drops the node's first ambient app pod
+	dropped := apps[0] // the build drops the node's first ambient app pod
 	nr := faultyRollout("cni-noreadd", node, true)
 	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
 	nr = e.run(nr, node)
@@ -168,25 +168,29 @@ func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
 	}
 }
 
-// ambientPodsOn is the namespace/name of every ambient app pod on node,
-// sorted.
-func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) ([]string, error) {
+// ambientPodsOn is the namespace/name of every ambient pod on node, the
+// app pods (not the probe's) apart, each sorted.
+func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) (apps, all []string, err error) {
 	nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "istio.io/dataplane-mode=ambient"})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, ns := range nss.Items {
 		pods, err := c.Client.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, p := range pods.Items {
-			if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
-				out = append(out, p.Namespace+"/"+p.Name)
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			all = append(all, p.Namespace+"/"+p.Name)
+			if p.Labels[dataplane.ProbeLabel] != dataplane.ProbeName {
+				apps = append(apps, p.Namespace+"/"+p.Name)
 			}
 		}
 	}
-	sort.Strings(out)
-	return out, nil
+	sort.Strings(apps)
+	sort.Strings(all)
+	return apps, all, nil
 }
