@@ -163,8 +163,8 @@ func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
 		t.Fatalf("node %s has no judgement", node)
 	}
 	t.Logf("failed %d s into the soak", j.SoakSeconds)
-	if j.SoakSeconds < 5 || j.SoakSeconds >= 30 || j.Judgements != 0 {
-		t.Errorf("judgement %+v: want the node failed 5 to 30 s into its one-minute soak, before any gate judgement", j)
+	if j.SoakSeconds < 5 || j.SoakSeconds >= 30 || j.Tests != 0 {
+		t.Errorf("judgement %+v: want the node failed 5 to 30 s into its one-minute soak, before the gate's traffic tests", j)
 	}
 }
 
