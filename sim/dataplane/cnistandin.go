@@ -31,6 +31,18 @@ const TagBadToken = "-badtoken"
 // longer re-adds a pod: its traffic leaves ztunnel out, and nothing fails).
 const TagNoReadd = "-noreadd"
 
+// TagNoAdd ends the image tag of an istio-cni build that enrols no new
+// pod: an ambient pod started on its node after it gets no redirection
+// (istio-cni that no longer enrols; the pods it found keep theirs).
+const TagNoAdd = "-noadd"
+
+// cniAddsNone says the node's istio-cni stand-in is a -noadd build.
+func (d *DataPlane) cniAddsNone(node string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return strings.HasSuffix(d.cniTag[node], TagNoAdd)
+}
+
 // The files the istio-cni stand-in writes in each node's CNI dirs, as
 // Istio's install-cni does on a real node (cni/pkg/install): its plugin
 // chained into the node's primary conflist, its kubeconfig beside it, and
