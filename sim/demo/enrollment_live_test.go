@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -193,4 +194,73 @@ func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) (apps, 
 	sort.Strings(apps)
 	sort.Strings(all)
 	return apps, all, nil
+}
+
+// TestLiveNoAddCNIBuildFailsAPodNewInTheSoak: an istio-cni build that enrols
+// no new pod (-noadd) rolled onto the busiest node in place; every pod
+// already there keeps its enrollment. A pod scheduled onto that node during
+// its soak starts without redirection, and the gate at the soak's end fails
+// the node naming that pod, new since the swap, and the redirection check.
+func TestLiveNoAddCNIBuildFailsAPodNewInTheSoak(t *testing.T) {
+	e := newLiveEnv(t, 3)
+	ctx := context.Background()
+	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.CNIName, "1.27.5"+dataplane.TagNoAdd); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitTemplateObserved(ctx, e.c, cluster.CNIName); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	node, err := busiestAmbientNode(ctx, e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nr := faultyRollout("cni-noadd", node, true)
+	nr.Spec.Soak = &v1alpha1.Duration{Duration: 30 * time.Second} // room to start a pod in it
+	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
+	srttAboveLoadNoise(nr)
+	type result struct {
+		nr  *v1alpha1.NodeRollout
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := runRollout(ctx, e.rc, nr, newView(testWriter{t}, false))
+		done <- result{got, err}
+	}()
+	// Once the node soaks, a pod of the ambient namespace shop lands on it.
+	var soaking bool
+	for deadline := time.Now().Add(5 * time.Minute); !soaking && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		cur, err := e.rc.Get(ctx, nr.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		for _, ns := range cur.Status.Nodes {
+			soaking = soaking || ns.Name == node && ns.State == v1alpha1.NodeSoak
+		}
+	}
+	if !soaking {
+		t.Fatalf("node %s never soaked", node)
+	}
+	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "late", Labels: map[string]string{"app": "late"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "late", Image: "docker.io/nodewise/sample-cart:1.0",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}}
+	if _, err := e.c.Client.CoreV1().Pods("shop").Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	ns := nodeStatus(t, res.nr, node)
+	t.Logf("halt reason: %s", res.nr.Status.HaltReason)
+	if res.nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
+		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at the canary %s", res.nr.Status.Phase, node, ns.State, ns.Verdict, node)
+	}
+	if want := "pod shop/late, new on the node since the swap, is not enrolled: redirection failed: "; !strings.Contains(res.nr.Status.HaltReason, want) {
+		t.Errorf("halt reason %q: want %q", res.nr.Status.HaltReason, want)
+	}
+	if strings.Contains(res.nr.Status.HaltReason, "was enrolled before the swap") {
+		t.Errorf("halt reason %q: a pod that was there before the swap lost its enrollment; -noadd keeps theirs", res.nr.Status.HaltReason)
+	}
 }
