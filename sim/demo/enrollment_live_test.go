@@ -138,13 +138,29 @@ func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 	}
 }
 
-// TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds: the -nolisten ztunnel
-// build is Ready, yet one pod's namespace has no HBONE listener. With a
-// one-minute soak and spec.enrollmentTimeout 5s, the soak's enrollment
-// watchdog fails the node seconds into the soak, naming the pod and the
-// listeners check, without waiting for the gate.
+// TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds: a healthy build soaked
+// 20 s under a 5 s enrollmentTimeout passes (the watchdog's checks find every
+// pod enrolled again). The -nolisten ztunnel build is Ready, yet one pod's
+// namespace has no HBONE listener: with a one-minute soak and the same
+// bound, the soak's enrollment watchdog fails the node seconds into the
+// soak, naming the pod and the listeners check, without waiting for the gate.
 func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
 	e := newLiveEnv(t, 3)
+	e.upgrade("1.28.1")
+	e.settle()
+	canary, err := busiestAmbientNode(context.Background(), e.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := judged(healthyRollout("watchdog-healthy", canary), 5*time.Second, 20*time.Second, v1alpha1.InconclusivePass)
+	healthy.Spec.Drain.Policy = v1alpha1.DrainNever
+	healthy.Spec.EnrollmentTimeout = &v1alpha1.Duration{Duration: 5 * time.Second}
+	srttAboveLoadNoise(healthy)
+	healthy = e.run(healthy, canary)
+	if hs := nodeStatus(t, healthy, canary); healthy.Status.Phase != v1alpha1.PhaseCompleted || !strings.HasPrefix(hs.Verdict, "Pass") {
+		t.Fatalf("healthy build under the watchdog: rollout %s (%s), verdict %q", healthy.Status.Phase, healthy.Status.HaltReason, hs.Verdict)
+	}
+
 	node := e.faultyBuild("1.27.4-nolisten")
 	nr := faultyRollout("watchdog", node, true)
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: time.Minute}
