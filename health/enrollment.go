@@ -175,15 +175,47 @@ func JudgeEnrollment(before, after *Enrollment) EnrollmentVerdict {
 	return v
 }
 
-// enrollmentBefore is the enrollment of the last baseline snapshot that
-// carries one: the pods' standing just before the swap.
-func enrollmentBefore(in Input) *Enrollment {
-	for i := len(in.Baseline) - 1; i >= 0; i-- {
-		if e := in.Baseline[i].Enrollment; e != nil {
+// EnrollmentBefore is the enrollment of the last baseline snapshot that
+// carries one: the pods' standing just before the swap (nil: none does).
+func EnrollmentBefore(baseline []Snapshot) *Enrollment {
+	for i := len(baseline) - 1; i >= 0; i-- {
+		if e := baseline[i].Enrollment; e != nil {
 			return e
 		}
 	}
 	return nil
+}
+
+func enrollmentBefore(in Input) *Enrollment { return EnrollmentBefore(in.Baseline) }
+
+// WatchEnrollment is the soak's enrollment watchdog on one check, made once
+// the bound after the new pods were Ready has passed: every pod enrolled
+// before the swap and still on the node must be enrolled now. It returns one
+// failure per pod that is not, naming the pod and the check that failed
+// (the readiness probe of a new ztunnel says nothing of every pod's
+// listeners). Pods new since the swap, never enrolled, gone, or not
+// checkable are left to the judgement at the soak's end (JudgeEnrollment),
+// as is an agent that could not check at all (now.Error) or does not check
+// (now nil): the watchdog fails a node only on evidence. before nil (no
+// baseline enrollment, e.g. an agent that started checking since) holds
+// nothing either.
+func WatchEnrollment(before, now *Enrollment) []string {
+	if before == nil || now == nil || now.Error != "" {
+		return nil
+	}
+	was := map[string]bool{}
+	for _, p := range before.Pods {
+		if p.Result == Enrolled {
+			was[p.UID] = true
+		}
+	}
+	var out []string
+	for _, p := range now.Pods {
+		if p.Result == NotEnrolled && was[p.UID] {
+			out = append(out, fmt.Sprintf("pod %s was enrolled before the swap and is not now: %s failed: %s", p.Key(), p.Failed, p.Detail))
+		}
+	}
+	return out
 }
 
 // gateEnrollment fails the node when a pod lost its enrollment in the swap

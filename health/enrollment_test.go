@@ -60,3 +60,39 @@ func TestExplainShowsEnrollmentPerPod(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchEnrollment: the soak's watchdog fails each pod enrolled before the
+// swap that a check finds not enrolled, naming its check, and leaves every
+// other pod (new, never enrolled, not checkable, gone) and an agent that
+// could not check to the judgement at the soak's end.
+func TestWatchEnrollment(t *testing.T) {
+	before := &Enrollment{Pods: []PodEnrollment{
+		pe("1", Enrolled, ""), pe("2", Enrolled, ""), pe("3", NotEnrolled, CheckRedirection), pe("4", Enrolled, ""), pe("5", Enrolled, ""), pe("8", Enrolled, ""),
+	}}
+	now := &Enrollment{Pods: []PodEnrollment{
+		pe("1", Enrolled, ""),
+		pe("2", NotEnrolled, CheckListeners),   // lost its listeners: fails
+		pe("3", NotEnrolled, CheckRedirection), // never enrolled: left
+		pe("4", NotCheckable, ""),              // could not look: left
+		pe("6", NotEnrolled, CheckRedirection), // new: left to the soak's end
+		pe("8", NotEnrolled, CheckRedirection), // lost its redirection: fails
+	}}
+	got := WatchEnrollment(before, now)
+	want := []string{
+		"pod shop/p2 was enrolled before the swap and is not now: listeners failed: why",
+		"pod shop/p8 was enrolled before the swap and is not now: redirection failed: why",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("failures %q, want %q", got, want)
+	}
+	for name, c := range map[string]struct{ before, now *Enrollment }{
+		"no baseline enrollment": {nil, now},
+		"agent does not check":   {before, nil},
+		"agent could not check":  {before, &Enrollment{Error: "no ztunnel", Pods: now.Pods}},
+		"all enrolled again":     {before, &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", Enrolled, "")}}},
+	} {
+		if got := WatchEnrollment(c.before, c.now); len(got) != 0 {
+			t.Errorf("%s: failures %q, want none", name, got)
+		}
+	}
+}

@@ -268,6 +268,15 @@ type NodeRolloutSpec struct {
 	// +kubebuilder:default="5m"
 	// +optional
 	Soak *Duration `json:"soak,omitempty"`
+	// EnrollmentTimeout bounds the enrollment watchdog of a judged node's
+	// soak: once the new pods are Ready (the soak's start), every ambient pod
+	// enrolled in the mesh before the swap must be enrolled again (istio-cni's
+	// redirection, the new ztunnel's listeners, no bypass) within it, and
+	// stay so; else the node fails at once, before the soak ends (default
+	// 30s). See docs/enrollment.md.
+	// +kubebuilder:validation:XValidation:rule="self.matches('[1-9]')",message="enrollmentTimeout must be positive"
+	// +optional
+	EnrollmentTimeout *Duration `json:"enrollmentTimeout,omitempty"`
 	// MaintenanceWindows: when set, nodes start only inside one of them.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32

@@ -454,6 +454,11 @@ func (in *NodeRolloutSpec) DeepCopyInto(out *NodeRolloutSpec) {
 		*out = new(Duration)
 		**out = **in
 	}
+	if in.EnrollmentTimeout != nil {
+		in, out := &in.EnrollmentTimeout, &out.EnrollmentTimeout
+		*out = new(Duration)
+		**out = **in
+	}
 	if in.MaintenanceWindows != nil {
 		in, out := &in.MaintenanceWindows, &out.MaintenanceWindows
 		*out = make([]MaintenanceWindow, len(*in))

@@ -140,6 +140,16 @@ type Releaser interface {
 	Done(node string)
 }
 
+// Enroller is implemented by gates that read the node agents' enrollment
+// checks (the judge): the soak's enrollment watchdog asks it, while the
+// node soaks, for the node's enrollment just before the swap (the last
+// baseline sample that carries one; nil when none does) and now (sampled
+// now). An error (the agent did not answer) is no evidence either way: the
+// watchdog asks again, and the gate fails the node closed at the soak's end.
+type Enroller interface {
+	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time) (before, now *health.Enrollment, err error)
+}
+
 // GateFunc adapts a function to Gate.
 type GateFunc func(ctx context.Context, in GateInput) (health.Verdict, error)
 

@@ -55,6 +55,7 @@ var (
 	_ gate.Releaser  = (*Gate)(nil)
 	_ gate.Keeper    = (*Gate)(nil)
 	_ gate.Historian = (*Gate)(nil)
+	_ gate.Enroller  = (*Gate)(nil)
 )
 
 // New validates cfg.
@@ -138,6 +139,19 @@ func (g *Gate) CoveredSince(ctx context.Context, node string) time.Time {
 		g.cfg.Logger.Info("cannot sample node agent", zap.String("node", node), zap.Error(err))
 	}
 	return g.cfg.Recorder.CoveredSince(node)
+}
+
+// Enrollment implements orchestrator.Enroller: the enrollment of the last
+// baseline sample the Recorder holds that carries one (nil when it holds
+// none, e.g. a successor leader: the node's persisted record keeps no
+// enrollment), and the node's enrollment in a sample taken now.
+func (g *Gate) Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time) (before, now *health.Enrollment, err error) {
+	s, err := g.cfg.Recorder.Snapshot(ctx, node)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent on node %s did not answer: %w", node, err)
+	}
+	baseline, _, _ := g.cfg.Recorder.Windows(node, baselineStart, swapStart, swapStart)
+	return health.EnrollmentBefore(baseline), s.Enrollment, nil
 }
 
 // Done forgets a node's snapshots once its gate has passed or failed, and

@@ -29,8 +29,9 @@ type agent struct {
 	soaking   bool
 	regress   bool
 	down      bool
-	offset    time.Duration // the agent's clock less the orchestrator's (at)
-	reads     int           // snapshots taken
+	offset    time.Duration      // the agent's clock less the orchestrator's (at)
+	reads     int                // snapshots taken
+	enroll    *health.Enrollment // each snapshot's enrollment
 }
 
 func newAgent(node string, start time.Time) *agent {
@@ -83,6 +84,7 @@ func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
 		s.Pods = append(s.Pods, c)
 	}
+	s.Enrollment = a.enroll
 	return s, nil
 }
 
@@ -711,5 +713,46 @@ func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 	v, err := successor(t, r.agents).Judge(context.Background(), gin)
 	if err != nil || v.Outcome != health.Pass || !strings.Contains(strings.Join(v.Reasons, "\n"), "baseline restored") {
 		t.Fatalf("third leader: %v %s %q", err, v.Outcome, v.Reasons)
+	}
+}
+
+// TestEnrollmentForTheWatchdog: the gate gives the soak's watchdog the
+// node's enrollment of its last baseline sample (not a later one) and of a
+// sample taken now; an agent that does not answer is an error, not an
+// enrollment.
+func TestEnrollmentForTheWatchdog(t *testing.T) {
+	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
+	f := fleet{"w1": newAgent("w1", start)}
+	a := f["w1"]
+	sleeps := 0
+	g, rec := newGate(t, f, &sleeps)
+	ctx := context.Background()
+	pod := func(r health.EnrollmentResult) *health.Enrollment {
+		return &health.Enrollment{Pods: []health.PodEnrollment{{Namespace: "shop", Name: "p1", UID: "1", Result: r}}}
+	}
+	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	baselineStart := a.now()
+	a.enroll = pod(health.Enrolled)
+	for range 3 {
+		a.tick()
+		if err := rec.Sample(ctx, "w1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapStart := a.now()
+	a.tick()
+	a.enroll = pod(health.NotEnrolled)
+	before, now, err := g.Enrollment(ctx, "w1", baselineStart, swapStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == nil || before.Pods[0].Result != health.Enrolled || now == nil || now.Pods[0].Result != health.NotEnrolled {
+		t.Fatalf("before %+v, now %+v: want enrolled before the swap, not enrolled now", before, now)
+	}
+	a.down = true
+	if _, _, err := g.Enrollment(ctx, "w1", baselineStart, swapStart); err == nil || !strings.Contains(err.Error(), "agent on node w1 did not answer") {
+		t.Fatalf("agent down: error %v, want one naming the node", err)
 	}
 }

@@ -24,6 +24,11 @@ const (
 	// come from the cluster simulation's power figures (docs/health.md).
 	DefaultBaseline = 5 * time.Minute
 	DefaultSoak     = 5 * time.Minute
+	// DefaultEnrollmentTimeout is spec.enrollmentTimeout's default: how
+	// long after the new pods are Ready a pod enrolled before the swap may
+	// go without being enrolled again (istio-cni and ztunnel re-add every
+	// pod within seconds of starting).
+	DefaultEnrollmentTimeout = 30 * time.Second
 )
 
 // DefaultTargets are swapped in this order when spec.targets is empty: CNI first.
@@ -46,6 +51,9 @@ type Policy struct {
 	SwapTimeout    time.Duration
 	Baseline       time.Duration
 	Soak           time.Duration
+	// EnrollmentTimeout bounds the soak's enrollment watchdog (the worker's
+	// watchEnrollment), counted from the soak's start.
+	EnrollmentTimeout time.Duration
 	// NoControlGroup: spec.gates.controlGroup is Disabled, so no node gets
 	// control nodes (Controls) and each is judged before/after alone.
 	NoControlGroup bool
@@ -95,22 +103,23 @@ func MustPolicy(spec v1alpha1.NodeRolloutSpec) Policy {
 func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	var errs []error
 	p := Policy{
-		Targets:        spec.Targets,
-		Canaries:       spec.CanaryNodes,
-		MaxParallel:    int(spec.MaxParallel),
-		MaxUnavailable: int(spec.MaxUnavailable),
-		Drain:          spec.Drain.Policy,
-		PDBBlocked:     spec.Drain.PDBBlocked,
-		DrainTimeout:   durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
-		LongLivedAfter: durationOr(spec.Drain.LongLivedAfter, DefaultLongLivedAfter),
-		SwapTimeout:    durationOr(spec.SwapTimeout, DefaultSwapTimeout),
-		Baseline:       durationOr(spec.Baseline, DefaultBaseline),
-		Soak:           durationOr(spec.Soak, DefaultSoak),
-		NoControlGroup: spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled,
-		Paused:         spec.Paused,
-		Abort:          spec.Abort,
-		Rollback:       spec.Rollback,
-		Selector:       labels.Everything(),
+		Targets:           spec.Targets,
+		Canaries:          spec.CanaryNodes,
+		MaxParallel:       int(spec.MaxParallel),
+		MaxUnavailable:    int(spec.MaxUnavailable),
+		Drain:             spec.Drain.Policy,
+		PDBBlocked:        spec.Drain.PDBBlocked,
+		DrainTimeout:      durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
+		LongLivedAfter:    durationOr(spec.Drain.LongLivedAfter, DefaultLongLivedAfter),
+		SwapTimeout:       durationOr(spec.SwapTimeout, DefaultSwapTimeout),
+		Baseline:          durationOr(spec.Baseline, DefaultBaseline),
+		Soak:              durationOr(spec.Soak, DefaultSoak),
+		EnrollmentTimeout: durationOr(spec.EnrollmentTimeout, DefaultEnrollmentTimeout),
+		NoControlGroup:    spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled,
+		Paused:            spec.Paused,
+		Abort:             spec.Abort,
+		Rollback:          spec.Rollback,
+		Selector:          labels.Everything(),
 	}
 	errs = append(errs, badDurations(spec)...)
 	if len(p.Targets) == 0 {
@@ -167,6 +176,9 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	}
 	if p.SwapTimeout == 0 {
 		errs = append(errs, errors.New("spec.swapTimeout: must be positive"))
+	}
+	if spec.EnrollmentTimeout != nil && spec.EnrollmentTimeout.Err() == nil && p.EnrollmentTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("spec.enrollmentTimeout: %s must be positive, such as 30s", p.EnrollmentTimeout))
 	}
 	switch spec.Gates.ControlGroup {
 	case "", v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled:
@@ -249,6 +261,7 @@ func badDurations(spec v1alpha1.NodeRolloutSpec) []error {
 		{"spec.swapTimeout", spec.SwapTimeout},
 		{"spec.baseline", spec.Baseline},
 		{"spec.soak", spec.Soak},
+		{"spec.enrollmentTimeout", spec.EnrollmentTimeout},
 		{"spec.notReadyTimeout", spec.NotReadyTimeout},
 		{"spec.gates.interval", spec.Gates.Interval},
 		{"spec.gates.maxSnapshotAge", spec.Gates.MaxSnapshotAge},

@@ -60,8 +60,23 @@ func TestNewPolicyDefaults(t *testing.T) {
 	if len(p.Targets) != 2 || p.Targets[0].Name != "istio-cni-node" || p.Targets[1].Name != "ztunnel" {
 		t.Fatalf("targets %v: want CNI then ztunnel", p.Targets)
 	}
-	if p.MaxParallel != 1 || p.MaxUnavailable != 1 || p.Drain != v1alpha1.DrainNever || p.PDBBlocked != v1alpha1.PDBHalt || p.SwapTimeout != DefaultSwapTimeout || !p.TakeKuredLock {
+	if p.MaxParallel != 1 || p.MaxUnavailable != 1 || p.Drain != v1alpha1.DrainNever || p.PDBBlocked != v1alpha1.PDBHalt || p.SwapTimeout != DefaultSwapTimeout || p.EnrollmentTimeout != 30*time.Second || !p.TakeKuredLock {
 		t.Fatalf("defaults %+v", p)
+	}
+}
+
+// TestNewPolicyRejectsANonPositiveEnrollmentTimeout: the watchdog's bound
+// must be positive; the error names the field.
+func TestNewPolicyRejectsANonPositiveEnrollmentTimeout(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := NewPolicy(v1alpha1.NodeRolloutSpec{EnrollmentTimeout: &v1alpha1.Duration{Duration: d}})
+		if err == nil || !strings.Contains(err.Error(), "spec.enrollmentTimeout: "+d.String()+" must be positive") {
+			t.Errorf("enrollmentTimeout %s: error %v, want one naming spec.enrollmentTimeout", d, err)
+		}
+	}
+	p, err := NewPolicy(v1alpha1.NodeRolloutSpec{EnrollmentTimeout: &v1alpha1.Duration{Duration: 5 * time.Second}})
+	if err != nil || p.EnrollmentTimeout != 5*time.Second {
+		t.Fatalf("enrollmentTimeout 5s: %s, %v", p.EnrollmentTimeout, err)
 	}
 }
 

@@ -33,6 +33,9 @@ type Worker struct {
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
 	Now     func() time.Time
+	// Sleep waits until a time on Now's clock (the soak's, its enrollment
+	// watchdog's); nil: a timer. A test's fake clock moves on in it.
+	Sleep func(ctx context.Context, until time.Time) error
 	// HoldAfterPersist, a test hook, blocks a worker right after it
 	// persisted (or began) that step.
 	HoldAfterPersist v1alpha1.NodeState

@@ -246,9 +246,7 @@ func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Poli
 			}
 		}
 	case nodestep.ActSoak:
-		if err = w.keepSoakStart(ctx, nr, p, node, rec); err == nil {
-			err = observe.SleepUntil(ctx, deadline, w.Now)
-		}
+		res, err = w.soak(ctx, nr, p, node, rec, deadline)
 	case nodestep.ActGate:
 		res.verdict, res.judgement, err = w.judge(ctx, nr, p, node, rec)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"go.uber.org/zap"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,24 @@ import (
 // holds a token the API server refuses (istio-cni that lost its own
 // credentials: new pods would no longer be enrolled).
 const TagBadToken = "-badtoken"
+
+// TagNoReadd ends the image tag of an istio-cni build that, when it starts
+// on a node (after its swap), drops one ambient pod's redirection in its
+// pass over the node's pods and never puts it back (istio-cni that no
+// longer re-adds a pod: its traffic leaves ztunnel out, and nothing fails).
+const TagNoReadd = "-noreadd"
+
+// TagNoAdd ends the image tag of an istio-cni build that enrols no new
+// pod: an ambient pod started on its node after it gets no redirection
+// (istio-cni that no longer enrols; the pods it found keep theirs).
+const TagNoAdd = "-noadd"
+
+// cniAddsNone says the node's istio-cni stand-in is a -noadd build.
+func (d *DataPlane) cniAddsNone(node string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return strings.HasSuffix(d.cniTag[node], TagNoAdd)
+}
 
 // The files the istio-cni stand-in writes in each node's CNI dirs, as
 // Istio's install-cni does on a real node (cni/pkg/install): its plugin
@@ -93,12 +112,7 @@ func (d *DataPlane) installCNI(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	tag := ""
-	if len(pod.Spec.Containers) > 0 {
-		if i := strings.LastIndex(pod.Spec.Containers[0].Image, ":"); i >= 0 {
-			tag = pod.Spec.Containers[0].Image[i+1:]
-		}
-	}
+	tag := imageTag(pod)
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -127,6 +141,50 @@ func (d *DataPlane) installCNI(ctx context.Context, pod *corev1.Pod) error {
 		"type": "istio-cni", "name": "istio-cni", "ambient_enabled": true,
 		"kubernetes": map[string]any{"kubeconfig": filepath.Join(conf, cniKubeconfig), "cni_bin_dir": bin},
 	})
+}
+
+// readdPods is the istio-cni stand-in's pass over the node's ambient pods
+// when it starts. Istio's istio-cni reconciles them on a restart, and their
+// in-pod rules stay in place across it, so a healthy build changes nothing.
+// A -noreadd build deletes the redirect rules of the node's first ambient
+// app pod (by namespace/name) and does not reinstall them; it returns that
+// pod ("" when the node has none).
+func (d *DataPlane) readdPods(node, tag string) (string, error) {
+	if !strings.HasSuffix(tag, TagNoReadd) {
+		return "", nil
+	}
+	d.mu.Lock()
+	var first *podSandbox
+	for uid := range d.byNode[node] {
+		sb := d.pods[uid]
+		if sb == nil || !sb.ambient || sb.probeCfg != nil || sb.stopping {
+			continue
+		}
+		if first == nil || sb.key < first.key {
+			first = sb
+		}
+	}
+	d.mu.Unlock()
+	if first == nil {
+		return "", nil
+	}
+	if err := dropRedirect(first.netns); err != nil {
+		return "", fmt.Errorf("istio-cni stand-in %s: dropping the redirection of %s: %w", TagNoReadd, first.key, err)
+	}
+	d.log.Info("istio-cni stand-in: pod not re-added, its redirection is gone", zap.String("node", node), zap.String("pod", first.key), zap.String("tag", tag))
+	return first.key, nil
+}
+
+// imageTag is the tag of a pod's first container's image ("" without one).
+func imageTag(pod *corev1.Pod) string {
+	if len(pod.Spec.Containers) == 0 {
+		return ""
+	}
+	image := pod.Spec.Containers[0].Image
+	if i := strings.LastIndex(image, ":"); i >= 0 && !strings.Contains(image[i:], "/") {
+		return image[i+1:]
+	}
+	return ""
 }
 
 // forgeSignature replaces a JWT's signature with one the API server did

@@ -65,3 +65,37 @@ func TestEnrollmentOfTheStandins(t *testing.T) {
 		}
 	}
 }
+
+// TestNoReaddDropsOnePodsRedirection: what a -noreadd istio-cni build does
+// to the pod it does not re-add (dropRedirect), with traffic running: the
+// agent's check finds that pod not enrolled on redirection, the other still
+// enrolled, and the traffic goes on without a failure (it now goes straight
+// to the peer instead of through ztunnel). Dropping twice is no error.
+func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
+	client, proc := twoPods(t, "3", "1.28.1", Traffic{Streams: 2, StreamLife: time.Minute, StreamGap: 100 * time.Millisecond})
+	time.Sleep(time.Second)
+	prefix := strings.TrimSuffix(client.netns, "-cli")
+	pods := podsOf{netns: []string{prefix + "-srv", prefix + "-cli"}, pid: proc.cmd.Process.Pid}
+	for range 2 {
+		if err := dropRedirect(client.netns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := client.truth.load().Requests
+	time.Sleep(time.Second)
+	e := nodeagent.CheckEnrollment(pods, "/proc", time.Now())
+	if e.Error != "" || len(e.Pods) != 2 {
+		t.Fatalf("enrollment %+v", e)
+	}
+	for _, p := range e.Pods {
+		switch role := strings.TrimPrefix(p.Name, prefix+"-"); {
+		case role == "cli" && (p.Result != health.NotEnrolled || p.Failed != health.CheckRedirection):
+			t.Errorf("pod cli: %s, want not enrolled on redirection", p)
+		case role == "srv" && p.Result != health.Enrolled:
+			t.Errorf("pod srv: %s, want enrolled", p)
+		}
+	}
+	if tr := client.truth.load(); tr.Requests <= sent || tr.RequestsFailed != 0 {
+		t.Errorf("traffic %s (%d requests before the drop): want more requests, none failed", tr, sent)
+	}
+}

@@ -55,3 +55,10 @@ func redirectRules() string {
 func installRedirect(podNS string) error {
 	return run(redirectRules(), "ip", "netns", "exec", podNS, "nft", "-f", "-")
 }
+
+// dropRedirect deletes istio-cni's redirect rules from the pod namespace
+// (the -noreadd istio-cni build's fault); again, it changes nothing (the
+// table is declared first, so the delete always finds it).
+func dropRedirect(podNS string) error {
+	return run("table inet istio-proxy-nat\ndelete table inet istio-proxy-nat\n", "ip", "netns", "exec", podNS, "nft", "-f", "-")
+}

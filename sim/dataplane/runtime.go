@@ -53,6 +53,7 @@ type DataPlane struct {
 	api       *rest.Config // the API server istio-cni's stand-in names in its kubeconfig
 	ambientNS map[string]bool
 	cniUp     map[string]bool               // node → istio-cni stand-in running
+	cniTag    map[string]string             // node → the image tag of its istio-cni stand-in, last started
 	standins  map[types.UID]*standinProc    // ztunnel pod → its process
 	connects  int                           // stand-ins started so far: their connection order
 	pods      map[types.UID]*podSandbox     // app and probe pods
@@ -108,7 +109,7 @@ func New(cfg Config) (*DataPlane, error) {
 	}
 	d := &DataPlane{
 		cfg: cfg, prefix: "nwdp" + hex.EncodeToString(b), log: cfg.Log,
-		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, standins: map[types.UID]*standinProc{}, procs: map[*standinProc]bool{},
+		ambientNS: map[string]bool{}, cniUp: map[string]bool{}, cniTag: map[string]string{}, standins: map[types.UID]*standinProc{}, procs: map[*standinProc]bool{},
 		pods: map[types.UID]*podSandbox{}, byNode: map[string]map[types.UID]bool{}, gone: map[string]Truth{},
 		load: &load{},
 	}
@@ -194,8 +195,10 @@ func (d *DataPlane) Start(ctx context.Context, pod *corev1.Pod, podIP string) er
 		}
 		d.mu.Lock()
 		d.cniUp[pod.Spec.NodeName] = true
+		d.cniTag[pod.Spec.NodeName] = imageTag(pod)
 		d.mu.Unlock()
-		return nil
+		_, err := d.readdPods(pod.Spec.NodeName, imageTag(pod))
+		return err
 	case kindZtunnel:
 		return d.startZtunnel(pod)
 	case kindApp, kindProbe:
@@ -425,7 +428,10 @@ func (d *DataPlane) buildSandbox(sb *podSandbox, zts []*standinProc) error {
 		zts = []*standinProc{sb.sidecar}
 	}
 	meshed := sb.ambient || sb.sidecar != nil
-	if meshed {
+	// An ambient pod is enrolled by istio-cni (its rules, then ztunnel told
+	// of it; a sidecar's rules are its init container's): a -noadd build
+	// does neither.
+	if meshed && (sb.sidecar != nil || !d.cniAddsNone(sb.node)) {
 		if err := installRedirect(sb.netns); err != nil {
 			return err
 		}

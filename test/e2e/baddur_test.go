@@ -58,6 +58,8 @@ func TestBadDurationCostsOnlyItsRollout(t *testing.T) {
 		{`{"drain":{"longLivedAfter":"1d"}}`, "spec.drain.longLivedAfter"},
 		{`{"gates":{"interval":"1 minute"}}`, "spec.gates.interval"},
 		{`{"drain":{"timeout":"0s"}}`, "drain.timeout must be positive (0 would wait forever)"},
+		{`{"enrollmentTimeout":"soon"}`, "spec.enrollmentTimeout"},
+		{`{"enrollmentTimeout":"0s"}`, "enrollmentTimeout must be positive"},
 	} {
 		err := createRaw(ctx, dyn, "refused", tc.spec)
 		if err == nil {
@@ -69,7 +71,7 @@ func TestBadDurationCostsOnlyItsRollout(t *testing.T) {
 			t.Errorf("%s refused with %q, want mention of %q", tc.spec, err, tc.want)
 		}
 	}
-	if err := createRaw(ctx, dyn, "fine", `{"soak":"1h30m","baseline":"0","drain":{"timeout":"90s","longLivedAfter":"500ms"}}`); err != nil {
+	if err := createRaw(ctx, dyn, "fine", `{"soak":"1h30m","baseline":"0","enrollmentTimeout":"45s","drain":{"timeout":"90s","longLivedAfter":"500ms"}}`); err != nil {
 		t.Fatalf("good durations refused: %v", err)
 	}
 	_ = dyn.Resource(rolloutGVR).Delete(ctx, "fine", metav1.DeleteOptions{})

@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
+)
+
+// enrollGate is a judge gate whose node agent checks enrollment: shop/a and
+// shop/b were enrolled before the swap; now (on the test's clock) is what
+// a check at that time finds. It records the clock at each check.
+type enrollGate struct {
+	*judgeGate
+	clk *fixture.Clock
+	now func(at time.Time) (*health.Enrollment, error)
+
+	mu    sync.Mutex
+	asked []time.Time
+}
+
+func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time) (*health.Enrollment, *health.Enrollment, error) {
+	at := g.clk.Now()
+	g.mu.Lock()
+	g.asked = append(g.asked, at)
+	g.mu.Unlock()
+	if node != node1 || swapStart.IsZero() || swapStart.Before(baselineStart) {
+		return nil, nil, errors.New("asked for the wrong node or windows")
+	}
+	cur, err := g.now(at)
+	return podsEnrolled(health.Enrolled), cur, err
+}
+
+func (g *enrollGate) checks() []time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]time.Time(nil), g.asked...)
+}
+
+// podsEnrolled is shop/a enrolled and shop/b with result b (its check
+// failing on listeners when it is not enrolled).
+func podsEnrolled(b health.EnrollmentResult) *health.Enrollment {
+	e := &health.Enrollment{Pods: []health.PodEnrollment{
+		{Namespace: "shop", Name: "a", UID: "a", Result: health.Enrolled},
+		{Namespace: "shop", Name: "b", UID: "b", Result: b},
+	}}
+	if b == health.NotEnrolled {
+		e.Pods[1].Failed, e.Pods[1].Detail = health.CheckListeners, "nothing listens on 15008"
+	}
+	return e
+}
+
+// TestEnrollmentWatchdog drives a node through a five-minute soak on a fake
+// clock (it moves only when the worker sleeps) with a fake agent: a pod
+// enrolled before the swap that is not enrolled once spec.enrollmentTimeout
+// has passed since the soak began fails the node at that check, naming the
+// pod and the check, long before the soak's end and without a judgement; one
+// enrolled again within the bound, or an agent that cannot answer, lets the
+// soak run to its gate.
+func TestEnrollmentWatchdog(t *testing.T) {
+	soakEnd := t0.Add(longTime)
+	for _, tc := range []struct {
+		name    string
+		bound   time.Duration // spec.enrollmentTimeout; 0: the default
+		now     func(at time.Time) (*health.Enrollment, error)
+		failAt  time.Time // zero: the node passes its gate
+		firstAt time.Time
+	}{
+		{name: "listeners never come back", now: func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil },
+			failAt: t0.Add(30 * time.Second), firstAt: t0.Add(30 * time.Second)},
+		{name: "a shorter bound", bound: 10 * time.Second, now: func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil },
+			failAt: t0.Add(10 * time.Second), firstAt: t0.Add(10 * time.Second)},
+		{name: "enrolled again within the bound", now: func(at time.Time) (*health.Enrollment, error) {
+			if at.Before(t0.Add(20 * time.Second)) {
+				return podsEnrolled(health.NotEnrolled), nil
+			}
+			return podsEnrolled(health.Enrolled), nil
+		}, firstAt: t0.Add(30 * time.Second)},
+		{name: "lost in the middle of the soak", now: func(at time.Time) (*health.Enrollment, error) {
+			if at.Before(t0.Add(2 * time.Minute)) {
+				return podsEnrolled(health.Enrolled), nil
+			}
+			return podsEnrolled(health.NotEnrolled), nil
+		}, failAt: t0.Add(2 * time.Minute), firstAt: t0.Add(30 * time.Second)},
+		{name: "the agent does not answer", now: func(time.Time) (*health.Enrollment, error) { return nil, errors.New("connection refused") },
+			firstAt: t0.Add(30 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fixture.Clock{T: t0}
+			g := &enrollGate{judgeGate: passing(), clk: clk, now: tc.now}
+			r := newRig(t, g, clk, func(s *v1alpha1.NodeRolloutSpec) {
+				s.Baseline = v1alpha1.DurationOf(0) // no baseline wait: only the soak moves the clock
+				if tc.bound > 0 {
+					s.EnrollmentTimeout = v1alpha1.DurationOf(tc.bound)
+				}
+			})
+			r.Sleep = func(ctx context.Context, until time.Time) error {
+				clk.AdvanceTo(until)
+				return ctx.Err()
+			}
+			if err := r.drive(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if since := r.nodes.recordOf(t, v1alpha1.NodeSoak).SoakSince; !since.Equal(t0) {
+				t.Fatalf("the soak began at %s, want %s (the test's times count from it)", since, t0)
+			}
+			checks := g.checks()
+			if len(checks) == 0 || !checks[0].Equal(tc.firstAt) {
+				t.Fatalf("checks at %v: want the first at %s", checks, tc.firstAt)
+			}
+			for i, at := range checks {
+				if i > 0 && at.Sub(checks[i-1]) != EnrollmentPoll || !at.Before(soakEnd) {
+					t.Errorf("checks at %v: want one every %s after the first, all before the soak's end %s", checks, EnrollmentPoll, soakEnd)
+					break
+				}
+			}
+			ns := r.status.node(node1)
+			if tc.failAt.IsZero() {
+				if ns.State != v1alpha1.NodeDone || len(g.inputs()) != 1 {
+					t.Fatalf("node %s (%s), judged %d times: want Done through its gate", ns.State, ns.Reason, len(g.inputs()))
+				}
+				if n := len(checks); n != int(soakEnd.Sub(tc.firstAt)/EnrollmentPoll) {
+					t.Errorf("%d checks, want one every %s from %s to the soak's end", n, EnrollmentPoll, tc.firstAt)
+				}
+				return
+			}
+			if last := checks[len(checks)-1]; !last.Equal(tc.failAt) {
+				t.Errorf("the last check at %s, want the node failed at %s", last, tc.failAt)
+			}
+			if ns.State != v1alpha1.NodeFailed || len(g.inputs()) != 0 {
+				t.Fatalf("node %s, judged %d times: want Failed by the watchdog, before any judgement", ns.State, len(g.inputs()))
+			}
+			want := "enrollment watchdog: pod shop/b was enrolled before the swap and is not now: listeners failed: nothing listens on 15008; " +
+				tc.failAt.Sub(t0).String() + " after the soak began"
+			if !strings.Contains(ns.Reason, want) || !strings.HasPrefix(ns.Verdict, "Fail: "+want) || !strings.Contains(ns.Verdict, "enrolled 1/2 on the node") {
+				t.Errorf("reason %q, verdict %q: want %q", ns.Reason, ns.Verdict, want)
+			}
+			if st := r.status.status(); st.Phase != v1alpha1.PhaseHalted || !strings.Contains(st.HaltReason, "pod shop/b") || r.halts(nodestep.HaltGateFailed) != 1 {
+				t.Errorf("rollout %s (%q), gate_failed halts %v: want Halted naming the pod", st.Phase, st.HaltReason, r.halts(nodestep.HaltGateFailed))
+			}
+			if j := ns.Judgement; j == nil || j.Enrollment != "enrolled 1/2" || j.IntervalOutcome != health.Fail || len(j.EnrollmentPods) != 1 || !strings.Contains(j.EnrollmentPods[0], "shop/b") {
+				t.Errorf("judgement %+v: want the count and shop/b", j)
+			}
+			if n := r.nodes.node(node1); n.Spec.Unschedulable {
+				t.Error("the failed node was left cordoned")
+			}
+		})
+	}
+}
