@@ -210,30 +210,16 @@ type podProc struct {
 // scanPodProcs maps each pod UID named by a process's cgroup to its
 // processes. Processes that exit during the scan are left out.
 func scanPodProcs(root string) (map[string][]podProc, error) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", root, err)
-	}
 	out := map[string][]podProc{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		dir := filepath.Join(root, e.Name())
-		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
-		if err != nil {
-			continue
-		}
-		uid, ok := podUIDFromCgroup(string(cg))
-		if !ok {
-			continue
-		}
+	err := eachPodProcess(root, func(pid int, dir, uid string) {
 		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
 		if err != nil {
-			continue
+			return
 		}
 		out[uid] = append(out[uid], podProc{pid: pid, comm: strings.TrimSpace(string(comm))})
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

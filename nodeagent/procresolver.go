@@ -48,6 +48,31 @@ type seenPod struct {
 
 var podUIDInCgroup = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
 
+// eachPodProcess calls fn for every process under the proc root root whose
+// cgroup names a pod (podUIDFromCgroup), with its PID, its /proc directory
+// and the pod's UID. Processes that exit during the walk are left out.
+func eachPodProcess(root string, fn func(pid int, dir, uid string)) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", root, err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		if err != nil {
+			continue
+		}
+		if uid, ok := podUIDFromCgroup(string(cg)); ok {
+			fn(pid, dir, uid)
+		}
+	}
+	return nil
+}
+
 // podUIDFromCgroup returns the pod UID in the content of a /proc/<pid>/cgroup
 // file, for both the systemd (underscores) and cgroupfs (dashes) drivers.
 func podUIDFromCgroup(content string) (string, bool) {
@@ -156,33 +181,20 @@ func remember(seen map[uint32]seenPod, uids map[uint32]string, names map[string]
 // scanNetnsUIDs maps each non-host network namespace to its pod UID. A
 // namespace whose processes name two different pods is left out.
 func scanNetnsUIDs(root string, host uint32, key NamespaceKey) (map[uint32]string, error) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", root, err)
-	}
 	uids := map[uint32]string{}
 	conflict := map[uint32]bool{}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		dir := filepath.Join(root, e.Name())
+	err := eachPodProcess(root, func(_ int, dir, uid string) {
 		ns, err := key.of(dir)
 		if err != nil || ns == host {
-			continue // the process exited, or shares the host's namespace
-		}
-		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
-		if err != nil {
-			continue
-		}
-		uid, ok := podUIDFromCgroup(string(cg))
-		if !ok {
-			continue
+			return // the process exited, or shares the host's namespace
 		}
 		if prev, ok := uids[ns]; ok && prev != uid {
 			conflict[ns] = true
 		}
 		uids[ns] = uid
+	})
+	if err != nil {
+		return nil, err
 	}
 	for ns := range conflict {
 		delete(uids, ns)
