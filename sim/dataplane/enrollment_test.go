@@ -69,8 +69,11 @@ func TestEnrollmentOfTheStandins(t *testing.T) {
 // TestNoReaddDropsOnePodsRedirection: what a -noreadd istio-cni build does
 // to the pod it does not re-add (dropRedirect), with traffic running: the
 // agent's check finds that pod not enrolled on redirection, the other still
-// enrolled, and the traffic goes on without a failure (it now goes straight
-// to the peer instead of through ztunnel). Dropping twice is no error.
+// enrolled, and the traffic goes on without a failure once the rules are
+// gone (it now goes straight to the peer instead of through ztunnel).
+// Connections redirected before the drop may break at that moment (the NAT
+// of their replies goes with the table): under load a CI run saw one
+// request fail then. Dropping twice is no error.
 func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 	client, proc := twoPods(t, "3", "1.28.1", Traffic{Streams: 2, StreamLife: time.Minute, StreamGap: 100 * time.Millisecond})
 	time.Sleep(time.Second)
@@ -81,7 +84,8 @@ func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sent := client.truth.load().Requests
+	time.Sleep(500 * time.Millisecond) // what was in flight through ztunnel settles
+	after := client.truth.load()
 	time.Sleep(time.Second)
 	e := nodeagent.CheckEnrollment(pods, "/proc", time.Now())
 	if e.Error != "" || len(e.Pods) != 2 {
@@ -95,7 +99,7 @@ func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 			t.Errorf("pod srv: %s, want enrolled", p)
 		}
 	}
-	if tr := client.truth.load(); tr.Requests <= sent || tr.RequestsFailed != 0 {
-		t.Errorf("traffic %s (%d requests before the drop): want more requests, none failed", tr, sent)
+	if tr := client.truth.load(); tr.Requests <= after.Requests || tr.RequestsFailed != after.RequestsFailed {
+		t.Errorf("traffic %s (half a second after the drop: %s): want more requests, none failed since", tr, after)
 	}
 }
