@@ -213,39 +213,13 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	if fallback := grepLine(logs, "falling back"); fallback != "" {
 		t.Errorf("the agent in its container did not load its eBPF programs: %s", fallback)
 	}
-	tok, err := c.Client.CoreV1().ServiceAccounts("nodewise-system").CreateToken(ctx, "nodewise-orchestrator",
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"nodewise-agent"}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The agent's certificate must chain to the bundle the orchestrator
-	// publishes and name the node, as the orchestrator's agent client checks
-	// it (health.AgentClientConfig.VerifyNodeName): the orchestrator in its
-	// container signed it for this node. That the orchestrator itself dials
-	// the agent and judges the node from it, rolloutOnRealNode shows.
-	bundle, err := c.Client.CoreV1().ConfigMaps("nodewise-system").Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the agents' CA bundle the orchestrator publishes: %v", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM([]byte(bundle.Data["ca.crt"])) {
-		t.Fatalf("ConfigMap %s holds no PEM certificate in ca.crt: %v", agentpki.BundleConfigMapName, bundle.Data)
-	}
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: n.Name, MinVersion: tls.VersionTLS12}}}
+	get := agentGetter(t, ctx, c, n)
 	accepts := `nodewise_pod_tcp_accepts_total{namespace="` + probe.Namespace + `",pod="` + probe.Name + `"`
 	var body string
 	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
-		resp, err := client.Do(req)
-		if err != nil {
-			body = err.Error()
-			return false, nil
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body = string(b)
-		return resp.StatusCode == http.StatusOK && metricSum(body, accepts) > 0, nil
+		var ok bool
+		body, ok = get(ctx, "/metrics")
+		return ok && metricSum(body, accepts) > 0, nil
 	})
 	if err != nil {
 		t.Fatalf("the agent's /metrics never counted the probe pod's accepted connections (%s): %v; it served:\n%s", accepts, err, body)
@@ -262,18 +236,10 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	// redirection (docs/enrollment.md).
 	var snap health.Snapshot
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+"/v1/snapshot", nil)
-		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
-		resp, err := client.Do(req)
-		if err != nil {
-			body = err.Error()
-			return false, nil
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
+		var ok bool
+		body, ok = get(ctx, "/v1/snapshot")
 		snap = health.Snapshot{}
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &snap) != nil || snap.Enrollment == nil {
+		if !ok || json.Unmarshal([]byte(body), &snap) != nil || snap.Enrollment == nil {
 			return false, nil
 		}
 		for _, p := range snap.Enrollment.Pods {
@@ -292,6 +258,42 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 		}
 	}
 	t.Logf("the agent's enrollment: ztunnel %q, %v (error %q)", snap.Enrollment.Ztunnel, snap.Enrollment.Pods, snap.Enrollment.Error)
+}
+
+// agentGetter returns a GET of the real node's agent (path: /metrics,
+// /v1/snapshot…) as the orchestrator makes it: a token for the agent's
+// audience, the agent's certificate checked against the bundle the
+// orchestrator publishes and for the node's name (as
+// health.AgentClientConfig.VerifyNodeName does: the orchestrator in its
+// container signed it for this node). It answers the body, and whether the
+// agent answered 200 (else the body is the error).
+func agentGetter(t *testing.T, ctx context.Context, c *Cluster, n *RealNode) func(ctx context.Context, path string) (string, bool) {
+	t.Helper()
+	tok, err := c.Client.CoreV1().ServiceAccounts("nodewise-system").CreateToken(ctx, "nodewise-orchestrator",
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: []string{"nodewise-agent"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := c.Client.CoreV1().ConfigMaps("nodewise-system").Get(ctx, agentpki.BundleConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agents' CA bundle the orchestrator publishes: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(bundle.Data["ca.crt"])) {
+		t.Fatalf("ConfigMap %s holds no PEM certificate in ca.crt: %v", agentpki.BundleConfigMapName, bundle.Data)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: n.Name, MinVersion: tls.VersionTLS12}}}
+	return func(ctx context.Context, path string) (string, bool) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+net.JoinHostPort(n.IP, "9443")+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok.Status.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err.Error(), false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.StatusCode == http.StatusOK
+	}
 }
 
 // grepLine is the first line of text that contains s, or "".
