@@ -88,27 +88,39 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 			zerr = fmt.Sprintf("reading ztunnel's sockets: %v", err)
 		}
 	}
-	all := map[uint64]bool{}
-	for ino := range current {
-		all[ino] = true
-	}
-	for _, pid := range zt.Older {
-		older, err := socketInodes(procRoot, pid)
-		if err != nil {
-			continue // exited since it was listed: its sockets are gone with it
+	// Every ztunnel's sockets, read once and again (fresh) when a pod seems
+	// to bypass: a relay ztunnel opens after a read is not in it, and its
+	// upstream socket in the pod's namespace would look like the app's own
+	// connection.
+	var known map[uint64]bool
+	sockets := func(fresh bool) map[uint64]bool {
+		if known != nil && !fresh {
+			return known
 		}
-		for ino := range older {
-			all[ino] = true
+		all := map[uint64]bool{}
+		for _, pid := range append([]int{zt.Current}, zt.Older...) {
+			if pid == 0 {
+				continue
+			}
+			inodes, err := socketInodes(procRoot, pid)
+			if err != nil {
+				continue // exited since it was listed: its sockets are gone with it
+			}
+			for ino := range inodes {
+				all[ino] = true
+			}
 		}
+		known = all
+		return all
 	}
 	for _, p := range pods {
-		e.Pods = append(e.Pods, checkPod(p, current, all, zerr))
+		e.Pods = append(e.Pods, checkPod(p, current, sockets, zerr))
 	}
 	sort.Slice(e.Pods, func(i, j int) bool { return e.Pods[i].Key() < e.Pods[j].Key() })
 	return e
 }
 
-func checkPod(p MeshPod, current, ztunnel map[uint64]bool, zerr string) health.PodEnrollment {
+func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool) map[uint64]bool, zerr string) health.PodEnrollment {
 	r := health.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 	notCheckable := func(why string) health.PodEnrollment {
 		r.Result, r.Detail = health.NotCheckable, why
@@ -141,15 +153,27 @@ func checkPod(p MeshPod, current, ztunnel map[uint64]bool, zerr string) health.P
 	if detail := checkListeners(socks, current); detail != "" {
 		return failed(health.CheckListeners, detail)
 	}
-	if cands := bypassing(socks, ztunnel); len(cands) > 0 {
-		// The socket tables are read one bucket at a time: a connection
-		// opened during the read can show its app side without ztunnel's.
-		// Only what a second read confirms counts.
+	cands := bypassing(socks, ztunnelSockets(false))
+	if len(cands) > 0 {
+		// ztunnel's sockets read before this pod's table may miss a relay
+		// it opened since.
+		cands = bypassing(socks, ztunnelSockets(true))
+	}
+	if len(cands) > 0 {
+		// A connection seen half is no bypass: the socket tables are read
+		// one bucket at a time (a connection opened during the read can
+		// show its app side without ztunnel's), and one ztunnel resets at
+		// its drain deadline shows its app side until the reset is
+		// delivered, which the kernel defers to softirq. Only a connection
+		// a second read bypassRecheck later still shows, against ztunnel's
+		// sockets read again (a relay opened since the first read is
+		// ztunnel's, not a bypass), counts.
+		time.Sleep(bypassRecheck)
 		again, err := readSockets(fd)
 		if err != nil {
 			return notCheckable(fmt.Sprintf("reading its sockets: %v", err))
 		}
-		if still := bypassing(again, ztunnel); len(still) > 0 {
+		if still := confirmed(cands, bypassing(again, ztunnelSockets(true))); len(still) > 0 {
 			return failed(health.CheckBypass, fmt.Sprintf("%d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0]))
 		}
 	}
@@ -402,6 +426,25 @@ func checkListeners(socks []tcpSock, current map[uint64]bool) string {
 		}
 	}
 	return strings.Join(missing, ", ")
+}
+
+// bypassRecheck is how long after a read that finds bypassing connections
+// the second read is made.
+const bypassRecheck = 200 * time.Millisecond
+
+// confirmed is the connections of b also in a (both sorted).
+func confirmed(a, b []string) []string {
+	in := map[string]bool{}
+	for _, c := range a {
+		in[c] = true
+	}
+	var out []string
+	for _, c := range b {
+		if in[c] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // bypassing lists the namespace's open outbound connections that do not go
