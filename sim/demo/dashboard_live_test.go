@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/browser"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -30,7 +31,7 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 	tab := browser.New(t) // closed before the server stops
 	shots := browser.ScreenshotDir(t)
 
-	node := e.faultyBuild("1.27.4-rst")
+	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst")
 	// The rollout's page, open before the rollout exists: it fills in and
 	// follows the canary from the event stream alone. A MutationObserver
 	// records each state the canary's row shows.

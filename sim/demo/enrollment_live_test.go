@@ -23,7 +23,7 @@ import (
 // halts the rollout there, naming the pod and the listeners check.
 func TestLiveNoListenBuildHaltsOnEnrollment(t *testing.T) {
 	e := newLiveEnv(t, 3)
-	node := e.faultyBuild("1.27.4-nolisten")
+	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-nolisten")
 	nr := faultyRollout("nolisten", node, true)
 	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
 	nr = e.run(nr, node)
@@ -97,17 +97,7 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.CNIName, "1.27.5"+dataplane.TagNoReadd); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitTemplateObserved(ctx, e.c, cluster.CNIName); err != nil {
-		t.Fatal(err)
-	}
-	e.settle()
-	node, err := busiestAmbientNode(ctx, e.c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := e.faultyBuild(cluster.CNIName, "1.27.5"+dataplane.TagNoReadd)
 	apps, pods, err := ambientPodsOn(ctx, e.c, node)
 	if err != nil || len(apps) < 2 {
 		t.Fatalf("ambient app pods on %s: %v (%v), want at least two", node, apps, err)
@@ -161,7 +151,7 @@ func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
 		t.Fatalf("healthy build under the watchdog: rollout %s (%s), verdict %q", healthy.Status.Phase, healthy.Status.HaltReason, hs.Verdict)
 	}
 
-	node := e.faultyBuild("1.27.4-nolisten")
+	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-nolisten")
 	nr := faultyRollout("watchdog", node, true)
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: time.Minute}
 	nr.Spec.EnrollmentTimeout = &v1alpha1.Duration{Duration: 5 * time.Second}
@@ -220,17 +210,7 @@ func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) (apps, 
 func TestLiveNoAddCNIBuildFailsAPodNewInTheSoak(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.CNIName, "1.27.5"+dataplane.TagNoAdd); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitTemplateObserved(ctx, e.c, cluster.CNIName); err != nil {
-		t.Fatal(err)
-	}
-	e.settle()
-	node, err := busiestAmbientNode(ctx, e.c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node := e.faultyBuild(cluster.CNIName, "1.27.5"+dataplane.TagNoAdd)
 	nr := faultyRollout("cni-noadd", node, true)
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: 30 * time.Second} // room to start a pod in it
 	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}

@@ -59,7 +59,7 @@ func TestLiveGrafanaPanelsReturnData(t *testing.T) {
 	}
 	rm := waitMigration(t, mc, "grafana", 3*time.Minute, v1alpha1.MigrationHalted, v1alpha1.MigrationSucceeded)
 	t.Logf("migration %s: %s", rm.Status.Phase, rm.Status.Reason)
-	node := e.faultyBuild("1.27.4-rst")
+	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst")
 	nr := e.run(faultyRollout("rst", node, true), node)
 	t.Logf("rollout %s at %s: %s", nr.Status.Phase, node, nr.Status.HaltReason)
 	if nr.Status.Phase != v1alpha1.PhaseHalted {

@@ -332,7 +332,7 @@ func assertBaselineFromHistory(t testing.TB, ns v1alpha1.NodeStatus) {
 // halts there, with the judge's reason.
 func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	e := newLiveEnv(t, 3)
-	node := e.faultyBuild("1.27.4-rst")
+	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst")
 	nr := e.run(faultyRollout("rst", node, true), node)
 	ns := nodeStatus(t, nr, node)
 	t.Logf("halt reason: %s", nr.Status.HaltReason)
@@ -345,16 +345,17 @@ func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
 	assertBaselineFromHistory(t, ns)
 }
 
-// faultyBuild points ztunnel's template at tag (a faulty build such as
-// 1.27.4-rst), lets streams open, and returns the node with the most
-// ambient pods: the canary whose judgement has the most to go on.
-func (e *liveEnv) faultyBuild(tag string) string {
+// faultyBuild points the template of the DaemonSet ds (cluster.ZtunnelName
+// or cluster.CNIName) at tag (a faulty build such as 1.27.4-rst), lets
+// streams open, and returns the node with the most ambient pods: the canary
+// whose judgement has the most to go on.
+func (e *liveEnv) faultyBuild(ds, tag string) string {
 	e.t.Helper()
 	ctx := context.Background()
-	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, tag); err != nil {
+	if err := cluster.SetImageTag(ctx, e.c.Client, ds, tag); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := waitTemplateObserved(ctx, e.c, cluster.ZtunnelName); err != nil {
+	if err := waitTemplateObserved(ctx, e.c, ds); err != nil {
 		e.t.Fatal(err)
 	}
 	e.settle()
