@@ -35,7 +35,7 @@ const medianWindow = 100 * time.Millisecond
 // the median of single runs as its own clock reads see them, beside an
 // empty program timed the same way. It prints one line a rate:
 //
-//	ebpf median_ns=… floor_ns=… ratio=… rate=… achieved=… mean_ns=… runs=… windows=… timed_p50_ns=… empty_timed_p50_ns=… failed=… load=…
+//	ebpf median_ns=… floor_ns=… ratio=… rate=… achieved=… mean_ns=… runs=… windows=… ns_per_conn=… runs_per_conn=… progs=name:mean_nsxruns,… timed_p50_ns=… empty_timed_p50_ns=… gen_cpu_us_per_conn=… failed=… load=…
 func BenchmarkProgramRunTime(b *testing.B) {
 	netrig.RequireKernel(b)
 	r := netrig.New(b)
@@ -71,12 +71,19 @@ func runTimeAt(b *testing.B, pods []*netrig.Pod, rate float64) {
 	}
 	netrig.Churn(pods, 8080, rate, time.Second) // warm up
 	progs := p.Programs()
-	read := func() (real, fl ebpf.ProgramStats) {
-		for _, prog := range progs {
+	perProg := func() map[string]ebpf.ProgramStats {
+		out := map[string]ebpf.ProgramStats{}
+		for name, prog := range progs {
 			if st, err := prog.Stats(); err == nil {
-				real.RunCount += st.RunCount
-				real.Runtime += st.Runtime
+				out[name] = *st
 			}
+		}
+		return out
+	}
+	read := func() (real, fl ebpf.ProgramStats) {
+		for _, st := range perProg() {
+			real.RunCount += st.RunCount
+			real.Runtime += st.Runtime
 		}
 		if st, err := floor.prog.Stats(); err == nil {
 			fl = *st
@@ -90,6 +97,7 @@ func runTimeAt(b *testing.B, pods []*netrig.Pod, rate float64) {
 		wg                    sync.WaitGroup
 	)
 	first[0], first[1] = read()
+	firstProgs := perProg()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -115,6 +123,17 @@ func runTimeAt(b *testing.B, pods []*netrig.Pod, rate float64) {
 	l := netrig.Churn(pods, 8080, rate, 4*time.Second)
 	close(done)
 	wg.Wait()
+	// Every production program's mean run and runs over the churn.
+	var byProg []string
+	for name, st := range perProg() {
+		runs := st.RunCount - firstProgs[name].RunCount
+		if runs == 0 {
+			byProg = append(byProg, name+":0")
+			continue
+		}
+		byProg = append(byProg, fmt.Sprintf("%s:%.1fx%d", name, float64(st.Runtime-firstProgs[name].Runtime)/float64(runs), runs))
+	}
+	sort.Strings(byProg)
 	p.Close()
 	floor.Close()
 	// The distribution of single runs, which the kernel's statistics
@@ -147,8 +166,13 @@ func runTimeAt(b *testing.B, pods []*netrig.Pod, rate float64) {
 	b.ReportMetric(l.Rate(), "conns/s")
 	tp50, ep50 := float64(runs1.Quantile(0.5)), float64(empty.Quantile(0.5))
 	b.ReportMetric(tp50, "timed-p50-ns/run")
-	fmt.Printf("ebpf median_ns=%.1f floor_ns=%.1f ratio=%.2f rate=%.0f achieved=%.0f mean_ns=%.1f runs=%d windows=%d timed_p50_ns=%.0f empty_timed_p50_ns=%.0f failed=%d load=%s\n",
-		med, fmed, med/fmed, rate, l.Rate(), mean, runs, len(realMeans), tp50, ep50, l.Failed, loadAvg())
+	// Per connection: the programs' time (all of them, statistics on),
+	// and the generator's CPU, both ends' system calls and the kernel's
+	// work for them included (what bounds the rate it can offer).
+	perConn := float64(last[0].Runtime-first[0].Runtime) / float64(max(l.Conns, 1))
+	fmt.Printf("ebpf median_ns=%.1f floor_ns=%.1f ratio=%.2f rate=%.0f achieved=%.0f mean_ns=%.1f runs=%d windows=%d ns_per_conn=%.0f runs_per_conn=%.1f progs=%s timed_p50_ns=%.0f empty_timed_p50_ns=%.0f gen_cpu_us_per_conn=%.1f failed=%d load=%s\n",
+		med, fmed, med/fmed, rate, l.Rate(), mean, runs, len(realMeans), perConn, float64(runs)/float64(max(l.Conns, 1)),
+		strings.Join(byProg, ","), tp50, ep50, float64(l.CPUPerConn())/1e3, l.Failed, loadAvg())
 }
 
 // floorProg is the count_only program of the timed build, attached.

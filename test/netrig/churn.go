@@ -20,10 +20,30 @@ type Churned struct {
 	Failed  int             // connections that failed
 	Why     map[string]int  // failures by error
 	Elapsed time.Duration
+	// CPU is the CPU time this process spent over the run (user and
+	// system: both ends of every connection, the echo servers' too, and
+	// what the kernel did for them in this process's time), from its
+	// rusage.
+	CPU time.Duration
 }
 
 // Rate is the new connections a second achieved.
 func (l Churned) Rate() float64 { return float64(l.Conns) / l.Elapsed.Seconds() }
+
+// CPUPerConn is the generator's CPU time per connection made: what sets
+// the rate it can reach on a given number of idle cores.
+func (l Churned) CPUPerConn() time.Duration {
+	return l.CPU / time.Duration(max(l.Conns, 1))
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // Churn opens and closes paced short connections from every pod to its own
 // echo server on port (ServeRawEcho): rate new connections a second offered
@@ -40,6 +60,7 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 	// two Ps behind a hundred others (and the cores would idle meanwhile).
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(len(pods) + runtime.NumCPU()))
 	var l Churned
+	cpu0 := processCPU()
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) * float64(len(pods)) / rate)
 	for _, p := range pods {
@@ -82,6 +103,7 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 	}
 	wg.Wait()
 	l.Elapsed = time.Since(start)
+	l.CPU = processCPU() - cpu0
 	l.Conns = len(l.Lat)
 	return l
 }
@@ -102,8 +124,14 @@ func ServeRawEcho(t testing.TB, p *Pod, port int) {
 			return
 		}
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		// Accepted sockets inherit the listener's read timeout: no
+		// system call per connection to set it.
+		tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 		if err == nil {
 			err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		}
+		if err == nil {
+			err = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 		}
 		if err == nil {
 			err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
@@ -117,16 +145,15 @@ func ServeRawEcho(t testing.TB, p *Pod, port int) {
 		}
 		listening <- fd
 		buf := make([]byte, 64)
-		tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 		for {
 			c, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
 			switch {
-			case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED):
+			// EAGAIN: the inherited timeout, on an idle listener.
+			case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EAGAIN):
 				continue
 			case err != nil:
 				return // shut down
 			}
-			_ = unix.SetsockoptTimeval(c, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 			if n, err := unix.Read(c, buf); err == nil && n > 0 {
 				_, _ = unix.Write(c, buf[:n])
 			}
