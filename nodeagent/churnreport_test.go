@@ -47,7 +47,7 @@ func reportChurn(b *testing.B, c churnCase, rounds []churnRound) {
 		statsWall += rd.statsWall
 		peakRSS, offRuns = max(peakRSS, rd.peakRSS), offRuns+rd.offRuns
 		agentConnects += rd.agentConnects
-		nConns += uint64(rd.b.Conns + rd.bStats.Conns)
+		nConns += uint64(rd.b.Connected + rd.bStats.Connected)
 		statsConns += rd.bStats.Conns
 		for _, l := range []netrig.Churned{rd.a, rd.b, rd.bStats} {
 			failed += l.Failed

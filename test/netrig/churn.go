@@ -15,11 +15,14 @@ import (
 
 // Churned is what one Churn run did.
 type Churned struct {
-	Lat     []time.Duration // the connect durations
-	Conns   int             // connections made
-	Failed  int             // connections that failed
-	Why     map[string]int  // failures by error
-	Elapsed time.Duration
+	Lat    []time.Duration // the connect durations
+	Conns  int             // connections made
+	Failed int             // connections that failed
+	// Connected counts the connects that succeeded, those whose echo
+	// then failed too: what the agent should count as connects.
+	Connected int
+	Why       map[string]int // failures by error
+	Elapsed   time.Duration
 	// CPU is the CPU time this process spent over the run (user and
 	// system: both ends of every connection, the echo servers' too, and
 	// what the kernel did for them in this process's time), from its
@@ -74,6 +77,7 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 			buf := make([]byte, 16)
 			var mine []time.Duration
 			why := map[string]int{}
+			connects := 0
 			for i := 0; ; i++ {
 				next := start.Add(time.Duration(i) * interval)
 				if next.Sub(start) >= d || time.Since(start) >= d {
@@ -82,7 +86,10 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 				if w := time.Until(next); w > 0 {
 					time.Sleep(w)
 				}
-				took, err := EchoOnce(target, buf)
+				took, connected, err := EchoOnce(target, buf)
+				if connected {
+					connects++
+				}
 				if err != nil {
 					why[err.Error()]++
 					continue
@@ -91,6 +98,7 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 			}
 			mu.Lock()
 			l.Lat = append(l.Lat, mine...)
+			l.Connected += connects
 			for err, n := range why {
 				if l.Why == nil {
 					l.Why = map[string]int{}
@@ -154,7 +162,14 @@ func ServeRawEcho(t testing.TB, p *Pod, port int) {
 			case err != nil:
 				return // shut down
 			}
-			if n, err := unix.Read(c, buf); err == nil && n > 0 {
+			// A signal ends a read that has a timeout with EINTR:
+			// closing then, with the request unread, would reset
+			// the client's connection.
+			n, err := unix.Read(c, buf)
+			for errors.Is(err, unix.EINTR) {
+				n, err = unix.Read(c, buf)
+			}
+			if err == nil && n > 0 {
 				_, _ = unix.Write(c, buf[:n])
 			}
 			unix.Close(c)
@@ -169,15 +184,16 @@ func ServeRawEcho(t testing.TB, p *Pod, port int) {
 }
 
 // EchoOnce connects to an echo server from the calling thread's namespace,
-// sends buf, reads it back and closes, and returns the connect's duration.
+// sends buf, reads it back and closes, and returns the connect's duration
+// and whether the connect succeeded (the echo may fail after it).
 // It makes blocking system calls: a goroutine locked to its thread (as a
 // pod's must be) that waits in Go's poller costs a futex handoff between
 // threads each time, which capped the generator well below a busy node's
 // rates.
-func EchoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, error) {
+func EchoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, bool, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer unix.Close(fd)
 	// Bound the read, should the server never answer; a timeout on the
@@ -185,15 +201,15 @@ func EchoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, error) {
 	// needs none.
 	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	t0 := time.Now()
 	if err := unix.Connect(fd, to); err != nil {
-		return 0, fmt.Errorf("connect: %w", err)
+		return 0, false, fmt.Errorf("connect: %w", err)
 	}
 	took := time.Since(t0)
 	if _, err := unix.Write(fd, buf); err != nil {
-		return 0, fmt.Errorf("write: %w", err)
+		return 0, true, fmt.Errorf("write: %w", err)
 	}
 	for n := 0; n < len(buf); {
 		m, err := unix.Read(fd, buf[n:])
@@ -201,14 +217,14 @@ func EchoOnce(to *unix.SockaddrInet4, buf []byte) (time.Duration, error) {
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read: %w", err)
+			return 0, true, fmt.Errorf("read: %w", err)
 		}
 		if m == 0 {
-			return 0, io.ErrUnexpectedEOF
+			return 0, true, io.ErrUnexpectedEOF
 		}
 		n += m
 	}
-	return took, nil
+	return took, true, nil
 }
 
 // Quantile is the q-quantile of xs (0 when empty).
