@@ -106,7 +106,20 @@ func TestUnmovedNodesCannotChangeThePlan(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			p.NotReadyTimeout = 30 * time.Minute
 		}
-		was := model.Snapshot{Nodes: fleet, Targets: targets, Status: v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing}}
+		p.CountOthers, p.Prepull = rng.IntN(4) != 0, rng.IntN(4) == 0
+		status := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing}
+		switch rng.IntN(8) {
+		case 0:
+			p.Rollback = true // the templates restored: status moved nodes to another revision
+			status.Targets = []v1alpha1.TargetStatus{{Namespace: targets[0].Ref.Namespace, Name: targets[0].Ref.Name, Revision: "moved-to"}}
+		case 1:
+			p.Abort = true
+		case 2:
+			p.Paused = true
+		case 3:
+			status.Phase, status.HaltReason = v1alpha1.PhaseHalted, "node x failed"
+		}
+		was := model.Snapshot{Nodes: fleet, Targets: targets, Status: status, ResumeRequested: rng.IntN(8) == 0}
 		i := rng.IntN(len(fleet))
 		is := was
 		is.Nodes = append([]model.NodeView(nil), fleet...)
