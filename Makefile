@@ -91,6 +91,10 @@ NODES ?= 1000
 bench-ebpf: deps ## The agent's eBPF programs beside a program that only counts, on one hook under 20,000 and 50,000 new connections/s from 110 pod namespaces (root): one `ebpf median_ns=… floor_ns=… ratio=… rate=…` line a rate, from the kernel's run-time statistics.
 	$(GO) test -run '^$$' -bench BenchmarkProgramRunTime -benchtime 1x -count 1 -timeout 30m ./bpf/bench
 
+.PHONY: bench-reconcile
+bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,000 nodes (in-process caches): the event's pass beside the full pass it replaced; one `reconcile nodes=… change=… mode=… cpu_us_per_change=… …` line each, and the 5,000/1,000 ratios.
+	$(GO) test -run '^$$' -bench BenchmarkReconcilePerNodeChange -benchtime 1x -count 1 -timeout 30m ./orchestrator
+
 .PHONY: bench-scale
 bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 10 app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
 	NODEWISE_BENCH_SCALE=$(NODES) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e

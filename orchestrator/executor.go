@@ -53,6 +53,11 @@ type executor struct {
 	claims observe.Claims
 	// changes wakes the steps that wait on the informer caches.
 	changes observe.Changes
+	// dirty is what informer events changed since the last pass took it;
+	// views are, per rollout, what its last full pass planned from
+	// (views.go). Only the reconcile loop reads views.
+	dirty observe.Dirty
+	views map[string]*fleetView
 	// nodeWrites patches nodes and remembers what the API returned (Newest).
 	nodeWrites *write.Nodes
 	// status queues and group-commits status writes.

@@ -142,7 +142,7 @@ func recordOf(nr *v1alpha1.NodeRollout, st v1alpha1.NodeState) map[string]string
 // informer stores a test fills (the same objects as the clientset holds)
 // and an in-memory NodeRollout API.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	kube   *fake.Clientset
 	api    *fixture.Rollouts
@@ -166,11 +166,14 @@ func testConfig() Config {
 // newEnv builds the executor over objs: Nodes, Pods, DaemonSets and
 // ControllerRevisions go to both the clientset and the caches, NodeRollouts
 // to the in-memory API and the rollout cache.
-func newEnv(t *testing.T, objs ...runtime.Object) *env {
+func newEnv(t testing.TB, objs ...runtime.Object) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	e := &env{t: t, ctx: ctx, api: fixture.NewRollouts(), nodes: indexer(), pods: indexer(), dss: indexer(), revs: indexer(),
 		store: cache.NewStore(cache.MetaNamespaceKeyFunc), events: record.NewFakeRecorder(1000)}
+	if err := observe.IndexPodsByNode(e.pods); err != nil { // as the pod informer is
+		t.Fatal(err)
+	}
 	var kubeObjs []runtime.Object
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -202,7 +205,7 @@ func newEnv(t *testing.T, objs ...runtime.Object) *env {
 	log := zap.NewNop()
 	ex := &executor{
 		cfg: cfg, log: log, metrics: m, kube: e.kube, rollouts: e.api,
-		nodes: corelisters.NewNodeLister(e.nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(e.pods)},
+		nodes: corelisters.NewNodeLister(e.nodes), pods: observe.NewPodCache(e.pods),
 		dss: appslisters.NewDaemonSetLister(e.dss), revs: appslisters.NewControllerRevisionLister(e.revs),
 		kick: make(chan struct{}, 1), freed: make(chan struct{}, 1),
 		status: write.NewStatus(ctx, e.api, log), rolloutStore: e.store, recorder: e.events,

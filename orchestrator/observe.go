@@ -3,7 +3,9 @@ package orchestrator
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -15,88 +17,155 @@ import (
 // Snapshot builds the planner's snapshot from the caches plus what this
 // process wrote (claims, and the Nodes its patches returned: newestNode).
 func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
+	s, _, err := e.observe(nr, p)
+	return s, err
+}
+
+// viewInputs are what a node's view is built from besides the node and the
+// pods bound to it, read once per full pass (the rollout's, the fleet's),
+// and kept with its views (views.go) to rebuild one node's view alone.
+type viewInputs struct {
+	rollout     string
+	uid         types.UID
+	targets     []model.TargetView
+	opportunist bool
+	// held: why another tool holds each node (otherMaintenance).
+	held map[string]string
+	// blocking is spec.blocking.podSelector (nil: none).
+	blocking labels.Selector
+	// prepullWant: the targets with images to pre-pull, by key.
+	prepullWant map[string]bool
+	// status is each node's state in the rollout's status.
+	status map[string]v1alpha1.NodeState
+}
+
+// nodePods are a node's pods as its view reads them.
+type nodePods struct {
+	targets map[string]model.PodView // by target key
+	blocked string
+	prepull model.PrepullView
+}
+
+// observe builds the snapshot and returns the inputs its node views were
+// built from.
+func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, *viewInputs, error) {
 	s := model.Snapshot{Status: nr.Status}
 	s.ResumeRequested = nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 	for _, ref := range p.Targets {
 		tv, err := e.targets.Target(ref)
 		if err != nil {
-			return s, err
+			return s, nil, err
 		}
 		s.Targets = append(s.Targets, tv)
 	}
 	nodes, err := e.nodes.List(labels.Everything())
 	if err != nil {
-		return s, fmt.Errorf("listing nodes: %w", err)
+		return s, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	byNode := map[string]map[string]model.PodView{}
-	for _, tv := range s.Targets {
-		if !tv.Found {
-			continue
+	in := &viewInputs{rollout: nr.Name, uid: nr.UID, targets: s.Targets, opportunist: p.Opportunistic, blocking: p.Blocking.Pods, prepullWant: prepullWant(s.Targets)}
+	byNode := map[string]*nodePods{}
+	at := func(node string) *nodePods {
+		np := byNode[node]
+		if np == nil {
+			np = &nodePods{}
+			byNode[node] = np
 		}
-		pods, err := e.pods.Pods(tv.Ref.Namespace).List(labels.Everything())
+		return np
+	}
+	for _, ns := range targetNamespaces(s.Targets) {
+		pods, err := e.pods.Pods(ns).List(labels.Everything())
 		if err != nil {
-			return s, fmt.Errorf("listing pods in %s: %w", tv.Ref.Namespace, err)
+			return s, nil, fmt.Errorf("listing pods in %s: %w", ns, err)
 		}
 		for _, pod := range pods {
-			if !observe.OwnedBy(pod, tv) || pod.Spec.NodeName == "" {
-				continue
-			}
-			pv := observe.PodView(pod)
-			m := byNode[pod.Spec.NodeName]
-			if m == nil {
-				m = map[string]model.PodView{}
-				byNode[pod.Spec.NodeName] = m
-			}
-			// Prefer the live pod over one that is terminating.
-			if old, ok := m[tv.Key()]; !ok || (old.Terminating && !pv.Terminating) {
-				m[tv.Key()] = pv
+			if pod.Spec.NodeName != "" {
+				addTargetPod(at(pod.Spec.NodeName), pod, s.Targets)
 			}
 		}
 	}
-	held, unreadable, err := e.otherMaintenance()
+	var unreadable []string
+	in.held, unreadable, err = e.otherMaintenance()
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
 	s.UnreadableLocks = unreadable
 	blocked, err := e.blockingPods(p.Blocking)
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
-	prepulls, err := e.prepullPods(nr.Name, p.Targets)
+	for node, why := range blocked {
+		at(node).blocked = why
+	}
+	prepulls, err := e.prepullPods(nr.Name, s.Targets)
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
-	statusState := map[string]v1alpha1.NodeState{}
+	for node, pv := range prepulls {
+		at(node).prepull = pv
+	}
+	in.status = make(map[string]v1alpha1.NodeState, len(nr.Status.Nodes))
 	for _, ns := range nr.Status.Nodes {
-		statusState[ns.Name] = ns.State
+		in.status[ns.Name] = ns.State
 	}
+	none := &nodePods{}
 	for _, n := range nodes {
-		nv := model.NodeView{
-			Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
-			Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: byNode[n.Name],
-			HeldBy: held[n.Name], Blocked: blocked[n.Name], Prepull: prepulls[n.Name],
+		np := byNode[n.Name]
+		if np == nil {
+			np = none
 		}
-		if ready, since := model.NodeReadyCondition(n); !ready {
-			nv.NotReadySince = since
-			if since.IsZero() {
-				nv.NotReadySince = n.CreationTimestamp.Time // never reported Ready
-			}
+		nv, err := e.nodeView(n, np, in)
+		if err != nil {
+			return s, nil, err
 		}
-		if p.Opportunistic && n.Spec.Unschedulable {
-			if nv.Drained, err = e.drained(n.Name); err != nil {
-				return s, err
-			}
-		}
-		rec := n.Annotations
-		if w := e.nodeWrites.Newest(n.Name); w != nil {
-			rec = w.Annotations
-		}
-		var fromRecord bool
-		nv.State, fromRecord = nodestep.NodeState(e.claims.Claimed(nr.Name, n.Name), nodestep.ParseStep(rec), nr.UID, statusState[n.Name])
-		nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 		s.Nodes = append(s.Nodes, nv)
 	}
-	return s, nil
+	return s, in, nil
+}
+
+// addTargetPod puts pod in np if a target owns it, preferring the live pod
+// over one that is terminating.
+func addTargetPod(np *nodePods, pod *corev1.Pod, targets []model.TargetView) {
+	for _, tv := range targets {
+		if !tv.Found || !observe.OwnedBy(pod, tv) {
+			continue
+		}
+		pv := observe.PodView(pod)
+		if np.targets == nil {
+			np.targets = map[string]model.PodView{}
+		}
+		if old, ok := np.targets[tv.Key()]; !ok || (old.Terminating && !pv.Terminating) {
+			np.targets[tv.Key()] = pv
+		}
+	}
+}
+
+// nodeView is one node's view from the node, its pods and the pass's inputs.
+func (e *executor) nodeView(n *corev1.Node, np *nodePods, in *viewInputs) (model.NodeView, error) {
+	nv := model.NodeView{
+		Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
+		Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: np.targets,
+		HeldBy: in.held[n.Name], Blocked: np.blocked, Prepull: np.prepull,
+	}
+	if ready, since := model.NodeReadyCondition(n); !ready {
+		nv.NotReadySince = since
+		if since.IsZero() {
+			nv.NotReadySince = n.CreationTimestamp.Time // never reported Ready
+		}
+	}
+	if in.opportunist && n.Spec.Unschedulable {
+		var err error
+		if nv.Drained, err = e.drained(n.Name); err != nil {
+			return nv, err
+		}
+	}
+	rec := n.Annotations
+	if w := e.nodeWrites.Newest(n.Name); w != nil {
+		rec = w.Annotations
+	}
+	var fromRecord bool
+	nv.State, fromRecord = nodestep.NodeState(e.claims.Claimed(in.rollout, n.Name), nodestep.ParseStep(rec), in.uid, in.status[n.Name])
+	nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
+	return nv, nil
 }
 
 // drained: the cordoned node runs nothing a drain would evict (nodewise's

@@ -194,13 +194,35 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		go func() { <-ctx.Done(); _ = inf.RemoveEventHandler(reg) }()
 		return nil
 	}
+	// Each event names what it changed (views.go): a node, the nodes of a
+	// pod, or everything.
 	for _, inf := range c.informers() {
-		if err := wake(inf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.changed() }, UpdateFunc: func(_, _ any) { ex.changed() }, DeleteFunc: func(any) { ex.changed() }}); err != nil {
+		mark := func(_, _ any) { ex.dirty.All() }
+		switch inf {
+		case c.f.Core().V1().Nodes().Informer():
+			mark = ex.nodeEvent
+		case c.f.Core().V1().Pods().Informer():
+			mark = ex.podEvent
+		}
+		if err := wake(inf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { mark(nil, obj); ex.changed() },
+			UpdateFunc: func(old, obj any) { mark(old, obj); ex.changed() },
+			DeleteFunc: func(obj any) { mark(nil, obj); ex.changed() },
+		}); err != nil {
 			return err
 		}
 	}
 	rinf := c.rollout
-	if err := wake(rinf, cache.ResourceEventHandlerFuncs{AddFunc: func(any) { ex.poke() }, UpdateFunc: func(_, _ any) { ex.poke() }, DeleteFunc: func(any) { ex.poke() }}); err != nil {
+	if err := wake(rinf, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { ex.dirty.All(); ex.poke() },
+		UpdateFunc: func(old, obj any) {
+			if rolloutChanged(old, obj) {
+				ex.dirty.All()
+				ex.poke()
+			}
+		},
+		DeleteFunc: func(any) { ex.dirty.All(); ex.poke() },
+	}); err != nil {
 		return err
 	}
 	ex.rolloutStore = rinf.GetStore()
@@ -226,17 +248,26 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	defer ex.wg.Wait()
 	t := time.NewTicker(o.cfg.Resync)
 	defer t.Stop()
+	// Every pass is full but the ones events start (views.go).
+	full := true
 	for {
 		began := time.Now()
-		ex.reconcileAll(ctx)
+		if full {
+			ex.reconcileAll(ctx)
+		} else {
+			ex.reconcileChanged(ctx)
+		}
 		took := time.Since(began)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ex.freed:
+			full = true
 			continue // a slot is free: the next node starts now
 		case <-t.C:
+			full = true
 		case <-ex.kick:
+			full = false
 		}
 		// Every informer event kicks a pass; during a fleet rollout they
 		// come faster than passes end. Events that come while a pass is
@@ -248,6 +279,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 			pause.Stop()
 			return ctx.Err()
 		case <-ex.freed:
+			full = true
 		case <-pause.C:
 		}
 		pause.Stop()

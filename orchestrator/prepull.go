@@ -130,24 +130,10 @@ func PrepullPod(nr *v1alpha1.NodeRollout, node string, tv model.TargetView) *cor
 }
 
 // prepullPods maps each node to its pre-pull pods of the rollout, from the
-// cache (in the targets' namespaces, where prepull creates them).
-func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (map[string]model.PrepullView, error) {
-	want := map[string]bool{}
-	var namespaces []string
-	for _, ref := range targets {
-		tv, err := e.targets.Target(ref)
-		if err != nil {
-			return nil, err
-		}
-		if len(tv.Images) > 0 {
-			want[ref.Namespace+"/"+ref.Name] = true
-		}
-		if !slices.Contains(namespaces, ref.Namespace) {
-			namespaces = append(namespaces, ref.Namespace)
-		}
-	}
+// pod cache (the target namespaces).
+func (e *executor) prepullPods(rollout string, targets []model.TargetView) (map[string]model.PrepullView, error) {
 	byNode := map[string][]*corev1.Pod{}
-	for _, ns := range namespaces {
+	for _, ns := range targetNamespaces(targets) {
 		pods, err := e.pods.Pods(ns).List(labels.SelectorFromSet(labels.Set{model.LabelPrepull: rollout}))
 		if err != nil {
 			return nil, fmt.Errorf("listing pre-pull pods: %w", err)
@@ -158,11 +144,34 @@ func (e *executor) prepullPods(rollout string, targets []v1alpha1.TargetRef) (ma
 			}
 		}
 	}
+	want := prepullWant(targets)
 	out := map[string]model.PrepullView{}
 	for node, pods := range byNode {
 		out[node] = prepullView(pods, want)
 	}
 	return out, nil
+}
+
+// prepullWant is the targets with images to pre-pull, by key.
+func prepullWant(targets []model.TargetView) map[string]bool {
+	want := map[string]bool{}
+	for _, tv := range targets {
+		if len(tv.Images) > 0 {
+			want[tv.Key()] = true
+		}
+	}
+	return want
+}
+
+// targetNamespaces is the targets' namespaces, each once, in order.
+func targetNamespaces(targets []model.TargetView) []string {
+	var namespaces []string
+	for _, tv := range targets {
+		if !slices.Contains(namespaces, tv.Ref.Namespace) {
+			namespaces = append(namespaces, tv.Ref.Namespace)
+		}
+	}
+	return namespaces
 }
 
 // prepull creates (ActPrepull) or deletes (ActPrepullDone) a node's

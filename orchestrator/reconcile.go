@@ -31,6 +31,8 @@ func (e *executor) reconcileAll(ctx context.Context) {
 			return
 		}
 	}
+	e.dirty.Take() // this pass reads every change made so far
+	e.metrics.Passes.WithLabelValues("full").Inc()
 	var nrs []*v1alpha1.NodeRollout
 	for _, obj := range e.rolloutStore.List() {
 		nrs = append(nrs, obj.(*v1alpha1.NodeRollout))
@@ -43,12 +45,28 @@ func (e *executor) reconcileAll(ctx context.Context) {
 			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
 		}
 	}
+	for name := range e.views {
+		if !live[name] {
+			e.dropViews(name)
+		}
+	}
 	e.metrics.PruneRollouts(live) // a deleted rollout's series go with it
 	e.releaseGoneKuredLocks(ctx, live)
 }
 
-// reconcile is one observe → plan → act pass over a NodeRollout.
-func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) error {
+// reconcile is one observe → plan → act pass over a NodeRollout. A pass
+// that planned nothing to do but resume the nodes in flight keeps what it
+// planned from (views.go) for the passes events start; one that acted or
+// failed does not, so the next is full.
+func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err error) {
+	var keep *fleetView
+	defer func() {
+		if err == nil && keep != nil {
+			e.keepViews(nr, keep)
+		} else {
+			e.dropViews(nr.Name)
+		}
+	}()
 	if cur, ok := e.status.Current(nr.Name, nr.UID); ok {
 		nr.Status = cur // our own last write (and queued ones) are never older than the cache
 	} else {
@@ -61,6 +79,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
 			// finished; a spec change (e.g. rollback) wakes it. A crash
 			// between its last node and the release left Kured's lock held.
+			keep = &fleetView{finished: true}
 			_, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nil)
 			return err
 		}
@@ -91,10 +110,11 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 		}
 		return nil
 	}
-	snap, err := e.Snapshot(nr, p)
+	snap, in, err := e.observe(nr, p)
 	if err != nil {
 		return err
 	}
+	e.metrics.NodeViews.Add(float64(len(snap.Nodes)))
 	snap.AlertsBlock = e.alertsBlock(ctx, p.Blocking) // blocking.go: read here, not in the workers' snapshots
 	if !deleting {
 		if handled, err := e.nodeRequest(ctx, nr, p, snap); handled || err != nil {
@@ -108,9 +128,17 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 			return err // nothing started: the next pass tries again
 		}
 	}
+	acted := false
 	for _, a := range d.Actions {
 		if err := e.actOn(ctx, nr, p, a); err != nil {
 			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
+		}
+		acted = acted || a.Kind != planner.ActResume
+	}
+	if !acted && !snap.ResumeRequested && !deleting {
+		keep = &fleetView{in: in, nodes: make(map[string]model.NodeView, len(snap.Nodes))}
+		for _, n := range snap.Nodes {
+			keep.nodes[n.Name] = n
 		}
 	}
 	e.precheck(ctx, nr, p, planner.NextInLine(snap, p, d))

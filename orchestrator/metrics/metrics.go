@@ -22,6 +22,14 @@ type Metrics struct {
 	NodeState   *prometheus.GaugeVec
 	APIRequests *prometheus.CounterVec
 	IsLeader    prometheus.Gauge
+	// Passes counts reconcile passes by kind: full (every node observed
+	// and planned) and skipped (an event's pass whose changed nodes cannot
+	// change the plan, planner.Unmoved: their views rebuilt, nothing
+	// planned, nothing written).
+	Passes *prometheus.CounterVec
+	// NodeViews counts the node views the passes built: a full pass builds
+	// one per node, an event's pass one per changed node.
+	NodeViews prometheus.Counter
 }
 
 // NewMetrics declares every metric once and registers it in reg.
@@ -49,8 +57,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		IsLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodewise_orchestrator_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
+		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodewise_reconcile_passes_total", Help: "Reconcile passes by kind: full (every node observed and planned), skipped (an event's changed nodes could not change the plan: only their views built).",
+		}, []string{"kind"}),
+		NodeViews: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodewise_reconcile_node_views_total", Help: "Node views the reconcile passes built (one per node in a full pass, one per changed node in an event's pass).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.NodeState, m.APIRequests, m.IsLeader} {
+	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.NodeState, m.APIRequests, m.IsLeader, m.Passes, m.NodeViews} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

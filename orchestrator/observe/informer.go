@@ -137,6 +137,12 @@ func AddPodNodeIndex(inf cache.SharedIndexInformer) error {
 	return inf.AddIndexers(cache.Indexers{podNodeIndex: podNodeIndexFunc})
 }
 
+// IndexPodsByNode adds podNodeIndex to a pod indexer (a cache fed without
+// an informer).
+func IndexPodsByNode(idx cache.Indexer) error {
+	return idx.AddIndexers(cache.Indexers{podNodeIndex: podNodeIndexFunc})
+}
+
 // OnNode returns the cached pods bound to node, in every namespace.
 func (c PodCache) OnNode(node string) ([]*corev1.Pod, error) {
 	if c.Index == nil {
