@@ -75,7 +75,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	say("rollout applied")
 
 	// SIGKILL the leader a third of the way through.
-	doneAtKill := e.waitDone("scale", nodes/3, say)
+	doneAtKill := e.waitDone("scale", nodes/3, nodes, say)
 	leaderFams := scrape(b, leaderAddr)
 	leaderRSS, leaderCPU := peakRSS(leader.cmd.Process.Pid), cpuSeconds(leader.cmd.Process.Pid)
 	killed := time.Now()
@@ -86,6 +86,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	firstWrite := waitFirstWrite(b, standbyAddr, killed)
 	say("standby holds the Lease after %.2fs, first write after %.2fs", acquired.Seconds(), firstWrite.Seconds())
 
+	// All but the last wave at waitDone's pace, the end at waitPhase's 200 ms.
+	e.waitDone("scale", nodes-parallel, nodes, say)
 	nr := e.waitPhase("scale", 60*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	wall := time.Since(start)
 	time.Sleep(200 * time.Millisecond)
@@ -182,9 +184,13 @@ func (e *env) fillApps(n int, say func(string, ...any)) {
 	}
 	// Counted from the pods themselves: under load the ReplicaSet
 	// controller's status lags its pods by minutes (its cache behind its own
-	// writes, its retries backing off), and only the pods matter here.
+	// writes, its retries backing off), and only the pods matter here. Each
+	// look lists every pod (≈ 4 KiB each), so it is made once per 1,000
+	// pods-seconds at least: every 5 s, 50,000 pods would keep a core of
+	// the API server busy encoding them.
 	last, ready := time.Now(), 0
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	every := max(5*time.Second, time.Duration(n)*time.Millisecond)
+	err := wait.PollUntilContextTimeout(ctx, every, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := e.c.Client.CoreV1().Pods("fleet").List(ctx, metav1.ListOptions{ResourceVersion: "0"}) // from the watch cache
 		if err != nil {
 			return false, nil
@@ -413,12 +419,17 @@ func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, 
 	return asIs, size(), trimmed
 }
 
-// waitDone waits until at least n nodes of the rollout are Done and returns how many are.
-func (e *env) waitDone(name string, n int, say func(string, ...any)) int {
+// waitDone waits until at least n nodes of the rollout are Done and returns
+// how many are. Each look reads the whole NodeRollout (≈ 0.35 KiB a node, up
+// to the status budget's 1 MiB), so it looks every 200 µs per node of the
+// fleet, at least every 200 ms: 5 reads a second of a 1 MiB object would be
+// a cost of the benchmark's own on the API server.
+func (e *env) waitDone(name string, n int, fleet int, say func(string, ...any)) int {
 	e.t.Helper()
 	var done int
 	last := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Minute, true, func(ctx context.Context) (bool, error) {
+	every := max(200*time.Millisecond, time.Duration(fleet)*200*time.Microsecond)
+	err := wait.PollUntilContextTimeout(context.Background(), every, 60*time.Minute, true, func(ctx context.Context) (bool, error) {
 		nr, err := e.rollouts.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
