@@ -61,7 +61,9 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 
 	leaderAddr, standbyAddr := freeAddr(b), freeAddr(b)
 	leader := e.startProcess("leader", leaderAddr)
-	waitHolder(b, e, "leader")
+	// It syncs its caches (every pod of the fleet) before it campaigns:
+	// a minute plus 20 ms a node (2m40s at 5,000 nodes) allowed.
+	waitHolderWithin(b, e, "leader", time.Minute+time.Duration(nodes)*20*time.Millisecond)
 	standby := e.startProcess("standby", standbyAddr)
 	waitServing(b, standbyAddr)
 	e.upgrade("1.28.1")
