@@ -29,7 +29,7 @@ import (
 
 // BenchmarkNodeRolloutScale is `make bench-scale`: a simulated cluster of
 // NODEWISE_BENCH_SCALE nodes (the make target sets 1,000) in 5 zones, both
-// DaemonSets and 10 app pods per node, rolled 1.27.3 → 1.28.1 with
+// DaemonSets and NODEWISE_BENCH_APPS (10) app pods per node, rolled 1.27.3 → 1.28.1 with
 // maxParallel = maxUnavailable = 50, zero soak, drain never, the default
 // (surge) ztunnel swap and the readiness gate on every node. Two
 // orchestrator processes run; the leader is killed with SIGKILL once a third
@@ -47,7 +47,14 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	if nodes <= 0 {
 		b.Skip("set NODEWISE_BENCH_SCALE=NODES to run it (make bench-scale runs 1,000)")
 	}
-	const zones, parallel, appsPerNode, qps = 5, 50, 10, 100
+	// NODEWISE_BENCH_APPS (make's APPS) sets the app pods per node, 10
+	// unless set: on this shared 2-core machine, 50,000 app pods take the
+	// cluster most of an hour to start at 5,000 nodes.
+	appsPerNode, _ := strconv.Atoi(os.Getenv("NODEWISE_BENCH_APPS"))
+	if appsPerNode <= 0 {
+		appsPerNode = 10
+	}
+	const zones, parallel, qps = 5, 50, 100
 	begin := time.Now()
 	say := func(format string, args ...any) {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
@@ -148,8 +155,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	fmt.Printf("NodeRollout object: %d KiB at %d nodes; built at %d nodes: %d KiB as is, %d KiB as the status writer writes it (%d entries trimmed; etcd's default limit 1.5 MiB)\n",
 		size1/1024, nodes, nodes*int(math.Ceil(5000/float64(nodes))), size5k/1024, fit5k/1024, trimmed5k)
 	fmt.Printf("at rest, per simulated node: %s\n", perNode)
-	fmt.Printf("scale nodes=%d wall_s=%.1f floor_s=%.1f native_s=%.1f writes_per_node=%.2f reads_per_node=%.3f rss_mib=%.0f handover_s=%.2f\n",
-		nodes, wall.Seconds(), floor.Seconds(), native.Seconds(), writes/float64(nodes), reads/float64(nodes), float64(rss)/1024, firstWrite.Seconds())
+	fmt.Printf("scale nodes=%d wall_s=%.1f floor_s=%.1f native_s=%.1f writes_per_node=%.2f reads_per_node=%.3f rss_mib=%.0f handover_s=%.2f apps_per_node=%d\n",
+		nodes, wall.Seconds(), floor.Seconds(), native.Seconds(), writes/float64(nodes), reads/float64(nodes), float64(rss)/1024, firstWrite.Seconds(), appsPerNode)
 	b.ReportMetric(wall.Seconds(), "wall-s")
 	b.ReportMetric(floor.Seconds(), "floor-s")
 	b.ReportMetric(native.Seconds(), "native-s")
