@@ -87,6 +87,7 @@ bench-baseline: deps demo-tools ## Roll 6 simulated nodes one at a time (baselin
 	$(GO) test -run '^$$' -bench BenchmarkBaselineFromHistory -benchtime 1x -count 1 -timeout 30m ./test/e2e
 
 NODES ?= 1000
+APPS ?= 10
 .PHONY: bench-ebpf
 bench-ebpf: deps ## The agent's eBPF programs beside a program that only counts, on one hook under 20,000 and 50,000 new connections/s from 110 pod namespaces (root): one `ebpf median_ns=… floor_ns=… ratio=… rate=…` line a rate, from the kernel's run-time statistics.
 	$(GO) test -run '^$$' -bench BenchmarkProgramRunTime -benchtime 1x -count 1 -timeout 30m ./bpf/bench
@@ -96,8 +97,8 @@ bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,
 	$(GO) test -run '^$$' -bench BenchmarkReconcilePerNodeChange -benchtime 1x -count 1 -timeout 30m ./orchestrator
 
 .PHONY: bench-scale
-bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 10 app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
-	NODEWISE_BENCH_SCALE=$(NODES) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e
+bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, APPS (10) app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
+	NODEWISE_BENCH_SCALE=$(NODES) NODEWISE_BENCH_APPS=$(APPS) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e
 
 .PHONY: bench-disruption
 bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.

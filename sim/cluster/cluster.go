@@ -22,7 +22,7 @@ import (
 
 // Options describe a simulated cluster.
 type Options struct {
-	// Nodes is the number of simulated nodes, 1 to 256. Required.
+	// Nodes is the number of simulated nodes, 1 to maxNodes (16,640). Required.
 	Nodes int `json:"nodes"`
 	// Zones spreads the nodes round-robin over this many zones (zone-a, zone-b, …).
 	// Zero means one zone.
@@ -30,7 +30,11 @@ type Options struct {
 	// ReadyDelay is how long a bound pod takes to become Running and Ready.
 	// Zero means 500 ms.
 	ReadyDelay time.Duration `json:"readyDelay"`
-	// Heartbeat is how often node leases are renewed. Zero means 10 s.
+	// Heartbeat is how often each node's Lease is renewed. Zero means
+	// FleetHeartbeat(Nodes): 10 s, as a kubelet does, up to 200 nodes, and
+	// longer for larger fleets, so that all their renewals together cost the
+	// API server HeartbeatsPerSecond. kube-controller-manager's node-lifecycle
+	// periods are scaled with it (lifecycleFlags), so no node goes NotReady.
 	Heartbeat time.Duration `json:"heartbeat"`
 	// ControllerQPS, when set, is the kube-api-qps of kube-controller-manager
 	// and kube-scheduler (burst twice that), as large clusters configure them;
@@ -75,9 +79,29 @@ func (o *Options) Validate() error {
 		o.ReadyDelay = 500 * time.Millisecond
 	}
 	if o.Heartbeat == 0 {
-		o.Heartbeat = 10 * time.Second
+		o.Heartbeat = FleetHeartbeat(o.Nodes)
 	}
 	return nil
+}
+
+// kubeletHeartbeat is a kubelet's Lease renewal period (a quarter of its
+// 40 s Lease), the period kube-controller-manager's node-lifecycle defaults
+// are made for.
+const kubeletHeartbeat = 10 * time.Second
+
+// HeartbeatsPerSecond is what a simulated fleet's Lease renewals cost the
+// API server at most, whatever its size, by default. At a kubelet's 10 s,
+// 5,000 nodes would renew 500 times a second, more than this machine's API
+// server serves (docs/orchestrator.md, "Fleet scale"): a benchmark would
+// measure the simulated kubelets, not what they host. nodewise never reads a
+// node's Lease, only its Ready condition, which stays True.
+const HeartbeatsPerSecond = 20
+
+// FleetHeartbeat is the default Lease renewal period of a fleet of n nodes:
+// a kubelet's 10 s, or n / HeartbeatsPerSecond seconds when that is longer
+// (50 s at 1,000 nodes, 250 s at 5,000).
+func FleetHeartbeat(n int) time.Duration {
+	return max(kubeletHeartbeat, time.Duration(n)*time.Second/HeartbeatsPerSecond)
 }
 
 // state is what the state directory records, in cluster.json, so that a later

@@ -216,7 +216,25 @@ func (s *state) controllerManagerArgv(b binaries) []string {
 		"--controllers=" + strings.Join(controllers, ","),
 		"--concurrent-daemonset-syncs=5",
 		"--profiling=false", "--v=1",
-	}, s.qpsFlags())
+	}, s.qpsFlags(), lifecycleFlags(s.Options.Heartbeat))
+}
+
+// lifecycleFlags scale the node-lifecycle controller's periods with a Lease
+// renewal period longer than a kubelet's 10 s, keeping the upstream ratios
+// to it (grace 50 s, startup grace 60 s, monitor period 5 s), so a node
+// whose renewals are paced over minutes is never taken for dead.
+func lifecycleFlags(heartbeat time.Duration) []string {
+	if heartbeat <= kubeletHeartbeat {
+		return nil
+	}
+	scaled := func(d time.Duration) string {
+		return time.Duration(float64(d) * heartbeat.Seconds() / kubeletHeartbeat.Seconds()).Round(time.Second).String()
+	}
+	return []string{
+		"--node-monitor-grace-period=" + scaled(50*time.Second),
+		"--node-startup-grace-period=" + scaled(60*time.Second),
+		"--node-monitor-period=" + scaled(5*time.Second),
+	}
 }
 
 // qpsFlags raise a control-plane component's client rate limits when

@@ -26,7 +26,7 @@ type KubeletConfig struct {
 	Nodes []NodeSpec
 	// ReadyDelay is how long a bound pod takes to be Running and Ready.
 	ReadyDelay time.Duration
-	// Heartbeat is how often node leases are renewed.
+	// Heartbeat is how often each node's lease is renewed; zero means 10 s.
 	Heartbeat time.Duration
 	// Runtime runs containers; nil runs none.
 	Runtime Runtime
@@ -64,7 +64,7 @@ func NewKubelet(client kubernetes.Interface, cfg KubeletConfig) (*Kubelet, error
 		return nil, fmt.Errorf("kubelet: ReadyDelay and Heartbeat must not be negative")
 	}
 	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = 10 * time.Second
+		cfg.Heartbeat = kubeletHeartbeat
 	}
 	if cfg.Runtime == nil {
 		cfg.Runtime = nullRuntime{}
@@ -127,7 +127,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 	for i := 0; i < 8; i++ {
 		go wait.UntilWithContext(ctx, k.worker, time.Second)
 	}
-	go wait.UntilWithContext(ctx, k.heartbeat, k.cfg.Heartbeat)
+	go k.heartbeat(ctx)
 	<-ctx.Done()
 	return nil
 }

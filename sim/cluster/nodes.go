@@ -184,35 +184,36 @@ func (k *Kubelet) reconcileNodeReady(ctx context.Context, node *corev1.Node) {
 }
 
 // heartbeat renews every node's lease, which is how the node lifecycle
-// controller knows the node's kubelet is alive. It costs one request per node
-// per interval, as a kubelet's lease controller does: each renewal updates the
-// lease it last wrote (a Get only after a conflict or on first use). The
-// renewals are spread over the first half of the interval instead of sent as
-// one burst, and up to renewers run at once, as real kubelets renew
+// controller knows the node's kubelet is alive, until ctx ends. It costs one
+// request per node per Heartbeat, as a kubelet's lease controller does: each
+// renewal updates the lease it last wrote (a Get only after a conflict or on
+// first use). The renewals go out at a steady pace, one every
+// Heartbeat / nodes, round the fleet, so the API server sees a constant rate
+// rather than bursts; up to renewers run at once, as real kubelets renew
 // independently: one slow request must not hold up a thousand nodes' leases.
 func (k *Kubelet) heartbeat(ctx context.Context) {
 	const renewers = 16
-	pace := time.NewTicker(max(k.cfg.Heartbeat/time.Duration(2*len(k.cfg.Nodes)), time.Millisecond))
+	pace := time.NewTicker(max(k.cfg.Heartbeat/time.Duration(len(k.cfg.Nodes)), time.Millisecond))
 	defer pace.Stop()
 	sem := make(chan struct{}, renewers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, spec := range k.cfg.Nodes {
-		select {
-		case <-ctx.Done():
-			return
-		case <-pace.C:
-		}
+	for i := 0; ; i = (i + 1) % len(k.cfg.Nodes) {
 		select {
 		case <-ctx.Done():
 			return
 		case sem <- struct{}{}:
 		}
 		wg.Add(1)
-		go func() {
+		go func(name string) {
 			defer func() { <-sem; wg.Done() }()
-			k.renewLease(ctx, spec.Name)
-		}()
+			k.renewLease(ctx, name)
+		}(k.cfg.Nodes[i].Name)
+		select {
+		case <-ctx.Done():
+			return
+		case <-pace.C:
+		}
 	}
 }
 
@@ -229,7 +230,7 @@ func (k *Kubelet) renewLease(ctx context.Context, name string) {
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		duration := int32(40)
+		duration := int32(4 * k.cfg.Heartbeat / time.Second) // a kubelet's 40 s at 10 s
 		lease, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: coordinationv1.LeaseSpec{

@@ -98,9 +98,15 @@ type leaseView struct {
 
 func waitHolder(t testing.TB, e *env, id string) leaseView {
 	t.Helper()
+	return waitHolderWithin(t, e, id, time.Minute)
+}
+
+// waitHolderWithin waits up to limit for id to hold the orchestrator's Lease.
+func waitHolderWithin(t testing.TB, e *env, id string, limit time.Duration) leaseView {
+	t.Helper()
 	var lv leaseView
 	start := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
 		l, err := e.c.Client.CoordinationV1().Leases("default").Get(ctx, model.LeaseName, metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return false, nil

@@ -29,7 +29,7 @@ import (
 
 // BenchmarkNodeRolloutScale is `make bench-scale`: a simulated cluster of
 // NODEWISE_BENCH_SCALE nodes (the make target sets 1,000) in 5 zones, both
-// DaemonSets and 10 app pods per node, rolled 1.27.3 → 1.28.1 with
+// DaemonSets and NODEWISE_BENCH_APPS (10) app pods per node, rolled 1.27.3 → 1.28.1 with
 // maxParallel = maxUnavailable = 50, zero soak, drain never, the default
 // (surge) ztunnel swap and the readiness gate on every node. Two
 // orchestrator processes run; the leader is killed with SIGKILL once a third
@@ -37,19 +37,30 @@ import (
 // DaemonSet RollingUpdate runs on the same cluster at the same parallelism.
 // kube-controller-manager and kube-scheduler run with kube-api-qps 100 (as
 // large clusters configure them; the upstream defaults of 20 and 50 would
-// make the cluster's own controllers the bottleneck of both rollouts).
+// make the cluster's own controllers the bottleneck of both rollouts). The
+// simulated kubelets renew their Leases at the fleet's default period
+// (cluster.FleetHeartbeat: 50 s at 1,000 nodes, 250 s at 5,000), so that at
+// rest the fleet costs the API server a constant 20 requests a second, not
+// one per node every 10 s.
 func BenchmarkNodeRolloutScale(b *testing.B) {
 	nodes, _ := strconv.Atoi(os.Getenv("NODEWISE_BENCH_SCALE"))
 	if nodes <= 0 {
 		b.Skip("set NODEWISE_BENCH_SCALE=NODES to run it (make bench-scale runs 1,000)")
 	}
-	const zones, parallel, appsPerNode, qps = 5, 50, 10, 100
+	// NODEWISE_BENCH_APPS (make's APPS) sets the app pods per node, 10
+	// unless set: on this shared 2-core machine, 50,000 app pods take the
+	// cluster most of an hour to start at 5,000 nodes.
+	appsPerNode, _ := strconv.Atoi(os.Getenv("NODEWISE_BENCH_APPS"))
+	if appsPerNode <= 0 {
+		appsPerNode = 10
+	}
+	const zones, parallel, qps = 5, 50, 100
 	begin := time.Now()
 	say := func(format string, args ...any) {
 		fmt.Printf("[%6.1fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
 	}
-	e := newEnvWith(b, cluster.Options{Nodes: nodes, Zones: zones, ControllerQPS: qps, Heartbeat: 10 * time.Second})
-	say("cluster of %d nodes up, both DaemonSets Ready", nodes)
+	e := newEnvWith(b, cluster.Options{Nodes: nodes, Zones: zones, ControllerQPS: qps})
+	say("cluster of %d nodes up (Lease renewals every %s), both DaemonSets Ready", nodes, cluster.FleetHeartbeat(nodes))
 	e.fillApps(nodes*appsPerNode, say)
 	say("%d app pods Running", nodes*appsPerNode)
 	perNode := e.restCost(30*time.Second, nodes)
@@ -57,7 +68,9 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 
 	leaderAddr, standbyAddr := freeAddr(b), freeAddr(b)
 	leader := e.startProcess("leader", leaderAddr)
-	waitHolder(b, e, "leader")
+	// It syncs its caches (every pod of the fleet) before it campaigns:
+	// a minute plus 20 ms a node (2m40s at 5,000 nodes) allowed.
+	waitHolderWithin(b, e, "leader", time.Minute+time.Duration(nodes)*20*time.Millisecond)
 	standby := e.startProcess("standby", standbyAddr)
 	waitServing(b, standbyAddr)
 	e.upgrade("1.28.1")
@@ -71,7 +84,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	say("rollout applied")
 
 	// SIGKILL the leader a third of the way through.
-	doneAtKill := e.waitDone("scale", nodes/3, say)
+	doneAtKill := e.waitDone("scale", nodes/3, nodes, say)
 	leaderFams := scrape(b, leaderAddr)
 	leaderRSS, leaderCPU := peakRSS(leader.cmd.Process.Pid), cpuSeconds(leader.cmd.Process.Pid)
 	killed := time.Now()
@@ -82,6 +95,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	firstWrite := waitFirstWrite(b, standbyAddr, killed)
 	say("standby holds the Lease after %.2fs, first write after %.2fs", acquired.Seconds(), firstWrite.Seconds())
 
+	// All but the last wave at waitDone's pace, the end at waitPhase's 200 ms.
+	e.waitDone("scale", nodes-parallel, nodes, say)
 	nr := e.waitPhase("scale", 60*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	wall := time.Since(start)
 	time.Sleep(200 * time.Millisecond)
@@ -140,8 +155,8 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	fmt.Printf("NodeRollout object: %d KiB at %d nodes; built at %d nodes: %d KiB as is, %d KiB as the status writer writes it (%d entries trimmed; etcd's default limit 1.5 MiB)\n",
 		size1/1024, nodes, nodes*int(math.Ceil(5000/float64(nodes))), size5k/1024, fit5k/1024, trimmed5k)
 	fmt.Printf("at rest, per simulated node: %s\n", perNode)
-	fmt.Printf("scale nodes=%d wall_s=%.1f floor_s=%.1f native_s=%.1f writes_per_node=%.2f reads_per_node=%.3f rss_mib=%.0f handover_s=%.2f\n",
-		nodes, wall.Seconds(), floor.Seconds(), native.Seconds(), writes/float64(nodes), reads/float64(nodes), float64(rss)/1024, firstWrite.Seconds())
+	fmt.Printf("scale nodes=%d wall_s=%.1f floor_s=%.1f native_s=%.1f writes_per_node=%.2f reads_per_node=%.3f rss_mib=%.0f handover_s=%.2f apps_per_node=%d\n",
+		nodes, wall.Seconds(), floor.Seconds(), native.Seconds(), writes/float64(nodes), reads/float64(nodes), float64(rss)/1024, firstWrite.Seconds(), appsPerNode)
 	b.ReportMetric(wall.Seconds(), "wall-s")
 	b.ReportMetric(floor.Seconds(), "floor-s")
 	b.ReportMetric(native.Seconds(), "native-s")
@@ -178,9 +193,13 @@ func (e *env) fillApps(n int, say func(string, ...any)) {
 	}
 	// Counted from the pods themselves: under load the ReplicaSet
 	// controller's status lags its pods by minutes (its cache behind its own
-	// writes, its retries backing off), and only the pods matter here.
+	// writes, its retries backing off), and only the pods matter here. Each
+	// look lists every pod (≈ 4 KiB each), so it is made once per 1,000
+	// pods-seconds at least: every 5 s, 50,000 pods would keep a core of
+	// the API server busy encoding them.
 	last, ready := time.Now(), 0
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+	every := max(5*time.Second, time.Duration(n)*time.Millisecond)
+	err := wait.PollUntilContextTimeout(ctx, every, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := e.c.Client.CoreV1().Pods("fleet").List(ctx, metav1.ListOptions{ResourceVersion: "0"}) // from the watch cache
 		if err != nil {
 			return false, nil
@@ -409,12 +428,17 @@ func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, 
 	return asIs, size(), trimmed
 }
 
-// waitDone waits until at least n nodes of the rollout are Done and returns how many are.
-func (e *env) waitDone(name string, n int, say func(string, ...any)) int {
+// waitDone waits until at least n nodes of the rollout are Done and returns
+// how many are. Each look reads the whole NodeRollout (≈ 0.35 KiB a node, up
+// to the status budget's 1 MiB), so it looks every 200 µs per node of the
+// fleet, at least every 200 ms: 5 reads a second of a 1 MiB object would be
+// a cost of the benchmark's own on the API server.
+func (e *env) waitDone(name string, n int, fleet int, say func(string, ...any)) int {
 	e.t.Helper()
 	var done int
 	last := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Minute, true, func(ctx context.Context) (bool, error) {
+	every := max(200*time.Millisecond, time.Duration(fleet)*200*time.Microsecond)
+	err := wait.PollUntilContextTimeout(context.Background(), every, 60*time.Minute, true, func(ctx context.Context) (bool, error) {
 		nr, err := e.rollouts.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
