@@ -31,6 +31,9 @@ const (
 	// CheckListeners: the running ztunnel listens in the pod's netns on
 	// 15001, 15006 and 15008.
 	CheckListeners EnrollmentCheck = "listeners"
+	// CheckBypass: none of the pod's open outbound connections goes
+	// straight to a peer instead of through ztunnel's outbound listener.
+	CheckBypass EnrollmentCheck = "bypass"
 )
 
 // PodEnrollment is one ambient pod's enrollment as a node agent saw it.
@@ -53,9 +56,6 @@ func (p PodEnrollment) Key() string { return p.Namespace + "/" + p.Name }
 func (p PodEnrollment) String() string {
 	switch p.Result {
 	case Enrolled:
-		if p.Detail != "" {
-			return fmt.Sprintf("%s enrolled (%s)", p.Key(), p.Detail)
-		}
 		return p.Key() + " enrolled"
 	case NotEnrolled:
 		return fmt.Sprintf("%s not enrolled (%s: %s)", p.Key(), p.Failed, p.Detail)

@@ -91,17 +91,25 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 	// Every ztunnel's sockets, read once and again (fresh) when a pod seems
 	// to bypass: a relay ztunnel opens after a read is not in it, and its
 	// upstream socket in the pod's namespace would look like the app's own
-	// connection.
+	// connection. The fresh read lists the ztunnels again too: one started
+	// since the check began (a surge's new one) is in neither list above.
 	var known map[uint64]bool
 	sockets := func(fresh bool) map[uint64]bool {
 		if known != nil && !fresh {
 			return known
 		}
-		all := map[uint64]bool{}
-		for _, pid := range append([]int{zt.Current}, zt.Older...) {
-			if pid == 0 {
+		pids := append([]int{zt.Current}, zt.Older...)
+		if fresh {
+			if again, err := src.Ztunnels(); err == nil {
+				pids = append(append(pids, again.Current), again.Older...)
+			}
+		}
+		all, read := map[uint64]bool{}, map[int]bool{0: true}
+		for _, pid := range pids {
+			if read[pid] {
 				continue
 			}
+			read[pid] = true
 			inodes, err := socketInodes(procRoot, pid)
 			if err != nil {
 				continue // exited since it was listed: its sockets are gone with it
@@ -153,11 +161,16 @@ func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool
 	if detail := checkListeners(socks, current); detail != "" {
 		return failed(health.CheckListeners, detail)
 	}
-	cands := bypassing(socks, ztunnelSockets(false))
-	if len(cands) > 0 {
-		// ztunnel's sockets read before this pod's table may miss a relay
-		// it opened since.
-		cands = bypassing(socks, ztunnelSockets(true))
+	cands, _ := bypassing(socks, ztunnelSockets(false), nil)
+	if len(cands) == 0 {
+		r.Result = health.Enrolled
+		return r
+	}
+	// ztunnel's sockets read before this pod's table may miss a relay it
+	// opened since; the app's connections left are looked up in conntrack.
+	nat := func(local, remote netip.AddrPort) (ctTuple, error) { return conntrackReply(fd, local, remote) }
+	if cands, err = bypassing(socks, ztunnelSockets(true), nat); err != nil {
+		return notCheckable(fmt.Sprintf("reading its conntrack table: %v", err))
 	}
 	if len(cands) > 0 {
 		// A connection seen half is no bypass: the socket tables are read
@@ -166,20 +179,18 @@ func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool
 		// its drain deadline shows its app side until the reset is
 		// delivered, which the kernel defers to softirq. Only a connection
 		// a second read bypassRecheck later still shows, against ztunnel's
-		// sockets read again (a relay opened since the first read is
-		// ztunnel's, not a bypass), counts.
+		// sockets read again, counts.
 		time.Sleep(bypassRecheck)
 		again, err := readSockets(fd)
 		if err != nil {
 			return notCheckable(fmt.Sprintf("reading its sockets: %v", err))
 		}
-		if still := confirmed(cands, bypassing(again, ztunnelSockets(true))); len(still) > 0 {
-			// Reported, not failed: live make-before-break runs of the
-			// simulated data plane still see a healthy pod's connection
-			// here now and then, for a cause not found yet
-			// (docs/enrollment.md). The redirection and listener checks
-			// decide enrollment.
-			r.Detail = fmt.Sprintf("bypass reported only: %d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0])
+		left, err := bypassing(again, ztunnelSockets(true), nat)
+		if err != nil {
+			return notCheckable(fmt.Sprintf("reading its conntrack table: %v", err))
+		}
+		if still := confirmed(cands, left); len(still) > 0 {
+			return failed(health.CheckBypass, fmt.Sprintf("%d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0]))
 		}
 	}
 	r.Result = health.Enrolled
@@ -455,10 +466,17 @@ func confirmed(a, b []string) []string {
 // bypassing lists the namespace's open outbound connections that do not go
 // through ztunnel: established sockets not ztunnel's own, from a port
 // nothing listens on (an active open), to a peer neither loopback nor the
-// pod's own address, on a port
-// that is not ztunnel's, with no connection accepted on 15001 from the same
-// address and port (the other end of a redirected connect).
-func bypassing(socks []tcpSock, ztunnel map[uint64]bool) []string {
+// pod's own address, on a port that is not ztunnel's, whose other end is
+// not a connection accepted on 15001 in the namespace (a redirected
+// connect). ztunnel's accepted socket has the app's address and port as its
+// peer, unless NAT gave the connection another source port: the reply tuple
+// of a redirect (15001 → the app's address and port) can be taken by an
+// older connection from the same port to another peer (ports are shared
+// across peers), and NAT then picks a free source port. With nat, a
+// connection not matched by its port is looked up in the namespace's
+// conntrack table, whose reply tuple names the port ztunnel sees; without
+// it, it is listed.
+func bypassing(socks []tcpSock, ztunnel map[uint64]bool, nat func(local, remote netip.AddrPort) (ctTuple, error)) ([]string, error) {
 	listening := map[uint16]bool{}
 	redirected := map[netip.AddrPort]bool{}
 	for _, s := range socks {
@@ -481,12 +499,22 @@ func bypassing(socks []tcpSock, ztunnel map[uint64]bool) []string {
 		case ztunnelOutbound, ztunnelInbound, ztunnelHBONE:
 			continue
 		}
-		if !redirected[s.local] {
-			out = append(out, s.local.String()+" → "+s.remote.String())
+		if redirected[s.local] {
+			continue
 		}
+		if nat != nil {
+			t, err := nat(s.local, s.remote)
+			if err != nil && !errors.Is(err, errNoConntrack) {
+				return nil, err
+			}
+			if err == nil && t.src.Port() == ztunnelOutbound && redirected[t.dst] {
+				continue
+			}
+		}
+		out = append(out, s.local.String()+" → "+s.remote.String())
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
 // enrollmentMetrics is the gauge of the last check's counts by result.

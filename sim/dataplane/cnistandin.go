@@ -31,6 +31,15 @@ const TagBadToken = "-badtoken"
 // longer re-adds a pod: its traffic leaves ztunnel out, and nothing fails).
 const TagNoReadd = "-noreadd"
 
+// TagBypass ends the image tag of an istio-cni build that, when it starts
+// on a node (after its swap), re-adds one ambient pod with its outbound
+// capture unhooked: every redirect rule is in the pod's namespace, but no
+// hook reaches the chain that sends outbound connections to ztunnel, so the
+// pod's new connections go straight to their peers (istio-cni whose re-add
+// writes the chains and not the hook: the rules look right, the traffic
+// leaves ztunnel out, and nothing fails).
+const TagBypass = "-bypass"
+
 // TagNoAdd ends the image tag of an istio-cni build that enrols no new
 // pod: an ambient pod started on its node after it gets no redirection
 // (istio-cni that no longer enrols; the pods it found keep theirs).
@@ -147,10 +156,16 @@ func (d *DataPlane) installCNI(ctx context.Context, pod *corev1.Pod) error {
 // when it starts. Istio's istio-cni reconciles them on a restart, and their
 // in-pod rules stay in place across it, so a healthy build changes nothing.
 // A -noreadd build deletes the redirect rules of the node's first ambient
-// app pod (by namespace/name) and does not reinstall them; it returns that
-// pod ("" when the node has none).
+// app pod (by namespace/name) and does not reinstall them; a -bypass build
+// unhooks that pod's outbound capture. It returns that pod ("" when the
+// node has none, or the build is healthy).
 func (d *DataPlane) readdPods(node, tag string) (string, error) {
-	if !strings.HasSuffix(tag, TagNoReadd) {
+	fault, what := dropRedirect, "its redirection is gone"
+	switch {
+	case strings.HasSuffix(tag, TagNoReadd):
+	case strings.HasSuffix(tag, TagBypass):
+		fault, what = unhookOutbound, "its outbound capture is unhooked"
+	default:
 		return "", nil
 	}
 	d.mu.Lock()
@@ -168,10 +183,10 @@ func (d *DataPlane) readdPods(node, tag string) (string, error) {
 	if first == nil {
 		return "", nil
 	}
-	if err := dropRedirect(first.netns); err != nil {
-		return "", fmt.Errorf("istio-cni stand-in %s: dropping the redirection of %s: %w", TagNoReadd, first.key, err)
+	if err := fault(first.netns); err != nil {
+		return "", fmt.Errorf("istio-cni stand-in %s: re-adding %s: %w", tag, first.key, err)
 	}
-	d.log.Info("istio-cni stand-in: pod not re-added, its redirection is gone", zap.String("node", node), zap.String("pod", first.key), zap.String("tag", tag))
+	d.log.Info("istio-cni stand-in: pod re-added wrong, "+what, zap.String("node", node), zap.String("pod", first.key), zap.String("tag", tag))
 	return first.key, nil
 }
 

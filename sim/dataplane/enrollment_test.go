@@ -103,3 +103,45 @@ func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 		t.Errorf("traffic %s (half a second after the drop: %s): want more requests, none failed since", tr, after)
 	}
 }
+
+// TestBypassUnhooksOnePodsOutbound: what a -bypass istio-cni build does to
+// the pod it re-adds wrong (unhookOutbound), with traffic running: its
+// redirect rules are all still there, and its streams opened since go
+// straight to the peer. The agent's check finds that pod not enrolled on
+// bypass (not on redirection: the rules look right), the server still
+// enrolled, and the traffic goes on without a failure.
+func TestBypassUnhooksOnePodsOutbound(t *testing.T) {
+	// Streams live 1 to 1.5 s: those redirected before the fault end, and
+	// their successors open without ztunnel, within two seconds.
+	client, proc := twoPods(t, "3", "1.28.1", Traffic{Streams: 2, StreamLife: time.Second, StreamGap: 100 * time.Millisecond})
+	time.Sleep(time.Second)
+	prefix := strings.TrimSuffix(client.netns, "-cli")
+	pods := podsOf{netns: []string{prefix + "-srv", prefix + "-cli"}, pid: proc.cmd.Process.Pid}
+	before := nodeagent.CheckEnrollment(pods, "/proc", time.Now())
+	for _, p := range before.Pods {
+		if p.Result != health.Enrolled {
+			t.Fatalf("before the fault: %s, want enrolled", p)
+		}
+	}
+	failedBefore := client.truth.load().RequestsFailed
+	if err := unhookOutbound(client.netns); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	e := nodeagent.CheckEnrollment(pods, "/proc", time.Now())
+	if e.Error != "" || len(e.Pods) != 2 {
+		t.Fatalf("enrollment %+v", e)
+	}
+	for _, p := range e.Pods {
+		switch role := strings.TrimPrefix(p.Name, prefix+"-"); {
+		case role == "cli" && (p.Result != health.NotEnrolled || p.Failed != health.CheckBypass ||
+			!strings.HasPrefix(p.Detail, "2 open connections go straight to their peer, not through ztunnel's outbound listener (first 198.18.0.2:")):
+			t.Errorf("pod cli: %s, want not enrolled on bypass, its two streams straight to the peer", p)
+		case role == "srv" && p.Result != health.Enrolled:
+			t.Errorf("pod srv: %s, want enrolled", p)
+		}
+	}
+	if tr := client.truth.load(); tr.RequestsFailed != failedBefore || tr.Streams < 4 {
+		t.Errorf("traffic %s: want no failed request since the fault (%d before) and the streams reopened", tr, failedBefore)
+	}
+}

@@ -30,7 +30,16 @@ const (
 // listener, connections in to the app (or probe) go to its inbound
 // listener; the stand-in's own marked sockets pass. The node agent's
 // enrollment check reads it (docs/enrollment.md).
-func redirectRules() string {
+func redirectRules() string { return nftRedirect(true) }
+
+// nftRedirect is redirectRules; with outboundHooked false, chain output is
+// a regular chain that no hook reaches (the -bypass istio-cni build's
+// fault): every rule is there, and outbound connections skip them.
+func nftRedirect(outboundHooked bool) string {
+	hook := ""
+	if outboundHooked {
+		hook = "type nat hook output priority -100; policy accept;"
+	}
 	return fmt.Sprintf(`table inet istio-proxy-nat {
 	chain istio-redirect {
 		meta l4proto tcp redirect to :%[4]d
@@ -39,7 +48,7 @@ func redirectRules() string {
 		meta l4proto tcp redirect to :%[5]d
 	}
 	chain output {
-		type nat hook output priority -100; policy accept;
+		%[7]s
 		meta mark %[1]d return
 		ip daddr %[2]s tcp dport { %[3]d, %[6]d } jump istio-redirect
 	}
@@ -48,7 +57,7 @@ func redirectRules() string {
 		iifname "eth0" tcp dport { %[3]d, %[6]d } jump istio-in-redirect
 	}
 }
-`, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort, ProbePort)
+`, ZtunnelMark, podRange, AppPort, OutboundPort, InboundPort, ProbePort, hook)
 }
 
 // installRedirect loads the redirect rules into the pod namespace.
@@ -61,4 +70,12 @@ func installRedirect(podNS string) error {
 // table is declared first, so the delete always finds it).
 func dropRedirect(podNS string) error {
 	return run("table inet istio-proxy-nat\ndelete table inet istio-proxy-nat\n", "ip", "netns", "exec", podNS, "nft", "-f", "-")
+}
+
+// unhookOutbound replaces istio-cni's redirect rules in the pod namespace,
+// in one transaction, with the same rules whose chain output no hook
+// reaches (the -bypass istio-cni build's fault): connections redirected
+// before keep their NAT, new outbound ones go straight to their peers.
+func unhookOutbound(podNS string) error {
+	return run("table inet istio-proxy-nat\ndelete table inet istio-proxy-nat\n"+nftRedirect(false), "ip", "netns", "exec", podNS, "nft", "-f", "-")
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
 )
@@ -95,15 +96,37 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 // the node is Pass; the enrollment check halts the rollout at that canary,
 // naming the pod and the redirection check.
 func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
-	e := newLiveEnv(t, 3)
+	cniFaultHaltsOnEnrollment(t, newLiveEnv(t, 3), "cni-noreadd", dataplane.TagNoReadd, health.CheckRedirection)
+}
+
+// TestLiveBypassCNIBuildHaltsOnEnrollment: an istio-cni build that, once
+// swapped in, re-adds one pod with its outbound capture unhooked (-bypass:
+// every redirect rule is still in its namespace, so the redirection check
+// passes) rolled onto the busiest node in place. The clients' streams live
+// 3 to 4.5 s, so the pod's streams reopen in the 10 s soak, now straight to
+// their peers; nothing fails, and the judge's traffic verdict is Pass. The
+// bypass check halts the rollout at that canary, naming the pod.
+func TestLiveBypassCNIBuildHaltsOnEnrollment(t *testing.T) {
+	traffic := liveTraffic
+	traffic.StreamLife = 3 * time.Second
+	cniFaultHaltsOnEnrollment(t, newLiveEnvTraffic(t, 3, traffic, testAgents(t)), "cni-bypass", dataplane.TagBypass, health.CheckBypass)
+}
+
+// cniFaultHaltsOnEnrollment rolls the istio-cni build with the fault tag
+// onto the busiest node of e in place, and wants it halted there: the
+// node's first ambient app pod (the one the build re-adds wrong) was
+// enrolled before the swap and is not after it on check, every other pod
+// is, and the judge's traffic verdict alone was Pass.
+func cniFaultHaltsOnEnrollment(t *testing.T, e *liveEnv, name, tag string, check health.EnrollmentCheck) {
+	t.Helper()
 	ctx := context.Background()
-	node := e.faultyBuild(cluster.CNIName, "1.27.5"+dataplane.TagNoReadd)
+	node := e.faultyBuild(cluster.CNIName, "1.27.5"+tag)
 	apps, pods, err := ambientPodsOn(ctx, e.c, node)
 	if err != nil || len(apps) < 2 {
 		t.Fatalf("ambient app pods on %s: %v (%v), want at least two", node, apps, err)
 	}
-	dropped := apps[0] // the build drops the node's first ambient app pod
-	nr := faultyRollout("cni-noreadd", node, true)
+	wrong := apps[0] // the build re-adds the node's first ambient app pod wrong
+	nr := faultyRollout(name, node, true)
 	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
 	nr = e.run(nr, node)
 	ns := nodeStatus(t, nr, node)
@@ -112,8 +135,8 @@ func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
 		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at the canary %s", nr.Status.Phase, node, ns.State, ns.Verdict, node)
 	}
-	if want := "pod " + dropped + " was enrolled before the swap and is not after it: redirection failed: "; !strings.Contains(nr.Status.HaltReason, want) {
-		t.Errorf("halt reason %q: want %q (the pod not re-added, with the redirection check)", nr.Status.HaltReason, want)
+	if want := fmt.Sprintf("pod %s was enrolled before the swap and is not after it: %s failed: ", wrong, check); !strings.Contains(nr.Status.HaltReason, want) {
+		t.Errorf("halt reason %q: want %q (the pod re-added wrong, with the %s check)", nr.Status.HaltReason, want, check)
 	}
 	j := ns.Judgement
 	if j == nil {
