@@ -8,10 +8,17 @@ BIN       := $(CURDIR)/bin
 PKGS      := ./...
 # Test packages run two at a time: each may start its own cluster on 2 cores.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 40m
+# go test starts packages in the order it is given them (and builds their
+# test binaries in that order): the longest go first, so the short ones fill
+# the other slot beside them. In alphabetical order test/e2e, the longest
+# (26 min serially), started only after the ~40 packages before it, and the
+# first phase took 41 min. test/e2e runs its tests side by side (t.Parallel,
+# -parallel defaults to GOMAXPROCS), but for the few that time a lease or a
+# window: see test/e2e/helpers_test.go.
+SLOW_PKGS := ./test/e2e ./test/sidecar ./health ./cmd/nodewise ./test/chart
 # The live data plane's tests judge latency and wait on many processes: they
 # run after the others, with the machine to themselves (beside test/e2e they
-# failed on load: srtt noise, sample apps not Ready in 3 min). test/e2e, the
-# longest, then overlaps the rest, so the whole run is about as long.
+# failed on load: srtt noise, sample apps not Ready in 3 min).
 LIVE_PKGS := ./sim/demo
 # make test runs with NODEWISE_TEST_STRICT set: a test whose machine lacks root,
 # BTF or a package fails there instead of skipping (test/testkit.Unavailable).
@@ -57,7 +64,7 @@ build: ## Build the static binaries nodewise (also bin/kubectl-nodewise, the kub
 
 .PHONY: test
 test: check-setup deps tools lint check-tidy check-generate chart-check images ## Run every test (installs packages and builds the pinned cluster tools first).
-	$(STRICT) $(GO) test $(TEST_FLAGS) $$($(GO) list $(PKGS) | grep -v '/sim/demo$$')
+	$(STRICT) $(GO) test $(TEST_FLAGS) $(SLOW_PKGS) $$($(GO) list $(PKGS) | grep -v '/sim/demo$$')
 	$(STRICT) $(GO) test $(TEST_FLAGS) $(LIVE_PKGS)
 
 .PHONY: lint

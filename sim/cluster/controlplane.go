@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -133,12 +134,30 @@ func freePorts() (ports, error) {
 	return ports{ps[0], ps[1], ps[2], ps[3], ps[4], ps[5]}, nil
 }
 
+// handedOut holds every port listenFree returned in this process. A port is
+// free only until its server binds it, seconds later for an API server; tests
+// that boot clusters side by side (t.Parallel) would otherwise be handed one
+// of those ports twice, and an etcd or API server of one cluster would answer
+// the other's health check. A process boots few clusters, so ports are never
+// given back.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // listenFree listens on a free loopback port below the ephemeral range (see
-// freePorts); the caller closes the listener before its server binds the port.
+// freePorts) that this process has not handed out before; the caller closes
+// the listener before its server binds the port.
 func listenFree() (net.Listener, int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for attempt := 0; attempt < 200; attempt++ {
 		port := 20000 + mathrand.IntN(12768)
+		if handedOut.ports[port] {
+			continue
+		}
 		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			handedOut.ports[port] = true
 			return l, port, nil
 		}
 	}

@@ -15,6 +15,7 @@ import (
 // once (not after its timeout, and not never), uncordon the node and leave
 // the guarded pod where it was.
 func TestAbortReachesAStuckDrain(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	guarded := e.c.Nodes[0].Name

@@ -43,6 +43,7 @@ func createRaw(ctx context.Context, dyn dynamic.Interface, name, spec string) er
 // naming the field, and another rollout keeps rolling to completion: the
 // cache every rollout is read from still syncs, and /healthz says ok.
 func TestBadDurationCostsOnlyItsRollout(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	ctx := context.Background()

@@ -35,6 +35,7 @@ spec:
 // non-zero exit from plan and apply, nothing is written, and the API server
 // rejects the same object through the CRD's validation.
 func TestBadInputRejected(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3, 1)
 	bin := testkit.Binary(t, "nodewise")
 	dir := t.TempDir()

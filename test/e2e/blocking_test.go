@@ -17,6 +17,7 @@ import (
 // its status reason naming the pod, and is not touched. Once the pod is
 // gone it is swapped and the rollout completes.
 func TestBlockingPodHoldsItsNode(t *testing.T) {
+	t.Parallel()
 	const nodes = 5
 	e := newEnv(t, nodes, 1)
 	busy := e.c.Nodes[2].Name

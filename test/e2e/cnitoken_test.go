@@ -30,6 +30,7 @@ func (admitAll) Authenticate(*http.Request) error { return nil }
 // signature the API server did not make is refused, and the check names
 // the kubeconfig.
 func TestCNITokenRefusedByTheAPIServer(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	ctx := context.Background()
 	const sa = "istio-cni"

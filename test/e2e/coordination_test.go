@@ -77,6 +77,7 @@ func (e *env) waitRollout(name string, timeout time.Duration, what string, cond 
 // Nodes themselves, so the budget is never exceeded), says why in status, and
 // swaps the node once Kured releases it.
 func TestKuredLockHoldsANode(t *testing.T) {
+	t.Parallel()
 	const nodes = 6
 	e := newEnv(t, nodes, 1)
 	rebooting := e.c.Nodes[2].Name
@@ -134,6 +135,7 @@ func TestKuredLockHoldsANode(t *testing.T) {
 // node from the Nodes and pods themselves, never sees more than the budget.
 // The cordon stays with its owner.
 func TestSecondToolCordonsMidRollout(t *testing.T) {
+	t.Parallel()
 	const nodes = 8
 	e := newEnv(t, nodes, 1)
 	names := make([]string, 0, nodes)

@@ -22,6 +22,7 @@ import (
 // it persists each step (one run per step) and checks a successor finishes:
 // no node swapped twice, no cordon left, maxUnavailable never exceeded.
 func TestResumeAfterKillAtEveryStep(t *testing.T) {
+	t.Parallel()
 	const nodes = 6
 	e := newEnv(t, nodes, 2)
 	// Every step that is persisted (WaitReady and Gate only observe and get no

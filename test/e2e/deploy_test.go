@@ -24,6 +24,7 @@ import (
 // TestDeployServerSideApply builds deploy/ with kustomize and applies every
 // object with server-side apply; the API server must accept all of them.
 func TestDeployServerSideApply(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
 	applyDeploy(t, c)
 	dep, err := c.Client.AppsV1().Deployments("nodewise-system").Get(context.Background(), "nodewise-orchestrator", metav1.GetOptions{})
@@ -42,6 +43,7 @@ func TestDeployServerSideApply(t *testing.T) {
 // Deployments and pod create for the surge swap's bridge (no pod patch). Then it
 // acts as that ServiceAccount (impersonation) against the real API server.
 func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 2})
 	createVictims(t, c)
 	applyDeploy(t, c)
@@ -216,6 +218,7 @@ func applyDeploy(t *testing.T, c *cluster.Cluster) {
 // the istiod Deployments' namespaced informer, pod deletes and bridge writes
 // in the Istio namespace, evictions, its Lease) is one the RBAC grants.
 func TestRolloutUnderDeployedRBAC(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	applyDeploy(t, e.c)
@@ -253,6 +256,7 @@ func TestRolloutUnderDeployedRBAC(t *testing.T) {
 // ReplicaSet, which `helm install istiod --wait` waits for before ztunnel
 // comes) while still refusing every pod the orchestrator creates there.
 func TestDeployBeforeIstio(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	applyDeploy(t, c)
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // orchestrator and revisions replicas are not (same pods, same UIDs), so a
 // leader never evicts itself mid-soak.
 func TestDrainNeverEvictsNodewisePods(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 // verdict; a fail still uncordons, halts with the gate's reason, and no
 // further node starts.
 func TestZeroSoakGate(t *testing.T) {
+	t.Parallel()
 	const nodes = 4
 	e := newEnv(t, nodes, 1)
 	w := e.watch()

@@ -23,6 +23,7 @@ import (
 // `nodewise rollback`. Every swapped node, the failed one included, goes
 // back to the old revision, last swapped first, and no cordon is left.
 func TestRollbackAfterHalt(t *testing.T) {
+	t.Parallel()
 	const nodes = 4
 	e := newEnv(t, nodes, 1)
 	oldCNI, oldZt := e.newestHash(cluster.CNIName), e.newestHash(cluster.ZtunnelName)

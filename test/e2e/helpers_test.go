@@ -30,6 +30,19 @@ import (
 
 const ns = cluster.IstioNamespace
 
+// Every test here starts a cluster of its own (own ports, own state
+// directory, own processes, killed by PID) and spends most of its time waiting
+// on it: rollouts paced by soaks, polls, the simulated kubelet's ready delay.
+// So a test calls t.Parallel() first and runs beside the others; go test's
+// -parallel (GOMAXPROCS unless set) bounds how many clusters run at once.
+// A test stays serial (no t.Parallel, so it runs first, before the parallel
+// ones start) when it asserts a timing that load could break: a lease handover
+// (leader, fence, churn, handover), a TTL (kuredlock), an event placed inside
+// a soak or window (soakflap, window), a halt within the swap timeout (halt),
+// an agent answering within its client's 1 s (drainauto), an abort landing
+// while a bridge starts (TestSurgeAbortMidSwap), and the judge's 3 s windows
+// sampled every second (the judgegate rollouts).
+
 // env is a simulated cluster with the CRDs and Istio 1.27.3 (OnDelete) installed.
 type env struct {
 	t        testing.TB

@@ -80,6 +80,7 @@ func chartDaemonSets(t *testing.T, tag string) map[string]*appsv1.DaemonSet {
 // mount, run on the simulated cluster, and a NodeRollout rolls them from one
 // rendered release to the next, to completion.
 func TestRollIstioChartDaemonSets(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	ctx := context.Background()

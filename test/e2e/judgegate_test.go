@@ -557,6 +557,7 @@ func waitDaemonSets(t testing.TB, c *cluster.Cluster) {
 // TestE2EAPIServerRejectsBadGates: the real kube-apiserver, with the generated
 // CRD, rejects the gates that gatespec rejects, naming the field.
 func TestE2EAPIServerRejectsBadGates(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a simulated cluster")
 	}

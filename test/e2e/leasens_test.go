@@ -16,6 +16,7 @@ import (
 // its Lease namespace, the orchestrator stops with one line naming the
 // namespace and how to fix it, instead of retrying the Lease forever.
 func TestMissingLeaseNamespaceSaysSo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	o, err := orchestrator.New(orchestrator.Config{
 		RESTConfig: e.c.Config, Namespace: "nodewise-system", Identity: "by-hand",

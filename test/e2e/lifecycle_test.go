@@ -28,6 +28,7 @@ func (e *env) cli(args ...string) (string, error) {
 // order once the old template is restored; a second rollout aborted mid-way
 // leaves no cordon; `nodewise status` shows both.
 func TestRollbackAbortAndStatus(t *testing.T) {
+	t.Parallel()
 	const nodes = 6
 	e := newEnv(t, nodes, 2)
 	e.runInProcess("solo")

@@ -31,6 +31,7 @@ import (
 // then opens the namespace and finds no istio-cni rules there (no istio-cni
 // on this machine): not enrolled, failing redirection.
 func TestKubeMeshOnTheKernel(t *testing.T) {
+	t.Parallel()
 	testkit.RequireRoot(t, "create network namespaces and cgroups")
 	cgRoot := writableCgroup(t)
 	c := cluster.Start(t, cluster.Options{Nodes: 1})

@@ -71,6 +71,7 @@ func (e *env) waitSchedulable(node string, within time.Duration) {
 // mid-drain is an abort first. The finalizer holds the object until the
 // cordoned canary is handed back; then the object goes.
 func TestDeletingARolloutReleasesItsNodes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2, 1)
 	canary := e.stuckInDrain("doomed", nil)
 	ctx := context.Background()
@@ -101,6 +102,7 @@ func TestDeletingARolloutReleasesItsNodes(t *testing.T) {
 // selector while nodewise holds it is made safe (uncordoned, its drain
 // stopped, nothing swapped); the rest of the rollout goes on.
 func TestNodeRelabelledOutIsHandedBack(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	for _, n := range e.c.Nodes {
@@ -136,6 +138,7 @@ func TestNodeRelabelledOutIsHandedBack(t *testing.T) {
 // holds it ends Skipped with the reason, not in flight forever, and the
 // rollout completes on the others.
 func TestNodeDeletedInFlightLeavesTheRollout(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	canary := e.stuckInDrain("losing", nil)
@@ -163,6 +166,7 @@ func TestNodeDeletedInFlightLeavesTheRollout(t *testing.T) {
 // annotates it nodewise.io/keep-cordoned; the uncordon leaves it cordoned
 // and drops nodewise's own bookkeeping.
 func TestKeepCordonedIsHonoured(t *testing.T) {
+	t.Parallel()
 	// Three nodes: with the kept one cordoned, the others' drains have
 	// somewhere to move istiod (held by its PDB) to.
 	e := newEnv(t, 3, 1)

@@ -77,6 +77,7 @@ func nodeStatus(nr *v1alpha1.NodeRollout, node string) v1alpha1.NodeStatus {
 // the failed node is retried: the halt ends, it runs again from preflight
 // and passes, and the rollout completes with the skip in status.
 func TestRetryAndSkipNodes(t *testing.T) {
+	t.Parallel()
 	const nodes = 4
 	e := newEnv(t, nodes, 1)
 	e.upgrade("1.28.1")
@@ -146,6 +147,7 @@ func TestRetryAndSkipNodes(t *testing.T) {
 // would) is refused with an Event; the node finishes and the rollout
 // completes with nothing skipped.
 func TestSkipInFlightNodeRefused(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	e.upgrade("1.28.1")

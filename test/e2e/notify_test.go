@@ -21,6 +21,7 @@ import (
 // never yields; the webhook receiver gets exactly one Slack-shaped message for
 // it, naming the node and the reason, and nothing more while it stays halted.
 func TestNotifyOneMessagePerHalt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3, 1)
 	guarded := e.c.Nodes[0].Name
 	e.blockDrain(guarded)

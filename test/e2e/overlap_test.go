@@ -19,6 +19,7 @@ import (
 // once the first completes it goes on (its node is already on the newest
 // revision, so it completes without a swap).
 func TestOverlappingRolloutWaits(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	shared := e.c.Nodes[2].Name // the first rollout's last node

@@ -77,6 +77,7 @@ func (e *env) unblockDrain() {
 // TestPDBBlockedPolicies: a PDB that blocks the drain leads to wait,
 // skip-node or halt, as configured, with the reason shown.
 func TestPDBBlockedPolicies(t *testing.T) {
+	t.Parallel()
 	const nodes = 4
 	e := newEnv(t, nodes, 2)
 	guarded := e.c.Nodes[0].Name

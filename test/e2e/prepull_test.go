@@ -19,6 +19,7 @@ import (
 // in a pre-pull pod, sees the failure and halts, naming the image and the
 // node, before any node is cordoned or any data-plane pod deleted.
 func TestPrepullFailureHaltsBeforeAnyCordon(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	w := e.watch()
@@ -68,6 +69,7 @@ func TestPrepullFailureHaltsBeforeAnyCordon(t *testing.T) {
 // TestPrepullThenSwap: with images that pull, every node is pre-pulled, then
 // swapped; no pre-pull pod is left once the rollout completes.
 func TestPrepullThenSwap(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	e.upgrade("1.28.1")

@@ -125,6 +125,7 @@ func (e *env) targetView(name string) model.TargetView {
 // of the rule it breaks. A pod that is neither a bridge nor a pre-pull pod
 // is still refused, and everyone else's pods are not matched.
 func TestPrepullPolicyFencesOrchestratorPods(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	applyChartFence(t, e.c)
 	ctx := context.Background()
@@ -233,6 +234,7 @@ func TestPrepullPolicyFencesOrchestratorPods(t *testing.T) {
 // ServiceAccount under the chart's RBAC and admission policies, pre-pulls
 // every node (one pod per target, each admitted) and then swaps it.
 func TestPrepullUnderChartFence(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	applyChartFence(t, e.c)

@@ -24,6 +24,7 @@ import (
 // patch remove. Other edits of an aborted rollout still go through, and a
 // rollout never aborted may drop the field freely.
 func TestAbortCannotBeUndoneByRemovingIt(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
 	nwc, err := v1alpha1.NewForConfig(c.Config)
@@ -70,6 +71,7 @@ func TestAbortCannotBeUndoneByRemovingIt(t *testing.T) {
 // is in flight: the finalizer used to be removed only by a pass that plans,
 // so `kubectl delete` hung for ever.
 func TestInvalidRolloutLetsGoWhenDeleted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	e.runInProcess("solo")
 	nr := rollout("invalid", func(s *v1alpha1.NodeRolloutSpec) {

@@ -20,6 +20,7 @@ import (
 // must not mark it Done for that: it is judged again, and passes only
 // through its gate, without being swapped a second time.
 func TestResumeGatesASwappedNodeAgain(t *testing.T) {
+	t.Parallel()
 	const nodes = 3
 	e := newEnv(t, nodes, 1)
 	w := e.watch()

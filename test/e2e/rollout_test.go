@@ -11,6 +11,7 @@ import (
 
 // TestFullRollout: 20 nodes, 3 zones, 2 canaries, 1.27.3 → 1.28.1 under OnDelete.
 func TestFullRollout(t *testing.T) {
+	t.Parallel()
 	const nodes = 20
 	e := newEnv(t, nodes, 3)
 	pre := e.c.Nodes[7].Name

@@ -20,6 +20,7 @@ import (
 // swaps by itself, the new node gets its ztunnel from the DaemonSet. A
 // successor finishes; nothing of nodewise's is left and no cordon remains.
 func TestSurgeRolloutThroughAnOutage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4, 2)
 	e.drainModel(3 * time.Second)
 	w := e.watchZtunnels(t)

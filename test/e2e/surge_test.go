@@ -36,6 +36,7 @@ var ztunnelRef = v1alpha1.TargetRef{Namespace: ns, Name: cluster.ZtunnelName}
 // ztunnel, and nothing of nodewise's is left. A rollback starts a fresh
 // old-version bridge and deletes the newer pod only once it is Ready.
 func TestSurgeSwapMakesBeforeBreak(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 3, 1)
 	ctx := context.Background()
 	e.drainModel(3 * time.Second)
@@ -107,6 +108,7 @@ func TestSurgeSwapMakesBeforeBreak(t *testing.T) {
 // handed the bridge over and the DaemonSet adopted it, creating no pod of its
 // own. No node is ever without a Ready ztunnel and nothing is left behind.
 func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 4, 1)
 	ctx := context.Background()
 	e.drainModel(4 * time.Second)
@@ -164,6 +166,7 @@ func TestSurgeResumesAfterCrashAtEveryStep(t *testing.T) {
 // resumed swap then finds the DaemonSet's pod on the newest revision and
 // writes nothing.
 func TestSurgeAnchorDeletedBySomeoneElse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	ctx := context.Background()
 	e.upgrade("1.28.1")
@@ -209,6 +212,7 @@ func TestSurgeAnchorDeletedBySomeoneElse(t *testing.T) {
 // swap out; its bridge is deleted and the old pod, never touched, keeps
 // serving.
 func TestSurgeNeverReadyHalts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2, 1)
 	ctx := context.Background()
 	old := e.ztunnelPod("node-001")
@@ -232,6 +236,7 @@ func TestSurgeNeverReadyHalts(t *testing.T) {
 // from the DaemonSet; back up, nodewise finishes the node and finds the new
 // one already on the newest revision.
 func TestSurgeNodewiseDownNodeAdded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2, 1)
 	ctx := context.Background()
 	w := e.watchZtunnels(t)
@@ -610,6 +615,7 @@ func (w *ztunnelWatch) requireReadyBefore(t *testing.T, ready string, gone types
 // patch no pod there; the swap's own writes (the bridge, the anchor's
 // deletion with propagationPolicy Orphan) pass.
 func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	applyDeploy(t, e.c)
 	ctx := context.Background()

@@ -20,6 +20,7 @@ import (
 // XDS address in env, a host path mounted, host IPC, ...). The real bridge
 // still passes.
 func TestSurgePolicyComparesTheWholePodSpec(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1, 1)
 	applyDeploy(t, e.c)
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 // vouch for (no agent: fail safe) instead of swapping it in place as if the
 // swap reset nothing.
 func TestZtunnelTargetTypedByWhatItRuns(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	ctx := context.Background()

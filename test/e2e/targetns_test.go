@@ -17,6 +17,7 @@ import (
 // names the target and the namespace, and no node is touched; the rollout
 // of the same fleet with its targets in place then completes.
 func TestTargetOutsideIstioNamespaceStaysPending(t *testing.T) {
+	t.Parallel()
 	const nodes = 2
 	e := newEnv(t, nodes, 1)
 	e.upgrade("1.28.1")
