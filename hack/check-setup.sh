@@ -19,6 +19,7 @@ declare -A needs=(
 	[bench-scale]="deps tool:etcd tool:kubernetes"
 	[bench-ebpf]="deps"
 	[bench-baseline]="deps tool:etcd tool:kubernetes"
+	[bench-reconcile]=""
 	[generate]="deps"
 	[build]=""
 	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet"
