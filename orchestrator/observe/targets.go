@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -51,8 +52,35 @@ func (t Targets) Target(ref v1alpha1.TargetRef) (model.TargetView, error) {
 	}
 	if newest != nil {
 		tv.NewestHash = newest.Labels[model.LabelControllerRevisionHash]
+		if !revisionHasTemplate(newest, ds) {
+			// The cache holds the DaemonSet's status for its new template
+			// but not yet the revision the controller made for it (two
+			// watches, no order between them): the newest revision known
+			// is the old template's, and every pod would look up to date.
+			tv.Settled = false
+		}
 	}
 	return tv, nil
+}
+
+// revisionHasTemplate says a ControllerRevision is of the DaemonSet's current
+// template, by its containers' names and images. The DaemonSet controller
+// stores the template as {"spec":{"template":…}}; a revision without data
+// (written by hand) is taken as it is.
+func revisionHasTemplate(r *appsv1.ControllerRevision, ds *appsv1.DaemonSet) bool {
+	if len(r.Data.Raw) == 0 {
+		return true
+	}
+	var stored struct {
+		Spec struct {
+			Template corev1.PodTemplateSpec `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(r.Data.Raw, &stored); err != nil {
+		return true
+	}
+	want, got := ds.Spec.Template.Spec.Containers, stored.Spec.Template.Spec.Containers
+	return slices.EqualFunc(want, got, func(a, b corev1.Container) bool { return a.Name == b.Name && a.Image == b.Image })
 }
 
 // OnNode returns the live and terminating pods of a target on a node.

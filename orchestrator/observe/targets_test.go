@@ -164,3 +164,44 @@ func TestPodView(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetIsNotSettledUntilItsRevisionIsCached: the DaemonSet's cache can
+// show its controller observed a new template before the revision cache holds
+// the revision made for it. The newest revision known is then the old
+// template's (every pod would look up to date): not settled until the
+// revision of the current template is there.
+func TestTargetIsNotSettledUntilItsRevisionIsCached(t *testing.T) {
+	ds := fixture.SurgeDS.DeepCopy()
+	ds.Generation, ds.Status.ObservedGeneration = 4, 4
+	withTemplate := func(r *appsv1.ControllerRevision, image string) *appsv1.ControllerRevision {
+		r.Data.Raw = []byte(`{"spec":{"template":{"$patch":"replace","spec":{"containers":[{"name":"` +
+			ds.Spec.Template.Spec.Containers[0].Name + `","image":"` + image + `"}]}}}}`)
+		return r
+	}
+	old := withTemplate(revision("ztunnel-1", "old", 1, ds.UID), "istio/ztunnel:1.27.3")
+	for _, tc := range []struct {
+		name    string
+		revs    []*appsv1.ControllerRevision
+		settled bool
+		hash    string
+	}{
+		{"only the old template's revision cached", []*appsv1.ControllerRevision{old}, false, "old"},
+		{"the current template's revision cached", []*appsv1.ControllerRevision{old, withTemplate(revision("ztunnel-2", "new", 2, ds.UID), ds.Spec.Template.Spec.Containers[0].Image)}, true, "new"},
+		{"a revision without data", []*appsv1.ControllerRevision{revision("ztunnel-2", "new", 2, ds.UID)}, true, "new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []any{}
+			for _, r := range tc.revs {
+				objs = append(objs, r)
+			}
+			tg := Targets{DaemonSets: appslisters.NewDaemonSetLister(newIndexer(ds)), Revisions: appslisters.NewControllerRevisionLister(newIndexer(objs...))}
+			got, err := tg.Target(fixture.ZtunnelTarget)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Settled != tc.settled || got.NewestHash != tc.hash {
+				t.Errorf("Settled %v, NewestHash %q; want %v, %q", got.Settled, got.NewestHash, tc.settled, tc.hash)
+			}
+		})
+	}
+}
