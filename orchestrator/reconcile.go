@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -122,6 +123,18 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err
 		}
 	}
 	d := planner.Plan(snap, p, now)
+	if d.Phase == v1alpha1.PhaseCompleted && nr.Status.Phase != v1alpha1.PhaseCompleted {
+		// Completed is final: a rollout applied right after its template
+		// changed can be planned before the DaemonSet cache has the new
+		// template (the rollout's and the DaemonSet's watches have no order
+		// between them), and would complete having swapped nothing.
+		if behind, err := e.targetsBehind(ctx, p.Targets); err != nil || behind != "" {
+			if behind != "" {
+				e.log.Info("not completing yet", zap.String("rollout", nr.Name), zap.String("why", behind))
+			}
+			return err // the DaemonSet's event starts the next pass
+		}
+	}
 	d = e.holdKuredLock(ctx, nr, p, snap, d) // kuredlock.go: before any node starts
 	if !deleting && holdsNodes(d) && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {
 		if err := write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, true); err != nil {
@@ -362,4 +375,24 @@ func (e *executor) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
 	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
 		e.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
 	}
+}
+
+// targetsBehind reads the target DaemonSets from the API and says which the
+// cache holds at another generation ("" when none).
+func (e *executor) targetsBehind(ctx context.Context, refs []v1alpha1.TargetRef) (string, error) {
+	for _, ref := range refs {
+		live, err := e.kube.AppsV1().DaemonSets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("reading DaemonSet %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		cached, cerr := e.dss.DaemonSets(ref.Namespace).Get(ref.Name)
+		switch {
+		case (err == nil) != (cerr == nil):
+			return fmt.Sprintf("the DaemonSet cache is behind the API on %s/%s", ref.Namespace, ref.Name), nil
+		case err == nil && (live.Generation != cached.Generation || live.Status.ObservedGeneration != cached.Status.ObservedGeneration):
+			return fmt.Sprintf("the DaemonSet cache holds %s/%s at generation %d (observed %d), the API at %d (observed %d)",
+				ref.Namespace, ref.Name, cached.Generation, cached.Status.ObservedGeneration, live.Generation, live.Status.ObservedGeneration), nil
+		}
+	}
+	return "", nil
 }

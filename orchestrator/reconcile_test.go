@@ -29,6 +29,40 @@ import (
 
 var nodesGR = schema.GroupResource{Resource: "nodes"}
 
+// TestReconcileDoesNotCompleteFromAStaleDaemonSetCache: a rollout applied
+// right after its template changed can be planned before the DaemonSet cache
+// has the change; the fleet then looks up to date. The pass reads the
+// DaemonSets from the API before it completes and, finding the cache behind,
+// writes nothing; once the cache has caught up it completes.
+func TestReconcileDoesNotCompleteFromAStaleDaemonSetCache(t *testing.T) {
+	e := newEnv(t, append(cluster(fixture.NewHash, "n1", "n2"), rollout("r", nil))...)
+	ds, err := e.kube.AppsV1().DaemonSets(fixture.ZtunnelTarget.Namespace).Get(e.ctx, fixture.ZtunnelTarget.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.Generation++ // the template changed in the API; the cache has not seen it
+	if _, err := e.kube.AppsV1().DaemonSets(ds.Namespace).Update(e.ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pass("r"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stored("r"); got.Status.Phase == v1alpha1.PhaseCompleted {
+		t.Fatalf("completed from a DaemonSet cache behind the API: %+v", got.Status)
+	}
+	ds.Status.ObservedGeneration = ds.Generation
+	_ = e.dss.Update(ds) // the cache catches up (the controller observed it: settled)
+	if _, err := e.kube.AppsV1().DaemonSets(ds.Namespace).UpdateStatus(e.ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pass("r"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.stored("r"); got.Status.Phase != v1alpha1.PhaseCompleted {
+		t.Fatalf("phase %s once the cache caught up, want Completed", got.Status.Phase)
+	}
+}
+
 // TestReconcileMarksUpToDateNodesDoneAndCompletes: a fleet already on the
 // newest revisions completes without touching a node's schedulability: each
 // node gets a Done record and status entry, the phase and conditions say
