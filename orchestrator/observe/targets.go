@@ -50,7 +50,12 @@ func (t Targets) Target(ref v1alpha1.TargetRef) (model.TargetView, error) {
 			}
 		}
 	}
-	if newest != nil {
+	if newest == nil {
+		// A DaemonSet just created: its controller has not written its
+		// first revision (or the cache does not have it yet). Nothing is
+		// newest until it has; the plan waits, it does not refuse.
+		tv.Settled = false
+	} else {
 		tv.NewestHash = newest.Labels[model.LabelControllerRevisionHash]
 		if !revisionHasTemplate(newest, ds) {
 			// The cache holds the DaemonSet's status for its new template

@@ -56,8 +56,9 @@ func TestTargetReadsTheDaemonSetAndItsNewestRevision(t *testing.T) {
 		t.Errorf("Target =\n %+v\nwant\n %+v", got, want)
 	}
 
-	// Once the controller observed the generation it is settled; with no
-	// revision of its own yet there is no newest hash.
+	// Observed by the controller but with no revision of its own in the
+	// cache yet: no newest hash, and not settled, so the plan waits for it
+	// (a freshly installed chart; `nodewise apply` must not refuse it).
 	ds.Status.ObservedGeneration = 3
 	tg.DaemonSets = appslisters.NewDaemonSetLister(newIndexer(ds))
 	tg.Revisions = appslisters.NewControllerRevisionLister(newIndexer(revision("other-9", "foreign", 9, "another-uid")))
@@ -65,7 +66,7 @@ func TestTargetReadsTheDaemonSetAndItsNewestRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.Found || !got.Settled || got.NewestHash != "" {
+	if !got.Found || got.Settled || got.NewestHash != "" {
 		t.Errorf("settled DaemonSet without revisions: %+v", got)
 	}
 }

@@ -72,7 +72,8 @@ func selectedNodes(s model.Snapshot, p model.Policy) []model.NodeView {
 	return selected
 }
 
-// ValidateTargets checks the targets exist, use OnDelete and have a revision.
+// ValidateTargets checks the targets exist and use OnDelete. A target without
+// a ControllerRevision yet is not settled: the plan waits for it (Plan).
 func ValidateTargets(targets []model.TargetView) error {
 	var errs []error
 	for _, t := range targets {
@@ -81,8 +82,6 @@ func ValidateTargets(targets []model.TargetView) error {
 			errs = append(errs, fmt.Errorf("DaemonSet %s not found", t.Key()))
 		case t.Strategy != appsv1.OnDeleteDaemonSetStrategyType:
 			errs = append(errs, fmt.Errorf("DaemonSet %s uses updateStrategy %s: nodewise never edits a template; install the chart with the Helm value updateStrategy.type=OnDelete (e.g. --set updateStrategy.type=OnDelete) and re-apply", t.Key(), t.Strategy))
-		case t.NewestHash == "":
-			errs = append(errs, fmt.Errorf("DaemonSet %s has no ControllerRevision yet", t.Key()))
 		}
 	}
 	return errors.Join(errs...)

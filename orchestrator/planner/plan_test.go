@@ -176,6 +176,15 @@ func TestPlan(t *testing.T) {
 			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil, reason: "waiting for the DaemonSet controller",
 		},
 		{
+			name: "a DaemonSet just created, with no ControllerRevision yet, is waited for, not refused",
+			targets: func() []model.TargetView {
+				ts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
+				ts[0].NewestHash, ts[0].Settled = "", false
+				return ts
+			}(),
+			wantPhase: v1alpha1.PhaseProgressing, wantStart: nil, reason: "waiting for the DaemonSet controller",
+		},
+		{
 			name: "a node already on the newest revision is done, not swapped",
 			world: func(ns []model.NodeView) []model.NodeView {
 				fixture.Upgrade(ns, "zone-a-00")
