@@ -156,7 +156,7 @@ func EncodeControls(c ControlRecord, lim RecordLimits) (enc string, keptNodes, k
 		sort.Ints(order) // the nodes as named
 		podsKept := 0
 		for _, i := range order {
-			wr := wireOf(nodes[i], kept[i])
+			wr := wireOf(nodes[i], nil, kept[i])
 			for k := range wr.P {
 				wr.P[k].A = nil // connection ages: the judged node's planned resets only
 			}

@@ -74,8 +74,10 @@ const recordVersion = 1
 //
 // It keeps what the judge reads, exactly: every kept sample's counts (the
 // dispersion estimate's sub-windows), the histograms of the window's first
-// and last samples and of the soak's first (the windows' latency), and the
-// connection ages of the window's last (the planned resets). The samples
+// and last samples and of the soak's first (the windows' latency), the
+// connection ages of the window's last (the planned resets), and the
+// enrollment before the swap, whole (the watchdog's and the enrollment
+// gate's "before"; it decodes onto the window's last sample). The samples
 // between first and last decode with the first's histograms and no ages.
 func EncodeRecord(r BaselineRecord, lim RecordLimits) (enc string, kept int, err error) {
 	if lim.MaxBytes <= 0 {
@@ -94,11 +96,12 @@ func EncodeRecord(r BaselineRecord, lim RecordLimits) (enc string, kept int, err
 	if r.Pods == 0 {
 		r.Pods = len(r.Baseline[len(r.Baseline)-1].Snapshot.Pods)
 	}
+	before := EnrollmentBefore(snapshotsOf(r.Baseline))
 	r.Baseline = thin(r.Baseline, lim.MaxSamples)
 	ranked := rankPods(r.Baseline, lim.Keep)
 	// The most pods that fit: encodings shrink as pods go, so search.
 	fits := func(n int) (string, bool) {
-		s, err := encodeWire(r, ranked[:n])
+		s, err := encodeWire(r, before, ranked[:n])
 		return s, err == nil && len(s) <= lim.MaxBytes
 	}
 	lo, hi := 0, len(ranked) // fits(lo) holds, or lo is 0
@@ -231,6 +234,11 @@ type wireRecord struct {
 	Mode  []string   `json:"mode"`
 	Agent []string   `json:"agent"`
 	P     []wirePod  `json:"p"`
+	// E is the enrollment before the swap (the last baseline sample's that
+	// carries one, whichever sample thinning kept): every pod of it, so a
+	// successor's watchdog and gate compare with what this one would have.
+	// It decodes onto the window's last sample.
+	E *Enrollment `json:"e,omitempty"`
 }
 
 type wirePod struct {
@@ -262,15 +270,25 @@ const maxRowLen = 1 << 10
 // first and last (i < base), the soak's first (i == base).
 func fullSample(i, base int) bool { return i == 0 || i >= base-1 }
 
-func encodeWire(r BaselineRecord, pods []podID) (string, error) {
-	return pack(wireOf(r, pods), "the baseline record of node "+r.Node)
+func encodeWire(r BaselineRecord, before *Enrollment, pods []podID) (string, error) {
+	return pack(wireOf(r, before, pods), "the baseline record of node "+r.Node)
 }
 
-// wireOf is r's wire form with the pods listed.
-func wireOf(r BaselineRecord, pods []podID) wireRecord {
+// snapshotsOf lists the samples' snapshots.
+func snapshotsOf(list []RecordedSample) []Snapshot {
+	out := make([]Snapshot, len(list))
+	for i, s := range list {
+		out[i] = s.Snapshot
+	}
+	return out
+}
+
+// wireOf is r's wire form with the pods listed and the enrollment before
+// the swap.
+func wireOf(r BaselineRecord, before *Enrollment, pods []podID) wireRecord {
 	samples := append([]RecordedSample(nil), r.Baseline...)
 	base := len(samples)
-	w := wireRecord{V: recordVersion, Node: r.Node, Base: r.BaselineStart.UnixNano(), Swap: r.SwapStart.UnixNano(), Pods: r.Pods, Samples: r.Samples}
+	w := wireRecord{V: recordVersion, Node: r.Node, Base: r.BaselineStart.UnixNano(), Swap: r.SwapStart.UnixNano(), Pods: r.Pods, Samples: r.Samples, E: before}
 	if r.SoakStart != nil {
 		samples = append(samples, *r.SoakStart)
 		w.Soak, w.SoakAt = true, r.SoakAt.UnixNano()
@@ -492,6 +510,7 @@ func fromWire(w wireRecord) (BaselineRecord, error) {
 			samples[i].Snapshot.Pods = append(samples[i].Snapshot.Pods, p)
 		}
 	}
+	samples[base-1].Snapshot.Enrollment = w.E
 	r := BaselineRecord{Node: w.Node, BaselineStart: time.Unix(0, w.Base).UTC(), SwapStart: time.Unix(0, w.Swap).UTC(),
 		Baseline: samples[:base], Pods: w.Pods, Samples: w.Samples}
 	if w.Soak {

@@ -180,6 +180,10 @@ func TestRecordBoundedRoundTrip(t *testing.T) {
 // fits whole; its size is logged.
 func TestRecordRealisticNode(t *testing.T) {
 	series := recordSeries(110, 12, 2)
+	// The agent checked enrollment at the ninth sample, not since: the
+	// record carries that enrollment of the 55 pods onto its last sample.
+	enrolled := enrollmentOf(series[8].Snapshot)
+	series[8].Snapshot.Enrollment = enrolled
 	in := recordOf(series[:11])
 	in.SoakStart, in.SoakAt = &series[11], series[11].Sent
 	enc, kept, err := EncodeRecord(in, RecordLimits{Keep: isProbeKey})
@@ -197,12 +201,37 @@ func TestRecordRealisticNode(t *testing.T) {
 	if out.SoakStart == nil || !out.SoakAt.Equal(in.SoakAt) || len(out.SoakStart.Snapshot.Pods) != 110 || out.SoakStart.Snapshot.Seq != series[11].Snapshot.Seq {
 		t.Fatalf("soak start decoded as %+v at %s", out.SoakStart, out.SoakAt)
 	}
+	if got := EnrollmentBefore(snapshotsOf(out.Baseline)); !reflect.DeepEqual(got, enrolled) {
+		t.Errorf("the enrollment before the swap decoded as %+v, want the ninth sample's %+v", got, enrolled)
+	}
+	if out.Baseline[len(out.Baseline)-1].Snapshot.Enrollment == nil {
+		t.Error("the enrollment does not ride on the window's last sample")
+	}
+}
+
+// enrollmentOf is an agent's enrollment check of a snapshot's app pods:
+// every third not enrolled, its check and what it found named.
+func enrollmentOf(s Snapshot) *Enrollment {
+	e := &Enrollment{Time: s.Time, Ztunnel: "pid 4242"}
+	for i, p := range s.Pods {
+		if p.Side != SideApp {
+			continue
+		}
+		pe := PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Result: Enrolled}
+		if i%3 == 0 {
+			pe.Result, pe.Failed, pe.Detail = NotEnrolled, CheckListeners, "nothing listens on 15008"
+		}
+		e.Pods = append(e.Pods, pe)
+	}
+	return e
 }
 
 // TestRecordThinsSamples: a baseline of 40 samples keeps 12, the first and
 // the last among them.
 func TestRecordThinsSamples(t *testing.T) {
 	in := recordOf(recordSeries(10, 40, 3))
+	// On a sample thinning drops: the enrollment before the swap stays.
+	in.Baseline[37].Snapshot.Enrollment = enrollmentOf(in.Baseline[37].Snapshot)
 	enc, _, err := EncodeRecord(in, RecordLimits{})
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +245,9 @@ func TestRecordThinsSamples(t *testing.T) {
 	}
 	if !out.Baseline[0].At.Equal(in.Baseline[0].At) || !out.Baseline[11].At.Equal(in.Baseline[39].At) {
 		t.Errorf("thinned to %s … %s, want the first and the last", out.Baseline[0].At, out.Baseline[11].At)
+	}
+	if got, want := EnrollmentBefore(snapshotsOf(out.Baseline)), in.Baseline[37].Snapshot.Enrollment; !reflect.DeepEqual(got, want) {
+		t.Errorf("the enrollment before the swap decoded as %+v, want the 38th sample's", got)
 	}
 }
 

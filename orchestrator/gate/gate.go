@@ -144,10 +144,14 @@ type Releaser interface {
 // checks (the judge): the soak's enrollment watchdog asks it, while the
 // node soaks, for the node's enrollment just before the swap (the last
 // baseline sample that carries one; nil when none does) and now (sampled
-// now). An error (the agent did not answer) is no evidence either way: the
-// watchdog asks again, and the gate fails the node closed at the soak's end.
+// now). record is the node's persisted baseline record (status.nodes[].
+// baseline, "" none): a successor leader, which never sampled the baseline,
+// takes the enrollment before the swap back from it. An error (the agent
+// did not answer, a record that cannot be read) is no evidence either way:
+// the watchdog asks again, and the gate fails the node closed at the soak's
+// end.
 type Enroller interface {
-	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time) (before, now *health.Enrollment, err error)
+	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *health.Enrollment, err error)
 }
 
 // GateFunc adapts a function to Gate.

@@ -141,11 +141,14 @@ func (g *Gate) CoveredSince(ctx context.Context, node string) time.Time {
 	return g.cfg.Recorder.CoveredSince(node)
 }
 
-// Enrollment implements orchestrator.Enroller: the enrollment of the last
-// baseline sample the Recorder holds that carries one (nil when it holds
-// none, e.g. a successor leader: the node's persisted record keeps no
-// enrollment), and the node's enrollment in a sample taken now.
-func (g *Gate) Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time) (before, now *health.Enrollment, err error) {
+// Enrollment implements gate.Enroller: the enrollment of the last baseline
+// sample the Recorder holds that carries one (a successor leader's Recorder
+// takes the baseline back from record first, as Judge does; nil when none
+// carries one), and the node's enrollment in a sample taken now.
+func (g *Gate) Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *health.Enrollment, err error) {
+	if _, err := g.restore(node, baselineStart, swapStart, record); err != nil {
+		return nil, nil, err
+	}
 	s, err := g.cfg.Recorder.Snapshot(ctx, node)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent on node %s did not answer: %w", node, err)

@@ -718,8 +718,9 @@ func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 
 // TestEnrollmentForTheWatchdog: the gate gives the soak's watchdog the
 // node's enrollment of its last baseline sample (not a later one) and of a
-// sample taken now; an agent that does not answer is an error, not an
-// enrollment.
+// sample taken now, a successor leader's gate the one before the swap from
+// the node's persisted record; an agent that does not answer is an error,
+// not an enrollment.
 func TestEnrollmentForTheWatchdog(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
 	f := fleet{"w1": newAgent("w1", start)}
@@ -744,15 +745,32 @@ func TestEnrollmentForTheWatchdog(t *testing.T) {
 	swapStart := a.now()
 	a.tick()
 	a.enroll = pod(health.NotEnrolled)
-	before, now, err := g.Enrollment(ctx, "w1", baselineStart, swapStart)
+	before, now, err := g.Enrollment(ctx, "w1", baselineStart, swapStart, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if before == nil || before.Pods[0].Result != health.Enrolled || now == nil || now.Pods[0].Result != health.NotEnrolled {
 		t.Fatalf("before %+v, now %+v: want enrolled before the swap, not enrolled now", before, now)
 	}
+	// A successor leader never sampled the baseline: without the node's
+	// persisted record it has no enrollment before the swap (the watchdog
+	// then holds nothing); with it, the one this leader saw.
+	kept, err := g.Keep(ctx, gate.KeepInput{Node: "w1", BaselineStart: baselineStart, SwapStart: swapStart})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before, _, err := successor(t, f).Enrollment(ctx, "w1", baselineStart, swapStart, ""); err != nil || before != nil {
+		t.Fatalf("a successor without the record: before %+v, %v; want none", before, err)
+	}
+	before, now, err = successor(t, f).Enrollment(ctx, "w1", baselineStart, swapStart, kept.Baseline)
+	if err != nil || before == nil || len(before.Pods) != 1 || before.Pods[0].Result != health.Enrolled || now == nil || now.Pods[0].Result != health.NotEnrolled {
+		t.Fatalf("a successor with the record: before %+v, now %+v, %v; want enrolled before the swap (from the record), not enrolled now", before, now, err)
+	}
+	if _, _, err := successor(t, f).Enrollment(ctx, "w1", baselineStart, swapStart, "not a record"); err == nil || !strings.Contains(err.Error(), "failing closed") {
+		t.Fatalf("a successor with a corrupt record: %v, want an error", err)
+	}
 	a.down = true
-	if _, _, err := g.Enrollment(ctx, "w1", baselineStart, swapStart); err == nil || !strings.Contains(err.Error(), "agent on node w1 did not answer") {
+	if _, _, err := g.Enrollment(ctx, "w1", baselineStart, swapStart, ""); err == nil || !strings.Contains(err.Error(), "agent on node w1 did not answer") {
 		t.Fatalf("agent down: error %v, want one naming the node", err)
 	}
 }

@@ -45,9 +45,15 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 	if !ok || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
 		return res, w.sleepUntil(ctx, deadline)
 	}
-	var preflight time.Time
-	if ns, ok := w.statusEntry(nr, node); ok && ns.StartTime != nil {
-		preflight = ns.StartTime.Time
+	var (
+		preflight time.Time
+		record    string
+	)
+	if ns, ok := w.statusEntry(nr, node); ok {
+		if ns.StartTime != nil {
+			preflight = ns.StartTime.Time
+		}
+		record = ns.Baseline
 	}
 	swapStart := rec.SwapSince
 	if swapStart.IsZero() {
@@ -58,7 +64,7 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 		if err := w.sleepUntil(ctx, check); err != nil {
 			return res, err
 		}
-		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart)
+		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart, record)
 		if err != nil {
 			w.Log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
 		} else if failures := health.WatchEnrollment(before, cur); len(failures) > 0 {

@@ -22,14 +22,16 @@ type enrollGate struct {
 	clk *fixture.Clock
 	now func(at time.Time) (*health.Enrollment, error)
 
-	mu    sync.Mutex
-	asked []time.Time
+	mu      sync.Mutex
+	asked   []time.Time
+	records []string
 }
 
-func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time) (*health.Enrollment, *health.Enrollment, error) {
+func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time, record string) (*health.Enrollment, *health.Enrollment, error) {
 	at := g.clk.Now()
 	g.mu.Lock()
 	g.asked = append(g.asked, at)
+	g.records = append(g.records, record)
 	g.mu.Unlock()
 	if node != node1 || swapStart.IsZero() || swapStart.Before(baselineStart) {
 		return nil, nil, errors.New("asked for the wrong node or windows")
@@ -115,6 +117,17 @@ func TestEnrollmentWatchdog(t *testing.T) {
 			if len(checks) == 0 || !checks[0].Equal(tc.firstAt) {
 				t.Fatalf("checks at %v: want the first at %s", checks, tc.firstAt)
 			}
+			// Each check hands the gate the record persisted at the soak's
+			// start (the fake Keeper's second), from which a successor
+			// takes the enrollment before the swap back.
+			g.mu.Lock()
+			for _, rec := range g.records {
+				if rec != "kept 2" {
+					t.Errorf("a check was given the record %q, want the one persisted at the soak's start (\"kept 2\")", rec)
+					break
+				}
+			}
+			g.mu.Unlock()
 			for i, at := range checks {
 				if i > 0 && at.Sub(checks[i-1]) != EnrollmentPoll || !at.Before(soakEnd) {
 					t.Errorf("checks at %v: want one every %s after the first, all before the soak's end %s", checks, EnrollmentPoll, soakEnd)

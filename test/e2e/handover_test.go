@@ -30,11 +30,14 @@ const handoverSoak = 8 * time.Second
 //
 // start runs a leader with that identity and returns what stops it: the
 // in-process leaders' context cancel, or SIGKILL of an orchestrator process.
-func handover(t *testing.T, e *e2e, start func(identity string) (stop func())) (*v1alpha1.NodeRollout, string) {
+func handover(t *testing.T, e *e2e, start func(identity string) (stop func()), specs ...func(*v1alpha1.NodeRolloutSpec)) (*v1alpha1.NodeRollout, string) {
 	stopA := start("leader-a")
 	waitLeader(t, e, "leader-a")
 	start("leader-b")
 	nr := judgedRollout("handover", handoverSoak)
+	for _, f := range specs {
+		f(&nr.Spec)
+	}
 	ctx := context.Background()
 	if _, err := e.rolls.Create(ctx, nr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -65,8 +68,8 @@ func handover(t *testing.T, e *e2e, start func(identity string) (stop func())) (
 	}
 	soakSince, _ := time.Parse(time.RFC3339Nano, n.Annotations[model.AnnotationSoakSince])
 	stopA()
-	t.Logf("leader A stopped %s into node %s's %s soak", time.Since(soakSince).Round(10*time.Millisecond), node, handoverSoak)
-	if time.Since(soakSince) >= handoverSoak {
+	t.Logf("leader A stopped %s into node %s's %s soak", time.Since(soakSince).Round(10*time.Millisecond), node, nr.Spec.Soak.Duration)
+	if time.Since(soakSince) >= nr.Spec.Soak.Duration {
 		t.Fatalf("leader A stopped after node %s's soak ended: the handover was not mid-soak", node)
 	}
 	waitLeader(t, e, "leader-b")
@@ -88,6 +91,15 @@ func (e *e2e) processLeader(t *testing.T) func(string) func() {
 		p := procs.startProcess(id, "127.0.0.1:0", "--agent-ca", e.ca, "--agent-token-file", e.tok,
 			"--agent-port", strconv.Itoa(port), "--agent-server-name", "example.com", "--agent-sample-every", "250ms")
 		return p.kill
+	}
+}
+
+// everyNode sets one of the fleet's per-node faults on every node.
+func (e *e2e) everyNode(fault map[string]bool) {
+	e.f.mu.Lock()
+	defer e.f.mu.Unlock()
+	for _, n := range e.c.Nodes {
+		fault[n.Name] = true
 	}
 }
 
@@ -173,11 +185,7 @@ func passesOnTheRecord(t *testing.T, e *e2e, leaders func(string) func()) {
 // measured against A's baseline (not for a lost baseline), and halts there.
 func TestE2EHandoverMidSoakFailsARegression(t *testing.T) {
 	e := startE2ECluster(t)
-	e.f.mu.Lock()
-	for _, n := range e.c.Nodes {
-		e.f.regress[n.Name] = true
-	}
-	e.f.mu.Unlock()
+	e.everyNode(e.f.regress)
 	nr, node := handover(t, e, e.leader(t))
 	assertHaltedAt(t, e, nr, node, "pod shop/"+node+"-app-3: resets received")
 	ns := entry(nr, node)
@@ -186,5 +194,29 @@ func TestE2EHandoverMidSoakFailsARegression(t *testing.T) {
 	}
 	if nr.Status.Counts.Done != 0 {
 		t.Errorf("%d nodes done after a halt at the first", nr.Status.Counts.Done)
+	}
+}
+
+// TestE2EHandoverMidSoakWatchdogFailsOnEnrollment: every node's agent checks
+// enrollment, and pod 3 loses its HBONE listener from the node's swap on.
+// B, which never sampled the baseline, takes the enrollment before the swap
+// back from A's record: its watchdog fails the node A left mid-soak once
+// spec.enrollmentTimeout has passed, naming the pod enrolled before the swap,
+// before the soak's end (without the record it would hold nothing, and the
+// gate at the soak's end would count the pod as new on the node).
+func TestE2EHandoverMidSoakWatchdogFailsOnEnrollment(t *testing.T) {
+	e := startE2ECluster(t)
+	e.everyNode(e.f.unenroll)
+	// A soak long enough for several checks: one the agent does not answer
+	// in time on a loaded machine is no evidence, and the next one decides.
+	const bound, soak = 3 * time.Second, 20 * time.Second
+	nr, node := handover(t, e, e.leader(t), func(s *v1alpha1.NodeRolloutSpec) {
+		s.EnrollmentTimeout = &v1alpha1.Duration{Duration: bound}
+		s.Soak = &v1alpha1.Duration{Duration: soak}
+	})
+	assertHaltedAt(t, e, nr, node, "enrollment watchdog: pod shop/"+node+"-app-3 was enrolled before the swap and is not now: listeners failed: nothing listens on 15008")
+	ns := entry(nr, node)
+	if j := ns.Judgement; j == nil || j.SoakSeconds < int32(bound/time.Second) || j.SoakSeconds >= int32(soak/time.Second) || j.Tests != 0 {
+		t.Errorf("node %s judgement %+v: want it failed by the watchdog %s to %s into the soak, before any traffic test", node, ns.Judgement, bound, soak)
 	}
 }

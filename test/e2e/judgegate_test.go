@@ -62,14 +62,18 @@ type fleet struct {
 	mu      sync.Mutex
 	swapped map[string]time.Time // node → when its old ztunnel pod was deleted
 	regress map[string]bool
-	mute    map[string]bool
-	served  map[string]int
-	byIP    map[string]string            // node InternalIP → node, for serveOnNodes
-	kept    map[string][]health.Snapshot // node → its history, oldest first (keepHistory)
+	// unenroll: the node's agent checks enrollment (every snapshot carries
+	// one, every app pod enrolled), and pod 3 loses its HBONE listener
+	// from the node's swap on.
+	unenroll map[string]bool
+	mute     map[string]bool
+	served   map[string]int
+	byIP     map[string]string            // node InternalIP → node, for serveOnNodes
+	kept     map[string][]health.Snapshot // node → its history, oldest first (keepHistory)
 }
 
 func newFleet(t testing.TB) *fleet {
-	f := &fleet{start: time.Now().Add(-time.Minute), swapped: map[string]time.Time{}, regress: map[string]bool{}, mute: map[string]bool{}, served: map[string]int{}}
+	f := &fleet{start: time.Now().Add(-time.Minute), swapped: map[string]time.Time{}, regress: map[string]bool{}, unenroll: map[string]bool{}, mute: map[string]bool{}, served: map[string]int{}}
 	f.srv = httptest.NewTLSServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -117,10 +121,13 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 func (f *fleet) snapshot(node string, now time.Time) health.Snapshot {
 	f.mu.Lock()
 	swap, swapped := f.swapped[node]
-	regress := f.regress[node]
+	regress, unenroll := f.regress[node], f.unenroll[node]
 	f.mu.Unlock()
 	secs := now.Sub(f.start).Seconds()
 	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
+	if unenroll {
+		s.Enrollment = &health.Enrollment{Time: now, Ztunnel: "pid 4242"}
+	}
 	for i := range 11 { // ten workload pods and the probe
 		c := health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: health.SideApp,
 			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
@@ -141,6 +148,13 @@ func (f *fleet) snapshot(node string, now time.Time) health.Snapshot {
 			c.Namespace, c.Name = health.DefaultProbeNamespace, "nodewise-probe-"+node
 		}
 		s.Pods = append(s.Pods, c)
+		if s.Enrollment != nil {
+			pe := health.PodEnrollment{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Result: health.Enrolled}
+			if swapped && i == 3 {
+				pe.Result, pe.Failed, pe.Detail = health.NotEnrolled, health.CheckListeners, "nothing listens on 15008"
+			}
+			s.Enrollment.Pods = append(s.Enrollment.Pods, pe)
+		}
 	}
 	return s
 }
