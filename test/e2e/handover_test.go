@@ -208,8 +208,9 @@ func TestE2EHandoverMidSoakWatchdogFailsOnEnrollment(t *testing.T) {
 	e := startE2ECluster(t)
 	e.everyNode(e.f.unenroll)
 	// A soak long enough for several checks: one the agent does not answer
-	// in time on a loaded machine is no evidence, and the next one decides.
-	const bound, soak = 3 * time.Second, 20 * time.Second
+	// in time on a loaded machine is no evidence, and the next one decides
+	// (a successor slow to reach the node still finds the soak running).
+	const bound, soak = 3 * time.Second, 30 * time.Second
 	nr, node := handover(t, e, e.leader(t), func(s *v1alpha1.NodeRolloutSpec) {
 		s.EnrollmentTimeout = &v1alpha1.Duration{Duration: bound}
 		s.Soak = &v1alpha1.Duration{Duration: soak}
