@@ -101,7 +101,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err
 		perr = e.overlapping(nr, p) // see overlap.go
 	}
 	if perr != nil {
-		if err := e.writePhase(ctx, nr, planner.Decision{Phase: v1alpha1.PhasePending, Reason: planner.OneLine(perr)}, nil); err != nil {
+		if err := e.writePhase(ctx, nr, planner.Decision{Phase: v1alpha1.PhasePending, Reason: planner.OneLine(perr)}, nil, nil); err != nil {
 			return err
 		}
 		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
@@ -160,7 +160,7 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err
 			return err
 		}
 	}
-	if err := e.writePhase(ctx, nr, d, snap.Targets); err != nil {
+	if err := e.writePhase(ctx, nr, d, snap.Targets, e.settledRecords(nr, snap.Nodes, d.Actions)); err != nil {
 		return err
 	}
 	if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, snap) {
@@ -226,9 +226,36 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 	return nil
 }
 
-// writePhase records the decision's phase, the plan's node list, counts,
-// targets and conditions, and emits an Event when the phase changes.
-func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView) error {
+// settledRecords are the settled steps (Done, Skipped, Failed, RolledBack)
+// of the nodes neither a worker of this process nor this pass's actions
+// are on (a retry or a rollback moves the node on from the view), as their
+// views read them: from the node's record when it has one of this rollout. The record (the
+// node's annotations) is the truth; the status entry mirrors it, written
+// behind in batches, so a leader that persisted a node's last steps and
+// was gone before the batch was written leaves the entry behind (seen at
+// 5,000 nodes: 94 entries still in flight or Pending under a Completed
+// rollout). No worker resumes a settled node: writePhase brings the entry
+// to the record.
+func (e *executor) settledRecords(nr *v1alpha1.NodeRollout, nodes []model.NodeView, acted []planner.Action) map[string]v1alpha1.NodeState {
+	out := map[string]v1alpha1.NodeState{}
+	for _, n := range nodes {
+		switch n.State {
+		case v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack:
+			if !e.claims.Working(nr.Name, n.Name) {
+				out[n.Name] = n.State
+			}
+		}
+	}
+	for _, a := range acted {
+		delete(out, a.Node)
+	}
+	return out
+}
+
+// writePhase records the decision's phase, the plan's node list (each
+// entry caught up with its node's settled record, given), counts, targets
+// and conditions, and emits an Event when the phase changes.
+func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView, settled map[string]v1alpha1.NodeState) error {
 	now := metav1.NewTime(e.cfg.Now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
 	prev, known := e.status.Current(nr.Name, nr.UID)
@@ -280,6 +307,13 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 			}
 			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
+			if st, ok := settled[pn.Name]; ok && ns.State != st {
+				ns.State, ns.StateSince = st, &now
+				ns.Reason = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st)
+				if ns.FinishTime == nil {
+					ns.FinishTime = &now
+				}
+			}
 			ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
 		}
 		if d.Phase != v1alpha1.PhasePending {

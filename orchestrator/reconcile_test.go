@@ -761,7 +761,7 @@ func TestWritePhaseKeepsAHalt(t *testing.T) {
 				}
 			})
 			e := newEnv(t, nr)
-			if err := e.ex.writePhase(e.ctx, e.stored("r"), tc.d, nil); err != nil {
+			if err := e.ex.writePhase(e.ctx, e.stored("r"), tc.d, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			got := e.stored("r").Status
@@ -772,6 +772,47 @@ func TestWritePhaseKeepsAHalt(t *testing.T) {
 				t.Errorf("halt reason %q with phase %s", got.HaltReason, got.Phase)
 			}
 		})
+	}
+}
+
+// TestWritePhaseCatchesUpSettledRecords: entries behind their node's
+// settled record (in flight, Pending, or missing) are brought to it, with
+// the reason and a finish time; an entry that agrees is left as it was.
+func TestWritePhaseCatchesUpSettledRecords(t *testing.T) {
+	since := metav1.NewTime(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	nr := rollout("r", func(nr *v1alpha1.NodeRollout) {
+		nr.Status = v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing, ObservedGeneration: 1, Nodes: []v1alpha1.NodeStatus{
+			{Name: "n1", State: v1alpha1.NodeSwapZtunnel, StateSince: &since},
+			{Name: "n2", State: v1alpha1.NodePending},
+			{Name: "n3", State: v1alpha1.NodeDone, StateSince: &since, FinishTime: &since, Reason: "as it was"},
+		}}
+	})
+	e := newEnv(t, nr)
+	d := planner.Decision{Phase: v1alpha1.PhaseProgressing, Reason: "wave 2", Order: []planner.PlannedNode{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}, {Name: "n4"}}}
+	settled := map[string]v1alpha1.NodeState{"n1": v1alpha1.NodeDone, "n2": v1alpha1.NodeFailed, "n3": v1alpha1.NodeDone, "n4": v1alpha1.NodeSkipped}
+	if err := e.ex.writePhase(e.ctx, e.stored("r"), d, nil, settled); err != nil {
+		t.Fatal(err)
+	}
+	// The catch-up is written behind (the phase did not change): a write
+	// that waits carries it.
+	if err := e.ex.status.Mutate(e.ctx, "r", func(*v1alpha1.NodeRolloutStatus) {}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]v1alpha1.NodeStatus{}
+	for _, ns := range e.stored("r").Status.Nodes {
+		got[ns.Name] = ns
+	}
+	for _, n := range []string{"n1", "n2", "n4"} {
+		ns := got[n]
+		if ns.State != settled[n] || ns.FinishTime == nil || ns.StateSince == nil || ns.StateSince.Equal(&since) || !strings.Contains(ns.Reason, "caught up with the node's record") {
+			t.Errorf("node %s: %+v, want caught up to %s", n, ns, settled[n])
+		}
+	}
+	if n3 := got["n3"]; n3.Reason != "as it was" || !n3.StateSince.Equal(&since) {
+		t.Errorf("node n3, already Done: %+v, want it left as it was", n3)
+	}
+	if c := e.stored("r").Status.Counts; c.Done != 2 || c.Failed != 1 || c.Skipped != 1 || c.InProgress != 0 || c.Pending != 0 {
+		t.Errorf("counts %+v, want 2 done, 1 failed, 1 skipped", c)
 	}
 }
 

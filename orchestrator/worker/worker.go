@@ -132,6 +132,12 @@ func (w *Worker) whileNodeExists(ctx context.Context, node string) (context.Cont
 // driveNode is runNode's loop.
 func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
 	rec, st, fromRecord := w.nodeRecord(nr, node)
+	if fromRecord && !model.InFlight(st) && st != v1alpha1.NodePending {
+		// Resumed from a view behind the node's newest record (a new
+		// leader's cache catching up): the node has settled since.
+		w.Log.Info("nothing to resume: the node's record has settled", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)))
+		return nil
+	}
 	var v nodestep.View
 	if st == nodestep.Claimed || !fromRecord {
 		v.At = v1alpha1.NodePending // start from the first step
