@@ -45,15 +45,9 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 	if !ok || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
 		return res, w.sleepUntil(ctx, deadline)
 	}
-	var (
-		preflight time.Time
-		record    string
-	)
-	if ns, ok := w.statusEntry(nr, node); ok {
-		if ns.StartTime != nil {
-			preflight = ns.StartTime.Time
-		}
-		record = ns.Baseline
+	var preflight time.Time
+	if ns, ok := w.statusEntry(nr, node); ok && ns.StartTime != nil {
+		preflight = ns.StartTime.Time
 	}
 	swapStart := rec.SwapSince
 	if swapStart.IsZero() {
@@ -64,7 +58,10 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 		if err := w.sleepUntil(ctx, check); err != nil {
 			return res, err
 		}
-		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart, record)
+		// The node's persisted baseline record, read at each check: a
+		// successor's judge takes the enrollment before the swap from it.
+		ns, _ := w.statusEntry(nr, node)
+		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart, ns.Baseline)
 		if err != nil {
 			w.Log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
 		} else if failures := health.WatchEnrollment(before, cur); len(failures) > 0 {

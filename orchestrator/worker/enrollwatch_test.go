@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -165,5 +167,40 @@ func TestEnrollmentWatchdog(t *testing.T) {
 				t.Error("the failed node was left cordoned")
 			}
 		})
+	}
+}
+
+// TestEnrollmentWatchdogOfASuccessor: a new leader resumes a node its
+// predecessor left mid-soak, before its own first status write has returned
+// (its status writer knows no status yet): the watchdog still hands the gate
+// the predecessor's baseline record, from the rollout as it was read, and
+// fails the node on the pod enrolled before the swap.
+func TestEnrollmentWatchdogOfASuccessor(t *testing.T) {
+	clk := &fixture.Clock{T: t0}
+	notEnrolled := func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil }
+	g := &enrollGate{judgeGate: passing(), clk: clk, now: notEnrolled}
+	r := newRig(t, g, clk, func(s *v1alpha1.NodeRolloutSpec) {
+		s.Baseline = v1alpha1.DurationOf(0)
+		s.EnrollmentTimeout = v1alpha1.DurationOf(10 * time.Second)
+	})
+	r.resumeAt(v1alpha1.NodeSoak, t0, func(rec *nodestep.Record) { rec.SoakSince = t0 })
+	r.nr.Status.Nodes = []v1alpha1.NodeStatus{{Name: node1, State: v1alpha1.NodeSoak, StartTime: &metav1.Time{Time: t0.Add(-time.Minute)},
+		Baseline: "the predecessor's record"}}
+	r.status.unknown = true
+	r.Sleep = func(ctx context.Context, until time.Time) error {
+		clk.AdvanceTo(until)
+		return ctx.Err()
+	}
+	if err := r.drive(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	records := append([]string(nil), g.records...)
+	g.mu.Unlock()
+	if len(records) == 0 || records[0] != "the predecessor's record" {
+		t.Fatalf("the watchdog's checks were given the records %q, want the predecessor's first", records)
+	}
+	if ns := r.status.node(node1); ns.State != v1alpha1.NodeFailed || !strings.Contains(ns.Reason, "enrollment watchdog: pod shop/b was enrolled before the swap") {
+		t.Fatalf("node %s (%s): want Failed by the watchdog", ns.State, ns.Reason)
 	}
 }

@@ -296,7 +296,10 @@ func (s *statusWrites) MutateLater(_ string, f func(*v1alpha1.NodeRolloutStatus)
 func (s *statusWrites) Current(string, types.UID) (v1alpha1.NodeRolloutStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return *s.st.DeepCopy(), !s.unknown
+	if s.unknown {
+		return v1alpha1.NodeRolloutStatus{}, false // as write.Status: nothing before this process's first write
+	}
+	return *s.st.DeepCopy(), true
 }
 
 // status is the whole status as written.

@@ -164,7 +164,13 @@ func (w *Worker) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1alp
 
 // statusEntry is the node's status entry as this process knows it best.
 func (w *Worker) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
-	st, _ := w.Status.Current(nr.Name, nr.UID)
+	st, ok := w.Status.Current(nr.Name, nr.UID)
+	if !ok {
+		// Nothing written by this process yet (a new leader whose first
+		// pass resumed the node before its first status write returned):
+		// the status as the rollout was read, a predecessor's records in it.
+		st = nr.Status
+	}
 	for _, ns := range st.Nodes {
 		if ns.Name == node {
 			return ns, true
