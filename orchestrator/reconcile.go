@@ -229,13 +229,13 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 // settledRecords are the settled steps (Done, Skipped, Failed, RolledBack)
 // of the nodes neither a worker of this process nor this pass's actions
 // are on (a retry or a rollback moves the node on from the view), as their
-// views read them: from the node's record when it has one of this rollout. The record (the
-// node's annotations) is the truth; the status entry mirrors it, written
-// behind in batches, so a leader that persisted a node's last steps and
-// was gone before the batch was written leaves the entry behind (seen at
-// 5,000 nodes: 94 entries still in flight or Pending under a Completed
-// rollout). No worker resumes a settled node: writePhase brings the entry
-// to the record.
+// views read them: from the node's record when it has one of this rollout.
+// The record (the node's annotations) is the truth; the status entry
+// mirrors it, written behind in batches, so a leader that persisted a
+// node's last steps and was gone before the batch was written leaves the
+// entry behind (seen at 5,000 nodes: 94 entries still in flight or Pending
+// under a Completed rollout). No worker resumes a settled node: writePhase
+// brings the entry to the record.
 func (e *executor) settledRecords(nr *v1alpha1.NodeRollout, nodes []model.NodeView, acted []planner.Action) map[string]v1alpha1.NodeState {
 	out := map[string]v1alpha1.NodeState{}
 	for _, n := range nodes {

@@ -281,21 +281,8 @@ func (w *Worker) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Rec
 	if n := w.NodeWrites.Newest(node); n != nil {
 		rec = nodestep.ParseRecord(n.Annotations)
 	}
-	var status v1alpha1.NodeState
-	if st, ok := w.Status.Current(nr.Name, nr.UID); ok {
-		for _, ns := range st.Nodes {
-			if ns.Name == node {
-				status = ns.State
-			}
-		}
-	} else {
-		for _, ns := range nr.Status.Nodes {
-			if ns.Name == node {
-				status = ns.State
-			}
-		}
-	}
-	st, fromRecord := nodestep.NodeState(w.Claims.Claimed(nr.Name, node), rec, nr.UID, status)
+	ns, _ := w.statusEntry(nr, node)
+	st, fromRecord := nodestep.NodeState(w.Claims.Claimed(nr.Name, node), rec, nr.UID, ns.State)
 	return rec.ForRollout(nr.UID), st, fromRecord
 }
 
