@@ -190,7 +190,7 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	}
-	held, unreadable := planner.KuredHolders(dss)
+	held, unreadable := planner.KuredHolders(dss, e.cfg.Now())
 	pods, err := e.pods.List(planner.SUCPodSelector())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,17 +28,16 @@ const (
 	LabelSUCNode = "upgrade.cattle.io/node"
 )
 
-type kuredLock struct {
-	NodeID string      `json:"nodeID"`
-	Locks  []kuredLock `json:"locks"`
-}
-
 // kuredHolders maps each node a Kured lock holds to why, from every
 // DaemonSet carrying the lock annotation (any namespace and name, so Kured's
 // --ds-name and --ds-namespace need no setting here). A lock nodewise cannot
 // read holds nothing but is reported, so a Kured version with another format
-// shows up in status instead of being ignored in silence.
-func KuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
+// shows up in status instead of being ignored in silence. An expired lock
+// (its TTL passed at now) holds nothing, as for Kured, which takes it over:
+// a Kured pod that died holding the lock with --lock-ttl set keeps no node
+// waiting past the TTL. Nothing announces the expiry, so the pass after it
+// (at the latest the resync's) starts the node.
+func KuredHolders(dss []*appsv1.DaemonSet, now time.Time) (map[string]string, []string) {
 	held := map[string]string{}
 	var unreadable []string
 	for _, ds := range dss {
@@ -45,13 +45,17 @@ func KuredHolders(dss []*appsv1.DaemonSet) (map[string]string, []string) {
 		if !ok || v == "" {
 			continue
 		}
-		var l kuredLock
+		// One lock or a multi-lock: whichever fields the value has.
+		var l struct {
+			KuredLockValue
+			kuredMultiLock
+		}
 		if err := json.Unmarshal([]byte(v), &l); err != nil {
 			unreadable = append(unreadable, fmt.Sprintf("Kured lock on DaemonSet %s/%s is not JSON: %v", ds.Namespace, ds.Name, err))
 			continue
 		}
-		for _, h := range append([]kuredLock{l}, l.Locks...) {
-			if h.NodeID != "" {
+		for _, h := range append([]KuredLockValue{l.KuredLockValue}, l.Locks...) {
+			if h.NodeID != "" && !h.expired(now) {
 				held[h.NodeID] = fmt.Sprintf("held by Kured's lock (%s on DaemonSet %s/%s)", AnnotationKuredLock, ds.Namespace, ds.Name)
 			}
 		}
