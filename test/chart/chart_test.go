@@ -368,6 +368,25 @@ func TestChartValues(t *testing.T) {
 	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--mesh=off") {
 		t.Errorf("agent.mesh=off: agent args %s", args)
 	}
+	// The agent gets only the capabilities its mode and mesh need, and any
+	// the values add.
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "[BPF PERFMON SYS_PTRACE SYS_ADMIN NET_ADMIN]"},
+		{[]string{"agent.mesh=off"}, "[BPF PERFMON]"},
+		{[]string{"agent.mode=proc"}, "[SYS_PTRACE SYS_ADMIN NET_ADMIN]"},
+		{[]string{"agent.mode=proc", "agent.mesh=off"}, "[]"},
+		{[]string{"agent.mesh=off", "agent.securityContext.capabilities.add={NET_RAW,BPF}"}, "[BPF PERFMON NET_RAW]"},
+	} {
+		containers, _, _ := unstructured.NestedSlice(render(t, tc.set...)["DaemonSet "+Namespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
+		add, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "securityContext", "capabilities", "add")
+		drop, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "securityContext", "capabilities", "drop")
+		if got := fmt.Sprint(add); got != tc.want || fmt.Sprint(drop) != "[ALL]" {
+			t.Errorf("%v: the agent adds capabilities %s and drops %v, want %s and ALL", tc.set, got, drop, tc.want)
+		}
+	}
 	if _, err := Template(context.Background(), "agent.mesh=on"); err == nil {
 		t.Error("agent.mesh=on rendered; the schema allows auto or off")
 	}
