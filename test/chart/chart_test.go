@@ -387,6 +387,22 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%v: the agent adds capabilities %s and drops %v, want %s and ALL", tc.set, got, drop, tc.want)
 		}
 	}
+	// A renamed ztunnel (and a second one) gets its own surge binding, and
+	// pre-pull pods for every data-plane DaemonSet.
+	dp := render(t, "dataPlane.ztunnel={ztunnel-a,ztunnel-b}", "dataPlane.istioCNI={cni}")
+	for _, k := range []string{"ValidatingAdmissionPolicyBinding /nodewise-surge-bridge-ztunnel-a", "ValidatingAdmissionPolicyBinding /nodewise-surge-bridge-ztunnel-b",
+		"ValidatingAdmissionPolicyBinding /nodewise-prepull-cni", "ValidatingAdmissionPolicyBinding /nodewise-prepull-ztunnel-b"} {
+		if dp[k] == nil {
+			t.Errorf("dataPlane values: %s not rendered", k)
+		}
+	}
+	if dp["ValidatingAdmissionPolicyBinding /nodewise-surge-bridge-ztunnel"] != nil || dp["ValidatingAdmissionPolicyBinding /nodewise-prepull-istio-cni-node"] != nil {
+		t.Error("dataPlane values: the default DaemonSets' bindings are still rendered")
+	}
+	if b, _ := json.Marshal(dp["ValidatingAdmissionPolicy /nodewise-surge-bridge-labelled"].Object); !bytes.Contains(b, []byte(`in [\"ztunnel-a\",\"ztunnel-b\"]`)) ||
+		!bytes.Contains(b, []byte(`in [\"cni\",\"ztunnel-a\",\"ztunnel-b\"]`)) {
+		t.Errorf("dataPlane values: nodewise-surge-bridge-labelled does not name them: %s", b)
+	}
 	if _, err := Template(context.Background(), "agent.mesh=on"); err == nil {
 		t.Error("agent.mesh=on rendered; the schema allows auto or off")
 	}

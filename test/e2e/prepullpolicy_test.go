@@ -157,7 +157,7 @@ func TestPrepullPolicyFencesOrchestratorPods(t *testing.T) {
 		holds     = "a pre-pull pod holds nothing"
 		privilege = "a pre-pull pod gets no privilege"
 		bound     = "a pre-pull pod is bound to its node"
-		labelled  = "the orchestrator may only create surge bridge pods (label nodewise.io/surge-bridge) and pre-pull pods"
+		labelled  = "the orchestrator may only create surge bridge pods (label nodewise.io/surge-bridge naming ztunnel) and pre-pull pods"
 	)
 	yes := true
 	hostPath := corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}

@@ -640,6 +640,11 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 	uncontrolled := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
 	uncontrolled.Name += "-uncontrolled"
 	uncontrolled.OwnerReferences = nil // the DaemonSet would adopt it at once, beside the old pod
+	// A bridge naming a DaemonSet no binding of nodewise-surge-bridge-only
+	// has (only ztunnel's do) would be checked against nothing.
+	unbound := swap.BridgePod(in.DaemonSet, in.Revision, "node-001", anchor)
+	unbound.Name += "-unbound"
+	unbound.Labels[model.LabelSurgeBridge] = "istio-cni-node"
 	var denied error
 	// The policy reaches the admission chain within a few seconds.
 	e.waitFor(func(ctx context.Context) bool {
@@ -652,7 +657,7 @@ func TestSurgePolicyFencesOrchestratorPodWrites(t *testing.T) {
 		}
 		return denied != nil && strings.Contains(denied.Error(), "copy of the ztunnel DaemonSet")
 	}, "the policy to refuse a bridge with another image")
-	for what, p := range map[string]*corev1.Pod{"a pod that is not a bridge": plain, "a bridge with no controller": uncontrolled} {
+	for what, p := range map[string]*corev1.Pod{"a pod that is not a bridge": plain, "a bridge with no controller": uncontrolled, "a bridge for a DaemonSet that is not ztunnel's": unbound} {
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
 			t.Errorf("creating %s: %v; want refused by the policy", what, err)
 		}

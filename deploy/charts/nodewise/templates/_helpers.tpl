@@ -101,7 +101,7 @@ topologySpreadConstraints:
 {{- end }}
 {{- end -}}
 
-{{/* The DaemonSets a pre-pull pod may pull for (the NodeRollout's default targets): one ValidatingAdmissionPolicyBinding each (orchestrator-prepull.yaml), named in nodewise-surge-bridge-labelled. */}}
+{{/* The DaemonSets a pre-pull pod may pull for (dataPlane's, the NodeRollout's default targets by default): one ValidatingAdmissionPolicyBinding each (orchestrator-prepull.yaml), named in nodewise-surge-bridge-labelled. */}}
 {{- define "nodewise.prepullTargets" -}}
-istio-cni-node ztunnel
+{{- concat .Values.dataPlane.istioCNI .Values.dataPlane.ztunnel | uniq | join " " -}}
 {{- end -}}
