@@ -17,7 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // SignerConfig configures the orchestrator's side: the CA and the signer of
@@ -33,7 +35,9 @@ type SignerConfig struct {
 	// CertValidity is each agent certificate's life (default 7 days), capped
 	// by the CA's; agents renew at 70 to 90% of it (client-go's certificate manager).
 	CertValidity time.Duration
-	// Every is how often pending requests are looked at and the CA checked (default 2s).
+	// Every is how often Run checks the CA (rotation, the published bundle)
+	// and retries requests it could not decide (default 1m). Requests are
+	// handled as the watch shows them, not on this clock.
 	Every  time.Duration
 	Logger *zap.Logger
 	Now    func() time.Time // default time.Now
@@ -69,7 +73,7 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 		return nil, fmt.Errorf("agentpki.SignerConfig: CertValidity %s must be at most a third of CAValidity %s, so certificates renew onto a rotated CA before the old one expires", cfg.CertValidity, cfg.CAValidity)
 	}
 	if cfg.Every == 0 {
-		cfg.Every = 2 * time.Second
+		cfg.Every = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -84,27 +88,79 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 // Run has loaded the CA (a client then fails closed).
 func (s *Signer) Pool() *x509.CertPool { return s.pool.Load() }
 
-// Run keeps the CA and signs requests until ctx ends. A failed round is
-// logged and retried; Run returns nil on cancellation.
+// retryAfter is how soon Run tries again after a round that failed.
+const retryAfter = 2 * time.Second
+
+// Run keeps the CA and signs requests until ctx ends. It watches the
+// requests of SignerName (a cache of them, not a list every round) and runs
+// a round when one is added or changes, and every Every; a failed round is
+// logged and retried after retryAfter. Run returns nil on cancellation.
 func (s *Signer) Run(ctx context.Context) error {
 	log := s.cfg.Logger
-	t := time.NewTicker(s.cfg.Every)
-	defer t.Stop()
-	for {
-		if err := s.Once(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("agent certificates: round failed; retrying", zap.Error(err))
+	f := informers.NewSharedInformerFactoryWithOptions(s.cfg.Kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = signerSelector()
+	}))
+	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
 		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+	}); err != nil {
+		return fmt.Errorf("watching the agents' certificate requests: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil
+	}
+	for {
+		var csrs []*certv1.CertificateSigningRequest
+		for _, o := range inf.GetStore().List() {
+			csrs = append(csrs, o.(*certv1.CertificateSigningRequest))
+		}
+		wait := s.cfg.Every
+		if err := s.round(ctx, csrs); err != nil && ctx.Err() == nil {
+			log.Warn("agent certificates: round failed; retrying", zap.Error(err))
+			wait = min(wait, retryAfter)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
 		case <-t.C:
+		case <-kick:
+			t.Stop()
 		}
 	}
 }
 
-// Once ensures the CA (creating or rotating it) and handles every pending
-// request of SignerName.
+// Once is one round over the requests as listed from the API now.
 func (s *Signer) Once(ctx context.Context) error {
+	list, err := s.cfg.Kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{FieldSelector: signerSelector()})
+	if err != nil {
+		return fmt.Errorf("listing the agents' certificate requests: %w", err)
+	}
+	csrs := make([]*certv1.CertificateSigningRequest, len(list.Items))
+	for i := range list.Items {
+		csrs[i] = &list.Items[i]
+	}
+	return s.round(ctx, csrs)
+}
+
+func signerSelector() string {
+	return fields.OneTermEqualSelector("spec.signerName", SignerName).String()
+}
+
+// round ensures the CA (creating or rotating it) and handles every pending
+// request among csrs, which it does not modify.
+func (s *Signer) round(ctx context.Context, csrs []*certv1.CertificateSigningRequest) error {
 	c, err := s.ensureCA(ctx)
 	if err != nil {
 		return err
@@ -114,16 +170,10 @@ func (s *Signer) Once(ctx context.Context) error {
 	if err := s.publishBundle(ctx, c); err != nil {
 		return err
 	}
-	list, err := s.cfg.Kube.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.signerName", SignerName).String(),
-	})
-	if err != nil {
-		return fmt.Errorf("listing the agents' certificate requests: %w", err)
-	}
 	var errs []error
-	for i := range list.Items {
-		if err := s.handle(ctx, c, &list.Items[i]); err != nil {
-			errs = append(errs, fmt.Errorf("certificate request %s: %w", list.Items[i].Name, err))
+	for _, csr := range csrs {
+		if err := s.handle(ctx, c, csr); err != nil {
+			errs = append(errs, fmt.Errorf("certificate request %s: %w", csr.Name, err))
 		}
 	}
 	return errors.Join(errs...)

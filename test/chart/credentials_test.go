@@ -147,7 +147,7 @@ func TestChartAgentCredentials(t *testing.T) {
 
 	orchPod := podOf(t, in, "nodewise-orchestrator", "")
 	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", orchPod, nil))
-	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: 200 * time.Millisecond, Logger: log.Named("signer")})
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: time.Hour, Logger: log.Named("signer")}) // every request by the watch
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestChartAgentCertificateRenews(t *testing.T) {
 	const life = 10 * time.Minute // the signer's shortest
 	behind := life - 30*time.Second
 	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", podOf(t, in, "nodewise-orchestrator", ""), nil))
-	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: 200 * time.Millisecond, CertValidity: life,
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: time.Hour, CertValidity: life,
 		Now: func() time.Time { return time.Now().Add(-behind) }, Logger: log.Named("signer")})
 	if err != nil {
 		t.Fatal(err)
