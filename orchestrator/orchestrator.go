@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -39,8 +40,10 @@ type Orchestrator struct {
 	metrics *metrics.Metrics
 	// guard fences every write of kube and rollouts (leader.Guard): a
 	// replica that does not know itself to hold the Lease now writes nothing.
-	guard    *leader.Guard
-	kube     kubernetes.Interface
+	guard *leader.Guard
+	kube  kubernetes.Interface
+	// meta reads objects' metadata only (observe.CatchUp's node list).
+	meta     metadata.Interface
 	rollouts v1alpha1.NodeRolloutInterface
 	// leaseKube is the Lease's own client, the only one not fenced.
 	leaseKube kubernetes.Interface
@@ -76,7 +79,11 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}, nil
+	meta, err := metadata.NewForConfig(fenced)
+	if err != nil {
+		return nil, fmt.Errorf("building the metadata client: %w", err)
+	}
+	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, meta: meta, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}, nil
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles
@@ -236,7 +243,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once
 		return err
 	}
-	if rounds, err := observe.CatchUp(ctx, o.kube, ex.nodes); err != nil {
+	if rounds, err := observe.CatchUp(ctx, o.meta, ex.nodes); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -35,7 +36,26 @@ func testOrchestrator(t *testing.T, objs []runtime.Object, nrs ...*v1alpha1.Node
 	}
 	kube := fake.NewClientset(objs...)
 	api := fixture.NewRollouts(nrs...)
-	return &Orchestrator{cfg: cfg, log: zap.NewNop(), metrics: m, kube: kube, leaseKube: kube, rollouts: watchableRollouts{api}}, kube, api
+	return &Orchestrator{cfg: cfg, log: zap.NewNop(), metrics: m, kube: kube, meta: nodeMetadata(t, kube), leaseKube: kube, rollouts: watchableRollouts{api}}, kube, api
+}
+
+// nodeMetadata is a metadata client holding the metadata of kube's nodes
+// as they are now (what a new leader's catch-up reads).
+func nodeMetadata(t *testing.T, kube *fake.Clientset) *metafake.FakeMetadataClient {
+	t.Helper()
+	scheme := metafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, n := range nodes.Items {
+		objs = append(objs, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: n.ObjectMeta})
+	}
+	return metafake.NewSimpleMetadataClient(scheme, objs...)
 }
 
 // TestRunLeadsAndReconciles: Run syncs its caches, takes the Lease and,
