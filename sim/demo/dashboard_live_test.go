@@ -70,10 +70,16 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 		t.Errorf("the page reloaded to show %s's changes (%v)", node, err)
 	}
 	t.Logf("%s's states on the page, without a reload: %q", node, states)
+	// The live page re-renders on every event: the banner is read in the
+	// same step that finds it (a node found first and read after could be
+	// replaced in between, and read as nothing).
 	if err := browser.WaitTrue(tctx, `document.getElementById("halt") !== null`); err != nil {
 		t.Fatal(err)
 	}
-	halt, _ := browser.Text(tctx, "#halt")
+	halt, err := browser.Eval[string](tctx, `(document.getElementById("halt") || {}).textContent || ""`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("halt banner: %s", halt)
 	if !strings.Contains(halt, "Halted at "+node) || !strings.Contains(halt, "resets") || !strings.Contains(halt, "nodewise rollback rst") {
 		t.Errorf("the halt banner does not name %s, its resets and what to do: %q", node, halt)
