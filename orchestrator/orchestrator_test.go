@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -39,23 +40,19 @@ func testOrchestrator(t *testing.T, objs []runtime.Object, nrs ...*v1alpha1.Node
 	return &Orchestrator{cfg: cfg, log: zap.NewNop(), metrics: m, kube: kube, meta: nodeMetadata(t, kube), leaseKube: kube, rollouts: watchableRollouts{api}}, kube, api
 }
 
-// nodeMetadata is a metadata client holding the metadata of kube's nodes
-// as they are now (what a new leader's catch-up reads).
+// nodeMetadata holds the metadata of kube's nodes as they are now (what a
+// new leader's catch-up reads).
 func nodeMetadata(t *testing.T, kube *fake.Clientset) *metafake.FakeMetadataClient {
 	t.Helper()
-	scheme := metafake.NewTestScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	list, err := kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []runtime.Object
-	for _, n := range nodes.Items {
-		objs = append(objs, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: n.ObjectMeta})
+	var nodes []*corev1.Node
+	for i := range list.Items {
+		nodes = append(nodes, &list.Items[i])
 	}
-	return metafake.NewSimpleMetadataClient(scheme, objs...)
+	return fixture.NodeMetadata(nodes...)
 }
 
 // TestRunLeadsAndReconciles: Run syncs its caches, takes the Lease and,

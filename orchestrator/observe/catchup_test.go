@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
@@ -26,7 +25,7 @@ func TestCatchUpWaitsForTheCacheToHoldWhatTheAPIHolds(t *testing.T) {
 	node := func(name, rv string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}}
 	}
-	kube := metaFake(node("a", "7"), node("b", "9"))
+	kube := fixture.NodeMetadata(node("a", "7"), node("b", "9"))
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	_ = idx.Add(node("a", "7"))
 	_ = idx.Add(node("b", "8")) // the previous leader's last write to b is not in the cache yet
@@ -54,7 +53,7 @@ func TestCatchUpWaitsForTheCacheToHoldWhatTheAPIHolds(t *testing.T) {
 }
 
 func TestCatchUpGivesUpWhenTheLeaderStops(t *testing.T) {
-	kube := metaFake(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "2"}})
+	kube := fixture.NodeMetadata(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "2"}})
 	lister := corelisters.NewNodeLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -68,7 +67,7 @@ func TestCatchUpGivesUpWhenTheLeaderStops(t *testing.T) {
 // the end; CatchUp returns once a read succeeds and matches.
 func TestCatchUpRetriesFailedReads(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "3"}}
-	kube := metaFake(n)
+	kube := fixture.NodeMetadata(n)
 	fails := []error{
 		apierrors.NewInternalError(errors.New("etcd leader changed")),
 		apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("RBAC not yet bound")),
@@ -106,7 +105,7 @@ func TestCatchUpRetriesFailedReads(t *testing.T) {
 // TestCatchUpReportsAReadThatNeverSucceeds: a cache that cannot be read
 // ends with ctx, the error naming the reads made and wrapping ctx's end.
 func TestCatchUpReportsAReadThatNeverSucceeds(t *testing.T) {
-	kube := metaFake()
+	kube := fixture.NodeMetadata()
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	rounds, err := CatchUp(ctx, kube, fixture.FailingNodes{Err: errors.New("cache closed")})
@@ -116,19 +115,6 @@ func TestCatchUpReportsAReadThatNeverSucceeds(t *testing.T) {
 	if rounds < 1 || !strings.Contains(err.Error(), fmt.Sprintf("after %d reads", rounds)) {
 		t.Errorf("rounds %d, error %q; want the rounds named", rounds, err)
 	}
-}
-
-// metaFake is a metadata client holding the nodes' metadata.
-func metaFake(nodes ...*corev1.Node) *metafake.FakeMetadataClient {
-	scheme := metafake.NewTestScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		panic(err)
-	}
-	var objs []runtime.Object
-	for _, n := range nodes {
-		objs = append(objs, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: n.ObjectMeta})
-	}
-	return metafake.NewSimpleMetadataClient(scheme, objs...)
 }
 
 // flakyNodes fails its first fails lists.
@@ -149,7 +135,7 @@ func (f *flakyNodes) List(s labels.Selector) ([]*corev1.Node, error) {
 // the timeout carries the Forbidden (a person reads why, not only that time
 // ran out).
 func TestCatchUpNamesTheRefusal(t *testing.T) {
-	kube := metaFake()
+	kube := fixture.NodeMetadata()
 	kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "nodes"}, "", errors.New("RBAC"))
 	})
