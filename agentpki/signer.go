@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -101,6 +102,16 @@ func (s *Signer) Run(ctx context.Context) error {
 		o.FieldSelector = signerSelector()
 	}))
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
+	// A refused list or watch (RBAC) leaves requests undecided: say so, as
+	// the failed list of each round used to.
+	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) {
+			return // the watch ended; the reflector watches again
+		}
+		log.Warn("agent certificates: watching the requests failed; retrying", zap.Error(err))
+	}); err != nil {
+		return fmt.Errorf("watching the agents' certificate requests: %w", err)
+	}
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
