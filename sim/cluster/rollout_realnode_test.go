@@ -191,7 +191,7 @@ func probeTrafficCounted(t *testing.T, ctx context.Context, c *Cluster, n *RealN
 // and of soak, judged every 3 s (the chart's orchestrator samples the agent
 // every second, --agent-sample-every in TestChartOnRealNode's values). The
 // latency tests get a 5 ms floor: on this shared 2-core machine the pods'
-// latencies are the host's CPU scheduling (sim/demo's srttAboveLoadNoise).
+// latencies are the host's CPU scheduling (sim/demo's latencyAboveLoadNoise).
 func realRollout(name, node string, swapTimeout time.Duration) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.Targets = []v1alpha1.TargetRef{{Namespace: IstioNamespace, Name: ZtunnelName}}

@@ -26,7 +26,7 @@ func TestLiveNoListenBuildHaltsOnEnrollment(t *testing.T) {
 	e := newLiveEnv(t, 3)
 	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-nolisten")
 	nr := faultyRollout("nolisten", node, true)
-	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
+	latencyAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
 	nr = e.run(nr, node)
 	ns := nodeStatus(t, nr, node)
 	t.Logf("halt reason: %s", nr.Status.HaltReason)
@@ -62,7 +62,7 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 	}
 	nr := judged(healthyRollout("enrolled", canary), 5*time.Second, 5*time.Second, v1alpha1.InconclusivePass)
 	nr.Spec.Drain.Policy = v1alpha1.DrainNever
-	srttAboveLoadNoise(nr)
+	latencyAboveLoadNoise(nr)
 	nr, err = runRollout(context.Background(), e.rc, nr, newView(testWriter{t}, false))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func cniFaultHaltsOnEnrollment(t *testing.T, e *liveEnv, name, tag string, check
 	}
 	wrong := apps[0] // the build re-adds the node's first ambient app pod wrong
 	nr := faultyRollout(name, node, true)
-	srttAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
+	latencyAboveLoadNoise(nr) // the build is healthy for traffic: keep load noise out of its traffic verdict
 	nr = e.run(nr, node)
 	ns := nodeStatus(t, nr, node)
 	t.Logf("halt reason: %s", nr.Status.HaltReason)
@@ -168,7 +168,7 @@ func TestLiveEnrollmentWatchdogFailsBeforeTheSoakEnds(t *testing.T) {
 	healthy := judged(healthyRollout("watchdog-healthy", canary), 5*time.Second, 20*time.Second, v1alpha1.InconclusivePass)
 	healthy.Spec.Drain.Policy = v1alpha1.DrainNever
 	healthy.Spec.EnrollmentTimeout = &v1alpha1.Duration{Duration: 5 * time.Second}
-	srttAboveLoadNoise(healthy)
+	latencyAboveLoadNoise(healthy)
 	healthy = e.run(healthy, canary)
 	if hs := nodeStatus(t, healthy, canary); healthy.Status.Phase != v1alpha1.PhaseCompleted || !strings.HasPrefix(hs.Verdict, "Pass") {
 		t.Fatalf("healthy build under the watchdog: rollout %s (%s), verdict %q", healthy.Status.Phase, healthy.Status.HaltReason, hs.Verdict)
@@ -237,7 +237,7 @@ func TestLiveNoAddCNIBuildFailsAPodNewInTheSoak(t *testing.T) {
 	nr := faultyRollout("cni-noadd", node, true)
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: 30 * time.Second} // room to start a pod in it
 	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
-	srttAboveLoadNoise(nr)
+	latencyAboveLoadNoise(nr)
 	type result struct {
 		nr  *v1alpha1.NodeRollout
 		err error

@@ -157,7 +157,7 @@ func (e *liveEnv) rolloutOn(name, node string, policy v1alpha1.DrainPolicy, inco
 	nr := judged(healthyRollout(name, node), 5*time.Second, 5*time.Second, inconclusive)
 	nr.Spec.Drain.Policy = policy
 	// These builds are healthy and the tests judge resets and drains.
-	srttAboveLoadNoise(nr)
+	latencyAboveLoadNoise(nr)
 	return e.run(nr, node)
 }
 
@@ -366,12 +366,16 @@ func (e *liveEnv) faultyBuild(ds, tag string) string {
 	return node
 }
 
-// srttAboveLoadNoise gives a healthy rollout's srtt test a 5ms floor. The
-// simulated pods' srtt is the host's CPU scheduling: on a loaded 2-core CI
-// machine it went 89µs → 1.14ms (and 105µs → 1.16ms) at p99 with no fault on
-// a node judged alone, which the default floor (500µs) fails. 5ms keeps the
-// latency test on, far above that noise; the -slow builds' tests keep the
-// defaults.
-func srttAboveLoadNoise(nr *v1alpha1.NodeRollout) {
-	nr.Spec.Gates.Latency = append(nr.Spec.Gates.Latency, v1alpha1.LatencyGate{Metric: v1alpha1.MetricSRTT, MinIncrease: &v1alpha1.Duration{Duration: 5 * time.Millisecond}})
+// latencyAboveLoadNoise gives a healthy rollout's latency tests (srtt and
+// connect latency) a 5ms floor. The simulated pods' latencies are the
+// host's CPU scheduling: on a loaded 2-core CI machine srtt went 89µs →
+// 1.14ms (and 105µs → 1.16ms) at p99 with no fault on a node judged alone,
+// and a pod's connect latency 124µs → 699µs over a 5s baseline, which the
+// default floor (500µs) fails. 5ms keeps both tests on, far above that
+// noise; the -slow builds' tests keep the defaults.
+func latencyAboveLoadNoise(nr *v1alpha1.NodeRollout) {
+	floor := &v1alpha1.Duration{Duration: 5 * time.Millisecond}
+	nr.Spec.Gates.Latency = append(nr.Spec.Gates.Latency,
+		v1alpha1.LatencyGate{Metric: v1alpha1.MetricSRTT, MinIncrease: floor},
+		v1alpha1.LatencyGate{Metric: v1alpha1.MetricConnectLatency, MinIncrease: floor})
 }

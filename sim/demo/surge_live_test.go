@@ -40,7 +40,7 @@ func surgeRollout(name, canary string, control v1alpha1.ControlGroupPolicy) *v1a
 	nr.Spec.Gates.ControlGroup = control
 	// These tests judge resets against the control group; the nodes after
 	// the canary have no controls left and are judged alone.
-	srttAboveLoadNoise(nr)
+	latencyAboveLoadNoise(nr)
 	return nr
 }
 
