@@ -38,7 +38,7 @@ func (e *executor) reconcileAll(ctx context.Context) {
 	for _, obj := range e.rolloutStore.List() {
 		nrs = append(nrs, obj.(*v1alpha1.NodeRollout))
 	}
-	sort.Slice(nrs, func(i, j int) bool { return nrs[i].CreationTimestamp.Before(&nrs[j].CreationTimestamp) })
+	sortByCreation(nrs)
 	live := make(map[string]bool, len(nrs))
 	for _, nr := range nrs {
 		live[nr.Name] = true
@@ -55,11 +55,22 @@ func (e *executor) reconcileAll(ctx context.Context) {
 	e.releaseGoneKuredLocks(ctx, live)
 }
 
-// reconcile is one observe → plan → act pass over a NodeRollout. A pass
+// sortByCreation orders rollouts oldest first.
+func sortByCreation(nrs []*v1alpha1.NodeRollout) {
+	sort.Slice(nrs, func(i, j int) bool { return nrs[i].CreationTimestamp.Before(&nrs[j].CreationTimestamp) })
+}
+
+// reconcile is one observe → plan → act pass over a NodeRollout.
+func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) error {
+	return e.reconcileFrom(ctx, nr, nil)
+}
+
+// reconcileFrom is a pass over a NodeRollout that plans from its kept views
+// (views.go) when given them, else from the fleet observed anew. A pass
 // that planned nothing to do but resume the nodes in flight keeps what it
-// planned from (views.go) for the passes events start; one that acted or
-// failed does not, so the next is full.
-func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err error) {
+// planned from for the passes events start; one that acted or failed does
+// not, so the next is full.
+func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, kept *fleetView) (err error) {
 	var keep *fleetView
 	defer func() {
 		if err == nil && keep != nil {
@@ -111,11 +122,19 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err
 		}
 		return nil
 	}
-	snap, in, err := e.observe(nr, p)
-	if err != nil {
-		return err
+	var (
+		snap model.Snapshot
+		in   *viewInputs
+	)
+	if kept != nil && kept.in != nil {
+		snap, in = kept.snapshot(nr), kept.in
+	} else {
+		kept = nil
+		if snap, in, err = e.observe(nr, p); err != nil {
+			return err
+		}
+		e.metrics.NodeViews.Add(float64(len(snap.Nodes)))
 	}
-	e.metrics.NodeViews.Add(float64(len(snap.Nodes)))
 	snap.AlertsBlock = e.alertsBlock(ctx, p.Blocking) // blocking.go: read here, not in the workers' snapshots
 	if !deleting {
 		if handled, err := e.nodeRequest(ctx, nr, p, snap); handled || err != nil {
@@ -149,9 +168,13 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) (err
 		acted = acted || a.Kind != planner.ActResume
 	}
 	if !acted && !snap.ResumeRequested && !deleting {
-		keep = &fleetView{in: in, nodes: make(map[string]model.NodeView, len(snap.Nodes))}
-		for _, n := range snap.Nodes {
-			keep.nodes[n.Name] = n
+		keep = kept // its views are the ones planned from
+		if keep == nil {
+			keep = &fleetView{in: in, nodes: make(map[string]model.NodeView, len(snap.Nodes)), names: make([]string, 0, len(snap.Nodes)), unreadable: snap.UnreadableLocks}
+			for _, n := range snap.Nodes {
+				keep.nodes[n.Name] = n
+				keep.names = append(keep.names, n.Name)
+			}
 		}
 	}
 	e.precheck(ctx, nr, p, planner.NextInLine(snap, p, d))
@@ -369,6 +392,8 @@ func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []
 	return kept
 }
 
+// resumed: `nodewise resume` asked to clear a halt, and no pass has
+// acknowledged it yet.
 func resumed(nr *v1alpha1.NodeRollout) bool {
 	return nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 }

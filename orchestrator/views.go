@@ -15,12 +15,14 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
-// A pass an informer event starts is O(change): it rebuilds the views of
-// the nodes the events named (observe.Dirty) from the inputs the rollout's
-// last full pass read (viewInputs), and when none of them moved
-// (planner.Unmoved) it is done: the plan would decide the same, so nothing
-// is planned, acted on or written. A node that moved, a node new or gone,
-// a rollout without views (new, invalid, or its last pass acted or failed),
+// A pass an informer event starts is O(change) in what it observes: it
+// rebuilds the views of the nodes the events named (observe.Dirty) from the
+// inputs the rollout's last full pass read (viewInputs). When none of them
+// moved (planner.Unmoved) it is done: the plan would decide the same, so
+// nothing is planned, acted on or written. When one moved, the rollout is
+// planned again from its kept views, the moved ones brought up to date,
+// without observing the fleet again (a views pass). A node new or gone, a
+// rollout without views (new, invalid, or its last pass acted or failed),
 // and every change that may touch every node (a DaemonSet, a
 // ControllerRevision, a rollout's spec or annotations) make the pass full,
 // and so do a freed slot and every resync.
@@ -33,6 +35,22 @@ type fleetView struct {
 	finished bool
 	in       *viewInputs
 	nodes    map[string]model.NodeView
+	// names are the nodes in the order the full pass listed them, so
+	// that a views pass plans over them in the same order.
+	names []string
+	// unreadable are the other tools' locks the full pass could not read.
+	unreadable []string
+}
+
+// snapshot is the planner's snapshot from the kept views: what observe
+// would build, without observing the fleet again.
+func (fv *fleetView) snapshot(nr *v1alpha1.NodeRollout) model.Snapshot {
+	s := model.Snapshot{Status: nr.Status, ResumeRequested: resumed(nr), Targets: fv.in.targets, UnreadableLocks: fv.unreadable}
+	s.Nodes = make([]model.NodeView, 0, len(fv.names))
+	for _, name := range fv.names {
+		s.Nodes = append(s.Nodes, fv.nodes[name])
+	}
+	return s
 }
 
 // keepViews remembers what nr's full pass planned from; dropViews forgets
@@ -60,11 +78,14 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 	if e.fence != nil && e.fence() != nil {
 		return // reconcileAll says why
 	}
-	type moved struct {
+	type update struct {
 		fv   *fleetView
 		node model.NodeView
 	}
-	var views []moved
+	var (
+		views  []update
+		replan []*v1alpha1.NodeRollout
+	)
 	built := 0
 	full := func() {
 		e.metrics.NodeViews.Add(float64(built))
@@ -80,6 +101,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		case fv.finished:
 			continue
 		}
+		moved := false
 		for _, name := range nodes {
 			was, had := fv.nodes[name]
 			n, err := e.nodes.Get(name)
@@ -89,19 +111,33 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 			}
 			nv, err := e.viewOf(n, fv.in)
 			built++
-			if err != nil || !planner.Unmoved(was, nv) {
+			if err != nil {
 				full()
 				return
 			}
-			views = append(views, moved{fv, nv})
+			moved = moved || !planner.Unmoved(was, nv)
+			views = append(views, update{fv, nv})
+		}
+		if moved {
+			replan = append(replan, nr)
 		}
 	}
-	for _, m := range views {
-		m.fv.nodes[m.node.Name] = m.node
+	for _, u := range views {
+		u.fv.nodes[u.node.Name] = u.node
 	}
 	e.metrics.NodeViews.Add(float64(built))
-	e.metrics.Passes.WithLabelValues("skipped").Inc()
-	e.log.Debug("reconcile pass skipped: the changed nodes cannot change the plan", zap.Strings("nodes", nodes))
+	if len(replan) == 0 {
+		e.metrics.Passes.WithLabelValues("skipped").Inc()
+		e.log.Debug("reconcile pass skipped: the changed nodes cannot change the plan", zap.Strings("nodes", nodes))
+		return
+	}
+	sortByCreation(replan)
+	for _, nr := range replan {
+		e.metrics.Passes.WithLabelValues("views").Inc()
+		if err := e.reconcileFrom(ctx, nr.DeepCopy(), e.views[nr.Name]); err != nil && ctx.Err() == nil {
+			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
+		}
+	}
 }
 
 // viewOf is one node's view from its own pods alone: the inputs of the

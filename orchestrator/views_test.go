@@ -1,10 +1,13 @@
 package orchestrator
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -64,23 +67,140 @@ func TestAnInFlightNodesEventSkipsThePass(t *testing.T) {
 
 func TestAPendingNodeGoingNotReadyPlansAgain(t *testing.T) {
 	e := inFlightFleet(t)
-	obj, _, _ := e.nodes.GetByKey("b")
-	n := obj.(*corev1.Node).DeepCopy()
-	n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(t0)
-	_ = e.nodes.Update(n)
-	e.ex.nodeEvent(nil, n)
+	calls, views := len(e.api.Calls), testutil.ToFloat64(e.ex.metrics.NodeViews)
+	notReady("b")(e)
 	e.ex.reconcileChanged(e.ctx)
-	if e.passes("full") != 2 || e.passes("skipped") != 0 {
-		t.Fatalf("passes: %d full, %d skipped; want the event's pass full", e.passes("full"), e.passes("skipped"))
+	if e.passes("views") != 1 || e.passes("full") != 1 || e.passes("skipped") != 0 {
+		t.Fatalf("passes: %d views, %d full, %d skipped; want the event's pass planned from the kept views", e.passes("views"), e.passes("full"), e.passes("skipped"))
+	}
+	if got := testutil.ToFloat64(e.ex.metrics.NodeViews) - views; got != 1 {
+		t.Fatalf("the views pass built %v node views, want 1 (node b's)", got)
 	}
 	if v := e.ex.views["r"].nodes["b"]; v.Ready {
-		t.Fatal("the full pass kept the old view of node b")
+		t.Fatal("the views pass kept the old view of node b")
 	}
 	if err := e.ex.status.Mutate(e.ctx, "r", func(*v1alpha1.NodeRolloutStatus) {}); err != nil {
 		t.Fatal(err)
 	}
 	if ns := e.nodeStatus("r", "b"); ns.Reason == "" {
 		t.Fatalf("node b's status does not say it waits: %+v", ns)
+	}
+	if len(e.api.Calls) == calls {
+		t.Fatal("the views pass wrote no status")
+	}
+}
+
+// notReady turns node's Ready condition false, as its kubelet's lease
+// running out would, and marks it as the informer's handler does.
+func notReady(node string) func(*env) {
+	return func(e *env) {
+		n := e.cachedNode(node)
+		n.Status.Conditions[0].Status, n.Status.Conditions[0].LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(t0)
+		e.updateNode(n)
+	}
+}
+
+func (e *env) cachedNode(name string) *corev1.Node {
+	obj, ok, err := e.nodes.GetByKey(name)
+	if err != nil || !ok {
+		e.t.Fatalf("node %s not in the cache: %v", name, err)
+	}
+	return obj.(*corev1.Node).DeepCopy()
+}
+
+func (e *env) updateNode(n *corev1.Node) {
+	if err := e.nodes.Update(n); err != nil {
+		e.t.Fatal(err)
+	}
+	e.ex.nodeEvent(nil, n)
+}
+
+// TestAViewsPassDecidesAsAFullPass: each change moves the plan; planned
+// from the kept views (the event's pass) it leaves the same status, the
+// same requests, and the same kept views as a full pass over the same
+// change in an identical executor. One of them acts (a pending node found
+// on the new revision is marked Done): then no views are kept, and the
+// next event's pass is full.
+func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*env)
+		acts   bool
+	}{
+		{"a pending node goes NotReady", notReady("b"), false},
+		{"a pending node moves to another zone", func(e *env) {
+			n := e.cachedNode("c")
+			n.Labels = map[string]string{model.LabelZone: "zone-b"}
+			e.updateNode(n)
+		}, false},
+		{"someone else cordons a pending node", func(e *env) {
+			n := e.cachedNode("b")
+			n.Spec.Unschedulable = true
+			e.updateNode(n)
+		}, false},
+		{"a pending node is on the new revision", func(e *env) {
+			for _, ds := range []string{cniDS.Name, ztunnelDS.Name} {
+				obj, _, _ := e.pods.GetByKey(istioNS + "/" + ds + "-b")
+				old := obj.(*corev1.Pod)
+				pod := old.DeepCopy()
+				pod.Labels[model.LabelControllerRevisionHash] = fixture.NewHash
+				if err := e.pods.Update(pod); err != nil {
+					t.Fatal(err)
+				}
+				e.ex.podEvent(old, pod)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			views, full := inFlightFleet(t), inFlightFleet(t)
+			type mark struct{ api, kube int }
+			var before [2]mark
+			for i, e := range []*env{views, full} {
+				tc.change(e)
+				before[i] = mark{len(e.api.Calls), len(e.kube.Actions())}
+			}
+			views.ex.reconcileChanged(views.ctx)
+			full.ex.reconcileAll(full.ctx)
+			if views.passes("views") != 1 || views.passes("full") != 1 {
+				t.Fatalf("passes: %d views, %d full; want the event's pass planned from the kept views", views.passes("views"), views.passes("full"))
+			}
+			var status [2]v1alpha1.NodeRolloutStatus
+			var calls, actions [2][]string
+			for i, e := range []*env{views, full} {
+				if err := e.ex.status.Mutate(e.ctx, "r", func(*v1alpha1.NodeRolloutStatus) {}); err != nil {
+					t.Fatal(err)
+				}
+				status[i] = e.stored("r").Status
+				for j := range status[i].Conditions {
+					status[i].Conditions[j].LastTransitionTime = metav1.Time{} // the wall clock's
+				}
+				calls[i] = e.api.Calls[before[i].api:]
+				for _, a := range e.kube.Actions()[before[i].kube:] {
+					actions[i] = append(actions[i], a.GetVerb()+" "+a.GetResource().Resource+" "+a.GetSubresource())
+				}
+			}
+			if !equality.Semantic.DeepEqual(status[0], status[1]) {
+				t.Errorf("status after the views pass:\n%+v\nafter a full pass:\n%+v", status[0], status[1])
+			}
+			if !slices.Equal(calls[0], calls[1]) || !slices.Equal(actions[0], actions[1]) {
+				t.Errorf("requests of the views pass: %v %v; of a full pass: %v %v", calls[0], actions[0], calls[1], actions[1])
+			}
+			if tc.acts {
+				if views.ex.views["r"] != nil || full.ex.views["r"] != nil {
+					t.Fatal("a pass that acted kept its views")
+				}
+				if len(actions[0]) == 0 {
+					t.Fatal("the acting change made no request: it did not act")
+				}
+				return
+			}
+			if v, f := views.ex.views["r"], full.ex.views["r"]; v == nil || f == nil || !reflect.DeepEqual(v.nodes, f.nodes) || !slices.Equal(slices.Sorted(slices.Values(v.names)), slices.Sorted(slices.Values(f.names))) {
+				t.Fatalf("kept views differ: views pass %+v, full pass %+v", v, f)
+			}
+			if status[0].Phase != v1alpha1.PhaseProgressing {
+				t.Fatalf("phase %s, want Progressing", status[0].Phase)
+			}
+		})
 	}
 }
 

@@ -23,9 +23,11 @@ type Metrics struct {
 	APIRequests *prometheus.CounterVec
 	IsLeader    prometheus.Gauge
 	// Passes counts reconcile passes by kind: full (every node observed
-	// and planned) and skipped (an event's pass whose changed nodes cannot
-	// change the plan, planner.Unmoved: their views rebuilt, nothing
-	// planned, nothing written).
+	// and planned), views (an event's pass where a changed node moves the
+	// plan: planned from the kept views, only the changed nodes' rebuilt)
+	// and skipped (an event's pass whose changed nodes cannot change the
+	// plan, planner.Unmoved: their views rebuilt, nothing planned, nothing
+	// written).
 	Passes *prometheus.CounterVec
 	// NodeViews counts the node views the passes built: a full pass builds
 	// one per node, an event's pass one per changed node.
@@ -58,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "nodewise_orchestrator_leader", Help: "1 while this replica holds the leader Lease.",
 		}),
 		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodewise_reconcile_passes_total", Help: "Reconcile passes by kind: full (every node observed and planned), skipped (an event's changed nodes could not change the plan: only their views built).",
+			Name: "nodewise_reconcile_passes_total", Help: "Reconcile passes by kind: full (every node observed and planned), views (an event's changed node moved the plan: planned from the kept node views, only the changed ones built), skipped (an event's changed nodes could not change the plan: only their views built).",
 		}, []string{"kind"}),
 		NodeViews: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodewise_reconcile_node_views_total", Help: "Node views the reconcile passes built (one per node in a full pass, one per changed node in an event's pass).",
