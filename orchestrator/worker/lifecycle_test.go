@@ -175,3 +175,28 @@ func TestNodeRecordReadsOneWay(t *testing.T) {
 		})
 	}
 }
+
+// TestAWorkerForASettledNodeFreesNoSlot: the planner resumed a node from a
+// view behind its record, which says Done (its worker ended between the
+// pass's views and its actions). The worker acts on nothing and ends, and
+// it frees no slot: the worker that settled the node freed it, and a
+// second wake-up would start one more full pass for nothing.
+func TestAWorkerForASettledNodeFreesNoSlot(t *testing.T) {
+	r := newRig(t, passing(), &fixture.Clock{T: t0}, nil)
+	core, logs := observer.New(zapcore.InfoLevel)
+	r.Log = zap.New(core)
+	freed := 0
+	r.Freed = func() { freed++ }
+	r.resumeAt(v1alpha1.NodeDone, t0, nil)
+	r.Start(t.Context(), r.nr, r.p, node1)
+	r.WG.Wait()
+	if freed != 0 || r.Claims.Working(rollout, node1) {
+		t.Fatalf("freed %d slots, working %v: want the worker ended, no slot freed", freed, r.Claims.Working(rollout, node1))
+	}
+	if len(r.nodes.steps()) != 0 {
+		t.Fatalf("the worker wrote steps %v for a settled node", r.nodes.steps())
+	}
+	if got := logs.FilterMessage("nothing to resume: the node's record has settled").Len(); got != 1 || logs.Len() != 1 {
+		t.Fatalf("logs %v: want the one line saying the node had settled", logs.All())
+	}
+}

@@ -62,13 +62,13 @@ func (w *Worker) Start(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	w.WG.Add(1)
 	go func() {
 		defer w.WG.Done()
-		defer func() {
-			w.Claims.EndWorker(nr.Name, node)
-			w.Freed()
-		}()
 		err := w.runNode(ctx, nr, p, node)
+		w.Claims.EndWorker(nr.Name, node)
+		if !errors.Is(err, errSettled) {
+			w.Freed()
+		}
 		switch {
-		case err == nil || ctx.Err() != nil:
+		case err == nil || ctx.Err() != nil || errors.Is(err, errSettled):
 		case w.deposed(err):
 			w.Log.Info("not leading: the node's steps stop here, for the leader to resume from its record",
 				zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
@@ -115,6 +115,11 @@ func (w *Worker) runNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	return err
 }
 
+// errSettled ends a worker started from a view behind the node's newest
+// record, which had settled: it held no slot, so its end frees none (and
+// wakes no pass: the worker that settled the node woke one).
+var errSettled = errors.New("nothing to resume: the node's record has settled")
+
 // errNodeGone stops a worker whose Node was deleted.
 var errNodeGone = errors.New("the node was deleted")
 
@@ -136,7 +141,7 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		// Resumed from a view behind the node's newest record (a new
 		// leader's cache catching up): the node has settled since.
 		w.Log.Info("nothing to resume: the node's record has settled", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)))
-		return nil
+		return errSettled
 	}
 	var v nodestep.View
 	if st == nodestep.Claimed || !fromRecord {
