@@ -10,11 +10,8 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
 )
@@ -39,20 +36,9 @@ func InstallCRD(ctx context.Context, cfg *rest.Config, path string) error {
 		return fmt.Errorf("the API server refused CRD %s: %w", crd.Name, err)
 	}
 	// Watch the one CRD until it is Established (a list, then its changes).
-	byName := fields.OneTermEqualSelector("metadata.name", crd.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = byName
-			return crds.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = byName
-			return crds.Watch(ctx, o)
-		},
-	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	_, err = watchtools.UntilWithSync(wctx, lw, &apiextv1.CustomResourceDefinition{}, nil, func(e watch.Event) (bool, error) {
+	_, err = watchtools.UntilWithSync(wctx, ListWatch(crds.List, crds.Watch, ByName(crd.Name)), &apiextv1.CustomResourceDefinition{}, nil, func(e watch.Event) (bool, error) {
 		got, ok := e.Object.(*apiextv1.CustomResourceDefinition)
 		if !ok || e.Type == watch.Deleted {
 			return false, nil

@@ -366,7 +366,7 @@ func workDir(dir string) (string, func(), error) {
 func waitDaemonSets(ctx context.Context, c *cluster.Cluster, nodes int) error {
 	pods := c.Client.CoreV1().Pods(cluster.IstioNamespace)
 	sels := map[string]labels.Selector{"ztunnel": labels.SelectorFromSet(labels.Set{"app": "ztunnel"}), cluster.CNIName: labels.SelectorFromSet(labels.Set{"k8s-app": cluster.CNIName})}
-	err := waitList(ctx, 3*time.Minute, listWatch(pods.List, pods.Watch, metav1.ListOptions{}), &corev1.Pod{}, func(objs []any) (bool, string) {
+	err := waitList(ctx, 3*time.Minute, cluster.ListWatch(pods.List, pods.Watch, metav1.ListOptions{}), &corev1.Pod{}, func(objs []any) (bool, string) {
 		var short []string
 		for _, name := range []string{"ztunnel", cluster.CNIName} {
 			if n := len(readyNodes(objs, sels[name])); n != nodes {
@@ -398,7 +398,7 @@ func readyNodes(pods []any, selector labels.Selector) map[string]bool {
 // rollout applied next finds the nodes out of date.
 func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...string) error {
 	dss := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace)
-	err := waitList(ctx, time.Minute, listWatch(dss.List, dss.Watch, metav1.ListOptions{}), &appsv1.DaemonSet{}, func(objs []any) (bool, string) {
+	err := waitList(ctx, time.Minute, cluster.ListWatch(dss.List, dss.Watch, metav1.ListOptions{}), &appsv1.DaemonSet{}, func(objs []any) (bool, string) {
 		seen := map[string]*appsv1.DaemonSet{}
 		for _, o := range objs {
 			if ds, ok := o.(*appsv1.DaemonSet); ok {
@@ -425,7 +425,7 @@ func waitTemplateObserved(ctx context.Context, c *cluster.Cluster, names ...stri
 // waitSamples waits until every sample Deployment has its replicas available.
 func waitSamples(ctx context.Context, c *cluster.Cluster) error {
 	deps := c.Client.AppsV1().Deployments(metav1.NamespaceAll)
-	err := waitList(ctx, 3*time.Minute, listWatch(deps.List, deps.Watch, metav1.ListOptions{}), &appsv1.Deployment{}, func(objs []any) (bool, string) {
+	err := waitList(ctx, 3*time.Minute, cluster.ListWatch(deps.List, deps.Watch, metav1.ListOptions{}), &appsv1.Deployment{}, func(objs []any) (bool, string) {
 		var waiting []string
 		for _, o := range objs {
 			d, ok := o.(*appsv1.Deployment)

@@ -20,6 +20,7 @@ import (
 
 	probemanifest "github.com/nodewise/nodewise/deploy/probe"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
 )
 
@@ -137,7 +138,7 @@ func setProbeArgs(ds *appsv1.DaemonSet, tr ProbeTraffic) {
 func waitProbes(ctx context.Context, c kubernetes.Interface, nodes int) error {
 	pods := c.CoreV1().Pods(health.DefaultProbeNamespace)
 	sel := labels.SelectorFromSet(labels.Set{dataplane.ProbeLabel: dataplane.ProbeName})
-	err := waitList(ctx, 2*time.Minute, listWatch(pods.List, pods.Watch, metav1.ListOptions{LabelSelector: sel.String()}), &corev1.Pod{}, func(objs []any) (bool, string) {
+	err := waitList(ctx, 2*time.Minute, cluster.ListWatch(pods.List, pods.Watch, metav1.ListOptions{LabelSelector: sel.String()}), &corev1.Pod{}, func(objs []any) (bool, string) {
 		n := len(readyNodes(objs, sel))
 		return n >= nodes, fmt.Sprintf("Ready on %d", n)
 	})

@@ -10,6 +10,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // healthyRollout rolls every node with drain auto, canary first, then waves
@@ -78,7 +79,7 @@ func runRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, nr *v1alp
 	const limit = 15 * time.Minute
 	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	lw := listWatch(rc.List, rc.Watch, byName(nr.Name))
+	lw := cluster.ListWatch(rc.List, rc.Watch, cluster.ByName(nr.Name))
 	var last *v1alpha1.NodeRollout
 	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(e watch.Event) (bool, error) {
 		cur, ok := e.Object.(*v1alpha1.NodeRollout)

@@ -85,7 +85,7 @@ func runMigration(ctx context.Context, mc v1alpha1.RevisionMigrationInterface, r
 	}
 	line := ""
 	var cur *v1alpha1.RevisionMigration
-	err := waitList(ctx, 5*time.Minute, listWatch(mc.List, mc.Watch, byName(rm.Name)), &v1alpha1.RevisionMigration{}, func(objs []any) (bool, string) {
+	err := waitList(ctx, 5*time.Minute, cluster.ListWatch(mc.List, mc.Watch, cluster.ByName(rm.Name)), &v1alpha1.RevisionMigration{}, func(objs []any) (bool, string) {
 		if len(objs) == 0 {
 			return false, "not found"
 		}
