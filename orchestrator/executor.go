@@ -81,8 +81,10 @@ func (e *executor) poke() {
 	}
 }
 
-// slotFreed wakes the reconcile loop for a pass without pacing.
-func (e *executor) slotFreed() {
+// slotFreed marks the node of a worker that ended (its slot is free) and
+// wakes the reconcile loop for a pass without pacing.
+func (e *executor) slotFreed(node string) {
+	e.dirty.Ended(node)
 	select {
 	case e.freed <- struct{}{}:
 	default:

@@ -390,7 +390,7 @@ func TestExecutorWakeups(t *testing.T) {
 	waiting := e.ex.changes.Wait()
 	for range 3 {
 		e.ex.poke()
-		e.ex.slotFreed()
+		e.ex.slotFreed("a")
 	}
 	if len(e.ex.kick) != 1 || len(e.ex.freed) != 1 {
 		t.Errorf("kick %d freed %d, want one of each pending", len(e.ex.kick), len(e.ex.freed))

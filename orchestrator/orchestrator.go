@@ -255,7 +255,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	defer ex.wg.Wait()
 	t := time.NewTicker(o.cfg.Resync)
 	defer t.Stop()
-	// Every pass is full but the ones events start (views.go).
+	// Every pass is full but the ones events and ended workers start
+	// (views.go).
 	full := true
 	for {
 		began := time.Now()
@@ -269,8 +270,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ex.freed:
-			full = true
-			continue // a slot is free: the next node starts now
+			full = false // a views pass plans with the worker's node (views.go)
+			continue     // a slot is free: the next node starts now
 		case <-t.C:
 			full = true
 		case <-ex.kick:
@@ -285,8 +286,7 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 		case <-ctx.Done():
 			pause.Stop()
 			return ctx.Err()
-		case <-ex.freed:
-			full = true
+		case <-ex.freed: // ends the pause; a resync's pass stays full
 		case <-pause.C:
 		}
 		pause.Stop()

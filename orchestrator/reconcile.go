@@ -160,22 +160,13 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 			return err // nothing started: the next pass tries again
 		}
 	}
-	acted := false
 	for _, a := range d.Actions {
 		if err := e.actOn(ctx, nr, p, a); err != nil {
 			return fmt.Errorf("%s node %s: %w", a.Kind, a.Node, err)
 		}
-		acted = acted || a.Kind != planner.ActResume
 	}
-	if !acted && !snap.ResumeRequested && !deleting {
-		keep = kept // its views are the ones planned from
-		if keep == nil {
-			keep = &fleetView{in: in, nodes: make(map[string]model.NodeView, len(snap.Nodes)), names: make([]string, 0, len(snap.Nodes)), unreadable: snap.UnreadableLocks}
-			for _, n := range snap.Nodes {
-				keep.nodes[n.Name] = n
-				keep.names = append(keep.names, n.Name)
-			}
-		}
+	if !snap.ResumeRequested && !deleting {
+		keep = e.viewsAfter(kept, in, snap, d.Actions)
 	}
 	e.precheck(ctx, nr, p, planner.NextInLine(snap, p, d))
 	if snap.ResumeRequested && d.Phase != v1alpha1.PhaseHalted {
@@ -390,6 +381,47 @@ func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []
 		}
 	}
 	return kept
+}
+
+// viewsAfter are the views a pass keeps for the passes events start (see
+// views.go): the ones it planned from (kept, or else the snapshot's), with
+// the nodes it acted on seen anew. Each act a pass can take on a node shows
+// at once in the node's view (a start or rollback as this process's claim,
+// a marked, retried or skipped node as the record this process wrote),
+// but a pre-pull pod created or deleted, or a deleted node's entry ended,
+// shows only once the caches have it: such a pass keeps no views, and the
+// next event's pass is full.
+func (e *executor) viewsAfter(kept *fleetView, in *viewInputs, snap model.Snapshot, acts []planner.Action) *fleetView {
+	for _, a := range acts {
+		switch a.Kind {
+		case planner.ActPrepull, planner.ActPrepullDone, planner.ActForget:
+			return nil
+		}
+	}
+	fv := kept
+	if fv == nil {
+		fv = &fleetView{in: in, nodes: make(map[string]model.NodeView, len(snap.Nodes)), names: make([]string, 0, len(snap.Nodes)), unreadable: snap.UnreadableLocks}
+		for _, n := range snap.Nodes {
+			fv.nodes[n.Name] = n
+			fv.names = append(fv.names, n.Name)
+		}
+	}
+	for _, a := range acts {
+		if a.Kind == planner.ActResume {
+			continue
+		}
+		n, err := e.nodes.Get(a.Node)
+		if err != nil {
+			return nil
+		}
+		nv, err := e.viewOf(n, in)
+		if err != nil {
+			return nil
+		}
+		e.metrics.NodeViews.Inc()
+		fv.nodes[a.Node] = nv
+	}
+	return fv
 }
 
 // resumed: `nodewise resume` asked to clear a halt, and no pass has

@@ -67,7 +67,7 @@ func (e *executor) dropViews(name string) { delete(e.views, name) }
 
 // reconcileChanged is the pass an informer event starts (see above).
 func (e *executor) reconcileChanged(ctx context.Context) {
-	nodes, all := e.dirty.Take()
+	nodes, all, plan := e.dirty.Take()
 	if all {
 		e.reconcileAll(ctx)
 		return
@@ -118,7 +118,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 			moved = moved || !planner.Unmoved(was, nv)
 			views = append(views, update{fv, nv})
 		}
-		if moved {
+		if moved || plan {
 			replan = append(replan, nr)
 		}
 	}

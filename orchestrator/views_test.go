@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -119,8 +120,8 @@ func (e *env) updateNode(n *corev1.Node) {
 // from the kept views (the event's pass) it leaves the same status, the
 // same requests, and the same kept views as a full pass over the same
 // change in an identical executor. One of them acts (a pending node found
-// on the new revision is marked Done): then no views are kept, and the
-// next event's pass is full.
+// on the new revision is marked Done): both keep views, the marked node's
+// seen anew.
 func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -185,14 +186,8 @@ func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
 			if !slices.Equal(calls[0], calls[1]) || !slices.Equal(actions[0], actions[1]) {
 				t.Errorf("requests of the views pass: %v %v; of a full pass: %v %v", calls[0], actions[0], calls[1], actions[1])
 			}
-			if tc.acts {
-				if views.ex.views["r"] != nil || full.ex.views["r"] != nil {
-					t.Fatal("a pass that acted kept its views")
-				}
-				if len(actions[0]) == 0 {
-					t.Fatal("the acting change made no request: it did not act")
-				}
-				return
+			if tc.acts && len(actions[0]) == 0 {
+				t.Fatal("the acting change made no request: it did not act")
 			}
 			if v, f := views.ex.views["r"], full.ex.views["r"]; v == nil || f == nil || !reflect.DeepEqual(v.nodes, f.nodes) || !slices.Equal(slices.Sorted(slices.Values(v.names)), slices.Sorted(slices.Values(f.names))) {
 				t.Fatalf("kept views differ: views pass %+v, full pass %+v", v, f)
@@ -225,19 +220,79 @@ func TestChangesThatMayTouchEveryNodePlanInFull(t *testing.T) {
 	}
 }
 
-func TestAPassThatActedKeepsNoViews(t *testing.T) {
+// TestAPassThatStartedANodeKeepsItsViews: a pass that takes the finalizer
+// and starts a node keeps its views, the started node's seen anew (in
+// flight: this process's claim), so the next event's pass plans from them.
+// One that creates a pre-pull pod keeps none: the pod shows in a view only
+// once the pod cache has it.
+func TestAPassThatStartedANodeKeepsItsViews(t *testing.T) {
 	nr := rollout("r", nil)
 	e := newEnv(t, append(cluster(fixture.OldHash, "a", "b"), nr)...)
 	if err := e.pass("r"); err != nil {
 		t.Fatal(err)
 	}
-	if e.ex.views["r"] != nil {
-		t.Fatal("a pass that took the finalizer and started a node kept its views: the next event's pass would skip the plan from before")
+	fv := e.ex.views["r"]
+	if fv == nil {
+		t.Fatal("a pass that took the finalizer and started a node kept no views")
+	}
+	started := 0
+	for _, n := range fv.nodes {
+		if model.InFlight(n.State) {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("kept views %+v: want the started node's view in flight", fv.nodes)
 	}
 	e.ex.dirty.Node("b")
 	e.ex.reconcileChanged(e.ctx)
-	if e.passes("full") != 1 {
-		t.Fatalf("the event's pass after an acting pass was not full (%d full)", e.passes("full"))
+	if e.passes("full") != 0 {
+		t.Fatalf("the event's pass after a starting pass was full (%d full)", e.passes("full"))
+	}
+
+	pp := rollout("p", func(nr *v1alpha1.NodeRollout) { nr.Spec.Prepull = true })
+	e = newEnv(t, append(cluster(fixture.OldHash, "a", "b"), pp)...)
+	if err := e.pass("p"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(e.kube.Actions(), func(a k8stesting.Action) bool {
+		return a.GetVerb() == "create" && a.GetResource().Resource == "pods"
+	}) {
+		t.Fatalf("the pre-pull rollout's pass created no pod: %v", e.kube.Actions())
+	}
+	if e.ex.views["p"] != nil {
+		t.Fatal("a pass that created pre-pull pods kept its views: the next event's pass would plan without them")
+	}
+}
+
+// TestAnEndedWorkerPlansFromTheViews: a worker that ends wakes a pass that
+// plans from the kept views, its node's seen anew, without observing the
+// fleet: node a's record says Done, so b starts in its freed slot. A worker
+// that ended with its node still in flight (an error) makes the same pass
+// (which resumes the node), though no view moved.
+func TestAnEndedWorkerPlansFromTheViews(t *testing.T) {
+	e := inFlightFleet(t)
+	n := e.cachedNode("a")
+	n.Annotations, n.Spec.Unschedulable = recordOf(e.stored("r"), v1alpha1.NodeDone), false
+	if err := e.nodes.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	e.ex.claims.EndWorker("r", "a")
+	e.ex.slotFreed("a")
+	e.ex.reconcileChanged(e.ctx)
+	if e.passes("views") != 1 || e.passes("full") != 1 {
+		t.Fatalf("passes: %d views, %d full; want the ended worker's pass planned from the views", e.passes("views"), e.passes("full"))
+	}
+	if !e.ex.claims.Claimed("r", "b") && !e.ex.claims.Working("r", "b") {
+		t.Fatal("node b did not start in the slot node a freed")
+	}
+
+	e = inFlightFleet(t)
+	e.ex.claims.EndWorker("r", "a") // ended with an error: a is still in flight
+	e.ex.slotFreed("a")
+	e.ex.reconcileChanged(e.ctx)
+	if e.passes("views") != 1 || e.passes("skipped") != 0 {
+		t.Fatalf("passes: %d views, %d skipped; want the plan made again (it resumes a)", e.passes("views"), e.passes("skipped"))
 	}
 }
 

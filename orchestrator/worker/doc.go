@@ -70,9 +70,9 @@ type Worker struct {
 	// an act that failed because of one) from a failure of the step.
 	Fence func() error
 
-	// Freed is called when a worker that held a slot ends (not one that
-	// found its node settled: errSettled).
-	Freed func()
+	// Freed is called with its node when a worker that held a slot ends
+	// (not one that found its node settled: errSettled).
+	Freed func(node string)
 	// WG counts the running workers (the leader waits for them).
 	WG *sync.WaitGroup
 }

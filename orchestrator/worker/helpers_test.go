@@ -100,7 +100,7 @@ func testWorker(t *testing.T, c caches, g gate.Gate, nr *v1alpha1.NodeRollout, n
 		Nodes: nodes, Pods: pods, DaemonSets: targets.DaemonSets, Targets: targets, Rollouts: store,
 		Claims: &observe.Claims{}, NodeWrites: &write.Nodes{Cache: nodes, Changes: changes, Now: now, Log: zap.NewNop()},
 		Status: status, Waits: swap.Waits{Targets: targets, Changes: changes, Now: now},
-		World: &world{}, Freed: func() {}, WG: &sync.WaitGroup{},
+		World: &world{}, Freed: func(string) {}, WG: &sync.WaitGroup{},
 	}
 }
 
@@ -527,7 +527,7 @@ func newRig(t *testing.T, g gate.Gate, clk *fixture.Clock, mut func(*v1alpha1.No
 		Claims: &observe.Claims{}, NodeWrites: r.nodes, Status: r.status,
 		Waits:   swap.Waits{Targets: targets, Changes: &observe.Changes{}, Now: clk.Now},
 		Swaps:   map[model.SwapKind]swap.Swapper{model.SwapReplace: r.replace, model.SwapSurge: r.surge},
-		Drainer: r.drain, World: r.world, Freed: func() {}, WG: &sync.WaitGroup{},
+		Drainer: r.drain, World: r.world, Freed: func(string) {}, WG: &sync.WaitGroup{},
 	}
 	return r
 }

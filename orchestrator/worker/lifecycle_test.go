@@ -28,7 +28,7 @@ func TestStartRunsOneWorkerPerNode(t *testing.T) {
 	r.Log = zap.New(core)
 	var mu sync.Mutex
 	freed := 0
-	r.Freed = func() { mu.Lock(); freed++; mu.Unlock() }
+	r.Freed = func(string) { mu.Lock(); freed++; mu.Unlock() }
 	swapping := make(chan struct{}, 2)
 	r.replace.during = func() { swapping <- struct{}{} }
 	r.replace.hold = true
@@ -186,7 +186,7 @@ func TestAWorkerForASettledNodeFreesNoSlot(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	r.Log = zap.New(core)
 	freed := 0
-	r.Freed = func() { freed++ }
+	r.Freed = func(string) { freed++ }
 	r.resumeAt(v1alpha1.NodeDone, t0, nil)
 	r.Start(t.Context(), r.nr, r.p, node1)
 	r.WG.Wait()

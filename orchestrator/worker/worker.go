@@ -65,7 +65,7 @@ func (w *Worker) Start(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 		err := w.runNode(ctx, nr, p, node)
 		w.Claims.EndWorker(nr.Name, node)
 		if !errors.Is(err, errSettled) {
-			w.Freed()
+			w.Freed(node)
 		}
 		switch {
 		case err == nil || ctx.Err() != nil || errors.Is(err, errSettled):
