@@ -67,9 +67,9 @@ func (e *executor) reconcile(ctx context.Context, nr *v1alpha1.NodeRollout) erro
 
 // reconcileFrom is a pass over a NodeRollout that plans from its kept views
 // (views.go) when given them, else from the fleet observed anew. A pass
-// that planned nothing to do but resume the nodes in flight keeps what it
-// planned from for the passes events start; one that acted or failed does
-// not, so the next is full.
+// keeps what it planned from for the passes events start, with the nodes it
+// acted on seen anew (viewsAfter); one that failed keeps nothing, so the
+// next is full.
 func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, kept *fleetView) (err error) {
 	var keep *fleetView
 	defer func() {

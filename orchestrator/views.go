@@ -21,11 +21,13 @@ import (
 // moved (planner.Unmoved) it is done: the plan would decide the same, so
 // nothing is planned, acted on or written. When one moved, the rollout is
 // planned again from its kept views, the moved ones brought up to date,
-// without observing the fleet again (a views pass). A node new or gone, a
-// rollout without views (new, invalid, or its last pass acted or failed),
-// and every change that may touch every node (a DaemonSet, a
+// without observing the fleet again (a views pass); so is the pass a
+// worker's end starts (observe.Dirty.Ended: its slot is free), moved or
+// not. A node new or gone, a rollout without views (new, invalid, or its
+// last pass failed or created or deleted pre-pull pods: viewsAfter), and
+// every change that may touch every node (a DaemonSet, a
 // ControllerRevision, a rollout's spec or annotations) make the pass full,
-// and so do a freed slot and every resync.
+// and so does every resync.
 
 // fleetView is what a rollout's last full pass planned from.
 type fleetView struct {
