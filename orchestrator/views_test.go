@@ -189,6 +189,9 @@ func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
 			if tc.acts && len(actions[0]) == 0 {
 				t.Fatal("the acting change made no request: it did not act")
 			}
+			if v := views.ex.views["r"]; tc.acts && (v == nil || v.nodes["b"].State != v1alpha1.NodeDone) {
+				t.Fatalf("kept views %+v: want node b's seen anew after its mark (Done), not as planned from", v)
+			}
 			if v, f := views.ex.views["r"], full.ex.views["r"]; v == nil || f == nil || !reflect.DeepEqual(v.nodes, f.nodes) || !slices.Equal(slices.Sorted(slices.Values(v.names)), slices.Sorted(slices.Values(f.names))) {
 				t.Fatalf("kept views differ: views pass %+v, full pass %+v", v, f)
 			}
