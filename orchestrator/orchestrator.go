@@ -210,6 +210,8 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 			mark = ex.nodeEvent
 		case c.f.Core().V1().Pods().Informer():
 			mark = ex.podEvent
+		case c.f.Apps().V1().DaemonSets().Informer():
+			mark = ex.daemonSetEvent
 		}
 		if err := wake(inf, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { mark(nil, obj); ex.changed() },

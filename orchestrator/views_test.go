@@ -6,14 +6,17 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // passes is how many passes of kind the executor ran.
@@ -204,12 +207,26 @@ func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
 
 func TestChangesThatMayTouchEveryNodePlanInFull(t *testing.T) {
 	e := inFlightFleet(t)
+	ds := daemonSet()
+	with := func(f func(*appsv1.DaemonSet)) *appsv1.DaemonSet { c := ds.DeepCopy(); f(c); return c }
 	for _, tc := range []struct {
 		name string
 		mark func()
 	}{
 		{"a new node", func() { e.ex.dirty.Node("d") }},
-		{"a DaemonSet", e.ex.dirty.All},
+		{"a new DaemonSet", func() { e.ex.daemonSetEvent(nil, ds) }},
+		{"a DaemonSet deleted", func() { e.ex.daemonSetEvent(nil, cache.DeletedFinalStateUnknown{Key: "istio-system/ztunnel", Obj: ds}) }},
+		{"a DaemonSet's template", func() {
+			// as a fake clientset writes it: the generation does not move
+			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Spec.Template.Spec.Containers[0].Image = "istio/ztunnel:1.29.0" }))
+		}},
+		{"a DaemonSet's generation", func() { e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Generation++ })) }},
+		{"a DaemonSet's controller catching up", func() {
+			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Status.ObservedGeneration-- }))
+		}},
+		{"a DaemonSet's annotations (Kured's lock)", func() {
+			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Annotations = map[string]string{planner.AnnotationKuredLock: "{}"} }))
+		}},
 		{"a system-upgrade-controller job pod", func() {
 			e.ex.podEvent(nil, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "suc", Labels: map[string]string{"upgrade.cattle.io/plan": "p"}}})
 		}},
@@ -220,6 +237,38 @@ func TestChangesThatMayTouchEveryNodePlanInFull(t *testing.T) {
 		if e.passes("full") != full+1 {
 			t.Errorf("%s: the pass was not full", tc.name)
 		}
+	}
+}
+
+// TestADaemonSetsPodCountsStartNoPass: the counts in a DaemonSet's status
+// move with every pod a swap replaces, and no pass reads them. Such an
+// update starts no pass at all; before, each made the next pass observe
+// the whole fleet.
+func TestADaemonSetsPodCountsStartNoPass(t *testing.T) {
+	e := inFlightFleet(t)
+	ds := daemonSet()
+	counted := ds.DeepCopy()
+	counted.ResourceVersion = "8"
+	counted.Status.NumberReady--
+	counted.Status.NumberUnavailable++
+	counted.Status.UpdatedNumberScheduled++
+	full, views := e.passes("full"), e.passes("views")
+	e.ex.daemonSetEvent(ds, counted)
+	e.ex.reconcileChanged(e.ctx)
+	if e.passes("full") != full || e.passes("views") != views {
+		t.Errorf("a DaemonSet's pod counts started a pass: full %d -> %d, views %d -> %d", full, e.passes("full"), views, e.passes("views"))
+	}
+}
+
+// daemonSet is a target DaemonSet its controller has caught up with.
+func daemonSet() *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "istio-system", Name: "ztunnel", UID: "ds-uid", Generation: 3, ResourceVersion: "7"},
+		Spec: appsv1.DaemonSetSpec{
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType},
+			Template:       corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "istio-proxy", Image: "istio/ztunnel:1.28.1"}}}},
+		},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 3, NumberReady: 3, UpdatedNumberScheduled: 1},
 	}
 }
 
