@@ -143,7 +143,7 @@ type caches struct {
 
 func startCaches(ctx context.Context, o *Orchestrator) *caches {
 	c := &caches{f: informers.NewSharedInformerFactoryWithOptions(o.kube, 0, informers.WithTransform(observe.TrimCached)), rollout: observe.NewRolloutInformer(o.rollouts), cp: preflight.NewControlPlaneCache(o.kube, o.cfg.IstioNamespace)}
-	c.informers() // registers them with the factory, which starts only those
+	c.watched() // registers them with the factory, which starts only those
 	if err := observe.AddPodNodeIndex(c.f.Core().V1().Pods().Informer()); err != nil {
 		panic(err) // only fails on an informer already started or a duplicate index name: a bug
 	}
@@ -167,9 +167,24 @@ func (c *caches) waitSynced(ctx context.Context) error {
 	return nil
 }
 
-// informers are the ones whose events wake the executor.
-func (c *caches) informers() []cache.SharedIndexInformer {
-	return []cache.SharedIndexInformer{c.f.Core().V1().Nodes().Informer(), c.f.Core().V1().Pods().Informer(), c.f.Apps().V1().DaemonSets().Informer(), c.f.Apps().V1().ControllerRevisions().Informer()}
+// watcher is an informer whose events wake the executor, and what its
+// events mark changed (views.go).
+type watcher struct {
+	inf  cache.SharedIndexInformer
+	mark func(e *executor, old, obj any)
+}
+
+// watched are the informers the executor reads, each with its mark. Each
+// is named once, with its mark: the factory's Informer() hands out a new
+// wrapper at every call, so comparing informers never matches (a switch on
+// them sent every event to "every node changed", and every pass was full).
+func (c *caches) watched() []watcher {
+	return []watcher{
+		{c.f.Core().V1().Nodes().Informer(), (*executor).nodeEvent},
+		{c.f.Core().V1().Pods().Informer(), (*executor).podEvent},
+		{c.f.Apps().V1().DaemonSets().Informer(), (*executor).daemonSetEvent},
+		{c.f.Apps().V1().ControllerRevisions().Informer(), func(e *executor, _, _ any) { e.dirty.All() }},
+	}
 }
 
 // lead runs while this replica holds the Lease: wait for the caches, then
@@ -203,17 +218,9 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	}
 	// Each event names what it changed (views.go): a node, the nodes of a
 	// pod, or everything.
-	for _, inf := range c.informers() {
-		mark := func(_, _ any) { ex.dirty.All() }
-		switch inf {
-		case c.f.Core().V1().Nodes().Informer():
-			mark = ex.nodeEvent
-		case c.f.Core().V1().Pods().Informer():
-			mark = ex.podEvent
-		case c.f.Apps().V1().DaemonSets().Informer():
-			mark = ex.daemonSetEvent
-		}
-		if err := wake(inf, cache.ResourceEventHandlerFuncs{
+	for _, w := range c.watched() {
+		mark := func(old, obj any) { w.mark(ex, old, obj) }
+		if err := wake(w.inf, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { mark(nil, obj); ex.changed() },
 			UpdateFunc: func(old, obj any) { mark(old, obj); ex.changed() },
 			DeleteFunc: func(obj any) { mark(nil, obj); ex.changed() },

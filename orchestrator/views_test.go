@@ -1,8 +1,10 @@
 package orchestrator
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -10,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
@@ -370,6 +374,52 @@ func TestRolloutChanged(t *testing.T) {
 	} {
 		if got := rolloutChanged(nr, tc.to); got != tc.want {
 			t.Errorf("%s: rolloutChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestEachWatchedInformerMarksWhatItsEventsChange: each informer the
+// executor watches is paired with the mark of its own kind. The pairs are
+// named, not found by comparing informers: the factory's Informer() returns
+// a new wrapper at every call, so such a comparison never matched, every
+// event marked every node, and every pass in the process was full.
+func TestEachWatchedInformerMarksWhatItsEventsChange(t *testing.T) {
+	e := newEnv(t)
+	c := &caches{f: informers.NewSharedInformerFactory(fake.NewSimpleClientset(), 0)}
+	ds := daemonSet()
+	counted := ds.DeepCopy()
+	counted.Status.NumberReady--
+	events := map[string]struct {
+		old, obj   any
+		nodes      []string
+		everything bool
+	}{
+		"core/v1.Node]":               {nil, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, []string{"n1"}, false},
+		"core/v1.Pod]":                {nil, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{NodeName: "n2"}}, []string{"n2"}, false},
+		"apps/v1.DaemonSet]":          {ds, counted, nil, false},
+		"apps/v1.ControllerRevision]": {nil, &appsv1.ControllerRevision{}, nil, true},
+	}
+	watched := c.watched()
+	if len(watched) != len(events) {
+		t.Fatalf("%d informers watched, %d expected", len(watched), len(events))
+	}
+	for _, w := range watched {
+		kind := fmt.Sprintf("%T", w.inf) // *cache.typedSharedIndexInformer[*k8s.io/api/core/v1.Node]
+		var found bool
+		for suffix, ev := range events {
+			if !strings.HasSuffix(kind, suffix) {
+				continue
+			}
+			found = true
+			e.ex.dirty.Take()
+			w.mark(e.ex, ev.old, ev.obj)
+			nodes, all, _ := e.ex.dirty.Take()
+			if !slices.Equal(nodes, ev.nodes) || all != ev.everything {
+				t.Errorf("%s: an event marked nodes %v, every node %v; want %v, %v", kind, nodes, all, ev.nodes, ev.everything)
+			}
+		}
+		if !found {
+			t.Errorf("%s: an informer of no kind this test knows", kind)
 		}
 	}
 }
