@@ -51,6 +51,26 @@ type Ztunnels struct {
 	Current int
 	// Older are the PIDs of older ztunnels still running (draining).
 	Older []int
+	// procs, when the source knows them (KubeMesh), say which process each
+	// PID was when it was found: its sockets are read only while that
+	// process still holds the PID.
+	procs map[int]procID
+}
+
+// sockets reads the inodes of the sockets ztunnel pid holds, through its
+// /proc directory, once that is checked to be the process found.
+func (z Ztunnels) sockets(procRoot string, pid int) (map[uint64]bool, error) {
+	d, err := openProcDir(procRoot, pid)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if id, ok := z.procs[pid]; ok {
+		if err := d.is(id); err != nil {
+			return nil, err
+		}
+	}
+	return d.socketInodes()
 }
 
 // MeshSource tells the enrollment check which pods to look at and which
@@ -84,7 +104,7 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 		zerr = "no ztunnel runs on the node"
 	} else {
 		e.Ztunnel = "pid " + strconv.Itoa(zt.Current)
-		if current, err = socketInodes(procRoot, zt.Current); err != nil {
+		if current, err = zt.sockets(procRoot, zt.Current); err != nil {
 			zerr = fmt.Sprintf("reading ztunnel's sockets: %v", err)
 		}
 	}
@@ -98,37 +118,39 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 		if known != nil && !fresh {
 			return known
 		}
-		pids := append([]int{zt.Current}, zt.Older...)
+		lists := []Ztunnels{zt}
 		if fresh {
 			if again, err := src.Ztunnels(); err == nil {
-				pids = append(append(pids, again.Current), again.Older...)
+				lists = append(lists, again)
 			}
 		}
 		all, read := map[uint64]bool{}, map[int]bool{0: true}
-		for _, pid := range pids {
-			if read[pid] {
-				continue
-			}
-			read[pid] = true
-			inodes, err := socketInodes(procRoot, pid)
-			if err != nil {
-				continue // exited since it was listed: its sockets are gone with it
-			}
-			for ino := range inodes {
-				all[ino] = true
+		for _, z := range lists {
+			for _, pid := range append([]int{z.Current}, z.Older...) {
+				if read[pid] {
+					continue
+				}
+				read[pid] = true
+				inodes, err := z.sockets(procRoot, pid)
+				if err != nil {
+					continue // exited since it was listed: its sockets are gone with it
+				}
+				for ino := range inodes {
+					all[ino] = true
+				}
 			}
 		}
 		known = all
 		return all
 	}
 	for _, p := range pods {
-		e.Pods = append(e.Pods, checkPod(p, current, sockets, zerr))
+		e.Pods = append(e.Pods, checkPod(p, procRoot, current, sockets, zerr))
 	}
 	sort.Slice(e.Pods, func(i, j int) bool { return e.Pods[i].Key() < e.Pods[j].Key() })
 	return e
 }
 
-func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool) map[uint64]bool, zerr string) health.PodEnrollment {
+func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSockets func(fresh bool) map[uint64]bool, zerr string) health.PodEnrollment {
 	r := health.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
 	notCheckable := func(why string) health.PodEnrollment {
 		r.Result, r.Detail = health.NotCheckable, why
@@ -141,7 +163,7 @@ func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool
 	if p.Netns == "" {
 		return notCheckable("its network namespace was not found: " + p.NoNetns)
 	}
-	fd, err := unix.Open(p.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := openNetns(procRoot, p)
 	if err != nil {
 		return notCheckable(fmt.Sprintf("opening its network namespace: %v", err))
 	}
@@ -195,6 +217,30 @@ func checkPod(p MeshPod, current map[uint64]bool, ztunnelSockets func(fresh bool
 	}
 	r.Result = health.Enrolled
 	return r
+}
+
+// openNetns opens a pod's network namespace. One named by a process under
+// procRoot (<procRoot>/<pid>/ns/net, as KubeMesh finds them) is opened
+// through that process's /proc directory, and only while the process runs
+// in the pod's cgroup: a PID gone to another process since the scan never
+// opens that process's namespace.
+func openNetns(procRoot string, p MeshPod) (int, error) {
+	rest, under := strings.CutPrefix(p.Netns, filepath.Clean(procRoot)+"/")
+	pidDir, isNetns := strings.CutSuffix(rest, "/ns/net")
+	pid, err := strconv.Atoi(pidDir)
+	if !under || !isNetns || err != nil || pid <= 0 {
+		return unix.Open(p.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	d, err := openProcDir(procRoot, pid)
+	if err != nil {
+		return -1, fmt.Errorf("its process %d %w", pid, errGone)
+	}
+	defer d.Close()
+	id, alive, err := d.identify()
+	if err != nil || !alive || id.uid != p.UID {
+		return -1, fmt.Errorf("its process %d %w", pid, errGone)
+	}
+	return d.openat("ns/net", unix.O_RDONLY)
 }
 
 // Redirection layouts the check accepts (docs/enrollment.md): Istio's
@@ -400,26 +446,6 @@ func parseHexAddr(s string) (netip.AddrPort, error) {
 	}
 	addr, _ := netip.AddrFromSlice(raw)
 	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
-}
-
-// socketInodes are the inodes of the sockets a process holds open.
-func socketInodes(procRoot string, pid int) (map[uint64]bool, error) {
-	dir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := map[uint64]bool{}
-	for _, e := range ents {
-		l, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil || !strings.HasPrefix(l, "socket:[") {
-			continue // closed since the listing, or not a socket
-		}
-		if ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]"), 10, 64); err == nil {
-			out[ino] = true
-		}
-	}
-	return out, nil
 }
 
 // checkListeners returns what is missing of the current ztunnel's listeners

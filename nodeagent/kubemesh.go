@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,20 +34,49 @@ const ztunnelComm = "ztunnel"
 //     /proc/<pid>/cgroup names the pod's UID (cgroupfs "pod<uid>" or systemd
 //     "pod<uid_with_underscores>.slice", cgroup v1 or v2), the sandbox's
 //     pause process when it is seen, /proc/<pid>/ns/net under ProcRoot;
-//   - the ztunnels are the processes named "ztunnel" that run in a pod's
-//     cgroup; the newest (by start time) serves the node.
+//   - the ztunnels are the processes named "ztunnel" in the cgroups of the
+//     ztunnel DaemonSets' pods on the node (ZtunnelDaemonSets: their
+//     namespace and names); the newest (by start time) serves the node. A
+//     process of any other pod is never taken for one, whatever its name.
 //
 // It reads /proc anew on every call, so a restarted pod or a new ztunnel is
 // seen at the next check, whatever the informers' lag.
 type KubeMesh struct {
 	node, procRoot string
+	ztunnel        ZtunnelDaemonSets
 	pods, nss      cache.SharedIndexInformer
 	factories      []informers.SharedInformerFactory
 }
 
+// ZtunnelDaemonSets names the DaemonSets whose pods run the node's ztunnel:
+// the NodeRollout targets of kind ztunnel (the chart's dataPlane.ztunnel).
+type ZtunnelDaemonSets struct {
+	Namespace  string   // default istio.DefaultNamespace
+	DaemonSets []string // default ["ztunnel"], Istio's chart's name
+}
+
+// DefaultZtunnelDaemonSet is the name Istio's ztunnel chart gives its DaemonSet.
+const DefaultZtunnelDaemonSet = "ztunnel"
+
+// KubeMeshOption changes a KubeMesh's defaults.
+type KubeMeshOption func(*KubeMesh)
+
+// WithZtunnelDaemonSets sets the DaemonSets whose pods are the node's
+// ztunnels (empty fields keep their defaults).
+func WithZtunnelDaemonSets(z ZtunnelDaemonSets) KubeMeshOption {
+	return func(m *KubeMesh) {
+		if z.Namespace != "" {
+			m.ztunnel.Namespace = z.Namespace
+		}
+		if len(z.DaemonSets) > 0 {
+			m.ztunnel.DaemonSets = slices.Clone(z.DaemonSets)
+		}
+	}
+}
+
 // NewKubeMesh builds the source for node, reading processes under procRoot
 // (the host's /proc). Start runs its informers.
-func NewKubeMesh(client kubernetes.Interface, node, procRoot string) (*KubeMesh, error) {
+func NewKubeMesh(client kubernetes.Interface, node, procRoot string, opts ...KubeMeshOption) (*KubeMesh, error) {
 	if client == nil || node == "" || procRoot == "" {
 		return nil, errors.New("the mesh source needs a Kubernetes client, the node name and the /proc to read")
 	}
@@ -56,12 +85,22 @@ func NewKubeMesh(client kubernetes.Interface, node, procRoot string) (*KubeMesh,
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		}))
 	all := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimMeshObject))
-	return &KubeMesh{
+	m := &KubeMesh{
 		node: node, procRoot: procRoot,
+		ztunnel:   ZtunnelDaemonSets{Namespace: istio.DefaultNamespace, DaemonSets: []string{DefaultZtunnelDaemonSet}},
 		pods:      onNode.Core().V1().Pods().Informer(),
 		nss:       all.Core().V1().Namespaces().Informer(),
 		factories: []informers.SharedInformerFactory{onNode, all},
-	}, nil
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	for _, ds := range m.ztunnel.DaemonSets {
+		if ds == "" {
+			return nil, errors.New("a ztunnel DaemonSet name is empty")
+		}
+	}
+	return m, nil
 }
 
 // Start runs the informers until ctx ends and waits up to wait for their
@@ -86,11 +125,15 @@ func (m *KubeMesh) synced() error {
 }
 
 // trimMeshObject keeps of pods and namespaces only what the mesh source and
-// the pod names need: an agent on every node caches them.
+// the pod names need: an agent on every node caches them. A pod keeps its
+// owners (who they are and which controls it): they tell ztunnel's pods.
 func trimMeshObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Labels: o.Labels, ResourceVersion: o.ResourceVersion}}
+		for _, r := range o.OwnerReferences {
+			p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: r.Controller})
+		}
 		p.Spec.NodeName, p.Spec.HostNetwork = o.Spec.NodeName, o.Spec.HostNetwork
 		for _, c := range o.Spec.Containers {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c.Name})
@@ -142,7 +185,11 @@ func (m *KubeMesh) AmbientPods() ([]MeshPod, error) {
 	if len(pods) == 0 {
 		return nil, nil
 	}
-	procs, err := scanPodProcs(m.procRoot)
+	uids := map[string]bool{}
+	for _, p := range pods {
+		uids[string(p.UID)] = true
+	}
+	procs, err := scanPodProcs(m.procRoot, uids)
 	if err != nil {
 		return nil, err
 	}
@@ -159,38 +206,51 @@ func (m *KubeMesh) AmbientPods() ([]MeshPod, error) {
 	return out, nil
 }
 
-// Ztunnels implements MeshSource: the processes named ztunnel in a pod's
-// cgroup, the newest started serving the node.
+// Ztunnels implements MeshSource: the processes named ztunnel in the
+// cgroups of the ztunnel DaemonSets' pods on the node (isZtunnelPod), the
+// newest started serving the node. Each is known by its pod and start time
+// too, so the check reads no other process that takes its PID later.
 func (m *KubeMesh) Ztunnels() (Ztunnels, error) {
-	procs, err := scanPodProcs(m.procRoot)
+	if err := m.synced(); err != nil {
+		return Ztunnels{}, err
+	}
+	uids := map[string]bool{}
+	for _, o := range m.pods.GetStore().List() {
+		if p := o.(*corev1.Pod); m.isZtunnelPod(p) {
+			uids[string(p.UID)] = true
+		}
+	}
+	if len(uids) == 0 {
+		return Ztunnels{}, nil
+	}
+	procs, err := scanPodProcs(m.procRoot, uids)
 	if err != nil {
 		return Ztunnels{}, err
 	}
 	type zt struct {
-		pid   int
-		start uint64
+		pid int
+		id  procID
 	}
 	var found []zt
 	for _, ps := range procs {
 		for _, p := range ps {
-			if p.comm != ztunnelComm {
-				continue
+			if p.comm == ztunnelComm && p.alive { // a zombie has no sockets left
+				found = append(found, zt{p.pid, p.id})
 			}
-			start, alive, err := procStart(m.procRoot, p.pid)
-			if err != nil || !alive {
-				continue // exited since the scan, or a zombie: no sockets left
-			}
-			found = append(found, zt{p.pid, start})
 		}
 	}
 	sort.Slice(found, func(i, j int) bool {
-		if found[i].start != found[j].start {
-			return found[i].start > found[j].start
+		if found[i].id.start != found[j].id.start {
+			return found[i].id.start > found[j].id.start
 		}
 		return found[i].pid > found[j].pid
 	})
 	var z Ztunnels
 	for i, f := range found {
+		if z.procs == nil {
+			z.procs = map[int]procID{}
+		}
+		z.procs[f.pid] = f.id
 		if i == 0 {
 			z.Current = f.pid
 			continue
@@ -201,22 +261,61 @@ func (m *KubeMesh) Ztunnels() (Ztunnels, error) {
 	return z, nil
 }
 
-// podProc is a process that runs in a pod's cgroup.
-type podProc struct {
-	pid  int
-	comm string
+// isZtunnelPod: a pod on the node in the Istio namespace that one of the
+// ztunnel DaemonSets controls, or nodewise's surge bridge for one of them
+// (orchestrator/swap: the DaemonSet's next pod, controlled by the node's
+// older one until the DaemonSet adopts it). Pods in that namespace are
+// created only by the DaemonSet controller, nodewise's orchestrator and
+// cluster admins; a process in any other pod is never a ztunnel, whatever
+// its name.
+func (m *KubeMesh) isZtunnelPod(p *corev1.Pod) bool {
+	if p.Namespace != m.ztunnel.Namespace || p.Spec.NodeName != m.node {
+		return false
+	}
+	c := metav1.GetControllerOf(p)
+	if c != nil && c.Kind == "DaemonSet" && strings.HasPrefix(c.APIVersion, "apps/") {
+		return slices.Contains(m.ztunnel.DaemonSets, c.Name)
+	}
+	ds, bridge := p.Labels[labelSurgeBridge]
+	return bridge && slices.Contains(m.ztunnel.DaemonSets, ds) && (c == nil || c.Kind == "Pod")
 }
 
-// scanPodProcs maps each pod UID named by a process's cgroup to its
-// processes. Processes that exit during the scan are left out.
-func scanPodProcs(root string) (map[string][]podProc, error) {
+// labelSurgeBridge marks nodewise's surge bridges with the DaemonSet they
+// stand for (orchestrator/model.LabelSurgeBridge).
+const labelSurgeBridge = "nodewise.io/surge-bridge"
+
+// podProc is a process that runs in a pod's cgroup.
+type podProc struct {
+	pid   int
+	comm  string
+	id    procID
+	alive bool
+}
+
+// scanPodProcs maps the pod UIDs in uids to the processes that run in their
+// cgroups, each read through its /proc directory (one process's name, pod
+// and start time, even if its PID changes hands during the scan).
+// Processes that exit during the scan are left out.
+func scanPodProcs(root string, uids map[string]bool) (map[string][]podProc, error) {
 	out := map[string][]podProc{}
-	err := eachPodProcess(root, func(pid int, dir, uid string) {
-		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
+	err := eachPodProcess(root, func(pid int, _, uid string) {
+		if !uids[uid] {
+			return
+		}
+		d, err := openProcDir(root, pid)
 		if err != nil {
 			return
 		}
-		out[uid] = append(out[uid], podProc{pid: pid, comm: strings.TrimSpace(string(comm))})
+		defer d.Close()
+		id, alive, err := d.identify()
+		if err != nil || id.uid != uid {
+			return // exited, or its PID went to another process since
+		}
+		comm, err := d.readFile("comm")
+		if err != nil {
+			return
+		}
+		out[uid] = append(out[uid], podProc{pid: pid, comm: strings.TrimSpace(string(comm)), id: id, alive: alive})
 	})
 	if err != nil {
 		return nil, err
@@ -238,29 +337,4 @@ func sandboxPID(ps []podProc) int {
 		}
 	}
 	return best
-}
-
-// procStart reads a process's start time (clock ticks after boot, field 22
-// of /proc/<pid>/stat) and whether it still runs (not a zombie).
-func procStart(root string, pid int) (uint64, bool, error) {
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, false, err
-	}
-	s := string(b)
-	// The name in parentheses may hold spaces and parentheses: the fields
-	// start after the last ')'.
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false, fmt.Errorf("%d/stat: no process name", pid)
-	}
-	fs := strings.Fields(s[i+1:])
-	if len(fs) < 20 { // state is field 3, starttime field 22
-		return 0, false, fmt.Errorf("%d/stat: %d fields", pid, len(fs)+2)
-	}
-	start, err := strconv.ParseUint(fs[19], 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("%d/stat: start time %q", pid, fs[19])
-	}
-	return start, fs[0] != "Z" && fs[0] != "X", nil
 }

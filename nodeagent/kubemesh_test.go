@@ -60,6 +60,14 @@ func apiPod(ns, name, uid string, mut func(*corev1.Pod)) *corev1.Pod {
 	return p
 }
 
+// ztunnelAPIPod is a pod in istio-system on node-a that DaemonSet ds controls.
+func ztunnelAPIPod(name, uid, ds string) *corev1.Pod {
+	return apiPod("istio-system", name, uid, func(p *corev1.Pod) {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds, UID: "ds-uid", Controller: &yes}}
+	})
+}
+
 func label(k, v string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) { p.Labels = map[string]string{k: v} }
 }
@@ -109,6 +117,10 @@ func TestKubeMeshFindsAmbientPodsAndTheirNetns(t *testing.T) {
 		// The fake clientset ignores field selectors: the source must still
 		// keep only its node's pods.
 		apiPod("shop", "elsewhere", uidNsOnly, func(p *corev1.Pod) { p.Spec.NodeName = "node-b" }),
+		// The ztunnel DaemonSet's pods, whose processes named ztunnel are
+		// the node's ztunnels.
+		ztunnelAPIPod("ztunnel-a", uidZtunnel, "ztunnel"),
+		ztunnelAPIPod("ztunnel-b", uidZtunnel2, "ztunnel"),
 	}
 	km, err := NewKubeMesh(fake.NewClientset(objs...), "node-a", proc.root)
 	if err != nil {
@@ -160,15 +172,7 @@ func TestKubeMeshFindsAmbientPodsAndTheirNetns(t *testing.T) {
 // enrollment is an error (the gate fails closed), not a node of uncheckable pods.
 func TestKubeMeshUnreadableProc(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}
-	km, err := NewKubeMesh(fake.NewClientset(ns, apiPod("shop", "p", uidPause, nil)), "node-a", filepath.Join(t.TempDir(), "missing"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := km.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	km := startedKubeMesh(t, fake.NewClientset(ns, apiPod("shop", "p", uidPause, nil)), filepath.Join(t.TempDir(), "missing"))
 	e := CheckEnrollment(km, km.procRoot, time.Now())
 	if !strings.Contains(e.Error, "listing "+km.procRoot) {
 		t.Errorf("enrollment error %q, want the /proc listing's", e.Error)
