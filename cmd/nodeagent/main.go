@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/cmd/internal/usage"
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/kubeconfig"
 	"github.com/nodewise/nodewise/nodeagent"
 )
@@ -38,6 +39,10 @@ type flags struct {
 	showVersion bool
 	creds       credFlags
 	mesh        string
+	// ztunnel names the DaemonSets whose pods are the node's ztunnels
+	// (--istio-namespace, --ztunnel-daemonsets).
+	ztunnel           nodeagent.ZtunnelDaemonSets
+	ztunnelDaemonSets string
 }
 
 // Values of --mesh.
@@ -70,12 +75,22 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.DurationVar(&cfg.HistoryEvery, "history-every", nodeagent.DefaultHistoryEvery, "how often a snapshot is kept in the history (/v1/history), the judge's baseline")
 	fs.DurationVar(&cfg.HistoryKeep, "history-keep", nodeagent.DefaultHistoryKeep, "how far back the history reaches: the longest baseline read from it without a wait")
 	fs.StringVar(&f.mesh, "mesh", meshAuto, "proof of enrollment of the node's ambient pods (docs/enrollment.md): auto (when the agent reaches the Kubernetes API) or off")
+	fs.StringVar(&f.ztunnel.Namespace, "istio-namespace", istio.DefaultNamespace, "the namespace of the ztunnel DaemonSets (--ztunnel-daemonsets)")
+	fs.StringVar(&f.ztunnelDaemonSets, "ztunnel-daemonsets", nodeagent.DefaultZtunnelDaemonSet, "comma-separated names of the DaemonSets whose pods on the node run its ztunnel: only their processes named ztunnel are ztunnels to the enrollment check")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
 	err := fs.Parse(args)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		// The flag package printed the usage too; keep the error to one line.
 		return f, fmt.Errorf("%s (see nodeagent --help)", firstLine(err.Error()))
+	}
+	for _, name := range strings.Split(f.ztunnelDaemonSets, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			f.ztunnel.DaemonSets = append(f.ztunnel.DaemonSets, name)
+		}
+	}
+	if err == nil && (len(f.ztunnel.DaemonSets) == 0 || f.ztunnel.Namespace == "") {
+		return f, fmt.Errorf("ztunnel DaemonSets %q in namespace %q: want at least one name and a namespace (see nodeagent --help)", f.ztunnelDaemonSets, f.ztunnel.Namespace)
 	}
 	return f, err
 }
@@ -120,7 +135,7 @@ func run(args []string, out io.Writer) error {
 		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("building the Kubernetes client: %w", err)
 		}
-		if err := podsFromAPI(ctx, &cfg, client, f.mesh == meshAuto); err != nil {
+		if err := podsFromAPI(ctx, &cfg, client, f.mesh == meshAuto, f.ztunnel); err != nil {
 			return err
 		}
 	} else if f.mesh == meshAuto {
@@ -143,9 +158,10 @@ func run(args []string, out io.Writer) error {
 
 // podsFromAPI names the node's pods from the API (informers on this node's
 // pods and on namespaces) and, with mesh, checks its ambient pods'
-// enrollment from them. The agent serves even while the API cannot list
-// them: names then fall back to UIDs, and enrollment is reported as an error.
-func podsFromAPI(ctx context.Context, cfg *nodeagent.Config, client kubernetes.Interface, mesh bool) error {
+// enrollment from them, against the ztunnels of the pods of the DaemonSets
+// zt names. The agent serves even while the API cannot list them: names
+// then fall back to UIDs, and enrollment is reported as an error.
+func podsFromAPI(ctx context.Context, cfg *nodeagent.Config, client kubernetes.Interface, mesh bool, zt nodeagent.ZtunnelDaemonSets) error {
 	node := cfg.Node
 	if node == "" {
 		h, err := os.Hostname()
@@ -158,7 +174,7 @@ func podsFromAPI(ctx context.Context, cfg *nodeagent.Config, client kubernetes.I
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	km, err := nodeagent.NewKubeMesh(client, node, procRoot)
+	km, err := nodeagent.NewKubeMesh(client, node, procRoot, nodeagent.WithZtunnelDaemonSets(zt))
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nodewise/nodewise/nodeagent"
 )
 
 func TestRunRejectsBadInputWithOneLine(t *testing.T) {
@@ -47,5 +51,31 @@ func TestVersionFlag(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"--version"}, &out); err != nil || !strings.HasPrefix(out.String(), "nodeagent dev") {
 		t.Errorf("--version: %v %q; want nodeagent and the version (dev without ldflags)", err, out.String())
+	}
+}
+
+// The ztunnel DaemonSets default to Istio's chart's (ztunnel in
+// istio-system); the flags name others, and an empty list is refused.
+func TestZtunnelDaemonSetsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want nodeagent.ZtunnelDaemonSets
+		err  string
+	}{
+		{nil, nodeagent.ZtunnelDaemonSets{Namespace: "istio-system", DaemonSets: []string{"ztunnel"}}, ""},
+		{[]string{"--istio-namespace=mesh", "--ztunnel-daemonsets=ztunnel, ztunnel-canary"}, nodeagent.ZtunnelDaemonSets{Namespace: "mesh", DaemonSets: []string{"ztunnel", "ztunnel-canary"}}, ""},
+		{[]string{"--ztunnel-daemonsets=,"}, nodeagent.ZtunnelDaemonSets{}, "want at least one name"},
+		{[]string{"--istio-namespace="}, nodeagent.ZtunnelDaemonSets{}, "want at least one name and a namespace"},
+	} {
+		f, err := parseFlags(tc.args, io.Discard)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error with %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(f.ztunnel, tc.want) {
+			t.Errorf("%q: %+v (%v), want %+v", tc.args, f.ztunnel, err, tc.want)
+		}
 	}
 }
