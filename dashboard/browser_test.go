@@ -23,6 +23,9 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed)); err != nil { // as a person opens the printed URL
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty"), chromedp.WaitVisible(chromedp.CSS("#halt"))); err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +65,7 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.rs.patchErr = forbidden()
-	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`button[data-action="pause"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#confirm")),
-		chromedp.Click(chromedp.CSS("#confirm-ok")),
-	); err != nil {
+	if err := confirmAction(ctx, "pause"); err != nil {
 		t.Fatal(err)
 	}
 	if err := browser.WaitTrue(ctx, `document.getElementById("action-result").className === "forbidden"`); err != nil {
@@ -88,9 +87,14 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 // Prints the median, best and worst first paint and the page's size, then
 // one machine-readable `firstpaint ...` line.
 func BenchmarkFirstPaint1000Nodes(b *testing.B) {
-	s := started(b, Config{Rollouts: newFakeRollouts(haltedRollout("big", 1000)), Now: func() time.Time { return t0.Add(5 * time.Minute) }})
-	url := newBenchServer(b, s) + "/rollouts/big"
+	s := started(b, Config{Rollouts: newFakeRollouts(haltedRollout("big", 1000)), Token: testToken(b), Now: func() time.Time { return t0.Add(5 * time.Minute) }})
+	base, printed := newBenchServer(b, s)
+	url := base + "/rollouts/big"
 	ctx := browser.New(b) // closed before the server, whose Close waits for the page's event stream
+	// The session's cookie, as a person opens the printed URL.
+	if err := chromedp.Do(ctx, chromedp.Navigate(printed)); err != nil {
+		b.Fatal(err)
+	}
 	var paints []float64
 	var size int
 	b.ResetTimer()
@@ -116,4 +120,60 @@ func BenchmarkFirstPaint1000Nodes(b *testing.B) {
 	b.ReportMetric(median, "first-paint-ms")
 	fmt.Printf("first paint of a 1,000-node rollout: %.0f ms median, %.0f ms best, %.0f ms worst over %d loads (%d KiB of HTML)\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
 	fmt.Printf("firstpaint nodes=1000 median_ms=%.0f best_ms=%.0f worst_ms=%.0f loads=%d html_kib=%d\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
+}
+
+// TestBrowserOpensThePrintedURL: in headless Chromium, a page opened without
+// the session is refused and says where the URL was printed; the printed
+// URL lands on the list with the token gone from the address bar and out of
+// the page's reach (HttpOnly); the page's own pause then goes through.
+func TestBrowserOpensThePrintedURL(t *testing.T) {
+	e := newEnv(t, false, haltedRollout("faulty", 3))
+	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty")); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := browser.Text(ctx, "body"); err != nil || !strings.Contains(body, "printed") || strings.Contains(body, "node-001") {
+		t.Errorf("the rollout page without the session reads %q (%v); want the refusal saying where the URL was printed", body, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed), chromedp.WaitVisible(chromedp.CSS(`a[href="/rollouts/faulty"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if href, err := browser.Eval[string](ctx, `location.href`); err != nil || href != e.srv.URL+"/" {
+		t.Errorf("the printed URL lands on %q (%v), want %s/ without the token", href, err, e.srv.URL)
+	}
+	if cookie, err := browser.Eval[string](ctx, `document.cookie`); err != nil || cookie != "" {
+		t.Errorf("the page's script reads the cookie %q (%v); want it HttpOnly", cookie, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/faulty"), chromedp.WaitVisible(chromedp.CSS("#halt"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("live").textContent === "live"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := confirmAction(ctx, "pause"); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("action-result").className !== ""`); err != nil {
+		t.Fatal(err)
+	}
+	if result, _ := browser.Text(ctx, "#action-result"); result != "NodeRollout faulty paused" {
+		t.Errorf("the page's pause reads %q", result)
+	}
+	e.rs.mu.Lock()
+	defer e.rs.mu.Unlock()
+	if len(e.rs.patches) != 1 || e.rs.patches[0] != `faulty {"spec":{"paused":true}}` {
+		t.Errorf("patches: %q", e.rs.patches)
+	}
+}
+
+// confirmAction clicks an action's button on the rollout page and confirms
+// it in the dialog, as a person does.
+func confirmAction(ctx context.Context, verb string) error {
+	return chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`button[data-action="`+verb+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm-ok")),
+	)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,8 +112,9 @@ func forbidden() error {
 	return apierrors.NewForbidden(schema.GroupResource{Group: "nodewise.io", Resource: "noderollouts"}, "faulty", errors.New(`User "viewer" cannot patch resource "noderollouts"`))
 }
 
-func newBenchServer(b *testing.B, s *Server) string {
+// newBenchServer serves s and returns its address and the URL it prints.
+func newBenchServer(b *testing.B, s *Server) (string, string) {
 	srv := httptest.NewServer(s.Handler())
 	b.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, s.URL(strings.TrimPrefix(srv.URL, "http://"))
 }

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,20 @@ type Config struct {
 	// ReadOnly hides the actions and refuses their requests (the
 	// orchestrator's copy runs read-only).
 	ReadOnly bool
+	// Token is the session's secret (NewToken): every request but the
+	// static files must carry it, as the cookie the printed URL (URL) sets
+	// or as Authorization: Bearer. Required unless ReadOnly; empty only for
+	// the orchestrator's copy, which listens on the pod's loopback and is
+	// reached through kubectl port-forward.
+	Token string
+	// LoginHint ends the refusal of a request without the token: where the
+	// URL to open was printed (default: by `nodewise dashboard`).
+	LoginHint string
+	// AllowedHosts are the names, "host" (any port) or "host:port", the
+	// dashboard answers besides localhost, 127.0.0.1, [::1] and its listen
+	// address: the names it is reached by when bound elsewhere than
+	// loopback. Any other Host (a DNS-rebinding page's) is refused.
+	AllowedHosts []string
 	// GrafanaURL is the base URL of a Grafana with nodewise's dashboards;
 	// empty leaves the Grafana links out.
 	GrafanaURL string
@@ -58,11 +73,13 @@ type Config struct {
 
 // Server is the dashboard: its pages, its event stream and its actions.
 type Server struct {
-	cfg   Config
-	style template.CSS
-	hub   *hub
-	mux   *http.ServeMux
-	tmpl  *template.Template
+	cfg      Config
+	style    template.CSS
+	hub      *hub
+	mux      *http.ServeMux
+	tmpl     *template.Template
+	allowed  []hostRule // Config.AllowedHosts
+	tokenSum [sha256.Size]byte
 }
 
 //go:embed assets
@@ -91,6 +108,9 @@ func New(cfg Config) (*Server, error) {
 		migrations = cfg.Migrations
 	}
 	s := &Server{cfg: cfg, hub: newHub(cfg.Rollouts, migrations, cfg.Log), mux: http.NewServeMux(), tmpl: tmpl}
+	if err := s.validateAccess(); err != nil {
+		return nil, err
+	}
 	css, err := assets.ReadFile("assets/style.css")
 	if err != nil {
 		return nil, err
@@ -111,8 +131,9 @@ func New(cfg Config) (*Server, error) {
 // returns once their caches are filled.
 func (s *Server) Start(ctx context.Context) error { return s.hub.run(ctx) }
 
-// Handler serves the pages, /events and the actions.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler serves the pages, /events and the actions to the requests the
+// Host and session checks let through (auth.go).
+func (s *Server) Handler() http.Handler { return s.guard(s.mux, hostRule{}) }
 
 // Serve starts the server and serves on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -120,7 +141,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: s.guard(s.mux, listenRule(ln.Addr())), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -160,7 +181,7 @@ func (s *Server) page(build func(r *http.Request) (pageData, string, any, int)) 
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
 		w.WriteHeader(code)
 		if r.Header.Get("X-Nodewise-Fragment") != "" {
 			_, _ = w.Write(main.Bytes())
@@ -259,9 +280,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 
 // action applies pause, resume, abort or rollback to a NodeRollout with
 // the dashboard's own credentials (the user's kubeconfig), as the CLI's
-// commands of the same names do. The page asks for a confirmation first;
-// the request must carry X-Nodewise-Action (a header no cross-site form can
-// send) and, when the browser names one, the dashboard's own origin.
+// commands of the same names do. The page asks for a confirmation first.
+// Past the session check (guard), the request must carry X-Nodewise-Action
+// (a header no cross-site form can send) and, when the browser names them,
+// the dashboard's own origin and a same-origin fetch.
 func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 	name, verb := r.PathValue("name"), r.PathValue("verb")
 	reply := func(code int, msg string) {
@@ -300,7 +322,8 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request) {
 
 func sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
-	return o == "" || o == "http://"+r.Host || o == "https://"+r.Host
+	site := r.Header.Get("Sec-Fetch-Site")
+	return (o == "" || o == "http://"+r.Host || o == "https://"+r.Host) && (site == "" || site == "same-origin")
 }
 
 func firstLine(s string) string {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 type env struct {
@@ -21,18 +22,33 @@ type env struct {
 	rs  *fakeRollouts
 	ms  *fakeMigrations
 	srv *httptest.Server
+	// printed is the URL with the session's token, as `nodewise dashboard`
+	// prints it; client is a person's browser after opening it.
+	printed string
+	client  *http.Client
 }
 
 func newEnv(t *testing.T, readOnly bool, nrs ...*v1alpha1.NodeRollout) *env {
 	t.Helper()
 	e := &env{t: t, rs: newFakeRollouts(nrs...), ms: &fakeMigrations{items: []v1alpha1.RevisionMigration{migration()}}}
-	s := started(t, Config{Rollouts: e.rs, Migrations: e.ms, ReadOnly: readOnly, GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }})
+	s := started(t, Config{Rollouts: e.rs, Migrations: e.ms, ReadOnly: readOnly, Token: testToken(t), GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }})
 	for !s.hub.migrationsListed() { // Start waits for the rollouts alone
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(e.srv.Close)
+	e.printed = s.URL(strings.TrimPrefix(e.srv.URL, "http://"))
+	e.client = testkit.Session(t, e.printed)
 	return e
+}
+
+func testToken(t testing.TB) string {
+	t.Helper()
+	tok, err := NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
 }
 
 func migration() v1alpha1.RevisionMigration {
@@ -51,7 +67,7 @@ func migration() v1alpha1.RevisionMigration {
 
 func (e *env) get(path string) (int, string) {
 	e.t.Helper()
-	resp, err := http.Get(e.srv.URL + path)
+	resp, err := e.client.Get(e.srv.URL + path)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -133,7 +149,7 @@ func TestEventsShareOneWatch(t *testing.T) {
 	var streams []*bufio.Reader
 	for range 5 {
 		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/events", nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := e.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +212,7 @@ func (e *env) post(path string, header bool) (int, string) {
 	if header {
 		req.Header.Set("X-Nodewise-Action", "1")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -243,7 +259,7 @@ func TestFragmentIsMainOnly(t *testing.T) {
 	e := newEnv(t, false, haltedRollout("faulty", 3))
 	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+"/rollouts/faulty", nil)
 	req.Header.Set("X-Nodewise-Fragment", "1")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,6 +276,14 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := New(Config{Rollouts: newFakeRollouts(), GrafanaURL: "grafana:3000"}); err == nil || !strings.Contains(err.Error(), "GrafanaURL") {
 		t.Errorf("a Grafana URL without scheme: %v", err)
+	}
+	if _, err := New(Config{Rollouts: newFakeRollouts()}); err == nil || !strings.Contains(err.Error(), "Token") {
+		t.Errorf("actions without a session token: %v", err)
+	}
+	for _, bad := range []string{"", "http://dash.example", "dash.example/x", "dash.example:"} {
+		if _, err := New(Config{Rollouts: newFakeRollouts(), ReadOnly: true, AllowedHosts: []string{bad}}); err == nil || !strings.Contains(err.Error(), "AllowedHosts") {
+			t.Errorf("AllowedHosts %q: %v", bad, err)
+		}
 	}
 }
 
@@ -281,7 +305,7 @@ func started(t testing.TB, cfg Config) *Server {
 func TestListWithoutMigrations(t *testing.T) {
 	s := started(t, Config{Rollouts: newFakeRollouts(haltedRollout("faulty", 3)), ReadOnly: true})
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil))
 	if page := rec.Body.String(); !strings.Contains(page, "/rollouts/faulty") || strings.Contains(page, "Revision migrations") {
 		t.Errorf("a dashboard without RevisionMigrations lists them, or not the rollout: %.300s", page)
 	}
@@ -295,9 +319,12 @@ func (*unlistable) List(context.Context, metav1.ListOptions) (*v1alpha1.Revision
 }
 
 func TestRolloutsServedWhenMigrationsCannotBeListed(t *testing.T) {
-	s := started(t, Config{Rollouts: newFakeRollouts(haltedRollout("faulty", 3)), Migrations: &unlistable{}})
+	tok := testToken(t)
+	s := started(t, Config{Rollouts: newFakeRollouts(haltedRollout("faulty", 3)), Migrations: &unlistable{}, Token: tok})
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	s.Handler().ServeHTTP(rec, req)
 	if page := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(page, "/rollouts/faulty") || !strings.Contains(page, "RevisionMigrations cannot be listed") {
 		t.Errorf("%d: %.400s", rec.Code, page)
 	}
@@ -313,7 +340,7 @@ func (unlistableRollouts) List(context.Context, metav1.ListOptions) (*v1alpha1.N
 // TestStartFailsWhenRolloutsCannotBeListed: the CLI says why instead of
 // waiting forever for a cache that never fills.
 func TestStartFailsWhenRolloutsCannotBeListed(t *testing.T) {
-	s, err := New(Config{Rollouts: unlistableRollouts{newFakeRollouts()}})
+	s, err := New(Config{Rollouts: unlistableRollouts{newFakeRollouts()}, Token: testToken(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 func newDashboardCmd(g *globalFlags) *cobra.Command {
 	var (
 		address, grafana string
+		allowedHosts     []string
 		readOnly         bool
 	)
 	cmd := &cobra.Command{
@@ -23,14 +24,22 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		Long: "dashboard serves, on --address (default " + dashboard.DefaultAddress + "), a live web view of the cluster's\n" +
 			"NodeRollouts and RevisionMigrations, read with your kubeconfig: each rollout's nodes by wave and zone,\n" +
 			"each node's before/after evidence, a halt's reason with what to do next. Pause, resume, abort and\n" +
-			"rollback run with your credentials after a confirmation (--read-only hides them).",
+			"rollback run with your credentials after a confirmation (--read-only hides them).\n\n" +
+			"It prints its URL once, with a secret made for this run (http://127.0.0.1:3100/?token=...): opening it\n" +
+			"signs your browser in (a cookie for this run only). Requests without the token, and requests naming\n" +
+			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nwc, err := g.nodewise()
 			if err != nil {
 				return err
 			}
-			srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana})
+			token, err := dashboard.NewToken()
+			if err != nil {
+				return err
+			}
+			srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
+				Token: token, AllowedHosts: allowedHosts})
 			if err != nil {
 				return err
 			}
@@ -40,7 +49,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "nodewise dashboard on http://%s (Ctrl-C stops it)\n", ln.Addr())
+			fmt.Fprintf(cmd.OutOrStdout(), "nodewise dashboard on %s (Ctrl-C stops it)\n", srv.URL(ln.Addr().String()))
 			return g.clarify(ctx, srv.Serve(ctx, ln))
 		},
 	}
@@ -48,5 +57,6 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&address, "address", dashboard.DefaultAddress, "host:port to serve on (keep it on loopback: actions use your credentials)")
 	f.StringVar(&grafana, "grafana-url", "", "base URL of a Grafana with nodewise's dashboards, for the per-node links (empty: no links)")
 	f.BoolVar(&readOnly, "read-only", false, "hide the actions (pause, resume, abort, rollback)")
+	f.StringSliceVar(&allowedHosts, "allowed-host", nil, "another name (host, or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --address; needed to reach it by name when --address is not loopback (repeatable)")
 	return cmd
 }

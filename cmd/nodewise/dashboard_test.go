@@ -4,9 +4,12 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -14,13 +17,11 @@ import (
 	"github.com/nodewise/nodewise/test/testkit"
 )
 
-// TestDashboardCommandOnTheSimCluster runs the built `nodewise dashboard`
-// against the simulated cluster's API server: it prints its address, its
-// rollout page names a halted rollout's node (the status an orchestrator
-// writes, set by the test), `chromium --headless --dump-dom` of that
-// address names it too, and SIGTERM stops it cleanly (testkit.Serve).
-func TestDashboardCommandOnTheSimCluster(t *testing.T) {
-	bin := testkit.Binary(t, "nodewise")
+// dashboardCluster is the simulated cluster's API server with the CRDs,
+// Istio and rollout "up" applied by the built CLI, halted at its node (the
+// status an orchestrator writes, set by the test); it returns the node.
+func dashboardCluster(t *testing.T, bin string) (*cluster.Cluster, *v1alpha1.Client, string) {
+	t.Helper()
 	ctx := context.Background()
 	c := cluster.Start(t, cluster.Options{Nodes: 1, Zones: 1})
 	node := c.Nodes[0].Name
@@ -40,14 +41,31 @@ func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	setPhase(t, nwc.NodeRollouts(), "up", v1alpha1.PhaseHalted, "node "+node+" failed: resets received 0 → 41", node, v1alpha1.NodeFailed)
+	return c, nwc, node
+}
 
-	base := testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
-	if !strings.HasPrefix(base, "http://127.0.0.1:") {
-		t.Fatalf("nodewise dashboard serves on %s, want the loopback address it was given", base)
+// TestDashboardCommandOnTheSimCluster runs the built `nodewise dashboard`
+// against the simulated cluster's API server: it prints its address, its
+// rollout page names a halted rollout's node (the status an orchestrator
+// writes, set by the test), `chromium --headless --dump-dom` of that
+// address names it too, and SIGTERM stops it cleanly (testkit.Serve).
+func TestDashboardCommandOnTheSimCluster(t *testing.T) {
+	bin := testkit.Binary(t, "nodewise")
+	ctx := context.Background()
+	c, _, node := dashboardCluster(t, bin)
+
+	printed := testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	if !strings.HasPrefix(printed, "http://127.0.0.1:") {
+		t.Fatalf("nodewise dashboard serves on %s, want the loopback address it was given", printed)
 	}
-	url := base + "/rollouts/up"
+	pu, err := url.Parse(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + pu.Host
+	rollout := base + "/rollouts/up"
 
-	resp, err := http.Get(url)
+	resp, err := testkit.Session(t, printed).Get(rollout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +73,88 @@ func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 	resp.Body.Close()
 	want := `class="halted-node">` + node + `<`
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), want) {
-		t.Errorf("GET %s: %s, %d bytes; want 200 naming the halted node %s", url, resp.Status, len(page), node)
+		t.Errorf("GET %s: %s, %d bytes; want 200 naming the halted node %s", rollout, resp.Status, len(page), node)
 	}
-	dom, err := browser.DumpDOM(ctx, url)
+	// A one-shot browser has no session: the printed URL's token, on the
+	// rollout page's address.
+	dom, err := browser.DumpDOM(ctx, rollout+"?"+pu.RawQuery)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(dom, want) {
-		t.Errorf("chromium --dump-dom %s does not name the halted node %s", url, node)
+		t.Errorf("chromium --dump-dom %s does not name the halted node %s", rollout, node)
+	}
+}
+
+// TestDashboardCommandAnswersOnlyItsSession: the built `nodewise dashboard`
+// against the real API server refuses a DNS-rebinding Host, a page and an
+// action without the session token printed at its start (a second local
+// user's curl), and the rollout stays unpaused; the printed URL, opened,
+// gives the pages and a pause the API server records.
+func TestDashboardCommandAnswersOnlyItsSession(t *testing.T) {
+	bin := testkit.Binary(t, "nodewise")
+	ctx := context.Background()
+	c, nwc, _ := dashboardCluster(t, bin)
+	printed := testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	pu, err := url.Parse(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + pu.Host
+	do := func(client *http.Client, method, path string, header map[string]string, host string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	paused := func() bool {
+		t.Helper()
+		nr, err := nwc.NodeRollouts().Get(ctx, "up", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nr.Spec.Paused
+	}
+	curl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	action := map[string]string{"X-Nodewise-Action": "1"}
+
+	_, port, _ := strings.Cut(pu.Host, ":")
+	if code, body := do(testkit.Session(t, printed), http.MethodGet, "/rollouts/up", nil, "evil.example:"+port); code != http.StatusMisdirectedRequest {
+		t.Errorf("GET /rollouts/up with the rebinding Host evil.example:%s: %d %q; want 421", port, code, body)
+	}
+	if code, body := do(curl, http.MethodPost, "/rollouts/up/actions/pause", action, ""); code != http.StatusUnauthorized {
+		t.Errorf("a second local user's pause (no token, no Origin): %d %q; want 401", code, body)
+	}
+	if paused() {
+		t.Errorf("a pause without the session token paused NodeRollout up")
+	}
+	if code, body := do(curl, http.MethodGet, "/rollouts/up", nil, ""); code != http.StatusUnauthorized || !strings.Contains(body, "printed") {
+		t.Errorf("GET /rollouts/up without the session token: %d %q; want 401 saying where the URL was printed", code, body)
+	}
+
+	s := testkit.Session(t, printed)
+	if code, body := do(s, http.MethodGet, "/rollouts/up", nil, ""); code != http.StatusOK || !strings.Contains(body, "NodeRollout up") {
+		t.Errorf("GET /rollouts/up in the printed URL's session: %d %.200q", code, body)
+	}
+	if code, body := do(s, http.MethodPost, "/rollouts/up/actions/pause", map[string]string{"X-Nodewise-Action": "1", "Origin": base}, ""); code != http.StatusOK {
+		t.Errorf("pause in the printed URL's session: %d %q", code, body)
+	}
+	if !paused() {
+		t.Errorf("the session's pause did not reach the API server")
+	}
+	token := pu.Query().Get("token")
+	if code, body := do(curl, http.MethodPost, "/rollouts/up/actions/resume", map[string]string{"X-Nodewise-Action": "1", "Authorization": "Bearer " + token}, ""); code != http.StatusOK || paused() {
+		t.Errorf("resume with Authorization: Bearer and the session token: %d %q (paused %v)", code, body, paused())
 	}
 }

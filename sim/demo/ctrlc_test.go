@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefixRE := regexp.MustCompile(`/run/netns/(nwdp[0-9a-f]+)-`)
-	dashRE := regexp.MustCompile(`^   dashboard: (http://127\.0\.0\.1:[0-9]+) `)
+	dashRE := regexp.MustCompile(`^   dashboard: (http://127\.0\.0\.1:[0-9]+/\S*) `)
 	prefix, dashboard, interrupted := "", "", false
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -55,7 +56,7 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 		if !interrupted && strings.Contains(line, "  wave ") {
 			if dashboard == "" {
 				t.Errorf("the demo did not print the dashboard's address before its rollout began")
-			} else if page, err := getPage(dashboard + "/"); err != nil || !strings.Contains(page, "upgrade-") {
+			} else if page, err := getPage(dashboard); err != nil || !strings.Contains(page, "upgrade-") {
 				t.Errorf("the dashboard the demo printed (%s) does not list its rollout: %v %q", dashboard, err, lastLines(page, 5))
 			}
 			if len(listNetnsNamed(prefix)) == 0 {
@@ -87,9 +88,12 @@ func TestDemoCtrlCLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// getPage GETs url and returns its body; a status other than 200 is an error.
+// getPage GETs url, as a browser opens the URL the dashboard printed (its
+// token sets a cookie and redirects), and returns its body; a status other
+// than 200 is an error.
 func getPage(url string) (string, error) {
-	resp, err := http.Get(url)
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar}).Get(url)
 	if err != nil {
 		return "", err
 	}

@@ -13,10 +13,15 @@ import (
 )
 
 // startDashboard serves the dashboard of the demo's cluster on addr (or, when
-// that is taken, on a free loopback port), prints its address, and stops it
-// when the returned func is called.
+// that is taken, on a free loopback port), prints its URL with the run's
+// session token, and stops it when the returned func is called.
 func startDashboard(ctx context.Context, nwc *v1alpha1.Client, addr string, out io.Writer, log *zap.Logger) (func(), error) {
-	srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log})
+	token, err := dashboard.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log,
+		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started"})
 	if err != nil {
 		return nil, err
 	}
@@ -34,6 +39,6 @@ func startDashboard(ctx context.Context, nwc *v1alpha1.Client, addr string, out 
 			log.Error("serving the dashboard", zap.Error(err))
 		}
 	}()
-	fmt.Fprintf(out, "   dashboard: http://%s (the rollouts below, live; `nodewise dashboard` serves the same with the KUBECONFIG above)\n", ln.Addr())
+	fmt.Fprintf(out, "   dashboard: %s (the rollouts below, live; `nodewise dashboard` serves the same with the KUBECONFIG above)\n", srv.URL(ln.Addr().String()))
 	return func() { stop(); <-done }, nil
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,17 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 	bin := testkit.Binary(t, "nodewise")
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	base := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	printed := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	pu, err := url.Parse(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + pu.Host
 	tab := browser.New(t) // closed before the server stops
+	// As a person opens the printed URL: the session's cookie.
+	if err := chromedp.Do(tab, chromedp.Navigate(printed)); err != nil {
+		t.Fatal(err)
+	}
 	shots := browser.ScreenshotDir(t)
 
 	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst")
@@ -133,7 +143,9 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 		t.Error(err)
 	}
 
-	dom, err := browser.DumpDOM(ctx, base+"/rollouts/rst")
+	// A one-shot browser has no session: the printed URL's token, on the
+	// rollout page's address.
+	dom, err := browser.DumpDOM(ctx, base+"/rollouts/rst?"+pu.RawQuery)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package testkit
 import (
 	"bufio"
 	"io"
+	"net/http"
+	"net/http/cookiejar"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -11,12 +13,13 @@ import (
 	"time"
 )
 
-var servedURL = regexp.MustCompile(`http://[0-9.]+:[0-9]+`)
+var servedURL = regexp.MustCompile(`http://[0-9.]+:[0-9]+(/[^\s]*)?`)
 
 // Serve starts bin with args, a command that prints the URL it serves on
 // its first line of stdout (such as `nodewise dashboard`), and returns that
-// URL. When the test ends the process gets SIGTERM, and the test fails
-// unless it exits cleanly within a minute.
+// URL as printed, its path and query (a session's ?token=) included. When
+// the test ends the process gets SIGTERM, and the test fails unless it exits
+// cleanly within a minute.
 func Serve(t testing.TB, bin string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -51,4 +54,23 @@ func Serve(t testing.TB, bin string, args ...string) string {
 		t.Fatalf("%s printed no URL on its first line %q: %v (stderr %q)", bin, first, readErr, stderr.String())
 	}
 	return url
+}
+
+// Session opens the URL a dashboard printed (its ?token= sets the session's
+// cookie and redirects to the address without it) as a person's browser
+// does, and returns a client that keeps that cookie. It fails t unless the
+// URL lands with 200 at an address without the token.
+func Session(t testing.TB, printed string) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar}
+	resp, err := client.Get(printed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Query().Has("token") {
+		t.Fatalf("opening the printed URL %s: %s at %s; want 200 at the address without its token", printed, resp.Status, resp.Request.URL)
+	}
+	return client
 }
