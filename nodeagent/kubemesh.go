@@ -298,24 +298,19 @@ type podProc struct {
 // Processes that exit during the scan are left out.
 func scanPodProcs(root string, uids map[string]bool) (map[string][]podProc, error) {
 	out := map[string][]podProc{}
-	err := eachPodProcess(root, func(pid int, _, uid string) {
+	err := eachPodProcess(root, func(d *procDir, uid string) {
 		if !uids[uid] {
 			return
 		}
-		d, err := openProcDir(root, pid)
-		if err != nil {
-			return
-		}
-		defer d.Close()
 		id, alive, err := d.identify()
 		if err != nil || id.uid != uid {
-			return // exited, or its PID went to another process since
+			return // exited since
 		}
 		comm, err := d.readFile("comm")
 		if err != nil {
 			return
 		}
-		out[uid] = append(out[uid], podProc{pid: pid, comm: strings.TrimSpace(string(comm)), id: id, alive: alive})
+		out[uid] = append(out[uid], podProc{pid: d.pid, comm: strings.TrimSpace(string(comm)), id: id, alive: alive})
 	})
 	if err != nil {
 		return nil, err

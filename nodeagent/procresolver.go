@@ -49,9 +49,11 @@ type seenPod struct {
 var podUIDInCgroup = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
 
 // eachPodProcess calls fn for every process under the proc root root whose
-// cgroup names a pod (podUIDFromCgroup), with its PID, its /proc directory
-// and the pod's UID. Processes that exit during the walk are left out.
-func eachPodProcess(root string, fn func(pid int, dir, uid string)) error {
+// cgroup names a pod (podUIDFromCgroup), with the process held by its /proc
+// directory (what fn reads through it is of that process, even if its PID
+// changes hands meanwhile) and the pod's UID. The directory is closed when
+// fn returns. Processes that exit during the walk are left out.
+func eachPodProcess(root string, fn func(d *procDir, uid string)) error {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return fmt.Errorf("listing %s: %w", root, err)
@@ -61,14 +63,16 @@ func eachPodProcess(root string, fn func(pid int, dir, uid string)) error {
 		if err != nil {
 			continue
 		}
-		dir := filepath.Join(root, e.Name())
-		cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+		d, err := openProcDir(root, pid)
 		if err != nil {
 			continue
 		}
-		if uid, ok := podUIDFromCgroup(string(cg)); ok {
-			fn(pid, dir, uid)
+		if cg, err := d.readFile("cgroup"); err == nil {
+			if uid, ok := podUIDFromCgroup(string(cg)); ok {
+				fn(d, uid)
+			}
 		}
+		d.Close()
 	}
 	return nil
 }
@@ -104,6 +108,19 @@ func (k NamespaceKey) of(dir string) (uint32, error) {
 		return nsInode(filepath.Join(dir, "net", "snmp"))
 	}
 	return nsInode(filepath.Join(dir, "ns", "net"))
+}
+
+// ofProc is of for a held process.
+func (k NamespaceKey) ofProc(d *procDir) (uint32, error) {
+	name := "ns/net"
+	if k == KeyProcNet {
+		name = "net/snmp"
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, name, &st, 0); err != nil {
+		return 0, err
+	}
+	return uint32(st.Ino), nil
 }
 
 func nsInode(path string) (uint32, error) {
@@ -183,8 +200,8 @@ func remember(seen map[uint32]seenPod, uids map[uint32]string, names map[string]
 func scanNetnsUIDs(root string, host uint32, key NamespaceKey) (map[uint32]string, error) {
 	uids := map[uint32]string{}
 	conflict := map[uint32]bool{}
-	err := eachPodProcess(root, func(_ int, dir, uid string) {
-		ns, err := key.of(dir)
+	err := eachPodProcess(root, func(d *procDir, uid string) {
+		ns, err := key.ofProc(d)
 		if err != nil || ns == host {
 			return // the process exited, or shares the host's namespace
 		}

@@ -2,9 +2,6 @@ package nodeagent
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 
 	"github.com/nodewise/nodewise/bpf"
@@ -37,17 +34,27 @@ func newProcSource(root string) *procSource {
 
 func (s *procSource) mode() string { return health.ModeProc }
 
-func (s *procSource) readPID(pid int) (procCounts, error) {
-	dir := filepath.Join(s.root, strconv.Itoa(pid), "net")
+// readPID reads the counters of namespace ns from process pid, the one the
+// scan found in it: through its /proc directory, and only while it is still
+// in ns (its PID may have gone to a process of another namespace since).
+func (s *procSource) readPID(ns uint32, pid int) (procCounts, error) {
+	d, err := openProcDir(s.root, pid)
+	if err != nil {
+		return procCounts{}, err
+	}
+	defer d.Close()
+	if in, err := KeyProcNet.ofProc(d); err != nil || in != ns {
+		return procCounts{}, fmt.Errorf("process %d of namespace %d: %w", pid, ns, errGone)
+	}
 	var maps [2]map[string]map[string]uint64
-	for i, f := range []string{"snmp", "netstat"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
+	for i, f := range []string{"net/snmp", "net/netstat"} {
+		b, err := d.readFile(f)
 		if err != nil {
 			return procCounts{}, err
 		}
 		m, err := parseNetStats(string(b))
 		if err != nil {
-			return procCounts{}, fmt.Errorf("parsing %s/%s: %w", dir, f, err)
+			return procCounts{}, fmt.Errorf("parsing %d/%s: %w", pid, f, err)
 		}
 		maps[i] = m
 	}
@@ -62,7 +69,7 @@ func (s *procSource) read() (reading, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ns, pid := range pids {
-		cur, err := s.readPID(pid)
+		cur, err := s.readPID(ns, pid)
 		if err != nil {
 			continue // the process exited between the scan and the read
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodewise/nodewise/bpf"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/test/netrig"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -384,5 +386,66 @@ func TestKubeMeshZtunnelsAreTheDaemonSetsPods(t *testing.T) {
 		if w := want[name]; !slices.Equal(got, w) || z.Current != w[len(w)-1] {
 			t.Errorf("%s DaemonSets: ztunnels %+v, want the processes %v, the newest (%d) current", name, z, w, w[len(w)-1])
 		}
+	}
+}
+
+// TestProcCountersNotReadFromAReusedPID: proc mode reads a namespace's
+// counters from a process the scan found in it. When that process exits and
+// its PID goes to a process of another namespace before the read, that
+// namespace's counts must not land on the first one's.
+func TestProcCountersNotReadFromAReusedPID(t *testing.T) {
+	r := netrig.New(t)
+	quiet, busy := r.AddPod("quiet"), r.AddPod("busy")
+	key := func(pid int) (uint32, error) { return nsInode(fmt.Sprintf("/proc/%d/net/snmp", pid)) }
+	keyOf := func(p *netrig.Pod) (ns uint32) { // read from a thread in the namespace
+		if err := p.Do(func() (err error) { ns, err = nsInode("/proc/thread-self/net/snmp"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	quietNS, busyNS := keyOf(quiet), keyOf(busy)
+	inNS := func(cmd *exec.Cmd, ns uint32) {
+		testkit.WaitFor(t, 10*time.Second, "the process in its namespace", func() (bool, error) {
+			got, err := key(cmd.Process.Pid)
+			return err == nil && got == ns, fmt.Errorf("process %d in namespace %d, want %d (%v)", cmd.Process.Pid, got, ns, err)
+		})
+	}
+	scanned := spawn(t, quiet.Name, "", nil, false, "sleep", "1000000")
+	inNS(scanned, quietNS)
+
+	s := newProcSource("/proc")
+	var between func() // runs between the scan and the read
+	s.pids = func() (map[uint32]int, error) {
+		if between != nil {
+			between()
+		}
+		return map[uint32]int{quietNS: scanned.Process.Pid}, nil
+	}
+	if _, err := s.read(); err != nil {
+		t.Fatal(err)
+	}
+	busy.ListenEcho(t, 9000, false)
+	if err := busy.Do(func() error {
+		for range 20 {
+			c, err := net.Dial("tcp4", busy.IP.String()+":9000")
+			if err != nil {
+				return err
+			}
+			c.Close()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	between = func() {
+		kill(t, scanned)
+		inNS(reusePID(t, scanned.Process.Pid, func() *exec.Cmd { return prepare(t, busy.Name, "", nil, "sleep", "1000000") }), busyNS)
+	}
+	rd, err := s.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rd.counters[bpf.Key{Netns: quietNS, Side: bpf.SideApp}]; c == nil || c.Connects != 0 || c.Accepts != 0 {
+		t.Errorf("the quiet namespace, its scanned PID now a process of the busy one: %+v, want no connections (busy's are not its own)", c)
 	}
 }
