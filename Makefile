@@ -103,6 +103,10 @@ bench-ebpf: deps ## The agent's eBPF programs beside a program that only counts,
 bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,000 nodes (in-process caches): the event's pass beside the full pass it replaced; one `reconcile nodes=… change=… mode=… cpu_us_per_change=… …` line each, and the 5,000/1,000 ratios.
 	$(GO) test -run '^$$' -bench BenchmarkReconcilePerNodeChange -benchtime 1x -count 1 -timeout 30m ./orchestrator
 
+.PHONY: bench-status
+bench-status: ## The status writer's fit of a NodeRollout two thirds through at 12,000 and 50,000 nodes: the time of a write's fit, the object as written and with the API server's record of its fields (under 1 MiB), the entries listed and omitted.
+	$(GO) test -run '^$$' -bench BenchmarkStatusSize -benchtime 5x -count 1 -timeout 30m ./orchestrator/write
+
 .PHONY: bench-scale
 bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, APPS (10) app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
 	NODEWISE_BENCH_SCALE=$(NODES) NODEWISE_BENCH_APPS=$(APPS) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e

@@ -124,13 +124,20 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 				lists = append(lists, again)
 			}
 		}
-		all, read := map[uint64]bool{}, map[int]bool{0: true}
+		// A process is read once; a PID listed again as another process
+		// (the first exited, its PID reused) is read again.
+		type proc struct {
+			pid int
+			id  procID
+		}
+		all, read := map[uint64]bool{}, map[proc]bool{}
 		for _, z := range lists {
 			for _, pid := range append([]int{z.Current}, z.Older...) {
-				if read[pid] {
+				p := proc{pid, z.procs[pid]}
+				if pid == 0 || read[p] {
 					continue
 				}
-				read[pid] = true
+				read[p] = true
 				inodes, err := z.sockets(procRoot, pid)
 				if err != nil {
 					continue // exited since it was listed: its sockets are gone with it

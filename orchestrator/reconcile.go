@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -321,17 +322,19 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 			}
 			ns := &s.Nodes[i]
 			ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
-			if st, ok := settled[pn.Name]; ok && ns.State != st {
+			if st, found := settled[pn.Name]; found && ns.State != st {
 				ns.State, ns.StateSince = st, &now
-				ns.Reason = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st)
-				if ns.FinishTime == nil {
-					ns.FinishTime = &now
+				if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
+					ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
 				}
 			}
 			ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
 		}
 		if d.Phase != v1alpha1.PhasePending {
 			s.Nodes = pruneUnplanned(s.Nodes, d.Order)
+		}
+		if len(d.Order) > 0 {
+			s.Omitted = nil // every planned node has its entry again, an omitted one too
 		}
 		s.Counts = planner.Counts(s.Nodes)
 		setConditions(s, d, nr.Generation)

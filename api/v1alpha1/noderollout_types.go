@@ -446,6 +446,17 @@ type NodeRolloutStatus struct {
 	Targets []TargetStatus `json:"targets,omitempty"`
 	// +optional
 	Counts RolloutCounts `json:"counts,omitempty"`
+	// Omitted counts, by state, the nodes that have no entry in Nodes: the
+	// status is degraded. With every entry it would be over its budget
+	// (896 KiB for its JSON and the API server's record of its fields, so
+	// the object stays under 1 MiB, below etcd's 1.5 MiB request limit),
+	// so the entries needed least went first: passed nodes (oldest first),
+	// then Pending ones, then Skipped ones; the entries of nodes in flight
+	// and failed stay. Counts counts every node. Each node's progress is
+	// also its own record, on its annotations. Absent while every node has
+	// its entry.
+	// +optional
+	Omitted *RolloutCounts `json:"omitted,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=name

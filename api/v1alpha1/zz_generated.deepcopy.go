@@ -512,6 +512,11 @@ func (in *NodeRolloutStatus) DeepCopyInto(out *NodeRolloutStatus) {
 		copy(*out, *in)
 	}
 	out.Counts = in.Counts
+	if in.Omitted != nil {
+		in, out := &in.Omitted, &out.Omitted
+		*out = new(RolloutCounts)
+		**out = **in
+	}
 	if in.Nodes != nil {
 		in, out := &in.Nodes, &out.Nodes
 		*out = make([]NodeStatus, len(*in))

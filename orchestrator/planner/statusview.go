@@ -22,6 +22,10 @@ func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 	if s.HaltReason != "" {
 		fmt.Fprintf(w, "HALTED: %s\n", s.HaltReason)
 	}
+	if o := s.Omitted; o != nil {
+		fmt.Fprintf(w, "DEGRADED: the status is over its size budget and lists %d of %d nodes (in flight and failed first); not listed: %s (each node's step: annotation %s)\n",
+			c.Total-o.Total, c.Total, countsLine(*o), model.AnnotationStep)
+	}
 	for _, cond := range s.Conditions {
 		if cond.Type == "Valid" && cond.Status == "False" {
 			fmt.Fprintf(w, "INVALID: %s\n", cond.Message)
@@ -43,6 +47,20 @@ func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Wave, name, orDash(n.Zone), n.State, since, orDash(trunc(n.Verdict, 60)), orDash(trunc(n.Reason, 80)))
 	}
 	return tw.Flush()
+}
+
+// countsLine is c's non-zero counts, "11700 done, 88 pending".
+func countsLine(c v1alpha1.RolloutCounts) string {
+	var parts []string
+	for _, p := range []struct {
+		n    int32
+		what string
+	}{{c.Done, "done"}, {c.Pending, "pending"}, {c.Skipped, "skipped"}, {c.RolledBack, "rolled back"}, {c.InProgress, "in flight"}, {c.Failed, "failed"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func sortNodeStatus(ns []v1alpha1.NodeStatus) {

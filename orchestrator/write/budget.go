@@ -1,4 +1,4 @@
-package planner
+package write
 
 import (
 	"encoding/json"
@@ -9,11 +9,21 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
-// statusBudget bounds a NodeRollout's status in bytes of JSON. etcd refuses
-// a request over 1.5 MiB (--max-request-bytes), and the object carries its
-// spec and metadata besides: the status gets 1 MiB. An entry with a judge's
-// judgement is a few KiB, one with the readiness gate's verdict ≈ 400 bytes,
-// so from a few thousand nodes the entries no longer fit as they are.
+// objectBudget bounds what a NodeRollout's status costs the stored object,
+// in bytes. etcd refuses a request over 1.5 MiB (--max-request-bytes), and
+// the object carries more than the status's JSON: its spec and metadata,
+// and in metadata.managedFields the API server's record of every field the
+// status writer set, which names each node entry's fields again (about as
+// many bytes as the entry). The status and that record get 896 KiB, the
+// spec and the rest of the metadata 128 KiB: the object stays under 1 MiB.
+// An entry with a judge's judgement is a few KiB, one with the readiness
+// gate's verdict ≈ 400 bytes, a passed one trimmed to its outcome ≈ 250
+// bytes with its record: from about 3,500 nodes not every entry fits even
+// trimmed, and the status omits some (omit.go).
+const objectBudget = 896 << 10
+
+// statusBudget bounds a status's JSON alone, for fitStatus; the status
+// writer keeps to objectBudget, which is always the tighter.
 const statusBudget = 1 << 20
 
 // trimmedMark ends a verdict whose detail fitStatus dropped.
@@ -39,7 +49,22 @@ func boundMessages(s *v1alpha1.NodeRolloutStatus) {
 	}
 }
 
-// fitStatus keeps s within budget, cutting in this order until it fits:
+// fitStatus trims s to budget bytes of JSON (trimEntries, measured by
+// jsonSize alone, every step in turn) and returns how many entries it
+// trimmed.
+func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
+	_, n := trimEntries(s, budget, jsonOnly, append(detailSteps, recordSteps...))
+	return n
+}
+
+// trimStep is one cut trimEntries makes to the entries of one kind; cut
+// says whether it changed the entry.
+type trimStep struct {
+	kind entryKind
+	cut  func(*v1alpha1.NodeStatus) bool
+}
+
+// The steps of trimEntries, in order:
 //
 //  1. the nodes that passed (Done or RolledBack, not failing), oldest finish
 //     first: their judgement goes and their verdict keeps its outcome word;
@@ -61,88 +86,134 @@ func boundMessages(s *v1alpha1.NodeRolloutStatus) {
 //     before/after rows of their judgements, then their judgement (the
 //     verdict keeps its outcome word and the reason stays).
 //
-// Every free-text field is first cut to messageLimit (boundMessages), and
-// nothing the planner reads (state, zone, wave, canary, finish time) is
-// touched. It returns how many entries it trimmed; a status that fits is
+// The status writer omits the entries of history (omit.go) between steps 3
+// and 4: what a successor resumes a node with goes last.
+var (
+	detailSteps = []trimStep{{kindPassed, trimVerdict}, {kindPassed, trimTimes}, {kindInFlight, trimRows}}
+	recordSteps = []trimStep{{kindInFlight, trimControls}, {kindInFlight, trimBaseline}, {kindEnded, trimRows}, {kindEnded, trimVerdict}}
+)
+
+// trimEntries keeps s within budget, as sz measures it, making the steps'
+// cuts in turn until it fits. Every free-text field is first cut to
+// messageLimit (boundMessages), and nothing the planner reads (state, zone,
+// wave, canary, finish time) is touched. It returns the size it measured
+// after trimming and how many entries it trimmed; a status that fits is
 // left as it is.
-func fitStatus(s *v1alpha1.NodeRolloutStatus, budget int) int {
+func trimEntries(s *v1alpha1.NodeRolloutStatus, budget int, sz sizer, steps []trimStep) (size, trimmed int) {
 	boundMessages(s)
-	size := jsonSize(s)
+	size = sz.status(s)
 	if size <= budget {
-		return 0
+		return size, 0
 	}
-	var passed, inFlight, ended []int
-	for i, n := range s.Nodes {
-		switch {
-		case (n.State == v1alpha1.NodeDone || n.State == v1alpha1.NodeRolledBack) && !strings.HasPrefix(n.Verdict, string(v1alpha1.OutcomeFail)):
-			passed = append(passed, i)
-		case model.InFlight(n.State):
-			inFlight = append(inFlight, i)
-		case n.State == v1alpha1.NodeFailed || n.State == v1alpha1.NodeSkipped:
-			ended = append(ended, i)
-		}
-	}
-	byFinish := func(idx []int) {
-		sort.SliceStable(idx, func(a, b int) bool {
-			fa, fb := s.Nodes[idx[a]].FinishTime, s.Nodes[idx[b]].FinishTime
-			return fa != nil && (fb == nil || fa.Before(fb))
-		})
-	}
-	byFinish(passed)
-	byFinish(ended)
-	trimmed := map[int]bool{}
-	for _, pass := range []struct {
-		nodes []int
-		cut   func(*v1alpha1.NodeStatus)
-	}{{passed, trimVerdict}, {passed, trimTimes}, {inFlight, trimRows}, {inFlight, trimControls}, {inFlight, trimBaseline}, {ended, trimRows}, {ended, trimVerdict}} {
-		for _, i := range pass.nodes {
+	kinds := entryKinds(s)
+	cut := map[int]bool{}
+	for _, step := range steps {
+		for _, i := range kinds[step.kind] {
 			if size <= budget {
-				return len(trimmed)
+				return size, len(cut)
 			}
 			n := &s.Nodes[i]
-			before := jsonSize(n)
-			pass.cut(n)
-			if after := jsonSize(n); after < before {
+			was := *n // a cut replaces what it changes, never changes it in place
+			if !step.cut(n) {
+				continue
+			}
+			if before, after := sz.entry(&was), sz.entry(n); after < before {
 				size -= before - after
-				trimmed[i] = true
+				cut[i] = true
 			}
 		}
 	}
-	return len(trimmed)
+	return size, len(cut)
+}
+
+// entryKind is what a node entry is to the budget.
+type entryKind int
+
+const (
+	kindPassed   entryKind = iota // Done or RolledBack, not failing
+	kindInFlight                  // in flight
+	kindEnded                     // Failed or Skipped
+	kindPending                   // not started
+	kindSkipped                   // the Skipped ones among kindEnded (omitEntries)
+)
+
+// entryKinds are the indexes of s's entries by kind, those that ended
+// oldest finish first (an unknown finish first), the others in s's order.
+func entryKinds(s *v1alpha1.NodeRolloutStatus) map[entryKind][]int {
+	kinds := map[entryKind][]int{}
+	for i, n := range s.Nodes {
+		k := kindPending
+		switch {
+		case (n.State == v1alpha1.NodeDone || n.State == v1alpha1.NodeRolledBack) && !strings.HasPrefix(n.Verdict, string(v1alpha1.OutcomeFail)):
+			k = kindPassed
+		case model.InFlight(n.State):
+			k = kindInFlight
+		case n.State == v1alpha1.NodeFailed || n.State == v1alpha1.NodeSkipped || n.State == v1alpha1.NodeDone || n.State == v1alpha1.NodeRolledBack:
+			k = kindEnded
+		}
+		kinds[k] = append(kinds[k], i)
+	}
+	for _, k := range []entryKind{kindPassed, kindEnded} {
+		idx := kinds[k]
+		sort.SliceStable(idx, func(a, b int) bool {
+			fa, fb := s.Nodes[idx[a]].FinishTime, s.Nodes[idx[b]].FinishTime
+			return (fa == nil && fb != nil) || (fa != nil && fb != nil && fa.Before(fb))
+		})
+	}
+	return kinds
+}
+
+// FitStatus brings s within the status budget as the status writer writes
+// it (fit) and returns how many entries it trimmed and how many it omitted.
+func FitStatus(s *v1alpha1.NodeRolloutStatus) (trimmed, omitted int) {
+	var out v1alpha1.NodeRolloutStatus
+	out, trimmed, omitted, _ = fit(s)
+	*s = out
+	return trimmed, omitted
 }
 
 // trimVerdict drops a passed node's judgement and keeps its verdict's
 // outcome word.
-// FitStatus is what the status writer does to every status it writes: it
-// trims s to the status budget (see fitStatus) and returns how many entries
-// it trimmed.
-func FitStatus(s *v1alpha1.NodeRolloutStatus) int { return fitStatus(s, statusBudget) }
-
-func trimVerdict(n *v1alpha1.NodeStatus) {
+func trimVerdict(n *v1alpha1.NodeStatus) bool {
 	if n.Judgement == nil && (n.Verdict == "" || strings.HasSuffix(n.Verdict, trimmedMark)) {
-		return
+		return false
 	}
 	n.Judgement = nil
 	if n.Verdict != "" {
 		outcome, _, _ := strings.Cut(n.Verdict, ":")
 		n.Verdict = outcome + trimmedMark
 	}
+	return true
 }
 
-func trimTimes(n *v1alpha1.NodeStatus) { n.StartTime, n.StateSince = nil, nil }
+func trimTimes(n *v1alpha1.NodeStatus) bool {
+	had := n.StartTime != nil || n.StateSince != nil
+	n.StartTime, n.StateSince = nil, nil
+	return had
+}
 
 // trimRows drops a judgement's before/after rows, keeping its counters.
-func trimRows(n *v1alpha1.NodeStatus) {
-	if n.Judgement != nil && n.Judgement.Rows != nil {
-		j := *n.Judgement
-		j.Rows, j.PodAges = nil, nil
-		n.Judgement = &j
+func trimRows(n *v1alpha1.NodeStatus) bool {
+	if n.Judgement == nil || (n.Judgement.Rows == nil && n.Judgement.PodAges == nil) {
+		return false
 	}
+	j := *n.Judgement
+	j.Rows, j.PodAges = nil, nil
+	n.Judgement = &j
+	return true
 }
 
-func trimControls(n *v1alpha1.NodeStatus) { n.Controls = "" }
+func trimControls(n *v1alpha1.NodeStatus) bool {
+	had := n.Controls != ""
+	n.Controls = ""
+	return had
+}
 
-func trimBaseline(n *v1alpha1.NodeStatus) { n.Baseline, n.Controls = "", "" }
+func trimBaseline(n *v1alpha1.NodeStatus) bool {
+	had := n.Baseline != "" || n.Controls != ""
+	n.Baseline, n.Controls = "", ""
+	return had
+}
 
 func jsonSize(v any) int {
 	data, err := json.Marshal(v)

@@ -1,4 +1,4 @@
-package planner
+package write
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // bigStatus is a status of n nodes in 5 zones, each judged by the judge with
@@ -36,7 +37,7 @@ func bigStatus(n int) *v1alpha1.NodeRolloutStatus {
 		}
 		s.Nodes = append(s.Nodes, ns)
 	}
-	s.Counts = Counts(s.Nodes)
+	s.Counts = planner.Counts(s.Nodes)
 	return s
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // Status group-commits NodeRollout status writes: mutations queue up,
@@ -215,19 +214,27 @@ func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
 		for _, q := range qs {
 			q.f(&next.Status)
 		}
-		next.Status.Counts = planner.Counts(next.Status.Nodes)
-		planner.FitStatus(&next.Status) // see statusbudget.go
+		next.Status.Counts = counted(&next.Status)
+		// Trimmed here, and over the budget degraded in what is written
+		// only: this process keeps every entry, so its counts and the
+		// passes it plans stay whole (see budget.go and omit.go).
+		sent := *next
+		var apart bool
+		sent.Status, _, _, apart = fit(&next.Status)
 		if equalStatus(cur.Status, next.Status) {
 			w.remember(name, cur)
 			return nil
 		}
-		out, err := w.rollouts.UpdateStatus(ctx, next, metav1.UpdateOptions{})
+		out, err := w.rollouts.UpdateStatus(ctx, &sent, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsConflict(err):
 			w.remember(name, nil) // re-read on the retry
 			return err
 		case err != nil:
 			return fmt.Errorf("writing NodeRollout %s status: %w", name, err)
+		}
+		if apart {
+			out.Status = next.Status // what was written, with every entry
 		}
 		w.remember(name, out)
 		return nil
@@ -262,7 +269,7 @@ func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus
 			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing
 		}
 	}
-	s.Counts = planner.Counts(s.Nodes)
+	s.Counts = counted(&s)
 	return s, true
 }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/write"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
 
@@ -405,7 +405,7 @@ func requestsByResource(nodes int, scrapes ...map[string]*dto) string {
 
 // statusSize is the JSON size of nr with its node entries repeated copies
 // times under new names (copies 1 is the object as it is), and the size
-// after planner.FitStatus, with how many entries that trimmed.
+// after write.FitStatus, with how many entries that trimmed.
 func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, trimmed int) {
 	t.Helper()
 	big := nr.DeepCopy()
@@ -424,7 +424,7 @@ func statusSize(t testing.TB, nr *v1alpha1.NodeRollout, copies int) (asIs, fit, 
 		return len(data)
 	}
 	asIs = size()
-	trimmed = planner.FitStatus(&big.Status)
+	trimmed, _ = write.FitStatus(&big.Status)
 	return asIs, size(), trimmed
 }
 
