@@ -97,7 +97,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
 	fs.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
-	fs.StringVar(&rc.dashboardAddr, "dashboard-addr", "", "address of the read-only dashboard, a port of its own (empty: off)")
+	fs.StringVar(&rc.dashboardAddr, "dashboard-addr", "", "loopback address of the read-only dashboard, a port of its own, reached with kubectl port-forward (e.g. 127.0.0.1:3100; empty: off)")
 	fs.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
 		cfg.ZtunnelSwap = model.SwapKind(v)
 		return nil

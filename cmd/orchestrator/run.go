@@ -163,7 +163,10 @@ func run(ctx context.Context, rc runConfig) error {
 // dashboardTask serves the dashboard read-only on its own address, on every
 // replica, with the orchestrator's own credentials: the NodeRollouts, and
 // the RevisionMigrations when this process runs their controller (the
-// noderollout controller's RBAC does not read them).
+// noderollout controller's RBAC does not read them). It has no login of its
+// own: it listens on the pod's loopback only, where `kubectl port-forward`
+// reaches it after the API server has authenticated the user and
+// authorised pods/portforward; no other pod can.
 func dashboardTask(addr string, cfg orchestrator.Config, migrations bool) (task, error) {
 	nwc, err := v1alpha1.NewForConfig(cfg.RESTConfig)
 	if err != nil {
@@ -177,12 +180,28 @@ func dashboardTask(addr string, cfg orchestrator.Config, migrations bool) (task,
 	if err != nil {
 		return nil, err
 	}
+	ln, err := listenDashboard(addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("serving the read-only dashboard", zap.String("address", ln.Addr().String()))
+	return func(ctx context.Context) error { return srv.Serve(ctx, ln) }, nil
+}
+
+// listenDashboard listens on addr, which must be a loopback address.
+func listenDashboard(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--dashboard-addr %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--dashboard-addr %s: the read-only dashboard has no login of its own and listens on loopback only (--dashboard-addr=127.0.0.1:%s); reach it with kubectl port-forward", addr, port)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--dashboard-addr %s: %w", addr, err)
 	}
-	cfg.Logger.Info("serving the read-only dashboard", zap.String("address", ln.Addr().String()))
-	return func(ctx context.Context) error { return srv.Serve(ctx, ln) }, nil
+	return ln, nil
 }
 
 // revisionTasks are the proxy inventory (read-only, on every replica) and the

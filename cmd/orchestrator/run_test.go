@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,11 +16,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/sim/simpki"
+	"github.com/nodewise/nodewise/test/chart"
 )
 
 func TestParseControllers(t *testing.T) {
@@ -147,4 +153,114 @@ func TestDashboardTaskServesReadOnly(t *testing.T) {
 	if _, err := dashboardTask(ln.Addr().String(), cfg, false); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") {
 		t.Errorf("a taken address: %v", err)
 	}
+}
+
+// TestDashboardTaskListensOnLoopbackOnly: the in-cluster dashboard has no
+// login of its own, so it is reached only through `kubectl port-forward`
+// (the API server authenticates and authorises pods/portforward): an
+// address on every interface or a pod IP is refused, naming the flag and
+// the way in.
+func TestDashboardTaskListensOnLoopbackOnly(t *testing.T) {
+	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "10.0.0.7:3100", "nodewise-orchestrator:3100"} {
+		if _, err := dashboardTask(addr, cfg, false); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") || !strings.Contains(err.Error(), "port-forward") {
+			t.Errorf("--dashboard-addr=%s: %v; want it refused, naming the flag and kubectl port-forward", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+		ln, err := listenDashboard(addr)
+		if err != nil {
+			t.Errorf("--dashboard-addr=%s: %v", addr, err)
+			continue
+		}
+		if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			t.Errorf("--dashboard-addr=%s listens on %s", addr, ln.Addr())
+		}
+		ln.Close()
+	}
+}
+
+// TestChartBindsTheDashboardToLoopback: the chart's orchestrator, with the
+// dashboard on, passes an address this binary accepts and that listens on
+// loopback alone (a connection to another of this host's addresses is
+// refused), and neither the container nor the Service publishes the port.
+func TestChartBindsTheDashboardToLoopback(t *testing.T) {
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	objs, err := chart.Template(t.Context(), "dashboard.enabled=true", fmt.Sprintf("dashboard.port=%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, o := range objs {
+		switch chart.Key(o) {
+		case "Deployment nodewise-system/nodewise-orchestrator":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			c := d.Spec.Template.Spec.Containers[0]
+			args = c.Args
+			for _, p := range c.Ports {
+				if p.ContainerPort == int32(port) || p.Name == "dashboard" {
+					t.Errorf("the orchestrator container publishes the dashboard's port: %+v", p)
+				}
+			}
+		case "Service nodewise-system/nodewise-orchestrator":
+			ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+			for _, p := range ports {
+				if m, _ := p.(map[string]any); m["targetPort"] == "dashboard" || fmt.Sprint(m["port"]) == fmt.Sprint(port) {
+					t.Errorf("the Service publishes the dashboard: %v", m)
+				}
+			}
+		}
+	}
+	if args == nil {
+		t.Fatalf("the chart renders no nodewise-orchestrator Deployment (keys %v)", keys(objs))
+	}
+	rc, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatalf("the chart's args %q: %v", args, err)
+	}
+	if want := fmt.Sprintf("127.0.0.1:%d", port); rc.dashboardAddr != want {
+		t.Errorf("the chart renders --dashboard-addr=%s, want %s", rc.dashboardAddr, want)
+	}
+	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
+	serve, err := dashboardTask(rc.dashboardAddr, cfg, false)
+	if err != nil {
+		t.Fatalf("the chart's --dashboard-addr=%s: %v", rc.dashboardAddr, err)
+	}
+	defer func() { // a task whose context has ended closes its listener
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_ = serve(ctx)
+	}()
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		t.Errorf("the dashboard does not answer on loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(ipn.IP.String(), fmt.Sprint(port)), 5*time.Second); err == nil {
+			c.Close()
+			t.Errorf("the dashboard answers on %s, not on loopback alone", ipn.IP)
+		}
+	}
+}
+
+func keys(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, chart.Key(o))
+	}
+	return out
 }
