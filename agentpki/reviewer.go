@@ -46,8 +46,16 @@ type ReviewerConfig struct {
 // all (a request over the ration is refused with a RetryAfter, never queued),
 // and the admitted tokens are kept apart from the refused ones: a flood of
 // random tokens can neither evict the orchestrator's verdict nor delay its
-// next review. Give it a client of its own (ReviewClient), so the reviews do
-// not queue behind the agent's other API calls, nor they behind the reviews.
+// next review. A new token is first checked against the ServiceAccount
+// issuer's public keys (issuerKeys): one the API server signed for an
+// allowed caller (its sub and aud claims), current, is reviewed under a
+// ration of its own that no other pod's token can spend, so a flood of
+// unknown tokens never starves a new leader's first token; one signed for
+// another caller, or naming an issuer key with a wrong signature, is refused
+// without a review. A token the keys cannot tell (not a JWT, another
+// issuer, the keys unreadable) is rationed with the unknown ones. Give it a
+// client of its own (ReviewClient), so the reviews do not queue behind the
+// agent's other API calls, nor they behind the reviews.
 type Reviewer struct {
 	cfg ReviewerConfig
 
@@ -56,6 +64,8 @@ type Reviewer struct {
 	refused  map[cacheKey]verdict
 	all      *rate.Limiter            // reviews of unknown tokens, every source together
 	sources  map[string]*rate.Limiter // the same per source address
+	signed   *rate.Limiter            // reviews of new tokens the issuer signed for an allowed caller
+	keys     *issuerKeys
 }
 
 type cacheKey struct {
@@ -78,12 +88,14 @@ const (
 	// maxAdmitted bounds the admitted tokens; only the allowed callers'
 	// tokens get here (a few per caller and rotation).
 	maxAdmitted = 64
-	// Reviews of tokens not admitted before: per source address, and in all.
+	// Reviews of tokens not admitted before: per source address, and in all;
+	// of new tokens the issuer signed for an allowed caller, apart.
 	unknownPerSource, unknownPerSourceBurst = 1, 3
 	unknownInAll, unknownInAllBurst         = 5, 10
+	signedInAll, signedInAllBurst           = 5, 10
 	// ReviewQPS and ReviewBurst are ReviewClient's client-side limits:
-	// above twice the unknown tokens' ration (a /metrics token may take two
-	// reviews), so an admitted token's review never waits behind them.
+	// above twice both rations (a /metrics token may take two reviews), so
+	// an admitted token's review never waits behind them.
 	ReviewQPS, ReviewBurst = 25, 50
 )
 
@@ -137,7 +149,8 @@ func NewReviewer(cfg ReviewerConfig) (*Reviewer, error) {
 		cfg.Now = time.Now
 	}
 	return &Reviewer{cfg: cfg, admitted: map[cacheKey]time.Time{}, refused: map[cacheKey]verdict{},
-		all: rate.NewLimiter(unknownInAll, unknownInAllBurst), sources: map[string]*rate.Limiter{}}, nil
+		all: rate.NewLimiter(unknownInAll, unknownInAllBurst), sources: map[string]*rate.Limiter{},
+		signed: rate.NewLimiter(signedInAll, signedInAllBurst), keys: &issuerKeys{kube: cfg.Kube}}, nil
 }
 
 // Authenticate admits the request's bearer token or says why not.
@@ -149,10 +162,29 @@ func (r *Reviewer) Authenticate(req *http.Request) error {
 	tok = strings.TrimSpace(tok)
 	key := cacheKey{digest: sha256.Sum256([]byte(tok)), metrics: req.URL.Path == "/metrics"}
 	now := r.cfg.Now()
-	if decided, err := r.cached(key, now, req.RemoteAddr); decided {
+	decided, again, err := r.cached(key, now)
+	if decided {
 		return err
 	}
-	err := r.review(req.Context(), tok, key.metrics)
+	signed, claims := signedUnknown, tokenClaims{}
+	if !again {
+		signed, claims = r.keys.check(req.Context(), tok, now)
+	}
+	switch {
+	case again: // admitted before: reviewed again at once, never rationed
+	case signed == signedForged:
+		return errors.New("token names a key of the ServiceAccount issuer but is not signed with it")
+	case signed == signedGood && !claims.valid(now):
+		return errors.New("token expired")
+	case signed == signedGood && !r.mayCall(claims, key.metrics):
+		return fmt.Errorf("caller %s is not allowed", claims.Sub)
+	}
+	if !again {
+		if err := r.ration(now, req.RemoteAddr, signed == signedGood); err != nil {
+			return err
+		}
+	}
+	err = r.review(req.Context(), tok, key.metrics)
 	var transient reviewUnavailable
 	if errors.As(err, &transient) {
 		return err // not cached: the next request asks again
@@ -161,17 +193,38 @@ func (r *Reviewer) Authenticate(req *http.Request) error {
 	return err
 }
 
-// cached answers from the verdicts in memory, or refuses an unknown token
-// over its ration; decided is false when the token is to be reviewed.
-func (r *Reviewer) cached(key cacheKey, now time.Time, remote string) (decided bool, err error) {
+// cached answers from the verdicts in memory; decided is false when the
+// token is to be reviewed, again when it was admitted before (its verdict
+// expired: it is reviewed again at once).
+func (r *Reviewer) cached(key cacheKey, now time.Time) (decided, again bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if expires, ok := r.admitted[key]; ok {
-		// Admitted before: answered, or reviewed again at once (never rationed).
-		return now.Before(expires), nil
+		return now.Before(expires), true, nil
 	}
 	if v, ok := r.refused[key]; ok && now.Before(v.expires) {
-		return true, v.err
+		return true, false, v.err
+	}
+	return false, false, nil
+}
+
+// mayCall: the claims of a token the issuer signed name a caller allowed
+// here (for /metrics, a metrics caller with any audience too).
+func (r *Reviewer) mayCall(c tokenClaims, metrics bool) bool {
+	return (c.hasAudience(r.cfg.Audience) && slices.Contains(r.cfg.Allowed, c.Sub)) || (metrics && slices.Contains(r.cfg.MetricsCallers, c.Sub))
+}
+
+// ration refuses a review over its ration: a token the issuer signed for an
+// allowed caller spends its own; any other new token the unknown tokens',
+// per source address and in all. A token admitted before is never rationed.
+func (r *Reviewer) ration(now time.Time, remote string, signed bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if signed {
+		if !r.signed.AllowN(now, 1) {
+			return RateLimited{after: time.Second}
+		}
+		return nil
 	}
 	source, _, splitErr := net.SplitHostPort(remote)
 	if splitErr != nil {
@@ -185,13 +238,10 @@ func (r *Reviewer) cached(key cacheKey, now time.Time, remote string) (decided b
 		lim = rate.NewLimiter(unknownPerSource, unknownPerSourceBurst)
 		r.sources[source] = lim
 	}
-	if !lim.AllowN(now, 1) {
-		return true, RateLimited{after: time.Second}
+	if !lim.AllowN(now, 1) || !r.all.AllowN(now, 1) {
+		return RateLimited{after: time.Second}
 	}
-	if !r.all.AllowN(now, 1) {
-		return true, RateLimited{after: time.Second}
-	}
-	return false, nil
+	return nil
 }
 
 // remember keeps a review's verdict: an admitted token with the admitted
