@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
@@ -25,8 +27,8 @@ import (
 // TestKubeMeshOnTheKernel runs the production mesh source against a real
 // API server and this machine's /proc: a pod's process runs in a network
 // namespace of its own, placed in a cgroup whose path names the pod's UID
-// (the kubelet's cgroupfs layout), and two processes named ztunnel run in a
-// cgroup of another pod (the systemd layout). The source finds the pod and
+// (the kubelet's cgroupfs layout), and two processes named ztunnel run in the
+// cgroup of the ztunnel DaemonSet's pod (the systemd layout). The source finds the pod and
 // its namespace, the newer ztunnel as the one serving; the enrollment check
 // then opens the namespace and finds no istio-cni rules there (no istio-cni
 // on this machine): not enrolled, failing redirection.
@@ -72,14 +74,15 @@ func TestKubeMeshOnTheKernel(t *testing.T) {
 	// The opted-out pod's process too: a process alone does not make a pod ambient.
 	joinCgroup(t, filepath.Join(cgRoot, "kubepods", "besteffort", "pod"+string(optedOut.UID), "c1"), startIn(t, sleep, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}))
 
-	// Two ztunnels (the binary's name is what counts), the second newer.
+	// Two ztunnels (the binary's name is what counts), the second newer, in
+	// the cgroup of the ztunnel DaemonSet's pod on the node.
 	zbin := filepath.Join(t.TempDir(), "ztunnel")
 	if b, err := os.ReadFile(sleep); err != nil {
 		t.Fatal(err)
 	} else if err := os.WriteFile(zbin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	zuid := strings.ReplaceAll(string(uuid.NewUUID()), "-", "_")
+	zuid := strings.ReplaceAll(string(ztunnelPodOn(t, ctx, c, node).UID), "-", "_")
 	zcg := filepath.Join(cgRoot, "kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-pod"+zuid+".slice")
 	older := startIn(t, zbin, nil)
 	joinCgroup(t, filepath.Join(zcg, "cri-containerd-old.scope"), older)
@@ -138,6 +141,44 @@ func TestKubeMeshOnTheKernel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ztunnelPodOn creates a ztunnel DaemonSet in istio-system (Istio's names)
+// and returns its pod on node.
+func ztunnelPodOn(t *testing.T, ctx context.Context, c *cluster.Cluster, node string) *corev1.Pod {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cluster.IstioNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "ztunnel"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.IstioNamespace, Name: cluster.ZtunnelName},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "istio-proxy", Image: "registry.invalid/ztunnel:1"}}},
+			},
+		},
+	}
+	if _, err := c.Client.AppsV1().DaemonSets(cluster.IstioNamespace).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	testkit.WaitFor(t, time.Minute, "the ztunnel DaemonSet's pod on "+node, func() (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=ztunnel"})
+		if err != nil {
+			return false, err
+		}
+		for i, p := range pods.Items {
+			if p.Spec.NodeName == node {
+				pod = &pods.Items[i]
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d pods, none on %s", len(pods.Items), node)
+	})
+	return pod
 }
 
 // writableCgroup makes a cgroup directory for the test under a hierarchy
