@@ -131,7 +131,7 @@ func TestDashboardCommandAnswersOnlyItsSession(t *testing.T) {
 
 	_, port, _ := strings.Cut(pu.Host, ":")
 	if code, body := do(testkit.Session(t, printed), http.MethodGet, "/rollouts/up", nil, "evil.example:"+port); code != http.StatusMisdirectedRequest {
-		t.Errorf("GET /rollouts/up with the rebinding Host evil.example:%s: %d %q; want 421", port, code, body)
+		t.Errorf("GET /rollouts/up with the rebinding Host evil.example:%s: %d %.80q; want 421", port, code, body)
 	}
 	if code, body := do(curl, http.MethodPost, "/rollouts/up/actions/pause", action, ""); code != http.StatusUnauthorized {
 		t.Errorf("a second local user's pause (no token, no Origin): %d %q; want 401", code, body)
@@ -140,7 +140,7 @@ func TestDashboardCommandAnswersOnlyItsSession(t *testing.T) {
 		t.Errorf("a pause without the session token paused NodeRollout up")
 	}
 	if code, body := do(curl, http.MethodGet, "/rollouts/up", nil, ""); code != http.StatusUnauthorized || !strings.Contains(body, "printed") {
-		t.Errorf("GET /rollouts/up without the session token: %d %q; want 401 saying where the URL was printed", code, body)
+		t.Errorf("GET /rollouts/up without the session token: %d %.80q; want 401 saying where the URL was printed", code, body)
 	}
 
 	s := testkit.Session(t, printed)
