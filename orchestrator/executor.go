@@ -105,7 +105,7 @@ func (e *executor) wire() {
 	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
 	e.skew = &preflight.Skew{Kube: e.kube, DaemonSets: e.dss, Policy: e.cfg.SkewPolicy, IstioNamespace: e.cfg.IstioNamespace, Now: e.cfg.Now, Cache: e.cpCache}
 	e.nodeWrites = &write.Nodes{Kube: e.kube, Cache: e.nodes, Changes: &e.changes, Now: e.cfg.Now, Log: e.log, Recorder: e.recorder}
-	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.cfg.Now}
+	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.cfg.Now, Recreate: &swap.Recreate{Kube: e.kube, Recorder: e.recorder, Log: e.log, Now: e.cfg.Now}}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,
 		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,

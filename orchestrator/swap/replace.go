@@ -31,17 +31,21 @@ type Targets interface {
 	OnNode(tv model.TargetView, node string) (live []*corev1.Pod, terminating int, err error)
 }
 
-// Waits are what both swaps share: the target's reads and the waits on
-// the caches for the DaemonSet controller.
+// Waits are what both swaps share: the target's reads, the waits on the
+// caches for the DaemonSet controller, and the recreate of a new pod stuck
+// not Ready (Recreate; nil: none, the swap halts at its timeout).
 type Waits struct {
-	Targets Targets
-	Changes *observe.Changes
-	Now     func() time.Time
+	Targets  Targets
+	Changes  *observe.Changes
+	Now      func() time.Time
+	Recreate *Recreate
 }
 
 // Replace is the swap in place: it deletes the target's old pod on the node
 // and waits for the DaemonSet controller's new pod to be Ready on the
-// newest revision (the node has no ztunnel in between).
+// newest revision (the node has no ztunnel in between). A new pod still not
+// Ready half way through the swap timeout is deleted once (Recreate): the
+// DaemonSet controller makes the next.
 type Replace struct {
 	Waits
 	Kube kubernetes.Interface
@@ -77,7 +81,7 @@ func (r Replace) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, 
 		}
 		r.Log.Debug("deleted old pod", zap.String("pod", pod.Namespace+"/"+pod.Name), zap.String("node", node))
 	}
-	return r.Ready(ctx, ref, node, deadline, timeout)
+	return r.readyOrRecreate(ctx, ref, node, deadline, timeout)
 }
 
 // Settled waits until the DaemonSet exists and its controller has observed

@@ -130,6 +130,11 @@ func NextSurgeStep(in SurgeInput) SurgeStep {
 			return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s, and the DaemonSet has no live pod on the node to hand a bridge over by: waiting for it to adopt or create one", top.Name, top.Labels[model.LabelControllerRevisionHash], hash)}
 		}
 		b := BridgePod(in.DaemonSet, in.Revision, in.Node, anchor)
+		if terminating(in, b.Name) {
+			// A bridge recreated (Recreate) takes its name back once the
+			// first is gone.
+			return SurgeStep{Kind: SurgeWaitController, Pod: top, Reason: fmt.Sprintf("surge bridge %s is terminating: it is created again once it is gone", b.Name)}
+		}
 		return SurgeStep{Kind: SurgeCreateBridge, Pod: top, Bridge: b, Anchor: anchor,
 			Reason: fmt.Sprintf("newest pod %s is on revision %s, not %s: start %s beside it, handed over by %s", top.Name, top.Labels[model.LabelControllerRevisionHash], hash, b.Name, anchor.Name)}
 	case !podIsReady(top):
@@ -188,6 +193,16 @@ func SurgeLeftovers(in SurgeInput) []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+// terminating: the pod named name on the node is being deleted.
+func terminating(in SurgeInput, name string) bool {
+	for _, p := range in.Pods {
+		if p.Name == name && p.DeletionTimestamp != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // failedBridge is the node's bridge on the newest revision when it is phase

@@ -51,6 +51,11 @@ type Surger struct {
 	// name is the node's and the revision's; the API server's clock, to the
 	// second).
 	BridgeTimeout time.Duration
+	// Recreate, when set (with BridgeTimeout, the swap timeout), deletes a
+	// bridge still not Ready half way through the swap timeout, once per
+	// attempt (its deadline), and creates it again: the wait for the next
+	// ends where the first's would have.
+	Recreate *Recreate
 }
 
 // SurgeResult is what one Swap (or Abandon) did on the node.
@@ -275,6 +280,15 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 	var res SurgeResult
 	var acted time.Time  // when the last step's writes were made
 	var settle time.Time // until when the DaemonSet controller is given to act on a retire
+	var recreated *Recreated
+	checked := false // recreated is read (or made) for this attempt
+	until := func(in SurgeInput) time.Time {
+		d := s.deadline(in, node, deadline)
+		if recreated != nil && recreated.Until.Before(d) {
+			d = recreated.Until
+		}
+		return d
+	}
 	for {
 		var changed <-chan struct{}
 		if s.Changes != nil {
@@ -306,12 +320,12 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			// bridge this loop already created, decided again past the
 			// deadline, times out like any wait: a create never counts as
 			// progress by itself.
-			if step.Kind == SurgeCreateBridge && res.Bridge == step.Bridge.Name && !s.Now().Before(s.deadline(in, node, deadline)) {
+			if step.Kind == SurgeCreateBridge && res.Bridge == step.Bridge.Name && !s.Now().Before(until(in)) {
 				gone, err := s.abandon(ctx, in, &res)
 				if err != nil {
 					return res, err
 				}
-				return res, fmt.Errorf("%s/%s on %s: %w: bridge %s created but never seen live (%d leftover(s) deleted), the older pod keeps serving", ref.Namespace, ref.Name, node, ErrSurgeTimeout, step.Bridge.Name, len(gone))
+				return res, fmt.Errorf("%s/%s on %s: %w: bridge %s created but never seen live (%d leftover(s) deleted), the older pod keeps serving%s", ref.Namespace, ref.Name, node, ErrSurgeTimeout, step.Bridge.Name, len(gone), recreated.tries())
 			}
 			if err := s.Apply(ctx, step, &res); err != nil {
 				return res, err
@@ -329,7 +343,24 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 			return res, fmt.Errorf("%s/%s on %s: %w: %s; deleted it, the older pod keeps serving", ref.Namespace, ref.Name, node, ErrSurgeBridgeFailed, step.Reason)
 		case surgeWaitOwnWrites:
 		default:
-			if !s.Now().Before(s.deadline(in, node, deadline)) && !s.Now().Before(settle) {
+			if step.Kind == SurgeWaitReady && !checked && s.Recreate != nil && s.BridgeTimeout > 0 && isBridge(step.Pod, in.DaemonSet) &&
+				!s.Now().Before(recreateDue(until(in), s.BridgeTimeout)) {
+				// Stuck half way: recreate it once (Recreate), unless this
+				// attempt did already (another leader may have).
+				checked = true
+				if recreated, err = s.Recreate.Done(ctx, ref.Name, node, deadline); err != nil {
+					return res, err
+				}
+				if (recreated == nil || recreated.UID == step.Pod.UID) && s.Now().Before(until(in)) {
+					if recreated, err = s.Recreate.Once(ctx, ref, node, step.Pod, deadline, until(in)); err != nil {
+						return res, err
+					}
+					res.Writes++
+					res.expect, acted = append(res.expect, expectGone(step.Pod)), s.Now()
+					break
+				}
+			}
+			if !s.Now().Before(until(in)) && !s.Now().Before(settle) {
 				gone, err := s.abandon(ctx, in, &res)
 				if err != nil {
 					return res, err
@@ -338,6 +369,7 @@ func (s Surger) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, d
 				if len(gone) > 0 {
 					why += "; deleted the never-Ready bridge " + strings.Join(gone, ", ") + ", the older pod keeps serving"
 				}
+				why += recreated.tries()
 				return res, fmt.Errorf("%s/%s on %s: %w: %s", ref.Namespace, ref.Name, node, ErrSurgeTimeout, why)
 			}
 		}

@@ -21,9 +21,10 @@ import (
 // it observes from the informer caches and wakes on their changes; its
 // writes are Surger's, each idempotent. deadline (the record's start plus
 // the swap timeout), or once the bridge exists its creation plus the swap
-// timeout, bounds the wait for the new pod to be Ready: past it the
-// never-Ready bridge is deleted and the rollout halts, the old ztunnel
-// still serving.
+// timeout, bounds the wait for the new pod to be Ready: a bridge still not
+// Ready half way through is recreated once (Recreate), and past the
+// deadline the never-Ready bridge is deleted and the rollout halts, the old
+// ztunnel still serving.
 type Surge struct {
 	Waits
 	Kube       kubernetes.Interface
@@ -45,7 +46,7 @@ func (s Surge) Swap(ctx context.Context, ref v1alpha1.TargetRef, node string, de
 	sg := Surger{
 		Kube: s.Kube, Log: s.Log.With(zap.String("node", node)), Now: s.Now, Poll: observe.IdleCheck,
 		Observe: func(context.Context) (SurgeInput, error) { return s.observe(ref, node) },
-		Changes: s.Changes.Wait, BridgeTimeout: timeout,
+		Changes: s.Changes.Wait, BridgeTimeout: timeout, Recreate: s.Recreate,
 	}
 	res, err := sg.Swap(ctx, ref, node, deadline)
 	switch {
