@@ -64,7 +64,7 @@ type Config struct {
 	// it has a node in flight (defaults kube-system, kured: Kured's
 	// --ds-namespace and --ds-name). The RBAC allows updating only it.
 	KuredNamespace, KuredDaemonSet string
-	// KuredLockTTL is the TTL written in that lock, renewed at half of it:
+	// KuredLockTTL is the TTL written in that lock, renewed at a quarter of it:
 	// Kured takes a lock this long after the last renewal (the orchestrator
 	// crashed and none came back). Default 10 m, minimum 2 s.
 	KuredLockTTL time.Duration

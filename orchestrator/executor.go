@@ -49,8 +49,10 @@ type executor struct {
 	freed chan struct{}
 	wg    sync.WaitGroup // the node workers
 
-	// claims are the nodes this process started or drives.
-	claims observe.Claims
+	// claims are the nodes this process started or drives; kuredClock is
+	// the API server's clock, Kured's lock is written and read by.
+	claims     observe.Claims
+	kuredClock observe.ServerClock
 	// changes wakes the steps that wait on the informer caches.
 	changes observe.Changes
 	// dirty is what informer events changed since the last pass took it;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -59,10 +60,8 @@ func (e *executor) holdKuredLock(ctx context.Context, nr *v1alpha1.NodeRollout, 
 		return d
 	}
 	why := "Kured's lock cannot be taken: " + planner.OneLine(err)
-	held := map[string]string{}
-	for k, v := range d.Held {
-		held[k] = v
-	}
+	held := make(map[string]string, len(d.Held))
+	maps.Copy(held, d.Held)
 	d.Actions = slices.DeleteFunc(d.Actions, func(a planner.Action) bool {
 		if starts(a) && !inFlightIn(snap, a.Node) {
 			held[a.Node] = why
@@ -81,12 +80,7 @@ func starts(a planner.Action) bool {
 }
 
 func inFlightIn(s model.Snapshot, node string) bool {
-	for _, n := range s.Nodes {
-		if n.Name == node {
-			return model.InFlight(n.State)
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.Nodes, func(n model.NodeView) bool { return n.Name == node && model.InFlight(n.State) })
 }
 
 // lockWrite is what syncKuredLock wrote.
@@ -131,21 +125,19 @@ func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []str
 			return lockUnchanged, err
 		}
 		had := slices.Contains(planner.KuredLockHolders(fresh.Annotations[planner.AnnotationKuredLock]), holder)
-		if ch.Remove {
-			delete(fresh.Annotations, planner.AnnotationKuredLock)
-		} else {
-			if fresh.Annotations == nil {
-				fresh.Annotations = map[string]string{}
-			}
-			fresh.Annotations[planner.AnnotationKuredLock] = ch.Value
+		delete(fresh.Annotations, planner.AnnotationKuredLock)
+		if !ch.Remove {
+			fresh.SetAnnotations(labels.Merge(fresh.Annotations, labels.Set{planner.AnnotationKuredLock: ch.Value}))
 		}
-		_, err = e.kube.AppsV1().DaemonSets(ns).Update(ctx, fresh, metav1.UpdateOptions{FieldManager: model.FieldManager})
+		sent := e.cfg.Now()
+		out, err := e.kube.AppsV1().DaemonSets(ns).Update(ctx, fresh, metav1.UpdateOptions{FieldManager: model.FieldManager})
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err != nil {
 			return lockUnchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: %w", ns, name, err)
 		}
+		e.kuredClock.Observe(out, model.FieldManager, sent, e.cfg.Now()) // Kured reads created by its clock: the next is the API server's
 		switch {
 		case len(nodes) == 0:
 			e.log.Info("released Kured's lock", zap.String("holder", holder), zap.String("daemonset", ns+"/"+name))
@@ -167,7 +159,7 @@ func (e *executor) kuredLockChange(ds *appsv1.DaemonSet, holder string, nodes []
 		concurrency = max(concurrency, planner.KuredConcurrency(append(slices.Clone(c.Command), c.Args...), c.Env))
 	}
 	return planner.TakeKuredLock(cur, present, planner.KuredLockWant{
-		Holder: holder, Nodes: nodes, MaxOwners: concurrency, TTL: e.cfg.KuredLockTTL, Now: e.cfg.Now(),
+		Holder: holder, Nodes: nodes, MaxOwners: concurrency, TTL: e.cfg.KuredLockTTL, Now: e.kuredClock.Now(e.cfg.Now()),
 	})
 }
 

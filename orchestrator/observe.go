@@ -189,7 +189,7 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	}
-	held, unreadable := planner.KuredHolders(dss, e.cfg.Now())
+	held, unreadable := planner.KuredHolders(dss, e.kuredClock.Now(e.cfg.Now())) // Kured wrote its lock by its clock: the API server's, best known
 	pods, err := e.pods.List(planner.SUCPodSelector())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)

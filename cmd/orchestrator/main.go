@@ -110,7 +110,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 		cfg.KuredNamespace, cfg.KuredDaemonSet = ns, name
 		return nil
 	})
-	fs.DurationVar(&cfg.KuredLockTTL, "kured-lock-ttl", 0, "TTL written in Kured's lock while nodewise holds it, renewed at half of it: Kured takes the lock this long after an orchestrator that crashed last renewed it (default 10m, minimum 2s)")
+	fs.DurationVar(&cfg.KuredLockTTL, "kured-lock-ttl", 0, "TTL written in Kured's lock while nodewise holds it (by the API server's clock), renewed at a quarter of it: Kured takes the lock this long after an orchestrator that crashed last renewed it (default 10m, minimum 2s)")
 	fs.StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' serving certificates; with --agent-token-file it turns on the judge (default gate: readiness only)")
 	fs.StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept (with --agent-issuer: this pod's projected ServiceAccount token for audience nodewise-agent)")
 	fs.BoolVar(&rc.issuer.enabled, "agent-issuer", false, "sign the node agents' certificate requests (signer nodewise.io/agent-serving) from the CA in Secret <namespace>/nodewise-agent-ca, created and rotated here, and trust that CA instead of --agent-ca")

@@ -87,9 +87,9 @@ type KuredLockWant struct {
 // TakeKuredLock decides the next value of Kured's lock annotation (cur;
 // present says whether the DaemonSet carries it) for w. It never takes over
 // an entry that is not expired and not w.Holder's: then it returns
-// ErrKuredHolds, naming the holders, and the nodes wait. The holder renews
-// its lock (a new created) once half its TTL has passed, so the lock lapses
-// for Kured only TTL after the last orchestrator that renewed it stopped.
+// ErrKuredHolds, naming the holders, and the nodes wait. The holder renews its lock (a new created, w.Now: the
+// API server's clock) once a quarter of its TTL has passed: it lapses TTL after the last renewal, and a Kured whose
+// clock is ahead by less than three quarters of the TTL (less a pass) never finds it expired while it is held.
 //
 // With a single lock nodewise holds the one lock for all of the rollout's
 // nodes in flight. With a multi-lock it fills every free entry up to
@@ -141,9 +141,9 @@ func (w KuredLockWant) entry(id string) KuredLockValue {
 	return KuredLockValue{NodeID: id, Metadata: KuredLockMeta{Nodes: w.Nodes}, Created: w.Now.UTC(), TTL: w.TTL}
 }
 
-// renewDue: half the entry's TTL has passed (or its TTL is not ours).
+// renewDue: a quarter of the entry's TTL has passed (or its TTL is not ours).
 func renewDue(v KuredLockValue, w KuredLockWant) bool {
-	return v.TTL != w.TTL || w.Now.Sub(v.Created) >= w.TTL/2
+	return v.TTL != w.TTL || w.Now.Sub(v.Created) >= w.TTL/4
 }
 
 func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockChange, error) {
