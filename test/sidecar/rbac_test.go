@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -23,8 +25,10 @@ import (
 const revisionsSA = "system:serviceaccount:nodewise-system:nodewise-revisions"
 
 // asRevisionsServiceAccount applies deploy/'s namespace and deploy/sidecar's
-// RBAC and admission policy, waits until the policy is enforced, and returns
-// a config that impersonates the controller's ServiceAccount.
+// RBAC and admission policy (allowing the test injector's injection URL, as
+// the operator of a remote istiod allows theirs), waits until the policy is
+// enforced, and returns a config that impersonates the controller's
+// ServiceAccount.
 func (e *env) asRevisionsServiceAccount() *rest.Config {
 	t := e.t
 	t.Helper()
@@ -33,7 +37,11 @@ func (e *env) asRevisionsServiceAccount() *rest.Config {
 		if err != nil {
 			t.Fatal(err)
 		}
-		applyYAML(t, e.c.Kubeconfig, string(raw))
+		manifest := string(raw)
+		if f == "sidecar/admission.yaml" {
+			manifest = allowInjectionURLs(t, manifest, e.injectorURLPrefix())
+		}
+		applyYAML(t, e.c.Kubeconfig, manifest)
 	}
 	sa := rest.CopyConfig(e.c.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: revisionsSA, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:nodewise-system", "system:authenticated"}}
@@ -46,6 +54,56 @@ func (e *env) asRevisionsServiceAccount() *rest.Config {
 		return err != nil && strings.Contains(err.Error(), "istio-revision-tag-"), nil
 	})
 	return sa
+}
+
+// injectorURLPrefix is the test injector's injection URL up to /inject/:
+// the prefix its revisions' webhooks (and so their tags) call.
+func (e *env) injectorURLPrefix() string {
+	u := e.inj.URL("x")
+	i := strings.Index(u, "/inject/")
+	if i < 0 {
+		e.t.Fatalf("injector URL %s has no /inject/", u)
+	}
+	return u[:i+len("/inject/")]
+}
+
+// allowInjectionURLs is the policy manifest (deploy/sidecar/admission.yaml)
+// with prefixes as its allow-list of injection URLs, as the operator of a
+// remote istiod sets it (the chart's revisions.injectionURLs): the test
+// injector serves outside the cluster, at a URL, as a remote istiod does.
+func allowInjectionURLs(t *testing.T, manifest string, prefixes ...string) string {
+	t.Helper()
+	list, err := json.Marshal(prefixes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	found := 0
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		var p admissionv1.ValidatingAdmissionPolicy
+		if err := yaml.Unmarshal([]byte(doc), &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Kind != "ValidatingAdmissionPolicy" {
+			out = append(out, doc)
+			continue
+		}
+		for i, v := range p.Spec.Variables {
+			if v.Name == "injectionURLs" {
+				p.Spec.Variables[i].Expression = string(list)
+				found++
+			}
+		}
+		j, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(j))
+	}
+	if found != 1 {
+		t.Fatalf("the policy has %d variables injectionURLs, want 1", found)
+	}
+	return strings.Join(out, "\n---\n")
 }
 
 // TestRevisionsServiceAccountLimits: the revisions controller's ServiceAccount
@@ -67,12 +125,7 @@ func TestRevisionsServiceAccountLimits(t *testing.T) {
 			t.Errorf("%s: refused with %q, want mention of %q", what, err, want)
 		}
 	}
-	allowed := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Errorf("%s: %v, want allowed (a migration does it)", what, err)
-		}
-	}
+	allowed := allowedAsMigration(t)
 
 	evil := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "mutate-every-pod"}}
 	_, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, evil, metav1.CreateOptions{})

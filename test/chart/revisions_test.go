@@ -1,0 +1,52 @@
+package chart
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestChartRevisionsInjectionURLs: the chart renders revisions.injectionURLs
+// and istioNamespace into the nodewise-revisions policy's variables, as CEL
+// literals, and its schema refuses a prefix that would allow more than the
+// operator's injection path (no slash after the host, http, user info, a
+// path not ending in a slash).
+func TestChartRevisionsInjectionURLs(t *testing.T) {
+	const remote = "https://istiod.remote.example:15017/inject/"
+	objs := render(t, "istioNamespace=mesh", "revisions.injectionURLs={"+remote+",https://10.0.0.7/inject/cluster/west/net/n1/}")
+	policy := objs["ValidatingAdmissionPolicy /nodewise-revisions"]
+	if policy == nil {
+		t.Fatal("the chart renders no ValidatingAdmissionPolicy nodewise-revisions")
+	}
+	vars, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
+	got := map[string]string{}
+	for _, v := range vars {
+		m := v.(map[string]any)
+		got[m["name"].(string)], _ = m["expression"].(string)
+	}
+	want := map[string]string{
+		"istioNamespace": `"mesh"`,
+		"injectionURLs":  `["` + remote + `","https://10.0.0.7/inject/cluster/west/net/n1/"]`,
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("variable %s: %q, want %q", k, got[k], w)
+		}
+	}
+
+	ctx := context.Background()
+	for _, bad := range []string{
+		"https://istiod.remote.example",              // istiod.remote.example.evil.example would match
+		"https://istiod.remote.example:15017/inject", // /injectx would match
+		"http://istiod.remote.example/inject/",
+		"https://user@istiod.remote.example/inject/",
+		"https://istiod.remote.example/inject/?a=/",
+	} {
+		out, err := HelmRun(ctx, "", "lint", "--strict", ChartDir(), "--kube-version", KubeVersion, "--set", "revisions.injectionURLs={"+bad+"}")
+		if err == nil || !strings.Contains(out, "injectionURLs") {
+			t.Errorf("revisions.injectionURLs={%s}: %v; want helm lint to refuse it, naming injectionURLs:\n%s", bad, err, out)
+		}
+	}
+}
