@@ -176,6 +176,8 @@ func (r *Reviewer) Authenticate(req *http.Request) error {
 		return errors.New("token names a key of the ServiceAccount issuer but is not signed with it")
 	case signed == signedGood && !claims.valid(now):
 		return errors.New("token expired")
+	case signed == signedGood && !r.mayCall(claims, key.metrics) && slices.Contains(r.cfg.Allowed, claims.Sub):
+		return fmt.Errorf("token not issued for audience %s", r.cfg.Audience)
 	case signed == signedGood && !r.mayCall(claims, key.metrics):
 		return fmt.Errorf("caller %s is not allowed", claims.Sub)
 	}

@@ -113,6 +113,9 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 	if err := ask(token("app-0", DefaultAudience), "10.2.0.2"); err == nil || !strings.Contains(err.Error(), "not allowed") {
 		t.Errorf("another pod's token: %v; want its caller not allowed", err)
 	}
+	if err := ask(token("nodewise-orchestrator"), "10.2.0.3"); err == nil || !strings.Contains(err.Error(), "audience") {
+		t.Errorf("the orchestrator's token for the API server: %v; want it refused for its audience", err)
+	}
 }
 
 func randomToken(t *testing.T) string {
