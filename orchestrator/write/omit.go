@@ -4,7 +4,12 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/planner"
@@ -23,12 +28,98 @@ var (
 		entry:  func(n *v1alpha1.NodeStatus) int { return jsonSize(n) },
 	}
 	// recorded measures what the status costs the stored object: its JSON
-	// and the API server's record of the fields it sets (managedFields).
+	// and the API server's record of the fields it sets (managedFields),
+	// the node entries' JSON counted from their fields (entryJSONSize), not
+	// encoded: the status writer measures every write.
 	recorded = sizer{
-		status: func(s *v1alpha1.NodeRolloutStatus) int { return jsonSize(s) + statusRecordSize(s) },
-		entry:  func(n *v1alpha1.NodeStatus) int { return jsonSize(n) + entryRecordSize(n) },
+		status: func(s *v1alpha1.NodeRolloutStatus) int { return statusJSONSize(s) + statusRecordSize(s) },
+		entry:  func(n *v1alpha1.NodeStatus) int { return entryJSONSize(n) + entryRecordSize(n) },
 	}
 )
+
+// statusJSONSize is the size of s's JSON: the node entries counted by
+// entryJSONSize, the rest encoded.
+func statusJSONSize(s *v1alpha1.NodeRolloutStatus) int {
+	rest := *s
+	rest.Nodes = nil
+	size := jsonSize(rest) // holds counts at least: the nodes follow a comma
+	if len(s.Nodes) > 0 {
+		size += len(`,"nodes":[]`) + len(s.Nodes) - 1
+		for i := range s.Nodes {
+			size += entryJSONSize(&s.Nodes[i])
+		}
+	}
+	return size
+}
+
+// entryJSONSize is the size of n's JSON (encoding/json's), counted from its
+// fields; the judgement, rare once history is trimmed, is encoded.
+func entryJSONSize(n *v1alpha1.NodeStatus) int {
+	size := len(`{}`) - 1 // each field below counts a comma; the last has none
+	field := func(set bool, name string, value int) {
+		if set {
+			size += len(`"":,`) + len(name) + value
+		}
+	}
+	field(true, "name", stringSize(n.Name))
+	field(n.Zone != "", "zone", stringSize(n.Zone))
+	field(n.Canary, "canary", len("true"))
+	field(n.Wave != 0, "wave", len(strconv.Itoa(int(n.Wave))))
+	field(true, "state", stringSize(string(n.State)))
+	field(n.StateSince != nil, "stateSince", timeSize(n.StateSince))
+	field(n.StartTime != nil, "startTime", timeSize(n.StartTime))
+	field(n.FinishTime != nil, "finishTime", timeSize(n.FinishTime))
+	field(n.Reason != "", "reason", stringSize(n.Reason))
+	field(n.Verdict != "", "verdict", stringSize(n.Verdict))
+	if n.Judgement != nil {
+		field(true, "judgement", jsonSize(n.Judgement))
+	}
+	field(n.Baseline != "", "baseline", stringSize(n.Baseline))
+	field(n.Controls != "", "controls", stringSize(n.Controls))
+	return size
+}
+
+// timeSize is the size of t's JSON: "2026-12-01T12:00:00Z", or null.
+func timeSize(t *metav1.Time) int {
+	if t == nil || t.IsZero() {
+		return len("null")
+	}
+	if y := t.UTC().Year(); y >= 0 && y <= 9999 {
+		return len(`"2006-01-02T15:04:05Z"`) // metav1.Time: RFC 3339 in UTC, to the second
+	}
+	return len(`""`) + len(t.UTC().Format(time.RFC3339))
+}
+
+// stringSize is the size of s as encoding/json writes it: quoted, with '"'
+// and '\' and \n, \r, \t escaped in two bytes, other control bytes, '<',
+// '>', '&', U+2028, U+2029 and invalid UTF-8 in six.
+func stringSize(s string) int {
+	size := len(`""`)
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+				size += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				size += 6
+			default:
+				size++
+			}
+			i++
+			continue
+		}
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && w == 1, r == '\u2028', r == '\u2029':
+			size += 6
+		default:
+			size += w
+		}
+		i += w
+	}
+	return size
+}
 
 // omitReserve is room kept for the Omitted counts an omission adds (their
 // JSON and their field record).

@@ -127,6 +127,28 @@ func TestEntryRecordSizeNamesEveryField(t *testing.T) {
 	}
 }
 
+// TestEntryJSONSizeIsTheEncodedSize: the size the writer counts of a node
+// entry's JSON, and of a status's, from their fields, is what encoding/json
+// writes: every field of NodeStatus set, strings to escape, an unset time.
+func TestEntryJSONSizeIsTheEncodedSize(t *testing.T) {
+	var full v1alpha1.NodeStatus
+	fill(reflect.ValueOf(&full).Elem())
+	entries := []v1alpha1.NodeStatus{full, {Name: "n1", State: v1alpha1.NodePending},
+		{Name: "n2", State: v1alpha1.NodeFailed, Wave: -12, Reason: "resets 0.2/s → 4.1/s <p&q> \"quoted\" \\ \n\t\x01 \u2028 \xff", StartTime: &metav1.Time{}}}
+	for _, n := range entries {
+		if got, want := entryJSONSize(&n), jsonSize(&n); got != want {
+			t.Errorf("entryJSONSize = %d, encoded %d: %+v", got, want, n)
+		}
+	}
+	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: "x", Nodes: fleetStatus(300)}
+	if got, want := statusJSONSize(s), jsonSize(s); got != want {
+		t.Errorf("statusJSONSize = %d, encoded %d", got, want)
+	}
+	if got, want := statusJSONSize(&v1alpha1.NodeRolloutStatus{}), jsonSize(&v1alpha1.NodeRolloutStatus{}); got != want {
+		t.Errorf("statusJSONSize of an empty status = %d, encoded %d", got, want)
+	}
+}
+
 // fill sets every field v holds to a value that is not zero.
 func fill(v reflect.Value) {
 	switch v.Kind() {
