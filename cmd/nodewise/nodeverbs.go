@@ -148,7 +148,10 @@ func checkNodeRequest(nr *v1alpha1.NodeRollout, r model.NodeRequest) error {
 		return refused("its %s of node %s (requested %s) is not acted on yet; try again once it is (is the orchestrator running?)", prev.Verb, prev.Node, prev.Token)
 	}
 	i := slices.IndexFunc(nr.Status.Nodes, func(ns v1alpha1.NodeStatus) bool { return ns.Name == r.Node })
-	if i < 0 {
+	switch {
+	case i < 0 && nr.Status.Omitted != nil:
+		return nil // a status over its budget omits nodes: the orchestrator checks the node's record
+	case i < 0:
 		return refused("no such node in its status (nodewise get %s lists them)", nr.Name)
 	}
 	if why := model.RequestRefusal(r.Verb, nr.Status.Nodes[i].State); why != "" {
