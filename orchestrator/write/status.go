@@ -253,7 +253,8 @@ func (w *Status) remember(name string, nr *v1alpha1.NodeRollout) {
 }
 
 // Current is the NodeRollout's status as this process last wrote it
-// (the API's answer) with every mutation still queued or in flight applied:
+// (the API's answer, with every entry a status over its budget left out of
+// what was written) with every mutation still queued or in flight applied:
 // what the status will be once the queue is written. ok is false when this
 // process has not written the rollout (uid: of the same object) yet.
 func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool) {
