@@ -49,7 +49,7 @@ type nodePods struct {
 // observe builds the snapshot and returns the inputs its node views were
 // built from.
 func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, *viewInputs, error) {
-	s := model.Snapshot{Status: nr.Status, ResumeRequested: resumed(nr)}
+	s := model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations)}
 	for _, ref := range p.Targets {
 		tv, err := e.targets.Target(ref)
 		if err != nil {

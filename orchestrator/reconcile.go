@@ -98,6 +98,9 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 		}
 	}
 	now := e.cfg.Now()
+	if err := write.Requests(ctx, e.status, e.recorder, nr, model.DueRequests(nr, metav1.NewTime(now))); err != nil {
+		return err // who asked is recorded before the pass acts on it
+	}
 	p, perr := model.NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.cfg.ZtunnelSwap
 	if deleting {
@@ -276,7 +279,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 	prev, known := e.status.Current(nr.Name, nr.UID)
 	prevPhase := prev.Phase
 	mutate := func(s *v1alpha1.NodeRolloutStatus) {
-		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !resumed(nr) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
+		if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !model.ResumeRequested(nr.Annotations) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
 			return // a halt is only cleared by resume, rollback or abort
 		}
 		s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
@@ -425,12 +428,6 @@ func (e *executor) viewsAfter(kept *fleetView, in *viewInputs, snap model.Snapsh
 		fv.nodes[a.Node] = nv
 	}
 	return fv
-}
-
-// resumed: `nodewise resume` asked to clear a halt, and no pass has
-// acknowledged it yet.
-func resumed(nr *v1alpha1.NodeRollout) bool {
-	return nr.Annotations[model.AnnotationResumeToken] != "" && nr.Annotations[model.AnnotationResumeToken] != nr.Annotations[model.AnnotationAckedResumeToken]
 }
 
 func (e *executor) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error {

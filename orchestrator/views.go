@@ -50,7 +50,7 @@ type fleetView struct {
 // snapshot is the planner's snapshot from the kept views: what observe
 // would build, without observing the fleet again.
 func (fv *fleetView) snapshot(nr *v1alpha1.NodeRollout) model.Snapshot {
-	s := model.Snapshot{Status: nr.Status, ResumeRequested: resumed(nr), Targets: fv.in.targets, UnreadableLocks: fv.unreadable}
+	s := model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations), Targets: fv.in.targets, UnreadableLocks: fv.unreadable}
 	s.Nodes = make([]model.NodeView, 0, len(fv.names))
 	for _, name := range fv.names {
 		s.Nodes = append(s.Nodes, fv.nodes[name])

@@ -465,6 +465,15 @@ type NodeRolloutStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Requests are the last request of each verb (pause, resume, abort,
+	// rollback, skip, retry): who asked, as the API server authenticated
+	// them, and when the orchestrator took it in. Each is also an Event
+	// (PauseRequested, ResumeRequested, ...) naming who asked.
+	// +optional
+	// +listType=map
+	// +listMapKey=verb
+	// +kubebuilder:validation:MaxItems=6
+	Requests []VerbRequest `json:"requests,omitempty"`
 }
 
 // NodeRollout rolls the ambient data plane (istio-cni, ztunnel) node by node.

@@ -34,11 +34,17 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			kube, err := g.kube()
+			if err != nil {
+				return err
+			}
+			// Its actions name who asks, as the CLI's verbs do.
+			rollouts := &requesterRollouts{NodeRolloutInterface: nwc.NodeRollouts(), kube: kube}
 			token, err := dashboard.NewToken()
 			if err != nil {
 				return err
 			}
-			srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
+			srv, err := dashboard.New(dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
 				Token: token, AllowedHosts: allowedHosts})
 			if err != nil {
 				return err

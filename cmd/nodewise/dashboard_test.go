@@ -157,4 +157,20 @@ func TestDashboardCommandAnswersOnlyItsSession(t *testing.T) {
 	if code, body := do(curl, http.MethodPost, "/rollouts/up/actions/resume", map[string]string{"X-Nodewise-Action": "1", "Authorization": "Bearer " + token}, ""); code != http.StatusOK || paused() {
 		t.Errorf("resume with Authorization: Bearer and the session token: %d %q (paused %v)", code, body, paused())
 	}
+
+	// --allowed-host adds a name; a malformed one stops the command.
+	printed = testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0", "--allowed-host=dash.example")
+	if pu, err = url.Parse(printed); err != nil {
+		t.Fatal(err)
+	}
+	base, bearer := "http://"+pu.Host, map[string]string{"Authorization": "Bearer " + pu.Query().Get("token")}
+	if code, body := do(curl, http.MethodGet, "/rollouts/up", bearer, "dash.example:8080"); code != http.StatusOK {
+		t.Errorf("GET with --allowed-host=dash.example's Host: %d %.80q", code, body)
+	}
+	if code, body := do(curl, http.MethodGet, "/rollouts/up", bearer, "other.example:8080"); code != http.StatusMisdirectedRequest {
+		t.Errorf("GET with a Host not allowed: %d %.80q; want 421", code, body)
+	}
+	if out, errOut, err := runIn(bin, "", "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0", "--allowed-host=http://dash.example"); err == nil || !strings.Contains(errOut, "--allowed-host") {
+		t.Errorf("--allowed-host=http://dash.example: %v %q %q; want it refused, naming the flag", err, out, errOut)
+	}
 }

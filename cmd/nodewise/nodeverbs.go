@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -56,7 +54,11 @@ func newNodeVerbCmd(g *globalFlags, verb, use, short string) *cobra.Command {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			req := model.NodeRequest{Token: time.Now().UTC().Format(time.RFC3339Nano), Verb: verb, Node: args[0], Reason: reason, By: whoAmI(ctx, kube)}
+			user, err := whoAmI(ctx, kube)
+			if err != nil {
+				return g.clarify(ctx, err)
+			}
+			req := model.NodeRequest{Token: time.Now().UTC().Format(time.RFC3339Nano), Verb: verb, Node: args[0], Reason: reason}
 			var nr *v1alpha1.NodeRollout
 			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				cur, err := rolloutOfNode(ctx, rc, rollout, req.Node)
@@ -71,6 +73,7 @@ func newNodeVerbCmd(g *globalFlags, verb, use, short string) *cobra.Command {
 					cur.Annotations = map[string]string{}
 				}
 				cur.Annotations[model.AnnotationNodeRequest] = string(raw)
+				cur.Annotations[model.AnnotationNodeRequestBy] = user // who asks: admission holds it to the authenticated user
 				// An update with the resourceVersion read: a status that
 				// changed since the check above is a conflict, checked again.
 				nr, err = rc.Update(ctx, cur, metav1.UpdateOptions{FieldManager: patchFieldManager})
@@ -158,14 +161,4 @@ func checkNodeRequest(nr *v1alpha1.NodeRollout, r model.NodeRequest) error {
 		return refused("%s", why)
 	}
 	return nil
-}
-
-// whoAmI is the user the API server authenticates these credentials as
-// (SelfSubjectReview), recorded with the request; "" when it cannot tell.
-func whoAmI(ctx context.Context, kube kubernetes.Interface) string {
-	r, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil {
-		return ""
-	}
-	return r.Status.UserInfo.Username
 }

@@ -24,13 +24,14 @@ func newRollbackCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-// patchRollout merge-patches a NodeRollout and prints one line (or -o name).
+// patchRollout merge-patches a NodeRollout, naming who asks
+// (requesterRollouts), and prints one line (or -o name).
 func patchRollout(cmd *cobra.Command, g *globalFlags, out *printFlags, name, patch, what string) error {
 	printer, err := out.toPrinter()
 	if err != nil {
 		return err
 	}
-	_, rc, err := rolloutClients(g)
+	kube, rc, err := rolloutClients(g)
 	if err != nil {
 		return err
 	}
@@ -38,7 +39,7 @@ func patchRollout(cmd *cobra.Command, g *globalFlags, out *printFlags, name, pat
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	nr, err := rc.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager})
+	nr, err := (&requesterRollouts{NodeRolloutInterface: rc, kube: kube}).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: patchFieldManager})
 	if err != nil {
 		return fmt.Errorf("updating NodeRollout %s: %w", name, g.clarify(ctx, err))
 	}

@@ -74,6 +74,18 @@ const (
 	// AnnotationAckedNodeRequest on a NodeRollout is the token of the last
 	// node request the orchestrator acted on (or refused).
 	AnnotationAckedNodeRequest = "nodewise.io/acked-node-request"
+	// AnnotationPausedBy, AnnotationResumedBy, AnnotationAbortedBy,
+	// AnnotationRolledBackBy and AnnotationNodeRequestBy on a NodeRollout
+	// name who asked for its verb (pause, resume, abort, rollback, and skip
+	// or retry): the user the API server authenticated, which the admission
+	// policy nodewise-verb-requester requires each to be whenever its verb's
+	// field changes, and which nobody may write otherwise. The orchestrator
+	// copies them into status.requests with an Event (model.DueRequests).
+	AnnotationPausedBy      = "nodewise.io/paused-by"
+	AnnotationResumedBy     = "nodewise.io/resumed-by"
+	AnnotationAbortedBy     = "nodewise.io/aborted-by"
+	AnnotationRolledBackBy  = "nodewise.io/rolled-back-by"
+	AnnotationNodeRequestBy = "nodewise.io/node-request-by"
 
 	// LabelZone is the well-known zone label the planner groups nodes by.
 	LabelZone = "topology.kubernetes.io/zone"

@@ -21,9 +21,10 @@ type NodeRequest struct {
 	Verb   string `json:"verb"`
 	Node   string `json:"node"`
 	Reason string `json:"reason,omitempty"`
-	// By is who asked, as the API server authenticated the CLI's
-	// credentials (SelfSubjectReview).
-	By string `json:"by,omitempty"`
+	// By is who asked: never the request's own JSON, but the annotation
+	// AnnotationNodeRequestBy beside it, which admission holds to the user
+	// the API server authenticated (PendingNodeRequest fills it in).
+	By string `json:"-"`
 }
 
 // PendingNodeRequest is the request in a NodeRollout's annotations not yet
@@ -37,6 +38,7 @@ func PendingNodeRequest(ann map[string]string) (NodeRequest, bool, error) {
 	if err := json.Unmarshal([]byte(raw), &r); err != nil {
 		return NodeRequest{}, false, fmt.Errorf("annotation %s is not a node request: %w", AnnotationNodeRequest, err)
 	}
+	r.By = ann[AnnotationNodeRequestBy]
 	if r.Token == "" || r.Token == ann[AnnotationAckedNodeRequest] {
 		return r, false, nil
 	}

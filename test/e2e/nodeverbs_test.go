@@ -34,6 +34,7 @@ func (e *env) request(rollout, verb, node, reason string) {
 			nr.Annotations = map[string]string{}
 		}
 		nr.Annotations[model.AnnotationNodeRequest] = string(raw)
+		nr.Annotations[model.AnnotationNodeRequestBy] = r.By // who asks, beside the request
 		_, err = e.rollouts.Update(context.Background(), nr, metav1.UpdateOptions{})
 		return err
 	})
