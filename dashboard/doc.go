@@ -6,6 +6,11 @@
 // the user's kubeconfig, actions allowed) and, read-only, by the
 // orchestrator behind a chart value.
 //
+// Every request must name one of the dashboard's own hosts, and, from
+// `nodewise dashboard`, carry the session token it printed at start
+// (auth.go); the orchestrator's copy listens on its pod's loopback, which
+// only kubectl port-forward reaches.
+//
 // Pages are rendered on the server from one informer per resource, so a
 // thousand-node rollout paints without client-side work; a small embedded
 // script keeps them live from server-sent events fed by the same informers
