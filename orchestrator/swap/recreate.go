@@ -24,7 +24,9 @@ import (
 // record of a swap that recreated its new pod once, stuck not Ready
 // (Recreated, as JSON). It is written before the pod is deleted, so a
 // leader that takes over mid-swap finds it and does not recreate again.
-const AnnotationRecreatedPrefix = "recreated.nodewise.io/"
+// It is one of the orchestrator's nodewise.io/ annotations, which the
+// admission policy nodewise-orchestrator-node-writes lets it write.
+const AnnotationRecreatedPrefix = "nodewise.io/recreated-"
 
 // EventNewPodRecreated is the reason of the Events saying so.
 const EventNewPodRecreated = "NewPodRecreated"
