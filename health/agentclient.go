@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // ErrAgentUnavailable wraps every reason the judge could not get a snapshot
@@ -168,16 +170,16 @@ func readTokenFile(path string) (string, error) {
 
 // Snapshot fetches the node's current snapshot. Every failure wraps
 // ErrAgentUnavailable and says what went wrong.
-func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, error) {
-	var s Snapshot
+func (c *AgentClient) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
+	var s wire.Snapshot
 	if err := c.get(ctx, node, "/v1/snapshot", &s); err != nil {
-		return Snapshot{}, err
+		return wire.Snapshot{}, err
 	}
 	if s.Node != node {
-		return Snapshot{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, s.Node)
+		return wire.Snapshot{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, s.Node)
 	}
 	if s.Time.IsZero() || s.StartTime.IsZero() {
-		return Snapshot{}, fmt.Errorf("%w: node %s: the snapshot has no time or start time", ErrAgentUnavailable, node)
+		return wire.Snapshot{}, fmt.Errorf("%w: node %s: the snapshot has no time or start time", ErrAgentUnavailable, node)
 	}
 	return s, nil
 }
@@ -186,18 +188,18 @@ func (c *AgentClient) Snapshot(ctx context.Context, node string) (Snapshot, erro
 // (HistorySource). An agent that serves no history (an older one: 404)
 // wraps ErrNoHistory; every other failure wraps ErrAgentUnavailable. A
 // snapshot of another node or agent run than the answer's is an error.
-func (c *AgentClient) History(ctx context.Context, node string, since time.Time) (History, error) {
-	var h History
+func (c *AgentClient) History(ctx context.Context, node string, since time.Time) (wire.History, error) {
+	var h wire.History
 	path := "/v1/history?since=" + url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
 	if err := c.get(ctx, node, path, &h); err != nil {
-		return History{}, err
+		return wire.History{}, err
 	}
 	if h.Node != node || h.Now.IsZero() || h.StartTime.IsZero() {
-		return History{}, fmt.Errorf("%w: node %s: the history is of node %q, or has no time or start time", ErrAgentUnavailable, node, h.Node)
+		return wire.History{}, fmt.Errorf("%w: node %s: the history is of node %q, or has no time or start time", ErrAgentUnavailable, node, h.Node)
 	}
 	for _, s := range h.Snapshots {
 		if s.Node != node || !s.StartTime.Equal(h.StartTime) || s.Time.IsZero() {
-			return History{}, fmt.Errorf("%w: node %s: a history snapshot of node %q started %s, not of this agent run", ErrAgentUnavailable, node, s.Node, s.StartTime.UTC().Format(time.RFC3339))
+			return wire.History{}, fmt.Errorf("%w: node %s: a history snapshot of node %q started %s, not of this agent run", ErrAgentUnavailable, node, s.Node, s.StartTime.UTC().Format(time.RFC3339))
 		}
 	}
 	return h, nil
@@ -238,7 +240,7 @@ func (c *AgentClient) get(ctx context.Context, node, path string, out any) error
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound && strings.HasPrefix(path, "/v1/history") {
-		return fmt.Errorf("%w: node %s: GET %s/v1/history: %s", ErrNoHistory, node, base, resp.Status)
+		return fmt.Errorf("%w: node %s: GET %s/v1/history: %s", wire.ErrNoHistory, node, base, resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
@@ -252,4 +254,23 @@ func (c *AgentClient) get(ctx context.Context, node, path string, out any) error
 		return fail("decoding the answer to %s: %v", path, err)
 	}
 	return nil
+}
+
+// CNI asks the node's agent for istio-cni's health (GET /v1/cni), with the
+// plugin version expected ("" to compare none). Every failure to get an
+// answer wraps ErrAgentUnavailable; the checks' own failures are in the
+// answer.
+func (c *AgentClient) CNI(ctx context.Context, node, version string) (wire.CNIHealth, error) {
+	path := "/v1/cni"
+	if version != "" {
+		path += "?version=" + url.QueryEscape(version)
+	}
+	var h wire.CNIHealth
+	if err := c.get(ctx, node, path, &h); err != nil {
+		return wire.CNIHealth{}, err
+	}
+	if h.Node != node {
+		return wire.CNIHealth{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, h.Node)
+	}
+	return h, nil
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/sim/simpki"
 )
 
@@ -25,7 +26,7 @@ type agentRig struct {
 	calls    atomic.Int32
 	failNext atomic.Int32 // answer 503 this many times first
 	mu       sync.Mutex   // guards snap and hang: the handler reads them while a test case sets them
-	snap     Snapshot
+	snap     wire.Snapshot
 	hang     bool
 }
 
@@ -39,8 +40,8 @@ func (r *agentRig) set(f func()) {
 func newAgentRig(t *testing.T) *agentRig {
 	t.Helper()
 	now := time.Now().UTC()
-	r := &agentRig{snap: Snapshot{Node: "node-a", Time: now, StartTime: now.Add(-time.Hour), Mode: ModeEBPF,
-		Pods: []PodCounters{pc("shop", "cart", "u1", SideApp, 3, 1, 10)}}}
+	r := &agentRig{snap: wire.Snapshot{Node: "node-a", Time: now, StartTime: now.Add(-time.Hour), Mode: wire.ModeEBPF,
+		Pods: []wire.PodCounters{pc("shop", "cart", "u1", wire.SideApp, 3, 1, 10)}}}
 	r.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.calls.Add(1)
 		if req.URL.Path != "/v1/snapshot" {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // podAges are the connection ages before → after of the pods that have a
@@ -11,8 +12,8 @@ import (
 // last snapshot (just before the swap), after from the soak's last. A pod
 // missing from a snapshot has no connections in it. At most
 // MaxSummaryPodRows pods, since the rows hold no more.
-func podAges(sum *v1alpha1.NodeJudgement, before, after Snapshot) []v1alpha1.PodAges {
-	ages := func(s Snapshot) map[string][]uint64 {
+func podAges(sum *v1alpha1.NodeJudgement, before, after wire.Snapshot) []v1alpha1.PodAges {
+	ages := func(s wire.Snapshot) map[string][]uint64 {
 		m := make(map[string][]uint64, len(s.Pods))
 		for i := range s.Pods {
 			m[keyOf(&s.Pods[i]).String()] = s.Pods[i].ConnAges
@@ -47,7 +48,7 @@ func summarizeAges(h []uint64) v1alpha1.ConnAges {
 		if i == 0 {
 			return "0"
 		}
-		return strconv.FormatFloat(AgeBucketBoundsSeconds[min(i, len(AgeBucketBoundsSeconds))-1], 'g', -1, 64)
+		return strconv.FormatFloat(wire.AgeBucketBoundsSeconds[min(i, len(wire.AgeBucketBoundsSeconds))-1], 'g', -1, 64)
 	}
 	var cum uint64
 	for i, n := range h {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Comparison is one row of the before/after table: one metric of one pod and
@@ -299,7 +300,7 @@ func holmFamilies(cfg Config, rows []Comparison) (workload, probe int) {
 }
 
 // probeLine is the probe's before → after line: its evidence at a glance.
-func probeLine(a Assessment, b, s Counts, bs, ss float64, bl, sl Log2Histogram) string {
+func probeLine(a Assessment, b, s Counts, bs, ss float64, bl, sl wire.Log2Histogram) string {
 	rate := func(n uint64, sec float64) string { return FormatRate(float64(n)/sec) + "/s" }
 	verdict := "no regression"
 	if a.ProbeRegressions > 0 {
@@ -322,7 +323,7 @@ func unionKeys(ws ...Window) map[PodKey]bool {
 	return keys
 }
 
-func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Counts, bs, ss float64, bl, sl, br, sr Log2Histogram) []Comparison {
+func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Counts, bs, ss float64, bl, sl, br, sr wire.Log2Histogram) []Comparison {
 	var out []Comparison
 	probe := cfg.isProbe(k)
 	for _, m := range CountMetrics {
@@ -384,7 +385,7 @@ func compare(cfg Config, disp Dispersion, ctrl *controlGroup, k PodKey, b, s Cou
 		if c.NBefore >= cfg.MinEvents && c.NAfter >= cfg.MinEvents {
 			c.Tested = true
 			c.P = latencyP(hb, hs)
-			c.BeforeMean, c.AfterMean = hb.GeoMean(), hs.GeoMean()
+			c.BeforeMean, c.AfterMean = GeoMean(hb), GeoMean(hs)
 			c.ClearsFloors = latencyFloors(th, hb, hs)
 			c.PBeforeAfter, c.plainFloors = c.P, c.ClearsFloors
 			enough := func(a *controlAgg) bool { _, ok := a.latencyRatio(m); return ok }
@@ -487,19 +488,19 @@ func (c *Comparison) againstPredicted(th CountThresholds, disp Dispersion, cfg C
 // latencyP is the latency test's p-value: two views of one question,
 // Bonferroni-combined. Did the whole distribution shift up (Mann-Whitney),
 // or did its tail grow (more samples in the baseline's top buckets)?
-func latencyP(hb, hs Log2Histogram) float64 {
+func latencyP(hb, hs wire.Log2Histogram) float64 {
 	return math.Min(1, 2*math.Min(MannWhitney(hb, hs).P, TailTest(hb, hs, 0.01).P))
 }
 
 // latencyFloors: typical latency (geometric mean), p50 or p99 (interpolated,
 // or fitted as lognormal) rose by MinRatio (the relative floor), and p50 or
 // p99 rose by MinIncrease (the absolute floor).
-func latencyFloors(th LatencyThresholds, hb, hs Log2Histogram) bool {
+func latencyFloors(th LatencyThresholds, hb, hs wire.Log2Histogram) bool {
 	inc := float64(th.MinIncrease.Microseconds())
 	ratio := func(b, a float64) bool { return b > 0 && a/b >= th.MinRatio }
 	b50, a50, b99, a99 := hb.Quantile(0.5), hs.Quantile(0.5), hb.Quantile(0.99), hs.Quantile(0.99)
-	fb, fa := hb.LognormalP99(), hs.LognormalP99()
-	return (ratio(hb.GeoMean(), hs.GeoMean()) || ratio(b50, a50) || ratio(b99, a99) || ratio(fb, fa)) &&
+	fb, fa := LognormalP99(hb), LognormalP99(hs)
+	return (ratio(GeoMean(hb), GeoMean(hs)) || ratio(b50, a50) || ratio(b99, a99) || ratio(fb, fa)) &&
 		(a50-b50 >= inc || a99-b99 >= inc || fa-fb >= inc)
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // DefaultSkewTolerance is how far an agent's time may lie outside the
@@ -14,8 +16,8 @@ const DefaultSkewTolerance = time.Second
 
 // sample is one answer of a node agent, placed on the orchestrator's clock.
 type sample struct {
-	snap           Snapshot  // as the agent sent it
-	sent, received time.Time // the orchestrator's clock around the request
+	snap           wire.Snapshot // as the agent sent it
+	sent, received time.Time     // the orchestrator's clock around the request
 	// at is where the sample sits on the orchestrator's clock: the agent's
 	// own time when it lies within [sent − tolerance, received + tolerance],
 	// else the agent's time less the epoch's measured shift, else received.
@@ -36,7 +38,7 @@ type sample struct {
 }
 
 // placed is the snapshot with its time on the orchestrator's clock.
-func (s sample) placed() Snapshot {
+func (s sample) placed() wire.Snapshot {
 	p := s.snap
 	p.Time = s.at
 	return p
@@ -44,7 +46,7 @@ func (s sample) placed() Snapshot {
 
 // sameEpoch says two snapshots' counters can be compared: the same agent
 // process (start time) on the same node.
-func sameEpoch(a, b Snapshot) bool {
+func sameEpoch(a, b wire.Snapshot) bool {
 	return a.Node == b.Node && a.StartTime.Equal(b.StartTime)
 }
 
@@ -53,7 +55,7 @@ func sameEpoch(a, b Snapshot) bool {
 // agent serving an old snapshot with a fresh time is not new); one without a
 // seq (older agents) is new when its time advanced. A new epoch (the agent
 // restarted) is always new: NewWindow refuses to subtract across it.
-func isNew(prev, s Snapshot) bool {
+func isNew(prev, s wire.Snapshot) bool {
 	if !sameEpoch(prev, s) {
 		return true
 	}
@@ -70,7 +72,7 @@ func isNew(prev, s Snapshot) bool {
 // less the shift measured earlier in the epoch (its clock is off by a steady
 // amount, so its own deltas, which are the counters' true intervals, are
 // kept); received (the shift changed: re-measure it).
-func place(prev *sample, s Snapshot, sent, received time.Time, tol time.Duration) sample {
+func place(prev *sample, s wire.Snapshot, sent, received time.Time, tol time.Duration) sample {
 	out := sample{snap: s, sent: sent, received: received}
 	mid := sent.Add(received.Sub(sent) / 2)
 	out.offset = s.Time.Sub(mid)

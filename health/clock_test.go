@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // skewedAgent is a node agent served over HTTPS (agentRig) whose clock runs
@@ -18,13 +20,13 @@ type skewedAgent struct {
 	seq    uint64
 	noSeq  bool // an older agent: no seq
 	frozen bool // serve the last snapshot again, restamped with the agent's clock
-	pod    PodCounters
-	last   Snapshot
+	pod    wire.PodCounters
+	last   wire.Snapshot
 }
 
 func newSkewedAgent(t *testing.T, start time.Time, offset time.Duration) *skewedAgent {
 	a := &skewedAgent{rig: newAgentRig(t), now: start, offset: offset, start: start.Add(offset - time.Hour),
-		pod: pc("shop", "cart", "u1", SideApp, 0, 0, 0)}
+		pod: pc("shop", "cart", "u1", wire.SideApp, 0, 0, 0)}
 	return a
 }
 
@@ -37,14 +39,14 @@ func (a *skewedAgent) advance(d time.Duration) {
 }
 
 // answer is what the agent serves now.
-func (a *skewedAgent) answer() Snapshot {
+func (a *skewedAgent) answer() wire.Snapshot {
 	if a.frozen {
 		s := a.last
 		s.Time = a.now.Add(a.offset) // a fresh-looking time on an old snapshot
 		return s
 	}
 	a.seq++
-	s := Snapshot{Node: "node-a", Time: a.now.Add(a.offset), StartTime: a.start, Mode: ModeEBPF, Pods: []PodCounters{a.pod}}
+	s := wire.Snapshot{Node: "node-a", Time: a.now.Add(a.offset), StartTime: a.start, Mode: wire.ModeEBPF, Pods: []wire.PodCounters{a.pod}}
 	if !a.noSeq {
 		s.Seq = a.seq
 	}
@@ -57,7 +59,7 @@ func (a *skewedAgent) answer() Snapshot {
 func (a *skewedAgent) recorder(t *testing.T) *Recorder {
 	t.Helper()
 	c := a.rig.client(t, nil)
-	src := SnapshotFunc(func(ctx context.Context, node string) (Snapshot, error) {
+	src := SnapshotFunc(func(ctx context.Context, node string) (wire.Snapshot, error) {
 		s := a.answer()
 		a.rig.set(func() { a.rig.snap = s })
 		return c.Snapshot(ctx, node)
@@ -238,8 +240,8 @@ func TestStaleAgentWithAFreshTimeIsNotNew(t *testing.T) {
 // times always increase.
 func TestPlaceKeepsTheAgentsDeltas(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
-	snap := func(at time.Time, seq uint64) Snapshot {
-		return Snapshot{Node: "n", Time: at, StartTime: t0.Add(-time.Hour), Seq: seq}
+	snap := func(at time.Time, seq uint64) wire.Snapshot {
+		return wire.Snapshot{Node: "n", Time: at, StartTime: t0.Add(-time.Hour), Seq: seq}
 	}
 	tol := time.Second
 	type step struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // ControlNode is one control node of a judgement: a node not yet swapped and
@@ -16,9 +17,9 @@ type ControlNode struct {
 	Node string
 	// Baseline are its snapshots over the judged node's baseline interval,
 	// oldest first; the first and the last make the window.
-	Baseline []Snapshot
+	Baseline []wire.Snapshot
 	// SoakStart is its snapshot at the judged node's soak start.
-	SoakStart Snapshot
+	SoakStart wire.Snapshot
 }
 
 // ControlWindow is one control node's two windows.
@@ -40,7 +41,7 @@ type Control struct {
 // every pod of one side, or (side empty too) every pod, for the node's rows.
 type controlKey struct {
 	namespace, workload string
-	side                Side
+	side                wire.Side
 }
 
 // controlAgg is what the control pods of one key did in the two windows.
@@ -117,8 +118,8 @@ func buildControl(cfg Config, c *Control) *controlGroup {
 					if nb < cfg.MinEvents || na < cfg.MinEvents {
 						continue
 					}
-					mb, _ := hb.LogMedian()
-					ma, _ := hs.LogMedian()
+					mb, _ := LogMedian(hb)
+					ma, _ := LogMedian(hs)
 					w := float64(min(nb, na))
 					a.latLog[m] += w * (ma - mb)
 					a.latW[m] += w

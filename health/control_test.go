@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Every client ×3: before/after alone fails the node; with the control
@@ -38,9 +39,9 @@ func TestAssessControlExplainsClusterWideShift(t *testing.T) {
 // with none left the node is judged before/after alone.
 func TestJudgeLeavesOutUnreachableControl(t *testing.T) {
 	j, in, cur := judgeScenario(t, 1, nil)
-	j.src = SnapshotFunc(func(_ context.Context, node string) (Snapshot, error) {
+	j.src = SnapshotFunc(func(_ context.Context, node string) (wire.Snapshot, error) {
 		if node == "node-b" {
-			return Snapshot{}, errors.New("connection refused")
+			return wire.Snapshot{}, errors.New("connection refused")
 		}
 		return cur, nil
 	})
@@ -55,7 +56,7 @@ func TestJudgeLeavesOutUnreachableControl(t *testing.T) {
 // ctrlPod is one pod's window in the control tests: connections and resets
 // received over 300 s.
 func ctrlPod(ns, name string, conns, resets uint64) PodWindow {
-	return PodWindow{PodKey: PodKey{Namespace: ns, Name: name, Side: SideApp}, UID: name, Duration: 300 * time.Second,
+	return PodWindow{PodKey: PodKey{Namespace: ns, Name: name, Side: wire.SideApp}, UID: name, Duration: 300 * time.Second,
 		Counts: Counts{Connects: conns, ResetsReceived: resets}, ConnectLatency: newHist(), SRTT: newHist()}
 }
 

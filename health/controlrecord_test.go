@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // controlSeries is recordSeries on node name: 11 baseline samples, the
@@ -46,7 +48,7 @@ func sortedNames(m map[string][]RecordedSample) []string {
 
 // controlOf is the judge's Control from control nodes' baseline samples,
 // soak start and current snapshot (as Judge.controlWindows makes it).
-func controlOf(t *testing.T, nodes []string, baseline map[string][]Snapshot, soakStart, cur map[string]Snapshot) *Control {
+func controlOf(t *testing.T, nodes []string, baseline map[string][]wire.Snapshot, soakStart, cur map[string]wire.Snapshot) *Control {
 	t.Helper()
 	c := &Control{Scope: "zone a"}
 	for _, n := range nodes {
@@ -99,8 +101,8 @@ func TestControlRecordJudgesAsTheOriginal(t *testing.T) {
 	if out.Named != 3 || out.Pods != 90 || out.KeptPods() != 90 || len(out.Nodes) != 3 {
 		t.Fatalf("decoded %d nodes named, %d pods, %d kept, %d records", out.Named, out.Pods, out.KeptPods(), len(out.Nodes))
 	}
-	origB, origS, cur := map[string][]Snapshot{}, map[string]Snapshot{}, map[string]Snapshot{}
-	recB, recS := map[string][]Snapshot{}, map[string]Snapshot{}
+	origB, origS, cur := map[string][]wire.Snapshot{}, map[string]wire.Snapshot{}, map[string]wire.Snapshot{}
+	recB, recS := map[string][]wire.Snapshot{}, map[string]wire.Snapshot{}
 	for _, n := range names {
 		s := series[n]
 		origB[n], origS[n], cur[n] = placedSnapshots(s[:11]), placedSnapshots(s[11:12])[0], placedSnapshots(s[12:])[0]

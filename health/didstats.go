@@ -1,6 +1,10 @@
 package health
 
-import "math"
+import (
+	"math"
+
+	"github.com/nodewise/nodewise/health/wire"
+)
 
 // This file holds the control group's test: did a node's rate move more than
 // the control nodes' rate over the same interval? Like the rest of the
@@ -125,7 +129,7 @@ func fnchUpperTail(n1, n2, t, x uint64, psi float64) float64 {
 // two neighbours in proportion. The control group's latency change is
 // applied to the node's baseline this way before the node's soak is compared
 // with it.
-func scaleHist(h Log2Histogram, factor float64) Log2Histogram {
+func scaleHist(h wire.Log2Histogram, factor float64) wire.Log2Histogram {
 	out := newHist()
 	if factor <= 1 {
 		addHist(&out, h)

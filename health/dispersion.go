@@ -1,6 +1,10 @@
 package health
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/nodewise/nodewise/health/wire"
+)
 
 // Dispersion is how much more variable than Poisson each count is, per pod
 // and metric, as measured in the baseline (quasi-Poisson φ ≥ 1). Resets arrive
@@ -36,7 +40,7 @@ const shrinkDF = 10
 // each pod's estimate towards the node-wide pooled value, and never returns
 // less than prior (or 1). Fewer than three snapshots measure nothing: every
 // φ is then prior.
-func EstimateDispersion(series []Snapshot, prior float64) (Dispersion, error) {
+func EstimateDispersion(series []wire.Snapshot, prior float64) (Dispersion, error) {
 	prior = max(prior, 1)
 	d := Dispersion{Pod: map[PodKey]map[Metric]float64{}, Node: map[Metric]float64{}}
 	if len(series) < 3 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // TestJudgeFailsOnLostEnrollmentWhateverTheTraffic: the same quiet traffic
@@ -15,24 +16,24 @@ import (
 // traffic alone decided (Pass) and carries the count.
 func TestJudgeFailsOnLostEnrollmentWhateverTheTraffic(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	snap := func(at time.Duration, n uint64, e *Enrollment) Snapshot {
-		var pods []PodCounters
+	snap := func(at time.Duration, n uint64, e *wire.Enrollment) wire.Snapshot {
+		var pods []wire.PodCounters
 		for _, name := range []string{"a", "b"} {
-			pods = append(pods, PodCounters{Namespace: "shop", Name: name, UID: name, Side: SideApp, Connects: n,
-				ConnectLatency: Log2Histogram{Buckets: make([]uint64, Log2Buckets)}, SRTT: Log2Histogram{Buckets: make([]uint64, Log2Buckets)},
-				ConnAges: make([]uint64, len(AgeBucketBoundsSeconds)+1)})
+			pods = append(pods, wire.PodCounters{Namespace: "shop", Name: name, UID: name, Side: wire.SideApp, Connects: n,
+				ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}, SRTT: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+				ConnAges: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)})
 		}
-		return Snapshot{Node: "n1", Time: t0.Add(at), StartTime: t0, Mode: ModeEBPF, Pods: pods, Enrollment: e}
+		return wire.Snapshot{Node: "n1", Time: t0.Add(at), StartTime: t0, Mode: wire.ModeEBPF, Pods: pods, Enrollment: e}
 	}
-	both := &Enrollment{Pods: []PodEnrollment{{Namespace: "shop", Name: "a", UID: "a", Result: Enrolled}, {Namespace: "shop", Name: "b", UID: "b", Result: Enrolled}}}
-	lost := &Enrollment{Pods: []PodEnrollment{{Namespace: "shop", Name: "a", UID: "a", Result: Enrolled},
-		{Namespace: "shop", Name: "b", UID: "b", Result: NotEnrolled, Failed: CheckListeners, Detail: "nothing listens on 15008"}}}
+	both := &wire.Enrollment{Pods: []wire.PodEnrollment{{Namespace: "shop", Name: "a", UID: "a", Result: wire.Enrolled}, {Namespace: "shop", Name: "b", UID: "b", Result: wire.Enrolled}}}
+	lost := &wire.Enrollment{Pods: []wire.PodEnrollment{{Namespace: "shop", Name: "a", UID: "a", Result: wire.Enrolled},
+		{Namespace: "shop", Name: "b", UID: "b", Result: wire.NotEnrolled, Failed: wire.CheckListeners, Detail: "nothing listens on 15008"}}}
 	// A pod scheduled onto the node during the soak (not in the baseline)
 	// that istio-cni never enrolled fails the node too.
-	newPod := &Enrollment{Pods: append(append([]PodEnrollment(nil), both.Pods...),
-		PodEnrollment{Namespace: "shop", Name: "c", UID: "c", Result: NotEnrolled, Failed: CheckRedirection, Detail: "no table inet istio-proxy-nat"})}
+	newPod := &wire.Enrollment{Pods: append(append([]wire.PodEnrollment(nil), both.Pods...),
+		wire.PodEnrollment{Namespace: "shop", Name: "c", UID: "c", Result: wire.NotEnrolled, Failed: wire.CheckRedirection, Detail: "no table inet istio-proxy-nat"})}
 	for _, c := range []struct {
-		after   *Enrollment
+		after   *wire.Enrollment
 		outcome Outcome
 		count   string
 		reason  string
@@ -42,13 +43,13 @@ func TestJudgeFailsOnLostEnrollmentWhateverTheTraffic(t *testing.T) {
 		{newPod, Fail, "enrolled 2/3", "pod shop/c, new on the node since the swap, is not enrolled: redirection failed: no table inet istio-proxy-nat"},
 	} {
 		cur := snap(4*time.Minute, 4000, c.after)
-		j, err := NewJudge(JudgeConfig{Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil }), Now: func() time.Time { return cur.Time }})
+		j, err := NewJudge(JudgeConfig{Source: SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil }), Now: func() time.Time { return cur.Time }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		v, err := j.Judge(context.Background(), Input{
 			Node: "n1", Gates: Config{Inconclusive: v1alpha1.InconclusivePass},
-			Baseline:  []Snapshot{snap(0, 0, both), snap(time.Minute, 1000, both), snap(2*time.Minute, 2000, both)},
+			Baseline:  []wire.Snapshot{snap(0, 0, both), snap(time.Minute, 1000, both), snap(2*time.Minute, 2000, both)},
 			SoakStart: snap(3*time.Minute, 3000, both),
 		})
 		if err != nil {

@@ -5,23 +5,24 @@ import (
 	"testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
-func pe(uid string, r EnrollmentResult, failed EnrollmentCheck) PodEnrollment {
-	return PodEnrollment{Namespace: "shop", Name: "p" + uid, UID: uid, Result: r, Failed: failed, Detail: "why"}
+func pe(uid string, r wire.EnrollmentResult, failed wire.EnrollmentCheck) wire.PodEnrollment {
+	return wire.PodEnrollment{Namespace: "shop", Name: "p" + uid, UID: uid, Result: r, Failed: failed, Detail: "why"}
 }
 
 func TestJudgeEnrollment(t *testing.T) {
-	before := &Enrollment{Pods: []PodEnrollment{
-		pe("1", Enrolled, ""), pe("2", Enrolled, ""), pe("3", NotEnrolled, CheckRedirection), pe("4", Enrolled, ""), pe("5", Enrolled, ""),
+	before := &wire.Enrollment{Pods: []wire.PodEnrollment{
+		pe("1", wire.Enrolled, ""), pe("2", wire.Enrolled, ""), pe("3", wire.NotEnrolled, wire.CheckRedirection), pe("4", wire.Enrolled, ""), pe("5", wire.Enrolled, ""),
 	}}
-	after := &Enrollment{Pods: []PodEnrollment{
-		pe("1", Enrolled, ""),
-		pe("2", NotEnrolled, CheckListeners),   // lost: fails
-		pe("3", NotEnrolled, CheckRedirection), // never enrolled: note
-		pe("4", NotCheckable, ""),              // could not look: note
-		pe("6", NotEnrolled, CheckRedirection), // new and not enrolled: fails
-		pe("7", Enrolled, ""),                  // new and enrolled
+	after := &wire.Enrollment{Pods: []wire.PodEnrollment{
+		pe("1", wire.Enrolled, ""),
+		pe("2", wire.NotEnrolled, wire.CheckListeners),   // lost: fails
+		pe("3", wire.NotEnrolled, wire.CheckRedirection), // never enrolled: note
+		pe("4", wire.NotCheckable, ""),                   // could not look: note
+		pe("6", wire.NotEnrolled, wire.CheckRedirection), // new and not enrolled: fails
+		pe("7", wire.Enrolled, ""),                       // new and enrolled
 	}}
 	v := JudgeEnrollment(before, after)
 	if v.Summary != "enrolled 2/6" {
@@ -46,8 +47,8 @@ func TestJudgeEnrollment(t *testing.T) {
 }
 
 func TestExplainShowsEnrollmentPerPod(t *testing.T) {
-	before := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", Enrolled, "")}}
-	after := &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", NotEnrolled, CheckListeners)}}
+	before := &wire.Enrollment{Pods: []wire.PodEnrollment{pe("1", wire.Enrolled, ""), pe("2", wire.Enrolled, "")}}
+	after := &wire.Enrollment{Pods: []wire.PodEnrollment{pe("1", wire.Enrolled, ""), pe("2", wire.NotEnrolled, wire.CheckListeners)}}
 	v := JudgeEnrollment(before, after)
 	var b strings.Builder
 	err := WriteExplain(&b, Explanation{Rollout: "r", Node: "n1", Judgement: &v1alpha1.NodeJudgement{Enrollment: v.Summary, EnrollmentPods: v.Pods, TrafficOutcome: Pass}})
@@ -66,16 +67,16 @@ func TestExplainShowsEnrollmentPerPod(t *testing.T) {
 // other pod (new, never enrolled, not checkable, gone) and an agent that
 // could not check to the judgement at the soak's end.
 func TestWatchEnrollment(t *testing.T) {
-	before := &Enrollment{Pods: []PodEnrollment{
-		pe("1", Enrolled, ""), pe("2", Enrolled, ""), pe("3", NotEnrolled, CheckRedirection), pe("4", Enrolled, ""), pe("5", Enrolled, ""), pe("8", Enrolled, ""),
+	before := &wire.Enrollment{Pods: []wire.PodEnrollment{
+		pe("1", wire.Enrolled, ""), pe("2", wire.Enrolled, ""), pe("3", wire.NotEnrolled, wire.CheckRedirection), pe("4", wire.Enrolled, ""), pe("5", wire.Enrolled, ""), pe("8", wire.Enrolled, ""),
 	}}
-	now := &Enrollment{Pods: []PodEnrollment{
-		pe("1", Enrolled, ""),
-		pe("2", NotEnrolled, CheckListeners),   // lost its listeners: fails
-		pe("3", NotEnrolled, CheckRedirection), // never enrolled: left
-		pe("4", NotCheckable, ""),              // could not look: left
-		pe("6", NotEnrolled, CheckRedirection), // new: left to the soak's end
-		pe("8", NotEnrolled, CheckRedirection), // lost its redirection: fails
+	now := &wire.Enrollment{Pods: []wire.PodEnrollment{
+		pe("1", wire.Enrolled, ""),
+		pe("2", wire.NotEnrolled, wire.CheckListeners),   // lost its listeners: fails
+		pe("3", wire.NotEnrolled, wire.CheckRedirection), // never enrolled: left
+		pe("4", wire.NotCheckable, ""),                   // could not look: left
+		pe("6", wire.NotEnrolled, wire.CheckRedirection), // new: left to the soak's end
+		pe("8", wire.NotEnrolled, wire.CheckRedirection), // lost its redirection: fails
 	}}
 	got := WatchEnrollment(before, now)
 	want := []string{
@@ -85,11 +86,11 @@ func TestWatchEnrollment(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("failures %q, want %q", got, want)
 	}
-	for name, c := range map[string]struct{ before, now *Enrollment }{
+	for name, c := range map[string]struct{ before, now *wire.Enrollment }{
 		"no baseline enrollment": {nil, now},
 		"agent does not check":   {before, nil},
-		"agent could not check":  {before, &Enrollment{Error: "no ztunnel", Pods: now.Pods}},
-		"all enrolled again":     {before, &Enrollment{Pods: []PodEnrollment{pe("1", Enrolled, ""), pe("2", Enrolled, "")}}},
+		"agent could not check":  {before, &wire.Enrollment{Error: "no ztunnel", Pods: now.Pods}},
+		"all enrolled again":     {before, &wire.Enrollment{Pods: []wire.PodEnrollment{pe("1", wire.Enrolled, ""), pe("2", wire.Enrolled, "")}}},
 	} {
 		if got := WatchEnrollment(c.before, c.now); len(got) != 0 {
 			t.Errorf("%s: failures %q, want none", name, got)

@@ -10,19 +10,20 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // SnapshotSource is all the judge needs from a node agent: its current
 // snapshot. AgentClient implements it over HTTPS; tests use a function.
 type SnapshotSource interface {
-	Snapshot(ctx context.Context, node string) (Snapshot, error)
+	Snapshot(ctx context.Context, node string) (wire.Snapshot, error)
 }
 
 // SnapshotFunc adapts a function to SnapshotSource.
-type SnapshotFunc func(ctx context.Context, node string) (Snapshot, error)
+type SnapshotFunc func(ctx context.Context, node string) (wire.Snapshot, error)
 
 // Snapshot calls f.
-func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (Snapshot, error) {
+func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
 	return f(ctx, node)
 }
 
@@ -56,10 +57,10 @@ type Input struct {
 	// was cordoned, oldest first: at least two (the window), three or more to
 	// measure each pod's dispersion. The last one is the one just before the
 	// swap, whose connection ages give the planned resets.
-	Baseline []Snapshot
+	Baseline []wire.Snapshot
 	// SoakStart is the snapshot taken when the node was back in service on the
 	// new revision. The soak window runs from it to now.
-	SoakStart Snapshot
+	SoakStart wire.Snapshot
 	// DrainDeadline is the old ztunnel's: the connections of the pods that
 	// stayed on the node through the swap (all of them on a node swapped in
 	// place, DaemonSet pods such as the probe on a drained one) older than

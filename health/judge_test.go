@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 type fakeGate struct {
@@ -30,7 +31,7 @@ func (g fakeGate) Check(context.Context, string) (GateResult, error) {
 
 // judgeScenario draws one simulated node and returns a judge whose agent
 // answers with the soak's last snapshot, and the input to judge it.
-func judgeScenario(t *testing.T, seed uint64, ch func(r *rand.Rand, pods []simPod) *simChange) (*Judge, Input, Snapshot) {
+func judgeScenario(t *testing.T, seed uint64, ch func(r *rand.Rand, pods []simPod) *simChange) (*Judge, Input, wire.Snapshot) {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed))
 	pods := newSimNode(r)
@@ -40,7 +41,7 @@ func judgeScenario(t *testing.T, seed uint64, ch func(r *rand.Rand, pods []simPo
 	}
 	series, soakStart, cur := simSnapshots(r, pods, c)
 	j, err := NewJudge(JudgeConfig{
-		Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil }),
+		Source: SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil }),
 		Now:    func() time.Time { return cur.Time.Add(5 * time.Second) },
 	})
 	if err != nil {
@@ -105,20 +106,20 @@ func TestJudgeFailsClosed(t *testing.T) {
 	_, in, cur := judgeScenario(t, 1, nil)
 	for _, c := range []struct {
 		name   string
-		snap   func() (Snapshot, error)
+		snap   func() (wire.Snapshot, error)
 		now    time.Time
 		reason string
 	}{
-		{"agent down", func() (Snapshot, error) { return Snapshot{}, errors.New("connection refused") }, cur.Time, "did not answer: connection refused"},
-		{"stale", func() (Snapshot, error) { return cur, nil }, cur.Time.Add(5 * time.Minute), "is stale"},
-		{"agent restarted", func() (Snapshot, error) {
+		{"agent down", func() (wire.Snapshot, error) { return wire.Snapshot{}, errors.New("connection refused") }, cur.Time, "did not answer: connection refused"},
+		{"stale", func() (wire.Snapshot, error) { return cur, nil }, cur.Time.Add(5 * time.Minute), "is stale"},
+		{"agent restarted", func() (wire.Snapshot, error) {
 			s := cur
 			s.StartTime = cur.Time.Add(-time.Minute)
 			return s, nil
 		}, cur.Time, "agent restarted"},
 	} {
 		j, err := NewJudge(JudgeConfig{
-			Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) { return c.snap() }),
+			Source: SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return c.snap() }),
 			Now:    func() time.Time { return c.now },
 		})
 		if err != nil {
@@ -140,12 +141,12 @@ func TestJudgePlannedResetsAreNotARegression(t *testing.T) {
 	// An in-place swap: 400 connections of one pod were older than the 25 s
 	// deadline just before the swap, and the swap reset every one of them.
 	last := &in.Baseline[len(in.Baseline)-1]
-	last.Pods = append([]PodCounters(nil), last.Pods...)
-	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods = append([]wire.PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	last.Pods[3].ConnAges[10] = 400 // [45 s, 60 s)
-	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods = append([]wire.PodCounters(nil), cur.Pods...)
 	cur.Pods[3].ResetsReceived += 400
-	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	j.src = SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil })
 	in.Gates.ConsecutiveFailures = 1
 
 	drained := mustJudge(t, j, in)
@@ -224,9 +225,9 @@ func TestJudgeMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	down := false
 	j, err := NewJudge(JudgeConfig{Registry: reg, Now: func() time.Time { return cur.Time },
-		Source: SnapshotFunc(func(context.Context, string) (Snapshot, error) {
+		Source: SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) {
 			if down {
-				return Snapshot{}, errors.New("refused")
+				return wire.Snapshot{}, errors.New("refused")
 			}
 			return cur, nil
 		})})
@@ -266,13 +267,13 @@ nodewise_gate_query_errors_total 1
 func TestJudgePlannedResetsDuringTheSwap(t *testing.T) {
 	j, in, cur := judgeScenario(t, 1, nil)
 	last := &in.Baseline[len(in.Baseline)-1]
-	last.Pods = append([]PodCounters(nil), last.Pods...)
-	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods = append([]wire.PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	last.Pods[3].ConnAges[10] = 30 // [45 s, 60 s)
-	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods = append([]wire.PodCounters(nil), cur.Pods...)
 	cur.Pods[3].ResetsReceived += 40
-	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
-	in.SoakStart.Pods = append([]PodCounters(nil), in.SoakStart.Pods...)
+	j.src = SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil })
+	in.SoakStart.Pods = append([]wire.PodCounters(nil), in.SoakStart.Pods...)
 	swapBefore := in.SoakStart.Pods[3].ResetsReceived - last.Pods[3].ResetsReceived
 	in.SoakStart.Pods[3].ResetsReceived += 40 // 30 planned, and 10 more than the plan
 	in.Gates.ConsecutiveFailures = 1
@@ -293,14 +294,14 @@ func TestJudgePlannedResetsDuringTheSwap(t *testing.T) {
 func TestJudgementKeepsConnectionAges(t *testing.T) {
 	j, in, cur := judgeScenario(t, 1, nil)
 	last := &in.Baseline[len(in.Baseline)-1]
-	last.Pods = append([]PodCounters(nil), last.Pods...)
-	last.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	last.Pods = append([]wire.PodCounters(nil), last.Pods...)
+	last.Pods[3].ConnAges = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	last.Pods[3].ConnAges[0], last.Pods[3].ConnAges[10] = 100, 400 // [0, 1 s) and [45 s, 60 s)
-	cur.Pods = append([]PodCounters(nil), cur.Pods...)
+	cur.Pods = append([]wire.PodCounters(nil), cur.Pods...)
 	cur.Pods[3].ResetsReceived += 400
-	cur.Pods[3].ConnAges = make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	cur.Pods[3].ConnAges = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	cur.Pods[3].ConnAges[1] = 3 // [1 s, 2 s)
-	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	j.src = SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil })
 	in.Gates.ConsecutiveFailures = 1
 	v := mustJudge(t, j, in)
 	pod := cur.Pods[3].Namespace + "/" + cur.Pods[3].Name
@@ -323,7 +324,7 @@ func TestJudgementKeepsConnectionAges(t *testing.T) {
 }
 
 func TestSummarizeAges(t *testing.T) {
-	h := make([]uint64, len(AgeBucketBoundsSeconds)+1)
+	h := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	if got := summarizeAges(h); got != (v1alpha1.ConnAges{}) {
 		t.Errorf("none open: %+v", got)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/sim/simpki"
 )
 
@@ -50,7 +51,7 @@ func TestAgentClientVerifiesTheNodeName(t *testing.T) {
 				tokens.Add(1)
 			}
 			now := time.Now()
-			_ = json.NewEncoder(w).Encode(Snapshot{Node: "node-a", Time: now, StartTime: now.Add(-time.Hour), Mode: ModeEBPF})
+			_ = json.NewEncoder(w).Encode(wire.Snapshot{Node: "node-a", Time: now, StartTime: now.Add(-time.Hour), Mode: wire.ModeEBPF})
 		}))
 		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 		srv.StartTLS()

@@ -1,6 +1,10 @@
 package health
 
-import "time"
+import (
+	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
+)
 
 // PlannedResets estimates, for each pod and side, the connections a swap in
 // place will reset: those already older than the drain deadline in the last
@@ -11,13 +15,13 @@ import "time"
 // deadline between bucket bounds undercounts rather than overcounts: planned
 // resets are subtracted from the regression counting, and an overcount could
 // hide a real regression.
-func PlannedResets(beforeSwap Snapshot, deadline time.Duration) map[PodKey]uint64 {
-	first := len(AgeBucketBoundsSeconds) // index of the first bucket entirely ≥ deadline
-	for i := range AgeBucketBoundsSeconds {
+func PlannedResets(beforeSwap wire.Snapshot, deadline time.Duration) map[PodKey]uint64 {
+	first := len(wire.AgeBucketBoundsSeconds) // index of the first bucket entirely ≥ deadline
+	for i := range wire.AgeBucketBoundsSeconds {
 		// Bucket i covers [bound[i-1], bound[i]); bucket 0 starts at 0.
 		lower := 0.0
 		if i > 0 {
-			lower = AgeBucketBoundsSeconds[i-1]
+			lower = wire.AgeBucketBoundsSeconds[i-1]
 		}
 		if lower >= deadline.Seconds() {
 			first = i
@@ -86,11 +90,11 @@ func subtractPlanned(w *Window, planned map[PodKey]uint64) map[PodKey]uint64 {
 // that straddles age counts whole. ages of the wrong length (an agent with
 // other bucket bounds) count as unknown: ok is false.
 func MayBeOlderThan(ages []uint64, age time.Duration) (n uint64, ok bool) {
-	if len(ages) != len(AgeBucketBoundsSeconds)+1 {
+	if len(ages) != len(wire.AgeBucketBoundsSeconds)+1 {
 		return 0, false
 	}
 	for i, c := range ages {
-		if i == len(AgeBucketBoundsSeconds) || AgeBucketBoundsSeconds[i] > age.Seconds() {
+		if i == len(wire.AgeBucketBoundsSeconds) || wire.AgeBucketBoundsSeconds[i] > age.Seconds() {
 			n += c
 		}
 	}

@@ -3,11 +3,13 @@ package health
 import (
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 func TestMayBeOlderThan(t *testing.T) {
 	ages := func(set map[int]uint64) []uint64 {
-		a := make([]uint64, len(AgeBucketBoundsSeconds)+1)
+		a := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 		for i, v := range set {
 			a[i] = v
 		}

@@ -5,15 +5,16 @@ import (
 	"math"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Population is what a group of pods did in one interval, summed: the
 // migrated pods of a sidecar wave, the pods not yet migrated over the same
 // interval, or one workload before its wave.
 type Population struct {
-	Pods           int           `json:"pods"`
-	Counts         Counts        `json:"counts"`
-	ConnectLatency Log2Histogram `json:"connectLatency"`
+	Pods           int                `json:"pods"`
+	Counts         Counts             `json:"counts"`
+	ConnectLatency wire.Log2Histogram `json:"connectLatency"`
 }
 
 // Add sums one pod's window into the population.
@@ -106,7 +107,7 @@ func ComparePopulations(cfg Config, ref, got Population, s Scale) []PopulationTe
 			ratio := func(b, a float64) bool { return b > 0 && a/b >= minRatio }
 			inc := float64(th.MinIncrease.Microseconds())
 			br50, bg50 := hr.Quantile(0.5), hg.Quantile(0.5)
-			r.ClearsFloors = (ratio(hr.GeoMean(), hg.GeoMean()) || ratio(br50, bg50) || ratio(r.Ref, r.Got)) &&
+			r.ClearsFloors = (ratio(GeoMean(hr), GeoMean(hg)) || ratio(br50, bg50) || ratio(r.Ref, r.Got)) &&
 				(bg50-br50 >= inc || r.Got-r.Ref >= inc)
 			out = append(out, r)
 			continue
@@ -155,7 +156,7 @@ func ControlScale(before, after Population) Scale {
 		s.Count = (float64(ea) / float64(ta)) / (float64(eb) / float64(tb))
 	}
 	if before.ConnectLatency.Total() > 0 && after.ConnectLatency.Total() > 0 {
-		if gb, ga := before.ConnectLatency.GeoMean(), after.ConnectLatency.GeoMean(); gb > 0 && ga > gb {
+		if gb, ga := GeoMean(before.ConnectLatency), GeoMean(after.ConnectLatency); gb > 0 && ga > gb {
 			s.Latency = ga / gb
 		}
 	}

@@ -3,10 +3,12 @@ package health
 import (
 	"context"
 	"testing"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
-func withoutProbe(s Snapshot) Snapshot {
-	var pods []PodCounters
+func withoutProbe(s wire.Snapshot) wire.Snapshot {
+	var pods []wire.PodCounters
 	for _, p := range s.Pods {
 		if p.Namespace != DefaultProbeNamespace {
 			pods = append(pods, p)
@@ -25,7 +27,7 @@ func TestJudgeRequiresProbeEvidence(t *testing.T) {
 	}
 	in.SoakStart = withoutProbe(in.SoakStart)
 	cur = withoutProbe(cur)
-	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return cur, nil })
+	j.src = SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return cur, nil })
 	v := mustJudge(t, j, in)
 	if v.Outcome != Inconclusive || !hasReason(v, "no probe evidence") {
 		t.Fatalf("no probe: %s %q", v.Outcome, v.Reasons)
@@ -42,7 +44,7 @@ func TestJudgeDrainedNodeOnProbe(t *testing.T) {
 	j, in, cur := judgeScenario(t, 1, nil)
 	onlyProbeNow := onlyProbe(cur)
 	in.SoakStart = onlyProbe(in.SoakStart)
-	j.src = SnapshotFunc(func(context.Context, string) (Snapshot, error) { return onlyProbeNow, nil })
+	j.src = SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return onlyProbeNow, nil })
 	v := mustJudge(t, j, in)
 	if v.Outcome != Pass || !hasReason(v, "probe: 1 pods") || !hasReason(v, "judged before/after alone") {
 		t.Fatalf("drained node: %s %q", v.Outcome, v.Reasons)

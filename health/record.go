@@ -10,6 +10,8 @@ import (
 	"io"
 	"sort"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // BaselineRecord is what a judgement needs of a node's samples from before
@@ -35,9 +37,9 @@ type BaselineRecord struct {
 
 // RecordedSample is one agent answer as the Recorder placed it.
 type RecordedSample struct {
-	Snapshot       Snapshot  // as the agent sent it (its own Time)
-	At             time.Time // where it sits on the orchestrator's clock
-	Sent, Received time.Time // the orchestrator's clock around the request
+	Snapshot       wire.Snapshot // as the agent sent it (its own Time)
+	At             time.Time     // where it sits on the orchestrator's clock
+	Sent, Received time.Time     // the orchestrator's clock around the request
 }
 
 // RecordLimits bound an encoded record.
@@ -187,7 +189,7 @@ func rankedPods(list []RecordedSample, keep func(PodKey) bool) []rankedPod {
 	start := map[podID]uint64{}
 	for i := range first.Pods {
 		p := &first.Pods[i]
-		start[podID{keyOf(p), p.UID}] = p.traffic()
+		start[podID{keyOf(p), p.UID}] = podTraffic(p)
 	}
 	var cs []rankedPod
 	for i := range last.Pods {
@@ -198,7 +200,7 @@ func rankedPods(list []RecordedSample, keep func(PodKey) bool) []rankedPod {
 			continue
 		}
 		var d uint64
-		if t := p.traffic(); t > t0 {
+		if t := podTraffic(p); t > t0 {
 			d = t - t0
 		}
 		cs = append(cs, rankedPod{id, keep != nil && keep(id.key), d})
@@ -207,7 +209,8 @@ func rankedPods(list []RecordedSample, keep func(PodKey) bool) []rankedPod {
 	return cs
 }
 
-func (p *PodCounters) traffic() uint64 {
+// podTraffic is the pod's connections: opened, accepted and failed.
+func podTraffic(p *wire.PodCounters) uint64 {
 	var f uint64
 	for _, n := range p.ConnectFailures {
 		f += n
@@ -238,16 +241,16 @@ type wireRecord struct {
 	// carries one, whichever sample thinning kept): every pod of it, so a
 	// successor's watchdog and gate compare with what this one would have.
 	// It decodes onto the window's last sample.
-	E *Enrollment `json:"e,omitempty"`
+	E *wire.Enrollment `json:"e,omitempty"`
 }
 
 type wirePod struct {
-	Namespace string `json:"ns"`
-	Name      string `json:"n"`
-	UID       string `json:"u"`
-	Side      Side   `json:"s"`
+	Namespace string    `json:"ns"`
+	Name      string    `json:"n"`
+	UID       string    `json:"u"`
+	Side      wire.Side `json:"s"`
 	// Classes are the connect failure classes in any sample, in C's order.
-	Classes []ConnectErrorClass `json:"f,omitempty"`
+	Classes []wire.ConnectErrorClass `json:"f,omitempty"`
 	// C has a row per sample (null: absent from it): ResetsSent,
 	// ResetsReceived, Connects, Accepts, Retransmits and the failure
 	// classes, as deltas from the pod's previous row.
@@ -270,13 +273,13 @@ const maxRowLen = 1 << 10
 // first and last (i < base), the soak's first (i == base).
 func fullSample(i, base int) bool { return i == 0 || i >= base-1 }
 
-func encodeWire(r BaselineRecord, before *Enrollment, pods []podID) (string, error) {
+func encodeWire(r BaselineRecord, before *wire.Enrollment, pods []podID) (string, error) {
 	return pack(wireOf(r, before, pods), "the baseline record of node "+r.Node)
 }
 
 // snapshotsOf lists the samples' snapshots.
-func snapshotsOf(list []RecordedSample) []Snapshot {
-	out := make([]Snapshot, len(list))
+func snapshotsOf(list []RecordedSample) []wire.Snapshot {
+	out := make([]wire.Snapshot, len(list))
 	for i, s := range list {
 		out[i] = s.Snapshot
 	}
@@ -285,7 +288,7 @@ func snapshotsOf(list []RecordedSample) []Snapshot {
 
 // wireOf is r's wire form with the pods listed and the enrollment before
 // the swap.
-func wireOf(r BaselineRecord, before *Enrollment, pods []podID) wireRecord {
+func wireOf(r BaselineRecord, before *wire.Enrollment, pods []podID) wireRecord {
 	samples := append([]RecordedSample(nil), r.Baseline...)
 	base := len(samples)
 	w := wireRecord{V: recordVersion, Node: r.Node, Base: r.BaselineStart.UnixNano(), Swap: r.SwapStart.UnixNano(), Pods: r.Pods, Samples: r.Samples, E: before}
@@ -303,8 +306,8 @@ func wireOf(r BaselineRecord, before *Enrollment, pods []podID) wireRecord {
 	}
 	for _, id := range pods {
 		wp := wirePod{Namespace: id.key.Namespace, Name: id.key.Name, UID: id.uid, Side: id.key.Side}
-		rows := make([]*PodCounters, len(samples))
-		classes := map[ConnectErrorClass]bool{}
+		rows := make([]*wire.PodCounters, len(samples))
+		classes := map[wire.ConnectErrorClass]bool{}
 		for i, s := range samples {
 			for j := range s.Snapshot.Pods {
 				p := &s.Snapshot.Pods[j]
@@ -363,7 +366,7 @@ func pack(v any, what string) (string, error) {
 	return base64.StdEncoding.EncodeToString(buf.Bytes()), nil
 }
 
-func counterRow(p *PodCounters, classes []ConnectErrorClass) []uint64 {
+func counterRow(p *wire.PodCounters, classes []wire.ConnectErrorClass) []uint64 {
 	row := []uint64{p.ResetsSent, p.ResetsReceived, p.Connects, p.Accepts, p.Retransmits}
 	for _, c := range classes {
 		row = append(row, p.ConnectFailures[c])
@@ -371,7 +374,7 @@ func counterRow(p *PodCounters, classes []ConnectErrorClass) []uint64 {
 	return row
 }
 
-func histRow(p *PodCounters) []uint64 {
+func histRow(p *wire.PodCounters) []uint64 {
 	row := []uint64{uint64(len(p.ConnectLatency.Buckets)), uint64(len(p.SRTT.Buckets))}
 	row = append(row, p.ConnectLatency.Buckets...)
 	return append(row, p.SRTT.Buckets...)
@@ -475,7 +478,7 @@ func fromWire(w wireRecord) (BaselineRecord, error) {
 	samples := make([]RecordedSample, n)
 	for i, t := range w.T {
 		samples[i] = RecordedSample{At: at(t[1]), Sent: at(t[2]), Received: at(t[3]),
-			Snapshot: Snapshot{Node: w.Node, Time: at(t[0]), StartTime: time.Unix(0, w.Start[i]).UTC(), Seq: w.Seq[i], Mode: w.Mode[i], AgentVersion: w.Agent[i]}}
+			Snapshot: wire.Snapshot{Node: w.Node, Time: at(t[0]), StartTime: time.Unix(0, w.Start[i]).UTC(), Seq: w.Seq[i], Mode: w.Mode[i], AgentVersion: w.Agent[i]}}
 	}
 	for _, wp := range w.P {
 		if len(wp.C) != n || len(wp.H) != n {
@@ -522,13 +525,13 @@ func fromWire(w wireRecord) (BaselineRecord, error) {
 // podOf is a pod's counters from its counter row and the histogram row
 // in effect (its own, or for a sample between the window's first and last,
 // the first's: the judge subtracts only those).
-func podOf(wp wirePod, c, h []uint64) PodCounters {
-	p := PodCounters{Namespace: wp.Namespace, Name: wp.Name, UID: wp.UID, Side: wp.Side,
+func podOf(wp wirePod, c, h []uint64) wire.PodCounters {
+	p := wire.PodCounters{Namespace: wp.Namespace, Name: wp.Name, UID: wp.UID, Side: wp.Side,
 		ResetsSent: c[0], ResetsReceived: c[1], Connects: c[2], Accepts: c[3], Retransmits: c[4]}
 	for k, cl := range wp.Classes {
 		if v := c[rowScalars+k]; v != 0 {
 			if p.ConnectFailures == nil {
-				p.ConnectFailures = map[ConnectErrorClass]uint64{}
+				p.ConnectFailures = map[wire.ConnectErrorClass]uint64{}
 			}
 			p.ConnectFailures[cl] = v
 		}

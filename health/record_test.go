@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // recordSeries is a node's baseline: samples every 30 s of pods pods (app
@@ -19,27 +21,27 @@ func recordSeries(pods, samples int, seed int64) []RecordedSample {
 	rng := rand.New(rand.NewSource(seed))
 	base := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	start := base.Add(-time.Hour)
-	cur := make([]PodCounters, pods)
+	cur := make([]wire.PodCounters, pods)
 	rate := make([]float64, pods)
 	for i := range cur {
-		side := SideApp
+		side := wire.SideApp
 		if i%2 == 1 {
-			side = SideProxy
+			side = wire.SideProxy
 		}
 		ns, name := fmt.Sprintf("ns-%d", i/20), fmt.Sprintf("workload-%d-7d9f8c6b5-%05d", i/2, i/2)
 		if i >= pods-2 {
 			ns, name = DefaultProbeNamespace, "nodewise-probe-x"
 		}
-		cur[i] = PodCounters{Namespace: ns, Name: name, UID: fmt.Sprintf("uid-%08x", rng.Uint32()), Side: side,
-			ConnectLatency: Log2Histogram{Buckets: make([]uint64, Log2Buckets)}, SRTT: Log2Histogram{Buckets: make([]uint64, Log2Buckets)},
-			ConnAges: make([]uint64, len(AgeBucketBoundsSeconds)+1)}
+		cur[i] = wire.PodCounters{Namespace: ns, Name: name, UID: fmt.Sprintf("uid-%08x", rng.Uint32()), Side: side,
+			ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}, SRTT: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			ConnAges: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}
 		rate[i] = rng.ExpFloat64() * 20 // connections per second: a few busy pods, many quiet
 	}
 	grow := func(r float64) uint64 { return uint64(rng.Float64() * 2 * r) }
 	var out []RecordedSample
 	for s := range samples {
 		at := base.Add(time.Duration(s) * 30 * time.Second)
-		snap := Snapshot{Node: "node-a", Time: at.Add(3 * time.Millisecond), StartTime: start, Seq: uint64(100 + s), Mode: ModeEBPF, AgentVersion: "v1.2.3"}
+		snap := wire.Snapshot{Node: "node-a", Time: at.Add(3 * time.Millisecond), StartTime: start, Seq: uint64(100 + s), Mode: wire.ModeEBPF, AgentVersion: "v1.2.3"}
 		for i := range cur {
 			c := &cur[i]
 			n := grow(rate[i] * 30)
@@ -50,9 +52,9 @@ func recordSeries(pods, samples int, seed int64) []RecordedSample {
 			c.Retransmits += grow(rate[i] * 0.5)
 			if rng.Intn(4) == 0 {
 				if c.ConnectFailures == nil {
-					c.ConnectFailures = map[ConnectErrorClass]uint64{}
+					c.ConnectFailures = map[wire.ConnectErrorClass]uint64{}
 				}
-				c.ConnectFailures[ConnectRefused] += uint64(rng.Intn(3) + 1)
+				c.ConnectFailures[wire.ConnectRefused] += uint64(rng.Intn(3) + 1)
 			}
 			for k := uint64(0); k < n; k++ {
 				c.ConnectLatency.Buckets[8+rng.Intn(5)]++
@@ -66,7 +68,7 @@ func recordSeries(pods, samples int, seed int64) []RecordedSample {
 			p.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
 			p.ConnAges = append([]uint64(nil), c.ConnAges...)
 			if c.ConnectFailures != nil {
-				p.ConnectFailures = map[ConnectErrorClass]uint64{}
+				p.ConnectFailures = map[wire.ConnectErrorClass]uint64{}
 				for k, v := range c.ConnectFailures {
 					p.ConnectFailures[k] = v
 				}
@@ -87,7 +89,7 @@ func isProbeKey(k PodKey) bool { return k.Namespace == DefaultProbeNamespace }
 // decodedAs is pod p of baseline sample i (of n) as a record keeps it:
 // every count; the histograms of the first and the last sample (the others
 // carry the first's); the connection ages of the last.
-func decodedAs(p PodCounters, first Snapshot, i, n int) PodCounters {
+func decodedAs(p wire.PodCounters, first wire.Snapshot, i, n int) wire.PodCounters {
 	if i != n-1 {
 		p.ConnAges = nil
 	}
@@ -139,7 +141,7 @@ func TestRecordBoundedRoundTrip(t *testing.T) {
 		if len(s.Snapshot.Pods) != kept {
 			t.Fatalf("sample %d has %d pods, want the %d kept", i, len(s.Snapshot.Pods), kept)
 		}
-		byUID := map[string]PodCounters{}
+		byUID := map[string]wire.PodCounters{}
 		for _, p := range o.Snapshot.Pods {
 			byUID[p.UID] = p
 		}
@@ -159,7 +161,7 @@ func TestRecordBoundedRoundTrip(t *testing.T) {
 	first, last := in.Baseline[0].Snapshot, in.Baseline[9].Snapshot
 	traffic := map[string]uint64{}
 	for i := range last.Pods {
-		traffic[last.Pods[i].UID] = last.Pods[i].traffic() - first.Pods[i].traffic()
+		traffic[last.Pods[i].UID] = podTraffic(&last.Pods[i]) - podTraffic(&first.Pods[i])
 	}
 	keptUID := map[string]bool{}
 	for _, p := range out.Baseline[0].Snapshot.Pods {
@@ -211,15 +213,15 @@ func TestRecordRealisticNode(t *testing.T) {
 
 // enrollmentOf is an agent's enrollment check of a snapshot's app pods:
 // every third not enrolled, its check and what it found named.
-func enrollmentOf(s Snapshot) *Enrollment {
-	e := &Enrollment{Time: s.Time, Ztunnel: "pid 4242"}
+func enrollmentOf(s wire.Snapshot) *wire.Enrollment {
+	e := &wire.Enrollment{Time: s.Time, Ztunnel: "pid 4242"}
 	for i, p := range s.Pods {
-		if p.Side != SideApp {
+		if p.Side != wire.SideApp {
 			continue
 		}
-		pe := PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Result: Enrolled}
+		pe := wire.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Result: wire.Enrolled}
 		if i%3 == 0 {
-			pe.Result, pe.Failed, pe.Detail = NotEnrolled, CheckListeners, "nothing listens on 15008"
+			pe.Result, pe.Failed, pe.Detail = wire.NotEnrolled, wire.CheckListeners, "nothing listens on 15008"
 		}
 		e.Pods = append(e.Pods, pe)
 	}
@@ -288,7 +290,7 @@ func TestRecorderRestore(t *testing.T) {
 	now := series[5].Received.Add(30 * time.Second)
 	live := series[5].Snapshot
 	live.Seq, live.Time = live.Seq+1, now
-	src := SnapshotFunc(func(context.Context, string) (Snapshot, error) { return live, nil })
+	src := SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return live, nil })
 	r, err := NewRecorder(RecorderConfig{Source: src, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -327,8 +329,8 @@ func TestRecorderRestore(t *testing.T) {
 	}
 }
 
-func placedSnapshots(list []RecordedSample) []Snapshot {
-	out := make([]Snapshot, len(list))
+func placedSnapshots(list []RecordedSample) []wire.Snapshot {
+	out := make([]wire.Snapshot, len(list))
 	for i, s := range list {
 		out[i] = s.Snapshot
 		out[i].Time = s.At
@@ -338,7 +340,7 @@ func placedSnapshots(list []RecordedSample) []Snapshot {
 
 // assessFrom judges a baseline series, a soak start and a current snapshot
 // as Judge does (windows, dispersion, planned resets of an in-place swap).
-func assessFrom(t *testing.T, baseline []Snapshot, soakStart, cur Snapshot) Assessment {
+func assessFrom(t *testing.T, baseline []wire.Snapshot, soakStart, cur wire.Snapshot) Assessment {
 	t.Helper()
 	cfg, err := NewConfig(Config{})
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // RecorderConfig configures a Recorder.
@@ -128,12 +130,12 @@ func (r *Recorder) Sample(ctx context.Context, node string) error {
 // answers with a seq that did not advance, that is the previous sample, with
 // the time it was placed at then: the judge then sees how old it really is.
 // An untracked node's answer is placed alone and not kept.
-func (r *Recorder) Snapshot(ctx context.Context, node string) (Snapshot, error) {
+func (r *Recorder) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
 	sent := r.cfg.Now()
 	s, err := r.cfg.Source.Snapshot(ctx, node)
 	received := r.cfg.Now()
 	if err != nil {
-		return Snapshot{}, err
+		return wire.Snapshot{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -203,10 +205,10 @@ func (r *Recorder) Run(ctx context.Context) error {
 // series) since the agent's last restart in it (BaselineNote says so), and the first sample sent at or after soakStart. The snapshots
 // carry their times as placed on the orchestrator's clock. err says what is
 // missing.
-func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []Snapshot, soak Snapshot, err error) {
+func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time.Time) (baseline []wire.Snapshot, soak wire.Snapshot, err error) {
 	list, _, tracked := r.samples(node)
 	if !tracked {
-		return nil, Snapshot{}, fmt.Errorf("node %s: %w (Track starts at preflight; a successor needs the node's persisted baseline record, Restore)", node, ErrNotTracked)
+		return nil, wire.Snapshot{}, fmt.Errorf("node %s: %w (Track starts at preflight; a successor needs the node's persisted baseline record, Restore)", node, ErrNotTracked)
 	}
 	kept, _ := lastEpoch(list, baselineStart, swapStart)
 	for _, s := range kept {
@@ -217,7 +219,7 @@ func (r *Recorder) Windows(node string, baselineStart, swapStart, soakStart time
 			return baseline, s.placed(), nil
 		}
 	}
-	return baseline, Snapshot{}, fmt.Errorf("node %s: no snapshot recorded since the soak started at %s", node, soakStart.UTC().Format(time.RFC3339))
+	return baseline, wire.Snapshot{}, fmt.Errorf("node %s: no snapshot recorded since the soak started at %s", node, soakStart.UTC().Format(time.RFC3339))
 }
 
 // Clock reports what the Recorder measured of the node agent's clock over

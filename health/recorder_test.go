@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 func TestRecorderWindowsAndRetention(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
 	now := start
-	src := SnapshotFunc(func(context.Context, string) (Snapshot, error) {
-		return Snapshot{Node: "n", Time: now, StartTime: start}, nil
+	src := SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) {
+		return wire.Snapshot{Node: "n", Time: now, StartTime: start}, nil
 	})
 	r, err := NewRecorder(RecorderConfig{Source: src, Every: time.Minute, Keep: 10 * time.Minute, Now: func() time.Time { return now }})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Backfill tracks node and adds to its samples the snapshots its agent kept
@@ -27,7 +29,7 @@ func (r *Recorder) Backfill(ctx context.Context, node string, span time.Duration
 	// A little earlier than the span: the agent filters by its own clock.
 	h, err := hs.History(ctx, node, sent.Add(-span-r.cfg.SkewTolerance-r.cfg.Every))
 	received := r.cfg.Now()
-	if errors.Is(err, ErrNoHistory) {
+	if errors.Is(err, wire.ErrNoHistory) {
 		r.cfg.Logger.Debug("node agent keeps no history: the baseline is waited out", zap.String("node", node), zap.Error(err))
 		return 0, nil
 	}
@@ -153,4 +155,10 @@ func (r *Recorder) BaselineSource(node string, baselineStart, swapStart time.Tim
 	last := read[len(read)-1].at
 	return fmt.Sprintf("baseline of node %s from its agent's history: %s of the %s window read back at the slot's start (%d snapshots), the last %s sampled live (%d sampled)",
 		node, last.Sub(kept[0].at).Round(time.Second), window, len(read), swapStart.Sub(last).Round(time.Second), len(kept)-len(read))
+}
+
+// HistorySource reads the snapshots a node's agent kept since a time.
+// AgentClient implements it.
+type HistorySource interface {
+	History(ctx context.Context, node string, since time.Time) (wire.History, error)
 }

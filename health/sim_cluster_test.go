@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // The cluster simulation: the judged node and its control nodes share
@@ -155,10 +157,10 @@ func newClusterNode(r *rand.Rand, workloads []simPod, probe simPod) clusterNode 
 }
 
 // clusterSnapshots draws one node's baseline series and the snapshots at the soak's start and end.
-func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, soakPods []simPod) ([]Snapshot, Snapshot, Snapshot) {
+func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, soakPods []simPod) ([]wire.Snapshot, wire.Snapshot, wire.Snapshot) {
 	name := fmt.Sprintf("node-%d", node)
 	start := simStart
-	cum := make([]PodCounters, len(n.pods))
+	cum := make([]wire.PodCounters, len(n.pods))
 	for i := range cum {
 		w := n.workload[i]
 		cum[i] = simCounters(fmt.Sprintf("ns%d", w%5), fmt.Sprintf("wl%02d-7d9c5b8f4-x2k%c%c", w, safeAlphabet[node%27], safeAlphabet[i%27]),
@@ -168,7 +170,7 @@ func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, so
 		}
 	}
 	at := start.Add(time.Minute)
-	series := []Snapshot{snapshotOf(name, start, at, cum)}
+	series := []wire.Snapshot{snapshotOf(name, start, at, cum)}
 	for s := 0; s < t.baseline; s += t.sample {
 		d := min(t.sample, t.baseline-s)
 		addWindow(r, n.pods, cum, d, nil)
@@ -185,8 +187,8 @@ func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, so
 
 // onlyProbe keeps the probe's pods: on a drained node the workload's pods
 // were evicted before the swap, and the ones scheduled after it are new.
-func onlyProbe(s Snapshot) Snapshot {
-	var pods []PodCounters
+func onlyProbe(s wire.Snapshot) wire.Snapshot {
+	var pods []wire.PodCounters
 	for _, p := range s.Pods {
 		if p.Namespace == DefaultProbeNamespace {
 			pods = append(pods, p)
@@ -215,11 +217,11 @@ func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) 
 	}
 	jit := newJitterer(r)
 	var windows []ControlWindow
-	var judged []Snapshot
-	var soakStart, soakEnd Snapshot
+	var judged []wire.Snapshot
+	var soakStart, soakEnd wire.Snapshot
 	type soaking struct {
 		pods       []simPod
-		start, end Snapshot
+		start, end wire.Snapshot
 		base       Window
 	}
 	var all []soaking // every node's soak, the judged node first
@@ -281,7 +283,7 @@ func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) 
 		return withControl, alone, target, nil
 	}
 	var later []ControlWindow
-	var end Snapshot
+	var end wire.Snapshot
 	for i, n := range all {
 		e := simMore(r2, n.pods, nil, n.end, t.interval)
 		if i == 0 {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // The acceptance simulation: a realistic traffic model for a node of 30 pods,
@@ -171,7 +173,7 @@ func lognormalHist(r *rand.Rand, h []uint64, n uint64, median, sigma float64) {
 	}
 	left, prev := n, 0.0
 	for i := 0; i < len(h) && left > 0; i++ {
-		_, hi := bucketBounds(i)
+		hi := math.Ldexp(1, i+1) // bucket i's upper bound in µs
 		c := cdf(hi)
 		if i == len(h)-1 {
 			c = 1
@@ -201,7 +203,7 @@ type simChange struct {
 }
 
 // addWindow adds one window of traffic for every pod to the cumulative counters.
-func addWindow(r *rand.Rand, pods []simPod, cum []PodCounters, seconds int, ch *simChange) {
+func addWindow(r *rand.Rand, pods []simPod, cum []wire.PodCounters, seconds int, ch *simChange) {
 	for i, p := range pods {
 		drift := math.Exp(0.1 * r.NormFloat64())
 		mean := 0.0
@@ -229,7 +231,7 @@ func addWindow(r *rand.Rand, pods []simPod, cum []PodCounters, seconds int, ch *
 		c.Accepts += conns - out
 		c.ResetsReceived += clumped(r, poisson(r, float64(conns)*rr/p.clumpMean), p.clumpMean)
 		c.ResetsSent += clumped(r, poisson(r, float64(conns)*p.resetSentP/p.clumpMean), p.clumpMean)
-		c.ConnectFailures[ConnectRefused] += poisson(r, float64(conns)*p.failP)
+		c.ConnectFailures[wire.ConnectRefused] += poisson(r, float64(conns)*p.failP)
 		c.Retransmits += poisson(r, float64(conns)*p.retransPer)
 		slow := uint64(0)
 		if ch != nil && ch.pod == i && ch.slowShare > 0 {
@@ -241,10 +243,10 @@ func addWindow(r *rand.Rand, pods []simPod, cum []PodCounters, seconds int, ch *
 	}
 }
 
-func snapshotOf(node string, start, at time.Time, cum []PodCounters) Snapshot {
-	s := Snapshot{Node: node, Time: at, StartTime: start, Mode: ModeEBPF}
+func snapshotOf(node string, start, at time.Time, cum []wire.PodCounters) wire.Snapshot {
+	s := wire.Snapshot{Node: node, Time: at, StartTime: start, Mode: wire.ModeEBPF}
 	for _, c := range cum {
-		c.ConnectFailures = map[ConnectErrorClass]uint64{ConnectRefused: c.ConnectFailures[ConnectRefused]}
+		c.ConnectFailures = map[wire.ConnectErrorClass]uint64{wire.ConnectRefused: c.ConnectFailures[wire.ConnectRefused]}
 		c.ConnectLatency.Buckets = append([]uint64(nil), c.ConnectLatency.Buckets...)
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
 		s.Pods = append(s.Pods, c)
@@ -263,7 +265,7 @@ func simTrial(r *rand.Rand, cfg Config, pods []simPod, ch *simChange) Assessment
 }
 
 // simWindows draws the baseline snapshots (one a minute), and the baseline and soak windows.
-func simWindows(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Window, Window) {
+func simWindows(r *rand.Rand, pods []simPod, ch *simChange) ([]wire.Snapshot, Window, Window) {
 	series, s2, s3 := simSnapshots(r, pods, ch)
 	base, err := NewWindow(series[0], series[len(series)-1])
 	if err != nil {
@@ -279,9 +281,9 @@ func simWindows(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Window,
 var simStart = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
 
 // simSnapshots draws the baseline series, the snapshot at the soak's start and the one at its end.
-func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snapshot, Snapshot) {
+func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]wire.Snapshot, wire.Snapshot, wire.Snapshot) {
 	start := simStart
-	cum := make([]PodCounters, len(pods))
+	cum := make([]wire.PodCounters, len(pods))
 	for i := range cum {
 		cum[i] = simCounters(fmt.Sprintf("ns%d", i%5), fmt.Sprintf("pod-%02d", i), fmt.Sprintf("uid-%d", i))
 		if pods[i].probe {
@@ -289,7 +291,7 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 		}
 	}
 	t0 := start.Add(time.Minute)
-	series := []Snapshot{snapshotOf("node-a", start, t0, cum)}
+	series := []wire.Snapshot{snapshotOf("node-a", start, t0, cum)}
 	t1 := t0
 	for range int(simBaseline / time.Minute) { // one baseline snapshot a minute
 		addWindow(r, pods, cum, 60, nil)
@@ -305,16 +307,16 @@ func simSnapshots(r *rand.Rand, pods []simPod, ch *simChange) ([]Snapshot, Snaps
 }
 
 // simCounters are a pod's counters before its first window.
-func simCounters(namespace, name, uid string) PodCounters {
-	return PodCounters{Namespace: namespace, Name: name, UID: uid, Side: SideApp,
-		ConnectFailures: map[ConnectErrorClass]uint64{}, ConnectLatency: newHist(), SRTT: newHist()}
+func simCounters(namespace, name, uid string) wire.PodCounters {
+	return wire.PodCounters{Namespace: namespace, Name: name, UID: uid, Side: wire.SideApp,
+		ConnectFailures: map[wire.ConnectErrorClass]uint64{}, ConnectLatency: newHist(), SRTT: newHist()}
 }
 
 // simMore continues a node's soak: it returns the snapshot `seconds` after last.
-func simMore(r *rand.Rand, pods []simPod, ch *simChange, last Snapshot, seconds int) Snapshot {
-	cum := make([]PodCounters, len(last.Pods))
+func simMore(r *rand.Rand, pods []simPod, ch *simChange, last wire.Snapshot, seconds int) wire.Snapshot {
+	cum := make([]wire.PodCounters, len(last.Pods))
 	for i, p := range last.Pods {
-		p.ConnectFailures = map[ConnectErrorClass]uint64{ConnectRefused: p.ConnectFailures[ConnectRefused]}
+		p.ConnectFailures = map[wire.ConnectErrorClass]uint64{wire.ConnectRefused: p.ConnectFailures[wire.ConnectRefused]}
 		p.ConnectLatency.Buckets = append([]uint64(nil), p.ConnectLatency.Buckets...)
 		p.SRTT.Buckets = append([]uint64(nil), p.SRTT.Buckets...)
 		cum[i] = p

@@ -3,6 +3,8 @@ package health
 import (
 	"math"
 	"sort"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // This file holds the judge's statistics, written with the standard library
@@ -121,10 +123,10 @@ type RankTest struct {
 // and the p-value the normal approximation with a continuity correction,
 // z = (U − n₁n₂/2 − ½)/σ, p = ½·erfc(z/√2). With the sample sizes the judge
 // requires (MinEvents per window) the approximation is good.
-func MannWhitney(before, after Log2Histogram) RankTest {
+func MannWhitney(before, after wire.Log2Histogram) RankTest {
 	var r RankTest
 	n := max(len(before.Buckets), len(after.Buckets))
-	at := func(h Log2Histogram, i int) float64 {
+	at := func(h wire.Log2Histogram, i int) float64 {
 		if i < len(h.Buckets) {
 			return float64(h.Buckets[i])
 		}
@@ -184,71 +186,12 @@ func Holm(p []float64) []float64 {
 	return adj
 }
 
-// Quantile returns the q-quantile (0 < q < 1) of a log2 histogram in
-// microseconds. It returns 0 for an empty histogram.
-//
-// Inside the bucket the quantile falls in, it interpolates the log of the tail
-// beyond it linearly in log x: the survival function S for q ≥ ½, the CDF for
-// q < ½. Between S(lo) and S(hi) at the bucket's edges,
-//
-//	x = lo · (hi/lo)^((ln S − ln S(lo)) / (ln S(hi) − ln S(lo)))
-//
-// This is exact for a power-law tail and close for lognormal ones. A uniform
-// spread inside a factor-of-two bucket, linear or geometric, flattens ratios:
-// a true +50% p99 read as +20%. Where the far edge's tail is empty (the last
-// occupied bucket), it falls back to geometric interpolation; bucket 0,
-// [0, 2) µs, is linear.
-func (h Log2Histogram) Quantile(q float64) float64 {
-	total := float64(h.Total())
-	if total == 0 {
-		return 0
-	}
-	rank := q * total
-	var cum float64
-	for i, c := range h.Buckets {
-		if c == 0 {
-			continue
-		}
-		next := cum + float64(c)
-		if rank <= next {
-			lo, hi := bucketBounds(i)
-			f := (rank - cum) / float64(c) // share of the bucket below the quantile
-			if i == 0 {
-				return lo + (hi-lo)*f
-			}
-			// Tail masses beyond the edges and beyond the quantile, on the side
-			// of the distribution the quantile is in.
-			tLo, tHi, t := total-cum, total-next, total-rank
-			if q < 0.5 {
-				tLo, tHi, t = next, cum, rank // the CDF, read from the top edge down
-				lo, hi = hi, lo
-				f = 1 - f
-			}
-			if tHi > 0 && t > 0 && tLo > tHi {
-				return lo * math.Pow(hi/lo, math.Log(t/tLo)/math.Log(tHi/tLo))
-			}
-			return lo * math.Pow(hi/lo, f)
-		}
-		cum = next
-	}
-	_, hi := bucketBounds(len(h.Buckets) - 1)
-	return hi
-}
-
-// bucketBounds are the bounds in µs of bucket i: [0, 2) for i = 0, else [2^i, 2^(i+1)).
-func bucketBounds(i int) (float64, float64) {
-	if i == 0 {
-		return 0, 2
-	}
-	return math.Ldexp(1, i), math.Ldexp(1, i+1)
-}
-
 // GeoMean returns the geometric mean of a log2 histogram in microseconds,
 // taking each bucket's samples at its geometric centre (1 µs for bucket 0). It
 // is the judge's estimate of typical latency: a factor-of-two bucket blurs any
 // one quantile, but the mean of many log-values shifts by exactly the factor a
 // slowdown multiplies latencies by. It returns 0 for an empty histogram.
-func (h Log2Histogram) GeoMean() float64 {
+func GeoMean(h wire.Log2Histogram) float64 {
 	var n, sum float64
 	for i, c := range h.Buckets {
 		if c == 0 {
@@ -273,7 +216,7 @@ func (h Log2Histogram) GeoMean() float64 {
 // larger). It compares the two tail counts as rates per sample with the
 // conditional binomial test, and catches a slower tail (p99 up, median flat)
 // that a rank test of location barely sees.
-func TailTest(before, after Log2Histogram, tailShare float64) RateTest {
+func TailTest(before, after wire.Log2Histogram, tailShare float64) RateTest {
 	nb, na := before.Total(), after.Total()
 	if nb == 0 || na == 0 {
 		return RateTest{P: 1}
@@ -300,8 +243,8 @@ func TailTest(before, after Log2Histogram, tailShare float64) RateTest {
 // factor-of-two bucket an interpolated p99 barely moves when the tail grows; the
 // fitted one follows the spread of the whole sample. It returns 0 for fewer
 // than two samples.
-func (h Log2Histogram) LognormalP99() float64 {
-	n, mean, v, _ := h.centreMoments()
+func LognormalP99(h wire.Log2Histogram) float64 {
+	n, mean, v, _ := centreMoments(h)
 	if n < 2 {
 		return 0
 	}
@@ -311,7 +254,7 @@ func (h Log2Histogram) LognormalP99() float64 {
 // centreMoments are the samples, the mean of their log2 bucket centres (0
 // for bucket 0), the centres' variance with Sheppard's correction (− 1/12,
 // at least 0), and the buckets occupied.
-func (h Log2Histogram) centreMoments() (n, mean, variance float64, occupied int) {
+func centreMoments(h wire.Log2Histogram) (n, mean, variance float64, occupied int) {
 	var sum, sq float64
 	for i, c := range h.Buckets {
 		if c == 0 {
@@ -341,8 +284,8 @@ func (h Log2Histogram) centreMoments() (n, mean, variance float64, occupied int)
 // distribution (σ 0.2) read it up to ±0.09 off. With fewer than two
 // occupied buckets the fit has nothing to go on and it returns log2 of
 // GeoMean. It returns ok false for an empty histogram.
-func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
-	n, mu, v, occupied := h.centreMoments()
+func LogMedian(h wire.Log2Histogram) (mu float64, ok bool) {
+	n, mu, v, occupied := centreMoments(h)
 	if n == 0 {
 		return 0, false
 	}
@@ -353,7 +296,7 @@ func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
 	// Newton's method on (μ, σ) with the exact gradient and Hessian of the
 	// interval-censored normal likelihood of log2 latency, halving a step
 	// that would not raise the likelihood; a handful of steps converge.
-	cur, gm, gs, hmm, hms, hss := h.logLik(mu, sigma)
+	cur, gm, gs, hmm, hms, hss := logLik(h, mu, sigma)
 	for range 30 {
 		det := hmm*hss - hms*hms
 		var sm, ss float64
@@ -365,7 +308,7 @@ func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
 		step, moved := 1.0, false
 		for range 30 {
 			nm, ns := mu+step*sm, math.Max(0.05, math.Min(8, sigma+step*ss))
-			if l, a, b, c, d, e := h.logLik(nm, ns); l >= cur {
+			if l, a, b, c, d, e := logLik(h, nm, ns); l >= cur {
 				done := math.Abs(nm-mu) < 1e-7 && math.Abs(ns-sigma) < 1e-7
 				mu, sigma, cur, gm, gs, hmm, hms, hss, moved = nm, ns, l, a, b, c, d, e, true
 				if done {
@@ -387,7 +330,7 @@ func (h Log2Histogram) LogMedian() (mu float64, ok bool) {
 // (μ, σ). With z a bound's standardised value and φ the normal density,
 // ∂P/∂μ = −Δφ/σ and ∂P/∂σ = −Δ(zφ)/σ over the bucket's two bounds (φ = zφ
 // = 0 at ±∞).
-func (h Log2Histogram) logLik(mu, sigma float64) (l, gm, gs, hmm, hms, hss float64) {
+func logLik(h wire.Log2Histogram, mu, sigma float64) (l, gm, gs, hmm, hms, hss float64) {
 	nb := len(h.Buckets)
 	for i, c := range h.Buckets {
 		if c == 0 {

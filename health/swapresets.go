@@ -3,6 +3,8 @@ package health
 import (
 	"fmt"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // plannedDuringSwap matches the planned resets against the resets that
@@ -12,7 +14,7 @@ import (
 // the new one is Ready, so neither window holds them. At most one reset per
 // old connection is matched, per pod and side, as in the soak. It returns
 // what is left of the plan for the soak window and what the swap used up.
-func plannedDuringSwap(beforeSwap, soakStart Snapshot, planned map[PodKey]uint64) (left, seen map[PodKey]uint64) {
+func plannedDuringSwap(beforeSwap, soakStart wire.Snapshot, planned map[PodKey]uint64) (left, seen map[PodKey]uint64) {
 	if len(planned) == 0 {
 		return planned, nil
 	}

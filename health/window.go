@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Errors NewWindow returns when two snapshots cannot be subtracted. Each one
@@ -33,13 +35,13 @@ type Counts struct {
 
 // PodKey names one pod and side on a node.
 type PodKey struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Side      Side   `json:"side"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Side      wire.Side `json:"side"`
 }
 
 func (k PodKey) String() string {
-	if k.Side == SideProxy {
+	if k.Side == wire.SideProxy {
 		return k.Namespace + "/" + k.Name + " (proxy)"
 	}
 	return k.Namespace + "/" + k.Name
@@ -51,10 +53,10 @@ type PodWindow struct {
 	UID string `json:"uid"`
 	// Duration is how long the pod was observed in the window: the whole window,
 	// or less when the pod appeared during it.
-	Duration       time.Duration `json:"duration"`
-	Counts         Counts        `json:"counts"`
-	ConnectLatency Log2Histogram `json:"connectLatency"`
-	SRTT           Log2Histogram `json:"srtt"`
+	Duration       time.Duration      `json:"duration"`
+	Counts         Counts             `json:"counts"`
+	ConnectLatency wire.Log2Histogram `json:"connectLatency"`
+	SRTT           wire.Log2Histogram `json:"srtt"`
 	// Appeared says the pod was not in the earlier snapshot (or had another UID).
 	Appeared bool `json:"appeared,omitempty"`
 }
@@ -71,15 +73,15 @@ type Window struct {
 	Pods []PodWindow `json:"pods"`
 	Gone int         `json:"gone"`
 	// Totals sums every pod and side.
-	Totals         Counts        `json:"totals"`
-	ConnectLatency Log2Histogram `json:"connectLatency"`
-	SRTT           Log2Histogram `json:"srtt"`
+	Totals         Counts             `json:"totals"`
+	ConnectLatency wire.Log2Histogram `json:"connectLatency"`
+	SRTT           wire.Log2Histogram `json:"srtt"`
 }
 
 // NewWindow subtracts snapshot from from snapshot to. It refuses snapshots that
 // cannot be subtracted (another node, an agent restart, time not increasing, a
 // counter going backwards): the caller must fail closed on any error.
-func NewWindow(from, to Snapshot) (Window, error) {
+func NewWindow(from, to wire.Snapshot) (Window, error) {
 	if from.Node != to.Node {
 		return Window{}, fmt.Errorf("subtracting snapshots of %q and %q: %w", from.Node, to.Node, ErrNodeMismatch)
 	}
@@ -95,7 +97,7 @@ func NewWindow(from, to Snapshot) (Window, error) {
 		Node: to.Node, Start: from.Time, End: to.Time, Duration: to.Time.Sub(from.Time), Mode: to.Mode,
 		ConnectLatency: newHist(), SRTT: newHist(),
 	}
-	before := make(map[PodKey]*PodCounters, len(from.Pods))
+	before := make(map[PodKey]*wire.PodCounters, len(from.Pods))
 	for i := range from.Pods {
 		p := &from.Pods[i]
 		before[keyOf(p)] = p
@@ -110,7 +112,7 @@ func NewWindow(from, to Snapshot) (Window, error) {
 		if !ok || b.UID != a.UID {
 			// The pod's counters started when it appeared, inside the window.
 			pw.Appeared = true
-			b = &PodCounters{}
+			b = &wire.PodCounters{}
 		}
 		var err error
 		if pw.Counts, err = subCounts(b, a); err != nil {
@@ -146,15 +148,15 @@ func (k PodKey) less(o PodKey) bool {
 	return k.Side < o.Side
 }
 
-func keyOf(p *PodCounters) PodKey {
+func keyOf(p *wire.PodCounters) PodKey {
 	side := p.Side
 	if side == "" {
-		side = SideApp
+		side = wire.SideApp
 	}
 	return PodKey{Namespace: p.Namespace, Name: p.Name, Side: side}
 }
 
-func failures(p *PodCounters) uint64 {
+func failures(p *wire.PodCounters) uint64 {
 	var n uint64
 	for _, v := range p.ConnectFailures {
 		n += v
@@ -162,7 +164,7 @@ func failures(p *PodCounters) uint64 {
 	return n
 }
 
-func subCounts(b, a *PodCounters) (Counts, error) {
+func subCounts(b, a *wire.PodCounters) (Counts, error) {
 	type pair struct {
 		name string
 		b, a uint64
@@ -199,9 +201,11 @@ func (c Counts) add(o Counts) Counts {
 	return c
 }
 
-func newHist() Log2Histogram { return Log2Histogram{Buckets: make([]uint64, Log2Buckets)} }
+func newHist() wire.Log2Histogram {
+	return wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}
+}
 
-func subHist(b, a Log2Histogram) (Log2Histogram, error) {
+func subHist(b, a wire.Log2Histogram) (wire.Log2Histogram, error) {
 	out := newHist()
 	for i := range out.Buckets {
 		var bv, av uint64
@@ -212,26 +216,17 @@ func subHist(b, a Log2Histogram) (Log2Histogram, error) {
 			av = a.Buckets[i]
 		}
 		if av < bv {
-			return Log2Histogram{}, fmt.Errorf("bucket %d %d → %d: %w", i, bv, av, ErrCounterDecreased)
+			return wire.Log2Histogram{}, fmt.Errorf("bucket %d %d → %d: %w", i, bv, av, ErrCounterDecreased)
 		}
 		out.Buckets[i] = av - bv
 	}
 	return out, nil
 }
 
-func addHist(dst *Log2Histogram, h Log2Histogram) {
+func addHist(dst *wire.Log2Histogram, h wire.Log2Histogram) {
 	for i := range dst.Buckets {
 		if i < len(h.Buckets) {
 			dst.Buckets[i] += h.Buckets[i]
 		}
 	}
-}
-
-// Total is the number of samples in the histogram.
-func (h Log2Histogram) Total() uint64 {
-	var n uint64
-	for _, v := range h.Buckets {
-		n += v
-	}
-	return n
 }

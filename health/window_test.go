@@ -4,27 +4,29 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/nodewise/nodewise/health/wire"
 )
 
-func pc(ns, name, uid string, side Side, rr, rs, conns uint64) PodCounters {
-	return PodCounters{Namespace: ns, Name: name, UID: uid, Side: side, ResetsReceived: rr, ResetsSent: rs, Connects: conns,
-		ConnectLatency: newHist(), SRTT: newHist(), ConnAges: make([]uint64, len(AgeBucketBoundsSeconds)+1)}
+func pc(ns, name, uid string, side wire.Side, rr, rs, conns uint64) wire.PodCounters {
+	return wire.PodCounters{Namespace: ns, Name: name, UID: uid, Side: side, ResetsReceived: rr, ResetsSent: rs, Connects: conns,
+		ConnectLatency: newHist(), SRTT: newHist(), ConnAges: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}
 }
 
 func TestNewWindow(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
-	from := Snapshot{Node: "n1", StartTime: start, Time: start.Add(time.Minute), Pods: []PodCounters{
-		pc("shop", "cart", "u1", SideApp, 10, 5, 100),
-		pc("shop", "cart", "u1", SideProxy, 1, 2, 50),
-		pc("shop", "gone", "u9", SideApp, 1, 1, 1),
-		pc("shop", "moved", "u2", SideApp, 40, 0, 400),
+	from := wire.Snapshot{Node: "n1", StartTime: start, Time: start.Add(time.Minute), Pods: []wire.PodCounters{
+		pc("shop", "cart", "u1", wire.SideApp, 10, 5, 100),
+		pc("shop", "cart", "u1", wire.SideProxy, 1, 2, 50),
+		pc("shop", "gone", "u9", wire.SideApp, 1, 1, 1),
+		pc("shop", "moved", "u2", wire.SideApp, 40, 0, 400),
 	}}
 	from.Pods[0].ConnectLatency.Buckets[10] = 7
-	to := Snapshot{Node: "n1", StartTime: start, Time: start.Add(3 * time.Minute), Pods: []PodCounters{
-		pc("shop", "cart", "u1", SideApp, 25, 5, 160),
-		pc("shop", "cart", "u1", SideProxy, 1, 4, 80),
-		pc("shop", "moved", "u3", SideApp, 3, 0, 30), // same name, new UID: a new pod
-		pc("web", "new", "u4", SideApp, 2, 0, 20),
+	to := wire.Snapshot{Node: "n1", StartTime: start, Time: start.Add(3 * time.Minute), Pods: []wire.PodCounters{
+		pc("shop", "cart", "u1", wire.SideApp, 25, 5, 160),
+		pc("shop", "cart", "u1", wire.SideProxy, 1, 4, 80),
+		pc("shop", "moved", "u3", wire.SideApp, 3, 0, 30), // same name, new UID: a new pod
+		pc("web", "new", "u4", wire.SideApp, 2, 0, 20),
 	}}
 	to.Pods[0].ConnectLatency.Buckets[10] = 10
 	w, err := NewWindow(from, to)
@@ -35,10 +37,10 @@ func TestNewWindow(t *testing.T) {
 		t.Fatalf("duration %s gone %d pods %d, want 2m, 1, 4", w.Duration, w.Gone, len(w.Pods))
 	}
 	app := w.Pods[0]
-	if app.Side != SideApp || app.Name != "cart" || app.Counts.ResetsReceived != 15 || app.Counts.Connects != 60 || app.ConnectLatency.Buckets[10] != 3 {
+	if app.Side != wire.SideApp || app.Name != "cart" || app.Counts.ResetsReceived != 15 || app.Counts.Connects != 60 || app.ConnectLatency.Buckets[10] != 3 {
 		t.Errorf("cart app window %+v", app)
 	}
-	if p := w.Pods[1]; p.Side != SideProxy || p.Counts.ResetsSent != 2 {
+	if p := w.Pods[1]; p.Side != wire.SideProxy || p.Counts.ResetsSent != 2 {
 		t.Errorf("cart proxy window %+v", p)
 	}
 	if m := w.Pods[2]; m.Name != "moved" || !m.Appeared || m.Counts.ResetsReceived != 3 {
@@ -55,11 +57,11 @@ func TestNewWindow(t *testing.T) {
 	other := to
 	other.Node = "n2"
 	backwards := to
-	backwards.Pods = append([]PodCounters(nil), to.Pods...)
+	backwards.Pods = append([]wire.PodCounters(nil), to.Pods...)
 	backwards.Pods[0].ResetsReceived = 1
 	for _, c := range []struct {
 		name string
-		to   Snapshot
+		to   wire.Snapshot
 		want error
 	}{
 		{"agent restarted", restarted, ErrAgentRestarted},
@@ -84,23 +86,23 @@ func TestDrainDeadline(t *testing.T) {
 }
 
 func TestPlannedResets(t *testing.T) {
-	s := Snapshot{Pods: []PodCounters{pc("shop", "cart", "u1", SideApp, 0, 0, 0), pc("shop", "db", "u2", SideApp, 0, 0, 0)}}
+	s := wire.Snapshot{Pods: []wire.PodCounters{pc("shop", "cart", "u1", wire.SideApp, 0, 0, 0), pc("shop", "db", "u2", wire.SideApp, 0, 0, 0)}}
 	// Bounds ... 20, 25, 30 ...: index 7 is [20, 25), 8 is [25, 30), 9 is [30, 45), last is ≥ 3600.
 	s.Pods[0].ConnAges[7] = 100 // younger than 25 s: not planned
 	s.Pods[0].ConnAges[8] = 3
 	s.Pods[0].ConnAges[16] = 4
 	s.Pods[1].ConnAges[0] = 50
 	got := PlannedResets(s, 25*time.Second)
-	if len(got) != 1 || got[PodKey{"shop", "cart", SideApp}] != 7 {
+	if len(got) != 1 || got[PodKey{"shop", "cart", wire.SideApp}] != 7 {
 		t.Errorf("planned at 25s = %v, want cart: 7", got)
 	}
 	// A deadline between bounds (27 s) counts only buckets entirely above it.
-	if got := PlannedResets(s, 27*time.Second); got[PodKey{"shop", "cart", SideApp}] != 4 {
+	if got := PlannedResets(s, 27*time.Second); got[PodKey{"shop", "cart", wire.SideApp}] != 4 {
 		t.Errorf("planned at 27s = %v, want cart: 4", got)
 	}
 
 	// Subtracting: received first, then sent, at most one per old connection.
-	w := Window{Pods: []PodWindow{{PodKey: PodKey{"shop", "cart", SideApp}, Counts: Counts{ResetsReceived: 5, ResetsSent: 10}}}}
+	w := Window{Pods: []PodWindow{{PodKey: PodKey{"shop", "cart", wire.SideApp}, Counts: Counts{ResetsReceived: 5, ResetsSent: 10}}}}
 	removed := subtractPlanned(&w, got)
 	if c := w.Pods[0].Counts; c.ResetsReceived != 0 || c.ResetsSent != 8 || removed[w.Pods[0].PodKey] != 7 || w.Totals.ResetsSent != 8 {
 		t.Errorf("after subtracting 7: %+v removed %v", c, removed)

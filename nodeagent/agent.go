@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Agent is one node's agent. Build it with New, start it with Run.
@@ -224,22 +224,22 @@ func (a *Agent) Addr(ctx context.Context) (net.Addr, error) {
 }
 
 // Snapshot reads the counters and attributes them to pods.
-func (a *Agent) Snapshot() (health.Snapshot, error) {
+func (a *Agent) Snapshot() (wire.Snapshot, error) {
 	a.mu.Lock()
 	src, res := a.src, a.resolver
 	a.mu.Unlock()
 	if src == nil {
-		return health.Snapshot{}, errors.New("agent not running")
+		return wire.Snapshot{}, errors.New("agent not running")
 	}
 	r, err := src.read()
 	if err != nil {
-		return health.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
+		return wire.Snapshot{}, fmt.Errorf("reading %s counters: %w", src.mode(), err)
 	}
 	a.untracked.Store(r.untracked)
 	a.missed.Store(r.missed)
 	pods, err := res.Pods()
 	if err != nil {
-		return health.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
+		return wire.Snapshot{}, fmt.Errorf("resolving pods: %w", err)
 	}
 	meta := snapshotMeta{node: a.cfg.Node, mode: src.mode(), version: a.cfg.Version, start: a.start, now: time.Now(), seq: a.seq.Add(1)}
 	s := buildSnapshot(meta, r, pods)
@@ -296,12 +296,12 @@ func (a *Agent) keepHistory(ctx context.Context) {
 
 // History is the snapshots kept since t (all of them for the zero time),
 // as /v1/history serves them.
-func (a *Agent) History(since time.Time) (health.History, error) {
+func (a *Agent) History(since time.Time) (wire.History, error) {
 	snaps, err := a.hist.since(since)
 	if err != nil {
-		return health.History{}, err
+		return wire.History{}, err
 	}
-	return health.History{
+	return wire.History{
 		Node: a.cfg.Node, StartTime: a.start, Now: time.Now(),
 		Every: a.cfg.HistoryEvery, Keep: a.cfg.HistoryKeep, Snapshots: snaps,
 	}, nil

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
@@ -46,19 +46,19 @@ func TestConnAgesMatchOpenStreams(t *testing.T) {
 	open(3)
 
 	s := ra.snapshot(t)
-	want := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+	want := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 	for _, g := range groups {
 		age := s.Time.Sub(g.opened).Seconds()
 		want[ageBucket(age)] += uint64(g.n)
 		t.Logf("group of %d: age %.2fs, bucket %d", g.n, age, ageBucket(age))
 	}
-	for _, side := range []health.Side{health.SideApp, health.SideProxy} {
+	for _, side := range []wire.Side{wire.SideApp, wire.SideProxy} {
 		got := podSide(t, s, "streams", side).ConnAges
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s ages %v, want %v", side, got, want)
 		}
 	}
-	if idle := podSide(t, s, "idle", health.SideApp).ConnAges; sum(idle) != 0 {
+	if idle := podSide(t, s, "idle", wire.SideApp).ConnAges; sum(idle) != 0 {
 		t.Errorf("idle pod has ages %v", idle)
 	}
 
@@ -68,7 +68,7 @@ func TestConnAgesMatchOpenStreams(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s = ra.snapshot(t)
-		app, proxy := podSide(t, s, "streams", health.SideApp), podSide(t, s, "streams", health.SideProxy)
+		app, proxy := podSide(t, s, "streams", wire.SideApp), podSide(t, s, "streams", wire.SideProxy)
 		if sum(app.ConnAges) == 5 && sum(proxy.ConnAges) == 5 {
 			break
 		}
@@ -134,18 +134,18 @@ func (ra *runningAgent) checkStreams(pod string, want uint64) error {
 		return err
 	}
 	defer resp.Body.Close()
-	var s health.Snapshot
+	var s wire.Snapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		return fmt.Errorf("decoding snapshot (HTTP %d): %w", resp.StatusCode, err)
 	}
-	got := map[health.Side]uint64{}
+	got := map[wire.Side]uint64{}
 	for _, p := range s.Pods {
 		if p.Name == pod {
 			got[p.Side] = sum(p.ConnAges)
 		}
 	}
-	if got[health.SideApp] != want || got[health.SideProxy] != want {
-		return fmt.Errorf("streams in the age buckets: app %d, proxy %d; want %d each", got[health.SideApp], got[health.SideProxy], want)
+	if got[wire.SideApp] != want || got[wire.SideProxy] != want {
+		return fmt.Errorf("streams in the age buckets: app %d, proxy %d; want %d each", got[wire.SideApp], got[wire.SideProxy], want)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 func fakeLoaded(p *fakeProbe) func(*Config) {
@@ -89,7 +89,7 @@ func TestAutoFallsBackToProcWhenLoadRefused(t *testing.T) {
 		}
 	}
 	ra := startAgent(t, ModeAuto, NewStaticResolver(nil), refused)
-	if s := ra.snapshot(t); s.Mode != health.ModeProc {
+	if s := ra.snapshot(t); s.Mode != wire.ModeProc {
 		t.Errorf("snapshot mode %q, want proc", s.Mode)
 	}
 	if v := testutil.ToFloat64(ra.Agent.fallback); v != 1 {
@@ -163,14 +163,14 @@ func TestSnapshotAndMetricsAttributeOnlyKnownNamespaces(t *testing.T) {
 	if len(s.Pods) != 4 {
 		t.Fatalf("want 2 pods × 2 sides, got %d: %+v", len(s.Pods), s.Pods)
 	}
-	app := podSide(t, s, "cart-1", health.SideApp)
+	app := podSide(t, s, "cart-1", wire.SideApp)
 	if app.Namespace != "shop" || app.UID != "u1" || app.ResetsSent != 3 || app.ResetsReceived != 5 || app.Connects != 7 || app.Retransmits != 2 ||
-		app.ConnectFailures[health.ConnectRefused] != 4 || app.ConnectFailures[health.ConnectTimeout] != 1 || len(app.ConnectFailures) != 2 ||
-		app.ConnectLatency.Buckets[6] != 7 || len(app.ConnectLatency.Buckets) != health.Log2Buckets || len(app.SRTT.Buckets) != health.Log2Buckets ||
-		len(app.ConnAges) != len(health.AgeBucketBoundsSeconds)+1 {
+		app.ConnectFailures[wire.ConnectRefused] != 4 || app.ConnectFailures[wire.ConnectTimeout] != 1 || len(app.ConnectFailures) != 2 ||
+		app.ConnectLatency.Buckets[6] != 7 || len(app.ConnectLatency.Buckets) != wire.Log2Buckets || len(app.SRTT.Buckets) != wire.Log2Buckets ||
+		len(app.ConnAges) != len(wire.AgeBucketBoundsSeconds)+1 {
 		t.Errorf("cart-1/app: %+v", app)
 	}
-	if p := podSide(t, s, "cart-1", health.SideProxy); p.ResetsSent != 11 {
+	if p := podSide(t, s, "cart-1", wire.SideProxy); p.ResetsSent != 11 {
 		t.Errorf("cart-1/proxy: %+v", p)
 	}
 	for _, p := range s.Pods {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -62,7 +62,7 @@ func TestDefaultResolverAttributesByPodCgroup(t *testing.T) {
 	// The agent sees the whole host: pods of a real kubelet another test
 	// package runs at the same time are attributed too, rightly. Only
 	// entries that no pod cgroup of this host names count here.
-	var ours []health.PodCounters
+	var ours []wire.PodCounters
 	for _, p := range s.Pods {
 		if p.UID == uid || !hostPodCgroup(root, p.UID) {
 			ours = append(ours, p)
@@ -71,7 +71,7 @@ func TestDefaultResolverAttributesByPodCgroup(t *testing.T) {
 	if len(ours) != 2 {
 		t.Fatalf("want exactly the cgroup pod's two sides, got %d entries: %+v", len(ours), ours)
 	}
-	app := podSide(t, s, uid, health.SideApp)
+	app := podSide(t, s, uid, wire.SideApp)
 	if app.UID != uid || app.Connects == 0 {
 		t.Errorf("pod attributed by cgroup: %s (uid %q)", describe(app), app.UID)
 	}
@@ -111,10 +111,10 @@ func hostPodCgroup(root, uid string) bool {
 func TestProcModeDefaultResolverFindsPodByCgroup(t *testing.T) {
 	const uid = "0a1b2c3d-0000-4000-8000-0000000f411b"
 	s, o := earlyAppUnderLoad(t, ModeProc, uid, nil)
-	if s.Mode != health.ModeProc {
+	if s.Mode != wire.ModeProc {
 		t.Fatalf("mode %q", s.Mode)
 	}
-	app := podSide(t, s, uid, health.SideApp)
+	app := podSide(t, s, uid, wire.SideApp)
 	if app.UID != uid || app.Connects != uint64(o.Connects) || app.Accepts != uint64(o.Connects) || o.Connects == 0 {
 		t.Errorf("proc mode, pod found by cgroup: %s; clients made %d connects", describe(app), o.Connects)
 	}
@@ -131,7 +131,7 @@ func TestDefaultResolverAttributesServerStartedBeforeAgent(t *testing.T) {
 	if o.Connects == 0 {
 		t.Fatalf("no traffic: %+v", o)
 	}
-	app := podSide(t, s, uid, health.SideApp)
+	app := podSide(t, s, uid, wire.SideApp)
 	if app.UID != uid || app.Accepts == 0 {
 		t.Errorf("pod attributed from accepted sockets: %s (uid %q); clients made %d connects", describe(app), app.UID, o.Connects)
 	}
@@ -141,7 +141,7 @@ func TestDefaultResolverAttributesServerStartedBeforeAgent(t *testing.T) {
 // then the agent (its cgroup root the real one), then 300 ms of short
 // connections to the app from this test's threads, and returns the
 // agent's snapshot and what the clients saw.
-func earlyAppUnderLoad(t *testing.T, mode, uid string, tweak func(*Config)) (health.Snapshot, netrig.Observed) {
+func earlyAppUnderLoad(t *testing.T, mode, uid string, tweak func(*Config)) (wire.Snapshot, netrig.Observed) {
 	t.Helper()
 	root := cgroup2Root(t)
 	r := netrig.New(t)

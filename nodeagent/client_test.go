@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/bpf"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // TestHealthAgentClientReadsTheAgent checks the two ends of the credential
@@ -34,7 +35,7 @@ func TestHealthAgentClientReadsTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	if got := podSide(t, s, "p", health.SideApp).ResetsReceived; got != 42 || s.Node != "test-node" {
+	if got := podSide(t, s, "p", wire.SideApp).ResetsReceived; got != 42 || s.Node != "test-node" {
 		t.Errorf("snapshot through health.AgentClient: node %q resets %d", s.Node, got)
 	}
 	wrong := filepath.Join(t.TempDir(), "token")

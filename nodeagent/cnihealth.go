@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // Where istio-cni puts its files on a node (Istio's cni/pkg/install): the
@@ -63,13 +63,13 @@ func (c *Config) cniDefaults() {
 // against the API server it names, and the plugin binary's version
 // (compared with expected unless ""). It reads files and asks the API
 // server; it changes nothing.
-func (a *Agent) CheckCNI(ctx context.Context, expected string) health.CNIHealth {
-	h := health.CNIHealth{Node: a.cfg.Node, Time: time.Now(), Expected: expected}
+func (a *Agent) CheckCNI(ctx context.Context, expected string) wire.CNIHealth {
+	h := wire.CNIHealth{Node: a.cfg.Node, Time: time.Now(), Expected: expected}
 	h.Checks = append(h.Checks, checkCNIConfig(a.cfg.CNIConfDir))
 	kc, client, err := loadCNIKubeconfig(a.cfg.CNIKubeconfig)
 	h.Checks = append(h.Checks, kc)
 	if err != nil {
-		h.Checks = append(h.Checks, health.CNICheck{Check: health.CNICheckToken, File: a.cfg.CNIKubeconfig, Detail: "not checked: " + kc.Detail})
+		h.Checks = append(h.Checks, wire.CNICheck{Check: wire.CNICheckToken, File: a.cfg.CNIKubeconfig, Detail: "not checked: " + kc.Detail})
 	} else {
 		h.Checks = append(h.Checks, checkCNIToken(ctx, a.cfg.CNIKubeconfig, client))
 	}
@@ -81,8 +81,8 @@ func (a *Agent) CheckCNI(ctx context.Context, expected string) health.CNIHealth 
 // *.conflist, *.json, by name; the first is the network) and looks for the
 // istio-cni plugin in that first file: chained into its plugins (Istio's
 // default), or the file's own type (istio-cni's own config).
-func checkCNIConfig(dir string) health.CNICheck {
-	c := health.CNICheck{Check: health.CNICheckConfig, File: dir}
+func checkCNIConfig(dir string) wire.CNICheck {
+	c := wire.CNICheck{Check: wire.CNICheckConfig, File: dir}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		c.Detail = fmt.Sprintf("cannot read the CNI conf dir: %v", err)
@@ -136,9 +136,9 @@ func checkCNIConfig(dir string) health.CNICheck {
 
 // loadCNIKubeconfig reads istio-cni's kubeconfig and builds a client that
 // authenticates only with what it holds.
-func loadCNIKubeconfig(path string) (health.CNICheck, kubernetes.Interface, error) {
-	c := health.CNICheck{Check: health.CNICheckKubeconfig, File: path}
-	fail := func(format string, args ...any) (health.CNICheck, kubernetes.Interface, error) {
+func loadCNIKubeconfig(path string) (wire.CNICheck, kubernetes.Interface, error) {
+	c := wire.CNICheck{Check: wire.CNICheckKubeconfig, File: path}
+	fail := func(format string, args ...any) (wire.CNICheck, kubernetes.Interface, error) {
 		c.Detail = fmt.Sprintf(format, args...)
 		return c, nil, errors.New(c.Detail)
 	}
@@ -178,8 +178,8 @@ func loadCNIKubeconfig(path string) (health.CNICheck, kubernetes.Interface, erro
 // server it names, as istio-cni's own calls would go: a 401 is a token the
 // API server refuses. Any other failure to get an answer fails the check
 // too (it cannot say the token works).
-func checkCNIToken(ctx context.Context, path string, client kubernetes.Interface) health.CNICheck {
-	c := health.CNICheck{Check: health.CNICheckToken, File: path}
+func checkCNIToken(ctx context.Context, path string, client kubernetes.Interface) wire.CNICheck {
+	c := wire.CNICheck{Check: wire.CNICheckToken, File: path}
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
 	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
@@ -203,8 +203,8 @@ var aboutLine = regexp.MustCompile(`(?m)^CNI plugin istio-cni (\S+)\s*$`)
 
 // checkCNIPlugin runs the plugin binary with no CNI_COMMAND, with an empty
 // environment and no input, and reads the version from the line it prints.
-func checkCNIPlugin(ctx context.Context, path, expected string) health.CNICheck {
-	c := health.CNICheck{Check: health.CNICheckPlugin, File: path}
+func checkCNIPlugin(ctx context.Context, path, expected string) wire.CNICheck {
+	c := wire.CNICheck{Check: wire.CNICheckPlugin, File: path}
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -260,18 +260,18 @@ func (a *Agent) serveCNI(w http.ResponseWriter, r *http.Request) {
 // cniCollector exposes the checks as nodewise_agent_cni_check_ok{check,file},
 // from a check made at most cniMetricsTTL before the scrape.
 type cniCollector struct {
-	check func() health.CNIHealth
+	check func() wire.CNIHealth
 	desc  *prometheus.Desc
 }
 
 func newCNICollector(a *Agent) *cniCollector {
 	var (
 		mu   sync.Mutex
-		last health.CNIHealth
+		last wire.CNIHealth
 		at   time.Time
 	)
 	return &cniCollector{
-		check: func() health.CNIHealth {
+		check: func() wire.CNIHealth {
 			mu.Lock() // scrapes at once share one check
 			defer mu.Unlock()
 			if time.Since(at) >= cniMetricsTTL {

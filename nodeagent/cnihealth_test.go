@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // cniNode is a node's CNI dirs as istio-cni leaves them when healthy
@@ -72,7 +72,7 @@ func (n cniNode) agent(t *testing.T) *Agent {
 	return &Agent{cfg: cfg}
 }
 
-func check(t *testing.T, h health.CNIHealth, name string) health.CNICheck {
+func check(t *testing.T, h wire.CNIHealth, name string) wire.CNICheck {
 	t.Helper()
 	for _, c := range h.Checks {
 		if c.Check == name {
@@ -80,7 +80,7 @@ func check(t *testing.T, h health.CNIHealth, name string) health.CNICheck {
 		}
 	}
 	t.Fatalf("no %s check in %+v", name, h.Checks)
-	return health.CNICheck{}
+	return wire.CNICheck{}
 }
 
 // TestCNIHealthyFilesPass: chained config, kubeconfig and plugin of the
@@ -89,15 +89,15 @@ func check(t *testing.T, h health.CNIHealth, name string) health.CNICheck {
 func TestCNIHealthyFilesPass(t *testing.T) {
 	n := newCNINode(t, "1.28.1")
 	h := n.agent(t).CheckCNI(context.Background(), "1.28.1")
-	for _, name := range []string{health.CNICheckConfig, health.CNICheckKubeconfig, health.CNICheckPlugin} {
+	for _, name := range []string{wire.CNICheckConfig, wire.CNICheckKubeconfig, wire.CNICheckPlugin} {
 		if c := check(t, h, name); !c.OK {
 			t.Errorf("%s failed on a healthy node: %+v", name, c)
 		}
 	}
-	if c := check(t, h, health.CNICheckConfig); c.File != filepath.Join(n.conf, "10-calico.conflist") {
+	if c := check(t, h, wire.CNICheckConfig); c.File != filepath.Join(n.conf, "10-calico.conflist") {
 		t.Errorf("config check read %s, want the primary conflist", c.File)
 	}
-	if c := check(t, h, health.CNICheckPlugin); c.Detail != "version 1.28.1" {
+	if c := check(t, h, wire.CNICheckPlugin); c.Detail != "version 1.28.1" {
 		t.Errorf("plugin: %q", c.Detail)
 	}
 }
@@ -108,7 +108,7 @@ func TestCNIHealthyFilesPass(t *testing.T) {
 func TestCNIConfigWithoutIstioFails(t *testing.T) {
 	n := newCNINode(t, "1.28.1")
 	n.write(t, "05-cilium.conflist", `{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}`)
-	c := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckConfig)
+	c := check(t, n.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckConfig)
 	if c.OK || c.File != filepath.Join(n.conf, "05-cilium.conflist") || !strings.Contains(c.Detail, "no istio-cni plugin") {
 		t.Errorf("want a failure naming 05-cilium.conflist: %+v", c)
 	}
@@ -119,7 +119,7 @@ func TestCNIConfigWithoutIstioFails(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c = check(t, empty.agent(t).CheckCNI(context.Background(), ""), health.CNICheckConfig)
+	c = check(t, empty.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckConfig)
 	if c.OK || c.File != empty.conf {
 		t.Errorf("want a failure naming the conf dir: %+v", c)
 	}
@@ -134,7 +134,7 @@ func TestCNIKubeconfigMissingFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := n.agent(t).CheckCNI(context.Background(), "")
-	kc, tok := check(t, h, health.CNICheckKubeconfig), check(t, h, health.CNICheckToken)
+	kc, tok := check(t, h, wire.CNICheckKubeconfig), check(t, h, wire.CNICheckToken)
 	if kc.OK || kc.File != path || tok.OK || !strings.HasPrefix(tok.Detail, "not checked") {
 		t.Errorf("kubeconfig %+v, token %+v", kc, tok)
 	}
@@ -147,7 +147,7 @@ func TestCNIKubeconfigMissingFails(t *testing.T) {
 	}
 	// A kubeconfig without a token fails too.
 	n.write(t, DefaultCNIKubeconfigName, "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: https://x}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n")
-	if kc := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckKubeconfig); kc.OK || !strings.Contains(kc.Detail, "no token") {
+	if kc := check(t, n.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckKubeconfig); kc.OK || !strings.Contains(kc.Detail, "no token") {
 		t.Errorf("kubeconfig without a token: %+v", kc)
 	}
 }
@@ -157,23 +157,23 @@ func TestCNIKubeconfigMissingFails(t *testing.T) {
 func TestCNIPluginWrongVersionFails(t *testing.T) {
 	n := newCNINode(t, "1.27.3")
 	path := filepath.Join(n.bin, cniPluginName)
-	c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin)
+	c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), wire.CNICheckPlugin)
 	if c.OK || c.File != path || !strings.Contains(c.Detail, "version 1.27.3, want 1.28.1") {
 		t.Errorf("want a version failure: %+v", c)
 	}
-	if c := check(t, n.agent(t).CheckCNI(context.Background(), ""), health.CNICheckPlugin); !c.OK || !strings.Contains(c.Detail, "no version expected") {
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckPlugin); !c.OK || !strings.Contains(c.Detail, "no version expected") {
 		t.Errorf("no version asked: %+v", c)
 	}
 	if err := os.WriteFile(path, []byte("#!/bin/sh\necho hello\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "printed no version") {
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), wire.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "printed no version") {
 		t.Errorf("a plugin that prints no version: %+v", c)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), health.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "no plugin binary") {
+	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), wire.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "no plugin binary") {
 		t.Errorf("no plugin: %+v", c)
 	}
 }

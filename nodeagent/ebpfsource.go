@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // probe is what the agent needs from the loaded programs.
@@ -29,7 +29,7 @@ type ebpfSource struct {
 	p  probe
 }
 
-func (s *ebpfSource) mode() string { return health.ModeEBPF }
+func (s *ebpfSource) mode() string { return wire.ModeEBPF }
 
 func (s *ebpfSource) read() (reading, error) {
 	s.mu.Lock()

@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // ztunnel's in-pod ports: outbound (redirected connects), inbound
@@ -86,8 +86,8 @@ type MeshSource interface {
 // its namespace, the current ztunnel's listeners there, and its open
 // outbound connections. A pod whose namespace cannot be opened is not
 // checkable; a mesh source that cannot answer is the Enrollment's error.
-func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enrollment {
-	e := &health.Enrollment{Time: now, Pods: []health.PodEnrollment{}}
+func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *wire.Enrollment {
+	e := &wire.Enrollment{Time: now, Pods: []wire.PodEnrollment{}}
 	zt, err := src.Ztunnels()
 	if err != nil {
 		e.Error = fmt.Sprintf("finding the ztunnel processes: %v", err)
@@ -157,14 +157,14 @@ func CheckEnrollment(src MeshSource, procRoot string, now time.Time) *health.Enr
 	return e
 }
 
-func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSockets func(fresh bool) map[uint64]bool, zerr string) health.PodEnrollment {
-	r := health.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
-	notCheckable := func(why string) health.PodEnrollment {
-		r.Result, r.Detail = health.NotCheckable, why
+func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSockets func(fresh bool) map[uint64]bool, zerr string) wire.PodEnrollment {
+	r := wire.PodEnrollment{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+	notCheckable := func(why string) wire.PodEnrollment {
+		r.Result, r.Detail = wire.NotCheckable, why
 		return r
 	}
-	failed := func(c health.EnrollmentCheck, detail string) health.PodEnrollment {
-		r.Result, r.Failed, r.Detail = health.NotEnrolled, c, detail
+	failed := func(c wire.EnrollmentCheck, detail string) wire.PodEnrollment {
+		r.Result, r.Failed, r.Detail = wire.NotEnrolled, c, detail
 		return r
 	}
 	if p.Netns == "" {
@@ -178,21 +178,21 @@ func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSocket
 	if detail, err := checkRedirection(fd); err != nil {
 		return notCheckable(fmt.Sprintf("reading its nftables ruleset: %v", err))
 	} else if detail != "" {
-		return failed(health.CheckRedirection, detail)
+		return failed(wire.CheckRedirection, detail)
 	}
 	if zerr != "" {
-		return failed(health.CheckListeners, zerr)
+		return failed(wire.CheckListeners, zerr)
 	}
 	socks, err := readSockets(fd)
 	if err != nil {
 		return notCheckable(fmt.Sprintf("reading its sockets: %v", err))
 	}
 	if detail := checkListeners(socks, current); detail != "" {
-		return failed(health.CheckListeners, detail)
+		return failed(wire.CheckListeners, detail)
 	}
 	cands, _ := bypassing(socks, ztunnelSockets(false), nil)
 	if len(cands) == 0 {
-		r.Result = health.Enrolled
+		r.Result = wire.Enrolled
 		return r
 	}
 	// ztunnel's sockets read before this pod's table may miss a relay it
@@ -219,10 +219,10 @@ func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSocket
 			return notCheckable(fmt.Sprintf("reading its conntrack table: %v", err))
 		}
 		if still := confirmed(cands, left); len(still) > 0 {
-			return failed(health.CheckBypass, fmt.Sprintf("%d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0]))
+			return failed(wire.CheckBypass, fmt.Sprintf("%d open connections go straight to their peer, not through ztunnel's outbound listener (first %s)", len(still), still[0]))
 		}
 	}
-	r.Result = health.Enrolled
+	r.Result = wire.Enrolled
 	return r
 }
 
@@ -561,16 +561,16 @@ func newEnrollmentGauge(reg prometheus.Registerer) (*prometheus.GaugeVec, error)
 
 // enrollment checks the node's ambient pods and sets the gauge; nil when
 // the agent has no mesh source.
-func (a *Agent) enrollment(now time.Time) *health.Enrollment {
+func (a *Agent) enrollment(now time.Time) *wire.Enrollment {
 	if a.cfg.Mesh == nil {
 		return nil
 	}
 	e := CheckEnrollment(a.cfg.Mesh, a.cfg.ProcRoot, now)
-	counts := map[health.EnrollmentResult]int{}
+	counts := map[wire.EnrollmentResult]int{}
 	for _, p := range e.Pods {
 		counts[p.Result]++
 	}
-	for _, r := range []health.EnrollmentResult{health.Enrolled, health.NotEnrolled, health.NotCheckable} {
+	for _, r := range []wire.EnrollmentResult{wire.Enrolled, wire.NotEnrolled, wire.NotCheckable} {
 		a.enrollGauge.WithLabelValues(string(r)).Set(float64(counts[r]))
 	}
 	if e.Error != "" {

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
@@ -100,16 +100,16 @@ func TestEnrollmentChecksOnTheKernel(t *testing.T) {
 	for _, c := range []struct {
 		pod      *netrig.Pod
 		zt       Ztunnels
-		result   health.EnrollmentResult
-		failed   health.EnrollmentCheck
+		result   wire.EnrollmentResult
+		failed   wire.EnrollmentCheck
 		inDetail string
 	}{
-		{enrolled, Ztunnels{Current: enrolled.StandinPID()}, health.Enrolled, "", ""},
-		{norules, Ztunnels{Current: norules.StandinPID()}, health.NotEnrolled, health.CheckRedirection, "no istio-cni rules"},
-		{nolisten, Ztunnels{Current: enrolled.StandinPID()}, health.NotEnrolled, health.CheckListeners, "nothing listens on 15001, nothing listens on 15006, nothing listens on 15008"},
-		{oldgen, Ztunnels{Current: enrolled.StandinPID(), Older: []int{oldgen.StandinPID()}}, health.NotEnrolled, health.CheckListeners, "only an older ztunnel listens on 15001"},
-		{nolisten, Ztunnels{}, health.NotEnrolled, health.CheckListeners, "no ztunnel runs on the node"},
-		{bypass, Ztunnels{Current: bypass.StandinPID()}, health.NotEnrolled, health.CheckBypass, fmt.Sprintf("1 open connections go straight to their peer, not through ztunnel's outbound listener (first %s:", bypass.IP)},
+		{enrolled, Ztunnels{Current: enrolled.StandinPID()}, wire.Enrolled, "", ""},
+		{norules, Ztunnels{Current: norules.StandinPID()}, wire.NotEnrolled, wire.CheckRedirection, "no istio-cni rules"},
+		{nolisten, Ztunnels{Current: enrolled.StandinPID()}, wire.NotEnrolled, wire.CheckListeners, "nothing listens on 15001, nothing listens on 15006, nothing listens on 15008"},
+		{oldgen, Ztunnels{Current: enrolled.StandinPID(), Older: []int{oldgen.StandinPID()}}, wire.NotEnrolled, wire.CheckListeners, "only an older ztunnel listens on 15001"},
+		{nolisten, Ztunnels{}, wire.NotEnrolled, wire.CheckListeners, "no ztunnel runs on the node"},
+		{bypass, Ztunnels{Current: bypass.StandinPID()}, wire.NotEnrolled, wire.CheckBypass, fmt.Sprintf("1 open connections go straight to their peer, not through ztunnel's outbound listener (first %s:", bypass.IP)},
 	} {
 		e := CheckEnrollment(meshFake{pods: []MeshPod{meshPod(c.pod)}, zt: c.zt}, "/proc", time.Now())
 		if e.Error != "" || len(e.Pods) != 1 {
@@ -123,7 +123,7 @@ func TestEnrollmentChecksOnTheKernel(t *testing.T) {
 
 	gone := MeshPod{Pod: Pod{Namespace: "rig", Name: "gone", UID: "x"}, NoNetns: "no process of the pod runs"}
 	e := CheckEnrollment(meshFake{pods: []MeshPod{gone}, zt: Ztunnels{Current: enrolled.StandinPID()}}, "/proc", time.Now())
-	if p := e.Pods[0]; p.Result != health.NotCheckable || !strings.Contains(p.Detail, "no process of the pod runs") {
+	if p := e.Pods[0]; p.Result != wire.NotCheckable || !strings.Contains(p.Detail, "no process of the pod runs") {
 		t.Errorf("a pod without a namespace: %s, want not checkable with the reason", p)
 	}
 }
@@ -260,7 +260,7 @@ func TestEnrollmentSeesThroughNATsPortChoice(t *testing.T) {
 		t.Errorf("matched by port alone: %v, want the connection NAT moved", byPort)
 	}
 	e := CheckEnrollment(meshFake{pods: []MeshPod{meshPod(pod)}, zt: Ztunnels{Current: pod.StandinPID()}}, "/proc", time.Now())
-	if len(e.Pods) != 1 || e.Pods[0].Result != health.Enrolled {
+	if len(e.Pods) != 1 || e.Pods[0].Result != wire.Enrolled {
 		t.Errorf("enrollment %+v: want the pod enrolled, its connection through ztunnel", e.Pods)
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // tlsFiles writes a self-signed serving certificate for 127.0.0.1, its key
@@ -177,7 +177,7 @@ func (ra *runningAgent) get(t testing.TB, path, token string) (int, []byte) {
 }
 
 // snapshot fetches /v1/snapshot over HTTPS with the credential.
-func (ra *runningAgent) snapshot(t testing.TB) health.Snapshot {
+func (ra *runningAgent) snapshot(t testing.TB) wire.Snapshot {
 	t.Helper()
 	s, _, _ := ra.timedSnapshot(t)
 	return s
@@ -185,7 +185,7 @@ func (ra *runningAgent) snapshot(t testing.TB) health.Snapshot {
 
 // timedSnapshot is snapshot that also returns the body's size in bytes and
 // how long the request took, from sending it to the body's last byte.
-func (ra *runningAgent) timedSnapshot(t testing.TB) (s health.Snapshot, size int, took time.Duration) {
+func (ra *runningAgent) timedSnapshot(t testing.TB) (s wire.Snapshot, size int, took time.Duration) {
 	t.Helper()
 	t0 := time.Now()
 	code, body := ra.get(t, "/v1/snapshot", ra.files.tokenValue)
@@ -200,7 +200,7 @@ func (ra *runningAgent) timedSnapshot(t testing.TB) (s health.Snapshot, size int
 }
 
 // podSide finds one pod's counters for one side.
-func podSide(t testing.TB, s health.Snapshot, name string, side health.Side) health.PodCounters {
+func podSide(t testing.TB, s wire.Snapshot, name string, side wire.Side) wire.PodCounters {
 	t.Helper()
 	for _, p := range s.Pods {
 		if p.Name == name && p.Side == side {
@@ -208,7 +208,7 @@ func podSide(t testing.TB, s health.Snapshot, name string, side health.Side) hea
 		}
 	}
 	t.Fatalf("snapshot has no %s/%s", name, side)
-	return health.PodCounters{}
+	return wire.PodCounters{}
 }
 
 func sum(xs []uint64) uint64 {
@@ -219,7 +219,7 @@ func sum(xs []uint64) uint64 {
 	return n
 }
 
-func describe(p health.PodCounters) string {
+func describe(p wire.PodCounters) string {
 	return fmt.Sprintf("%s/%s sent=%d recv=%d connects=%d fails=%v retrans=%d lat=%d ages=%v",
 		p.Name, p.Side, p.ResetsSent, p.ResetsReceived, p.Connects, p.ConnectFailures, p.Retransmits, sum(p.ConnectLatency.Buckets), p.ConnAges)
 }

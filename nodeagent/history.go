@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // history is the agent's ring of recent snapshots, oldest first: one taken
@@ -46,7 +46,7 @@ func newHistory(every, keep time.Duration, maxBytes int) *history {
 
 // add appends a snapshot, then drops the entries older than keep (by the
 // snapshot's time) and the oldest while the ring is over maxBytes.
-func (h *history) add(s health.Snapshot) error {
+func (h *history) add(s wire.Snapshot) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.buf.Reset()
@@ -73,18 +73,18 @@ func (h *history) add(s health.Snapshot) error {
 }
 
 // since decodes the entries taken at or after t, oldest first.
-func (h *history) since(t time.Time) ([]health.Snapshot, error) {
+func (h *history) since(t time.Time) ([]wire.Snapshot, error) {
 	h.mu.Lock()
 	i := sort.Search(len(h.entries), func(i int) bool { return !h.entries[i].time.Before(t) })
 	list := append([]historyEntry(nil), h.entries[i:]...)
 	h.mu.Unlock()
-	out := make([]health.Snapshot, 0, len(list))
+	out := make([]wire.Snapshot, 0, len(list))
 	for _, e := range list {
 		zr, err := gzip.NewReader(bytes.NewReader(e.data))
 		if err != nil {
 			return nil, fmt.Errorf("reading a history snapshot: %w", err)
 		}
-		var s health.Snapshot
+		var s wire.Snapshot
 		err = json.NewDecoder(zr).Decode(&s)
 		if err == nil {
 			_, err = io.Copy(io.Discard, zr)

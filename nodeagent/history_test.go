@@ -11,12 +11,13 @@ import (
 
 	"github.com/nodewise/nodewise/bpf"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // busyNode is a snapshot of a full node (pods × both sides) whose counters
 // have every bucket in use with values of realistic size after a day of
 // traffic: the history's worst case for compression short of noise.
-func busyNode(pods int, at time.Time, seq uint64, rng *rand.Rand) health.Snapshot {
+func busyNode(pods int, at time.Time, seq uint64, rng *rand.Rand) wire.Snapshot {
 	r := reading{counters: map[bpf.Key]*bpf.Counters{}, ages: map[bpf.Key][]uint64{}}
 	res := map[uint32]Pod{}
 	for i := range pods {
@@ -31,7 +32,7 @@ func busyNode(pods int, at time.Time, seq uint64, rng *rand.Rand) health.Snapsho
 				c.ConnectLatency[j] = rng.Uint64N(1e7)
 				c.SRTT[j] = rng.Uint64N(1e7)
 			}
-			ages := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+			ages := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 			for j := range ages {
 				ages[j] = rng.Uint64N(100)
 			}
@@ -39,7 +40,7 @@ func busyNode(pods int, at time.Time, seq uint64, rng *rand.Rand) health.Snapsho
 			r.counters[k], r.ages[k] = c, ages
 		}
 	}
-	return buildSnapshot(snapshotMeta{node: "n1", mode: health.ModeEBPF, version: "test", start: at.Add(-24 * time.Hour), now: at, seq: seq}, r, res)
+	return buildSnapshot(snapshotMeta{node: "n1", mode: wire.ModeEBPF, version: "test", start: at.Add(-24 * time.Hour), now: at, seq: seq}, r, res)
 }
 
 // TestHistoryMemoryBoundAt110Pods fills a ring at the defaults (one
@@ -108,7 +109,7 @@ func TestHistoryServedWithTheSnapshotsCredential(t *testing.T) {
 	if code, _ := ra.get(t, "/v1/history?since=yesterday", ra.files.tokenValue); code != http.StatusBadRequest {
 		t.Fatalf("/v1/history?since=yesterday: %d, want 400", code)
 	}
-	var h health.History
+	var h wire.History
 	deadline := time.Now().Add(20 * time.Second)
 	for len(h.Snapshots) < 5 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -182,7 +183,7 @@ func TestNewRejectsBadHistory(t *testing.T) {
 }
 
 // history fetches /v1/history?since=.
-func (ra *runningAgent) history(t testing.TB, since time.Time) health.History {
+func (ra *runningAgent) history(t testing.TB, since time.Time) wire.History {
 	t.Helper()
 	path := "/v1/history"
 	if !since.IsZero() {
@@ -192,7 +193,7 @@ func (ra *runningAgent) history(t testing.TB, since time.Time) health.History {
 	if code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", path, code, body)
 	}
-	var h health.History
+	var h wire.History
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatal(err)
 	}

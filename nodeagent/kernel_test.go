@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
@@ -49,7 +49,7 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		p.StartStandin()
 	}
 	ra := startAgent(t, ModeEBPF, res, nil)
-	if ra.Agent.src.mode() != health.ModeEBPF {
+	if ra.Agent.src.mode() != wire.ModeEBPF {
 		t.Fatalf("mode %s, want ebpf", ra.Agent.src.mode())
 	}
 
@@ -75,12 +75,12 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let the last segments land
 
 	s := ra.snapshot(t)
-	if s.Mode != health.ModeEBPF || s.Node != "test-node" || s.AgentVersion != "test" || s.Time.Before(s.StartTime) {
+	if s.Mode != wire.ModeEBPF || s.Node != "test-node" || s.AgentVersion != "test" || s.Time.Before(s.StartTime) {
 		t.Errorf("snapshot header: mode=%s node=%s version=%s time=%v start=%v", s.Mode, s.Node, s.AgentVersion, s.Time, s.StartTime)
 	}
 	for _, n := range []string{"killed-a", "killed-b", "survivor"} {
 		o := observed[n]
-		app, proxy := podSide(t, s, n, health.SideApp), podSide(t, s, n, health.SideProxy)
+		app, proxy := podSide(t, s, n, wire.SideApp), podSide(t, s, n, wire.SideProxy)
 		t.Logf("%s observed %+v", n, o)
 		t.Logf("  %s", describe(app))
 		t.Logf("  %s", describe(proxy))
@@ -90,8 +90,8 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		if uint64(o.Connects) != app.Connects {
 			t.Errorf("%s: agent counts %d connects, the clients made %d", n, app.Connects, o.Connects)
 		}
-		if uint64(o.Refused) != app.ConnectFailures[health.ConnectRefused] {
-			t.Errorf("%s: agent counts %d refused connects, the clients saw %d", n, app.ConnectFailures[health.ConnectRefused], o.Refused)
+		if uint64(o.Refused) != app.ConnectFailures[wire.ConnectRefused] {
+			t.Errorf("%s: agent counts %d refused connects, the clients saw %d", n, app.ConnectFailures[wire.ConnectRefused], o.Refused)
 		}
 		// A handshake the kill cuts between the SYN-ACK and the client's
 		// ACK is a connect for the client but never an accept for the dead
@@ -110,14 +110,14 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		}
 		// Every reset the clients got came from the killed proxy's sockets
 		// or from the proxy port nobody listened on any more.
-		if proxy := podSide(t, s, n, health.SideProxy); proxy.ResetsSent < uint64(observed[n].Resets) {
+		if proxy := podSide(t, s, n, wire.SideProxy); proxy.ResetsSent < uint64(observed[n].Resets) {
 			t.Errorf("%s: proxy side sent %d resets, fewer than the %d the clients received", n, proxy.ResetsSent, observed[n].Resets)
 		}
 	}
 	if observed["survivor"].Resets != 0 {
 		t.Errorf("survivor's clients saw %d resets with the stand-in alive", observed["survivor"].Resets)
 	}
-	for _, side := range []health.Side{health.SideApp, health.SideProxy} {
+	for _, side := range []wire.Side{wire.SideApp, wire.SideProxy} {
 		idle := podSide(t, s, "idle", side)
 		if idle.ResetsSent+idle.ResetsReceived+idle.Connects+idle.Retransmits+sum(idle.ConnectLatency.Buckets)+sum(idle.ConnAges) != 0 || len(idle.ConnectFailures) != 0 {
 			t.Errorf("idle control pod is not zero: %s", describe(idle))
@@ -144,7 +144,7 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 	// kill cut; a live stand-in's never do.
 	var appsReceived, clientsSaw uint64
 	for _, p := range s.Pods {
-		if p.Side == health.SideApp {
+		if p.Side == wire.SideApp {
 			appsReceived += p.ResetsReceived
 		}
 	}
@@ -155,7 +155,7 @@ func TestKillStandinResetsAttributedPerPod(t *testing.T) {
 		t.Errorf("resets received across all pods' apps %d, clients saw %d: something else was attributed", appsReceived, clientsSaw)
 	}
 	for n, o := range observed {
-		if got := podSide(t, s, n, health.SideProxy).ResetsReceived; got > uint64(o.Resets) || (n == "survivor" && got != 0) {
+		if got := podSide(t, s, n, wire.SideProxy).ResetsReceived; got > uint64(o.Resets) || (n == "survivor" && got != 0) {
 			t.Errorf("%s: the stand-in's side received %d resets (its clients saw %d)", n, got, o.Resets)
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
 // medianBucket is the log2 bucket holding the median sample.
-func medianBucket(h health.Log2Histogram) int {
+func medianBucket(h wire.Log2Histogram) int {
 	total := sum(h.Buckets)
 	var seen uint64
 	for i, n := range h.Buckets {
@@ -43,7 +43,7 @@ func TestConnectLatencyShiftsOnlyDelayedPods(t *testing.T) {
 	s := ra.snapshot(t)
 	const bucket20ms = 14 // [16384, 32768) µs
 	for n, d := range delay {
-		h := podSide(t, s, n, health.SideApp).ConnectLatency
+		h := podSide(t, s, n, wire.SideApp).ConnectLatency
 		m := medianBucket(h)
 		t.Logf("%s (+%v): %d connects, median bucket %d, histogram %v", n, d, sum(h.Buckets), m, h.Buckets)
 		switch {
@@ -75,7 +75,7 @@ func TestRetransmittedSYNLatencyCountsFromFirstSYN(t *testing.T) {
 	if took < 900*time.Millisecond {
 		t.Fatalf("the connect took %v: the link did not lose the first SYN", took)
 	}
-	c := podSide(t, ra.snapshot(t), "syn-lost", health.SideApp)
+	c := podSide(t, ra.snapshot(t), "syn-lost", wire.SideApp)
 	// 1 s and a little: [524288, 1048576) µs, or the next bucket should
 	// the retransmit timer fire late.
 	h := c.ConnectLatency.Buckets

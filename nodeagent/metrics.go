@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 var podLabels = []string{"namespace", "pod", "side"}
@@ -13,14 +13,14 @@ var podLabels = []string{"namespace", "pod", "side"}
 // collector turns the current snapshot into Prometheus metrics on every
 // scrape, so /metrics and /v1/snapshot never disagree.
 type collector struct {
-	snapshot func() (health.Snapshot, error)
+	snapshot func() (wire.Snapshot, error)
 
 	resetsSent, resetsReceived, connects, accepts, failures, retransmits *prometheus.Desc
 	connectLatency, srtt, ages                                           *prometheus.Desc
 	scrapeErrors                                                         prometheus.Counter
 }
 
-func newCollector(snapshot func() (health.Snapshot, error)) *collector {
+func newCollector(snapshot func() (wire.Snapshot, error)) *collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("nodewise_pod_tcp_"+name, help, podLabels, nil)
 	}
@@ -79,7 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 
 // log2Histogram exposes a log2 µs histogram with the upper bound of bucket
 // i, 2^(i+1) µs, as its le.
-func log2Histogram(d *prometheus.Desc, h health.Log2Histogram, lv []string) prometheus.Metric {
+func log2Histogram(d *prometheus.Desc, h wire.Log2Histogram, lv []string) prometheus.Metric {
 	buckets := map[float64]uint64{}
 	var count uint64
 	var sum float64
@@ -103,8 +103,8 @@ func ageHistogram(d *prometheus.Desc, ages []uint64, lv []string) prometheus.Met
 	var count uint64
 	for i, n := range ages {
 		count += n
-		if i < len(health.AgeBucketBoundsSeconds) {
-			buckets[health.AgeBucketBoundsSeconds[i]] = count
+		if i < len(wire.AgeBucketBoundsSeconds) {
+			buckets[wire.AgeBucketBoundsSeconds[i]] = count
 		}
 	}
 	return prometheus.MustNewConstHistogram(d, count, 0, buckets, lv...)

@@ -6,18 +6,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 )
 
 // both adds up the two sides of one pod, the way /proc sees a namespace.
-func both(t testing.TB, s health.Snapshot, pod string) (sent, recvEstablished, connects, accepts, fails uint64) {
-	for _, side := range []health.Side{health.SideApp, health.SideProxy} {
+func both(t testing.TB, s wire.Snapshot, pod string) (sent, recvEstablished, connects, accepts, fails uint64) {
+	for _, side := range []wire.Side{wire.SideApp, wire.SideProxy} {
 		p := podSide(t, s, pod, side)
 		sent += p.ResetsSent
 		// /proc has no "resets received"; the fallback derives it from
 		// EstabResets, which leaves out resets answering a SYN.
-		recvEstablished += p.ResetsReceived - p.ConnectFailures[health.ConnectRefused]
+		recvEstablished += p.ResetsReceived - p.ConnectFailures[wire.ConnectRefused]
 		connects += p.Connects
 		accepts += p.Accepts
 		for _, n := range p.ConnectFailures {
@@ -65,13 +65,13 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 
 	es, ps := ebpfAgent.snapshot(t), procAgent.snapshot(t)
-	if ps.Mode != health.ModeProc {
+	if ps.Mode != wire.ModeProc {
 		t.Fatalf("proc agent reports mode %q", ps.Mode)
 	}
 	for _, n := range []string{"killed", "survivor", "idle"} {
 		sent, recv, connects, accepts, fails := both(t, es, n)
-		pa := podSide(t, ps, n, health.SideApp)
-		pp := podSide(t, ps, n, health.SideProxy)
+		pa := podSide(t, ps, n, wire.SideApp)
+		pp := podSide(t, ps, n, wire.SideProxy)
 		t.Logf("%s: observed %+v", n, observed[n])
 		t.Logf("  ebpf: sent=%d recvEstablished=%d connects=%d accepts=%d fails=%d", sent, recv, connects, accepts, fails)
 		t.Logf("  proc: %s", describe(pa))
@@ -82,7 +82,7 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 			{"resets sent (OutRsts)", sent, pa.ResetsSent},
 			{"connects (ActiveOpens - AttemptFails)", connects, pa.Connects},
 			{"accepts (PassiveOpens)", accepts, pa.Accepts},
-			{"failed connects (AttemptFails)", fails, pa.ConnectFailures[health.ConnectOther]},
+			{"failed connects (AttemptFails)", fails, pa.ConnectFailures[wire.ConnectOther]},
 		}
 		var bad []string
 		for _, c := range checks {
@@ -95,7 +95,7 @@ func TestProcModeAgreesWithEBPF(t *testing.T) {
 		// resets the connections still in its accept queue), so proc may
 		// exceed eBPF, but only by resets this namespace sent that were not
 		// answers to SYNs.
-		refusals := podSide(t, es, n, health.SideApp).ConnectFailures[health.ConnectRefused]
+		refusals := podSide(t, es, n, wire.SideApp).ConnectFailures[wire.ConnectRefused]
 		if pa.ResetsReceived < recv || pa.ResetsReceived-recv > sent-refusals {
 			bad = append(bad, fmt.Sprintf("resets received on established connections: ebpf %d, proc %d (may exceed by at most %d local aborts)",
 				recv, pa.ResetsReceived, sent-refusals))

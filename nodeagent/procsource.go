@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // procSource reads the per-namespace TCP MIB counters from
@@ -32,7 +32,7 @@ func newProcSource(root string) *procSource {
 	}
 }
 
-func (s *procSource) mode() string { return health.ModeProc }
+func (s *procSource) mode() string { return wire.ModeProc }
 
 // readPID reads the counters of namespace ns from process pid, the one the
 // scan found in it: through its /proc directory, and only while it is still

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // snapshotMeta is what a snapshot says about the agent itself.
@@ -15,25 +15,25 @@ type snapshotMeta struct {
 	seq                 uint64 // this snapshot's number since start (from 1)
 }
 
-var failureClasses = [bpf.FailClasses]health.ConnectErrorClass{
-	bpf.FailRefused:     health.ConnectRefused,
-	bpf.FailTimeout:     health.ConnectTimeout,
-	bpf.FailUnreachable: health.ConnectUnreachable,
-	bpf.FailReset:       health.ConnectReset,
-	bpf.FailOther:       health.ConnectOther,
+var failureClasses = [bpf.FailClasses]wire.ConnectErrorClass{
+	bpf.FailRefused:     wire.ConnectRefused,
+	bpf.FailTimeout:     wire.ConnectTimeout,
+	bpf.FailUnreachable: wire.ConnectUnreachable,
+	bpf.FailReset:       wire.ConnectReset,
+	bpf.FailOther:       wire.ConnectOther,
 }
 
 // buildSnapshot attributes a reading to pods. Every pod the resolver knows
 // gets both sides, zero or not; namespaces it does not know are left out.
-func buildSnapshot(meta snapshotMeta, r reading, pods map[uint32]Pod) health.Snapshot {
-	s := health.Snapshot{
+func buildSnapshot(meta snapshotMeta, r reading, pods map[uint32]Pod) wire.Snapshot {
+	s := wire.Snapshot{
 		Node:         meta.node,
 		Time:         meta.now,
 		Mode:         meta.mode,
 		AgentVersion: meta.version,
 		StartTime:    meta.start,
 		Seq:          meta.seq,
-		Pods:         []health.PodCounters{},
+		Pods:         []wire.PodCounters{},
 	}
 	for ns, pod := range pods {
 		for _, side := range []uint32{bpf.SideApp, bpf.SideProxy} {
@@ -54,22 +54,22 @@ func buildSnapshot(meta snapshotMeta, r reading, pods map[uint32]Pod) health.Sna
 	return s
 }
 
-func sideName(side uint32) health.Side {
+func sideName(side uint32) wire.Side {
 	if side == bpf.SideProxy {
-		return health.SideProxy
+		return wire.SideProxy
 	}
-	return health.SideApp
+	return wire.SideApp
 }
 
-func podCounters(pod Pod, side uint32, c *bpf.Counters, ages []uint64) health.PodCounters {
-	pc := health.PodCounters{
+func podCounters(pod Pod, side uint32, c *bpf.Counters, ages []uint64) wire.PodCounters {
+	pc := wire.PodCounters{
 		Namespace:      pod.Namespace,
 		Name:           pod.Name,
 		UID:            pod.UID,
 		Side:           sideName(side),
-		ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-		SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-		ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1),
+		ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+		SRTT:           wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+		ConnAges:       make([]uint64, len(wire.AgeBucketBoundsSeconds)+1),
 	}
 	copy(pc.ConnAges, ages)
 	if c == nil {
@@ -87,7 +87,7 @@ func podCounters(pod Pod, side uint32, c *bpf.Counters, ages []uint64) health.Po
 			continue
 		}
 		if pc.ConnectFailures == nil {
-			pc.ConnectFailures = map[health.ConnectErrorClass]uint64{}
+			pc.ConnectFailures = map[wire.ConnectErrorClass]uint64{}
 		}
 		pc.ConnectFailures[failureClasses[i]] += n
 	}

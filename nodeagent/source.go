@@ -2,7 +2,7 @@ package nodeagent
 
 import (
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // reading is one read of a counter source: cumulative counters and the
@@ -27,12 +27,12 @@ type source interface {
 
 // ageBucket returns the index of the age bucket that holds ageSeconds.
 func ageBucket(ageSeconds float64) int {
-	for i, b := range health.AgeBucketBoundsSeconds {
+	for i, b := range wire.AgeBucketBoundsSeconds {
 		if ageSeconds < b {
 			return i
 		}
 	}
-	return len(health.AgeBucketBoundsSeconds)
+	return len(wire.AgeBucketBoundsSeconds)
 }
 
 // bucketAges turns established connections into age buckets by key, given
@@ -42,7 +42,7 @@ func bucketAges(conns []bpf.Conn, nowNs uint64) map[bpf.Key][]uint64 {
 	for _, c := range conns {
 		b := out[c.Key]
 		if b == nil {
-			b = make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+			b = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 			out[c.Key] = b
 		}
 		var age float64

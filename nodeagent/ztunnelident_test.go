@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/test/netrig"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -197,7 +197,7 @@ func TestFakeZtunnelInAppPodChangesNoVerdict(t *testing.T) {
 		t.Errorf("ztunnels %+v, want current %d (the DaemonSet's pod) alone, not the app pod's fake %d", z, zt, fake)
 	}
 	e := CheckEnrollment(km, "/proc", time.Now())
-	if e.Error != "" || e.Ztunnel != "pid "+strconv.Itoa(zt) || len(e.Pods) != 1 || e.Pods[0].Result != health.Enrolled {
+	if e.Error != "" || e.Ztunnel != "pid "+strconv.Itoa(zt) || len(e.Pods) != 1 || e.Pods[0].Result != wire.Enrolled {
 		t.Errorf("enrollment %+v (ztunnel %q), want shop/app enrolled against pid %d", e.Pods, e.Ztunnel, zt)
 	}
 }
@@ -276,7 +276,7 @@ func TestReusedPIDIsNotReadAsThePodsOrZtunnels(t *testing.T) {
 		})
 
 		e := CheckEnrollment(meshFake{pods: scanned, zt: Ztunnels{Current: decoy.StandinPID()}}, "/proc", time.Now())
-		if len(e.Pods) != 1 || e.Pods[0].Result != health.NotCheckable || !strings.Contains(e.Pods[0].Detail, "exited") {
+		if len(e.Pods) != 1 || e.Pods[0].Result != wire.NotCheckable || !strings.Contains(e.Pods[0].Detail, "exited") {
 			t.Errorf("victim, its PID now the decoy pod's: %+v, want not checkable (its process exited), not the decoy's namespace", e.Pods)
 		}
 	})
@@ -297,7 +297,7 @@ func TestReusedPIDIsNotReadAsThePodsOrZtunnels(t *testing.T) {
 		if err != nil || len(pods) != 1 {
 			t.Fatalf("ambient pods %+v (%v)", pods, err)
 		}
-		if e := CheckEnrollment(meshFake{pods: pods, zt: z}, "/proc", time.Now()); e.Pods[0].Result != health.Enrolled {
+		if e := CheckEnrollment(meshFake{pods: pods, zt: z}, "/proc", time.Now()); e.Pods[0].Result != wire.Enrolled {
 			t.Fatalf("before the ztunnel exits: %+v, want enrolled", e.Pods)
 		}
 		// The ztunnel exits; an app process of the pod takes its PID and
@@ -315,7 +315,7 @@ func TestReusedPIDIsNotReadAsThePodsOrZtunnels(t *testing.T) {
 			t.Fatalf("the impostor does not listen: %q %v", line, err)
 		}
 		e := CheckEnrollment(meshFake{pods: pods, zt: z}, "/proc", time.Now())
-		if len(e.Pods) != 1 || e.Pods[0].Result == health.Enrolled {
+		if len(e.Pods) != 1 || e.Pods[0].Result == wire.Enrolled {
 			t.Errorf("ztunnel's PID now an app's listening on its ports: %+v, want the pod not enrolled (the ztunnel found is gone)", e.Pods)
 		}
 	})

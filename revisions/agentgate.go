@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // NodeTracker is an optional hook of a Gate: the controller calls Track on
@@ -158,7 +159,7 @@ func (g *AgentGate) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 			return health.Verdict{}, fmt.Errorf("node %s soak window: %w", node, err)
 		}
 		for _, p := range soak.Pods {
-			if p.Appeared || p.Side != health.SideApp {
+			if p.Appeared || p.Side != wire.SideApp {
 				continue
 			}
 			switch {
@@ -183,7 +184,7 @@ func (g *AgentGate) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 			continue
 		}
 		for _, p := range bw.Pods {
-			if p.Side != health.SideApp {
+			if p.Side != wire.SideApp {
 				continue
 			}
 			switch {
@@ -205,7 +206,7 @@ func (g *AgentGate) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 
 // firstWith returns the first sample holding every pod of the namespaces
 // that cur holds (by UID).
-func firstWith(samples []health.Snapshot, cur health.Snapshot, namespaces map[string]bool) (health.Snapshot, bool) {
+func firstWith(samples []wire.Snapshot, cur wire.Snapshot, namespaces map[string]bool) (wire.Snapshot, bool) {
 	want := map[string]bool{}
 	for _, p := range cur.Pods {
 		if namespaces[p.Namespace] {
@@ -223,7 +224,7 @@ func firstWith(samples []health.Snapshot, cur health.Snapshot, namespaces map[st
 			return s, true
 		}
 	}
-	return health.Snapshot{}, false
+	return wire.Snapshot{}, false
 }
 
 // waveJudgement is one judgement's rows before they become a Verdict.

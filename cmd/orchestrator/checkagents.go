@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/kubeconfig"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -40,7 +40,7 @@ func runCheckAgents(ctx context.Context, rc runConfig, out io.Writer) error {
 
 // snapshotter is what checkAgents asks each agent (health.AgentClient).
 type snapshotter interface {
-	Snapshot(ctx context.Context, node string) (health.Snapshot, error)
+	Snapshot(ctx context.Context, node string) (wire.Snapshot, error)
 }
 
 // checkAgents lists the node agents' pods in namespace and asks each Ready

@@ -11,17 +11,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // answering is an agent client whose agents answer except on down nodes.
 type answering struct{ down map[string]bool }
 
-func (a answering) Snapshot(_ context.Context, node string) (health.Snapshot, error) {
+func (a answering) Snapshot(_ context.Context, node string) (wire.Snapshot, error) {
 	if a.down[node] {
-		return health.Snapshot{}, errors.New("dial tcp 10.0.0.2:9443: connection refused")
+		return wire.Snapshot{}, errors.New("dial tcp 10.0.0.2:9443: connection refused")
 	}
-	return health.Snapshot{Node: node, AgentVersion: "v0.2.0", Mode: "ebpf"}, nil
+	return wire.Snapshot{Node: node, AgentVersion: "v0.2.0", Mode: "ebpf"}, nil
 }
 
 func agentPod(name, node string, ready bool) *corev1.Pod {

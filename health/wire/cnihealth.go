@@ -1,9 +1,7 @@
-package health
+package wire
 
 import (
-	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -74,23 +72,4 @@ func (h CNIHealth) Summary() string {
 		parts = append(parts, fmt.Sprintf("%s ok (%s: %s)", c.Check, c.File, c.Detail))
 	}
 	return fmt.Sprintf("istio-cni on node %s: %s", h.Node, strings.Join(parts, "; "))
-}
-
-// CNI asks the node's agent for istio-cni's health (GET /v1/cni), with the
-// plugin version expected ("" to compare none). Every failure to get an
-// answer wraps ErrAgentUnavailable; the checks' own failures are in the
-// answer.
-func (c *AgentClient) CNI(ctx context.Context, node, version string) (CNIHealth, error) {
-	path := "/v1/cni"
-	if version != "" {
-		path += "?version=" + url.QueryEscape(version)
-	}
-	var h CNIHealth
-	if err := c.get(ctx, node, path, &h); err != nil {
-		return CNIHealth{}, err
-	}
-	if h.Node != node {
-		return CNIHealth{}, fmt.Errorf("%w: node %s: the agent answered for node %q", ErrAgentUnavailable, node, h.Node)
-	}
-	return h, nil
 }

@@ -1,7 +1,6 @@
-package health
+package wire
 
 import (
-	"context"
 	"errors"
 	"time"
 )
@@ -28,9 +27,3 @@ type History struct {
 // ErrNoHistory is wrapped by HistorySource.History when the agent keeps no
 // history (an older agent): the baseline is then waited out, as before.
 var ErrNoHistory = errors.New("node agent serves no history")
-
-// HistorySource reads the snapshots a node's agent kept since a time.
-// AgentClient implements it.
-type HistorySource interface {
-	History(ctx context.Context, node string, since time.Time) (History, error)
-}

@@ -1,6 +1,9 @@
-package health
+package wire
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Side says whose socket a counter belongs to inside a pod's network namespace.
 // In ambient mode ztunnel opens its sockets inside every pod's namespace, so a
@@ -41,6 +44,74 @@ type Log2Histogram struct {
 // Log2Buckets is the number of buckets in every Log2Histogram (the last one
 // holds everything from 2^31 µs, about 36 minutes, upwards).
 const Log2Buckets = 32
+
+// Total is the number of samples in the histogram.
+func (h Log2Histogram) Total() uint64 {
+	var n uint64
+	for _, v := range h.Buckets {
+		n += v
+	}
+	return n
+}
+
+// Quantile returns the q-quantile (0 < q < 1) of a log2 histogram in
+// microseconds. It returns 0 for an empty histogram.
+//
+// Inside the bucket the quantile falls in, it interpolates the log of the tail
+// beyond it linearly in log x: the survival function S for q ≥ ½, the CDF for
+// q < ½. Between S(lo) and S(hi) at the bucket's edges,
+//
+//	x = lo · (hi/lo)^((ln S − ln S(lo)) / (ln S(hi) − ln S(lo)))
+//
+// This is exact for a power-law tail and close for lognormal ones. A uniform
+// spread inside a factor-of-two bucket, linear or geometric, flattens ratios:
+// a true +50% p99 read as +20%. Where the far edge's tail is empty (the last
+// occupied bucket), it falls back to geometric interpolation; bucket 0,
+// [0, 2) µs, is linear.
+func (h Log2Histogram) Quantile(q float64) float64 {
+	total := float64(h.Total())
+	if total == 0 {
+		return 0
+	}
+	rank := q * total
+	var cum float64
+	for i, c := range h.Buckets {
+		if c == 0 {
+			continue
+		}
+		next := cum + float64(c)
+		if rank <= next {
+			lo, hi := bucketBounds(i)
+			f := (rank - cum) / float64(c) // share of the bucket below the quantile
+			if i == 0 {
+				return lo + (hi-lo)*f
+			}
+			// Tail masses beyond the edges and beyond the quantile, on the side
+			// of the distribution the quantile is in.
+			tLo, tHi, t := total-cum, total-next, total-rank
+			if q < 0.5 {
+				tLo, tHi, t = next, cum, rank // the CDF, read from the top edge down
+				lo, hi = hi, lo
+				f = 1 - f
+			}
+			if tHi > 0 && t > 0 && tLo > tHi {
+				return lo * math.Pow(hi/lo, math.Log(t/tLo)/math.Log(tHi/tLo))
+			}
+			return lo * math.Pow(hi/lo, f)
+		}
+		cum = next
+	}
+	_, hi := bucketBounds(len(h.Buckets) - 1)
+	return hi
+}
+
+// bucketBounds are the bounds in µs of bucket i: [0, 2) for i = 0, else [2^i, 2^(i+1)).
+func bucketBounds(i int) (float64, float64) {
+	if i == 0 {
+		return 0, 2
+	}
+	return math.Ldexp(1, i), math.Ldexp(1, i+1)
+}
 
 // AgeBucketBoundsSeconds are the upper bounds of the connection-age buckets.
 // The bounds sit on the drain deadlines that matter (ztunnel's default is 25 s),

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -31,13 +31,13 @@ import (
 type agent struct {
 	mu       sync.Mutex
 	asked    []string
-	snapshot health.Snapshot
+	snapshot wire.Snapshot
 	err      error
 	// answer, when set, answers instead.
-	answer func(ctx context.Context) (health.Snapshot, error)
+	answer func(ctx context.Context) (wire.Snapshot, error)
 }
 
-func (a *agent) Snapshot(ctx context.Context, n string) (health.Snapshot, error) {
+func (a *agent) Snapshot(ctx context.Context, n string) (wire.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, n)
@@ -56,12 +56,12 @@ func (a *agent) nodes() []string {
 // agentSnapshot is an eBPF agent's snapshot at now, started before every
 // test pod, seeing the pods of old: by pod name, how many connections
 // (older than any threshold) each holds.
-func agentSnapshot(old map[string]uint64) health.Snapshot {
-	s := health.Snapshot{Node: node, Time: now, Mode: health.ModeEBPF, StartTime: fixture.SurgeT0.Add(-time.Hour)}
+func agentSnapshot(old map[string]uint64) wire.Snapshot {
+	s := wire.Snapshot{Node: node, Time: now, Mode: wire.ModeEBPF, StartTime: fixture.SurgeT0.Add(-time.Hour)}
 	for name, n := range old {
-		ages := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+		ages := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 		ages[len(ages)-1] = n
-		s.Pods = append(s.Pods, health.PodCounters{Namespace: "default", Name: name, UID: name + "-uid", ConnAges: ages})
+		s.Pods = append(s.Pods, wire.PodCounters{Namespace: "default", Name: name, UID: name + "-uid", ConnAges: ages})
 	}
 	return s
 }
@@ -399,9 +399,9 @@ func TestAutoCannotObserve(t *testing.T) {
 		{
 			name: "the context ends while the agent is asked",
 			setup: func(h *harness, cancel context.CancelFunc) {
-				h.d.Agents = &agent{answer: func(ctx context.Context) (health.Snapshot, error) {
+				h.d.Agents = &agent{answer: func(ctx context.Context) (wire.Snapshot, error) {
 					cancel()
-					return health.Snapshot{}, ctx.Err()
+					return wire.Snapshot{}, ctx.Err()
 				}}
 			},
 			check: func(err error) bool { return errors.Is(err, context.Canceled) },

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 )
@@ -151,7 +152,7 @@ type Releaser interface {
 // the watchdog asks again, and the gate fails the node closed at the soak's
 // end.
 type Enroller interface {
-	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *health.Enrollment, err error)
+	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *wire.Enrollment, err error)
 }
 
 // GateFunc adapts a function to Gate.

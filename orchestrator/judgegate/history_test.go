@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
@@ -16,7 +17,7 @@ import (
 // tick, as the node agent's /v1/history does.
 type historyFleet struct {
 	fleet
-	kept map[string][]health.Snapshot
+	kept map[string][]wire.Snapshot
 }
 
 func (h *historyFleet) tick() {
@@ -31,9 +32,9 @@ func (h *historyFleet) record() {
 	}
 }
 
-func (h *historyFleet) History(_ context.Context, node string, since time.Time) (health.History, error) {
+func (h *historyFleet) History(_ context.Context, node string, since time.Time) (wire.History, error) {
 	a := h.fleet[node]
-	out := health.History{Node: node, StartTime: a.start, Now: a.now()}
+	out := wire.History{Node: node, StartTime: a.start, Now: a.now()}
 	for _, s := range h.kept[node] {
 		if !s.Time.Before(since) && s.StartTime.Equal(a.start) {
 			out.Snapshots = append(out.Snapshots, s)
@@ -49,7 +50,7 @@ func (h *historyFleet) History(_ context.Context, node string, since time.Time) 
 func judgeFromHistory(t *testing.T, regress map[string]bool, control []string) (health.Verdict, *Gate, gate.GateInput) {
 	t.Helper()
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
-	hf := &historyFleet{fleet: fleet{}, kept: map[string][]health.Snapshot{}}
+	hf := &historyFleet{fleet: fleet{}, kept: map[string][]wire.Snapshot{}}
 	for _, n := range append([]string{"w1"}, control...) {
 		hf.fleet[n] = newAgent(n, start)
 		hf.fleet[n].regress = regress[n]
@@ -162,7 +163,7 @@ func TestVerdictFromHistoryEqualsTheWaitedOne(t *testing.T) {
 // judged on the shorter baseline: never a silent pass.
 func TestAgentRestartedBeforeTheSlot(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
-	hf := &historyFleet{fleet: fleet{"w1": newAgent("w1", start)}, kept: map[string][]health.Snapshot{}}
+	hf := &historyFleet{fleet: fleet{"w1": newAgent("w1", start)}, kept: map[string][]wire.Snapshot{}}
 	hf.record()
 	for range 9 {
 		hf.tick()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
@@ -145,7 +146,7 @@ func (g *Gate) CoveredSince(ctx context.Context, node string) time.Time {
 // sample the Recorder holds that carries one (a successor leader's Recorder
 // takes the baseline back from record first, as Judge does; nil when none
 // carries one), and the node's enrollment in a sample taken now.
-func (g *Gate) Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *health.Enrollment, err error) {
+func (g *Gate) Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *wire.Enrollment, err error) {
 	if _, err := g.restore(node, baselineStart, swapStart, record); err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
@@ -25,28 +26,28 @@ type agent struct {
 	mu        sync.Mutex
 	node      string
 	start, at time.Time
-	cum       []health.PodCounters
+	cum       []wire.PodCounters
 	soaking   bool
 	regress   bool
 	down      bool
-	offset    time.Duration      // the agent's clock less the orchestrator's (at)
-	reads     int                // snapshots taken
-	enroll    *health.Enrollment // each snapshot's enrollment
+	offset    time.Duration    // the agent's clock less the orchestrator's (at)
+	reads     int              // snapshots taken
+	enroll    *wire.Enrollment // each snapshot's enrollment
 }
 
 func newAgent(node string, start time.Time) *agent {
 	a := &agent{node: node, start: start, at: start}
 	for i := range 5 {
-		a.cum = append(a.cum, health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprint(i), Side: health.SideApp,
-			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-			ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1)})
+		a.cum = append(a.cum, wire.PodCounters{Namespace: "shop", Name: fmt.Sprintf("p%d", i), UID: fmt.Sprint(i), Side: wire.SideApp,
+			ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			SRTT:           wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			ConnAges:       make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)})
 		a.cum[i].ConnAges[12] = 4 // 4 open connections aged 120–300 s
 	}
 	// The probe: the judge requires its evidence on every node.
 	probe := a.cum[0]
 	probe.Namespace, probe.Name, probe.UID = health.DefaultProbeNamespace, "nodewise-probe-x2k4p", "probe"
-	probe.ConnAges = make([]uint64, len(health.AgeBucketBoundsSeconds)+1) // short requests only
+	probe.ConnAges = make([]uint64, len(wire.AgeBucketBoundsSeconds)+1) // short requests only
 	a.cum = append(a.cum, probe)
 	return a
 }
@@ -71,14 +72,14 @@ func (a *agent) tick() {
 	}
 }
 
-func (a *agent) Snapshot(context.Context, string) (health.Snapshot, error) {
+func (a *agent) Snapshot(context.Context, string) (wire.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.reads++
 	if a.down {
-		return health.Snapshot{}, errors.New("dial tcp: connection refused")
+		return wire.Snapshot{}, errors.New("dial tcp: connection refused")
 	}
-	s := health.Snapshot{Node: a.node, Time: a.at.Add(a.offset), StartTime: a.start}
+	s := wire.Snapshot{Node: a.node, Time: a.at.Add(a.offset), StartTime: a.start}
 	for _, c := range a.cum {
 		c.ConnectLatency.Buckets = append([]uint64(nil), c.ConnectLatency.Buckets...)
 		c.SRTT.Buckets = append([]uint64(nil), c.SRTT.Buckets...)
@@ -93,10 +94,10 @@ func (a *agent) now() time.Time { a.mu.Lock(); defer a.mu.Unlock(); return a.at 
 // fleet is the agents of several nodes, on one clock.
 type fleet map[string]*agent
 
-func (f fleet) Snapshot(ctx context.Context, node string) (health.Snapshot, error) {
+func (f fleet) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
 	a, ok := f[node]
 	if !ok {
-		return health.Snapshot{}, fmt.Errorf("node %s: no such node", node)
+		return wire.Snapshot{}, fmt.Errorf("node %s: no such node", node)
 	}
 	return a.Snapshot(ctx, node)
 }
@@ -728,14 +729,14 @@ func TestEnrollmentForTheWatchdog(t *testing.T) {
 	sleeps := 0
 	g, rec := newGate(t, f, &sleeps)
 	ctx := context.Background()
-	pod := func(r health.EnrollmentResult) *health.Enrollment {
-		return &health.Enrollment{Pods: []health.PodEnrollment{{Namespace: "shop", Name: "p1", UID: "1", Result: r}}}
+	pod := func(r wire.EnrollmentResult) *wire.Enrollment {
+		return &wire.Enrollment{Pods: []wire.PodEnrollment{{Namespace: "shop", Name: "p1", UID: "1", Result: r}}}
 	}
 	if err := g.Prepare(ctx, gate.PrepareInput{Node: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	baselineStart := a.now()
-	a.enroll = pod(health.Enrolled)
+	a.enroll = pod(wire.Enrolled)
 	for range 3 {
 		a.tick()
 		if err := rec.Sample(ctx, "w1"); err != nil {
@@ -744,12 +745,12 @@ func TestEnrollmentForTheWatchdog(t *testing.T) {
 	}
 	swapStart := a.now()
 	a.tick()
-	a.enroll = pod(health.NotEnrolled)
+	a.enroll = pod(wire.NotEnrolled)
 	before, now, err := g.Enrollment(ctx, "w1", baselineStart, swapStart, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before == nil || before.Pods[0].Result != health.Enrolled || now == nil || now.Pods[0].Result != health.NotEnrolled {
+	if before == nil || before.Pods[0].Result != wire.Enrolled || now == nil || now.Pods[0].Result != wire.NotEnrolled {
 		t.Fatalf("before %+v, now %+v: want enrolled before the swap, not enrolled now", before, now)
 	}
 	// A successor leader never sampled the baseline: without the node's
@@ -763,7 +764,7 @@ func TestEnrollmentForTheWatchdog(t *testing.T) {
 		t.Fatalf("a successor without the record: before %+v, %v; want none", before, err)
 	}
 	before, now, err = successor(t, f).Enrollment(ctx, "w1", baselineStart, swapStart, kept.Baseline)
-	if err != nil || before == nil || len(before.Pods) != 1 || before.Pods[0].Result != health.Enrolled || now == nil || now.Pods[0].Result != health.NotEnrolled {
+	if err != nil || before == nil || len(before.Pods) != 1 || before.Pods[0].Result != wire.Enrolled || now == nil || now.Pods[0].Result != wire.NotEnrolled {
 		t.Fatalf("a successor with the record: before %+v, now %+v, %v; want enrolled before the swap (from the record), not enrolled now", before, now, err)
 	}
 	if _, _, err := successor(t, f).Enrollment(ctx, "w1", baselineStart, swapStart, "not a record"); err == nil || !strings.Contains(err.Error(), "failing closed") {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -41,7 +42,7 @@ type AutoInput struct {
 	// Pods are the pods bound to the node (from the cache).
 	Pods []*corev1.Pod
 	// Snapshot is the node agent's snapshot, valid when AgentErr is nil.
-	Snapshot health.Snapshot
+	Snapshot wire.Snapshot
 	// AgentErr is why there is no snapshot (no agent configured, or it did not answer).
 	AgentErr error
 }
@@ -100,7 +101,7 @@ func DecideAuto(in AutoInput) autoChoice {
 		return autoChoice{Drain: true, Reason: fmt.Sprintf("drain (fail safe): the node agent cannot tell connection ages: %v", in.AgentErr)}
 	}
 	s := in.Snapshot
-	if s.Mode == health.ModeProc {
+	if s.Mode == wire.ModeProc {
 		return autoChoice{Drain: true, Reason: "drain (fail safe): the node agent runs in proc mode, which has no connection ages"}
 	}
 	type counters struct {

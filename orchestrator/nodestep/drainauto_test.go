@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -34,9 +35,9 @@ func TestDecideAuto(t *testing.T) {
 	done := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
 	// ages puts n connections in the bucket holding age (bucket i ends at bound i).
 	ages := func(age time.Duration, n uint64) []uint64 {
-		a := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
-		i := len(health.AgeBucketBoundsSeconds)
-		for j, b := range health.AgeBucketBoundsSeconds {
+		a := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
+		i := len(wire.AgeBucketBoundsSeconds)
+		for j, b := range wire.AgeBucketBoundsSeconds {
 			if age.Seconds() < b {
 				i = j
 				break
@@ -45,11 +46,11 @@ func TestDecideAuto(t *testing.T) {
 		a[i] = n
 		return a
 	}
-	counters := func(name string, side health.Side, a []uint64) health.PodCounters {
-		return health.PodCounters{Namespace: "shop", Name: name, UID: "uid-" + name, Side: side, ConnAges: a}
+	counters := func(name string, side wire.Side, a []uint64) wire.PodCounters {
+		return wire.PodCounters{Namespace: "shop", Name: name, UID: "uid-" + name, Side: side, ConnAges: a}
 	}
-	snap := func(pcs ...health.PodCounters) health.Snapshot {
-		return health.Snapshot{Node: "n1", Time: now, StartTime: agentStart, Mode: health.ModeEBPF, Pods: pcs}
+	snap := func(pcs ...wire.PodCounters) wire.Snapshot {
+		return wire.Snapshot{Node: "n1", Time: now, StartTime: agentStart, Mode: wire.ModeEBPF, Pods: pcs}
 	}
 	const deadline = 25 * time.Second
 	for _, tc := range []struct {
@@ -60,59 +61,59 @@ func TestDecideAuto(t *testing.T) {
 	}{
 		{
 			name:      "young connections only: in place",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(3*time.Second, 40)), counters("a", health.SideProxy, ages(20*time.Second, 2)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(3*time.Second, 40)), counters("a", wire.SideProxy, ages(20*time.Second, 2)))},
 			reasonHas: []string{"in place", "no connection open longer than 25s (ztunnel's drain deadline 25s cuts what is still open) among 1 pods"},
 		},
 		{
 			name:      "longLivedAfter 5s: only short requests stay in place",
-			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(500*time.Millisecond, 40)))},
 			reasonHas: []string{"in place", "open longer than 5s"},
 		},
 		{
 			name:      "longLivedAfter 5s: a 10s stream under a 25s deadline drains (it is cut if it lives on)",
-			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(10*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
 		},
 		{
 			name:      "longLivedAfter 5s: a pod 3s old cannot hold one and needs no ages",
-			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 3*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 1)))},
+			in:        AutoInput{LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 3*time.Second)}, Snapshot: snap(counters("a", wire.SideApp, ages(0, 1)))},
 			reasonHas: []string{"in place", "among 2 pods"},
 		},
 		{
 			name:      "longLivedAfter above the deadline is capped by it",
-			in:        AutoInput{LongLived: time.Minute, Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(30*time.Second, 1)))},
+			in:        AutoInput{LongLived: time.Minute, Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", wire.SideApp, ages(30*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"open longer than 25s"},
 		},
 		{
 			name:      "one connection at the deadline: drain, naming the pod",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 5)), counters("b", health.SideApp, ages(25*time.Second, 1)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(time.Second, 5)), counters("b", wire.SideApp, ages(25*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: ", "deadline 25s", "shop/b (1)"},
 		},
 		{
 			name:      "proxy side counts too (ztunnel's in-pod sockets carry the pod's traffic)",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)), counters("a", health.SideProxy, ages(10*time.Minute, 3)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Hour)}, Snapshot: snap(counters("a", wire.SideApp, ages(0, 0)), counters("a", wire.SideProxy, ages(10*time.Minute, 3)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (3)"},
 		},
 		{
 			name:      "a shorter grace period lowers the deadline: 12s (grace 17s) catches a 15s connection",
-			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(15*time.Second, 1)))},
+			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(15*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"deadline 12s"},
 		},
 		{
 			name:      "a bucket straddling the deadline counts whole: 12s deadline, a [10s,15s) connection drains",
-			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(11*time.Second, 1)))},
+			in:        AutoInput{Deadline: health.DrainDeadline(17 * time.Second), Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(11*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (1)"},
 		},
 		{
 			name: "DaemonSet, mirror and finished pods stay either way: their old connections do not drain",
 			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("zt", time.Minute, daemon), pod("static", time.Minute, mirror), pod("job", time.Minute, done)},
-				Snapshot: snap(counters("a", health.SideApp, ages(time.Second, 1)), counters("zt", health.SideApp, ages(time.Hour, 9)), counters("static", health.SideApp, ages(time.Hour, 9)), counters("job", health.SideApp, ages(time.Hour, 9)))},
+				Snapshot: snap(counters("a", wire.SideApp, ages(time.Second, 1)), counters("zt", wire.SideApp, ages(time.Hour, 9)), counters("static", wire.SideApp, ages(time.Hour, 9)), counters("job", wire.SideApp, ages(time.Hour, 9)))},
 			reasonHas: []string{"in place", "among 1 pods"},
 		},
 		{
@@ -133,9 +134,9 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name: "proc mode has no ages: drain",
-			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() health.Snapshot {
-				s := snap(counters("a", health.SideApp, ages(0, 0)))
-				s.Mode = health.ModeProc
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: func() wire.Snapshot {
+				s := snap(counters("a", wire.SideApp, ages(0, 0)))
+				s.Mode = wire.ModeProc
 				return s
 			}()},
 			drain:     true,
@@ -143,31 +144,31 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name:      "ages of another shape are unknown: drain",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, []uint64{0, 0}))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, []uint64{0, 0}))},
 			drain:     true,
 			reasonHas: []string{"shop/a has no connection ages"},
 		},
 		{
 			name:      "a pod older than the deadline missing from the snapshot: drain",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(0, 0)))},
 			drain:     true,
 			reasonHas: []string{"shop/b is not in the agent's snapshot"},
 		},
 		{
 			name:      "a pod younger than the deadline needs no ages",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 5*time.Second)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("new", 5*time.Second)}, Snapshot: snap(counters("a", wire.SideApp, ages(0, 0)))},
 			reasonHas: []string{"in place", "among 2 pods"},
 		},
 		{
 			name:      "a pod that started before the agent may hold connections it never saw: drain",
-			in:        AutoInput{Pods: []*corev1.Pod{pod("a", 2*time.Hour)}, Snapshot: snap(counters("a", health.SideApp, ages(0, 0)))},
+			in:        AutoInput{Pods: []*corev1.Pod{pod("a", 2*time.Hour)}, Snapshot: snap(counters("a", wire.SideApp, ages(0, 0)))},
 			drain:     true,
 			reasonHas: []string{"shop/a started before the agent"},
 		},
 		{
 			name: "a pod matched by name when the agent has no UID",
-			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
-				c := counters("a", health.SideApp, ages(time.Minute, 2))
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() wire.PodCounters {
+				c := counters("a", wire.SideApp, ages(time.Minute, 2))
 				c.UID = ""
 				return c
 			}())},
@@ -176,40 +177,40 @@ func TestDecideAuto(t *testing.T) {
 		},
 		{
 			name: "a recreated pod with the same name does not inherit its predecessor's ages",
-			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() health.PodCounters {
-				c := counters("a", health.SideApp, ages(time.Hour, 7))
+			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(func() wire.PodCounters {
+				c := counters("a", wire.SideApp, ages(time.Hour, 7))
 				c.UID = "uid-a-before"
 				return c
-			}(), counters("a", health.SideApp, ages(0, 1)))},
+			}(), counters("a", wire.SideApp, ages(0, 1)))},
 			reasonHas: []string{"in place"},
 		},
 		{
 			name:      "surge: short requests only stay in place, and the reason says why",
-			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(500*time.Millisecond, 40)))},
 			reasonHas: []string{"in place: no connection open longer than 5s", "; surge: the new ztunnel listens beside the old one, so short requests are never refused"},
 		},
 		{
 			name:      "surge: a stream that would outlive the deadline still drains",
-			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(10*time.Second, 1)))},
+			in:        AutoInput{Swap: model.SwapSurge, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(10*time.Second, 1)))},
 			drain:     true,
 			reasonHas: []string{"drain: connections open longer than 5s", "shop/a (1)"},
 		},
 		{
 			name:      "replace: short requests drain, since nothing listens while the old ztunnel goes",
-			in:        AutoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", health.SideApp, ages(500*time.Millisecond, 40)))},
+			in:        AutoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)}, Snapshot: snap(counters("a", wire.SideApp, ages(500*time.Millisecond, 40)))},
 			drain:     true,
 			reasonHas: []string{"break-before-make (replace)", "shop/a carry traffic"},
 		},
 		{
 			name: "replace: an idle pod stays in place",
 			in: AutoInput{Swap: model.SwapReplace, LongLived: 5 * time.Second, Pods: []*corev1.Pod{pod("a", time.Minute)},
-				Snapshot: snap(counters("a", health.SideApp, make([]uint64, len(health.AgeBucketBoundsSeconds)+1)))},
+				Snapshot: snap(counters("a", wire.SideApp, make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)))},
 			reasonHas: []string{"in place: no connection"},
 		},
 		{
 			name: "many pods are named up to three",
 			in: AutoInput{Pods: []*corev1.Pod{pod("a", time.Minute), pod("b", time.Minute), pod("c", time.Minute), pod("d", time.Minute)},
-				Snapshot: snap(counters("a", health.SideApp, ages(time.Minute, 1)), counters("b", health.SideApp, ages(time.Minute, 1)), counters("c", health.SideApp, ages(time.Minute, 1)), counters("d", health.SideApp, ages(time.Minute, 1)))},
+				Snapshot: snap(counters("a", wire.SideApp, ages(time.Minute, 1)), counters("b", wire.SideApp, ages(time.Minute, 1)), counters("c", wire.SideApp, ages(time.Minute, 1)), counters("d", wire.SideApp, ages(time.Minute, 1)))},
 			drain:     true,
 			reasonHas: []string{"shop/a (1), shop/b (1), shop/c (1) and 1 more"},
 		},

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -73,7 +74,7 @@ func isZtunnelDaemonSet(ds *appsv1.DaemonSet) bool {
 type ForecastInput struct {
 	Node      string
 	Pods      []*corev1.Pod
-	Snapshot  health.Snapshot
+	Snapshot  wire.Snapshot
 	AgentErr  error
 	Deadline  time.Duration
 	LongLived time.Duration
@@ -118,9 +119,9 @@ func Forecast(in ForecastInput) NodeForecast {
 	if in.LongLived > 0 && in.LongLived < threshold {
 		threshold = in.LongLived
 	}
-	byUID := map[string]*health.PodCounters{}
+	byUID := map[string]*wire.PodCounters{}
 	for i := range in.Snapshot.Pods {
-		if pc := &in.Snapshot.Pods[i]; pc.Side == health.SideApp {
+		if pc := &in.Snapshot.Pods[i]; pc.Side == wire.SideApp {
 			byUID[pc.UID] = pc
 		}
 	}
@@ -135,7 +136,7 @@ func Forecast(in ForecastInput) NodeForecast {
 		w := workloadOf(p)
 		a := work[w]
 		if a == nil {
-			a = &acc{hist: make([]uint64, len(health.AgeBucketBoundsSeconds)+1)}
+			a = &acc{hist: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}
 			work[w] = a
 		}
 		a.pods++
@@ -175,10 +176,10 @@ func p99(hist []uint64) (time.Duration, bool) {
 	for i, c := range hist {
 		cum += c
 		if cum >= rank {
-			if i == len(health.AgeBucketBoundsSeconds) {
-				return time.Duration(health.AgeBucketBoundsSeconds[i-1] * float64(time.Second)), true
+			if i == len(wire.AgeBucketBoundsSeconds) {
+				return time.Duration(wire.AgeBucketBoundsSeconds[i-1] * float64(time.Second)), true
 			}
-			return time.Duration(health.AgeBucketBoundsSeconds[i] * float64(time.Second)), false
+			return time.Duration(wire.AgeBucketBoundsSeconds[i] * float64(time.Second)), false
 		}
 	}
 	return 0, false

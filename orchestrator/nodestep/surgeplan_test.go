@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -58,18 +58,18 @@ func TestForecastPerWorkload(t *testing.T) {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, StartTime: &metav1.Time{Time: now.Add(-time.Hour)}}}
 	}
 	ages := func(pairs ...float64) []uint64 { // bucket index, count, ...
-		a := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+		a := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 		for i := 0; i < len(pairs); i += 2 {
 			a[int(pairs[i])] = uint64(pairs[i+1])
 		}
 		return a
 	}
 	// Buckets: 0:<1s 2:<5s 3:<9s 9:<45s 11:<120s.
-	snap := health.Snapshot{Time: now, StartTime: now.Add(-2 * time.Hour), Mode: health.ModeEBPF, Pods: []health.PodCounters{
-		{UID: "cart-1", Namespace: "shop", Name: "cart-1", Side: health.SideApp, ConnAges: ages(0, 100, 11, 3)},
-		{UID: "cart-1", Namespace: "shop", Name: "cart-1", Side: health.SideProxy, ConnAges: ages(11, 50)},
-		{UID: "cart-2", Namespace: "shop", Name: "cart-2", Side: health.SideApp, ConnAges: ages(0, 97)},
-		{UID: "web-1", Namespace: "shop", Name: "web-1", Side: health.SideApp, ConnAges: ages(0, 40, 2, 1)},
+	snap := wire.Snapshot{Time: now, StartTime: now.Add(-2 * time.Hour), Mode: wire.ModeEBPF, Pods: []wire.PodCounters{
+		{UID: "cart-1", Namespace: "shop", Name: "cart-1", Side: wire.SideApp, ConnAges: ages(0, 100, 11, 3)},
+		{UID: "cart-1", Namespace: "shop", Name: "cart-1", Side: wire.SideProxy, ConnAges: ages(11, 50)},
+		{UID: "cart-2", Namespace: "shop", Name: "cart-2", Side: wire.SideApp, ConnAges: ages(0, 97)},
+		{UID: "web-1", Namespace: "shop", Name: "web-1", Side: wire.SideApp, ConnAges: ages(0, 40, 2, 1)},
 	}}
 	in := ForecastInput{Node: "n1", Pods: []*corev1.Pod{pod("cart-1", "cart-abc12"), pod("cart-2", "cart-abc12"), pod("web-1", "web-abc12")},
 		Snapshot: snap, Deadline: 25 * time.Second, LongLived: 5 * time.Second, Swap: model.SwapSurge}

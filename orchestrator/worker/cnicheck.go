@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -18,7 +19,7 @@ import (
 // (the agent's /v1/cni): health.AgentClient. version is the plugin version
 // expected ("" compares none).
 type CNIChecker interface {
-	CNI(ctx context.Context, node, version string) (health.CNIHealth, error)
+	CNI(ctx context.Context, node, version string) (wire.CNIHealth, error)
 }
 
 // cniTarget is the rollout's istio-cni target, if it has one: the rollouts

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -21,12 +22,12 @@ import (
 
 // agentCNI answers as a node agent would, and records the version asked.
 type agentCNI struct {
-	h     health.CNIHealth
+	h     wire.CNIHealth
 	err   error
 	asked []string
 }
 
-func (a *agentCNI) CNI(_ context.Context, node, version string) (health.CNIHealth, error) {
+func (a *agentCNI) CNI(_ context.Context, node, version string) (wire.CNIHealth, error) {
 	a.asked = append(a.asked, version)
 	h := a.h
 	h.Node = node
@@ -52,9 +53,9 @@ var cniPolicy = model.Policy{Targets: []v1alpha1.TargetRef{
 	{Namespace: "istio-system", Name: "ztunnel", Kind: v1alpha1.TargetZtunnel},
 }}
 
-var badToken = health.CNIHealth{Checks: []health.CNICheck{
-	{Check: health.CNICheckConfig, File: "/etc/cni/net.d/10-calico.conflist", OK: true, Detail: "chained"},
-	{Check: health.CNICheckToken, File: "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig", Detail: "the API server refused the token"},
+var badToken = wire.CNIHealth{Checks: []wire.CNICheck{
+	{Check: wire.CNICheckConfig, File: "/etc/cni/net.d/10-calico.conflist", OK: true, Detail: "chained"},
+	{Check: wire.CNICheckToken, File: "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig", Detail: "the API server refused the token"},
 }}
 
 // TestCNIAfterSwapFailsAPassingVerdict: a traffic Pass with istio-cni's
@@ -73,7 +74,7 @@ func TestCNIAfterSwapFailsAPassingVerdict(t *testing.T) {
 		t.Errorf("asked for versions %q, want the pod's tag without -distroless", a.asked)
 	}
 
-	a.h = health.CNIHealth{Checks: []health.CNICheck{{Check: health.CNICheckPlugin, File: "/opt/cni/bin/istio-cni", OK: true, Detail: "version 1.28.1"}}}
+	a.h = wire.CNIHealth{Checks: []wire.CNICheck{{Check: wire.CNICheckPlugin, File: "/opt/cni/bin/istio-cni", OK: true, Detail: "version 1.28.1"}}}
 	v = w.cniAfterSwap(context.Background(), cniPolicy, "n1", health.Verdict{Outcome: health.Pass})
 	if v.Outcome != health.Pass || !strings.Contains(verdictOf(v), "plugin ok (/opt/cni/bin/istio-cni: version 1.28.1)") {
 		t.Errorf("healthy: %s", verdictOf(v))
@@ -102,7 +103,7 @@ func TestCNIBeforeCordonHalts(t *testing.T) {
 	if !errors.As(err, &se) || !strings.Contains(se.Reason, "istio-cni on node n1 cannot be checked") {
 		t.Fatalf("a silent agent must halt (fail closed), got %v", err)
 	}
-	a.err, a.h = nil, health.CNIHealth{Checks: []health.CNICheck{{Check: health.CNICheckConfig, File: "f", OK: true}}}
+	a.err, a.h = nil, wire.CNIHealth{Checks: []wire.CNICheck{{Check: wire.CNICheckConfig, File: "f", OK: true}}}
 	if err := w.cniBeforeCordon(context.Background(), cniPolicy, "n1"); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -76,7 +77,7 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 
 // watchdogFailed is the node's failure by the enrollment watchdog: the
 // verdict and judgement persisted with the Failed record, and the halt.
-func (w *Worker) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *health.Enrollment, failures []string) (carried, error) {
+func (w *Worker) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *wire.Enrollment, failures []string) (carried, error) {
 	now := w.Now()
 	ev := health.JudgeEnrollment(before, cur)
 	line := fmt.Sprintf("Fail: enrollment watchdog: %s; %s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",

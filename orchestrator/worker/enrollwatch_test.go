@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
@@ -22,14 +23,14 @@ import (
 type enrollGate struct {
 	*judgeGate
 	clk *fixture.Clock
-	now func(at time.Time) (*health.Enrollment, error)
+	now func(at time.Time) (*wire.Enrollment, error)
 
 	mu      sync.Mutex
 	asked   []time.Time
 	records []string
 }
 
-func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time, record string) (*health.Enrollment, *health.Enrollment, error) {
+func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time, record string) (*wire.Enrollment, *wire.Enrollment, error) {
 	at := g.clk.Now()
 	g.mu.Lock()
 	g.asked = append(g.asked, at)
@@ -39,7 +40,7 @@ func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, s
 		return nil, nil, errors.New("asked for the wrong node or windows")
 	}
 	cur, err := g.now(at)
-	return podsEnrolled(health.Enrolled), cur, err
+	return podsEnrolled(wire.Enrolled), cur, err
 }
 
 func (g *enrollGate) checks() []time.Time {
@@ -50,13 +51,13 @@ func (g *enrollGate) checks() []time.Time {
 
 // podsEnrolled is shop/a enrolled and shop/b with result b (its check
 // failing on listeners when it is not enrolled).
-func podsEnrolled(b health.EnrollmentResult) *health.Enrollment {
-	e := &health.Enrollment{Pods: []health.PodEnrollment{
-		{Namespace: "shop", Name: "a", UID: "a", Result: health.Enrolled},
+func podsEnrolled(b wire.EnrollmentResult) *wire.Enrollment {
+	e := &wire.Enrollment{Pods: []wire.PodEnrollment{
+		{Namespace: "shop", Name: "a", UID: "a", Result: wire.Enrolled},
 		{Namespace: "shop", Name: "b", UID: "b", Result: b},
 	}}
-	if b == health.NotEnrolled {
-		e.Pods[1].Failed, e.Pods[1].Detail = health.CheckListeners, "nothing listens on 15008"
+	if b == wire.NotEnrolled {
+		e.Pods[1].Failed, e.Pods[1].Detail = wire.CheckListeners, "nothing listens on 15008"
 	}
 	return e
 }
@@ -73,27 +74,27 @@ func TestEnrollmentWatchdog(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		bound   time.Duration // spec.enrollmentTimeout; 0: the default
-		now     func(at time.Time) (*health.Enrollment, error)
+		now     func(at time.Time) (*wire.Enrollment, error)
 		failAt  time.Time // zero: the node passes its gate
 		firstAt time.Time
 	}{
-		{name: "listeners never come back", now: func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil },
+		{name: "listeners never come back", now: func(time.Time) (*wire.Enrollment, error) { return podsEnrolled(wire.NotEnrolled), nil },
 			failAt: t0.Add(30 * time.Second), firstAt: t0.Add(30 * time.Second)},
-		{name: "a shorter bound", bound: 10 * time.Second, now: func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil },
+		{name: "a shorter bound", bound: 10 * time.Second, now: func(time.Time) (*wire.Enrollment, error) { return podsEnrolled(wire.NotEnrolled), nil },
 			failAt: t0.Add(10 * time.Second), firstAt: t0.Add(10 * time.Second)},
-		{name: "enrolled again within the bound", now: func(at time.Time) (*health.Enrollment, error) {
+		{name: "enrolled again within the bound", now: func(at time.Time) (*wire.Enrollment, error) {
 			if at.Before(t0.Add(20 * time.Second)) {
-				return podsEnrolled(health.NotEnrolled), nil
+				return podsEnrolled(wire.NotEnrolled), nil
 			}
-			return podsEnrolled(health.Enrolled), nil
+			return podsEnrolled(wire.Enrolled), nil
 		}, firstAt: t0.Add(30 * time.Second)},
-		{name: "lost in the middle of the soak", now: func(at time.Time) (*health.Enrollment, error) {
+		{name: "lost in the middle of the soak", now: func(at time.Time) (*wire.Enrollment, error) {
 			if at.Before(t0.Add(2 * time.Minute)) {
-				return podsEnrolled(health.Enrolled), nil
+				return podsEnrolled(wire.Enrolled), nil
 			}
-			return podsEnrolled(health.NotEnrolled), nil
+			return podsEnrolled(wire.NotEnrolled), nil
 		}, failAt: t0.Add(2 * time.Minute), firstAt: t0.Add(30 * time.Second)},
-		{name: "the agent does not answer", now: func(time.Time) (*health.Enrollment, error) { return nil, errors.New("connection refused") },
+		{name: "the agent does not answer", now: func(time.Time) (*wire.Enrollment, error) { return nil, errors.New("connection refused") },
 			firstAt: t0.Add(30 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,7 +178,7 @@ func TestEnrollmentWatchdog(t *testing.T) {
 // fails the node on the pod enrolled before the swap.
 func TestEnrollmentWatchdogOfASuccessor(t *testing.T) {
 	clk := &fixture.Clock{T: t0}
-	notEnrolled := func(time.Time) (*health.Enrollment, error) { return podsEnrolled(health.NotEnrolled), nil }
+	notEnrolled := func(time.Time) (*wire.Enrollment, error) { return podsEnrolled(wire.NotEnrolled), nil }
 	g := &enrollGate{judgeGate: passing(), clk: clk, now: notEnrolled}
 	r := newRig(t, g, clk, func(s *v1alpha1.NodeRolloutSpec) {
 		s.Baseline = v1alpha1.DurationOf(0)

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nodewise/nodewise/agentpki"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/leader"
 )
 
@@ -234,11 +234,11 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 	// agent in its container finds the probe pod (its informers, the host's
 	// /proc, the pod's cgroup), enters its network namespace and finds no
 	// redirection (docs/enrollment.md).
-	var snap health.Snapshot
+	var snap wire.Snapshot
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var ok bool
 		body, ok = get(ctx, "/v1/snapshot")
-		snap = health.Snapshot{}
+		snap = wire.Snapshot{}
 		if !ok || json.Unmarshal([]byte(body), &snap) != nil || snap.Enrollment == nil {
 			return false, nil
 		}
@@ -253,7 +253,7 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 		t.Fatalf("the agent's snapshot never reported the probe pod's enrollment: %v; it served:\n%s", err, body)
 	}
 	for _, p := range snap.Enrollment.Pods {
-		if p.UID == string(probe.UID) && (p.Result != health.NotEnrolled || p.Failed != health.CheckRedirection || !strings.Contains(p.Detail, "no istio-cni rules")) {
+		if p.UID == string(probe.UID) && (p.Result != wire.NotEnrolled || p.Failed != wire.CheckRedirection || !strings.Contains(p.Detail, "no istio-cni rules")) {
 			t.Errorf("the probe pod's enrollment: %s, want not enrolled for want of istio-cni's redirection", p)
 		}
 	}

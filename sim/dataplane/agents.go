@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/nodeagent"
 )
 
@@ -137,10 +137,10 @@ func (a *Agents) firstError(err error) error {
 }
 
 // Snapshot reads one node's agent directly (no HTTP): what it would serve.
-func (a *Agents) Snapshot(node string) (health.Snapshot, error) {
+func (a *Agents) Snapshot(node string) (wire.Snapshot, error) {
 	ag, ok := a.agents[node]
 	if !ok {
-		return health.Snapshot{}, fmt.Errorf("no agent on node %s", node)
+		return wire.Snapshot{}, fmt.Errorf("no agent on node %s", node)
 	}
 	return ag.Snapshot()
 }

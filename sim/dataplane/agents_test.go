@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // TestAgentsSeeOnlyTheirNodesPods: one real node agent per simulated node,
@@ -47,8 +48,8 @@ func TestAgentsSeeOnlyTheirNodesPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func() map[string]health.Snapshot {
-		out := map[string]health.Snapshot{}
+	read := func() map[string]wire.Snapshot {
+		out := map[string]wire.Snapshot{}
 		for _, n := range e.c.Nodes {
 			s, err := client.Snapshot(ctx, n.Name)
 			if err != nil {
@@ -95,7 +96,7 @@ func TestAgentsSeeOnlyTheirNodesPods(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !amb || p.Side != health.SideApp || p.Appeared {
+			if !amb || p.Side != wire.SideApp || p.Appeared {
 				continue
 			}
 			ambient[p.Namespace+"/"+p.Name] = true

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/nodeagent"
 )
 
@@ -56,7 +56,7 @@ func TestEnrollmentOfTheStandins(t *testing.T) {
 			if got != c.want[role] {
 				t.Errorf("%s: pod %s: %s, want %s", c.tag, role, p, c.want[role])
 			}
-			if p.Result == health.NotEnrolled && p.Detail != "nothing listens on 15008" {
+			if p.Result == wire.NotEnrolled && p.Detail != "nothing listens on 15008" {
 				t.Errorf("%s: pod %s: detail %q, want only the HBONE listener missing", c.tag, role, p.Detail)
 			}
 		}
@@ -93,9 +93,9 @@ func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 	}
 	for _, p := range e.Pods {
 		switch role := strings.TrimPrefix(p.Name, prefix+"-"); {
-		case role == "cli" && (p.Result != health.NotEnrolled || p.Failed != health.CheckRedirection):
+		case role == "cli" && (p.Result != wire.NotEnrolled || p.Failed != wire.CheckRedirection):
 			t.Errorf("pod cli: %s, want not enrolled on redirection", p)
-		case role == "srv" && p.Result != health.Enrolled:
+		case role == "srv" && p.Result != wire.Enrolled:
 			t.Errorf("pod srv: %s, want enrolled", p)
 		}
 	}
@@ -119,7 +119,7 @@ func TestBypassUnhooksOnePodsOutbound(t *testing.T) {
 	pods := podsOf{netns: []string{prefix + "-srv", prefix + "-cli"}, pid: proc.cmd.Process.Pid}
 	before := nodeagent.CheckEnrollment(pods, "/proc", time.Now())
 	for _, p := range before.Pods {
-		if p.Result != health.Enrolled {
+		if p.Result != wire.Enrolled {
 			t.Fatalf("before the fault: %s, want enrolled", p)
 		}
 	}
@@ -134,10 +134,10 @@ func TestBypassUnhooksOnePodsOutbound(t *testing.T) {
 	}
 	for _, p := range e.Pods {
 		switch role := strings.TrimPrefix(p.Name, prefix+"-"); {
-		case role == "cli" && (p.Result != health.NotEnrolled || p.Failed != health.CheckBypass ||
+		case role == "cli" && (p.Result != wire.NotEnrolled || p.Failed != wire.CheckBypass ||
 			!strings.HasPrefix(p.Detail, "2 open connections go straight to their peer, not through ztunnel's outbound listener (first 198.18.0.2:")):
 			t.Errorf("pod cli: %s, want not enrolled on bypass, its two streams straight to the peer", p)
-		case role == "srv" && p.Result != health.Enrolled:
+		case role == "srv" && p.Result != wire.Enrolled:
 			t.Errorf("pod srv: %s, want enrolled", p)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
@@ -65,7 +65,7 @@ func (t *agentTally) sample() {
 		apps, _ := t.truth()
 		t.mu.Lock()
 		for _, p := range s.Pods {
-			if p.Side != health.SideApp {
+			if p.Side != wire.SideApp {
 				continue
 			}
 			k := p.Namespace + "/" + p.Name

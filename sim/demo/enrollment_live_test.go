@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
 )
@@ -96,7 +96,7 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 // the node is Pass; the enrollment check halts the rollout at that canary,
 // naming the pod and the redirection check.
 func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
-	cniFaultHaltsOnEnrollment(t, newLiveEnv(t, 3), "cni-noreadd", dataplane.TagNoReadd, health.CheckRedirection)
+	cniFaultHaltsOnEnrollment(t, newLiveEnv(t, 3), "cni-noreadd", dataplane.TagNoReadd, wire.CheckRedirection)
 }
 
 // TestLiveBypassCNIBuildHaltsOnEnrollment: an istio-cni build that, once
@@ -109,7 +109,7 @@ func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 func TestLiveBypassCNIBuildHaltsOnEnrollment(t *testing.T) {
 	traffic := liveTraffic
 	traffic.StreamLife = 3 * time.Second
-	cniFaultHaltsOnEnrollment(t, newLiveEnvTraffic(t, 3, traffic, testAgents(t)), "cni-bypass", dataplane.TagBypass, health.CheckBypass)
+	cniFaultHaltsOnEnrollment(t, newLiveEnvTraffic(t, 3, traffic, testAgents(t)), "cni-bypass", dataplane.TagBypass, wire.CheckBypass)
 }
 
 // cniFaultHaltsOnEnrollment rolls the istio-cni build with the fault tag
@@ -117,7 +117,7 @@ func TestLiveBypassCNIBuildHaltsOnEnrollment(t *testing.T) {
 // node's first ambient app pod (the one the build re-adds wrong) was
 // enrolled before the swap and is not after it on check, every other pod
 // is, and the judge's traffic verdict alone was Pass.
-func cniFaultHaltsOnEnrollment(t *testing.T, e *liveEnv, name, tag string, check health.EnrollmentCheck) {
+func cniFaultHaltsOnEnrollment(t *testing.T, e *liveEnv, name, tag string, check wire.EnrollmentCheck) {
 	t.Helper()
 	ctx := context.Background()
 	node := e.faultyBuild(cluster.CNIName, "1.27.5"+tag)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/sim/dataplane"
 )
@@ -168,13 +169,13 @@ func TestLiveProbeRunsThroughTheStandins(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sides := map[health.Side]health.PodCounters{}
+		sides := map[wire.Side]wire.PodCounters{}
 		for _, pc := range snap.Pods {
 			if pc.Namespace == p.Namespace && pc.Name == p.Name && pc.UID == string(p.UID) {
 				sides[pc.Side] = pc
 			}
 		}
-		app, proxy := sides[health.SideApp], sides[health.SideProxy]
+		app, proxy := sides[wire.SideApp], sides[wire.SideProxy]
 		if app.Connects == 0 || app.Accepts == 0 || proxy.Connects == 0 || proxy.Accepts == 0 {
 			t.Errorf("agent of %s: probe %s counted app side %d connects/%d accepts, proxy side %d/%d; want traffic on both",
 				p.Spec.NodeName, key, app.Connects, app.Accepts, proxy.Connects, proxy.Accepts)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
@@ -69,14 +69,14 @@ func TestCNITokenRefusedByTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tokenCheck := func() health.CNICheck {
+	tokenCheck := func() wire.CNICheck {
 		for _, k := range ag.CheckCNI(ctx, "").Checks {
-			if k.Check == health.CNICheckToken {
+			if k.Check == wire.CNICheckToken {
 				return k
 			}
 		}
 		t.Fatal("no token check")
-		return health.CNICheck{}
+		return wire.CNICheck{}
 	}
 
 	write(good)

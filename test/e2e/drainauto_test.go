@@ -14,16 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/kubectl/pkg/util/podutils"
-
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -102,22 +102,22 @@ func (a *ageAgents) serve(w http.ResponseWriter, r *http.Request, c *cluster.Clu
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	s := health.Snapshot{Node: node, Time: time.Now(), StartTime: a.start, Mode: health.ModeEBPF}
+	s := wire.Snapshot{Node: node, Time: time.Now(), StartTime: a.start, Mode: wire.ModeEBPF}
 	if mode == agentProc {
-		s.Mode = health.ModeProc
+		s.Mode = wire.ModeProc
 	}
 	for _, p := range pods.Items {
-		for _, side := range []health.Side{health.SideApp, health.SideProxy} {
-			ages := make([]uint64, len(health.AgeBucketBoundsSeconds)+1)
+		for _, side := range []wire.Side{wire.SideApp, wire.SideProxy} {
+			ages := make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)
 			ages[0] = 3 // under 1 s
 			daemon := dsOf(&p) != ""
-			if s.Mode == health.ModeEBPF && ((mode == agentOld && p.Namespace == "pdb") || (mode == agentYoung && daemon && side == health.SideProxy)) {
+			if s.Mode == wire.ModeEBPF && ((mode == agentOld && p.Namespace == "pdb") || (mode == agentYoung && daemon && side == wire.SideProxy)) {
 				ages[5] = 2 // [10 s, 15 s)
 			}
-			if s.Mode == health.ModeProc {
+			if s.Mode == wire.ModeProc {
 				ages[0] = 0
 			}
-			s.Pods = append(s.Pods, health.PodCounters{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Side: side, ConnAges: ages})
+			s.Pods = append(s.Pods, wire.PodCounters{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Side: side, ConnAges: ages})
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")

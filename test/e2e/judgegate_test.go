@@ -36,6 +36,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -68,8 +69,8 @@ type fleet struct {
 	unenroll map[string]bool
 	mute     map[string]bool
 	served   map[string]int
-	byIP     map[string]string            // node InternalIP → node, for serveOnNodes
-	kept     map[string][]health.Snapshot // node → its history, oldest first (keepHistory)
+	byIP     map[string]string          // node InternalIP → node, for serveOnNodes
+	kept     map[string][]wire.Snapshot // node → its history, oldest first (keepHistory)
 }
 
 func newFleet(t testing.TB) *fleet {
@@ -118,21 +119,21 @@ func (f *fleet) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // snapshot is the node's agent's snapshot at now.
-func (f *fleet) snapshot(node string, now time.Time) health.Snapshot {
+func (f *fleet) snapshot(node string, now time.Time) wire.Snapshot {
 	f.mu.Lock()
 	swap, swapped := f.swapped[node]
 	regress, unenroll := f.regress[node], f.unenroll[node]
 	f.mu.Unlock()
 	secs := now.Sub(f.start).Seconds()
-	s := health.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: health.ModeEBPF}
+	s := wire.Snapshot{Node: node, Time: now, StartTime: f.start, Mode: wire.ModeEBPF}
 	if unenroll {
-		s.Enrollment = &health.Enrollment{Time: now, Ztunnel: "pid 4242"}
+		s.Enrollment = &wire.Enrollment{Time: now, Ztunnel: "pid 4242"}
 	}
 	for i := range 11 { // ten workload pods and the probe
-		c := health.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: health.SideApp,
-			ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-			SRTT:           health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-			ConnAges:       make([]uint64, len(health.AgeBucketBoundsSeconds)+1)}
+		c := wire.PodCounters{Namespace: "shop", Name: fmt.Sprintf("%s-app-%d", node, i), UID: fmt.Sprintf("%s-%d", node, i), Side: wire.SideApp,
+			ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			SRTT:           wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			ConnAges:       make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}
 		c.Connects = uint64(50 * secs)
 		c.Accepts = uint64(50 * secs)
 		c.ResetsReceived = uint64(10 * secs)
@@ -149,9 +150,9 @@ func (f *fleet) snapshot(node string, now time.Time) health.Snapshot {
 		}
 		s.Pods = append(s.Pods, c)
 		if s.Enrollment != nil {
-			pe := health.PodEnrollment{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Result: health.Enrolled}
+			pe := wire.PodEnrollment{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Result: wire.Enrolled}
 			if swapped && i == 3 {
-				pe.Result, pe.Failed, pe.Detail = health.NotEnrolled, health.CheckListeners, "nothing listens on 15008"
+				pe.Result, pe.Failed, pe.Detail = wire.NotEnrolled, wire.CheckListeners, "nothing listens on 15008"
 			}
 			s.Enrollment.Pods = append(s.Enrollment.Pods, pe)
 		}
@@ -165,7 +166,7 @@ func (f *fleet) keepHistory(t testing.TB, nodes []cluster.NodeSpec, every time.D
 	const keep = time.Hour
 	take := func() {
 		now := time.Now()
-		snaps := make([]health.Snapshot, 0, len(nodes))
+		snaps := make([]wire.Snapshot, 0, len(nodes))
 		for _, n := range nodes {
 			snaps = append(snaps, f.snapshot(n.Name, now))
 		}
@@ -180,7 +181,7 @@ func (f *fleet) keepHistory(t testing.TB, nodes []cluster.NodeSpec, every time.D
 		}
 	}
 	f.mu.Lock()
-	f.kept = map[string][]health.Snapshot{}
+	f.kept = map[string][]wire.Snapshot{}
 	f.mu.Unlock()
 	take()
 	stop := make(chan struct{})
@@ -203,14 +204,14 @@ func (f *fleet) keepHistory(t testing.TB, nodes []cluster.NodeSpec, every time.D
 
 // history is what the node's agent serves at /v1/history?since=: false
 // when it keeps none (keepHistory not started).
-func (f *fleet) history(node, since string) (health.History, bool) {
+func (f *fleet) history(node, since string) (wire.History, bool) {
 	from, _ := time.Parse(time.RFC3339Nano, since)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.kept == nil {
-		return health.History{}, false
+		return wire.History{}, false
 	}
-	h := health.History{Node: node, StartTime: f.start, Now: time.Now(), Every: time.Second, Keep: time.Hour}
+	h := wire.History{Node: node, StartTime: f.start, Now: time.Now(), Every: time.Second, Keep: time.Hour}
 	for _, s := range f.kept[node] {
 		if !s.Time.Before(from) {
 			h.Snapshots = append(h.Snapshots, s)
@@ -223,10 +224,10 @@ func (f *fleet) history(node, since string) (health.History, bool) {
 // check passes, and the plugin reports the version asked for, as on a node
 // whose istio-cni is sound (the fleet fakes the data plane, not its faults:
 // the live tests and cnitoken_test.go show the agent's own checks failing).
-func (f *fleet) cni(node, version string) health.CNIHealth {
-	h := health.CNIHealth{Node: node, Time: time.Now(), Expected: version}
-	for _, c := range []string{health.CNICheckConfig, health.CNICheckKubeconfig, health.CNICheckToken, health.CNICheckPlugin} {
-		h.Checks = append(h.Checks, health.CNICheck{Check: c, File: "/etc/cni/net.d", OK: true, Detail: "fleet: sound"})
+func (f *fleet) cni(node, version string) wire.CNIHealth {
+	h := wire.CNIHealth{Node: node, Time: time.Now(), Expected: version}
+	for _, c := range []string{wire.CNICheckConfig, wire.CNICheckKubeconfig, wire.CNICheckToken, wire.CNICheckPlugin} {
+		h.Checks = append(h.Checks, wire.CNICheck{Check: c, File: "/etc/cni/net.d", OK: true, Detail: "fleet: sound"})
 	}
 	return h
 }

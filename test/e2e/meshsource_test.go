@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -132,11 +132,11 @@ func TestKubeMeshOnTheKernel(t *testing.T) {
 	for _, p := range e.Pods {
 		switch p.Name {
 		case "app":
-			if p.Result != health.NotEnrolled || p.Failed != health.CheckRedirection || !strings.Contains(p.Detail, "no istio-cni rules") {
+			if p.Result != wire.NotEnrolled || p.Failed != wire.CheckRedirection || !strings.Contains(p.Detail, "no istio-cni rules") {
 				t.Errorf("app: %+v, want not enrolled for want of istio-cni's rules", p)
 			}
 		case "no-process":
-			if p.Result != health.NotCheckable || !strings.Contains(p.Detail, "network namespace was not found") {
+			if p.Result != wire.NotCheckable || !strings.Contains(p.Detail, "network namespace was not found") {
 				t.Errorf("no-process: %+v, want not checkable", p)
 			}
 		}

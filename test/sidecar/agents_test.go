@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // fakeAgents stands in for the node agents of the simulated cluster: each
@@ -30,7 +30,7 @@ type fakeAgents struct {
 
 type fakePod struct {
 	last time.Time
-	c    health.PodCounters
+	c    wire.PodCounters
 	// carry keeps the fractions of events between snapshots.
 	carryConn, carryRst float64
 }
@@ -53,16 +53,16 @@ func (f *fakeAgents) setSurge(on bool) {
 	f.surge = on
 }
 
-func (f *fakeAgents) Snapshot(ctx context.Context, node string) (health.Snapshot, error) {
+func (f *fakeAgents) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
 	pods, err := f.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
-		return health.Snapshot{}, err
+		return wire.Snapshot{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.served++
 	now := time.Now()
-	snap := health.Snapshot{Node: node, Time: now, Mode: health.ModeEBPF, AgentVersion: "fake", StartTime: f.start}
+	snap := wire.Snapshot{Node: node, Time: now, Mode: wire.ModeEBPF, AgentVersion: "fake", StartTime: f.start}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || strings.HasPrefix(p.Namespace, "kube-") || p.Namespace == "istio-system" {
@@ -70,9 +70,9 @@ func (f *fakeAgents) Snapshot(ctx context.Context, node string) (health.Snapshot
 		}
 		fp := f.pods[string(p.UID)]
 		if fp == nil {
-			fp = &fakePod{last: now, c: health.PodCounters{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Side: health.SideApp,
-				ConnectLatency: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)}, SRTT: health.Log2Histogram{Buckets: make([]uint64, health.Log2Buckets)},
-				ConnAges: make([]uint64, len(health.AgeBucketBoundsSeconds)+1)}}
+			fp = &fakePod{last: now, c: wire.PodCounters{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Side: wire.SideApp,
+				ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}, SRTT: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+				ConnAges: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}}
 			f.pods[string(p.UID)] = fp
 		}
 		dt := now.Sub(fp.last).Seconds()
