@@ -162,9 +162,20 @@ func (e *executor) nodeView(n *corev1.Node, np *nodePods, in *viewInputs) (model
 		rec = w.Annotations
 	}
 	var fromRecord bool
-	nv.State, fromRecord = nodestep.NodeState(e.claims.Claimed(in.rollout, n.Name), nodestep.ParseStep(rec), in.uid, in.status[n.Name])
+	step := nodestep.ParseStep(rec)
+	nv.State, fromRecord = nodestep.NodeState(e.claims.Claimed(in.rollout, n.Name), step, in.uid, in.status[n.Name])
 	nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
+	if nv.HeldBy == "" {
+		nv.HeldBy = step.HeldByAnother(in.uid, e.rolloutLives)
+	}
 	return nv, nil
+}
+
+// rolloutLives says the rollout cache holds a NodeRollout of that name
+// and UID.
+func (e *executor) rolloutLives(name string, uid types.UID) bool {
+	obj, ok, err := e.rolloutStore.GetByKey(name)
+	return err == nil && ok && obj.(*v1alpha1.NodeRollout).UID == uid
 }
 
 // drained: the cordoned node runs nothing a drain would evict (nodewise's

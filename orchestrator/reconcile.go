@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -88,7 +89,7 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 
 	deleting := nr.DeletionTimestamp != nil
 	switch nr.Status.Phase {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
 		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
 			// finished; a spec change (e.g. rollback) wakes it. A crash
 			// between its last node and the release left Kured's lock held.
@@ -103,28 +104,14 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	}
 	p, perr := model.NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.cfg.ZtunnelSwap
-	if deleting {
-		p.Abort = true // see finalizer.go
-	}
-	if perr == nil {
-		perr = planner.TargetsInNamespace(p.Targets, e.cfg.IstioNamespace) // see targetns.go
-	}
-	if perr == nil {
-		p, perr = e.typeTargets(p) // see targetkind.go
-	}
-	if perr == nil {
+	p, terr := e.typeTargets(p) // targetkind.go: the kinds name the steps of nodes in flight too
+	if perr = errors.Join(perr, terr, planner.TargetsInNamespace(p.Targets, e.cfg.IstioNamespace)); perr == nil {
 		perr = e.overlapping(nr, p) // see overlap.go
 	}
 	if perr != nil {
-		if err := e.writePhase(ctx, nr, planner.Decision{Phase: v1alpha1.PhasePending, Reason: planner.OneLine(perr)}, nil, nil); err != nil {
-			return err
-		}
-		if deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && e.releasable(nr, e.heldNodes(nr)) {
-			// An invalid rollout plans nothing, so the pass below never
-			// comes: it lets go here once nothing of it is in flight.
-			return write.SetFinalizer(ctx, e.rollouts, e.recorder, nr, false)
-		}
-		return nil
+		p.Invalid = planner.OneLine(perr) // no node starts; those in flight are made safe
+	} else if deleting {
+		p.Abort = true // see finalizer.go; an invalid one's workers leave by its deletion too
 	}
 	var (
 		snap model.Snapshot
@@ -173,7 +160,7 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 		keep = e.viewsAfter(kept, in, snap, d.Actions)
 	}
 	e.precheck(ctx, nr, p, planner.NextInLine(snap, p, d))
-	if snap.ResumeRequested && d.Phase != v1alpha1.PhaseHalted {
+	if snap.ResumeRequested && d.Phase != v1alpha1.PhaseHalted && p.Invalid == "" {
 		if err := e.ackResume(ctx, nr); err != nil {
 			return err
 		}
@@ -293,7 +280,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 		if s.StartTime == nil && d.Phase == v1alpha1.PhaseProgressing {
 			s.StartTime = &now
 		}
-		if d.Phase == v1alpha1.PhaseCompleted || d.Phase == v1alpha1.PhaseRolledBack || d.Phase == v1alpha1.PhaseAborted {
+		if d.Phase == v1alpha1.PhaseCompleted || d.Phase == v1alpha1.PhaseRolledBack || d.Phase == v1alpha1.PhaseAborted || d.Phase == v1alpha1.PhaseFailed {
 			if s.CompletionTime == nil {
 				s.CompletionTime = &now
 			}
@@ -363,7 +350,7 @@ func (e *executor) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d p
 	e.metrics.Halted.WithLabelValues(nr.Name).Set(map[bool]float64{true: 1}[cur.Phase == v1alpha1.PhaseHalted])
 	if prevPhase != cur.Phase {
 		typ := corev1.EventTypeNormal
-		if cur.Phase == v1alpha1.PhaseHalted {
+		if cur.Phase == v1alpha1.PhaseHalted || cur.Phase == v1alpha1.PhaseFailed {
 			typ = corev1.EventTypeWarning
 		}
 		e.recorder.Eventf(nr, typ, string(cur.Phase), "rollout %s: %s", cur.Phase, d.Reason)
@@ -446,7 +433,7 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64)
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.Now()})
 	}
-	valid := d.Phase != v1alpha1.PhasePending
+	valid := d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseFailed
 	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
 	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")

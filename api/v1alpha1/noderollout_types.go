@@ -220,11 +220,6 @@ type BlockingAlert struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// The abort rule sits on the spec, not on the optional field: a transition
-// rule on a field does not run when the field is removed, so a merge patch
-// {"spec":{"abort":null}} would undo it.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone"
-
 // NodeRolloutSpec is what to roll and how.
 type NodeRolloutSpec struct {
 	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
@@ -328,7 +323,7 @@ type NodeRolloutSpec struct {
 }
 
 // RolloutPhase is where the whole rollout is.
-// +kubebuilder:validation:Enum=Pending;Progressing;Paused;WaitingForWindow;Halted;Aborted;Completed;RollingBack;RolledBack
+// +kubebuilder:validation:Enum=Pending;Progressing;Paused;WaitingForWindow;Halted;Aborted;Completed;Failed;RollingBack;RolledBack
 type RolloutPhase string
 
 const (
@@ -339,8 +334,11 @@ const (
 	PhaseHalted           RolloutPhase = "Halted"
 	PhaseAborted          RolloutPhase = "Aborted"
 	PhaseCompleted        RolloutPhase = "Completed"
-	PhaseRollingBack      RolloutPhase = "RollingBack"
-	PhaseRolledBack       RolloutPhase = "RolledBack"
+	// PhaseFailed: the rollout cannot run at all (its nodeSelector matches
+	// no node); the Valid condition says why. A spec change wakes it.
+	PhaseFailed      RolloutPhase = "Failed"
+	PhaseRollingBack RolloutPhase = "RollingBack"
+	PhaseRolledBack  RolloutPhase = "RolledBack"
 )
 
 // NodeState is one node's step. Every in-flight state is persisted before it is acted on.
@@ -476,6 +474,11 @@ type NodeRolloutStatus struct {
 	Requests []VerbRequest `json:"requests,omitempty"`
 }
 
+// The abort rule sits on the object, not on spec or spec.abort: a
+// transition rule does not run when the field it sits on is removed, so a
+// merge patch {"spec":{"abort":null}} or {"spec":null} would undo it there.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || !has(oldSelf.spec.abort) || !oldSelf.spec.abort || (has(self.spec) && has(self.spec.abort) && self.spec.abort)",message="abort cannot be undone"
+
 // NodeRollout rolls the ambient data plane (istio-cni, ztunnel) node by node.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -491,7 +494,8 @@ type NodeRollout struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec NodeRolloutSpec `json:"spec,omitempty"`
+	// +kubebuilder:validation:Required
+	Spec NodeRolloutSpec `json:"spec"`
 	// +optional
 	Status NodeRolloutStatus `json:"status,omitempty"`
 }

@@ -10,7 +10,7 @@ import (
 const (
 	exitOK        = 0 // done; the rollout is healthy, Completed or RolledBack; no violation
 	exitError     = 1 // bad input, the API server refused or could not be reached, any other failure
-	exitHalted    = 2 // status (-w): the NodeRollout is Halted or Aborted; revision status (-w): the RevisionMigration is Halted, Aborted or Refused
+	exitHalted    = 2 // status (-w): the NodeRollout is Halted, Aborted or Failed; revision status (-w): the RevisionMigration is Halted, Aborted or Refused
 	exitTimeout   = 3 // status -w --timeout, revision status -w --timeout: the time ran out before a terminal phase
 	exitViolation = 4 // skew: a data-plane component is outside the supported skew
 )

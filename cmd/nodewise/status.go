@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,7 +34,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 		Short: "Show a NodeRollout: each node's zone, state, time in state and verdict, progress and any halt reason",
 		Long: "status prints the rollout once; with -w it watches it (no polling) until a terminal phase.\n\n" +
 			"Exit status: 0 while the rollout is healthy or once it is Completed or RolledBack;\n" +
-			"2 when it is Halted or Aborted (with -w: once it gets there); 3 when --timeout runs out\n" +
+			"2 when it is Halted, Aborted or Failed (with -w: once it gets there); 3 when --timeout runs out\n" +
 			"first; 1 on any error. On a terminal the table is redrawn in place; into a pipe or a\n" +
 			"file a new table is written only when something changed.",
 		Example:           "  nodewise status up -w --timeout 2h && echo upgraded\n  kubectl nodewise status up -o jsonpath='{.status.phase}'",
@@ -52,7 +53,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			return followStatus(cmd.Context(), g, rc, args[0], watch, timeout, w)
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted or Aborted")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted, Aborted or Failed")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 3) after this long (default: wait for ever)")
 	out.addFlags(cmd)
 	return cmd
@@ -208,14 +209,14 @@ func watchObject(ctx context.Context, timeout time.Duration, lw *cache.ListWatch
 
 func terminal(p v1alpha1.RolloutPhase) bool {
 	switch p {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseFailed:
 		return true
 	}
 	return false
 }
 
 // phaseOutcome is the exit status of a rollout in its phase: an error for
-// Halted and Aborted, nil otherwise.
+// Halted, Aborted and Failed, nil otherwise.
 func phaseOutcome(nr *v1alpha1.NodeRollout) error {
 	switch nr.Status.Phase {
 	case v1alpha1.PhaseHalted:
@@ -226,6 +227,12 @@ func phaseOutcome(nr *v1alpha1.NodeRollout) error {
 		return withExitCode(exitHalted, "NodeRollout %s is Halted: %s (see nodewise explain %s --node NODE; resume with nodewise resume %s)", nr.Name, firstLine(reason), nr.Name, nr.Name)
 	case v1alpha1.PhaseAborted:
 		return withExitCode(exitHalted, "NodeRollout %s is Aborted", nr.Name)
+	case v1alpha1.PhaseFailed:
+		reason := "no reason recorded"
+		if c := meta.FindStatusCondition(nr.Status.Conditions, "Valid"); c != nil && c.Message != "" {
+			reason = c.Message
+		}
+		return withExitCode(exitHalted, "NodeRollout %s is Failed: %s", nr.Name, firstLine(reason))
 	}
 	return nil
 }

@@ -85,6 +85,13 @@ type Policy struct {
 	TakeKuredLock bool
 	// Blocking: pods and alerts that hold starts (spec.blocking, blocking.go).
 	Blocking Blocking
+	// Invalid says why the rollout cannot go on (a spec the orchestrator
+	// cannot follow, or another rollout that selects its nodes goes first),
+	// "" when it can. Then no node starts, and each node in flight is made
+	// safe: a started swap finishes, nothing is judged, the node is handed
+	// back Pending (nodestep.LeaveStopped). The rest of the policy is what
+	// could be read of the spec.
+	Invalid string
 }
 
 // MustPolicy is NewPolicy for a spec known to be valid (tests, literals):

@@ -5,6 +5,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	// The zone database goes with the binary: the images are FROM scratch,
+	// with no /usr/share/zoneinfo, and without it every timeZone but UTC
+	// would be unknown here while the API server (its CRD rule) knows it.
+	_ "time/tzdata"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )

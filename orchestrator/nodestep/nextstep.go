@@ -100,6 +100,10 @@ const (
 	LeaveDeleting Leave = "NodeRollout deleted"
 	// leaveSelector: relabelled out of spec.nodeSelector mid-rollout.
 	LeaveSelector Leave = "left the nodeSelector"
+	// LeaveStopped: the rollout cannot go on (model.Policy.Invalid; its
+	// Valid condition says why). The node goes back Pending even when
+	// swapped: it is started again, and judged, once the rollout can go on.
+	LeaveStopped Leave = "stopped while the NodeRollout cannot go on (see its Valid condition)"
 )
 
 // nextStep decides a node's next step. It is pure.
@@ -216,7 +220,8 @@ func doneStep(rec Record, p model.Policy, seq []v1alpha1.NodeState) Step {
 // abortedStep ends a node made safe (after an abort, the rollout's
 // deletion, or the node leaving the selector), uncordoned in the same
 // patch: Pending when it was not swapped; when it was, Done (not gated), or
-// Skipped for a node the rollout no longer selects. In a rollback "swapped"
+// Skipped for a node the rollout no longer selects, or Pending for a
+// rollout that cannot go on (LeaveStopped). In a rollback "swapped"
 // means back on the restored revision (RolledBack); a node stopped before
 // its swap back is Pending, still on the revision the rollout moved it to.
 // A cleanup resumed after its cause went away (abort withdrawn) still ends
@@ -231,6 +236,8 @@ func abortedStep(p model.Policy, v View, why Leave) Step {
 		s.State, s.Reason = v1alpha1.NodeRolledBack, ""
 	case p.Rollback:
 		s.Reason = string(why) + " before the swap back: still on the revision the rollout moved it to"
+	case v.UpToDate && why == LeaveStopped:
+		s.Reason = string(why) + " after the swap; judged when it goes on"
 	case v.UpToDate && why == LeaveSelector:
 		s.State, s.Reason = v1alpha1.NodeSkipped, string(why)+" after the swap; not gated"
 	case v.UpToDate:

@@ -415,6 +415,24 @@ func TestNextStepWalks(t *testing.T) {
 			},
 		},
 		{
+			name: "a rollout that cannot go on, during a swap: the swap finishes, then made safe and back to Pending, to be judged later",
+			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: func(int) Leave { return LeaveStopped }, up: true,
+			want: []string{
+				"SwapZtunnel surge ztunnel ≤5m0s",
+				"WaitReady wait-ready ≤5m0s",
+				`AbortCleanup record "stopped while the NodeRollout cannot go on (see its Valid condition)"`,
+				`Pending record uncordon final forget-swaps "stopped while the NodeRollout cannot go on (see its Valid condition) after the swap; judged when it goes on"`,
+			},
+		},
+		{
+			name: "a rollout that cannot go on, during a drain: made safe, back to Pending",
+			spec: soaked, rec: v1alpha1.NodeDrain, abort: func(int) Leave { return LeaveStopped },
+			want: []string{
+				`AbortCleanup record "stopped while the NodeRollout cannot go on (see its Valid condition)"`,
+				`Pending record uncordon final forget-swaps "stopped while the NodeRollout cannot go on (see its Valid condition) before the swap"`,
+			},
+		},
+		{
 			name: "the NodeRollout deleted during a swap: the swap finishes, then made safe",
 			spec: plain, rec: v1alpha1.NodeSwapZtunnel, abort: func(int) Leave { return LeaveDeleting }, up: true,
 			want: []string{

@@ -143,6 +143,17 @@ func (r Record) ForRollout(uid types.UID) Record {
 	return Record{PriorUnschedulable: r.PriorUnschedulable, CordonedBy: r.CordonedBy, Swapped: r.Swapped}
 }
 
+// HeldByAnother says which other rollout has the node in flight ("" when
+// none does): live says a rollout of that name and UID still exists. Its
+// steps hold the node until they end, and a start of rollout uid would
+// take the record over mid-step.
+func (r Record) HeldByAnother(uid types.UID, live func(name string, uid types.UID) bool) string {
+	if r.Ours(uid) || r.RolloutUID == "" || !model.InFlight(r.Step) || !live(r.Rollout, r.RolloutUID) {
+		return ""
+	}
+	return "in flight (" + string(r.Step) + ") under NodeRollout " + r.Rollout
+}
+
 // withStep is the record of step st written at now by rollout nr.
 func (r Record) WithStep(rollout string, uid types.UID, st v1alpha1.NodeState, now time.Time) Record {
 	n := r.Clone()

@@ -156,3 +156,26 @@ func TestKeepCordonedAnyValue(t *testing.T) {
 		t.Error("without the annotation the uncordon keeps the node cordoned")
 	}
 }
+
+// TestHeldByAnother: a node in flight under another rollout that still
+// exists is held (its steps must end before this one starts it); its own
+// record, a settled one, or one of a rollout gone is not.
+func TestHeldByAnother(t *testing.T) {
+	live := func(name string, uid types.UID) bool { return name == "other" && uid == "u-other" }
+	for _, tc := range []struct {
+		rec  Record
+		want string
+	}{
+		{Record{Rollout: "other", RolloutUID: "u-other", Step: v1alpha1.NodeDrain}, "in flight (Drain) under NodeRollout other"},
+		{Record{Rollout: "other", RolloutUID: "u-other", Step: v1alpha1.NodeAbortCleanup}, "in flight (AbortCleanup) under NodeRollout other"},
+		{Record{Rollout: "other", RolloutUID: "u-other", Step: v1alpha1.NodePending}, ""},
+		{Record{Rollout: "other", RolloutUID: "u-other", Step: v1alpha1.NodeDone}, ""},
+		{Record{Rollout: "other", RolloutUID: "u-gone", Step: v1alpha1.NodeDrain}, ""}, // deleted and made again
+		{Record{Rollout: "me", RolloutUID: "u-me", Step: v1alpha1.NodeDrain}, ""},
+		{Record{}, ""},
+	} {
+		if got := tc.rec.HeldByAnother("u-me", live); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.rec, got, tc.want)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func underWay(nr *v1alpha1.NodeRollout) bool {
 // finished rollouts act on no node until a spec change wakes them.
 func finished(nr *v1alpha1.NodeRollout) bool {
 	switch nr.Status.Phase {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
 		return nr.Status.ObservedGeneration == nr.Generation
 	}
 	return false

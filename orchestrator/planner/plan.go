@@ -131,6 +131,9 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		}
 	}
 
+	if p.Invalid != "" {
+		return stopped(s, p, d, inflight, forgets)
+	}
 	var problems []error
 	// A canary that is gone (deleted, relabelled out) once the rollout has
 	// started is left out of the order; before, it is a mistake in the spec.
@@ -220,6 +223,10 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	}
 	if current == 0 {
 		current = -1 // only NotReady nodes left: none starts
+	}
+	if len(order) == 0 && s.Status.StartTime == nil {
+		d.Phase, d.Reason = v1alpha1.PhaseFailed, noneSelected(p)
+		return d
 	}
 	if done == len(order) {
 		if forgets > 0 {

@@ -150,6 +150,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 	var out carried // the last acts' results, for the next record
 	for {
 		why := w.Leaving(nr, node)
+		if why == "" && p.Invalid != "" {
+			why = nodestep.LeaveStopped // started by a pass that starts nothing
+		}
 		if why != "" || rec.Step == v1alpha1.NodeAbortCleanup {
 			v.UpToDate = w.Waits.UpToDate(p.Targets, node)
 		}

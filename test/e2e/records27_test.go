@@ -13,8 +13,6 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/sim/cluster"
-	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestAbortCannotBeUndoneByRemovingIt: #27 finding 5, against the real
@@ -25,17 +23,8 @@ import (
 // rollout never aborted may drop the field freely.
 func TestAbortCannotBeUndoneByRemovingIt(t *testing.T) {
 	t.Parallel()
-	c := cluster.Start(t, cluster.Options{Nodes: 1})
-	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
-	nwc, err := v1alpha1.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rolls := nwc.NodeRollouts()
+	rolls := abortedRollout(t)
 	ctx := context.Background()
-	if _, err := rolls.Create(ctx, rollout("aborted", func(s *v1alpha1.NodeRolloutSpec) { s.Abort = true }), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range []struct {
 		kind  types.PatchType
 		patch string
@@ -49,10 +38,7 @@ func TestAbortCannotBeUndoneByRemovingIt(t *testing.T) {
 			t.Errorf("patch %s on an aborted rollout: %v; want Invalid: abort cannot be undone", p.patch, err)
 		}
 	}
-	got, err := rolls.Get(ctx, "aborted", metav1.GetOptions{})
-	if err != nil || !got.Spec.Abort {
-		t.Fatalf("after the refused patches: %v, abort %v; want it still aborted", err, got != nil && got.Spec.Abort)
-	}
+	assertStillAborted(t, rolls)
 	if _, err := rolls.Patch(ctx, "aborted", types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Errorf("another edit of an aborted rollout refused: %v", err)
 	}
