@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,36 +13,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/test/fleetstatus"
 )
-
-// fleetStatus is the status of a rollout over n nodes in 5 zones, as its
-// leader holds it two thirds of the way through: the nodes that passed
-// (each with its verdict and the judge's counters), 40 nodes soaking (each
-// with its baseline and control records, judgement counters and start
-// time), 12 failed (reason and verdict), the rest Pending.
-func fleetStatus(n int) []v1alpha1.NodeStatus {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	out := make([]v1alpha1.NodeStatus, 0, n)
-	for i := range n {
-		at := &metav1.Time{Time: t0.Add(time.Duration(i) * time.Second)}
-		ns := v1alpha1.NodeStatus{Name: fmt.Sprintf("node-%05d", i), Zone: fmt.Sprintf("zone-%c", 'a'+i%5), Wave: int32(i/100 + 1), State: v1alpha1.NodePending}
-		switch {
-		case i < 40:
-			ns.State, ns.StateSince, ns.StartTime = v1alpha1.NodeSoak, at, at
-			ns.Baseline, ns.Controls = strings.Repeat("QkFTRUxJTkU", 400), strings.Repeat("Q09OVFJPTA", 150)
-			ns.Judgement = &v1alpha1.NodeJudgement{Judgements: 2, BaselineSeconds: 300, SoakSeconds: 120, PodsCompared: 12, Tests: 40}
-		case i < 52:
-			ns.State, ns.StateSince, ns.StartTime, ns.FinishTime = v1alpha1.NodeFailed, at, at, at
-			ns.Reason, ns.Verdict = "gate failed", "Fail: resets 0.2/s → 4.1/s on 3 pods"
-		case i < 2*n/3:
-			ns.State, ns.StateSince, ns.StartTime, ns.FinishTime = v1alpha1.NodeDone, at, at, at
-			ns.Verdict = "Pass: no regression in 40 tests over 12 pods (5m0s baseline, 5m0s soak)"
-			ns.Judgement = &v1alpha1.NodeJudgement{Judgements: 3, BaselineSeconds: 300, SoakSeconds: 300, PodsCompared: 12, Tests: 40}
-		}
-		out = append(out, ns)
-	}
-	return out
-}
 
 // TestFitStatusDegradesInOrder: statuses over the budget even trimmed lose
 // whole entries, the passed nodes first (oldest first), then the Pending
@@ -52,7 +23,7 @@ func fleetStatus(n int) []v1alpha1.NodeStatus {
 // entries and it add up to the counts.
 func TestFitStatusDegradesInOrder(t *testing.T) {
 	for _, n := range []int{5000, 12000, 50000} {
-		orig := fleetStatus(n)
+		orig := fleetstatus.TwoThirds(n)
 		for i := range orig {
 			if i%1000 == 999 { // one in a thousand skipped
 				orig[i].State, orig[i].Reason = v1alpha1.NodeSkipped, "NotReady"
@@ -99,7 +70,7 @@ func TestFitStatusDegradesInOrder(t *testing.T) {
 		}
 	}
 	// A status that fits loses nothing.
-	small := &v1alpha1.NodeRolloutStatus{Nodes: fleetStatus(1000)}
+	small := &v1alpha1.NodeRolloutStatus{Nodes: fleetstatus.TwoThirds(1000)}
 	if _, omitted := FitStatus(small); omitted != 0 || small.Omitted != nil || len(small.Nodes) != 1000 {
 		t.Errorf("1,000 nodes: %d omitted", omitted)
 	}
@@ -140,7 +111,7 @@ func TestEntryJSONSizeIsTheEncodedSize(t *testing.T) {
 			t.Errorf("entryJSONSize = %d, encoded %d: %+v", got, want, n)
 		}
 	}
-	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: "x", Nodes: fleetStatus(300)}
+	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: "x", Nodes: fleetstatus.TwoThirds(300)}
 	if got, want := statusJSONSize(s), jsonSize(s); got != want {
 		t.Errorf("statusJSONSize = %d, encoded %d", got, want)
 	}
@@ -187,7 +158,7 @@ func TestStatusOverBudgetKeepsEveryEntryInMemory(t *testing.T) {
 	const n = 12000
 	api := fixture.NewRollouts(testRollout("r"))
 	w := NewStatus(t.Context(), api, zap.NewNop())
-	fleet := fleetStatus(n)
+	fleet := fleetstatus.TwoThirds(n)
 	if err := w.Mutate(t.Context(), "r", func(s *v1alpha1.NodeRolloutStatus) { s.Nodes = append(s.Nodes[:0], fleet...) }); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +200,7 @@ func BenchmarkStatusSize(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			nr := testRollout("fleet")
 			nr.Spec = v1alpha1.NodeRolloutSpec{MaxParallel: 40, MaxUnavailable: 60, CanaryNodes: []string{"node-00000"}}
-			mem := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing, Nodes: fleetStatus(n)}
+			mem := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing, Nodes: fleetstatus.TwoThirds(n)}
 			mem.Counts = planner.Counts(mem.Nodes)
 			asIs := jsonSize(&mem)
 			start := time.Now()

@@ -1,4 +1,4 @@
-package write
+package e2e
 
 import (
 	"context"
@@ -12,7 +12,10 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/write"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/fleetstatus"
 	"github.com/nodewise/nodewise/test/testkit"
 )
 
@@ -55,6 +58,7 @@ func storedObject(t *testing.T, dc dynamic.Interface, name string) (int, map[str
 // omits. A successor leader's writer, which reads that degraded status
 // back, moves a node on with the counts still counting every node.
 func TestFleetStatusLandsOnTheAPIServer(t *testing.T) {
+	t.Parallel()
 	const nodes = 12000
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	cluster.InstallCRDs(t, c, testkit.CRD(testkit.NodeRolloutsCRD))
@@ -70,7 +74,7 @@ func TestFleetStatusLandsOnTheAPIServer(t *testing.T) {
 	if _, err := nwc.NodeRollouts().Create(ctx, &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fleet := fleetStatus(nodes)
+	fleet := fleetstatus.TwoThirds(nodes)
 	done := append([]v1alpha1.NodeStatus(nil), fleet...) // every node done but those in flight and failed
 	for i := range done {
 		if done[i].State == v1alpha1.NodePending {
@@ -79,7 +83,7 @@ func TestFleetStatusLandsOnTheAPIServer(t *testing.T) {
 			done[i].Verdict = "Pass: no regression in 40 tests over 12 pods (5m0s baseline, 5m0s soak)"
 		}
 	}
-	leader := NewStatus(ctx, nwc.NodeRollouts(), zap.NewNop())
+	leader := write.NewStatus(ctx, nwc.NodeRollouts(), zap.NewNop())
 	for _, stage := range []struct {
 		name  string
 		nodes []v1alpha1.NodeStatus
@@ -129,8 +133,8 @@ func TestFleetStatusLandsOnTheAPIServer(t *testing.T) {
 	}
 
 	// A successor reads the degraded status back and moves node-00000 on.
-	successor := NewStatus(ctx, nwc.NodeRollouts(), zap.NewNop())
-	if err := successor.Mutate(ctx, "fleet", setNode("node-00000", v1alpha1.NodeDone)); err != nil {
+	successor := write.NewStatus(ctx, nwc.NodeRollouts(), zap.NewNop())
+	if err := successor.Mutate(ctx, "fleet", func(s *v1alpha1.NodeRolloutStatus) { model.NodeEntry(s, "node-00000").State = v1alpha1.NodeDone }); err != nil {
 		t.Fatalf("the successor's write: %v", err)
 	}
 	size, status := storedObject(t, dc, "fleet")

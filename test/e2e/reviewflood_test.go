@@ -1,4 +1,4 @@
-package agentpki
+package e2e
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
 
@@ -36,6 +37,7 @@ import (
 // client is a ServiceAccount's allowed only TokenReviews (and the issuer's
 // keys, which every ServiceAccount may read by default).
 func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	ctx := context.Background()
 	const ns = "nodewise-system"
@@ -70,13 +72,13 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 	}
 	rc := rest.AnonymousClientConfig(c.Config)
 	rc.BearerToken = token("nodewise-agent")
-	kube, err := ReviewClient(rc)
+	kube, err := agentpki.ReviewClient(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	orchestrator := "system:serviceaccount:" + ns + ":nodewise-orchestrator"
-	rev, err := NewReviewer(ReviewerConfig{Kube: kube, Allowed: []string{orchestrator}, Now: func() time.Time { return now }})
+	rev, err := agentpki.NewReviewer(agentpki.ReviewerConfig{Kube: kube, Allowed: []string{orchestrator}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +88,11 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 		return rev.Authenticate(r)
 	}
 
-	forged := forgeToken(t, token("nodewise-orchestrator", DefaultAudience), orchestrator)
+	forged := forgeToken(t, token("nodewise-orchestrator", agentpki.DefaultAudience), orchestrator)
 	refused := map[string]int{}
 	for i := range 20 {
 		source := fmt.Sprintf("10.1.0.%d", i+1)
-		own := token(fmt.Sprintf("app-%d", i), DefaultAudience)
+		own := token(fmt.Sprintf("app-%d", i), agentpki.DefaultAudience)
 		for j, tok := range []string{randomToken(t), forged, own} {
 			err := ask(tok, source)
 			if err == nil {
@@ -101,7 +103,7 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 	}
 	t.Logf("the flood's 60 tokens refused: %v", refused)
 	for i := range 2 {
-		if err := ask(token("nodewise-orchestrator", DefaultAudience), "10.0.0.1"); err != nil {
+		if err := ask(token("nodewise-orchestrator", agentpki.DefaultAudience), "10.0.0.1"); err != nil {
 			t.Fatalf("the new leader's token %d under the flood: %v; want it admitted", i+1, err)
 		}
 	}
@@ -110,7 +112,7 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 	if err := ask(forged, "10.2.0.1"); err == nil || !strings.Contains(err.Error(), "not signed") {
 		t.Errorf("forged orchestrator token: %v; want it refused as not signed by the issuer", err)
 	}
-	if err := ask(token("app-0", DefaultAudience), "10.2.0.2"); err == nil || !strings.Contains(err.Error(), "not allowed") {
+	if err := ask(token("app-0", agentpki.DefaultAudience), "10.2.0.2"); err == nil || !strings.Contains(err.Error(), "not allowed") {
 		t.Errorf("another pod's token: %v; want its caller not allowed", err)
 	}
 	if err := ask(token("nodewise-orchestrator"), "10.2.0.3"); err == nil || !strings.Contains(err.Error(), "audience") {
@@ -132,7 +134,7 @@ func randomToken(t *testing.T) string {
 func forgeToken(t *testing.T, real, sub string) string {
 	t.Helper()
 	hdr := strings.Split(real, ".")[0]
-	claims, _ := json.Marshal(map[string]any{"aud": []string{DefaultAudience}, "sub": sub, "exp": time.Now().Add(time.Hour).Unix(),
+	claims, _ := json.Marshal(map[string]any{"aud": []string{agentpki.DefaultAudience}, "sub": sub, "exp": time.Now().Add(time.Hour).Unix(),
 		"iss": "https://kubernetes.default.svc.cluster.local"})
 	input := hdr + "." + base64.RawURLEncoding.EncodeToString(claims)
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
