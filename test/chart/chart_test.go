@@ -553,4 +553,18 @@ func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
 			t.Errorf("%s: %s %s/%s %q in %q: allowed %v, want %v", tc.user, tc.verb, tc.resource, tc.sub, tc.name, tc.ns, got.Status.Allowed, tc.want)
 		}
 	}
+	// The agent reads the ServiceAccount issuer's keys (agentpki) by the
+	// chart's own grant, asked without the system:serviceaccounts group, so
+	// without the default system:service-account-issuer-discovery binding a
+	// cluster may remove; nothing else of the issuer's discovery.
+	for path, want := range map[string]bool{"/openid/v1/jwks": true, "/.well-known/openid-configuration": false} {
+		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: agent, NonResourceAttributes: &authv1.NonResourceAttributes{Path: path, Verb: "get"}}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("%s without the default bindings: get %s: allowed %v, want %v", agent, path, got.Status.Allowed, want)
+		}
+	}
 }
