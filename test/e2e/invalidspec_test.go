@@ -94,6 +94,72 @@ func TestInvalidSpecMidFlightMakesItsNodesSafe(t *testing.T) {
 	}
 }
 
+// TestAnotherRolloutWaitsForANodeMadeSafe: a rollout whose spec turns
+// invalid while its node is in flight (cordoned, its drain held by a PDB)
+// stops holding its other rollouts back, and the younger one that waited
+// for it goes on, but does not take that node: it waits, saying so, while
+// the node is in flight under the first; once the first, restarted, has
+// made it safe, the second takes it and completes, and no cordon is left.
+func TestAnotherRolloutWaitsForANodeMadeSafe(t *testing.T) {
+	t.Parallel()
+	const nodes = 3
+	e := newEnv(t, nodes, 1)
+	held := e.c.Nodes[0].Name
+	e.blockDrain(held)
+	e.upgrade("1.28.1")
+	first := e.startProcess("first", "127.0.0.1:0")
+	e.apply(rollout("holder", func(s *v1alpha1.NodeRolloutSpec) {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": held}}
+		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBWait, Timeout: &v1alpha1.Duration{Duration: 30 * time.Minute}}
+		s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "00:00", End: "24:00", TimeZone: "Europe/Berlin"}}
+	}))
+	e.waitStep("holder", v1alpha1.NodeDrain)
+	e.apply(rollout("taker", nil))
+	e.waitPhase("taker", time.Minute, v1alpha1.PhasePending) // it waits for holder
+	e.underAnOlderCRD(func(spec *apiextv1.JSONSchemaProps) {
+		tz := spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"]
+		tz.XValidations = nil
+		spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"] = tz
+	}, func() error {
+		_, err := e.rollouts.Patch(context.Background(), "holder", types.MergePatchType, []byte(`{"spec":{"maintenanceWindows":[{"start":"00:00","end":"24:00","timeZone":"Europe/Berln"}]}}`), metav1.PatchOptions{})
+		return err
+	})
+	ctx := context.Background()
+	// The taker goes on, but the held node stays the holder's: the taker
+	// says it waits for it (as for a node Kured holds, its wave waits too).
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := e.c.Client.CoreV1().Nodes().Get(ctx, held, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if r := n.Annotations[model.AnnotationRollout]; r != "holder" {
+			t.Fatalf("node %s, in flight under holder, taken over by %s (step %s)", held, r, n.Annotations[model.AnnotationStep])
+		}
+		taker, err := e.rollouts.Get(ctx, "taker", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if ns := entry(taker, held); ns != nil {
+			why = ns.Reason
+		}
+		return taker.Status.Phase == v1alpha1.PhaseProgressing && strings.Contains(why, "in flight (Drain) under NodeRollout holder"), nil
+	})
+	if err != nil {
+		t.Fatalf("the taker does not say it waits for %s (its reason %q)", held, why)
+	}
+	first.kill()
+	e.startProcess("second", "127.0.0.1:0")
+	taker := e.waitPhase("taker", 3*time.Minute, v1alpha1.PhaseCompleted)
+	if taker.Status.Counts.Done != nodes {
+		t.Errorf("taker counts %+v, want all %d nodes Done", taker.Status.Counts, nodes)
+	}
+	e.assertAllOnNewest(nodes)
+	if uns := e.unschedulable(); len(uns) != 0 {
+		t.Errorf("cordons left: %v", uns)
+	}
+}
+
 // assertOnlyNodeStarted: of every node, only the one named carries a
 // record of the rollout.
 func (e *env) assertOnlyNodeStarted(rollout, node string) {
