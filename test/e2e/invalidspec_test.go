@@ -46,14 +46,7 @@ func TestInvalidSpecMidFlightMakesItsNodesSafe(t *testing.T) {
 		t.Fatalf("node %s in Drain, want the canary %s", n, held)
 	}
 	first.kill()
-	e.underAnOlderCRD(func(spec *apiextv1.JSONSchemaProps) {
-		tz := spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"]
-		tz.XValidations = nil // the older CRD: any zone of the right shape
-		spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"] = tz
-	}, func() error {
-		_, err := e.rollouts.Patch(context.Background(), "typo", types.MergePatchType, []byte(`{"spec":{"maintenanceWindows":[{"start":"00:00","end":"24:00","timeZone":"Europe/Berln"}]}}`), metav1.PatchOptions{})
-		return err
-	})
+	e.misspellTimeZone("typo")
 	e.startProcess("second", "127.0.0.1:0")
 
 	ctx := context.Background()
@@ -116,14 +109,7 @@ func TestAnotherRolloutWaitsForANodeMadeSafe(t *testing.T) {
 	e.waitStep("holder", v1alpha1.NodeDrain)
 	e.apply(rollout("taker", nil))
 	e.waitPhase("taker", time.Minute, v1alpha1.PhasePending) // it waits for holder
-	e.underAnOlderCRD(func(spec *apiextv1.JSONSchemaProps) {
-		tz := spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"]
-		tz.XValidations = nil
-		spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"] = tz
-	}, func() error {
-		_, err := e.rollouts.Patch(context.Background(), "holder", types.MergePatchType, []byte(`{"spec":{"maintenanceWindows":[{"start":"00:00","end":"24:00","timeZone":"Europe/Berln"}]}}`), metav1.PatchOptions{})
-		return err
-	})
+	e.misspellTimeZone("holder")
 	ctx := context.Background()
 	// The taker goes on, but the held node stays the holder's: the taker
 	// says it waits for it (as for a node Kured holds, its wave waits too).
@@ -173,6 +159,21 @@ func (e *env) assertOnlyNodeStarted(rollout, node string) {
 			e.t.Errorf("node %s started (step %q) while the spec was invalid", n.Name, n.Annotations[model.AnnotationStep])
 		}
 	}
+}
+
+// misspellTimeZone gives the rollout one maintenance window, always open,
+// in a time zone that does not exist (Europe/Berln), under an older CRD
+// that does not check zones.
+func (e *env) misspellTimeZone(rollout string) {
+	e.t.Helper()
+	e.underAnOlderCRD(func(spec *apiextv1.JSONSchemaProps) {
+		tz := spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"]
+		tz.XValidations = nil // the older CRD: any zone of the right shape
+		spec.Properties["maintenanceWindows"].Items.Schema.Properties["timeZone"] = tz
+	}, func() error {
+		_, err := e.rollouts.Patch(context.Background(), rollout, types.MergePatchType, []byte(`{"spec":{"maintenanceWindows":[{"start":"00:00","end":"24:00","timeZone":"Europe/Berln"}]}}`), metav1.PatchOptions{})
+		return err
+	})
 }
 
 // underAnOlderCRD writes (write, retried until it succeeds) once the CRD's
