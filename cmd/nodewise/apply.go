@@ -32,7 +32,9 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 		Short: "Validate a NodeRollout against the cluster, then create or update it (server-side apply)",
 		Long: "apply validates the file offline and through a server dry-run, checks its targets and\n" +
 			"canaries against the cluster, then server-side applies it with field manager \"nodewise\".\n" +
-			"Fields the file does not set keep their values, so `nodewise pause` survives a re-apply.",
+			"Fields the file does not set keep their values, so `nodewise pause` survives a re-apply.\n" +
+			"An apply that pauses, resumes, aborts or rolls back the rollout names you as who asks\n" +
+			"(nodewise.io/paused-by, resumed-by, aborted-by, rolled-back-by), as the verbs do.",
 		Example: "  nodewise apply -f rollout.yaml\n  kubectl nodewise apply -f - < rollout.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,7 +50,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 			if err := checkRollout(ctx, g, rf, addrs, false); err != nil {
 				return err
 			}
-			_, rc, err := rolloutClients(g)
+			rc, err := applyClient(g)
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, addrs hea
 	if offline {
 		return nil
 	}
-	_, rc, err := rolloutClients(g)
+	rc, err := applyClient(g)
 	if err != nil {
 		return err
 	}
@@ -111,9 +113,22 @@ func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, addrs hea
 	return nil
 }
 
+// applyClient is the NodeRollout client apply writes through: it names who
+// asks for each verb (pause, resume, abort, rollback) an apply makes of the
+// live rollout (requesterRollouts), which the admission policy
+// nodewise-verb-requester requires in the same write.
+func applyClient(g *globalFlags) (*requesterRollouts, error) {
+	kube, rc, err := rolloutClients(g)
+	if err != nil {
+		return nil, err
+	}
+	return &requesterRollouts{NodeRolloutInterface: rc, kube: kube}, nil
+}
+
 // applyRollout server-side applies the document as written (not the typed
-// object, whose omitempty would hide an explicit `paused: false`).
-func applyRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, rf rolloutFile, force, dryRun bool) (*v1alpha1.NodeRollout, error) {
+// object, whose omitempty would hide an explicit `paused: false`), through
+// rc, which adds the annotations naming who asks (applyClient).
+func applyRollout(ctx context.Context, rc *requesterRollouts, rf rolloutFile, force, dryRun bool) (*v1alpha1.NodeRollout, error) {
 	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: &force}
 	what := "applying"
 	if dryRun {

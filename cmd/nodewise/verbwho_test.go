@@ -28,27 +28,7 @@ import (
 func TestVerbsNameWhoAsks(t *testing.T) {
 	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
-	c := cluster.Start(t, cluster.Options{Nodes: 2, Zones: 1})
-	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join("..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(filepath.Join("..", "..", "deploy", "orchestrator", "requester-policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := chart.Decode(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := chart.Apply(ctx, c.Config, objs); err != nil {
-		t.Fatal(err)
-	}
-	nwc, err := v1alpha1.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := nwc.NodeRollouts()
+	c, rc := requesterCluster(t, false)
 	nr, err := rc.Create(ctx, &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "up"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,15 +38,6 @@ func TestVerbsNameWhoAsks(t *testing.T) {
 	if _, err := rc.UpdateStatus(ctx, nr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The policy is in force once a pause that names no one is refused.
-	testkit.WaitFor(t, time.Minute, "the admission policy to refuse a pause naming no one", func() (bool, error) {
-		_, err := rc.Patch(ctx, "up", types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{})
-		if err == nil {
-			_, err = rc.Patch(ctx, "up", types.MergePatchType, []byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{})
-			return false, err
-		}
-		return strings.Contains(err.Error(), "nodewise.io/paused-by"), nil
-	})
 
 	as := func(user string, args ...string) {
 		t.Helper()
@@ -111,4 +82,55 @@ func TestVerbsNameWhoAsks(t *testing.T) {
 
 	as("bob", "abort", "up")
 	names(model.AnnotationAbortedBy, "bob")
+}
+
+// requesterCluster starts a two-node cluster with the NodeRollout CRD, Istio
+// when asked, and deploy/'s admission policy nodewise-verb-requester in
+// force: a pause that names no one, of a rollout made for the probe and
+// deleted after it, is refused.
+func requesterCluster(t *testing.T, istio bool) (*cluster.Cluster, v1alpha1.NodeRolloutInterface) {
+	t.Helper()
+	ctx := context.Background()
+	c := cluster.Start(t, cluster.Options{Nodes: 2, Zones: 1})
+	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join("..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if istio {
+		if err := cluster.InstallIstio(ctx, c.Client, cluster.IstioOptions{Version: "1.27.3", SkipSamples: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nwc, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := nwc.NodeRollouts()
+	f, err := os.Open(filepath.Join("..", "..", "deploy", "orchestrator", "requester-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := chart.Decode(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chart.Apply(ctx, c.Config, objs); err != nil {
+		t.Fatal(err)
+	}
+	const probe = "requester-policy-probe"
+	if _, err := rc.Create(ctx, &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, time.Minute, "the admission policy to refuse a pause naming no one", func() (bool, error) {
+		_, err := rc.Patch(ctx, probe, types.MergePatchType, []byte(`{"spec":{"paused":true}}`), metav1.PatchOptions{})
+		if err == nil {
+			_, err = rc.Patch(ctx, probe, types.MergePatchType, []byte(`{"spec":{"paused":false}}`), metav1.PatchOptions{})
+			return false, err
+		}
+		return strings.Contains(err.Error(), "nodewise.io/paused-by"), nil
+	})
+	if err := rc.Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c, rc
 }
