@@ -147,7 +147,8 @@ type Blackout struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// CoordinationSpec: a node held by Kured's lock (the lock annotation on its
+// CoordinationSpec says how the rollout shares nodes with other
+// maintenance: a node held by Kured's lock (the lock annotation on its
 // DaemonSet) or worked on by a system-upgrade-controller plan (a running job
 // pod labelled with the plan, on that node) is never started while held. See
 // docs/maintenance.md.

@@ -193,7 +193,7 @@ func pdbRefusal(h *kdrain.Helper, node string) (string, error) {
 	return "", nil
 }
 
-// autoDrain decides drain policy auto for the node (decideAuto) and
+// autoDrain decides drain policy auto for the node (nodestep.DecideAuto) and
 // persists the choice before anything acts on it: the node's record, the
 // reason in its status entry, and an Event on the NodeRollout and the Node.
 // A successor after a crash reads the choice back instead of asking the
@@ -234,7 +234,7 @@ func (d *Drainer) autoDrain(ctx context.Context, nr *v1alpha1.NodeRollout, p mod
 	return w.rec.ForRollout(nr.UID), c.Drain, nil
 }
 
-// observeAuto gathers decideAuto's input: the node's pods from the cache,
+// observeAuto gathers nodestep.DecideAuto's input: the node's pods from the cache,
 // ztunnel's drain deadline from the ztunnel pod running on the node (the old
 // one: nothing is swapped before Drain, and its grace period is the one
 // SIGTERM will honour), and the agent's snapshot.

@@ -164,7 +164,7 @@ func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, erro
 // ReadinessGate is the default gate until the judge is wired in: the node
 // and the node's target pods are Ready, and neither the node nor a pod on it
 // that was there when the soak began changed its Ready condition during it
-// (soakReadiness). Everything it reads is in the API (condition transition
+// (SoakReadiness). Everything it reads is in the API (condition transition
 // times), so a successor judges the same way after a crash.
 type ReadinessGate struct {
 	Nodes corelisters.NodeLister
@@ -193,7 +193,7 @@ type readiness struct {
 	pods     int      // the pods judged
 }
 
-// soakReadiness reads the Ready conditions of the node and its pods for the
+// SoakReadiness reads the Ready conditions of the node and its pods for the
 // soak that began at since: the node Ready, with no Ready transition since
 // (one in either direction means it was not Ready for part of the soak,
 // however short: a node that went NotReady and came back has its last
@@ -249,7 +249,7 @@ func changedSince(transition, since time.Time) bool {
 	return !transition.Before(since.Truncate(time.Second))
 }
 
-// judgedSince is j when it was judged at or after since (this soak's, not
+// JudgedSince is j when it was judged at or after since (this soak's, not
 // an earlier attempt's), else nil.
 func JudgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudgement {
 	if j == nil {

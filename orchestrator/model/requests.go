@@ -102,7 +102,7 @@ func clip(s string, n int) string {
 	return s
 }
 
-// ResumeRequested: `nodewise resume` asked to clear a halt (the annotations'
+// ResumeRequested says `nodewise resume` asked to clear a halt (the annotations'
 // resume token), and no pass has acknowledged it yet.
 func ResumeRequested(ann map[string]string) bool {
 	return ann[AnnotationResumeToken] != "" && ann[AnnotationResumeToken] != ann[AnnotationAckedResumeToken]

@@ -72,7 +72,7 @@ type NodeView struct {
 	// Drained: the node is cordoned and runs no pod but DaemonSet and
 	// mirror pods (and finished ones): someone else drained it.
 	Drained bool
-	// State is the node's persisted step for this rollout (nodeState: the
+	// State is the node's persisted step for this rollout (nodestep.NodeState: the
 	// node's record first, then status).
 	State v1alpha1.NodeState
 	// Retried: the node is Pending in a record of this rollout, so this

@@ -20,7 +20,7 @@ const (
 	DrainDecisionInPlace = "in-place"
 )
 
-// autoInput is what drain policy auto decides from, observed at the node's
+// AutoInput is what drain policy auto decides from, observed at the node's
 // Drain step.
 type AutoInput struct {
 	// SwapsZtunnel: ztunnel is a target. Only ztunnel's swap resets
@@ -57,7 +57,7 @@ type autoChoice struct {
 // maxNamed is how many pods a reason names before "and N more".
 const maxNamed = 3
 
-// decideAuto is drain policy auto, a pure function: drain the node when a pod
+// DecideAuto is drain policy auto, a pure function: drain the node when a pod
 // that a drain would move may hold a long-lived connection, one open longer
 // than LongLived (capped by ztunnel's drain deadline); swap in place
 // otherwise. A swap in place resets every connection still open at the old
@@ -181,7 +181,7 @@ func DecideAuto(in AutoInput) autoChoice {
 		longLived, len(movable), s.Time.UTC().Format(time.RFC3339), how)}
 }
 
-// movablePods are the pods a drain would evict, sorted by namespace/name.
+// MovablePods are the pods a drain would evict, sorted by namespace/name.
 func MovablePods(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
@@ -205,7 +205,7 @@ func MovablePods(pods []*corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// podStart is when the pod's containers could first have opened a
+// PodStart is when the pod's containers could first have opened a
 // connection: its status start time, else its creation.
 func PodStart(p *corev1.Pod) time.Time {
 	if p.Status.StartTime != nil {

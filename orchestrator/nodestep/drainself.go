@@ -11,7 +11,7 @@ import (
 // its own drain (the PodDisruptionBudget guards against everyone else's).
 const LabelPartOf = "app.kubernetes.io/part-of"
 
-// skipOwnPods is a drain filter that skips the pods of nodewise itself
+// SkipOwnPods is a drain filter that skips the pods of nodewise itself
 // (namespace ns, LabelPartOf=nodewise): the orchestrator's replicas and the
 // revisions controller. The agents are DaemonSet pods, already skipped.
 func SkipOwnPods(ns string) drain.PodFilter {

@@ -8,10 +8,10 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// defaultZtunnelGrace is Kubernetes' default terminationGracePeriodSeconds.
+// DefaultZtunnelGrace is Kubernetes' default terminationGracePeriodSeconds.
 const DefaultZtunnelGrace = 30 * time.Second
 
-// swappedInPlace decides, from persisted facts only, whether ztunnel was
+// SwappedInPlace decides, from persisted facts only, whether ztunnel was
 // swapped on a node without draining it first: it was when the rollout swaps
 // ztunnel and either the policy never drains or no finished drain was
 // recorded since this attempt's cordon (swapStart). A drain record older than
@@ -26,7 +26,7 @@ func SwappedInPlace(policy v1alpha1.DrainPolicy, swapsZtunnel bool, drainedAt, s
 	return drainedAt.Before(swapStart)
 }
 
-// ztunnelGrace is the termination grace period of a ztunnel DaemonSet's pod
+// ZtunnelGrace is the termination grace period of a ztunnel DaemonSet's pod
 // template (default 30 s); ztunnel's drain deadline is derived from it.
 func ZtunnelGrace(ds *appsv1.DaemonSet) time.Duration {
 	if ds == nil || ds.Spec.Template.Spec.TerminationGracePeriodSeconds == nil {

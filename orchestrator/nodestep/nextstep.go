@@ -9,7 +9,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
-// The per-node state machine. nextStep is pure: from the node's record,
+// The per-node state machine. Next is pure: from the node's record,
 // the policy and what its worker has done since it read the record, it
 // decides the one next step. The worker (orchestrator/worker) persists that step's
 // record, acts, and asks again.
@@ -38,7 +38,7 @@ const (
 	ActStop
 )
 
-// swapKindOf is how target t is swapped: ztunnel make-before-break (surge)
+// SwapKindOf is how target t is swapped: ztunnel make-before-break (surge)
 // unless the policy says replace; istio-cni and other targets replace.
 func SwapKindOf(p model.Policy, t v1alpha1.TargetRef) model.SwapKind {
 	if SwapState(t) == v1alpha1.NodeSwapZtunnel && p.ZtunnelSwap != model.SwapReplace {
@@ -47,7 +47,7 @@ func SwapKindOf(p model.Policy, t v1alpha1.TargetRef) model.SwapKind {
 	return model.SwapReplace
 }
 
-// step is one decision of nextStep.
+// Step is one decision of Next.
 type Step struct {
 	// State is the step: the state recorded when Record, the one the
 	// worker has acted on once Act returns.
@@ -77,7 +77,7 @@ type Step struct {
 	Halt string
 }
 
-// stepView is what nextStep sees besides the record and the policy.
+// View is what Next sees besides the record and the policy.
 type View struct {
 	// At is the step this worker acted on last. "" means none yet: the
 	// record's step is acted on again (a resume). v1alpha1.NodePending
@@ -91,7 +91,7 @@ type View struct {
 	UpToDate bool
 }
 
-// leave is why a node's steps stop short of its gate ("" = they do not):
+// Leave is why a node's steps stop short of its gate ("" = they do not):
 // the node is made safe (a started swap finishes) and handed back.
 type Leave string
 
@@ -106,7 +106,7 @@ const (
 	LeaveStopped Leave = "stopped while the NodeRollout cannot go on (see its Valid condition)"
 )
 
-// nextStep decides a node's next step. It is pure.
+// Next decides a node's next step. It is pure.
 func Next(rec Record, p model.Policy, v View, why Leave) Step {
 	seq := steps(p)
 	if v.Failed != nil {
@@ -157,7 +157,7 @@ func Next(rec Record, p model.Policy, v View, why Leave) Step {
 }
 
 // position is the index in seq of the step to act on now (len(seq): past
-// the gate; -1: a record nextStep cannot place) and whether it is the
+// the gate; -1: a record Next cannot place) and whether it is the
 // record's own step, resumed.
 func position(rec Record, p model.Policy, seq []v1alpha1.NodeState, at v1alpha1.NodeState) (next int, resume bool) {
 	switch {
@@ -265,7 +265,7 @@ func uncordoned(rec Record, seq []v1alpha1.NodeState) bool {
 	return i >= 0 && i >= indexOf(seq, v1alpha1.NodeUncordon)
 }
 
-// swapState names the step that swaps target t.
+// SwapState names the step that swaps target t.
 // Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
 func SwapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 	kind := t.Kind
@@ -331,9 +331,9 @@ func cordonsWith(p model.Policy, seq []v1alpha1.NodeState, cordon int) int {
 	return -1
 }
 
-// swapsRecordedWith are the targets whose old pods swap step st's record
+// SwapsRecordedWith are the targets whose old pods swap step st's record
 // names: its own, and the surge swaps right after it, which have no record
-// of their own (nextStep).
+// of their own (Next).
 func SwapsRecordedWith(p model.Policy, st v1alpha1.NodeState) []v1alpha1.TargetRef {
 	var out []v1alpha1.TargetRef
 	for i, t := range p.Targets {
@@ -380,7 +380,7 @@ const (
 	HaltPreflightFailed = "preflight_failed"
 )
 
-// stepError ends a node's steps with a halt (or a skip) and a reason.
+// StepError ends a node's steps with a halt (or a skip) and a reason.
 type StepError struct {
 	Halt   string // a HaltXxx metric label
 	Reason string

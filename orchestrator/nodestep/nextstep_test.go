@@ -69,7 +69,7 @@ var (
 	rollback = func(s *v1alpha1.NodeRolloutSpec) { soaked(s); s.Rollback = true }
 )
 
-// walk drives nextStep the way the worker does, with every act passing
+// walk drives Next the way the worker does, with every act passing
 // except where fail says, and returns the steps in order. A record makes
 // its state the record's step, as persist does.
 func walk(t *testing.T, p model.Policy, rec Record, v View, abort func(i int) Leave, fail map[v1alpha1.NodeState]*StepError) []string {
@@ -102,7 +102,7 @@ func TestNextStepWalks(t *testing.T) {
 		name  string
 		spec  func(*v1alpha1.NodeRolloutSpec)
 		rec   v1alpha1.NodeState // the record's step ("" = none)
-		at    v1alpha1.NodeState // stepView.At at the start
+		at    v1alpha1.NodeState // View.At at the start
 		abort func(i int) Leave
 		fail  map[v1alpha1.NodeState]*StepError
 		up    bool // the node is on the newest revisions (read when aborting)

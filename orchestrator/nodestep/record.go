@@ -11,9 +11,9 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
-// nodeRecord is a node's progress in a rollout, as its annotations hold it
+// Record is a node's progress in a rollout, as its annotations hold it
 // (the keys are in constants.go). It is parsed from them here and written to
-// them here (patch) and nowhere else: the worker decides from it (nextStep)
+// them here (patch) and nowhere else: the worker decides from it (Next)
 // and every write of a step is the record before and after.
 type Record struct {
 	Rollout    string
@@ -46,7 +46,7 @@ type Record struct {
 	Swapped map[string]types.UID
 }
 
-// parseRecord reads a node's record from its annotations. Unparseable times
+// ParseRecord reads a node's record from its annotations. Unparseable times
 // read as zero (never set).
 func ParseRecord(ann map[string]string) Record {
 	r := Record{
@@ -76,13 +76,13 @@ func ParseRecord(ann map[string]string) Record {
 	return r
 }
 
-// parseStep is the part of parseRecord that nodeState reads (the rollout
+// ParseStep is the part of ParseRecord that NodeState reads (the rollout
 // and the step), for the planner's pass over every node.
 func ParseStep(ann map[string]string) Record {
 	return Record{Rollout: ann[model.AnnotationRollout], RolloutUID: types.UID(ann[model.AnnotationRolloutUID]), Step: v1alpha1.NodeState(ann[model.AnnotationStep])}
 }
 
-// patch is the annotation merge patch that turns prev into r: every key
+// Patch is the annotation merge patch that turns prev into r: every key
 // whose value differs (nil deletes it).
 func (r Record) Patch(prev Record) map[string]*string {
 	ann := map[string]*string{}
@@ -130,10 +130,10 @@ var ErrRecordMoved = errors.New("the node's step record moved since the step was
 // Same says r and o hold the same record (every key Patch writes).
 func (r Record) Same(o Record) bool { return len(r.Patch(o)) == 0 }
 
-// ours says the record belongs to the rollout with this UID.
+// Ours says the record belongs to the rollout with this UID.
 func (r Record) Ours(uid types.UID) bool { return uid != "" && r.RolloutUID == uid }
 
-// forRollout is the record as a worker of rollout uid starts from: a record
+// ForRollout is the record as a worker of rollout uid starts from: a record
 // of another rollout (or of none) has no step and no times for it; the
 // cordon bookkeeping and the swap records stay (they are the node's).
 func (r Record) ForRollout(uid types.UID) Record {
@@ -154,7 +154,7 @@ func (r Record) HeldByAnother(uid types.UID, live func(name string, uid types.UI
 	return "in flight (" + string(r.Step) + ") under NodeRollout " + r.Rollout
 }
 
-// withStep is the record of step st written at now by rollout nr.
+// WithStep is the record of step st written at now by rollout nr.
 func (r Record) WithStep(rollout string, uid types.UID, st v1alpha1.NodeState, now time.Time) Record {
 	n := r.Clone()
 	n.Rollout, n.RolloutUID, n.Step, n.StepSince = rollout, uid, st, now
@@ -172,7 +172,7 @@ func (r Record) Clone() Record {
 	return n
 }
 
-// cordoned is the record once rollout cordons a node that is (or is not)
+// Cordoned is the record once rollout cordons a node that is (or is not)
 // already unschedulable: the prior cordon is recorded once, before anything
 // else, and only a cordon nodewise sets names it. set says
 // spec.unschedulable must be set.
@@ -188,7 +188,7 @@ func (r Record) Cordoned(rollout string, unschedulable bool) (n Record, set bool
 	return n, true
 }
 
-// uncordoned is the record once the node is handed back: the cordon
+// Uncordoned is the record once the node is handed back: the cordon
 // bookkeeping goes, and clear says spec.unschedulable must be cleared: only
 // when nodewise set it, the node was not cordoned before, and nobody asked
 // to keep it cordoned since (AnnotationKeepCordoned).
@@ -199,7 +199,7 @@ func (r Record) Uncordoned() (n Record, clear bool) {
 	return n, clear
 }
 
-// autoDecision reads back drain policy auto's choice made in this attempt:
+// AutoDecision reads back drain policy auto's choice made in this attempt:
 // the record is rollout uid's and the choice was made at or after the Drain
 // step began (since). An older one belongs to an earlier attempt (a retry
 // after resume, or a rollback) and is decided again.
@@ -216,7 +216,7 @@ func (r Record) AutoDecision(uid types.UID, since time.Time) (drain, ok bool) {
 	return false, false
 }
 
-// nodeState is a node's state in a rollout, read in this one order: a claim
+// NodeState is a node's state in a rollout, read in this one order: a claim
 // by this process (a node it started whose worker has written nothing yet),
 // the node's record when it is this rollout's, the rollout's status entry
 // (the record of a node whose annotations another rollout took over), and
@@ -257,9 +257,9 @@ func parseTime(s string) time.Time {
 	return t
 }
 
-// claimed is the in-memory state of a node the planner started whose worker
+// Claimed is the in-memory state of a node the planner started whose worker
 // has not yet persisted its first step. It is never written to the API.
 const Claimed v1alpha1.NodeState = "Claimed"
 
-// ptr is a pointer to a copy of v.
+// Ptr is a pointer to a copy of v.
 func Ptr[T any](v T) *T { return &v }

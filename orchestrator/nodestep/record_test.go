@@ -28,7 +28,7 @@ func apply(ann map[string]string, patch map[string]*string) map[string]string {
 }
 
 // TestRecordRoundTrip: every field written by patch is read back by
-// parseRecord, and a record patched from another reads back as itself.
+// ParseRecord, and a record patched from another reads back as itself.
 func TestRecordRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 123456789, time.UTC)
 	full := Record{
@@ -133,7 +133,7 @@ func TestNodeState(t *testing.T) {
 }
 
 // TestParseStepIsParseRecord: the planner's cheap read of a record agrees
-// with the full one on what nodeState reads.
+// with the full one on what NodeState reads.
 func TestParseStepIsParseRecord(t *testing.T) {
 	ann := map[string]string{model.AnnotationRollout: "r", model.AnnotationRolloutUID: "u1", model.AnnotationStep: "Soak", model.AnnotationStepSince: "2026-12-01T09:00:00Z"}
 	full, cheap := ParseRecord(ann), ParseStep(ann)

@@ -13,13 +13,13 @@ import (
 	"k8s.io/client-go/metadata"
 )
 
-// catchUpTimeout bounds catchUp. Past it the leader goes on from its cache:
+// catchUpTimeout bounds CatchUp. Past it the leader goes on from its cache:
 // the node writes are conditional and the swapped.nodewise.io records keep a
 // pod from being deleted twice, so a cache that is still behind costs a
 // conflict and a retry, not a wrong action.
 const catchUpTimeout = 10 * time.Second
 
-// catchUp waits, after this replica wins the Lease, until its node cache
+// CatchUp waits, after this replica wins the Lease, until its node cache
 // holds everything a consistent read of the API shows. Replicas sync their
 // caches before campaigning, so the cache of a new leader may still be
 // missing the previous leader's last node records (the watch delay); the

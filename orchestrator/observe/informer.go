@@ -17,7 +17,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
-// newRolloutInformer watches NodeRollouts through the typed client.
+// NewRolloutInformer watches NodeRollouts through the typed client.
 func NewRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInformer {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -32,7 +32,7 @@ func NewRolloutInformer(c v1alpha1.NodeRolloutInterface) cache.SharedIndexInform
 	return inf
 }
 
-// trimCached is the transform of every informer the orchestrator runs. A
+// TrimCached is the transform of every informer the orchestrator runs. A
 // cached copy keeps only what the orchestrator reads:
 //   - every object drops its managedFields, a large share of its size;
 //   - a pod that is not a DaemonSet's (nor a bridge of one) is slimmed to
@@ -78,9 +78,9 @@ func daemonLike(p *corev1.Pod) bool {
 
 // slimPod is what the orchestrator reads of a pod it never acts on: its
 // identity, labels, owners, finalizers, creation and deletion, the mirror
-// annotation (drain auto, movablePods), the node it is bound to, its phase,
-// start time and Ready condition (the readiness gate, soakReadiness; drain
-// auto, podStart). Everything else (spec, container statuses, other
+// annotation (drain auto, nodestep.MovablePods), the node it is bound to, its phase,
+// start time and Ready condition (the readiness gate, gate.SoakReadiness; drain
+// auto, nodestep.PodStart). Everything else (spec, container statuses, other
 // annotations, other conditions) is dropped.
 func slimPod(p *corev1.Pod) *corev1.Pod {
 	out := &corev1.Pod{
@@ -127,12 +127,12 @@ type PodCache struct {
 }
 
 // NewPodCache is the PodCache of an informer's indexer that has
-// podNodeIndex (see addPodNodeIndex).
+// podNodeIndex (see AddPodNodeIndex).
 func NewPodCache(idx cache.Indexer) PodCache {
 	return PodCache{PodLister: corelisters.NewPodLister(idx), Index: idx}
 }
 
-// addPodNodeIndex adds podNodeIndex to the pod informer (before it starts).
+// AddPodNodeIndex adds podNodeIndex to the pod informer (before it starts).
 func AddPodNodeIndex(inf cache.SharedIndexInformer) error {
 	return inf.AddIndexers(cache.Indexers{podNodeIndex: podNodeIndexFunc})
 }

@@ -356,7 +356,7 @@ func BridgePod(ds *appsv1.DaemonSet, rev *appsv1.ControllerRevision, node string
 	}
 }
 
-// addDaemonTolerations adds the tolerations the DaemonSet controller gives
+// AddDaemonTolerations adds the tolerations the DaemonSet controller gives
 // every pod it creates, so the bridge, once adopted, is what it would have
 // made (and node problems do not evict it).
 func AddDaemonTolerations(spec *corev1.PodSpec) {

@@ -16,7 +16,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
 
-// persistState records a node's state decided by the planner (Done,
+// PersistState records a node's state decided by the planner (Done,
 // RolledBack, Pending for a retry), from the node's newest record.
 func (w *Worker) PersistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
 	rec, _, _ := w.nodeRecord(nr, node)

@@ -179,7 +179,7 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 			return nil
 		}
 		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {
-			// A swap with no record of its own (nextStep): status shows it.
+			// A swap with no record of its own (nodestep.Next): status shows it.
 			out.shown = w.showStep(nr, node, rec, s.State)
 			if s.State == w.HoldAfterPersist {
 				w.Log.Info("holding as the step begins (test hook)", zap.String("step", string(s.State)))
@@ -283,7 +283,7 @@ func (w *Worker) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.Step
 
 // nodeRecord is the node's record as this rollout's worker starts from it
 // (the newest this process can see), with its state read the one way
-// (nodeState).
+// (nodestep.NodeState).
 func (w *Worker) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Record, v1alpha1.NodeState, bool) {
 	var rec nodestep.Record
 	if n := w.NodeWrites.Newest(node); n != nil {
@@ -294,7 +294,7 @@ func (w *Worker) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Rec
 	return rec.ForRollout(nr.UID), st, fromRecord
 }
 
-// leaving says why the node's steps must stop short of its gate ("" when
+// Leaving says why the node's steps must stop short of its gate ("" when
 // they go on), read live from the caches between steps: the user aborted
 // the rollout or is deleting it, or the node no longer matches the live
 // spec.nodeSelector.

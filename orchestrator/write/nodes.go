@@ -131,7 +131,7 @@ func (w *Nodes) Record(ctx context.Context, uid types.UID, node string, prev nod
 }
 
 // Cordon cordons the node and records whether it was already
-// unschedulable (once, before anything else: nodeRecord.cordoned), in one
+// unschedulable (once, before anything else: nodestep.Record.Cordoned), in one
 // patch conditional on the resourceVersion it read. with are more
 // annotations for the same patch (the step's record). It returns the record
 // as the API then holds it.
@@ -234,7 +234,7 @@ func (w *Nodes) read(ctx context.Context, node string, attempt int, ownWrites bo
 // it) before it reads the node from the API.
 const conflictCatchUp = 2 * time.Second
 
-// Uncordon hands the node back (nodeRecord.uncordoned): schedulable again
+// Uncordon hands the node back (nodestep.Record.Uncordoned): schedulable again
 // only if nodewise cordoned it; a node that was already cordoned stays
 // cordoned. It never decides from a copy that could hide nodewise's own
 // cordon: only from one holding this process's last step record

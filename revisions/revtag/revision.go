@@ -15,7 +15,7 @@ import (
 	"github.com/nodewise/nodewise/istio/inventory"
 )
 
-// ErrRevisionInUse: proxies, tags or namespaces still use the revision.
+// ErrRevisionInUse means proxies, tags or namespaces still use the revision.
 var ErrRevisionInUse = errors.New("revision still in use")
 
 // RemovalBlockers lists what still uses a revision, worst first: running

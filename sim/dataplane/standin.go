@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// StandinEnv, set to 1, tells a process started by the data plane to run as
+// StandinEnv is the variable that, set to 1, tells a process started by the data plane to run as
 // the ztunnel stand-in (see RunStandin).
 const StandinEnv = "NODEWISE_ZTUNNEL_STANDIN"
 
