@@ -409,7 +409,7 @@ func (s *Signer) check(ctx context.Context, csr *certv1.CertificateSigningReques
 	}
 	// The address is where the agent is found, not who it is: the node
 	// writes its own addresses, so the orchestrator verifies the node's
-	// name in the certificate (health.AgentClientConfig.VerifyNodeName).
+	// name in the certificate (remote.AgentConfig.VerifyNodeName).
 	// Only InternalIPs, the address the orchestrator dials.
 	for _, ip := range req.IPAddresses {
 		if !slices.ContainsFunc(n.Status.Addresses, func(a corev1.NodeAddress) bool {

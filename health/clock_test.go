@@ -6,14 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health/remote"
+	"github.com/nodewise/nodewise/health/remote/agenttest"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
-// skewedAgent is a node agent served over HTTPS (agentRig) whose clock runs
+// skewedAgent is a node agent served over HTTPS (agenttest) whose clock runs
 // offset from the orchestrator's: one pod with 600 connections and 10 resets
 // every 30 s, and a swap that resets 5,000 connections at once.
 type skewedAgent struct {
-	rig    *agentRig
+	rig    *agenttest.Agent
 	now    time.Time     // the orchestrator's clock (the true time)
 	offset time.Duration // the agent's clock less the orchestrator's
 	start  time.Time
@@ -25,7 +27,7 @@ type skewedAgent struct {
 }
 
 func newSkewedAgent(t *testing.T, start time.Time, offset time.Duration) *skewedAgent {
-	a := &skewedAgent{rig: newAgentRig(t), now: start, offset: offset, start: start.Add(offset - time.Hour),
+	a := &skewedAgent{rig: agenttest.New(t), now: start, offset: offset, start: start.Add(offset - time.Hour),
 		pod: pc("shop", "cart", "u1", wire.SideApp, 0, 0, 0)}
 	return a
 }
@@ -58,10 +60,14 @@ func (a *skewedAgent) answer() wire.Snapshot {
 // clock being a.now, and tracks it from now.
 func (a *skewedAgent) recorder(t *testing.T) *Recorder {
 	t.Helper()
-	c := a.rig.client(t, nil)
+	c, err := remote.NewAgent(remote.AgentConfig{CAFile: a.rig.CAFile, TokenFile: a.rig.TokFile, URLFor: a.rig.URLFor,
+		RetryWaitMin: time.Millisecond, RetryWaitMax: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	src := SnapshotFunc(func(ctx context.Context, node string) (wire.Snapshot, error) {
 		s := a.answer()
-		a.rig.set(func() { a.rig.snap = s })
+		a.rig.Set(func() { a.rig.Snap = s })
 		return c.Snapshot(ctx, node)
 	})
 	r, err := NewRecorder(RecorderConfig{Source: src, Every: 30 * time.Second, Now: func() time.Time { return a.now }})

@@ -14,7 +14,7 @@ import (
 )
 
 // SnapshotSource is all the judge needs from a node agent: its current
-// snapshot. AgentClient implements it over HTTPS; tests use a function.
+// snapshot. remote.Agent implements it over HTTPS; tests use a function.
 type SnapshotSource interface {
 	Snapshot(ctx context.Context, node string) (wire.Snapshot, error)
 }
@@ -33,19 +33,8 @@ func (f SnapshotFunc) Snapshot(ctx context.Context, node string) (wire.Snapshot,
 // counts those in a row and fails at MaxConsecutiveErrors.
 type ExternalGate interface {
 	Name() string
-	Check(ctx context.Context, node string) (GateResult, error)
+	Check(ctx context.Context, node string) (wire.GateResult, error)
 	MaxConsecutiveErrors() int
-}
-
-// GateResult is what one external gate found about one node.
-type GateResult struct {
-	// Failures are the thresholds crossed, one reason each: any fails the interval.
-	Failures []string
-	// NoData are the queries that returned nothing to compare (no series,
-	// or only NaN samples), one reason each. The gate could look but saw
-	// nothing, so the node cannot pass on it: the verdict is Inconclusive,
-	// whatever gates.inconclusive says about too little traffic.
-	NoData []string
 }
 
 // Input is one judgement of one node. The orchestrator (or Recorder) supplies
@@ -113,7 +102,7 @@ type Judge struct {
 // NewJudge validates cfg and fills its defaults.
 func NewJudge(cfg JudgeConfig) (*Judge, error) {
 	if cfg.Source == nil {
-		return nil, errors.New("health.JudgeConfig.Source is required (an AgentClient or any SnapshotSource)")
+		return nil, errors.New("health.JudgeConfig.Source is required (a remote.Agent or any SnapshotSource)")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

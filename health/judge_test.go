@@ -25,8 +25,8 @@ type fakeGate struct {
 
 func (g fakeGate) Name() string              { return "fake" }
 func (g fakeGate) MaxConsecutiveErrors() int { return g.max }
-func (g fakeGate) Check(context.Context, string) (GateResult, error) {
-	return GateResult{Failures: g.fails, NoData: g.noData}, g.err
+func (g fakeGate) Check(context.Context, string) (wire.GateResult, error) {
+	return wire.GateResult{Failures: g.fails, NoData: g.noData}, g.err
 }
 
 // judgeScenario draws one simulated node and returns a judge whose agent

@@ -158,7 +158,7 @@ func (r *Recorder) BaselineSource(node string, baselineStart, swapStart time.Tim
 }
 
 // HistorySource reads the snapshots a node's agent kept since a time.
-// AgentClient implements it.
+// remote.Agent implements it.
 type HistorySource interface {
 	History(ctx context.Context, node string, since time.Time) (wire.History, error)
 }

@@ -10,17 +10,18 @@ import (
 
 	"github.com/nodewise/nodewise/bpf"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
 // TestHealthAgentClientReadsTheAgent checks the two ends of the credential
-// agree: the judge's client (health.AgentClient, go-retryablehttp) reads a
+// agree: the judge's client (remote.Agent, go-retryablehttp) reads a
 // running agent with the CA and token file, and a wrong token fails closed.
 func TestHealthAgentClientReadsTheAgent(t *testing.T) {
 	fp := &fakeProbe{counters: map[bpf.Key]*bpf.Counters{{Netns: 7, Side: bpf.SideApp}: {ResetsReceived: 42}}}
 	ra := startAgent(t, ModeEBPF, NewStaticResolver(map[uint32]Pod{7: {Namespace: "ns", Name: "p", UID: "u"}}), fakeLoaded(fp))
-	client := func(tokenFile string) *health.AgentClient {
-		c, err := health.NewAgentClient(health.AgentClientConfig{
+	client := func(tokenFile string) *remote.Agent {
+		c, err := remote.NewAgent(remote.AgentConfig{
 			CAFile:    ra.files.cert, // self-signed: the certificate is its own CA
 			TokenFile: tokenFile,
 			URLFor:    func(context.Context, string) (string, error) { return ra.url, nil },
@@ -36,13 +37,13 @@ func TestHealthAgentClientReadsTheAgent(t *testing.T) {
 		t.Fatalf("Snapshot: %v", err)
 	}
 	if got := podSide(t, s, "p", wire.SideApp).ResetsReceived; got != 42 || s.Node != "test-node" {
-		t.Errorf("snapshot through health.AgentClient: node %q resets %d", s.Node, got)
+		t.Errorf("snapshot through remote.Agent: node %q resets %d", s.Node, got)
 	}
 	wrong := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(wrong, []byte("not-the-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client(wrong).Snapshot(context.Background(), "test-node"); !errors.Is(err, health.ErrAgentUnavailable) {
+	if _, err := client(wrong).Snapshot(context.Background(), "test-node"); !errors.Is(err, remote.ErrAgentUnavailable) {
 		t.Errorf("wrong token: %v, want ErrAgentUnavailable", err)
 	}
 }
@@ -54,7 +55,7 @@ func TestHealthAgentClientReadsTheAgent(t *testing.T) {
 func TestSnapshotSeqAdvancesAndTheRecorderPlacesIt(t *testing.T) {
 	fp := &fakeProbe{counters: map[bpf.Key]*bpf.Counters{{Netns: 7, Side: bpf.SideApp}: {ResetsReceived: 42}}}
 	ra := startAgent(t, ModeEBPF, NewStaticResolver(map[uint32]Pod{7: {Namespace: "ns", Name: "p", UID: "u"}}), fakeLoaded(fp))
-	c, err := health.NewAgentClient(health.AgentClientConfig{CAFile: ra.files.cert, TokenFile: ra.files.token, RetryMax: -1,
+	c, err := remote.NewAgent(remote.AgentConfig{CAFile: ra.files.cert, TokenFile: ra.files.token, RetryMax: -1,
 		URLFor: func(context.Context, string) (string, error) { return ra.url, nil }})
 	if err != nil {
 		t.Fatal(err)

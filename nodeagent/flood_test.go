@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,14 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"crypto/tls"
-
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // fakeTokenReviews is the API server's TokenReview endpoint on loopback: the
@@ -73,7 +72,7 @@ func floodSeconds(t *testing.T) time.Duration {
 
 // TestTokenFloodLeavesTheJudgeServed floods the agent on loopback with 200
 // requests a second, each with a new random bearer token, from 127.0.0.2,
-// while the judge's client (health.AgentClient, from 127.0.0.1) polls twice
+// while the judge's client (remote.Agent, from 127.0.0.1) polls twice
 // a second with the orchestrator's token. The review cache's TTL is 2 s, so
 // the judge's verdict expires and is reviewed again several times under
 // the flood, and halfway through the judge's token rotates to a new one (as
@@ -107,7 +106,7 @@ func TestTokenFloodLeavesTheJudgeServed(t *testing.T) {
 		}
 	}
 	setToken("judge-token-1")
-	judge, err := health.NewAgentClient(health.AgentClientConfig{CAFile: ra.files.cert, TokenFile: tokenFile, RetryMax: -1,
+	judge, err := remote.NewAgent(remote.AgentConfig{CAFile: ra.files.cert, TokenFile: tokenFile, RetryMax: -1,
 		URLFor: func(context.Context, string) (string, error) { return ra.url, nil }})
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ type NodeTracker interface {
 
 // AgentGateConfig configures an AgentGate.
 type AgentGateConfig struct {
-	// Source serves each node agent's snapshot (health.AgentClient). Required.
+	// Source serves each node agent's snapshot (remote.Agent). Required.
 	Source health.SnapshotSource
 	// Judge holds the statistics' thresholds (zero: health.Defaults()).
 	Judge health.Config
@@ -65,7 +65,7 @@ type AgentGate struct {
 // NewAgentGate validates cfg and fills its defaults. Run its sampler with Run.
 func NewAgentGate(cfg AgentGateConfig) (*AgentGate, error) {
 	if cfg.Source == nil {
-		return nil, errors.New("revisions.AgentGateConfig.Source is required (a health.AgentClient or any SnapshotSource)")
+		return nil, errors.New("revisions.AgentGateConfig.Source is required (a remote.Agent or any SnapshotSource)")
 	}
 	if cfg.Judge.Significance == 0 {
 		cfg.Judge = health.Defaults()

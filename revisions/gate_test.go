@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // A real health.PrometheusGate against a stand-in Prometheus API: the wave's
@@ -31,9 +32,9 @@ func TestExternalGatesPrometheus(t *testing.T) {
 		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"destination_workload_namespace":"shop"},"value":[1700000000,"%s"]}]}}`, rate)
 	}))
 	defer srv.Close()
-	pg, err := health.NewPrometheusGate(health.PrometheusGateConfig{
-		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}},
-		Queries: []health.PromQuery{{Name: "success-rate", Query: `caller_success{namespace=~"$node"}`, Threshold: 0.995}},
+	pg, err := remote.NewPrometheusGate(remote.PrometheusGateConfig{
+		Address: srv.URL, MaxConsecutiveErrors: 2, RetryMax: -1, Addresses: remote.AddressPolicy{Allow: []string{"127.0.0.1"}},
+		Queries: []remote.PromQuery{{Name: "success-rate", Query: `caller_success{namespace=~"$node"}`, Threshold: 0.995}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -77,11 +78,11 @@ func TestSpecGatesAddressPolicy(t *testing.T) {
 	spec := &v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL,
 		Queries: []v1alpha1.PrometheusQuery{{Name: "success-rate", Query: "up", FailWhen: v1alpha1.FailBelow, Threshold: "1"}}}}
 	in := WaveInput{Migration: "m", Wave: "canary", Namespaces: []string{"shop"}, Spec: spec}
-	v, err := SpecGates(health.AddressPolicy{}, zap.NewNop()).Judge(context.Background(), in)
+	v, err := SpecGates(remote.AddressPolicy{}, zap.NewNop()).Judge(context.Background(), in)
 	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, ";"), "gate address not allowed") || hits.Load() != 0 {
 		t.Fatalf("refused address: %+v %v, %d requests", v, err, hits.Load())
 	}
-	v, err = SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop()).Judge(context.Background(), in)
+	v, err = SpecGates(remote.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop()).Judge(context.Background(), in)
 	if err != nil || v.Outcome != health.Inconclusive || !strings.Contains(strings.Join(v.Reasons, ";"), "query success-rate returned no samples") || hits.Load() != 1 {
 		t.Fatalf("allowed address, empty result: %+v %v, %d requests", v, err, hits.Load())
 	}
@@ -98,7 +99,7 @@ func (g *trackingGate) Judge(context.Context, WaveInput) (health.Verdict, error)
 // an AgentGate combined with the spec's gates has samples from before a wave.
 func TestGatesForwardTrack(t *testing.T) {
 	a, b := &trackingGate{}, &trackingGate{}
-	g := Gates(SpecGates(health.AddressPolicy{}, zap.NewNop()), a, b)
+	g := Gates(SpecGates(remote.AddressPolicy{}, zap.NewNop()), a, b)
 	tr, ok := g.(NodeTracker)
 	if !ok {
 		t.Fatal("Gates(...) is not a NodeTracker: an AgentGate inside it would never be told the nodes")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // The series the built-in gates read, as Istio and Envoy name them.
@@ -129,9 +130,9 @@ func builtInOf(p *v1alpha1.PrometheusGates) (cfg builtInConfig, on bool, err err
 	return cfg, !b.Disabled && (cfg.nack || cfg.retries), nil
 }
 
-// Querier evaluates PromQL instant queries (health.PrometheusClient).
+// Querier evaluates PromQL instant queries (remote.Prometheus).
 type Querier interface {
-	Query(ctx context.Context, q string, at time.Time) ([]health.PromSample, error)
+	Query(ctx context.Context, q string, at time.Time) ([]remote.PromSample, error)
 }
 
 // builtInGates are the sidecar wing's built-in Prometheus gates of one

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/test/promrig"
 )
 
@@ -118,7 +119,7 @@ func TestBuiltInGatesAgainstRealPrometheus(t *testing.T) {
 		targets = append(targets, promrig.Target{Addr: hostOf(side[ns].srv), Labels: map[string]string{"namespace": ns}})
 	}
 	addr := promrig.Start(t, targets...).URL
-	pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: addr, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}}})
+	pc, err := remote.NewPrometheus(remote.PrometheusGateConfig{Address: addr, Addresses: remote.AddressPolicy{Allow: []string{"127.0.0.1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestBuiltInGatesAgainstRealPrometheus(t *testing.T) {
 		return &v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: addr, BuiltIn: &v1alpha1.BuiltInGates{
 			Soak: &v1alpha1.Duration{Duration: 5 * time.Second}, Baseline: &v1alpha1.Duration{Duration: 5 * time.Second}}}}
 	}
-	gates := SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop())
+	gates := SpecGates(remote.AddressPolicy{Allow: []string{"127.0.0.1"}}, zap.NewNop())
 	waves := map[string]WaveInput{
 		"nack":         {From: "1-27", To: "1-28", Namespaces: []string{"a-wave"}, Control: []string{"a-ctrl"}},
 		"retries":      {From: "1-27", To: "1-29", Namespaces: []string{"b-wave"}, Control: []string{"b-ctrl"}},

@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // SpecGates gates each wave with the Prometheus gates its RevisionMigration's
@@ -28,12 +29,12 @@ import (
 // kept, so their counts of consecutive query errors survive from one wave
 // check to the next. addrs are the hosts spec.gates.prometheus may query; a
 // refused one fails the wave, unqueried.
-func SpecGates(addrs health.AddressPolicy, log *zap.Logger) Gate {
+func SpecGates(addrs remote.AddressPolicy, log *zap.Logger) Gate {
 	return &specGates{addrs: addrs, log: log, now: time.Now, byMigration: map[string]Gate{}}
 }
 
 type specGates struct {
-	addrs       health.AddressPolicy
+	addrs       remote.AddressPolicy
 	log         *zap.Logger
 	now         func() time.Time
 	mu          sync.Mutex
@@ -49,7 +50,7 @@ func (s *specGates) Judge(ctx context.Context, in WaveInput) (health.Verdict, er
 	if !ok {
 		var err error
 		g, err = s.build(*in.Spec)
-		if errors.Is(err, health.ErrAddressRefused) {
+		if errors.Is(err, remote.ErrAddressRefused) {
 			s.mu.Unlock()
 			return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
 		}
@@ -79,7 +80,7 @@ func (s *specGates) build(spec v1alpha1.GatesSpec) (Gate, error) {
 		return nil, err
 	}
 	if on {
-		pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: p.Address, Addresses: s.addrs, Timeout: durationOf(p.Timeout), Logger: s.log})
+		pc, err := remote.NewPrometheus(remote.PrometheusGateConfig{Address: p.Address, Addresses: s.addrs, Timeout: durationOf(p.Timeout), Logger: s.log})
 		if err != nil {
 			return nil, err
 		}

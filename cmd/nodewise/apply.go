@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // fieldManager owns the fields `nodewise apply` sets (server-side apply).
@@ -24,7 +24,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 	var (
 		file  string
 		force bool
-		addrs health.AddressPolicy
+		addrs remote.AddressPolicy
 	)
 	out := newPrintFlags("applied")
 	cmd := &cobra.Command{
@@ -84,7 +84,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 // checkRollout checks a read and locally valid rollout: its gates and, unless
 // offline, a server dry-run (the CRD's own validation, and whether the CRDs
 // exist), then its targets and canaries against the cluster.
-func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, addrs health.AddressPolicy, offline bool) error {
+func checkRollout(ctx context.Context, g *globalFlags, rf rolloutFile, addrs remote.AddressPolicy, offline bool) error {
 	if err := checkGates(ctx, rf.rollout.Spec.Gates, addrs, offline); err != nil {
 		return err
 	}

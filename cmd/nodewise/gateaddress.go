@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // addGateAddressFlags adds the orchestrator's --gate-address-allow and
@@ -12,8 +12,8 @@ import (
 // any host but a cluster Service. The CLI cannot read the orchestrator's
 // flags, so an orchestrator started with more hosts (the chart's
 // gateAddressAllow) needs the same hosts here.
-func addGateAddressFlags(cmd *cobra.Command, p *health.AddressPolicy) {
+func addGateAddressFlags(cmd *cobra.Command, p *remote.AddressPolicy) {
 	cmd.Flags().StringSliceVar(&p.Allow, "gate-address-allow", nil,
 		"hosts spec.gates.prometheus may query besides the cluster's Services, as the orchestrator's flag of the same name (host names, IPs or *.<domain>)")
-	cmd.Flags().StringVar(&p.ClusterDomain, "cluster-domain", health.DefaultClusterDomain, "the cluster's DNS domain, as the orchestrator's flag of the same name")
+	cmd.Flags().StringVar(&p.ClusterDomain, "cluster-domain", remote.DefaultClusterDomain, "the cluster's DNS domain, as the orchestrator's flag of the same name")
 }

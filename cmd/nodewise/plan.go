@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -25,7 +25,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		offline bool
 		perSwap time.Duration
 		agents  judgegate.AgentConfig
-		addrs   health.AddressPolicy
+		addrs   remote.AddressPolicy
 		output  dataOutput
 	)
 	cmd := &cobra.Command{
@@ -131,7 +131,7 @@ func (r planReport) names() []string {
 // loadAndCheck reads and validates the file (- is stdin) and, unless
 // offline, checks it against the cluster: a server dry-run (the CRD's own
 // validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
-func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs health.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs remote.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
 	rf, err := readRollout(ctx, in, file, addrs)
 	if err != nil {
 		return nil, rf.policy, err
@@ -148,7 +148,7 @@ func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string
 // is refused before anything is written; offline, thresholds and the queries'
 // shape are checked without that round trip. Both refuse an address addrs
 // does not allow (the orchestrator would fail the node on it), unqueried.
-func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs health.AddressPolicy, offline bool) error {
+func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs remote.AddressPolicy, offline bool) error {
 	err := addrs.Validate()
 	switch {
 	case err != nil:
@@ -159,7 +159,7 @@ func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs health.Addr
 	default:
 		err = gatespec.Validate(ctx, gates, addrs, zap.NewNop())
 	}
-	if errors.Is(err, health.ErrAddressRefused) {
+	if errors.Is(err, remote.ErrAddressRefused) {
 		err = fmt.Errorf("%w (if the orchestrator allows it, pass the same --gate-address-allow here)", err)
 	}
 	if err != nil {

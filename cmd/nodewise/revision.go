@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/revisions/revtag"
@@ -108,7 +108,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	var waves []string
 	var overwrite, dryRun, builtIn bool
 	var promAddr string
-	var addrs health.AddressPolicy
+	var addrs remote.AddressPolicy
 	spec := v1alpha1.RevisionMigrationSpec{}
 	out := newPrintFlags("created")
 	cmd := &cobra.Command{
@@ -129,7 +129,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			}
 			if promAddr != "" {
 				// Refused here as the controller would refuse it: before anything is written.
-				if _, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: promAddr, Addresses: addrs}); err != nil {
+				if _, err := remote.NewPrometheus(remote.PrometheusGateConfig{Address: promAddr, Addresses: addrs}); err != nil {
 					return fmt.Errorf("--prometheus: %w", err)
 				}
 				p := &v1alpha1.PrometheusGates{Address: promAddr}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/deploy/crds"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -27,7 +27,7 @@ type rolloutFile struct {
 // way the API server and the orchestrator would: strictly typed, as a policy,
 // its gates as the judge reads them, and against the CRD's schema and rules
 // (names, sets, enums, CEL). Every problem is returned on one line.
-func readRollout(ctx context.Context, stdin io.Reader, path string, addrs health.AddressPolicy) (rolloutFile, error) {
+func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote.AddressPolicy) (rolloutFile, error) {
 	doc, err := readManifest(stdin, path)
 	if err != nil {
 		return rolloutFile{}, err

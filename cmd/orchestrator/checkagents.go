@@ -38,7 +38,7 @@ func runCheckAgents(ctx context.Context, rc runConfig, out io.Writer) error {
 	return checkAgents(ctx, kube, agents, rc.orchestrator.Namespace, out)
 }
 
-// snapshotter is what checkAgents asks each agent (health.AgentClient).
+// snapshotter is what checkAgents asks each agent (remote.Agent).
 type snapshotter interface {
 	Snapshot(ctx context.Context, node string) (wire.Snapshot, error)
 }

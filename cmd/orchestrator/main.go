@@ -26,7 +26,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/cmd/internal/usage"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
@@ -129,14 +129,14 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.Func("gate-address-allow", "hosts spec.gates.prometheus may query besides the cluster's Services (<svc>.<ns>.svc[.<cluster-domain>]): host names, IPs or *.<domain>, comma-separated; repeatable", func(v string) error {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
-			if err := health.CheckHostPattern(p); err != nil {
+			if err := remote.CheckHostPattern(p); err != nil {
 				return err
 			}
 			rc.gateAddresses.Allow = append(rc.gateAddresses.Allow, p)
 		}
 		return nil
 	})
-	fs.StringVar(&rc.gateAddresses.ClusterDomain, "cluster-domain", health.DefaultClusterDomain, "the cluster's DNS domain, for the Service hosts gates may query")
+	fs.StringVar(&rc.gateAddresses.ClusterDomain, "cluster-domain", remote.DefaultClusterDomain, "the cluster's DNS domain, for the Service hosts gates may query")
 	fs.Func("skew-max-behind", "widen preflight's skew policy: component=minors (ztunnel, istio-cni, sidecar); repeatable", func(v string) error {
 		rc.skewMaxBehind = append(rc.skewMaxBehind, v)
 		return nil

@@ -14,7 +14,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/dashboard"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/kubeconfig"
@@ -30,7 +30,7 @@ type runConfig struct {
 	kubeconfig     string
 	controllers    string
 	istioNamespace string
-	gateAddresses  health.AddressPolicy // --gate-address-allow, --cluster-domain
+	gateAddresses  remote.AddressPolicy // --gate-address-allow, --cluster-domain
 	waves          waveJudge
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // DefaultInterval is how often a node is judged during its soak when
@@ -143,12 +144,12 @@ func decimal(field, s string) (float64, error) {
 // that wraps health.ErrAddressRefused, and no request is ever sent to it.
 // Call Validate on the gate at plan/apply time to have the server reject
 // malformed queries before the rollout starts.
-func Prometheus(g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logger) (*health.PrometheusGate, error) {
+func Prometheus(g v1alpha1.GatesSpec, addrs remote.AddressPolicy, log *zap.Logger) (*remote.PrometheusGate, error) {
 	p := g.Prometheus
 	if p == nil {
 		return nil, nil
 	}
-	cfg := health.PrometheusGateConfig{Address: p.Address, Addresses: addrs, MaxConsecutiveErrors: int(p.MaxConsecutiveErrors), Logger: log}
+	cfg := remote.PrometheusGateConfig{Address: p.Address, Addresses: addrs, MaxConsecutiveErrors: int(p.MaxConsecutiveErrors), Logger: log}
 	switch p.NoData {
 	case "", v1alpha1.NoDataInconclusive, v1alpha1.NoDataPass, v1alpha1.NoDataFail:
 	default:
@@ -183,9 +184,9 @@ func Prometheus(g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logge
 		if noData == "" {
 			noData = p.NoData
 		}
-		cfg.Queries = append(cfg.Queries, health.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th, NoData: noData})
+		cfg.Queries = append(cfg.Queries, remote.PromQuery{Name: q.Name, Query: q.Query, FailAbove: above, Threshold: th, NoData: noData})
 	}
-	return health.NewPrometheusGate(cfg)
+	return remote.NewPrometheusGate(cfg)
 }
 
 // Validate checks spec.gates the way the judge will read it, and asks the
@@ -193,7 +194,7 @@ func Prometheus(g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logge
 // and `apply` reject a malformed PromQL query (errors.Is(err,
 // health.ErrBadQuery)), an address addrs refuses (health.ErrAddressRefused,
 // before any request) or an unreachable server before the rollout starts.
-func Validate(ctx context.Context, g v1alpha1.GatesSpec, addrs health.AddressPolicy, log *zap.Logger) error {
+func Validate(ctx context.Context, g v1alpha1.GatesSpec, addrs remote.AddressPolicy, log *zap.Logger) error {
 	if _, err := Config(g); err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 func dur(d time.Duration) *v1alpha1.Duration { return &v1alpha1.Duration{Duration: d} }
@@ -169,7 +170,7 @@ func TestPrometheusRejectsBadNoData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range badPrometheus {
-		if _, err := Prometheus(c.gs, health.AddressPolicy{}, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := Prometheus(c.gs, remote.AddressPolicy{}, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %q", c.name, err, c.want)
 		}
 		errs := apiservervalidation.ValidateCustomResource(field.NewPath("spec", "gates"), map[string]any{"prometheus": c.spec}, v)
@@ -201,14 +202,14 @@ func TestPrometheusNoDataAndAddress(t *testing.T) {
 	q3.Name = "q3"
 	spec := v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: srv.URL, NoData: v1alpha1.NoDataFail,
 		Queries: []v1alpha1.PrometheusQuery{pq1(v1alpha1.NoDataInconclusive), q2, q3}}}
-	_, err := Prometheus(spec, health.AddressPolicy{}, nil)
-	if !errors.Is(err, health.ErrAddressRefused) || !strings.Contains(err.Error(), "127.0.0.1") {
+	_, err := Prometheus(spec, remote.AddressPolicy{}, nil)
+	if !errors.Is(err, remote.ErrAddressRefused) || !strings.Contains(err.Error(), "127.0.0.1") {
 		t.Fatalf("loopback under the default policy: %v", err)
 	}
-	if err := Validate(context.Background(), spec, health.AddressPolicy{}, nil); !errors.Is(err, health.ErrAddressRefused) || hits.Load() != 0 {
+	if err := Validate(context.Background(), spec, remote.AddressPolicy{}, nil); !errors.Is(err, remote.ErrAddressRefused) || hits.Load() != 0 {
 		t.Fatalf("Validate under the default policy: %v, %d requests", err, hits.Load())
 	}
-	g, err := Prometheus(spec, health.AddressPolicy{Allow: []string{"127.0.0.1"}}, nil)
+	g, err := Prometheus(spec, remote.AddressPolicy{Allow: []string{"127.0.0.1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func TestPrometheusNoDataAndAddress(t *testing.T) {
 		t.Fatalf("q1 Inconclusive, q2 Pass, q3 the gate's Fail: %+v %v", res, err)
 	}
 	if _, err := Prometheus(v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://prometheus.monitoring.svc:9090",
-		Queries: []v1alpha1.PrometheusQuery{pq1("")}}}, health.AddressPolicy{}, nil); err != nil {
+		Queries: []v1alpha1.PrometheusQuery{pq1("")}}}, remote.AddressPolicy{}, nil); err != nil {
 		t.Fatalf("a cluster Service under the default policy: %v", err)
 	}
 }
@@ -297,18 +298,18 @@ func TestValidateAsksPrometheus(t *testing.T) {
 			{Name: "q", Query: q, FailWhen: v1alpha1.FailAbove, Threshold: "0.5"}}}}
 	}
 	ctx := context.Background()
-	loopback := health.AddressPolicy{Allow: []string{"127.0.0.1"}} // the test server's host, allowed as an operator would
+	loopback := remote.AddressPolicy{Allow: []string{"127.0.0.1"}} // the test server's host, allowed as an operator would
 	if err := Validate(ctx, spec("rate(x[5m])"), loopback, nil); err != nil {
 		t.Fatalf("valid: %v", err)
 	}
 	err := Validate(ctx, spec("sum(rate(x[5m])"), loopback, nil)
-	if !errors.Is(err, health.ErrBadQuery) || !strings.Contains(err.Error(), "queries[q]") {
+	if !errors.Is(err, remote.ErrBadQuery) || !strings.Contains(err.Error(), "queries[q]") {
 		t.Fatalf("malformed: %v", err)
 	}
 	if err := Validate(ctx, v1alpha1.GatesSpec{Significance: "2"}, loopback, nil); err == nil || !strings.Contains(err.Error(), "gates.significance") {
 		t.Fatalf("bad threshold: %v", err)
 	}
-	if err := Validate(ctx, v1alpha1.GatesSpec{}, health.AddressPolicy{}, nil); err != nil {
+	if err := Validate(ctx, v1alpha1.GatesSpec{}, remote.AddressPolicy{}, nil); err != nil {
 		t.Fatalf("no prometheus: %v", err)
 	}
 }
@@ -372,7 +373,7 @@ func TestPrometheusTimeoutMinimum(t *testing.T) {
 			t.Fatal(err)
 		}
 		gs := v1alpha1.GatesSpec{Prometheus: &v1alpha1.PrometheusGates{Address: "http://p.m.svc:9090", Timeout: dur(d), Queries: []v1alpha1.PrometheusQuery{pq1("")}}}
-		_, err = Prometheus(gs, health.AddressPolicy{}, nil)
+		_, err = Prometheus(gs, remote.AddressPolicy{}, nil)
 		if got := err == nil; got != tc.ok || (!tc.ok && !strings.Contains(err.Error(), "at least 100ms")) {
 			t.Errorf("timeout %s: the judge's reading said %v; want accepted %v", tc.timeout, err, tc.ok)
 		}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
 
@@ -24,7 +24,7 @@ func (g *Gate) FiringAlerts(ctx context.Context, address string) ([]map[string]s
 	g.mu.Unlock()
 	if !ok {
 		var err error
-		c, err = health.NewPrometheusClient(health.PrometheusGateConfig{
+		c, err = remote.NewPrometheus(remote.PrometheusGateConfig{
 			Address: address, Addresses: g.cfg.GateAddresses, Timeout: alertReadTimeout, RetryMax: -1, Logger: g.cfg.Logger,
 		})
 		if err != nil {
@@ -32,7 +32,7 @@ func (g *Gate) FiringAlerts(ctx context.Context, address string) ([]map[string]s
 		}
 		g.mu.Lock()
 		if g.alertClients == nil {
-			g.alertClients = map[string]*health.PrometheusClient{}
+			g.alertClients = map[string]*remote.Prometheus{}
 		}
 		g.alertClients[address] = c
 		g.mu.Unlock()

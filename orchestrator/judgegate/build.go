@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 )
 
 // AgentConfig says how the orchestrator reaches the node agents.
@@ -27,7 +28,7 @@ type AgentConfig struct {
 	Port       int    // the agents' port on each node's InternalIP (default 9443)
 	ServerName string // name to verify in the agents' certificates (default: the IP)
 	// VerifyNodeName verifies each agent's certificate names its node
-	// (health.AgentClientConfig.VerifyNodeName): certificates from agentpki.
+	// (remote.AgentConfig.VerifyNodeName): certificates from agentpki.
 	VerifyNodeName bool
 	// SampleEvery is how often the recorder samples each node in flight
 	// (default 30s, health.RecorderConfig.Every). A baseline needs three
@@ -47,7 +48,7 @@ func (c AgentConfig) Configured() bool {
 //
 // gateAddresses are the hosts spec.gates.prometheus may query (the
 // orchestrator's --gate-address-allow and --cluster-domain).
-func Build(cfg AgentConfig, gateAddresses health.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
+func Build(cfg AgentConfig, gateAddresses remote.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
 	agents, err := Agents(cfg, kube, log)
 	if err != nil {
 		return nil, nil, err
@@ -72,7 +73,7 @@ func Build(cfg AgentConfig, gateAddresses health.AddressPolicy, kube kubernetes.
 // Agents is the client that reads each node's agent on its InternalIP, as
 // the judge does. The orchestrator also uses it for drain policy auto
 // (orchestrator.Config.Agents).
-func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*health.AgentClient, error) {
+func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*remote.Agent, error) {
 	if (cfg.CAFile == "" && cfg.RootCAs == nil) || cfg.TokenFile == "" {
 		return nil, fmt.Errorf("the node agents need both their CA (--agent-ca or --agent-issuer) and a token file (--agent-token-file)")
 	}
@@ -80,7 +81,7 @@ func Agents(cfg AgentConfig, kube kubernetes.Interface, log *zap.Logger) (*healt
 		cfg.Port = 9443
 	}
 	urls := &agentURLs{kube: kube, port: cfg.Port, ttl: addressTTL, now: time.Now, known: map[string]knownURL{}}
-	return health.NewAgentClient(health.AgentClientConfig{
+	return remote.NewAgent(remote.AgentConfig{
 		CAFile: cfg.CAFile, RootCAs: cfg.RootCAs, TokenFile: cfg.TokenFile, ServerName: cfg.ServerName, VerifyNodeName: cfg.VerifyNodeName, Logger: log.Named("agents"),
 		URLFor: urls.of,
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
@@ -29,7 +30,7 @@ type Config struct {
 	// GateAddresses are the hosts spec.gates.prometheus may query (default:
 	// the cluster's Services only). A refused address fails the node with
 	// its reason, and no request is sent.
-	GateAddresses health.AddressPolicy
+	GateAddresses remote.AddressPolicy
 	Logger        *zap.Logger
 	// Sleep waits between judgements (default: a timer that honours ctx).
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -47,7 +48,7 @@ type Gate struct {
 	holds map[string]map[string]bool
 	// alertClients are spec.blocking.alerts' Prometheus clients by address
 	// (alerts.go), kept so each server's connections are reused.
-	alertClients map[string]*health.PrometheusClient
+	alertClients map[string]*remote.Prometheus
 }
 
 var (
@@ -241,7 +242,7 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 	}
 	var external []health.ExternalGate
 	prom, err := gatespec.Prometheus(in.Spec, g.cfg.GateAddresses, g.cfg.Logger)
-	if errors.Is(err, health.ErrAddressRefused) {
+	if errors.Is(err, remote.ErrAddressRefused) {
 		return health.Verdict{Outcome: health.Fail, Reasons: []string{err.Error()}}, nil
 	}
 	if err != nil {

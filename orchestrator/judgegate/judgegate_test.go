@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
@@ -424,7 +425,7 @@ func TestGateRefusesGateAddress(t *testing.T) {
 		t.Fatalf("refused address: %v %s %q, %d requests; want Fail naming the host and no request", err, v.Outcome, v.Reasons, hits.Load())
 	}
 	g, _, in, _ = rig(t, false, spec)
-	g.cfg.GateAddresses = health.AddressPolicy{Allow: []string{"127.0.0.1"}}
+	g.cfg.GateAddresses = remote.AddressPolicy{Allow: []string{"127.0.0.1"}}
 	if v, err := g.Judge(context.Background(), in); err != nil || v.Outcome != health.Pass || hits.Load() == 0 {
 		t.Fatalf("allowed address: %v %s %q, %d requests", err, v.Outcome, v.Reasons, hits.Load())
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // CNIChecker asks a node's agent for istio-cni's own health on its node
-// (the agent's /v1/cni): health.AgentClient. version is the plugin version
+// (the agent's /v1/cni): remote.Agent. version is the plugin version
 // expected ("" compares none).
 type CNIChecker interface {
 	CNI(ctx context.Context, node, version string) (wire.CNIHealth, error)

@@ -264,7 +264,7 @@ func agentSeesPods(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, a
 // /v1/snapshot…) as the orchestrator makes it: a token for the agent's
 // audience, the agent's certificate checked against the bundle the
 // orchestrator publishes and for the node's name (as
-// health.AgentClientConfig.VerifyNodeName does: the orchestrator in its
+// remote.AgentConfig.VerifyNodeName does: the orchestrator in its
 // container signed it for this node). It answers the body, and whether the
 // agent answered 200 (else the body is the error).
 func agentGetter(t *testing.T, ctx context.Context, c *Cluster, n *RealNode) func(ctx context.Context, path string) (string, bool) {

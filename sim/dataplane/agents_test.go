@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
@@ -41,7 +42,7 @@ func TestAgentsSeeOnlyTheirNodesPods(t *testing.T) {
 			_ = agents.Close()
 		}
 	})
-	client, err := health.NewAgentClient(health.AgentClientConfig{CAFile: agents.CAFile, TokenFile: agents.TokenFile,
+	client, err := remote.NewAgent(remote.AgentConfig{CAFile: agents.CAFile, TokenFile: agents.TokenFile,
 		URLFor: func(_ context.Context, node string) (string, error) {
 			return "https://" + net.JoinHostPort(ips[node], strconv.Itoa(port)), nil
 		}})

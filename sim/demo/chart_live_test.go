@@ -17,7 +17,7 @@ import (
 
 	"github.com/nodewise/nodewise/agentpki"
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -108,7 +108,7 @@ func revisionsReadAgents(ctx context.Context, in chart.Installed, c *cluster.Clu
 		return err
 	}
 	// client presents sa's token to the agents and finds them with kube.
-	client := func(sa string, kube kubernetes.Interface) (*health.AgentClient, error) {
+	client := func(sa string, kube kubernetes.Interface) (*remote.Agent, error) {
 		projected, err := in.Token(ctx, sa, nil, []string{agentpki.DefaultAudience})
 		if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
@@ -82,7 +82,7 @@ func startOrchestrator(ctx context.Context, c *cluster.Cluster, log *zap.Logger,
 	}
 	var rec interface{ Run(context.Context) error }
 	if agents != nil {
-		gate, r, err := judgegate.Build(*agents, health.AddressPolicy{}, c.Client, cfg.Registry, log)
+		gate, r, err := judgegate.Build(*agents, remote.AddressPolicy{}, c.Client, cfg.Registry, log)
 		if err != nil {
 			return nil, err
 		}

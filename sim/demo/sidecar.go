@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -60,7 +60,7 @@ func startMigrations(ctx context.Context, c *cluster.Cluster, crdDir string, age
 	}
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: c.Client, Migrations: mc, Log: log.Named("migration"), Registry: reg,
-		Gate: revisions.Gates(revisions.SpecGates(health.AddressPolicy{}, log), gate), Interval: 500 * time.Millisecond,
+		Gate: revisions.Gates(revisions.SpecGates(remote.AddressPolicy{}, log), gate), Interval: 500 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, nil, err

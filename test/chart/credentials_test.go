@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/agentpki"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -173,7 +173,7 @@ func TestChartAgentCredentials(t *testing.T) {
 		}
 		return p
 	}
-	agentsAs := func(tokenFile string, port int) *health.AgentClient {
+	agentsAs := func(tokenFile string, port int) *remote.Agent {
 		a, err := judgegate.Agents(judgegate.AgentConfig{RootCAs: signer.Pool, VerifyNodeName: true, TokenFile: tokenFile, Port: port}, orchKube, log)
 		if err != nil {
 			t.Fatal(err)

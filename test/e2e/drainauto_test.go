@@ -22,7 +22,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -40,12 +40,12 @@ const (
 
 // ageAgents are synthetic node agents behind one HTTPS server (path
 // /nodes/<node>/v1/snapshot), read by the orchestrator through the real
-// health.AgentClient (TLS verified against the server's CA, bearer token).
+// remote.Agent (TLS verified against the server's CA, bearer token).
 // Each snapshot lists the pods the API server has on that node, so the
 // orchestrator's view of pods and the agent's agree as they would on a node.
 type ageAgents struct {
 	srv    *httptest.Server
-	client *health.AgentClient
+	client *remote.Agent
 	start  time.Time
 
 	mu   sync.Mutex
@@ -67,7 +67,7 @@ func newAgeAgents(t *testing.T, c *cluster.Cluster, start time.Time) *ageAgents 
 		t.Fatal(err)
 	}
 	var err error
-	a.client, err = health.NewAgentClient(health.AgentClientConfig{CAFile: ca, TokenFile: tok, Timeout: time.Second, RetryMax: -1,
+	a.client, err = remote.NewAgent(remote.AgentConfig{CAFile: ca, TokenFile: tok, Timeout: time.Second, RetryMax: -1,
 		Logger: zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)),
 		URLFor: func(_ context.Context, node string) (string, error) { return a.srv.URL + "/nodes/" + node, nil }})
 	if err != nil {

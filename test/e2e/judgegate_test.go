@@ -36,6 +36,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
@@ -384,7 +385,7 @@ func startE2ECluster(t testing.TB) *e2e {
 // context: it gives up the Lease, and whatever its Recorder held is gone.
 func (e *e2e) startLeader(t testing.TB, identity string) (stop func()) {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Named(identity)
-	agents, err := health.NewAgentClient(health.AgentClientConfig{CAFile: e.ca, TokenFile: e.tok, Timeout: time.Second, RetryMax: 1,
+	agents, err := remote.NewAgent(remote.AgentConfig{CAFile: e.ca, TokenFile: e.tok, Timeout: time.Second, RetryMax: 1,
 		RetryWaitMin: 50 * time.Millisecond, RetryWaitMax: 100 * time.Millisecond, Logger: log,
 		URLFor: func(_ context.Context, node string) (string, error) { return e.f.srv.URL + "/nodes/" + node, nil }})
 	if err != nil {

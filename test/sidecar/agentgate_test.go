@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -48,7 +48,7 @@ func agentWaves(t *testing.T, to string) (*env, *fakeAgents, []string) {
 	gate.Track(e.ctx, names)
 	time.Sleep(3 * time.Second)
 	// As cmd/orchestrator wires it: the spec's gates and the agents' together.
-	e.controller(revisions.Gates(revisions.SpecGates(health.AddressPolicy{}, zaptest.NewLogger(t)), gate))
+	e.controller(revisions.Gates(revisions.SpecGates(remote.AddressPolicy{}, zaptest.NewLogger(t)), gate))
 	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "ag"},
 		Spec:       v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/test/promrig"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -51,7 +52,7 @@ func TestBuiltInNACKGateHaltsCanary(t *testing.T) {
 		promrig.Target{Addr: fakeIstiod(t, true), Labels: map[string]string{"istio_io_rev": "1-28"}}).URL
 	// As in a cluster whose Prometheus scrapes istiod: the series exist
 	// before the migration (without them the gate passes, saying so).
-	pc, err := health.NewPrometheusClient(health.PrometheusGateConfig{Address: prom, Addresses: health.AddressPolicy{Allow: []string{"127.0.0.1"}}})
+	pc, err := remote.NewPrometheus(remote.PrometheusGateConfig{Address: prom, Addresses: remote.AddressPolicy{Allow: []string{"127.0.0.1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestBuiltInNACKGateHaltsCanary(t *testing.T) {
 		s, err := pc.Query(ctx, `count(istio_build{component="pilot"})`, time.Time{})
 		return err == nil && len(s) == 1 && s[0].Value == 2, fmt.Errorf("%v %v", s, err)
 	})
-	e.controller(revisions.SpecGates(health.AddressPolicy{Allow: []string{"127.0.0.1"}}, zaptest.NewLogger(t).Named("gates")))
+	e.controller(revisions.SpecGates(remote.AddressPolicy{Allow: []string{"127.0.0.1"}}, zaptest.NewLogger(t).Named("gates")))
 	if _, err = e.mc.Create(ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "nk"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waves: tierWaves("1", "2"),

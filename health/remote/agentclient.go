@@ -1,4 +1,4 @@
-package health
+package remote
 
 import (
 	"context"
@@ -25,11 +25,11 @@ import (
 // from a node's agent. The judge fails closed on it.
 var ErrAgentUnavailable = errors.New("node agent unavailable")
 
-// AgentClientConfig configures the client the orchestrator uses to read node
+// AgentConfig configures the client the orchestrator uses to read node
 // agents' snapshots. The credential is the one the node agent documents
 // (package nodeagent, docs/nodeagent.md): TLS with the agent's CA, and a
 // bearer token read from a file shared with the agents.
-type AgentClientConfig struct {
+type AgentConfig struct {
 	// CAFile is the PEM bundle that signs the agents' serving certificates
 	// (required unless RootCAs). It is read again when it changes (a mounted
 	// ConfigMap the kubelet updates when the CA rotates), before a new
@@ -64,20 +64,20 @@ type AgentClientConfig struct {
 	Logger       *zap.Logger
 }
 
-// AgentClient reads snapshots from node agents over HTTPS. It implements
+// Agent reads snapshots from node agents over HTTPS. It implements
 // SnapshotSource.
-type AgentClient struct {
-	cfg  AgentClientConfig
+type Agent struct {
+	cfg  AgentConfig
 	http *retryablehttp.Client
 }
 
-// NewAgentClient validates cfg, fills defaults and loads the CA.
-func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
+// NewAgent validates cfg, fills defaults and loads the CA.
+func NewAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.CAFile == "" && cfg.RootCAs == nil {
-		return nil, errors.New("health.AgentClientConfig.CAFile is required: the PEM bundle that signs the node agents' certificates")
+		return nil, errors.New("remote.AgentConfig.CAFile is required: the PEM bundle that signs the node agents' certificates")
 	}
 	if cfg.TokenFile == "" {
-		return nil, errors.New("health.AgentClientConfig.TokenFile is required: the bearer token the node agents accept")
+		return nil, errors.New("remote.AgentConfig.TokenFile is required: the bearer token the node agents accept")
 	}
 	if _, err := readTokenFile(cfg.TokenFile); err != nil {
 		return nil, err
@@ -86,12 +86,12 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.VerifyNodeName && cfg.ServerName != "" {
-		return nil, errors.New("health.AgentClientConfig: VerifyNodeName and ServerName exclude each other (each node's name is verified)")
+		return nil, errors.New("remote.AgentConfig: VerifyNodeName and ServerName exclude each other (each node's name is verified)")
 	}
 	if cfg.RootCAs == nil {
 		roots, err := watchCA(cfg.CAFile, cfg.Logger)
 		if err != nil {
-			return nil, fmt.Errorf("health.AgentClientConfig.CAFile: %w", err)
+			return nil, fmt.Errorf("remote.AgentConfig.CAFile: %w", err)
 		}
 		cfg.RootCAs = roots
 	}
@@ -106,13 +106,13 @@ func NewAgentClient(cfg AgentClientConfig) (*AgentClient, error) {
 	if cfg.RetryMax < 0 {
 		o.RetryMax = 0
 	}
-	if err := o.validate("health.AgentClientConfig"); err != nil {
+	if err := o.validate("remote.AgentConfig"); err != nil {
 		return nil, err
 	}
 	tlsConfig := &tls.Config{ServerName: cfg.ServerName, MinVersion: tls.VersionTLS12}
 	hc := newRetryClient(o, tlsConfig, cfg.Logger)
 	hc.HTTPClient.Transport.(*http.Transport).DialTLSContext = dialTLSWith(cfg.RootCAs, tlsConfig)
-	return &AgentClient{cfg: cfg, http: hc}, nil
+	return &Agent{cfg: cfg, http: hc}, nil
 }
 
 // dialAddrKey carries, in a request's context, the address to dial when the
@@ -170,7 +170,7 @@ func readTokenFile(path string) (string, error) {
 
 // Snapshot fetches the node's current snapshot. Every failure wraps
 // ErrAgentUnavailable and says what went wrong.
-func (c *AgentClient) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
+func (c *Agent) Snapshot(ctx context.Context, node string) (wire.Snapshot, error) {
 	var s wire.Snapshot
 	if err := c.get(ctx, node, "/v1/snapshot", &s); err != nil {
 		return wire.Snapshot{}, err
@@ -188,7 +188,7 @@ func (c *AgentClient) Snapshot(ctx context.Context, node string) (wire.Snapshot,
 // (HistorySource). An agent that serves no history (an older one: 404)
 // wraps ErrNoHistory; every other failure wraps ErrAgentUnavailable. A
 // snapshot of another node or agent run than the answer's is an error.
-func (c *AgentClient) History(ctx context.Context, node string, since time.Time) (wire.History, error) {
+func (c *Agent) History(ctx context.Context, node string, since time.Time) (wire.History, error) {
 	var h wire.History
 	path := "/v1/history?since=" + url.QueryEscape(since.UTC().Format(time.RFC3339Nano))
 	if err := c.get(ctx, node, path, &h); err != nil {
@@ -206,7 +206,7 @@ func (c *AgentClient) History(ctx context.Context, node string, since time.Time)
 }
 
 // get fetches path from the node's agent and decodes its JSON into out.
-func (c *AgentClient) get(ctx context.Context, node, path string, out any) error {
+func (c *Agent) get(ctx context.Context, node, path string, out any) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%w: node %s: %s", ErrAgentUnavailable, node, fmt.Sprintf(format, args...))
 	}
@@ -260,7 +260,7 @@ func (c *AgentClient) get(ctx context.Context, node, path string, out any) error
 // plugin version expected ("" to compare none). Every failure to get an
 // answer wraps ErrAgentUnavailable; the checks' own failures are in the
 // answer.
-func (c *AgentClient) CNI(ctx context.Context, node, version string) (wire.CNIHealth, error) {
+func (c *Agent) CNI(ctx context.Context, node, version string) (wire.CNIHealth, error) {
 	path := "/v1/cni"
 	if version != "" {
 		path += "?version=" + url.QueryEscape(version)

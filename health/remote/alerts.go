@@ -1,4 +1,4 @@
-package health
+package remote
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 // FiringAlerts reads the server's alerts (/api/v1/alerts) and returns the
 // labels of each one firing (pending ones are left out). An error means
 // the alerts could not be read: a caller that blocks on alerts fails closed.
-func (c *PrometheusClient) FiringAlerts(ctx context.Context) ([]map[string]string, error) {
+func (c *Prometheus) FiringAlerts(ctx context.Context) ([]map[string]string, error) {
 	res, err := c.api.Alerts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading alerts from %s: %w", c.base.Redacted(), err)

@@ -1,4 +1,4 @@
-package health
+package remote
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestFiringAlertsAgainstRealServer(t *testing.T) {
       - alert: NeverFires
         expr: vector(1) == 2
 `)
-	c, err := NewPrometheusClient(PrometheusGateConfig{Address: srv.URL, Addresses: loopbackAllowed, RetryMax: -1})
+	c, err := NewPrometheus(PrometheusGateConfig{Address: srv.URL, Addresses: loopbackAllowed, RetryMax: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

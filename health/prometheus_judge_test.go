@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/test/promrig"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -55,9 +56,9 @@ func startPromRig(t *testing.T) *promRig {
 // a bound on a broken rig, not a timing assertion.
 const rigBound = time.Minute
 
-func (r *promRig) gate(t *testing.T, queries ...PromQuery) *PrometheusGate {
+func (r *promRig) gate(t *testing.T, queries ...remote.PromQuery) *remote.PrometheusGate {
 	t.Helper()
-	g, err := NewPrometheusGate(PrometheusGateConfig{Address: "http://" + r.addr, Queries: queries, Timeout: 2 * time.Second,
+	g, err := remote.NewPrometheusGate(remote.PrometheusGateConfig{Address: "http://" + r.addr, Queries: queries, Timeout: 2 * time.Second,
 		Addresses:    loopbackAllowed, // as an operator allows a Prometheus outside the cluster's Services
 		RetryWaitMin: 10 * time.Millisecond, RetryWaitMax: 50 * time.Millisecond})
 	if err != nil {
@@ -68,12 +69,12 @@ func (r *promRig) gate(t *testing.T, queries ...PromQuery) *PrometheusGate {
 
 // loopbackAllowed lets the gates reach the rig's Prometheus on 127.0.0.1,
 // which the default policy (cluster Services only) refuses.
-var loopbackAllowed = AddressPolicy{Allow: []string{"127.0.0.1"}}
+var loopbackAllowed = remote.AddressPolicy{Allow: []string{"127.0.0.1"}}
 
 var (
-	qSuccess = PromQuery{Name: "success-rate", Query: `min by (service) (shop_request_success_ratio{node="$node"})`, Threshold: 0.99}
-	qP99     = PromQuery{Name: "p99", Query: `histogram_quantile(0.99, sum by (le) (rate(shop_request_duration_seconds_bucket{node="$node"}[5s])))`, FailAbove: true, Threshold: 0.25}
-	qRejects = PromQuery{Name: "istiod-rejections", Query: `sum(pilot_total_xds_rejects)`, FailAbove: true, Threshold: 0}
+	qSuccess = remote.PromQuery{Name: "success-rate", Query: `min by (service) (shop_request_success_ratio{node="$node"})`, Threshold: 0.99}
+	qP99     = remote.PromQuery{Name: "p99", Query: `histogram_quantile(0.99, sum by (le) (rate(shop_request_duration_seconds_bucket{node="$node"}[5s])))`, FailAbove: true, Threshold: 0.25}
+	qRejects = remote.PromQuery{Name: "istiod-rejections", Query: `sum(pilot_total_xds_rejects)`, FailAbove: true, Threshold: 0}
 )
 
 func TestPrometheusGateAgainstRealServer(t *testing.T) {
@@ -81,7 +82,7 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	ctx := context.Background()
 	all := r.gate(t, qSuccess, qP99, qRejects)
 	testkit.WaitFor(t, rigBound, "the first scrapes", func() (bool, error) {
-		s, err := all.query(ctx, `rate(shop_request_duration_seconds_count[5s]) > 0`)
+		s, err := all.Query(ctx, `rate(shop_request_duration_seconds_count[5s]) > 0`, time.Time{})
 		return err == nil && len(s) > 0, err
 	})
 
@@ -94,9 +95,9 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 			t.Fatalf("valid queries: %v", err)
 		}
 		// The gate compared real numbers, not empty results.
-		for _, q := range []PromQuery{qSuccess, qP99} {
-			s, err := all.query(ctx, expand(q.Query, "node-a"))
-			if err != nil || len(s) != 1 || s[0].value <= 0 || s[0].value > 1 {
+		for _, q := range []remote.PromQuery{qSuccess, qP99} {
+			s, err := all.Query(ctx, strings.ReplaceAll(q.Query, "$node", "node-a"), time.Time{})
+			if err != nil || len(s) != 1 || s[0].Value <= 0 || s[0].Value > 1 {
 				t.Fatalf("%s returned %v %v, want one sample in (0, 1]", q.Name, s, err)
 			}
 		}
@@ -104,10 +105,10 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 
 	t.Run("a query with no data is inconclusive by default", func(t *testing.T) {
 		// A renamed metric returns no series; a ratio of nothing returns NaN.
-		renamed := PromQuery{Name: "renamed", Query: `min(shop_request_success_ratio_v2{node="$node"})`, Threshold: 0.99}
-		nan := PromQuery{Name: "nan-ratio", Query: `(shop_request_success_ratio{node="$node"} - shop_request_success_ratio{node="$node"}) / 0`, Threshold: 0.99}
-		for _, q := range []PromQuery{renamed, nan} {
-			s, err := all.query(ctx, expand(q.Query, "node-a"))
+		renamed := remote.PromQuery{Name: "renamed", Query: `min(shop_request_success_ratio_v2{node="$node"})`, Threshold: 0.99}
+		nan := remote.PromQuery{Name: "nan-ratio", Query: `(shop_request_success_ratio{node="$node"} - shop_request_success_ratio{node="$node"}) / 0`, Threshold: 0.99}
+		for _, q := range []remote.PromQuery{renamed, nan} {
+			s, err := all.Query(ctx, strings.ReplaceAll(q.Query, "$node", "node-a"), time.Time{})
 			if err != nil || (q.Name == "renamed") != (len(s) == 0) {
 				t.Fatalf("%s returned %v %v: the rig no longer makes the case this tests", q.Name, s, err)
 			}
@@ -142,9 +143,9 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 	})
 
 	t.Run("malformed query is a clear error at plan time", func(t *testing.T) {
-		bad := r.gate(t, qSuccess, PromQuery{Name: "broken", Query: `sum(rate(shop_request_duration_seconds_count[5m])`, Threshold: 1})
+		bad := r.gate(t, qSuccess, remote.PromQuery{Name: "broken", Query: `sum(rate(shop_request_duration_seconds_count[5m])`, Threshold: 1})
 		err := bad.Validate(ctx)
-		if !errors.Is(err, ErrBadQuery) || !strings.Contains(err.Error(), "queries[broken]") || !strings.Contains(err.Error(), "parse error") {
+		if !errors.Is(err, remote.ErrBadQuery) || !strings.Contains(err.Error(), "queries[broken]") || !strings.Contains(err.Error(), "parse error") {
 			t.Fatalf("malformed query: %v", err)
 		}
 		t.Logf("plan-time error: %v", err)
@@ -188,28 +189,8 @@ func TestPrometheusGateAgainstRealServer(t *testing.T) {
 			}
 			prev = v.Summary
 		}
-		if err := all.Validate(ctx); err == nil || errors.Is(err, ErrBadQuery) {
+		if err := all.Validate(ctx); err == nil || errors.Is(err, remote.ErrBadQuery) {
 			t.Fatalf("validation with the server down: %v", err)
 		}
 	})
-}
-
-func TestNewPrometheusGateValidation(t *testing.T) {
-	for _, c := range []struct {
-		cfg  PrometheusGateConfig
-		want string
-	}{
-		{PrometheusGateConfig{Address: "prometheus:9090", Queries: []PromQuery{qSuccess}}, "must be an http:// or https:// URL"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090"}, "at least one query"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "Bad Name", Query: "up"}}}, "lower-case"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{qSuccess, qSuccess}}, "used twice"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "x", Query: " "}}}, "must not be empty"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{qSuccess}, MaxConsecutiveErrors: -1}, "at least 1"},
-		{PrometheusGateConfig{Address: "http://p.m.svc:9090", Queries: []PromQuery{{Name: "x", Query: "up", NoData: "Ignore"}}}, `noData "Ignore": must be Inconclusive, Pass or Fail`},
-		{PrometheusGateConfig{Address: "http://p:9090", Queries: []PromQuery{qSuccess}}, "gate address not allowed"},
-	} {
-		if _, err := NewPrometheusGate(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package health
+package remote
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
-
-	"github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // ErrBadQuery marks a PromQL query the server rejected as malformed
@@ -69,14 +69,14 @@ type PrometheusGateConfig struct {
 // implements ExternalGate.
 type PrometheusGate struct {
 	cfg PrometheusGateConfig
-	*PrometheusClient
+	*Prometheus
 }
 
-// PrometheusClient queries one Prometheus server's HTTP API with
+// Prometheus queries one Prometheus server's HTTP API with
 // client_golang's API client, over the gates' retrying transport, within an
 // AddressPolicy. The sidecar wing's built-in gates use it for queries of
 // their own.
-type PrometheusClient struct {
+type Prometheus struct {
 	base *url.URL
 	api  promv1.API
 }
@@ -86,7 +86,7 @@ var queryName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 // NewPrometheusGate validates cfg and fills its defaults. It does not contact
 // the server; Validate does.
 func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
-	c, err := NewPrometheusClient(cfg)
+	c, err := NewPrometheus(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -118,14 +118,14 @@ func NewPrometheusGate(cfg PrometheusGateConfig) (*PrometheusGate, error) {
 	if cfg.MaxConsecutiveErrors < 1 {
 		return nil, fmt.Errorf("gates.prometheus.maxConsecutiveErrors %d: must be at least 1", cfg.MaxConsecutiveErrors)
 	}
-	return &PrometheusGate{cfg: cfg, PrometheusClient: c}, nil
+	return &PrometheusGate{cfg: cfg, Prometheus: c}, nil
 }
 
-// NewPrometheusClient builds the client of cfg's server: it reads Address,
+// NewPrometheus builds the client of cfg's server: it reads Address,
 // Addresses, the timeout and retry settings, CAFile, BearerTokenFile and
 // Logger, and ignores Queries and MaxConsecutiveErrors. An address the
 // policy refuses is an error wrapping ErrAddressRefused.
-func NewPrometheusClient(cfg PrometheusGateConfig) (*PrometheusClient, error) {
+func NewPrometheus(cfg PrometheusGateConfig) (*Prometheus, error) {
 	u, err := url.Parse(cfg.Address)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gates.prometheus.address %q: must be an http:// or https:// URL such as http://prometheus.monitoring.svc:9090", cfg.Address)
@@ -171,7 +171,7 @@ func NewPrometheusClient(cfg PrometheusGateConfig) (*PrometheusClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gates.prometheus.address %q: %w", cfg.Address, err)
 	}
-	return &PrometheusClient{base: u, api: promv1.NewAPI(ac)}, nil
+	return &Prometheus{base: u, api: promv1.NewAPI(ac)}, nil
 }
 
 // promTransport carries the API client's requests through the retrying
@@ -218,14 +218,14 @@ func (g *PrometheusGate) MaxConsecutiveErrors() int { return g.cfg.MaxConsecutiv
 // Check runs every query for node. Each sample on the wrong side of its
 // threshold is one failure. NaN samples (such as a success ratio with no
 // requests) are left out; a query left with nothing to compare is what its
-// NoData says: Inconclusive (GateResult.NoData), Pass, or Fail. The first
+// NoData says: Inconclusive (wire.GateResult.NoData), Pass, or Fail. The first
 // query that cannot be evaluated returns an error.
-func (g *PrometheusGate) Check(ctx context.Context, node string) (GateResult, error) {
-	var r GateResult
+func (g *PrometheusGate) Check(ctx context.Context, node string) (wire.GateResult, error) {
+	var r wire.GateResult
 	for _, q := range g.cfg.Queries {
 		samples, err := g.query(ctx, expand(q.Query, node))
 		if err != nil {
-			return GateResult{}, fmt.Errorf("query %s: %w", q.Name, err)
+			return wire.GateResult{}, fmt.Errorf("query %s: %w", q.Name, err)
 		}
 		compared := 0
 		for _, s := range samples {
@@ -295,7 +295,7 @@ type PromSample struct {
 // Query evaluates q as an instant query at time at (the server's now when
 // zero) and returns its samples; a scalar result is one sample without
 // labels. A query the server rejects as malformed wraps ErrBadQuery.
-func (c *PrometheusClient) Query(ctx context.Context, q string, at time.Time) ([]PromSample, error) {
+func (c *Prometheus) Query(ctx context.Context, q string, at time.Time) ([]PromSample, error) {
 	samples, err := c.queryAt(ctx, q, at)
 	if err != nil {
 		return nil, err
@@ -307,13 +307,13 @@ func (c *PrometheusClient) Query(ctx context.Context, q string, at time.Time) ([
 	return out, nil
 }
 
-func (c *PrometheusClient) query(ctx context.Context, q string) ([]promSample, error) {
+func (c *Prometheus) query(ctx context.Context, q string) ([]promSample, error) {
 	return c.queryAt(ctx, q, time.Time{})
 }
 
 // queryAt evaluates q at time at (the server's now when zero). A query the
 // server rejects as malformed (bad_data) wraps ErrBadQuery.
-func (c *PrometheusClient) queryAt(ctx context.Context, q string, at time.Time) ([]promSample, error) {
+func (c *Prometheus) queryAt(ctx context.Context, q string, at time.Time) ([]promSample, error) {
 	val, _, _, err := c.api.Query(ctx, q, at) // a zero time is left out: the server's now
 	if err != nil {
 		var apiErr *promv1.Error

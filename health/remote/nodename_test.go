@@ -1,4 +1,4 @@
-package health
+package remote
 
 import (
 	"context"
@@ -58,8 +58,8 @@ func TestAgentClientVerifiesTheNodeName(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return srv.URL, tokens
 	}
-	client := func(url string) *AgentClient {
-		c, err := NewAgentClient(AgentClientConfig{RootCAs: func() *x509.CertPool { return pool }, TokenFile: tokFile, RetryMax: -1,
+	client := func(url string) *Agent {
+		c, err := NewAgent(AgentConfig{RootCAs: func() *x509.CertPool { return pool }, TokenFile: tokFile, RetryMax: -1,
 			VerifyNodeName: true, URLFor: func(context.Context, string) (string, error) { return url, nil }})
 		if err != nil {
 			t.Fatal(err)
