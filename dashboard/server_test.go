@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,24 @@ func TestStartFailsWhenRolloutsCannotBeListed(t *testing.T) {
 	defer cancel()
 	if err := s.Start(ctx); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "listing NodeRollouts") {
 		t.Errorf("Start: %v, want the Forbidden listing NodeRollouts", err)
+	}
+}
+
+// TestFailedRolloutShowsWhy: a rollout that could not start (Failed, its
+// reason in the Valid condition, no halt reason) is shown as failed, in the
+// list and on its page, with that reason.
+func TestFailedRolloutShowsWhy(t *testing.T) {
+	const why = "spec.nodeSelector pool=ingres matches no node: check its labels"
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "nowhere", CreationTimestamp: metav1.NewTime(t0)}}
+	nr.Status.Phase = v1alpha1.PhaseFailed
+	nr.Status.Conditions = []metav1.Condition{{Type: "Valid", Status: metav1.ConditionFalse, Reason: "Invalid", Message: why}}
+	e := newEnv(t, false, nr)
+	_, page := e.get("/")
+	wantIn(t, page, `phase-Failed">Failed`, `<td class="reason">`+why+`</td>`)
+	_, page = e.get("/rollouts/nowhere")
+	wantIn(t, page, `phase-Failed" id="phase">Failed`, `<section class="halt" id="failed">`, `<p class="reason">`+why+`</p>`)
+	_, css := e.get("/static/style.css")
+	if !regexp.MustCompile(`(?m)^[^{]*\.phase-Failed[ ,{][^{]*\{[^}]*var\(--bad\)`).MatchString(css) {
+		t.Error("style.css does not colour .phase-Failed as bad")
 	}
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net/url"
@@ -42,7 +43,7 @@ func buildList(rs []*v1alpha1.NodeRollout, ms []*v1alpha1.RevisionMigration, now
 	for _, nr := range rs {
 		c := nr.Status.Counts
 		p.Rollouts = append(p.Rollouts, rolloutRow{
-			Name: nr.Name, Phase: phaseOr(string(nr.Status.Phase)), Age: age(nr.CreationTimestamp.Time, now), Reason: nr.Status.HaltReason,
+			Name: nr.Name, Phase: phaseOr(string(nr.Status.Phase)), Age: age(nr.CreationTimestamp.Time, now), Reason: nr.Status.PhaseReason(),
 			Done: c.Done, Total: c.Total, Failed: c.Failed, InFlight: c.InProgress, Percent: percent(int(c.Done+c.Skipped+c.RolledBack), int(c.Total)),
 		})
 	}
@@ -74,6 +75,8 @@ type rolloutPage struct {
 	Halt        *haltView
 	Groups      []nodeGroup
 	Targets     []v1alpha1.TargetStatus
+	// Failed is why a Failed rollout cannot run ("" in another phase).
+	Failed string
 }
 
 // nodeGroup is a run of nodes of one wave and zone, in the planned order.
@@ -95,6 +98,9 @@ func buildRollout(nr *v1alpha1.NodeRollout, now time.Time) rolloutPage {
 	c := nr.Status.Counts
 	p := rolloutPage{Name: nr.Name, Phase: phaseOr(string(nr.Status.Phase)), Counts: c, Paused: nr.Spec.Paused, Targets: nr.Status.Targets,
 		Percent: percent(int(c.Done+c.Skipped+c.RolledBack), int(c.Total)), Halt: buildHalt(nr)}
+	if nr.Status.Phase == v1alpha1.PhaseFailed {
+		p.Failed = cmp.Or(nr.Status.PhaseReason(), "no reason recorded")
+	}
 	for _, n := range nr.Status.Nodes {
 		row := nodeRow{Name: n.Name, State: string(n.State), Class: stateClass(n.State), Verdict: firstClause(n.Verdict), FullVerdict: n.Verdict, Reason: otherReason(&n), Canary: n.Canary}
 		if inFlight(n.State) {

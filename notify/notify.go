@@ -1,6 +1,7 @@
 // Package notify tells people about NodeRollouts and RevisionMigrations by
 // webhook: each halt (a rollout's failed nodes, a migration's wave, and the
-// reason), each completion and each canary node's verdict, every message
+// reason), each completion, each rollout that fails (cannot run at all, and
+// why) and each canary node's verdict, every message
 // naming the cluster, in a Slack-compatible shape ({"text": ...}) or a
 // generic JSON one, through a retrying HTTP client. It watches their status
 // from outside the controllers (observe, diff, send), so it needs nothing but
@@ -24,6 +25,7 @@ type Kind string
 const (
 	Halted    Kind = "halted"
 	Completed Kind = "completed"
+	Failed    Kind = "failed"  // a rollout that cannot run at all (Failed), and why
 	Verdict   Kind = "verdict" // a canary node's gate verdict
 )
 
@@ -59,6 +61,8 @@ func (e Event) Text() string {
 		return fmt.Sprintf(":octagonal_sign: %s: NodeRollout %s halted at %s: %s", from, e.Rollout, nodesOr(e.Nodes, "no failed node"), e.Reason)
 	case Completed:
 		return fmt.Sprintf(":white_check_mark: %s: NodeRollout %s completed", from, e.Rollout)
+	case Failed:
+		return fmt.Sprintf(":x: %s: NodeRollout %s failed: %s", from, e.Rollout, e.Reason)
 	default:
 		return fmt.Sprintf("%s: NodeRollout %s canary %s: %s", from, e.Rollout, nodesOr(e.Nodes, "?"), e.Verdict)
 	}
@@ -88,7 +92,7 @@ func viewOf(nr *v1alpha1.NodeRollout) view {
 }
 
 // changes is the pure decision: the events between two looks at the same
-// rollouts. A rollout entering Halted or Completed gives one event; a
+// rollouts. A rollout entering Halted, Completed or Failed gives one event; a
 // canary's verdict that is new or different gives one. A rollout not seen
 // before counts as coming from nothing (prev lacks it).
 func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []Event {
@@ -103,6 +107,8 @@ func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []
 				out = append(out, Event{Kind: Halted, Rollout: nr.Name, Nodes: failedNodes(nr), Reason: nr.Status.HaltReason, Time: now})
 			case v1alpha1.PhaseCompleted:
 				out = append(out, Event{Kind: Completed, Rollout: nr.Name, Time: now})
+			case v1alpha1.PhaseFailed:
+				out = append(out, Event{Kind: Failed, Rollout: nr.Name, Reason: nr.Status.PhaseReason(), Time: now})
 			}
 		}
 		nodes := make([]string, 0, len(v.verdicts))

@@ -22,6 +22,24 @@ func rollout(name string, phase v1alpha1.RolloutPhase, reason string, nodes ...v
 	return nr
 }
 
+const noNode = "spec.nodeSelector pool=ingres matches no node: check its labels"
+
+// failedRollout is a rollout that could not start, as the orchestrator
+// writes it: phase Failed, no halt reason, the reason in its Valid condition.
+func failedRollout(name, why string) v1alpha1.NodeRollout {
+	nr := rollout(name, v1alpha1.PhaseFailed, "")
+	nr.Status.Conditions = []metav1.Condition{{Type: "Valid", Status: metav1.ConditionFalse, Reason: "Invalid", Message: why}}
+	return nr
+}
+
+// TestFailedText: the message of a rollout that failed says so, with why.
+func TestFailedText(t *testing.T) {
+	got := Event{Kind: Failed, Cluster: "prod", Rollout: "up", Reason: noNode}.Text()
+	if want := ":x: nodewise [prod]: NodeRollout up failed: " + noNode; got != want {
+		t.Errorf("Text() = %q, want %q", got, want)
+	}
+}
+
 func TestChanges(t *testing.T) {
 	now := time.Unix(100, 0)
 	canaryPass := v1alpha1.NodeStatus{Name: "n1", Canary: true, State: v1alpha1.NodeDone, Verdict: "Pass: no regression"}
@@ -42,6 +60,10 @@ func TestChanges(t *testing.T) {
 			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseCompleted, "", canaryPass)}, []string{"verdict [n1] Pass: no regression", "completed [] "}},
 		{"a rollout new since the last look that is already halted", map[string]view{},
 			[]v1alpha1.NodeRollout{rollout("new", v1alpha1.PhaseHalted, "pdb", failed)}, []string{"halted [n2] pdb"}},
+		{"a rollout that fails names why (its Valid condition)", map[string]view{"r": {phase: v1alpha1.PhasePending}},
+			[]v1alpha1.NodeRollout{failedRollout("r", noNode)}, []string{"failed [] " + noNode}},
+		{"a failure seen again is not sent again", map[string]view{"r": {phase: v1alpha1.PhaseFailed}},
+			[]v1alpha1.NodeRollout{failedRollout("r", noNode)}, nil},
 		{"a non-canary verdict says nothing", prog,
 			[]v1alpha1.NodeRollout{rollout("r", v1alpha1.PhaseProgressing, "", v1alpha1.NodeStatus{Name: "n3", Verdict: "Pass"})}, nil},
 	} {
