@@ -16,11 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
-// holdKuredLock holds Kured's lock (planner.TakeKuredLock) for the
+// holdKuredLock holds Kured's lock (locks.TakeKured) for the
 // rollout's nodes in flight and those the plan starts now, or releases it
 // when there are none (or the rollout only honours Kured's lock). The lock
 // itself is the record: it names the rollout (nodewise:<rollout>), so a new
@@ -43,11 +44,11 @@ func (e *executor) holdKuredLock(ctx context.Context, nr *v1alpha1.NodeRollout, 
 		}
 		slices.Sort(nodes)
 	}
-	w, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nodes)
+	w, err := e.syncKuredLock(ctx, locks.KuredHolder(nr.Name), nodes)
 	switch w {
 	case lockTaken:
 		e.recorder.Eventf(nr, corev1.EventTypeNormal, "KuredLockTaken", "holding Kured's lock on DaemonSet %s/%s as %s while node(s) %s are in flight",
-			e.cfg.KuredNamespace, e.cfg.KuredDaemonSet, planner.KuredHolder(nr.Name), strings.Join(nodes, ", "))
+			e.cfg.KuredNamespace, e.cfg.KuredDaemonSet, locks.KuredHolder(nr.Name), strings.Join(nodes, ", "))
 	case lockReleased:
 		e.recorder.Eventf(nr, corev1.EventTypeNormal, "KuredLockReleased", "released Kured's lock on DaemonSet %s/%s: no node in flight",
 			e.cfg.KuredNamespace, e.cfg.KuredDaemonSet)
@@ -124,10 +125,10 @@ func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []str
 		if err != nil || (!ch.Write && !ch.Remove) {
 			return lockUnchanged, err
 		}
-		had := slices.Contains(planner.KuredLockHolders(fresh.Annotations[planner.AnnotationKuredLock]), holder)
-		delete(fresh.Annotations, planner.AnnotationKuredLock)
+		had := slices.Contains(locks.NodewiseHolders(fresh.Annotations[locks.AnnotationKured]), holder)
+		delete(fresh.Annotations, locks.AnnotationKured)
 		if !ch.Remove {
-			fresh.SetAnnotations(labels.Merge(fresh.Annotations, labels.Set{planner.AnnotationKuredLock: ch.Value}))
+			fresh.SetAnnotations(labels.Merge(fresh.Annotations, labels.Set{locks.AnnotationKured: ch.Value}))
 		}
 		sent := e.cfg.Now()
 		out, err := e.kube.AppsV1().DaemonSets(ns).Update(ctx, fresh, metav1.UpdateOptions{FieldManager: model.FieldManager})
@@ -152,13 +153,13 @@ func (e *executor) syncKuredLock(ctx context.Context, holder string, nodes []str
 	return lockUnchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: conflicts, 5 times in a row", ns, name)
 }
 
-func (e *executor) kuredLockChange(ds *appsv1.DaemonSet, holder string, nodes []string) (planner.KuredLockChange, error) {
-	cur, present := ds.Annotations[planner.AnnotationKuredLock]
+func (e *executor) kuredLockChange(ds *appsv1.DaemonSet, holder string, nodes []string) (locks.KuredChange, error) {
+	cur, present := ds.Annotations[locks.AnnotationKured]
 	concurrency := 1
 	for _, c := range ds.Spec.Template.Spec.Containers {
-		concurrency = max(concurrency, planner.KuredConcurrency(append(slices.Clone(c.Command), c.Args...), c.Env))
+		concurrency = max(concurrency, locks.KuredConcurrency(append(slices.Clone(c.Command), c.Args...), c.Env))
 	}
-	return planner.TakeKuredLock(cur, present, planner.KuredLockWant{
+	return locks.TakeKured(cur, present, locks.KuredWant{
 		Holder: holder, Nodes: nodes, MaxOwners: concurrency, TTL: e.cfg.KuredLockTTL, Now: e.kuredClock.Now(e.cfg.Now()),
 	})
 }
@@ -172,7 +173,7 @@ func (e *executor) kuredElsewhere() error {
 		return fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	}
 	for _, ds := range dss {
-		if _, ok := ds.Annotations[planner.AnnotationKuredLock]; ok {
+		if _, ok := ds.Annotations[locks.AnnotationKured]; ok {
 			return fmt.Errorf("Kured's lock is on DaemonSet %s/%s, not on %s/%s (the orchestrator's --kured-daemonset): set that flag to it, or spec.coordination.kuredLock: honour",
 				ds.Namespace, ds.Name, e.cfg.KuredNamespace, e.cfg.KuredDaemonSet)
 		}
@@ -187,8 +188,8 @@ func (e *executor) releaseGoneKuredLocks(ctx context.Context, live map[string]bo
 	if err != nil {
 		return
 	}
-	for _, h := range planner.KuredLockHolders(ds.Annotations[planner.AnnotationKuredLock]) {
-		if live[h[len(planner.KuredHolderPrefix):]] {
+	for _, h := range locks.NodewiseHolders(ds.Annotations[locks.AnnotationKured]) {
+		if live[h[len(locks.KuredHolderPrefix):]] {
 			continue
 		}
 		if _, err := e.syncKuredLock(ctx, h, nil); err != nil && !errors.Is(err, context.Canceled) {

@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 )
 
 func kuredDS(ns, lock string) *appsv1.DaemonSet {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kured"}}
 	if lock != "" {
-		ds.Annotations = map[string]string{planner.AnnotationKuredLock: lock}
+		ds.Annotations = map[string]string{locks.AnnotationKured: lock}
 	}
 	return ds
 }
@@ -28,7 +28,7 @@ func (e *env) kuredLockOnAPI() (string, bool) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v, ok := ds.Annotations[planner.AnnotationKuredLock]
+	v, ok := ds.Annotations[locks.AnnotationKured]
 	return v, ok
 }
 
@@ -64,14 +64,14 @@ func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 // in flight) is no error.
 func TestKuredLockOnAnotherDaemonSetHoldsStarts(t *testing.T) {
 	e := newEnv(t, kuredDS("ops", `{"nodeID":"node-3","created":"2026-11-30T09:59:00Z","TTL":0}`))
-	_, err := e.ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), []string{"node-1"})
+	_, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 	if err == nil || !strings.Contains(err.Error(), "ops/kured") || !strings.Contains(err.Error(), "--kured-daemonset") {
 		t.Errorf("start beside a lock on ops/kured: %v, want an error naming it and --kured-daemonset", err)
 	}
-	if _, err := e.ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), nil); err != nil {
+	if _, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), nil); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	if _, err := newEnv(t).ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), []string{"node-1"}); err != nil {
+	if _, err := newEnv(t).ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"}); err != nil {
 		t.Errorf("no Kured at all: %v, want nothing to hold", err)
 	}
 }
@@ -98,10 +98,10 @@ func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
 			}
 			return true, nil, apierrors.NewConflict(appsv1.Resource("daemonsets"), "kured", errors.New("the object has been modified"))
 		})
-		w, err := e.ex.syncKuredLock(e.ctx, planner.KuredHolder("r"), []string{"node-1"})
+		w, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 		v, _ := e.kuredLockOnAPI()
 		switch {
-		case kuredWrites && (!errors.Is(err, planner.ErrKuredHolds) || v != kuredLock):
+		case kuredWrites && (!errors.Is(err, locks.ErrKuredHolds) || v != kuredLock):
 			t.Errorf("Kured acquired during nodewise's update: err %v, lock %s; want ErrKuredHolds and Kured's lock untouched", err, v)
 		case !kuredWrites && (err != nil || !strings.Contains(v, `"nodeID":"nodewise:r"`)):
 			t.Errorf("a conflict with no Kured write: err %v, lock %s; want nodewise's lock after the retry", err, v)

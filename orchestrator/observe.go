@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -200,12 +201,12 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	}
-	held, unreadable := planner.KuredHolders(dss, e.kuredClock.Now(e.cfg.Now())) // Kured wrote its lock by its clock: the API server's, best known
-	pods, err := e.pods.List(planner.SUCPodSelector())
+	held, unreadable := locks.KuredHolders(dss, e.kuredClock.Now(e.cfg.Now())) // Kured wrote its lock by its clock: the API server's, best known
+	pods, err := e.pods.List(locks.SUCPodSelector())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
 	}
-	for n, why := range planner.SUCHolders(pods) {
+	for n, why := range locks.SUCHolders(pods) {
 		if _, ok := held[n]; !ok {
 			held[n] = why
 		}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // nodeView is the named node of a snapshot.
@@ -62,9 +62,9 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 	// Kured holds n2; an SUC job holds n3; the pre-pull pods of n1 (one per
 	// target), ztunnel's alone of n3, and a deleted one of n2.
 	kured := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
-		Annotations: map[string]string{planner.AnnotationKuredLock: `{"nodeID":"n2"}`}}}
+		Annotations: map[string]string{locks.AnnotationKured: `{"nodeID":"n2"}`}}}
 	suc := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "apply-os", Namespace: "system-upgrade",
-		Labels: map[string]string{planner.LabelSUCPlan: "os", planner.LabelSUCNode: "n3"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		Labels: map[string]string{locks.LabelSUCPlan: "os", locks.LabelSUCNode: "n3"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	prepull := func(node, target string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", node, target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepull: "r", model.LabelPrepullTarget: target}},
 			Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pull-0"}}},
@@ -141,7 +141,7 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 // reported, so the planner starts no node (fail closed).
 func TestSnapshotUnreadableKuredLock(t *testing.T) {
 	kured := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
-		Annotations: map[string]string{planner.AnnotationKuredLock: `{not json`}}}
+		Annotations: map[string]string{locks.AnnotationKured: `{not json`}}}
 	e := newEnv(t, append(cluster(fixture.OldHash, "n1"), kured, rollout("r", nil))...)
 	s, err := e.ex.Snapshot(e.stored("r"), model.MustPolicy(e.stored("r").Spec))
 	if err != nil {
@@ -263,7 +263,7 @@ func TestSnapshotFromAPI(t *testing.T) {
 	objs := cluster(fixture.OldHash, "n1", "n2")
 	nodeIn(objs, "n1").Annotations = recordOf(nr, v1alpha1.NodeSoak)
 	kured := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
-		Annotations: map[string]string{planner.AnnotationKuredLock: `{"nodeID":"n2"}`}}}
+		Annotations: map[string]string{locks.AnnotationKured: `{"nodeID":"n2"}`}}}
 	objs = append(objs, kured)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "x"}, "", errors.New("RBAC"))
 	broken := apierrors.NewInternalError(errors.New("etcd down"))

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
@@ -48,7 +48,7 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 			_ = dss.Add(&dl.Items[i])
 		}
 	}
-	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: planner.SUCPodSelector().String()})
+	sl, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: locks.SUCPodSelector().String()})
 	switch {
 	case apierrors.IsForbidden(err):
 	case err != nil:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/orchestrator/write"
@@ -94,7 +95,7 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 			// finished; a spec change (e.g. rollback) wakes it. A crash
 			// between its last node and the release left Kured's lock held.
 			keep = &fleetView{finished: true}
-			_, err := e.syncKuredLock(ctx, planner.KuredHolder(nr.Name), nil)
+			_, err := e.syncKuredLock(ctx, locks.KuredHolder(nr.Name), nil)
 			return err
 		}
 	}

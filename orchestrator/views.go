@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -188,7 +189,7 @@ func (e *executor) podEvent(old, obj any) {
 		if !ok {
 			continue
 		}
-		if _, suc := p.Labels[planner.LabelSUCPlan]; suc {
+		if _, suc := p.Labels[locks.LabelSUCPlan]; suc {
 			e.dirty.All()
 			continue
 		}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // passes is how many passes of kind the executor ran.
@@ -229,7 +229,7 @@ func TestChangesThatMayTouchEveryNodePlanInFull(t *testing.T) {
 			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Status.ObservedGeneration-- }))
 		}},
 		{"a DaemonSet's annotations (Kured's lock)", func() {
-			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Annotations = map[string]string{planner.AnnotationKuredLock: "{}"} }))
+			e.ex.daemonSetEvent(ds, with(func(d *appsv1.DaemonSet) { d.Annotations = map[string]string{locks.AnnotationKured: "{}"} }))
 		}},
 		{"a system-upgrade-controller job pod", func() {
 			e.ex.podEvent(nil, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "suc", Labels: map[string]string{"upgrade.cattle.io/plan": "p"}}})

@@ -1,4 +1,4 @@
-package planner
+package locks
 
 import (
 	"encoding/json"
@@ -30,27 +30,27 @@ const KuredHolderPrefix = "nodewise:"
 // KuredHolder is the holder a rollout writes in Kured's lock.
 func KuredHolder(rollout string) string { return KuredHolderPrefix + rollout }
 
-// KuredLockValue is one lock, Kured's LockAnnotationValue; nodewise adds the
+// KuredValue is one lock, Kured's LockAnnotationValue; nodewise adds the
 // nodes it has in flight to the metadata (Kured ignores the field).
-type KuredLockValue struct {
+type KuredValue struct {
 	NodeID   string        `json:"nodeID"`
-	Metadata KuredLockMeta `json:"metadata,omitempty"`
+	Metadata KuredMeta     `json:"metadata,omitempty"`
 	Created  time.Time     `json:"created"`
 	TTL      time.Duration `json:"TTL"`
 }
 
-// KuredLockMeta is Kured's NodeMeta plus nodewise's in-flight nodes.
-type KuredLockMeta struct {
+// KuredMeta is Kured's NodeMeta plus nodewise's in-flight nodes.
+type KuredMeta struct {
 	Unschedulable bool     `json:"unschedulable"`
 	Nodes         []string `json:"nodes,omitempty"`
 }
 
 type kuredMultiLock struct {
-	MaxOwners int              `json:"maxOwners"`
-	Locks     []KuredLockValue `json:"locks"`
+	MaxOwners int          `json:"maxOwners"`
+	Locks     []KuredValue `json:"locks"`
 }
 
-func (v KuredLockValue) expired(now time.Time) bool {
+func (v KuredValue) expired(now time.Time) bool {
 	return v.TTL > 0 && now.Sub(v.Created) >= v.TTL
 }
 
@@ -64,15 +64,15 @@ func ours(id, holder string) bool {
 // nodewise needs.
 var ErrKuredHolds = errors.New("Kured's lock is held")
 
-// KuredLockChange is what TakeKuredLock decided: Write the annotation with
+// KuredChange is what TakeKured decided: Write the annotation with
 // Value, or Remove it, or neither (the lock is as it should be).
-type KuredLockChange struct {
+type KuredChange struct {
 	Write, Remove bool
 	Value         string
 }
 
-// KuredLockWant is what a rollout wants of Kured's lock now.
-type KuredLockWant struct {
+// KuredWant is what a rollout wants of Kured's lock now.
+type KuredWant struct {
 	Holder string
 	// Nodes in flight; none: release.
 	Nodes []string
@@ -84,7 +84,7 @@ type KuredLockWant struct {
 	Now       time.Time
 }
 
-// TakeKuredLock decides the next value of Kured's lock annotation (cur;
+// TakeKured decides the next value of Kured's lock annotation (cur;
 // present says whether the DaemonSet carries it) for w. It never takes over
 // an entry that is not expired and not w.Holder's: then it returns
 // ErrKuredHolds, naming the holders, and the nodes wait. The holder renews its lock (a new created, w.Now: the
@@ -95,13 +95,13 @@ type KuredLockWant struct {
 // nodes in flight. With a multi-lock it fills every free entry up to
 // maxOwners (holder, holder#2, …): Kured's Acquire takes an entry whenever
 // one is free or expired, and would reboot a node nodewise is swapping.
-func TakeKuredLock(cur string, present bool, w KuredLockWant) (KuredLockChange, error) {
+func TakeKured(cur string, present bool, w KuredWant) (KuredChange, error) {
 	want := len(w.Nodes) > 0
 	multi := w.MaxOwners > 1
 	if present && cur != "" {
 		var probe map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(cur), &probe); err != nil {
-			return KuredLockChange{}, fmt.Errorf("Kured's lock %s is not JSON: %w", AnnotationKuredLock, err)
+			return KuredChange{}, fmt.Errorf("Kured's lock %s is not JSON: %w", AnnotationKured, err)
 		}
 		_, hasLocks := probe["locks"]
 		_, hasMax := probe["maxOwners"]
@@ -110,53 +110,53 @@ func TakeKuredLock(cur string, present bool, w KuredLockWant) (KuredLockChange, 
 	if multi {
 		return takeMulti(cur, present, w, want)
 	}
-	var v KuredLockValue
+	var v KuredValue
 	if present && cur != "" {
 		if err := json.Unmarshal([]byte(cur), &v); err != nil {
-			return KuredLockChange{}, fmt.Errorf("Kured's lock %s: %w", AnnotationKuredLock, err)
+			return KuredChange{}, fmt.Errorf("Kured's lock %s: %w", AnnotationKured, err)
 		}
 	}
 	mine := present && v.NodeID == w.Holder
 	switch {
 	case present && !mine && v.NodeID != "" && !v.expired(w.Now):
 		if !want {
-			return KuredLockChange{}, nil
+			return KuredChange{}, nil
 		}
-		return KuredLockChange{}, fmt.Errorf("%w by %s (since %s)", ErrKuredHolds, v.NodeID, v.Created.UTC().Format(time.RFC3339))
+		return KuredChange{}, fmt.Errorf("%w by %s (since %s)", ErrKuredHolds, v.NodeID, v.Created.UTC().Format(time.RFC3339))
 	case !want && mine:
-		return KuredLockChange{Remove: true}, nil
+		return KuredChange{Remove: true}, nil
 	case !want:
-		return KuredLockChange{}, nil
+		return KuredChange{}, nil
 	case mine && slices.Equal(v.Metadata.Nodes, w.Nodes) && !renewDue(v, w):
-		return KuredLockChange{}, nil
+		return KuredChange{}, nil
 	}
 	b, err := json.Marshal(w.entry(w.Holder))
 	if err != nil {
-		return KuredLockChange{}, err
+		return KuredChange{}, err
 	}
-	return KuredLockChange{Write: true, Value: string(b)}, nil
+	return KuredChange{Write: true, Value: string(b)}, nil
 }
 
-func (w KuredLockWant) entry(id string) KuredLockValue {
-	return KuredLockValue{NodeID: id, Metadata: KuredLockMeta{Nodes: w.Nodes}, Created: w.Now.UTC(), TTL: w.TTL}
+func (w KuredWant) entry(id string) KuredValue {
+	return KuredValue{NodeID: id, Metadata: KuredMeta{Nodes: w.Nodes}, Created: w.Now.UTC(), TTL: w.TTL}
 }
 
 // renewDue: a quarter of the entry's TTL has passed (or its TTL is not ours).
-func renewDue(v KuredLockValue, w KuredLockWant) bool {
+func renewDue(v KuredValue, w KuredWant) bool {
 	return v.TTL != w.TTL || w.Now.Sub(v.Created) >= w.TTL/4
 }
 
-func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockChange, error) {
+func takeMulti(cur string, present bool, w KuredWant, want bool) (KuredChange, error) {
 	var m kuredMultiLock
 	if present && cur != "" {
 		if err := json.Unmarshal([]byte(cur), &m); err != nil {
-			return KuredLockChange{}, fmt.Errorf("Kured's multi-lock %s: %w", AnnotationKuredLock, err)
+			return KuredChange{}, fmt.Errorf("Kured's multi-lock %s: %w", AnnotationKured, err)
 		}
 	}
 	// Kured's Acquire counts against its own --concurrency, which may have
 	// changed since it wrote maxOwners: fill up to the larger.
 	owners := max(m.MaxOwners, w.MaxOwners, 1)
-	var others, mine []KuredLockValue
+	var others, mine []KuredValue
 	var holders []string
 	for _, l := range m.Locks {
 		switch {
@@ -171,13 +171,13 @@ func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockC
 	}
 	if !want {
 		if len(mine) == 0 {
-			return KuredLockChange{}, nil
+			return KuredChange{}, nil
 		}
 		return marshalMulti(kuredMultiLock{MaxOwners: owners, Locks: others})
 	}
 	free := owners - len(others)
 	if free <= 0 {
-		return KuredLockChange{}, fmt.Errorf("%w: every one of its %d entries, by %s", ErrKuredHolds, owners, strings.Join(holders, ","))
+		return KuredChange{}, fmt.Errorf("%w: every one of its %d entries, by %s", ErrKuredHolds, owners, strings.Join(holders, ","))
 	}
 	if len(mine) == free && len(mine) == len(m.Locks)-len(others) {
 		fresh := true
@@ -185,7 +185,7 @@ func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockC
 			fresh = fresh && slices.Equal(l.Metadata.Nodes, w.Nodes) && !renewDue(l, w)
 		}
 		if fresh {
-			return KuredLockChange{}, nil
+			return KuredChange{}, nil
 		}
 	}
 	next := kuredMultiLock{MaxOwners: owners, Locks: others}
@@ -199,15 +199,15 @@ func takeMulti(cur string, present bool, w KuredLockWant, want bool) (KuredLockC
 	return marshalMulti(next)
 }
 
-func marshalMulti(m kuredMultiLock) (KuredLockChange, error) {
+func marshalMulti(m kuredMultiLock) (KuredChange, error) {
 	if m.Locks == nil {
-		m.Locks = []KuredLockValue{} // Kured's Release leaves "locks":[]
+		m.Locks = []KuredValue{} // Kured's Release leaves "locks":[]
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return KuredLockChange{}, err
+		return KuredChange{}, err
 	}
-	return KuredLockChange{Write: true, Value: string(b)}, nil
+	return KuredChange{Write: true, Value: string(b)}, nil
 }
 
 // KuredConcurrency is Kured's --concurrency from its container's arguments,
@@ -239,12 +239,12 @@ func KuredConcurrency(args []string, env []corev1.EnvVar) int {
 	return 1
 }
 
-// KuredLockHolders are the holders nodewise wrote in the lock value (each
+// NodewiseHolders are the holders nodewise wrote in the lock value (each
 // rollout once), so a leader can release those of rollouts that are gone.
-func KuredLockHolders(cur string) []string {
+func NodewiseHolders(cur string) []string {
 	var m struct {
-		NodeID string           `json:"nodeID"`
-		Locks  []KuredLockValue `json:"locks"`
+		NodeID string       `json:"nodeID"`
+		Locks  []KuredValue `json:"locks"`
 	}
 	if json.Unmarshal([]byte(cur), &m) != nil {
 		return nil

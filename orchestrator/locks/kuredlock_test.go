@@ -1,4 +1,4 @@
-package planner
+package locks
 
 import (
 	"encoding/json"
@@ -13,8 +13,8 @@ import (
 
 var lockNow = time.Date(2026, 12, 4, 19, 0, 0, 0, time.UTC)
 
-func want(nodes ...string) KuredLockWant {
-	return KuredLockWant{Holder: "nodewise:r1", Nodes: nodes, MaxOwners: 1, TTL: 10 * time.Minute, Now: lockNow}
+func want(nodes ...string) KuredWant {
+	return KuredWant{Holder: "nodewise:r1", Nodes: nodes, MaxOwners: 1, TTL: 10 * time.Minute, Now: lockNow}
 }
 
 // kuredSingle is a lock as Kured's DaemonSetSingleLock.Acquire writes it.
@@ -27,7 +27,7 @@ func kuredSingle(node string, created time.Time, ttl time.Duration) string {
 // expired is taken only by its own holder.
 func kuredAcquireSingle(t *testing.T, v string, node string, now time.Time) bool {
 	t.Helper()
-	var l KuredLockValue
+	var l KuredValue
 	if err := json.Unmarshal([]byte(v), &l); err != nil {
 		t.Fatalf("Kured cannot read %s: %v", v, err)
 	}
@@ -57,11 +57,11 @@ func kuredAcquireMulti(t *testing.T, v string, maxOwners int, now time.Time) boo
 
 func TestTakeKuredSingleLock(t *testing.T) {
 	// No lock yet: nodewise writes one Kured reads as held by nodewise:r1.
-	ch, err := TakeKuredLock("", false, want("node-2", "node-1"))
+	ch, err := TakeKured("", false, want("node-2", "node-1"))
 	if err != nil || !ch.Write {
 		t.Fatalf("free lock: %+v, %v; want a write", ch, err)
 	}
-	var l KuredLockValue
+	var l KuredValue
 	if err := json.Unmarshal([]byte(ch.Value), &l); err != nil {
 		t.Fatal(err)
 	}
@@ -83,43 +83,43 @@ func TestTakeKuredSingleLock(t *testing.T) {
 
 	// Held and fresh: nothing to write; nodes changed or half the TTL gone: rewrite.
 	w := want("node-1", "node-2")
-	ch, _ = TakeKuredLock("", false, w)
-	if c, err := TakeKuredLock(ch.Value, true, w); err != nil || c.Write || c.Remove {
+	ch, _ = TakeKured("", false, w)
+	if c, err := TakeKured(ch.Value, true, w); err != nil || c.Write || c.Remove {
 		t.Errorf("fresh own lock: %+v, %v; want no change", c, err)
 	}
 	w.Now = lockNow.Add(4 * time.Minute)
-	if c, _ := TakeKuredLock(ch.Value, true, want("node-1")); !c.Write {
+	if c, _ := TakeKured(ch.Value, true, want("node-1")); !c.Write {
 		t.Errorf("nodes changed: %+v, want a write", c)
 	}
 	w.Now = lockNow.Add(5 * time.Minute)
-	if c, _ := TakeKuredLock(ch.Value, true, w); !c.Write || !strings.Contains(c.Value, "19:05:00Z") {
+	if c, _ := TakeKured(ch.Value, true, w); !c.Write || !strings.Contains(c.Value, "19:05:00Z") {
 		t.Errorf("half the TTL gone: %+v, want a renewal", c)
 	}
 	// Nothing in flight: the lock goes.
-	if c, _ := TakeKuredLock(ch.Value, true, want()); !c.Remove {
+	if c, _ := TakeKured(ch.Value, true, want()); !c.Remove {
 		t.Errorf("release: %+v, want Remove", c)
 	}
 
 	// Kured holds it (TTL 0: forever): nodewise waits, and never writes.
 	kured := kuredSingle("node-3", lockNow.Add(-time.Hour), 0)
-	c, err := TakeKuredLock(kured, true, want("node-1"))
+	c, err := TakeKured(kured, true, want("node-1"))
 	if !errors.Is(err, ErrKuredHolds) || c.Write || !strings.Contains(err.Error(), "node-3") {
 		t.Errorf("Kured's lock: %+v, %v; want ErrKuredHolds naming node-3", c, err)
 	}
-	if c, err := TakeKuredLock(kured, true, want()); err != nil || c.Write || c.Remove {
+	if c, err := TakeKured(kured, true, want()); err != nil || c.Write || c.Remove {
 		t.Errorf("release beside Kured's lock: %+v, %v; want no change", c, err)
 	}
 	// Kured's own lock expired (its --lock-ttl): nodewise may take it, as Kured would.
 	stale := kuredSingle("node-3", lockNow.Add(-2*time.Hour), time.Hour)
-	if c, err := TakeKuredLock(stale, true, want("node-1")); err != nil || !c.Write || !strings.Contains(c.Value, "nodewise:r1") {
+	if c, err := TakeKured(stale, true, want("node-1")); err != nil || !c.Write || !strings.Contains(c.Value, "nodewise:r1") {
 		t.Errorf("stale Kured lock: %+v, %v; want taken", c, err)
 	}
 	// Another rollout's lock is not this one's.
-	other, _ := TakeKuredLock("", false, KuredLockWant{Holder: "nodewise:r2", Nodes: []string{"n"}, TTL: time.Minute, Now: lockNow})
-	if _, err := TakeKuredLock(other.Value, true, want("node-1")); !errors.Is(err, ErrKuredHolds) {
+	other, _ := TakeKured("", false, KuredWant{Holder: "nodewise:r2", Nodes: []string{"n"}, TTL: time.Minute, Now: lockNow})
+	if _, err := TakeKured(other.Value, true, want("node-1")); !errors.Is(err, ErrKuredHolds) {
 		t.Errorf("another rollout's lock: %v, want ErrKuredHolds", err)
 	}
-	if _, err := TakeKuredLock("{nodeID", true, want("node-1")); err == nil {
+	if _, err := TakeKured("{nodeID", true, want("node-1")); err == nil {
 		t.Error("a lock that is not JSON: no error")
 	}
 }
@@ -128,7 +128,7 @@ func TestTakeKuredMultiLock(t *testing.T) {
 	w := want("node-1")
 	w.MaxOwners = 3
 	// No annotation, Kured --concurrency=3: nodewise fills every entry.
-	ch, err := TakeKuredLock("", false, w)
+	ch, err := TakeKured("", false, w)
 	if err != nil || !ch.Write {
 		t.Fatalf("%+v, %v", ch, err)
 	}
@@ -142,16 +142,16 @@ func TestTakeKuredMultiLock(t *testing.T) {
 	if kuredAcquireMulti(t, ch.Value, 3, lockNow.Add(time.Minute)) {
 		t.Errorf("Kured acquires an entry of %s", ch.Value)
 	}
-	if got := KuredLockHolders(ch.Value); fmt.Sprint(got) != "[nodewise:r1]" {
+	if got := NodewiseHolders(ch.Value); fmt.Sprint(got) != "[nodewise:r1]" {
 		t.Errorf("holders %v", got)
 	}
-	if c, err := TakeKuredLock(ch.Value, true, w); err != nil || c.Write {
+	if c, err := TakeKured(ch.Value, true, w); err != nil || c.Write {
 		t.Errorf("fresh own multi-lock: %+v, %v; want no change", c, err)
 	}
 
 	// Kured holds one entry (and one expired): nodewise fills the rest, keeps Kured's.
 	kured := fmt.Sprintf(`{"maxOwners":3,"locks":[%s,%s]}`, kuredSingle("node-7", lockNow.Add(-time.Minute), 0), kuredSingle("node-8", lockNow.Add(-2*time.Hour), time.Hour))
-	c, err := TakeKuredLock(kured, true, w)
+	c, err := TakeKured(kured, true, w)
 	if err != nil || !c.Write {
 		t.Fatalf("%+v, %v", c, err)
 	}
@@ -164,23 +164,23 @@ func TestTakeKuredMultiLock(t *testing.T) {
 		t.Errorf("Kured acquires an entry of %s", c.Value)
 	}
 	// Release keeps Kured's entry and the format Kured reads.
-	r, _ := TakeKuredLock(c.Value, true, want())
+	r, _ := TakeKured(c.Value, true, want())
 	if !r.Write || !strings.Contains(r.Value, "node-7") || strings.Contains(r.Value, "nodewise") || !strings.Contains(r.Value, `"maxOwners":3`) {
 		t.Errorf("release %+v", r)
 	}
 	// Every entry Kured's: nodewise waits.
 	full := fmt.Sprintf(`{"maxOwners":2,"locks":[%s,%s]}`, kuredSingle("node-7", lockNow, 0), kuredSingle("node-8", lockNow, 0))
-	if _, err := TakeKuredLock(full, true, want("node-1")); !errors.Is(err, ErrKuredHolds) || !strings.Contains(err.Error(), "node-7,node-8") {
+	if _, err := TakeKured(full, true, want("node-1")); !errors.Is(err, ErrKuredHolds) || !strings.Contains(err.Error(), "node-7,node-8") {
 		t.Errorf("full multi-lock: %v", err)
 	}
 	// Kured's --concurrency raised since it wrote maxOwners 2: its Acquire counts to 3.
 	w3 := want("node-1")
 	w3.MaxOwners = 3
-	if c, err := TakeKuredLock(`{"maxOwners":2,"locks":[]}`, true, w3); err != nil || kuredAcquireMulti(t, c.Value, 3, lockNow) {
+	if c, err := TakeKured(`{"maxOwners":2,"locks":[]}`, true, w3); err != nil || kuredAcquireMulti(t, c.Value, 3, lockNow) {
 		t.Errorf("multi-lock under a raised concurrency: %+v, %v; Kured acquires an entry", c, err)
 	}
 	// Kured's Release leaves "locks":[]: still a multi-lock, whatever the args say.
-	if c, _ := TakeKuredLock(`{"maxOwners":2,"locks":[]}`, true, want("node-1")); !strings.Contains(c.Value, `"locks":[`) {
+	if c, _ := TakeKured(`{"maxOwners":2,"locks":[]}`, true, want("node-1")); !strings.Contains(c.Value, `"locks":[`) {
 		t.Errorf("empty multi-lock rewritten as %s", c.Value)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 )
 
 // kuredDaemonSet creates a Kured-style DaemonSet in kube-system (scheduled
@@ -38,7 +38,7 @@ func (e *env) kuredDaemonSet(node string) {
 	}
 	if node != "" {
 		ds.Annotations = map[string]string{
-			planner.AnnotationKuredLock: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
+			locks.AnnotationKured: fmt.Sprintf(`{"nodeID":%q,"metadata":{"unschedulable":false},"created":%q,"TTL":0}`, node, time.Now().UTC().Format(time.RFC3339)),
 		}
 	}
 	if _, err := e.c.Client.AppsV1().DaemonSets("kube-system").Create(context.Background(), ds, metav1.CreateOptions{}); err != nil {
@@ -109,7 +109,7 @@ func TestKuredLockHoldsANode(t *testing.T) {
 	released := time.Now()
 	e.uncordon(rebooting)
 	if _, err := e.c.Client.AppsV1().DaemonSets("kube-system").Patch(context.Background(), "kured", "application/merge-patch+json",
-		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, planner.AnnotationKuredLock)), metav1.PatchOptions{}); err != nil {
+		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, locks.AnnotationKured)), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nr = e.waitPhase("beside-kured", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // kuredLockValue is Kured's LockAnnotationValue (kubereboot/kured
@@ -46,7 +46,7 @@ func (k kured) acquire(ctx context.Context) (bool, string, error) {
 		if err != nil {
 			return false, "", err
 		}
-		if s, ok := ds.Annotations[planner.AnnotationKuredLock]; ok {
+		if s, ok := ds.Annotations[locks.AnnotationKured]; ok {
 			var v kuredLockValue
 			if err := json.Unmarshal([]byte(s), &v); err != nil {
 				return false, "", err
@@ -59,7 +59,7 @@ func (k kured) acquire(ctx context.Context) (bool, string, error) {
 			ds.Annotations = map[string]string{}
 		}
 		b, _ := json.Marshal(kuredLockValue{NodeID: k.node, Created: time.Now().UTC()})
-		ds.Annotations[planner.AnnotationKuredLock] = string(b)
+		ds.Annotations[locks.AnnotationKured] = string(b)
 		if _, err := k.client.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
 			continue
 		} else if err != nil {
@@ -75,7 +75,7 @@ func (k kured) release(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		delete(ds.Annotations, planner.AnnotationKuredLock)
+		delete(ds.Annotations, locks.AnnotationKured)
 		if _, err := k.client.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 			return err
 		}
@@ -89,7 +89,7 @@ func (e *env) kuredLock() (kuredLockValue, bool) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	s, ok := ds.Annotations[planner.AnnotationKuredLock]
+	s, ok := ds.Annotations[locks.AnnotationKured]
 	var v kuredLockValue
 	if ok {
 		if err := json.Unmarshal([]byte(s), &v); err != nil {
@@ -214,15 +214,15 @@ func TestNodewiseTakesKuredLock(t *testing.T) {
 	tries := e.kuredTrying(k, name)
 	node := e.waitStep(name, v1alpha1.NodeSoak) // the first process holds here forever
 	v, ok := e.kuredLock()
-	if !ok || v.NodeID != planner.KuredHolder(name) || strings.Join(v.Metadata.Nodes, ",") != node || v.TTL != ttl {
-		t.Fatalf("Kured's lock while %s soaks: %+v (present %v), want holder %s for [%s], TTL %s", node, v, ok, planner.KuredHolder(name), node, ttl)
+	if !ok || v.NodeID != locks.KuredHolder(name) || strings.Join(v.Metadata.Nodes, ",") != node || v.TTL != ttl {
+		t.Fatalf("Kured's lock while %s soaks: %+v (present %v), want holder %s for [%s], TTL %s", node, v, ok, locks.KuredHolder(name), node, ttl)
 	}
 	w.mu.Lock()
 	firstSwap := w.firstSwap[node]
 	w.mu.Unlock()
 	time.Sleep(2 * ttl) // past the TTL: a live orchestrator renews it
 	renewed, _ := e.kuredLock()
-	if renewed.NodeID != planner.KuredHolder(name) || renewed.expired() || !renewed.Created.After(v.Created) {
+	if renewed.NodeID != locks.KuredHolder(name) || renewed.expired() || !renewed.Created.After(v.Created) {
 		t.Fatalf("after %s the lock is %+v, want nodewise's, renewed after %s", 2*ttl, renewed, v.Created)
 	}
 	tries.stop()
@@ -231,7 +231,7 @@ func TestNodewiseTakesKuredLock(t *testing.T) {
 	first.kill()
 	killed := time.Now()
 	time.Sleep(ttl + time.Second)
-	if stale, ok := e.kuredLock(); !ok || stale.NodeID != planner.KuredHolder(name) || !stale.expired() {
+	if stale, ok := e.kuredLock(); !ok || stale.NodeID != locks.KuredHolder(name) || !stale.expired() {
 		t.Fatalf("%s after the kill the lock is %+v (present %v), want nodewise's, expired for Kured", time.Since(killed).Round(time.Millisecond), stale, ok)
 	}
 
@@ -241,7 +241,7 @@ func TestNodewiseTakesKuredLock(t *testing.T) {
 	e.startProcess("second-"+name, "127.0.0.1:0", "--kured-lock-ttl", ttl.String())
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		v, ok := e.kuredLock()
-		return ok && v.NodeID == planner.KuredHolder(name) && !v.expired(), nil
+		return ok && v.NodeID == locks.KuredHolder(name) && !v.expired(), nil
 	}); err != nil {
 		v, _ := e.kuredLock()
 		t.Fatalf("the successor does not hold Kured's lock for %s in flight: %+v", node, v)

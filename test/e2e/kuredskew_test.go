@@ -6,7 +6,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 )
 
 // TestKuredLockHeldUnderClockSkew: issue 48 defect 8 (Kured's lock under
@@ -35,7 +35,7 @@ func TestKuredLockHeldUnderClockSkew(t *testing.T) {
 	// by the API server's clock (a pass and a second of measure later at most).
 	oldest, newest := time.Duration(0), time.Duration(0)
 	for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if v, ok := e.kuredLock(); ok && v.NodeID == planner.KuredHolder(name) {
+		if v, ok := e.kuredLock(); ok && v.NodeID == locks.KuredHolder(name) {
 			age := time.Since(v.Created)
 			oldest, newest = max(oldest, age), min(newest, age)
 		}

@@ -15,6 +15,7 @@ var rooms = map[string][]string{
 	"model":            {},
 	"metrics":          {},
 	"planner":          {"model"},
+	"locks":            {}, // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on
 	"observe":          {"model"},
