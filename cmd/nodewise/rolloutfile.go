@@ -32,7 +32,7 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote
 	if err != nil {
 		return rolloutFile{}, err
 	}
-	nr, p, perr := planner.ParseRollout(doc)
+	nr, p, perr := model.ParseRollout(doc)
 	if nr == nil {
 		return rolloutFile{}, errors.New(planner.OneLine(perr))
 	}

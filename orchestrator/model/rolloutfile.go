@@ -1,4 +1,4 @@
-package planner
+package model
 
 import (
 	"errors"
@@ -9,32 +9,31 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // LoadRolloutFile reads a NodeRollout manifest strictly (unknown fields are
 // errors) and validates it as the CRD and the orchestrator would. Every
 // problem is returned, joined.
-func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, model.Policy, error) {
+func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, model.Policy{}, fmt.Errorf("reading %s: %w", path, err)
+		return nil, Policy{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return ParseRollout(data)
 }
 
 // ParseRollout is LoadRolloutFile on bytes.
-func ParseRollout(data []byte) (*v1alpha1.NodeRollout, model.Policy, error) {
+func ParseRollout(data []byte) (*v1alpha1.NodeRollout, Policy, error) {
 	nr := &v1alpha1.NodeRollout{}
 	raw := map[string]any{}
 	rawErr := yaml.Unmarshal(data, &raw)
 	if rawErr == nil {
 		if err := yamlBooleans(raw); err != nil {
-			return nil, model.Policy{}, err
+			return nil, Policy{}, err
 		}
 	}
 	if err := yaml.UnmarshalStrict(data, nr); err != nil {
-		return nil, model.Policy{}, fmt.Errorf("malformed NodeRollout: %s", firstLine(err.Error()))
+		return nil, Policy{}, fmt.Errorf("malformed NodeRollout: %s", firstLine(err.Error()))
 	}
 	var errs []error
 	if nr.APIVersion != v1alpha1.GroupVersion.String() || nr.Kind != "NodeRollout" {
@@ -44,11 +43,11 @@ func ParseRollout(data []byte) (*v1alpha1.NodeRollout, model.Policy, error) {
 		errs = append(errs, errors.New("metadata.name: required"))
 	}
 	if rawErr == nil {
-		if err := model.ValidateRaw(raw); err != nil {
+		if err := ValidateRaw(raw); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	p, err := model.NewPolicy(nr.Spec)
+	p, err := NewPolicy(nr.Spec)
 	if err != nil {
 		errs = append(errs, err)
 	}
