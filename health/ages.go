@@ -16,7 +16,7 @@ func podAges(sum *v1alpha1.NodeJudgement, before, after wire.Snapshot) []v1alpha
 	ages := func(s wire.Snapshot) map[string][]uint64 {
 		m := make(map[string][]uint64, len(s.Pods))
 		for i := range s.Pods {
-			m[keyOf(&s.Pods[i]).String()] = s.Pods[i].ConnAges
+			m[KeyOf(&s.Pods[i]).String()] = s.Pods[i].ConnAges
 		}
 		return m
 	}

@@ -167,7 +167,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	var planned, swapResets map[PodKey]uint64
 	if in.DrainDeadline > 0 {
 		last := in.Baseline[len(in.Baseline)-1]
-		planned, swapResets = plannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
+		planned, swapResets = PlannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
 	}
 	ctrl, dropped := j.controlWindows(ctx, in)
 	a := Assess(cfg, base, soak, disp, planned, ctrl)

@@ -36,7 +36,7 @@ func PlannedResets(beforeSwap wire.Snapshot, deadline time.Duration) map[PodKey]
 			n += p.ConnAges[j]
 		}
 		if n > 0 {
-			out[keyOf(p)] += n
+			out[KeyOf(p)] += n
 		}
 	}
 	return out

@@ -42,7 +42,7 @@ func (t clusterTiming) String() string {
 }
 
 // defaultTiming is the defaults: orchestrator/policy.go's baseline and soak,
-// and health.RecorderConfig's sampling period.
+// and record.RecorderConfig's sampling period.
 var defaultTiming = clusterTiming{baseline: 300, soak: 300, sample: 30, interval: 60}
 
 // clusterShift changes every node's traffic during the soak, the judged

@@ -7,14 +7,14 @@ import (
 	"github.com/nodewise/nodewise/health/wire"
 )
 
-// plannedDuringSwap matches the planned resets against the resets that
+// PlannedDuringSwap matches the planned resets against the resets that
 // happened during the swap itself, between the last baseline snapshot and
 // the soak's first. On a node swapped in place that is where they land: the
 // old ztunnel resets its surviving connections at its drain deadline, before
 // the new one is Ready, so neither window holds them. At most one reset per
 // old connection is matched, per pod and side, as in the soak. It returns
 // what is left of the plan for the soak window and what the swap used up.
-func plannedDuringSwap(beforeSwap, soakStart wire.Snapshot, planned map[PodKey]uint64) (left, seen map[PodKey]uint64) {
+func PlannedDuringSwap(beforeSwap, soakStart wire.Snapshot, planned map[PodKey]uint64) (left, seen map[PodKey]uint64) {
 	if len(planned) == 0 {
 		return planned, nil
 	}

@@ -100,12 +100,12 @@ func NewWindow(from, to wire.Snapshot) (Window, error) {
 	before := make(map[PodKey]*wire.PodCounters, len(from.Pods))
 	for i := range from.Pods {
 		p := &from.Pods[i]
-		before[keyOf(p)] = p
+		before[KeyOf(p)] = p
 	}
 	seen := make(map[PodKey]bool, len(to.Pods))
 	for i := range to.Pods {
 		a := &to.Pods[i]
-		k := keyOf(a)
+		k := KeyOf(a)
 		seen[k] = true
 		pw := PodWindow{PodKey: k, UID: a.UID, Duration: w.Duration}
 		b, ok := before[k]
@@ -134,11 +134,12 @@ func NewWindow(from, to wire.Snapshot) (Window, error) {
 			w.Gone++
 		}
 	}
-	sort.Slice(w.Pods, func(i, j int) bool { return w.Pods[i].PodKey.less(w.Pods[j].PodKey) })
+	sort.Slice(w.Pods, func(i, j int) bool { return w.Pods[i].PodKey.Less(w.Pods[j].PodKey) })
 	return w, nil
 }
 
-func (k PodKey) less(o PodKey) bool {
+// Less orders keys by namespace, name, then side.
+func (k PodKey) Less(o PodKey) bool {
 	if k.Namespace != o.Namespace {
 		return k.Namespace < o.Namespace
 	}
@@ -148,7 +149,9 @@ func (k PodKey) less(o PodKey) bool {
 	return k.Side < o.Side
 }
 
-func keyOf(p *wire.PodCounters) PodKey {
+// KeyOf is the key of a pod's counters; an agent that leaves Side empty
+// counts the application's side.
+func KeyOf(p *wire.PodCounters) PodKey {
 	side := p.Side
 	if side == "" {
 		side = wire.SideApp

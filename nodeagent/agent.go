@@ -32,7 +32,7 @@ type Agent struct {
 	fallback  prometheus.Gauge
 	untracked atomic.Uint64
 	missed    atomic.Uint64
-	// seq numbers the snapshots built since start (health.Snapshot.Seq).
+	// seq numbers the snapshots built since start (wire.Snapshot.Seq).
 	seq atomic.Uint64
 
 	mu       sync.Mutex

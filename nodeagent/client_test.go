@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/bpf"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 )
@@ -50,7 +50,7 @@ func TestHealthAgentClientReadsTheAgent(t *testing.T) {
 
 // TestSnapshotSeqAdvancesAndTheRecorderPlacesIt: each snapshot the agent
 // builds (for the API or a scrape) gets the next seq in its epoch, and a
-// health.Recorder whose clock is 30 s ahead of the agent's (the agent runs
+// record.Recorder whose clock is 30 s ahead of the agent's (the agent runs
 // 30 s behind) places the agent's samples on its own clock and says so.
 func TestSnapshotSeqAdvancesAndTheRecorderPlacesIt(t *testing.T) {
 	fp := &fakeProbe{counters: map[bpf.Key]*bpf.Counters{{Netns: 7, Side: bpf.SideApp}: {ResetsReceived: 42}}}
@@ -78,7 +78,7 @@ func TestSnapshotSeqAdvancesAndTheRecorderPlacesIt(t *testing.T) {
 	}
 
 	ahead := func() time.Time { return time.Now().Add(30 * time.Second) }
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: c, Every: time.Second, Now: ahead})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: c, Every: time.Second, Now: ahead})
 	if err != nil {
 		t.Fatal(err)
 	}

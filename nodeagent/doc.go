@@ -1,7 +1,7 @@
 // Package nodeagent is the per-node agent: it measures the TCP health of
 // every pod on its node from the kernel (eBPF, or the per-namespace /proc
 // counters as a fallback), attributes it to pods by network namespace, and
-// serves it as health.Snapshot JSON at /v1/snapshot and as Prometheus
+// serves it as wire.Snapshot JSON at /v1/snapshot and as Prometheus
 // metrics at /metrics.
 //
 // # Credential

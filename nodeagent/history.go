@@ -35,7 +35,7 @@ type history struct {
 
 type historyEntry struct {
 	time time.Time
-	data []byte // gzip-compressed JSON of a health.Snapshot
+	data []byte // gzip-compressed JSON of a wire.Snapshot
 }
 
 func newHistory(every, keep time.Duration, maxBytes int) *history {

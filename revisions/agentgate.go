@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
@@ -56,7 +57,7 @@ type AgentGateConfig struct {
 // comparison (which needs none from before the wave) judges.
 type AgentGate struct {
 	cfg AgentGateConfig
-	rec *health.Recorder
+	rec *record.Recorder
 	mu  sync.Mutex
 	// tracked are the nodes given to the recorder.
 	tracked map[string]bool
@@ -93,7 +94,7 @@ func NewAgentGate(cfg AgentGateConfig) (*AgentGate, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: cfg.Source, Every: cfg.Every, Keep: cfg.Baseline + 2*cfg.Soak + time.Hour, Logger: cfg.Log, Now: cfg.Now})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: cfg.Source, Every: cfg.Every, Keep: cfg.Baseline + 2*cfg.Soak + time.Hour, Logger: cfg.Log, Now: cfg.Now})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/remote"
 )
 
@@ -31,7 +32,7 @@ type AgentConfig struct {
 	// (remote.AgentConfig.VerifyNodeName): certificates from agentpki.
 	VerifyNodeName bool
 	// SampleEvery is how often the recorder samples each node in flight
-	// (default 30s, health.RecorderConfig.Every). A baseline needs three
+	// (default 30s, record.RecorderConfig.Every). A baseline needs three
 	// samples for its dispersion estimate, so short baselines need a short period.
 	SampleEvery time.Duration
 }
@@ -48,12 +49,12 @@ func (c AgentConfig) Configured() bool {
 //
 // gateAddresses are the hosts spec.gates.prometheus may query (the
 // orchestrator's --gate-address-allow and --cluster-domain).
-func Build(cfg AgentConfig, gateAddresses remote.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *health.Recorder, error) {
+func Build(cfg AgentConfig, gateAddresses remote.AddressPolicy, kube kubernetes.Interface, reg prometheus.Registerer, log *zap.Logger) (*Gate, *record.Recorder, error) {
 	agents, err := Agents(cfg, kube, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Every: cfg.SampleEvery, Logger: log.Named("recorder")})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: agents, Every: cfg.SampleEvery, Logger: log.Named("recorder")})
 	if err != nil {
 		return nil, nil, err
 	}

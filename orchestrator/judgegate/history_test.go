@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 )
@@ -89,10 +90,10 @@ func judgeFromHistory(t *testing.T, regress map[string]bool, control []string) (
 	return v, g, in
 }
 
-func newHistoryGate(t *testing.T, hf *historyFleet) (*Gate, *health.Recorder) {
+func newHistoryGate(t *testing.T, hf *historyFleet) (*Gate, *record.Recorder) {
 	t.Helper()
 	clock := hf.fleet["w1"].now
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: hf, Every: time.Minute, Now: clock})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: hf, Every: time.Minute, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package judgegate plugs the judge (package health) into the orchestrator's
 // soak step: it implements orchestrator.Gate over a health.Judge, a
-// health.Recorder that keeps each node's snapshots, and NodeRollout
+// record.Recorder that keeps each node's snapshots, and NodeRollout
 // spec.gates. cmd/orchestrator builds one and sets orchestrator.Config.Gate.
 package judgegate
 
@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
@@ -26,7 +27,7 @@ type Config struct {
 	// (health.JudgeConfig.Source), so the current snapshots it reads are on
 	// the orchestrator's clock like the windows' (Build does).
 	Judge    *health.Judge
-	Recorder *health.Recorder // required; run its Run loop alongside the orchestrator
+	Recorder *record.Recorder // required; run its Run loop alongside the orchestrator
 	// GateAddresses are the hosts spec.gates.prometheus may query (default:
 	// the cluster's Services only). A refused address fails the node with
 	// its reason, and no request is sent.
@@ -117,7 +118,7 @@ func (g *Gate) Prepare(ctx context.Context, in gate.PrepareInput) error {
 }
 
 // backfill takes the last baseline of the node's agent history back into
-// the Recorder (health.Recorder.Backfill). An agent that keeps none, or
+// the Recorder (record.Recorder.Backfill). An agent that keeps none, or
 // fails to serve it, leaves the baseline to be waited out: logged, no error.
 func (g *Gate) backfill(ctx context.Context, node string, baseline time.Duration) {
 	if baseline <= 0 {
@@ -194,7 +195,7 @@ func (g *Gate) controls(ctx context.Context, in gate.GateInput) ([]health.Contro
 		// judge's to report (it reads each control's current snapshot).
 		_ = g.cfg.Recorder.Sample(ctx, c)
 		baseline, soakStart, err := g.cfg.Recorder.Windows(c, in.BaselineStart, in.SwapStart, in.SoakStart)
-		if errors.Is(err, health.ErrNotTracked) {
+		if errors.Is(err, record.ErrNotTracked) {
 			dropped = append(dropped, fmt.Sprintf("control node %s left out: not sampled by this process over the baseline, and not in the control group's persisted record (named since the preflight, or trimmed from the record)", c))
 			continue
 		}
@@ -339,7 +340,7 @@ func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (gate.Kept, error) {
 	if err != nil {
 		return gate.Kept{}, err
 	}
-	lim := health.RecordLimits{Keep: func(k health.PodKey) bool { return k.Namespace == cfg.ProbeNamespace }}
+	lim := record.Limits{Keep: func(k health.PodKey) bool { return k.Namespace == cfg.ProbeNamespace }}
 	node, err := g.keepNode(ctx, in, lim)
 	if err != nil {
 		return gate.Kept{}, err
@@ -351,17 +352,17 @@ func (g *Gate) Keep(ctx context.Context, in gate.KeepInput) (gate.Kept, error) {
 	return out, nil
 }
 
-func (g *Gate) keepNode(ctx context.Context, in gate.KeepInput, lim health.RecordLimits) (string, error) {
+func (g *Gate) keepNode(ctx context.Context, in gate.KeepInput, lim record.Limits) (string, error) {
 	if in.SoakStart.IsZero() {
 		rec, err := g.cfg.Recorder.Record(in.Node, in.BaselineStart, in.SwapStart, time.Time{})
 		if err != nil {
 			return "", err
 		}
-		enc, _, err := health.EncodeRecord(rec, lim)
+		enc, _, err := record.EncodeBaseline(rec, lim)
 		return enc, err
 	}
 	if in.Record != "" {
-		if r, err := health.DecodeRecord(in.Record); err == nil && r.SoakStart != nil && r.SoakAt.Equal(in.SoakStart) && r.SwapStart.Equal(in.SwapStart) {
+		if r, err := record.DecodeBaseline(in.Record); err == nil && r.SoakStart != nil && r.SoakAt.Equal(in.SoakStart) && r.SwapStart.Equal(in.SwapStart) {
 			return in.Record, nil
 		}
 	}
@@ -382,27 +383,27 @@ func (g *Gate) keepNode(ctx context.Context, in gate.KeepInput, lim health.Recor
 	if restored != nil {
 		rec.Pods, rec.Samples = restored.Pods, restored.Samples // the original window's, not the kept part's
 	}
-	enc, _, err := health.EncodeRecord(rec, lim)
+	enc, _, err := record.EncodeBaseline(rec, lim)
 	return enc, err
 }
 
 // keepControls records what the judge reads of each control node (its
 // baseline window's first and last samples, and once the soak started its
-// first sample since, sampled now), within health.DefaultControlRecordBytes.
+// first sample since, sampled now), within record.DefaultControlsBytes.
 // A control without them is left out of the record, as the judge would
 // leave it out; "" (logged) when none has them. A control record that
 // already holds this soak's start is returned as it is.
-func (g *Gate) keepControls(ctx context.Context, in gate.KeepInput, lim health.RecordLimits) string {
+func (g *Gate) keepControls(ctx context.Context, in gate.KeepInput, lim record.Limits) string {
 	if len(in.Control) == 0 {
 		return ""
 	}
 	if !in.SoakStart.IsZero() && in.Controls != "" {
-		if c, err := health.DecodeControls(in.Controls); err == nil && c.SwapStart.Equal(in.SwapStart) && soakRecorded(c, in.SoakStart) {
+		if c, err := record.DecodeControls(in.Controls); err == nil && c.SwapStart.Equal(in.SwapStart) && soakRecorded(c, in.SoakStart) {
 			return in.Controls
 		}
 	}
 	g.restoreControls(in.Node, in.Control, in.BaselineStart, in.SwapStart, in.Controls)
-	c := health.ControlRecord{SwapStart: in.SwapStart, Named: len(in.Control)}
+	c := record.Controls{SwapStart: in.SwapStart, Named: len(in.Control)}
 	for _, n := range in.Control {
 		if !in.SoakStart.IsZero() {
 			_ = g.cfg.Recorder.Sample(ctx, n) // one that fails has no soak start: left out below
@@ -417,7 +418,7 @@ func (g *Gate) keepControls(ctx context.Context, in gate.KeepInput, lim health.R
 		}
 		c.Nodes = append(c.Nodes, rec)
 	}
-	enc, nodes, pods, err := health.EncodeControls(c, lim)
+	enc, nodes, pods, err := record.EncodeControls(c, lim)
 	if err != nil {
 		g.cfg.Logger.Info("no control record persisted: a successor leader would judge this node before/after alone", zap.String("node", in.Node), zap.Error(err))
 		return ""
@@ -428,7 +429,7 @@ func (g *Gate) keepControls(ctx context.Context, in gate.KeepInput, lim health.R
 
 // soakRecorded says every control node in c holds its first sample of the
 // soak that began at soakStart.
-func soakRecorded(c health.ControlRecord, soakStart time.Time) bool {
+func soakRecorded(c record.Controls, soakStart time.Time) bool {
 	for _, r := range c.Nodes {
 		if r.SoakStart == nil || !r.SoakAt.Equal(soakStart) {
 			return false
@@ -445,17 +446,17 @@ func soakRecorded(c health.ControlRecord, soakStart time.Time) bool {
 // those controls are then left out by controls, each with its reason, and
 // the judgement is the stricter for it, never a silent pass. "" when no
 // control needed the record or the record held none of them.
-func (g *Gate) restoreControls(node string, control []string, baselineStart, swapStart time.Time, record string) string {
+func (g *Gate) restoreControls(node string, control []string, baselineStart, swapStart time.Time, enc string) string {
 	var need []string
 	for _, c := range control {
 		if _, err := g.cfg.Recorder.Record(c, baselineStart, swapStart, time.Time{}); err != nil {
 			need = append(need, c)
 		}
 	}
-	if len(need) == 0 || record == "" {
+	if len(need) == 0 || enc == "" {
 		return ""
 	}
-	rec, err := health.DecodeControls(record)
+	rec, err := record.DecodeControls(enc)
 	if err != nil {
 		return fmt.Sprintf("the control group's persisted record cannot be read (%v): the control nodes this process did not sample are left out", err)
 	}
@@ -495,11 +496,11 @@ func (g *Gate) restoreControls(node string, control []string, baselineStart, swa
 // it returns nil and the judgement fails on the missing baseline as
 // before. A record that cannot be read, or is of another node or attempt,
 // is an error: the node fails closed.
-func (g *Gate) restore(node string, baselineStart, swapStart time.Time, record string) (*health.BaselineRecord, error) {
-	if _, err := g.cfg.Recorder.Record(node, baselineStart, swapStart, time.Time{}); err == nil || record == "" {
+func (g *Gate) restore(node string, baselineStart, swapStart time.Time, enc string) (*record.Baseline, error) {
+	if _, err := g.cfg.Recorder.Record(node, baselineStart, swapStart, time.Time{}); err == nil || enc == "" {
 		return nil, nil
 	}
-	rec, err := health.DecodeRecord(record)
+	rec, err := record.DecodeBaseline(enc)
 	if err != nil {
 		return nil, fmt.Errorf("no baseline for node %s in this process, and its persisted baseline record cannot be read (%v): failing closed", node, err)
 	}
@@ -515,7 +516,7 @@ func (g *Gate) restore(node string, baselineStart, swapStart time.Time, record s
 }
 
 // restoredReason says, in a verdict, where the baseline came from.
-func restoredReason(r health.BaselineRecord) string {
+func restoredReason(r record.Baseline) string {
 	kept := 0
 	if len(r.Baseline) > 0 {
 		kept = len(r.Baseline[0].Snapshot.Pods)

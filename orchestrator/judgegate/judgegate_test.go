@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
@@ -128,7 +129,7 @@ func rig(t *testing.T, regress bool, spec v1alpha1.GatesSpec) (*Gate, *agent, ga
 
 type rigged struct {
 	gate   *Gate
-	rec    *health.Recorder
+	rec    *record.Recorder
 	agents fleet
 	in     gate.GateInput
 	sleeps *int
@@ -441,7 +442,7 @@ func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
 	a := newAgent("w1", start)
 	a.regress, a.offset = true, -30*time.Second
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: a, Every: time.Minute, Now: a.now})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: a, Every: time.Minute, Now: a.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,10 +509,10 @@ func TestGateJudgesASkewedAgentOnTheOrchestratorsClock(t *testing.T) {
 // newGate is a gate over the agents on w1's clock, with a Recorder of its
 // own; each of its sleeps counts in sleeps and ticks the next interval's
 // traffic.
-func newGate(t *testing.T, f fleet, sleeps *int) (*Gate, *health.Recorder) {
+func newGate(t *testing.T, f fleet, sleeps *int) (*Gate, *record.Recorder) {
 	t.Helper()
 	clock := f["w1"].now
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: f, Now: clock})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: f, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +579,7 @@ func TestGateJudgesWithItsControlsAfterAHandover(t *testing.T) {
 	if atCordon.Controls == "" || atSoak.Controls == "" {
 		t.Fatalf("no control record kept: at the cordon %d bytes, at the soak's start %d", len(atCordon.Controls), len(atSoak.Controls))
 	}
-	c, err := health.DecodeControls(atSoak.Controls)
+	c, err := record.DecodeControls(atSoak.Controls)
 	if err != nil || len(c.Nodes) != 2 || !soakRecorded(c, r.in.SoakStart) {
 		t.Fatalf("control record at the soak's start: %v, %d nodes", err, len(c.Nodes))
 	}
@@ -703,7 +704,7 @@ func TestSuccessorKeepsTheSoakStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := health.DecodeRecord(atSoak.Baseline)
+	dec, err := record.DecodeBaseline(atSoak.Baseline)
 	if err != nil || dec.SoakStart == nil || dec.Pods != 6 || len(dec.Baseline) != 11 {
 		t.Fatalf("the successor's record: %v, soak start %v, %d pods, %d samples", err, dec.SoakStart != nil, dec.Pods, len(dec.Baseline))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -105,8 +106,8 @@ func TestFitStatusDropsBaselinesLast(t *testing.T) {
 	for i := range s.Nodes {
 		if i < 60 {
 			s.Nodes[i].State, s.Nodes[i].FinishTime = v1alpha1.NodeSoak, nil
-			s.Nodes[i].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
-			s.Nodes[i].Controls = strings.Repeat("C", health.DefaultControlRecordBytes)
+			s.Nodes[i].Baseline = strings.Repeat("A", record.DefaultBaselineBytes)
+			s.Nodes[i].Controls = strings.Repeat("C", record.DefaultControlsBytes)
 		}
 	}
 	fitStatus(s, statusBudget)
@@ -132,8 +133,8 @@ func TestFitStatusDropsBaselinesLast(t *testing.T) {
 	mid := bigStatus(600)
 	for i := range mid.Nodes[:20] {
 		mid.Nodes[i].State, mid.Nodes[i].FinishTime = v1alpha1.NodeSoak, nil
-		mid.Nodes[i].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
-		mid.Nodes[i].Controls = strings.Repeat("C", health.DefaultControlRecordBytes)
+		mid.Nodes[i].Baseline = strings.Repeat("A", record.DefaultBaselineBytes)
+		mid.Nodes[i].Controls = strings.Repeat("C", record.DefaultControlsBytes)
 	}
 	fitStatus(mid, statusBudget)
 	midControls := 0
@@ -149,7 +150,7 @@ func TestFitStatusDropsBaselinesLast(t *testing.T) {
 		t.Errorf("20 nodes in flight: %d of 20 control records kept, want some dropped to fit and no more", midControls)
 	}
 	small := bigStatus(20)
-	small.Nodes[3].Baseline = strings.Repeat("A", health.DefaultRecordBytes)
+	small.Nodes[3].Baseline = strings.Repeat("A", record.DefaultBaselineBytes)
 	fitStatus(small, statusBudget)
 	if small.Nodes[3].Baseline == "" {
 		t.Error("a status within the budget lost a baseline record")

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -52,7 +52,7 @@ func handover(t *testing.T, e *e2e, start func(identity string) (stop func()), s
 			if ns.State != v1alpha1.NodeSoak || ns.Baseline == "" {
 				continue
 			}
-			if rec, err := health.DecodeRecord(ns.Baseline); err == nil && rec.SoakStart != nil {
+			if rec, err := record.DecodeBaseline(ns.Baseline); err == nil && rec.SoakStart != nil {
 				node = ns.Name
 				return true, nil
 			}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/health/record"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -391,7 +392,7 @@ func (e *e2e) startLeader(t testing.TB, identity string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := health.NewRecorder(health.RecorderConfig{Source: agents, Every: 250 * time.Millisecond, Keep: 30 * time.Minute, Logger: log})
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: agents, Every: 250 * time.Millisecond, Keep: 30 * time.Minute, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,8 @@
 //
 //	cmd/*                          the binaries; nothing imports them (cmd/internal/*: what they share)
 //	orchestrator/*, revisions/*    the two controllers, apart from each other
-//	nodeagent                      the node agent (bpf + health's wire types)
-//	health/*                       the judge; of ours, only api
+//	nodeagent                      the node agent (bpf + health/wire, the shapes it serves)
+//	health/*                       the judge; of ours, only api (inside it, judge_test.go's judgeRooms)
 //	istio/*, leader, bpf, probe    leaves over api (or nothing)
 //	kubeconfig, buildinfo          leaves: client config loading, the build version
 //	deploy/crds                    the embedded CRDs and their offline validator, a leaf

@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
@@ -25,11 +26,11 @@ func controlSeries(name string, pods int, seed int64) []RecordedSample {
 
 // controlRecordOf is what judgegate's Keep records of these control series
 // at the soak's start (their first 12 samples).
-func controlRecordOf(series map[string][]RecordedSample) ControlRecord {
-	c := ControlRecord{}
+func controlRecordOf(series map[string][]RecordedSample) Controls {
+	c := Controls{}
 	for _, name := range sortedNames(series) {
 		s := series[name]
-		r := BaselineRecord{Node: name, BaselineStart: s[0].Sent.Add(-time.Second), SwapStart: s[10].Received.Add(time.Second), Baseline: s[:11]}
+		r := Baseline{Node: name, BaselineStart: s[0].Sent.Add(-time.Second), SwapStart: s[10].Received.Add(time.Second), Baseline: s[:11]}
 		r.SoakStart, r.SoakAt = &s[11], s[11].Sent
 		c.SwapStart = r.SwapStart
 		c.Nodes = append(c.Nodes, r)
@@ -48,20 +49,20 @@ func sortedNames(m map[string][]RecordedSample) []string {
 
 // controlOf is the judge's Control from control nodes' baseline samples,
 // soak start and current snapshot (as Judge.controlWindows makes it).
-func controlOf(t *testing.T, nodes []string, baseline map[string][]wire.Snapshot, soakStart, cur map[string]wire.Snapshot) *Control {
+func controlOf(t *testing.T, nodes []string, baseline map[string][]wire.Snapshot, soakStart, cur map[string]wire.Snapshot) *health.Control {
 	t.Helper()
-	c := &Control{Scope: "zone a"}
+	c := &health.Control{Scope: "zone a"}
 	for _, n := range nodes {
 		b := baseline[n]
-		bw, err := NewWindow(b[0], b[len(b)-1])
+		bw, err := health.NewWindow(b[0], b[len(b)-1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		sw, err := NewWindow(soakStart[n], cur[n])
+		sw, err := health.NewWindow(soakStart[n], cur[n])
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Nodes = append(c.Nodes, ControlWindow{Node: n, Baseline: bw, Soak: sw})
+		c.Nodes = append(c.Nodes, health.ControlWindow{Node: n, Baseline: bw, Soak: sw})
 	}
 	return c
 }
@@ -89,7 +90,7 @@ func TestControlRecordJudgesAsTheOriginal(t *testing.T) {
 		series[n] = controlSeries(n, 30, int64(20+i))
 		rise(series[n])
 	}
-	enc, keptNodes, keptPods, err := EncodeControls(controlRecordOf(series), RecordLimits{Keep: isProbeKey})
+	enc, keptNodes, keptPods, err := EncodeControls(controlRecordOf(series), Limits{Keep: isProbeKey})
 	if err != nil || keptNodes != 3 || keptPods != 90 {
 		t.Fatalf("kept %d nodes, %d pods of 90: %v", keptNodes, keptPods, err)
 	}
@@ -112,19 +113,19 @@ func TestControlRecordJudgesAsTheOriginal(t *testing.T) {
 		}
 		recB[n], recS[n] = placedSnapshots(r.Baseline), placedSnapshots([]RecordedSample{*r.SoakStart})[0]
 	}
-	judge := func(c *Control) Assessment {
-		cfg, err := NewConfig(Config{})
+	judge := func(c *health.Control) health.Assessment {
+		cfg, err := health.NewConfig(health.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := placedSnapshots(judged[:11])
-		base, _ := NewWindow(b[0], b[10])
-		soak, _ := NewWindow(placedSnapshots(judged[11:12])[0], placedSnapshots(judged[12:])[0])
-		disp, err := EstimateDispersion(b, cfg.CountDispersion)
+		base, _ := health.NewWindow(b[0], b[10])
+		soak, _ := health.NewWindow(placedSnapshots(judged[11:12])[0], placedSnapshots(judged[12:])[0])
+		disp, err := health.EstimateDispersion(b, cfg.CountDispersion)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return Assess(cfg, base, soak, disp, nil, c)
+		return health.Assess(cfg, base, soak, disp, nil, c)
 	}
 	want := judge(controlOf(t, names, origB, origS, cur))
 	got := judge(controlOf(t, names, recB, recS, cur))
@@ -137,7 +138,7 @@ func TestControlRecordJudgesAsTheOriginal(t *testing.T) {
 	if want.Control != "3 control nodes in zone a" || used == 0 || want.ExplainedByControl == 0 {
 		t.Fatalf("the original: control %q, %d rows with a control, %d explained by it: the check cannot tell", want.Control, used, want.ExplainedByControl)
 	}
-	if without := judge(nil); without.Outcome != Fail || want.Outcome == Fail {
+	if without := judge(nil); without.Outcome != health.Fail || want.Outcome == health.Fail {
 		t.Fatalf("before/after alone %s, with the control %s: the control group must change the outcome", without.Outcome, want.Outcome)
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -157,13 +158,13 @@ func TestControlRecordBounded(t *testing.T) {
 		big[fmt.Sprintf("c%02d", i)] = controlSeries(fmt.Sprintf("c%02d", i), 110, int64(100+i))
 	}
 	in := controlRecordOf(big)
-	enc, keptNodes, keptPods, err := EncodeControls(in, RecordLimits{Keep: isProbeKey})
+	enc, keptNodes, keptPods, err := EncodeControls(in, Limits{Keep: isProbeKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("60 control nodes × 110 pods: %d nodes, %d of 6600 pods kept in %d bytes (cap %d)", keptNodes, keptPods, len(enc), DefaultControlRecordBytes)
-	if len(enc) > DefaultControlRecordBytes {
-		t.Fatalf("%d bytes, over the %d cap", len(enc), DefaultControlRecordBytes)
+	t.Logf("60 control nodes × 110 pods: %d nodes, %d of 6600 pods kept in %d bytes (cap %d)", keptNodes, keptPods, len(enc), DefaultControlsBytes)
+	if len(enc) > DefaultControlsBytes {
+		t.Fatalf("%d bytes, over the %d cap", len(enc), DefaultControlsBytes)
 	}
 	if keptPods == 0 || keptPods >= 6600 {
 		t.Fatalf("kept %d pods of 6600: want some dropped to fit", keptPods)
@@ -180,7 +181,7 @@ func TestControlRecordBounded(t *testing.T) {
 	probes := 0
 	for _, r := range out.Nodes {
 		for _, p := range r.Baseline[0].Snapshot.Pods {
-			if p.Namespace == DefaultProbeNamespace {
+			if p.Namespace == health.DefaultProbeNamespace {
 				probes++
 			}
 		}
@@ -193,13 +194,13 @@ func TestControlRecordBounded(t *testing.T) {
 	for i := range 4 {
 		zone[fmt.Sprintf("z%d", i)] = controlSeries(fmt.Sprintf("z%d", i), 110, int64(200+i))
 	}
-	enc, keptNodes, keptPods, err = EncodeControls(controlRecordOf(zone), RecordLimits{Keep: isProbeKey})
+	enc, keptNodes, keptPods, err = EncodeControls(controlRecordOf(zone), Limits{Keep: isProbeKey})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("4 control nodes × 110 pods: %d nodes, %d of 440 pods kept in %d bytes", keptNodes, keptPods, len(enc))
 	one := map[string][]RecordedSample{"z0": zone["z0"]}
-	enc, _, keptPods, err = EncodeControls(controlRecordOf(one), RecordLimits{Keep: isProbeKey})
+	enc, _, keptPods, err = EncodeControls(controlRecordOf(one), Limits{Keep: isProbeKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +210,11 @@ func TestControlRecordBounded(t *testing.T) {
 // TestControlRecordCorrupt: what DecodeControls cannot trust is
 // ErrRecordCorrupt, and a group with no recordable node is an error.
 func TestControlRecordCorrupt(t *testing.T) {
-	enc, _, _, err := EncodeControls(controlRecordOf(map[string][]RecordedSample{"c1": controlSeries("c1", 6, 4)}), RecordLimits{})
+	enc, _, _, err := EncodeControls(controlRecordOf(map[string][]RecordedSample{"c1": controlSeries("c1", 6, 4)}), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, _, err := EncodeRecord(recordOf(recordSeries(6, 4, 4)), RecordLimits{})
+	node, _, err := EncodeBaseline(recordOf(recordSeries(6, 4, 4)), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,13 +227,13 @@ func TestControlRecordCorrupt(t *testing.T) {
 		"flipped":             string(flipped),
 		"a node's own record": node,
 	} {
-		if _, err := DecodeControls(s); !errors.Is(err, ErrRecordCorrupt) {
+		if _, err := DecodeControls(s); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrRecordCorrupt", name, err)
 		}
 	}
 	one := controlRecordOf(map[string][]RecordedSample{"c1": controlSeries("c1", 6, 4)})
 	one.Nodes[0].Baseline = one.Nodes[0].Baseline[:1]
-	if _, _, _, err := EncodeControls(one, RecordLimits{}); err == nil || !strings.Contains(err.Error(), "two baseline samples") {
+	if _, _, _, err := EncodeControls(one, Limits{}); err == nil || !strings.Contains(err.Error(), "two baseline samples") {
 		t.Errorf("a control with one baseline sample: %v, want an error", err)
 	}
 }
@@ -242,14 +243,14 @@ func TestControlRecordCorrupt(t *testing.T) {
 // three samples it reads of each): the record's bytes, nodes and pods kept
 // are printed with the time.
 func BenchmarkEncodeControls(b *testing.B) {
-	c := ControlRecord{}
+	c := Controls{}
 	for i := range 500 {
 		s := recordSeries(40, 3, int64(300+i))
 		name := fmt.Sprintf("c%03d", i)
 		for k := range s {
 			s[k].Snapshot.Node = name
 		}
-		r := BaselineRecord{Node: name, BaselineStart: s[0].Sent.Add(-time.Second), SwapStart: s[1].Received.Add(time.Second), Baseline: s[:2]}
+		r := Baseline{Node: name, BaselineStart: s[0].Sent.Add(-time.Second), SwapStart: s[1].Received.Add(time.Second), Baseline: s[:2]}
 		r.SoakStart, r.SoakAt = &s[2], s[2].Sent
 		c.SwapStart = r.SwapStart
 		c.Nodes = append(c.Nodes, r)
@@ -259,7 +260,7 @@ func BenchmarkEncodeControls(b *testing.B) {
 	var nodes, pods int
 	for range b.N {
 		var err error
-		if enc, nodes, pods, err = EncodeControls(c, RecordLimits{Keep: isProbeKey}); err != nil {
+		if enc, nodes, pods, err = EncodeControls(c, Limits{Keep: isProbeKey}); err != nil {
 			b.Fatal(err)
 		}
 	}

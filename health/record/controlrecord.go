@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"fmt"
@@ -14,11 +14,11 @@ import (
 // window's first and last, and its first at or after the judged node's
 // soak start; each Nodes entry holds those (Baseline the two, SoakStart the
 // third once the soak started).
-type ControlRecord struct {
+type Controls struct {
 	// SwapStart names the judged node's attempt: the controls' baseline
 	// window is the judged node's.
 	SwapStart time.Time
-	Nodes     []BaselineRecord
+	Nodes     []Baseline
 	// Named counts the control nodes the record was cut for, Pods their
 	// pods (of the window's last sample), before EncodeControls kept the
 	// part that fits (the decoded record holds only that part).
@@ -28,7 +28,7 @@ type ControlRecord struct {
 // DefaultControlRecordBytes caps an encoded ControlRecord: with the judged
 // node's own record (DefaultRecordBytes) a node in flight carries at most
 // 48 KiB of records in status, however many control nodes it has.
-const DefaultControlRecordBytes = 16 << 10
+const DefaultControlsBytes = 16 << 10
 
 // minItemBytes is less than any control node or pod adds to an encoded
 // record (a pod's UID alone is 36 random characters).
@@ -55,7 +55,7 @@ type controlItem struct {
 
 // KeptPods counts the pods the record holds, over its control nodes (of
 // the window's last sample).
-func (c ControlRecord) KeptPods() int {
+func (c Controls) KeptPods() int {
 	n := 0
 	for _, r := range c.Nodes {
 		if len(r.Baseline) > 0 {
@@ -80,9 +80,9 @@ func (c ControlRecord) KeptPods() int {
 // c.Pods. A node with fewer than two baseline samples is not recorded (the
 // judge leaves it out: it has no window); none left is an error, as is a
 // record that fits not one node.
-func EncodeControls(c ControlRecord, lim RecordLimits) (enc string, keptNodes, keptPods int, err error) {
+func EncodeControls(c Controls, lim Limits) (enc string, keptNodes, keptPods int, err error) {
 	if lim.MaxBytes <= 0 {
-		lim.MaxBytes = DefaultControlRecordBytes
+		lim.MaxBytes = DefaultControlsBytes
 	}
 	if c.Named == 0 {
 		c.Named = len(c.Nodes)
@@ -91,7 +91,7 @@ func EncodeControls(c ControlRecord, lim RecordLimits) (enc string, keptNodes, k
 		node int
 		pod  rankedPod
 	}
-	var nodes []BaselineRecord
+	var nodes []Baseline
 	var all []ranked
 	pods := 0
 	for _, r := range c.Nodes {
@@ -192,28 +192,28 @@ func EncodeControls(c ControlRecord, lim RecordLimits) (enc string, keptNodes, k
 // DecodeControls reads what EncodeControls wrote. Input it cannot read, of
 // another version, or whose parts disagree is an error wrapping
 // ErrRecordCorrupt.
-func DecodeControls(enc string) (ControlRecord, error) {
+func DecodeControls(enc string) (Controls, error) {
 	var w wireControls
 	if err := unpack(enc, &w); err != nil {
-		return ControlRecord{}, err
+		return Controls{}, err
 	}
 	if w.V != controlsVersion {
-		return ControlRecord{}, fmt.Errorf("%w: control record version %d, this build reads %d", ErrRecordCorrupt, w.V, controlsVersion)
+		return Controls{}, fmt.Errorf("%w: control record version %d, this build reads %d", ErrCorrupt, w.V, controlsVersion)
 	}
 	if len(w.C) == 0 {
-		return ControlRecord{}, fmt.Errorf("%w: the control record holds no control node", ErrRecordCorrupt)
+		return Controls{}, fmt.Errorf("%w: the control record holds no control node", ErrCorrupt)
 	}
-	out := ControlRecord{SwapStart: time.Unix(0, w.Swap).UTC(), Named: w.Named, Pods: w.Pods}
+	out := Controls{SwapStart: time.Unix(0, w.Swap).UTC(), Named: w.Named, Pods: w.Pods}
 	for _, wr := range w.C {
 		if wr.V != recordVersion {
-			return ControlRecord{}, fmt.Errorf("%w: control node %s: version %d, this build reads %d", ErrRecordCorrupt, wr.Node, wr.V, recordVersion)
+			return Controls{}, fmt.Errorf("%w: control node %s: version %d, this build reads %d", ErrCorrupt, wr.Node, wr.V, recordVersion)
 		}
 		r, err := fromWire(wr)
 		if err != nil {
-			return ControlRecord{}, fmt.Errorf("control node %s: %w", wr.Node, err)
+			return Controls{}, fmt.Errorf("control node %s: %w", wr.Node, err)
 		}
 		if !r.SwapStart.Equal(out.SwapStart) {
-			return ControlRecord{}, fmt.Errorf("%w: control node %s is recorded for the swap at %s, the record for %s", ErrRecordCorrupt,
+			return Controls{}, fmt.Errorf("%w: control node %s is recorded for the swap at %s, the record for %s", ErrCorrupt,
 				r.Node, r.SwapStart.UTC().Format(time.RFC3339Nano), out.SwapStart.UTC().Format(time.RFC3339Nano))
 		}
 		out.Nodes = append(out.Nodes, r)
@@ -222,11 +222,11 @@ func DecodeControls(enc string) (ControlRecord, error) {
 }
 
 // Node is the record of control node name, if it holds one.
-func (c ControlRecord) Node(name string) (BaselineRecord, bool) {
+func (c Controls) Node(name string) (Baseline, bool) {
 	for _, r := range c.Nodes {
 		if r.Node == name {
 			return r, true
 		}
 	}
-	return BaselineRecord{}, false
+	return Baseline{}, false
 }

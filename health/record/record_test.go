@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
@@ -30,7 +31,7 @@ func recordSeries(pods, samples int, seed int64) []RecordedSample {
 		}
 		ns, name := fmt.Sprintf("ns-%d", i/20), fmt.Sprintf("workload-%d-7d9f8c6b5-%05d", i/2, i/2)
 		if i >= pods-2 {
-			ns, name = DefaultProbeNamespace, "nodewise-probe-x"
+			ns, name = health.DefaultProbeNamespace, "nodewise-probe-x"
 		}
 		cur[i] = wire.PodCounters{Namespace: ns, Name: name, UID: fmt.Sprintf("uid-%08x", rng.Uint32()), Side: side,
 			ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}, SRTT: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
@@ -80,11 +81,11 @@ func recordSeries(pods, samples int, seed int64) []RecordedSample {
 	return out
 }
 
-func recordOf(samples []RecordedSample) BaselineRecord {
-	return BaselineRecord{Node: "node-a", BaselineStart: samples[0].Sent.Add(-time.Second), SwapStart: samples[len(samples)-1].Received.Add(time.Second), Baseline: samples}
+func recordOf(samples []RecordedSample) Baseline {
+	return Baseline{Node: "node-a", BaselineStart: samples[0].Sent.Add(-time.Second), SwapStart: samples[len(samples)-1].Received.Add(time.Second), Baseline: samples}
 }
 
-func isProbeKey(k PodKey) bool { return k.Namespace == DefaultProbeNamespace }
+func isProbeKey(k health.PodKey) bool { return k.Namespace == health.DefaultProbeNamespace }
 
 // decodedAs is pod p of baseline sample i (of n) as a record keeps it:
 // every count; the histograms of the first and the last sample (the others
@@ -108,19 +109,19 @@ func decodedAs(p wire.PodCounters, first wire.Snapshot, i, n int) wire.PodCounte
 // to exactly the kept pods' counters and the samples' times.
 func TestRecordBoundedRoundTrip(t *testing.T) {
 	in := recordOf(recordSeries(500, 10, 1))
-	lim := RecordLimits{Keep: isProbeKey}
-	enc, kept, err := EncodeRecord(in, lim)
+	lim := Limits{Keep: isProbeKey}
+	enc, kept, err := EncodeBaseline(in, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("500 pods × 10 samples: %d of 500 pods kept in %d bytes (cap %d)", kept, len(enc), DefaultRecordBytes)
-	if len(enc) > DefaultRecordBytes {
-		t.Fatalf("record is %d bytes, over the %d cap", len(enc), DefaultRecordBytes)
+	t.Logf("500 pods × 10 samples: %d of 500 pods kept in %d bytes (cap %d)", kept, len(enc), DefaultBaselineBytes)
+	if len(enc) > DefaultBaselineBytes {
+		t.Fatalf("record is %d bytes, over the %d cap", len(enc), DefaultBaselineBytes)
 	}
 	if kept == 0 || kept >= 500 {
 		t.Fatalf("kept %d pods of 500: want some dropped to fit", kept)
 	}
-	out, err := DecodeRecord(enc)
+	out, err := DecodeBaseline(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestRecordBoundedRoundTrip(t *testing.T) {
 			if want := decodedAs(byUID[p.UID], in.Baseline[0].Snapshot, i, 10); !reflect.DeepEqual(p, want) {
 				t.Fatalf("sample %d pod %s: decoded %+v, want %+v", i, p.UID, p, want)
 			}
-			if i == 0 && isProbeKey(keyOf(&p)) {
+			if i == 0 && isProbeKey(health.KeyOf(&p)) {
 				probe++
 			}
 		}
@@ -166,7 +167,7 @@ func TestRecordBoundedRoundTrip(t *testing.T) {
 	keptUID := map[string]bool{}
 	for _, p := range out.Baseline[0].Snapshot.Pods {
 		keptUID[p.UID] = true
-		if !isProbeKey(keyOf(&p)) {
+		if !isProbeKey(health.KeyOf(&p)) {
 			minKept = min(minKept, traffic[p.UID])
 		}
 	}
@@ -188,7 +189,7 @@ func TestRecordRealisticNode(t *testing.T) {
 	series[8].Snapshot.Enrollment = enrolled
 	in := recordOf(series[:11])
 	in.SoakStart, in.SoakAt = &series[11], series[11].Sent
-	enc, kept, err := EncodeRecord(in, RecordLimits{Keep: isProbeKey})
+	enc, kept, err := EncodeBaseline(in, Limits{Keep: isProbeKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,14 +197,14 @@ func TestRecordRealisticNode(t *testing.T) {
 	if kept != 110 {
 		t.Errorf("kept %d of 110 pods, want all", kept)
 	}
-	out, err := DecodeRecord(enc)
+	out, err := DecodeBaseline(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.SoakStart == nil || !out.SoakAt.Equal(in.SoakAt) || len(out.SoakStart.Snapshot.Pods) != 110 || out.SoakStart.Snapshot.Seq != series[11].Snapshot.Seq {
 		t.Fatalf("soak start decoded as %+v at %s", out.SoakStart, out.SoakAt)
 	}
-	if got := EnrollmentBefore(snapshotsOf(out.Baseline)); !reflect.DeepEqual(got, enrolled) {
+	if got := health.EnrollmentBefore(snapshotsOf(out.Baseline)); !reflect.DeepEqual(got, enrolled) {
 		t.Errorf("the enrollment before the swap decoded as %+v, want the ninth sample's %+v", got, enrolled)
 	}
 	if out.Baseline[len(out.Baseline)-1].Snapshot.Enrollment == nil {
@@ -234,11 +235,11 @@ func TestRecordThinsSamples(t *testing.T) {
 	in := recordOf(recordSeries(10, 40, 3))
 	// On a sample thinning drops: the enrollment before the swap stays.
 	in.Baseline[37].Snapshot.Enrollment = enrollmentOf(in.Baseline[37].Snapshot)
-	enc, _, err := EncodeRecord(in, RecordLimits{})
+	enc, _, err := EncodeBaseline(in, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := DecodeRecord(enc)
+	out, err := DecodeBaseline(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,14 +249,14 @@ func TestRecordThinsSamples(t *testing.T) {
 	if !out.Baseline[0].At.Equal(in.Baseline[0].At) || !out.Baseline[11].At.Equal(in.Baseline[39].At) {
 		t.Errorf("thinned to %s … %s, want the first and the last", out.Baseline[0].At, out.Baseline[11].At)
 	}
-	if got, want := EnrollmentBefore(snapshotsOf(out.Baseline)), in.Baseline[37].Snapshot.Enrollment; !reflect.DeepEqual(got, want) {
+	if got, want := health.EnrollmentBefore(snapshotsOf(out.Baseline)), in.Baseline[37].Snapshot.Enrollment; !reflect.DeepEqual(got, want) {
 		t.Errorf("the enrollment before the swap decoded as %+v, want the 38th sample's", got)
 	}
 }
 
 // TestRecordCorrupt: what DecodeRecord cannot trust is ErrRecordCorrupt.
 func TestRecordCorrupt(t *testing.T) {
-	enc, _, err := EncodeRecord(recordOf(recordSeries(6, 4, 4)), RecordLimits{})
+	enc, _, err := EncodeBaseline(recordOf(recordSeries(6, 4, 4)), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestRecordCorrupt(t *testing.T) {
 		"truncated":  enc[:len(enc)/2],
 		"flipped":    string(flipped),
 	} {
-		if _, err := DecodeRecord(s); !errors.Is(err, ErrRecordCorrupt) {
+		if _, err := DecodeBaseline(s); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrRecordCorrupt", name, err)
 		}
 	}
@@ -276,7 +277,7 @@ func TestRecordCorrupt(t *testing.T) {
 
 // TestRecordTooFewSamples: a window with one sample cannot be recorded.
 func TestRecordTooFewSamples(t *testing.T) {
-	_, _, err := EncodeRecord(recordOf(recordSeries(4, 1, 5)), RecordLimits{})
+	_, _, err := EncodeBaseline(recordOf(recordSeries(4, 1, 5)), Limits{})
 	if err == nil || !strings.Contains(err.Error(), "need at least 2") {
 		t.Fatalf("err %v", err)
 	}
@@ -290,18 +291,18 @@ func TestRecorderRestore(t *testing.T) {
 	now := series[5].Received.Add(30 * time.Second)
 	live := series[5].Snapshot
 	live.Seq, live.Time = live.Seq+1, now
-	src := SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return live, nil })
+	src := health.SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) { return live, nil })
 	r, err := NewRecorder(RecorderConfig{Source: src, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := recordOf(series[:5])
 	in.SoakStart, in.SoakAt = &series[5], series[5].Sent
-	enc, _, err := EncodeRecord(in, RecordLimits{})
+	enc, _, err := EncodeBaseline(in, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := DecodeRecord(enc)
+	rec, err := DecodeBaseline(enc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,27 +341,27 @@ func placedSnapshots(list []RecordedSample) []wire.Snapshot {
 
 // assessFrom judges a baseline series, a soak start and a current snapshot
 // as Judge does (windows, dispersion, planned resets of an in-place swap).
-func assessFrom(t *testing.T, baseline []wire.Snapshot, soakStart, cur wire.Snapshot) Assessment {
+func assessFrom(t *testing.T, baseline []wire.Snapshot, soakStart, cur wire.Snapshot) health.Assessment {
 	t.Helper()
-	cfg, err := NewConfig(Config{})
+	cfg, err := health.NewConfig(health.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := NewWindow(baseline[0], baseline[len(baseline)-1])
+	base, err := health.NewWindow(baseline[0], baseline[len(baseline)-1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	soak, err := NewWindow(soakStart, cur)
+	soak, err := health.NewWindow(soakStart, cur)
 	if err != nil {
 		t.Fatal(err)
 	}
-	disp, err := EstimateDispersion(baseline, cfg.CountDispersion)
+	disp, err := health.EstimateDispersion(baseline, cfg.CountDispersion)
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := baseline[len(baseline)-1]
-	planned, _ := plannedDuringSwap(last, soakStart, PlannedResets(last, DrainDeadline(30*time.Second)))
-	return Assess(cfg, base, soak, disp, planned, nil)
+	planned, _ := health.PlannedDuringSwap(last, soakStart, health.PlannedResets(last, health.DrainDeadline(30*time.Second)))
+	return health.Assess(cfg, base, soak, disp, planned, nil)
 }
 
 // TestRecordJudgesAsTheOriginal: a node judged from its decoded record
@@ -370,11 +371,11 @@ func TestRecordJudgesAsTheOriginal(t *testing.T) {
 	series := recordSeries(40, 13, 7) // 11 baseline samples, the soak's first, now
 	in := recordOf(series[:11])
 	in.SoakStart, in.SoakAt = &series[11], series[11].Sent
-	enc, kept, err := EncodeRecord(in, RecordLimits{})
+	enc, kept, err := EncodeBaseline(in, Limits{})
 	if err != nil || kept != 40 {
 		t.Fatalf("kept %d of 40: %v", kept, err)
 	}
-	out, err := DecodeRecord(enc)
+	out, err := DecodeBaseline(enc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
 // RecorderConfig configures a Recorder.
 type RecorderConfig struct {
-	Source SnapshotSource // required
+	Source health.SnapshotSource // required
 	// Every is how often each tracked node is sampled (default 30s, so the
 	// default 5m baseline holds 11 samples). The baseline's dispersion
 	// estimate needs at least three samples in it.
@@ -65,7 +66,7 @@ type history struct {
 	skewed  bool // the newest sample was skewed (logged once per change)
 }
 
-var _ SnapshotSource = (*Recorder)(nil)
+var _ health.SnapshotSource = (*Recorder)(nil)
 
 // ErrNotTracked is wrapped by Windows for a node this Recorder never
 // sampled: no baseline was recorded in this process.
@@ -74,7 +75,7 @@ var ErrNotTracked = errors.New("never tracked: no baseline recorded in this proc
 // NewRecorder validates cfg and fills its defaults.
 func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 	if cfg.Source == nil {
-		return nil, errors.New("health.RecorderConfig.Source is required")
+		return nil, errors.New("record.RecorderConfig.Source is required")
 	}
 	if cfg.Every == 0 {
 		cfg.Every = 30 * time.Second
@@ -86,10 +87,10 @@ func NewRecorder(cfg RecorderConfig) (*Recorder, error) {
 		cfg.SkewTolerance = DefaultSkewTolerance
 	}
 	if cfg.Every < 0 || cfg.Keep < cfg.Every {
-		return nil, fmt.Errorf("health.RecorderConfig: need 0 < Every (%s) ≤ Keep (%s)", cfg.Every, cfg.Keep)
+		return nil, fmt.Errorf("record.RecorderConfig: need 0 < Every (%s) ≤ Keep (%s)", cfg.Every, cfg.Keep)
 	}
 	if cfg.SkewTolerance < 0 {
-		return nil, fmt.Errorf("health.RecorderConfig.SkewTolerance %s: must be positive", cfg.SkewTolerance)
+		return nil, fmt.Errorf("record.RecorderConfig.SkewTolerance %s: must be positive", cfg.SkewTolerance)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -245,18 +246,18 @@ func (r *Recorder) samples(node string) (list []sample, repeats int, tracked boo
 // when soakStart is set, the first sent at or after it (none yet is no
 // error: the record then holds the baseline alone). err says what is
 // missing, as Windows does.
-func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.Time) (BaselineRecord, error) {
+func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.Time) (Baseline, error) {
 	list, _, tracked := r.samples(node)
 	if !tracked {
-		return BaselineRecord{}, fmt.Errorf("node %s: %w", node, ErrNotTracked)
+		return Baseline{}, fmt.Errorf("node %s: %w", node, ErrNotTracked)
 	}
-	out := BaselineRecord{Node: node, BaselineStart: baselineStart, SwapStart: swapStart}
+	out := Baseline{Node: node, BaselineStart: baselineStart, SwapStart: swapStart}
 	kept, _ := lastEpoch(list, baselineStart, swapStart)
 	for _, s := range kept {
 		out.Baseline = append(out.Baseline, s.recorded())
 	}
 	if len(out.Baseline) < 2 {
-		return BaselineRecord{}, fmt.Errorf("node %s: %d samples recorded in the baseline window, need at least 2", node, len(out.Baseline))
+		return Baseline{}, fmt.Errorf("node %s: %d samples recorded in the baseline window, need at least 2", node, len(out.Baseline))
 	}
 	if !soakStart.IsZero() {
 		for _, s := range list {
@@ -274,7 +275,7 @@ func (r *Recorder) Record(node string, baselineStart, swapStart, soakStart time.
 // own (a successor's Recorder, which never saw the baseline), each where
 // the predecessor placed it. A sample it already holds (the same agent
 // epoch and seq, or time) is not added twice.
-func (r *Recorder) Restore(node string, rec BaselineRecord) error {
+func (r *Recorder) Restore(node string, rec Baseline) error {
 	if rec.Node != node {
 		return fmt.Errorf("the baseline record is of node %q, not %s", rec.Node, node)
 	}

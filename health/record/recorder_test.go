@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
 func TestRecorderWindowsAndRetention(t *testing.T) {
 	start := time.Date(2026, 11, 30, 4, 0, 0, 0, time.UTC)
 	now := start
-	src := SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) {
+	src := health.SnapshotFunc(func(context.Context, string) (wire.Snapshot, error) {
 		return wire.Snapshot{Node: "n", Time: now, StartTime: start}, nil
 	})
 	r, err := NewRecorder(RecorderConfig{Source: src, Every: time.Minute, Keep: 10 * time.Minute, Now: func() time.Time { return now }})

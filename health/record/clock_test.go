@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/remote/agenttest"
 	"github.com/nodewise/nodewise/health/wire"
@@ -28,7 +29,9 @@ type skewedAgent struct {
 
 func newSkewedAgent(t *testing.T, start time.Time, offset time.Duration) *skewedAgent {
 	a := &skewedAgent{rig: agenttest.New(t), now: start, offset: offset, start: start.Add(offset - time.Hour),
-		pod: pc("shop", "cart", "u1", wire.SideApp, 0, 0, 0)}
+		pod: wire.PodCounters{Namespace: "shop", Name: "cart", UID: "u1", Side: wire.SideApp,
+			ConnectLatency: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)}, SRTT: wire.Log2Histogram{Buckets: make([]uint64, wire.Log2Buckets)},
+			ConnAges: make([]uint64, len(wire.AgeBucketBoundsSeconds)+1)}}
 	return a
 }
 
@@ -65,7 +68,7 @@ func (a *skewedAgent) recorder(t *testing.T) *Recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := SnapshotFunc(func(ctx context.Context, node string) (wire.Snapshot, error) {
+	src := health.SnapshotFunc(func(ctx context.Context, node string) (wire.Snapshot, error) {
 		s := a.answer()
 		a.rig.Set(func() { a.rig.Snap = s })
 		return c.Snapshot(ctx, node)
@@ -145,7 +148,7 @@ func TestRecorderPlacesSkewedAgentsOnTheOrchestratorsClock(t *testing.T) {
 			if got := base[len(base)-1].Pods[0].ResetsReceived; got != 100 {
 				t.Errorf("baseline's last sample has %d resets: the swap's spike (5,000) is in the baseline", got)
 			}
-			w, err := NewWindow(base[0], base[len(base)-1])
+			w, err := health.NewWindow(base[0], base[len(base)-1])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +188,7 @@ func TestRecorderRatesIgnoreAClockStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWindow(base[0], base[len(base)-1])
+	w, err := health.NewWindow(base[0], base[len(base)-1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,12 +230,12 @@ func TestStaleAgentWithAFreshTimeIsNotNew(t *testing.T) {
 		t.Errorf("clock %+v: %q", c, c.Reason())
 	}
 
-	j, err := NewJudge(JudgeConfig{Source: r, Now: func() time.Time { return a.now }})
+	j, err := health.NewJudge(health.JudgeConfig{Source: r, Now: func() time.Time { return a.now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := j.Judge(ctx, Input{Node: "node-a", Baseline: base[:4], SoakStart: base[4]})
-	if err != nil || v.Outcome != Fail || !hasReason(v, "is stale: its snapshot is 2m0s old") {
+	v, err := j.Judge(ctx, health.Input{Node: "node-a", Baseline: base[:4], SoakStart: base[4]})
+	if err != nil || v.Outcome != health.Fail || !strings.Contains(strings.Join(v.Reasons, "\n"), "is stale: its snapshot is 2m0s old") {
 		t.Fatalf("stale agent: %v %s %q", err, v.Outcome, v.Reasons)
 	}
 	if c := r.Clock("node-a", t0, a.now, t0); c.Repeats != 5 {

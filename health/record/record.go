@@ -1,4 +1,4 @@
-package health
+package record
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
 )
 
@@ -18,7 +19,7 @@ import (
 // its swap, and of its soak's first sample, in a form an orchestrator can
 // persist (EncodeRecord) so that a successor judges the node from it
 // (Recorder.Restore) instead of failing it for a baseline it never saw.
-type BaselineRecord struct {
+type Baseline struct {
 	Node string
 	// BaselineStart and SwapStart are the baseline window the samples were
 	// cut for (by the orchestrator's clock); SwapStart names the attempt.
@@ -43,7 +44,7 @@ type RecordedSample struct {
 }
 
 // RecordLimits bound an encoded record.
-type RecordLimits struct {
+type Limits struct {
 	// MaxBytes caps the encoded record (default 32 KiB): pods are dropped,
 	// least connected first, until it fits.
 	MaxBytes int
@@ -52,17 +53,17 @@ type RecordLimits struct {
 	MaxSamples int
 	// Keep says a pod is kept ahead of the most connected, as long as the
 	// record fits (the probe's pods: the judge needs their evidence).
-	Keep func(PodKey) bool
+	Keep func(health.PodKey) bool
 }
 
 // Defaults of RecordLimits.
 const (
-	DefaultRecordBytes   = 32 << 10
+	DefaultBaselineBytes = 32 << 10
 	DefaultRecordSamples = 12
 )
 
 // ErrRecordCorrupt is wrapped by DecodeRecord for input it cannot read.
-var ErrRecordCorrupt = errors.New("baseline record is corrupt")
+var ErrCorrupt = errors.New("baseline record is corrupt")
 
 // recordVersion is the encoding's version; DecodeRecord refuses others.
 const recordVersion = 1
@@ -81,9 +82,9 @@ const recordVersion = 1
 // enrollment before the swap, whole (the watchdog's and the enrollment
 // gate's "before"; it decodes onto the window's last sample). The samples
 // between first and last decode with the first's histograms and no ages.
-func EncodeRecord(r BaselineRecord, lim RecordLimits) (enc string, kept int, err error) {
+func EncodeBaseline(r Baseline, lim Limits) (enc string, kept int, err error) {
 	if lim.MaxBytes <= 0 {
-		lim.MaxBytes = DefaultRecordBytes
+		lim.MaxBytes = DefaultBaselineBytes
 	}
 	if lim.MaxSamples <= 0 {
 		lim.MaxSamples = DefaultRecordSamples
@@ -98,7 +99,7 @@ func EncodeRecord(r BaselineRecord, lim RecordLimits) (enc string, kept int, err
 	if r.Pods == 0 {
 		r.Pods = len(r.Baseline[len(r.Baseline)-1].Snapshot.Pods)
 	}
-	before := EnrollmentBefore(snapshotsOf(r.Baseline))
+	before := health.EnrollmentBefore(snapshotsOf(r.Baseline))
 	r.Baseline = thin(r.Baseline, lim.MaxSamples)
 	ranked := rankPods(r.Baseline, lim.Keep)
 	// The most pods that fit: encodings shrink as pods go, so search.
@@ -146,14 +147,14 @@ func thin(list []RecordedSample, n int) []RecordedSample {
 
 // podID is one pod (and side) as the record keeps it: a key and a UID.
 type podID struct {
-	key PodKey
+	key health.PodKey
 	uid string
 }
 
 // rankPods lists the pods present, with one UID, in the first and the last
 // baseline sample: keep's first, then by traffic over the window, most
 // first, then by key.
-func rankPods(list []RecordedSample, keep func(PodKey) bool) []podID {
+func rankPods(list []RecordedSample, keep func(health.PodKey) bool) []podID {
 	ranked := rankedPods(list, keep)
 	out := make([]podID, len(ranked))
 	for i, c := range ranked {
@@ -179,22 +180,22 @@ func (a rankedPod) before(b rankedPod) bool {
 		return a.traffic > b.traffic
 	}
 	if a.id.key != b.id.key {
-		return a.id.key.less(b.id.key)
+		return a.id.key.Less(b.id.key)
 	}
 	return a.id.uid < b.id.uid
 }
 
-func rankedPods(list []RecordedSample, keep func(PodKey) bool) []rankedPod {
+func rankedPods(list []RecordedSample, keep func(health.PodKey) bool) []rankedPod {
 	first, last := list[0].Snapshot, list[len(list)-1].Snapshot
 	start := map[podID]uint64{}
 	for i := range first.Pods {
 		p := &first.Pods[i]
-		start[podID{keyOf(p), p.UID}] = podTraffic(p)
+		start[podID{health.KeyOf(p), p.UID}] = podTraffic(p)
 	}
 	var cs []rankedPod
 	for i := range last.Pods {
 		p := &last.Pods[i]
-		id := podID{keyOf(p), p.UID}
+		id := podID{health.KeyOf(p), p.UID}
 		t0, ok := start[id]
 		if !ok {
 			continue
@@ -273,7 +274,7 @@ const maxRowLen = 1 << 10
 // first and last (i < base), the soak's first (i == base).
 func fullSample(i, base int) bool { return i == 0 || i >= base-1 }
 
-func encodeWire(r BaselineRecord, before *wire.Enrollment, pods []podID) (string, error) {
+func encodeWire(r Baseline, before *wire.Enrollment, pods []podID) (string, error) {
 	return pack(wireOf(r, before, pods), "the baseline record of node "+r.Node)
 }
 
@@ -288,7 +289,7 @@ func snapshotsOf(list []RecordedSample) []wire.Snapshot {
 
 // wireOf is r's wire form with the pods listed and the enrollment before
 // the swap.
-func wireOf(r BaselineRecord, before *wire.Enrollment, pods []podID) wireRecord {
+func wireOf(r Baseline, before *wire.Enrollment, pods []podID) wireRecord {
 	samples := append([]RecordedSample(nil), r.Baseline...)
 	base := len(samples)
 	w := wireRecord{V: recordVersion, Node: r.Node, Base: r.BaselineStart.UnixNano(), Swap: r.SwapStart.UnixNano(), Pods: r.Pods, Samples: r.Samples, E: before}
@@ -311,7 +312,7 @@ func wireOf(r BaselineRecord, before *wire.Enrollment, pods []podID) wireRecord 
 		for i, s := range samples {
 			for j := range s.Snapshot.Pods {
 				p := &s.Snapshot.Pods[j]
-				if p.UID == id.uid && keyOf(p) == id.key {
+				if p.UID == id.uid && health.KeyOf(p) == id.key {
 					rows[i] = p
 					for c := range p.ConnectFailures {
 						classes[c] = true
@@ -426,13 +427,13 @@ func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 // DecodeRecord reads what EncodeRecord wrote. Input it cannot read, of
 // another version, or whose parts disagree is an error wrapping
 // ErrRecordCorrupt.
-func DecodeRecord(enc string) (BaselineRecord, error) {
+func DecodeBaseline(enc string) (Baseline, error) {
 	var w wireRecord
 	if err := unpack(enc, &w); err != nil {
-		return BaselineRecord{}, err
+		return Baseline{}, err
 	}
 	if w.V != recordVersion {
-		return BaselineRecord{}, fmt.Errorf("%w: version %d, this build reads %d", ErrRecordCorrupt, w.V, recordVersion)
+		return Baseline{}, fmt.Errorf("%w: version %d, this build reads %d", ErrCorrupt, w.V, recordVersion)
 	}
 	return fromWire(w)
 }
@@ -441,27 +442,27 @@ func DecodeRecord(enc string) (BaselineRecord, error) {
 func unpack(enc string, v any) error {
 	raw, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
-		return fmt.Errorf("%w: base64: %v", ErrRecordCorrupt, err)
+		return fmt.Errorf("%w: base64: %v", ErrCorrupt, err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("%w: gzip: %v", ErrRecordCorrupt, err)
+		return fmt.Errorf("%w: gzip: %v", ErrCorrupt, err)
 	}
 	data, err := io.ReadAll(io.LimitReader(zr, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%w: gzip: %v", ErrRecordCorrupt, err)
+		return fmt.Errorf("%w: gzip: %v", ErrCorrupt, err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: json: %v", ErrRecordCorrupt, err)
+		return fmt.Errorf("%w: json: %v", ErrCorrupt, err)
 	}
 	return nil
 }
 
 // fromWire is the record w holds, checked: parts that disagree are an
 // error wrapping ErrRecordCorrupt.
-func fromWire(w wireRecord) (BaselineRecord, error) {
-	corrupt := func(format string, args ...any) (BaselineRecord, error) {
-		return BaselineRecord{}, fmt.Errorf("%w: %s", ErrRecordCorrupt, fmt.Sprintf(format, args...))
+func fromWire(w wireRecord) (Baseline, error) {
+	corrupt := func(format string, args ...any) (Baseline, error) {
+		return Baseline{}, fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
 	n := len(w.T)
 	if len(w.Start) != n || len(w.Seq) != n || len(w.Mode) != n || len(w.Agent) != n {
@@ -514,7 +515,7 @@ func fromWire(w wireRecord) (BaselineRecord, error) {
 		}
 	}
 	samples[base-1].Snapshot.Enrollment = w.E
-	r := BaselineRecord{Node: w.Node, BaselineStart: time.Unix(0, w.Base).UTC(), SwapStart: time.Unix(0, w.Swap).UTC(),
+	r := Baseline{Node: w.Node, BaselineStart: time.Unix(0, w.Base).UTC(), SwapStart: time.Unix(0, w.Swap).UTC(),
 		Baseline: samples[:base], Pods: w.Pods, Samples: w.Samples}
 	if w.Soak {
 		r.SoakStart, r.SoakAt = &samples[n-1], time.Unix(0, w.SoakAt).UTC()
