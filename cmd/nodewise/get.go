@@ -69,7 +69,7 @@ func newGetCmd(g *globalFlags) *cobra.Command {
 			for _, nr := range list.Items {
 				c := nr.Status.Counts
 				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%t\t%s\t%s\n", nr.Name, nr.Status.Phase, c.Done+c.Skipped, c.Total, c.Failed, nr.Spec.Paused,
-					duration.HumanDuration(time.Since(nr.CreationTimestamp.Time)), firstLine(nr.Status.HaltReason))
+					duration.HumanDuration(time.Since(nr.CreationTimestamp.Time)), firstLine(nr.Status.PhaseReason()))
 			}
 			return tw.Flush()
 		},

@@ -130,8 +130,14 @@ func rolloutOfNode(ctx context.Context, rc v1alpha1.NodeRolloutInterface, name, 
 	return nil, fmt.Errorf("node %s is in the status of NodeRollouts %s: name one with --rollout", node, strings.Join(names, ", "))
 }
 
+// finished: the rollout acts on no node any more (Failed: it could not
+// start; a spec change that wakes it plans its nodes afresh).
 func finished(p v1alpha1.RolloutPhase) bool {
-	return p == v1alpha1.PhaseCompleted || p == v1alpha1.PhaseAborted || p == v1alpha1.PhaseRolledBack
+	switch p {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
+		return true
+	}
+	return false
 }
 
 // checkNodeRequest refuses, with one line, what the orchestrator would

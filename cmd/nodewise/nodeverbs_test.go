@@ -20,24 +20,13 @@ import (
 // is refused in one line with nothing written; an accepted request is the
 // annotation the orchestrator acts on, naming who asked.
 func TestNodeVerbsOnTheSimCluster(t *testing.T) {
-	bin := testkit.Binary(t, "nodewise")
 	ctx := context.Background()
-	c := cluster.Start(t, cluster.Options{Nodes: 3, Zones: 1})
-	kc := "--kubeconfig=" + c.Kubeconfig
-	cli := func(args ...string) (string, string, error) { return runIn(bin, "", append([]string{kc}, args...)...) }
+	c, cli, rc := rolloutCLI(t, 3)
 	bad := func(want string, args ...string) {
 		t.Helper()
 		out, errOut, err := cli(args...)
 		oneLineFailure(t, strings.Join(args, " "), out, errOut, err, want)
 	}
-	if err := cluster.InstallCRD(ctx, c.Config, filepath.Join("..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	nwc, err := v1alpha1.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := nwc.NodeRollouts()
 	nr, err := rc.Create(ctx, &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "up"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,4 +75,22 @@ func TestNodeVerbsOnTheSimCluster(t *testing.T) {
 	if r, ok, _ := model.PendingNodeRequest(got.Annotations); !ok || r.Verb != model.VerbRetry || r.Node != failed {
 		t.Fatalf("request %+v pending %v: want the retry of %s", r, ok, failed)
 	}
+}
+
+// rolloutCLI starts a simulated cluster of nodes nodes with the NodeRollout
+// CRD and gives the nodewise binary run against it, and a client.
+func rolloutCLI(t *testing.T, nodes int) (*cluster.Cluster, func(args ...string) (string, string, error), v1alpha1.NodeRolloutInterface) {
+	t.Helper()
+	bin := testkit.Binary(t, "nodewise")
+	c := cluster.Start(t, cluster.Options{Nodes: nodes, Zones: 1})
+	kc := "--kubeconfig=" + c.Kubeconfig
+	cli := func(args ...string) (string, string, error) { return runIn(bin, "", append([]string{kc}, args...)...) }
+	if err := cluster.InstallCRD(context.Background(), c.Config, filepath.Join("..", "..", "deploy", "crds", "nodewise.io_noderollouts.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	nwc, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cli, nwc.NodeRollouts()
 }

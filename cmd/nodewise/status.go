@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -97,7 +97,7 @@ func (w *statusWriter) show(nr *v1alpha1.NodeRollout) error {
 // a longer time in state).
 func progressKey(nr *v1alpha1.NodeRollout) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%+v", nr.Status.Phase, nr.Status.HaltReason, nr.Status.Counts)
+	fmt.Fprintf(&b, "%s|%s|%+v", nr.Status.Phase, nr.Status.PhaseReason(), nr.Status.Counts)
 	for _, n := range nr.Status.Nodes {
 		fmt.Fprintf(&b, "|%s=%s/%s", n.Name, n.State, n.Verdict)
 	}
@@ -228,10 +228,7 @@ func phaseOutcome(nr *v1alpha1.NodeRollout) error {
 	case v1alpha1.PhaseAborted:
 		return withExitCode(exitHalted, "NodeRollout %s is Aborted", nr.Name)
 	case v1alpha1.PhaseFailed:
-		reason := "no reason recorded"
-		if c := meta.FindStatusCondition(nr.Status.Conditions, "Valid"); c != nil && c.Message != "" {
-			reason = c.Message
-		}
+		reason := cmp.Or(nr.Status.PhaseReason(), "no reason recorded")
 		return withExitCode(exitHalted, "NodeRollout %s is Failed: %s", nr.Name, firstLine(reason))
 	}
 	return nil

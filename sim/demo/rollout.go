@@ -63,7 +63,7 @@ func demoGates(nr *v1alpha1.NodeRollout) *v1alpha1.NodeRollout {
 
 func terminal(p v1alpha1.RolloutPhase) bool {
 	switch p {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
 		return true
 	}
 	return false

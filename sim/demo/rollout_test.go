@@ -28,12 +28,12 @@ func TestRunRolloutFollowsAWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := nwc.NodeRollouts()
-	follow := func(name string) <-chan error {
+	follow := func(name string, want v1alpha1.RolloutPhase) <-chan error {
 		done := make(chan error, 1)
 		go func() {
 			got, err := runRollout(ctx, rc, healthyRollout(name, c.Nodes[0].Name), newView(testWriter{t}, false))
-			if err == nil && got.Status.Phase != v1alpha1.PhaseHalted {
-				t.Errorf("%s: returned in phase %q, want Halted", name, got.Status.Phase)
+			if err == nil && got.Status.Phase != want {
+				t.Errorf("%s: returned in phase %q, want %s", name, got.Status.Phase, want)
 			}
 			done <- err
 		}()
@@ -53,7 +53,7 @@ func TestRunRolloutFollowsAWatch(t *testing.T) {
 		}
 	}
 
-	halted := follow("halts")
+	halted := follow("halts", v1alpha1.PhaseHalted)
 	nr, err := rc.Get(ctx, "halts", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,23 @@ func TestRunRolloutFollowsAWatch(t *testing.T) {
 		t.Errorf("halted rollout: %v", err)
 	}
 
-	deleted := follow("deleted")
+	// Failed (its selector matched no node) is terminal too.
+	failed := follow("fails", v1alpha1.PhaseFailed)
+	nr, err = rc.Get(ctx, "fails", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nr.Status.Phase = v1alpha1.PhaseFailed
+	nr.Status.Conditions = []metav1.Condition{{Type: "Valid", Status: metav1.ConditionFalse, Reason: "Invalid",
+		Message: "spec.nodeSelector pool=ingres matches no node", LastTransitionTime: metav1.Now()}}
+	if _, err := rc.UpdateStatus(ctx, nr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait("fails", failed); err != nil {
+		t.Errorf("failed rollout: %v", err)
+	}
+
+	deleted := follow("deleted", "")
 	if err := rc.Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
