@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
 
 // Snapshot builds the planner's snapshot from the caches plus what this
@@ -62,7 +63,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 	if err != nil {
 		return s, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	in := &viewInputs{rollout: nr.Name, uid: nr.UID, targets: s.Targets, opportunist: p.Opportunistic, blocking: p.Blocking.Pods, prepullWant: prepullWant(s.Targets)}
+	in := &viewInputs{rollout: nr.Name, uid: nr.UID, targets: s.Targets, opportunist: p.Opportunistic, blocking: p.Blocking.Pods, prepullWant: prepull.Want(s.Targets)}
 	byNode := map[string]*nodePods{}
 	at := func(node string) *nodePods {
 		np := byNode[node]

@@ -22,6 +22,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
 
 // nodeView is the named node of a snapshot.
@@ -65,14 +66,14 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 		Annotations: map[string]string{locks.AnnotationKured: `{"nodeID":"n2"}`}}}
 	suc := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "apply-os", Namespace: "system-upgrade",
 		Labels: map[string]string{locks.LabelSUCPlan: "os", locks.LabelSUCNode: "n3"}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	prepull := func(node, target string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", node, target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepull: "r", model.LabelPrepullTarget: target}},
+	pullPod := func(node, target string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepull.Name("r", node, target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepull: "r", model.LabelPrepullTarget: target}},
 			Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "pull-0"}}},
 			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "RunContainerError"}}}}}}
 	}
-	gone := prepull("n2", "ztunnel")
+	gone := pullPod("n2", "ztunnel")
 	gone.DeletionTimestamp = &metav1.Time{Time: t0}
-	e := newEnv(t, append(objs, old, unbound, stranger, kured, suc, prepull("n1", "istio-cni-node"), prepull("n1", "ztunnel"), prepull("n3", "ztunnel"), gone, nr)...)
+	e := newEnv(t, append(objs, old, unbound, stranger, kured, suc, pullPod("n1", "istio-cni-node"), pullPod("n1", "ztunnel"), pullPod("n3", "ztunnel"), gone, nr)...)
 
 	// This process has claimed n3, and written n2's newest record itself
 	// (the cache has not caught up).

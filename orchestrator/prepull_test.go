@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,72 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
-
-func TestPrepullViewReadsContainerStates(t *testing.T) {
-	pod := func(states ...corev1.ContainerState) *corev1.Pod {
-		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}}
-		for i, s := range states {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "c"})
-			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Image: "istio/ztunnel:" + string(rune('a'+i)), State: s})
-		}
-		return p
-	}
-	waiting := func(r string) corev1.ContainerState {
-		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: r, Message: "m"}}
-	}
-	term := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128}}
-	for name, tc := range map[string]struct {
-		p              *corev1.Pod
-		pulled, failed bool
-	}{
-		"creating":                     {pod(waiting("ContainerCreating")), false, false},
-		"no status yet":                {&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{}}}}, false, false},
-		"both past the pull":           {pod(term, waiting("CreateContainerError")), true, false},
-		"one pull failed":              {pod(term, waiting("ImagePullBackOff")), false, true},
-		"running (a sim, or an image)": {pod(corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}), true, false},
-	} {
-		pulled, failed := podPull(tc.p)
-		if pulled != tc.pulled || (failed != "") != tc.failed {
-			t.Errorf("%s: pulled %v failed %q, want pulled %v failed %v", name, pulled, failed, tc.pulled, tc.failed)
-		}
-	}
-	if _, failed := podPull(pod(waiting("ErrImagePull"))); !strings.Contains(failed, "image istio/ztunnel:a on node n1 failed: ErrImagePull") {
-		t.Errorf("failure %q does not name image and node", failed)
-	}
-}
-
-// TestPrepullViewNeedsEveryTargetsPod: a node's pre-pull is pulled only when
-// each target with images has its pod and every pod is past its pulls; a
-// missing one is reported (to be created), a failed one halts.
-func TestPrepullViewNeedsEveryTargetsPod(t *testing.T) {
-	want := map[string]bool{istioNS + "/istio-cni-node": true, istioNS + "/ztunnel": true}
-	pod := func(target, reason string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: prepullName("r", "n1", target), Namespace: istioNS, Labels: map[string]string{model.LabelPrepullTarget: target}},
-			Spec:   corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "pull-0"}}},
-			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Image: target + ":new", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}}}
-	}
-	for name, tc := range map[string]struct {
-		pods []*corev1.Pod
-		want model.PrepullView
-	}{
-		"both pulled":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError"), pod("istio-cni-node", "RunContainerError")}, model.PrepullView{Exists: true, Pulled: true}},
-		"one missing":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError")}, model.PrepullView{Exists: true, Missing: true}},
-		"one pulling":     {[]*corev1.Pod{pod("ztunnel", "RunContainerError"), pod("istio-cni-node", "ContainerCreating")}, model.PrepullView{Exists: true}},
-		"one pull failed": {[]*corev1.Pod{pod("ztunnel", "ErrImagePull"), pod("istio-cni-node", "RunContainerError")}, model.PrepullView{Exists: true, Failed: "pre-pull of image ztunnel:new on node n1 failed: ErrImagePull: "}},
-	} {
-		if got := prepullView(tc.pods, want); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
-		}
-	}
-}
 
 // TestPrepullCreatesAndDeletesThePods: ActPrepull creates, in each target's
 // namespace, one pod per target bound to the node with one container per new
@@ -87,7 +28,7 @@ func TestPrepullViewNeedsEveryTargetsPod(t *testing.T) {
 func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 	nr := rollout("r", func(nr *v1alpha1.NodeRollout) { nr.Spec.Prepull = true })
 	p := model.MustPolicy(nr.Spec)
-	name := prepullName("r", "n1", "ztunnel")
+	name := prepull.Name("r", "n1", "ztunnel")
 	forbidden := func(verb string) func(k8stesting.Action) (bool, runtime.Object, error) {
 		return func(k8stesting.Action) (bool, runtime.Object, error) {
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, name, errors.New("RBAC "+verb))
@@ -104,7 +45,7 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	for target, image := range map[string]string{"istio-cni-node": "docker.io/istio/install-cni:1.28.1", "ztunnel": "docker.io/istio/ztunnel:1.28.1"} {
-		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{})
+		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepull.Name("r", "n1", target), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,8 +55,8 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 		var images []string
 		for _, c := range pod.Spec.Containers {
 			images = append(images, c.Image)
-			if len(c.Command) != 1 || c.Command[0] != PrepullCommand || c.SecurityContext != nil || len(c.VolumeMounts) != 0 {
-				t.Errorf("container %s runs %v (securityContext %v, mounts %v), want %s alone", c.Name, c.Command, c.SecurityContext, c.VolumeMounts, PrepullCommand)
+			if len(c.Command) != 1 || c.Command[0] != prepull.Command || c.SecurityContext != nil || len(c.VolumeMounts) != 0 {
+				t.Errorf("container %s runs %v (securityContext %v, mounts %v), want %s alone", c.Name, c.Command, c.SecurityContext, c.VolumeMounts, prepull.Command)
 			}
 		}
 		if !slices.Equal(images, []string{image}) {
@@ -143,7 +84,7 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, target := range []string{"istio-cni-node", "ztunnel"} {
-		if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepull.Name("r", "n1", target), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("%s's pre-pull pod still there: %v", target, err)
 		}
 	}
@@ -171,24 +112,6 @@ func TestPrepullWithoutImages(t *testing.T) {
 	}
 }
 
-// TestPrepullNameIsAValidName: a name past 253 characters is cut, and a
-// hash of the whole keeps two targets' pods apart.
-func TestPrepullNameIsAValidName(t *testing.T) {
-	if got := prepullName("r", "n1", "ztunnel"); got != "nodewise-prepull-r-n1-ztunnel" {
-		t.Errorf("name %q", got)
-	}
-	long := func(target string) string {
-		return prepullName(strings.Repeat("r", 200), strings.Repeat("n", 100), target)
-	}
-	a, b := long("ztunnel"), long("istio-cni-node")
-	if len(a) != 253 || len(b) != 253 || a == b {
-		t.Errorf("names of %d and %d characters (equal: %v), want 253 and distinct", len(a), len(b), a == b)
-	}
-	if errs := validation.IsDNS1123Subdomain(a); len(errs) != 0 {
-		t.Errorf("%s: %v", a, errs)
-	}
-}
-
 // TestReconcilePrepullsBeforeStarting: with spec.prepull a due node gets its
 // pre-pull pod first and does not start (no finalizer: nothing is held);
 // once its images are pulled the pod is deleted and the node starts.
@@ -199,7 +122,7 @@ func TestReconcilePrepullsBeforeStarting(t *testing.T) {
 	}
 	var pods []*corev1.Pod
 	for _, target := range []string{"istio-cni-node", "ztunnel"} {
-		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepullName("r", "n1", target), metav1.GetOptions{})
+		pod, err := e.kube.CoreV1().Pods(istioNS).Get(e.ctx, prepull.Name("r", "n1", target), metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("no pre-pull pod for %s: %v", target, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
 
 // A pass an informer event starts is O(change) in what it observes: it
@@ -155,19 +156,19 @@ func (e *executor) viewOf(n *corev1.Node, in *viewInputs) (model.NodeView, error
 	}
 	np := &nodePods{}
 	namespaces := targetNamespaces(in.targets)
-	var blocking, prepull []*corev1.Pod
+	var blocking, pulls []*corev1.Pod
 	for _, p := range pods {
 		addTargetPod(np, p, in.targets)
 		if in.blocking != nil {
 			blocking = append(blocking, p)
 		}
 		if p.Labels[model.LabelPrepull] == in.rollout && slices.Contains(namespaces, p.Namespace) && p.DeletionTimestamp == nil {
-			prepull = append(prepull, p)
+			pulls = append(pulls, p)
 		}
 	}
 	np.blocked = planner.BlockingPods(blocking, in.blocking)[n.Name]
-	if len(prepull) > 0 {
-		np.prepull = prepullView(prepull, in.prepullWant)
+	if len(pulls) > 0 {
+		np.prepull = prepull.View(pulls, in.prepullWant)
 	}
 	return e.nodeView(n, np, in)
 }

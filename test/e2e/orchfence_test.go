@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
@@ -75,7 +75,7 @@ func TestOrchestratorFenceBeyondItsPodSpecs(t *testing.T) {
 	if nr, err = e.rollouts.Get(ctx, nr.Name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	prepullLabelled := orchestrator.PrepullPod(nr, node, e.targetView(cluster.ZtunnelName))
+	prepullLabelled := prepull.Pod(nr, node, e.targetView(cluster.ZtunnelName))
 	prepullLabelled.Name += "-istiod"
 	prepullLabelled.Labels["app"] = "istiod"
 	for what, p := range map[string]*corev1.Pod{
@@ -110,7 +110,7 @@ func TestOrchestratorFenceBeyondItsPodSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the real bridge as the orchestrator: %v", err)
 	}
-	prepull, err := pods.Create(ctx, orchestrator.PrepullPod(nr, node, e.targetView(cluster.CNIName)), metav1.CreateOptions{})
+	prepull, err := pods.Create(ctx, prepull.Pod(nr, node, e.targetView(cluster.CNIName)), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the real pre-pull pod as the orchestrator: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/prepull"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/chart"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -142,7 +143,7 @@ func TestPrepullPolicyFencesOrchestratorPods(t *testing.T) {
 	zt, cni := e.targetView(cluster.ZtunnelName), e.targetView(cluster.CNIName)
 	const node = "node-001"
 	variant := func(name string, tv model.TargetView, change func(*corev1.Pod)) *corev1.Pod {
-		p := orchestrator.PrepullPod(nr, node, tv)
+		p := prepull.Pod(nr, node, tv)
 		p.Name += "-" + name
 		change(p)
 		return p
@@ -214,7 +215,7 @@ func TestPrepullPolicyFencesOrchestratorPods(t *testing.T) {
 	// The orchestrator's own pods are admitted, one per target, and it
 	// deletes them (the Role nodewise-orchestrator-dataplane).
 	for _, tv := range []model.TargetView{zt, cni} {
-		p := orchestrator.PrepullPod(nr, node, tv)
+		p := prepull.Pod(nr, node, tv)
 		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Errorf("the orchestrator's pre-pull pod for %s: %v", tv.Ref.Name, err)
 			continue

@@ -15,7 +15,8 @@ var rooms = map[string][]string{
 	"model":            {},
 	"metrics":          {},
 	"planner":          {"model"},
-	"locks":            {}, // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
+	"prepull":          {"model", "nodestep", "swap"}, // the pre-pull pods: made, read and written
+	"locks":            {},                            // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on
 	"observe":          {"model"},
