@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -229,4 +230,9 @@ func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p model.Policy) error {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
 	return planner.Overlapping(nr, p, all, nodes)
+}
+
+// typeTargets reads the targets from the DaemonSet cache.
+func (e *executor) typeTargets(p model.Policy) (model.Policy, error) {
+	return model.TypeTargets(p, func(ns, name string) (*appsv1.DaemonSet, error) { return e.dss.DaemonSets(ns).Get(name) })
 }

@@ -105,7 +105,7 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	}
 	p, perr := model.NewPolicy(nr.Spec)
 	p.ZtunnelSwap = e.cfg.ZtunnelSwap
-	p, terr := e.typeTargets(p) // targetkind.go: the kinds name the steps of nodes in flight too
+	p, terr := e.typeTargets(p) // model.TypeTargets: the kinds name the steps of nodes in flight too
 	if perr = errors.Join(perr, terr, planner.TargetsInNamespace(p.Targets, e.cfg.IstioNamespace)); perr == nil {
 		perr = e.overlapping(nr, p) // see overlap.go
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package model
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 // detectKind tells what a target DaemonSet runs from its pod template:
@@ -55,10 +54,10 @@ func imageName(image string) string {
 	return base
 }
 
-// typeTargets fills each target's kind (spec first, else detected from the
+// TypeTargets fills each target's kind (spec first, else detected from the
 // DaemonSet the cache holds) and checks that no two targets share one: each
 // kind has one swap step. A target not found is left to ValidateTargets.
-func typeTargets(p model.Policy, get func(ns, name string) (*appsv1.DaemonSet, error)) (model.Policy, error) {
+func TypeTargets(p Policy, get func(ns, name string) (*appsv1.DaemonSet, error)) (Policy, error) {
 	typed := make([]v1alpha1.TargetRef, len(p.Targets))
 	seen := map[v1alpha1.TargetKind]string{}
 	var errs []error
@@ -80,9 +79,4 @@ func typeTargets(p model.Policy, get func(ns, name string) (*appsv1.DaemonSet, e
 	}
 	p.Targets = typed
 	return p, errors.Join(errs...)
-}
-
-// typeTargets reads the targets from the DaemonSet cache.
-func (e *executor) typeTargets(p model.Policy) (model.Policy, error) {
-	return typeTargets(p, func(ns, name string) (*appsv1.DaemonSet, error) { return e.dss.DaemonSets(ns).Get(name) })
 }

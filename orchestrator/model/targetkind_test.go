@@ -1,4 +1,4 @@
-package orchestrator
+package model_test
 
 import (
 	"strings"
@@ -48,7 +48,7 @@ func TestTypeTargetsByWhatTheyRun(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := typeTargets(model.Policy{Targets: tc.targets}, get)
+			p, err := model.TypeTargets(model.Policy{Targets: tc.targets}, get)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want mention of %q", err, tc.err)
