@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 )
 
@@ -38,11 +39,11 @@ func (e *env) kuredLockOnAPI() (string, bool) {
 func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 	single := `{"nodeID":"nodewise:gone","metadata":{"unschedulable":false,"nodes":["node-1"]},"created":"2026-11-30T09:59:00Z","TTL":600000000000}`
 	e := newEnv(t, kuredDS("kube-system", single))
-	e.ex.releaseGoneKuredLocks(e.ctx, map[string]bool{"gone": true})
+	e.ex.kured().ReleaseGone(e.ctx, map[string]bool{"gone": true})
 	if _, ok := e.kuredLockOnAPI(); !ok {
 		t.Fatal("a live rollout's lock was released")
 	}
-	e.ex.releaseGoneKuredLocks(e.ctx, map[string]bool{"other": true})
+	e.ex.kured().ReleaseGone(e.ctx, map[string]bool{"other": true})
 	if v, ok := e.kuredLockOnAPI(); ok {
 		t.Errorf("a gone rollout's lock is still held: %s", v)
 	}
@@ -51,7 +52,7 @@ func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 		`{"nodeID":"nodewise:gone","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:00Z","TTL":600000000000},` +
 		`{"nodeID":"nodewise:gone#2","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:00Z","TTL":600000000000}]}`
 	e = newEnv(t, kuredDS("kube-system", multi))
-	e.ex.releaseGoneKuredLocks(e.ctx, nil)
+	e.ex.kured().ReleaseGone(e.ctx, nil)
 	v, _ := e.kuredLockOnAPI()
 	if strings.Contains(v, "nodewise") || !strings.Contains(v, `"nodeID":"node-7"`) || !strings.Contains(v, `"maxOwners":3`) {
 		t.Errorf("multi-lock after the release: %s, want Kured's node-7 only", v)
@@ -64,14 +65,14 @@ func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 // in flight) is no error.
 func TestKuredLockOnAnotherDaemonSetHoldsStarts(t *testing.T) {
 	e := newEnv(t, kuredDS("ops", `{"nodeID":"node-3","created":"2026-11-30T09:59:00Z","TTL":0}`))
-	_, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
+	_, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 	if err == nil || !strings.Contains(err.Error(), "ops/kured") || !strings.Contains(err.Error(), "--kured-daemonset") {
 		t.Errorf("start beside a lock on ops/kured: %v, want an error naming it and --kured-daemonset", err)
 	}
-	if _, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), nil); err != nil {
+	if _, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), nil); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	if _, err := newEnv(t).ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"}); err != nil {
+	if _, err := newEnv(t).ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"}); err != nil {
 		t.Errorf("no Kured at all: %v, want nothing to hold", err)
 	}
 }
@@ -98,7 +99,7 @@ func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
 			}
 			return true, nil, apierrors.NewConflict(appsv1.Resource("daemonsets"), "kured", errors.New("the object has been modified"))
 		})
-		w, err := e.ex.syncKuredLock(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
+		w, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 		v, _ := e.kuredLockOnAPI()
 		switch {
 		case kuredWrites && (!errors.Is(err, locks.ErrKuredHolds) || v != kuredLock):
@@ -106,7 +107,7 @@ func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
 		case !kuredWrites && (err != nil || !strings.Contains(v, `"nodeID":"nodewise:r"`)):
 			t.Errorf("a conflict with no Kured write: err %v, lock %s; want nodewise's lock after the retry", err, v)
 		}
-		if want := map[bool]lockWrite{true: lockUnchanged, false: lockTaken}[kuredWrites]; w != want {
+		if want := map[bool]kuredlock.Write{true: kuredlock.Unchanged, false: kuredlock.Taken}[kuredWrites]; w != want {
 			t.Errorf("kuredWrites %v: wrote %d, want %d", kuredWrites, w, want)
 		}
 		if updates != 1+map[bool]int{true: 0, false: 1}[kuredWrites] {

@@ -55,7 +55,7 @@ func (e *executor) reconcileAll(ctx context.Context) {
 		}
 	}
 	e.metrics.PruneRollouts(live) // a deleted rollout's series go with it
-	e.releaseGoneKuredLocks(ctx, live)
+	e.kured().ReleaseGone(ctx, live)
 }
 
 // sortByCreation orders rollouts oldest first.
@@ -95,7 +95,7 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 			// finished; a spec change (e.g. rollback) wakes it. A crash
 			// between its last node and the release left Kured's lock held.
 			keep = &fleetView{finished: true}
-			_, err := e.syncKuredLock(ctx, locks.KuredHolder(nr.Name), nil)
+			_, err := e.kured().Sync(ctx, locks.KuredHolder(nr.Name), nil)
 			return err
 		}
 	}
