@@ -17,6 +17,7 @@ var rooms = map[string][]string{
 	"planner":          {"model"},
 	"prepull":          {"model", "nodestep", "swap"}, // the pre-pull pods: made, read and written
 	"kuredlock":        {"locks", "model", "observe"}, // writes Kured's lock on its DaemonSet (observe: the API server's clock)
+	"status":           {"model", "planner"},          // what a rollout's status says after a pass (pure)
 	"locks":            {},                            // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on

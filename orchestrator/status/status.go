@@ -1,0 +1,118 @@
+// Package status decides what a NodeRollout's status says after a pass: the
+// decision's phase, the plan's node list, counts and conditions. It writes
+// nothing; write.Status carries the result to the API.
+package status
+
+import (
+	"cmp"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
+)
+
+// Record writes into s what decision d says of rollout nr at now: the
+// phase (a halt is cleared only by resume, rollback or abort), start and
+// completion times, the targets' revisions, the plan's node list (each entry
+// caught up with its node's settled record, given), counts and conditions.
+// It is pure: the caller applies it to a copy first, then queues or writes it.
+func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView, settled map[string]v1alpha1.NodeState, now metav1.Time) {
+	if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !model.ResumeRequested(nr.Annotations) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
+		return // a halt is only cleared by resume, rollback or abort
+	}
+	s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
+	if d.Phase == v1alpha1.PhaseHalted {
+		if s.HaltReason == "" {
+			s.HaltReason = d.Reason
+		}
+	} else {
+		s.HaltReason = ""
+	}
+	if s.StartTime == nil && d.Phase == v1alpha1.PhaseProgressing {
+		s.StartTime = &now
+	}
+	if d.Phase == v1alpha1.PhaseCompleted || d.Phase == v1alpha1.PhaseRolledBack || d.Phase == v1alpha1.PhaseAborted || d.Phase == v1alpha1.PhaseFailed {
+		if s.CompletionTime == nil {
+			s.CompletionTime = &now
+		}
+	} else {
+		s.CompletionTime = nil
+	}
+	// status.targets is the revision the rollout moves nodes to; rollback
+	// waits until the templates are off it. A halted rollout moves no
+	// node, so the old chart re-applied during a halt (as the emergency
+	// path goes: halt, re-apply, rollback) must not become that revision.
+	if len(targets) > 0 && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseHalted && s.Phase != v1alpha1.PhaseHalted {
+		s.Targets = s.Targets[:0]
+		for _, t := range targets {
+			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash})
+		}
+	}
+	// One index for the whole plan: nodeEntry per node would be
+	// quadratic in the fleet, every pass.
+	at := make(map[string]int, len(s.Nodes))
+	for i := range s.Nodes {
+		at[s.Nodes[i].Name] = i
+	}
+	for _, pn := range d.Order {
+		i, ok := at[pn.Name]
+		if !ok {
+			s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: pn.Name, State: v1alpha1.NodePending})
+			i = len(s.Nodes) - 1
+			at[pn.Name] = i
+		}
+		ns := &s.Nodes[i]
+		ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
+		if st, found := settled[pn.Name]; found && ns.State != st {
+			ns.State, ns.StateSince = st, &now
+			if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
+				ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+			}
+		}
+		ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
+	}
+	if d.Phase != v1alpha1.PhasePending {
+		s.Nodes = pruneUnplanned(s.Nodes, d.Order)
+	}
+	if len(d.Order) > 0 {
+		s.Omitted = nil // every planned node has its entry again, an omitted one too
+	}
+	s.Counts = planner.Counts(s.Nodes)
+	setConditions(s, d, nr.Generation)
+}
+
+// pruneUnplanned drops the Pending entries of nodes the plan no longer has
+// (deleted, or relabelled out of the selector, before they started):
+// nothing of them is left to show. Entries that started stay, as history.
+func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []v1alpha1.NodeStatus {
+	planned := make(map[string]bool, len(order))
+	for _, pn := range order {
+		planned[pn.Name] = true
+	}
+	kept := make([]v1alpha1.NodeStatus, 0, len(nodes))
+	for _, ns := range nodes {
+		if planned[ns.Name] || (ns.State != "" && ns.State != v1alpha1.NodePending) {
+			kept = append(kept, ns)
+		}
+	}
+	return kept
+}
+
+// setConditions sets the Valid, Halted and Complete conditions of s.
+func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64) {
+	cond := func(t string, ok bool, reason, msg string) {
+		st := metav1.ConditionFalse
+		if ok {
+			st = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.Now()})
+	}
+	valid := d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseFailed
+	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
+	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
+	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")
+}
