@@ -50,7 +50,7 @@ const (
 	// controller is a Pod (its anchor).
 	LabelSurgeBridge = "nodewise.io/surge-bridge"
 	// LabelPrepull on a Pod marks a pre-pull pod nodewise created for the
-	// NodeRollout it names (orchestrator/prepull.go); it is deleted once its
+	// NodeRollout it names (orchestrator/prepull); it is deleted once its
 	// node has started.
 	LabelPrepull = "nodewise.io/prepull"
 	// LabelPrepullTarget on a pre-pull pod names the target DaemonSet whose

@@ -86,7 +86,7 @@ type NodeView struct {
 	// Blocked names a pod matching spec.blocking.podSelector running on
 	// the node ("" when none does). A blocked node never starts.
 	Blocked string
-	// Prepull is the node's pre-pull pod, if there is one (prepull.go).
+	// Prepull is the node's pre-pull pod, if there is one (orchestrator/prepull).
 	Prepull PrepullView
 	// Pods maps a target key to that target's live (non-terminating, if any) pod.
 	Pods map[string]PodView

@@ -266,7 +266,7 @@ func uncordoned(rec Record, seq []v1alpha1.NodeState) bool {
 }
 
 // SwapState names the step that swaps target t.
-// Its kind is filled in by typeTargets (targetkind.go), never guessed from the name.
+// Its kind is filled in by model.TypeTargets, never guessed from the name.
 func SwapState(t v1alpha1.TargetRef) v1alpha1.NodeState {
 	kind := t.Kind
 	if kind == "" { // not typed yet (a plan, a test): only the default targets' exact names

@@ -71,7 +71,7 @@ func daemonLike(p *corev1.Pod) bool {
 		return true
 	}
 	if _, ok := p.Labels[model.LabelPrepull]; ok {
-		return true // its container states are the pull's outcome (prepull.go)
+		return true // its container states are the pull's outcome (orchestrator/prepull)
 	}
 	return model.ControllerKind(p) == "DaemonSet"
 }

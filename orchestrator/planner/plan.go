@@ -30,7 +30,7 @@ const (
 	// ActRetry resets a node to Pending: a failed one after `nodewise resume`
 	// cleared a halt, a done one whose revision is no longer the newest.
 	ActRetry ActionKind = "Retry"
-	// ActPrepull creates the node's pre-pull pod (prepull.go);
+	// ActPrepull creates the node's pre-pull pod (orchestrator/prepull);
 	// ActPrepullDone deletes it once the node has started or finished.
 	ActPrepull     ActionKind = "Prepull"
 	ActPrepullDone ActionKind = "PrepullDone"
