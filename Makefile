@@ -68,8 +68,9 @@ test: check-setup deps tools lint check-tidy check-generate chart-check images #
 	$(STRICT) $(GO) test $(TEST_FLAGS) $(LIVE_PKGS)
 
 .PHONY: lint
-lint: ## go vet plus a gofmt check.
+lint: tool-staticcheck ## go vet, a gofmt check, and staticcheck's doc-comment rules (an exported identifier's comment starts with its name).
 	$(GO) vet $(PKGS)
+	$(BIN)/staticcheck -tests=false -checks ST1020,ST1021,ST1022 $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_bpfe[lb].go$$')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: demo

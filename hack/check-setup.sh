@@ -12,7 +12,7 @@ readme=${README:-README.md}
 
 declare -A needs=(
 	[demo]="deps-run build tool:etcd tool:kubernetes"
-	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet tool:helm images deps-images"
+	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet tool:helm tool:staticcheck images deps-images"
 	[bench]="deps build tool:etcd tool:kubernetes tool:prometheus"
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[bench-surge]="deps-run tool:etcd tool:kubernetes"
@@ -27,7 +27,7 @@ declare -A needs=(
 	[deps-run]=""
 	[demo-tools]="tool:etcd tool:kubernetes"
 	[check-setup]=""
-	[lint]=""
+	[lint]="tool:staticcheck"
 	[help]=""
 	[images]="build deps-images"
 	[image-context]="build"

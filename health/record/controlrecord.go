@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// ControlRecord is what a judgement needs of its control nodes' samples, in
+// Controls is what a judgement needs of its control nodes' samples, in
 // a form an orchestrator can persist (EncodeControls) beside the judged
-// node's BaselineRecord, so that a successor judges the node against its
+// node's Baseline, so that a successor judges the node against its
 // control group (Recorder.Restore of each node) instead of before/after
 // alone. The judge reads three samples of a control node: its baseline
 // window's first and last, and its first at or after the judged node's
@@ -25,8 +25,8 @@ type Controls struct {
 	Named, Pods int
 }
 
-// DefaultControlRecordBytes caps an encoded ControlRecord: with the judged
-// node's own record (DefaultRecordBytes) a node in flight carries at most
+// DefaultControlsBytes caps an encoded Controls: with the judged
+// node's own record (DefaultBaselineBytes) a node in flight carries at most
 // 48 KiB of records in status, however many control nodes it has.
 const DefaultControlsBytes = 16 << 10
 
@@ -70,11 +70,11 @@ func (c Controls) KeptPods() int {
 // present in both baseline samples with one UID (the only ones the judge
 // pairs), without their connection ages (read of the judged node only),
 // and encodes as many as fit in MaxBytes (default
-// DefaultControlRecordBytes): the Keep pods first (the probe's: a probe
+// DefaultControlsBytes): the Keep pods first (the probe's: a probe
 // row is compared with the other nodes' probes only), then the most
 // connected over the window across every control node; a control node is
 // kept with its first pod kept, and those without a pod that fits come
-// last, as they ranked. Each node's pods are encoded as EncodeRecord does
+// last, as they ranked. Each node's pods are encoded as EncodeBaseline does
 // (every count and histogram of the three samples, exactly), the whole
 // gzipped once. keptNodes and keptPods say what it kept, of c.Named and
 // c.Pods. A node with fewer than two baseline samples is not recorded (the
@@ -191,7 +191,7 @@ func EncodeControls(c Controls, lim Limits) (enc string, keptNodes, keptPods int
 
 // DecodeControls reads what EncodeControls wrote. Input it cannot read, of
 // another version, or whose parts disagree is an error wrapping
-// ErrRecordCorrupt.
+// ErrCorrupt.
 func DecodeControls(enc string) (Controls, error) {
 	var w wireControls
 	if err := unpack(enc, &w); err != nil {

@@ -208,7 +208,7 @@ func TestControlRecordBounded(t *testing.T) {
 }
 
 // TestControlRecordCorrupt: what DecodeControls cannot trust is
-// ErrRecordCorrupt, and a group with no recordable node is an error.
+// ErrCorrupt, and a group with no recordable node is an error.
 func TestControlRecordCorrupt(t *testing.T) {
 	enc, _, _, err := EncodeControls(controlRecordOf(map[string][]RecordedSample{"c1": controlSeries("c1", 6, 4)}), Limits{})
 	if err != nil {
@@ -228,7 +228,7 @@ func TestControlRecordCorrupt(t *testing.T) {
 		"a node's own record": node,
 	} {
 		if _, err := DecodeControls(s); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: %v, want ErrRecordCorrupt", name, err)
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}
 	one := controlRecordOf(map[string][]RecordedSample{"c1": controlSeries("c1", 6, 4)})

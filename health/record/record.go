@@ -15,9 +15,9 @@ import (
 	"github.com/nodewise/nodewise/health/wire"
 )
 
-// BaselineRecord is what a judgement needs of a node's samples from before
+// Baseline is what a judgement needs of a node's samples from before
 // its swap, and of its soak's first sample, in a form an orchestrator can
-// persist (EncodeRecord) so that a successor judges the node from it
+// persist (EncodeBaseline) so that a successor judges the node from it
 // (Recorder.Restore) instead of failing it for a baseline it never saw.
 type Baseline struct {
 	Node string
@@ -31,7 +31,7 @@ type Baseline struct {
 	SoakStart *RecordedSample
 	SoakAt    time.Time
 	// Pods counts the pods (and sides) of the window's last sample, Samples
-	// its samples, before EncodeRecord kept the part that fits (the decoded
+	// its samples, before EncodeBaseline kept the part that fits (the decoded
 	// record holds only that part).
 	Pods, Samples int
 }
@@ -43,7 +43,7 @@ type RecordedSample struct {
 	Sent, Received time.Time     // the orchestrator's clock around the request
 }
 
-// RecordLimits bound an encoded record.
+// Limits bound an encoded record.
 type Limits struct {
 	// MaxBytes caps the encoded record (default 32 KiB): pods are dropped,
 	// least connected first, until it fits.
@@ -56,19 +56,19 @@ type Limits struct {
 	Keep func(health.PodKey) bool
 }
 
-// Defaults of RecordLimits.
+// Defaults of Limits.
 const (
 	DefaultBaselineBytes = 32 << 10
 	DefaultRecordSamples = 12
 )
 
-// ErrRecordCorrupt is wrapped by DecodeRecord for input it cannot read.
+// ErrCorrupt is wrapped by DecodeBaseline for input it cannot read.
 var ErrCorrupt = errors.New("baseline record is corrupt")
 
-// recordVersion is the encoding's version; DecodeRecord refuses others.
+// recordVersion is the encoding's version; DecodeBaseline refuses others.
 const recordVersion = 1
 
-// EncodeRecord thins r (MaxSamples), keeps the pods present through the
+// EncodeBaseline thins r (MaxSamples), keeps the pods present through the
 // whole baseline window (the only ones the judge compares), the Keep pods
 // first and then the most connected over the window, as many as fit in
 // MaxBytes, and encodes them: JSON with each pod's counters as deltas from
@@ -267,7 +267,7 @@ type wirePod struct {
 
 const rowScalars = 5
 
-// maxRowLen bounds a histogram's length in a row DecodeRecord accepts.
+// maxRowLen bounds a histogram's length in a row DecodeBaseline accepts.
 const maxRowLen = 1 << 10
 
 // fullSample says the judge reads sample i's histograms: the baseline's
@@ -424,9 +424,9 @@ func sameLayout(prev, row []uint64, fixed int) bool {
 func zigzag(v int64) uint64   { return uint64(v<<1) ^ uint64(v>>63) }
 func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 
-// DecodeRecord reads what EncodeRecord wrote. Input it cannot read, of
+// DecodeBaseline reads what EncodeBaseline wrote. Input it cannot read, of
 // another version, or whose parts disagree is an error wrapping
-// ErrRecordCorrupt.
+// ErrCorrupt.
 func DecodeBaseline(enc string) (Baseline, error) {
 	var w wireRecord
 	if err := unpack(enc, &w); err != nil {
@@ -438,7 +438,7 @@ func DecodeBaseline(enc string) (Baseline, error) {
 	return fromWire(w)
 }
 
-// unpack reverses pack; its errors wrap ErrRecordCorrupt.
+// unpack reverses pack; its errors wrap ErrCorrupt.
 func unpack(enc string, v any) error {
 	raw, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil {
@@ -459,7 +459,7 @@ func unpack(enc string, v any) error {
 }
 
 // fromWire is the record w holds, checked: parts that disagree are an
-// error wrapping ErrRecordCorrupt.
+// error wrapping ErrCorrupt.
 func fromWire(w wireRecord) (Baseline, error) {
 	corrupt := func(format string, args ...any) (Baseline, error) {
 		return Baseline{}, fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))

@@ -254,7 +254,7 @@ func TestRecordThinsSamples(t *testing.T) {
 	}
 }
 
-// TestRecordCorrupt: what DecodeRecord cannot trust is ErrRecordCorrupt.
+// TestRecordCorrupt: what DecodeBaseline cannot trust is ErrCorrupt.
 func TestRecordCorrupt(t *testing.T) {
 	enc, _, err := EncodeBaseline(recordOf(recordSeries(6, 4, 4)), Limits{})
 	if err != nil {
@@ -270,7 +270,7 @@ func TestRecordCorrupt(t *testing.T) {
 		"flipped":    string(flipped),
 	} {
 		if _, err := DecodeBaseline(s); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s: %v, want ErrRecordCorrupt", name, err)
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}
 }

@@ -39,7 +39,7 @@ type RecorderConfig struct {
 // judgement given only times (baseline start, swap, soak start) can find the
 // snapshots of those moments. It keeps them in memory; what a judgement
 // needs of them survives a restart only as a persisted record (Record,
-// EncodeRecord), which a successor's Recorder takes back (Restore). Without
+// EncodeBaseline), which a successor's Recorder takes back (Restore). Without
 // one, a node restarted mid-soak has no baseline, and the judge fails closed
 // rather than judge without one.
 //
@@ -242,7 +242,7 @@ func (r *Recorder) samples(node string) (list []sample, repeats int, tracked boo
 }
 
 // Record is the node's samples a judgement with these windows needs, for
-// EncodeRecord: every sample surely read in [baselineStart, swapStart] and,
+// EncodeBaseline: every sample surely read in [baselineStart, swapStart] and,
 // when soakStart is set, the first sent at or after it (none yet is no
 // error: the record then holds the baseline alone). err says what is
 // missing, as Windows does.
@@ -315,7 +315,7 @@ func (r *Recorder) merge(node string, restored []sample) {
 	h.samples = merged
 }
 
-// recorded is the sample as a BaselineRecord holds it.
+// recorded is the sample as a Baseline holds it.
 func (s sample) recorded() RecordedSample {
 	return RecordedSample{Snapshot: s.snap, At: s.at, Sent: s.sent, Received: s.received}
 }

@@ -331,7 +331,7 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 // Keep implements orchestrator.Keeper: the node's baseline samples, and
 // once its soak started the soak's first (sampled now), as a record of the
 // pods that fit (the probe's first, then the most connected), and its
-// control nodes' as a ControlRecord (keepControls). A gate whose Recorder
+// control nodes' as a record.Controls (keepControls). A gate whose Recorder
 // never saw the baseline (a successor) takes it back from in.Record (and
 // in.Controls) first; a record that already holds this soak's start is
 // returned as it is.

@@ -38,7 +38,7 @@ func othersUnavailable(nodes []model.NodeView, p model.Policy) int {
 // reason is cleared (and only it) once the tool lets go.
 const heldPrefix = "waiting: "
 
-// heldReason is a node's status reason given why another tool holds it now
+// HeldReason is a node's status reason given why another tool holds it now
 // ("" when none does): only a Pending node shows it.
 func HeldReason(ns v1alpha1.NodeStatus, why string) string {
 	pending := ns.State == "" || ns.State == v1alpha1.NodePending

@@ -22,7 +22,7 @@ import (
 // that is not (new, or finished and woken by a spec change); between two
 // alike, the older (creation time, then name).
 
-// overlapping is the first unfinished rollout in others that claims a node
+// Overlapping is the first unfinished rollout in others that claims a node
 // me selects before me, as an error naming it and the shared nodes.
 func Overlapping(me *v1alpha1.NodeRollout, mine model.Policy, others []*v1alpha1.NodeRollout, nodes []*corev1.Node) error {
 	meActive := underWay(me)

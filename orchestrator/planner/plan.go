@@ -418,7 +418,7 @@ func failedReason(nodes []model.NodeView) string {
 // OneLine flattens a joined error for a one-line message (CLI, status).
 func OneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
-// counts tallies the node states of a status.
+// Counts tallies the node states of a status.
 func Counts(nodes []v1alpha1.NodeStatus) v1alpha1.RolloutCounts {
 	c := v1alpha1.RolloutCounts{Total: int32(len(nodes))}
 	for _, n := range nodes {

@@ -6,7 +6,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// targetsInNamespace refuses targets outside ns, the Istio namespace
+// TargetsInNamespace refuses targets outside ns, the Istio namespace
 // (Config.IstioNamespace, --istio-namespace). The orchestrator's RBAC lets it
 // delete pods, and create and hand over surge bridges, only there (the Role
 // nodewise-orchestrator-dataplane and the surge Role, deploy/orchestrator),
