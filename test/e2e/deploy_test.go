@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -149,16 +150,28 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 }
 
 // createVictims creates, as the admin, a pod named victim in default and in
-// the Istio namespace, for actAsOrchestrator to delete.
+// the Istio namespace, for actAsOrchestrator to delete. The Istio namespace's
+// victim is shaped as a surge bridge of ztunnel (its label, controlled by an
+// older pod), one of the pods the admission policy
+// nodewise-orchestrator-pod-deletes lets the orchestrator delete there.
 func createVictims(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	if err := chart.EnsureNamespace(ctx, c.Client, cluster.IstioNamespace); err != nil {
 		t.Fatal(err)
 	}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}
+	anchor, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).Create(ctx,
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim-anchor", Namespace: cluster.IstioNamespace}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating pod %s/victim-anchor as the admin: %v", cluster.IstioNamespace, err)
+	}
 	for _, ns := range []string{"default", cluster.IstioNamespace} {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "victim", Namespace: ns}, Spec: spec}
+		if ns == cluster.IstioNamespace {
+			p.Labels = map[string]string{"nodewise.io/surge-bridge": "ztunnel"}
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: anchor.Name, UID: anchor.UID, Controller: ptr.To(true)}}
+		}
 		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating pod %s/victim as the admin: %v", ns, err)
 		}
