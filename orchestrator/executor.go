@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -13,7 +15,9 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/drain"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -59,13 +63,17 @@ type executor struct {
 	// views are, per rollout, what its last full pass planned from
 	// (views.go). Only the reconcile loop reads views.
 	dirty observe.Dirty
-	views map[string]*fleetView
+	views map[string]*fleet.View
 	// nodeWrites patches nodes and remembers what the API returned (Newest).
 	nodeWrites *write.Nodes
 	// status queues and group-commits status writes.
 	status *write.Status
 	// worker drives the nodes the planner starts.
 	worker *worker.Worker
+	// observer observes and decides each pass, writing nothing; apply
+	// carries the pass out.
+	observer *fleet.Observer
+	apply    *applier
 
 	// cpCache serves preflight's skew check the control plane from informers once synced (nil: it lists).
 	cpCache *preflight.ControlPlaneCache
@@ -127,6 +135,29 @@ func (e *executor) wire() {
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
 	e.worker = w
+	e.observer = &fleet.Observer{
+		Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets, Rollouts: e.rolloutStore, Claims: &e.claims,
+		Written: e.nodeWrites, KuredClock: &e.kuredClock, Now: e.cfg.Now, IstioNamespace: e.cfg.IstioNamespace, ZtunnelSwap: e.cfg.ZtunnelSwap,
+		Live: func(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
+			return e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+	}
+	if r, ok := e.gate.(gate.AlertReader); ok {
+		e.observer.Alerts = r.FiringAlerts
+	}
+	e.apply = &applier{
+		log: e.log, metrics: e.metrics, recorder: e.recorder, rollouts: e.rollouts, status: e.status, worker: w, claims: &e.claims,
+		gate: e.gate, kube: e.kube, targets: e.targets, now: e.cfg.Now,
+		kured: &kuredlock.Writer{
+			Kube: e.kube, DaemonSets: e.dss, Namespace: e.cfg.KuredNamespace, DaemonSet: e.cfg.KuredDaemonSet,
+			TTL: e.cfg.KuredLockTTL, Now: e.cfg.Now, Clock: &e.kuredClock, Log: e.log,
+		},
+	}
+}
+
+// Snapshot is the worker's World's fleet snapshot (the observer's).
+func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
+	return e.observer.Snapshot(nr, p)
 }
 
 // precheck runs the skew check of the nodes next in line, each in the

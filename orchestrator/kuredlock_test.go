@@ -39,11 +39,11 @@ func (e *env) kuredLockOnAPI() (string, bool) {
 func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 	single := `{"nodeID":"nodewise:gone","metadata":{"unschedulable":false,"nodes":["node-1"]},"created":"2026-11-30T09:59:00Z","TTL":600000000000}`
 	e := newEnv(t, kuredDS("kube-system", single))
-	e.ex.kured().ReleaseGone(e.ctx, map[string]bool{"gone": true})
+	e.ex.apply.kured.ReleaseGone(e.ctx, map[string]bool{"gone": true})
 	if _, ok := e.kuredLockOnAPI(); !ok {
 		t.Fatal("a live rollout's lock was released")
 	}
-	e.ex.kured().ReleaseGone(e.ctx, map[string]bool{"other": true})
+	e.ex.apply.kured.ReleaseGone(e.ctx, map[string]bool{"other": true})
 	if v, ok := e.kuredLockOnAPI(); ok {
 		t.Errorf("a gone rollout's lock is still held: %s", v)
 	}
@@ -52,7 +52,7 @@ func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 		`{"nodeID":"nodewise:gone","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:00Z","TTL":600000000000},` +
 		`{"nodeID":"nodewise:gone#2","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:00Z","TTL":600000000000}]}`
 	e = newEnv(t, kuredDS("kube-system", multi))
-	e.ex.kured().ReleaseGone(e.ctx, nil)
+	e.ex.apply.kured.ReleaseGone(e.ctx, nil)
 	v, _ := e.kuredLockOnAPI()
 	if strings.Contains(v, "nodewise") || !strings.Contains(v, `"nodeID":"node-7"`) || !strings.Contains(v, `"maxOwners":3`) {
 		t.Errorf("multi-lock after the release: %s, want Kured's node-7 only", v)
@@ -65,14 +65,14 @@ func TestGoneRolloutsKuredLockIsReleased(t *testing.T) {
 // in flight) is no error.
 func TestKuredLockOnAnotherDaemonSetHoldsStarts(t *testing.T) {
 	e := newEnv(t, kuredDS("ops", `{"nodeID":"node-3","created":"2026-11-30T09:59:00Z","TTL":0}`))
-	_, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
+	_, err := e.ex.apply.kured.Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 	if err == nil || !strings.Contains(err.Error(), "ops/kured") || !strings.Contains(err.Error(), "--kured-daemonset") {
 		t.Errorf("start beside a lock on ops/kured: %v, want an error naming it and --kured-daemonset", err)
 	}
-	if _, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), nil); err != nil {
+	if _, err := e.ex.apply.kured.Sync(e.ctx, locks.KuredHolder("r"), nil); err != nil {
 		t.Errorf("release: %v", err)
 	}
-	if _, err := newEnv(t).ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"}); err != nil {
+	if _, err := newEnv(t).ex.apply.kured.Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"}); err != nil {
 		t.Errorf("no Kured at all: %v, want nothing to hold", err)
 	}
 }
@@ -99,7 +99,7 @@ func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
 			}
 			return true, nil, apierrors.NewConflict(appsv1.Resource("daemonsets"), "kured", errors.New("the object has been modified"))
 		})
-		w, err := e.ex.kured().Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
+		w, err := e.ex.apply.kured.Sync(e.ctx, locks.KuredHolder("r"), []string{"node-1"})
 		v, _ := e.kuredLockOnAPI()
 		switch {
 		case kuredWrites && (!errors.Is(err, locks.ErrKuredHolds) || v != kuredLock):

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -224,19 +225,19 @@ func (f failingPodNamespace) List(s labels.Selector) ([]*corev1.Pod, error) {
 func TestSnapshotCacheErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		break_ func(ex *executor)
+		break_ func(o *fleet.Observer)
 		want   string
 	}{
-		{"nodes", func(ex *executor) { ex.nodes = failingNodes{ex.nodes} }, "listing nodes"},
-		{"target", func(ex *executor) { ex.targets.DaemonSets = failingDSs{DaemonSetLister: ex.dss, get: true} }, "reading DaemonSet istio-system/istio-cni-node"},
-		{"target pods", func(ex *executor) { ex.pods.PodLister = failingPods{PodLister: ex.pods.PodLister, namespaced: true} }, "listing pods in istio-system"},
-		{"kured", func(ex *executor) { ex.dss = failingDSs{DaemonSetLister: ex.dss, list: true} }, "listing DaemonSets for Kured's lock"},
-		{"suc", func(ex *executor) { ex.pods.PodLister = failingPods{PodLister: ex.pods.PodLister, all: true} }, "listing system-upgrade-controller pods"},
-		{"prepull", func(ex *executor) { ex.pods.PodLister = failingPods{PodLister: ex.pods.PodLister, selected: true} }, "listing pre-pull pods"},
+		{"nodes", func(o *fleet.Observer) { o.Nodes = failingNodes{o.Nodes} }, "listing nodes"},
+		{"target", func(o *fleet.Observer) { o.Targets.DaemonSets = failingDSs{DaemonSetLister: o.DaemonSets, get: true} }, "reading DaemonSet istio-system/istio-cni-node"},
+		{"target pods", func(o *fleet.Observer) { o.Pods.PodLister = failingPods{PodLister: o.Pods.PodLister, namespaced: true} }, "listing pods in istio-system"},
+		{"kured", func(o *fleet.Observer) { o.DaemonSets = failingDSs{DaemonSetLister: o.DaemonSets, list: true} }, "listing DaemonSets for Kured's lock"},
+		{"suc", func(o *fleet.Observer) { o.Pods.PodLister = failingPods{PodLister: o.Pods.PodLister, all: true} }, "listing system-upgrade-controller pods"},
+		{"prepull", func(o *fleet.Observer) { o.Pods.PodLister = failingPods{PodLister: o.Pods.PodLister, selected: true} }, "listing pre-pull pods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, append(cluster(fixture.OldHash, "n1"), rollout("r", nil))...)
-			tc.break_(e.ex)
+			tc.break_(e.ex.observer)
 			err := e.pass("r")
 			if !errors.Is(err, errCache) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want %q wrapping the cache's error", err, tc.want)
@@ -248,8 +249,8 @@ func TestSnapshotCacheErrors(t *testing.T) {
 	}
 	t.Run("overlap", func(t *testing.T) {
 		e := newEnv(t, append(cluster(fixture.OldHash, "n1"), rollout("r", nil), rollout("s", nil))...)
-		e.ex.nodes = failingNodes{e.ex.nodes}
-		if err := e.ex.overlapping(e.stored("r"), model.MustPolicy(e.stored("r").Spec)); !errors.Is(err, errCache) {
+		e.ex.observer.Nodes = failingNodes{e.ex.nodes}
+		if err := e.ex.observer.Overlapping(e.stored("r"), model.MustPolicy(e.stored("r").Spec)); !errors.Is(err, errCache) {
 			t.Fatalf("err %v, want the cache's error", err)
 		}
 	})
@@ -310,7 +311,7 @@ func TestSnapshotFromAPI(t *testing.T) {
 			if tc.react != nil {
 				tc.react(kube)
 			}
-			s, err := SnapshotFromAPI(t.Context(), kube, nr, p)
+			s, err := fleet.SnapshotFromAPI(t.Context(), kube, nr, p)
 			if tc.want != "" {
 				if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), tc.want) {
 					t.Fatalf("err %v, want %q wrapping the API's error", err, tc.want)
@@ -341,8 +342,8 @@ func TestSnapshotFromAPI(t *testing.T) {
 // for an overlap.
 func TestOverlappingNeedsTwoRollouts(t *testing.T) {
 	e := newEnv(t, append(cluster(fixture.OldHash, "n1"), rollout("r", nil))...)
-	e.ex.nodes = failingNodes{e.ex.nodes}
-	if err := e.ex.overlapping(e.stored("r"), model.MustPolicy(e.stored("r").Spec)); err != nil {
+	e.ex.observer.Nodes = failingNodes{e.ex.nodes}
+	if err := e.ex.observer.Overlapping(e.stored("r"), model.MustPolicy(e.stored("r").Spec)); err != nil {
 		t.Fatalf("err %v, want none without a second rollout", err)
 	}
 }

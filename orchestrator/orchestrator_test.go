@@ -18,7 +18,6 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // testOrchestrator is an Orchestrator over a fake clientset holding objs
@@ -117,29 +116,6 @@ func TestRunEndsWhileSyncing(t *testing.T) {
 	for _, a := range kube.Actions() {
 		if a.GetResource().Resource == "leases" {
 			t.Errorf("campaigned before the caches synced: %v", a)
-		}
-	}
-}
-
-// TestHoldsNodes: only a decision that starts, resumes or rolls back a node
-// needs the finalizer first.
-func TestHoldsNodes(t *testing.T) {
-	for _, tc := range []struct {
-		kinds []planner.ActionKind
-		want  bool
-	}{
-		{nil, false},
-		{[]planner.ActionKind{planner.ActMarkDone, planner.ActPrepull, planner.ActPrepullDone, planner.ActRetry, planner.ActForget, planner.ActMarkRolledBack}, false},
-		{[]planner.ActionKind{planner.ActMarkDone, planner.ActStart}, true},
-		{[]planner.ActionKind{planner.ActResume}, true},
-		{[]planner.ActionKind{planner.ActRollback}, true},
-	} {
-		var d planner.Decision
-		for _, k := range tc.kinds {
-			d.Actions = append(d.Actions, planner.Action{Kind: k, Node: "n"})
-		}
-		if got := holdsNodes(d); got != tc.want {
-			t.Errorf("holdsNodes(%v) = %v, want %v", tc.kinds, got, tc.want)
 		}
 	}
 }

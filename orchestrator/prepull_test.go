@@ -41,7 +41,7 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 	objs := cluster(fixture.OldHash, "n1")
 	objs[0] = cni
 	e := newEnv(t, objs...)
-	if err := e.ex.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	for target, image := range map[string]string{"istio-cni-node": "docker.io/istio/install-cni:1.28.1", "ztunnel": "docker.io/istio/ztunnel:1.28.1"} {
@@ -71,16 +71,16 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 		}
 	}
 	// Again: it exists, which is fine.
-	if err := e.ex.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
 		t.Errorf("second create: %v", err)
 	}
 	e.kube.PrependReactor("create", "pods", forbidden("create"))
-	if err := e.ex.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n2"}); !apierrors.IsForbidden(err) {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, planner.Action{Kind: planner.ActPrepull, Node: "n2"}); !apierrors.IsForbidden(err) {
 		t.Errorf("refused create: %v, want Forbidden", err)
 	}
 
 	done := planner.Action{Kind: planner.ActPrepullDone, Node: "n1"}
-	if err := e.ex.prepull(e.ctx, nr, p, done); err != nil {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, done); err != nil {
 		t.Fatal(err)
 	}
 	for _, target := range []string{"istio-cni-node", "ztunnel"} {
@@ -88,11 +88,11 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 			t.Errorf("%s's pre-pull pod still there: %v", target, err)
 		}
 	}
-	if err := e.ex.prepull(e.ctx, nr, p, done); err != nil {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, done); err != nil {
 		t.Errorf("deleting a missing pod: %v", err)
 	}
 	e.kube.PrependReactor("delete", "pods", forbidden("delete"))
-	if err := e.ex.prepull(e.ctx, nr, p, done); !apierrors.IsForbidden(err) {
+	if err := e.ex.apply.prepull(e.ctx, nr, p, done); !apierrors.IsForbidden(err) {
 		t.Errorf("refused delete: %v, want Forbidden", err)
 	}
 }
@@ -102,7 +102,7 @@ func TestPrepullCreatesAndDeletesThePods(t *testing.T) {
 func TestPrepullWithoutImages(t *testing.T) {
 	e := newEnv(t, testNode("n1"))
 	nr := rollout("r", nil)
-	if err := e.ex.prepull(e.ctx, nr, model.MustPolicy(nr.Spec), planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
+	if err := e.ex.apply.prepull(e.ctx, nr, model.MustPolicy(nr.Spec), planner.Action{Kind: planner.ActPrepull, Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range e.kube.Actions() {

@@ -170,7 +170,7 @@ func newBenchFleet(b *testing.B, n int) *benchFleet {
 // views are the node views kept from the last full pass.
 func (f *benchFleet) views(rollout string) map[string]model.NodeView {
 	if fv := f.ex.views[rollout]; fv != nil {
-		return fv.nodes
+		return fv.Nodes
 	}
 	return nil
 }

@@ -598,7 +598,7 @@ func TestReconcileForgetsNodesDeletedInFlight(t *testing.T) {
 	t.Run("forgotten", func(t *testing.T) {
 		e := newEnv(t, append(cluster(fixture.NewHash, "n1"), rollout("r", withGone))...)
 		g := &releaser{}
-		e.ex.gate = g
+		e.ex.apply.gate = g
 		if err := e.pass("r"); err != nil {
 			t.Fatal(err)
 		}
@@ -761,7 +761,7 @@ func TestWritePhaseKeepsAHalt(t *testing.T) {
 				}
 			})
 			e := newEnv(t, nr)
-			if err := e.ex.writePhase(e.ctx, e.stored("r"), tc.d, nil, nil); err != nil {
+			if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), tc.d, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			got := e.stored("r").Status
@@ -790,7 +790,7 @@ func TestWritePhaseCatchesUpSettledRecords(t *testing.T) {
 	e := newEnv(t, nr)
 	d := planner.Decision{Phase: v1alpha1.PhaseProgressing, Reason: "wave 2", Order: []planner.PlannedNode{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}, {Name: "n4"}}}
 	settled := map[string]v1alpha1.NodeState{"n1": v1alpha1.NodeDone, "n2": v1alpha1.NodeFailed, "n3": v1alpha1.NodeDone, "n4": v1alpha1.NodeSkipped}
-	if err := e.ex.writePhase(e.ctx, e.stored("r"), d, nil, settled); err != nil {
+	if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), d, nil, settled); err != nil {
 		t.Fatal(err)
 	}
 	// The catch-up is written behind (the phase did not change): a write
@@ -832,18 +832,18 @@ func TestNodeStateSeries(t *testing.T) {
 			t.Errorf("%s: %v", when, err)
 		}
 	}
-	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeSoak}, {Name: "n2", State: v1alpha1.NodePending}, {Name: "n3", State: v1alpha1.NodeDone}})
-	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeSoak}, {Name: "n2", State: v1alpha1.NodePending}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
 	want("n1 in Soak", `nodewise_rollout_node_state{node="n1",rollout="r",state="Soak"} 1
 nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
 `)
-	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}, {Name: "n2", State: v1alpha1.NodeCordon}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}, {Name: "n2", State: v1alpha1.NodeCordon}, {Name: "n3", State: v1alpha1.NodeDone}})
 	want("n1 Failed, n2 in Cordon", `nodewise_rollout_node_state{node="n1",rollout="r",state="Failed"} 1
 nodewise_rollout_node_state{node="n2",rollout="r",state="Cordon"} 1
 nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
 `)
-	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}})
-	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}})
 	want("all settled", "")
 }
 
@@ -855,9 +855,9 @@ func TestDeletedRolloutSeriesGo(t *testing.T) {
 	done := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "other", Generation: 1}}
 	done.Status.Phase, done.Status.ObservedGeneration = v1alpha1.PhaseCompleted, 1
 	e.put(done)
-	e.ex.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}})
 	e.ex.metrics.Halted.WithLabelValues("r").Set(1)
-	e.ex.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
 	e.ex.metrics.Halted.WithLabelValues("other").Set(0)
 	series := func(rollout string) int {
 		n := 0

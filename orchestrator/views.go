@@ -9,19 +9,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
-	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
 
 // A pass an informer event starts is O(change) in what it observes: it
 // rebuilds the views of the nodes the events named (observe.Dirty) from the
-// inputs the rollout's last full pass read (viewInputs). When none of them
+// inputs the rollout's last full pass read (fleet.Inputs). When none of them
 // moved (planner.Unmoved) it is done: the plan would decide the same, so
 // nothing is planned, acted on or written. When one moved, the rollout is
 // planned again from its kept views, the moved ones brought up to date,
@@ -34,39 +33,17 @@ import (
 // rollout's spec or annotations) make the pass full, and so does every
 // resync.
 
-// fleetView is what a rollout's last full pass planned from.
-type fleetView struct {
-	uid types.UID
-	// finished: the pass returned before observing (a finished rollout):
-	// no node's change wakes it.
-	finished bool
-	in       *viewInputs
-	nodes    map[string]model.NodeView
-	// names are the nodes in the order the full pass listed them, so
-	// that a views pass plans over them in the same order.
-	names []string
-	// unreadable are the other tools' locks the full pass could not read.
-	unreadable []string
-}
-
-// snapshot is the planner's snapshot from the kept views: what observe
-// would build, without observing the fleet again.
-func (fv *fleetView) snapshot(nr *v1alpha1.NodeRollout) model.Snapshot {
-	s := model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations), Targets: fv.in.targets, UnreadableLocks: fv.unreadable}
-	s.Nodes = make([]model.NodeView, 0, len(fv.names))
-	for _, name := range fv.names {
-		s.Nodes = append(s.Nodes, fv.nodes[name])
+// keepViews remembers what nr's full pass planned from (nil: nothing);
+// dropViews forgets it, so that the next event's pass is full.
+func (e *executor) keepViews(nr *v1alpha1.NodeRollout, fv *fleet.View) {
+	if fv == nil {
+		e.dropViews(nr.Name)
+		return
 	}
-	return s
-}
-
-// keepViews remembers what nr's full pass planned from; dropViews forgets
-// it, so that the next event's pass is full.
-func (e *executor) keepViews(nr *v1alpha1.NodeRollout, fv *fleetView) {
 	if e.views == nil {
-		e.views = map[string]*fleetView{}
+		e.views = map[string]*fleet.View{}
 	}
-	fv.uid = nr.UID
+	fv.UID = nr.UID
 	e.views[nr.Name] = fv
 }
 
@@ -86,7 +63,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		return // reconcileAll says why
 	}
 	type update struct {
-		fv   *fleetView
+		fv   *fleet.View
 		node model.NodeView
 	}
 	var (
@@ -102,21 +79,21 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		nr := obj.(*v1alpha1.NodeRollout)
 		fv := e.views[nr.Name]
 		switch {
-		case fv == nil || fv.uid != nr.UID:
+		case fv == nil || fv.UID != nr.UID:
 			full()
 			return
-		case fv.finished:
+		case fv.Finished:
 			continue
 		}
 		moved := false
 		for _, name := range nodes {
-			was, had := fv.nodes[name]
+			was, had := fv.Nodes[name]
 			n, err := e.nodes.Get(name)
 			if err != nil || !had {
 				full() // a node new or gone (or unreadable)
 				return
 			}
-			nv, err := e.viewOf(n, fv.in)
+			nv, err := e.observer.ViewOf(n, fv.In)
 			built++
 			if err != nil {
 				full()
@@ -130,7 +107,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 	}
 	for _, u := range views {
-		u.fv.nodes[u.node.Name] = u.node
+		u.fv.Nodes[u.node.Name] = u.node
 	}
 	e.metrics.NodeViews.Add(float64(built))
 	if len(replan) == 0 {
@@ -145,32 +122,6 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
 		}
 	}
-}
-
-// viewOf is one node's view from its own pods alone: the inputs of the
-// fleet-wide ones (observe) narrowed to the pods bound to the node.
-func (e *executor) viewOf(n *corev1.Node, in *viewInputs) (model.NodeView, error) {
-	pods, err := e.pods.OnNode(n.Name)
-	if err != nil {
-		return model.NodeView{}, err
-	}
-	np := &nodePods{}
-	namespaces := targetNamespaces(in.targets)
-	var blocking, pulls []*corev1.Pod
-	for _, p := range pods {
-		addTargetPod(np, p, in.targets)
-		if in.blocking != nil {
-			blocking = append(blocking, p)
-		}
-		if p.Labels[model.LabelPrepull] == in.rollout && slices.Contains(namespaces, p.Namespace) && p.DeletionTimestamp == nil {
-			pulls = append(pulls, p)
-		}
-	}
-	np.blocked = planner.BlockingPods(blocking, in.blocking)[n.Name]
-	if len(pulls) > 0 {
-		np.prepull = prepull.View(pulls, in.prepullWant)
-	}
-	return e.nodeView(n, np, in)
 }
 
 // nodeEvent marks the node of a Node event changed.

@@ -39,7 +39,7 @@ func inFlightFleet(t *testing.T) *env {
 	e := newEnv(t, append(objs, nr)...)
 	e.ex.claims.StartWorker(nr.Name, "a")
 	e.ex.reconcileAll(e.ctx)
-	if e.ex.views["r"] == nil || len(e.ex.views["r"].nodes) != 3 {
+	if e.ex.views["r"] == nil || len(e.ex.views["r"].Nodes) != 3 {
 		t.Fatalf("the full pass kept no views of the rollout: %+v", e.ex.views["r"])
 	}
 	return e
@@ -63,7 +63,7 @@ func TestAnInFlightNodesEventSkipsThePass(t *testing.T) {
 	if len(e.api.Calls) != calls {
 		t.Fatalf("the skipped pass wrote: %v", e.api.Calls[calls:])
 	}
-	if e.ex.views["r"].nodes["a"].Pods[istioNS+"/ztunnel"].Ready {
+	if e.ex.views["r"].Nodes["a"].Pods[istioNS+"/ztunnel"].Ready {
 		t.Fatal("the kept view of node a was not brought up to date")
 	}
 	// Nothing dirty: no pass at all.
@@ -84,7 +84,7 @@ func TestAPendingNodeGoingNotReadyPlansAgain(t *testing.T) {
 	if got := testutil.ToFloat64(e.ex.metrics.NodeViews) - views; got != 1 {
 		t.Fatalf("the views pass built %v node views, want 1 (node b's)", got)
 	}
-	if v := e.ex.views["r"].nodes["b"]; v.Ready {
+	if v := e.ex.views["r"].Nodes["b"]; v.Ready {
 		t.Fatal("the views pass kept the old view of node b")
 	}
 	if err := e.ex.status.Mutate(e.ctx, "r", func(*v1alpha1.NodeRolloutStatus) {}); err != nil {
@@ -196,10 +196,10 @@ func TestAViewsPassDecidesAsAFullPass(t *testing.T) {
 			if tc.acts && len(actions[0]) == 0 {
 				t.Fatal("the acting change made no request: it did not act")
 			}
-			if v := views.ex.views["r"]; tc.acts && (v == nil || v.nodes["b"].State != v1alpha1.NodeDone) {
+			if v := views.ex.views["r"]; tc.acts && (v == nil || v.Nodes["b"].State != v1alpha1.NodeDone) {
 				t.Fatalf("kept views %+v: want node b's seen anew after its mark (Done), not as planned from", v)
 			}
-			if v, f := views.ex.views["r"], full.ex.views["r"]; v == nil || f == nil || !reflect.DeepEqual(v.nodes, f.nodes) || !slices.Equal(slices.Sorted(slices.Values(v.names)), slices.Sorted(slices.Values(f.names))) {
+			if v, f := views.ex.views["r"], full.ex.views["r"]; v == nil || f == nil || !reflect.DeepEqual(v.Nodes, f.Nodes) || !slices.Equal(slices.Sorted(slices.Values(v.Names)), slices.Sorted(slices.Values(f.Names))) {
 				t.Fatalf("kept views differ: views pass %+v, full pass %+v", v, f)
 			}
 			if status[0].Phase != v1alpha1.PhaseProgressing {
@@ -292,13 +292,13 @@ func TestAPassThatStartedANodeKeepsItsViews(t *testing.T) {
 		t.Fatal("a pass that took the finalizer and started a node kept no views")
 	}
 	started := 0
-	for _, n := range fv.nodes {
+	for _, n := range fv.Nodes {
 		if model.InFlight(n.State) {
 			started++
 		}
 	}
 	if started != 1 {
-		t.Fatalf("kept views %+v: want the started node's view in flight", fv.nodes)
+		t.Fatalf("kept views %+v: want the started node's view in flight", fv.Nodes)
 	}
 	e.ex.dirty.Node("b")
 	e.ex.reconcileChanged(e.ctx)

@@ -13,7 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/health/remote"
-	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
@@ -173,7 +173,7 @@ func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRo
 	if err != nil {
 		return planner.Decision{}, err
 	}
-	snap, err := orchestrator.SnapshotFromAPI(ctx, kube, nr, p)
+	snap, err := fleet.SnapshotFromAPI(ctx, kube, nr, p)
 	if err != nil {
 		return planner.Decision{}, err
 	}

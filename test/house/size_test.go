@@ -3,6 +3,10 @@ package house
 import (
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,13 +20,15 @@ import (
 // holds more than one concern; move one out to a room of its own.
 const maxPackageLines = 1500
 
-// stillOver lists the packages not yet under maxPackageLines, each with the
-// count it may not grow past: the orchestrator's root still holds its reads
-// (observe.go, views.go, observeapi.go), to move to orchestrator/observe
-// (#42). An entry goes once its package is under the bar; the test fails
-// while a listed package is already under it, so the list only shrinks.
-var stillOver = map[string]int{
-	"orchestrator": 1880,
+// maxMethods bounds the methods any one type under orchestrator/ declares:
+// a type with more holds more than one concern; split it.
+const maxMethods = 20
+
+// stillMany lists the types not yet under maxMethods, each with the count it
+// may not grow past. An entry goes once its type is under the bar; the test
+// fails while a listed type is already under it, so the list only shrinks.
+var stillMany = map[string]int{
+	"orchestrator/worker.Worker": 35,
 }
 
 // packageLines counts the lines of the non-test .go files in dir (what
@@ -46,18 +52,11 @@ func packageLines(dir string) (int, error) {
 	return n, nil
 }
 
-// oversized returns one line per package over limit (or over its entry in
-// over, which may only hold packages still past limit), naming it and its count.
-func oversized(lines map[string]int, limit int, over map[string]int) []string {
+// oversized returns one line per package over limit, naming it and its count.
+func oversized(lines map[string]int, limit int) []string {
 	var bad []string
 	for p, n := range lines {
-		ceiling, listed := over[p]
-		switch {
-		case listed && n <= limit:
-			bad = append(bad, fmt.Sprintf("%s: %d non-test lines, under %d: remove it from stillOver", p, n, limit))
-		case listed && n > ceiling:
-			bad = append(bad, fmt.Sprintf("%s: %d non-test lines, more than %d (and the bar is %d): move a concern out to a room of its own", p, n, ceiling, limit))
-		case !listed && n > limit:
+		if n > limit {
 			bad = append(bad, fmt.Sprintf("%s: %d non-test lines, more than %d: move a concern out to a room of its own", p, n, limit))
 		}
 	}
@@ -65,32 +64,122 @@ func oversized(lines map[string]int, limit int, over map[string]int) []string {
 	return bad
 }
 
-func TestOrchestratorPackagesStayUnder1500Lines(t *testing.T) {
+// methodCounts counts the methods each type declares in dir's non-test .go
+// files, by receiver type name.
+func methodCounts(dir string) (map[string]int, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Recv == nil || len(fd.Recv.List) == 0 {
+					continue
+				}
+				counts[receiverName(fd.Recv.List[0].Type)]++
+			}
+		}
+	}
+	return counts, nil
+}
+
+// receiverName is a receiver's type name: T of T, *T, T[K] or *T[K].
+func receiverName(e ast.Expr) string {
+	for {
+		switch x := e.(type) {
+		case *ast.StarExpr:
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.IndexListExpr:
+			e = x.X
+		case *ast.Ident:
+			return x.Name
+		default:
+			return fmt.Sprintf("%T", e)
+		}
+	}
+}
+
+// tooMany returns one line per type (package.Type) over limit, or over its
+// entry in still, which may only hold types still past limit.
+func tooMany(counts map[string]int, limit int, still map[string]int) []string {
+	var bad []string
+	for typ, n := range counts {
+		ceiling, listed := still[typ]
+		switch {
+		case listed && n <= limit:
+			bad = append(bad, fmt.Sprintf("%s: %d methods, at most %d: remove it from stillMany", typ, n, limit))
+		case listed && n > ceiling:
+			bad = append(bad, fmt.Sprintf("%s: %d methods, more than %d (and the bar is %d): split it by concern", typ, n, ceiling, limit))
+		case !listed && n > limit:
+			bad = append(bad, fmt.Sprintf("%s: %d methods, more than %d: split it by concern", typ, n, limit))
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// orchestratorPackages maps each package under orchestrator/ (relative to
+// the module) to its directory.
+func orchestratorPackages(t *testing.T) map[string]string {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}}", module+"/orchestrator/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	lines := map[string]int{}
+	dirs := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		path, dir, ok := strings.Cut(l, " ")
 		if !ok {
 			t.Fatalf("go list printed %q", l)
 		}
+		dirs[strings.TrimPrefix(path, module+"/")] = dir
+	}
+	return dirs
+}
+
+func TestOrchestratorTypesHaveAtMost20Methods(t *testing.T) {
+	counts := map[string]int{}
+	for pkg, dir := range orchestratorPackages(t) {
+		c, err := methodCounts(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for typ, n := range c {
+			counts[pkg+"."+typ] = n
+		}
+	}
+	if counts["orchestrator.executor"] == 0 || len(counts) < 10 {
+		t.Fatalf("counted %v: the check below would prove little", counts)
+	}
+	for typ := range stillMany {
+		if _, ok := counts[typ]; !ok {
+			t.Errorf("stillMany lists %s, which declares no method: remove it", typ)
+		}
+	}
+	for _, v := range tooMany(counts, maxMethods, stillMany) {
+		t.Error(v)
+	}
+}
+
+func TestOrchestratorPackagesStayUnder1500Lines(t *testing.T) {
+	lines := map[string]int{}
+	for pkg, dir := range orchestratorPackages(t) {
 		n, err := packageLines(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines[rel(path)] = n
+		lines[pkg] = n
 	}
 	if lines["orchestrator"] == 0 || len(lines) < 2 {
 		t.Fatalf("counted %v: the check below would prove little", lines)
 	}
-	for p := range stillOver {
-		if _, ok := lines[p]; !ok {
-			t.Errorf("stillOver lists %s, which go list does not show: remove it", p)
-		}
-	}
-	for _, v := range oversized(lines, maxPackageLines, stillOver) {
+	for _, v := range oversized(lines, maxPackageLines) {
 		t.Error(v)
 	}
 }
@@ -109,13 +198,36 @@ func TestPackageSizeRuleCatches(t *testing.T) {
 	if err != nil || n != 1501 {
 		t.Fatalf("packageLines = %d, %v; want 1501", n, err)
 	}
-	bad := oversized(map[string]int{"orchestrator/big": n, "orchestrator/small": 1500}, maxPackageLines, nil)
+	bad := oversized(map[string]int{"orchestrator/big": n, "orchestrator/small": 1500}, maxPackageLines)
 	if len(bad) != 1 || !strings.HasPrefix(bad[0], "orchestrator/big: 1501 non-test lines") {
 		t.Fatalf("oversized = %q; want orchestrator/big named with its count", bad)
 	}
-	over := map[string]int{"orchestrator/grown": 1800, "orchestrator/held": 1800, "orchestrator/done": 1800}
-	bad = oversized(map[string]int{"orchestrator/grown": 1801, "orchestrator/held": 1800, "orchestrator/done": 1400}, maxPackageLines, over)
-	if len(bad) != 2 || !strings.HasPrefix(bad[0], "orchestrator/done: 1400 non-test lines, under 1500") || !strings.HasPrefix(bad[1], "orchestrator/grown: 1801 non-test lines, more than 1800") {
-		t.Fatalf("oversized = %q; want orchestrator/done (under the bar, still listed) and orchestrator/grown (past its ceiling)", bad)
+}
+
+func TestMethodRuleCatches(t *testing.T) {
+	dir := t.TempDir()
+	var src strings.Builder
+	src.WriteString("package p\n\ntype big struct{}\ntype gen[K any] struct{}\n")
+	for i := range 21 {
+		fmt.Fprintf(&src, "func (b *big) m%d() {}\nfunc (g gen[K]) m%d() {}\n", i, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p_test.go"), []byte("package p\n\nfunc (b *big) extra() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := methodCounts(dir)
+	if err != nil || counts["big"] != 21 || counts["gen"] != 21 {
+		t.Fatalf("methodCounts = %v, %v; want big and gen with 21 each (tests do not count)", counts, err)
+	}
+	bad := tooMany(map[string]int{"o.big": 21, "o.ok": 20}, maxMethods, nil)
+	if len(bad) != 1 || !strings.HasPrefix(bad[0], "o.big: 21 methods") {
+		t.Fatalf("tooMany = %q; want o.big named with its count", bad)
+	}
+	still := map[string]int{"o.grown": 30, "o.held": 30, "o.done": 30}
+	bad = tooMany(map[string]int{"o.grown": 31, "o.held": 30, "o.done": 12}, maxMethods, still)
+	if len(bad) != 2 || !strings.HasPrefix(bad[0], "o.done: 12 methods, at most 20") || !strings.HasPrefix(bad[1], "o.grown: 31 methods, more than 30") {
+		t.Fatalf("tooMany = %q; want o.done (under the bar, still listed) and o.grown (past its ceiling)", bad)
 	}
 }

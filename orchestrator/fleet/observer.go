@@ -1,33 +1,73 @@
-package orchestrator
+// Package fleet is a reconcile pass's read side: it observes a
+// NodeRollout's fleet (the planner's snapshot, from the informer caches and
+// what this process wrote), and decides the pass's effects from it (Pass).
+// It holds no writer: the orchestrator's applier carries the effects out.
+package fleet
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/orchestrator/prepull"
 )
 
-// Snapshot builds the planner's snapshot from the caches plus what this
-// process wrote (claims, and the Nodes its patches returned: newestNode).
-func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
-	s, _, err := e.observe(nr, p)
+// Observer reads what a pass plans from: the informer caches, the nodes
+// this process claimed and the Nodes its patches returned, and (to decide
+// a pass) the API server's copy of the target DaemonSets and the gate's
+// Prometheus. Every field is a reader.
+type Observer struct {
+	Nodes      corelisters.NodeLister
+	Pods       observe.PodCache
+	DaemonSets appslisters.DaemonSetLister
+	Targets    observe.Targets
+	// Rollouts is the NodeRollout cache (overlaps, whose records are
+	// alive); nil: none is known.
+	Rollouts cache.Store
+	Claims   *observe.Claims
+	// Written is the newest copy of each node this process wrote
+	// (write.Nodes): a node's record as this process last left it.
+	Written interface {
+		Newest(node string) *corev1.Node
+	}
+	// KuredClock is the API server's clock, which Kured's lock is written by.
+	KuredClock *observe.ServerClock
+	Now        func() time.Time
+	// Live reads a DaemonSet from the API server, not the cache (Pass: a
+	// rollout completes only once the cache has its targets' templates).
+	Live func(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error)
+	// Alerts reads the labels of the alerts firing at a Prometheus address
+	// (the gate's); nil: this orchestrator reads no Prometheus.
+	Alerts func(ctx context.Context, address string) ([]map[string]string, error)
+	// IstioNamespace is where the targets must live.
+	IstioNamespace string
+	// ZtunnelSwap is how ztunnel is swapped on each node (Config.ZtunnelSwap).
+	ZtunnelSwap model.SwapKind
+}
+
+// Snapshot is the planner's snapshot of nr's fleet, observed anew.
+func (o *Observer) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
+	s, _, err := o.Observe(nr, p)
 	return s, err
 }
 
-// viewInputs are what a node's view is built from besides the node and the
+// Inputs are what a node's view is built from besides the node and the
 // pods bound to it, read once per full pass (the rollout's, the fleet's),
-// and kept with its views (views.go) to rebuild one node's view alone.
-type viewInputs struct {
+// and kept with its views (View) to rebuild one node's view alone.
+type Inputs struct {
 	rollout     string
 	uid         types.UID
 	targets     []model.TargetView
@@ -49,22 +89,22 @@ type nodePods struct {
 	prepull model.PrepullView
 }
 
-// observe builds the snapshot and returns the inputs its node views were
+// Observe builds the snapshot and returns the inputs its node views were
 // built from.
-func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, *viewInputs, error) {
+func (o *Observer) Observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, *Inputs, error) {
 	s := model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations)}
 	for _, ref := range p.Targets {
-		tv, err := e.targets.Target(ref)
+		tv, err := o.Targets.Target(ref)
 		if err != nil {
 			return s, nil, err
 		}
 		s.Targets = append(s.Targets, tv)
 	}
-	nodes, err := e.nodes.List(labels.Everything())
+	nodes, err := o.Nodes.List(labels.Everything())
 	if err != nil {
 		return s, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	in := &viewInputs{rollout: nr.Name, uid: nr.UID, targets: s.Targets, opportunist: p.Opportunistic, blocking: p.Blocking.Pods, prepullWant: prepull.Want(s.Targets)}
+	in := &Inputs{rollout: nr.Name, uid: nr.UID, targets: s.Targets, opportunist: p.Opportunistic, blocking: p.Blocking.Pods, prepullWant: prepull.Want(s.Targets)}
 	byNode := map[string]*nodePods{}
 	at := func(node string) *nodePods {
 		np := byNode[node]
@@ -75,7 +115,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 		return np
 	}
 	for _, ns := range targetNamespaces(s.Targets) {
-		pods, err := e.pods.Pods(ns).List(labels.Everything())
+		pods, err := o.Pods.Pods(ns).List(labels.Everything())
 		if err != nil {
 			return s, nil, fmt.Errorf("listing pods in %s: %w", ns, err)
 		}
@@ -86,19 +126,19 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 		}
 	}
 	var unreadable []string
-	in.held, unreadable, err = e.otherMaintenance()
+	in.held, unreadable, err = o.otherMaintenance()
 	if err != nil {
 		return s, nil, err
 	}
 	s.UnreadableLocks = unreadable
-	blocked, err := e.blockingPods(p.Blocking)
+	blocked, err := o.blockingPods(p.Blocking)
 	if err != nil {
 		return s, nil, err
 	}
 	for node, why := range blocked {
 		at(node).blocked = why
 	}
-	prepulls, err := e.prepullPods(nr.Name, s.Targets)
+	prepulls, err := o.prepullPods(nr.Name, s.Targets)
 	if err != nil {
 		return s, nil, err
 	}
@@ -115,7 +155,7 @@ func (e *executor) observe(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snap
 		if np == nil {
 			np = none
 		}
-		nv, err := e.nodeView(n, np, in)
+		nv, err := o.nodeView(n, np, in)
 		if err != nil {
 			return s, nil, err
 		}
@@ -142,7 +182,7 @@ func addTargetPod(np *nodePods, pod *corev1.Pod, targets []model.TargetView) {
 }
 
 // nodeView is one node's view from the node, its pods and the pass's inputs.
-func (e *executor) nodeView(n *corev1.Node, np *nodePods, in *viewInputs) (model.NodeView, error) {
+func (o *Observer) nodeView(n *corev1.Node, np *nodePods, in *Inputs) (model.NodeView, error) {
 	nv := model.NodeView{
 		Name: n.Name, Zone: n.Labels[model.LabelZone], Labels: n.Labels,
 		Unschedulable: n.Spec.Unschedulable, Ready: model.NodeReady(n), Pods: np.targets,
@@ -156,35 +196,39 @@ func (e *executor) nodeView(n *corev1.Node, np *nodePods, in *viewInputs) (model
 	}
 	if in.opportunist && n.Spec.Unschedulable {
 		var err error
-		if nv.Drained, err = e.drained(n.Name); err != nil {
+		if nv.Drained, err = o.drained(n.Name); err != nil {
 			return nv, err
 		}
 	}
 	rec := n.Annotations
-	if w := e.nodeWrites.Newest(n.Name); w != nil {
+	if w := o.Written.Newest(n.Name); w != nil {
 		rec = w.Annotations
 	}
 	var fromRecord bool
 	step := nodestep.ParseStep(rec)
-	nv.State, fromRecord = nodestep.NodeState(e.claims.Claimed(in.rollout, n.Name), step, in.uid, in.status[n.Name])
+	nv.State, fromRecord = nodestep.NodeState(o.Claims.Claimed(in.rollout, n.Name), step, in.uid, in.status[n.Name])
 	nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 	if nv.HeldBy == "" {
-		nv.HeldBy = step.HeldByAnother(in.uid, e.rolloutLives)
+		nv.HeldBy = step.HeldByAnother(in.uid, o.rolloutLives)
 	}
 	return nv, nil
 }
 
 // rolloutLives says the rollout cache holds a NodeRollout of that name
-// and UID.
-func (e *executor) rolloutLives(name string, uid types.UID) bool {
-	obj, ok, err := e.rolloutStore.GetByKey(name)
+// and UID. Without a cache (the CLI's plan) every rollout is taken to live:
+// a node another rollout's record holds shows held.
+func (o *Observer) rolloutLives(name string, uid types.UID) bool {
+	if o.Rollouts == nil {
+		return true
+	}
+	obj, ok, err := o.Rollouts.GetByKey(name)
 	return err == nil && ok && obj.(*v1alpha1.NodeRollout).UID == uid
 }
 
 // drained: the cordoned node runs nothing a drain would evict (nodewise's
 // own pre-pull pod aside), so someone else drained it.
-func (e *executor) drained(node string) (bool, error) {
-	pods, err := e.pods.OnNode(node)
+func (o *Observer) drained(node string) (bool, error) {
+	pods, err := o.Pods.OnNode(node)
 	if err != nil {
 		return false, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
@@ -198,13 +242,13 @@ func (e *executor) drained(node string) (bool, error) {
 
 // otherMaintenance is, per node, why another tool holds it (Kured's lock,
 // an SUC plan's job), from the caches.
-func (e *executor) otherMaintenance() (map[string]string, []string, error) {
-	dss, err := e.dss.List(labels.Everything())
+func (o *Observer) otherMaintenance() (map[string]string, []string, error) {
+	dss, err := o.DaemonSets.List(labels.Everything())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing DaemonSets for Kured's lock: %w", err)
 	}
-	held, unreadable := locks.KuredHolders(dss, e.kuredClock.Now(e.cfg.Now())) // Kured wrote its lock by its clock: the API server's, best known
-	pods, err := e.pods.List(locks.SUCPodSelector())
+	held, unreadable := locks.KuredHolders(dss, o.KuredClock.Now(o.Now())) // Kured wrote its lock by its clock: the API server's, best known
+	pods, err := o.Pods.List(locks.SUCPodSelector())
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing system-upgrade-controller pods: %w", err)
 	}
@@ -214,25 +258,4 @@ func (e *executor) otherMaintenance() (map[string]string, []string, error) {
 		}
 	}
 	return held, unreadable, nil
-}
-
-// overlapping reads every NodeRollout and node from the caches.
-func (e *executor) overlapping(nr *v1alpha1.NodeRollout, p model.Policy) error {
-	var all []*v1alpha1.NodeRollout
-	for _, obj := range e.rolloutStore.List() {
-		all = append(all, obj.(*v1alpha1.NodeRollout))
-	}
-	if len(all) < 2 {
-		return nil
-	}
-	nodes, err := e.nodes.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
-	}
-	return planner.Overlapping(nr, p, all, nodes)
-}
-
-// typeTargets reads the targets from the DaemonSet cache.
-func (e *executor) typeTargets(p model.Policy) (model.Policy, error) {
-	return model.TypeTargets(p, func(ns, name string) (*appsv1.DaemonSet, error) { return e.dss.DaemonSets(ns).Get(name) })
 }

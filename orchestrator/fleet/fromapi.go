@@ -1,10 +1,11 @@
-package orchestrator
+package fleet
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -16,7 +17,6 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
 // SnapshotFromAPI builds the planner's snapshot with plain List calls (for
@@ -88,12 +88,19 @@ func SnapshotFromAPI(ctx context.Context, kube kubernetes.Interface, nr *v1alpha
 			_ = revs.Add(&rl.Items[i])
 		}
 	}
-	e := &executor{
-		cfg:   Config{Now: time.Now},
-		nodes: corelisters.NewNodeLister(nodes), pods: observe.PodCache{PodLister: corelisters.NewPodLister(pods)},
-		dss: appslisters.NewDaemonSetLister(dss), revs: appslisters.NewControllerRevisionLister(revs),
+	nodeLister, podCache := corelisters.NewNodeLister(nodes), observe.PodCache{PodLister: corelisters.NewPodLister(pods)}
+	dsLister := appslisters.NewDaemonSetLister(dss)
+	o := &Observer{
+		Nodes: nodeLister, Pods: podCache, DaemonSets: dsLister,
+		Targets: observe.Targets{DaemonSets: dsLister, Revisions: appslisters.NewControllerRevisionLister(revs), Pods: podCache},
+		Claims:  &observe.Claims{}, Written: nothingWritten{},
+		KuredClock: &observe.ServerClock{}, Now: time.Now,
 	}
-	e.targets = observe.Targets{DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods}
-	e.nodeWrites = &write.Nodes{Cache: e.nodes} // writes nothing: Newest is the cache
-	return e.Snapshot(nr, p)
+	return o.Snapshot(nr, p)
 }
+
+// nothingWritten is the CLI's: it writes no node, so every record is the
+// one the API returned.
+type nothingWritten struct{}
+
+func (nothingWritten) Newest(string) *corev1.Node { return nil }

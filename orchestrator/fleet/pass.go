@@ -1,0 +1,202 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
+)
+
+// Pass is one reconcile pass of a NodeRollout, decided: what it planned
+// from and every effect it has, which the applier carries out in this
+// order: Kured's lock released (Finished, and nothing else); the requests
+// recorded with who asked; the node request acted on (and the pass ends);
+// nothing more when NotYet; Kured's lock held for KuredNodes; the
+// finalizer added; the decision's node actions; the resume acknowledged;
+// the phase and node list written; the finalizer removed.
+type Pass struct {
+	// Finished: the rollout finished and its spec did not change since.
+	Finished bool
+	Now      time.Time
+	Deleting bool
+	// Requests are the verbs asked of the rollout whose asker is not yet
+	// recorded (model.DueRequests).
+	Requests []v1alpha1.VerbRequest
+	Policy   model.Policy
+	Snap     model.Snapshot
+	// Inputs are what the snapshot's node views were built from; Kept is
+	// the views it came from (nil: the fleet was observed anew).
+	Inputs *Inputs
+	Kept   *View
+	// Request is a pending `nodewise retry` or `skip`, decided; IgnoredRequest
+	// is why one could not be read.
+	Request        *NodeRequest
+	IgnoredRequest error
+	// NotYet says why the rollout cannot complete yet: the DaemonSet cache
+	// is behind the API on a target (a rollout applied right after its
+	// template changed would complete having swapped nothing).
+	NotYet   string
+	Decision planner.Decision
+	// KuredNodes are the nodes to hold Kured's lock for: those in flight
+	// and those the plan starts (none: the lock is released).
+	KuredNodes []string
+}
+
+// NodeRequest is a pending node request and its decision.
+type NodeRequest struct {
+	model.NodeRequest
+	planner.RequestDecision
+}
+
+// Pass observes nr's fleet (from kept, the views of its last pass, when
+// given) and decides the pass. It reads the caches, the API server's copy
+// of the targets when the plan completes, and the blocking alerts; it
+// writes nothing.
+func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *View) (*Pass, error) {
+	deleting := nr.DeletionTimestamp != nil
+	switch nr.Status.Phase {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
+		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
+			return &Pass{Finished: true}, nil // a spec change (e.g. rollback) wakes it
+		}
+	}
+	now := o.Now()
+	ps := &Pass{Now: now, Deleting: deleting, Requests: model.DueRequests(nr, metav1.NewTime(now)), Policy: o.policy(nr)}
+	p := ps.Policy
+	if kept != nil && kept.In != nil {
+		ps.Snap, ps.Inputs, ps.Kept = kept.Snapshot(nr), kept.In, kept
+	} else {
+		var err error
+		if ps.Snap, ps.Inputs, err = o.Observe(nr, p); err != nil {
+			return nil, err
+		}
+	}
+	ps.Snap.AlertsBlock = o.alertsBlock(ctx, p.Blocking) // read here, not in the workers' snapshots
+	if !deleting {
+		r, pending, err := model.PendingNodeRequest(nr.Annotations)
+		switch {
+		case err != nil:
+			ps.IgnoredRequest = err
+		case pending:
+			ps.Request = &NodeRequest{r, planner.DecideRequest(ps.Snap, p, r)}
+			return ps, nil // the next pass plans from the node's new state
+		}
+	}
+	ps.Decision = planner.Plan(ps.Snap, p, now)
+	if ps.Decision.Phase == v1alpha1.PhaseCompleted && nr.Status.Phase != v1alpha1.PhaseCompleted {
+		// Completed is final: the rollout's and the DaemonSet's watches
+		// have no order between them, so the plan may predate the new
+		// template in the cache.
+		behind, err := o.targetsBehind(ctx, p.Targets)
+		if err != nil {
+			return nil, err
+		}
+		if ps.NotYet = behind; behind != "" {
+			return ps, nil // the DaemonSet's event starts the next pass
+		}
+	}
+	ps.KuredNodes = kuredNodes(p, ps.Snap, ps.Decision)
+	return ps, nil
+}
+
+// policy is nr's policy, its targets typed; an invalid one (a bad spec,
+// targets outside the Istio namespace, nodes another rollout has) says why
+// in Invalid: no node starts, those in flight are made safe. A deleted
+// rollout aborts.
+func (o *Observer) policy(nr *v1alpha1.NodeRollout) model.Policy {
+	p, perr := model.NewPolicy(nr.Spec)
+	p.ZtunnelSwap = o.ZtunnelSwap
+	p, terr := o.typeTargets(p) // the kinds name the steps of nodes in flight too
+	if perr = errors.Join(perr, terr, planner.TargetsInNamespace(p.Targets, o.IstioNamespace)); perr == nil {
+		perr = o.Overlapping(nr, p)
+	}
+	if perr != nil {
+		p.Invalid = planner.OneLine(perr)
+	} else if nr.DeletionTimestamp != nil {
+		p.Abort = true // an invalid one's workers leave by its deletion too
+	}
+	return p
+}
+
+// kuredNodes are the nodes Kured's lock is held for: the rollout's in
+// flight and those the plan starts (none when the rollout only honours
+// the lock).
+func kuredNodes(p model.Policy, snap model.Snapshot, d planner.Decision) []string {
+	if !p.TakeKuredLock {
+		return nil
+	}
+	var nodes []string
+	for _, n := range snap.Nodes {
+		if model.InFlight(n.State) {
+			nodes = append(nodes, n.Name)
+		}
+	}
+	for _, a := range d.Actions {
+		if starts(a) && !slices.Contains(nodes, a.Node) {
+			nodes = append(nodes, a.Node)
+		}
+	}
+	slices.Sort(nodes)
+	return nodes
+}
+
+// starts: the action takes a node out of service (its worker cordons it).
+func starts(a planner.Action) bool {
+	return a.Kind == planner.ActStart || a.Kind == planner.ActRollback
+}
+
+// KuredLockRefused drops the plan's starts of nodes not in flight, which
+// wait (fail closed) and say why: Kured's lock could not be held for them.
+// Nodes already in flight finish.
+func (ps *Pass) KuredLockRefused(why string) {
+	d := &ps.Decision
+	held := make(map[string]string, len(d.Held))
+	maps.Copy(held, d.Held)
+	d.Actions = slices.DeleteFunc(d.Actions, func(a planner.Action) bool {
+		if starts(a) && !slices.ContainsFunc(ps.Snap.Nodes, func(n model.NodeView) bool { return n.Name == a.Node && model.InFlight(n.State) }) {
+			held[a.Node] = why
+			return true
+		}
+		return false
+	})
+	d.Held = held
+	d.Reason += "; no node starts: " + why
+}
+
+// HoldsNodes says the decision starts or drives a node: the rollout must
+// hold its finalizer (model.FinalizerReleaseNodes) before it acts, so that
+// deleting it is an abort first (its in-flight nodes made safe) and not
+// cordoned nodes no rollout owns.
+func (ps *Pass) HoldsNodes() bool {
+	for _, a := range ps.Decision.Actions {
+		switch a.Kind {
+		case planner.ActStart, planner.ActResume, planner.ActRollback:
+			return true
+		}
+	}
+	return false
+}
+
+// AcksResume says the pass acknowledges a resume request: the rollout is
+// valid and no longer halted.
+func (ps *Pass) AcksResume() bool {
+	return ps.Snap.ResumeRequested && ps.Decision.Phase != v1alpha1.PhaseHalted && ps.Policy.Invalid == ""
+}
+
+// NoneInFlight says no node of the snapshot is in flight: a deleted
+// rollout's finalizer may go once no worker of it runs either.
+func (ps *Pass) NoneInFlight() bool {
+	return !slices.ContainsFunc(ps.Snap.Nodes, func(n model.NodeView) bool { return model.InFlight(n.State) })
+}
+
+// NextInLine are the nodes whose skew check may run ahead (planner.NextInLine).
+func (ps *Pass) NextInLine() []string {
+	return planner.NextInLine(ps.Snap, ps.Policy, ps.Decision)
+}
