@@ -16,7 +16,7 @@ import (
 )
 
 // Keys other maintenance tools own, read to honour their locks; Kured's is
-// also written, to hold it while a node is in flight (kuredlock.go, orchestrator/kuredlock).
+// also written, to hold it while a node is in flight (orchestrator/kuredlock).
 // docs/maintenance.md says how each is read.
 const (
 	// AnnotationKured is Kured's lock, on its own DaemonSet: JSON naming

@@ -59,7 +59,7 @@ const (
 	LabelPrepullTarget = "nodewise.io/prepull-target"
 	// FinalizerReleaseNodes on a NodeRollout that has started a node: its
 	// deletion makes every in-flight node safe (as an abort does) before the
-	// object goes (orchestrator/finalizer.go).
+	// object goes (fleet.Pass.HoldsNodes).
 	FinalizerReleaseNodes = "nodewise.io/release-nodes"
 	// AnnotationResumeToken on a NodeRollout is set by `nodewise resume`; a new
 	// value clears a halt (the failed nodes are retried from preflight).

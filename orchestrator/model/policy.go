@@ -83,7 +83,7 @@ type Policy struct {
 	// TakeKuredLock: hold Kured's lock while a node is in flight
 	// (spec.coordination.kuredLock take, the default; honour: false).
 	TakeKuredLock bool
-	// Blocking: pods and alerts that hold starts (spec.blocking, blocking.go).
+	// Blocking: pods and alerts that hold starts (spec.blocking, read by fleet.Observer).
 	Blocking Blocking
 	// Invalid says why the rollout cannot go on (a spec the orchestrator
 	// cannot follow, or another rollout that selects its nodes goes first),

@@ -10,7 +10,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// Snapshot is the immutable world the planner decides from. observe.go builds
+// Snapshot is the immutable world the planner decides from. fleet.Observer builds
 // it from informer caches; tests build it by hand.
 type Snapshot struct {
 	Nodes   []NodeView

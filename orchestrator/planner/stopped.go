@@ -12,7 +12,7 @@ import (
 // resumed to be made safe (their workers leave with nodestep.LeaveStopped).
 // The node list is the status's own: a spec that cannot be read (a
 // selector) adds no entry and drops none. An abort still ends it, Aborted
-// once nothing is in flight (a deletion lets go then too: finalizer.go).
+// once nothing is in flight (a deletion lets go then too: fleet.Pass.HoldsNodes).
 func stopped(s model.Snapshot, p model.Policy, d Decision, inflight, forgets int) Decision {
 	d.Order = make([]PlannedNode, 0, len(s.Status.Nodes))
 	for _, ns := range s.Status.Nodes {

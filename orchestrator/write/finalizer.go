@@ -16,7 +16,7 @@ import (
 )
 
 // A NodeRollout that has started a node carries FinalizerReleaseNodes, so
-// deleting it is an abort first (see the orchestrator's finalizer.go).
+// deleting it is an abort first (fleet.Pass.HoldsNodes).
 
 // SetFinalizer adds (on) or removes FinalizerReleaseNodes, from a fresh read
 // and conditional on its resourceVersion (the cache's copy is behind every
