@@ -32,6 +32,17 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote
 	if err != nil {
 		return rolloutFile{}, err
 	}
+	v, err := crds.ForKind("NodeRollout")
+	if err != nil {
+		return rolloutFile{}, err
+	}
+	obj := map[string]any{}
+	if err := json.Unmarshal(doc, &obj); err != nil {
+		return rolloutFile{}, fmt.Errorf("malformed NodeRollout: %w", err)
+	}
+	if err := strictFields(v, obj); err != nil {
+		return rolloutFile{}, err
+	}
 	nr, p, perr := model.ParseRollout(doc)
 	if nr == nil {
 		return rolloutFile{}, errors.New(planner.OneLine(perr))
@@ -47,14 +58,6 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote
 	if gerr != nil {
 		msgs = append(msgs, gerr.Error())
 	}
-	v, err := crds.ForKind("NodeRollout")
-	if err != nil {
-		return rolloutFile{}, err
-	}
-	obj := map[string]any{}
-	if err := json.Unmarshal(doc, &obj); err != nil {
-		return rolloutFile{}, fmt.Errorf("malformed NodeRollout: %w", err)
-	}
 	for _, fe := range v.Validate(ctx, obj) {
 		// The policy check already names some fields (maxParallel: 0); say each once.
 		if gerr != nil && strings.HasPrefix(fe.Field, "spec.gates") {
@@ -68,4 +71,31 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote
 		return rolloutFile{}, errors.New(strings.Join(msgs, "; "))
 	}
 	return rolloutFile{rollout: nr, policy: p, doc: doc}, nil
+}
+
+// strictFields refuses the fields of a NodeRollout that its CRD's schema does
+// not name, as the API server's strict field validation (kubectl's default)
+// does before anything else: by path, case-sensitively, in the server's
+// words, with the field meant when only the case differs. Another kind is
+// left to ParseRollout, which names the kind it wants.
+func strictFields(v *crds.Validator, obj map[string]any) error {
+	if obj["kind"] != "NodeRollout" || obj["apiVersion"] != v1alpha1.GroupVersion.String() {
+		return nil
+	}
+	paths, err := v.UnknownFields(obj)
+	if err != nil {
+		return fmt.Errorf("malformed NodeRollout: %w", err)
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, len(paths))
+	for _, p := range paths {
+		m := fmt.Sprintf("unknown field %q", p)
+		if want := v.Suggest(p); want != "" {
+			m += " (did you mean " + want + "?)"
+		}
+		msgs = append(msgs, m)
+	}
+	return errors.New("strict decoding error: " + strings.Join(msgs, ", "))
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// planOffline runs `nodewise plan --offline -f <doc> args...` in process and
+// returns its stdout, stderr and error.
+func planOffline(t *testing.T, doc string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rollout.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd("nodewise")
+	root.SetArgs(append([]string{"plan", "--offline", "-f", path, "--kubeconfig=/dev/null"}, args...))
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	err = root.ExecuteContext(t.Context())
+	return out.String(), errOut.String(), err
+}
+
+// Field names are matched as the API server's strict field validation
+// matches them: case-sensitive, every unknown field named with its path.
+func TestPlanOfflineStrictFieldNames(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"time zone in lower case", goodRollout + "  maintenanceWindows:\n  - {start: '22:00', end: '04:00', timezone: Europe/Berlin}\n",
+			`unknown field "spec.maintenanceWindows[0].timezone" (did you mean timeZone?)`},
+		{"maxParallel in lower case", strings.Replace(goodRollout, "maxParallel", "maxparallel", 1), `unknown field "spec.maxparallel" (did you mean maxParallel?)`},
+		{"a misspelt field", strings.Replace(goodRollout, "maxParallel", "maxParalel", 1), `unknown field "spec.maxParalel"`},
+		{"nested, in a second window", goodRollout + "  maintenanceWindows:\n  - {start: '22:00', end: '04:00'}\n  - {start: '10:00', end: '11:00', dayz: [Mon]}\n",
+			`unknown field "spec.maintenanceWindows[1].dayz"`},
+		{"metadata", strings.Replace(goodRollout, "name: up", "name: up\n  labls: {team: mesh}", 1), `unknown field "metadata.labls"`},
+	} {
+		out, errOut, err := planOffline(t, tc.doc)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err %v (stdout %q, stderr %q); want one line with %q", tc.name, err, out, errOut, tc.want)
+		}
+	}
+	// Both problems at once are both named, on one line.
+	both := strings.Replace(goodRollout, "maxParallel", "maxparallel", 1) + "  maintenanceWindows:\n  - {start: '22:00', end: '04:00', timezone: UTC}\n"
+	if _, _, err := planOffline(t, both); err == nil || !strings.Contains(err.Error(), `"spec.maintenanceWindows[0].timezone"`) || !strings.Contains(err.Error(), `"spec.maxparallel"`) {
+		t.Errorf("two unknown fields: %v; want both named", err)
+	}
+	good := goodRollout + "  maintenanceWindows:\n  - {start: '22:00', end: '04:00', timeZone: Europe/Berlin}\n"
+	if out, errOut, err := planOffline(t, good); err != nil || !strings.Contains(out, "valid NodeRollout up") {
+		t.Errorf("the same file spelt right: %v %q %q", err, out, errOut)
+	}
+}
