@@ -43,7 +43,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			if err := output.check(); err != nil {
 				return err
 			}
-			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, addrs, offline)
+			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), cmd.ErrOrStderr(), file, addrs, offline)
 			if err != nil {
 				return err
 			}
@@ -128,14 +128,16 @@ func (r planReport) names() []string {
 	return out
 }
 
-// loadAndCheck reads and validates the file (- is stdin) and, unless
-// offline, checks it against the cluster: a server dry-run (the CRD's own
-// validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
-func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs remote.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
+// loadAndCheck reads and validates the file (- is stdin), prints its
+// warnings to warn and, unless offline, checks it against the cluster: a
+// server dry-run (the CRD's own validation), then unknown DaemonSets,
+// RollingUpdate targets, missing canaries.
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, warn io.Writer, file string, addrs remote.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
 	rf, err := readRollout(ctx, in, file, addrs)
 	if err != nil {
 		return nil, rf.policy, err
 	}
+	rf.warn(warn)
 	if err := checkRollout(ctx, g, rf, addrs, offline); err != nil {
 		return nil, rf.policy, err
 	}

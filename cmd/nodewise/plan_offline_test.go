@@ -52,3 +52,35 @@ func TestPlanOfflineStrictFieldNames(t *testing.T) {
 		t.Errorf("the same file spelt right: %v %q %q", err, out, errOut)
 	}
 }
+
+// Overlapping windows and blackouts wholly in the past are warned on
+// stderr; the check still passes.
+func TestPlanOfflineWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec string
+		want       []string // on stderr; none: no warning at all
+	}{
+		{"windows overlapping across time zones", "  maintenanceWindows:\n  - {start: '22:00', end: '23:00', timeZone: Europe/Berlin}\n  - {start: '20:30', end: '21:30'}\n",
+			[]string{"Warning: spec.maintenanceWindows[0]", "and spec.maintenanceWindows[1]", "overlap"}},
+		{"overnight window overlapping the next day's", "  maintenanceWindows:\n  - {days: [Mon], start: '23:00', end: '01:00'}\n  - {days: [Tue], start: '00:30', end: '02:00'}\n",
+			[]string{"spec.maintenanceWindows[0]", "spec.maintenanceWindows[1]", "overlap"}},
+		{"blackout in the past", "  blackouts:\n  - {start: '2020-12-24T00:00', end: '2020-12-27T00:00', reason: holidays}\n",
+			[]string{"Warning: spec.blackouts[0] (holidays) ended 2020-12-27T00:00:00Z", "in the past"}},
+		{"windows on different days", "  maintenanceWindows:\n  - {days: [Mon], start: '10:00', end: '12:00'}\n  - {days: [Tue], start: '10:00', end: '12:00'}\n", nil},
+		{"windows that only touch", "  maintenanceWindows:\n  - {start: '10:00', end: '12:00'}\n  - {start: '12:00', end: '13:00'}\n", nil},
+		{"blackout in the future", "  blackouts:\n  - {start: '2999-12-24T00:00', end: '2999-12-27T00:00'}\n", nil},
+	} {
+		out, errOut, err := planOffline(t, goodRollout+tc.spec)
+		if err != nil || !strings.Contains(out, "valid NodeRollout up") {
+			t.Errorf("%s: %v %q; want the check to pass", tc.name, err, out)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%s: stderr %q; want %q", tc.name, errOut, w)
+			}
+		}
+		if tc.want == nil && errOut != "" {
+			t.Errorf("%s: stderr %q; want no warning", tc.name, errOut)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/deploy/crds"
@@ -21,6 +22,16 @@ type rolloutFile struct {
 	rollout *v1alpha1.NodeRollout
 	policy  model.Policy
 	doc     []byte // JSON
+	// warnings are what is valid but likely a mistake (model.Policy.Warnings).
+	warnings []string
+}
+
+// warn prints the file's warnings, one a line, as kubectl prints the API
+// server's: they do not fail the command.
+func (rf rolloutFile) warn(w io.Writer) {
+	for _, m := range rf.warnings {
+		fmt.Fprintln(w, "Warning: "+m)
+	}
 }
 
 // readRollout reads and validates one NodeRollout from path (- is stdin) the
@@ -70,7 +81,7 @@ func readRollout(ctx context.Context, stdin io.Reader, path string, addrs remote
 	if len(msgs) > 0 {
 		return rolloutFile{}, errors.New(strings.Join(msgs, "; "))
 	}
-	return rolloutFile{rollout: nr, policy: p, doc: doc}, nil
+	return rolloutFile{rollout: nr, policy: p, doc: doc, warnings: p.Warnings(time.Now())}, nil
 }
 
 // strictFields refuses the fields of a NodeRollout that its CRD's schema does
