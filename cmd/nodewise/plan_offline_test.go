@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,5 +83,67 @@ func TestPlanOfflineWarnings(t *testing.T) {
 		if tc.want == nil && errOut != "" {
 			t.Errorf("%s: stderr %q; want no warning", tc.name, errOut)
 		}
+	}
+}
+
+// --nodes N --zones Z plans a synthetic fleet with the online plan's planner.
+func TestPlanOfflineSyntheticFleet(t *testing.T) {
+	doc := strings.Replace(goodRollout, "[node-1]", "[canary-1]", 1) + "  maintenanceWindows:\n  - {start: '22:00', end: '04:00', timeZone: Europe/Berlin}\n"
+	out, errOut, err := planOffline(t, doc, "--nodes", "10", "--zones", "3", "-o", "json")
+	if err != nil {
+		t.Fatalf("%v %q", err, errOut)
+	}
+	var r planReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	zones, waves := map[string]int{}, map[int]bool{}
+	for _, n := range r.Nodes {
+		zones[n.Zone]++
+		waves[n.Wave] = true
+	}
+	// The canary named in the file is one of the ten, in a wave of its
+	// own; the nine others ramp 1, 2 up to maxParallel 2, a wave never
+	// spanning two zones.
+	if len(r.Nodes) != 10 || len(zones) != 3 || r.Nodes[0].Name != "canary-1" || !r.Nodes[0].Canary || r.Estimate == "" {
+		t.Errorf("plan: %+v; want 10 nodes over 3 zones, canary-1 first, an estimate", r)
+	}
+	for z, n := range zones {
+		if n < 3 || n > 4 {
+			t.Errorf("zone %s holds %d nodes; want 10 spread evenly over 3 (3 or 4)", z, n)
+		}
+	}
+	if len(waves) != 7 { // the canary; 1+2, 2+1, 2+1
+		t.Errorf("%d waves; want 7: %+v", len(waves), r.Nodes)
+	}
+
+	out, _, err = planOffline(t, doc, "--nodes", "1000", "--zones", "3")
+	for _, want := range []string{"synthetic fleet of 1000 nodes in 3 zones", "Maintenance windows: 1", "22:00–04:00 Europe/Berlin", "Estimated end: ", "1000 nodes in "} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("--nodes 1000 --zones 3: %v; want %q in\n%s", err, want, out)
+		}
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zones", "4", "--nodes", "3"}, "--zones 4 is more than --nodes 3"},
+		{[]string{"--nodes", "-1"}, "--nodes must be at least 1"},
+		{[]string{"--nodes", "5", "--zones", "0"}, "--zones must be at least 1"},
+		{[]string{"--zones", "2"}, "--zones needs --nodes"},
+	} {
+		if _, _, err := planOffline(t, doc, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+	// Online, the cluster's own nodes are planned: --nodes is refused
+	// before any cluster is read.
+	root := newRootCmd("nodewise")
+	root.SetArgs([]string{"plan", "-f", "/dev/null", "--nodes", "3", "--kubeconfig=/dev/null"})
+	root.SetOut(&bytes.Buffer{})
+	root.SetErr(&bytes.Buffer{})
+	if err := root.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), "--nodes and --zones need --offline") {
+		t.Errorf("--nodes without --offline: %v", err)
 	}
 }
