@@ -47,6 +47,7 @@ func newApplyCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			rf.warn(cmd.ErrOrStderr())
 			if err := checkRollout(ctx, g, rf, addrs, false); err != nil {
 				return err
 			}

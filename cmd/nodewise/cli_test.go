@@ -63,7 +63,7 @@ func TestPlanOfflineRefusesBadFiles(t *testing.T) {
 		{"empty stdin", "-", "", "holds no object"},
 		{"missing file", filepath.Join(dir, "nope.yaml"), "", "no such file"},
 		{"key given twice", file("dup-key.yaml", goodRollout+"  maxParallel: 3\n"), "", `key "maxParallel" already set`},
-		{"unknown field", file("typo.yaml", strings.Replace(goodRollout, "maxParallel", "maxParalel", 1)), "", `unknown field "maxParalel"`},
+		{"unknown field", file("typo.yaml", strings.Replace(goodRollout, "maxParallel", "maxParalel", 1)), "", `unknown field "spec.maxParalel"`},
 		{"name not DNS-1123", file("name.yaml", strings.Replace(goodRollout, "name: up", "name: Up_Grade", 1)), "", `metadata.name: Invalid value: "Up_Grade"`},
 		{"duplicate canary", file("canary.yaml", strings.Replace(goodRollout, "[node-1]", "[node-1, node-2, node-1]", 1)), "", `spec.canaryNodes[2]: Duplicate value: "node-1"`},
 		{"bad drain policy", file("drain.yaml", goodRollout+"  drain: {policy: sometimes}\n"), "", "spec.drain.policy"},

@@ -27,6 +27,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 		agents  judgegate.AgentConfig
 		addrs   remote.AddressPolicy
 		output  dataOutput
+		fleet   syntheticFleet
 	)
 	cmd := &cobra.Command{
 		Use:   "plan -f rollout.yaml",
@@ -35,7 +36,9 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			"evaluate each gate query once, then reads (never writes) the cluster's nodes, DaemonSets,\n" +
 			"pods and ControllerRevisions to order the nodes and check the targets.\n" +
 			"With --offline it only validates the file, against the CRD's schema and rules as the API\n" +
-			"server would (gate queries are not sent to Prometheus).\n" +
+			"server would (gate queries are not sent to Prometheus); with --nodes N [--zones Z] too it\n" +
+			"plans for a synthetic fleet of N Ready nodes over Z zones: the waves, windows and end.\n" +
+			"Overlapping windows and blackouts in the past are warned on stderr.\n" +
 			"-o json|yaml|name|jsonpath=... prints the order (each node's wave and window), the\n" +
 			"phase the plan would take and the estimate; the swap and forecast tables are table-only.",
 		Args: cobra.NoArgs,
@@ -43,9 +46,16 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			if err := output.check(); err != nil {
 				return err
 			}
-			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), file, addrs, offline)
+			synthetic, err := fleet.enabled(cmd, offline)
 			if err != nil {
 				return err
+			}
+			nr, p, err := loadAndCheck(cmd.Context(), g, cmd.InOrStdin(), cmd.ErrOrStderr(), file, addrs, offline)
+			if err != nil {
+				return err
+			}
+			if synthetic {
+				return planSynthetic(cmd.OutOrStdout(), output, nr.Name, fleet, p, perSwap)
 			}
 			if offline && !output.human() {
 				r := planReport{Rollout: nr.Name, Offline: true, Nodes: []planNode{}}
@@ -83,6 +93,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&agents.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file the plan predicts each node's disruption from its agent")
 	cmd.Flags().StringVar(&agents.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
 	cmd.Flags().IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
+	fleet.addFlags(cmd)
 	addGateAddressFlags(cmd, &addrs)
 	output.addFlag(cmd)
 	_ = cmd.MarkFlagRequired("filename")
@@ -128,14 +139,16 @@ func (r planReport) names() []string {
 	return out
 }
 
-// loadAndCheck reads and validates the file (- is stdin) and, unless
-// offline, checks it against the cluster: a server dry-run (the CRD's own
-// validation), then unknown DaemonSets, RollingUpdate targets, missing canaries.
-func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, file string, addrs remote.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
+// loadAndCheck reads and validates the file (- is stdin), prints its
+// warnings to warn and, unless offline, checks it against the cluster: a
+// server dry-run (the CRD's own validation), then unknown DaemonSets,
+// RollingUpdate targets, missing canaries.
+func loadAndCheck(ctx context.Context, g *globalFlags, in io.Reader, warn io.Writer, file string, addrs remote.AddressPolicy, offline bool) (*v1alpha1.NodeRollout, model.Policy, error) {
 	rf, err := readRollout(ctx, in, file, addrs)
 	if err != nil {
 		return nil, rf.policy, err
 	}
+	rf.warn(warn)
 	if err := checkRollout(ctx, g, rf, addrs, offline); err != nil {
 		return nil, rf.policy, err
 	}
@@ -166,6 +179,22 @@ func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs remote.Addr
 		return errors.New(planner.OneLine(err))
 	}
 	return nil
+}
+
+// planSynthetic prints the plan of p for the synthetic fleet f, as the
+// online plan prints a cluster's (its swaps and forecast need the cluster).
+func planSynthetic(w io.Writer, output dataOutput, name string, f syntheticFleet, p model.Policy, perSwap time.Duration) error {
+	snap, p := f.snapshot(p)
+	now := time.Now()
+	d := planner.Plan(snap, p, now)
+	est := planner.Estimate(d.Order, p, perSwap)
+	if !output.human() {
+		r := newPlanReport(name, d, p, est)
+		r.Offline = true
+		return output.print(w, r, r.names, nil)
+	}
+	fmt.Fprintf(w, "valid NodeRollout %s; planned for a synthetic fleet of %d nodes in %d zones (offline: names and zones made up)\n", name, f.Nodes, f.Zones)
+	return planner.RenderPlan(w, d, p, now, est)
 }
 
 func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p model.Policy) (planner.Decision, error) {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -17,9 +18,12 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
@@ -124,4 +128,60 @@ func blocking(errs field.ErrorList) bool {
 		}
 	}
 	return false
+}
+
+// UnknownFields lists the fields of obj the schema does not name, with their
+// paths ("spec.maintenanceWindows[0].timezone"), as the API server's strict
+// field validation reports them: metadata read by a case-sensitive strict
+// decode, then every other field pruned against the structural schema, so a
+// name must match in case too. obj is left as it was.
+func (v *Validator) UnknownFields(obj map[string]any) ([]string, error) {
+	_, _, unknown, err := objectmeta.GetObjectMetaWithOptions(obj, objectmeta.ObjectMetaOptions{ReturnUnknownFieldPaths: true})
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	pruned := pruning.PruneWithOptions(runtime.DeepCopyJSON(obj), v.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	return append(unknown, pruned...), nil
+}
+
+// Suggest is the field the schema names at path's place whose name differs
+// from path's last segment only in case ("timeZone" for
+// "spec.maintenanceWindows[0].timezone"), or "" when there is none.
+func (v *Validator) Suggest(path string) string {
+	segs := strings.Split(path, ".")
+	s := v.structural
+	for _, seg := range segs[:len(segs)-1] {
+		name, _, _ := strings.Cut(seg, "[")
+		s = child(s, name)
+		for range strings.Count(seg, "[") { // each [i] steps into a list's items
+			if s != nil {
+				s = s.Items
+			}
+		}
+		if s == nil {
+			return ""
+		}
+	}
+	last := segs[len(segs)-1]
+	for name := range s.Properties {
+		if strings.EqualFold(name, last) {
+			return name
+		}
+	}
+	return ""
+}
+
+// child is the schema of s's field name: a named property, else the schema
+// of a map's values.
+func child(s *structuralschema.Structural, name string) *structuralschema.Structural {
+	if s == nil {
+		return nil
+	}
+	if p, ok := s.Properties[name]; ok {
+		return &p
+	}
+	if s.AdditionalProperties != nil {
+		return s.AdditionalProperties.Structural
+	}
+	return nil
 }

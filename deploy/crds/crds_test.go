@@ -65,3 +65,41 @@ func TestEveryEmbeddedKindLoads(t *testing.T) {
 		t.Error("ForKind(Pod) succeeded")
 	}
 }
+
+// Unknown fields are named with their paths, and a name differing only in
+// case is unknown, as the API server's strict field validation has them.
+func TestNodeRolloutUnknownFields(t *testing.T) {
+	v, err := ForKind("NodeRollout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: up, labls: {a: b}}\n" +
+		"spec: {maxparallel: 2, maintenanceWindows: [{start: '22:00', end: '04:00', timeZone: UTC}, {start: '10:00', end: '11:00', timezone: UTC}], drain: {policy: never, Timeout: 5m}}\n"
+	obj := object(t, doc)
+	got, err := v.UnknownFields(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"metadata.labls", "spec.drain.Timeout", "spec.maintenanceWindows[1].timezone", "spec.maxparallel"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("UnknownFields = %v, want %v", got, want)
+	}
+	if _, ok := obj["spec"].(map[string]any)["maxparallel"]; !ok {
+		t.Error("UnknownFields pruned the object it was given")
+	}
+	for path, want := range map[string]string{
+		"spec.maintenanceWindows[1].timezone": "timeZone",
+		"spec.maxparallel":                    "maxParallel",
+		"spec.drain.Timeout":                  "timeout",
+		"spec.nosuch":                         "",
+		"spec.nosuch.deeper":                  "",
+	} {
+		if got := v.Suggest(path); got != want {
+			t.Errorf("Suggest(%q) = %q, want %q", path, got, want)
+		}
+	}
+	good := strings.NewReplacer("labls", "labels", "maxparallel", "maxParallel", "timezone", "timeZone", "Timeout", "timeout").Replace(doc)
+	if got, _ := v.UnknownFields(object(t, good)); len(got) != 0 {
+		t.Errorf("a rollout with every field spelled right: unknown %v", got)
+	}
+}

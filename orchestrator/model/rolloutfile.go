@@ -13,7 +13,10 @@ import (
 
 // LoadRolloutFile reads a NodeRollout manifest strictly (unknown fields are
 // errors) and validates it as the CRD and the orchestrator would. Every
-// problem is returned, joined.
+// problem is returned, joined. Field names are matched as encoding/json
+// matches them, without case: the case-sensitive check, with each field's
+// path, is the CRD schema's (deploy/crds Validator.UnknownFields), which
+// the CLI runs first.
 func LoadRolloutFile(path string) (*v1alpha1.NodeRollout, Policy, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
