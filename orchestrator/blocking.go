@@ -2,10 +2,8 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -23,10 +21,6 @@ func (e *executor) blockingPods(b model.Blocking) (map[string]string, error) {
 	return planner.BlockingPods(pods, b.Pods), nil
 }
 
-// errNoAlertReader: the gate cannot reach Prometheus, so blocking alerts
-// cannot be read and hold every start.
-var errNoAlertReader = errors.New("this orchestrator's gate does not read Prometheus")
-
 // alertsBlock reads spec.blocking.alerts through the gate's Prometheus
 // client: why they hold every start, "" when they do not (none set, or none
 // firing). A read that fails holds them (fail closed).
@@ -34,11 +28,7 @@ func (e *executor) alertsBlock(ctx context.Context, b model.Blocking) string {
 	if len(b.Alerts) == 0 {
 		return ""
 	}
-	r, ok := e.gate.(gate.AlertReader)
-	if !ok {
-		return planner.AlertsBlock(b, nil, errNoAlertReader)
-	}
-	raw, err := r.FiringAlerts(ctx, b.Address)
+	raw, err := e.gate.FiringAlerts(ctx, b.Address) // gate.ErrNoPrometheus: the gate reads none
 	firing := make([]planner.FiringAlert, 0, len(raw))
 	for _, ls := range raw {
 		firing = append(firing, ls)

@@ -118,7 +118,7 @@ func (e *executor) wire() {
 		},
 		World: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
-	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && worker.Judged(e.gate) {
+	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && e.gate.Reads().Samples {
 		w.CNI = c // the agents that answer the judge answer for istio-cni
 	}
 	w.Drainer = &drain.Drainer{

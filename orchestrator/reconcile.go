@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
@@ -223,9 +222,7 @@ func (e *executor) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 	}); err != nil {
 		return err
 	}
-	if r, ok := e.gate.(gate.Releaser); ok {
-		r.Done(node)
-	}
+	e.gate.Done(node)
 	e.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, reason)
 	e.log.Warn("node deleted while in flight", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", reason))
 	return nil

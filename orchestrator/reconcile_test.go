@@ -636,7 +636,10 @@ func TestReconcileForgetsNodesDeletedInFlight(t *testing.T) {
 }
 
 // releaser is a gate that records the nodes it is told are done.
-type releaser struct{ done []string }
+type releaser struct {
+	gate.Base
+	done []string
+}
 
 func (g *releaser) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{}, nil

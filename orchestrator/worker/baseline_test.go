@@ -15,9 +15,12 @@ import (
 // historian is a gate whose samples of the node cover since a time, which
 // a test moves (an agent restarted during the wait).
 type historian struct {
+	gate.Base
 	since []time.Time // returned in turn, the last one repeated
 	asked int
 }
+
+func (h *historian) Reads() gate.Reads { return gate.Reads{History: true} }
 
 func (h *historian) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{}, nil

@@ -10,7 +10,6 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
@@ -140,12 +139,4 @@ func imageVersion(image string) string {
 		tag = strings.TrimSuffix(tag, variant)
 	}
 	return tag
-}
-
-// Judged says whether g samples the node agents (the judge: a Preparer),
-// the gate whose agents are also asked for istio-cni's health. Under the
-// readiness gate there are no agents to ask.
-func Judged(g gate.Gate) bool {
-	_, ok := g.(gate.Preparer)
-	return ok
 }

@@ -18,9 +18,12 @@ import (
 
 // preparingGate records what the worker hands a gate.
 type preparingGate struct {
+	gate.Base
 	prepared []gate.PrepareInput
 	judged   []gate.GateInput
 }
+
+func (g *preparingGate) Reads() gate.Reads { return gate.Reads{Samples: true} }
 
 func (g *preparingGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	g.prepared = append(g.prepared, in)

@@ -11,7 +11,6 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -22,7 +21,7 @@ import (
 const EnrollmentPoll = 5 * time.Second
 
 // soak waits out the node's soak, to deadline. Under a gate that reads the
-// agents' enrollment (gate.Enroller) it is also the enrollment watchdog: a
+// agents' enrollment (gate.Reads.Enrollment) it is also the enrollment watchdog: a
 // new ztunnel's readiness probe says nothing of every pod's listeners, nor
 // istio-cni's of every pod's redirection, so once spec.enrollmentTimeout has
 // passed since the soak began (the new pods Ready, counted from the
@@ -37,13 +36,12 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 	if err := w.keepSoakStart(ctx, nr, p, node, rec); err != nil {
 		return res, err
 	}
-	en, ok := w.Gate.(gate.Enroller)
 	since := rec.SoakSince
 	if since.IsZero() {
 		since = rec.StepSince
 	}
 	check := since.Add(p.EnrollmentTimeout)
-	if !ok || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
+	if !w.Gate.Reads().Enrollment || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
 		return res, w.sleepUntil(ctx, deadline)
 	}
 	var preflight time.Time
@@ -62,7 +60,7 @@ func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 		// The node's persisted baseline record, read at each check: a
 		// successor's judge takes the enrollment before the swap from it.
 		ns, _ := w.statusEntry(nr, node)
-		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart, ns.Baseline)
+		before, cur, err := w.Gate.Enrollment(ctx, node, baselineStart, swapStart, ns.Baseline)
 		if err != nil {
 			w.Log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
 		} else if failures := health.WatchEnrollment(before, cur); len(failures) > 0 {

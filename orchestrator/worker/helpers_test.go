@@ -389,6 +389,7 @@ func (s *swapper) calls() []string {
 // progress reports an Inconclusive round through GateInput.Progress before
 // the verdict; judge, when set, replaces the verdict.
 type judgeGate struct {
+	gate.Base
 	mu         sync.Mutex
 	verdict    health.Verdict
 	err        error
@@ -405,6 +406,8 @@ type judgeGate struct {
 func passing() *judgeGate {
 	return &judgeGate{verdict: health.Verdict{Outcome: health.Pass, Reasons: []string{"no regression"}, Summary: &v1alpha1.NodeJudgement{Judgements: 3}}}
 }
+
+func (g *judgeGate) Reads() gate.Reads { return gate.Reads{Samples: true} }
 
 func (g *judgeGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	g.mu.Lock()

@@ -138,8 +138,8 @@ func (w *Worker) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	if err := errors.Join(wr.err, statusErr); err != nil {
 		return rec, err
 	}
-	if r, ok := w.Gate.(gate.Releaser); ok && (st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending)) {
-		r.Done(node)
+	if st == v1alpha1.NodeAbortCleanup || (!model.InFlight(st) && st != v1alpha1.NodePending) {
+		w.Gate.Done(node)
 	}
 	w.Claims.Unclaim(nr.Name, node)
 	timed, since := rec.Step, rec.StepSince

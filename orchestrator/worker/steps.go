@@ -42,11 +42,12 @@ func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, 
 			return err
 		}
 	}
-	if pr, ok := w.Gate.(gate.Preparer); ok {
-		control, _ := w.controls(nr, p, node)
-		if err := pr.Prepare(ctx, gate.PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
-			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
-		}
+	var control []string
+	if w.Gate.Reads().Samples {
+		control, _ = w.controls(nr, p, node)
+	}
+	if err := w.Gate.Prepare(ctx, gate.PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
 	}
 	return nil
 }
@@ -80,7 +81,7 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	}
 	in.BaselineStart = w.baselineStart(p, in.BaselineStart, in.SwapStart)
 	in.SwappedInPlace, in.ZtunnelGrace = w.drainFacts(p, rec.DrainedAt, in.SwapStart)
-	if _, samples := w.Gate.(gate.Preparer); samples {
+	if w.Gate.Reads().Samples {
 		// Only a gate that samples (the judge) compares with controls; the
 		// observation behind them reads every node and pod of the cache.
 		in.Control, in.ControlScope = w.controls(nr, p, node)
@@ -97,10 +98,11 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
-	if _, readiness := w.Gate.(gate.ReadinessGate); v.Outcome == health.Pass && !readiness {
+	if v.Outcome == health.Pass {
 		// Whatever the gate, a node or pod that was not Ready for any part
 		// of the soak does not pass; with no soak (soak: 0s), one that is
-		// not Ready now.
+		// not Ready now. The readiness gate's own pass is read again (two
+		// cache reads): no gate is told apart by its type.
 		r, err := gate.SoakReadiness(w.Nodes, w.Pods, node, in.SoakStart)
 		if err != nil {
 			r.Problems = []string{"readiness: " + err.Error()}
@@ -179,16 +181,12 @@ func (w *Worker) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.No
 	return v1alpha1.NodeStatus{}, false
 }
 
-// keep asks a Keeper for the node's records to persist: at the cordon
+// keep asks the gate for the node's records to persist: at the cordon
 // (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
 // start; the control nodes' with them. None when the gate keeps none, or
 // when it fails (logged: the node then fails closed on a handover, as it
 // would without a record).
 func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) gate.Kept {
-	k, ok := w.Gate.(gate.Keeper)
-	if !ok {
-		return gate.Kept{}
-	}
 	in := gate.KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
 	if ns, ok := w.statusEntry(nr, node); ok {
 		if ns.StartTime != nil {
@@ -197,10 +195,10 @@ func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Pol
 		in.Record, in.Controls = ns.Baseline, ns.Controls
 	}
 	in.BaselineStart = w.baselineStart(p, in.BaselineStart, swapStart)
-	if _, samples := w.Gate.(gate.Preparer); samples {
+	if w.Gate.Reads().Samples {
 		in.Control, _ = w.controls(nr, p, node)
 	}
-	out, err := k.Keep(ctx, in)
+	out, err := w.Gate.Keep(ctx, in)
 	if err != nil {
 		w.Log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
 		return gate.Kept{}
