@@ -116,7 +116,7 @@ func (e *executor) wire() {
 			model.SwapReplace: swap.Replace{Waits: waits, Kube: e.kube, Log: e.log},
 			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
-		World: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
+		Skew: e.skew, Fleet: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
 	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && e.gate.Reads().Samples {
 		w.CNI = c // the agents that answer the judge answer for istio-cni
@@ -145,9 +145,4 @@ func (e *executor) precheck(ctx context.Context, nr *v1alpha1.NodeRollout, p mod
 			e.worker.Precheck(ctx, &view, p, node)
 		}()
 	}
-}
-
-// PreflightSkew is the worker's World's skew check.
-func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
-	return e.skew.Check(ctx, p, node)
 }

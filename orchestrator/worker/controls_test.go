@@ -66,7 +66,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	g := &preparingGate{}
 	clock := now
 	e := testWorker(t, c, g, nr, func() time.Time { return clock })
-	e.World = w
+	e.Skew, e.Fleet = w, w
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	// A pass pre-checked while the nodes before it soaked stands (the
 	// template and spec it saw are part of the key); else check now.
 	if !w.Prechecks.passed(w.precheckKey(nr, p, node), w.Now()) {
-		if err := w.World.PreflightSkew(ctx, p, node); err != nil {
+		if err := w.Skew.Check(ctx, p, node); err != nil {
 			return err
 		}
 	}
@@ -230,7 +230,7 @@ func (w *Worker) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string)
 	if st, ok := w.Status.Current(nr.Name, nr.UID); ok {
 		cur.Status = st
 	}
-	snap, err := w.World.Snapshot(&cur, p)
+	snap, err := w.Fleet.Snapshot(&cur, p)
 	if err != nil {
 		w.Log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
 		return nil, ""

@@ -90,7 +90,7 @@ func TestPreflightHaltsThroughTheWorker(t *testing.T) {
 	}
 }
 
-// brokenWorld is a World that cannot be observed.
+// brokenWorld is a Fleet that cannot be observed.
 type brokenWorld struct{ *world }
 
 func (brokenWorld) Snapshot(*v1alpha1.NodeRollout, model.Policy) (model.Snapshot, error) {
@@ -105,7 +105,7 @@ func TestUnobservableWorldAndKeeperErrors(t *testing.T) {
 	g := passing()
 	g.keepErr = errors.New("no samples")
 	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
-	r.World = brokenWorld{&world{}}
+	r.Fleet = brokenWorld{&world{}}
 	if err := r.drive(t.Context()); err != nil {
 		t.Fatal(err)
 	}
