@@ -17,22 +17,22 @@ import (
 // the whole window, all of it for a new agent, from the restart for one that
 // restarted), checked again after each wait so an agent restarted meanwhile
 // is waited for too. Other gates wait the whole window, to deadline.
-func (w *Worker) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
-	if !w.Gate.Reads().History {
-		return observe.SleepUntil(ctx, deadline, w.Now)
+func (l judgedLife) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
+	if !l.gate.Reads().History {
+		return observe.SleepUntil(ctx, deadline, l.now)
 	}
 	for {
 		until := deadline
-		if since := w.Gate.CoveredSince(ctx, node); !since.IsZero() {
+		if since := l.gate.CoveredSince(ctx, node); !since.IsZero() {
 			until = since.Add(p.Baseline)
 		}
-		now := w.Now()
+		now := l.now()
 		if !now.Before(until) {
 			return nil
 		}
-		w.Log.Info("waiting for the part of the baseline window the agent's history does not cover",
+		l.log.Info("waiting for the part of the baseline window the agent's history does not cover",
 			zap.String("node", node), zap.Duration("wait", until.Sub(now).Round(time.Second)), zap.Duration("baseline", p.Baseline))
-		if err := observe.SleepUntil(ctx, until, w.Now); err != nil {
+		if err := observe.SleepUntil(ctx, until, l.now); err != nil {
 			return err
 		}
 	}
@@ -43,8 +43,8 @@ func (w *Worker) waitBaseline(ctx context.Context, p model.Policy, node string, 
 // agents' history, the window is the spec's baseline that ended at the swap,
 // or the time since the preflight when that is longer; else the time since
 // the preflight, as waited.
-func (w *Worker) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
-	if !w.Gate.Reads().History || swapStart.IsZero() {
+func (l judgedLife) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
+	if !l.gate.Reads().History || swapStart.IsZero() {
 		return preflight
 	}
 	if from := swapStart.Add(-p.Baseline); preflight.IsZero() || from.Before(preflight) {

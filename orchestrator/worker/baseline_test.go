@@ -40,7 +40,7 @@ func (h *historian) CoveredSince(context.Context, string) time.Time {
 func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	const baseline = 400 * time.Millisecond
 	ctx := context.Background()
-	exec := func(g gate.Gate) *Worker { return &Worker{Now: time.Now, Log: zap.NewNop(), Gate: g} }
+	exec := func(g gate.Gate) judgedLife { return judgedLife{now: time.Now, log: zap.NewNop(), gate: g} }
 	p := model.Policy{Baseline: baseline}
 	farDeadline := time.Now().Add(time.Hour) // the record's StepSince + baseline: never reached here
 

@@ -27,8 +27,12 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
-// Worker starts and runs the node workers of this leader. Its fields are
-// the rooms it acts through, each as narrow as the worker uses it.
+// Worker starts and runs the node workers of this leader: it decides each
+// node's next step and acts on it. Its fields are the rooms it acts
+// through, each as narrow as the worker uses it. Two narrower views over
+// them, built where they act, hold the rest of a node's life: its life
+// through the gate (judgedLife) and the writes of its records
+// (nodeRecords).
 type Worker struct {
 	Log     *zap.Logger
 	Metrics *metrics.Metrics

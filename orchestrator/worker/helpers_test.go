@@ -536,6 +536,11 @@ func newRig(t *testing.T, g gate.Gate, clk *fixture.Clock, mut func(*v1alpha1.No
 	return r
 }
 
+// oldPod is the old pod the rig's records name before a swap.
+func (r *rig) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
+	return r.records().oldPod(ref, node)
+}
+
 // edit changes the live NodeRollout in the rollout cache (a user's edit).
 func (r *rig) edit(f func(*v1alpha1.NodeRollout)) {
 	live := r.latest(r.nr.Name).DeepCopy()

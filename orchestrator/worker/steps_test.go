@@ -175,7 +175,7 @@ func TestBaselineStart(t *testing.T) {
 		{"history, long preflight", &historian{}, t0, swapAt, t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &Worker{Gate: tc.g}
+			w := judgedLife{gate: tc.g}
 			if got := w.baselineStart(p, tc.preflight, tc.swap); !got.Equal(tc.want) {
 				t.Errorf("baselineStart = %v, want %v", got, tc.want)
 			}
