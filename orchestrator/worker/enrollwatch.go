@@ -21,7 +21,7 @@ import (
 const EnrollmentPoll = 5 * time.Second
 
 // soak waits out the node's soak, to deadline. Under a gate that reads the
-// agents' enrollment (gate.Reads.Enrollment) it is also the enrollment watchdog: a
+// agents' enrollment (Reads.Enrollment) it is also the enrollment watchdog: a
 // new ztunnel's readiness probe says nothing of every pod's listeners, nor
 // istio-cni's of every pod's redirection, so once spec.enrollmentTimeout has
 // passed since the soak began (the new pods Ready, counted from the
