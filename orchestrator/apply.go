@@ -213,9 +213,7 @@ func (a *applier) forgetNode(ctx context.Context, nr *v1alpha1.NodeRollout, node
 	}); err != nil {
 		return err
 	}
-	if r, ok := a.gate.(gate.Releaser); ok {
-		r.Done(node)
-	}
+	a.gate.Done(node)
 	a.recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, reason)
 	a.log.Warn("node deleted while in flight", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", reason))
 	return nil

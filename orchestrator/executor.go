@@ -116,6 +116,14 @@ func (e *executor) wire() {
 	e.skew = &preflight.Skew{Kube: e.kube, DaemonSets: e.dss, Policy: e.cfg.SkewPolicy, IstioNamespace: e.cfg.IstioNamespace, Now: e.cfg.Now, Cache: e.cpCache}
 	e.nodeWrites = &write.Nodes{Kube: e.kube, Cache: e.nodes, Changes: &e.changes, Now: e.cfg.Now, Log: e.log, Recorder: e.recorder}
 	waits := swap.Waits{Targets: e.targets, Changes: &e.changes, Now: e.cfg.Now, Recreate: &swap.Recreate{Kube: e.kube, Recorder: e.recorder, Log: e.log, Now: e.cfg.Now}}
+	e.observer = &fleet.Observer{
+		Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets, Rollouts: e.rolloutStore, Claims: &e.claims,
+		Written: e.nodeWrites, KuredClock: &e.kuredClock, Now: e.cfg.Now, IstioNamespace: e.cfg.IstioNamespace, ZtunnelSwap: e.cfg.ZtunnelSwap,
+		Live: func(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
+			return e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
+		},
+		Alerts: e.gate.FiringAlerts,
+	}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,
 		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,
@@ -124,9 +132,9 @@ func (e *executor) wire() {
 			model.SwapReplace: swap.Replace{Waits: waits, Kube: e.kube, Log: e.log},
 			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
-		World: e, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
+		Skew: e.skew, Fleet: e.observer, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
 	}
-	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && worker.Judged(e.gate) {
+	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && e.gate.Reads().Samples {
 		w.CNI = c // the agents that answer the judge answer for istio-cni
 	}
 	w.Drainer = &drain.Drainer{
@@ -135,16 +143,6 @@ func (e *executor) wire() {
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
 	}
 	e.worker = w
-	e.observer = &fleet.Observer{
-		Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets, Rollouts: e.rolloutStore, Claims: &e.claims,
-		Written: e.nodeWrites, KuredClock: &e.kuredClock, Now: e.cfg.Now, IstioNamespace: e.cfg.IstioNamespace, ZtunnelSwap: e.cfg.ZtunnelSwap,
-		Live: func(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
-			return e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
-		},
-	}
-	if r, ok := e.gate.(gate.AlertReader); ok {
-		e.observer.Alerts = r.FiringAlerts
-	}
 	e.apply = &applier{
 		log: e.log, metrics: e.metrics, recorder: e.recorder, rollouts: e.rollouts, status: e.status, worker: w, claims: &e.claims,
 		gate: e.gate, kube: e.kube, targets: e.targets, now: e.cfg.Now,
@@ -153,11 +151,6 @@ func (e *executor) wire() {
 			TTL: e.cfg.KuredLockTTL, Now: e.cfg.Now, Clock: &e.kuredClock, Log: e.log,
 		},
 	}
-}
-
-// Snapshot is the worker's World's fleet snapshot (the observer's).
-func (e *executor) Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error) {
-	return e.observer.Snapshot(nr, p)
 }
 
 // precheck runs the skew check of the nodes next in line, each in the
@@ -176,9 +169,4 @@ func (e *executor) precheck(ctx context.Context, nr *v1alpha1.NodeRollout, p mod
 			e.worker.Precheck(ctx, &view, p, node)
 		}()
 	}
-}
-
-// PreflightSkew is the worker's World's skew check.
-func (e *executor) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
-	return e.skew.Check(ctx, p, node)
 }

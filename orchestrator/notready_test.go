@@ -27,7 +27,7 @@ func TestPassSkipsANodeNotReadyPastTheLimit(t *testing.T) {
 		nr.Spec.NotReadyTimeout = &v1alpha1.Duration{Duration: 30 * time.Minute}
 	})
 	e := newEnv(t, append(objs, nr)...)
-	s, err := e.ex.Snapshot(e.stored("r"), model.MustPolicy(nr.Spec))
+	s, err := e.ex.observer.Snapshot(e.stored("r"), model.MustPolicy(nr.Spec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSnapshotDrained(t *testing.T) {
 	)
 	nr := rollout("r", func(nr *v1alpha1.NodeRollout) { nr.Spec.Coordination.Opportunistic = true })
 	e := newEnv(t, append(objs, nr)...)
-	s, err := e.ex.Snapshot(e.stored("r"), model.MustPolicy(nr.Spec))
+	s, err := e.ex.observer.Snapshot(e.stored("r"), model.MustPolicy(nr.Spec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSnapshotDrained(t *testing.T) {
 		}
 	}
 	// Off: not looked at.
-	s, err = e.ex.Snapshot(e.stored("r"), model.MustPolicy(v1alpha1.NodeRolloutSpec{}))
+	s, err = e.ex.observer.Snapshot(e.stored("r"), model.MustPolicy(v1alpha1.NodeRolloutSpec{}))
 	if err != nil {
 		t.Fatal(err)
 	}

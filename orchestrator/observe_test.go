@@ -84,7 +84,7 @@ func TestSnapshotReadsTheCachesAndOwnWrites(t *testing.T) {
 	}
 
 	p := model.MustPolicy(nr.Spec)
-	s, err := e.ex.Snapshot(e.stored("r"), p)
+	s, err := e.ex.observer.Snapshot(e.stored("r"), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestSnapshotUnreadableKuredLock(t *testing.T) {
 	kured := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "kured", Namespace: "kube-system",
 		Annotations: map[string]string{locks.AnnotationKured: `{not json`}}}
 	e := newEnv(t, append(cluster(fixture.OldHash, "n1"), kured, rollout("r", nil))...)
-	s, err := e.ex.Snapshot(e.stored("r"), model.MustPolicy(e.stored("r").Spec))
+	s, err := e.ex.observer.Snapshot(e.stored("r"), model.MustPolicy(e.stored("r").Spec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestOverlappingNeedsTwoRollouts(t *testing.T) {
 	}
 }
 
-// TestPreflightSkewIsWired: the worker's World's skew check is preflight's,
+// TestPreflightSkewIsWired: the worker's Skew is preflight's,
 // over the executor's DaemonSet cache and clientset: a target missing from
 // the cache halts the node, and an API that refuses to show the control
 // plane halts it with the refusal.
@@ -357,7 +357,7 @@ func TestPreflightSkewIsWired(t *testing.T) {
 	t.Run("target gone", func(t *testing.T) {
 		e := newEnv(t)
 		var se *nodestep.StepError
-		if err := e.ex.PreflightSkew(e.ctx, p, "n1"); !errors.As(err, &se) || !strings.Contains(se.Reason, "DaemonSet istio-system/istio-cni-node disappeared") {
+		if err := e.ex.worker.Skew.Check(e.ctx, p, "n1"); !errors.As(err, &se) || !strings.Contains(se.Reason, "DaemonSet istio-system/istio-cni-node disappeared") {
 			t.Fatalf("err %v, want a halt: the DaemonSet disappeared", err)
 		}
 	})
@@ -367,7 +367,7 @@ func TestPreflightSkewIsWired(t *testing.T) {
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "mutatingwebhookconfigurations"}, "", errors.New("RBAC"))
 		})
 		var se *nodestep.StepError
-		if err := e.ex.PreflightSkew(e.ctx, p, "n1"); !errors.As(err, &se) || !strings.Contains(se.Reason, "cannot check the version skew") {
+		if err := e.ex.worker.Skew.Check(e.ctx, p, "n1"); !errors.As(err, &se) || !strings.Contains(se.Reason, "cannot check the version skew") {
 			t.Fatalf("err %v, want a halt: cannot check the version skew", err)
 		}
 	})
@@ -377,7 +377,7 @@ func TestPreflightSkewIsWired(t *testing.T) {
 			return true, nil, apierrors.NewServerTimeout(schema.GroupResource{Resource: "mutatingwebhookconfigurations"}, "list", 1)
 		})
 		var se *nodestep.StepError
-		err := e.ex.PreflightSkew(e.ctx, p, "n1")
+		err := e.ex.worker.Skew.Check(e.ctx, p, "n1")
 		if errors.As(err, &se) || !apierrors.IsServerTimeout(err) {
 			t.Fatalf("err %v, want the timeout returned for a retry, not a halt", err)
 		}

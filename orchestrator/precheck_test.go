@@ -13,18 +13,18 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/preflight"
 )
 
-// skewCounter is the executor's World, recording the nodes whose skew is checked.
+// skewCounter is the worker's Skew, recording the nodes whose skew is checked.
 type skewCounter struct {
-	*executor
+	*preflight.Skew
 	mu    sync.Mutex
 	nodes []string
 }
 
-func (c *skewCounter) PreflightSkew(ctx context.Context, p model.Policy, node string) error {
+func (c *skewCounter) Check(ctx context.Context, p model.Policy, node string) error {
 	c.mu.Lock()
 	c.nodes = append(c.nodes, node)
 	c.mu.Unlock()
-	return c.executor.PreflightSkew(ctx, p, node)
+	return c.Skew.Check(ctx, p, node)
 }
 
 // TestReconcilePrechecksTheNextInLine: a pass that fills the one slot
@@ -42,8 +42,8 @@ func TestReconcilePrechecksTheNextInLine(t *testing.T) {
 			}
 			e.ex.cpCache, e.ex.skew.Cache = cp, cp
 		}
-		world := &skewCounter{executor: e.ex}
-		e.ex.worker.World = world
+		world := &skewCounter{Skew: e.ex.skew}
+		e.ex.worker.Skew = world
 		if err := e.pass("r"); err != nil {
 			t.Fatal(err)
 		}

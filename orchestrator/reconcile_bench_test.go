@@ -153,7 +153,7 @@ func newBenchFleet(b *testing.B, n int) *benchFleet {
 	if err != nil {
 		b.Fatal(err)
 	}
-	snap, err := f.ex.Snapshot(f.stored(nr.Name), p)
+	snap, err := f.ex.observer.Snapshot(f.stored(nr.Name), p)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func TestReconcilePausedListsThePlanAndStartsNothing(t *testing.T) {
 // TestReconcileStartTakesTheFinalizerThenStartsOneNode: a rollout with work
 // to do takes its finalizer before it acts, then starts one node
 // (maxParallel 1) on a worker wired to the executor's own checks: the
-// version-skew preflight (PreflightSkew) finds no istiod in the cluster,
+// version-skew preflight (preflight.Skew) finds no istiod in the cluster,
 // so the node fails before any cordon, is handed back, and the rollout
 // halts with the preflight's reason. The ended worker frees its slot.
 func TestReconcileStartTakesTheFinalizerThenStartsOneNode(t *testing.T) {
@@ -636,7 +636,10 @@ func TestReconcileForgetsNodesDeletedInFlight(t *testing.T) {
 }
 
 // releaser is a gate that records the nodes it is told are done.
-type releaser struct{ done []string }
+type releaser struct {
+	gate.Base
+	done []string
+}
 
 func (g *releaser) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{}, nil

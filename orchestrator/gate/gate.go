@@ -1,7 +1,11 @@
+// Package gate is the orchestrator's port to what judges a node (Gate, with
+// Base for what a gate has no use for), and the gate it uses when no judge
+// is wired in (ReadinessGate).
 package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,17 +51,17 @@ type GateInput struct {
 	// Progress persists an Inconclusive round's verdict (its Summary is the
 	// next Previous). Nil: nothing to persist to.
 	Progress func(ctx context.Context, v health.Verdict) error
-	// Record is what a Keeper returned for this node in this attempt
+	// Record is what Keep returned for this node in this attempt
 	// (status.nodes[].baseline), read back after a restart: a gate whose own
 	// samples lack the node's baseline judges from it. "" when none.
 	Record string
-	// Controls is the Keeper's record of the control nodes' samples
+	// Controls is Keep's record of the control nodes' samples
 	// (status.nodes[].controls), read back after a restart: a gate whose
 	// own samples lack a control's baseline takes it from there. "" none.
 	Controls string
 }
 
-// KeepInput is what a Keeper records: a node's baseline window (and, once
+// KeepInput is what Keep records: a node's baseline window (and, once
 // its soak started, the soak's first sample) and what was recorded so far.
 type KeepInput struct {
 	Node          string
@@ -77,89 +81,149 @@ type KeepInput struct {
 	Controls string
 }
 
-// Kept is what a Keeper returns to persist: the node's record
+// Kept is what Keep returns to persist: the node's record
 // (status.nodes[].baseline) and its control nodes' (.controls); "" for
 // either persists none.
 type Kept struct {
 	Baseline, Controls string
 }
 
-// Keeper is implemented by gates whose judgement reads samples taken before
-// the swap (the judge), which a successor leader would otherwise not have.
-// The orchestrator calls Keep when the baseline window ends (the cordon)
-// and when the soak starts, and persists what it returns in the node's
-// status entry (status.nodes[].baseline, and the control nodes' in
-// .controls) before the step acts; both are cleared when the node leaves
-// flight. An error persists nothing: the gate then fails the node closed
-// on a handover, as without a record. A Kept without Controls leaves the
-// successor to judge the node without its control group.
-type Keeper interface {
-	Keep(ctx context.Context, in KeepInput) (Kept, error)
-}
-
-// PrepareInput is what a Preparer needs at a node's preflight: the node,
-// and the control nodes it will be judged against (Controls at preflight;
-// the judgement drops those started or cordoned since), so their snapshots
+// PrepareInput is what Prepare needs at a node's preflight: the node, and
+// the control nodes it will be judged against (Controls at preflight; the
+// judgement drops those started or cordoned since), so their snapshots
 // cover the same baseline.
 type PrepareInput struct {
 	Node    string
 	Control []string
 	// Baseline is the policy's baseline window: a gate that reads the
-	// agents' history (Historian) takes that much of it back.
+	// agents' history (Reads.History) takes that much of it back.
 	Baseline time.Duration
 }
 
-// Historian is implemented by gates that read a node's baseline from its
-// agent's history (the judge): the baseline window is the one that ends at
-// the swap, and preflight waits only for the part of it the history does
-// not cover (a new agent, a node just added, an agent restarted since).
-type Historian interface {
-	// CoveredSince samples the node now and says since when the gate holds
-	// its samples in one run of its agent (zero: none).
-	CoveredSince(ctx context.Context, node string) time.Time
-}
-
-// Gate decides whether a node that finished its soak may count as done. An
-// error is treated as Fail (gates fail closed). The judge in package health
-// plugs in here.
+// Gate is the orchestrator's port to what judges a node, over the node's
+// whole judged life: prepared at its preflight, its baseline waited for
+// and kept, judged after its soak, released when it leaves the rollout;
+// and, for the planner, the alerts that hold every start. Embed Base for
+// the methods a gate has no use for: a gate that only judges writes Judge.
 type Gate interface {
-	Judge(ctx context.Context, in GateInput) (health.Verdict, error)
-}
-
-// Preparer is implemented by gates that sample before the swap (the judge):
-// Prepare is called when a node enters preflight, before its baseline window,
-// and again after a restart (it must be idempotent). An error halts the node.
-type Preparer interface {
+	// Reads says what the gate reads from the node agents: the worker
+	// runs the steps that feed each read only for a gate that makes it.
+	Reads() Reads
+	// Prepare is called when a node enters preflight, before its baseline
+	// window, and again after a restart (it must be idempotent). Control
+	// is handed only to a gate that Reads.Samples. An error halts the node.
 	Prepare(ctx context.Context, in PrepareInput) error
-}
-
-// Releaser is implemented by gates that hold per-node state: Done is called
-// when a node leaves the rollout, judged or not, and releases what its
-// Prepare took (its control nodes' samples too, unless another node still
-// needs them).
-type Releaser interface {
-	Done(node string)
-}
-
-// Enroller is implemented by gates that read the node agents' enrollment
-// checks (the judge): the soak's enrollment watchdog asks it, while the
-// node soaks, for the node's enrollment just before the swap (the last
-// baseline sample that carries one; nil when none does) and now (sampled
-// now). record is the node's persisted baseline record (status.nodes[].
-// baseline, "" none): a successor leader, which never sampled the baseline,
-// takes the enrollment before the swap back from it. An error (the agent
-// did not answer, a record that cannot be read) is no evidence either way:
-// the watchdog asks again, and the gate fails the node closed at the soak's
-// end.
-type Enroller interface {
+	// CoveredSince, asked only of a gate that Reads.History, samples the
+	// node now and says since when the gate holds its samples in one run
+	// of its agent (zero: none). The baseline window is then the one that
+	// ends at the swap, and preflight waits only for the part of it the
+	// history does not cover (a new agent, a node just added, an agent
+	// restarted since).
+	CoveredSince(ctx context.Context, node string) time.Time
+	// Keep returns what to persist for a gate whose judgement reads samples
+	// taken before the swap, which a successor leader would otherwise not
+	// have. The orchestrator calls it when the baseline window ends (the
+	// cordon) and when the soak starts, and persists what it returns in
+	// the node's status entry (status.nodes[].baseline, and the control
+	// nodes' in .controls) before the step acts; both are cleared when the
+	// node leaves flight. An error persists nothing: the gate then fails
+	// the node closed on a handover, as without a record. A Kept without
+	// Controls leaves the successor to judge the node without its control
+	// group.
+	Keep(ctx context.Context, in KeepInput) (Kept, error)
+	// Judge decides whether a node that finished its soak may count as
+	// done. An error is treated as Fail (gates fail closed). The judge in
+	// package health plugs in here.
+	Judge(ctx context.Context, in GateInput) (health.Verdict, error)
+	// Enrollment, asked only of a gate that Reads.Enrollment, is what the
+	// soak's enrollment watchdog reads while the node soaks: the node's
+	// enrollment just before the swap (the last baseline sample that
+	// carries one; nil when none does) and now (sampled now). record is
+	// the node's persisted baseline record (status.nodes[].baseline, ""
+	// none): a successor leader, which never sampled the baseline, takes
+	// the enrollment before the swap back from it. An error (the agent did
+	// not answer, a record that cannot be read) is no evidence either way:
+	// the watchdog asks again, and the gate fails the node closed at the
+	// soak's end.
 	Enrollment(ctx context.Context, node string, baselineStart, swapStart time.Time, record string) (before, now *wire.Enrollment, err error)
+	// Done is called when a node leaves the rollout, judged or not, and
+	// releases what its Prepare took (its control nodes' samples too,
+	// unless another node still needs them).
+	Done(node string)
+	// FiringAlerts returns the labels of every alert firing on the
+	// Prometheus at address (within the gates' address policy), for
+	// spec.blocking.alerts. An error holds every start (fail closed).
+	FiringAlerts(ctx context.Context, address string) ([]map[string]string, error)
 }
 
-// GateFunc adapts a function to Gate.
-type GateFunc func(ctx context.Context, in GateInput) (health.Verdict, error)
+// Reads is what a gate reads from the node agents (all of it: the judge;
+// none: the readiness gate).
+type Reads struct {
+	// Samples: the gate samples the agents from preflight on. Its Prepare
+	// and Keep are handed the node's control group (reading it observes
+	// every node and pod of the cache), the Judge compares with it, and
+	// the agents that answer the gate are asked for istio-cni's health.
+	Samples bool
+	// History: the gate reads a node's baseline from its agent's history
+	// (CoveredSince).
+	History bool
+	// Enrollment: the gate reads the agents' enrollment checks, and the
+	// soak runs the enrollment watchdog (Enrollment).
+	Enrollment bool
+}
 
-// Judge calls f.
-func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, error) { return f(ctx, in) }
+// ErrNoPrometheus is Base's FiringAlerts: the gate cannot reach
+// Prometheus, so blocking alerts cannot be read and hold every start.
+var ErrNoPrometheus = errors.New("this orchestrator's gate does not read Prometheus")
+
+// errNoEnrollment is Base's Enrollment, never asked (Reads.Enrollment is
+// false).
+var errNoEnrollment = errors.New("this gate does not read the agents' enrollment")
+
+// Base is the part of a Gate a gate that only judges has no use for, to
+// embed: it reads nothing from the agents, prepares, keeps and releases
+// nothing, and reads no alerts (ErrNoPrometheus).
+type Base struct{}
+
+// Reads implements Gate: nothing.
+func (Base) Reads() Reads { return Reads{} }
+
+// Prepare implements Gate: nothing to prepare.
+func (Base) Prepare(context.Context, PrepareInput) error { return nil }
+
+// CoveredSince implements Gate: no samples.
+func (Base) CoveredSince(context.Context, string) time.Time { return time.Time{} }
+
+// Keep implements Gate: nothing to persist.
+func (Base) Keep(context.Context, KeepInput) (Kept, error) { return Kept{}, nil }
+
+// Enrollment implements Gate: errNoEnrollment.
+func (Base) Enrollment(context.Context, string, time.Time, time.Time, string) (*wire.Enrollment, *wire.Enrollment, error) {
+	return nil, nil, errNoEnrollment
+}
+
+// Done implements Gate: nothing to release.
+func (Base) Done(string) {}
+
+// FiringAlerts implements Gate: ErrNoPrometheus.
+func (Base) FiringAlerts(context.Context, string) ([]map[string]string, error) {
+	return nil, ErrNoPrometheus
+}
+
+// GateFunc is a Gate that judges with judge and is Base otherwise.
+func GateFunc(judge func(ctx context.Context, in GateInput) (health.Verdict, error)) Gate {
+	return funcGate{judge: judge}
+}
+
+type funcGate struct {
+	Base
+	judge func(ctx context.Context, in GateInput) (health.Verdict, error)
+}
+
+// Judge calls the function.
+func (g funcGate) Judge(ctx context.Context, in GateInput) (health.Verdict, error) {
+	return g.judge(ctx, in)
+}
 
 // ReadinessGate is the default gate until the judge is wired in: the node
 // and the node's target pods are Ready, and neither the node nor a pod on it
@@ -167,6 +231,7 @@ func (f GateFunc) Judge(ctx context.Context, in GateInput) (health.Verdict, erro
 // (SoakReadiness). Everything it reads is in the API (condition transition
 // times), so a successor judges the same way after a crash.
 type ReadinessGate struct {
+	Base
 	Nodes corelisters.NodeLister
 	Pods  observe.PodCache
 }
@@ -260,12 +325,4 @@ func JudgedSince(j *v1alpha1.NodeJudgement, since time.Time) *v1alpha1.NodeJudge
 		return nil
 	}
 	return j
-}
-
-// AlertReader is implemented by gates that reach Prometheus (the judge):
-// FiringAlerts returns the labels of every alert firing on the server at
-// address (within the gates' address policy), for spec.blocking.alerts. An
-// error holds every start (fail closed).
-type AlertReader interface {
-	FiringAlerts(ctx context.Context, address string) ([]map[string]string, error)
 }

@@ -5,17 +5,14 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/health/remote"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 )
-
-var _ gate.AlertReader = (*Gate)(nil)
 
 // alertReadTimeout bounds one read of the alerts, without retries: the
 // read runs in the planning pass, and an unreachable server holds every
 // start anyway (the next pass reads again).
 const alertReadTimeout = 5 * time.Second
 
-// FiringAlerts reads the firing alerts of the Prometheus at address through
+// FiringAlerts implements gate.Gate: it reads the firing alerts of the Prometheus at address through
 // the judge's client (its transport, TLS and address policy: a host the
 // policy refuses is an error, so it holds starts).
 func (g *Gate) FiringAlerts(ctx context.Context, address string) ([]map[string]string, error) {

@@ -1,5 +1,5 @@
 // Package judgegate plugs the judge (package health) into the orchestrator's
-// soak step: it implements orchestrator.Gate over a health.Judge, a
+// soak step: it implements gate.Gate over a health.Judge, a
 // record.Recorder that keeps each node's snapshots, and NodeRollout
 // spec.gates. cmd/orchestrator builds one and sets orchestrator.Config.Gate.
 package judgegate
@@ -37,7 +37,7 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-// Gate implements orchestrator.Gate.
+// Gate implements gate.Gate: the judge over the node agents.
 type Gate struct {
 	cfg Config
 
@@ -52,14 +52,7 @@ type Gate struct {
 	alertClients map[string]*remote.Prometheus
 }
 
-var (
-	_ gate.Gate      = (*Gate)(nil)
-	_ gate.Preparer  = (*Gate)(nil)
-	_ gate.Releaser  = (*Gate)(nil)
-	_ gate.Keeper    = (*Gate)(nil)
-	_ gate.Historian = (*Gate)(nil)
-	_ gate.Enroller  = (*Gate)(nil)
-)
+var _ gate.Gate = (*Gate)(nil)
 
 // New validates cfg.
 func New(cfg Config) (*Gate, error) {
@@ -82,6 +75,12 @@ func New(cfg Config) (*Gate, error) {
 		}
 	}
 	return &Gate{cfg: cfg, holds: map[string]map[string]bool{}}, nil
+}
+
+// Reads implements gate.Gate: the judge samples the agents from preflight
+// on, reads their history and their enrollment checks.
+func (g *Gate) Reads() gate.Reads {
+	return gate.Reads{Samples: true, History: true, Enrollment: true}
 }
 
 // Prepare starts recording a node's snapshots, and its control nodes'; the
@@ -133,7 +132,7 @@ func (g *Gate) backfill(ctx context.Context, node string, baseline time.Duration
 		zap.Time("coveredSince", g.cfg.Recorder.CoveredSince(node)))
 }
 
-// CoveredSince implements orchestrator.Historian: the node sampled now,
+// CoveredSince implements gate.Gate: the node sampled now,
 // the oldest sample the Recorder holds of its agent's current run. A
 // sample that fails keeps what the Recorder holds (the gate reports a
 // silent agent when it judges).
@@ -144,7 +143,7 @@ func (g *Gate) CoveredSince(ctx context.Context, node string) time.Time {
 	return g.cfg.Recorder.CoveredSince(node)
 }
 
-// Enrollment implements gate.Enroller: the enrollment of the last baseline
+// Enrollment implements gate.Gate: the enrollment of the last baseline
 // sample the Recorder holds that carries one (a successor leader's Recorder
 // takes the baseline back from record first, as Judge does; nil when none
 // carries one), and the node's enrollment in a sample taken now.
@@ -226,7 +225,7 @@ func (g *Gate) clockReasons(in gate.GateInput) []string {
 	return out
 }
 
-// Judge implements orchestrator.Gate. It judges the node every
+// Judge implements gate.Gate. It judges the node every
 // spec.gates.interval until the judge says Pass or Fail: Inconclusive (a
 // failing interval short of consecutiveFailures, a gate query error short of
 // its limit, or too little traffic under the Pause policy) waits and judges
@@ -328,7 +327,7 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 	}
 }
 
-// Keep implements orchestrator.Keeper: the node's baseline samples, and
+// Keep implements gate.Gate: the node's baseline samples, and
 // once its soak started the soak's first (sampled now), as a record of the
 // pods that fit (the probe's first, then the most connected), and its
 // control nodes' as a record.Controls (keepControls). A gate whose Recorder

@@ -6,35 +6,33 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // waitBaseline is preflight's wait for the node's baseline window. A gate
-// that reads the agents' history (Historian) already holds the part of the
+// that reads the agents' history (Reads.History) already holds the part of the
 // window its agent's current run covers: preflight waits only for the rest,
 // counted from the oldest sample of that run (none for an agent that kept
 // the whole window, all of it for a new agent, from the restart for one that
 // restarted), checked again after each wait so an agent restarted meanwhile
 // is waited for too. Other gates wait the whole window, to deadline.
-func (w *Worker) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
-	h, ok := w.Gate.(gate.Historian)
-	if !ok {
-		return observe.SleepUntil(ctx, deadline, w.Now)
+func (l judgedLife) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
+	if !l.gate.Reads().History {
+		return observe.SleepUntil(ctx, deadline, l.now)
 	}
 	for {
 		until := deadline
-		if since := h.CoveredSince(ctx, node); !since.IsZero() {
+		if since := l.gate.CoveredSince(ctx, node); !since.IsZero() {
 			until = since.Add(p.Baseline)
 		}
-		now := w.Now()
+		now := l.now()
 		if !now.Before(until) {
 			return nil
 		}
-		w.Log.Info("waiting for the part of the baseline window the agent's history does not cover",
+		l.log.Info("waiting for the part of the baseline window the agent's history does not cover",
 			zap.String("node", node), zap.Duration("wait", until.Sub(now).Round(time.Second)), zap.Duration("baseline", p.Baseline))
-		if err := observe.SleepUntil(ctx, until, w.Now); err != nil {
+		if err := observe.SleepUntil(ctx, until, l.now); err != nil {
 			return err
 		}
 	}
@@ -45,8 +43,8 @@ func (w *Worker) waitBaseline(ctx context.Context, p model.Policy, node string, 
 // agents' history, the window is the spec's baseline that ended at the swap,
 // or the time since the preflight when that is longer; else the time since
 // the preflight, as waited.
-func (w *Worker) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
-	if _, ok := w.Gate.(gate.Historian); !ok || swapStart.IsZero() {
+func (l judgedLife) baselineStart(p model.Policy, preflight, swapStart time.Time) time.Time {
+	if !l.gate.Reads().History || swapStart.IsZero() {
 		return preflight
 	}
 	if from := swapStart.Add(-p.Baseline); preflight.IsZero() || from.Before(preflight) {

@@ -15,9 +15,12 @@ import (
 // historian is a gate whose samples of the node cover since a time, which
 // a test moves (an agent restarted during the wait).
 type historian struct {
+	gate.Base
 	since []time.Time // returned in turn, the last one repeated
 	asked int
 }
+
+func (h *historian) Reads() gate.Reads { return gate.Reads{History: true} }
 
 func (h *historian) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{}, nil
@@ -37,7 +40,7 @@ func (h *historian) CoveredSince(context.Context, string) time.Time {
 func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	const baseline = 400 * time.Millisecond
 	ctx := context.Background()
-	exec := func(g gate.Gate) *Worker { return &Worker{Now: time.Now, Log: zap.NewNop(), Gate: g} }
+	exec := func(g gate.Gate) judgedLife { return judgedLife{now: time.Now, log: zap.NewNop(), gate: g} }
 	p := model.Policy{Baseline: baseline}
 	farDeadline := time.Now().Add(time.Hour) // the record's StepSince + baseline: never reached here
 

@@ -10,9 +10,9 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/observe"
 )
 
 // CNIChecker asks a node's agent for istio-cni's own health on its node
@@ -20,6 +20,14 @@ import (
 // expected ("" compares none).
 type CNIChecker interface {
 	CNI(ctx context.Context, node, version string) (wire.CNIHealth, error)
+}
+
+// cniCheck asks the node agents for istio-cni's health, in rollouts with an
+// istio-cni target: before the cordon and after the swap. With no agents
+// (nil: the readiness gate's) nothing is checked.
+type cniCheck struct {
+	agents CNIChecker
+	pods   observe.PodCache
 }
 
 // cniTarget is the rollout's istio-cni target, if it has one: the rollouts
@@ -39,13 +47,13 @@ func cniTarget(p model.Policy) (v1alpha1.TargetRef, bool) {
 // and, for a healthy node, what was checked. ran is false when there is
 // nothing to check: no agents (the readiness gate) or no istio-cni target.
 // An agent that does not answer is a problem: the check fails closed.
-func (w *Worker) checkCNI(ctx context.Context, p model.Policy, node string) (problems []string, summary string, ran bool) {
+func (c cniCheck) checkCNI(ctx context.Context, p model.Policy, node string) (problems []string, summary string, ran bool) {
 	t, ok := cniTarget(p)
-	if w.CNI == nil || !ok {
+	if c.agents == nil || !ok {
 		return nil, "", false
 	}
-	version, why := w.cniVersion(t, node)
-	h, err := w.CNI.CNI(ctx, node, version)
+	version, why := c.cniVersion(t, node)
+	h, err := c.agents.CNI(ctx, node, version)
 	if err != nil {
 		return []string{fmt.Sprintf("istio-cni on node %s cannot be checked: %v", node, err)}, "", true
 	}
@@ -61,8 +69,8 @@ func (w *Worker) checkCNI(ctx context.Context, p model.Policy, node string) (pro
 
 // cniBeforeCordon halts the node before its cordon when istio-cni is not
 // healthy on it, naming the node, the check and the file.
-func (w *Worker) cniBeforeCordon(ctx context.Context, p model.Policy, node string) error {
-	problems, _, _ := w.checkCNI(ctx, p, node)
+func (c cniCheck) cniBeforeCordon(ctx context.Context, p model.Policy, node string) error {
+	problems, _, _ := c.checkCNI(ctx, p, node)
 	if len(problems) > 0 {
 		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %s", strings.Join(problems, "; "))
 	}
@@ -72,8 +80,8 @@ func (w *Worker) cniBeforeCordon(ctx context.Context, p model.Policy, node strin
 // cniAfterSwap adds istio-cni's health after the swap to the gate's
 // verdict: a failed check fails the node whatever the traffic said (what
 // the gate alone said is kept in the reasons); a passed one is reported.
-func (w *Worker) cniAfterSwap(ctx context.Context, p model.Policy, node string, v health.Verdict) health.Verdict {
-	problems, summary, ran := w.checkCNI(ctx, p, node)
+func (c cniCheck) cniAfterSwap(ctx context.Context, p model.Policy, node string, v health.Verdict) health.Verdict {
+	problems, summary, ran := c.checkCNI(ctx, p, node)
 	switch {
 	case !ran:
 		return v
@@ -92,8 +100,8 @@ func (w *Worker) cniAfterSwap(ctx context.Context, p model.Policy, node string, 
 // suffix (1.28.1-distroless → 1.28.1). "" with the reason when it cannot
 // tell (no such pod, an image by digest): the version found is then
 // reported, not compared.
-func (w *Worker) cniVersion(t v1alpha1.TargetRef, node string) (string, string) {
-	pods, err := w.Pods.OnNode(node)
+func (c cniCheck) cniVersion(t v1alpha1.TargetRef, node string) (string, string) {
+	pods, err := c.pods.OnNode(node)
 	if err != nil {
 		return "", fmt.Sprintf("plugin version not compared: listing the pods on the node: %v", err)
 	}
@@ -140,12 +148,4 @@ func imageVersion(image string) string {
 		tag = strings.TrimSuffix(tag, variant)
 	}
 	return tag
-}
-
-// Judged says whether g samples the node agents (the judge: a Preparer),
-// the gate whose agents are also asked for istio-cni's health. Under the
-// readiness gate there are no agents to ask.
-func Judged(g gate.Gate) bool {
-	_, ok := g.(gate.Preparer)
-	return ok
 }

@@ -34,7 +34,7 @@ func (a *agentCNI) CNI(_ context.Context, node, version string) (wire.CNIHealth,
 	return h, a.err
 }
 
-func cniWorker(t *testing.T, a *agentCNI, image string) *Worker {
+func cniWorker(t *testing.T, a *agentCNI, image string) cniCheck {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	pod := &corev1.Pod{
@@ -45,7 +45,7 @@ func cniWorker(t *testing.T, a *agentCNI, image string) *Worker {
 	if err := idx.Add(pod); err != nil {
 		t.Fatal(err)
 	}
-	return &Worker{CNI: a, Pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx)}}
+	return cniCheck{agents: a, pods: observe.PodCache{PodLister: corelisters.NewPodLister(idx)}}
 }
 
 var cniPolicy = model.Policy{Targets: []v1alpha1.TargetRef{

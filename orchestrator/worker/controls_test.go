@@ -18,9 +18,12 @@ import (
 
 // preparingGate records what the worker hands a gate.
 type preparingGate struct {
+	gate.Base
 	prepared []gate.PrepareInput
 	judged   []gate.GateInput
 }
+
+func (g *preparingGate) Reads() gate.Reads { return gate.Reads{Samples: true} }
 
 func (g *preparingGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	g.prepared = append(g.prepared, in)
@@ -63,7 +66,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	g := &preparingGate{}
 	clock := now
 	e := testWorker(t, c, g, nr, func() time.Time { return clock })
-	e.World = w
+	e.Skew, e.Fleet = w, w
 	if err := e.preflightChecks(context.Background(), nr, p, "a1"); err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,12 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/swap"
 )
 
-// Worker starts and runs the node workers of this leader. Its fields are
-// the rooms it acts through, each as narrow as the worker uses it.
+// Worker starts and runs the node workers of this leader: it decides each
+// node's next step and acts on it. Its fields are the rooms it acts
+// through, each as narrow as the worker uses it. Two narrower views over
+// them, built where they act, hold the rest of a node's life: its life
+// through the gate (judgedLife) and the writes of its records
+// (nodeRecords).
 type Worker struct {
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
@@ -55,7 +59,11 @@ type Worker struct {
 	Waits      swap.Waits
 	Swaps      map[model.SwapKind]swap.Swapper
 	Drainer    Drainer
-	World      World
+	// Skew checks the node's version skew at preflight (preflight.Skew).
+	Skew Skew
+	// Fleet is the rollout as the planner sees it: the node's control
+	// group is read from it.
+	Fleet Fleet
 	// Prechecks holds the skew checks made for the nodes next in line
 	// (Precheck); nil: every preflight checks the skew itself.
 	Prechecks *Prechecks
@@ -98,10 +106,15 @@ type Drainer interface {
 	Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error)
 }
 
-// World is what a worker reads beyond its own node: the planner's snapshot
-// of the rollout (for the node's control group) and the version skew
-// against the control plane (preflight).
-type World interface {
+// Skew checks a node's version skew against the control plane
+// (preflight.Skew): a halt when the skew is not allowed, another error when
+// it cannot be checked now.
+type Skew interface {
+	Check(ctx context.Context, p model.Policy, node string) error
+}
+
+// Fleet reads the planner's snapshot of a rollout, with the status given
+// in nr: what the node's control group is drawn from.
+type Fleet interface {
 	Snapshot(nr *v1alpha1.NodeRollout, p model.Policy) (model.Snapshot, error)
-	PreflightSkew(ctx context.Context, p model.Policy, node string) error
 }

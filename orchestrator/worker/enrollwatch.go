@@ -11,7 +11,6 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -22,7 +21,7 @@ import (
 const EnrollmentPoll = 5 * time.Second
 
 // soak waits out the node's soak, to deadline. Under a gate that reads the
-// agents' enrollment (gate.Enroller) it is also the enrollment watchdog: a
+// agents' enrollment (Reads.Enrollment) it is also the enrollment watchdog: a
 // new ztunnel's readiness probe says nothing of every pod's listeners, nor
 // istio-cni's of every pod's redirection, so once spec.enrollmentTimeout has
 // passed since the soak began (the new pods Ready, counted from the
@@ -32,66 +31,65 @@ const EnrollmentPoll = 5 * time.Second
 // node at once, naming the pod and the failed check (gate_failed), before
 // the soak's end. A check the agent cannot answer is no evidence: the gate
 // judges (and fails closed) at the soak's end.
-func (w *Worker) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (carried, error) {
+func (l judgedLife) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (carried, error) {
 	var res carried
-	if err := w.keepSoakStart(ctx, nr, p, node, rec); err != nil {
+	if err := l.keepSoakStart(ctx, nr, p, node, rec); err != nil {
 		return res, err
 	}
-	en, ok := w.Gate.(gate.Enroller)
 	since := rec.SoakSince
 	if since.IsZero() {
 		since = rec.StepSince
 	}
 	check := since.Add(p.EnrollmentTimeout)
-	if !ok || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
-		return res, w.sleepUntil(ctx, deadline)
+	if !l.gate.Reads().Enrollment || p.EnrollmentTimeout <= 0 || !check.Before(deadline) {
+		return res, l.sleepUntil(ctx, deadline)
 	}
 	var preflight time.Time
-	if ns, ok := w.statusEntry(nr, node); ok && ns.StartTime != nil {
+	if ns, ok := statusEntry(l.status, nr, node); ok && ns.StartTime != nil {
 		preflight = ns.StartTime.Time
 	}
 	swapStart := rec.SwapSince
 	if swapStart.IsZero() {
 		swapStart = preflight
 	}
-	baselineStart := w.baselineStart(p, preflight, swapStart)
+	baselineStart := l.baselineStart(p, preflight, swapStart)
 	for {
-		if err := w.sleepUntil(ctx, check); err != nil {
+		if err := l.sleepUntil(ctx, check); err != nil {
 			return res, err
 		}
 		// The node's persisted baseline record, read at each check: a
 		// successor's judge takes the enrollment before the swap from it.
-		ns, _ := w.statusEntry(nr, node)
-		before, cur, err := en.Enrollment(ctx, node, baselineStart, swapStart, ns.Baseline)
+		ns, _ := statusEntry(l.status, nr, node)
+		before, cur, err := l.gate.Enrollment(ctx, node, baselineStart, swapStart, ns.Baseline)
 		if err != nil {
-			w.Log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
+			l.log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
 		} else if failures := health.WatchEnrollment(before, cur); len(failures) > 0 {
-			return w.watchdogFailed(node, p, since, before, cur, failures)
+			return l.watchdogFailed(node, p, since, before, cur, failures)
 		}
-		now := w.Now()
+		now := l.now()
 		if check = now.Add(EnrollmentPoll); !check.Before(deadline) {
-			return res, w.sleepUntil(ctx, deadline)
+			return res, l.sleepUntil(ctx, deadline)
 		}
 	}
 }
 
 // watchdogFailed is the node's failure by the enrollment watchdog: the
 // verdict and judgement persisted with the Failed record, and the halt.
-func (w *Worker) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *wire.Enrollment, failures []string) (carried, error) {
-	now := w.Now()
+func (l judgedLife) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *wire.Enrollment, failures []string) (carried, error) {
+	now := l.now()
 	ev := health.JudgeEnrollment(before, cur)
 	line := fmt.Sprintf("Fail: enrollment watchdog: %s; %s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",
 		strings.Join(failures, "; "), now.Sub(since).Round(time.Second), p.EnrollmentTimeout, ev.Summary)
-	w.Log.Warn("enrollment watchdog failed the node", zap.String("node", node), zap.Strings("pods", failures))
+	l.log.Warn("enrollment watchdog failed the node", zap.String("node", node), zap.Strings("pods", failures))
 	j := &v1alpha1.NodeJudgement{IntervalOutcome: health.Fail, Enrollment: ev.Summary, EnrollmentPods: ev.Pods,
 		SoakSeconds: int32(now.Sub(since) / time.Second), JudgedAt: now.UTC().Format(time.RFC3339)}
 	return carried{verdict: &line, judgement: j}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", line)
 }
 
 // sleepUntil waits until t on the worker's clock (Sleep, when a test sets it).
-func (w *Worker) sleepUntil(ctx context.Context, t time.Time) error {
-	if w.Sleep != nil {
-		return w.Sleep(ctx, t)
+func (l judgedLife) sleepUntil(ctx context.Context, t time.Time) error {
+	if l.sleep != nil {
+		return l.sleep(ctx, t)
 	}
-	return observe.SleepUntil(ctx, t, w.Now)
+	return observe.SleepUntil(ctx, t, l.now)
 }

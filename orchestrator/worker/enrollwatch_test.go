@@ -13,6 +13,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/wire"
+	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 )
@@ -29,6 +30,8 @@ type enrollGate struct {
 	asked   []time.Time
 	records []string
 }
+
+func (g *enrollGate) Reads() gate.Reads { return gate.Reads{Samples: true, Enrollment: true} }
 
 func (g *enrollGate) Enrollment(_ context.Context, node string, baselineStart, swapStart time.Time, record string) (*wire.Enrollment, *wire.Enrollment, error) {
 	at := g.clk.Now()

@@ -22,6 +22,7 @@ import (
 // the judge does under noData: Inconclusive with a renamed metric: its
 // wait ends only with its context.
 type holdingGate struct {
+	gate.Base
 	mu    sync.Mutex
 	specs []v1alpha1.GatesSpec
 }
@@ -86,7 +87,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 }
 
 // passingGate passes every node.
-type passingGate struct{}
+type passingGate struct{ gate.Base }
 
 func (passingGate) Judge(context.Context, gate.GateInput) (health.Verdict, error) {
 	return health.Verdict{Outcome: health.Pass, Reasons: []string{"no regression"}}, nil

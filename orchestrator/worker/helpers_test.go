@@ -43,14 +43,14 @@ type caches struct{ nodes, pods, dss, revs cache.Indexer }
 
 func newCaches() caches { return caches{indexer(), indexer(), indexer(), indexer()} }
 
-// world is a World whose snapshot a test gives, recording the status it
-// was asked with.
+// world is a Fleet whose snapshot a test gives, recording the status it
+// was asked with, and a Skew whose check a test gives.
 type world struct {
 	mu       sync.Mutex
 	snapshot func(nr *v1alpha1.NodeRollout) model.Snapshot
 	asked    []v1alpha1.NodeRolloutStatus
 	skew     error
-	checks   int // PreflightSkew calls
+	checks   int // Check calls
 }
 
 func (w *world) Snapshot(nr *v1alpha1.NodeRollout, _ model.Policy) (model.Snapshot, error) {
@@ -63,7 +63,7 @@ func (w *world) Snapshot(nr *v1alpha1.NodeRollout, _ model.Policy) (model.Snapsh
 	return w.snapshot(nr), nil
 }
 
-func (w *world) PreflightSkew(context.Context, model.Policy, string) error {
+func (w *world) Check(context.Context, model.Policy, string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.checks++
@@ -95,12 +95,13 @@ func testWorker(t *testing.T, c caches, g gate.Gate, nr *v1alpha1.NodeRollout, n
 	nodes := corelisters.NewNodeLister(c.nodes)
 	targets := observe.Targets{DaemonSets: appslisters.NewDaemonSetLister(c.dss), Revisions: appslisters.NewControllerRevisionLister(c.revs), Pods: pods}
 	changes := &observe.Changes{}
+	w := &world{}
 	return &Worker{
 		Log: zap.NewNop(), Metrics: m, Now: now, Gate: g, Recorder: record.NewFakeRecorder(100),
 		Nodes: nodes, Pods: pods, DaemonSets: targets.DaemonSets, Targets: targets, Rollouts: store,
 		Claims: &observe.Claims{}, NodeWrites: &write.Nodes{Cache: nodes, Changes: changes, Now: now, Log: zap.NewNop()},
 		Status: status, Waits: swap.Waits{Targets: targets, Changes: changes, Now: now},
-		World: &world{}, Freed: func(string) {}, WG: &sync.WaitGroup{},
+		Skew: w, Fleet: w, Freed: func(string) {}, WG: &sync.WaitGroup{},
 	}
 }
 
@@ -389,6 +390,7 @@ func (s *swapper) calls() []string {
 // progress reports an Inconclusive round through GateInput.Progress before
 // the verdict; judge, when set, replaces the verdict.
 type judgeGate struct {
+	gate.Base
 	mu         sync.Mutex
 	verdict    health.Verdict
 	err        error
@@ -405,6 +407,8 @@ type judgeGate struct {
 func passing() *judgeGate {
 	return &judgeGate{verdict: health.Verdict{Outcome: health.Pass, Reasons: []string{"no regression"}, Summary: &v1alpha1.NodeJudgement{Judgements: 3}}}
 }
+
+func (g *judgeGate) Reads() gate.Reads { return gate.Reads{Samples: true} }
 
 func (g *judgeGate) Prepare(_ context.Context, in gate.PrepareInput) error {
 	g.mu.Lock()
@@ -527,9 +531,14 @@ func newRig(t *testing.T, g gate.Gate, clk *fixture.Clock, mut func(*v1alpha1.No
 		Claims: &observe.Claims{}, NodeWrites: r.nodes, Status: r.status,
 		Waits:   swap.Waits{Targets: targets, Changes: &observe.Changes{}, Now: clk.Now},
 		Swaps:   map[model.SwapKind]swap.Swapper{model.SwapReplace: r.replace, model.SwapSurge: r.surge},
-		Drainer: r.drain, World: r.world, Freed: func(string) {}, WG: &sync.WaitGroup{},
+		Drainer: r.drain, Skew: r.world, Fleet: r.world, Freed: func(string) {}, WG: &sync.WaitGroup{},
 	}
 	return r
+}
+
+// oldPod is the old pod the rig's records name before a swap.
+func (r *rig) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
+	return r.records().oldPod(ref, node)
 }
 
 // edit changes the live NodeRollout in the rollout cache (a user's edit).

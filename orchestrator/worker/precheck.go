@@ -106,7 +106,7 @@ func (w *Worker) Precheck(ctx context.Context, nr *v1alpha1.NodeRollout, p model
 		err = fmt.Errorf("node %s is not Ready", node)
 	}
 	if err == nil {
-		err = w.World.PreflightSkew(ctx, p, node)
+		err = w.Skew.Check(ctx, p, node)
 	}
 	w.Prechecks.end(key, at, err)
 }

@@ -6,19 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
-	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
-	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // preflightChecks is preflight without the wait: observations only (the
@@ -38,53 +32,19 @@ func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	// A pass pre-checked while the nodes before it soaked stands (the
 	// template and spec it saw are part of the key); else check now.
 	if !w.Prechecks.passed(w.precheckKey(nr, p, node), w.Now()) {
-		if err := w.World.PreflightSkew(ctx, p, node); err != nil {
+		if err := w.Skew.Check(ctx, p, node); err != nil {
 			return err
 		}
 	}
-	if pr, ok := w.Gate.(gate.Preparer); ok {
-		control, _ := w.controls(nr, p, node)
-		if err := pr.Prepare(ctx, gate.PrepareInput{Node: node, Control: control, Baseline: p.Baseline}); err != nil {
-			return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: gate: %v", err)
-		}
-	}
-	return nil
+	return w.life().prepare(ctx, nr, p, node)
 }
 
 // judge runs the gate on the node's record; an error fails closed. It
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
 func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
-	in := gate.GateInput{Node: node, Now: w.Now(), Spec: nr.Spec.Gates}
-	var persisted *v1alpha1.NodeJudgement
-	if ns, ok := w.statusEntry(nr, node); ok {
-		if ns.StartTime != nil {
-			in.BaselineStart, in.SwapStart = ns.StartTime.Time, ns.StartTime.Time
-		}
-		persisted, in.Record, in.Controls = ns.Judgement, ns.Baseline, ns.Controls
-	}
-	in.SoakStart = in.Now // a zero soak is not persisted: the gate judges the present
-	if !rec.SoakSince.IsZero() {
-		in.SoakStart = rec.SoakSince
-		in.Previous = gate.JudgedSince(persisted, rec.SoakSince)
-	}
-	in.Progress = func(ctx context.Context, v health.Verdict) error {
-		line := verdictOf(v)
-		return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-			ns := model.NodeEntry(s, node)
-			ns.Verdict, ns.Judgement = line, v.Summary
-		})
-	}
-	if !rec.SwapSince.IsZero() {
-		in.SwapStart = rec.SwapSince // the baseline window ends when the node is cordoned
-	}
-	in.BaselineStart = w.baselineStart(p, in.BaselineStart, in.SwapStart)
-	in.SwappedInPlace, in.ZtunnelGrace = w.drainFacts(p, rec.DrainedAt, in.SwapStart)
-	if _, samples := w.Gate.(gate.Preparer); samples {
-		// Only a gate that samples (the judge) compares with controls; the
-		// observation behind them reads every node and pod of the cache.
-		in.Control, in.ControlScope = w.controls(nr, p, node)
-	}
+	life := w.life()
+	in := life.input(nr, p, node, rec)
 	// A gate that holds the node (Inconclusive rounds) waits in Judge: the
 	// user's abort or delete, the node leaving the selector, or an edit of
 	// spec.gates must reach it there, not only between steps.
@@ -94,27 +54,7 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	if cause := context.Cause(gctx); ctx.Err() == nil && (errors.Is(cause, errGateLeft) || errors.Is(cause, errGatesEdited)) {
 		return nil, nil, cause
 	}
-	if err != nil {
-		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
-	}
-	if _, readiness := w.Gate.(gate.ReadinessGate); v.Outcome == health.Pass && !readiness {
-		// Whatever the gate, a node or pod that was not Ready for any part
-		// of the soak does not pass; with no soak (soak: 0s), one that is
-		// not Ready now.
-		r, err := gate.SoakReadiness(w.Nodes, w.Pods, node, in.SoakStart)
-		if err != nil {
-			r.Problems = []string{"readiness: " + err.Error()}
-		}
-		if len(r.Problems) > 0 {
-			v.Outcome, v.Reasons = health.Fail, append(r.Problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
-		}
-	}
-	v = w.cniAfterSwap(ctx, p, node, v)
-	summary := verdictOf(v)
-	if v.Outcome != health.Pass {
-		return &summary, v.Summary, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", summary)
-	}
-	return &summary, v.Summary, nil
+	return life.verdict(ctx, p, node, in.SoakStart, v, err)
 }
 
 // errGateLeft and errGatesEdited end a gate's wait early (whileGateStands):
@@ -160,99 +100,4 @@ func (w *Worker) withLiveGates(nr *v1alpha1.NodeRollout, p model.Policy) (*v1alp
 	cp.Spec.Gates = *live.Spec.Gates.DeepCopy()
 	p.NoControlGroup = cp.Spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled
 	return &cp, p
-}
-
-// statusEntry is the node's status entry as this process knows it best.
-func (w *Worker) statusEntry(nr *v1alpha1.NodeRollout, node string) (v1alpha1.NodeStatus, bool) {
-	st, ok := w.Status.Current(nr.Name, nr.UID)
-	if !ok {
-		// Nothing written by this process yet (a new leader whose first
-		// pass resumed the node before its first status write returned):
-		// the status as the rollout was read, a predecessor's records in it.
-		st = nr.Status
-	}
-	for _, ns := range st.Nodes {
-		if ns.Name == node {
-			return ns, true
-		}
-	}
-	return v1alpha1.NodeStatus{}, false
-}
-
-// keep asks a Keeper for the node's records to persist: at the cordon
-// (swapStart, the baseline alone) or, with rec's SoakSince, at the soak's
-// start; the control nodes' with them. None when the gate keeps none, or
-// when it fails (logged: the node then fails closed on a handover, as it
-// would without a record).
-func (w *Worker) keep(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, swapStart, soakStart time.Time) gate.Kept {
-	k, ok := w.Gate.(gate.Keeper)
-	if !ok {
-		return gate.Kept{}
-	}
-	in := gate.KeepInput{Node: node, SwapStart: swapStart, SoakStart: soakStart, Spec: nr.Spec.Gates}
-	if ns, ok := w.statusEntry(nr, node); ok {
-		if ns.StartTime != nil {
-			in.BaselineStart = ns.StartTime.Time
-		}
-		in.Record, in.Controls = ns.Baseline, ns.Controls
-	}
-	in.BaselineStart = w.baselineStart(p, in.BaselineStart, swapStart)
-	if _, samples := w.Gate.(gate.Preparer); samples {
-		in.Control, _ = w.controls(nr, p, node)
-	}
-	out, err := k.Keep(ctx, in)
-	if err != nil {
-		w.Log.Info("no baseline record persisted: a successor leader would fail this node closed", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
-		return gate.Kept{}
-	}
-	return out
-}
-
-// keepSoakStart persists the records with the soak's first sample, before
-// the soak is waited out (once: a resumed soak whose records hold it
-// writes nothing).
-func (w *Worker) keepSoakStart(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) error {
-	ns, _ := w.statusEntry(nr, node)
-	out := w.keep(ctx, nr, p, node, rec.SwapSince, rec.SoakSince)
-	if out.Baseline == "" || out.Baseline == ns.Baseline && out.Controls == ns.Controls {
-		return nil
-	}
-	return w.Status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-		e := model.NodeEntry(s, node)
-		e.Baseline, e.Controls = out.Baseline, out.Controls
-	})
-}
-
-// controls is the node's control group as the rollout stands now (Controls
-// over a fresh observation, with the status as this process last wrote it).
-// When the world cannot be observed the node gets none: it is judged
-// before/after alone, which only makes the judgement stricter.
-func (w *Worker) controls(nr *v1alpha1.NodeRollout, p model.Policy, node string) ([]string, string) {
-	cur := *nr
-	if st, ok := w.Status.Current(nr.Name, nr.UID); ok {
-		cur.Status = st
-	}
-	snap, err := w.World.Snapshot(&cur, p)
-	if err != nil {
-		w.Log.Info("no control group: cannot observe the cluster", zap.String("node", node), zap.Error(err))
-		return nil, ""
-	}
-	return planner.Controls(snap, p, node)
-}
-
-// drainFacts says whether ztunnel was swapped on the node in place (from the
-// policy and the persisted drain record, so it holds after a restart) and
-// ztunnel's termination grace period, from the ztunnel target's pod template.
-func (w *Worker) drainFacts(p model.Policy, drainedAt, swapStart time.Time) (bool, time.Duration) {
-	grace, swapsZtunnel := nodestep.DefaultZtunnelGrace, false
-	for _, ref := range p.Targets {
-		if nodestep.SwapState(ref) != v1alpha1.NodeSwapZtunnel {
-			continue
-		}
-		swapsZtunnel = true
-		if ds, err := w.DaemonSets.DaemonSets(ref.Namespace).Get(ref.Name); err == nil {
-			grace = nodestep.ZtunnelGrace(ds)
-		}
-	}
-	return nodestep.SwappedInPlace(p.Drain, swapsZtunnel, drainedAt, swapStart), grace
 }

@@ -90,7 +90,7 @@ func TestPreflightHaltsThroughTheWorker(t *testing.T) {
 	}
 }
 
-// brokenWorld is a World that cannot be observed.
+// brokenWorld is a Fleet that cannot be observed.
 type brokenWorld struct{ *world }
 
 func (brokenWorld) Snapshot(*v1alpha1.NodeRollout, model.Policy) (model.Snapshot, error) {
@@ -105,7 +105,7 @@ func TestUnobservableWorldAndKeeperErrors(t *testing.T) {
 	g := passing()
 	g.keepErr = errors.New("no samples")
 	r := newRig(t, g, &fixture.Clock{T: t0, Step: 10 * time.Minute}, nil)
-	r.World = brokenWorld{&world{}}
+	r.Fleet = brokenWorld{&world{}}
 	if err := r.drive(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestBaselineStart(t *testing.T) {
 		{"history, long preflight", &historian{}, t0, swapAt, t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &Worker{Gate: tc.g}
+			w := judgedLife{gate: tc.g}
 			if got := w.baselineStart(p, tc.preflight, tc.swap); !got.Equal(tc.want) {
 				t.Errorf("baselineStart = %v, want %v", got, tc.want)
 			}

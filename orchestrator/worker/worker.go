@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -36,25 +34,9 @@ type shownStep struct {
 	since time.Time
 }
 
-// showStep mirrors into status a step that has no record of its own (the
-// record before it stays the node's: a successor resumes from that), and
-// times the step before it.
-func (w *Worker) showStep(nr *v1alpha1.NodeRollout, node string, rec nodestep.Record, st v1alpha1.NodeState) *shownStep {
-	now := w.Now()
-	if rec.Ours(nr.UID) && model.InFlight(rec.Step) && !rec.StepSince.IsZero() {
-		w.Metrics.StepSeconds.WithLabelValues(string(rec.Step)).Observe(now.Sub(rec.StepSince).Seconds())
-	}
-	w.Status.MutateLater(nr.Name, func(ss *v1alpha1.NodeRolloutStatus) {
-		ns := model.NodeEntry(ss, node)
-		if ns.State != st {
-			ns.StateSince = &metav1.Time{Time: now}
-		}
-		ns.State, ns.Reason = st, ""
-	})
-	w.Log.Info("node step", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)), zap.String("record", string(rec.Step)))
-	return &shownStep{state: st, since: now}
-}
-
+// Start drives the node in the background, from its record to its end,
+// unless a worker of this process is on it already. A worker that held a
+// slot frees it (Freed) when it ends.
 func (w *Worker) Start(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) {
 	if !w.Claims.StartWorker(nr.Name, node) {
 		return
@@ -169,18 +151,18 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		}
 		if s.Record {
 			var err error
-			if rec, err = w.persist(ctx, nr, p, node, rec, s, out); err != nil {
+			if rec, err = w.records().persist(ctx, nr, p, node, rec, s, out); err != nil {
 				return err
 			}
 			out = carried{}
 		}
 		if s.Final {
-			w.finished(nr, node, s)
+			w.records().finished(nr, node, s)
 			return nil
 		}
 		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {
 			// A swap with no record of its own (nodestep.Next): status shows it.
-			out.shown = w.showStep(nr, node, rec, s.State)
+			out.shown = w.records().showStep(nr, node, rec, s.State)
 			if s.State == w.HoldAfterPersist {
 				w.Log.Info("holding as the step begins (test hook)", zap.String("step", string(s.State)))
 				<-ctx.Done()
@@ -242,10 +224,10 @@ func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Poli
 			err = <-checked
 		}
 		if err == nil && s.Timeout > 0 {
-			err = w.waitBaseline(ctx, p, node, deadline)
+			err = w.life().waitBaseline(ctx, p, node, deadline)
 		}
 		if err == nil {
-			err = w.cniBeforeCordon(ctx, p, node) // last before the cordon
+			err = w.life().cni.cniBeforeCordon(ctx, p, node) // last before the cordon
 		}
 	case nodestep.ActDrain:
 		var next nodestep.Record
@@ -260,25 +242,11 @@ func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Poli
 			}
 		}
 	case nodestep.ActSoak:
-		res, err = w.soak(ctx, nr, p, node, rec, deadline)
+		res, err = w.life().soak(ctx, nr, p, node, rec, deadline)
 	case nodestep.ActGate:
 		res.verdict, res.judgement, err = w.judge(ctx, nr, p, node, rec)
 	}
 	return rec, res, err
-}
-
-// finished tells people how a node ended when it did not simply pass.
-func (w *Worker) finished(nr *v1alpha1.NodeRollout, node string, s nodestep.Step) {
-	switch {
-	case s.State == v1alpha1.NodeSkipped:
-		w.Recorder.Eventf(nr, corev1.EventTypeWarning, "NodeSkipped", "node %s skipped: %s", node, s.Reason)
-	case s.Halt != "":
-		reason := fmt.Sprintf("node %s: %s", node, s.Reason)
-		w.Metrics.Halts.WithLabelValues(s.Halt).Inc()
-		w.Recorder.Eventf(nr, corev1.EventTypeWarning, "Halted", "rollout halted: %s", reason)
-		w.Recorder.Eventf(&corev1.ObjectReference{Kind: "Node", Name: node, UID: w.nodeUID(node), APIVersion: "v1"}, corev1.EventTypeWarning, "NodewiseHalted", "NodeRollout %s halted on this node: %s", nr.Name, s.Reason)
-		w.Log.Warn("rollout halted", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("reason", s.Reason))
-	}
 }
 
 // nodeRecord is the node's record as this rollout's worker starts from it
@@ -289,7 +257,7 @@ func (w *Worker) nodeRecord(nr *v1alpha1.NodeRollout, node string) (nodestep.Rec
 	if n := w.NodeWrites.Newest(node); n != nil {
 		rec = nodestep.ParseRecord(n.Annotations)
 	}
-	ns, _ := w.statusEntry(nr, node)
+	ns, _ := statusEntry(w.Status, nr, node)
 	st, fromRecord := nodestep.NodeState(w.Claims.Claimed(nr.Name, node), rec, nr.UID, ns.State)
 	return rec.ForRollout(nr.UID), st, fromRecord
 }
@@ -322,32 +290,6 @@ func (w *Worker) latest(name string) *v1alpha1.NodeRollout {
 		return nil
 	}
 	return obj.(*v1alpha1.NodeRollout)
-}
-
-func (w *Worker) nodeUID(node string) types.UID {
-	if n, err := w.Nodes.Get(node); err == nil {
-		return n.UID
-	}
-	return ""
-}
-
-// oldPod is the UID of the live pod of the target on the node that is not on
-// the newest revision: the one its swap deletes ("" when there is none).
-func (w *Worker) oldPod(ref v1alpha1.TargetRef, node string) types.UID {
-	tv, err := w.Targets.Target(ref)
-	if err != nil || !tv.Found {
-		return ""
-	}
-	live, _, err := w.Targets.OnNode(tv, node)
-	if err != nil {
-		return ""
-	}
-	for _, pod := range live {
-		if pod.Labels[model.LabelControllerRevisionHash] != tv.NewestHash {
-			return pod.UID
-		}
-	}
-	return ""
 }
 
 // verdictOf is the verdict's one-line summary: outcome, then reasons.
