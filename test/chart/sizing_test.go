@@ -3,11 +3,15 @@ package chart
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // orchestratorModelMiB is docs/orchestrator.md's measured memory model,
@@ -236,5 +240,33 @@ func TestChartComponentValuesReachArgs(t *testing.T) {
 	}
 	if _, err := Template(context.Background(), "probe.rate=0"); err == nil {
 		t.Error("probe.rate=0 rendered; the probe refuses a rate outside (0, 1000]")
+	}
+}
+
+// TestSizingDocMatchesTheChart: docs/sizing.md's table row for each
+// clusterSize shows what the chart renders, component by component.
+func TestSizingDocMatchesTheChart(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "docs", "sizing.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if size, _, ok := strings.Cut(strings.TrimPrefix(line, "| `"), "`"); ok && strings.HasPrefix(line, "| `") {
+			rows[size] = line
+		}
+	}
+	for _, size := range []string{"small", "medium", "large"} {
+		objs := render(t, "clusterSize="+size)
+		var cells []string
+		for _, key := range []string{orchestratorKey, revisionsKey, agentKey, probeKey, helmTestKey} {
+			c := container(t, objs, key)
+			cells = append(cells, fmt.Sprintf("%s, %s / %s", quantity(t, c, "resources", "requests", "cpu"),
+				quantity(t, c, "resources", "requests", "memory"), quantity(t, c, "resources", "limits", "memory")))
+		}
+		want := " | " + strings.Join(cells, " | ") + " |"
+		if row := rows[size]; !strings.HasSuffix(row, want) {
+			t.Errorf("docs/sizing.md's row for %s:\n%s\nwant it to end with the chart's\n%s", size, row, want)
+		}
 	}
 }
