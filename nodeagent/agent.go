@@ -98,7 +98,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Registry.Register(a.fallback),
 		cfg.Registry.Register(untracked),
 		cfg.Registry.Register(missed),
-		cfg.Registry.Register(newCollector(a.Snapshot)),
+		cfg.Registry.Register(newCollector(a.Snapshot, !cfg.NoPodHistograms)),
 		cfg.Registry.Register(newCNICollector(a)),
 	); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)

@@ -65,6 +65,11 @@ type Config struct {
 	// Registry receives the agent's metrics; default: a new registry.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger
+	// NoPodHistograms leaves the per-pod histograms (connect latency, SRTT,
+	// connection ages: 87 of a pod side's 93 series) out of /metrics, which
+	// then keeps the 6 counters a pod and side. /v1/snapshot, which the
+	// judge reads, keeps them all.
+	NoPodHistograms bool
 	// ReadHeaderTimeout bounds slow clients; default 10s. A request (a GET,
 	// no body) must also be read whole within it.
 	ReadHeaderTimeout time.Duration

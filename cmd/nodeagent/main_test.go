@@ -79,3 +79,17 @@ func TestZtunnelDaemonSetsFlags(t *testing.T) {
 		}
 	}
 }
+
+// --pod-histograms=false leaves the per-pod histograms out of /metrics
+// (the chart's agent.podHistograms); they are on by default.
+func TestPodHistogramsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		off  bool
+	}{{nil, false}, {[]string{"--pod-histograms=false"}, true}, {[]string{"--pod-histograms"}, false}} {
+		f, err := parseFlags(tc.args, io.Discard)
+		if err != nil || f.agent.NoPodHistograms != tc.off {
+			t.Errorf("%q: NoPodHistograms %v (%v), want %v", tc.args, f.agent.NoPodHistograms, err, tc.off)
+		}
+	}
+}

@@ -105,3 +105,10 @@ topologySpreadConstraints:
 {{- define "nodewise.prepullTargets" -}}
 {{- concat .Values.dataPlane.istioCNI .Values.dataPlane.ztunnel | uniq | join " " -}}
 {{- end -}}
+
+{{/* A container's resources: (dict "root" . "component" "orchestrator" "c" .Values.orchestrator). clusterSize's preset from files/sizing.yaml, with every key the component's own resources set winning. */}}
+{{- define "nodewise.resources" -}}
+{{- $preset := get (.root.Files.Get "files/sizing.yaml" | fromYaml) .root.Values.clusterSize -}}
+{{- if not $preset }}{{ fail (printf "clusterSize %q: want small, medium or large" .root.Values.clusterSize) }}{{ end -}}
+{{- toYaml (mustMergeOverwrite (deepCopy (get $preset .component)) (deepCopy (.c.resources | default dict))) -}}
+{{- end -}}
