@@ -88,7 +88,7 @@ func (in Installed) ClientAs(token string) (kubernetes.Interface, error) {
 // it (--tls-csr --token-review): as the agent pod's own ServiceAccount, a
 // serving certificate for node and ips from a signing request, and callers
 // checked by TokenReview, admitting the callers its --allowed-caller
-// arguments name. It waits until the
+// arguments name, and istio-cni's token reviewed as itself. It waits until the
 // certificate is signed (an orchestrator's agentpki.Signer must run).
 func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net.IP, cfg *nodeagent.Config, log *zap.Logger) error {
 	if log == nil {
@@ -123,5 +123,6 @@ func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net
 	}
 	cfg.CertFile, cfg.KeyFile, cfg.TokenFile = "", "", ""
 	cfg.GetCertificate, cfg.Authenticator = req.GetCertificate, rev
+	cfg.CNITokenReviews = kube.AuthenticationV1().TokenReviews()
 	return nil
 }
