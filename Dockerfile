@@ -19,9 +19,10 @@ COPY orchestrator /orchestrator
 USER 65532:65532
 ENTRYPOINT ["/orchestrator"]
 
-# The node agent loads eBPF: its DaemonSet grants CAP_BPF and CAP_PERFMON
-# (and nothing else) to uid 0, with a read-only root filesystem; see
-# deploy/nodeagent.
+# The node agent runs as uid 0 with a read-only root filesystem; its
+# DaemonSet adds CAP_BPF and CAP_PERFMON (eBPF) and, for the proof of
+# enrollment, CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_NET_ADMIN, with
+# hostNetwork and read-only host paths: docs/runbook.md ("Privileges").
 FROM scratch AS nodeagent
 ARG VERSION=dev
 LABEL org.opencontainers.image.title=nodewise-nodeagent org.opencontainers.image.version=${VERSION} org.opencontainers.image.source=https://github.com/nodewise/nodewise

@@ -19,12 +19,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	authnv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodewise/nodewise/health/wire"
+	"github.com/nodewise/nodewise/istio"
 )
 
 // Where istio-cni puts its files on a node (Istio's cni/pkg/install): the
@@ -34,7 +34,10 @@ const (
 	DefaultCNIConfDir        = "/etc/cni/net.d"
 	DefaultCNIBinDir         = "/opt/cni/bin"
 	DefaultCNIKubeconfigName = "ZZZ-istio-cni-kubeconfig"
-	cniPluginName            = "istio-cni" // the binary, and the plugin's "type" in the config
+	// DefaultCNIServiceAccountName is istio-cni's ServiceAccount in Istio's
+	// cni chart, in the namespace istio-cni runs in.
+	DefaultCNIServiceAccountName = "istio-cni"
+	cniPluginName                = "istio-cni" // the binary, and the plugin's "type" in the config
 )
 
 // cniTimeout bounds each check that waits on something else (the API
@@ -56,22 +59,26 @@ func (c *Config) cniDefaults() {
 	if c.CNIKubeconfig == "" {
 		c.CNIKubeconfig = filepath.Join(c.CNIConfDir, DefaultCNIKubeconfigName)
 	}
+	if c.CNIServiceAccount == "" {
+		c.CNIServiceAccount = "system:serviceaccount:" + istio.DefaultNamespace + ":" + DefaultCNIServiceAccountName
+	}
 }
 
 // CheckCNI checks istio-cni's own health on this node: its plugin in the
 // CNI config the runtime uses, its kubeconfig, that kubeconfig's token
-// against the API server it names, and the plugin binary's version
-// (compared with expected unless ""). It reads files and asks the API
-// server; it changes nothing.
+// (a TokenReview under the agent's own identity: the API server must
+// authenticate it as istio-cni's ServiceAccount), and the plugin binary's
+// version (compared with expected unless ""). It reads files and asks the
+// API server; it changes nothing.
 func (a *Agent) CheckCNI(ctx context.Context, expected string) wire.CNIHealth {
 	h := wire.CNIHealth{Node: a.cfg.Node, Time: time.Now(), Expected: expected}
 	h.Checks = append(h.Checks, checkCNIConfig(a.cfg.CNIConfDir))
-	kc, client, err := loadCNIKubeconfig(a.cfg.CNIKubeconfig)
+	kc, token, err := loadCNIKubeconfig(a.cfg.CNIKubeconfig)
 	h.Checks = append(h.Checks, kc)
 	if err != nil {
 		h.Checks = append(h.Checks, wire.CNICheck{Check: wire.CNICheckToken, File: a.cfg.CNIKubeconfig, Detail: "not checked: " + kc.Detail})
 	} else {
-		h.Checks = append(h.Checks, checkCNIToken(ctx, a.cfg.CNIKubeconfig, client))
+		h.Checks = append(h.Checks, checkCNIToken(ctx, a.cfg.CNIKubeconfig, token, a.cfg.CNITokenReviews, a.cfg.CNIServiceAccount))
 	}
 	h.Checks = append(h.Checks, checkCNIPlugin(ctx, filepath.Join(a.cfg.CNIBinDir, cniPluginName), expected))
 	return h
@@ -134,13 +141,13 @@ func checkCNIConfig(dir string) wire.CNICheck {
 	return c
 }
 
-// loadCNIKubeconfig reads istio-cni's kubeconfig and builds a client that
-// authenticates only with what it holds.
-func loadCNIKubeconfig(path string) (wire.CNICheck, kubernetes.Interface, error) {
+// loadCNIKubeconfig reads istio-cni's kubeconfig and returns the token it
+// holds (inline, or from the token file it names).
+func loadCNIKubeconfig(path string) (wire.CNICheck, string, error) {
 	c := wire.CNICheck{Check: wire.CNICheckKubeconfig, File: path}
-	fail := func(format string, args ...any) (wire.CNICheck, kubernetes.Interface, error) {
+	fail := func(format string, args ...any) (wire.CNICheck, string, error) {
 		c.Detail = fmt.Sprintf(format, args...)
-		return c, nil, errors.New(c.Detail)
+		return c, "", errors.New(c.Detail)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -155,44 +162,56 @@ func loadCNIKubeconfig(path string) (wire.CNICheck, kubernetes.Interface, error)
 	if kctx == nil {
 		return fail("istio-cni's kubeconfig has no current context (%q)", ctxName)
 	}
-	if cl := cfg.Clusters[kctx.Cluster]; cl == nil || cl.Server == "" {
+	cl := cfg.Clusters[kctx.Cluster]
+	if cl == nil || cl.Server == "" {
 		return fail("istio-cni's kubeconfig names no server (cluster %q)", kctx.Cluster)
 	}
-	if u := cfg.AuthInfos[kctx.AuthInfo]; u == nil || (u.Token == "" && u.TokenFile == "") {
+	u := cfg.AuthInfos[kctx.AuthInfo]
+	if u == nil || (u.Token == "" && u.TokenFile == "") {
 		return fail("istio-cni's kubeconfig holds no token (user %q)", kctx.AuthInfo)
 	}
-	rc, err := clientcmd.NewDefaultClientConfig(*cfg, nil).ClientConfig()
-	if err != nil {
-		return fail("istio-cni's kubeconfig: %v", err)
+	token := u.Token
+	if token == "" {
+		tb, err := os.ReadFile(u.TokenFile)
+		if err != nil {
+			return fail("cannot read the token file istio-cni's kubeconfig names: %v", err)
+		}
+		if token = strings.TrimSpace(string(tb)); token == "" {
+			return fail("the token file istio-cni's kubeconfig names (%s) is empty", u.TokenFile)
+		}
 	}
-	rc.Timeout = cniTimeout
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fail("building a client from istio-cni's kubeconfig: %v", err)
-	}
-	c.OK, c.Detail = true, fmt.Sprintf("server %s, user %s", rc.Host, kctx.AuthInfo)
-	return c, client, nil
+	c.OK, c.Detail = true, fmt.Sprintf("server %s, user %s", cl.Server, kctx.AuthInfo)
+	return c, token, nil
 }
 
-// checkCNIToken sends a SelfSubjectReview with the kubeconfig's token to the
-// server it names, as istio-cni's own calls would go: a 401 is a token the
-// API server refuses. Any other failure to get an answer fails the check
-// too (it cannot say the token works).
-func checkCNIToken(ctx context.Context, path string, client kubernetes.Interface) wire.CNICheck {
+// checkCNIToken asks the API server, with a TokenReview made under the
+// agent's own identity, whom the token in istio-cni's kubeconfig
+// authenticates as: the check passes only for istio-cni's ServiceAccount
+// (want). The agent never sends a request with istio-cni's token. Without
+// reviews (no Kubernetes API) or without an answer, the check fails: it
+// cannot say the token works.
+func checkCNIToken(ctx context.Context, path, token string, reviews authnv1client.TokenReviewInterface, want string) wire.CNICheck {
 	c := wire.CNICheck{Check: wire.CNICheckToken, File: path}
+	if reviews == nil {
+		c.Detail = "not checked: the agent has no Kubernetes API to review the token with"
+		return c
+	}
 	ctx, cancel := context.WithTimeout(ctx, cniTimeout)
 	defer cancel()
-	r, err := client.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	r, err := reviews.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	switch {
-	case apierrors.IsUnauthorized(err):
-		c.Detail = fmt.Sprintf("the API server refused the token in istio-cni's kubeconfig: %v", err)
-	case apierrors.IsForbidden(err):
-		// Authenticated, only not allowed to review itself.
-		c.OK, c.Detail = true, "the API server accepted the token (authenticated; the review itself is forbidden)"
 	case err != nil:
-		c.Detail = fmt.Sprintf("cannot tell whether the API server accepts the token: %v", err)
+		c.Detail = fmt.Sprintf("cannot tell whether the API server accepts the token (TokenReview: %v)", err)
+	case !r.Status.Authenticated:
+		reason := r.Status.Error
+		if reason == "" {
+			reason = "not authenticated"
+		}
+		c.Detail = "the API server refused the token in istio-cni's kubeconfig: " + reason
+	case r.Status.User.Username != want:
+		c.Detail = fmt.Sprintf("the token in istio-cni's kubeconfig authenticates as %s, not istio-cni's ServiceAccount %s", r.Status.User.Username, want)
 	default:
-		c.OK, c.Detail = true, fmt.Sprintf("the API server accepted the token as %s", r.Status.UserInfo.Username)
+		c.OK, c.Detail = true, "the API server accepted the token as "+want
 	}
 	return c
 }

@@ -2,10 +2,16 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/health/wire"
 )
@@ -175,5 +181,56 @@ func TestCNIPluginWrongVersionFails(t *testing.T) {
 	}
 	if c := check(t, n.agent(t).CheckCNI(context.Background(), "1.28.1"), wire.CNICheckPlugin); c.OK || !strings.Contains(c.Detail, "no plugin binary") {
 		t.Errorf("no plugin: %+v", c)
+	}
+}
+
+// TestCNITokenCheckedByTokenReview: the token check sends the token in
+// istio-cni's kubeconfig in a TokenReview under the agent's own client
+// (never as istio-cni), and passes only when the API server authenticates
+// it as istio-cni's ServiceAccount.
+func TestCNITokenCheckedByTokenReview(t *testing.T) {
+	const cniSA = "system:serviceaccount:istio-system:istio-cni"
+	for _, tc := range []struct {
+		name   string
+		status authnv1.TokenReviewStatus
+		err    error
+		ok     bool
+		detail string
+	}{
+		{"istio-cni's own token", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: cniSA}}, nil, true, "accepted the token as " + cniSA},
+		{"refused", authnv1.TokenReviewStatus{Error: "invalid bearer token"}, nil, false, "refused the token in istio-cni's kubeconfig: invalid bearer token"},
+		{"another identity", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:default:builder"}}, nil, false, "authenticates as system:serviceaccount:default:builder, not istio-cni's ServiceAccount " + cniSA},
+		{"no answer", authnv1.TokenReviewStatus{}, errors.New("connection refused"), false, "cannot tell whether the API server accepts the token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newCNINode(t, "1.28.1")
+			kube := fake.NewClientset()
+			var reviewed []string
+			kube.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				tr := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+				reviewed = append(reviewed, tr.Spec.Token)
+				if tc.err != nil {
+					return true, nil, tc.err
+				}
+				out := tr.DeepCopy()
+				out.Status = tc.status
+				return true, out, nil
+			})
+			ag := n.agent(t)
+			ag.cfg.CNITokenReviews = kube.AuthenticationV1().TokenReviews()
+			c := check(t, ag.CheckCNI(context.Background(), ""), wire.CNICheckToken)
+			if c.OK != tc.ok || !strings.Contains(c.Detail, tc.detail) || c.File != filepath.Join(n.conf, DefaultCNIKubeconfigName) {
+				t.Errorf("token check %+v, want ok=%v with %q", c, tc.ok, tc.detail)
+			}
+			if len(reviewed) != 1 || reviewed[0] != "abc" {
+				t.Errorf("reviewed tokens %q, want the kubeconfig's one token", reviewed)
+			}
+		})
+	}
+
+	// Without a Kubernetes API there is no review: the check fails, saying so.
+	c := check(t, newCNINode(t, "1.28.1").agent(t).CheckCNI(context.Background(), ""), wire.CNICheckToken)
+	if c.OK || !strings.Contains(c.Detail, "no Kubernetes API") {
+		t.Errorf("no reviews: %+v", c)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 )
 
 // Modes accepted by Config.Mode.
@@ -62,6 +63,14 @@ type Config struct {
 	// istio-cni writes (default CNIConfDir/ZZZ-istio-cni-kubeconfig): what
 	// the istio-cni health check reads (/v1/cni, CheckCNI).
 	CNIConfDir, CNIBinDir, CNIKubeconfig string
+	// CNITokenReviews checks the token in istio-cni's kubeconfig with a
+	// TokenReview made under the agent's own identity (its ServiceAccount,
+	// allowed to create tokenreviews); nil: the token check fails, saying
+	// it could not be made. CNIServiceAccount is the username the token must
+	// authenticate as (default
+	// system:serviceaccount:istio-system:istio-cni).
+	CNITokenReviews   authnv1client.TokenReviewInterface
+	CNIServiceAccount string
 	// Registry receives the agent's metrics; default: a new registry.
 	Registry *prometheus.Registry
 	Logger   *zap.Logger

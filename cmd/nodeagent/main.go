@@ -44,6 +44,7 @@ type flags struct {
 	ztunnel           nodeagent.ZtunnelDaemonSets
 	ztunnelDaemonSets string
 	podHistograms     bool
+	cniServiceAccount string
 }
 
 // Values of --mesh.
@@ -73,11 +74,12 @@ func parseFlags(args []string, out io.Writer) (flags, error) {
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", nodeagent.DefaultCNIConfDir, "the node's CNI conf dir (read-only), where istio-cni's config and kubeconfig are checked (/v1/cni)")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", nodeagent.DefaultCNIBinDir, "the node's CNI bin dir (read-only), where istio-cni's plugin binary is checked")
 	fs.StringVar(&cfg.CNIKubeconfig, "cni-kubeconfig", "", "the kubeconfig istio-cni writes (default: --cni-conf-dir/"+nodeagent.DefaultCNIKubeconfigName+")")
+	fs.StringVar(&f.cniServiceAccount, "cni-service-account", nodeagent.DefaultCNIServiceAccountName, "istio-cni's ServiceAccount in --istio-namespace: the token in its kubeconfig must authenticate as it (a TokenReview the agent makes as itself)")
 	fs.DurationVar(&cfg.HistoryEvery, "history-every", nodeagent.DefaultHistoryEvery, "how often a snapshot is kept in the history (/v1/history), the judge's baseline")
 	fs.DurationVar(&cfg.HistoryKeep, "history-keep", nodeagent.DefaultHistoryKeep, "how far back the history reaches: the longest baseline read from it without a wait")
 	fs.BoolVar(&f.podHistograms, "pod-histograms", true, "serve each pod side's histograms (connect latency, SRTT, connection ages) on /metrics: 93 series a pod side, 6 without them; /v1/snapshot keeps them either way")
 	fs.StringVar(&f.mesh, "mesh", meshAuto, "proof of enrollment of the node's ambient pods (docs/enrollment.md): auto (when the agent reaches the Kubernetes API) or off")
-	fs.StringVar(&f.ztunnel.Namespace, "istio-namespace", istio.DefaultNamespace, "the namespace of the ztunnel DaemonSets (--ztunnel-daemonsets)")
+	fs.StringVar(&f.ztunnel.Namespace, "istio-namespace", istio.DefaultNamespace, "the namespace of the ztunnel DaemonSets (--ztunnel-daemonsets) and of istio-cni's ServiceAccount (--cni-service-account)")
 	fs.StringVar(&f.ztunnelDaemonSets, "ztunnel-daemonsets", nodeagent.DefaultZtunnelDaemonSet, "comma-separated names of the DaemonSets whose pods on the node run its ztunnel: only their processes named ztunnel are ztunnels to the enrollment check")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for naming pods (default: in-cluster; none: pods are named by UID)")
 	fs.BoolVar(&f.showVersion, "version", false, "print the version and exit")
@@ -116,6 +118,7 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("mesh %q: want %s or %s", f.mesh, meshAuto, meshOff)
 	}
 	cfg := f.agent
+	cfg.CNIServiceAccount = "system:serviceaccount:" + f.ztunnel.Namespace + ":" + f.cniServiceAccount
 	log, err := zap.NewProduction()
 	if err != nil {
 		return err
@@ -141,6 +144,7 @@ func run(args []string, out io.Writer) error {
 		if err := podsFromAPI(ctx, &cfg, client, f.mesh == meshAuto, f.ztunnel); err != nil {
 			return err
 		}
+		cfg.CNITokenReviews = client.AuthenticationV1().TokenReviews()
 	} else if f.mesh == meshAuto {
 		log.Info("enrollment is not checked: no Kubernetes API (not in a cluster and no --kubeconfig)")
 	}

@@ -20,6 +20,10 @@ import (
 // agentSelector selects the node agents' pods (the chart's and deploy/'s DaemonSet).
 const agentSelector = "app.kubernetes.io/name=nodewise-agent"
 
+// agentServiceAccount is the node agents' ServiceAccount, in --agent-namespace:
+// the only requester of their certificates the signer approves.
+const agentServiceAccount = "nodewise-agent"
+
 // runCheckAgents is `orchestrator --check-agents`, the chart's `helm test`:
 // it reaches every node agent the way the orchestrator judges through them.
 func runCheckAgents(ctx context.Context, rc runConfig, out io.Writer) error {
@@ -35,7 +39,7 @@ func runCheckAgents(ctx context.Context, rc runConfig, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return checkAgents(ctx, kube, agents, rc.orchestrator.Namespace, out)
+	return checkAgents(ctx, kube, agents, rc.agentNamespace, out)
 }
 
 // snapshotter is what checkAgents asks each agent (remote.Agent).

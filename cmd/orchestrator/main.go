@@ -90,6 +90,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	fs.StringVar(&rc.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	fs.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases (default $POD_NAMESPACE, then nodewise-system)")
+	fs.StringVar(&rc.agentNamespace, "agent-namespace", "", "namespace of the node agents' DaemonSet and ServiceAccount nodewise-agent, whose certificate requests --agent-issuer signs and whose pods --check-agents asks (default --namespace)")
 	fs.StringVar(&cfg.Identity, "identity", os.Getenv("POD_NAME"), "leader-election identity (default $POD_NAME, then the hostname)")
 	fs.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader Lease duration (default 15s)")
 	fs.DurationVar(&cfg.RenewDeadline, "renew-deadline", 0, "leader renew deadline (default 10s)")
@@ -144,7 +145,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&hold, "test-hold-after-persist", "", "test hook: block after first persisting this node step")
 	fs.BoolVar(&rc.debug, "debug", false, "debug logging")
 	fs.BoolVar(&rc.showVersion, "version", false, "print the version and exit")
-	fs.BoolVar(&rc.checkAgents, "check-agents", false, "ask every node agent (pods "+agentSelector+" in --namespace) for a snapshot with the --agent-* credentials, print each, and exit 1 unless all answer (the chart's helm test)")
+	fs.BoolVar(&rc.checkAgents, "check-agents", false, "ask every node agent (pods "+agentSelector+" in --agent-namespace) for a snapshot with the --agent-* credentials, print each, and exit 1 unless all answer (the chart's helm test)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return rc, err
@@ -159,6 +160,9 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	}
 	if err := rc.gateAddresses.Validate(); err != nil {
 		return rc, fmt.Errorf("--cluster-domain: %w", err)
+	}
+	if rc.agentNamespace == "" {
+		rc.agentNamespace = cfg.Namespace
 	}
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	return rc, nil

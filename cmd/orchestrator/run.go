@@ -39,6 +39,9 @@ type runConfig struct {
 	debug          bool
 	showVersion    bool
 	checkAgents    bool
+	// agentNamespace is where the node agents' DaemonSet and ServiceAccount
+	// live (--agent-namespace; default --namespace).
+	agentNamespace string
 }
 
 // waveJudge is how the RevisionMigration controller's AgentGate watches each
@@ -64,7 +67,8 @@ func agentIssuer(rc *runConfig, kube kubernetes.Interface, cfg orchestrator.Conf
 	}
 	s, err := agentpki.NewSigner(agentpki.SignerConfig{
 		Kube: kube, Namespace: cfg.Namespace, CAValidity: rc.issuer.caValidity, CertValidity: rc.issuer.certValidity,
-		Logger: cfg.Logger.Named("agentpki"),
+		AgentUser: "system:serviceaccount:" + rc.agentNamespace + ":" + agentServiceAccount,
+		Logger:    cfg.Logger.Named("agentpki"),
 	})
 	if err != nil {
 		return nil, err

@@ -15,7 +15,8 @@ const (
 	// CNICheckKubeconfig: the kubeconfig istio-cni wrote is there and names
 	// a server and a token.
 	CNICheckKubeconfig = "kubeconfig"
-	// CNICheckToken: the API server that kubeconfig names accepts its token.
+	// CNICheckToken: the API server authenticates that kubeconfig's token as
+	// istio-cni's ServiceAccount (a TokenReview the agent makes as itself).
 	CNICheckToken = "token"
 	// CNICheckPlugin: the plugin binary is there, runs, and reports the
 	// version expected (when one was asked for).

@@ -97,7 +97,7 @@ func TestChartOnRealNode(t *testing.T) {
 
 	for _, w := range []struct{ ns, name, image string }{
 		{"nodewise-system", "nodewise-orchestrator", refs["orchestrator"]},
-		{"nodewise-system", "nodewise-agent", refs["nodeagent"]},
+		{"nodewise-agent", "nodewise-agent", refs["nodeagent"]},
 		{"nodewise-probe", "nodewise-probe", refs["probe"]},
 	} {
 		want, ok := rendered[w.name]

@@ -96,6 +96,15 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		n.Stop()
 		return nil, err
 	}
+	// The node agent mounts the host's CNI dirs (type Directory: it creates
+	// nothing on a node), which a node with a CNI has; this node's own CNI
+	// config lives under the containerd dir, so the standard dirs are made here.
+	for _, d := range []string{"/etc/cni/net.d", "/opt/cni/bin"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			n.Stop()
+			return nil, fmt.Errorf("the host's CNI dir %s, which the node agent mounts: %w", d, err)
+		}
+	}
 	// The API server reaches the kubelet (logs, exec) at the node's IP.
 	l, port, err := listenFree()
 	if err != nil {

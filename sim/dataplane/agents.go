@@ -95,6 +95,13 @@ func (d *DataPlane) StartAgents(ctx context.Context, cfg AgentsConfig) (*Agents,
 			Resolver: d.Resolver(n.Name), Mesh: d.Mesh(n.Name), Logger: cfg.Log.Named(n.Name), HistoryEvery: cfg.HistoryEvery,
 			CNIConfDir: cniConf, CNIBinDir: cniBin,
 		}
+		d.mu.Lock()
+		if d.client != nil {
+			// istio-cni's token is reviewed with the test cluster's client
+			// unless Credentials gives the agent its own.
+			acfg.CNITokenReviews = d.client.AuthenticationV1().TokenReviews()
+		}
+		d.mu.Unlock()
 		if cfg.Credentials != nil {
 			if err := cfg.Credentials(ctx, n, &acfg); err != nil {
 				a.Close()

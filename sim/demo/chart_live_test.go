@@ -59,7 +59,7 @@ func chartAgents(t *testing.T) wireAgents {
 		if err != nil {
 			return nil, nil, err
 		}
-		signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: chart.Namespace, Every: 200 * time.Millisecond, Logger: testLog(t)})
+		signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: chart.Namespace, AgentUser: chart.AgentUser, Every: 200 * time.Millisecond, Logger: testLog(t)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -150,7 +150,7 @@ func revisionsReadAgents(ctx context.Context, in chart.Installed, c *cluster.Clu
 func waitAgentPods(ctx context.Context, c *cluster.Cluster, nodes int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		ds, err := c.Client.AppsV1().DaemonSets(chart.Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(chart.AgentNamespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err == nil && int(ds.Status.NumberReady) == nodes {
 			return nil
 		}

@@ -347,7 +347,7 @@ func TestAlertsAndRolloutDashboardUseExportedMetrics(t *testing.T) {
 // TestChartValues checks the switches a platform engineer reaches for.
 func TestChartValues(t *testing.T) {
 	objs := render(t, "image.tag=v9.9.9", "judge.enabled=false", "monitoring.podMonitor.enabled=true", "monitoring.serviceMonitor.enabled=true")
-	ds := objs["DaemonSet "+Namespace+"/nodewise-agent"]
+	ds := objs["DaemonSet "+AgentNamespace+"/nodewise-agent"]
 	if ds == nil {
 		t.Fatal("no agent DaemonSet")
 	}
@@ -364,7 +364,7 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("agent args %s, want the proof of enrollment on by default (--mesh=auto)", args)
 	}
 	off := render(t, "agent.mesh=off")
-	containers, _, _ = unstructured.NestedSlice(off["DaemonSet "+Namespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
+	containers, _, _ = unstructured.NestedSlice(off["DaemonSet "+AgentNamespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
 	if args := fmt.Sprint(containers[0].(map[string]any)["args"]); !strings.Contains(args, "--mesh=off") {
 		t.Errorf("agent.mesh=off: agent args %s", args)
 	}
@@ -380,11 +380,36 @@ func TestChartValues(t *testing.T) {
 		{[]string{"agent.mode=proc", "agent.mesh=off"}, "[]"},
 		{[]string{"agent.mesh=off", "agent.securityContext.capabilities.add={NET_RAW,BPF}"}, "[BPF PERFMON NET_RAW]"},
 	} {
-		containers, _, _ := unstructured.NestedSlice(render(t, tc.set...)["DaemonSet "+Namespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
+		containers, _, _ := unstructured.NestedSlice(render(t, tc.set...)["DaemonSet "+AgentNamespace+"/nodewise-agent"].Object, "spec", "template", "spec", "containers")
 		add, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "securityContext", "capabilities", "add")
 		drop, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "securityContext", "capabilities", "drop")
 		if got := fmt.Sprint(add); got != tc.want || fmt.Sprint(drop) != "[ALL]" {
 			t.Errorf("%v: the agent adds capabilities %s and drops %v, want %s and ALL", tc.set, got, drop, tc.want)
+		}
+	}
+	// The host paths are read-only and created by no one; the cgroup tree is
+	// mounted only for eBPF (mode=proc names pods through /proc alone).
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{nil, "[/sys/fs/cgroup:Directory /proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory]"},
+		{[]string{"agent.mode=proc"}, "[/proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory]"},
+	} {
+		spec, _, _ := unstructured.NestedMap(render(t, tc.set...)["DaemonSet "+AgentNamespace+"/nodewise-agent"].Object, "spec", "template", "spec")
+		var paths []string
+		for _, v := range spec["volumes"].([]any) {
+			if hp, ok := v.(map[string]any)["hostPath"].(map[string]any); ok {
+				paths = append(paths, fmt.Sprintf("%s:%s", hp["path"], hp["type"]))
+			}
+		}
+		for _, m := range spec["containers"].([]any)[0].(map[string]any)["volumeMounts"].([]any) {
+			if m.(map[string]any)["readOnly"] != true {
+				t.Errorf("%v: agent mount %v is writable", tc.set, m)
+			}
+		}
+		if got := fmt.Sprint(paths); got != tc.want {
+			t.Errorf("%v: the agent's host paths %s, want %s", tc.set, got, tc.want)
 		}
 	}
 	// A renamed ztunnel (and a second one) gets its own surge binding, and
@@ -494,7 +519,7 @@ func TestChartServerSideApply(t *testing.T) {
 		t.Fatalf("second apply: %v", err)
 	}
 	testkit.WaitFor(t, 2*time.Minute, "an agent pod on each of the 3 nodes", func() (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(AgentNamespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -512,7 +537,7 @@ func TestChartServerSideApply(t *testing.T) {
 func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	orch := "system:serviceaccount:" + Namespace + ":nodewise-orchestrator"
-	agent := "system:serviceaccount:" + Namespace + ":nodewise-agent"
+	agent := "system:serviceaccount:" + AgentNamespace + ":nodewise-agent"
 	for _, tc := range []struct {
 		user, group, resource, sub, name, verb, ns string
 		want                                       bool

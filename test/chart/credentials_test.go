@@ -44,7 +44,7 @@ func install(t *testing.T, nodes int) *cluster.Cluster {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 2*time.Minute, "the chart's pods to run", func() (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(AgentNamespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -147,7 +147,7 @@ func TestChartAgentCredentials(t *testing.T) {
 
 	orchPod := podOf(t, in, "nodewise-orchestrator", "")
 	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", orchPod, nil))
-	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: time.Hour, Logger: log.Named("signer")}) // every request by the watch
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, AgentUser: AgentUser, Every: time.Hour, Logger: log.Named("signer")}) // every request by the watch
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestChartAgentCertificateRenews(t *testing.T) {
 	const life = 10 * time.Minute // the signer's shortest
 	behind := life - 30*time.Second
 	orchKube := clientAs(t, in, tokenFor(t, in, "nodewise-orchestrator", podOf(t, in, "nodewise-orchestrator", ""), nil))
-	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, Every: time.Hour, CertValidity: life,
+	signer, err := agentpki.NewSigner(agentpki.SignerConfig{Kube: orchKube, Namespace: Namespace, AgentUser: AgentUser, Every: time.Hour, CertValidity: life,
 		Now: func() time.Time { return time.Now().Add(-behind) }, Logger: log.Named("signer")})
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +351,7 @@ func TestChartAgentCertificateRenews(t *testing.T) {
 	}
 	var ours int
 	for _, r := range csrs.Items {
-		if v := r.Spec.Extra[agentpki.NodeNameExtra]; r.Spec.Username != "system:serviceaccount:"+Namespace+":nodewise-agent" || len(v) != 1 || v[0] != node {
+		if v := r.Spec.Extra[agentpki.NodeNameExtra]; r.Spec.Username != "system:serviceaccount:"+AgentNamespace+":nodewise-agent" || len(v) != 1 || v[0] != node {
 			continue
 		}
 		ours++

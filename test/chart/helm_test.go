@@ -97,7 +97,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		return false, nil
 	})
 	testkit.WaitFor(t, 2*time.Minute, "agents on both nodes with the global annotation", func() (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(AgentNamespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -265,7 +265,7 @@ func TestChartWorkloadOverrides(t *testing.T) {
 	}
 	orch := pod("Deployment", Namespace, "nodewise-orchestrator")
 	rev := pod("Deployment", Namespace, "nodewise-revisions")
-	agent := pod("DaemonSet", Namespace, "nodewise-agent")
+	agent := pod("DaemonSet", AgentNamespace, "nodewise-agent")
 	probe := pod("DaemonSet", "nodewise-probe", "nodewise-probe")
 	for name, p := range map[string]map[string]any{"orchestrator": orch, "revisions": rev, "agent": agent, "probe": probe} {
 		if str(p, "metadata", "labels", "team") != `"mesh"` || str(p, "metadata", "labels", "app.kubernetes.io/part-of") != `"nodewise"` {

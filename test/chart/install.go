@@ -28,7 +28,7 @@ type Installed struct {
 // AllowedCallers are the callers the chart's agent DaemonSet admits to every
 // endpoint (its --allowed-caller arguments), as applied to the cluster.
 func (in Installed) AllowedCallers(ctx context.Context) ([]string, error) {
-	ds, err := in.Client.AppsV1().DaemonSets(Namespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
+	ds, err := in.Client.AppsV1().DaemonSets(AgentNamespace).Get(ctx, "nodewise-agent", metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading the chart's agent DaemonSet: %w", err)
 	}
@@ -49,7 +49,7 @@ func (in Installed) AllowedCallers(ctx context.Context) ([]string, error) {
 // PodOn is a running pod of the chart's component app (its
 // app.kubernetes.io/name) on node, or on any node when node is "".
 func (in Installed) PodOn(ctx context.Context, app, node string) (*corev1.Pod, error) {
-	pods, err := in.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+	pods, err := in.Client.CoreV1().Pods(namespaceOf(app)).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +69,7 @@ func (in Installed) Token(ctx context.Context, sa string, pod *corev1.Pod, audie
 	if pod != nil {
 		tr.Spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
 	}
-	got, err := in.Client.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
+	got, err := in.Client.CoreV1().ServiceAccounts(namespaceOf(sa)).CreateToken(ctx, sa, tr, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("a token for ServiceAccount %s: %w", sa, err)
 	}
@@ -88,7 +88,7 @@ func (in Installed) ClientAs(token string) (kubernetes.Interface, error) {
 // it (--tls-csr --token-review): as the agent pod's own ServiceAccount, a
 // serving certificate for node and ips from a signing request, and callers
 // checked by TokenReview, admitting the callers its --allowed-caller
-// arguments name. It waits until the
+// arguments name, and istio-cni's token reviewed as itself. It waits until the
 // certificate is signed (an orchestrator's agentpki.Signer must run).
 func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net.IP, cfg *nodeagent.Config, log *zap.Logger) error {
 	if log == nil {
@@ -123,5 +123,6 @@ func (in Installed) AgentCredentials(ctx context.Context, node string, ips []net
 	}
 	cfg.CertFile, cfg.KeyFile, cfg.TokenFile = "", "", ""
 	cfg.GetCertificate, cfg.Authenticator = req.GetCertificate, rev
+	cfg.CNITokenReviews = kube.AuthenticationV1().TokenReviews()
 	return nil
 }

@@ -39,6 +39,24 @@ import (
 // the chart is rendered into.
 const Namespace = "nodewise-system"
 
+// AgentNamespace is where the chart and the kustomize base run the node
+// agents (agent.namespace): their own namespace, at Pod Security level
+// privileged.
+const AgentNamespace = "nodewise-agent"
+
+// AgentUser is the agents' ServiceAccount username, the only requester of
+// their certificates the orchestrator's signer approves (its --agent-namespace).
+const AgentUser = "system:serviceaccount:" + AgentNamespace + ":nodewise-agent"
+
+// namespaceOf is the namespace of a chart component's pods and
+// ServiceAccount (app: its app.kubernetes.io/name).
+func namespaceOf(app string) string {
+	if app == "nodewise-agent" {
+		return AgentNamespace
+	}
+	return Namespace
+}
+
 // KubeVersion is the Kubernetes version `helm template` renders for (the
 // simulated cluster's minor): Helm built from its module has no default.
 const KubeVersion = "1.37.0"

@@ -74,7 +74,7 @@ func quantity(t *testing.T, c map[string]any, path ...string) *resource.Quantity
 const (
 	orchestratorKey = "Deployment " + Namespace + "/nodewise-orchestrator"
 	revisionsKey    = "Deployment " + Namespace + "/nodewise-revisions"
-	agentKey        = "DaemonSet " + Namespace + "/nodewise-agent"
+	agentKey        = "DaemonSet " + AgentNamespace + "/nodewise-agent"
 	probeKey        = "DaemonSet nodewise-probe/nodewise-probe"
 	helmTestKey     = "Pod " + Namespace + "/nodewise-test-agents"
 )

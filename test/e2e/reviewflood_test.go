@@ -17,7 +17,6 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -53,15 +52,7 @@ func TestNewLeaderTokenServedUnderAFlood(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "reviews"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "reviews"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "reviews"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "nodewise-agent", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantTokenReviews(t, c, ns, "nodewise-agent")
 	token := func(sa string, audiences ...string) string {
 		t.Helper()
 		tr, err := c.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})

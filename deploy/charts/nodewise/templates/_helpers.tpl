@@ -31,9 +31,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{ .image.pullPolicy | default .root.Values.image.pullPolicy }}
 {{- end -}}
 
-{{/* The ServiceAccount username of a nodewise component. */}}
+{{/* The ServiceAccount username of a nodewise component in the release namespace. */}}
 {{- define "nodewise.sa" -}}
 system:serviceaccount:{{ .root.Release.Namespace }}:{{ .name }}
+{{- end -}}
+
+{{/* The node agents' namespace (agent.namespace), which must not be the release namespace: the agents need Pod Security level privileged, every other nodewise pod passes restricted. */}}
+{{- define "nodewise.agentNamespace" -}}
+{{- if eq .Values.agent.namespace .Release.Namespace -}}
+{{- fail (printf "agent.namespace %q is the release namespace: the node agents need Pod Security level privileged and the controllers run restricted, so the agents need a namespace of their own (default nodewise-agent)" .Values.agent.namespace) -}}
+{{- end -}}
+{{- .Values.agent.namespace -}}
+{{- end -}}
+
+{{/* Pod Security admission labels of a namespace the chart creates: (dict "level" "restricted"|"privileged"). enforce refuses a pod above the level; audit and warn report it. */}}
+{{- define "nodewise.podSecurityLabels" -}}
+pod-security.kubernetes.io/enforce: {{ .level }}
+pod-security.kubernetes.io/audit: {{ .level }}
+pod-security.kubernetes.io/warn: {{ .level }}
 {{- end -}}
 
 {{- define "nodewise.podEnv" -}}
