@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,9 +49,31 @@ func waitPods(t *testing.T, ctx context.Context, c kubernetes.Interface, ns, sel
 		return ok(pods), nil
 	})
 	if err != nil {
-		t.Fatalf("waiting for pods %q in %s: %v (last saw %d)", selector, ns, err, len(pods))
+		t.Fatalf("waiting for pods %q in %s: %v (last saw %d: %s)", selector, ns, err, len(pods), podStates(pods))
 	}
 	return pods
+}
+
+// podStates says, for each pod, its node, phase and each container's state
+// and last termination (a crash's reason and exit code).
+func podStates(pods []corev1.Pod) string {
+	var out []string
+	for _, p := range pods {
+		s := fmt.Sprintf("%s on %q %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			switch {
+			case cs.State.Waiting != nil:
+				s += fmt.Sprintf(", %s waiting (%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+			case cs.State.Running != nil:
+				s += fmt.Sprintf(", %s running", cs.Name)
+			}
+			if lt := cs.LastTerminationState.Terminated; lt != nil {
+				s += fmt.Sprintf(", last ended %s exit %d: %q", lt.Reason, lt.ExitCode, lt.Message)
+			}
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
 }
 
 func simpleDeployment(ns, name string, replicas int32, image string) *appsv1.Deployment {
