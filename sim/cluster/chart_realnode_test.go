@@ -126,6 +126,9 @@ func TestChartOnRealNode(t *testing.T) {
 		repo, _, _ := strings.Cut(w.image, ":")
 		pinned := w.image + "@" + digests[w.image]
 		cs := pod.Status.ContainerStatuses
+		if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Image != pinned {
+			t.Errorf("%s: the pod runs %v, want the image %s", w.name, pod.Spec.Containers, pinned)
+		}
 		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].ImageID != repo+"@"+digests[w.image] {
 			t.Errorf("%s: container statuses %+v, want one running image %s@%s", w.name, cs, repo, digests[w.image])
 		}
