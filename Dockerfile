@@ -7,7 +7,7 @@
 #   make images IMAGE_BUILDER=docker  # docker buildx, the same stages
 # both write bin/images/NAME.tar (OCI archives) tagged ghcr.io/nodewise/NAME:TAG.
 # By hand: make image-context, then
-#   docker buildx build -f Dockerfile --target orchestrator -t ghcr.io/nodewise/orchestrator:v0.1.0 bin/images/context
+#   docker buildx build -f Dockerfile --target orchestrator -t ghcr.io/nodewise/orchestrator:v0.2.0 bin/images/context
 
 # The orchestrator only talks to the API server and the agents: non-root,
 # nothing but the binary and CA certificates.

@@ -40,8 +40,13 @@ GENERATED := bpf api deploy/crds
 TOOLS      := etcd kubernetes prometheus istioctl registry kubelet
 DEMO_TOOLS := etcd kubernetes
 
-# The version every binary carries (nodewise version, nodewise_build_info).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version: one source, the chart's appVersion. Every binary carries it
+# (nodewise version, nodewise_build_info), the images are tagged with it, and
+# `make release VERSION=vX.Y.Z` stamps the packaged chart with it. Between
+# releases a build says the coming release's version; its image's digest, not
+# the tag, tells builds apart, and a release pins the digests.
+CHART   := deploy/charts/nodewise
+VERSION ?= $(shell sed -n 's/^appVersion: *//p' $(CHART)/Chart.yaml)
 LDFLAGS := -s -w -X github.com/nodewise/nodewise/buildinfo.version=$(VERSION)
 
 export PATH := $(BIN):$(PATH)
@@ -122,10 +127,11 @@ bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plan
 
 ##@ Images and releases
 
-# Image names follow the chart (ghcr.io/nodewise/NAME); the tag is the chart's
-# appVersion, the tag `helm install` pulls; the binaries inside carry VERSION.
+# Image names follow the chart (ghcr.io/nodewise/NAME); the tag is VERSION
+# (the chart's appVersion, the tag `helm install` pulls), which the binaries
+# inside carry too.
 IMAGE_REPO ?= ghcr.io/nodewise
-IMAGE_TAG  ?= $(shell sed -n 's/^appVersion: *//p' deploy/charts/nodewise/Chart.yaml)
+IMAGE_TAG  ?= $(VERSION)
 IMAGES     := orchestrator nodeagent probe
 # buildah (Debian) or docker (docker buildx): the same Dockerfile stages.
 IMAGE_BUILDER ?= buildah
@@ -146,6 +152,20 @@ image-context: build ## Write only the images' build context (bin/images/context
 .PHONY: krew
 krew: ## Package kubectl-nodewise for krew: dist/kubectl-nodewise_OS_ARCH.tar.gz and dist/nodewise.yaml with their sha256.
 	@hack/krew.sh $(VERSION)
+
+# Where `make release` writes, and the OCI registry (host:port) it pushes the
+# chart to, as oci://$(RELEASE_REGISTRY)/charts/nodewise; empty: no push.
+RELEASE_DIR      ?= $(BIN)/release
+RELEASE_REGISTRY ?=
+
+.PHONY: release
+release: release-version tool-helm images ## make release VERSION=vX.Y.Z: images tagged VERSION, the chart package (version and appVersion VERSION, images pinned by digest), the krew archives and manifest, and SHA256SUMS, in bin/release; pushes the chart to RELEASE_REGISTRY when set.
+	@hack/release.sh $(VERSION) $(RELEASE_DIR) $(RELEASE_REGISTRY)
+
+# release-version refuses a VERSION that is not vX.Y.Z before anything builds.
+.PHONY: release-version
+release-version:
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$$ ]] || { echo "make release: VERSION=$(VERSION) is not vX.Y.Z (make release VERSION=v0.2.0)" >&2; exit 2; }
 
 ##@ Generated code
 
@@ -208,7 +228,6 @@ clean: ## Remove built binaries (the cached tools too).
 
 ##@ Chart
 
-CHART := deploy/charts/nodewise
 # Helm built from its Go module (tools/helm) has no default Kubernetes version.
 HELM_KUBE_VERSION := 1.37.0
 

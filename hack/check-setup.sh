@@ -33,6 +33,7 @@ declare -A needs=(
 	[image-context]="build"
 	[deps-images]=""
 	[krew]=""
+	[release]="build deps-images images tool:helm"
 	[chart-check]="tool:helm"
 	[chart-package]="tool:helm"
 	[chart-sync]=""

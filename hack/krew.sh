@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# krew.sh VERSION builds kubectl-nodewise for each platform of
-# deploy/krew/nodewise.yaml into dist/kubectl-nodewise_OS_ARCH.tar.gz and
-# writes dist/nodewise.yaml: the manifest with VERSION and the archives' sha256.
+# krew.sh VERSION [DIR] builds kubectl-nodewise for each platform of
+# deploy/krew/nodewise.yaml into DIR/kubectl-nodewise_OS_ARCH.tar.gz and
+# writes DIR/nodewise.yaml: the manifest with VERSION and the archives' sha256.
+# DIR defaults to dist/; make release passes bin/release.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-version=${1:?usage: krew.sh VERSION}
-dist="$root/dist"
+version=${1:?usage: krew.sh VERSION [DIR]}
+dist=${2:-$root/dist}
 manifest=$(sed "s/VERSION/$version/g" "$root/deploy/krew/nodewise.yaml")
 mkdir -p "$dist"
 for platform in $(grep -o 'SHA256_[a-z0-9]*_[a-z0-9]*' "$root/deploy/krew/nodewise.yaml" | sed 's/^SHA256_//' | sort -u); do

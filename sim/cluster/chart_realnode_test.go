@@ -31,17 +31,20 @@ import (
 )
 
 // TestChartOnRealNode installs the chart with `helm install` onto a cluster
-// with a real kubelet node, and checks that the orchestrator, the agent and
-// the probe run there as containers: pulled by the node's containerd from a
-// registry on loopback (the images `make images` built, pushed there under
-// their ghcr.io names; the node reaches it through a hosts.toml mirror, as a
-// cluster behind a private mirror does), Running from those images, Ready
-// through their own probes, and with the securityContext the chart renders,
-// unchanged. The agent is Ready only once its serving certificate is issued,
-// so this also has the orchestrator, in its container and with in-cluster
-// credentials, sign the agent's CSR; the test then trusts only the bundle
-// the orchestrator publishes, for the node's name, to read the agent.
-// Last, NodeRollouts of the node's ztunnel (rolloutOnRealNode): the
+// with a real kubelet node, from the package a release makes
+// (hack/release-chart.sh on the images `make images` built: version and
+// appVersion the images' tag, each image pinned by its digest), and checks
+// that the orchestrator, the agent and the probe run there as containers:
+// pulled by the node's containerd from a registry on loopback (the images
+// pushed there under their ghcr.io names; the node reaches it through a
+// hosts.toml mirror, as a cluster behind a private mirror does), Running
+// the digests the package names, Ready through their own probes, and with
+// the securityContext the chart renders, unchanged. The orchestrator in its
+// container reports the package's appVersion. The agent is Ready only once
+// its serving certificate is issued, so this also has the orchestrator, in
+// its container and with in-cluster credentials, sign the agent's CSR; the
+// test then trusts only the bundle the orchestrator publishes, for the
+// node's name, to read the agent. Last, NodeRollouts of the node's ztunnel (rolloutOnRealNode): the
 // orchestrator judges the node from that agent's evidence, passes a healthy
 // build and halts on one that never gets Ready.
 func TestChartOnRealNode(t *testing.T) {
@@ -76,9 +79,11 @@ func TestChartOnRealNode(t *testing.T) {
 `, n.Name, TaintRealNode)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The chart's own image names and tags (its appVersion, what `make
-	// images` tags), with its own pull policy: the node has none of them.
-	args := []string{"install", "nodewise", filepath.Join("..", "..", "deploy", "charts", "nodewise"),
+	// The release's package: the chart's own image names, with the tag
+	// `make images` gave them and their digests, and its own pull policy:
+	// the node has none of them.
+	pkg, appVersion, digests := releaseChart(t, ctx, bin, dir, images)
+	args := []string{"install", "nodewise", pkg,
 		"--kubeconfig", c.Kubeconfig, "-n", "nodewise-system", "--create-namespace", "-f", values,
 		"--set", "revisions.enabled=false"}
 	// The chart's Roles for the data plane live in the Istio namespace; Istio
@@ -115,9 +120,17 @@ func TestChartOnRealNode(t *testing.T) {
 			return false
 		})
 		running[w.name] = pod
+		// The image the chart pins: the tag the images were pushed under,
+		// with the digest of the image the test imported; the node's
+		// containerd resolved it to that digest (imageID, repo@digest).
+		repo, _, _ := strings.Cut(w.image, ":")
+		pinned := w.image + "@" + digests[w.image]
 		cs := pod.Status.ContainerStatuses
-		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].Image != w.image || cs[0].ImageID == "" {
-			t.Errorf("%s: container statuses %+v, want one running from %s", w.name, cs, w.image)
+		if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Image != pinned {
+			t.Errorf("%s: the pod runs %v, want the image %s", w.name, pod.Spec.Containers, pinned)
+		}
+		if len(cs) != 1 || cs[0].State.Running == nil || cs[0].ImageID != repo+"@"+digests[w.image] {
+			t.Errorf("%s: container statuses %+v, want one running image %s@%s", w.name, cs, repo, digests[w.image])
 		}
 		if !reflect.DeepEqual(pod.Spec.SecurityContext, want.SecurityContext) {
 			t.Errorf("%s: pod securityContext %+v, the chart renders %+v", w.name, pod.Spec.SecurityContext, want.SecurityContext)
@@ -125,15 +138,15 @@ func TestChartOnRealNode(t *testing.T) {
 		if len(pod.Spec.Containers) != 1 || !reflect.DeepEqual(pod.Spec.Containers[0].SecurityContext, want.Containers[0].SecurityContext) {
 			t.Errorf("%s: container securityContext differs from the chart's %+v", w.name, want.Containers[0].SecurityContext)
 		}
-		if want.Containers[0].Image != w.image {
-			t.Errorf("%s: the chart renders image %s, want its default %s", w.name, want.Containers[0].Image, w.image)
+		if want.Containers[0].Image != pinned {
+			t.Errorf("%s: the chart renders image %s, want its default %s", w.name, want.Containers[0].Image, pinned)
 		}
 	}
 	for _, name := range images {
 		checkPulledThroughMirror(t, reg, refs[name])
 	}
 	agentSeesPods(t, ctx, c, n, running["nodewise-agent"], running["nodewise-probe"])
-	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"])
+	versionFromServer(t, ctx, c, bin, running["nodewise-orchestrator"], refs["orchestrator"], appVersion)
 	rolloutOnRealNode(t, ctx, c, n, running["nodewise-probe"])
 }
 
@@ -141,9 +154,10 @@ func TestChartOnRealNode(t *testing.T) {
 // prints Kubernetes' version, the orchestrator Deployment with its image's
 // version and its one Ready replica, and the running orchestrator's build,
 // which the orchestrator in that pod writes on its leader Lease: the build
-// inside the image, the same as the CLI's (make builds both), also what the
-// process serves as nodewise_build_info on its metrics port.
-func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string, orch corev1.Pod, image string) {
+// inside the image, the same as the CLI's (make builds both) and the chart's
+// appVersion, also what the process serves as nodewise_build_info on its
+// metrics port.
+func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string, orch corev1.Pod, image, appVersion string) {
 	t.Helper()
 	out, err := exec.CommandContext(ctx, filepath.Join(bin, "nodewise"), "version", "-o", "json", "--kubeconfig", c.Kubeconfig).Output()
 	if err != nil {
@@ -157,6 +171,9 @@ func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("nodewise version -o json printed %s: %v", out, err)
+	}
+	if v.Client.Version != appVersion {
+		t.Errorf("nodewise version: the client is %q, want the chart's appVersion %q", v.Client.Version, appVersion)
 	}
 	if !strings.HasPrefix(v.Kubernetes, "v1.") {
 		t.Errorf("nodewise version: Kubernetes %q, want the API server's v1.x", v.Kubernetes)
@@ -196,6 +213,43 @@ func versionFromServer(t *testing.T, ctx context.Context, c *Cluster, bin string
 	if info := grepLine(string(b), want); !strings.Contains(info, `version="`+v.Client.Version+`"`) {
 		t.Errorf("the running orchestrator's build: %q, want version %q (the CLI's build)", info, v.Client.Version)
 	}
+}
+
+// releaseChart packages the chart as `make release` does
+// (hack/release-chart.sh) from the image archives in dir, for the version
+// they are tagged with, and returns the package, its appVersion as Helm
+// reads it, and each image's manifest digest (by its ghcr.io name and tag)
+// as the archive records it, read here, apart from the script.
+func releaseChart(t *testing.T, ctx context.Context, bin, dir string, names []string) (pkg, appVersion string, digests map[string]string) {
+	t.Helper()
+	digests = map[string]string{}
+	version := ""
+	for _, name := range names {
+		ref, digest, err := archiveImage(filepath.Join(dir, name+".tar"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[ref] = digest
+		version = ref[strings.LastIndex(ref, ":")+1:]
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join("..", "..", "hack", "release-chart.sh"), version, dir, t.TempDir())
+	cmd.Env = append(os.Environ(), "HELM="+filepath.Join(bin, "helm"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/release-chart.sh %s: %v: %s", version, err, stderr.String())
+	}
+	pkg = strings.TrimSpace(string(out))
+	meta, err := exec.CommandContext(ctx, filepath.Join(bin, "helm"), "show", "chart", pkg).Output()
+	if err != nil {
+		t.Fatalf("helm show chart %s: %v", pkg, err)
+	}
+	appVersion = strings.TrimSpace(strings.TrimPrefix(grepLine(string(meta), "appVersion:"), "appVersion:"))
+	if appVersion != version {
+		t.Fatalf("the package's appVersion is %q, want %q (the images' tag)", appVersion, version)
+	}
+	return pkg, appVersion, digests
 }
 
 // agentSeesPods checks that the agent in its container counts with eBPF (its

@@ -151,7 +151,7 @@ func (c *Containerd) Import(ctx context.Context, archive string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	// "unpacking ghcr.io/nodewise/probe:v0.1.0 (sha256:…)...done"
+	// "unpacking ghcr.io/nodewise/probe:v0.2.0 (sha256:…)...done"
 	if f := strings.Fields(out); len(f) >= 2 && f[0] == "unpacking" {
 		return f[1], nil
 	}

@@ -72,7 +72,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		return nil, fmt.Errorf("no kubelet (make tool-kubelet builds it): %w", err)
 	}
 	pauseTar := filepath.Join(opts.BinDir, "images", "pause.tar")
-	pause, err := archiveRef(pauseTar)
+	pause, _, err := archiveImage(pauseTar)
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox image (make images builds it): %w", err)
 	}
@@ -271,40 +271,43 @@ func unmountUnder(dir string) {
 	}
 }
 
-// archiveRef is the image name an OCI archive's index records
-// (org.opencontainers.image.ref.name, as buildah and docker buildx write it).
-func archiveRef(path string) (string, error) {
+// archiveImage is the image an OCI archive's index records: its name
+// (org.opencontainers.image.ref.name, as buildah and docker buildx write it)
+// and its manifest's digest, the digest a registry serves it under once
+// pushed unchanged (containerd imports and pushes the manifest as it is).
+func archiveImage(path string) (ref, digest string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return "", fmt.Errorf("%s has no index.json: not an OCI archive", path)
+			return "", "", fmt.Errorf("%s has no index.json: not an OCI archive", path)
 		}
 		if err != nil {
-			return "", fmt.Errorf("reading %s: %w", path, err)
+			return "", "", fmt.Errorf("reading %s: %w", path, err)
 		}
 		if filepath.Clean(h.Name) != "index.json" {
 			continue
 		}
 		var index struct {
 			Manifests []struct {
+				Digest      string            `json:"digest"`
 				Annotations map[string]string `json:"annotations"`
 			} `json:"manifests"`
 		}
 		if err := json.NewDecoder(tr).Decode(&index); err != nil {
-			return "", fmt.Errorf("reading %s's index.json: %w", path, err)
+			return "", "", fmt.Errorf("reading %s's index.json: %w", path, err)
 		}
 		for _, m := range index.Manifests {
 			if ref := m.Annotations["org.opencontainers.image.ref.name"]; ref != "" {
-				return ref, nil
+				return ref, m.Digest, nil
 			}
 		}
-		return "", fmt.Errorf("%s's index.json names no image", path)
+		return "", "", fmt.Errorf("%s's index.json names no image", path)
 	}
 }
 

@@ -486,8 +486,8 @@ func TestChartValues(t *testing.T) {
 	def := render(t)
 	dep = def["Deployment "+Namespace+"/nodewise-orchestrator"]
 	containers, _, _ = unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
-	if img := containers[0].(map[string]any)["image"]; img != "ghcr.io/nodewise/orchestrator:v0.1.0" {
-		t.Errorf("orchestrator image %v, want the chart's appVersion v0.1.0", img)
+	if img := containers[0].(map[string]any)["image"]; img != "ghcr.io/nodewise/orchestrator:v0.2.0" {
+		t.Errorf("orchestrator image %v, want the chart's appVersion v0.2.0", img)
 	}
 	if def["Namespace /"+Namespace] != nil {
 		t.Error("the chart renders the Namespace by default; helm install --create-namespace makes it")

@@ -90,7 +90,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		for _, p := range pods.Items {
 			sc := p.Spec.SecurityContext
 			if p.Status.Phase == corev1.PodRunning && sc != nil && sc.RunAsUser != nil && *sc.RunAsUser == 1000650000 &&
-				p.Annotations["example.com/team"] == "mesh" && p.Spec.Containers[0].Image == "ghcr.io/nodewise/orchestrator@"+digest {
+				p.Annotations["example.com/team"] == "mesh" && p.Spec.Containers[0].Image == "ghcr.io/nodewise/orchestrator:v0.2.0@"+digest {
 				return true, nil
 			}
 		}

@@ -17,13 +17,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* A component's image: (dict "root" . "image" .Values.<component>.image). repository@digest when a digest is set, else repository:tag (the component's tag, else image.tag, else appVersion). */}}
+{{/* A component's image: (dict "root" . "image" .Values.<component>.image). repository:tag (the component's tag, else image.tag, else appVersion), then @digest when a digest is set: the runtime pulls the digest, the tag says which release it is. */}}
 {{- define "nodewise.image" -}}
-{{- if .image.digest -}}
-{{ .image.repository }}@{{ .image.digest }}
-{{- else -}}
 {{ .image.repository }}:{{ .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
-{{- end -}}
+{{- with .image.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
 {{/* A component's pull policy: its own, else image.pullPolicy. */}}
