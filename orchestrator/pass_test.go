@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,5 +110,24 @@ func TestPassDecidesWithoutWriting(t *testing.T) {
 				t.Errorf("applying over clients that refuse writes: err %v, writes %v: want a write refused", err, writes())
 			}
 		})
+	}
+}
+
+// TestBlockingAlertsWithoutPrometheusHoldStarts: spec.blocking.alerts under
+// a gate that reads no Prometheus (the readiness gate) hold every start,
+// saying why: the alerts cannot be read, so the pass fails closed.
+func TestBlockingAlertsWithoutPrometheusHoldStarts(t *testing.T) {
+	e := newEnv(t, append(cluster(fixture.OldHash, "n1"), rollout("r", func(nr *v1alpha1.NodeRollout) {
+		nr.Spec.Blocking = v1alpha1.BlockingSpec{PrometheusAddress: "http://prometheus.monitoring:9090", Alerts: []v1alpha1.BlockingAlert{{Name: "NodeDown"}}}
+	}))...)
+	ps, err := e.ex.observer.Pass(e.ctx, e.stored("r"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(ps.Snap.AlertsBlock, "does not read Prometheus") {
+		t.Errorf("alerts block %q: want the starts held because the gate reads no Prometheus", ps.Snap.AlertsBlock)
+	}
+	if slices.ContainsFunc(ps.Decision.Actions, func(a planner.Action) bool { return a.Kind == planner.ActStart }) {
+		t.Errorf("actions %+v: want no start while the blocking alerts cannot be read", ps.Decision.Actions)
 	}
 }

@@ -50,7 +50,8 @@ type Observer struct {
 	// rollout completes only once the cache has its targets' templates).
 	Live func(ctx context.Context, namespace, name string) (*appsv1.DaemonSet, error)
 	// Alerts reads the labels of the alerts firing at a Prometheus address
-	// (the gate's); nil: this orchestrator reads no Prometheus.
+	// (the gate's FiringAlerts, whose error holds every start when the gate
+	// reads no Prometheus); Pass needs it, Snapshot does not.
 	Alerts func(ctx context.Context, address string) ([]map[string]string, error)
 	// IstioNamespace is where the targets must live.
 	IstioNamespace string

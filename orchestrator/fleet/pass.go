@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,7 +23,6 @@ import (
 type Pass struct {
 	// Finished: the rollout finished and its spec did not change since.
 	Finished bool
-	Now      time.Time
 	Deleting bool
 	// Requests are the verbs asked of the rollout whose asker is not yet
 	// recorded (model.DueRequests).
@@ -68,7 +66,7 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 		}
 	}
 	now := o.Now()
-	ps := &Pass{Now: now, Deleting: deleting, Requests: model.DueRequests(nr, metav1.NewTime(now)), Policy: o.policy(nr)}
+	ps := &Pass{Deleting: deleting, Requests: model.DueRequests(nr, metav1.NewTime(now)), Policy: o.policy(nr)}
 	p := ps.Policy
 	if kept != nil && kept.In != nil {
 		ps.Snap, ps.Inputs, ps.Kept = kept.Snapshot(nr), kept.In, kept

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -107,19 +106,12 @@ func (o *Observer) targetsBehind(ctx context.Context, refs []v1alpha1.TargetRef)
 	return "", nil
 }
 
-// errNoAlertReader: the gate cannot reach Prometheus, so blocking alerts
-// cannot be read and hold every start.
-var errNoAlertReader = errors.New("this orchestrator's gate does not read Prometheus")
-
 // alertsBlock reads spec.blocking.alerts through the gate's Prometheus
 // client: why they hold every start, "" when they do not (none set, or none
 // firing). A read that fails holds them (fail closed).
 func (o *Observer) alertsBlock(ctx context.Context, b model.Blocking) string {
 	if len(b.Alerts) == 0 {
 		return ""
-	}
-	if o.Alerts == nil {
-		return planner.AlertsBlock(b, nil, errNoAlertReader)
 	}
 	raw, err := o.Alerts(ctx, b.Address)
 	firing := make([]planner.FiringAlert, 0, len(raw))
