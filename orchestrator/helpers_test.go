@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -111,7 +112,7 @@ func cluster(hash string, nodes ...string) []runtime.Object {
 func rollout(name string, mut func(*v1alpha1.NodeRollout)) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Generation: 1, CreationTimestamp: metav1.NewTime(t0.Add(-time.Hour))},
-		Spec: v1alpha1.NodeRolloutSpec{MaxParallel: 1, MaxUnavailable: 1,
+		Spec: v1alpha1.NodeRolloutSpec{MaxParallel: intstr.FromInt32(1), MaxUnavailable: intstr.FromInt32(1),
 			Baseline: &v1alpha1.Duration{}, Soak: &v1alpha1.Duration{}},
 	}
 	if mut != nil {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -104,7 +105,9 @@ type benchFleet struct {
 
 func newBenchFleet(b *testing.B, n int) *benchFleet {
 	b.Helper()
-	nr := rollout("fleet", func(nr *v1alpha1.NodeRollout) { nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 50, 50 })
+	nr := rollout("fleet", func(nr *v1alpha1.NodeRollout) {
+		nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(50), intstr.FromInt32(50)
+	})
 	var views []model.NodeView
 	for i := range n {
 		zone := fmt.Sprintf("zone-%c", 'a'+i%5)

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -367,7 +368,7 @@ func TestReconcileInvalidRolloutIsPending(t *testing.T) {
 		extra []*v1alpha1.NodeRollout
 		want  string
 	}{
-		{"bad field", func(nr *v1alpha1.NodeRollout) { nr.Spec.MaxParallel = -1 }, nil, "spec.maxParallel"},
+		{"bad field", func(nr *v1alpha1.NodeRollout) { nr.Spec.MaxParallel = intstr.FromInt32(-1) }, nil, "spec.maxParallel"},
 		{"other namespace", func(nr *v1alpha1.NodeRollout) {
 			nr.Spec.Targets = []v1alpha1.TargetRef{{Namespace: "kube-system", Name: "ztunnel"}}
 		}, nil, "not in the Istio namespace istio-system"},
@@ -415,7 +416,7 @@ func TestReconcileDeletedInvalidRollout(t *testing.T) {
 		now := metav1.NewTime(t0)
 		nr.DeletionTimestamp = &now
 		nr.Finalizers = []string{model.FinalizerReleaseNodes}
-		nr.Spec.MaxParallel = -1
+		nr.Spec.MaxParallel = intstr.FromInt32(-1)
 	}
 	for _, tc := range []struct {
 		name     string

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // TestDurationDecodesEveryValue: a spec with a value that is not a duration
@@ -32,7 +34,7 @@ func TestDurationDecodesEveryValue(t *testing.T) {
 			t.Errorf("%s: decoding failed: %v", tc.in, err)
 			continue
 		}
-		if spec.MaxParallel != 2 {
+		if spec.MaxParallel != intstr.FromInt32(2) {
 			t.Errorf("%s: the rest of the spec was not decoded", tc.in)
 		}
 		if spec.Soak.Duration != tc.want {

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // DrainPolicy says whether a node is drained before its data plane is swapped.
@@ -238,16 +239,22 @@ type NodeRolloutSpec struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	CanaryNodes []string `json:"canaryNodes,omitempty"`
-	// MaxParallel caps a wave. Waves ramp 1, 2, 4 … up to MaxParallel.
+	// MaxParallel caps a wave. Waves ramp 1, 2, 4 … up to MaxParallel: a
+	// number of nodes, or a percentage of the nodes the rollout selects
+	// ("10%"), rounded down and at least 1.
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a number of nodes of at least 1, or a percentage from 1% to 100%"
 	// +optional
-	MaxParallel int32 `json:"maxParallel,omitempty"`
-	// MaxUnavailable caps the nodes that are cordoned, mid-swap, failed or halted at once.
+	MaxParallel intstr.IntOrString `json:"maxParallel,omitzero"`
+	// MaxUnavailable caps the nodes that are cordoned, mid-swap, failed or
+	// halted at once: a number of nodes, or a percentage of the nodes the
+	// rollout selects ("5%"), rounded down and at least 1.
 	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a number of nodes of at least 1, or a percentage from 1% to 100%"
 	// +optional
-	MaxUnavailable int32 `json:"maxUnavailable,omitempty"`
+	MaxUnavailable intstr.IntOrString `json:"maxUnavailable,omitzero"`
 	// +optional
 	Drain DrainSpec `json:"drain,omitempty"`
 	// SwapTimeout bounds the wait for a new pod to be Ready on the new revision (default 5m).

@@ -438,6 +438,8 @@ func (in *NodeRolloutSpec) DeepCopyInto(out *NodeRolloutSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	out.MaxParallel = in.MaxParallel
+	out.MaxUnavailable = in.MaxUnavailable
 	in.Drain.DeepCopyInto(&out.Drain)
 	if in.SwapTimeout != nil {
 		in, out := &in.SwapTimeout, &out.SwapTimeout

@@ -102,13 +102,17 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 
 // planReport is `nodewise plan -o json|yaml|jsonpath`.
 type planReport struct {
-	Rollout  string     `json:"rollout"`
-	Offline  bool       `json:"offline,omitempty"`
-	Phase    string     `json:"phase,omitempty"`
-	Reason   string     `json:"reason,omitempty"`
-	Targets  []string   `json:"targets,omitempty"`
-	Estimate string     `json:"estimate,omitempty"`
-	Nodes    []planNode `json:"nodes"`
+	Rollout  string   `json:"rollout"`
+	Offline  bool     `json:"offline,omitempty"`
+	Phase    string   `json:"phase,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+	Targets  []string `json:"targets,omitempty"`
+	Estimate string   `json:"estimate,omitempty"`
+	// MaxParallel and MaxUnavailable are the spec's limits in nodes (a
+	// percentage resolved against the selected nodes).
+	MaxParallel    int        `json:"maxParallel"`
+	MaxUnavailable int        `json:"maxUnavailable"`
+	Nodes          []planNode `json:"nodes"`
 }
 
 type planNode struct {
@@ -120,7 +124,8 @@ type planNode struct {
 }
 
 func newPlanReport(name string, d planner.Decision, p model.Policy, est time.Duration) planReport {
-	r := planReport{Rollout: name, Phase: string(d.Phase), Reason: d.Reason, Estimate: est.String(), Nodes: []planNode{}}
+	r := planReport{Rollout: name, Phase: string(d.Phase), Reason: d.Reason, Estimate: est.String(),
+		MaxParallel: d.MaxParallel, MaxUnavailable: d.MaxUnavailable, Nodes: []planNode{}}
 	for _, t := range p.Targets {
 		r.Targets = append(r.Targets, t.Namespace+"/"+t.Name)
 	}

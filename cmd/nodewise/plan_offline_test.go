@@ -124,6 +124,18 @@ func TestPlanOfflineSyntheticFleet(t *testing.T) {
 		}
 	}
 
+	// Percentages scale with the synthetic fleet, as with a live one.
+	pct := strings.Replace(doc, "maxParallel: 2", "maxParallel: '5%'\n  maxUnavailable: '2%'", 1)
+	out, _, err = planOffline(t, pct, "--nodes", "1000", "--zones", "3")
+	if want := "maxParallel 5% (50 nodes), maxUnavailable 2% (20 nodes)"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("percentages over 1000 nodes: %v; want %q in\n%s", err, want, out)
+	}
+	out, _, err = planOffline(t, pct, "--nodes", "1000", "--zones", "3", "-o", "json")
+	r = planReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.MaxParallel != 50 || r.MaxUnavailable != 20 {
+		t.Errorf("-o json over 1000 nodes: %v maxParallel %d maxUnavailable %d; want 50 and 20", err, r.MaxParallel, r.MaxUnavailable)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -15,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -87,8 +88,8 @@ func TestRolloutCommandsOnTheSimCluster(t *testing.T) {
 		t.Fatalf("re-apply: %v %q %q", err, out, errOut)
 	}
 	nr, err := rc.Get(ctx, "up", metav1.GetOptions{})
-	if err != nil || !nr.Spec.Paused || nr.Spec.MaxParallel != 3 {
-		t.Fatalf("after pause and a re-apply without paused: %v paused %v maxParallel %d; want still paused, maxParallel 3", err, nr.Spec.Paused, nr.Spec.MaxParallel)
+	if err != nil || !nr.Spec.Paused || nr.Spec.MaxParallel != intstr.FromInt32(3) {
+		t.Fatalf("after pause and a re-apply without paused: %v paused %v maxParallel %s; want still paused, maxParallel 3", err, nr.Spec.Paused, nr.Spec.MaxParallel.String())
 	}
 	managers := map[string]metav1.ManagedFieldsOperationType{}
 	for _, m := range nr.ManagedFields {

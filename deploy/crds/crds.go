@@ -109,6 +109,7 @@ func (v *Validator) Validate(ctx context.Context, obj map[string]any) field.Erro
 		}
 	}
 	errs = append(errs, apimachineryvalidation.ValidateObjectMeta(&meta, v.namespaced, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))...)
+	serverNumbers(obj)
 	structuraldefaulting.Default(obj, v.structural)
 	errs = append(errs, validation.ValidateCustomResource(nil, obj, v.openapi)...)
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, v.structural, obj)...)
@@ -184,4 +185,25 @@ func child(s *structuralschema.Structural, name string) *structuralschema.Struct
 		return s.AdditionalProperties.Structural
 	}
 	return nil
+}
+
+// serverNumbers turns each whole float64 in obj (as encoding/json and YAML
+// decode every number) into the int64 the API server's decoder makes of it,
+// in place: an int-or-string field's rules, and integer schemas, read int64.
+func serverNumbers(obj any) any {
+	switch o := obj.(type) {
+	case map[string]any:
+		for k, v := range o {
+			o[k] = serverNumbers(v)
+		}
+	case []any:
+		for i, v := range o {
+			o[i] = serverNumbers(v)
+		}
+	case float64:
+		if i := int64(o); float64(i) == o {
+			return i
+		}
+	}
+	return obj
 }

@@ -33,6 +33,9 @@ func TestNodeRolloutValidation(t *testing.T) {
 	if spec["maxUnavailable"] != int64(1) && spec["maxUnavailable"] != float64(1) {
 		t.Errorf("defaults not applied: maxUnavailable %v", spec["maxUnavailable"])
 	}
+	if errs := v.Validate(t.Context(), object(t, strings.Replace(good, "maxParallel: 2", "maxParallel: '10%', maxUnavailable: '5%'", 1))); len(errs) != 0 {
+		t.Fatalf("percentages: %v", errs)
+	}
 	overnight := strings.Replace(good, "maxParallel: 2", "maintenanceWindows: [{start: '22:00', end: '04:00', timeZone: Europe/Berlin}], blackouts: [{start: '2026-12-24T00:00', end: '2026-12-27T00:00', timeZone: Europe/Berlin, reason: holidays}], notBefore: '2026-12-01T22:00:00Z'", 1)
 	if errs := v.Validate(t.Context(), object(t, overnight)); len(errs) != 0 {
 		t.Fatalf("an overnight window, a blackout and notBefore: %v", errs)
@@ -41,6 +44,9 @@ func TestNodeRolloutValidation(t *testing.T) {
 		{strings.Replace(good, "name: up", "name: Up_Grade", 1), "metadata.name"},
 		{strings.Replace(good, "name: up", "name: ''", 1), "metadata.name"},
 		{strings.Replace(good, "maxParallel: 2", "maxParallel: 0", 1), "spec.maxParallel"},
+		{strings.Replace(good, "maxParallel: 2", "maxParallel: '0%'", 1), "spec.maxParallel"},
+		{strings.Replace(good, "maxParallel: 2", "maxUnavailable: '150%'", 1), "spec.maxUnavailable"},
+		{strings.Replace(good, "maxParallel: 2", "maxUnavailable: ten", 1), "spec.maxUnavailable"},
 		{strings.Replace(good, "maxParallel: 2", "canaryNodes: [n1, n2, n1]", 1), `spec.canaryNodes[2]: Duplicate value: "n1"`},
 		{strings.Replace(good, "maxParallel: 2", "drain: {policy: sometimes}", 1), "spec.drain.policy"},
 		{strings.Replace(good, "maxParallel: 2", "maintenanceWindows: [{start: '10:00', end: '10:00'}]", 1), "window end must differ from its start"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/orchestrator/timewindow"
 )
 
 // Defaults for the durations a NodeRollout leaves empty.
@@ -42,8 +43,8 @@ type Policy struct {
 	Targets        []v1alpha1.TargetRef
 	Selector       labels.Selector
 	Canaries       []string
-	MaxParallel    int
-	MaxUnavailable int
+	MaxParallel    Limit
+	MaxUnavailable Limit
 	Drain          v1alpha1.DrainPolicy
 	DrainTimeout   time.Duration
 	LongLivedAfter time.Duration
@@ -57,7 +58,7 @@ type Policy struct {
 	// NoControlGroup: spec.gates.controlGroup is Disabled, so no node gets
 	// control nodes (Controls) and each is judged before/after alone.
 	NoControlGroup bool
-	Windows        []Window
+	Windows        []timewindow.Window
 	Paused         bool
 	Abort          bool
 	Rollback       bool
@@ -67,7 +68,7 @@ type Policy struct {
 	ZtunnelSwap SwapKind
 
 	// Blackouts and NotBefore hold every start, whatever the windows say.
-	Blackouts []Blackout
+	Blackouts []timewindow.Blackout
 	NotBefore time.Time
 	// CountOthers: nodes unavailable through other maintenance count
 	// against MaxUnavailable (spec.coordination.countOthers, default true).
@@ -112,8 +113,6 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	p := Policy{
 		Targets:           spec.Targets,
 		Canaries:          spec.CanaryNodes,
-		MaxParallel:       int(spec.MaxParallel),
-		MaxUnavailable:    int(spec.MaxUnavailable),
 		Drain:             spec.Drain.Policy,
 		PDBBlocked:        spec.Drain.PDBBlocked,
 		DrainTimeout:      durationOr(spec.Drain.Timeout, DefaultDrainTimeout),
@@ -142,17 +141,12 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		}
 		seen[t.Namespace+"/"+t.Name] = true
 	}
-	if spec.MaxParallel == 0 {
-		p.MaxParallel = 1 // the API server defaults an absent field; an explicit 0 is caught below when raw.
+	var err error
+	if p.MaxParallel, err = parseLimit("spec.maxParallel", spec.MaxParallel); err != nil {
+		errs = append(errs, err)
 	}
-	if spec.MaxUnavailable == 0 {
-		p.MaxUnavailable = 1
-	}
-	if p.MaxParallel < 1 {
-		errs = append(errs, fmt.Errorf("spec.maxParallel: %d must be at least 1", spec.MaxParallel))
-	}
-	if p.MaxUnavailable < 1 {
-		errs = append(errs, fmt.Errorf("spec.maxUnavailable: %d must be at least 1", spec.MaxUnavailable))
+	if p.MaxUnavailable, err = parseLimit("spec.maxUnavailable", spec.MaxUnavailable); err != nil {
+		errs = append(errs, err)
 	}
 	if p.Drain == "" {
 		p.Drain = v1alpha1.DrainNever
@@ -201,7 +195,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		}
 	}
 	for i, w := range spec.MaintenanceWindows {
-		win, err := ParseWindow(w)
+		win, err := timewindow.ParseWindow(w)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("spec.maintenanceWindows[%d]: %w", i, err))
 			continue
@@ -209,7 +203,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		p.Windows = append(p.Windows, win)
 	}
 	for i, b := range spec.Blackouts {
-		bo, err := ParseBlackout(b)
+		bo, err := timewindow.ParseBlackout(b)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("spec.blackouts[%d]: %w", i, err))
 			continue

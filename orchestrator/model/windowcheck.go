@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"time"
+
+	"github.com/nodewise/nodewise/orchestrator/timewindow"
 )
 
 // Warnings are what is valid in a policy but likely a mistake, each naming
@@ -14,7 +16,7 @@ func (p Policy) Warnings(now time.Time) []string {
 	var out []string
 	for i := range p.Windows {
 		for j := i + 1; j < len(p.Windows); j++ {
-			if at, ok := firstOverlap(p.Windows[i], p.Windows[j], now); ok {
+			if at, ok := timewindow.FirstOverlap(p.Windows[i], p.Windows[j], now); ok {
 				out = append(out, fmt.Sprintf("spec.maintenanceWindows[%d] and spec.maintenanceWindows[%d] overlap (%s; %s; both open at %s): a node may start in either, so check their times and time zones",
 					i, j, p.Windows[i], p.Windows[j], at.UTC().Format(time.RFC3339)))
 			}
@@ -30,35 +32,4 @@ func (p Policy) Warnings(now time.Time) []string {
 		}
 	}
 	return out
-}
-
-// firstOverlap is the first instant from now on at which a and b are both
-// open, looking a week ahead (every weekday of each window).
-func firstOverlap(a, b Window, now time.Time) (time.Time, bool) {
-	var first time.Time
-	a.spans(now, func(aOpen, aClose time.Time) bool {
-		b.spans(now, func(bOpen, bClose time.Time) bool {
-			from, to := later(aOpen, bOpen), earlier(aClose, bClose)
-			if from.Before(to) && to.After(now) && (first.IsZero() || from.Before(first)) {
-				first = later(from, now)
-			}
-			return true
-		})
-		return true
-	})
-	return first, !first.IsZero()
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -51,7 +52,9 @@ func TestPlanBlockedNodeWaits(t *testing.T) {
 	ns := fixture.Fleet(1, 4)
 	ns[0].Blocked = "blocked by pod db/backup-1"
 	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
+	})
 	d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if len(starts(d)) != 0 {
 		t.Fatalf("started %v while the first wave's only node is blocked", starts(d))
@@ -77,7 +80,7 @@ func TestPlanBlockedNodeWaits(t *testing.T) {
 func TestPlanAlertsBlockEveryStart(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Blocking.PrometheusAddress = "http://prometheus.monitoring.svc:9090"
 		s.Blocking.Alerts = []v1alpha1.BlockingAlert{{Name: "NodeDown"}, {Name: "Freeze", Labels: map[string]string{"team": "sre"}}}
 	})

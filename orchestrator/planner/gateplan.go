@@ -83,7 +83,7 @@ func Controls(s model.Snapshot, p model.Policy, node string) (nodes []string, sc
 		return nil, "" // switched off: nothing to sample, nothing to compare with
 	}
 	selected := selectedNodes(s, p)
-	order, _ := Order(selected, p.Canaries, p.MaxParallel)
+	order, _ := Order(selected, p.Canaries, p.MaxParallel.Of(len(selected)))
 	view := make(map[string]model.NodeView, len(selected))
 	for _, n := range selected {
 		view[n.Name] = n

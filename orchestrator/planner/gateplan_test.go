@@ -106,7 +106,7 @@ func TestControlsAtJudgeTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Windows: canary a1 1, canary b1 2, the rest of zone a 3, of zone b 4.
-	p := model.Policy{Targets: []v1alpha1.TargetRef{ref}, Selector: sel, Canaries: []string{"a1", "b1"}, MaxParallel: 1}
+	p := model.Policy{Targets: []v1alpha1.TargetRef{ref}, Selector: sel, Canaries: []string{"a1", "b1"}, MaxParallel: model.Nodes(1)}
 	for _, tc := range []struct {
 		node, scope string
 		want        []string

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -28,7 +29,9 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 		return ns
 	}
 	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 3 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(3)
+	})
 	d := Plan(model.Snapshot{Nodes: world(), Targets: tgts}, p, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	// 3 - 2 others - 1 in flight = 0 budget: only the cordoned zone-a-05
 	// may start (it is unavailable already), zone-a-04 waits for Kured.
@@ -41,7 +44,7 @@ func TestPlanCountsOtherMaintenance(t *testing.T) {
 	}
 	off := false
 	p2 := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 4, 3
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(3)
 		s.Coordination.CountOthers = &off
 	})
 	d = Plan(model.Snapshot{Nodes: world(), Targets: tgts}, p2, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
@@ -61,7 +64,9 @@ func TestPlanNotReadyNodeWaitsWithoutASlot(t *testing.T) {
 	ns := fixture.Fleet(1, 4)
 	ns[0].Ready = false // zone-a-00, the first wave on its own
 	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 2 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
+	})
 	d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if got := strings.Join(starts(d), " "); got != "zone-a-01 zone-a-02" {
 		t.Fatalf("started %q, want the two nodes after the NotReady one (%s)", got, d.Reason)

@@ -13,7 +13,7 @@ import (
 // node that waits (held by another tool, NotReady) is not among them, nor
 // any node unless the rollout progresses. It is pure.
 func NextInLine(s model.Snapshot, p model.Policy, d Decision) []string {
-	if d.Phase != v1alpha1.PhaseProgressing || p.MaxParallel <= 0 {
+	if d.Phase != v1alpha1.PhaseProgressing || d.MaxParallel <= 0 {
 		return nil
 	}
 	byName := make(map[string]model.NodeView, len(s.Nodes))
@@ -22,7 +22,7 @@ func NextInLine(s model.Snapshot, p model.Policy, d Decision) []string {
 	}
 	var next []string
 	for _, pn := range d.Order {
-		if len(next) == p.MaxParallel {
+		if len(next) == d.MaxParallel {
 			break
 		}
 		n := byName[pn.Name]

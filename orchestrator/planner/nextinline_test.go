@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -19,7 +20,7 @@ import (
 func TestNextInLine(t *testing.T) {
 	for _, maxParallel := range []int{1, 2} {
 		p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
-			s.MaxParallel, s.MaxUnavailable = int32(maxParallel), int32(maxParallel)
+			s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(int32(maxParallel)), intstr.FromInt32(int32(maxParallel))
 		})
 		ns := fixture.Fleet(1, 10)
 		s := model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -25,7 +26,7 @@ func TestPlanOpportunisticDrainedNodeGoesFirst(t *testing.T) {
 	}
 	spec := func(opp bool) func(*v1alpha1.NodeRolloutSpec) {
 		return func(s *v1alpha1.NodeRolloutSpec) {
-			s.MaxParallel, s.MaxUnavailable = 2, 2
+			s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 			s.CanaryNodes = []string{"zone-a-03"}
 			s.Coordination.Opportunistic = opp
 		}

@@ -59,6 +59,9 @@ type Decision struct {
 	// NextWindow is when nodes may start next (windows, blackouts,
 	// notBefore), if waiting for that.
 	NextWindow time.Time
+	// MaxParallel and MaxUnavailable are the policy's limits resolved
+	// against the selected nodes (a percentage scales with them).
+	MaxParallel, MaxUnavailable int
 }
 
 // selectedNodes are the snapshot's nodes the rollout's selector picks.
@@ -95,8 +98,9 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	for _, n := range selected {
 		byName[n.Name] = n
 	}
-	order, missing := Order(selected, p.Canaries, p.MaxParallel)
-	d := Decision{Order: order}
+	maxParallel, maxUnavailable := p.MaxParallel.Of(len(selected)), p.MaxUnavailable.Of(len(selected))
+	order, missing := Order(selected, p.Canaries, maxParallel)
+	d := Decision{Order: order, MaxParallel: maxParallel, MaxUnavailable: maxUnavailable}
 
 	// A pre-pull pod has done its work once its node is under way.
 	for _, n := range s.Nodes {
@@ -271,8 +275,8 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	// Within the current window, nodes start in plan order as slots free,
 	// with the nodes other maintenance holds counted (locks.go).
 	others := othersUnavailable(selected, p)
-	slots := p.MaxParallel - inflight - failed
-	budget := p.MaxUnavailable - others - inflight - failed
+	slots := d.MaxParallel - inflight - failed
+	budget := d.MaxUnavailable - others - inflight - failed
 	wave := 0
 	var held []string
 	walk, moved := opportunistic(order, byName, p, current, s.Targets)
@@ -333,7 +337,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	}
 	d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("wave %d", wave)
 	if others > 0 && budget <= 0 {
-		d.Reason += fmt.Sprintf("; %d node(s) unavailable through other maintenance count against maxUnavailable %d", others, p.MaxUnavailable)
+		d.Reason += fmt.Sprintf("; %d node(s) unavailable through other maintenance count against maxUnavailable %d", others, d.MaxUnavailable)
 	}
 	if len(held) > 0 {
 		d.Reason += "; waiting: " + strings.Join(held, ", ")
@@ -366,7 +370,7 @@ func planRollback(s model.Snapshot, p model.Policy, d Decision, byName map[strin
 		}
 	}
 	remaining := 0
-	budget := min(p.MaxUnavailable, p.MaxParallel) - inflight
+	budget := min(d.MaxUnavailable, d.MaxParallel) - inflight
 	for i := len(d.Order) - 1; i >= 0; i-- {
 		n := byName[d.Order[i].Name]
 		// A Failed node (the one a halt stopped on) may have been swapped

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -86,7 +87,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "maxUnavailable caps a wave",
-			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 1 },
+			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = intstr.FromInt32(1) },
 			world: func(ns []model.NodeView) []model.NodeView {
 				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
 				fixture.Upgrade(ns, "zone-a-00")
@@ -96,7 +97,7 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			name: "in-flight nodes use the maxUnavailable budget",
-			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = 2 },
+			spec: func(s *v1alpha1.NodeRolloutSpec) { s.MaxUnavailable = intstr.FromInt32(2) },
 			world: func(ns []model.NodeView) []model.NodeView {
 				fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
 				fixture.Upgrade(ns, "zone-a-00")
@@ -277,7 +278,11 @@ func TestPlanRollbackReverseOrderAfterTemplateRestored(t *testing.T) {
 		fixture.SetState(ns, n.Name, v1alpha1.NodeDone)
 		fixture.Upgrade(ns, n.Name)
 	}
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel = 2; s.MaxUnavailable = 2 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.Rollback = true
+		s.MaxParallel = intstr.FromInt32(2)
+		s.MaxUnavailable = intstr.FromInt32(2)
+	})
 	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: fixture.NewHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: fixture.NewHash}}}
 	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: status}, p, time.Now())
 	if d.Phase != v1alpha1.PhaseRollingBack || len(d.Actions) != 0 || !strings.Contains(d.Reason, "re-apply the previous chart") {
@@ -318,7 +323,9 @@ func TestOrderWindowsSlideOnceTheRampIsFull(t *testing.T) {
 }
 
 func TestPlanSlidingWindow(t *testing.T) {
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 2, 3 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(3)
+	})
 	// zone-a: wave 1 (a-00) and wave 2 (a-01, a-02) are ramp waves and
 	// barriers; a-03 … a-05 share zone-a's sliding window with waves 3 and 4.
 	ns := fixture.Fleet(2, 6)
@@ -350,7 +357,9 @@ func TestPlanSlidingWindow(t *testing.T) {
 	fixture.SetState(ns, "zone-a-01", v1alpha1.NodeDone)
 	fixture.Upgrade(ns, "zone-a-01")
 	fixture.SetState(ns, "zone-a-02", v1alpha1.NodeGate)
-	p = fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 4, 4 })
+	p = fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(4)
+	})
 	d = Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
 	if got := starts(d); len(got) != 0 {
 		t.Fatalf("starts %v before ramp wave 2 finished", got)
@@ -454,7 +463,10 @@ func TestPlanRollbackTakesTheFailedNode(t *testing.T) {
 	}
 	fixture.SetState(ns, "zone-a-02", v1alpha1.NodeFailed)
 	fixture.Upgrade(ns, "zone-a-02")
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Rollback = true; s.MaxParallel, s.MaxUnavailable = 1, 1 })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.Rollback = true
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	})
 	restored := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
 	for i := range restored {
 		restored[i].NewestHash = fixture.OldHash
@@ -501,7 +513,7 @@ func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
 	nodes[0].Labels["pool"] = "b" // relabelled out while draining
 	fixture.SetState(nodes, nodes[0].Name, v1alpha1.NodeDrain)
 	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}
 	})
 	d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
@@ -596,7 +608,7 @@ func TestPlanAbortStopsARollback(t *testing.T) {
 	}
 	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
 		s.Rollback, s.Abort = true, true
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 	})
 	status := v1alpha1.NodeRolloutStatus{Targets: []v1alpha1.TargetStatus{{Namespace: "istio-system", Name: "istio-cni-node", Revision: fixture.NewHash}, {Namespace: "istio-system", Name: "ztunnel", Revision: fixture.NewHash}}}
 	restored := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
@@ -616,5 +628,40 @@ func TestPlanAbortStopsARollback(t *testing.T) {
 	}
 	if d.Phase != v1alpha1.PhaseProgressing {
 		t.Fatalf("rollback aborted with a node in flight: %s %q; want Progressing until it is safe", d.Phase, d.Reason)
+	}
+}
+
+// TestPlanResolvesPercentages: maxParallel and maxUnavailable written as
+// percentages scale with the nodes the rollout selects, rounded down and at
+// least 1, and the plan says what they came to.
+func TestPlanResolvesPercentages(t *testing.T) {
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromString("25%"), intstr.FromString("10%")
+	})
+	ns := fixture.Fleet(1, 40) // one zone: waves ramp 1, 2, 4, 8, 10 …
+	for i := range 7 {         // waves 1–3 done
+		name := fmt.Sprintf("zone-a-%02d", i)
+		fixture.SetState(ns, name, v1alpha1.NodeDone)
+		fixture.Upgrade(ns, name)
+	}
+	d := Plan(model.Snapshot{Nodes: ns, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	if d.MaxParallel != 10 || d.MaxUnavailable != 4 {
+		t.Fatalf("resolved maxParallel %d maxUnavailable %d, want 10 (25%% of 40) and 4 (10%% of 40)", d.MaxParallel, d.MaxUnavailable)
+	}
+	// Wave 4 has 8 nodes (the ramp doubles up to 10), of which 4 start: the budget.
+	if got := starts(d); len(got) != 4 {
+		t.Fatalf("starts %v, want 4 (maxUnavailable 10%% of 40)", got)
+	}
+	var out strings.Builder
+	if err := RenderPlan(&out, d, p, time.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if want := "maxParallel 25% (10 nodes), maxUnavailable 10% (4 nodes)"; !strings.Contains(out.String(), want) {
+		t.Errorf("plan %q does not say %q", out.String(), want)
+	}
+	// Ten nodes: 10% rounds down to 1, never to 0.
+	d = Plan(model.Snapshot{Nodes: fixture.Fleet(1, 10), Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)}, p, time.Now())
+	if d.MaxUnavailable != 1 || len(starts(d)) != 1 {
+		t.Errorf("10%% of 10 nodes: maxUnavailable %d, starts %v; want 1 and one start", d.MaxUnavailable, starts(d))
 	}
 }

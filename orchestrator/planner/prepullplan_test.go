@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -17,7 +18,9 @@ import (
 func TestPlanPrepullsBeforeTheStart(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	tgts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
-	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable, s.Prepull = 1, 1, true })
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable, s.Prepull = intstr.FromInt32(1), intstr.FromInt32(1), true
+	})
 	ns := fixture.Fleet(1, 3)
 	d := Plan(model.Snapshot{Nodes: ns, Targets: tgts}, p, now)
 	if len(d.Actions) != 1 || d.Actions[0].Kind != ActPrepull || d.Actions[0].Node != "zone-a-00" {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/timewindow"
 )
 
 // renderSchedule writes the plan's windows, blackouts and notBefore, the next
@@ -17,13 +18,13 @@ func renderSchedule(w io.Writer, p model.Policy, order []PlannedNode, now time.T
 	if len(p.Windows) == 0 {
 		fmt.Fprintln(w, "Maintenance windows: none (nodes may start at any time)")
 	} else {
-		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v\n", len(p.Windows), model.InAnyWindow(p.Windows, now))
+		fmt.Fprintf(w, "Maintenance windows: %d, open now: %v\n", len(p.Windows), timewindow.InAnyWindow(p.Windows, now))
 		for _, win := range p.Windows {
 			fmt.Fprintf(w, "  %s\n", win)
 		}
 	}
 	if len(p.Blackouts) > 0 {
-		bs := append([]model.Blackout(nil), p.Blackouts...)
+		bs := append([]timewindow.Blackout(nil), p.Blackouts...)
 		sort.Slice(bs, func(i, j int) bool { return bs[i].Start.Before(bs[j].Start) })
 		fmt.Fprintf(w, "Blackouts: %d\n", len(bs))
 		for _, b := range bs {

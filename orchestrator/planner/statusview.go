@@ -102,8 +102,8 @@ func RenderPlan(w io.Writer, d Decision, p model.Policy, now time.Time, est time
 	for _, t := range p.Targets {
 		fmt.Fprintf(w, " %s/%s", t.Namespace, t.Name)
 	}
-	fmt.Fprintf(w, "\nmaxParallel %d, maxUnavailable %d, drain %s (timeout %s, PDB blocked: %s), swap timeout %s, baseline %s, soak %s\n",
-		p.MaxParallel, p.MaxUnavailable, p.Drain, p.DrainTimeout, p.PDBBlocked, p.SwapTimeout, p.Baseline, p.Soak)
+	fmt.Fprintf(w, "\nmaxParallel %s, maxUnavailable %s, drain %s (timeout %s, PDB blocked: %s), swap timeout %s, baseline %s, soak %s\n",
+		limitText(p.MaxParallel, d.MaxParallel), limitText(p.MaxUnavailable, d.MaxUnavailable), p.Drain, p.DrainTimeout, p.PDBBlocked, p.SwapTimeout, p.Baseline, p.Soak)
 	if p.Drain == v1alpha1.DrainAuto {
 		fmt.Fprintln(w, "Drain auto is decided per node at run time: drain when the node's agent may see a connection older than ztunnel's drain deadline (or cannot tell), else swap in place")
 	}
@@ -121,4 +121,16 @@ func RenderPlan(w io.Writer, d Decision, p model.Policy, now time.Time, est time
 	}
 	_, err := fmt.Fprintf(w, "%d nodes in %d waves; estimated duration %s (excluding drains and waits for windows)\n", len(d.Order), waves, est.Round(time.Second))
 	return err
+}
+
+// limitText is a limit as written, with what a percentage came to: "4",
+// "10% (100 nodes)".
+func limitText(l model.Limit, resolved int) string {
+	if l.Percent == 0 {
+		return l.String()
+	}
+	if resolved == 1 {
+		return fmt.Sprintf("%s (1 node)", l)
+	}
+	return fmt.Sprintf("%s (%d nodes)", l, resolved)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -96,7 +97,7 @@ func TestUnmovedNodesCannotChangeThePlan(t *testing.T) {
 			}
 		}
 		p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) {
-			s.MaxParallel, s.MaxUnavailable = 1+int32(rng.IntN(4)), 1+int32(rng.IntN(4))
+			s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1+int32(rng.IntN(4))), intstr.FromInt32(1+int32(rng.IntN(4)))
 			if rng.IntN(3) == 0 {
 				s.CanaryNodes = []string{fleet[rng.IntN(len(fleet))].Name}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
@@ -199,7 +200,7 @@ func BenchmarkStatusSize(b *testing.B) {
 	for _, n := range []int{12000, 50000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			nr := testRollout("fleet")
-			nr.Spec = v1alpha1.NodeRolloutSpec{MaxParallel: 40, MaxUnavailable: 60, CanaryNodes: []string{"node-00000"}}
+			nr.Spec = v1alpha1.NodeRolloutSpec{MaxParallel: intstr.FromInt32(40), MaxUnavailable: intstr.FromInt32(60), CanaryNodes: []string{"node-00000"}}
 			mem := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing, Nodes: fleetstatus.TwoThirds(n)}
 			mem.Counts = planner.Counts(mem.Nodes)
 			asIs := jsonSize(&mem)

@@ -196,7 +196,7 @@ func realRollout(name, node string, swapTimeout time.Duration) *v1alpha1.NodeRol
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.Targets = []v1alpha1.TargetRef{{Namespace: IstioNamespace, Name: ZtunnelName}}
 	nr.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: swapTimeout}
 	nr.Spec.Baseline = &v1alpha1.Duration{Duration: 10 * time.Second}
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: 10 * time.Second}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -18,7 +19,7 @@ import (
 func healthyRollout(name, canary string) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nr.Spec.CanaryNodes = []string{canary}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 2, 2
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 	nr.Spec.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait}
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
 	nr.Spec.Baseline, nr.Spec.Soak = &v1alpha1.Duration{}, &v1alpha1.Duration{} // explicit: the defaults last minutes

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/dataplane"
@@ -35,7 +36,7 @@ const surgeBaseline = 15 * time.Second
 // keeps its pods' traffic; too little traffic halts rather than holds.
 func surgeRollout(name, canary string, control v1alpha1.ControlGroupPolicy) *v1alpha1.NodeRollout {
 	nr := demoGates(judged(healthyRollout(name, canary), surgeBaseline, 15*time.Second, v1alpha1.InconclusiveFail))
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 	nr.Spec.Drain.Policy = v1alpha1.DrainNever
 	nr.Spec.Gates.ControlGroup = control
 	// These tests judge resets against the control group; the nodes after

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -29,7 +30,7 @@ func TestAbortReachesAStuckDrain(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.apply(rollout("stuck", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{guarded}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBWait, Timeout: &v1alpha1.Duration{Duration: 30 * time.Minute}}
 	}))
 	if n := e.waitStep("stuck", v1alpha1.NodeDrain); n != guarded {

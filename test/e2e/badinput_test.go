@@ -46,6 +46,7 @@ func TestBadInputRejected(t *testing.T) {
 		{"malformed YAML", "apiVersion: nodewise.io/v1alpha1\nkind: NodeRollout\nmetadata: {name: bad}\nspec: {maxParallel: [\n", "malformed", false},
 		{"unknown DaemonSet", strings.Replace(goodRollout, "spec:\n", "spec:\n  targets: [{namespace: istio-system, name: ztunnel-typo}]\n", 1), "ztunnel-typo not found", false},
 		{"maxParallel 0", strings.Replace(goodRollout, "maxParallel: 2", "maxParallel: 0", 1), "maxParallel", true},
+		{"maxUnavailable 0%", strings.Replace(goodRollout, "maxUnavailable: 1", "maxUnavailable: '0%'", 1), "maxUnavailable", true},
 		{"window ends where it starts", strings.Replace(goodRollout, `end: "24:00"`, `end: "00:00"`, 1), "must differ from its start", true},
 		{"unknown time zone", strings.Replace(goodRollout, "Europe/Berlin", "Europe/Atlantis", 1), "unknown time zone", true},
 	}
@@ -114,6 +115,31 @@ func TestBadInputRejected(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPercentagesAccepted: maxParallel and maxUnavailable as percentages
+// pass the CLI's checks and the API server's, come back typed as written,
+// and plan resolves them against the cluster's nodes.
+func TestPercentagesAccepted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3, 1)
+	bin := testkit.Binary(t, "nodewise")
+	file := filepath.Join(t.TempDir(), "pct.yaml")
+	doc := strings.NewReplacer("maxParallel: 2", "maxParallel: '50%'", "maxUnavailable: 1", "maxUnavailable: '100%'").Replace(goodRollout)
+	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "--kubeconfig", e.c.Kubeconfig, "plan", "-f", file).CombinedOutput()
+	if want := "maxParallel 50% (1 node), maxUnavailable 100% (3 nodes)"; err != nil || !strings.Contains(string(out), want) {
+		t.Fatalf("plan: %v; want %q in\n%s", err, want, out)
+	}
+	if out, err := exec.Command(bin, "--kubeconfig", e.c.Kubeconfig, "apply", "-f", file).CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	nr, err := e.rollouts.Get(context.Background(), "bad", metav1.GetOptions{})
+	if err != nil || nr.Spec.MaxParallel.String() != "50%" || nr.Spec.MaxUnavailable.String() != "100%" {
+		t.Fatalf("read back: %v %+v", err, nr)
 	}
 }
 

@@ -97,7 +97,7 @@ func BenchmarkNodeRollout200(b *testing.B) {
 	sc := e.clockSwaps("1.28.1")
 	start := time.Now()
 	e.apply(rollout("bench", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = parallel, parallel
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(parallel), intstr.FromInt32(parallel)
 		s.SwapTimeout = &v1alpha1.Duration{Duration: 2 * time.Minute}
 	}))
 	nr := e.waitPhase("bench", 20*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
@@ -160,8 +160,8 @@ func swapFloors(nr *v1alpha1.NodeRollout, slots int, sc *swapClock) (floor, barr
 	for _, n := range nr.Status.Nodes {
 		views = append(views, model.NodeView{Name: n.Name, Zone: n.Zone})
 	}
-	plan, _ := planner.Order(views, nr.Spec.CanaryNodes, int(nr.Spec.MaxParallel))
-	slots = min(slots, int(nr.Spec.MaxUnavailable))
+	plan, _ := planner.Order(views, nr.Spec.CanaryNodes, nr.Spec.MaxParallel.IntValue())
+	slots = min(slots, nr.Spec.MaxUnavailable.IntValue())
 	slowest := map[int]time.Duration{}
 	windows := map[int][]time.Duration{}
 	var order []int

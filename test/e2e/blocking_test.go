@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -33,7 +34,7 @@ func TestBlockingPodHoldsItsNode(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.runInProcess("solo")
 	e.apply(rollout("blocked", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Blocking.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"maintenance": "blocks"}}
 	}))
 	nr := e.waitRollout("blocked", 4*time.Minute, "every other node Done", func(nr *v1alpha1.NodeRollout) bool {

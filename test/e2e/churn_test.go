@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -29,7 +30,7 @@ func TestPDBBlockedDrainUnderLeaderChurn(t *testing.T) {
 	waitHolder(t, e, "churn-0")
 	e.apply(rollout("churn", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{guarded}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBSkipNode, Timeout: &v1alpha1.Duration{Duration: drainTimeout}}
 	}))
 	e.waitStep("churn", v1alpha1.NodeDrain)

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -87,7 +88,7 @@ func TestKuredLockHoldsANode(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.runInProcess("solo")
 	e.apply(rollout("beside-kured", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Coordination.KuredLock = v1alpha1.KuredLockHonour // take: no node would start (kuredlock_test.go)
 	}))
 	nr := e.waitRollout("beside-kured", 4*time.Minute, "every other node Done", func(nr *v1alpha1.NodeRollout) bool {
@@ -148,7 +149,7 @@ func TestSecondToolCordonsMidRollout(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.runInProcess("solo")
 	e.apply(rollout("second-tool", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	e.waitStep("second-tool", v1alpha1.NodeSoak) // the first node is back in service, soaking

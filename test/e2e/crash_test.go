@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -43,7 +44,7 @@ func TestResumeAfterKillAtEveryStep(t *testing.T) {
 			e.upgrade(version)
 			first := e.startProcess("first-"+name, "127.0.0.1:0", "--test-hold-after-persist", string(step))
 			e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
-				s.MaxParallel, s.MaxUnavailable = 2, 2
+				s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 				s.Drain.Policy = v1alpha1.DrainAlways
 				s.Soak = &v1alpha1.Duration{Duration: time.Second}
 				s.Baseline = &v1alpha1.Duration{Duration: time.Second}
@@ -191,7 +192,9 @@ func TestSuccessorCatchesUpStatusBehindTheRecords(t *testing.T) {
 	e := newEnv(t, nodes, 1)
 	e.upgrade("1.28.1")
 	first := e.startProcess("first", "127.0.0.1:0")
-	e.apply(rollout("behind", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("behind", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	nr := e.waitPhase("behind", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {
 		t.Fatalf("phase %s: %s", nr.Status.Phase, nr.Status.HaltReason)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/util/podutils"
@@ -206,7 +207,7 @@ func TestDrainAutoDecidesPerNode(t *testing.T) {
 	stopFirst, _ := e.runInProcessWith("first", withAgents)
 	e.apply(rollout("auto", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{old}
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, PDBBlocked: v1alpha1.PDBWait, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 	}))
 

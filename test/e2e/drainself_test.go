@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -64,7 +65,7 @@ func TestDrainNeverEvictsNodewisePods(t *testing.T) {
 	e.runInProcessWith("solo", func(c *orchestrator.Config) { c.Namespace = chart.Namespace })
 	e.upgrade("1.28.1")
 	e.apply(rollout("drain-self", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, Timeout: &v1alpha1.Duration{Duration: 30 * time.Second}}
 	}))
 	nr := e.waitPhase("drain-self", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -93,7 +94,7 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 	waitHolder(t, e, "fence-a")
 	e.startProcess("fence-b", "127.0.0.1:0")
 	e.apply(rollout("fence", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = budget, budget
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(budget), intstr.FromInt32(budget)
 		s.Soak = &v1alpha1.Duration{Duration: 3 * time.Second}
 	}))
 	soaking := e.waitStep("fence", v1alpha1.NodeSoak)

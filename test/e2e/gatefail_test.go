@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -47,7 +48,9 @@ func TestZeroSoakGate(t *testing.T) {
 	go func() { defer close(done); _ = o.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	e.apply(rollout("zerosoak", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("zerosoak", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	nr := e.waitPhase("zerosoak", 3*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted || !strings.Contains(nr.Status.HaltReason, "test gate refuses "+bad) {
 		t.Fatalf("phase %s, reason %q: want Halted by the gate on %s", nr.Status.Phase, nr.Status.HaltReason, bad)

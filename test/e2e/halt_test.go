@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -37,7 +38,7 @@ func TestNeverReadyZtunnelHalts(t *testing.T) {
 	e.runInProcess("solo")
 	swapTimeout := 5 * time.Second
 	e.apply(rollout("neverready", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 4, 4
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(4)
 		s.SwapTimeout = &v1alpha1.Duration{Duration: swapTimeout}
 	}))
 	nr := e.waitPhase("neverready", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)

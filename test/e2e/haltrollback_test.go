@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -38,7 +39,9 @@ func TestRollbackAfterHalt(t *testing.T) {
 	})
 	e.runInProcessWith("solo", func(c *orchestrator.Config) { c.Gate = gate })
 	e.upgrade("1.28.1")
-	e.apply(rollout("halts", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("halts", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	nr := e.waitPhase("halts", 3*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted || !strings.Contains(nr.Status.HaltReason, bad) {
 		t.Fatalf("phase %s reason %q: want Halted on %s", nr.Status.Phase, nr.Status.HaltReason, bad)

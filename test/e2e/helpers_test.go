@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/kubectl/pkg/util/podutils"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -250,7 +251,7 @@ func (p *proc) kill() {
 
 func rollout(name string, mut func(*v1alpha1.NodeRolloutSpec)) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 4, 4
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(4)
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: 60 * time.Second}
 	// No baseline and no soak unless a test asks: these tests are about the
 	// node steps, and the defaults (minutes) are the judge's.

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -38,7 +39,7 @@ func TestInvalidSpecMidFlightMakesItsNodesSafe(t *testing.T) {
 	first := e.startProcess("first", "127.0.0.1:0")
 	e.apply(rollout("typo", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{held}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBWait, Timeout: &v1alpha1.Duration{Duration: 30 * time.Minute}}
 		s.MaintenanceWindows = []v1alpha1.MaintenanceWindow{{Start: "00:00", End: "24:00", TimeZone: "Europe/Berlin"}}
 	}))

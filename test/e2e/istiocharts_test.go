@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
@@ -124,7 +125,9 @@ func TestRollIstioChartDaemonSets(t *testing.T) {
 	}
 	w := e.watch()
 	e.runInProcess("solo")
-	e.apply(rollout("charts", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("charts", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	nr := e.waitPhase("charts", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted, v1alpha1.PhasePending)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != nodes {
 		t.Fatalf("phase %s counts %+v: %s %s", nr.Status.Phase, nr.Status.Counts, nr.Status.HaltReason, conditionMessage(nr, "Valid"))

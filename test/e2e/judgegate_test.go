@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -434,7 +435,7 @@ func (e *e2e) rollout(t *testing.T) *v1alpha1.NodeRollout {
 // e2e baseline, this soak, the judge every second.
 func judgedRollout(name string, soak time.Duration) *v1alpha1.NodeRollout {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = 1, 1
+	nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 	nr.Spec.SwapTimeout = &v1alpha1.Duration{Duration: time.Minute}
 	nr.Spec.Baseline = &v1alpha1.Duration{Duration: e2eBaseline}
 	nr.Spec.Soak = &v1alpha1.Duration{Duration: soak}

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -188,7 +189,7 @@ func TestNodewiseTakesKuredLock(t *testing.T) {
 	first := e.startProcess("first-"+name, "127.0.0.1:0", "--kured-lock-ttl", ttl.String(), "--test-hold-after-persist", string(v1alpha1.NodeSoak))
 	e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
 		// Kured's node counts against maxUnavailable: with 2, one node could start.
-		s.MaxParallel, s.MaxUnavailable = 1, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(2)
 		s.Soak = &v1alpha1.Duration{Duration: time.Second}
 	}))
 	e.waitRollout(name, time.Minute, "a node waiting for Kured's lock", func(nr *v1alpha1.NodeRollout) bool {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/locks"
@@ -26,7 +28,7 @@ func TestKuredLockHeldUnderClockSkew(t *testing.T) {
 		c.KuredLockTTL, c.HoldAfterPersist = ttl, v1alpha1.NodeSoak
 	})
 	e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: time.Second}
 	}))
 	node := e.waitStep(name, v1alpha1.NodeSoak) // held here for ever

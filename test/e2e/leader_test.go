@@ -13,6 +13,7 @@ import (
 	dtomodel "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -54,7 +55,7 @@ func TestOnlyLeaderWrites(t *testing.T) {
 	_ = b
 	e.upgrade("1.28.1")
 	e.apply(rollout("leader", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	e.waitStep("leader", v1alpha1.NodeSoak)

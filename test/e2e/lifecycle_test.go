@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -73,7 +74,7 @@ func TestRollbackAbortAndStatus(t *testing.T) {
 	// Abort a second rollout mid-way.
 	e.upgrade("1.28.2")
 	e.apply(rollout("aborted", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 3 * time.Second}
 	}))
 	e.waitStep("aborted", v1alpha1.NodeSoak)

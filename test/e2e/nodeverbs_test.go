@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -95,7 +96,9 @@ func TestRetryAndSkipNodes(t *testing.T) {
 		return health.Verdict{Outcome: health.Pass, Reasons: []string{"test gate passes"}}, nil
 	})
 	e.runInProcessWith("verbs", func(c *orchestrator.Config) { c.Gate = g })
-	e.apply(rollout("verbs", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("verbs", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	nr := e.waitPhase("verbs", 3*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
 	if nr.Status.Phase != v1alpha1.PhaseHalted || nodeStatus(nr, bad).State != v1alpha1.NodeFailed {
 		t.Fatalf("phase %s, %s %s: want Halted on the gate's failure", nr.Status.Phase, bad, nodeStatus(nr, bad).State)
@@ -159,7 +162,7 @@ func TestSkipInFlightNodeRefused(t *testing.T) {
 		})
 	})
 	e.apply(rollout("inflight", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 20 * time.Second}
 	}))
 	e.waitFor(func(ctx context.Context) bool {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/notify"
@@ -53,7 +54,7 @@ func TestNotifyOneMessagePerHalt(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.apply(rollout("notify-halt", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{guarded}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: v1alpha1.PDBHalt, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 	}))
 	nr := e.waitPhase("notify-halt", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -26,7 +27,7 @@ func TestOverlappingRolloutWaits(t *testing.T) {
 	e.runInProcess("solo")
 	e.upgrade("1.28.1")
 	e.apply(rollout("first", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	e.waitPhase("first", time.Minute, v1alpha1.PhaseProgressing)

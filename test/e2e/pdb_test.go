@@ -86,7 +86,7 @@ func TestPDBBlockedPolicies(t *testing.T) {
 	spec := func(policy v1alpha1.PDBBlockedPolicy) func(*v1alpha1.NodeRolloutSpec) {
 		return func(s *v1alpha1.NodeRolloutSpec) {
 			s.CanaryNodes = []string{guarded}
-			s.MaxParallel, s.MaxUnavailable = 2, 2
+			s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 			s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAlways, PDBBlocked: policy, Timeout: &v1alpha1.Duration{Duration: 3 * time.Second}}
 		}
 	}

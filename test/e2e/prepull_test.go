@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -27,7 +28,7 @@ func TestPrepullFailureHaltsBeforeAnyCordon(t *testing.T) {
 	e.setImageTag(cluster.ZtunnelName, "1.28.1"+cluster.TagNoPull)
 	e.runInProcess("solo")
 	e.apply(rollout("prepull", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Prepull = true
 	}))
 	nr := e.waitPhase("prepull", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
@@ -75,7 +76,7 @@ func TestPrepullThenSwap(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.runInProcess("solo")
 	e.apply(rollout("prepull-ok", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Prepull = true
 	}))
 	nr := e.waitPhase("prepull-ok", 3*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)

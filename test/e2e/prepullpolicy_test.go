@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -242,7 +243,7 @@ func TestPrepullUnderChartFence(t *testing.T) {
 	created := e.watchPrepullPods()
 	e.upgrade("1.28.1")
 	e.apply(rollout("prepull-chart", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 2, 2
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(2), intstr.FromInt32(2)
 		s.Prepull = true
 	}))
 	e.runInProcessWith("as-sa", func(c *orchestrator.Config) { c.RESTConfig, c.Namespace = asChartOrchestrator(e.c), chart.Namespace })

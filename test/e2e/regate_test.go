@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -41,7 +43,7 @@ func TestResumeGatesASwappedNodeAgain(t *testing.T) {
 	e.runInProcessWith("regate", func(c *orchestrator.Config) { c.Gate, c.ZtunnelSwap = gate, model.SwapReplace })
 	e.apply(rollout("regate", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{bad}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: time.Second}
 	}))
 	nr := e.waitPhase("regate", 2*time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/sim/cluster"
 )
@@ -22,7 +24,7 @@ func TestFullRollout(t *testing.T) {
 	e.runInProcess("solo")
 	e.apply(rollout("full", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = canaries
-		s.MaxParallel, s.MaxUnavailable = 4, 3
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(4), intstr.FromInt32(3)
 	}))
 	nr := e.waitPhase("full", 5*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
 	if nr.Status.Phase != v1alpha1.PhaseCompleted {

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/kubectl/pkg/util/podutils"
 
@@ -78,7 +79,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	apiBefore := apiserverMetrics(b, e)
 	start := time.Now()
 	e.apply(rollout("scale", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = parallel, parallel
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(parallel), intstr.FromInt32(parallel)
 		s.SwapTimeout = &v1alpha1.Duration{Duration: 5 * time.Minute}
 	}))
 	say("rollout applied")

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -27,7 +28,7 @@ func TestNodeNotReadyDuringSoakFails(t *testing.T) {
 	e.runInProcess("flap")
 	e.apply(rollout("flap", func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{canary}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: soak}
 	}))
 	if node := e.waitStep("flap", v1alpha1.NodeSoak); node != canary {

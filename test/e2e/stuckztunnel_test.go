@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -127,7 +128,7 @@ func TestStuckZtunnelRecreatedOnce(t *testing.T) {
 			const swapTimeout = 16 * time.Second
 			name := "stuck-once-" + string(kind)
 			e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
-				s.MaxParallel, s.MaxUnavailable = 1, 1
+				s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 				s.SwapTimeout = &v1alpha1.Duration{Duration: swapTimeout}
 			}))
 			nr := e.waitPhase(name, 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted)
@@ -170,7 +171,7 @@ func TestStuckZtunnelTwiceHaltsAcrossHandover(t *testing.T) {
 	stopFirst, _ := e.runInProcess("stuck-first")
 	const swapTimeout, name = 20 * time.Second, "stuck-twice"
 	e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.SwapTimeout = &v1alpha1.Duration{Duration: swapTimeout}
 	}))
 	e.waitFor(func(context.Context) bool {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -31,7 +32,7 @@ func TestSurgeRolloutThroughAnOutage(t *testing.T) {
 	hash := e.newestHash(cluster.ZtunnelName)
 	first := e.startProcess("first", "127.0.0.1:0")
 	e.apply(rollout("outage", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 2 * time.Second}
 	}))
 	// Kill it once a node is done and another is being swapped.
@@ -102,7 +103,9 @@ func TestSurgeAbortMidSwap(t *testing.T) {
 	e.slowStart(15 * time.Second)
 	hash := e.newestHash(cluster.ZtunnelName)
 	e.runInProcess("solo")
-	e.apply(rollout("abort-surge", func(s *v1alpha1.NodeRolloutSpec) { s.MaxParallel, s.MaxUnavailable = 1, 1 }))
+	e.apply(rollout("abort-surge", func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+	}))
 	node := e.waitStep("abort-surge", v1alpha1.NodeSwapZtunnel)
 	e.waitFor(func(ctx context.Context) bool { return len(e.surgeLeftovers()) > 0 }, "the bridge created on "+node)
 	if out, err := e.cli("abort", "abort-surge"); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/kubectl/pkg/util/podutils"
 
@@ -73,7 +74,7 @@ func TestZtunnelTargetTypedByWhatItRuns(t *testing.T) {
 	e.runInProcess("solo")
 	e.apply(rollout("l4", func(s *v1alpha1.NodeRolloutSpec) {
 		s.Targets = []v1alpha1.TargetRef{{Namespace: ns, Name: "l4-proxy"}}
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Drain = v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto, Timeout: &v1alpha1.Duration{Duration: time.Minute}}
 	}))
 	nr := e.waitPhase("l4", 3*time.Minute, v1alpha1.PhaseCompleted, v1alpha1.PhaseHalted, v1alpha1.PhasePending)

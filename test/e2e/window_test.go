@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
@@ -31,7 +32,7 @@ func TestMaintenanceWindows(t *testing.T) {
 	e.upgrade("1.28.1")
 	e.runInProcess("solo")
 	e.apply(rollout("windows", func(s *v1alpha1.NodeRolloutSpec) {
-		s.MaxParallel, s.MaxUnavailable = 1, 1
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
 		s.Soak = &v1alpha1.Duration{Duration: 4 * time.Second}
 	}))
 	inFlight := e.waitStep("windows", v1alpha1.NodeSoak)

@@ -12,9 +12,10 @@ import (
 // The root (the reconcile loop and its executor) wires them all; no room
 // imports the root, and a new room needs a line here.
 var rooms = map[string][]string{
-	"model":            {},
+	"model":            {"timewindow"},
+	"timewindow":       {}, // maintenance windows and blackouts as spans of time (time zones, DST)
 	"metrics":          {},
-	"planner":          {"model"},
+	"planner":          {"model", "timewindow"},
 	"prepull":          {"model", "nodestep", "swap"}, // the pre-pull pods: made, read and written
 	"kuredlock":        {"locks", "model", "observe"}, // writes Kured's lock on its DaemonSet (observe: the API server's clock)
 	"status":           {"model", "planner"},          // what a rollout's status says after a pass (pure)
