@@ -16,9 +16,14 @@ import (
 // counted from the oldest sample of that run (none for an agent that kept
 // the whole window, all of it for a new agent, from the restart for one that
 // restarted), checked again after each wait so an agent restarted meanwhile
-// is waited for too. Other gates wait the whole window, to deadline.
+// is waited for too. A gate that samples the agents from preflight on
+// waits the whole window, to deadline; one that reads neither (the
+// readiness gate) reads no baseline, so none is waited for.
 func (l judgedLife) waitBaseline(ctx context.Context, p model.Policy, node string, deadline time.Time) error {
-	if !l.gate.Reads().History {
+	switch r := l.gate.Reads(); {
+	case !r.Samples && !r.History:
+		return nil
+	case !r.History:
 		return observe.SleepUntil(ctx, deadline, l.now)
 	}
 	for {

@@ -36,7 +36,8 @@ func (h *historian) CoveredSince(context.Context, string) time.Time {
 // whole baseline costs no wait; one covering part of it waits for the
 // rest, from the oldest sample of the agent's run, not for the whole
 // window; an agent that restarts during the wait is waited for again; a
-// gate without history waits the whole window, as before.
+// gate that samples without history waits the whole window; a gate that
+// reads no baseline waits for none.
 func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	const baseline = 400 * time.Millisecond
 	ctx := context.Background()
@@ -69,8 +70,17 @@ func TestPreflightWaitsOnlyForTheUncoveredBaseline(t *testing.T) {
 	}
 
 	start = time.Now()
-	plain := gate.GateFunc(func(context.Context, gate.GateInput) (health.Verdict, error) { return health.Verdict{}, nil })
-	if err := exec(plain).waitBaseline(ctx, p, "w1", start.Add(baseline/4)); err != nil || time.Now().Before(start.Add(baseline/4)) {
-		t.Errorf("no history: %v, returned before the deadline", err)
+	sampler := &judgeGate{}
+	if err := exec(sampler).waitBaseline(ctx, p, "w1", start.Add(baseline/4)); err != nil || time.Now().Before(start.Add(baseline/4)) {
+		t.Errorf("samples without history: %v, returned before the deadline", err)
+	}
+
+	// A gate that reads no baseline (readiness only) waits for none: with
+	// a context already cancelled, any wait would return its error.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	readiness := gate.GateFunc(func(context.Context, gate.GateInput) (health.Verdict, error) { return health.Verdict{}, nil })
+	if err := exec(readiness).waitBaseline(cancelled, p, "w1", farDeadline); err != nil {
+		t.Errorf("readiness gate: %v; want no wait", err)
 	}
 }
