@@ -6,6 +6,7 @@
 //	nodeagent                      the node agent (bpf + health/wire, the shapes it serves)
 //	health/*                       the judge; of ours, only api (inside it, judge_test.go's judgeRooms)
 //	istio/*, leader, bpf, probe    leaves over api (or nothing)
+//	clusters                       several clusters read at once: over api and istio
 //	kubeconfig, buildinfo          leaves: client config loading, the build version
 //	deploy/crds                    the embedded CRDs and their offline validator, a leaf
 //	api/*                          the CRD types, client and Scheme
@@ -51,6 +52,7 @@ var allowed = map[string][]string{
 	"notify":       {"api"},
 	"dashboard":    {"api", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only
 	"hack":         {},                      // build helpers (the pause image's binary)
+	"clusters":     {"api", "istio"},        // several clusters read at once (nodewise fleet)
 }
 
 type pkg struct {
