@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -55,23 +56,30 @@ func FromSecrets(ctx context.Context, kube kubernetes.Interface, namespace, sele
 		return nil, fmt.Errorf("listing the cluster Secrets in %s (selector %q): %w", namespace, selector, err)
 	}
 	out := make([]Cluster, 0, len(list.Items))
-	for _, s := range list.Items {
-		c := Cluster{Name: s.Name}
-		var data []byte
-		for _, k := range SecretKeys {
-			if data = s.Data[k]; len(data) > 0 {
-				break
-			}
-		}
-		if len(data) == 0 {
-			c.Err = fmt.Errorf("Secret %s/%s holds no kubeconfig (data key %q or %q)", namespace, s.Name, SecretKeys[0], SecretKeys[1])
-		} else if c.Config, err = secretConfig(data); err != nil {
-			c.Err = fmt.Errorf("Secret %s/%s: %w", namespace, s.Name, err)
-		}
-		out = append(out, c)
+	for i := range list.Items {
+		out = append(out, FromSecret(&list.Items[i]))
 	}
 	slices.SortFunc(out, func(a, b Cluster) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// FromSecret is the cluster whose kubeconfig the Secret holds (SecretKeys),
+// named by the Secret; its Err says why it has none.
+func FromSecret(s *corev1.Secret) Cluster {
+	c := Cluster{Name: s.Name}
+	var data []byte
+	for _, k := range SecretKeys {
+		if data = s.Data[k]; len(data) > 0 {
+			break
+		}
+	}
+	var err error
+	if len(data) == 0 {
+		c.Err = fmt.Errorf("Secret %s/%s holds no kubeconfig (data key %q or %q)", s.Namespace, s.Name, SecretKeys[0], SecretKeys[1])
+	} else if c.Config, err = secretConfig(data); err != nil {
+		c.Err = fmt.Errorf("Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return c
 }
 
 // secretConfig reads a Secret's kubeconfig. Credential plugins (exec,

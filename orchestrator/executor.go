@@ -22,6 +22,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/preflight"
+	"github.com/nodewise/nodewise/orchestrator/promotion"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/orchestrator/worker"
 	"github.com/nodewise/nodewise/orchestrator/write"
@@ -122,7 +123,8 @@ func (e *executor) wire() {
 		Live: func(ctx context.Context, ns, name string) (*appsv1.DaemonSet, error) {
 			return e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		},
-		Alerts: e.gate.FiringAlerts,
+		Alerts:    e.gate.FiringAlerts,
+		Promotion: (&promotion.Reader{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}).Hold,
 	}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,

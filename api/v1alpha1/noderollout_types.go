@@ -307,6 +307,11 @@ type NodeRolloutSpec struct {
 	// matching Prometheus alerts fire.
 	// +optional
 	Blocking BlockingSpec `json:"blocking,omitempty"`
+	// Promotion holds the rollout in Pending until the same target images
+	// have completed in upstream clusters (staging before production). See
+	// docs/clusters.md.
+	// +optional
+	Promotion *PromotionSpec `json:"promotion,omitempty"`
 	// Prepull pulls each node's new target images in a short-lived pod on
 	// the node before its turn; a pull that fails halts the rollout before
 	// the cordon, naming the image and the node (default false).
@@ -427,6 +432,40 @@ type RolloutCounts struct {
 	RolledBack int32 `json:"rolledBack"`
 }
 
+// PromotionSpec names the upstream clusters a rollout follows: it starts
+// only once, in each of them, a NodeRollout rolled the same target images
+// to Completed at least SoakAfter ago, judged at least as strictly, and no
+// rollout of those images is Halted there. An upstream that cannot be read
+// holds it (fail closed).
+type PromotionSpec struct {
+	// Upstreams are the clusters, each read with the kubeconfig in a Secret
+	// of the orchestrator's namespace.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	Upstreams []Upstream `json:"upstreams"`
+	// SoakAfter is how long ago each upstream rollout must have completed
+	// (default 24h).
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]')",message="soakAfter must be a duration such as 24h"
+	// +optional
+	SoakAfter *Duration `json:"soakAfter,omitempty"`
+}
+
+// Upstream is one cluster a rollout is promoted from.
+type Upstream struct {
+	// Name names the cluster in reasons and status.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// KubeconfigSecret is a Secret in the orchestrator's namespace holding
+	// a read-only kubeconfig of the cluster under data key "value" (Cluster
+	// API's) or "kubeconfig".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	KubeconfigSecret string `json:"kubeconfigSecret"`
+}
+
 // TargetStatus is what the rollout observed of one target.
 type TargetStatus struct {
 	Namespace string `json:"namespace"`
@@ -434,6 +473,11 @@ type TargetStatus struct {
 	// Revision is the controller-revision-hash of the newest ControllerRevision owned by the DaemonSet.
 	// +optional
 	Revision string `json:"revision,omitempty"`
+	// Images are the images of that revision's pod template: what another
+	// cluster's rollout is promoted on (spec.promotion).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Images []string `json:"images,omitempty"`
 }
 
 // NodeRolloutStatus is where the rollout is.

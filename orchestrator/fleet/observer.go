@@ -53,6 +53,11 @@ type Observer struct {
 	// (the gate's FiringAlerts, whose error holds every start when the gate
 	// reads no Prometheus); Pass needs it, Snapshot does not.
 	Alerts func(ctx context.Context, address string) ([]map[string]string, error)
+	// Promotion says what spec.promotion's upstream clusters still lack
+	// for the targets' images (promotion.Reader.Hold); Pass asks it until
+	// the rollout has started. Nil: a rollout that asks for promotion is
+	// held, since its upstreams cannot be read.
+	Promotion func(ctx context.Context, nr *v1alpha1.NodeRollout, targets []model.TargetView) string
 	// IstioNamespace is where the targets must live.
 	IstioNamespace string
 	// ZtunnelSwap is how ztunnel is swapped on each node (Config.ZtunnelSwap).

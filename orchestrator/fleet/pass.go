@@ -77,6 +77,12 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 		}
 	}
 	ps.Snap.AlertsBlock = o.alertsBlock(ctx, p.Blocking) // read here, not in the workers' snapshots
+	if nr.Spec.Promotion != nil && nr.Status.StartTime == nil && !deleting {
+		ps.Snap.PromotionHold = "this process reads no upstream cluster"
+		if o.Promotion != nil {
+			ps.Snap.PromotionHold = o.Promotion(ctx, nr, ps.Snap.Targets)
+		}
+	}
 	if !deleting {
 		r, pending, err := model.PendingNodeRequest(nr.Annotations)
 		switch {

@@ -25,6 +25,9 @@ type Snapshot struct {
 	// AlertsBlock says why spec.blocking.alerts hold every start (an alert
 	// fires, or the alerts could not be read), "" when they do not.
 	AlertsBlock string
+	// PromotionHold says what spec.promotion's upstream clusters still
+	// lack (read by fleet.Observer), "" when nothing or no promotion.
+	PromotionHold string
 }
 
 // TargetView is one target DaemonSet as the planner needs it.

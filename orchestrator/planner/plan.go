@@ -59,6 +59,9 @@ type Decision struct {
 	// NextWindow is when nodes may start next (windows, blackouts,
 	// notBefore), if waiting for that.
 	NextWindow time.Time
+	// Promotion is what the upstream clusters still lack before the
+	// rollout may start (spec.promotion), "" when nothing.
+	Promotion string
 	// MaxParallel and MaxUnavailable are the policy's limits resolved
 	// against the selected nodes (a percentage scales with them).
 	MaxParallel, MaxUnavailable int
@@ -246,6 +249,12 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		return d
 	}
 
+	// Promotion holds the first start only: once a node has started, the
+	// rollout is under way and goes on by its own judge.
+	if s.PromotionHold != "" && s.Status.StartTime == nil {
+		d.Phase, d.Reason, d.Promotion = v1alpha1.PhasePending, "waiting for promotion: "+s.PromotionHold, s.PromotionHold
+		return d
+	}
 	switch {
 	case p.Paused:
 		d.Phase, d.Reason = v1alpha1.PhasePaused, "paused by the user"

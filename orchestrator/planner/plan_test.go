@@ -665,3 +665,20 @@ func TestPlanResolvesPercentages(t *testing.T) {
 		t.Errorf("10%% of 10 nodes: maxUnavailable %d, starts %v; want 1 and one start", d.MaxUnavailable, starts(d))
 	}
 }
+
+// TestPlanWaitsForPromotionBeforeTheFirstStart: what the upstream clusters
+// lack holds a rollout that has not started in Pending, saying so; once a
+// node has started, the rollout goes on by its own judge.
+func TestPlanWaitsForPromotionBeforeTheFirstStart(t *testing.T) {
+	p := fixture.Policy(t, nil)
+	s := model.Snapshot{Nodes: fixture.Fleet(1, 4), Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType),
+		PromotionHold: "upstream staging: no NodeRollout has completed images istio/ztunnel:1.28.1"}
+	d := Plan(s, p, time.Now())
+	if d.Phase != v1alpha1.PhasePending || d.Promotion != s.PromotionHold || !strings.Contains(d.Reason, "waiting for promotion: upstream staging") || len(starts(d)) != 0 {
+		t.Fatalf("not started: phase %s promotion %q reason %q starts %v; want Pending, no start", d.Phase, d.Promotion, d.Reason, starts(d))
+	}
+	s.Status.StartTime = &metav1.Time{Time: time.Now()}
+	if d = Plan(s, p, time.Now()); d.Phase != v1alpha1.PhaseProgressing || len(starts(d)) == 0 || d.Promotion != "" {
+		t.Errorf("started: phase %s starts %v promotion %q; want it to go on", d.Phase, starts(d), d.Promotion)
+	}
+}

@@ -49,7 +49,7 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 	if len(targets) > 0 && !nr.Spec.Rollback && d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseHalted && s.Phase != v1alpha1.PhaseHalted {
 		s.Targets = s.Targets[:0]
 		for _, t := range targets {
-			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash})
+			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash, Images: t.Images})
 		}
 	}
 	// One index for the whole plan: nodeEntry per node would be
@@ -111,8 +111,13 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64)
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.Now()})
 	}
-	valid := d.Phase != v1alpha1.PhasePending && d.Phase != v1alpha1.PhaseFailed
+	valid := (d.Phase != v1alpha1.PhasePending || d.Promotion != "") && d.Phase != v1alpha1.PhaseFailed
 	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
+	if d.Promotion != "" {
+		cond("Promoted", false, "WaitingForUpstream", d.Promotion)
+	} else if promoted := meta.FindStatusCondition(s.Conditions, "Promoted"); promoted != nil && s.StartTime != nil {
+		cond("Promoted", true, "UpstreamCompleted", "")
+	}
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
 	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")
 }

@@ -45,8 +45,8 @@ var allowed = map[string][]string{
 	"probe":        {},
 	"istio":        {"api"},
 	"health":       {"api"},
-	"nodeagent":    {"api", "bpf", "health", "istio", "agentpki"}, // agentpki: the agent's own credentials (its flood test reviews tokens through it)
-	"orchestrator": {"api", "health", "istio", "leader"},
+	"nodeagent":    {"api", "bpf", "health", "istio", "agentpki"},    // agentpki: the agent's own credentials (its flood test reviews tokens through it)
+	"orchestrator": {"api", "clusters", "health", "istio", "leader"}, // clusters: spec.promotion's upstream reads
 	"revisions":    {"api", "health", "istio", "leader"},
 	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},

@@ -29,6 +29,7 @@ var rooms = map[string][]string{
 	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"}, // drives one node through its steps (write: only behind interfaces)
 	"write":            {"model", "nodestep", "observe", "planner"},                            // node and status writes: records, cache waits, the status budget
 	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull"},        // a pass's read side: observes the fleet and decides the pass, writing nothing
+	"promotion":        {"model"},                                                              // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
 	"preflight":        {"model", "nodestep"},                                                  // the version-skew check before a node's swap (its halts)
 	"internal/fixture": {"model"},                                                              // the unit tests' fleets, targets and pods
 }

@@ -1,0 +1,148 @@
+package clusters
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+)
+
+// Want is what a rollout asks of an upstream cluster before it starts: a
+// NodeRollout there that rolled the same images to Completed at least
+// SoakAfter ago, judged at least as strictly as Spec judges.
+type Want struct {
+	// Images are the rollout's target images, all of them.
+	Images    []string
+	SoakAfter time.Duration
+	// Spec is the rollout's own spec, whose judge an upstream rollout must
+	// match or exceed (Stricter).
+	Spec v1alpha1.NodeRolloutSpec
+}
+
+// Promoted reads upstream cluster c and says what is missing there, naming
+// the cluster, or "" when the rollout may start: a NodeRollout in c
+// Completed with every one of the wanted images at least SoakAfter before
+// now, judged at least as strictly, and no NodeRollout of any of those
+// images Halted or Failed in c. A cluster that cannot be read is missing
+// everything (fail closed), with its error.
+func Promoted(ctx context.Context, c Cluster, w Want, now time.Time) string {
+	if c.Err != nil {
+		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, c.Err, 0))
+	}
+	nw, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, err, 0))
+	}
+	list, err := nw.NodeRollouts().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, err, 0))
+	}
+	return decide(c.Name, list.Items, w, now)
+}
+
+// decide is Promoted's decision over the upstream cluster's rollouts.
+func decide(cluster string, rollouts []v1alpha1.NodeRollout, w Want, now time.Time) string {
+	var best *v1alpha1.NodeRollout // the completed rollout closest to qualifying
+	var weaker []string
+	for i := range rollouts {
+		nr := &rollouts[i]
+		images := statusImages(nr.Status)
+		if !overlaps(images, w.Images) {
+			continue
+		}
+		switch nr.Status.Phase {
+		case v1alpha1.PhaseHalted, v1alpha1.PhaseFailed:
+			return fmt.Sprintf("upstream %s: NodeRollout %s of these images is %s (%s)", cluster, nr.Name, nr.Status.Phase, firstLine(nr.Status.PhaseReason()))
+		case v1alpha1.PhaseCompleted:
+		default:
+			continue
+		}
+		if !covers(images, w.Images) || nr.Status.CompletionTime == nil {
+			continue
+		}
+		if why := Stricter(nr.Spec, w.Spec); why != "" {
+			weaker = append(weaker, fmt.Sprintf("NodeRollout %s was judged more leniently (%s)", nr.Name, why))
+			continue
+		}
+		if best == nil || nr.Status.CompletionTime.Before(best.Status.CompletionTime) {
+			best = nr
+		}
+	}
+	switch {
+	case best != nil && now.Sub(best.Status.CompletionTime.Time) >= w.SoakAfter:
+		return ""
+	case best != nil:
+		at := best.Status.CompletionTime.Time
+		return fmt.Sprintf("upstream %s: NodeRollout %s completed these images %s ago; promotion waits until %s (soakAfter %s)",
+			cluster, best.Name, duration.HumanDuration(now.Sub(at)), at.Add(w.SoakAfter).UTC().Format(time.RFC3339), w.SoakAfter)
+	case len(weaker) > 0:
+		return fmt.Sprintf("upstream %s: %s", cluster, strings.Join(weaker, "; "))
+	}
+	return fmt.Sprintf("upstream %s: no NodeRollout has completed images %s", cluster, strings.Join(w.Images, ", "))
+}
+
+// Stricter says how upstream's judge is more lenient than ours, or "" when
+// it is as strict or stricter: a soak and a baseline at least as long, the
+// control group kept when ours keeps it, and inconclusive nodes treated at
+// least as harshly (Pass < Pause < Fail).
+func Stricter(upstream, ours v1alpha1.NodeRolloutSpec) string {
+	var why []string
+	if u, o := dur(upstream.Soak), dur(ours.Soak); u < o {
+		why = append(why, fmt.Sprintf("soak %s < %s", u, o))
+	}
+	if u, o := dur(upstream.Baseline), dur(ours.Baseline); u < o {
+		why = append(why, fmt.Sprintf("baseline %s < %s", u, o))
+	}
+	if upstream.Gates.ControlGroup == v1alpha1.ControlGroupDisabled && ours.Gates.ControlGroup != v1alpha1.ControlGroupDisabled {
+		why = append(why, "no control group")
+	}
+	if u, o := rank(upstream.Gates.Inconclusive), rank(ours.Gates.Inconclusive); u < o {
+		why = append(why, fmt.Sprintf("inconclusive %s, ours %s", orDefault(upstream.Gates.Inconclusive), orDefault(ours.Gates.Inconclusive)))
+	}
+	return strings.Join(why, ", ")
+}
+
+// dur reads a spec duration; the API server defaults soak and baseline, so
+// an absent one is compared as the CRD's default.
+func dur(d *v1alpha1.Duration) time.Duration {
+	if d == nil {
+		return 5 * time.Minute
+	}
+	return d.Duration
+}
+
+// orDefault is an inconclusive policy as the judge reads it: empty is
+// Pause, the judge's default (health.DefaultConfig).
+func orDefault(p v1alpha1.InconclusivePolicy) v1alpha1.InconclusivePolicy {
+	if p == "" {
+		return v1alpha1.InconclusivePause
+	}
+	return p
+}
+
+func rank(p v1alpha1.InconclusivePolicy) int {
+	return slices.Index([]v1alpha1.InconclusivePolicy{v1alpha1.InconclusivePass, v1alpha1.InconclusivePause, v1alpha1.InconclusiveFail}, orDefault(p))
+}
+
+// statusImages are the images a rollout moved its nodes to.
+func statusImages(s v1alpha1.NodeRolloutStatus) []string {
+	var out []string
+	for _, t := range s.Targets {
+		out = append(out, t.Images...)
+	}
+	return out
+}
+
+func overlaps(have, want []string) bool {
+	return slices.ContainsFunc(want, func(i string) bool { return slices.Contains(have, i) })
+}
+
+func covers(have, want []string) bool {
+	return !slices.ContainsFunc(want, func(i string) bool { return !slices.Contains(have, i) })
+}
