@@ -206,16 +206,22 @@ func (s *Server) listPage(*http.Request) (pageData, string, any, int) {
 type rolloutData struct {
 	rolloutPage
 	Actions bool
+	// Stream names the page's own event stream ("" for none).
+	Stream string
 }
 
 func (s *Server) rolloutPage(r *http.Request) (pageData, string, any, int) {
 	name := r.PathValue("name")
 	pd := pageData{Title: "NodeRollout " + name, Topic: kindRollout + "/" + name, Crumbs: []link{{"NodeRollout " + name, ""}}}
+	q, err := parseFleetQuery(r.URL.Query())
+	if err != nil {
+		return pd, "badquery.html", err.Error(), http.StatusBadRequest
+	}
 	nr := s.hub.rollout(name)
 	if nr == nil {
 		return pd, "notfound.html", notFound{"NodeRollout " + name}, http.StatusNotFound
 	}
-	return pd, "rollout.html", rolloutData{buildRollout(nr, s.cfg.Now()), !s.cfg.ReadOnly}, http.StatusOK
+	return pd, "rollout.html", rolloutData{rolloutPage: buildRollout(nr, q, s.cfg.Now()), Actions: !s.cfg.ReadOnly}, http.StatusOK
 }
 
 func (s *Server) nodePage(r *http.Request) (pageData, string, any, int) {

@@ -12,7 +12,7 @@
     if (inFlight) { again = true; return; }
     inFlight = true;
     try {
-      const r = await fetch(location.pathname, { headers: { "X-Nodewise-Fragment": "1" }, cache: "no-store" });
+      const r = await fetch(location.pathname + location.search, { headers: { "X-Nodewise-Fragment": "1" }, cache: "no-store" });
       if (r.ok || r.status === 404) { main.innerHTML = await r.text(); bind(); }
     } catch (e) { /* the stream's own error handler shows the state */ }
     inFlight = false;
