@@ -166,11 +166,12 @@ func waitWhy(reason string) string {
 
 // fleetMap is every node of a rollout as one cell, in the planned order,
 // in blocks of one zone (the canaries in a block of their own) and, within
-// a block, runs of one wave.
+// a block, runs of one wave: a block a zone whatever the order.
 type fleetMap struct {
 	// Show is the filter, whose nodes' cells stand out ("" for none).
 	Show   string
 	Blocks []mapBlock
+	block  map[string]int // Blocks' index by zone ("canary" for the canaries')
 }
 
 type mapBlock struct {
@@ -238,21 +239,31 @@ func buildFleet(rollout string, nodes []v1alpha1.NodeStatus, q fleetQuery, now t
 	return m, fleetFilters(q, len(nodes), counts), pageOfNodes(rollout, nodes, picked, q, now)
 }
 
-// add puts n's cell after the last: in the last block and wave when n is
-// of them, else in a new one.
+// add puts n's cell last in its zone's block (the canaries' block for a
+// canary), in a new run when the block's last is of another wave. The
+// status lists nodes in the planned order, zone by zone; an entry added
+// after a re-plan comes last, and still lands in its zone's block.
 func (m *fleetMap) add(n *v1alpha1.NodeStatus, c mapCell) {
-	last := len(m.Blocks) - 1
-	if last < 0 || m.Blocks[last].Canary != n.Canary || (!n.Canary && m.Blocks[last].Zone != n.Zone) {
-		m.Blocks = append(m.Blocks, mapBlock{Canary: n.Canary, Zone: n.Zone, FirstWave: n.Wave})
-		last++
+	key := "zone " + n.Zone
+	if n.Canary {
+		key = "canary"
 	}
-	b := &m.Blocks[last]
+	i, ok := m.block[key]
+	if !ok {
+		if m.block == nil {
+			m.block = map[string]int{}
+		}
+		i = len(m.Blocks)
+		m.block[key] = i
+		m.Blocks = append(m.Blocks, mapBlock{Canary: n.Canary, Zone: n.Zone, FirstWave: n.Wave, LastWave: n.Wave})
+	}
+	b := &m.Blocks[i]
 	if w := len(b.Waves) - 1; w < 0 || b.Waves[w].Wave != n.Wave {
 		b.Waves = append(b.Waves, mapWave{Wave: n.Wave})
 	}
 	b.Waves[len(b.Waves)-1].Cells = append(b.Waves[len(b.Waves)-1].Cells, c)
 	b.Nodes++
-	b.LastWave = n.Wave
+	b.FirstWave, b.LastWave = min(b.FirstWave, n.Wave), max(b.LastWave, n.Wave)
 }
 
 // cellClass is a cell's colour and pattern: the state's class, and "wait"

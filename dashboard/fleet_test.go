@@ -61,6 +61,13 @@ func TestFleetMapGroupsByZoneAndWave(t *testing.T) {
 			t.Fatalf("cell %d is %s, want %s", i, cells[i].Name, n.Name)
 		}
 	}
+	// An entry out of the planned order (added after a re-plan) joins its
+	// zone's block, in a run of its own.
+	moved := append(slices.Delete(slices.Clone(nodes), 5, 6), nodes[5])
+	m, _, _ = buildFleet("big", moved, fleetQuery{Page: 1}, t0)
+	if len(m.Blocks) != 4 || m.Blocks[1].Nodes != 19 || len(m.Blocks[1].Waves) != 6 || m.Blocks[1].Waves[5].Cells[0].Name != nodes[5].Name || m.Blocks[3].Nodes != 20 {
+		t.Errorf("with %s last: %+v", nodes[5].Name, m.Blocks)
+	}
 	for _, tc := range []struct {
 		at           int
 		class, label string
