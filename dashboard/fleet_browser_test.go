@@ -101,6 +101,45 @@ func TestBrowserFleetMapOf5000Nodes(t *testing.T) {
 	t.Logf("screenshot: %s", p)
 }
 
+// TestBrowserRolloutPageOpenBeforeItsRollout: a rollout's page opened
+// before the rollout exists says so, fills in from the change events once
+// it is created (one fetch of its <main>), and from then on follows the
+// rollout on a stream of its own: a node's change restyles its cell without
+// another fetch.
+func TestBrowserRolloutPageOpenBeforeItsRollout(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.srv.URL+"/rollouts/late"), chromedp.WaitVisible(chromedp.CSS("#live"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := browser.WaitTrue(ctx, `document.getElementById("live").textContent === "live" && document.body.textContent.includes("does not exist")`); err != nil {
+		t.Fatal(err)
+	}
+	const fetches = `performance.getEntriesByType("resource").filter(r => r.initiatorType === "fetch").length`
+	if err := browser.WaitTrue(ctx, fetches+` === 1`); err != nil { // the change stream's open fetches <main> once
+		t.Fatal(err)
+	}
+	nr := fleetRollout("late", 60)
+	e.rs.put(nr)
+	if err := browser.WaitTrue(ctx, `document.querySelectorAll("#map a").length === 60 && document.querySelector("[data-stream]") !== null`); err != nil {
+		t.Fatalf("the page never showed the rollout: %v", err)
+	}
+	n := &nr.Status.Nodes[50]
+	n.State = v1alpha1.NodeSoak
+	e.rs.put(nr)
+	if err := browser.WaitTrue(ctx, cellJS("late", n.Name)+`.className === "busy"`); err != nil {
+		t.Fatalf("%s's cell never showed it in flight: %v", n.Name, err)
+	}
+	if got, err := browser.Eval[int](ctx, fetches); err != nil || got != 2 {
+		t.Errorf("%d fetches of the page after its rollout was created (%v), want 1: the one that showed it", got-1, err)
+	}
+}
+
 // countStreams counts the bytes the server writes to event streams.
 type countStreams struct {
 	h http.Handler
