@@ -118,7 +118,7 @@ func (ts *tabs) close(id string) {
 // sections' HTML.
 type sentView struct {
 	layout uint64
-	cells  map[string]string
+	cells  map[string]mapCell
 	list   string
 	rows   map[string]string
 	parts  map[string]string
@@ -149,15 +149,20 @@ var sections = []struct{ id, template string }{
 
 // view is what the page d shows, as a tab keeps it.
 func (s *Server) view(d rolloutData) (sentView, error) {
-	v := sentView{cells: map[string]string{}, rows: map[string]string{}, parts: map[string]string{}}
+	cells := 0
+	for _, b := range d.Map.Blocks {
+		cells += b.Nodes
+	}
+	v := sentView{cells: make(map[string]mapCell, cells), rows: map[string]string{}, parts: map[string]string{}}
 	h := fnv.New64a()
 	for _, b := range d.Map.Blocks {
 		fmt.Fprintf(h, "|%t %s", b.Canary, b.Zone)
 		for _, w := range b.Waves {
 			fmt.Fprintf(h, "|%d", w.Wave)
 			for _, c := range w.Cells {
-				io.WriteString(h, " "+c.Name)
-				v.cells[c.Name] = c.Class + " " + c.Label
+				_, _ = io.WriteString(h, c.Name)
+				_, _ = h.Write([]byte{0})
+				v.cells[c.Name] = c
 			}
 		}
 	}
