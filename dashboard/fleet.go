@@ -132,7 +132,7 @@ func (q fleetQuery) href() string {
 	return "?" + v.Encode()
 }
 
-// nodeKind is the filter that picks n.
+// nodeKind is the filter that picks a node in state s.
 func nodeKind(s v1alpha1.NodeState) string {
 	switch {
 	case s == v1alpha1.NodeFailed:
@@ -291,7 +291,7 @@ func fleetFilters(q fleetQuery, total int, counts map[string]int) []fleetFilter 
 		f := fleetFilter{Key: k.key, Label: k.label, Class: k.class, Href: fleetQuery{Show: k.key}.href(), Count: counts[k.key], On: q.Show == k.key && q.Why == ""}
 		if k.key == showWaiting {
 			for _, w := range whys {
-				f.Whys = append(f.Whys, fleetFilter{Key: w.key, Label: w.label, Href: fleetQuery{Show: k.key, Why: w.key}.href(),
+				f.Whys = append(f.Whys, fleetFilter{Key: w.key, Label: w.label, Class: cellClass(v1alpha1.NodePending, w.key), Href: fleetQuery{Show: k.key, Why: w.key}.href(),
 					Count: counts[k.key+"/"+w.key], On: q.Show == k.key && q.Why == w.key})
 			}
 		}

@@ -8,7 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/nodestep"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 // fleet60 is fleetRollout's 60 nodes, whose plan is: the canary node-0001
@@ -250,5 +257,28 @@ func TestRolloutPageServesTheMapFiltersAndPages(t *testing.T) {
 	code, page = e.get("/rollouts/big?show=broken")
 	if code != http.StatusBadRequest || !strings.Contains(page, "show=broken is not one of failed, inflight, waiting, done, skipped") {
 		t.Errorf("show=broken: %d %.300s", code, page)
+	}
+}
+
+// TestWaitWhyReadsTheOrchestratorsReasons: the reasons the orchestrator's
+// own code writes on a waiting node's entry are read as the filter names
+// them: a blocking pod (planner.BlockingPods), another NodeRollout's step
+// (nodestep), and the fixture's NotReady and Kured reasons.
+func TestWaitWhyReadsTheOrchestratorsReasons(t *testing.T) {
+	pending := v1alpha1.NodeStatus{State: v1alpha1.NodePending}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "batch-1", Labels: map[string]string{"app": "batch"}}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	blocked := planner.BlockingPods([]*corev1.Pod{pod}, labels.SelectorFromSet(labels.Set{"app": "batch"}))["n1"]
+	other := nodestep.Record{Rollout: "other", RolloutUID: "u-other", Step: v1alpha1.NodeDrain}.HeldByAnother("u-me", func(string, types.UID) bool { return true })
+	for reason, want := range map[string]string{
+		planner.HeldReason(pending, blocked): whyBlocked,
+		planner.HeldReason(pending, other):   whyHeld,
+		notReadyReason:                       whyNotReady,
+		kuredReason:                          whyHeld,
+		"":                                   whyTurn,
+		"retried by alice":                   whyOther,
+	} {
+		if got := waitWhy(reason); got != want {
+			t.Errorf("waitWhy(%q) = %q, want %q", reason, got, want)
+		}
 	}
 }

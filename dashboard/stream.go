@@ -47,7 +47,7 @@ type tab struct {
 	actions bool
 	sub     *subscription
 	sent    sentView
-	served  time.Time
+	served  time.Time // the wall clock's, whatever Config.Now says: it ages the tab
 	claimed bool
 }
 
