@@ -113,6 +113,10 @@ bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,
 bench-status: ## The status writer's fit of a NodeRollout two thirds through at 12,000 and 50,000 nodes: the time of a write's fit, the object as written and with the API server's record of its fields (under 1 MiB), the entries listed and omitted.
 	$(GO) test -run '^$$' -bench BenchmarkStatusSize -benchtime 5x -count 1 -timeout 30m ./orchestrator/write
 
+.PHONY: bench-dashboard
+bench-dashboard: deps ## The rollout page of a 1,000- and a 5,000-node status-only rollout in headless Chromium, 5 loads each: one `dashboard nodes=… load_ms=… page_bytes=… update_bytes=…` line a size, the browser's own load timing (Navigation Timing, median) and the bytes one node's change of state sends to the open tab.
+	$(GO) test -run '^$$' -bench BenchmarkRolloutPage -benchtime 5x -count 1 -timeout 30m ./dashboard
+
 .PHONY: bench-scale
 bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, APPS (10) app pods each, with a leader kill midway; prints wall/floor/native, API requests per node, RSS, handover, status size, and one `scale ...` line.
 	NODEWISE_BENCH_SCALE=$(NODES) NODEWISE_BENCH_APPS=$(APPS) $(GO) test -run '^$$' -bench BenchmarkNodeRolloutScale -benchtime 1x -count 1 -timeout 180m ./test/e2e

@@ -2,8 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,47 +77,6 @@ func TestBrowserRendersAndUpdatesLive(t *testing.T) {
 	} else {
 		t.Logf("screenshot: %s", p)
 	}
-}
-
-// BenchmarkFirstPaint1000Nodes: the rollout page of a 1,000-node rollout,
-// from navigation to the browser's first contentful paint, in headless
-// Chromium (the page is rendered on the server from the informer's cache).
-// Prints the median, best and worst first paint and the page's size, then
-// one machine-readable `firstpaint ...` line.
-func BenchmarkFirstPaint1000Nodes(b *testing.B) {
-	s := started(b, Config{Rollouts: newFakeRollouts(haltedRollout("big", 1000)), Token: testToken(b), Now: func() time.Time { return t0.Add(5 * time.Minute) }})
-	base, printed := newBenchServer(b, s)
-	url := base + "/rollouts/big"
-	ctx := browser.New(b) // closed before the server, whose Close waits for the page's event stream
-	// The session's cookie, as a person opens the printed URL.
-	if err := chromedp.Do(ctx, chromedp.Navigate(printed)); err != nil {
-		b.Fatal(err)
-	}
-	var paints []float64
-	var size int
-	b.ResetTimer()
-	for range b.N {
-		if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
-			b.Fatal(err)
-		}
-		fcp, err := chromedp.Run(ctx, chromedp.Poll[float64](`(() => { const e = performance.getEntriesByName("first-contentful-paint")[0]; return e ? e.startTime : 0; })()`))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if size, err = browser.Eval[int](ctx, `document.documentElement.outerHTML.length`); err != nil {
-			b.Fatal(err)
-		}
-		paints = append(paints, fcp)
-	}
-	b.StopTimer()
-	if rows, _ := browser.Eval[int](ctx, `document.querySelectorAll("#nodes tr[id]").length`); rows != 1000 {
-		b.Fatalf("the page shows %d node rows, want 1000", rows)
-	}
-	slices.Sort(paints)
-	median := paints[len(paints)/2]
-	b.ReportMetric(median, "first-paint-ms")
-	fmt.Printf("first paint of a 1,000-node rollout: %.0f ms median, %.0f ms best, %.0f ms worst over %d loads (%d KiB of HTML)\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
-	fmt.Printf("firstpaint nodes=1000 median_ms=%.0f best_ms=%.0f worst_ms=%.0f loads=%d html_kib=%d\n", median, paints[0], paints[len(paints)-1], b.N, size/1024)
 }
 
 // TestBrowserOpensThePrintedURL: in headless Chromium, a page opened without

@@ -12,8 +12,12 @@
 // only kubectl port-forward reaches.
 //
 // Pages are rendered on the server from one informer per resource, so a
-// thousand-node rollout paints without client-side work; a small embedded
-// script keeps them live from server-sent events fed by the same informers
-// (one watch per resource per process, whatever the number of tabs). The
-// assets are embedded: nothing is fetched from the network at run time.
+// thousand-node rollout paints without client-side work. A rollout's page
+// draws every node as one square of a map (fleet.go) and lists a page of
+// the nodes its filter picks. A small embedded script keeps the pages live
+// from server-sent events fed by the same informers (one watch per
+// resource per process, whatever the number of tabs): a rollout's page
+// gets only what changed on it (stream.go), any other page fetches itself
+// again. The assets are embedded: nothing is fetched from the network at
+// run time.
 package dashboard

@@ -3,12 +3,9 @@ package dashboard
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -110,11 +107,4 @@ func (f *fakeMigrations) Watch(_ context.Context, opts metav1.ListOptions) (watc
 
 func forbidden() error {
 	return apierrors.NewForbidden(schema.GroupResource{Group: "nodewise.io", Resource: "noderollouts"}, "faulty", errors.New(`User "viewer" cannot patch resource "noderollouts"`))
-}
-
-// newBenchServer serves s and returns its address and the URL it prints.
-func newBenchServer(b *testing.B, s *Server) (string, string) {
-	srv := httptest.NewServer(s.Handler())
-	b.Cleanup(srv.Close)
-	return srv.URL, s.URL(strings.TrimPrefix(srv.URL, "http://"))
 }

@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
 var t0 = time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC)
@@ -48,5 +50,57 @@ func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
 		nr.Status.Nodes = append(nr.Status.Nodes, n)
 	}
 	nr.Status.Counts = v1alpha1.RolloutCounts{Total: int32(nodes), Pending: int32(nodes - 1), Failed: 1}
+	return nr
+}
+
+// The reasons a fleetRollout's waiting nodes carry, as the orchestrator
+// writes them on a Pending node's status entry.
+const (
+	notReadyReason = "waiting: NotReady: swapped when it is Ready again"
+	kuredReason    = "waiting: held by Kured's lock (weave.works/kured-node-lock on DaemonSet kube-system/kured)"
+	blockedReason  = "waiting: blocked by pod default/batch-1 (spec.blocking.podSelector app=batch)"
+)
+
+// fleetRollout is a Progressing rollout of nodes simulated nodes (status
+// only, no data plane) in three zones, ordered and put in waves by the
+// planner itself (the canary node-0001 first, then zone by zone, waves
+// ramping 1, 2, 4 … up to 50): the first two fifths done (five of them
+// skipped), the next dozen in flight, three pending nodes waiting on
+// something else (NotReady, Kured's lock, a blocking pod), the rest
+// pending. It needs at least 50 nodes.
+func fleetRollout(name string, nodes int) *v1alpha1.NodeRollout {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0)}}
+	nr.Status.Phase = v1alpha1.PhaseProgressing
+	views := make([]model.NodeView, nodes)
+	for i := range views {
+		views[i] = model.NodeView{Name: fmt.Sprintf("node-%04d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i%3)}
+	}
+	plan, _ := planner.Order(views, []string{"node-0001"}, 50)
+	start, finish := metav1.NewTime(t0.Add(time.Minute)), metav1.NewTime(t0.Add(3*time.Minute))
+	done := 2 * nodes / 5
+	skipped := map[int]bool{}
+	for k := range 5 {
+		skipped[done*k/5+done/10] = true
+	}
+	steps := []v1alpha1.NodeState{v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeSoak, v1alpha1.NodeGate}
+	for i, pn := range plan {
+		n := v1alpha1.NodeStatus{Name: pn.Name, Zone: pn.Zone, Canary: pn.Canary, Wave: int32(pn.Wave), State: v1alpha1.NodePending}
+		switch {
+		case skipped[i]:
+			n.State, n.Reason = v1alpha1.NodeSkipped, "skipped by admin: hardware ticket"
+		case i < done:
+			n.State, n.StartTime, n.FinishTime, n.Verdict = v1alpha1.NodeDone, &start, &finish, "Pass: no regression in 12 tests over 4 pods"
+		case i < done+12:
+			n.State, n.StartTime, n.StateSince = steps[(i-done)%len(steps)], &start, &finish
+		case i == done+13:
+			n.Reason = notReadyReason
+		case i == done+17:
+			n.Reason = kuredReason
+		case i == done+21:
+			n.Reason = blockedReason
+		}
+		nr.Status.Nodes = append(nr.Status.Nodes, n)
+	}
+	nr.Status.Counts = planner.Counts(nr.Status.Nodes)
 	return nr
 }

@@ -80,6 +80,7 @@ type Server struct {
 	tmpl     *template.Template
 	allowed  []hostRule // Config.AllowedHosts
 	tokenSum [sha256.Size]byte
+	tabs     tabs // the rollout pages served, for their own event streams
 }
 
 //go:embed assets
@@ -206,16 +207,31 @@ func (s *Server) listPage(*http.Request) (pageData, string, any, int) {
 type rolloutData struct {
 	rolloutPage
 	Actions bool
+	// Stream names the page's own event stream ("" for none).
+	Stream string
 }
 
 func (s *Server) rolloutPage(r *http.Request) (pageData, string, any, int) {
 	name := r.PathValue("name")
 	pd := pageData{Title: "NodeRollout " + name, Topic: kindRollout + "/" + name, Crumbs: []link{{"NodeRollout " + name, ""}}}
-	nr := s.hub.rollout(name)
-	if nr == nil {
+	q, err := parseFleetQuery(r.URL.Query())
+	if err != nil {
+		return pd, "badquery.html", err.Error(), http.StatusBadRequest
+	}
+	// Subscribed before the rollout is read: every change after the read
+	// reaches the page's stream.
+	t := &tab{rollout: name, q: q, actions: !s.cfg.ReadOnly, sub: s.hub.subscribe(), served: time.Now()}
+	d, ok := s.tabData(t)
+	if !ok {
+		t.sub.close()
 		return pd, "notfound.html", notFound{"NodeRollout " + name}, http.StatusNotFound
 	}
-	return pd, "rollout.html", rolloutData{buildRollout(nr, s.cfg.Now()), !s.cfg.ReadOnly}, http.StatusOK
+	if t.sent, err = s.view(d); err != nil {
+		t.sub.close()
+		return pd, "rollout.html", d, http.StatusOK // the page's own rendering says what failed
+	}
+	d.Stream = s.tabs.add(t)
+	return pd, "rollout.html", d, http.StatusOK
 }
 
 func (s *Server) nodePage(r *http.Request) (pageData, string, any, int) {
@@ -246,20 +262,41 @@ func (s *Server) migrationPage(r *http.Request) (pageData, string, any, int) {
 // heartbeat keeps idle event streams open through proxies.
 const heartbeat = 15 * time.Second
 
-// events is the server-sent event stream: one "change" event per object
-// that changed, its data "Kind/name". Every stream feeds from the hub's
-// informers; none opens a watch of its own.
+// events is the server-sent event stream. A rollout page's own
+// (?stream=ID) sends a "patch" of what changed on that page (stream.go);
+// any other sends one "change" event per object that changed, its data
+// "Kind/name". Every stream feeds from the hub's informers; none opens a
+// watch of its own.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
-	sub := s.hub.subscribe()
-	defer sub.close()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = fmt.Fprint(w, "retry: 2000\n\n")
+	var sub *subscription
+	var send func() bool // false ends the stream
+	if id := r.URL.Query().Get("stream"); id != "" {
+		t := s.tabs.claim(id)
+		if t == nil {
+			resync(w)
+			fl.Flush()
+			return
+		}
+		defer s.tabs.close(id)
+		sub, send = t.sub, func() bool { return s.sendPatch(w, t) }
+	} else {
+		sub = s.hub.subscribe()
+		defer sub.close()
+		send = func() bool {
+			for _, t := range sub.take() {
+				_, _ = fmt.Fprintf(w, "event: change\ndata: %s\n\n", t)
+			}
+			return true
+		}
+	}
 	fl.Flush()
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
@@ -270,8 +307,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 			_, _ = fmt.Fprint(w, ": ping\n\n")
 		case <-sub.notify:
-			for _, t := range sub.take() {
-				_, _ = fmt.Fprintf(w, "event: change\ndata: %s\n\n", t)
+			if !send() {
+				fl.Flush()
+				return
 			}
 		}
 		fl.Flush()

@@ -180,30 +180,42 @@ func TestEventsShareOneWatch(t *testing.T) {
 
 func readEvent(t *testing.T, r *bufio.Reader) string {
 	t.Helper()
-	done := make(chan string, 1)
+	event, data := readSSE(t, r)
+	if event != "change" {
+		return event + ": " + data
+	}
+	return data
+}
+
+// readSSE is the next server-sent event's name and data (a comment or a
+// heartbeat skipped), or "no event" after 10 s.
+func readSSE(t *testing.T, r *bufio.Reader) (event, data string) {
+	t.Helper()
+	type ev struct{ event, data string }
+	done := make(chan ev, 1)
 	go func() {
 		var event string
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {
-				done <- "error: " + err.Error()
+				done <- ev{"error", err.Error()}
 				return
 			}
-			line = strings.TrimSpace(line)
-			if line == "event: change" {
-				event = "change"
+			line = strings.TrimSuffix(line, "\n")
+			if name, ok := strings.CutPrefix(line, "event: "); ok {
+				event = name
 			}
-			if data, ok := strings.CutPrefix(line, "data: "); ok && event == "change" {
-				done <- data
+			if data, ok := strings.CutPrefix(line, "data: "); ok && event != "" {
+				done <- ev{event, data}
 				return
 			}
 		}
 	}()
 	select {
-	case s := <-done:
-		return s
+	case e := <-done:
+		return e.event, e.data
 	case <-time.After(10 * time.Second):
-		return "no event"
+		return "no event", ""
 	}
 }
 

@@ -73,10 +73,16 @@ type rolloutPage struct {
 	Percent     int
 	Paused      bool
 	Halt        *haltView
-	Groups      []nodeGroup
 	Targets     []v1alpha1.TargetStatus
+	// Map is every node; Filters pick the nodes List pages through.
+	Map     fleetMap
+	Filters []fleetFilter
+	List    nodeList
+	Query   fleetQuery
 	// Failed is why a Failed rollout cannot run ("" in another phase).
 	Failed string
+	// Omitted counts the nodes a degraded status leaves out.
+	Omitted int32
 }
 
 // nodeGroup is a run of nodes of one wave and zone, in the planned order.
@@ -90,40 +96,42 @@ type nodeGroup struct {
 // nodeRow is one node's line; Verdict is the verdict's first clause (the
 // whole of it is the row's title and on the node's page).
 type nodeRow struct {
-	Name, State, Class, Step, InStep, Took, Verdict, FullVerdict, Reason string
-	Canary                                                               bool
+	Rollout, Name, State, Class, Step, InStep, Took, Verdict, FullVerdict, Reason string
+	Canary                                                                        bool
 }
 
-func buildRollout(nr *v1alpha1.NodeRollout, now time.Time) rolloutPage {
+func buildRollout(nr *v1alpha1.NodeRollout, q fleetQuery, now time.Time) rolloutPage {
 	c := nr.Status.Counts
 	p := rolloutPage{Name: nr.Name, Phase: phaseOr(string(nr.Status.Phase)), Counts: c, Paused: nr.Spec.Paused, Targets: nr.Status.Targets,
 		Percent: percent(int(c.Done+c.Skipped+c.RolledBack), int(c.Total)), Halt: buildHalt(nr)}
 	if nr.Status.Phase == v1alpha1.PhaseFailed {
 		p.Failed = cmp.Or(nr.Status.PhaseReason(), "no reason recorded")
 	}
-	for _, n := range nr.Status.Nodes {
-		row := nodeRow{Name: n.Name, State: string(n.State), Class: stateClass(n.State), Verdict: firstClause(n.Verdict), FullVerdict: n.Verdict, Reason: otherReason(&n), Canary: n.Canary}
-		if inFlight(n.State) {
-			row.Step = string(n.State)
-			if n.StateSince != nil {
-				row.InStep = duration(now.Sub(n.StateSince.Time))
-			}
-		}
-		if n.StartTime != nil {
-			end := now
-			if n.FinishTime != nil {
-				end = n.FinishTime.Time
-			}
-			row.Took = duration(end.Sub(n.StartTime.Time))
-		}
-		last := len(p.Groups) - 1
-		if last < 0 || p.Groups[last].Wave != n.Wave || p.Groups[last].Zone != n.Zone || p.Groups[last].Canary != n.Canary {
-			p.Groups = append(p.Groups, nodeGroup{Wave: n.Wave, Zone: n.Zone, Canary: n.Canary})
-			last++
-		}
-		p.Groups[last].Nodes = append(p.Groups[last].Nodes, row)
+	if o := nr.Status.Omitted; o != nil {
+		p.Omitted = o.Total
 	}
+	p.Map, p.Filters, p.List = buildFleet(nr.Name, nr.Status.Nodes, q, now)
+	p.Query = q
 	return p
+}
+
+// newNodeRow is n's line in the rollout page's list.
+func newNodeRow(rollout string, n *v1alpha1.NodeStatus, now time.Time) nodeRow {
+	row := nodeRow{Rollout: rollout, Name: n.Name, State: string(n.State), Class: stateClass(n.State), Verdict: firstClause(n.Verdict), FullVerdict: n.Verdict, Reason: otherReason(n), Canary: n.Canary}
+	if inFlight(n.State) {
+		row.Step = string(n.State)
+		if n.StateSince != nil {
+			row.InStep = duration(now.Sub(n.StateSince.Time))
+		}
+	}
+	if n.StartTime != nil {
+		end := now
+		if n.FinishTime != nil {
+			end = n.FinishTime.Time
+		}
+		row.Took = duration(end.Sub(n.StartTime.Time))
+	}
+	return row
 }
 
 type nodePage struct {
