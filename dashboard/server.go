@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/clusters"
 )
 
 // DefaultAddress is where `nodewise dashboard` listens (Argo Rollouts'
@@ -62,6 +63,9 @@ type Config struct {
 	// address: the names it is reached by when bound elsewhere than
 	// loopback. Any other Host (a DNS-rebinding page's) is refused.
 	AllowedHosts []string
+	// Clusters reads several clusters at once (clusters.Read) for the
+	// /clusters page; nil leaves the page out.
+	Clusters func(ctx context.Context) []clusters.Report
 	// GrafanaURL is the base URL of a Grafana with nodewise's dashboards;
 	// empty leaves the Grafana links out.
 	GrafanaURL string
@@ -123,6 +127,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /rollouts/{name}", s.page(s.rolloutPage))
 	s.mux.HandleFunc("GET /rollouts/{name}/nodes/{node}", s.page(s.nodePage))
 	s.mux.HandleFunc("GET /migrations/{name}", s.page(s.migrationPage))
+	if s.cfg.Clusters != nil {
+		s.mux.HandleFunc("GET /clusters", s.page(s.clustersPage))
+	}
 	s.mux.HandleFunc("GET /events", s.events)
 	s.mux.HandleFunc("POST /rollouts/{name}/actions/{verb}", s.action)
 	return s, nil
@@ -201,6 +208,7 @@ type notFound struct{ What string }
 func (s *Server) listPage(*http.Request) (pageData, string, any, int) {
 	p := buildList(s.hub.allRollouts(), s.hub.allMigrations(), s.cfg.Now())
 	p.HasMigrations, p.MigrationsListed = s.hub.migrations != nil, s.hub.migrationsListed()
+	p.HasClusters = s.cfg.Clusters != nil
 	return pageData{Title: "nodewise", Topic: "*"}, "list.html", p, http.StatusOK
 }
 

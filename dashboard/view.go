@@ -20,6 +20,9 @@ type listPage struct {
 	// HasMigrations is false when this dashboard does not read
 	// RevisionMigrations (the orchestrator's, without their controller).
 	HasMigrations bool
+	// HasClusters: the dashboard reads several clusters (Config.Clusters),
+	// shown on /clusters.
+	HasClusters bool
 	// MigrationsListed is false until they could be listed (no CRD, no RBAC).
 	MigrationsListed bool
 	Migrations       []migrationRow

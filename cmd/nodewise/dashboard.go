@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/dashboard"
 )
 
@@ -16,7 +19,8 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	var (
 		address, grafana string
 		allowedHosts     []string
-		readOnly         bool
+		readOnly, fleet  bool
+		fleetContexts    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -44,8 +48,16 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			srv, err := dashboard.New(dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
-				Token: token, AllowedHosts: allowedHosts})
+			cfg := dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
+				Token: token, AllowedHosts: allowedHosts}
+			if fleet || len(fleetContexts) > 0 {
+				cs, err := fleetFlags{contexts: fleetContexts, timeout: 15 * time.Second}.clusters(cmd, g)
+				if err != nil {
+					return err
+				}
+				cfg.Clusters = func(ctx context.Context) []clusters.Report { return clusters.Read(ctx, cs, clusters.Options{}) }
+			}
+			srv, err := dashboard.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -63,6 +75,8 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&address, "address", dashboard.DefaultAddress, "host:port to serve on (keep it on loopback: actions use your credentials)")
 	f.StringVar(&grafana, "grafana-url", "", "base URL of a Grafana with nodewise's dashboards, for the per-node links (empty: no links)")
 	f.BoolVar(&readOnly, "read-only", false, "hide the actions (pause, resume, abort, rollback)")
+	f.BoolVar(&fleet, "fleet", false, "add a page of every cluster in the kubeconfig (/clusters, as `nodewise fleet` reads them)")
+	f.StringSliceVar(&fleetContexts, "fleet-contexts", nil, "the page of clusters reads these kubeconfig contexts only (implies --fleet)")
 	f.StringSliceVar(&allowedHosts, "allowed-host", nil, "another name (host, or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --address; needed to reach it by name when --address is not loopback (repeatable)")
 	return cmd
 }

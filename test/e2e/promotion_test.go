@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"context"
+	"html"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/clusters"
+	"github.com/nodewise/nodewise/dashboard"
 )
 
 // TestPromotionFromStaging: production's rollout, promoted from staging,
@@ -70,6 +76,14 @@ func TestPromotionFromStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	prod.waitReason(t, "up", "upstream staging: NodeRollout halted of these images is Halted", "resets sent")
+	// Both clusters on one page, the dashboard's, and in `nodewise fleet`:
+	// production's rollout with why it waits, staging's halt.
+	page := clustersPage(t, []clusters.Cluster{{Name: "staging", Config: staging.c.Config}, {Name: "production", Config: prod.c.Config}}, prod)
+	for _, want := range []string{"production", "Pending", "upstream staging: NodeRollout halted of these images is Halted", "staging", "node-001: resets sent"} {
+		if !strings.Contains(html.UnescapeString(page), want) {
+			t.Errorf("the dashboard's clusters page lacks %q:\n%s", want, page)
+		}
+	}
 	if err := staging.rollouts.Delete(ctx, "halted", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +141,38 @@ func prodImages(t *testing.T, e *env) []string {
 		out = append(out, c.Image)
 	}
 	return out
+}
+
+// clustersPage serves the dashboard (read-only) with a clusters page over
+// cs and returns that page.
+func clustersPage(t *testing.T, cs []clusters.Cluster, e *env) string {
+	t.Helper()
+	srv, err := dashboard.New(dashboard.Config{Rollouts: e.rollouts, ReadOnly: true,
+		Clusters: func(ctx context.Context) []clusters.Report { return clusters.Read(ctx, cs, clusters.Options{}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	var page string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/clusters")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page = string(b)
+		return resp.StatusCode == http.StatusOK, nil // 503 until its caches are listed
+	})
+	if err != nil {
+		t.Fatalf("GET /clusters: %v\n%s", err, page)
+	}
+	return page
 }
