@@ -49,8 +49,8 @@ var allowed = map[string][]string{
 	"revisions":    {"api", "health", "istio", "leader"},
 	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
-	"dashboard":    {"api", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only
-	"hack":         {},                      // build helpers (the pause image's binary)
+	"dashboard":    {"api", "orchestrator", "health"}, // a view of both wings' objects; orchestrator for its annotation keys only, health for health/wire's agent history it plots
+	"hack":         {},                                // build helpers (the pause image's binary)
 }
 
 type pkg struct {
