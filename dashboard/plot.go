@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,7 +65,8 @@ type marker struct {
 	At string // RFC 3339
 }
 
-// lineView is one series over one window: a polyline through its points,
+// lineView is one series over one window (plotView.Lines holds them last
+// series first, so the first is drawn on top): a polyline through its points,
 // a marker shape at each, and, on the last window it has points in, its
 // direct label at the right edge.
 type lineView struct {
@@ -151,7 +153,7 @@ func layoutPlot(c chartData, span judgedSpan) plotView {
 	for _, s := range c.Series {
 		st := seriesStyle[s.Kind]
 		p.Legend = append(p.Legend, legendItem{Kind: s.Kind, Label: s.Label, Dash: st.dash, Marker: st.marker(legendX+12, legendY), X0: legendX, X1: legendX + 24, TextX: legendX + 30})
-		legendX += 34 + 6.5*float64(len([]rune(s.Label)))
+		legendX += 44 + 7*float64(len([]rune(s.Label)))
 		last := -1
 		for _, w := range []string{windowBaseline, windowSoak} {
 			l := lineView{Kind: s.Kind, Window: w, Label: s.Label, Dash: st.dash}
@@ -183,6 +185,7 @@ func layoutPlot(c chartData, span judgedSpan) plotView {
 		labels = append(labels, &p.Lines[i])
 	}
 	spreadLabels(labels)
+	slices.Reverse(p.Lines) // the first series (the judged node) drawn last, on top
 	if len(p.Lines) == 0 {
 		p.Empty = noSamplesInTheWindowsText
 	}

@@ -14,6 +14,18 @@ func xOf(t time.Time) float64 {
 	return plotLeft + (plotRight-plotLeft)*float64(t.Sub(haltedSpan.BaselineFrom))/float64(haltedSpan.SoakTo.Sub(haltedSpan.BaselineFrom))
 }
 
+// lineOf is p's line of one series over one window.
+func lineOf(t *testing.T, p plotView, kind, window string) lineView {
+	t.Helper()
+	for _, l := range p.Lines {
+		if l.Kind == kind && l.Window == window {
+			return l
+		}
+	}
+	t.Fatalf("no %s line over the %s", kind, window)
+	return lineView{}
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) < 0.01 }
 
 // pairs reads an SVG points attribute back into coordinates.
@@ -51,13 +63,13 @@ func TestLayoutPlotScales(t *testing.T) {
 	if got := len(p.YTicks); got != 4 || p.YTicks[0].Label != "0" || p.YTicks[3].Label != "6" || !near(p.YTicks[0].At, plotBottom) || !near(p.YTicks[3].At, plotTop) {
 		t.Errorf("y ticks %+v, want 0 to 6 by 2, bottom to top", p.YTicks)
 	}
-	if len(p.Lines) != 4 {
-		t.Fatalf("%d lines, want node and controls over baseline and soak: %+v", len(p.Lines), p.Lines)
+	if len(p.Lines) != 4 || p.Lines[3].Kind != seriesNode {
+		t.Fatalf("%d lines, want controls then node (on top) over baseline and soak: %+v", len(p.Lines), p.Lines)
 	}
-	node := pairs(t, p.Lines[0].Points)
-	soak := pairs(t, p.Lines[1].Points)
-	if p.Lines[0].Kind != seriesNode || p.Lines[0].Window != windowBaseline || len(node) != 2 || p.Lines[1].Window != windowSoak || len(soak) != 2 {
-		t.Fatalf("node lines %+v", p.Lines[:2])
+	nodeB, nodeS, ctrlB, ctrlS := lineOf(t, p, seriesNode, windowBaseline), lineOf(t, p, seriesNode, windowSoak), lineOf(t, p, seriesControl, windowBaseline), lineOf(t, p, seriesControl, windowSoak)
+	node, soak := pairs(t, nodeB.Points), pairs(t, nodeS.Points)
+	if len(node) != 2 || len(soak) != 2 {
+		t.Fatalf("node lines %+v %+v", nodeB, nodeS)
 	}
 	for _, c := range []struct {
 		name string
@@ -73,11 +85,11 @@ func TestLayoutPlotScales(t *testing.T) {
 			t.Errorf("%s: at (%g, %g), want (%g, %g)", c.name, c.got[0], c.got[1], c.x, c.y)
 		}
 	}
-	if p.Lines[0].HasLabel || !p.Lines[1].HasLabel || p.Lines[1].Label != "node-001" || p.Lines[2].HasLabel || !p.Lines[3].HasLabel {
+	if nodeB.HasLabel || !nodeS.HasLabel || nodeS.Label != "node-001" || ctrlB.HasLabel || !ctrlS.HasLabel {
 		t.Errorf("direct labels: want each series' on its last line alone: %+v", p.Lines)
 	}
-	if p.Lines[0].Dash != "" || p.Lines[2].Dash == "" || p.Lines[0].Markers == p.Lines[2].Markers {
-		t.Errorf("node and controls are not told apart by dash and marker: %+v", p.Lines)
+	if nodeB.Dash != "" || ctrlB.Dash == "" || !strings.Contains(nodeB.Markers, "a3.2 3.2 0 1 0") || !strings.Contains(ctrlB.Markers, "h6.4v6.4h-6.4z") || strings.Contains(ctrlB.Markers, "a3.2") {
+		t.Errorf("node and controls are not told apart by dash and marker (circles, squares): %+v", p.Lines)
 	}
 	if len(p.Bands) != 3 || !near(p.Bands[0].X, plotLeft) || !near(p.Bands[0].X+p.Bands[0].Width, p.Swap.X) ||
 		!near(p.Bands[1].X+p.Bands[1].Width, xOf(haltedSpan.SoakFrom)) || !near(p.Bands[2].X+p.Bands[2].Width, plotRight) {
