@@ -8,8 +8,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func newDashboardCmd(g *globalFlags) *cobra.Command {
@@ -17,6 +19,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		address, grafana string
 		allowedHosts     []string
 		readOnly         bool
+		agents           judgegate.AgentConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -27,7 +30,9 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			"rollback run with your credentials after a confirmation (--read-only hides them).\n\n" +
 			"It prints its URL once, with a secret made for this run (http://127.0.0.1:3100/?token=...): opening it\n" +
 			"signs your browser in (a cookie for this run only). Requests without the token, and requests naming\n" +
-			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.",
+			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.\n\n" +
+			"With the node agents' CA and token (--agent-ca, --agent-token-file) a judged node's page also plots\n" +
+			"its baseline and soak from the agents' history, against its control nodes and the probe.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nwc, err := g.nodewise()
@@ -44,8 +49,16 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			srv, err := dashboard.New(dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
-				Token: token, AllowedHosts: allowedHosts})
+			cfg := dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
+				Token: token, AllowedHosts: allowedHosts}
+			if agents.Configured() {
+				history, err := judgegate.Agents(agents, kube, zap.NewNop())
+				if err != nil {
+					return err
+				}
+				cfg.History = history
+			}
+			srv, err := dashboard.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -63,6 +76,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&address, "address", dashboard.DefaultAddress, "host:port to serve on (keep it on loopback: actions use your credentials)")
 	f.StringVar(&grafana, "grafana-url", "", "base URL of a Grafana with nodewise's dashboards, for the per-node links (empty: no links)")
 	f.BoolVar(&readOnly, "read-only", false, "hide the actions (pause, resume, abort, rollback)")
+	addAgentFlags(f, &agents, "a judged node's page plots its windows from the agents' history")
 	f.StringSliceVar(&allowedHosts, "allowed-host", nil, "another name (host, or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --address; needed to reach it by name when --address is not loopback (repeatable)")
 	return cmd
 }
