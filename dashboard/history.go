@@ -172,6 +172,10 @@ func (s *Server) readPlots(ctx context.Context, span judgedSpan, node string, co
 		v.Missing = fmt.Sprintf("The agent of node %s did not give its history: %v. The tables below are the evidence.", node, errs[0])
 		return v, false
 	}
+	if len(hs[0].Snaps) < 2 {
+		v.Missing = fmt.Sprintf("The agent of node %s keeps no interval of these windows (it keeps %s of history, and starts it over when it restarts). The tables below are the evidence.", node, hs[0].Keep)
+		return v, reaches(hs[0], span.SoakTo)
+	}
 	final := reaches(hs[0], span.SoakTo)
 	v.Notes = append(v.Notes, coverage(hs[0], span)...)
 	var ctrl []agentHistory
@@ -217,11 +221,8 @@ func reaches(h agentHistory, t time.Time) bool {
 	return n > 0 && !h.Snaps[n-1].Time.Add(h.Shift).Before(t)
 }
 
-// coverage notes a judged node's history that does not cover the windows.
+// coverage notes a judged node's history that starts after the baseline.
 func coverage(h agentHistory, span judgedSpan) []string {
-	if len(h.Snaps) == 0 {
-		return []string{fmt.Sprintf("The agent of node %s keeps no snapshot of these windows (it keeps %s of history, and starts it over when it restarts).", h.Node, h.Keep)}
-	}
 	var out []string
 	if first := h.Snaps[0].Time.Add(h.Shift); first.After(span.BaselineFrom.Add(h.Every)) {
 		out = append(out, fmt.Sprintf("The agent of node %s keeps its history from %s, after the baseline began (it keeps %s, and starts over when it restarts).",

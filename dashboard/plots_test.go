@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/wire"
 )
 
 // section is the page's plots section.
@@ -75,6 +76,8 @@ func TestNodePagePlotsSayWhyNot(t *testing.T) {
 		{"no agents", nil, haltedRollout("faulty", 3), "This dashboard reads no node agents (it was started without their CA and token: --agent-ca and --agent-token-file)"},
 		{"no windows", haltedHistory(), noWindows, "This judgement records no windows to plot"},
 		{"node's agent down", &fakeHistory{}, haltedRollout("faulty", 3), "The agent of node node-001 did not give its history: dial tcp: no route to host."},
+		{"history gone", &fakeHistory{hist: map[string]wire.History{"node-001": {Node: "node-001", StartTime: t0.Add(time.Hour), Now: t0.Add(2 * time.Hour), Every: historyEvery, Keep: time.Hour}}},
+			haltedRollout("faulty", 3), "The agent of node node-001 keeps no interval of these windows (it keeps 1h0m0s of history, and starts it over when it restarts)."},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnvWith(t, func(cfg *Config) { cfg.History = c.hist }, c.nr)
