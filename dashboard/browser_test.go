@@ -2,6 +2,9 @@ package dashboard
 
 import (
 	"context"
+	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,4 +136,75 @@ func confirmAction(ctx context.Context, verb string) error {
 		chromedp.WaitVisible(chromedp.CSS("#confirm")),
 		chromedp.Click(chromedp.CSS("#confirm-ok")),
 	)
+}
+
+// TestBrowserPlotsTheHaltedNode: in headless Chromium the halted node's
+// page plots, for each judged family, the node, its control nodes and the
+// probe over the baseline and the soak, the swap marker standing where the
+// baseline ends; on the resets plot the node's soak is drawn above its
+// baseline and the controls' is not. It saves the plots as the screenshot
+// docs/dashboard.md shows (NODEWISE_SCREENSHOTS=docs/dashboard).
+func TestBrowserPlotsTheHaltedNode(t *testing.T) {
+	e := newEnvWith(t, func(c *Config) { c.History = haltedHistory() }, haltedRollout("faulty", 9))
+	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed), chromedp.Navigate(e.srv.URL+"/rollouts/faulty/nodes/node-001"),
+		chromedp.WaitVisible(chromedp.CSS(`#plots svg[data-plot="resets"]`))); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"resets", "failed-connects", "connect-latency"} {
+		for _, kind := range []string{seriesNode, seriesControl, seriesProbe} {
+			for _, w := range []string{windowBaseline, windowSoak} {
+				sel := `#plots svg[data-plot="` + id + `"] g[data-series="` + kind + `"][data-window="` + w + `"] polyline`
+				if n, err := browser.Eval[int](ctx, `document.querySelector('`+sel+`').points.numberOfItems`); err != nil || n != 12 {
+					t.Errorf("%s: %d points (%v), want 12", sel, n, err)
+				}
+			}
+		}
+	}
+	// Where the browser drew them: the swap marker at the baseline band's
+	// right edge; the node's soak above its baseline (SVG's y runs down),
+	// the controls' level.
+	meanY := func(kind, window string) float64 {
+		t.Helper()
+		y, err := browser.Eval[float64](ctx, `(() => { const ps = [...document.querySelector('#plots svg[data-plot="resets"] g[data-series="`+kind+`"][data-window="`+window+`"] polyline').points];
+			return ps.reduce((s, p) => s + p.y, 0) / ps.length; })()`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	if b, s := meanY(seriesNode, windowBaseline), meanY(seriesNode, windowSoak); s > b-50 {
+		t.Errorf("the node's resets drawn at y=%.1f over the baseline, %.1f over the soak: want the soak well above", b, s)
+	}
+	if b, s := meanY(seriesControl, windowBaseline), meanY(seriesControl, windowSoak); b != s {
+		t.Errorf("the controls' resets drawn at y=%.1f, then %.1f: want them level", b, s)
+	}
+	swap, err := browser.Eval[[]float64](ctx, `(() => { const svg = document.querySelector('#plots svg[data-plot="resets"]');
+		const m = svg.querySelector('[data-marker="swap"]'), b = svg.querySelector('[data-band="baseline"]');
+		return [m.x1.baseVal.value, b.x.baseVal.value + b.width.baseVal.value, m.getBoundingClientRect().height]; })()`)
+	if err != nil || len(swap) != 3 || math.Abs(swap[0]-swap[1]) > 0.01 || swap[2] < 100 {
+		t.Errorf("swap marker at x, baseline's end, marker's drawn height: %v (%v)", swap, err)
+	}
+	if at, err := browser.Eval[string](ctx, `document.querySelector('#plots svg[data-plot="resets"] [data-marker="swap"]').dataset.at`); err != nil || at != "2026-12-03T03:01:00Z" {
+		t.Errorf("swap marker at %q (%v)", at, err)
+	}
+	// Read without colour: a name and words for each plot, a direct label per series.
+	label, err := browser.Eval[string](ctx, `(() => { const svg = document.querySelector('#plots svg[data-plot="resets"]');
+		return svg.getAttribute("aria-labelledby").split(" ").map((id) => document.getElementById(id).textContent).join(" | ") + " | " +
+			[...svg.querySelectorAll("text.direct-label")].map((t) => t.textContent).sort().join(", "); })()`)
+	if err != nil || !strings.Contains(label, "Connection resets, sent and received (resets/s) | ") || !strings.Contains(label, "node-001 0.2 resets/s → 4 resets/s") ||
+		!strings.HasSuffix(label, " | controls, node-001, probe") {
+		t.Errorf("the resets plot reads %q (%v)", label, err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS("#plots")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(browser.ScreenshotDir(t), "node-plots.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d KiB)", path, len(png)/1024)
 }

@@ -1,8 +1,10 @@
 // Package dashboard is nodewise's web view: every NodeRollout and
 // RevisionMigration with its phase and progress, a rollout's nodes in their
 // planned order by wave and zone, one node's judgement with the judge's
-// numbers before and after for each pod, a halt's reason with what to do
-// next, and a migration's waves. It is served by `nodewise dashboard` (with
+// numbers before and after for each pod and, read from the node agents'
+// history, its judged windows plotted against its control nodes and the
+// probe (HistorySource), a halt's reason with what to do next, and a
+// migration's waves. It is served by `nodewise dashboard` (with
 // the user's kubeconfig, actions allowed) and, read-only, by the
 // orchestrator behind a chart value.
 //
@@ -18,6 +20,6 @@
 // from server-sent events fed by the same informers (one watch per
 // resource per process, whatever the number of tabs): a rollout's page
 // gets only what changed on it (stream.go), any other page fetches itself
-// again. The assets are embedded: nothing is fetched from the network at
-// run time.
+// again. The assets are embedded: the browser fetches nothing from the
+// network at run time, and the plots are SVG drawn on the server.
 package dashboard

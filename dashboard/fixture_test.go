@@ -42,7 +42,9 @@ func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
 					{Pod: "default/web-1", Before: v1alpha1.ConnAges{Open: 40, Median: "45", Oldest: "600"}, After: v1alpha1.ConnAges{Open: 2, Median: "0", Oldest: "1"}},
 					{Pod: "default/web-2"},
 				},
-				Enrollment: "enrolled 3/4", TrafficOutcome: v1alpha1.OutcomePass,
+				BaselineFrom: t0.Format(time.RFC3339), SwapAt: t0.Add(time.Minute).Format(time.RFC3339), SoakFrom: t0.Add(2 * time.Minute).Format(time.RFC3339),
+				ControlNodes: []string{"node-002", "node-003"},
+				Enrollment:   "enrolled 3/4", TrafficOutcome: v1alpha1.OutcomePass,
 				EnrollmentPods: []string{"default/web-3 not enrolled (listeners: nothing listens on 15008): was enrolled before the swap: fails the node"}}
 		default:
 			n.Wave = int32(2 + (i-2)/4)

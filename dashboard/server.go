@@ -69,6 +69,10 @@ type Config struct {
 	// GrafanaURL is the base URL of a Grafana with nodewise's dashboards;
 	// empty leaves the Grafana links out.
 	GrafanaURL string
+	// History, when set, reads the node agents' history: a judged node's
+	// page then plots its baseline and soak against its control nodes' and
+	// the probe's. Nil leaves the plots out, saying why.
+	History HistorySource
 	// Log receives the server's errors (default: discarded).
 	Log *zap.Logger
 	// Now is the clock (default time.Now).
@@ -85,6 +89,7 @@ type Server struct {
 	allowed  []hostRule // Config.AllowedHosts
 	tokenSum [sha256.Size]byte
 	tabs     tabs // the rollout pages served, for their own event streams
+	plots    plotCache
 }
 
 //go:embed assets
@@ -254,7 +259,9 @@ func (s *Server) nodePage(r *http.Request) (pageData, string, any, int) {
 	if n == nil {
 		return pd, "notfound.html", notFound{"node " + node + " in NodeRollout " + name}, http.StatusNotFound
 	}
-	return pd, "node.html", buildNode(nr, n, s.cfg.GrafanaURL, s.cfg.Now()), http.StatusOK
+	p := buildNode(nr, n, s.cfg.GrafanaURL, s.cfg.Now())
+	p.Plots = s.nodePlots(r.Context(), nr.Name, n)
+	return pd, "node.html", p, http.StatusOK
 }
 
 func (s *Server) migrationPage(r *http.Request) (pageData, string, any, int) {

@@ -31,8 +31,16 @@ type env struct {
 
 func newEnv(t *testing.T, readOnly bool, nrs ...*v1alpha1.NodeRollout) *env {
 	t.Helper()
+	return newEnvWith(t, func(c *Config) { c.ReadOnly = readOnly }, nrs...)
+}
+
+// newEnvWith is newEnv with its Config changed by with first.
+func newEnvWith(t *testing.T, with func(*Config), nrs ...*v1alpha1.NodeRollout) *env {
+	t.Helper()
 	e := &env{t: t, rs: newFakeRollouts(nrs...), ms: &fakeMigrations{items: []v1alpha1.RevisionMigration{migration()}}}
-	s := started(t, Config{Rollouts: e.rs, Migrations: e.ms, ReadOnly: readOnly, Token: testToken(t), GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }})
+	cfg := Config{Rollouts: e.rs, Migrations: e.ms, Token: testToken(t), GrafanaURL: "http://grafana.example:3000/", Now: func() time.Time { return t0.Add(5 * time.Minute) }}
+	with(&cfg)
+	s := started(t, cfg)
 	for !s.hub.migrationsListed() { // Start waits for the rollouts alone
 		time.Sleep(10 * time.Millisecond)
 	}

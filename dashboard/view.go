@@ -145,6 +145,9 @@ type nodePage struct {
 	Judgement                                          *judgementView
 	Grafana                                            []link
 	Steps                                              []stepDuration
+	// Plots are the judged windows drawn from the agents' history (nil
+	// without a judgement); the server reads them, not buildNode.
+	Plots *plotsView
 }
 
 type stepDuration struct{ Name, Took string }

@@ -69,7 +69,28 @@ type NodeJudgement struct {
 	// JudgedAt is when the judgement was made (RFC 3339).
 	// +optional
 	JudgedAt string `json:"judgedAt,omitempty"`
+	// BaselineFrom, SwapAt and SoakFrom are the windows judged (RFC 3339,
+	// the orchestrator's clock): the baseline from BaselineFrom to SwapAt,
+	// the swap from SwapAt to SoakFrom, the soak from SoakFrom to JudgedAt.
+	// The dashboard plots the agents' history over them. Empty from gates
+	// that judge no windows.
+	// +optional
+	BaselineFrom string `json:"baselineFrom,omitempty"`
+	// +optional
+	SwapAt string `json:"swapAt,omitempty"`
+	// +optional
+	SoakFrom string `json:"soakFrom,omitempty"`
+	// ControlNodes names the control nodes the judgement compared with, in
+	// the plan's order, the first MaxJudgedControls of them.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=253
+	ControlNodes []string `json:"controlNodes,omitempty"`
 }
+
+// MaxJudgedControls bounds NodeJudgement.ControlNodes: a zone's control
+// group can hold thousands of nodes, and a plot pools a few as well as many.
+const MaxJudgedControls = 8
 
 // PodAges are one pod's connection ages before → after (the agent's
 // connection-age gauge histogram at each window's end). About 100 bytes

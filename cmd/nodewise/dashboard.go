@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func newDashboardCmd(g *globalFlags) *cobra.Command {
@@ -21,6 +23,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		allowedHosts     []string
 		readOnly, fleet  bool
 		fleetContexts    []string
+		agents           judgegate.AgentConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -31,7 +34,9 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			"rollback run with your credentials after a confirmation (--read-only hides them).\n\n" +
 			"It prints its URL once, with a secret made for this run (http://127.0.0.1:3100/?token=...): opening it\n" +
 			"signs your browser in (a cookie for this run only). Requests without the token, and requests naming\n" +
-			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.",
+			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.\n\n" +
+			"With the node agents' CA and token (--agent-ca, --agent-token-file) a judged node's page also plots\n" +
+			"its baseline and soak from the agents' history, against its control nodes and the probe.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nwc, err := g.nodewise()
@@ -57,6 +62,13 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 				}
 				cfg.Clusters = func(ctx context.Context) []clusters.Report { return clusters.Read(ctx, cs, clusters.Options{}) }
 			}
+			if agents.Configured() {
+				history, err := judgegate.Agents(agents, kube, zap.NewNop())
+				if err != nil {
+					return err
+				}
+				cfg.History = history
+			}
 			srv, err := dashboard.New(cfg)
 			if err != nil {
 				return err
@@ -77,6 +89,7 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&readOnly, "read-only", false, "hide the actions (pause, resume, abort, rollback)")
 	f.BoolVar(&fleet, "fleet", false, "add a page of every cluster in the kubeconfig (/clusters, as `nodewise fleet` reads them)")
 	f.StringSliceVar(&fleetContexts, "fleet-contexts", nil, "the page of clusters reads these kubeconfig contexts only (implies --fleet)")
+	addAgentFlags(f, &agents, "a judged node's page plots its windows from the agents' history")
 	f.StringSliceVar(&allowedHosts, "allowed-host", nil, "another name (host, or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --address; needed to reach it by name when --address is not loopback (repeatable)")
 	return cmd
 }

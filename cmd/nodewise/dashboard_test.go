@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -173,4 +174,17 @@ func TestDashboardCommandAnswersOnlyItsSession(t *testing.T) {
 	if out, errOut, err := runIn(bin, "", "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0", "--allowed-host=http://dash.example"); err == nil || !strings.Contains(errOut, "--allowed-host") {
 		t.Errorf("--allowed-host=http://dash.example: %v %q %q; want it refused, naming the flag", err, out, errOut)
 	}
+}
+
+// TestDashboardAgentFlags: the agents' CA without their token is refused
+// in one line naming the missing flag, before the dashboard listens (the
+// two together give the node pages their history to plot).
+func TestDashboardAgentFlags(t *testing.T) {
+	bin := testkit.Binary(t, "nodewise")
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runIn(bin, "", "--kubeconfig", kc, "dashboard", "--address=127.0.0.1:0", "--agent-ca", filepath.Join(t.TempDir(), "ca.pem"))
+	oneLineFailure(t, "dashboard --agent-ca alone", out, errOut, err, "a token file (--agent-token-file)")
 }

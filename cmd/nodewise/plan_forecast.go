@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -71,4 +72,13 @@ func renderForecast(ctx context.Context, w io.Writer, kube kubernetes.Interface,
 		fs = append(fs, nodestep.Forecast(in))
 	}
 	return nodestep.RenderForecast(w, fs, deadline, p.LongLivedAfter, swap)
+}
+
+// addAgentFlags adds the flags that reach the node agents as the judge
+// does: their CA, their token and their port; with the first two, what
+// names what the command then does with them.
+func addAgentFlags(f *pflag.FlagSet, a *judgegate.AgentConfig, what string) {
+	f.StringVar(&a.CAFile, "agent-ca", "", "CA bundle of the node agents' certificates; with --agent-token-file "+what)
+	f.StringVar(&a.TokenFile, "agent-token-file", "", "bearer token the node agents accept")
+	f.IntVar(&a.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 }

@@ -155,7 +155,7 @@ func run(ctx context.Context, rc runConfig) error {
 		}
 	}
 	if rc.dashboardAddr != "" {
-		t, err := dashboardTask(rc.dashboardAddr, cfg, set["revisions"])
+		t, err := dashboardTask(rc.dashboardAddr, cfg, set["revisions"], rc.agents, kube)
 		if err != nil {
 			return err
 		}
@@ -170,8 +170,9 @@ func run(ctx context.Context, rc runConfig) error {
 // noderollout controller's RBAC does not read them). It has no login of its
 // own: it listens on the pod's loopback only, where `kubectl port-forward`
 // reaches it after the API server has authenticated the user and
-// authorised pods/portforward; no other pod can.
-func dashboardTask(addr string, cfg orchestrator.Config, migrations bool) (task, error) {
+// authorised pods/portforward; no other pod can. With the node agents'
+// credentials its node pages plot the judged windows from their history.
+func dashboardTask(addr string, cfg orchestrator.Config, migrations bool, agents judgegate.AgentConfig, kube kubernetes.Interface) (task, error) {
 	nwc, err := v1alpha1.NewForConfig(cfg.RESTConfig)
 	if err != nil {
 		return nil, err
@@ -179,6 +180,13 @@ func dashboardTask(addr string, cfg orchestrator.Config, migrations bool) (task,
 	dc := dashboard.Config{Rollouts: nwc.NodeRollouts(), ReadOnly: true, Log: cfg.Logger.Named("dashboard")}
 	if migrations {
 		dc.Migrations = nwc.RevisionMigrations()
+	}
+	if agents.Configured() {
+		history, err := judgegate.Agents(agents, kube, cfg.Logger.Named("dashboard"))
+		if err != nil {
+			return nil, err
+		}
+		dc.History = history
 	}
 	srv, err := dashboard.New(dc)
 	if err != nil {

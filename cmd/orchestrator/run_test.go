@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/sim/simpki"
 	"github.com/nodewise/nodewise/test/chart"
 )
@@ -150,8 +151,19 @@ func TestDashboardTaskServesReadOnly(t *testing.T) {
 	}
 	defer ln.Close()
 	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
-	if _, err := dashboardTask(ln.Addr().String(), cfg, false); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") {
+	if _, err := dashboardTask(ln.Addr().String(), cfg, false, judgegate.AgentConfig{}, nil); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") {
 		t.Errorf("a taken address: %v", err)
+	}
+}
+
+// TestDashboardTaskReadsTheAgents: given the node agents' credentials the
+// dashboard reads their history for its plots, so half of them is refused
+// as the judge refuses it.
+func TestDashboardTaskReadsTheAgents(t *testing.T) {
+	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
+	half := judgegate.AgentConfig{CAFile: filepath.Join(t.TempDir(), "ca.pem")}
+	if _, err := dashboardTask("127.0.0.1:0", cfg, false, half, fake.NewClientset()); err == nil || !strings.Contains(err.Error(), "--agent-token-file") {
+		t.Errorf("the agents' CA without their token: %v; want it refused naming --agent-token-file", err)
 	}
 }
 
@@ -163,7 +175,7 @@ func TestDashboardTaskServesReadOnly(t *testing.T) {
 func TestDashboardTaskListensOnLoopbackOnly(t *testing.T) {
 	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
 	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "10.0.0.7:3100", "nodewise-orchestrator:3100"} {
-		if _, err := dashboardTask(addr, cfg, false); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") || !strings.Contains(err.Error(), "port-forward") {
+		if _, err := dashboardTask(addr, cfg, false, judgegate.AgentConfig{}, nil); err == nil || !strings.Contains(err.Error(), "--dashboard-addr") || !strings.Contains(err.Error(), "port-forward") {
 			t.Errorf("--dashboard-addr=%s: %v; want it refused, naming the flag and kubectl port-forward", addr, err)
 		}
 	}
@@ -230,7 +242,7 @@ func TestChartBindsTheDashboardToLoopback(t *testing.T) {
 		t.Errorf("the chart renders --dashboard-addr=%s, want %s", rc.dashboardAddr, want)
 	}
 	cfg := orchestrator.Config{RESTConfig: &rest.Config{Host: "http://127.0.0.1:1"}, Logger: zap.NewNop()}
-	serve, err := dashboardTask(rc.dashboardAddr, cfg, false)
+	serve, err := dashboardTask(rc.dashboardAddr, cfg, false, judgegate.AgentConfig{}, nil)
 	if err != nil {
 		t.Fatalf("the chart's --dashboard-addr=%s: %v", rc.dashboardAddr, err)
 	}

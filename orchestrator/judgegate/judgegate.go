@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/health/record"
@@ -207,6 +208,18 @@ func (g *Gate) controls(ctx context.Context, in gate.GateInput) ([]health.Contro
 	return out, dropped
 }
 
+// stampWindows records in a judgement the intervals it compared and the
+// control nodes it compared with.
+func stampWindows(j *v1alpha1.NodeJudgement, in gate.GateInput, control []health.ControlNode) {
+	j.BaselineFrom, j.SwapAt, j.SoakFrom = rfc3339(in.BaselineStart), rfc3339(in.SwapStart), rfc3339(in.SoakStart)
+	j.ControlNodes = nil
+	for _, c := range control[:min(len(control), v1alpha1.MaxJudgedControls)] {
+		j.ControlNodes = append(j.ControlNodes, c.Node)
+	}
+}
+
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
 // clockReasons say, for the judged node and each control, how far its
 // agent's clock was off the orchestrator's and what that changed, when it
 // changed anything (samples placed on the orchestrator's clock, or answers
@@ -305,6 +318,9 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 			}
 			v.Reasons = append(v.Reasons, dropped...)
 			v.Reasons = append(v.Reasons, g.clockReasons(in)...)
+			if v.Summary != nil {
+				stampWindows(v.Summary, in, control)
+			}
 		}
 		if err != nil || v.Outcome != health.Inconclusive {
 			if err == nil {

@@ -777,3 +777,27 @@ func TestEnrollmentForTheWatchdog(t *testing.T) {
 		t.Fatalf("agent down: error %v, want one naming the node", err)
 	}
 }
+
+// TestGateRecordsTheJudgedWindows: the persisted judgement names the
+// windows judged and the control nodes compared with (those with samples,
+// the first MaxJudgedControls), which the dashboard plots the agents'
+// history over.
+func TestGateRecordsTheJudgedWindows(t *testing.T) {
+	var control []string
+	for i := range v1alpha1.MaxJudgedControls + 2 {
+		control = append(control, fmt.Sprintf("c%02d", i+1))
+	}
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, nil, control, "zone a")
+	r.agents["c00"] = newAgent("c00", r.in.BaselineStart) // named since the preflight: left out
+	r.in.Control = append([]string{"c00"}, control...)
+	v, err := r.gate.Judge(context.Background(), r.in)
+	if err != nil || v.Summary == nil {
+		t.Fatalf("%v %s %q", err, v.Outcome, v.Reasons)
+	}
+	f := func(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+	got := []any{v.Summary.BaselineFrom, v.Summary.SwapAt, v.Summary.SoakFrom, v.Summary.ControlNodes}
+	want := []any{f(r.in.BaselineStart), f(r.in.SwapStart), f(r.in.SoakStart), control[:v1alpha1.MaxJudgedControls]}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("windows and controls %q, want %q", got, want)
+	}
+}

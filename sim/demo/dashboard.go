@@ -7,21 +7,33 @@ import (
 	"net"
 
 	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 // startDashboard serves the dashboard of the demo's cluster on addr (or, when
 // that is taken, on a free loopback port), prints its URL with the run's
-// session token, and stops it when the returned func is called.
-func startDashboard(ctx context.Context, nwc *v1alpha1.Client, addr string, out io.Writer, log *zap.Logger) (func(), error) {
+// session token, and stops it when the returned func is called. With the
+// node agents (nil: none) its node pages plot the judged windows from
+// their history.
+func startDashboard(ctx context.Context, nwc *v1alpha1.Client, kube kubernetes.Interface, agents *judgegate.AgentConfig, addr string, out io.Writer, log *zap.Logger) (func(), error) {
 	token, err := dashboard.NewToken()
 	if err != nil {
 		return nil, err
 	}
-	srv, err := dashboard.New(dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log,
-		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started"})
+	cfg := dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log,
+		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started"}
+	if agents != nil {
+		history, err := judgegate.Agents(*agents, kube, log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.History = history
+	}
+	srv, err := dashboard.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package demo
 import (
 	"context"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +23,18 @@ import (
 // with the cluster's kubeconfig (and stopped with SIGTERM at the end). The rollout page, open before the halt,
 // shows the canary's state change without a reload; then it names the
 // halted node and its reason, and the node's page has a before → after row
-// for a pod of that node. `chromium --dump-dom` of the page names the node.
+// for a pod of that node and plots, from the real agents' history (the
+// command is given their CA and token), the probe and the control nodes
+// over the baseline and the soak. `chromium --dump-dom` of the page names
+// the node.
 // Screenshots go to $NODEWISE_SCREENSHOTS (docs/dashboard has the ones the
 // docs show).
 func TestLiveDashboardShowsTheHalt(t *testing.T) {
 	bin := testkit.Binary(t, "nodewise")
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
-	printed := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0")
+	printed := testkit.Serve(t, bin, "--kubeconfig="+e.c.Kubeconfig, "dashboard", "--address=127.0.0.1:0",
+		"--agent-ca="+e.agents.CAFile, "--agent-token-file="+e.agents.TokenFile, "--agent-port="+strconv.Itoa(e.agents.Port))
 	pu, err := url.Parse(printed)
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +147,21 @@ func TestLiveDashboardShowsTheHalt(t *testing.T) {
 	t.Logf("connection ages of %s's pods: %q", node, aged)
 	if _, err := browser.Screenshot(tctx, shots, "node-evidence"); err != nil {
 		t.Error(err)
+	}
+	// Its plots, from the real agents' history: the probe's and the control
+	// nodes' series over the baseline and the soak, the swap marked.
+	drawn, err := browser.Eval[[]string](tctx, `[...document.querySelectorAll('#plots svg[data-plot="resets"] g[data-series]')].map(g => g.dataset.series + "/" + g.dataset.window + ":" + g.dataset.points)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s's resets plot draws %q", node, drawn)
+	for _, want := range []string{"probe/baseline:", "probe/soak:", "control/baseline:", "control/soak:", "node/baseline:"} {
+		if !slices.ContainsFunc(drawn, func(d string) bool { return strings.HasPrefix(d, want) }) {
+			t.Errorf("the resets plot of %s draws no %s series: %q", node, strings.TrimSuffix(want, ":"), drawn)
+		}
+	}
+	if n, err := browser.Eval[int](tctx, `document.querySelectorAll('#plots [data-marker="swap"]').length`); err != nil || n != 3 {
+		t.Errorf("%d swap markers (%v), want one per plot", n, err)
 	}
 
 	// A one-shot browser has no session: the printed URL's token, on the

@@ -253,7 +253,7 @@ func Run(ctx context.Context, cfg Config) (sum Summary, err error) {
 		return sum, err
 	}
 	rc := nwc.NodeRollouts()
-	stopDashboard, err := startDashboard(ctx, nwc, cfg.DashboardAddress, out, cfg.Log.Named("dashboard"))
+	stopDashboard, err := startDashboard(ctx, nwc, c.Client, agentConfig(agents), cfg.DashboardAddress, out, cfg.Log.Named("dashboard"))
 	if err != nil {
 		return sum, err
 	}

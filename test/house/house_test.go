@@ -50,9 +50,9 @@ var allowed = map[string][]string{
 	"revisions":    {"api", "health", "istio", "leader"},
 	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
-	"dashboard":    {"api", "clusters", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; clusters for the /clusters page
-	"hack":         {},                                  // build helpers (the pause image's binary)
-	"clusters":     {"api", "istio"},                    // several clusters read at once (nodewise fleet)
+	"dashboard":    {"api", "clusters", "health", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page
+	"hack":         {},                                            // build helpers (the pause image's binary)
+	"clusters":     {"api", "istio"},                              // several clusters read at once (nodewise fleet)
 }
 
 type pkg struct {
