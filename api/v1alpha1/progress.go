@@ -8,11 +8,12 @@ import (
 // The conditions GitOps tools read, set on both kinds from their phase
 // beside the kinds' own conditions. They follow kstatus
 // (sigs.k8s.io/cli-utils/pkg/kstatus), which Flux uses to wait for applied
-// objects: Reconciling True means the controller is still working towards
-// the spec, or waiting to (InProgress); Stalled True means it cannot go on
-// until a person acts (Failed); neither True, with status.observedGeneration
-// equal to metadata.generation, means the spec is reached (Current). Ready
-// True says the same for `kubectl wait --for=condition=Ready`.
+// objects. Once status.observedGeneration equals metadata.generation,
+// kstatus reads Reconciling True as InProgress (the controller is still
+// working towards the spec, or waiting to), Stalled True as Failed (it
+// cannot go on until a person acts) and, with neither, Ready True as
+// Current (the spec is reached). Ready is also what
+// `kubectl wait --for=condition=Ready` waits for.
 const (
 	ConditionReady       = "Ready"
 	ConditionReconciling = "Reconciling"
