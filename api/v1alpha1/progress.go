@@ -78,7 +78,36 @@ func SetProgress(conds *[]metav1.Condition, p Progress, reason, message string, 
 		}
 		meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
 	}
-	set(ConditionReady, p == ProgressReady, message)
-	set(ConditionReconciling, p == ProgressReconciling, map[bool]string{true: message}[p == ProgressReconciling])
-	set(ConditionStalled, p == ProgressStalled, map[bool]string{true: message}[p == ProgressStalled])
+	for _, q := range []Progress{ProgressReady, ProgressReconciling, ProgressStalled} {
+		msg := message // Ready False says why not, too
+		if q != p && q != ProgressReady {
+			msg = ""
+		}
+		set(q.conditionType(), q == p, msg)
+	}
+}
+
+// FollowPhase sets s's Ready, Reconciling and Stalled conditions from its
+// phase unless they already say it: for a writer that sets the phase alone
+// (a node worker's halt, a node request ending one), until the
+// orchestrator's next pass sets them with its reason. The halt reason is
+// the message of a halt; other phases have none until then.
+func (s *NodeRolloutStatus) FollowPhase(now metav1.Time) {
+	if s.Phase == "" {
+		return
+	}
+	p := s.Phase.Progress()
+	if c := meta.FindStatusCondition(s.Conditions, p.conditionType()); c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(s.Phase) {
+		return
+	}
+	var msg string
+	if s.Phase == PhaseHalted {
+		msg = s.HaltReason
+	}
+	SetProgress(&s.Conditions, p, string(s.Phase), msg, s.ObservedGeneration, now)
+}
+
+// conditionType is the condition that is True at progress p.
+func (p Progress) conditionType() string {
+	return [...]string{ProgressReconciling: ConditionReconciling, ProgressStalled: ConditionStalled, ProgressReady: ConditionReady}[p]
 }
