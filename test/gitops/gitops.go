@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"testing"
 	"time"
 
 	lua "github.com/yuin/gopher-lua"
@@ -197,4 +198,44 @@ func (r *Reader) Read(ctx context.Context, kind, name string) (Reading, error) {
 		return rd, fmt.Errorf("kstatus of %s %s: %w", kind, name, err)
 	}
 	return rd, nil
+}
+
+// Checker reads the objects of one kind for a test and fails it when a
+// reading is not the one expected.
+type Checker struct {
+	t    testing.TB
+	ctx  context.Context
+	r    *Reader
+	kind string
+}
+
+// NewChecker installs the health checks on the API server of cfg
+// (InstallArgoHealth) and checks objects of kind served by it.
+func NewChecker(t testing.TB, ctx context.Context, kube kubernetes.Interface, cfg *rest.Config, kind string) *Checker {
+	t.Helper()
+	scripts, err := InstallArgoHealth(ctx, kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(cfg, scripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Checker{t: t, ctx: ctx, r: r, kind: kind}
+}
+
+// Expect reads the object named name and fails the test (going on) unless
+// Argo CD reads it as argo and kstatus as flux.
+func (c *Checker) Expect(name, argo string, flux status.Status) Reading {
+	c.t.Helper()
+	rd, err := c.r.Read(c.ctx, c.kind, name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if rd.Argo.Status != argo || rd.Kstatus != flux {
+		st, _, _ := unstructured.NestedMap(rd.Object.Object, "status")
+		c.t.Errorf("%s %s (generation %d, status %v): Argo CD %s %q, kstatus %s %q; want %s, %s",
+			c.kind, name, rd.Object.GetGeneration(), st, rd.Argo.Status, rd.Argo.Message, rd.Kstatus, rd.KstatusMessage, argo, flux)
+	}
+	return rd
 }
