@@ -20,10 +20,21 @@ import (
 )
 
 // reconcile takes one step of rm from the snapshot, and says when to look
-// again without an event (0: only on the next event).
+// again without an event (0: only on the next event). A spec change that
+// step did not write (an edit of a finished or paused migration) is written
+// as observed all the same: GitOps tools wait for observedGeneration.
 func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) (time.Duration, error) {
-	spec := Defaulted(rm.Spec)
 	defer c.observePhases(rm)
+	next, err := c.step(ctx, rm, snap)
+	if err == nil && rm.Status.ObservedGeneration != rm.Generation {
+		err = c.writeStatus(ctx, rm)
+	}
+	return next, err
+}
+
+// step is reconcile's one step.
+func (c *Controller) step(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot) (time.Duration, error) {
+	spec := Defaulted(rm.Spec)
 	if tok := rm.Annotations[AnnotationResumeToken]; tok != "" && tok != rm.Status.ResumeToken {
 		return c.cfg.Interval, c.resume(ctx, rm, spec, tok)
 	}
@@ -51,8 +62,11 @@ func (c *Controller) reconcile(ctx context.Context, rm *v1alpha1.RevisionMigrati
 
 // writeStatus persists rm.Status with rm's resourceVersion (a conflict fails
 // the reconcile, which retries from a fresh read) and adopts the result.
+// Every write carries the generation it observed and the Ready, Reconciling
+// and Stalled conditions of its phase, the phase's reason their message.
 func (c *Controller) writeStatus(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
 	rm.Status.ObservedGeneration = rm.Generation
+	v1alpha1.SetProgress(&rm.Status.Conditions, rm.Status.Phase.Progress(), string(rm.Status.Phase), conditionMessage(rm.Status.Reason), rm.Generation, metav1.NewTime(c.cfg.Now()))
 	old := rm.ResourceVersion
 	out, err := c.cfg.Migrations.UpdateStatus(ctx, rm, metav1.UpdateOptions{})
 	if err != nil {
@@ -92,10 +106,15 @@ func completeCondition(p v1alpha1.MigrationPhase, reason string, gen int64) meta
 	if p == v1alpha1.MigrationSucceeded {
 		st = metav1.ConditionTrue
 	}
+	return metav1.Condition{Type: ConditionComplete, Status: st, Reason: string(p), Message: conditionMessage(reason), ObservedGeneration: gen}
+}
+
+// conditionMessage is a phase's reason cut to 1 KiB, as the conditions carry it.
+func conditionMessage(reason string) string {
 	if len(reason) > 1024 {
-		reason = reason[:1024]
+		return reason[:1024]
 	}
-	return metav1.Condition{Type: ConditionComplete, Status: st, Reason: string(p), Message: reason, ObservedGeneration: gen}
+	return reason
 }
 
 func (c *Controller) refuse(ctx context.Context, rm *v1alpha1.RevisionMigration, reason string) error {

@@ -484,7 +484,11 @@ type TargetStatus struct {
 type NodeRolloutStatus struct {
 	// +optional
 	Phase RolloutPhase `json:"phase,omitempty"`
+	// ObservedGeneration is the generation of the spec the orchestrator last
+	// acted on. It reads 0 until its first pass (a default: kstatus, and so
+	// Flux, takes an object without it for one that is done).
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
 	HaltReason string `json:"haltReason,omitempty"`
@@ -548,7 +552,10 @@ type NodeRollout struct {
 
 	// +kubebuilder:validation:Required
 	Spec NodeRolloutSpec `json:"spec"`
+	// Status is where the rollout is; defaulted (observedGeneration 0) so that
+	// a rollout nothing acted on yet is not taken for a finished one.
 	// +optional
+	// +kubebuilder:default={}
 	Status NodeRolloutStatus `json:"status,omitempty"`
 }
 

@@ -224,7 +224,11 @@ type RevisionMigrationStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Skipped []SkippedNamespace `json:"skipped,omitempty"`
+	// ObservedGeneration is the generation of the spec the controller last
+	// acted on. It reads 0 until its first pass (a default: kstatus, and so
+	// Flux, takes an object without it for one that is done).
 	// +optional
+	// +kubebuilder:default=0
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// StartedAt is when the migration started; WaveStartedAt when the current wave did.
 	// +optional
@@ -291,7 +295,10 @@ type RevisionMigration struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec RevisionMigrationSpec `json:"spec"`
+	// Status is where the migration is; defaulted (observedGeneration 0) so that
+	// a migration nothing acted on yet is not taken for a finished one.
 	// +optional
+	// +kubebuilder:default={}
 	Status RevisionMigrationStatus `json:"status,omitempty"`
 }
 

@@ -82,7 +82,7 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 		s.Omitted = nil // every planned node has its entry again, an omitted one too
 	}
 	s.Counts = planner.Counts(s.Nodes)
-	setConditions(s, d, nr.Generation)
+	setConditions(s, d, nr.Generation, now)
 }
 
 // pruneUnplanned drops the Pending entries of nodes the plan no longer has
@@ -102,14 +102,16 @@ func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []
 	return kept
 }
 
-// setConditions sets the Valid, Halted and Complete conditions of s.
-func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64) {
+// setConditions sets the Valid, Halted and Complete conditions of s, and
+// the Ready, Reconciling and Stalled ones GitOps tools read (from the phase,
+// with the halt reason or else the decision's reason as the message).
+func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64, now metav1.Time) {
 	cond := func(t string, ok bool, reason, msg string) {
 		st := metav1.ConditionFalse
 		if ok {
 			st = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: metav1.Now()})
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
 	}
 	valid := (d.Phase != v1alpha1.PhasePending || d.Promotion != "") && d.Phase != v1alpha1.PhaseFailed
 	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
@@ -120,4 +122,9 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64)
 	}
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
 	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")
+	why := d.Reason
+	if s.Phase == v1alpha1.PhaseHalted {
+		why = s.HaltReason
+	}
+	v1alpha1.SetProgress(&s.Conditions, s.Phase.Progress(), string(s.Phase), why, gen, now)
 }

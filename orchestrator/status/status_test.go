@@ -4,6 +4,9 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
@@ -19,5 +22,56 @@ func TestPruneUnplanned(t *testing.T) {
 	}
 	if !slices.Equal(names, []string{"b", "d"}) {
 		t.Errorf("kept %v, want [b d]", names)
+	}
+}
+
+// TestRecordSetsGitOpsConditions: each pass sets Ready, Reconciling and
+// Stalled from the decision's phase beside Valid, Halted and Complete, with
+// the halt reason (or else the decision's reason) as the message, and
+// status.observedGeneration to the spec's generation.
+func TestRecordSetsGitOpsConditions(t *testing.T) {
+	nr := &v1alpha1.NodeRollout{}
+	nr.Generation = 3
+	for _, tc := range []struct {
+		d                                 v1alpha1.RolloutPhase
+		reason, halt                      string
+		wantTrue, wantReason, wantMessage string
+	}{
+		{v1alpha1.PhaseProgressing, "wave 2", "", v1alpha1.ConditionReconciling, "Progressing", "wave 2"},
+		{v1alpha1.PhasePaused, "paused by the user", "", v1alpha1.ConditionReconciling, "Paused", "paused by the user"},
+		{v1alpha1.PhaseWaitingForWindow, "window opens at 02:00", "", v1alpha1.ConditionReconciling, "WaitingForWindow", "window opens at 02:00"},
+		{v1alpha1.PhasePending, "DaemonSet istio-system/ztunnel not found", "", v1alpha1.ConditionReconciling, "Pending", "DaemonSet istio-system/ztunnel not found"},
+		{v1alpha1.PhaseHalted, "ignored: the halt reason is the message", "Halted at node-1: resets 0/s → 3/s", v1alpha1.ConditionStalled, "Halted", "Halted at node-1: resets 0/s → 3/s"},
+		{v1alpha1.PhaseFailed, "spec.nodeSelector x=y matches no node", "", v1alpha1.ConditionStalled, "Failed", "spec.nodeSelector x=y matches no node"},
+		{v1alpha1.PhaseAborted, "aborted by the user", "", v1alpha1.ConditionStalled, "Aborted", "aborted by the user"},
+		{v1alpha1.PhaseCompleted, "6 node(s) on the newest revision", "", v1alpha1.ConditionReady, "Completed", "6 node(s) on the newest revision"},
+		{v1alpha1.PhaseRolledBack, "every upgraded node is back", "", v1alpha1.ConditionReady, "RolledBack", "every upgraded node is back"},
+	} {
+		s := v1alpha1.NodeRolloutStatus{HaltReason: tc.halt}
+		if tc.halt != "" {
+			s.Phase = v1alpha1.PhaseHalted
+		}
+		Record(&s, nr, planner.Decision{Phase: tc.d, Reason: tc.reason}, nil, nil, metav1.Now())
+		if s.ObservedGeneration != 3 {
+			t.Errorf("%s: observedGeneration %d, want 3", tc.d, s.ObservedGeneration)
+		}
+		for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionReconciling, v1alpha1.ConditionStalled} {
+			c := meta.FindStatusCondition(s.Conditions, typ)
+			switch {
+			case c == nil:
+				t.Errorf("%s: no %s condition in %+v", tc.d, typ, s.Conditions)
+			case (c.Status == metav1.ConditionTrue) != (typ == tc.wantTrue):
+				t.Errorf("%s: %s is %s, want only %s True", tc.d, typ, c.Status, tc.wantTrue)
+			case c.Reason != tc.wantReason || c.ObservedGeneration != 3:
+				t.Errorf("%s: %s reason %q generation %d, want %q, 3", tc.d, typ, c.Reason, c.ObservedGeneration, tc.wantReason)
+			case typ == tc.wantTrue && c.Message != tc.wantMessage:
+				t.Errorf("%s: %s message %q, want %q", tc.d, typ, c.Message, tc.wantMessage)
+			}
+		}
+		for _, typ := range []string{"Valid", "Halted", "Complete"} {
+			if meta.FindStatusCondition(s.Conditions, typ) == nil {
+				t.Errorf("%s: the %s condition is gone", tc.d, typ)
+			}
+		}
 	}
 }

@@ -215,6 +215,7 @@ func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
 			q.f(&next.Status)
 		}
 		next.Status.Counts = counted(&next.Status)
+		next.Status.FollowPhase(metav1.Now()) // GitOps tools read a halt from the same write
 		// Trimmed here, and over the budget degraded in what is written
 		// only: this process keeps every entry, so its counts and the
 		// passes it plans stay whole (see budget.go and omit.go).

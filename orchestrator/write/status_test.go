@@ -11,11 +11,13 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 var rolloutsGR = schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "noderollouts"}
@@ -410,5 +412,41 @@ func TestStatusLifeEnds(t *testing.T) {
 				t.Errorf("the writer ended but is still marked active: no later write would start one")
 			}
 		})
+	}
+}
+
+// TestStatusWriteFollowsPhase: a mutation that sets the phase alone (a node
+// worker's halt) is written with the Ready, Reconciling and Stalled
+// conditions of that phase, the halt reason the message; one that leaves
+// the phase alone leaves them as the pass set them.
+func TestStatusWriteFollowsPhase(t *testing.T) {
+	nr := testRollout("r")
+	nr.Generation = 2
+	nr.Status.Phase, nr.Status.ObservedGeneration = v1alpha1.PhaseProgressing, 2
+	v1alpha1.SetProgress(&nr.Status.Conditions, v1alpha1.ProgressReconciling, "Progressing", "wave 1", 2, metav1.Now())
+	api := fixture.NewRollouts(nr)
+	w := NewStatus(t.Context(), api, zap.NewNop())
+	if err := w.Mutate(t.Context(), "r", setNode("a", v1alpha1.NodeSoak)); err != nil {
+		t.Fatal(err)
+	}
+	if c := meta.FindStatusCondition(api.Stored("r").Status.Conditions, v1alpha1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue || c.Message != "wave 1" {
+		t.Errorf("after a node step: Reconciling %+v, want True, \"wave 1\" as the pass set it", c)
+	}
+	halt := func(s *v1alpha1.NodeRolloutStatus) {
+		model.NodeEntry(s, "a").State = v1alpha1.NodeFailed
+		s.Phase, s.HaltReason = v1alpha1.PhaseHalted, "Halted at a: resets 0/s → 3/s"
+	}
+	if err := w.Mutate(t.Context(), "r", halt); err != nil {
+		t.Fatal(err)
+	}
+	w.Wait()
+	st := api.Stored("r").Status
+	for typ, want := range map[string]metav1.ConditionStatus{v1alpha1.ConditionStalled: metav1.ConditionTrue, v1alpha1.ConditionReconciling: metav1.ConditionFalse, v1alpha1.ConditionReady: metav1.ConditionFalse} {
+		if c := meta.FindStatusCondition(st.Conditions, typ); c == nil || c.Status != want || c.Reason != "Halted" || c.ObservedGeneration != 2 {
+			t.Errorf("after a halt: %s %+v, want %s, reason Halted, generation 2", typ, c, want)
+		}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStalled); c == nil || c.Message != st.HaltReason {
+		t.Errorf("after a halt: Stalled %+v, want the halt reason as its message", c)
 	}
 }
