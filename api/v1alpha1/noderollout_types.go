@@ -307,6 +307,15 @@ type NodeRolloutSpec struct {
 	// matching Prometheus alerts fire.
 	// +optional
 	Blocking BlockingSpec `json:"blocking,omitempty"`
+	// Version pins the rollout to one Istio version: every image of every
+	// target's template must carry it as its tag (1.28.1, or a variant
+	// such as 1.28.1-distroless). A template at another version halts the
+	// rollout, naming both, instead of rolling it, and no node done is
+	// swapped again. Empty: whatever the templates hold is rolled.
+	// +kubebuilder:validation:Pattern=`^[0-9]+\.[0-9]+\.[0-9]+([-+.][0-9A-Za-z.-]+)?$`
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Version string `json:"version,omitempty"`
 	// Promotion holds the rollout in Pending until the same target images
 	// have completed in upstream clusters (staging before production). See
 	// docs/clusters.md.

@@ -84,6 +84,9 @@ type Policy struct {
 	// TakeKuredLock: hold Kured's lock while a node is in flight
 	// (spec.coordination.kuredLock take, the default; honour: false).
 	TakeKuredLock bool
+	// Version: the Istio version every target image must carry
+	// (spec.version), "" for any.
+	Version string
 	// Blocking: pods and alerts that hold starts (spec.blocking, read by fleet.Observer).
 	Blocking Blocking
 	// Invalid says why the rollout cannot go on (a spec the orchestrator
@@ -123,6 +126,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		EnrollmentTimeout: durationOr(spec.EnrollmentTimeout, DefaultEnrollmentTimeout),
 		NoControlGroup:    spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled,
 		Paused:            spec.Paused,
+		Version:           spec.Version,
 		Abort:             spec.Abort,
 		Rollback:          spec.Rollback,
 		Selector:          labels.Everything(),

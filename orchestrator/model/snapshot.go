@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -52,6 +54,35 @@ type TargetView struct {
 
 // Key is "namespace/name".
 func (t TargetView) Key() string { return t.Ref.Namespace + "/" + t.Ref.Name }
+
+// OffVersion says which of the template's images does not carry version
+// as its tag (or a variant of it, such as 1.28.1-distroless), naming both
+// versions; "" when every one does, or version is empty (spec.version).
+func (t TargetView) OffVersion(version string) string {
+	if version == "" {
+		return ""
+	}
+	for _, img := range t.Images {
+		if tag := imageTag(img); tag != version && !strings.HasPrefix(tag, version+"-") {
+			if tag == "" {
+				tag = "no version tag"
+			}
+			return fmt.Sprintf("DaemonSet %s's template is at %s (%s), not the pinned version %s: re-apply the reviewed chart, or set spec.version to roll it", t.Key(), tag, img, version)
+		}
+	}
+	return ""
+}
+
+// imageTag is an image reference's tag ("istio/ztunnel:1.28.1@sha256:…" →
+// "1.28.1"), "" when it has none.
+func imageTag(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	slash, colon := strings.LastIndex(image, "/"), strings.LastIndex(image, ":")
+	if colon <= slash {
+		return ""
+	}
+	return image[colon+1:]
+}
 
 // PodView is one target pod on a node.
 type PodView struct {

@@ -173,6 +173,12 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		}
 		return d
 	}
+	for _, t := range s.Targets {
+		if why := t.OffVersion(p.Version); why != "" {
+			d.Phase, d.Reason = v1alpha1.PhaseHalted, why
+			return d
+		}
+	}
 	if failed > 0 || s.Status.Phase == v1alpha1.PhaseHalted {
 		if s.ResumeRequested {
 			for _, n := range selected {

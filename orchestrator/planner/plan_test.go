@@ -682,3 +682,41 @@ func TestPlanWaitsForPromotionBeforeTheFirstStart(t *testing.T) {
 		t.Errorf("started: phase %s starts %v promotion %q; want it to go on", d.Phase, starts(d), d.Promotion)
 	}
 }
+
+// TestPlanHaltsOffThePinnedVersion: with spec.version set, a target
+// template at another version halts the rollout, naming both, and the node
+// already done on the pinned version is not swapped again; the pinned
+// version, or a variant of it, rolls.
+func TestPlanHaltsOffThePinnedVersion(t *testing.T) {
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Version = "1.28.1" })
+	at := func(tags ...string) []model.TargetView {
+		ts := fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType)
+		for i := range ts {
+			ts[i].Images = []string{"docker.io/istio/" + ts[i].Ref.Name + ":" + tags[i%len(tags)]}
+		}
+		return ts
+	}
+	ns := fixture.Fleet(1, 3)
+	if d := Plan(model.Snapshot{Nodes: ns, Targets: at("1.28.1-distroless", "1.28.1@sha256:abc")}, p, time.Now()); d.Phase != v1alpha1.PhaseProgressing || len(starts(d)) == 0 {
+		t.Fatalf("the pinned version: phase %s %q starts %v; want it rolled", d.Phase, d.Reason, starts(d))
+	}
+	// zone-a-00 was done on the pinned version; the template moved on.
+	fixture.SetState(ns, "zone-a-00", v1alpha1.NodeDone)
+	fixture.Upgrade(ns, "zone-a-00")
+	moved := at("1.28.2")
+	for i := range moved {
+		moved[i].NewestHash = "new333"
+	}
+	d := Plan(model.Snapshot{Nodes: ns, Targets: moved}, p, time.Now())
+	if d.Phase != v1alpha1.PhaseHalted || !strings.Contains(d.Reason, "template is at 1.28.2") || !strings.Contains(d.Reason, "not the pinned version 1.28.1") {
+		t.Fatalf("another version: phase %s reason %q; want Halted naming 1.28.2 and 1.28.1", d.Phase, d.Reason)
+	}
+	for _, a := range d.Actions {
+		if a.Node == "zone-a-00" || a.Kind == ActStart {
+			t.Errorf("off the pin, the plan still acts: %+v", a)
+		}
+	}
+	if d := Plan(model.Snapshot{Nodes: ns, Targets: at("")}, p, time.Now()); d.Phase != v1alpha1.PhaseHalted || !strings.Contains(d.Reason, "no version tag") {
+		t.Errorf("an untagged image: phase %s reason %q", d.Phase, d.Reason)
+	}
+}
