@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
 )
 
 // Kind is what happened.
@@ -61,7 +60,7 @@ type Event struct {
 }
 
 // headlineMax bounds Event.Headline, in characters, as the CLI's HALTED
-// line: a verdict's headline (health.HeadlineMax) with what it is.
+// line: a verdict's headline (at most 160) with what it is.
 const headlineMax = 200
 
 // headlineOf is reason's first line within headlineMax, without the
@@ -72,7 +71,10 @@ func headlineOf(reason string, nodes []string) string {
 	if len(nodes) == 1 {
 		line = strings.TrimPrefix(line, "node "+nodes[0]+": ")
 	}
-	return health.Cut(line, headlineMax)
+	if r := []rune(line); len(r) > headlineMax {
+		line = string(r[:headlineMax-1]) + "…"
+	}
+	return line
 }
 
 // Text is the one-line human form (the Slack message): what happened,

@@ -333,3 +333,15 @@ func TestRunSendsTheHeadlineAndALink(t *testing.T) {
 		t.Error("accepted a dashboard URL without a scheme")
 	}
 }
+
+// TestHeadlineOf: a headline is the reason's first line, without the node
+// the event names already, within headlineMax characters.
+func TestHeadlineOf(t *testing.T) {
+	long := "node n1: preflight: " + strings.Repeat("é", 300) + "\nsecond line"
+	if got := headlineOf(long, []string{"n1"}); len([]rune(got)) != headlineMax || !strings.HasPrefix(got, "preflight: é") || !strings.HasSuffix(got, "é…") {
+		t.Errorf("headlineOf a long reason: %q (%d characters)", got, len([]rune(got)))
+	}
+	if got := headlineOf("node n1: swap timeout", []string{"n1", "n2"}); got != "node n1: swap timeout" {
+		t.Errorf("two failed nodes: %q, want the node kept", got)
+	}
+}
