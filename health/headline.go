@@ -8,14 +8,25 @@ import (
 	"time"
 )
 
-// worstFirst orders regressed rows: the smallest adjusted p first, then the
-// larger rise (p-values at the floor of the test tie).
+// worstFirst orders regressed rows: the smallest adjusted p first, as
+// FormatP prints it (every p under 0.001 ties); among ties a pod's row
+// before the node's totals (it says where), then the larger rise.
 func worstFirst(rows []Comparison) {
-	sort.SliceStable(rows, func(i, j int) bool {
-		if rows[i].PAdj != rows[j].PAdj {
-			return rows[i].PAdj < rows[j].PAdj
+	shown := func(c Comparison) float64 {
+		if c.PAdj < 0.001 {
+			return 0
 		}
-		return rise(rows[i]) > rise(rows[j])
+		return c.PAdj
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		switch {
+		case shown(a) != shown(b):
+			return shown(a) < shown(b)
+		case a.IsNode() != b.IsNode():
+			return !a.IsNode()
+		}
+		return rise(a) > rise(b)
 	})
 }
 

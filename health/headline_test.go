@@ -138,3 +138,28 @@ func TestLeadAndCut(t *testing.T) {
 		t.Errorf("Line without a headline: %q", got)
 	}
 }
+
+// TestWorstFirst: among regressions the smallest p as printed leads; at
+// p<0.001 a pod's row leads the node's totals (it says where), then the
+// larger rise.
+func TestWorstFirst(t *testing.T) {
+	pod := func(name string, p, before, after float64) Comparison {
+		return Comparison{Pod: PodKey{Namespace: "shop", Name: name}, Metric: v1alpha1.MetricResetsReceived, PAdj: p, Before: before, After: after, Regressed: true}
+	}
+	node := pod("", 1e-12, 6, 9)
+	rows := []Comparison{pod("slow", 0.004, 0, 9), node, pod("small", 1e-5, 1, 2), pod("big", 1e-4, 1, 8)}
+	worstFirst(rows)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.Pod.Name)
+	}
+	if want := []string{"big", "small", "", "slow"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("order %q, want %q", got, want)
+	}
+	if h := evidence(rows, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "pod shop/big: resets received 1/s → 8/s (p<0.001) (+4 more)" {
+		t.Errorf("evidence %q", h)
+	}
+	if h := evidence(nil, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "gate prometheus: success rate 0.9 < 0.99" {
+		t.Errorf("a gate's failure alone: %q", h)
+	}
+}
