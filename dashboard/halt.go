@@ -6,7 +6,8 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// haltView is a halted rollout's banner: the node, the reason, and what
+// haltView is a halted rollout's banner: the node, the reason (for a
+// gate's failure, the node's verdict and its headline), and what
 // docs/runbook.md ("When a rollout halts") says to do, with the commands.
 type haltView struct {
 	Rollout, Node, Reason, Kind, Advice string
@@ -34,6 +35,8 @@ func buildHalt(nr *v1alpha1.NodeRollout) *haltView {
 		if h.Reason == "" {
 			h.Reason = failed.Reason
 		}
+		// The banner names the node: its reason leads with the headline.
+		h.Reason = strings.TrimPrefix(h.Reason, "node "+failed.Name+": ")
 	}
 	name, node := nr.Name, h.Node
 	if node == "" {

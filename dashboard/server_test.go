@@ -108,7 +108,8 @@ func TestRolloutPageGroupsNodesAndNamesTheHalt(t *testing.T) {
 	e := newEnv(t, false, haltedRollout("faulty", 9))
 	_, page := e.get("/rollouts/faulty")
 	wantIn(t, page,
-		`Halted at <a href="/rollouts/faulty/nodes/node-001" class="halted-node">node-001</a>: the judge found a regression`,
+		`Halted at <a href="/rollouts/faulty/nodes/node-001" class="halted-node">node-001</a>: the judge found a regression</h2>
+<p class="reason">gate Fail: resetsReceived rose on default/web-1 (p&lt;0.001)</p>`,
 		"nodewise explain faulty --node node-001", "nodewise rollback faulty", "nodewise resume faulty",
 		"Canary · Wave 1 · zone zone-a · 1 node<", "Wave 2 · zone zone-b · 1 node<", "Wave 2 · zone zone-c", "Wave 3 · zone zone-a",
 		`<tr id="node-node-001" class="bad">`, "2m00s", `data-action="abort"`)

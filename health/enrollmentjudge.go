@@ -156,7 +156,7 @@ func (j *Judge) gateEnrollment(in Input, cur wire.Snapshot, a Assessment, sum *v
 	reasons = append(reasons, fmt.Sprintf("%s on the node; the traffic figures alone: %s", ev.Summary, a.Outcome))
 	reasons = append(reasons, traffic...)
 	reasons = append(reasons, ev.Notes...)
-	return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), true
+	return j.finish(in, Verdict{Outcome: Fail, Headline: Lead(ev.Failures), Reasons: reasons, Summary: sum}), true
 }
 
 // enrollmentNotes are the enrollment findings reported without failing.

@@ -14,14 +14,16 @@ import (
 type Explanation struct {
 	Rollout   string
 	Node      string
-	State     string // the node's state in the rollout, such as Done or Failed
-	Verdict   string // the verdict line the orchestrator recorded
+	State     string   // the node's state in the rollout, such as Done or Failed
+	Verdict   string   // the verdict's line the orchestrator recorded: outcome and headline
+	Detail    []string // every reason behind the verdict
 	Judgement *v1alpha1.NodeJudgement
 }
 
-// WriteExplain prints a node's before/after table: the judgement's figures,
-// then one row per metric of the node's totals and of the pods with the
-// smallest p-values, regressions first.
+// WriteExplain prints a node's verdict, its headline first, then the
+// detail as tables: the judgement's figures, one row per metric of the
+// node's totals and of the pods with the smallest p-values (regressions
+// first), then every reason behind the verdict, one a line.
 func WriteExplain(w io.Writer, j Explanation) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "NodeRollout %s, node %s", j.Rollout, j.Node)
@@ -35,6 +37,7 @@ func WriteExplain(w io.Writer, j Explanation) error {
 	s := j.Judgement
 	if s == nil {
 		b.WriteString("no before/after table recorded for this node (not judged yet, or judged by a gate without figures)\n")
+		writeDetail(&b, j.Detail)
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -71,7 +74,24 @@ func WriteExplain(w io.Writer, j Explanation) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", pod, metricLabel(r.Metric), r.Before, r.After, orDash(r.P), result)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var d strings.Builder
+	writeDetail(&d, j.Detail)
+	_, err := io.WriteString(w, d.String())
+	return err
+}
+
+// writeDetail lists a verdict's reasons under a heading, one a line.
+func writeDetail(b *strings.Builder, detail []string) {
+	if len(detail) == 0 {
+		return
+	}
+	b.WriteString("\nDETAIL (every reason behind the verdict, as its gate gave them)\n")
+	for _, r := range detail {
+		fmt.Fprintf(b, "  %s\n", r)
+	}
 }
 
 func orDash(s string) string {

@@ -198,7 +198,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 		prevErrs = in.Previous.ConsecutiveQueryErrors
 	}
 	gateErr := false
-	var noData []string
+	var noData, queryErrs, gateFailures []string
 	for _, g := range in.External {
 		res, err := g.Check(ctx, in.Node)
 		if err != nil {
@@ -207,23 +207,23 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 			n := prevErrs + 1
 			if int(n) >= g.MaxConsecutiveErrors() {
 				sum.ConsecutiveQueryErrors = n
-				reasons = append(reasons, fmt.Sprintf("gate %s: %d evaluations in a row could not query their source (limit %d), last: %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
-				return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+				r := fmt.Sprintf("gate %s: %d evaluations in a row could not query their source (limit %d), last: %v", g.Name(), n, g.MaxConsecutiveErrors(), err)
+				return j.finish(in, Verdict{Outcome: Fail, Headline: Cut(r, HeadlineMax), Reasons: append(append(append(reasons, gateFailures...), queryErrs...), r), Summary: sum}), nil
 			}
-			reasons = append(reasons, fmt.Sprintf("gate %s: query failed (%d of %d allowed in a row): %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
+			queryErrs = append(queryErrs, fmt.Sprintf("gate %s: query failed (%d of %d allowed in a row): %v", g.Name(), n, g.MaxConsecutiveErrors(), err))
 			continue
 		}
 		if len(res.Failures) > 0 {
 			intervalFails = true
 			for _, f := range res.Failures {
-				reasons = append(reasons, "gate "+g.Name()+": "+f)
+				gateFailures = append(gateFailures, "gate "+g.Name()+": "+f)
 			}
 		}
 		for _, n := range res.NoData {
 			noData = append(noData, "gate "+g.Name()+": "+n)
 		}
 	}
-	reasons = append(reasons, noData...)
+	reasons = append(append(append(reasons, gateFailures...), queryErrs...), noData...)
 	if gateErr {
 		sum.ConsecutiveQueryErrors = prevErrs + 1
 	}
@@ -237,42 +237,45 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if intervalFails {
 		sum.IntervalOutcome = Fail
 		sum.ConsecutiveFailures = prevFails + 1
+		worst := evidence(regressedRows(a), gateFailures)
 		if int(sum.ConsecutiveFailures) >= cfg.ConsecutiveFailures {
-			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+			return j.finish(in, Verdict{Outcome: Fail, Headline: worst, Reasons: reasons, Summary: sum}), nil
 		}
-		reasons = append(reasons, fmt.Sprintf("failing interval %d of %d in a row needed to fail: judging again", sum.ConsecutiveFailures, cfg.ConsecutiveFailures))
-		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+		again := fmt.Sprintf("failing interval %d of %d in a row needed to fail: judging again", sum.ConsecutiveFailures, cfg.ConsecutiveFailures)
+		reasons = append(reasons, again)
+		return j.finish(in, Verdict{Outcome: Inconclusive, Headline: joinHeadline(fmt.Sprintf("failing interval %d of %d", sum.ConsecutiveFailures, cfg.ConsecutiveFailures), worst), Reasons: reasons, Summary: sum}), nil
 	}
 	if gateErr {
 		// A gate that could not look cannot pass the node: fail closed, but only
 		// after maxConsecutiveErrors; until then judge again.
-		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+		return j.finish(in, Verdict{Outcome: Inconclusive, Headline: Lead(queryErrs), Reasons: reasons, Summary: sum}), nil
 	}
 	if len(noData) > 0 {
 		// A query that saw nothing cannot vouch for the node (a renamed
 		// metric returns nothing on every node): hold it, as noData says.
-		return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+		return j.finish(in, Verdict{Outcome: Inconclusive, Headline: Lead(noData), Reasons: reasons, Summary: sum}), nil
 	}
 	if a.Outcome == Inconclusive {
+		why := nothingToTest(cfg, a)
 		switch cfg.Inconclusive {
 		case v1alpha1.InconclusivePass:
 			reasons = append(reasons, "inconclusive counts as Pass (gates.inconclusive: Pass)")
-			return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
+			return j.finish(in, Verdict{Outcome: Pass, Headline: joinHeadline(why, "passed by gates.inconclusive: Pass"), Reasons: reasons, Summary: sum}), nil
 		case v1alpha1.InconclusiveFail:
 			reasons = append(reasons, "inconclusive counts as Fail (gates.inconclusive: Fail)")
-			return j.finish(in, Verdict{Outcome: Fail, Reasons: reasons, Summary: sum}), nil
+			return j.finish(in, Verdict{Outcome: Fail, Headline: joinHeadline(why, "failed by gates.inconclusive: Fail"), Reasons: reasons, Summary: sum}), nil
 		default:
-			return j.finish(in, Verdict{Outcome: Inconclusive, Reasons: reasons, Summary: sum}), nil
+			return j.finish(in, Verdict{Outcome: Inconclusive, Headline: Cut(why, HeadlineMax), Reasons: reasons, Summary: sum}), nil
 		}
 	}
 	reasons = append([]string{fmt.Sprintf("no regression in %d tests over %d pods (%s baseline, %s soak)",
-		a.Tests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))}, reasons...)
-	return j.finish(in, Verdict{Outcome: Pass, Reasons: reasons, Summary: sum}), nil
+		a.Tests+a.ProbeTests, a.PodsCompared, a.BaselineLength.Round(time.Second), a.SoakLength.Round(time.Second))}, reasons...)
+	return j.finish(in, Verdict{Outcome: Pass, Headline: passHeadline(a), Reasons: reasons, Summary: sum}), nil
 }
 
 func (j *Judge) finish(in Input, v Verdict) Verdict {
 	j.metrics.judgements.WithLabelValues(string(v.Outcome)).Inc()
-	j.log.Info("judged node", zap.String("node", in.Node), zap.String("outcome", string(v.Outcome)), zap.Strings("reasons", v.Reasons))
+	j.log.Info("judged node", zap.String("node", in.Node), zap.String("outcome", string(v.Outcome)), zap.String("headline", v.Headline), zap.Strings("reasons", v.Reasons))
 	return v
 }
 
@@ -285,7 +288,8 @@ func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict 
 		s.ConsecutiveFailures = in.Previous.ConsecutiveFailures
 	}
 	s.Judgements++
-	return j.finish(in, Verdict{Outcome: Fail, Reasons: []string{fmt.Sprintf(format, args...)}, Summary: s})
+	r := fmt.Sprintf(format, args...)
+	return j.finish(in, Verdict{Outcome: Fail, Headline: Cut(r, HeadlineMax), Reasons: []string{r}, Summary: s})
 }
 
 // controlWindows fetches each control node's current snapshot and makes its

@@ -2,13 +2,17 @@
 // webhook: each halt (a rollout's failed nodes, a migration's wave, and the
 // reason), each completion, each rollout that fails (cannot run at all, and
 // why) and each canary node's verdict, every message
-// naming the cluster, in a Slack-compatible shape ({"text": ...}) or a
+// naming the cluster and leading with one headline (a gate's failure: the
+// failed node's verdict's headline), with a link to the dashboard's page
+// of the node (or of the rollout or migration) when the dashboard's
+// address is configured, in a Slack-compatible shape ({"text": ...}) or a
 // generic JSON one, through a retrying HTTP client. It watches their status
 // from outside the controllers (observe, diff, send), so it needs nothing but
 // read access to both kinds; run it under its own Lease so one replica sends.
 package notify
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -38,34 +42,84 @@ type Event struct {
 	Rollout   string `json:"rollout,omitempty"`
 	Migration string `json:"migration,omitempty"`
 	// Wave is a migration's current wave (halted: the wave that failed).
-	Wave    string    `json:"wave,omitempty"`
-	Nodes   []string  `json:"nodes,omitempty"` // halted: the failed nodes; verdict: the canary
-	Reason  string    `json:"reason,omitempty"`
-	Verdict string    `json:"verdict,omitempty"`
-	Time    time.Time `json:"time"`
+	Wave    string   `json:"wave,omitempty"`
+	Nodes   []string `json:"nodes,omitempty"` // halted: the failed nodes; verdict: the canary
+	Reason  string   `json:"reason,omitempty"`
+	Verdict string   `json:"verdict,omitempty"`
+	// Headline is the one line the message leads with, at most
+	// headlineMax characters: a halt's or a failure's reason (for a gate's
+	// failure, the failed node's verdict and its headline, such as
+	// "gate Fail: probe: resets sent 0/s → 3.1/s (p<0.001)"), a canary's
+	// verdict.
+	Headline string `json:"headline,omitempty"`
+	// Link is the dashboard's page of what the event is about: the failed
+	// node's (one failed node) or the canary's, else the rollout's or the
+	// migration's; empty without Config.DashboardURL.
+	Link string    `json:"link,omitempty"`
+	Time time.Time `json:"time"`
 }
 
-// Text is the one-line human form (the Slack message).
+// headlineMax bounds Event.Headline, in characters, as the CLI's HALTED
+// line: a verdict's headline (at most 160) with what it is.
+const headlineMax = 200
+
+// headlineOf is reason's first line within headlineMax, without the
+// "node NAME: " a halt reason starts with when the event names that one
+// node already.
+func headlineOf(reason string, nodes []string) string {
+	line, _, _ := strings.Cut(reason, "\n")
+	if len(nodes) == 1 {
+		line = strings.TrimPrefix(line, "node "+nodes[0]+": ")
+	}
+	if r := []rune(line); len(r) > headlineMax {
+		line = string(r[:headlineMax-1]) + "…"
+	}
+	return line
+}
+
+// Text is the one-line human form (the Slack message): what happened,
+// its headline (the reason or the verdict, when the event has none), and
+// the dashboard's page.
 func (e Event) Text() string {
+	text := e.text()
+	if e.Link != "" {
+		text += " " + e.Link
+	}
+	return text
+}
+
+func (e Event) text() string {
 	from := "nodewise [" + e.Cluster + "]"
 	if e.Migration != "" {
 		switch e.Kind {
 		case Halted:
-			return fmt.Sprintf(":octagonal_sign: %s: RevisionMigration %s halted at wave %s: %s", from, e.Migration, e.Wave, e.Reason)
+			return fmt.Sprintf(":octagonal_sign: %s: RevisionMigration %s halted at wave %s: %s", from, e.Migration, e.Wave, cmp.Or(e.Headline, e.Reason))
 		default:
 			return fmt.Sprintf(":white_check_mark: %s: RevisionMigration %s succeeded", from, e.Migration)
 		}
 	}
 	switch e.Kind {
 	case Halted:
-		return fmt.Sprintf(":octagonal_sign: %s: NodeRollout %s halted at %s: %s", from, e.Rollout, nodesOr(e.Nodes, "no failed node"), e.Reason)
+		return fmt.Sprintf(":octagonal_sign: %s: NodeRollout %s halted at %s: %s", from, e.Rollout, nodesOr(e.Nodes, "no failed node"), cmp.Or(e.Headline, e.Reason))
 	case Completed:
 		return fmt.Sprintf(":white_check_mark: %s: NodeRollout %s completed", from, e.Rollout)
 	case Failed:
-		return fmt.Sprintf(":x: %s: NodeRollout %s failed: %s", from, e.Rollout, e.Reason)
+		return fmt.Sprintf(":x: %s: NodeRollout %s failed: %s", from, e.Rollout, cmp.Or(e.Headline, e.Reason))
 	default:
-		return fmt.Sprintf("%s: NodeRollout %s canary %s: %s", from, e.Rollout, nodesOr(e.Nodes, "?"), e.Verdict)
+		return fmt.Sprintf("%s: NodeRollout %s canary %s: %s", from, e.Rollout, nodesOr(e.Nodes, "?"), cmp.Or(e.Headline, e.Verdict))
 	}
+}
+
+// page is the dashboard's path for e: the one node's page of a halt at one
+// node or of a canary's verdict, else the rollout's or the migration's.
+func (e Event) page() []string {
+	switch {
+	case e.Migration != "":
+		return []string{"migrations", e.Migration}
+	case len(e.Nodes) == 1 && (e.Kind == Halted || e.Kind == Verdict):
+		return []string{"rollouts", e.Rollout, "nodes", e.Nodes[0]}
+	}
+	return []string{"rollouts", e.Rollout}
 }
 
 func nodesOr(n []string, none string) string {
@@ -104,11 +158,12 @@ func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []
 		if v.phase != was.phase || !seen {
 			switch v.phase {
 			case v1alpha1.PhaseHalted:
-				out = append(out, Event{Kind: Halted, Rollout: nr.Name, Nodes: failedNodes(nr), Reason: nr.Status.HaltReason, Time: now})
+				nodes := failedNodes(nr)
+				out = append(out, Event{Kind: Halted, Rollout: nr.Name, Nodes: nodes, Reason: nr.Status.HaltReason, Headline: headlineOf(nr.Status.HaltReason, nodes), Time: now})
 			case v1alpha1.PhaseCompleted:
 				out = append(out, Event{Kind: Completed, Rollout: nr.Name, Time: now})
 			case v1alpha1.PhaseFailed:
-				out = append(out, Event{Kind: Failed, Rollout: nr.Name, Reason: nr.Status.PhaseReason(), Time: now})
+				out = append(out, Event{Kind: Failed, Rollout: nr.Name, Reason: nr.Status.PhaseReason(), Headline: headlineOf(nr.Status.PhaseReason(), nil), Time: now})
 			}
 		}
 		nodes := make([]string, 0, len(v.verdicts))
@@ -118,7 +173,7 @@ func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []
 		sort.Strings(nodes)
 		for _, n := range nodes {
 			if was.verdicts[n] != v.verdicts[n] {
-				out = append(out, Event{Kind: Verdict, Rollout: nr.Name, Nodes: []string{n}, Verdict: v.verdicts[n], Time: now})
+				out = append(out, Event{Kind: Verdict, Rollout: nr.Name, Nodes: []string{n}, Verdict: v.verdicts[n], Headline: headlineOf(v.verdicts[n], nil), Time: now})
 			}
 		}
 	}
@@ -148,7 +203,7 @@ func migrationChanges(prev map[string]v1alpha1.MigrationPhase, cur []v1alpha1.Re
 			if w := int(rm.Status.CurrentWave); w < len(rm.Status.Waves) {
 				wave = rm.Status.Waves[w].Name
 			}
-			out = append(out, Event{Kind: Halted, Migration: rm.Name, Wave: wave, Reason: rm.Status.Reason, Time: now})
+			out = append(out, Event{Kind: Halted, Migration: rm.Name, Wave: wave, Reason: rm.Status.Reason, Headline: headlineOf(rm.Status.Reason, nil), Time: now})
 		case v1alpha1.MigrationSucceeded:
 			out = append(out, Event{Kind: Completed, Migration: rm.Name, Time: now})
 		}

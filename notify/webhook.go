@@ -43,6 +43,10 @@ type Config struct {
 	Cluster string
 	URL     string // the webhook (required, http or https)
 	Format  string // FormatSlack (default) or FormatGeneric
+	// DashboardURL is the address people open the dashboard at (nodewise
+	// dashboard, or its Service behind a proxy): each message links the
+	// page of its node, rollout or migration there. Empty: no links.
+	DashboardURL string
 	// Every is how often the rollouts are looked at (default 5s).
 	Every time.Duration
 	// Timeout bounds each attempt (default 10s); RetryMax attempts follow
@@ -72,6 +76,11 @@ func New(cfg Config) (*Notifier, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("notify: webhook URL %q: want an http:// or https:// URL", redact(cfg.URL))
+	}
+	if cfg.DashboardURL != "" {
+		if d, err := url.Parse(cfg.DashboardURL); err != nil || (d.Scheme != "http" && d.Scheme != "https") || d.Host == "" {
+			return nil, fmt.Errorf("notify: dashboard URL %q: want an http:// or https:// URL", cfg.DashboardURL)
+		}
 	}
 	switch cfg.Format {
 	case "":
@@ -170,9 +179,17 @@ func (n *Notifier) sendAll(ctx context.Context, events []Event) {
 	}
 }
 
-// Body is the webhook body of e in the configured format.
+// Body is the webhook body of e in the configured format, naming the
+// cluster and linking e's page on the dashboard (Config.DashboardURL).
 func (n *Notifier) Body(e Event) ([]byte, error) {
 	e.Cluster = n.cfg.Cluster
+	if n.cfg.DashboardURL != "" {
+		link, err := url.JoinPath(n.cfg.DashboardURL, e.page()...)
+		if err != nil {
+			return nil, fmt.Errorf("linking the dashboard: %w", err)
+		}
+		e.Link = link
+	}
 	if n.cfg.Format == FormatGeneric {
 		return json.Marshal(e)
 	}

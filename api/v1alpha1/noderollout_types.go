@@ -404,9 +404,19 @@ type NodeStatus struct {
 	FinishTime *metav1.Time `json:"finishTime,omitempty"`
 	// +optional
 	Reason string `json:"reason,omitempty"`
-	// Verdict is the gate's outcome and a summary of its reasons.
+	// Verdict is the gate's outcome and its headline, one line naming the
+	// worst failing evidence first ("Fail: probe: resets sent 0/s → 3.1/s
+	// (p<0.001)"), or what a pass rests on. Conditions, events, the CLI,
+	// the notifications and the dashboard lead with it.
 	// +optional
 	Verdict string `json:"verdict,omitempty"`
+	// Detail is every reason behind Verdict as the gate gave them: the
+	// failing evidence, the checks that passed, the control group, the
+	// baseline's source, notes on the agents' clocks. `nodewise explain`
+	// lists it under the before/after table.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Detail []string `json:"detail,omitempty"`
 	// Judgement is the judge's before/after summary behind Verdict (absent
 	// for gates without numbers); `nodewise explain` prints it.
 	// +optional

@@ -579,6 +579,11 @@ func (in *NodeStatus) DeepCopyInto(out *NodeStatus) {
 		in, out := &in.FinishTime, &out.FinishTime
 		*out = (*in).DeepCopy()
 	}
+	if in.Detail != nil {
+		in, out := &in.Detail, &out.Detail
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Judgement != nil {
 		in, out := &in.Judgement, &out.Judgement
 		*out = new(NodeJudgement)

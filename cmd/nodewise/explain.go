@@ -65,7 +65,7 @@ func explainNode(ctx context.Context, rollouts rolloutGetter, name, node string,
 			continue
 		}
 		return output.print(out, n, func() []string { return []string{"node/" + n.Name} }, func() error {
-			return health.WriteExplain(out, health.Explanation{Rollout: name, Node: node, State: string(n.State), Verdict: n.Verdict, Judgement: n.Judgement})
+			return health.WriteExplain(out, health.Explanation{Rollout: name, Node: node, State: string(n.State), Verdict: n.Verdict, Detail: n.Detail, Judgement: n.Judgement})
 		})
 	}
 	if len(names) == 0 {

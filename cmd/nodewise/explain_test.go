@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -32,7 +33,9 @@ func TestExplainNode(t *testing.T) {
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "mesh"}}
 	nr.Status.Nodes = []v1alpha1.NodeStatus{
 		{Name: "w1", State: v1alpha1.NodeDone, Verdict: "Pass"},
-		{Name: "w2", State: v1alpha1.NodeFailed, Verdict: "Fail: pod shop/cart-7d9: resets received 0.2/s → 3.1/s, p<0.001", Judgement: j},
+		{Name: "w2", State: v1alpha1.NodeFailed, Verdict: "Fail: pod shop/cart-7d9: resets received 0.2/s → 3.1/s (p<0.001)", Judgement: j,
+			Detail: []string{"enrolled 3/3 (ambient pods in the mesh at the soak's end)", "pod shop/cart-7d9: resets received 0.2/s → 3.1/s, p<0.001",
+				"agent clock on node w3 ran up to 2s behind the orchestrator's (tolerance 1s, last measured 2s)"}},
 	}
 	rollouts := rolloutsByName{"mesh": nr}
 
@@ -40,10 +43,20 @@ func TestExplainNode(t *testing.T) {
 	if err := explainNode(context.Background(), rollouts, "mesh", "w2", dataOutput{}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node w2: state Failed", "2 failing in a row", "interval Fail", "shop/cart-7d9", "REGRESSED", "0.2/s", "3.1/s"} {
+	for _, want := range []string{"node w2: state Failed\nverdict: Fail: pod shop/cart-7d9: resets received 0.2/s → 3.1/s (p<0.001)\n", "2 failing in a row", "interval Fail",
+		"shop/cart-7d9", "REGRESSED", "0.2/s", "3.1/s", "DETAIL", "\n  agent clock on node w3 ran up to 2s behind"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// -o json is the node's entry: the headline, the detail, the judgement.
+	out.Reset()
+	if err := explainNode(context.Background(), rollouts, "mesh", "w2", dataOutput{format: "json"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var entry v1alpha1.NodeStatus
+	if err := json.Unmarshal(out.Bytes(), &entry); err != nil || entry.Verdict != nr.Status.Nodes[1].Verdict || len(entry.Detail) != 3 || entry.Judgement == nil || len(entry.Judgement.Rows) != 2 {
+		t.Errorf("-o json: %v %s", err, out.String())
 	}
 	out.Reset()
 	if err := explainNode(context.Background(), rollouts, "mesh", "w1", dataOutput{}, &out); err != nil || !strings.Contains(out.String(), "no before/after table recorded") {

@@ -120,6 +120,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.webhook, "notify-webhook", rc.notify.defaultWebhook(), "webhook for halts, completions and canary verdicts (default $"+webhookEnv+"; empty: off)")
 	fs.StringVar(&rc.notify.cluster, "notify-cluster", "", "the cluster's name, in every webhook message (required with a webhook)")
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
+	fs.StringVar(&rc.notify.dashboard, "notify-dashboard-url", "", "the dashboard's address people open (nodewise dashboard, or its Service behind a proxy): each webhook message links its node's, rollout's or migration's page there (empty: no links)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
 	fs.BoolVar(&agents.VerifyNodeName, "agent-verify-node-name", false, "verify that each agent's certificate names its node, as agentpki issues them (--agent-ca of the published bundle; always on with --agent-issuer)")

@@ -16,7 +16,7 @@ import (
 
 // notifyFlags turn on the webhook notifier (package notify).
 type notifyFlags struct {
-	webhook, format, cluster string
+	webhook, format, cluster, dashboard string
 }
 
 // notifyLease is the notifier's own Lease, so one replica sends each message.
@@ -41,7 +41,7 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 		return nil, errors.New("--notify-cluster is required with a webhook: every message names its cluster")
 	}
 	n, err := notify.New(notify.Config{Source: client.NodeRollouts(), Migrations: client.RevisionMigrations(), Cluster: f.cluster,
-		URL: f.webhook, Format: f.format, Logger: cfg.Logger.Named("notify")})
+		URL: f.webhook, Format: f.format, DashboardURL: f.dashboard, Logger: cfg.Logger.Named("notify")})
 	if err != nil {
 		return nil, err
 	}

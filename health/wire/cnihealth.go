@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -64,6 +65,29 @@ func (h CNIHealth) Problems() []string {
 		out = append(out, fmt.Sprintf("istio-cni on node %s: the agent made no check", h.Node))
 	}
 	return out
+}
+
+// Headline is one line for an unhealthy node: the first failed check and
+// what it found, naming the file by its base name (Problems has the path),
+// and how many more failed.
+func (h CNIHealth) Headline() string {
+	var first string
+	n := 0
+	for _, c := range h.Checks {
+		if !c.OK {
+			if n == 0 {
+				first = fmt.Sprintf("istio-cni check %s failed on %s: %s", c.Check, filepath.Base(c.File), c.Detail)
+			}
+			n++
+		}
+	}
+	switch {
+	case len(h.Checks) == 0:
+		return "istio-cni: the agent made no check"
+	case n > 1:
+		return fmt.Sprintf("%s (+%d more)", first, n-1)
+	}
+	return first
 }
 
 // Summary is one line for a healthy node: each check and what it found.

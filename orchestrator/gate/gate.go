@@ -243,11 +243,11 @@ func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, e
 		return health.Verdict{}, err
 	}
 	if len(r.Problems) > 0 {
-		return health.Verdict{Outcome: health.Fail, Reasons: r.Problems}, nil
+		return health.Verdict{Outcome: health.Fail, Headline: health.Lead(r.Problems), Reasons: r.Problems}, nil
 	}
 	// Say what was seen, and no more: the conditions as they stand at the
 	// end of the soak, and their last transitions.
-	return health.Verdict{Outcome: health.Pass, Reasons: []string{fmt.Sprintf(
+	return health.Verdict{Outcome: health.Pass, Headline: fmt.Sprintf("the node and its %d pods Ready through the soak", r.pods), Reasons: []string{fmt.Sprintf(
 		"node and the %d pods on it Ready at %s, none with a Ready transition since the soak began at %s (pods deleted meanwhile are not seen)",
 		r.pods, in.Now.UTC().Format(time.RFC3339), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
 }

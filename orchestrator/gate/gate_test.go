@@ -95,6 +95,11 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 			if err != nil || v.Outcome != tc.want || len(v.Reasons) == 0 || !strings.Contains(v.Reasons[0], tc.reason) {
 				t.Fatalf("got %s %v (%v), want %s with %q", v.Outcome, v.Reasons, err, tc.want, tc.reason)
 			}
+			// The line leads with the headline: a pass in a few words, a
+			// failure with the readiness problem.
+			if want := map[health.Outcome]string{health.Pass: "Pass: the node and its 0 pods Ready through the soak", health.Fail: "Fail: " + v.Reasons[0]}[tc.want]; v.Line() != want {
+				t.Errorf("line %q, want %q", v.Line(), want)
+			}
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -20,7 +21,7 @@ func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 	fmt.Fprintf(w, "NodeRollout %s  phase %s  %s %d/%d done", nr.Name, orDash(string(s.Phase)), bar(finished, c.Total, 30), finished, c.Total)
 	fmt.Fprintf(w, "  (in flight %d, failed %d, skipped %d)\n", c.InProgress, c.Failed, c.Skipped)
 	if s.HaltReason != "" {
-		fmt.Fprintf(w, "HALTED: %s\n", s.HaltReason)
+		fmt.Fprintln(w, haltLine(nr))
 	}
 	if o := s.Omitted; o != nil {
 		fmt.Fprintf(w, "DEGRADED: the status is over its size budget and lists %d of %d nodes (in flight and failed first); not listed: %s (each node's step: annotation %s)\n",
@@ -44,9 +45,46 @@ func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 		if n.Canary {
 			name += " (canary)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Wave, name, orDash(n.Zone), n.State, since, orDash(trunc(n.Verdict, 60)), orDash(trunc(n.Reason, 80)))
+		reason := n.Reason
+		if n.Verdict != "" && strings.Contains(reason, n.Verdict) {
+			reason = "" // a gate's reason repeats its verdict
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Wave, name, orDash(n.Zone), n.State, since, orDash(trunc(n.Verdict, 60)), orDash(trunc(reason, 80)))
 	}
 	return tw.Flush()
+}
+
+// HaltLineMax bounds the HALTED line, in characters.
+const HaltLineMax = 200
+
+// haltLine is the HALTED line: the halt reason's first line (for a gate's
+// failure, the node and its verdict's headline), and the command that
+// explains the node when the reason names one and the line still fits
+// HaltLineMax; a longer reason is cut.
+func haltLine(nr *v1alpha1.NodeRollout) string {
+	reason, _, _ := strings.Cut(nr.Status.HaltReason, "\n")
+	line := "HALTED: " + reason
+	if node := haltedNode(nr.Status); node != "" {
+		if hint := fmt.Sprintf(" — see nodewise explain %s --node %s", nr.Name, node); utf8.RuneCountInString(line+hint) <= HaltLineMax {
+			return line + hint
+		}
+	}
+	return trunc(line, HaltLineMax)
+}
+
+// haltedNode is the failed node a halt reason names ("node n1: …"), or "".
+func haltedNode(s v1alpha1.NodeRolloutStatus) string {
+	rest, ok := strings.CutPrefix(s.HaltReason, "node ")
+	if !ok {
+		return ""
+	}
+	node, _, _ := strings.Cut(rest, ":")
+	for _, n := range s.Nodes {
+		if n.Name == node && n.State == v1alpha1.NodeFailed {
+			return node
+		}
+	}
+	return ""
 }
 
 // countsLine is c's non-zero counts, "11700 done, 88 pending".

@@ -39,3 +39,38 @@ func TestRenderStatusSaysItIsDegraded(t *testing.T) {
 		t.Errorf("a whole status rendered as degraded:\n%s", buf.String())
 	}
 }
+
+// TestRenderStatusHaltedLine: a halt is one HALTED line within
+// HaltLineMax: the reason's first line and, when it names the failed node
+// and fits, the command that explains it; a longer reason is cut, never
+// wrapped onto more lines.
+func TestRenderStatusHaltedLine(t *testing.T) {
+	failed := []v1alpha1.NodeStatus{{Name: "node-007", State: v1alpha1.NodeFailed}, {Name: "node-001", State: v1alpha1.NodePending}}
+	for _, tc := range []struct {
+		name, reason, want string
+	}{
+		{"a gate's failure", "node node-007: gate Fail: probe: resets sent 0/s → 3.1/s (p<0.001)",
+			"HALTED: node node-007: gate Fail: probe: resets sent 0/s → 3.1/s (p<0.001) — see nodewise explain faulty-1.28.2-rst --node node-007"},
+		{"no failed node named", "spec.nodeSelector matches no node", "HALTED: spec.nodeSelector matches no node"},
+		{"a long reason", "node node-007: preflight: " + strings.Repeat("istio-cni check token failed; ", 20) + "\nsecond line",
+			"HALTED: node node-007: preflight: " + strings.Repeat("istio-cni check token failed; ", 20)[:200-len("HALTED: node node-007: preflight: ")-1] + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "faulty-1.28.2-rst"},
+				Status: v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: tc.reason, Nodes: failed}}
+			var buf bytes.Buffer
+			if err := RenderStatus(&buf, nr, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			var halted []string
+			for _, l := range strings.Split(buf.String(), "\n") {
+				if strings.HasPrefix(l, "HALTED") || strings.Contains(l, "second line") {
+					halted = append(halted, l)
+				}
+			}
+			if len(halted) != 1 || halted[0] != tc.want || len([]rune(halted[0])) > HaltLineMax {
+				t.Errorf("halt lines %q, want one: %q", halted, tc.want)
+			}
+		})
+	}
+}

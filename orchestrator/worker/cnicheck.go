@@ -41,57 +41,72 @@ func cniTarget(p model.Policy) (v1alpha1.TargetRef, bool) {
 	return v1alpha1.TargetRef{}, false
 }
 
+// cniResult is what checkCNI found: the problems (none: healthy) with
+// their headline, or for a healthy node what was checked. ran is false
+// when there was nothing to check.
+type cniResult struct {
+	problems          []string
+	headline, summary string
+	ran               bool
+}
+
 // checkCNI asks the node's agent for istio-cni's health, expecting the
 // plugin version of the target's pod now on the node (the old one before
-// the swap, the new one after). It returns the problems (none: healthy)
-// and, for a healthy node, what was checked. ran is false when there is
-// nothing to check: no agents (the readiness gate) or no istio-cni target.
-// An agent that does not answer is a problem: the check fails closed.
-func (c cniCheck) checkCNI(ctx context.Context, p model.Policy, node string) (problems []string, summary string, ran bool) {
+// the swap, the new one after). Nothing runs without agents (the readiness
+// gate) or an istio-cni target. An agent that does not answer is a
+// problem: the check fails closed.
+func (c cniCheck) checkCNI(ctx context.Context, p model.Policy, node string) cniResult {
 	t, ok := cniTarget(p)
 	if c.agents == nil || !ok {
-		return nil, "", false
+		return cniResult{}
 	}
 	version, why := c.cniVersion(t, node)
 	h, err := c.agents.CNI(ctx, node, version)
 	if err != nil {
-		return []string{fmt.Sprintf("istio-cni on node %s cannot be checked: %v", node, err)}, "", true
+		problem := fmt.Sprintf("istio-cni on node %s cannot be checked: %v", node, err)
+		return cniResult{problems: []string{problem}, headline: health.Cut(fmt.Sprintf("istio-cni cannot be checked: %v", err), health.HeadlineMax), ran: true}
 	}
 	if !h.OK() {
-		return h.Problems(), "", true
+		return cniResult{problems: h.Problems(), headline: health.Cut(h.Headline(), health.HeadlineMax), ran: true}
 	}
-	summary = h.Summary()
+	summary := h.Summary()
 	if why != "" {
 		summary += " (" + why + ")"
 	}
-	return nil, summary, true
+	return cniResult{summary: summary, ran: true}
 }
 
 // cniBeforeCordon halts the node before its cordon when istio-cni is not
 // healthy on it, naming the node, the check and the file.
 func (c cniCheck) cniBeforeCordon(ctx context.Context, p model.Policy, node string) error {
-	problems, _, _ := c.checkCNI(ctx, p, node)
-	if len(problems) > 0 {
-		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %s", strings.Join(problems, "; "))
+	if r := c.checkCNI(ctx, p, node); len(r.problems) > 0 {
+		return nodestep.Halt(nodestep.HaltPreflightFailed, "preflight: %s", strings.Join(r.problems, "; "))
 	}
 	return nil
 }
 
 // cniAfterSwap adds istio-cni's health after the swap to the gate's
-// verdict: a failed check fails the node whatever the traffic said (what
-// the gate alone said is kept in the reasons); a passed one is reported.
+// verdict: a failed check fails the node whatever the traffic said, and
+// leads (what the gate alone said is kept in the reasons); a passed one
+// is reported.
 func (c cniCheck) cniAfterSwap(ctx context.Context, p model.Policy, node string, v health.Verdict) health.Verdict {
-	problems, summary, ran := c.checkCNI(ctx, p, node)
+	r := c.checkCNI(ctx, p, node)
 	switch {
-	case !ran:
+	case !r.ran:
 		return v
-	case len(problems) == 0:
-		v.Reasons = append(v.Reasons, summary)
+	case len(r.problems) == 0:
+		v.Reasons = append(v.Reasons, r.summary)
 		return v
 	}
-	alone := verdictOf(v)
-	v.Outcome = health.Fail
-	v.Reasons = append(problems, "(the gate alone said: "+alone+")")
+	return overruled(v, r.headline, r.problems)
+}
+
+// overruled is v failed by a check made beside the gate (readiness,
+// istio-cni): the check's headline leads, its problems come first in the
+// reasons, then what the gate alone said and its reasons.
+func overruled(v health.Verdict, headline string, problems []string) health.Verdict {
+	reasons := append(append([]string(nil), problems...), "(the gate alone said: "+v.Line()+")")
+	v.Outcome, v.Headline, v.Reasons = health.Fail, headline, append(reasons, v.Reasons...)
 	return v
 }
 

@@ -59,16 +59,19 @@ var badToken = wire.CNIHealth{Checks: []wire.CNICheck{
 }}
 
 // TestCNIAfterSwapFailsAPassingVerdict: a traffic Pass with istio-cni's
-// token refused is a Fail naming the node, the check and the file, and
-// keeps what the gate alone said; a healthy check is reported in a Pass.
+// token refused is a Fail whose headline names the check and the file, and
+// whose reasons name the node and the path and keep what the gate alone
+// said; a healthy check is reported in a Pass.
 func TestCNIAfterSwapFailsAPassingVerdict(t *testing.T) {
 	a := &agentCNI{h: badToken}
 	w := cniWorker(t, a, "docker.io/istio/install-cni:1.28.1-distroless")
-	v := w.cniAfterSwap(context.Background(), cniPolicy, "n1", health.Verdict{Outcome: health.Pass, Reasons: []string{"12 pods judged"}})
-	got := verdictOf(v)
-	if v.Outcome != health.Fail || !strings.Contains(got, "istio-cni on node n1: check token failed on /etc/cni/net.d/ZZZ-istio-cni-kubeconfig") ||
-		!strings.Contains(got, "(the gate alone said: Pass: 12 pods judged)") {
-		t.Errorf("verdict %s", got)
+	v := w.cniAfterSwap(context.Background(), cniPolicy, "n1", health.Verdict{Outcome: health.Pass, Headline: "no regression", Reasons: []string{"12 pods judged"}})
+	if want := "Fail: istio-cni check token failed on ZZZ-istio-cni-kubeconfig: the API server refused the token"; v.Line() != want {
+		t.Errorf("line %q, want %q", v.Line(), want)
+	}
+	if got := strings.Join(v.Reasons, "; "); !strings.Contains(got, "istio-cni on node n1: check token failed on /etc/cni/net.d/ZZZ-istio-cni-kubeconfig") ||
+		!strings.Contains(got, "(the gate alone said: Pass: no regression); 12 pods judged") {
+		t.Errorf("reasons %s", got)
 	}
 	if len(a.asked) != 1 || a.asked[0] != "1.28.1" {
 		t.Errorf("asked for versions %q, want the pod's tag without -distroless", a.asked)
@@ -76,15 +79,15 @@ func TestCNIAfterSwapFailsAPassingVerdict(t *testing.T) {
 
 	a.h = wire.CNIHealth{Checks: []wire.CNICheck{{Check: wire.CNICheckPlugin, File: "/opt/cni/bin/istio-cni", OK: true, Detail: "version 1.28.1"}}}
 	v = w.cniAfterSwap(context.Background(), cniPolicy, "n1", health.Verdict{Outcome: health.Pass})
-	if v.Outcome != health.Pass || !strings.Contains(verdictOf(v), "plugin ok (/opt/cni/bin/istio-cni: version 1.28.1)") {
-		t.Errorf("healthy: %s", verdictOf(v))
+	if v.Outcome != health.Pass || !strings.Contains(strings.Join(v.Reasons, "; "), "plugin ok (/opt/cni/bin/istio-cni: version 1.28.1)") {
+		t.Errorf("healthy: %s %q", v.Line(), v.Reasons)
 	}
 
 	// A rollout without an istio-cni target is not checked.
 	ztOnly := model.Policy{Targets: cniPolicy.Targets[1:]}
 	a.h, a.asked = badToken, nil
 	if v := w.cniAfterSwap(context.Background(), ztOnly, "n1", health.Verdict{Outcome: health.Pass}); v.Outcome != health.Pass || len(a.asked) != 0 {
-		t.Errorf("ztunnel-only rollout: %s, asked %q", verdictOf(v), a.asked)
+		t.Errorf("ztunnel-only rollout: %s, asked %q", v.Line(), a.asked)
 	}
 }
 

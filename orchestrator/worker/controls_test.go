@@ -84,7 +84,7 @@ func TestGateInputCarriesControls(t *testing.T) {
 	}
 	clock = now.Add(20 * time.Minute)
 	rec := nodestep.Record{SwapSince: now.Add(5 * time.Minute), SoakSince: now.Add(10 * time.Minute)}
-	if _, _, err := e.judge(context.Background(), nr, p, "a1", rec); err == nil {
+	if _, err := e.judge(context.Background(), nr, p, "a1", rec); err == nil {
 		t.Fatal("the recording gate fails every node; judge returned no halt")
 	}
 	if len(g.judged) != 1 {

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,12 +77,17 @@ func (l judgedLife) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 func (l judgedLife) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *wire.Enrollment, failures []string) (carried, error) {
 	now := l.now()
 	ev := health.JudgeEnrollment(before, cur)
-	line := fmt.Sprintf("Fail: enrollment watchdog: %s; %s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",
-		strings.Join(failures, "; "), now.Sub(since).Round(time.Second), p.EnrollmentTimeout, ev.Summary)
+	reasons := make([]string, 0, len(failures)+1)
+	for _, f := range failures {
+		reasons = append(reasons, "enrollment watchdog: "+f)
+	}
+	reasons = append(reasons, fmt.Sprintf("%s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",
+		now.Sub(since).Round(time.Second), p.EnrollmentTimeout, ev.Summary))
 	l.log.Warn("enrollment watchdog failed the node", zap.String("node", node), zap.Strings("pods", failures))
-	j := &v1alpha1.NodeJudgement{IntervalOutcome: health.Fail, Enrollment: ev.Summary, EnrollmentPods: ev.Pods,
-		SoakSeconds: int32(now.Sub(since) / time.Second), JudgedAt: now.UTC().Format(time.RFC3339)}
-	return carried{verdict: &line, judgement: j}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", line)
+	v := health.Verdict{Outcome: health.Fail, Headline: health.Lead(reasons[:len(failures)]), Reasons: reasons,
+		Summary: &v1alpha1.NodeJudgement{IntervalOutcome: health.Fail, Enrollment: ev.Summary, EnrollmentPods: ev.Pods,
+			SoakSeconds: int32(now.Sub(since) / time.Second), JudgedAt: now.UTC().Format(time.RFC3339)}}
+	return carried{verdict: &v}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", v.Line())
 }
 
 // sleepUntil waits until t on the worker's clock (Sleep, when a test sets it).

@@ -156,10 +156,11 @@ func TestEnrollmentWatchdog(t *testing.T) {
 			if ns.State != v1alpha1.NodeFailed || len(g.inputs()) != 0 {
 				t.Fatalf("node %s, judged %d times: want Failed by the watchdog, before any judgement", ns.State, len(g.inputs()))
 			}
-			want := "enrollment watchdog: pod shop/b was enrolled before the swap and is not now: listeners failed: nothing listens on 15008; " +
-				tc.failAt.Sub(t0).String() + " after the soak began"
-			if !strings.Contains(ns.Reason, want) || !strings.HasPrefix(ns.Verdict, "Fail: "+want) || !strings.Contains(ns.Verdict, "enrolled 1/2 on the node") {
-				t.Errorf("reason %q, verdict %q: want %q", ns.Reason, ns.Verdict, want)
+			want := "enrollment watchdog: pod shop/b was enrolled before the swap and is not now: listeners failed: nothing listens on 15008"
+			when := tc.failAt.Sub(t0).String() + " after the soak began"
+			if detail := strings.Join(ns.Detail, "; "); ns.Reason != "gate Fail: "+want || ns.Verdict != "Fail: "+want ||
+				!strings.Contains(detail, want+"; "+when) || !strings.Contains(detail, "enrolled 1/2 on the node") {
+				t.Errorf("reason %q, verdict %q, detail %q: want the headline %q, and the detail to say %q and the count", ns.Reason, ns.Verdict, detail, want, when)
 			}
 			if st := r.status.status(); st.Phase != v1alpha1.PhaseHalted || !strings.Contains(st.HaltReason, "pod shop/b") || r.halts(nodestep.HaltGateFailed) != 1 {
 				t.Errorf("rollout %s (%q), gate_failed halts %v: want Halted naming the pod", st.Phase, st.HaltReason, r.halts(nodestep.HaltGateFailed))

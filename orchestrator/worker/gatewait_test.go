@@ -74,7 +74,7 @@ func TestGateWaitEndsOnAbortAndOnAGatesEdit(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			rec := nodestep.Record{Step: v1alpha1.NodeSoak, SwapSince: time.Now().Add(-time.Hour), SoakSince: time.Now().Add(-time.Minute)}
-			verdict, _, err := e.judge(ctx, nr, p, "n1", rec)
+			verdict, err := e.judge(ctx, nr, p, "n1", rec)
 			var se *nodestep.StepError
 			if errors.As(err, &se) || verdict != nil || ctx.Err() != nil {
 				t.Fatalf("after the %s edit the gate's wait went on until its context ended (%v): verdict %v, %v; want it cut short with no verdict", edit, ctx.Err(), verdict, err)
@@ -107,7 +107,7 @@ func TestZeroSoakStillChecksReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = e.judge(context.Background(), nr, p, "n1", nodestep.Record{Step: v1alpha1.NodeWaitReady, SwapSince: time.Now().Add(-time.Minute)})
+	_, err = e.judge(context.Background(), nr, p, "n1", nodestep.Record{Step: v1alpha1.NodeWaitReady, SwapSince: time.Now().Add(-time.Minute)})
 	var se *nodestep.StepError
 	if !errors.As(err, &se) || se.Halt != nodestep.HaltGateFailed || !strings.Contains(se.Reason, "not Ready") {
 		t.Fatalf("soak 0s, node NotReady, the gate passing: %v; want a gate_failed halt naming the node not Ready", err)

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,10 +77,8 @@ func (l judgedLife) input(nr *v1alpha1.NodeRollout, p model.Policy, node string,
 		in.Previous = gate.JudgedSince(persisted, rec.SoakSince)
 	}
 	in.Progress = func(ctx context.Context, v health.Verdict) error {
-		line := verdictOf(v)
 		return l.status.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
-			ns := model.NodeEntry(s, node)
-			ns.Verdict, ns.Judgement = line, v.Summary
+			recordVerdict(model.NodeEntry(s, node), v)
 		})
 	}
 	if !rec.SwapSince.IsZero() {
@@ -99,10 +96,10 @@ func (l judgedLife) input(nr *v1alpha1.NodeRollout, p model.Policy, node string,
 
 // verdict is the gate's verdict (v, or a Fail for its error: gates fail
 // closed) with the node's readiness through the soak (from soakStart) and
-// istio-cni's health added. It returns the verdict's summary and the
-// judge's judgement, for the next record (Done or Failed) to persist, and
-// the halt when the node did not pass.
-func (l judgedLife) verdict(ctx context.Context, p model.Policy, node string, soakStart time.Time, v health.Verdict, err error) (*string, *v1alpha1.NodeJudgement, error) {
+// istio-cni's health added, for the next record (Done or Failed) to
+// persist, and the halt, with the verdict's line, when the node did not
+// pass.
+func (l judgedLife) verdict(ctx context.Context, p model.Policy, node string, soakStart time.Time, v health.Verdict, err error) (*health.Verdict, error) {
 	if err != nil {
 		v = health.Verdict{Outcome: health.Fail, Reasons: []string{"gate error: " + err.Error()}}
 	}
@@ -116,15 +113,14 @@ func (l judgedLife) verdict(ctx context.Context, p model.Policy, node string, so
 			r.Problems = []string{"readiness: " + err.Error()}
 		}
 		if len(r.Problems) > 0 {
-			v.Outcome, v.Reasons = health.Fail, append(r.Problems, "(the gate alone said: "+strings.Join(v.Reasons, "; ")+")")
+			v = overruled(v, health.Lead(r.Problems), r.Problems)
 		}
 	}
 	v = l.cni.cniAfterSwap(ctx, p, node, v)
-	summary := verdictOf(v)
 	if v.Outcome != health.Pass {
-		return &summary, v.Summary, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", summary)
+		return &v, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", v.Line())
 	}
-	return &summary, v.Summary, nil
+	return &v, nil
 }
 
 // keep asks the gate for the node's records to persist: at the cordon

@@ -129,7 +129,7 @@ func (r nodeRecords) persist(ctx context.Context, nr *v1alpha1.NodeRollout, p mo
 		}
 		ns.State, ns.Reason = st, s.Reason
 		if c.verdict != nil {
-			ns.Verdict, ns.Judgement = *c.verdict, c.judgement
+			recordVerdict(ns, *c.verdict)
 		}
 		switch {
 		case kept.Baseline != "":

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
 	"github.com/nodewise/nodewise/orchestrator/observe"
@@ -42,7 +43,7 @@ func (w *Worker) preflightChecks(ctx context.Context, nr *v1alpha1.NodeRollout, 
 // judge runs the gate on the node's record; an error fails closed. It
 // returns the verdict's summary and the judge's judgement, for the next
 // record (Done or Failed) to persist.
-func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*string, *v1alpha1.NodeJudgement, error) {
+func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) (*health.Verdict, error) {
 	life := w.life()
 	in := life.input(nr, p, node, rec)
 	// A gate that holds the node (Inconclusive rounds) waits in Judge: the
@@ -52,7 +53,7 @@ func (w *Worker) judge(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Po
 	v, err := w.Gate.Judge(gctx, in)
 	stop()
 	if cause := context.Cause(gctx); ctx.Err() == nil && (errors.Is(cause, errGateLeft) || errors.Is(cause, errGatesEdited)) {
-		return nil, nil, cause
+		return nil, cause
 	}
 	return life.verdict(ctx, p, node, in.SoakStart, v, err)
 }

@@ -143,7 +143,7 @@ func TestJudgeReadsThePersistedRecord(t *testing.T) {
 			r.status.st.Nodes = []v1alpha1.NodeStatus{{Name: node1, State: v1alpha1.NodeSoak, Baseline: "kept",
 				Judgement: &v1alpha1.NodeJudgement{Judgements: 7, JudgedAt: tc.judgedAt.Format(time.RFC3339)}}}
 			rec := nodestep.Record{Step: v1alpha1.NodeSoak, SwapSince: swapAt, SoakSince: soakAt}
-			if _, _, err := r.judge(t.Context(), r.nr, r.p, node1, rec); err != nil {
+			if _, err := r.judge(t.Context(), r.nr, r.p, node1, rec); err != nil {
 				t.Fatal(err)
 			}
 			in := g.inputs()[0]
@@ -246,18 +246,25 @@ func TestStatusBehind(t *testing.T) {
 	}
 }
 
-// TestVerdictOf: the outcome, then the reasons.
-func TestVerdictOf(t *testing.T) {
+// TestRecordVerdict: the entry's verdict is the outcome and the headline
+// (the first reason for a gate that sets none), its detail every reason,
+// and the judgement the verdict's (none clears an older one).
+func TestRecordVerdict(t *testing.T) {
 	for _, tc := range []struct {
-		v    health.Verdict
-		want string
+		v          health.Verdict
+		line       string
+		judgement  bool
+		detailSize int
 	}{
-		{health.Verdict{Outcome: health.Pass}, "Pass"},
-		{health.Verdict{Outcome: health.Fail, Reasons: []string{"a"}}, "Fail: a"},
-		{health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"a", "b", "c"}}, "Inconclusive: a; b; c"},
+		{health.Verdict{Outcome: health.Pass}, "Pass", false, 0},
+		{health.Verdict{Outcome: health.Fail, Headline: "probe: resets sent 0/s → 3/s (p<0.001)", Reasons: []string{"enrolled 1/1", "probe: resets sent 0/s → 3/s, p<0.001", "agent clock on node n2 ran 2s behind"},
+			Summary: &v1alpha1.NodeJudgement{Regressions: 1}}, "Fail: probe: resets sent 0/s → 3/s (p<0.001)", true, 3},
+		{health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"a", "b", "c"}}, "Inconclusive: a (+2 more)", false, 3},
 	} {
-		if got := verdictOf(tc.v); got != tc.want {
-			t.Errorf("verdictOf(%+v) = %q, want %q", tc.v, got, tc.want)
+		ns := v1alpha1.NodeStatus{Verdict: "Fail: older", Detail: []string{"older"}, Judgement: &v1alpha1.NodeJudgement{Judgements: 9}}
+		recordVerdict(&ns, tc.v)
+		if ns.Verdict != tc.line || len(ns.Detail) != tc.detailSize || (ns.Judgement != nil) != tc.judgement || (tc.judgement && ns.Judgement.Regressions != 1) {
+			t.Errorf("recordVerdict(%+v) = %q %q %+v, want %q with %d reasons, judgement %v", tc.v, ns.Verdict, ns.Detail, ns.Judgement, tc.line, tc.detailSize, tc.judgement)
 		}
 	}
 }

@@ -20,12 +20,12 @@ import (
 )
 
 // carried is what an act returns for the node's next record to persist
-// with it: the gate's verdict and judgement, that a drain finished.
+// with it: the gate's verdict (its summary nil clears an older judgement),
+// that a drain finished.
 type carried struct {
-	verdict   *string                 // the gate's outcome and reasons
-	judgement *v1alpha1.NodeJudgement // the judge's summary (nil clears an older one)
-	drained   bool                    // the record stamps DrainedAt
-	shown     *shownStep              // a step acted on without a record of its own
+	verdict *health.Verdict
+	drained bool       // the record stamps DrainedAt
+	shown   *shownStep // a step acted on without a record of its own
 }
 
 // shownStep is a step that status shows but the node's record does not hold.
@@ -182,7 +182,7 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 			continue
 		}
 		if res.verdict != nil {
-			out.verdict, out.judgement = res.verdict, res.judgement
+			out.verdict = res.verdict
 		}
 		out.drained = out.drained || res.drained
 		var se *nodestep.StepError
@@ -244,7 +244,7 @@ func (w *Worker) act(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Poli
 	case nodestep.ActSoak:
 		res, err = w.life().soak(ctx, nr, p, node, rec, deadline)
 	case nodestep.ActGate:
-		res.verdict, res.judgement, err = w.judge(ctx, nr, p, node, rec)
+		res.verdict, err = w.judge(ctx, nr, p, node, rec)
 	}
 	return rec, res, err
 }
@@ -292,15 +292,9 @@ func (w *Worker) latest(name string) *v1alpha1.NodeRollout {
 	return obj.(*v1alpha1.NodeRollout)
 }
 
-// verdictOf is the verdict's one-line summary: outcome, then reasons.
-func verdictOf(v health.Verdict) string {
-	s := string(v.Outcome)
-	for i, r := range v.Reasons {
-		if i == 0 {
-			s += ": " + r
-		} else {
-			s += "; " + r
-		}
-	}
-	return s
+// recordVerdict writes v into the node's status entry: its line (the
+// outcome and the headline), every reason as the detail, and the judge's
+// summary (nil clears an older one).
+func recordVerdict(ns *v1alpha1.NodeStatus, v health.Verdict) {
+	ns.Verdict, ns.Detail, ns.Judgement = v.Line(), v.Reasons, v.Summary
 }

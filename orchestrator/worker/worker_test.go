@@ -167,7 +167,9 @@ func TestGateThatDoesNotPassHalts(t *testing.T) {
 		err     error
 		reason  string
 	}{
-		{"fail", health.Verdict{Outcome: health.Fail, Reasons: []string{"resets up", "p<0.001"}}, nil, "gate Fail: resets up; p<0.001"},
+		{"fail", health.Verdict{Outcome: health.Fail, Headline: "probe: resets sent 0/s → 3/s (p<0.001)", Reasons: []string{"enrolled 1/1", "probe: resets sent 0/s → 3/s, p<0.001"}}, nil,
+			"gate Fail: probe: resets sent 0/s → 3/s (p<0.001)"},
+		{"fail without a headline", health.Verdict{Outcome: health.Fail, Reasons: []string{"resets up", "p<0.001"}}, nil, "gate Fail: resets up (+1 more)"},
 		{"inconclusive", health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"too little traffic"}}, nil, "gate Inconclusive: too little traffic"},
 		{"error", health.Verdict{}, errors.New("prometheus unreachable"), "gate Fail: gate error: prometheus unreachable"},
 	} {
@@ -184,6 +186,9 @@ func TestGateThatDoesNotPassHalts(t *testing.T) {
 			ns := r.status.node(node1)
 			if ns.State != v1alpha1.NodeFailed || ns.Reason != tc.reason || ns.FinishTime == nil {
 				t.Errorf("status entry %+v, want Failed with reason %q", ns, tc.reason)
+			}
+			if "gate "+ns.Verdict != tc.reason || (tc.err == nil && !slices.Equal(ns.Detail, tc.verdict.Reasons)) {
+				t.Errorf("verdict %q, detail %q: want the verdict's line and every reason %q", ns.Verdict, ns.Detail, tc.verdict.Reasons)
 			}
 			st := r.status.status()
 			if st.Phase != v1alpha1.PhaseHalted || st.HaltReason != "node n1: "+tc.reason {

@@ -2,6 +2,7 @@ package write
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -30,7 +31,7 @@ const statusBudget = 1 << 20
 const trimmedMark = " (detail trimmed)"
 
 // messageLimit bounds every free-text field of the status (condition
-// messages, the halt reason, each node's reason and verdict) in bytes. The
+// messages, the halt reason, each node's reason, verdict and detail) in bytes. The
 // API server refuses a Condition message over 32,768 characters, and then
 // every later status write of the rollout with it; a halt reason built
 // from hundreds of failing samples gets there. 8 KiB still names the first
@@ -46,7 +47,37 @@ func boundMessages(s *v1alpha1.NodeRolloutStatus) {
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
 		n.Reason, n.Verdict = model.Truncate(n.Reason, messageLimit), model.Truncate(n.Verdict, messageLimit)
+		n.Detail = boundDetail(n.Detail, messageLimit)
 	}
+}
+
+// detailItems is the CRD's bound on a node's detail lines (MaxItems).
+const detailItems = 64
+
+// boundDetail keeps a verdict's detail within limit bytes and detailItems
+// lines: the first lines whole while they fit (the first one cut when it
+// alone does not), then one line counting the rest. The detail is returned
+// as it was when it fits, else copied.
+func boundDetail(detail []string, limit int) []string {
+	kept, size := 0, 0
+	for kept < len(detail) && kept < detailItems && size+len(detail[kept]) <= limit {
+		size += len(detail[kept])
+		kept++
+	}
+	if kept == len(detail) {
+		return detail
+	}
+	out := append([]string(nil), detail[:kept]...)
+	if kept == 0 {
+		out, kept = append(out, model.Truncate(detail[0], limit/2)), 1
+	}
+	if cut := len(detail) - kept; cut > 0 {
+		if len(out) == detailItems {
+			out, cut = out[:detailItems-1], cut+1
+		}
+		out = append(out, fmt.Sprintf("… %d more reasons cut (status size)", cut))
+	}
+	return out
 }
 
 // fitStatus trims s to budget bytes of JSON (trimEntries, measured by
@@ -172,13 +203,13 @@ func FitStatus(s *v1alpha1.NodeRolloutStatus) (trimmed, omitted int) {
 	return trimmed, omitted
 }
 
-// trimVerdict drops a passed node's judgement and keeps its verdict's
-// outcome word.
+// trimVerdict drops a passed node's judgement and detail and keeps its
+// verdict's outcome word.
 func trimVerdict(n *v1alpha1.NodeStatus) bool {
-	if n.Judgement == nil && (n.Verdict == "" || strings.HasSuffix(n.Verdict, trimmedMark)) {
+	if n.Judgement == nil && n.Detail == nil && (n.Verdict == "" || strings.HasSuffix(n.Verdict, trimmedMark)) {
 		return false
 	}
-	n.Judgement = nil
+	n.Judgement, n.Detail = nil, nil
 	if n.Verdict != "" {
 		outcome, _, _ := strings.Cut(n.Verdict, ":")
 		n.Verdict = outcome + trimmedMark

@@ -171,13 +171,26 @@ func TestFitStatusBoundsMessagesAndTrimsFailedEntries(t *testing.T) {
 	reason := "node n1: gate Fail: " + strings.Join(samples, "; ")
 	s := &v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted, HaltReason: reason,
 		Conditions: []metav1.Condition{{Type: "Halted", Status: metav1.ConditionTrue, Reason: "Halted", Message: reason}},
-		Nodes:      []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed, Reason: reason, Verdict: reason}}}
+		Nodes:      []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed, Reason: reason, Verdict: reason, Detail: samples}}}
 	fitStatus(s, statusBudget)
 	const conditionLimit = 32768
 	for what, msg := range map[string]string{"haltReason": s.HaltReason, "condition": s.Conditions[0].Message, "node reason": s.Nodes[0].Reason, "node verdict": s.Nodes[0].Verdict} {
 		if len(msg) > conditionLimit || !strings.HasPrefix(msg, "node n1: gate Fail: query success_rate") {
 			t.Errorf("%s: %d bytes (limit %d), starting %.40q", what, len(msg), conditionLimit, msg)
 		}
+	}
+	// The detail keeps its first lines whole within the limit and the CRD's
+	// MaxItems, and says how many it cut.
+	if d := s.Nodes[0].Detail; len(d) > detailItems || len(strings.Join(d, "")) > messageLimit+100 || d[0] != samples[0] ||
+		!strings.HasPrefix(d[len(d)-1], fmt.Sprintf("… %d more reasons cut", len(samples)-len(d)+1)) {
+		t.Errorf("detail: %d lines, %d bytes, last %q", len(d), len(strings.Join(d, "")), d[len(d)-1])
+	}
+	if long := boundDetail([]string{reason}, messageLimit); len(long) != 1 || len(long[0]) > messageLimit/2 || !strings.Contains(long[0], "bytes cut") {
+		t.Errorf("one reason over the limit: %d lines, first %d bytes", len(long), len(long[0]))
+	}
+	many := make([]string, 100)
+	if d := boundDetail(many, messageLimit); len(d) != detailItems || d[detailItems-1] != "… 37 more reasons cut (status size)" {
+		t.Errorf("100 short reasons: %d lines, last %q", len(d), d[len(d)-1])
 	}
 
 	big := bigStatus(3000)

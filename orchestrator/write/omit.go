@@ -71,6 +71,9 @@ func entryJSONSize(n *v1alpha1.NodeStatus) int {
 	field(n.FinishTime != nil, "finishTime", timeSize(n.FinishTime))
 	field(n.Reason != "", "reason", stringSize(n.Reason))
 	field(n.Verdict != "", "verdict", stringSize(n.Verdict))
+	if n.Detail != nil {
+		field(true, "detail", jsonSize(n.Detail))
+	}
 	if n.Judgement != nil {
 		field(true, "judgement", jsonSize(n.Judgement))
 	}
@@ -274,7 +277,7 @@ func entryRecordSize(n *v1alpha1.NodeStatus) int {
 	}{
 		{true, "name"}, {n.Zone != "", "zone"}, {n.Canary, "canary"}, {n.Wave != 0, "wave"}, {true, "state"},
 		{n.StateSince != nil, "stateSince"}, {n.StartTime != nil, "startTime"}, {n.FinishTime != nil, "finishTime"},
-		{n.Reason != "", "reason"}, {n.Verdict != "", "verdict"}, {n.Baseline != "", "baseline"}, {n.Controls != "", "controls"},
+		{n.Reason != "", "reason"}, {n.Verdict != "", "verdict"}, {len(n.Detail) > 0, "detail"}, {n.Baseline != "", "baseline"}, {n.Controls != "", "controls"},
 	} {
 		if f.set {
 			size += recordField + len(f.name)

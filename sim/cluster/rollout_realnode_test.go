@@ -132,8 +132,8 @@ func rolloutOnRealNode(t *testing.T, ctx context.Context, c *Cluster, n *RealNod
 	// from the agent's history or was sampled live depends on how long the
 	// agent has run before the node's slot.
 	for _, want := range []string{"probe: 1 pods", "connections in the soak", "baseline of node " + n.Name} {
-		if !strings.Contains(ns.Verdict, want) {
-			t.Errorf("the verdict does not name the agent's evidence %q: %q", want, ns.Verdict)
+		if !strings.Contains(strings.Join(ns.Detail, "; "), want) {
+			t.Errorf("the verdict's detail does not name the agent's evidence %q: %q", want, ns.Detail)
 		}
 	}
 	waitZtunnel(t, ctx, c, n, realHealthy)

@@ -152,7 +152,7 @@ func verdicts(nr *v1alpha1.NodeRollout, decisions map[string]string) string {
 		if outcome == "" {
 			outcome = "none"
 		}
-		if strings.Contains(n.Verdict, "inconclusive counts as Pass") {
+		if strings.Contains(n.Verdict, "passed by gates.inconclusive: Pass") {
 			outcome += " (no traffic)"
 		}
 		if j := n.Judgement; j != nil && j.PlannedResets > 0 {

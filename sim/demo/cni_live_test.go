@@ -38,8 +38,8 @@ func TestLiveBadTokenCNIBuildHaltsAtCanary(t *testing.T) {
 		t.Fatalf("healthy istio-cni build: rollout %s (%s), verdict %q", nr.Status.Phase, nr.Status.HaltReason, ns.Verdict)
 	}
 	for _, want := range []string{"istio-cni on node node-001: config ok", "token ok", "the API server accepted the token as system:serviceaccount:istio-system:istio-cni", "plugin ok", "version 1.27.4"} {
-		if !strings.Contains(ns.Verdict, want) {
-			t.Errorf("the healthy verdict does not report %q", want)
+		if !strings.Contains(strings.Join(ns.Detail, "; "), want) {
+			t.Errorf("the healthy verdict's detail does not report %q", want)
 		}
 	}
 
@@ -52,13 +52,14 @@ func TestLiveBadTokenCNIBuildHaltsAtCanary(t *testing.T) {
 	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
 		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at the canary %s", nr.Status.Phase, node, ns.State, ns.Verdict, node)
 	}
-	if !strings.HasPrefix(ns.Verdict, "Fail") ||
-		!strings.Contains(ns.Verdict, "istio-cni on node "+node+": check token failed on ") ||
-		!strings.Contains(ns.Verdict, "/ZZZ-istio-cni-kubeconfig: the API server refused the token") {
-		t.Errorf("want the token check and the kubeconfig named: %q", ns.Verdict)
+	detail := strings.Join(ns.Detail, "; ")
+	if !strings.HasPrefix(ns.Verdict, "Fail: istio-cni check token failed on ZZZ-istio-cni-kubeconfig: the API server refused the token") ||
+		!strings.Contains(detail, "istio-cni on node "+node+": check token failed on ") ||
+		!strings.Contains(detail, "/ZZZ-istio-cni-kubeconfig: the API server refused the token") {
+		t.Errorf("want the token check and the kubeconfig named: verdict %q, detail %q", ns.Verdict, detail)
 	}
-	if !strings.Contains(ns.Verdict, "(the gate alone said: Pass") || ns.Judgement == nil || ns.Judgement.Regressions != 0 {
-		t.Errorf("want the judge's traffic verdict Pass with no regression beside it: %q, judgement %+v", ns.Verdict, ns.Judgement)
+	if !strings.Contains(detail, "(the gate alone said: Pass") || ns.Judgement == nil || ns.Judgement.Regressions != 0 {
+		t.Errorf("want the judge's traffic verdict Pass with no regression beside it: %q, judgement %+v", detail, ns.Judgement)
 	}
 	if !strings.Contains(nr.Status.HaltReason, node) || !strings.Contains(nr.Status.HaltReason, "ZZZ-istio-cni-kubeconfig") {
 		t.Errorf("the halt reason names neither the node nor the file: %q", nr.Status.HaltReason)

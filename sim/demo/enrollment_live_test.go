@@ -83,8 +83,8 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 		if _, err := fmt.Sscanf(ns.Judgement.Enrollment, "enrolled %d/%d", &n, &total); err != nil || n != total || (ns.Name == canary && total == 0) {
 			t.Errorf("node %s: enrollment %q, want every ambient pod enrolled (some on the canary %s)", ns.Name, ns.Judgement.Enrollment, canary)
 		}
-		if !strings.Contains(ns.Verdict, ns.Judgement.Enrollment) {
-			t.Errorf("node %s: verdict %q does not carry its enrollment count %q", ns.Name, ns.Verdict, ns.Judgement.Enrollment)
+		if !strings.Contains(strings.Join(ns.Detail, "; "), ns.Judgement.Enrollment) {
+			t.Errorf("node %s: detail %q does not carry its enrollment count %q", ns.Name, ns.Detail, ns.Judgement.Enrollment)
 		}
 	}
 }

@@ -51,11 +51,12 @@ func haltsOnProbe(t *testing.T, tag string) {
 	if pods := workloadPodsOn(ctx, t, e.c, canary); len(pods) > 0 {
 		t.Errorf("the canary was not drained: workload pods %v are on it", pods)
 	}
-	// A regressed probe row ("probe nodewise-probe/…: …") is the reason,
-	// with the probe's before → after line.
-	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "probe nodewise-probe/") ||
-		!strings.Contains(nr.Status.HaltReason, "probe: ") {
-		t.Errorf("want the probe's regression as the halt reason: verdict %q, halt %q", ns.Verdict, nr.Status.HaltReason)
+	// A regressed probe row leads the halt reason ("probe: … → …"); the
+	// detail has the row by its pod and the probe's before → after line.
+	detail := strings.Join(ns.Detail, "; ")
+	if !strings.HasPrefix(ns.Verdict, "Fail: probe: ") || !strings.Contains(nr.Status.HaltReason, "gate Fail: probe: ") ||
+		!strings.Contains(detail, "probe nodewise-probe/") || !strings.Contains(detail, "probe: ") {
+		t.Errorf("want the probe's regression as the halt reason: verdict %q, halt %q, detail %q", ns.Verdict, nr.Status.HaltReason, detail)
 	}
 	if ns.Judgement == nil || ns.Judgement.Regressions == 0 {
 		t.Errorf("no regression in the canary's judgement: %+v", ns.Judgement)
@@ -91,8 +92,9 @@ func TestLiveDrainedHealthyBuildPassesOnProbe(t *testing.T) {
 	for _, n := range e.c.Nodes {
 		ns := nodeStatus(t, got, n.Name)
 		t.Logf("%s: %s", n.Name, ns.Verdict)
-		if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "probe: ") {
-			t.Errorf("node %s: want Pass judged on the probe's traffic, got %q", n.Name, ns.Verdict)
+		if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "on the probe") && !strings.Contains(ns.Verdict, "the probe's") ||
+			!strings.Contains(strings.Join(ns.Detail, "; "), "probe: ") {
+			t.Errorf("node %s: want Pass judged on the probe's traffic, got %q (detail %q)", n.Name, ns.Verdict, ns.Detail)
 		}
 		j := ns.Judgement
 		if j == nil || j.IntervalOutcome != v1alpha1.OutcomePass {

@@ -132,8 +132,8 @@ func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
 		t.Fatalf("rollout %s, want Completed: canary %s %s, verdict %q; its count rows: %s; halt reason: %s",
 			nr.Status.Phase, canary, ns.State, ns.Verdict, strings.Join(countRows(ns), "; "), nr.Status.HaltReason)
 	}
-	if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "the control group (") || !strings.Contains(ns.Verdict, "moved the same way") {
-		t.Errorf("canary %s: want a Pass that names the control group moving the same way, got %q", canary, ns.Verdict)
+	if detail := strings.Join(ns.Detail, "; "); !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(detail, "the control group (") || !strings.Contains(detail, "moved the same way") {
+		t.Errorf("canary %s: want a Pass that names the control group moving the same way, got %q (detail %q)", canary, ns.Verdict, detail)
 	}
 }
 
@@ -150,9 +150,9 @@ func TestLiveClusterWideSurgeHaltsWithoutControls(t *testing.T) {
 	if nr.Status.Phase != v1alpha1.PhaseHalted || ns.State != v1alpha1.NodeFailed {
 		t.Fatalf("rollout %s, node %s %s (verdict %q): want Halted at %s", nr.Status.Phase, canary, ns.State, ns.Verdict, canary)
 	}
-	if !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") ||
-		!strings.Contains(nr.Status.HaltReason, "the control group is switched off") {
-		t.Errorf("want a reset regression judged before/after alone: verdict %q, halt %q", ns.Verdict, nr.Status.HaltReason)
+	if detail := strings.Join(ns.Detail, "; "); !strings.HasPrefix(ns.Verdict, "Fail") || !strings.Contains(nr.Status.HaltReason, "resets") ||
+		!strings.Contains(detail, "the control group is switched off") {
+		t.Errorf("want a reset regression judged before/after alone: verdict %q, halt %q, detail %q", ns.Verdict, nr.Status.HaltReason, detail)
 	}
 }
 

@@ -52,7 +52,7 @@ func (v *view) show(nr *v1alpha1.NodeRollout) {
 		if n.Verdict != "" {
 			line += "  verdict: " + n.Verdict
 		}
-		if n.Reason != "" {
+		if n.Reason != "" && (n.Verdict == "" || !strings.Contains(n.Reason, n.Verdict)) { // a gate's reason repeats its verdict
 			line += "  reason: " + n.Reason
 		}
 		fmt.Fprintln(v.out, line)
@@ -125,9 +125,6 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 	if s.HaltReason != "" {
 		fmt.Fprintf(out, "   halt reason           %s\n", s.HaltReason)
 	}
-	if l := probeLineOf(s.HaltReason); l != "" {
-		fmt.Fprintf(out, "   the canary's probe    %s\n", l)
-	}
 	if sc := s.Sidecar; sc.HealthyPhase != "" {
 		fmt.Fprintf(out, "   sidecars %s → %s  %s in %s (adopted: %s)\n", cfg.From, cfg.To, sc.HealthyPhase, sc.Healthy.Round(time.Second), strings.Join(sc.Adopted, ", "))
 		fmt.Fprintf(out, "   sidecars %s  %s in %s", cfg.SidecarFaulty, sc.FaultyPhase, sc.Faulty.Round(time.Second))
@@ -147,18 +144,4 @@ func printSummary(out io.Writer, s Summary, cfg Config) {
 		fmt.Fprintf(out, "   traffic               none (the pods ran without a live data plane)\n")
 	}
 	fmt.Fprintf(out, "   total                 %s\n", s.Total.Round(time.Second))
-}
-
-// probeLineOf is the judge's probe line ("probe: 1 pods, … in 6 tests", its
-// before → after) within a halt reason, or "".
-func probeLineOf(reason string) string {
-	i := strings.Index(reason, "probe: ")
-	if i < 0 {
-		return ""
-	}
-	line := reason[i:]
-	if j := strings.Index(line, " tests"); j >= 0 {
-		line = line[:j+len(" tests")]
-	}
-	return line
 }

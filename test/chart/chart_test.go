@@ -440,12 +440,17 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%s not rendered", k)
 		}
 	}
-	withHook := render(t, "notify.webhookSecret=nodewise-notify", "notify.clusterName=prod-eu")
+	withHook := render(t, "notify.webhookSecret=nodewise-notify", "notify.clusterName=prod-eu", "notify.dashboardURL=https://nodewise.example/")
 	dep := withHook["Deployment "+Namespace+"/nodewise-orchestrator"]
 	if b, _ := json.Marshal(dep.Object); !bytes.Contains(b, []byte(`"secretKeyRef":{"key":"url","name":"nodewise-notify"}`)) {
 		t.Error("notify.webhookSecret does not give the orchestrator the webhook from the Secret")
 	} else if !bytes.Contains(b, []byte(`--notify-cluster=prod-eu`)) {
 		t.Error("notify.clusterName does not reach the orchestrator's --notify-cluster")
+	} else if !bytes.Contains(b, []byte(`--notify-dashboard-url=https://nodewise.example/`)) {
+		t.Error("notify.dashboardURL does not reach the orchestrator's --notify-dashboard-url")
+	}
+	if _, err := Template(context.Background(), "notify.webhookSecret=nodewise-notify", "notify.clusterName=prod-eu", "notify.dashboardURL=nodewise.example"); err == nil {
+		t.Error("notify.dashboardURL without a scheme rendered; the schema wants http(s)://")
 	}
 	// The alerts' cluster name serves the webhook too; with neither, the
 	// chart refuses (every message names its cluster).

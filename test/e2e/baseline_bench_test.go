@@ -71,10 +71,10 @@ func BenchmarkBaselineFromHistory(b *testing.B) {
 		}
 		toSwap += sc.start[ns.Name].Sub(ns.StartTime.Time)
 		slowest = max(slowest, d)
-		if strings.Contains(ns.Verdict, "baseline of node "+ns.Name+" from its agent's history") {
+		if detail := strings.Join(ns.Detail, "; "); strings.Contains(detail, "baseline of node "+ns.Name+" from its agent's history") {
 			fromHistory++
 		} else {
-			b.Errorf("node %s: the baseline was not read from the agent's history: %q", ns.Name, ns.Verdict)
+			b.Errorf("node %s: the baseline was not read from the agent's history: %q", ns.Name, detail)
 		}
 	}
 	oldFloor := time.Duration(n)*(baseline+soak) + swaps

@@ -151,15 +151,16 @@ func passesOnTheRecord(t *testing.T, e *e2e, leaders func(string) func()) {
 	if nr.Status.Phase != v1alpha1.PhaseCompleted || nr.Status.Counts.Done != e2eNodes {
 		t.Fatalf("phase %s, counts %+v, halt %q", nr.Status.Phase, nr.Status.Counts, nr.Status.HaltReason)
 	}
-	if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(ns.Verdict, "baseline restored from the record of the swap at") ||
-		!strings.Contains(ns.Verdict, "11 pods of 11 kept") || ns.Judgement == nil || ns.Judgement.PodsCompared != 11 {
-		t.Fatalf("node %s: verdict %q, judgement %+v: want a Pass on the restored baseline, 11 pods compared", node, ns.Verdict, ns.Judgement)
+	detail := strings.Join(ns.Detail, "; ")
+	if !strings.HasPrefix(ns.Verdict, "Pass") || !strings.Contains(detail, "baseline restored from the record of the swap at") ||
+		!strings.Contains(detail, "11 pods of 11 kept") || ns.Judgement == nil || ns.Judgement.PodsCompared != 11 {
+		t.Fatalf("node %s: verdict %q, detail %q, judgement %+v: want a Pass on the restored baseline, 11 pods compared", node, ns.Verdict, detail, ns.Judgement)
 	}
 	// B judged the node against its control group, from the control
 	// record A persisted beside the baseline: not before/after alone.
-	if !strings.Contains(ns.Verdict, "control group restored from the record of the swap at") ||
-		strings.Contains(ns.Verdict, "left out") || strings.Contains(ns.Verdict, "before/after alone") {
-		t.Fatalf("node %s: verdict %q: want it judged against the control group restored from A's record", node, ns.Verdict)
+	if !strings.Contains(detail, "control group restored from the record of the swap at") ||
+		strings.Contains(detail, "left out") || strings.Contains(detail, "before/after alone") {
+		t.Fatalf("node %s: detail %q: want it judged against the control group restored from A's record", node, detail)
 	}
 	controlled := 0
 	for _, row := range ns.Judgement.Rows {
@@ -174,8 +175,8 @@ func passesOnTheRecord(t *testing.T, e *e2e, leaders func(string) func()) {
 		if other.Baseline != "" || other.Controls != "" {
 			t.Errorf("node %s (%s) still carries its baseline or control record", other.Name, other.State)
 		}
-		if other.Name != node && strings.Contains(other.Verdict, "baseline restored") {
-			t.Errorf("node %s, started by B, was judged from a record: %q", other.Name, other.Verdict)
+		if other.Name != node && strings.Contains(strings.Join(other.Detail, "; "), "baseline restored") {
+			t.Errorf("node %s, started by B, was judged from a record: %q", other.Name, other.Detail)
 		}
 	}
 }
@@ -189,8 +190,8 @@ func TestE2EHandoverMidSoakFailsARegression(t *testing.T) {
 	nr, node := handover(t, e, e.leader(t))
 	assertHaltedAt(t, e, nr, node, "pod shop/"+node+"-app-3: resets received")
 	ns := entry(nr, node)
-	if !strings.Contains(ns.Verdict, "baseline restored from the record of the swap at") {
-		t.Errorf("verdict %q: want the regression judged on the restored baseline", ns.Verdict)
+	if !strings.Contains(strings.Join(ns.Detail, "; "), "baseline restored from the record of the swap at") {
+		t.Errorf("detail %q: want the regression judged on the restored baseline", ns.Detail)
 	}
 	if nr.Status.Counts.Done != 0 {
 		t.Errorf("%d nodes done after a halt at the first", nr.Status.Counts.Done)
