@@ -20,7 +20,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/status"
 )
 
 func newStatusCmd(g *globalFlags) *cobra.Command {
@@ -80,7 +80,7 @@ func (w *statusWriter) show(nr *v1alpha1.NodeRollout) error {
 	w.last = key
 	var buf bytes.Buffer
 	if w.human {
-		if err := planner.RenderStatus(&buf, nr, time.Now()); err != nil {
+		if err := status.RenderStatus(&buf, nr, time.Now()); err != nil {
 			return err
 		}
 	} else if err := w.printer.print(&buf, nr, ""); err != nil {

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -28,9 +29,9 @@ func ControlNodes(order []PlannedNode, i int) (nodes []string, scope string) {
 	}
 	switch {
 	case len(zone) > 0:
-		return zone, "zone " + orDash(me.Zone)
+		return zone, "zone " + cmp.Or(me.Zone, "-")
 	case len(cluster) > 0:
-		return cluster, fmt.Sprintf("the cluster (zone %s has none left)", orDash(me.Zone))
+		return cluster, fmt.Sprintf("the cluster (zone %s has none left)", cmp.Or(me.Zone, "-"))
 	}
 	return nil, ""
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/status"
 )
 
 // demoReasons are the reasons of the demo's halt on the faulty -rst
@@ -52,7 +52,7 @@ func TestDemoHaltIsOneLine(t *testing.T) {
 	}
 	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "faulty-1.28.2-rst"}, Status: st}
 	var buf bytes.Buffer
-	if err := planner.RenderStatus(&buf, nr, t0); err != nil {
+	if err := status.RenderStatus(&buf, nr, t0); err != nil {
 		t.Fatal(err)
 	}
 	var halted []string

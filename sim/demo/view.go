@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/status"
 )
 
 // view is the live progress of one rollout. On a terminal it redraws the
@@ -29,7 +29,7 @@ func (v *view) show(nr *v1alpha1.NodeRollout) {
 	if v.redraw {
 		fmt.Fprint(v.out, "\033[H\033[2J")
 		fmt.Fprintf(v.out, "%s  current step: %s\n", now.Format("15:04:05"), currentStep(nr))
-		_ = planner.RenderStatus(v.out, nr, now)
+		_ = status.RenderStatus(v.out, nr, now)
 		return
 	}
 	if nr.Status.Phase != v.phase {
@@ -84,7 +84,7 @@ func beforeAfter(j *v1alpha1.NodeJudgement) string {
 // final prints the whole node table once the rollout has finished.
 func (v *view) final(nr *v1alpha1.NodeRollout) {
 	fmt.Fprintln(v.out)
-	_ = planner.RenderStatus(v.out, nr, time.Now())
+	_ = status.RenderStatus(v.out, nr, time.Now())
 }
 
 // currentStep names what the rollout is doing: the nodes in flight and their steps.
