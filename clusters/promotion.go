@@ -32,59 +32,108 @@ type Want struct {
 // images Halted or Failed in c. A cluster that cannot be read is missing
 // everything (fail closed), with its error.
 func Promoted(ctx context.Context, c Cluster, w Want, now time.Time) string {
-	if c.Err != nil {
-		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, c.Err, 0))
-	}
-	nw, err := v1alpha1.NewForConfig(c.Config)
-	if err != nil {
-		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, err, 0))
+	nw, lack := upstreamClient(ctx, c)
+	if lack != "" {
+		return lack
 	}
 	list, err := nw.NodeRollouts().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Sprintf("cannot read upstream %s: %s", c.Name, oneLine(ctx, err, 0))
+		return cannotRead(ctx, c.Name, err)
 	}
 	return decide(c.Name, list.Items, w, now)
 }
 
+// upstreamClient is the nodewise client of c, or what c lacks (everything,
+// with the error) when it has none.
+func upstreamClient(ctx context.Context, c Cluster) (*v1alpha1.Client, string) {
+	if c.Err != nil {
+		return nil, cannotRead(ctx, c.Name, c.Err)
+	}
+	nw, err := v1alpha1.NewForConfig(c.Config)
+	if err != nil {
+		return nil, cannotRead(ctx, c.Name, err)
+	}
+	return nw, ""
+}
+
+func cannotRead(ctx context.Context, cluster string, err error) string {
+	return fmt.Sprintf("cannot read upstream %s: %s", cluster, oneLine(ctx, err, 0))
+}
+
 // decide is Promoted's decision over the upstream cluster's rollouts.
 func decide(cluster string, rollouts []v1alpha1.NodeRollout, w Want, now time.Time) string {
-	var best *v1alpha1.NodeRollout // the completed rollout closest to qualifying
-	var weaker []string
-	for i := range rollouts {
-		nr := &rollouts[i]
+	var ev []evidence
+	for _, nr := range rollouts {
 		images := statusImages(nr.Status)
 		if !overlaps(images, w.Images) {
 			continue
 		}
+		e := evidence{name: "NodeRollout " + nr.Name}
 		switch nr.Status.Phase {
 		case v1alpha1.PhaseHalted, v1alpha1.PhaseFailed:
-			return fmt.Sprintf("upstream %s: NodeRollout %s of these images is %s (%s)", cluster, nr.Name, nr.Status.Phase, firstLine(nr.Status.PhaseReason()))
+			e.blocks, e.reason = string(nr.Status.Phase), nr.Status.PhaseReason()
 		case v1alpha1.PhaseCompleted:
-		default:
-			continue
+			if covers(images, w.Images) && nr.Status.CompletionTime != nil {
+				e.doneAt, e.lenient = nr.Status.CompletionTime, Stricter(nr.Spec, w.Spec)
+			}
 		}
-		if !covers(images, w.Images) || nr.Status.CompletionTime == nil {
-			continue
-		}
-		if why := Stricter(nr.Spec, w.Spec); why != "" {
-			weaker = append(weaker, fmt.Sprintf("NodeRollout %s was judged more leniently (%s)", nr.Name, why))
-			continue
-		}
-		if best == nil || nr.Status.CompletionTime.Before(best.Status.CompletionTime) {
-			best = nr
+		ev = append(ev, e)
+	}
+	return verdict(cluster, ev, w.SoakAfter, now, terms{
+		of: "of these images", did: "completed these images",
+		none: "no NodeRollout has completed images " + strings.Join(w.Images, ", "),
+	})
+}
+
+// evidence is one upstream object that concerns the wanted target.
+type evidence struct {
+	name string // kind and name
+	// blocks is its phase when that keeps every downstream waiting
+	// (Halted, Failed, Refused), with the reason; "" otherwise.
+	blocks, reason string
+	// doneAt is when it finished the whole wanted target (nil: it has not),
+	// and lenient how it was judged more leniently ("": as strictly).
+	doneAt  *metav1.Time
+	lenient string
+}
+
+// terms word verdict's reasons for one kind of object.
+type terms struct {
+	of   string // how an object relates to the target: "of these images"
+	did  string // what a finished one did: "completed these images"
+	none string // the reason when none did
+}
+
+// verdict is what an upstream cluster lacks given the evidence of its
+// objects, or "": one of them finished at least soakAfter before now,
+// judged as strictly, and none blocks. When several finished, the earliest
+// qualifying one counts.
+func verdict(cluster string, ev []evidence, soakAfter time.Duration, now time.Time, t terms) string {
+	var best *evidence
+	var weaker []string
+	for i := range ev {
+		e := &ev[i]
+		switch {
+		case e.blocks != "":
+			return fmt.Sprintf("upstream %s: %s %s is %s (%s)", cluster, e.name, t.of, e.blocks, firstLine(e.reason))
+		case e.doneAt == nil:
+		case e.lenient != "":
+			weaker = append(weaker, fmt.Sprintf("%s was judged more leniently (%s)", e.name, e.lenient))
+		case best == nil || e.doneAt.Before(best.doneAt):
+			best = e
 		}
 	}
 	switch {
-	case best != nil && now.Sub(best.Status.CompletionTime.Time) >= w.SoakAfter:
+	case best != nil && now.Sub(best.doneAt.Time) >= soakAfter:
 		return ""
 	case best != nil:
-		at := best.Status.CompletionTime.Time
-		return fmt.Sprintf("upstream %s: NodeRollout %s completed these images %s ago; promotion waits until %s (soakAfter %s)",
-			cluster, best.Name, duration.HumanDuration(now.Sub(at)), at.Add(w.SoakAfter).UTC().Format(time.RFC3339), w.SoakAfter)
+		at := best.doneAt.Time
+		return fmt.Sprintf("upstream %s: %s %s %s ago; promotion waits until %s (soakAfter %s)",
+			cluster, best.name, t.did, duration.HumanDuration(now.Sub(at)), at.Add(soakAfter).UTC().Format(time.RFC3339), soakAfter)
 	case len(weaker) > 0:
 		return fmt.Sprintf("upstream %s: %s", cluster, strings.Join(weaker, "; "))
 	}
-	return fmt.Sprintf("upstream %s: no NodeRollout has completed images %s", cluster, strings.Join(w.Images, ", "))
+	return fmt.Sprintf("upstream %s: %s", cluster, t.none)
 }
 
 // Stricter says how upstream's judge is more lenient than ours, or "" when

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/orchestrator/drain"
 	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/gate"
@@ -124,7 +125,7 @@ func (e *executor) wire() {
 			return e.kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		},
 		Alerts:    e.gate.FiringAlerts,
-		Promotion: (&promotion.Reader{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}).Hold,
+		Promotion: (&promotion.Reader{Upstreams: clusters.Upstreams{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}}).Hold,
 	}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/health"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
@@ -76,6 +77,10 @@ type Config struct {
 	// Events, when set, gets an Event on the RevisionMigration at every phase
 	// change (its scheme must include v1alpha1). Status carries the same reasons.
 	Events record.EventRecorder
+	// Namespace is the controller's own namespace, where the kubeconfig
+	// Secrets of spec.promotion's upstream clusters are read. Empty: a
+	// migration that asks for promotion waits, since no upstream can be read.
+	Namespace string
 }
 
 // Controller reconciles RevisionMigrations.
@@ -90,6 +95,8 @@ type Controller struct {
 	// stamped remembers the restart stamp last written to each workload, so
 	// a workload the cache still shows unstamped is not patched again.
 	stamped map[string]string
+	// upstreams reads spec.promotion's upstream clusters.
+	upstreams *clusters.Upstreams
 }
 
 // New validates cfg, fills defaults and registers the controller's metrics.
@@ -130,9 +137,10 @@ func New(cfg Config) (*Controller, error) {
 			Name: "nodewise_migration_halted",
 			Help: "1 while the RevisionMigration is Halted (waiting for a person), else 0.",
 		}, []string{"migration"}),
-		buckets: map[string]*bucket{},
-		writes:  map[string]*writes{},
-		stamped: map[string]string{},
+		buckets:   map[string]*bucket{},
+		writes:    map[string]*writes{},
+		stamped:   map[string]string{},
+		upstreams: &clusters.Upstreams{Kube: cfg.Kube, Namespace: cfg.Namespace, Now: cfg.Now},
 	}
 	for _, m := range []prometheus.Collector{c.restarts, c.phases, c.halted} {
 		if err := cfg.Registry.Register(m); err != nil {

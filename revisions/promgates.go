@@ -33,8 +33,8 @@ const (
 
 // Defaults of spec.gates.prometheus.builtIn.
 const (
-	DefaultBuiltInSoak     = time.Minute
-	DefaultBuiltInBaseline = 5 * time.Minute
+	DefaultBuiltInSoak     = v1alpha1.DefaultBuiltInSoak
+	DefaultBuiltInBaseline = v1alpha1.DefaultBuiltInBaseline
 	DefaultRevisionLabel   = "istio_io_rev"
 	DefaultNamespaceLabel  = "namespace"
 )

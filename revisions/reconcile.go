@@ -81,6 +81,10 @@ func (c *Controller) setPhase(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	c.cfg.Log.Info("migration phase", zap.String("migration", rm.Name), zap.String("phase", string(p)), zap.String("reason", reason))
 	changed := rm.Status.Phase != p
 	rm.Status.Phase, rm.Status.Reason = p, reason
+	if p == v1alpha1.MigrationSucceeded && rm.Status.CompletedAt == nil {
+		now := metav1.NewTime(c.cfg.Now())
+		rm.Status.CompletedAt = &now
+	}
 	meta.SetStatusCondition(&rm.Status.Conditions, completeCondition(p, reason, rm.Generation))
 	if err := c.writeStatus(ctx, rm); err != nil {
 		return err

@@ -36,6 +36,8 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	if !ok {
 		return c.refuse(ctx, rm, fmt.Sprintf("unknown revision %q in to (installed: %s)", spec.To, known()))
 	}
+	// Written with the next phase: a refusal from here on, or the start.
+	rm.Status.ToVersion = toV
 	if _, err := skew.ParseVersion(fromV); err != nil {
 		return c.refuse(ctx, rm, fmt.Sprintf("revision %s: unreadable istiod version: %v", spec.From, err))
 	}
@@ -108,6 +110,17 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 				return c.refuse(ctx, rm, fmt.Sprintf("tag %s points at %s and namespace %s uses it: moving it would move that namespace unrestarted; pick another tag", spec.Tag, cur, ns.Name))
 			}
 		}
+	}
+	// Last before the first write to the cluster: a migration that would be
+	// refused is refused at once, not after its upstreams' soak.
+	hold := c.promotionHold(ctx, rm, spec, toV)
+	setPromoted(rm, hold)
+	if hold != "" {
+		reason := "waiting for promotion: " + hold
+		if rm.Status.Phase == v1alpha1.MigrationPending && rm.Status.Reason == reason {
+			return nil
+		}
+		return c.setPhase(ctx, rm, v1alpha1.MigrationPending, reason)
 	}
 	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.Tag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true}); err != nil {
 		return fmt.Errorf("pointing tag %s at %s: %w", spec.Tag, spec.To, err)

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "time"
+
 // GatesSpec says how a node's soak is judged before the rollout moves on.
 // The judge (package health) reads it through health/gatespec; the orchestrator
 // only passes it through. Every field is optional: an empty `gates: {}` judges
@@ -223,6 +225,13 @@ type PrometheusGates struct {
 	// +optional
 	BuiltIn *BuiltInGates `json:"builtIn,omitempty"`
 }
+
+// DefaultBuiltInSoak and DefaultBuiltInBaseline are builtIn.soak's and
+// builtIn.baseline's defaults.
+const (
+	DefaultBuiltInSoak     = time.Minute
+	DefaultBuiltInBaseline = 5 * time.Minute
+)
 
 // BuiltInGates are a RevisionMigration's built-in Prometheus gates. Each
 // judges a wave once it has soaked on the new proxy; a query that returns

@@ -451,33 +451,35 @@ type RolloutCounts struct {
 	RolledBack int32 `json:"rolledBack"`
 }
 
-// PromotionSpec names the upstream clusters a rollout follows: it starts
-// only once, in each of them, a NodeRollout rolled the same target images
-// to Completed at least SoakAfter ago, judged at least as strictly, and no
-// rollout of those images is Halted there. An upstream that cannot be read
-// holds it (fail closed).
+// PromotionSpec names the upstream clusters a NodeRollout or a
+// RevisionMigration follows. A rollout starts only once, in each of them, a
+// NodeRollout rolled the same target images to Completed at least SoakAfter
+// ago, judged at least as strictly, and no rollout of those images is
+// Halted there; a migration, once a RevisionMigration there moved to the
+// same istiod version and Succeeded likewise, none to it Halted or Refused.
+// An upstream that cannot be read holds it (fail closed).
 type PromotionSpec struct {
 	// Upstreams are the clusters, each read with the kubeconfig in a Secret
-	// of the orchestrator's namespace.
+	// of the controller's namespace.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
 	// +listMapKey=name
 	Upstreams []Upstream `json:"upstreams"`
-	// SoakAfter is how long ago each upstream rollout must have completed
-	// (default 24h).
+	// SoakAfter is how long ago the upstream's rollout must have completed,
+	// or its migration succeeded (default 24h).
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9]')",message="soakAfter must be a duration such as 24h"
 	// +optional
 	SoakAfter *Duration `json:"soakAfter,omitempty"`
 }
 
-// Upstream is one cluster a rollout is promoted from.
+// Upstream is one cluster a rollout or a migration is promoted from.
 type Upstream struct {
 	// Name names the cluster in reasons and status.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
-	// KubeconfigSecret is a Secret in the orchestrator's namespace holding
+	// KubeconfigSecret is a Secret in the controller's namespace holding
 	// a read-only kubeconfig of the cluster under data key "value" (Cluster
 	// API's) or "kubeconfig".
 	// +kubebuilder:validation:MinLength=1

@@ -99,6 +99,11 @@ type RevisionMigrationSpec struct {
 	// retagged until paused is false again. An abort still proceeds.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+	// Promotion holds the migration in Pending until a RevisionMigration to
+	// the same istiod version has succeeded in upstream clusters (staging
+	// before production). See docs/clusters.md.
+	// +optional
+	Promotion *PromotionSpec `json:"promotion,omitempty"`
 }
 
 // ImplicitPolicy says whether a migration adopts namespaces that use From implicitly.
@@ -235,6 +240,16 @@ type RevisionMigrationStatus struct {
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// +optional
 	WaveStartedAt *metav1.Time `json:"waveStartedAt,omitempty"`
+	// CompletedAt is when the migration Succeeded.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// ToVersion is the istiod version of To (its image tag) as the
+	// migration found it when it started: what another cluster's migration
+	// is promoted on (spec.promotion), since revision names differ per
+	// cluster.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ToVersion string `json:"toVersion,omitempty"`
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// ResumeToken is the last nodewise.io/resume-token annotation the

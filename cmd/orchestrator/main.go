@@ -89,7 +89,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	cfg.Version = buildinfo.Version() // on the leader Lease, for `nodewise version`
 	fs.StringVar(&rc.controllers, "controllers", "noderollout", "controllers to run, comma-separated: noderollout, revisions")
 	fs.StringVar(&rc.kubeconfig, "kubeconfig", "", "kubeconfig path (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-	fs.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases (default $POD_NAMESPACE, then nodewise-system)")
+	fs.StringVar(&cfg.Namespace, "namespace", envOr("POD_NAMESPACE", "nodewise-system"), "namespace of the leader Leases and of spec.promotion's kubeconfig Secrets (default $POD_NAMESPACE, then nodewise-system)")
 	fs.StringVar(&rc.agentNamespace, "agent-namespace", "", "namespace of the node agents' DaemonSet and ServiceAccount nodewise-agent, whose certificate requests --agent-issuer signs and whose pods --check-agents asks (default --namespace)")
 	fs.StringVar(&cfg.Identity, "identity", os.Getenv("POD_NAME"), "leader-election identity (default $POD_NAME, then the hostname)")
 	fs.DurationVar(&cfg.LeaseDuration, "lease-duration", 0, "leader Lease duration (default 15s)")

@@ -252,7 +252,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 	}
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: nwc.RevisionMigrations(), Log: log.Named("migration"), Registry: cfg.Registry,
-		Gate: gate, Inventory: opts,
+		Gate: gate, Inventory: opts, Namespace: cfg.Namespace,
 	})
 	if err != nil {
 		return nil, err

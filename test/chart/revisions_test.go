@@ -50,3 +50,40 @@ func TestChartRevisionsInjectionURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestChartPromotionSecrets: orchestrator.promotionSecrets and
+// revisions.promotionSecrets let each controller, under its own
+// ServiceAccount's Role, get the named kubeconfig Secrets and no other;
+// unset, neither Role names them.
+func TestChartPromotionSecrets(t *testing.T) {
+	getsSecrets := func(objs map[string]*unstructured.Unstructured, role string) []string {
+		t.Helper()
+		r := objs["Role nodewise-system/"+role]
+		if r == nil {
+			t.Fatalf("the chart renders no Role %s", role)
+		}
+		rules, _, _ := unstructured.NestedSlice(r.Object, "rules")
+		var names []string
+		for _, rule := range rules {
+			m := rule.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(m, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(m, "verbs")
+			if strings.Join(res, ",") == "secrets" && strings.Join(verbs, ",") == "get" {
+				n, _, _ := unstructured.NestedStringSlice(m, "resourceNames")
+				names = append(names, n...)
+			}
+		}
+		return names
+	}
+	for _, c := range []struct{ value, role string }{
+		{"orchestrator.promotionSecrets", "nodewise-orchestrator-leader"},
+		{"revisions.promotionSecrets", "nodewise-revisions-leader"},
+	} {
+		if got := getsSecrets(render(t, c.value+"={staging-kubeconfig,qa-kubeconfig}"), c.role); strings.Join(got, ",") != "staging-kubeconfig,qa-kubeconfig" {
+			t.Errorf("%s: Role %s gets Secrets %v, want exactly staging-kubeconfig, qa-kubeconfig", c.value, c.role, got)
+		}
+		if got := getsSecrets(render(t), c.role); len(got) > 0 {
+			t.Errorf("%s unset: Role %s gets Secrets %v", c.value, c.role, got)
+		}
+	}
+}

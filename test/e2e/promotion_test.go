@@ -6,18 +6,17 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestPromotionFromStaging: production's rollout, promoted from staging,
@@ -29,24 +28,14 @@ func TestPromotionFromStaging(t *testing.T) {
 	t.Parallel()
 	staging, prod := newEnv(t, 2, 1), newEnv(t, 2, 1)
 	ctx := context.Background()
-	kubeconfig, err := os.ReadFile(staging.c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := strings.Replace(string(kubeconfig), staging.c.Config.Host, "https://127.0.0.1:1", 1)
-	for name, data := range map[string]string{"staging-kubeconfig": string(kubeconfig), "gone-kubeconfig": gone} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Data: map[string][]byte{"value": []byte(data)}}
-		if _, err := prod.c.Client.CoreV1().Secrets("default").Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.PromotionSecrets(t, prod.c.Client, "default", staging.c.Kubeconfig, staging.c.Config.Host)
 	staging.upgrade("1.28.1")
 	prod.upgrade("1.28.1")
 	prod.runInProcess("prod")
 
 	// An upstream that cannot be read holds the rollout, with its error.
 	prod.apply(rollout("up", func(s *v1alpha1.NodeRolloutSpec) {
-		s.Promotion = &v1alpha1.PromotionSpec{Upstreams: []v1alpha1.Upstream{{Name: "staging", KubeconfigSecret: "gone-kubeconfig"}},
+		s.Promotion = &v1alpha1.PromotionSpec{Upstreams: []v1alpha1.Upstream{{Name: "staging", KubeconfigSecret: testkit.GoneSecret}},
 			SoakAfter: &v1alpha1.Duration{Duration: 3 * time.Second}}
 	}))
 	prod.waitReason(t, "up", "cannot read upstream staging:", "connection refused")
@@ -56,7 +45,7 @@ func TestPromotionFromStaging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nr.Spec.Promotion.Upstreams[0].KubeconfigSecret = "staging-kubeconfig"
+	nr.Spec.Promotion.Upstreams[0].KubeconfigSecret = testkit.UpstreamSecret
 	if _, err := prod.rollouts.Update(ctx, nr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

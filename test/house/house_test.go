@@ -47,8 +47,8 @@ var allowed = map[string][]string{
 	"health":       {"api"},
 	"nodeagent":    {"api", "bpf", "health", "istio", "agentpki"},    // agentpki: the agent's own credentials (its flood test reviews tokens through it)
 	"orchestrator": {"api", "clusters", "health", "istio", "leader"}, // clusters: spec.promotion's upstream reads
-	"revisions":    {"api", "health", "istio", "leader"},
-	"agentpki":     {}, // the agents' credentials: Kubernetes only, wired by cmd
+	"revisions":    {"api", "clusters", "health", "istio", "leader"}, // clusters: spec.promotion's upstream reads
+	"agentpki":     {},                                               // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
 	"dashboard":    {"api", "clusters", "health", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page
 	"hack":         {},                                            // build helpers (the pause image's binary)

@@ -184,6 +184,13 @@ func (e *env) controller(gate revisions.Gate) (stop func()) {
 
 // controllerAs runs a migration controller with the given credentials.
 func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) {
+	return e.controllerWith(revisions.Config{Gate: gate}, cfg)
+}
+
+// controllerWith runs a migration controller configured as rc (its
+// clients, log, registry, interval and events filled in) with the given
+// credentials.
+func (e *env) controllerWith(rc revisions.Config, cfg *rest.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -195,11 +202,9 @@ func (e *env) controllerAs(gate revisions.Gate, cfg *rest.Config) (stop func()) 
 	}
 	mc := nwc.RevisionMigrations()
 	e.events = record.NewFakeRecorder(1000)
-	ctrl, err := revisions.New(revisions.Config{
-		Kube: kube, Migrations: mc, Log: zaptest.NewLogger(e.t).Named("migration"),
-		Registry: prometheus.NewRegistry(), Gate: gate, Interval: 200 * time.Millisecond,
-		Events: e.events,
-	})
+	rc.Kube, rc.Migrations, rc.Log = kube, mc, zaptest.NewLogger(e.t).Named("migration")
+	rc.Registry, rc.Interval, rc.Events = prometheus.NewRegistry(), 200*time.Millisecond, e.events
+	ctrl, err := revisions.New(rc)
 	if err != nil {
 		e.t.Fatal(err)
 	}
