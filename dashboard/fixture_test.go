@@ -26,6 +26,7 @@ func haltedRollout(name string, nodes int) *v1alpha1.NodeRollout {
 		case i == 1:
 			n.Canary, n.Wave, n.State, n.StartTime, n.FinishTime = true, 1, v1alpha1.NodeFailed, &start, &finish
 			n.Verdict = "Fail: resetsReceived rose on default/web-1 (p<0.001)"
+			n.Detail = []string{"resetsReceived rose on default/web-1: 0.05/s → 3.9/s (p<0.001)", "enrolled 3/4 (ambient pods in the mesh at the soak's end)", "agent clock skew 0.2s"}
 			n.Judgement = &v1alpha1.NodeJudgement{Judgements: 1, ConsecutiveFailures: 1, IntervalOutcome: v1alpha1.OutcomeFail, BaselineSeconds: 60, SoakSeconds: 60,
 				PodsCompared: 4, Tests: 24, Regressions: 1, JudgedAt: t0.Add(3 * time.Minute).Format(time.RFC3339),
 				Rows: []v1alpha1.JudgementRow{

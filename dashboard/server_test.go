@@ -131,7 +131,7 @@ func TestNodePageShowsTheJudgesNumbers(t *testing.T) {
 		"http://grafana.example:3000/d/nodewise-node-health/?from=1796266920000&amp;to=1796266980000&amp;var-node=node-001", // the soak window
 		"?from=1796266800000&amp;to=1796266860000&amp;var-node=node-001",                                                    // the baseline window
 		`<td class="ages">40 open, median ≥45 s, oldest ≥600 s → 2 open, median &lt;1 s, oldest ≥1 s</td>`, `<td class="ages">none open → none open</td>`,
-		`id="enrollment">enrolled 3/4 (the traffic figures alone: Pass)`, "<li>default/web-3 not enrolled (listeners: nothing listens on 15008): was enrolled before the swap: fails the node</li>")
+		`id="enrollment">enrolled 3/4 (the traffic figures alone: Pass)`, `Every reason behind the verdict (3)`, "<li>agent clock skew 0.2s</li>", "<li>default/web-3 not enrolled (listeners: nothing listens on 15008): was enrolled before the swap: fails the node</li>")
 	// The probe's row is in its own table, not among the pods.
 	pods := page[strings.Index(page, "Co-located pods"):strings.Index(page, "<h3>Probe")]
 	if strings.Contains(pods, "probe-x") {

@@ -141,10 +141,13 @@ type nodePage struct {
 	Rollout, Name, State, Class, Zone, Verdict, Reason string
 	Wave                                               int32
 	Canary                                             bool
-	Halt                                               *haltView
-	Judgement                                          *judgementView
-	Grafana                                            []link
-	Steps                                              []stepDuration
+	// Detail is every reason behind the verdict (status.nodes[].detail):
+	// the checks that passed, clock notes, where the baseline came from.
+	Detail    []string
+	Halt      *haltView
+	Judgement *judgementView
+	Grafana   []link
+	Steps     []stepDuration
 	// Plots are the judged windows drawn from the agents' history (nil
 	// without a judgement); the server reads them, not buildNode.
 	Plots *plotsView
@@ -224,7 +227,7 @@ func findNode(nr *v1alpha1.NodeRollout, node string) *v1alpha1.NodeStatus {
 
 func buildNode(nr *v1alpha1.NodeRollout, n *v1alpha1.NodeStatus, grafana string, now time.Time) nodePage {
 	p := nodePage{Rollout: nr.Name, Name: n.Name, State: string(n.State), Class: stateClass(n.State), Zone: n.Zone, Wave: n.Wave, Canary: n.Canary,
-		Verdict: n.Verdict, Reason: otherReason(n)}
+		Verdict: n.Verdict, Reason: otherReason(n), Detail: n.Detail}
 	if h := buildHalt(nr); h != nil && h.Node == n.Name {
 		h.Reason = "" // the verdict below says it
 		h.Advice = strings.Replace(h.Advice, "The node's page has the judge's before/after table", "The judge's before/after table is below", 1)
