@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -210,8 +209,8 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		if err != nil {
 			verdict = health.Verdict{Outcome: health.Inconclusive, Reasons: []string{"gate error: " + err.Error()}}
 		}
-		if verdict.Summary != nil {
-			st.Waves[wave].Judgement = judgementOf(verdict)
+		if verdict.Summary != nil || verdict.Outcome == health.Fail {
+			st.Waves[wave].Judgement = judgementOf(verdict) // every reason, behind the headline the phase's reason carries
 		}
 	}
 	switch verdict.Outcome {
@@ -224,9 +223,9 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
 	case health.Fail:
-		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, strings.Join(verdict.Reasons, "; ")))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationHalted, fmt.Sprintf("wave %s failed its gate: %s", w.Name, headline(verdict)))
 	default:
-		reason := fmt.Sprintf("wave %s held by its gate: %s", w.Name, strings.Join(verdict.Reasons, "; "))
+		reason := fmt.Sprintf("wave %s held by its gate: %s", w.Name, headline(verdict))
 		if st.Phase == v1alpha1.MigrationGating && st.Reason == reason {
 			// Same hold: the table's numbers are not worth a write each time.
 			return c.cfg.Interval, nil
@@ -353,4 +352,14 @@ func (c *Controller) track(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 	sort.Strings(list)
 	t.Track(ctx, list)
+}
+
+// headline is a wave's verdict in one line: its headline, else its first
+// reason and how many more follow (health.Lead); every reason stays in the
+// wave's judgement (revision explain).
+func headline(v health.Verdict) string {
+	if v.Headline != "" {
+		return v.Headline
+	}
+	return health.Lead(v.Reasons)
 }
