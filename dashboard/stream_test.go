@@ -155,3 +155,21 @@ func TestTabsForgetPagesWhoseStreamNeverCame(t *testing.T) {
 		t.Errorf("after the stream ends: %d tabs, %d subscriptions", len(ts.open), len(h.subs))
 	}
 }
+
+// TestOneChangeAt5000NodesSendsUnder10KiB holds the bar make bench-dashboard
+// measures: at 5,000 nodes one node's state change sends an open rollout
+// page less than 10 KiB, whether the node is listed on the tab's page or not.
+func TestOneChangeAt5000NodesSendsUnder10KiB(t *testing.T) {
+	nr := fleetRollout("huge", 5000)
+	e := newEnv(t, false, nr)
+	stream := e.openStream("/rollouts/huge")
+	for _, at := range []int{4000, 2} { // off the list's first page, then on it
+		nr.Status.Nodes[at].State = v1alpha1.NodeSwapZtunnel
+		nr.Status.Counts = planner.Counts(nr.Status.Nodes)
+		e.rs.put(nr)
+		event, data := readSSE(t, stream)
+		if event != "patch" || len(data) >= 10<<10 {
+			t.Errorf("node %d's change: %s event of %d bytes, want a patch under 10 KiB", at, event, len(data))
+		}
+	}
+}
