@@ -3,6 +3,7 @@ module github.com/nodewise/nodewise
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.24.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/nftables v0.3.0
@@ -32,7 +33,6 @@ require (
 )
 
 require (
-	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
