@@ -208,6 +208,11 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	if ex.gate = o.cfg.Gate; ex.gate == nil {
 		ex.gate = gate.ReadinessGate{Nodes: ex.nodes, Pods: ex.pods}
 	}
+	// The recorder before the handlers: a DaemonSet's event may record one.
+	bc := record.NewBroadcaster(record.WithContext(ctx))
+	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
+	defer bc.Shutdown()
+	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: model.FieldManager})
 	wake := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandlerFuncs) error {
 		reg, err := inf.AddEventHandler(h)
 		if err != nil {
@@ -243,10 +248,6 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	}
 	ex.rolloutStore = rinf.GetStore()
 
-	bc := record.NewBroadcaster(record.WithContext(ctx))
-	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: o.kube.CoreV1().Events("")})
-	defer bc.Shutdown()
-	ex.recorder = bc.NewRecorder(eventScheme(), corev1.EventSource{Component: model.FieldManager})
 	ex.wire()
 
 	if err := c.waitSynced(ctx); err != nil { // synced before campaigning: returns at once

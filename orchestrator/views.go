@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -160,6 +161,7 @@ func (e *executor) podEvent(old, obj any) {
 func (e *executor) daemonSetEvent(old, obj any) {
 	a, ok1 := old.(*appsv1.DaemonSet)
 	b, ok2 := obj.(*appsv1.DaemonSet)
+	e.watchStrategy(a, obj)
 	if ok1 && ok2 && a.UID == b.UID && a.Generation == b.Generation &&
 		a.Status.ObservedGeneration == b.Status.ObservedGeneration &&
 		maps.Equal(a.Annotations, b.Annotations) && equality.Semantic.DeepEqual(a.Spec, b.Spec) {
@@ -188,4 +190,35 @@ func untombstone(obj any) any {
 		return t.Obj
 	}
 	return obj
+}
+
+// watchStrategy reports a data-plane DaemonSet (ztunnel or istio-cni, in
+// the Istio namespace) that does not use OnDelete, whether or not a rollout
+// runs: the metric on every event, and a Warning Event on the DaemonSet
+// when it leaves OnDelete (a chart applied without updateStrategy.type=
+// OnDelete, a GitOps sync that reverted it). A rollout that targets it goes
+// Pending, saying so (planner.ValidateTargets). old is nil for an add or a
+// delete; a DaemonSet the cache no longer holds was deleted.
+func (e *executor) watchStrategy(old *appsv1.DaemonSet, obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	cur, ok := obj.(*appsv1.DaemonSet)
+	if !ok || cur.Namespace != e.cfg.IstioNamespace || model.DetectKind(cur) == "" {
+		return
+	}
+	l := prometheus.Labels{"namespace": cur.Namespace, "daemonset": cur.Name}
+	if old == nil {
+		if cached, err := e.dss.DaemonSets(cur.Namespace).Get(cur.Name); err != nil || cached.UID != cur.UID {
+			e.metrics.NotOnDelete.Delete(l) // deleted
+			return
+		}
+	}
+	off := cur.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType
+	e.metrics.NotOnDelete.With(l).Set(map[bool]float64{true: 1, false: 0}[off])
+	if off && old != nil && old.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
+		e.recorder.Eventf(cur, corev1.EventTypeWarning, "LeftOnDelete",
+			"updateStrategy changed from OnDelete to %s: the DaemonSet controller now replaces every node's %s pod itself, outside nodewise's judged node-by-node rollout; set updateStrategy.type=OnDelete again (Helm: --set updateStrategy.type=OnDelete)",
+			cur.Spec.UpdateStrategy.Type, model.DetectKind(cur))
+	}
 }

@@ -32,6 +32,11 @@ type Metrics struct {
 	// NodeViews counts the node views the passes built: a full pass builds
 	// one per node, an event's pass one per changed node.
 	NodeViews prometheus.Counter
+	// NotOnDelete is 1 for each data-plane DaemonSet (ztunnel, istio-cni)
+	// in the Istio namespace whose updateStrategy is not OnDelete, 0 for
+	// one that is: the DaemonSet controller, not nodewise, replaces its
+	// pods. Watched whether or not a rollout runs.
+	NotOnDelete *prometheus.GaugeVec
 }
 
 // NewMetrics declares every metric once and registers it in reg.
@@ -65,8 +70,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		NodeViews: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodewise_reconcile_node_views_total", Help: "Node views the reconcile passes built (one per node in a full pass, one per changed node in an event's pass).",
 		}),
+		NotOnDelete: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodewise_dataplane_not_ondelete", Help: "1 for each data-plane DaemonSet (ztunnel, istio-cni) in the Istio namespace whose updateStrategy is not OnDelete (the DaemonSet controller replaces its pods, not nodewise), 0 when it is OnDelete.",
+		}, []string{"namespace", "daemonset"}),
 	}
-	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.NodeState, m.APIRequests, m.IsLeader, m.Passes, m.NodeViews} {
+	for _, c := range []prometheus.Collector{m.NodesByState, m.StepSeconds, m.Halts, m.Halted, m.NodeState, m.APIRequests, m.IsLeader, m.Passes, m.NodeViews, m.NotOnDelete} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

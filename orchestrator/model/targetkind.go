@@ -11,10 +11,11 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// detectKind tells what a target DaemonSet runs from its pod template:
+// DetectKind tells what a data-plane DaemonSet runs from its pod template:
 // Istio's chart labels first, then the container images' names. It never
-// guesses from the DaemonSet's own name. Empty when it cannot tell.
-func detectKind(ds *appsv1.DaemonSet) v1alpha1.TargetKind {
+// guesses from the DaemonSet's own name. Empty when it cannot tell (not a
+// data-plane DaemonSet, or both).
+func DetectKind(ds *appsv1.DaemonSet) v1alpha1.TargetKind {
 	l := ds.Spec.Template.Labels
 	switch {
 	case l["app"] == "ztunnel" || l["app.kubernetes.io/name"] == "ztunnel":
@@ -64,7 +65,7 @@ func TypeTargets(p Policy, get func(ns, name string) (*appsv1.DaemonSet, error))
 	for i, t := range p.Targets {
 		if t.Kind == "" {
 			if ds, err := get(t.Namespace, t.Name); err == nil && ds != nil {
-				if t.Kind = detectKind(ds); t.Kind == "" {
+				if t.Kind = DetectKind(ds); t.Kind == "" {
 					errs = append(errs, fmt.Errorf("spec.targets[%d]: cannot tell what DaemonSet %s/%s runs (no app=ztunnel or k8s-app=istio-cni-node label, no ztunnel or install-cni image): set kind: ztunnel or kind: cni", i, t.Namespace, t.Name))
 				}
 			}
