@@ -303,16 +303,18 @@ func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
 	assertBaselineFromHistory(t, ns)
 }
 
-// assertBaselineFromHistory: the node's verdict says its baseline was read
-// back from its agent's history at the slot's start, all of the window but
-// the moments between the read and the cordon, not waited out. The agents
-// counted for longer than the baseline before the rollout began.
+// assertBaselineFromHistory: the reasons behind the node's verdict
+// (status.nodes[].detail) say its baseline was read back from its agent's
+// history at the slot's start, all of the window but the moments between
+// the read and the cordon, not waited out. The agents counted for longer
+// than the baseline before the rollout began.
 func assertBaselineFromHistory(t testing.TB, ns v1alpha1.NodeStatus) {
 	t.Helper()
 	want := "baseline of node " + ns.Name + " from its agent's history: "
-	_, after, ok := strings.Cut(ns.Verdict, want)
+	detail := strings.Join(ns.Detail, "; ")
+	_, after, ok := strings.Cut(detail, want)
 	if !ok {
-		t.Errorf("node %s's verdict does not say its baseline came from its agent's history: %q", ns.Name, ns.Verdict)
+		t.Errorf("node %s's detail does not say its baseline came from its agent's history: %q", ns.Name, detail)
 		return
 	}
 	var read, window time.Duration
@@ -322,7 +324,7 @@ func assertBaselineFromHistory(t testing.TB, ns v1alpha1.NodeStatus) {
 		window, _ = time.ParseDuration(windowS)
 	}
 	if window == 0 || read < window-2*sampleEvery {
-		t.Errorf("node %s: %s of the %s baseline window read from history, want all but the last moments: %q", ns.Name, read, window, ns.Verdict)
+		t.Errorf("node %s: %s of the %s baseline window read from history, want all but the last moments: %q", ns.Name, read, window, detail)
 	}
 }
 
