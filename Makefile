@@ -113,6 +113,10 @@ bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,
 bench-status: ## The status writer's fit of a NodeRollout two thirds through at 12,000 and 50,000 nodes: the time of a write's fit, the object as written and with the API server's record of its fields (under 1 MiB), the entries listed and omitted.
 	$(GO) test -run '^$$' -bench BenchmarkStatusSize -benchtime 5x -count 1 -timeout 30m ./orchestrator/write
 
+.PHONY: bench-freshness
+bench-freshness: ## One freshness report of 50,000 sidecar pods in 2,000 namespaces beside the inventory it builds on: one `freshness pods=… namespaces=… inventory_ms=… inventory_mib=… freshness_ms=… freshness_mib=…` line (time and memory allocated per build).
+	$(GO) test -run '^$$' -bench BenchmarkFreshness50kPods -benchtime 3x -count 1 -timeout 30m ./istio/freshness
+
 .PHONY: bench-dashboard
 bench-dashboard: deps ## The rollout page of a 1,000- and a 5,000-node status-only rollout in headless Chromium, 5 loads each: one `dashboard nodes=… load_ms=… page_bytes=… update_bytes=…` line a size, the browser's own load timing (Navigation Timing, median) and the bytes one node's change of state sends to the open tab.
 	$(GO) test -run '^$$' -bench BenchmarkRolloutPage -benchtime 5x -count 1 -timeout 30m ./dashboard

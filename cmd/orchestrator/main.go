@@ -28,6 +28,7 @@ import (
 	"github.com/nodewise/nodewise/cmd/internal/usage"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
@@ -127,6 +128,9 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&agents.SampleEvery, "agent-sample-every", 30*time.Second, "how often the judge samples each node in flight and its control nodes; a baseline needs three samples, so a spec.baseline under three periods needs a shorter one")
 	fs.DurationVar(&rc.waves.soak, "wave-soak", time.Minute, "with the node agents' credentials: how long each sidecar wave's pods are watched once Ready before the agents' evidence judges it")
 	fs.DurationVar(&rc.waves.baseline, "wave-baseline", 5*time.Minute, "with the node agents' credentials: how far before each sidecar wave its workloads' baseline reaches")
+	fs.StringVar(&rc.freshness.teamKey, "freshness-team-key", freshness.DefaultTeamKey, "label or annotation naming a workload's team in the nodewise_freshness_* metrics (the workload's first, then its namespace's)")
+	fs.IntVar(&rc.freshness.maxMinorsBehind, "freshness-max-minors-behind", 1, "nodewise_freshness_lagging_pods counts proxies more minor releases behind the designated version than this")
+	fs.DurationVar(&rc.freshness.maxAge, "freshness-max-age", 0, "nodewise_freshness_over_age_pods counts pods older than this (0: no age target)")
 	fs.StringVar(&rc.istioNamespace, "istio-namespace", istio.DefaultNamespace, "where istiod and its injector webhooks live, and the NodeRollout targets (the only namespace where the orchestrator deletes and creates pods)")
 	fs.Func("gate-address-allow", "hosts spec.gates.prometheus may query besides the cluster's Services (<svc>.<ns>.svc[.<cluster-domain>]): host names, IPs or *.<domain>, comma-separated; repeatable", func(v string) error {
 		for _, p := range strings.Split(v, ",") {

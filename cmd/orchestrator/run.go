@@ -15,6 +15,7 @@ import (
 	"github.com/nodewise/nodewise/buildinfo"
 	"github.com/nodewise/nodewise/dashboard"
 	"github.com/nodewise/nodewise/health/remote"
+	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/kubeconfig"
@@ -32,6 +33,7 @@ type runConfig struct {
 	istioNamespace string
 	gateAddresses  remote.AddressPolicy // --gate-address-allow, --cluster-domain
 	waves          waveJudge
+	freshness      freshnessFlags
 	skewMaxBehind  []string // "component=minors" overrides of skew.DefaultPolicy
 	issuer         issuerFlags
 	notify         notifyFlags
@@ -48,6 +50,14 @@ type runConfig struct {
 // wave (--wave-soak, --wave-baseline).
 type waveJudge struct {
 	soak, baseline time.Duration
+}
+
+// freshnessFlags are the target the nodewise_freshness_* metrics measure
+// against (--freshness-*), as `nodewise freshness` takes it.
+type freshnessFlags struct {
+	teamKey         string
+	maxMinorsBehind int
+	maxAge          time.Duration
 }
 
 // issuerFlags turn on agentpki's Signer: the agents' CA and certificates.
@@ -231,7 +241,12 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 	if err != nil {
 		return nil, err
 	}
-	tasks := []task{col.Run}
+	fresh, err := freshness.NewCollector(freshness.CollectorConfig{Client: kube, Registry: cfg.Registry, Log: log.Named("freshness"), Options: opts,
+		Target: freshness.Target{MaxMinorsBehind: rc.freshness.maxMinorsBehind, MaxAge: rc.freshness.maxAge}, Keys: freshness.Keys{Team: rc.freshness.teamKey}})
+	if err != nil {
+		return nil, err
+	}
+	tasks := []task{col.Run, fresh.Run}
 	gate := revisions.SpecGates(rc.gateAddresses, log.Named("gates"))
 	if rc.agents.Configured() {
 		agents, err := judgegate.Agents(rc.agents, kube, log)

@@ -113,14 +113,14 @@ func TestRevisionTasksJudgeWavesThroughTheAgents(t *testing.T) {
 	cfg := orchestrator.Config{Logger: zap.NewNop(), Registry: prometheus.NewRegistry(), RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}}
 	kube := fake.NewClientset()
 	plain, err := revisionTasks(kube, cfg, runConfig{})
-	if err != nil || len(plain) != 2 {
-		t.Fatalf("without agents: %d tasks, %v; want inventory and controller", len(plain), err)
+	if err != nil || len(plain) != 3 {
+		t.Fatalf("without agents: %d tasks, %v; want inventory, freshness and controller", len(plain), err)
 	}
 	cfg.Registry = prometheus.NewRegistry()
 	rc := runConfig{}
 	rc.agents.CAFile, rc.agents.TokenFile = ca, tok
 	judged, err := revisionTasks(kube, cfg, rc)
-	if err != nil || len(judged) != 3 {
+	if err != nil || len(judged) != 4 {
 		t.Fatalf("with --agent-ca and --agent-token-file: %d tasks, %v; want the wave judge's sampler too", len(judged), err)
 	}
 	rc.agents.TokenFile = ""

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -71,18 +72,11 @@ func NewCollector(cfg CollectorConfig) (*Collector, error) {
 	return c, nil
 }
 
-// Run observes every Interval until ctx ends. It returns nil on cancellation.
+// Run observes at once and then every Interval until ctx ends. It returns
+// nil on cancellation.
 func (c *Collector) Run(ctx context.Context) error {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
-	for {
-		c.Refresh(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	wait.UntilWithContext(ctx, c.Refresh, c.cfg.Interval)
+	return nil
 }
 
 // Refresh observes once and swaps in the new counts.

@@ -14,9 +14,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/remote"
+	"github.com/nodewise/nodewise/istio/freshness"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/sim/cluster"
@@ -168,6 +172,33 @@ func printProxies(ctx context.Context, c *cluster.Cluster, out io.Writer, namesp
 	return nil
 }
 
+// teams labels each namespace with its team, as a platform's namespaces
+// carry them, for the freshness lines.
+func teams(ctx context.Context, c *cluster.Cluster, team map[string]string) error {
+	for ns, t := range team {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, freshness.DefaultTeamKey, t)
+		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printFreshness prints the freshness summary against version: the teams
+// behind it and the exposure window (nodewise freshness's first line).
+func printFreshness(ctx context.Context, c *cluster.Cluster, out io.Writer, version string) error {
+	v, err := skew.ParseVersion(version)
+	if err != nil {
+		return err
+	}
+	r, err := freshness.Observe(ctx, c.Client, inventory.Options{}, freshness.Target{Version: v}, freshness.Keys{}, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "   %s\n", r.Summary())
+	return nil
+}
+
 // proxyVersions counts a namespace's running pods by sidecar image tag.
 func proxyVersions(ctx context.Context, c *cluster.Cluster, ns string) (map[string]int, error) {
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -209,6 +240,12 @@ func sidecarHalf(ctx context.Context, c *cluster.Cluster, cfg Config, agents *ju
 	defer stop()
 	fmt.Fprintf(out, "   the RevisionMigration controller runs here, each wave judged by the node agents from outside the mesh:\n"+
 		"   the migrated pods against the not-yet-migrated ones over the same %s soak, and each workload against its %s baseline\n", waveSoak, waveBaseline)
+	if err := teams(ctx, c, map[string]string{"catalog": "storefront", "ledger": "payments", "legacy": "back-office"}); err != nil {
+		return sum, err
+	}
+	if err := printFreshness(ctx, c, out, cfg.To); err != nil {
+		return sum, err
+	}
 	time.Sleep(waveBaseline + 2*time.Second) // samples for the first wave's baseline
 
 	step(out, "migrating them %s → %s through tag canary: wave canary (catalog), then the rest; legacy is adopted (its labels recorded, made explicit)", from, to)
@@ -224,6 +261,9 @@ func sidecarHalf(ctx context.Context, c *cluster.Cluster, cfg Config, agents *ju
 		}
 	}
 	if err := printProxies(ctx, c, out, "catalog", "ledger", "legacy"); err != nil {
+		return sum, err
+	}
+	if err := printFreshness(ctx, c, out, cfg.To); err != nil {
 		return sum, err
 	}
 
