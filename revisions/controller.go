@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -77,6 +78,9 @@ type Config struct {
 	// Events, when set, gets an Event on the RevisionMigration at every phase
 	// change (its scheme must include v1alpha1). Status carries the same reasons.
 	Events record.EventRecorder
+	// Dynamic reads Istio's AuthorizationPolicies for the precheck; nil
+	// leaves that check out.
+	Dynamic dynamic.Interface
 	// Namespace is the controller's own namespace, where the kubeconfig
 	// Secrets of spec.promotion's upstream clusters are read. Empty: a
 	// migration that asks for promotion waits, since no upstream can be read.

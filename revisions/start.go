@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/precheck"
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/revisions/revtag"
 )
@@ -47,6 +49,12 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 	if _, err := revtag.RevisionWebhook(ctx, c.cfg.Kube, spec.To); err != nil {
 		return c.refuse(ctx, rm, err.Error())
+	}
+	if reason, err := c.precheck(ctx, snap, target); err != nil || reason != "" {
+		if err != nil {
+			reason = "precheck could not run (nothing moves until it does): " + err.Error()
+		}
+		return c.refuse(ctx, rm, reason)
 	}
 	for _, r := range inv.Revisions {
 		if r.Name == spec.To && !r.Ready {
@@ -167,4 +175,30 @@ func claimedBy(all []v1alpha1.RevisionMigration, self string, namespaces map[str
 		}
 	}
 	return "", ""
+}
+
+// precheck runs nodewise precheck's checks that the controller can decide
+// (istioctl's analyzers are the CLI's): the reason to refuse, one finding a
+// clause, or "" when no error is found.
+func (c *Controller) precheck(ctx context.Context, snap *snapshot, to skew.Version) (string, error) {
+	in := precheck.Input{Inventory: snap.inv, Pods: snap.objects.Pods, To: to}
+	if c.cfg.Dynamic != nil {
+		aps, err := c.cfg.Dynamic.Resource(precheck.AuthorizationPolicies).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		switch {
+		case apierrors.IsNotFound(err): // Istio's CRD is not installed: no policies
+		case err != nil:
+			return "", fmt.Errorf("listing authorization policies: %w", err)
+		default:
+			in.AuthorizationPolicies = aps.Items
+		}
+	}
+	errs := precheck.Errors(precheck.Check(in))
+	if len(errs) == 0 {
+		return "", nil
+	}
+	lines := make([]string, len(errs))
+	for i, f := range errs {
+		lines[i] = f.String()
+	}
+	return fmt.Sprintf("precheck found %d error%s (nodewise precheck shows them): %s", len(errs), map[bool]string{true: "", false: "s"}[len(errs) == 1], strings.Join(lines, "; ")), nil
 }

@@ -12,7 +12,7 @@ const (
 	exitError     = 1 // bad input, the API server refused or could not be reached, any other failure
 	exitHalted    = 2 // status (-w): the NodeRollout is Halted, Aborted or Failed; revision status (-w): the RevisionMigration is Halted, Aborted or Refused
 	exitTimeout   = 3 // status -w --timeout, revision status -w --timeout: the time ran out before a terminal phase
-	exitViolation = 4 // skew: a data-plane component is outside the supported skew
+	exitViolation = 4 // skew: a data-plane component is outside the supported skew; precheck: an error finding
 )
 
 // exitCodeError is an error with the exit status it means.

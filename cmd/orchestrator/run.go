@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/agentpki"
@@ -265,9 +266,13 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 	} else {
 		log.Info("no --agent-ca/--agent-token-file: sidecar waves are gated on readiness and their spec.gates only")
 	}
+	dyn, err := dynamic.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return nil, err
+	}
 	ctrl, err := revisions.New(revisions.Config{
 		Kube: kube, Migrations: nwc.RevisionMigrations(), Log: log.Named("migration"), Registry: cfg.Registry,
-		Gate: gate, Inventory: opts, Namespace: cfg.Namespace,
+		Gate: gate, Inventory: opts, Namespace: cfg.Namespace, Dynamic: dyn,
 	})
 	if err != nil {
 		return nil, err

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 )
 
@@ -17,23 +16,14 @@ import (
 // builds the report at now.
 func Observe(ctx context.Context, client kubernetes.Interface, opts inventory.Options, t Target, keys Keys, now time.Time) (Report, error) {
 	cached := metav1.ListOptions{ResourceVersion: "0"}
-	var o Objects
-	whs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
+	base, err := inventory.List(ctx, client, opts)
 	if err != nil {
-		return Report{}, fmt.Errorf("listing revision tags: %w", err)
+		return Report{}, err
 	}
-	o.Webhooks = whs.Items
-	nss, err := client.CoreV1().Namespaces().List(ctx, cached)
-	if err != nil {
-		return Report{}, fmt.Errorf("listing namespaces: %w", err)
-	}
-	o.Namespaces = nss.Items
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, cached)
-	if err != nil {
-		return Report{}, fmt.Errorf("listing pods: %w", err)
-	}
-	o.Pods = pods.Items
+	o := Objects{Objects: base}
 	apps := client.AppsV1()
+	// Every Deployment, for the workloads' team and owner keys (the
+	// inventory picks the istiod ones out of them).
 	deps, err := apps.Deployments(metav1.NamespaceAll).List(ctx, cached)
 	if err != nil {
 		return Report{}, fmt.Errorf("listing deployments: %w", err)

@@ -46,33 +46,43 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Observe lists the cluster once and returns its inventory. Lists are served
-// from the API server's watch cache (resourceVersion 0).
+// Observe lists the cluster once and returns its inventory.
 func Observe(ctx context.Context, client kubernetes.Interface, opts Options) (Inventory, error) {
+	o, err := List(ctx, client, opts)
+	if err != nil {
+		return Inventory{}, err
+	}
+	return Build(opts, o)
+}
+
+// List reads what an inventory is built from: the tag webhooks, the istiod
+// Deployments, every namespace and every pod. Namespaces and pods are
+// served from the API server's watch cache (resourceVersion 0).
+func List(ctx context.Context, client kubernetes.Interface, opts Options) (Objects, error) {
 	opts = opts.withDefaults()
 	cached := metav1.ListOptions{ResourceVersion: "0"}
 	var o Objects
 	whs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{LabelSelector: istio.LabelTag})
 	if err != nil {
-		return Inventory{}, fmt.Errorf("listing revision tags: %w", err)
+		return o, fmt.Errorf("listing revision tags: %w", err)
 	}
 	o.Webhooks = whs.Items
 	deps, err := client.AppsV1().Deployments(opts.IstioNamespace).List(ctx, metav1.ListOptions{LabelSelector: opts.IstiodSelector})
 	if err != nil {
-		return Inventory{}, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
+		return o, fmt.Errorf("listing istiod deployments in %s: %w", opts.IstioNamespace, err)
 	}
 	o.Deployments = deps.Items
 	nsList, err := client.CoreV1().Namespaces().List(ctx, cached)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("listing namespaces: %w", err)
+		return o, fmt.Errorf("listing namespaces: %w", err)
 	}
 	o.Namespaces = nsList.Items
 	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, cached)
 	if err != nil {
-		return Inventory{}, fmt.Errorf("listing pods: %w", err)
+		return o, fmt.Errorf("listing pods: %w", err)
 	}
 	o.Pods = pods.Items
-	return Build(opts, o)
+	return o, nil
 }
 
 // Objects are what an inventory is built from: read by Observe from the API,

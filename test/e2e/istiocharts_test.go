@@ -1,23 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -30,33 +22,8 @@ import (
 // switched to OnDelete as nodewise requires.
 func chartDaemonSets(t *testing.T, tag string) map[string]*appsv1.DaemonSet {
 	t.Helper()
-	dir := os.Getenv("NODEWISE_BIN_DIR")
-	if dir == "" {
-		dir = filepath.Join(testkit.RepoRoot(), "bin")
-	}
-	istioctl := filepath.Join(dir, "istioctl")
-	if _, err := os.Stat(istioctl); err != nil {
-		t.Fatalf("istioctl not built (%v): run hack/build-tool.sh istioctl", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, istioctl, "manifest", "generate", "--set", "profile=ambient", "--set", "tag="+tag)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("istioctl manifest generate: %v\n%s", err, errOut.String())
-	}
 	dss := map[string]*appsv1.DaemonSet{}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	for {
-		var u unstructured.Unstructured
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading the rendered manifest: %v", err)
-		}
+	for _, u := range testkit.IstioManifest(t, "--set", "profile=ambient", "--set", "tag="+tag) {
 		if u.GetKind() != "DaemonSet" {
 			continue
 		}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/precheck"
+	"github.com/nodewise/nodewise/istio/skew"
+)
+
+func newPrecheckCmd(g *globalFlags) *cobra.Command {
+	var f sidecarFlags
+	var output dataOutput
+	var to, istioctl string
+	cmd := &cobra.Command{
+		Use:   "precheck",
+		Short: "Find what is known to break an Istio upgrade before anything moves",
+		Long: "Checks revision tags and namespace labels against the installed istiod revisions, dry-run\n" +
+			"authorization policies that ztunnels older than 1.29 enforce, the workload-discovery response\n" +
+			"against gRPC's 4 MiB limit, and sidecar drains at Envoy's edge defaults; with istioctl on the\n" +
+			"PATH (or --istioctl), istioctl analyze's errors and warnings too. One line per finding, errors\n" +
+			"first. The RevisionMigration controller runs the same checks (without istioctl) and refuses to\n" +
+			"start on an error. See docs/sidecar.md#precheck.\n\n" +
+			"Exit status: 0 with no error finding (warnings allowed), 4 with any, 1 on any failure to check.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.check(); err != nil {
+				return err
+			}
+			var target skew.Version
+			if to != "" {
+				v, err := skew.ParseVersion(to)
+				if err != nil {
+					return fmt.Errorf("--to: %w", err)
+				}
+				target = v
+			}
+			cfg, err := g.restConfig()
+			if err != nil {
+				return err
+			}
+			client, err := g.kube()
+			if err != nil {
+				return err
+			}
+			dyn, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return err
+			}
+			in, err := precheck.Observe(cmd.Context(), client, dyn, inventory.Options{IstioNamespace: f.istioNamespace})
+			if err != nil {
+				return err
+			}
+			in.To = target
+			findings := precheck.Check(in)
+			if istioctl == "" {
+				istioctl, _ = exec.LookPath("istioctl")
+			}
+			if istioctl != "" {
+				var args []string
+				if k := g.conn.KubeConfig; k != nil && *k != "" {
+					args = append(args, "--kubeconfig", *k)
+				}
+				if c := g.conn.Context; c != nil && *c != "" {
+					args = append(args, "--context", *c)
+				}
+				more, err := precheck.Analyze(cmd.Context(), istioctl, args...)
+				if err != nil {
+					return err
+				}
+				findings = append(findings, more...)
+				precheck.Sort(findings)
+			}
+			out := cmd.OutOrStdout()
+			if findings == nil {
+				findings = []precheck.Finding{}
+			}
+			err = output.print(out, findings, func() []string {
+				var n []string
+				for _, f := range findings {
+					n = append(n, f.Subject)
+				}
+				return n
+			}, func() error { return printFindings(out, findings, istioctl != "") })
+			if err != nil {
+				return err
+			}
+			if n := len(precheck.Errors(findings)); n > 0 {
+				return withExitCode(exitViolation, "precheck: %d error finding%s", n, map[bool]string{true: "", false: "s"}[n == 1])
+			}
+			return nil
+		},
+	}
+	f.bind(cmd)
+	output.addFlag(cmd)
+	cmd.Flags().StringVar(&to, "to", "", "the version the upgrade goes to (default: the newest installed revision's), for the checks that depend on it")
+	cmd.Flags().StringVar(&istioctl, "istioctl", "", "istioctl binary whose analyzers run too (default: istioctl on the PATH, if any)")
+	return cmd
+}
+
+func printFindings(out io.Writer, fs []precheck.Finding, analyzed bool) error {
+	if len(fs) == 0 {
+		fmt.Fprintln(out, "precheck: nothing found")
+	}
+	for _, f := range fs {
+		fmt.Fprintln(out, f.String())
+	}
+	note := "istioctl analyze: not run (no istioctl on the PATH; --istioctl names one)"
+	if analyzed {
+		note = "istioctl analyze: included"
+	}
+	_, err := fmt.Fprintln(out, note)
+	return err
+}

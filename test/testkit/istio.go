@@ -1,0 +1,54 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// IstioManifest renders Istio's charts with the built istioctl
+// (`istioctl manifest generate` with args, e.g. "--set", "profile=ambient")
+// and returns every object, in order.
+func IstioManifest(tb testing.TB, args ...string) []unstructured.Unstructured {
+	tb.Helper()
+	dir := os.Getenv("NODEWISE_BIN_DIR")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "bin")
+	}
+	istioctl := filepath.Join(dir, "istioctl")
+	if _, err := os.Stat(istioctl); err != nil {
+		tb.Fatalf("istioctl not built (%v): run hack/build-tool.sh istioctl", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, istioctl, append([]string{"manifest", "generate"}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("istioctl manifest generate: %v\n%s", err, errOut.String())
+	}
+	var objs []unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
+	for {
+		var u unstructured.Unstructured
+		err := dec.Decode(&u.Object)
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			tb.Fatalf("reading the rendered manifest: %v", err)
+		}
+		if u.Object != nil {
+			objs = append(objs, u)
+		}
+	}
+}
