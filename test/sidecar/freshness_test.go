@@ -44,7 +44,19 @@ func TestFreshnessTwoTeams(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.allOn(time.Minute, "1.27.3", 2, "shop")
+	// Rolled out: the controller saw the last patch, and one cart pod is left.
+	testkit.WaitFor(t, time.Minute, "cart rolled out", func() (bool, error) {
+		d, err := cs.AppsV1().Deployments("shop").Get(ctx, "cart", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		st := d.Status
+		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != 1 || st.Replicas != 1 || st.AvailableReplicas != 1 {
+			return false, fmt.Errorf("cart: %+v", st)
+		}
+		tags, notReady := e.proxies("shop")
+		return len(tags) == 2 && notReady == 0, fmt.Errorf("shop: %d ready, %d not", len(tags), notReady)
+	})
 	// Now shop points at 1.28: its pods are stale until they restart.
 	if _, err := cs.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/rev":"1-28"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,102 @@
+package upgrade
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
+)
+
+// cluster is a mixed cluster at one version: istiod, ztunnel and
+// istio-cni on two nodes, two sidecars, the default tag on its revision.
+func cluster(version, rev string) inventory.Inventory {
+	return inventory.Inventory{
+		Revisions: []inventory.Revision{{Name: rev, Version: version, Ready: true}},
+		Tags:      map[string]string{"default": rev},
+		Nodes:     []inventory.Node{{Name: "n1", Ztunnel: version, CNI: version}, {Name: "n2", Ztunnel: version, CNI: version}},
+		Pods: []inventory.Pod{{Namespace: "shop", Name: "a", Mode: inventory.ModeSidecar, Revision: rev, Version: version},
+			{Namespace: "shop", Name: "b", Mode: inventory.ModeSidecar, Revision: rev, Version: version}},
+	}
+}
+
+func states(p Plan) string {
+	var out []string
+	for _, s := range p.Steps {
+		out = append(out, fmt.Sprintf("%d:%s=%s", s.Pass, s.Name, s.State))
+	}
+	return strings.Join(out, " ")
+}
+
+// TestPlanTwoPassesInOrder: 1.27 to 1.29 is two passes of six steps each
+// (istiod 1.29 supports proxies one minor older), the removal of each old
+// revision last and marked the point of no return; the objects to apply are
+// the NodeRollout and RevisionMigration of each pass, the last pinned.
+func TestPlanTwoPassesInOrder(t *testing.T) {
+	p, err := Build(Input{Inventory: cluster("1.27.3", "1-27"), To: skew.MustParse("1.29.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "1:precheck=Done 1:istiod 1-28=Next 1:node components=Later 1:sidecar namespaces=Later 1:default tag=Later 1:remove 1-27=Later " +
+		"2:precheck=Later 2:istiod 1-29=Later 2:node components=Later 2:sidecar namespaces=Later 2:default tag=Later 2:remove 1-28=Later"
+	if got := states(p); got != want {
+		t.Fatalf("steps:\n got %s\nwant %s", got, want)
+	}
+	if last := p.Steps[len(p.Steps)-1]; !last.PointOfNoReturn || !strings.Contains(last.Do, "nodewise revision remove 1-28") {
+		t.Errorf("last step %+v, want the removal of 1-28, the point of no return", last)
+	}
+	objs := p.Objects()
+	if len(objs) != 4 {
+		t.Fatalf("%d objects, want a NodeRollout and a RevisionMigration per pass", len(objs))
+	}
+	if nr := objs[2].(*v1alpha1.NodeRollout); nr.Name != "ambient-1-29" || nr.Spec.Version != "1.29.1" {
+		t.Errorf("second NodeRollout %s pinned to %q, want ambient-1-29 pinned to 1.29.1", nr.Name, nr.Spec.Version)
+	}
+	if nr := objs[0].(*v1alpha1.NodeRollout); nr.Spec.Version != "" || !strings.Contains(p.Steps[1].Do, "--version 1.28.x") {
+		t.Errorf("the intermediate pass pins %q and installs %q; want no pin and the newest 1.28 patch", nr.Spec.Version, p.Steps[1].Do)
+	}
+	if rm := objs[3].(*v1alpha1.RevisionMigration); rm.Spec.From != "1-28" || rm.Spec.To != "1-29" {
+		t.Errorf("second migration %s -> %s, want 1-28 -> 1-29", rm.Spec.From, rm.Spec.To)
+	}
+}
+
+// TestStatusFollowsTheCluster: each step is Done as the cluster reaches
+// it, a running object is Running, a halted one Blocked, and only the first
+// step not done is Next.
+func TestStatusFollowsTheCluster(t *testing.T) {
+	to := skew.MustParse("1.28.1")
+	inv := cluster("1.27.3", "1-27")
+	in := Input{Inventory: inv, To: to, PrecheckErrors: 1}
+	p, _ := Build(in)
+	if s := p.Current(); s.Name != "precheck" || s.State != Blocked {
+		t.Fatalf("with a precheck error: current %+v, want the precheck Blocked", s)
+	}
+	in.PrecheckErrors = 0
+	in.Inventory.Revisions = append(in.Inventory.Revisions, inventory.Revision{Name: "1-28", Version: "1.28.1", Ready: true})
+	in.Rollouts = []v1alpha1.NodeRollout{{}}
+	in.Rollouts[0].Name, in.Rollouts[0].Status.Phase = "ambient-1-28", v1alpha1.PhaseProgressing
+	p, _ = Build(in)
+	if got := states(p); got != "1:precheck=Done 1:istiod 1-28=Done 1:node components=Running 1:sidecar namespaces=Later 1:default tag=Later 1:remove 1-27=Later" {
+		t.Fatalf("istiod installed, rollout running: %s", got)
+	}
+	in.Rollouts[0].Status.Phase, in.Rollouts[0].Status.HaltReason = v1alpha1.PhaseHalted, "node n1: gate Fail"
+	if p, _ = Build(in); p.Current().State != Blocked || !strings.Contains(p.Current().Why, "node n1: gate Fail") {
+		t.Fatalf("rollout halted: current %+v", p.Current())
+	}
+	for i := range in.Inventory.Nodes {
+		in.Inventory.Nodes[i].Ztunnel, in.Inventory.Nodes[i].CNI = "1.28.1", "1.28.1"
+	}
+	for i := range in.Inventory.Pods {
+		in.Inventory.Pods[i].Version = "1.28.1"
+	}
+	in.Inventory.Tags["default"] = "1-28"
+	if p, _ = Build(in); p.Current().Name != "remove 1-27" || p.Current().State != Next {
+		t.Fatalf("all moved: current %+v, want the removal next", p.Current())
+	}
+	in.Inventory.Revisions = in.Inventory.Revisions[1:]
+	if p, _ = Build(in); p.Current() != nil {
+		t.Fatalf("old revision removed: current %+v, want done", p.Current())
+	}
+}
