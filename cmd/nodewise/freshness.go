@@ -155,7 +155,7 @@ func window(g freshness.Group) string {
 		return "never"
 	}
 	s := freshness.Human(g.Exposure.Window.Duration)
-	if g.Exposure.Error.Duration > 0 {
+	if g.Exposure.Error.Duration >= time.Second {
 		s += "±" + freshness.Human(g.Exposure.Error.Duration)
 	}
 	return s
@@ -182,7 +182,7 @@ func next(r freshness.Report, x freshness.Workload) string {
 		return "-"
 	}
 	s := "in " + freshness.Human(x.NextRestart.Sub(r.Now.Time))
-	if x.Spread.Duration > 0 {
+	if x.Spread.Duration >= time.Second {
 		s += " ±" + freshness.Human(x.Spread.Duration)
 	}
 	return s

@@ -54,7 +54,7 @@ func (r Report) exposure(e Exposure) string {
 	var parts []string
 	if e.Window.Duration > 0 || e.Never == 0 {
 		s := "exposure window " + Human(e.Window.Duration)
-		if e.Error.Duration > 0 {
+		if e.Error.Duration >= time.Second {
 			s += " ±" + Human(e.Error.Duration)
 		}
 		parts = append(parts, s)

@@ -204,8 +204,8 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 			Drain: v1alpha1.DrainSpec{Policy: v1alpha1.DrainAuto}}}
 	nodes := Step{Pass: n, Name: "node components", By: ByNodewise + " (after your chart change)",
 		Changes: fmt.Sprintf("ztunnel and istio-cni on every node to %s, node by node, judged (the charts' templates first: OnDelete, so nothing moves until the NodeRollout)", to),
-		Do: fmt.Sprintf("helm upgrade istio-cni istio/cni -n %s --version %s --set updateStrategy.type=OnDelete; helm upgrade ztunnel istio/ztunnel -n %s --version %s --set updateStrategy.type=OnDelete; nodewise apply -f <the NodeRollout below>",
-			in.IstioNamespace, helmVersion(to), in.IstioNamespace, helmVersion(to)),
+		Do: fmt.Sprintf("helm upgrade istio-cni istio/cni -n %s --version %s --set updateStrategy.type=OnDelete; helm upgrade ztunnel istio/ztunnel -n %s --version %s --set updateStrategy.type=OnDelete; then apply NodeRollout ambient-%s (upgrade plan -o yaml prints it)",
+			in.IstioNamespace, helmVersion(to), in.IstioNamespace, helmVersion(to), rev),
 		Check: "every node's ztunnel and istio-cni run " + to.String(), State: Later, Object: nr}
 	behind := 0
 	for _, node := range inv.Nodes {
@@ -234,7 +234,7 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 		Spec:       v1alpha1.RevisionMigrationSpec{From: from, To: rev, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}}}
 	sc := Step{Pass: n, Name: "sidecar namespaces", By: ByNodewise,
 		Changes: fmt.Sprintf("namespaces on %s retagged to %s and their workloads restarted, in waves, judged", from, rev),
-		Do:      "nodewise apply -f <the RevisionMigration below> (or nodewise revision migrate --from " + from + " --to " + rev + " --rate 5)",
+		Do:      "apply RevisionMigration sidecars-" + rev + " (upgrade plan -o yaml prints it), or nodewise revision migrate --from " + from + " --to " + rev + " --rate 5",
 		Check:   "no sidecar runs a version older than " + to.String(), State: Later, Object: rm}
 	stale := 0
 	for _, pod := range inv.Pods {
