@@ -40,9 +40,11 @@ const (
 // cannot be undone), and only a person's next step (a rollback, a new
 // rollout) moves the fleet on. A paused one is reconciling: kstatus has no
 // "suspended", and it waits for a person's resume as it waits for a window.
+// An idle standing policy is ready: its last run reached its spec, and the
+// next begins by itself.
 func (p RolloutPhase) Progress() Progress {
 	switch p {
-	case PhaseCompleted, PhaseRolledBack:
+	case PhaseCompleted, PhaseRolledBack, PhaseIdle:
 		return ProgressReady
 	case PhaseHalted, PhaseFailed, PhaseAborted:
 		return ProgressStalled

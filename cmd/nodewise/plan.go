@@ -71,10 +71,14 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			}
 			if !output.human() {
 				r := newPlanReport(nr.Name, d, p, planner.Estimate(d.Order, p, perSwap))
+				r.Standing = nr.Spec.Standing
 				return output.print(cmd.OutOrStdout(), r, r.names, nil)
 			}
 			if err := planner.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), planner.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
+			}
+			if nr.Spec.Standing {
+				fmt.Fprintln(cmd.OutOrStdout(), standingPlanLine)
 			}
 			kube, _, err := rolloutClients(g)
 			if err != nil {
@@ -98,10 +102,14 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// standingPlanLine is the plan's line for a standing policy (spec.standing).
+const standingPlanLine = "Standing policy: this is its next run; once it completes the policy goes Idle and rolls each new revision of the targets as a new run (nodewise status lists the runs)"
+
 // planReport is `nodewise plan -o json|yaml|jsonpath`.
 type planReport struct {
 	Rollout  string   `json:"rollout"`
 	Offline  bool     `json:"offline,omitempty"`
+	Standing bool     `json:"standing,omitempty"`
 	Phase    string   `json:"phase,omitempty"`
 	Reason   string   `json:"reason,omitempty"`
 	Targets  []string `json:"targets,omitempty"`

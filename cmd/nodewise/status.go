@@ -209,7 +209,7 @@ func watchObject(ctx context.Context, timeout time.Duration, lw *cache.ListWatch
 
 func terminal(p v1alpha1.RolloutPhase) bool {
 	switch p {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseFailed:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseFailed, v1alpha1.PhaseIdle:
 		return true
 	}
 	return false
