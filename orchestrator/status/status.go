@@ -128,22 +128,17 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, targets []
 	}
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
 	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack || s.Phase == v1alpha1.PhaseIdle, string(s.Phase), "")
-	why, progress := d.Reason, s.Phase.Progress()
-	if s.Phase == v1alpha1.PhaseHalted {
-		why = s.HaltReason
-	}
 	if off := offOnDelete(targets); off != "" {
-		cond(ConditionOnDelete, false, "NotOnDelete", off)
-		why, progress = off, v1alpha1.ProgressStalled
+		cond(v1alpha1.ConditionOnDelete, false, "NotOnDelete", off)
 	} else if len(targets) > 0 {
-		cond(ConditionOnDelete, true, "OnDelete", "")
+		cond(v1alpha1.ConditionOnDelete, true, "OnDelete", "")
+	}
+	progress, why := s.Progress()
+	if why == "" {
+		why = d.Reason
 	}
 	v1alpha1.SetProgress(&s.Conditions, progress, string(s.Phase), why, gen, now)
 }
-
-// ConditionOnDelete is True while every target DaemonSet uses OnDelete;
-// False names the ones that do not and the fix: no node starts meanwhile.
-const ConditionOnDelete = "OnDelete"
 
 // offOnDelete names the targets found off OnDelete and the fix ("" when none).
 func offOnDelete(targets []model.TargetView) string {
