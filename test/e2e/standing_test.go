@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/gitops"
 )
 
 // judges is a gate that records, for each node it judges, the revision
@@ -110,7 +112,8 @@ func runRevision(r v1alpha1.RunRecord) string {
 // TestStandingPolicyRollsEachRevision: one standing policy, applied once,
 // rolls revision 2 (1.28.1) and then, when it appears later, revision 3
 // (1.28.2), each node judged on each, and goes Idle after each run; its
-// status keeps both runs, newest first.
+// status keeps both runs, newest first; Argo CD reads it Healthy and
+// kstatus Current between runs.
 func TestStandingPolicyRollsEachRevision(t *testing.T) {
 	t.Parallel()
 	const nodes = 2
@@ -144,15 +147,18 @@ func TestStandingPolicyRollsEachRevision(t *testing.T) {
 	if got := j.judged(); got != strings.Join(want, " ") {
 		t.Errorf("the gate judged %s; want each node once on each revision: %s", got, strings.Join(want, " "))
 	}
-	if c := meta.FindStatusCondition(nr.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("an idle policy's Ready condition: %+v, want True", c)
+	// Between runs, GitOps tools see it healthy, not finished for good.
+	rd := gitops.NewChecker(t, context.Background(), e.c.Client, e.c.Config, "NodeRollout").Expect("standing", "Healthy", status.CurrentStatus)
+	if !strings.Contains(rd.Argo.Message, "Idle") || !strings.Contains(rd.Argo.Message, "run 2 Completed") {
+		t.Errorf("Argo CD says %q of the idle policy; want Idle and run 2 Completed", rd.Argo.Message)
 	}
 }
 
 // TestStandingPolicyStopsOffOnDelete: a standing policy whose ztunnel
 // DaemonSet is switched to RollingUpdate stops (Pending, OnDelete False
-// naming the DaemonSet and the fix, Stalled) and starts no run for a new
-// istio-cni revision meanwhile; back on OnDelete, it rolls it.
+// naming the DaemonSet and the fix: Degraded in Argo CD, Failed in kstatus,
+// both saying so) and starts no run for a new istio-cni revision
+// meanwhile; back on OnDelete, it rolls it.
 func TestStandingPolicyStopsOffOnDelete(t *testing.T) {
 	t.Parallel()
 	e, _ := standingEnv(t, 1)
@@ -181,8 +187,9 @@ func TestStandingPolicyStopsOffOnDelete(t *testing.T) {
 	if !strings.Contains(c.Message, "DaemonSet istio-system/"+cluster.ZtunnelName+" uses updateStrategy RollingUpdate") || !strings.Contains(c.Message, "updateStrategy.type=OnDelete") {
 		t.Errorf("condition OnDelete says %q; want the DaemonSet named and the fix", c.Message)
 	}
-	if !meta.IsStatusConditionTrue(nr.Status.Conditions, v1alpha1.ConditionStalled) {
-		t.Errorf("conditions %+v: want Stalled True while a target is off OnDelete", nr.Status.Conditions)
+	rd := gitops.NewChecker(t, ctx, e.c.Client, e.c.Config, "NodeRollout").Expect("gitops", "Degraded", status.FailedStatus)
+	if rd.Argo.Message != c.Message || rd.KstatusMessage != c.Message {
+		t.Errorf("off OnDelete: Argo CD says %q, kstatus %q; want both %q", rd.Argo.Message, rd.KstatusMessage, c.Message)
 	}
 
 	before := podUIDs(t, e, e.c.Nodes[0].Name)
