@@ -53,7 +53,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			return followStatus(cmd.Context(), g, rc, args[0], watch, timeout, w)
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted, Aborted or Failed")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted, Aborted or Failed (a standing policy: or Idle)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 3) after this long (default: wait for ever)")
 	out.addFlags(cmd)
 	return cmd
