@@ -78,7 +78,10 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 		}
 	}
 	ps.Snap.AlertsBlock = o.alertsBlock(ctx, p.Blocking) // read here, not in the workers' snapshots
-	if nr.Spec.Promotion != nil && nr.Status.StartTime == nil && !deleting {
+	if standing.Due(nr.Status, nr.Spec, ps.Snap.Targets) {
+		ps.Snap.Status.StartTime = nil // a standing policy's next run plans as a new rollout: promotion holds its first start
+	}
+	if nr.Spec.Promotion != nil && ps.Snap.Status.StartTime == nil && !deleting {
 		ps.Snap.PromotionHold = "this process reads no upstream cluster"
 		if o.Promotion != nil {
 			ps.Snap.PromotionHold = o.Promotion(ctx, nr, ps.Snap.Targets)

@@ -55,25 +55,34 @@ func Phase(spec v1alpha1.NodeRolloutSpec, planned v1alpha1.RolloutPhase) v1alpha
 // run's times and halt reason start afresh, and its record heads s.Runs
 // (at most v1alpha1.MaxRuns kept). It says whether a run began.
 func Begin(s *v1alpha1.NodeRolloutStatus, spec v1alpha1.NodeRolloutSpec, planned v1alpha1.RolloutPhase, targets []model.TargetView, now metav1.Time) bool {
-	if !spec.Standing || planned == v1alpha1.PhasePending || planned == v1alpha1.PhaseFailed {
+	if planned == v1alpha1.PhasePending || planned == v1alpha1.PhaseFailed || !Due(*s, spec, targets) {
 		return false
 	}
-	revs := revisions(targets)
 	n := int64(1)
 	if len(s.Runs) > 0 {
-		last := s.Runs[0]
-		if !Ended(last.Outcome) || sameRevisions(last.Targets, revs) {
-			return false
-		}
-		n = last.Run + 1
+		n = s.Runs[0].Run + 1
 	}
 	s.StartTime, s.CompletionTime, s.HaltReason = nil, nil, ""
-	run := v1alpha1.RunRecord{Run: n, Targets: revs, Outcome: planned, StartTime: now}
+	run := v1alpha1.RunRecord{Run: n, Targets: revisions(targets), Outcome: planned, StartTime: now}
 	s.Runs = append([]v1alpha1.RunRecord{run}, s.Runs...)
 	if len(s.Runs) > v1alpha1.MaxRuns {
 		s.Runs = s.Runs[:v1alpha1.MaxRuns]
 	}
 	return true
+}
+
+// Due says a standing policy's next run is due on targets: it has had
+// none, or its last one ended and rolled other revisions. Until its first
+// node starts, such a run is a new rollout (promotion holds it, a missing
+// canary is a mistake in the spec).
+func Due(s v1alpha1.NodeRolloutStatus, spec v1alpha1.NodeRolloutSpec, targets []model.TargetView) bool {
+	if !spec.Standing {
+		return false
+	}
+	if len(s.Runs) == 0 {
+		return true
+	}
+	return Ended(s.Runs[0].Outcome) && !sameRevisions(s.Runs[0].Targets, revisions(targets))
 }
 
 // Note brings the current run's record (s.Runs[0], unless it ended) to
