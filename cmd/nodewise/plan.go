@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/gatespec"
@@ -17,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -77,12 +79,15 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			if err := planner.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), planner.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
 			}
-			if nr.Spec.Standing {
-				fmt.Fprintln(cmd.OutOrStdout(), standingPlanLine)
-			}
-			kube, _, err := rolloutClients(g)
+			kube, rc, err := rolloutClients(g)
 			if err != nil {
 				return err
+			}
+			if nr.Spec.Standing {
+				fmt.Fprintln(cmd.OutOrStdout(), standingPlanLine)
+				if live, err := rc.Get(cmd.Context(), nr.Name, metav1.GetOptions{}); err == nil && len(live.Status.Runs) > 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), standing.Summary(live, time.Now())) // the policy as applied: its last runs
+				}
 			}
 			swap, deadline, err := renderSwaps(cmd.Context(), cmd.OutOrStdout(), kube, p)
 			if err != nil || agents.CAFile == "" || swap == "" {

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
@@ -23,6 +27,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/gitops"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // judges is a gate that records, for each node it judges, the revision
@@ -112,8 +117,8 @@ func runRevision(r v1alpha1.RunRecord) string {
 // TestStandingPolicyRollsEachRevision: one standing policy, applied once,
 // rolls revision 2 (1.28.1) and then, when it appears later, revision 3
 // (1.28.2), each node judged on each, and goes Idle after each run; its
-// status keeps both runs, newest first; Argo CD reads it Healthy and
-// kstatus Current between runs.
+// status keeps both runs, newest first; `nodewise plan` of its file names
+// them; Argo CD reads it Healthy and kstatus Current between runs.
 func TestStandingPolicyRollsEachRevision(t *testing.T) {
 	t.Parallel()
 	const nodes = 2
@@ -147,6 +152,23 @@ func TestStandingPolicyRollsEachRevision(t *testing.T) {
 	if got := j.judged(); got != strings.Join(want, " ") {
 		t.Errorf("the gate judged %s; want each node once on each revision: %s", got, strings.Join(want, " "))
 	}
+	// The policy's file, planned again: the plan says it stands, and
+	// names the applied policy's last runs.
+	pol := standingPolicy("standing")
+	pol.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeRollout"}
+	manifest, err := yaml.Marshal(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "standing.yaml")
+	if err := os.WriteFile(file, manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(testkit.Binary(t, "nodewise"), "--kubeconfig", e.c.Kubeconfig, "plan", "-f", file).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Standing policy:") || !strings.Contains(string(out), "runs: #2 Completed") {
+		t.Errorf("nodewise plan -f of the policy (%v):\n%s\nwant the standing line and run 2 Completed", err, out)
+	}
+
 	// Between runs, GitOps tools see it healthy, not finished for good.
 	rd := gitops.NewChecker(t, context.Background(), e.c.Client, e.c.Config, "NodeRollout").Expect("standing", "Healthy", status.CurrentStatus)
 	if !strings.Contains(rd.Argo.Message, "Idle") || !strings.Contains(rd.Argo.Message, "run 2 Completed") {
