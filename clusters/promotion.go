@@ -72,7 +72,7 @@ func decide(cluster string, rollouts []v1alpha1.NodeRollout, w Want, now time.Ti
 		switch nr.Status.Phase {
 		case v1alpha1.PhaseHalted, v1alpha1.PhaseFailed:
 			e.blocks, e.reason = string(nr.Status.Phase), nr.Status.PhaseReason()
-		case v1alpha1.PhaseCompleted:
+		case v1alpha1.PhaseCompleted, v1alpha1.PhaseIdle: // Idle: a standing policy whose run completed
 			if covers(images, w.Images) && nr.Status.CompletionTime != nil {
 				e.doneAt, e.lenient = nr.Status.CompletionTime, Stricter(nr.Spec, w.Spec)
 			}

@@ -160,7 +160,7 @@ func changes(prev map[string]view, cur []v1alpha1.NodeRollout, now time.Time) []
 			case v1alpha1.PhaseHalted:
 				nodes := failedNodes(nr)
 				out = append(out, Event{Kind: Halted, Rollout: nr.Name, Nodes: nodes, Reason: nr.Status.HaltReason, Headline: headlineOf(nr.Status.HaltReason, nodes), Time: now})
-			case v1alpha1.PhaseCompleted:
+			case v1alpha1.PhaseCompleted, v1alpha1.PhaseIdle: // Idle: a standing policy's run completed
 				out = append(out, Event{Kind: Completed, Rollout: nr.Name, Time: now})
 			case v1alpha1.PhaseFailed:
 				out = append(out, Event{Kind: Failed, Rollout: nr.Name, Reason: nr.Status.PhaseReason(), Headline: headlineOf(nr.Status.PhaseReason(), nil), Time: now})

@@ -223,6 +223,8 @@ type BlockingAlert struct {
 }
 
 // NodeRolloutSpec is what to roll and how.
+// +kubebuilder:validation:XValidation:rule="!has(self.standing) || !self.standing || !has(self.version)",message="spec.standing and spec.version are exclusive: a standing policy rolls each new revision of its targets as it appears, a pinned rollout only the one version it names; to review each version, leave standing off and apply one pinned NodeRollout per version"
+// +kubebuilder:validation:XValidation:rule="!has(self.standing) || !self.standing || !has(self.rollback) || !self.rollback",message="spec.rollback is for one-shot rollouts: a standing policy rolls a restored template as its next run, judged (revert the chart in Git; after a halt, nodewise resume)"
 type NodeRolloutSpec struct {
 	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
 	// then istio-system/ztunnel (CNI first).
@@ -316,6 +318,16 @@ type NodeRolloutSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Version string `json:"version,omitempty"`
+	// Standing keeps the rollout as a policy: once a run completes it goes
+	// Idle and watches its targets, and a template that differs from the
+	// one its last run rolled starts the next run, within its windows, with
+	// its judge, as a new rollout would. A halted run blocks the next until
+	// a person resumes or aborts it. A target that leaves OnDelete stops it
+	// (Pending, condition OnDelete False). Each run is recorded in
+	// status.runs. Exclusive with spec.version and spec.rollback. See
+	// docs/gitops.md.
+	// +optional
+	Standing bool `json:"standing,omitempty"`
 	// Promotion holds the rollout in Pending until the same target images
 	// have completed in upstream clusters (staging before production). See
 	// docs/clusters.md.
@@ -345,7 +357,7 @@ type NodeRolloutSpec struct {
 }
 
 // RolloutPhase is where the whole rollout is.
-// +kubebuilder:validation:Enum=Pending;Progressing;Paused;WaitingForWindow;Halted;Aborted;Completed;Failed;RollingBack;RolledBack
+// +kubebuilder:validation:Enum=Pending;Progressing;Paused;WaitingForWindow;Halted;Aborted;Completed;Failed;RollingBack;RolledBack;Idle
 type RolloutPhase string
 
 const (
@@ -361,6 +373,9 @@ const (
 	PhaseFailed      RolloutPhase = "Failed"
 	PhaseRollingBack RolloutPhase = "RollingBack"
 	PhaseRolledBack  RolloutPhase = "RolledBack"
+	// PhaseIdle: a standing policy between runs: its last run completed,
+	// and it watches its targets for the next revision (spec.standing).
+	PhaseIdle RolloutPhase = "Idle"
 )
 
 // NodeState is one node's step. Every in-flight state is persisted before it is acted on.
@@ -549,6 +564,38 @@ type NodeRolloutStatus struct {
 	// +listMapKey=verb
 	// +kubebuilder:validation:MaxItems=6
 	Requests []VerbRequest `json:"requests,omitempty"`
+	// Runs are a standing policy's runs, newest first, the last
+	// MaxRuns of them: the current one while it is under way (or halted),
+	// then the finished ones.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Runs []RunRecord `json:"runs,omitempty"`
+}
+
+// MaxRuns bounds status.runs.
+const MaxRuns = 10
+
+// RunRecord is one run of a standing policy: the revisions it rolled and
+// how it went.
+type RunRecord struct {
+	// Run counts the policy's runs from 1.
+	Run int64 `json:"run"`
+	// Targets are the revisions and images the run rolls.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	Targets []TargetStatus `json:"targets,omitempty"`
+	// Outcome is the run's phase: Completed or Aborted once it ended,
+	// else where it is (Progressing, Halted, WaitingForWindow, ...).
+	Outcome RolloutPhase `json:"outcome"`
+	// Reason is the run's last headline: the halt reason, or what it did.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+	// StartTime is when the policy took the run's revisions.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when the run ended.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
 
 // The abort rule sits on the object, not on spec or spec.abort: a
@@ -565,6 +612,7 @@ type NodeRolloutStatus struct {
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.counts.total`
 // +kubebuilder:printcolumn:name="In-Flight",type=integer,JSONPath=`.status.counts.inProgress`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Standing",type=boolean,JSONPath=`.spec.standing`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.haltReason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeRollout struct {

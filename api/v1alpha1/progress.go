@@ -40,9 +40,11 @@ const (
 // cannot be undone), and only a person's next step (a rollback, a new
 // rollout) moves the fleet on. A paused one is reconciling: kstatus has no
 // "suspended", and it waits for a person's resume as it waits for a window.
+// An idle standing policy is ready: its last run reached its spec, and the
+// next begins by itself.
 func (p RolloutPhase) Progress() Progress {
 	switch p {
-	case PhaseCompleted, PhaseRolledBack:
+	case PhaseCompleted, PhaseRolledBack, PhaseIdle:
 		return ProgressReady
 	case PhaseHalted, PhaseFailed, PhaseAborted:
 		return ProgressStalled
@@ -96,15 +98,30 @@ func (s *NodeRolloutStatus) FollowPhase(now metav1.Time) {
 	if s.Phase == "" {
 		return
 	}
-	p := s.Phase.Progress()
+	p, msg := s.Progress()
 	if c := meta.FindStatusCondition(s.Conditions, p.conditionType()); c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(s.Phase) {
 		return
 	}
-	var msg string
-	if s.Phase == PhaseHalted {
-		msg = s.HaltReason
-	}
 	SetProgress(&s.Conditions, p, string(s.Phase), msg, s.ObservedGeneration, now)
+}
+
+// ConditionOnDelete is True while every target DaemonSet of a NodeRollout
+// uses updateStrategy OnDelete; False names the ones that do not and the
+// fix. No node starts meanwhile.
+const ConditionOnDelete = "OnDelete"
+
+// Progress is what s tells a GitOps tool, and the message it has to say
+// why: its phase's (the halt reason for a halt), but Stalled while a
+// target is off OnDelete (condition OnDelete False, its message), which
+// only a person puts right.
+func (s *NodeRolloutStatus) Progress() (Progress, string) {
+	if c := meta.FindStatusCondition(s.Conditions, ConditionOnDelete); c != nil && c.Status == metav1.ConditionFalse {
+		return ProgressStalled, c.Message
+	}
+	if s.Phase == PhaseHalted {
+		return ProgressStalled, s.HaltReason
+	}
+	return s.Phase.Progress(), ""
 }
 
 // conditionType is the condition that is True at progress p.

@@ -134,7 +134,7 @@ func rolloutOfNode(ctx context.Context, rc v1alpha1.NodeRolloutInterface, name, 
 // start; a spec change that wakes it plans its nodes afresh).
 func finished(p v1alpha1.RolloutPhase) bool {
 	switch p {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed, v1alpha1.PhaseIdle:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/gatespec"
@@ -17,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
 func newPlanCmd(g *globalFlags) *cobra.Command {
@@ -71,14 +73,21 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			}
 			if !output.human() {
 				r := newPlanReport(nr.Name, d, p, planner.Estimate(d.Order, p, perSwap))
+				r.Standing = nr.Spec.Standing
 				return output.print(cmd.OutOrStdout(), r, r.names, nil)
 			}
 			if err := planner.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), planner.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
 			}
-			kube, _, err := rolloutClients(g)
+			kube, rc, err := rolloutClients(g)
 			if err != nil {
 				return err
+			}
+			if nr.Spec.Standing {
+				fmt.Fprintln(cmd.OutOrStdout(), standingPlanLine)
+				if live, err := rc.Get(cmd.Context(), nr.Name, metav1.GetOptions{}); err == nil && len(live.Status.Runs) > 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), standing.Summary(live, time.Now())) // the policy as applied: its last runs
+				}
 			}
 			swap, deadline, err := renderSwaps(cmd.Context(), cmd.OutOrStdout(), kube, p)
 			if err != nil || agents.CAFile == "" || swap == "" {
@@ -98,10 +107,14 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// standingPlanLine is the plan's line for a standing policy (spec.standing).
+const standingPlanLine = "Standing policy: this is its next run; once it completes the policy goes Idle and rolls each new revision of the targets as a new run (nodewise status lists the runs)"
+
 // planReport is `nodewise plan -o json|yaml|jsonpath`.
 type planReport struct {
 	Rollout  string   `json:"rollout"`
 	Offline  bool     `json:"offline,omitempty"`
+	Standing bool     `json:"standing,omitempty"`
 	Phase    string   `json:"phase,omitempty"`
 	Reason   string   `json:"reason,omitempty"`
 	Targets  []string `json:"targets,omitempty"`

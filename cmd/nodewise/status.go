@@ -53,7 +53,7 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			return followStatus(cmd.Context(), g, rc, args[0], watch, timeout, w)
 		},
 	}
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted, Aborted or Failed")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout until it is Completed, RolledBack, Halted, Aborted or Failed (a standing policy: or Idle)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with -w, give up (exit 3) after this long (default: wait for ever)")
 	out.addFlags(cmd)
 	return cmd
@@ -209,7 +209,7 @@ func watchObject(ctx context.Context, timeout time.Duration, lw *cache.ListWatch
 
 func terminal(p v1alpha1.RolloutPhase) bool {
 	switch p {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseFailed:
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseHalted, v1alpha1.PhaseAborted, v1alpha1.PhaseFailed, v1alpha1.PhaseIdle:
 		return true
 	}
 	return false

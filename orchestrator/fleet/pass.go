@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
 // Pass is one reconcile pass of a NodeRollout, decided: what it planned
@@ -60,8 +61,8 @@ type NodeRequest struct {
 func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *View) (*Pass, error) {
 	deleting := nr.DeletionTimestamp != nil
 	switch nr.Status.Phase {
-	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed:
-		if nr.Status.ObservedGeneration == nr.Generation && !deleting {
+	case v1alpha1.PhaseCompleted, v1alpha1.PhaseAborted, v1alpha1.PhaseRolledBack, v1alpha1.PhaseFailed, v1alpha1.PhaseIdle:
+		if nr.Status.ObservedGeneration == nr.Generation && !deleting && (nr.Status.Phase != v1alpha1.PhaseIdle || !o.wakes(nr)) {
 			return &Pass{Finished: true}, nil // a spec change (e.g. rollback) wakes it
 		}
 	}
@@ -77,7 +78,10 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 		}
 	}
 	ps.Snap.AlertsBlock = o.alertsBlock(ctx, p.Blocking) // read here, not in the workers' snapshots
-	if nr.Spec.Promotion != nil && nr.Status.StartTime == nil && !deleting {
+	if standing.Due(nr.Status, nr.Spec, ps.Snap.Targets) {
+		ps.Snap.Status.StartTime = nil // a standing policy's next run plans as a new rollout: promotion holds its first start
+	}
+	if nr.Spec.Promotion != nil && ps.Snap.Status.StartTime == nil && !deleting {
 		ps.Snap.PromotionHold = "this process reads no upstream cluster"
 		if o.Promotion != nil {
 			ps.Snap.PromotionHold = o.Promotion(ctx, nr, ps.Snap.Targets)
@@ -108,6 +112,25 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 	}
 	ps.KuredNodes = kuredNodes(p, ps.Snap, ps.Decision)
 	return ps, nil
+}
+
+// wakes says an idle standing policy plans again (standing.Wake): a new
+// revision of a target, or a target gone or off OnDelete. A target that
+// cannot be read wakes it too: the pass says why.
+func (o *Observer) wakes(nr *v1alpha1.NodeRollout) bool {
+	p, err := model.NewPolicy(nr.Spec)
+	if err != nil {
+		return true
+	}
+	var targets []model.TargetView
+	for _, ref := range p.Targets {
+		tv, err := o.Targets.Target(ref)
+		if err != nil {
+			return true
+		}
+		targets = append(targets, tv)
+	}
+	return standing.Wake(nr.Status, targets) != ""
 }
 
 // policy is nr's policy, its targets typed; an invalid one (a bad spec,

@@ -185,6 +185,12 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 	if spec.EnrollmentTimeout != nil && spec.EnrollmentTimeout.Err() == nil && p.EnrollmentTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("spec.enrollmentTimeout: %s must be positive, such as 30s", p.EnrollmentTimeout))
 	}
+	if spec.Standing && spec.Version != "" {
+		errs = append(errs, errors.New("spec.standing and spec.version are exclusive: a standing policy rolls each new revision as it appears, a pinned rollout only its one version"))
+	}
+	if spec.Standing && spec.Rollback {
+		errs = append(errs, errors.New("spec.rollback is for one-shot rollouts: a standing policy rolls a restored template as its next run"))
+	}
 	switch spec.Gates.ControlGroup {
 	case "", v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled:
 	default:

@@ -7,12 +7,14 @@ import (
 	"cmp"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
 // Record writes into s what decision d says of rollout nr at now: the
@@ -24,7 +26,8 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 	if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !model.ResumeRequested(nr.Annotations) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
 		return // a halt is only cleared by resume, rollback or abort
 	}
-	s.Phase, s.ObservedGeneration = d.Phase, nr.Generation
+	standing.Begin(s, nr.Spec, d.Phase, targets, now) // a standing policy's next run
+	s.Phase, s.ObservedGeneration = standing.Phase(nr.Spec, d.Phase), nr.Generation
 	if d.Phase == v1alpha1.PhaseHalted {
 		if s.HaltReason == "" {
 			s.HaltReason = d.Reason
@@ -82,7 +85,8 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 		s.Omitted = nil // every planned node has its entry again, an omitted one too
 	}
 	s.Counts = planner.Counts(s.Nodes)
-	setConditions(s, d, nr.Generation, now)
+	setConditions(s, d, targets, nr.Generation, now)
+	standing.Note(s, d.Reason, now)
 }
 
 // pruneUnplanned drops the Pending entries of nodes the plan no longer has
@@ -102,10 +106,12 @@ func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []
 	return kept
 }
 
-// setConditions sets the Valid, Halted and Complete conditions of s, and
-// the Ready, Reconciling and Stalled ones GitOps tools read (from the phase,
-// with the halt reason or else the decision's reason as the message).
-func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64, now metav1.Time) {
+// setConditions sets the Valid, Halted, Complete and OnDelete conditions
+// of s, and the Ready, Reconciling and Stalled ones GitOps tools read (from
+// the phase, with the halt reason or else the decision's reason as the
+// message; Stalled while a target is off OnDelete, which only a person
+// puts right).
+func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, targets []model.TargetView, gen int64, now metav1.Time) {
 	cond := func(t string, ok bool, reason, msg string) {
 		st := metav1.ConditionFalse
 		if ok {
@@ -121,10 +127,29 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, gen int64,
 		cond("Promoted", true, "UpstreamCompleted", "")
 	}
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
-	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack, string(s.Phase), "")
-	why := d.Reason
-	if s.Phase == v1alpha1.PhaseHalted {
-		why = s.HaltReason
+	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack || s.Phase == v1alpha1.PhaseIdle, string(s.Phase), "")
+	if off := offOnDelete(targets); off != "" {
+		cond(v1alpha1.ConditionOnDelete, false, "NotOnDelete", off)
+	} else if len(targets) > 0 {
+		cond(v1alpha1.ConditionOnDelete, true, "OnDelete", "")
 	}
-	v1alpha1.SetProgress(&s.Conditions, s.Phase.Progress(), string(s.Phase), why, gen, now)
+	progress, why := s.Progress()
+	if why == "" {
+		why = d.Reason
+	}
+	v1alpha1.SetProgress(&s.Conditions, progress, string(s.Phase), why, gen, now)
+}
+
+// offOnDelete names the targets found off OnDelete and the fix ("" when none).
+func offOnDelete(targets []model.TargetView) string {
+	var off []model.TargetView
+	for _, t := range targets {
+		if t.Found && t.Strategy != appsv1.OnDeleteDaemonSetStrategyType {
+			off = append(off, t)
+		}
+	}
+	if err := planner.ValidateTargets(off); err != nil {
+		return planner.OneLine(err)
+	}
+	return ""
 }

@@ -10,16 +10,21 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
 // RenderStatus writes the human view of a NodeRollout: phase, a progress
-// bar, the halt reason, then one line per node in plan order.
+// bar, a standing policy's last runs, the halt reason, then one line per
+// node in plan order.
 func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 	s := nr.Status
 	c := s.Counts
 	finished := c.Done + c.Skipped + c.RolledBack
 	fmt.Fprintf(w, "NodeRollout %s  phase %s  %s %d/%d done", nr.Name, orDash(string(s.Phase)), bar(finished, c.Total, 30), finished, c.Total)
 	fmt.Fprintf(w, "  (in flight %d, failed %d, skipped %d)\n", c.InProgress, c.Failed, c.Skipped)
+	if line := standing.Summary(nr, now); line != "" {
+		fmt.Fprintln(w, line) // the runs in full: -o yaml, status.runs
+	}
 	if s.HaltReason != "" {
 		fmt.Fprintln(w, haltLine(nr))
 	}

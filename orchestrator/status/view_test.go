@@ -74,3 +74,32 @@ func TestRenderStatusHaltedLine(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderStatusShowsAStandingPolicysRuns: a standing policy's view has
+// one line, under the headline, saying it stands and naming its last
+// runs; a one-shot rollout's has none.
+func TestRenderStatusShowsAStandingPolicysRuns(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	end := metav1.NewTime(now.Add(-time.Hour))
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "ambient"}, Spec: v1alpha1.NodeRolloutSpec{Standing: true}, Status: v1alpha1.NodeRolloutStatus{
+		Phase: v1alpha1.PhaseIdle,
+		Runs:  []v1alpha1.RunRecord{{Run: 1, Outcome: v1alpha1.PhaseCompleted, Targets: []v1alpha1.TargetStatus{{Name: "ztunnel", Revision: "5d8f"}}, CompletionTime: &end}},
+	}}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, nr, now); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	want := "standing: rolls each new revision of its targets; runs: #1 Completed (ztunnel@5d8f) 1h0m0s ago"
+	if len(lines) < 2 || lines[1] != want {
+		t.Errorf("second line %q, want %q", lines[1], want)
+	}
+	nr.Spec.Standing, nr.Status.Runs = false, nil
+	buf.Reset()
+	if err := RenderStatus(&buf, nr, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "standing") {
+		t.Errorf("a one-shot rollout's view mentions standing:\n%s", buf.String())
+	}
+}

@@ -49,6 +49,8 @@ func TestBadInputRejected(t *testing.T) {
 		{"maxUnavailable 0%", strings.Replace(goodRollout, "maxUnavailable: 1", "maxUnavailable: '0%'", 1), "maxUnavailable", true},
 		{"window ends where it starts", strings.Replace(goodRollout, `end: "24:00"`, `end: "00:00"`, 1), "must differ from its start", true},
 		{"unknown time zone", strings.Replace(goodRollout, "Europe/Berlin", "Europe/Atlantis", 1), "unknown time zone", true},
+		{"standing and pinned", strings.Replace(goodRollout, "spec:\n", "spec:\n  standing: true\n  version: 1.28.1\n", 1), "spec.standing and spec.version are exclusive", true},
+		{"standing and rolled back", strings.Replace(goodRollout, "spec:\n", "spec:\n  standing: true\n  rollback: true\n", 1), "spec.rollback is for one-shot rollouts", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,22 +16,23 @@ var rooms = map[string][]string{
 	"timewindow":       {}, // maintenance windows and blackouts as spans of time (time zones, DST)
 	"metrics":          {},
 	"planner":          {"model", "timewindow"},
-	"prepull":          {"model", "nodestep", "swap"}, // the pre-pull pods: made, read and written
-	"kuredlock":        {"locks", "model", "observe"}, // writes Kured's lock on its DaemonSet (observe: the API server's clock)
-	"status":           {"model", "planner"},          // what a rollout's status says after a pass (pure)
-	"locks":            {},                            // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
+	"prepull":          {"model", "nodestep", "swap"},    // the pre-pull pods: made, read and written
+	"kuredlock":        {"locks", "model", "observe"},    // writes Kured's lock on its DaemonSet (observe: the API server's clock)
+	"status":           {"model", "planner", "standing"}, // what a rollout's status says after a pass (pure)
+	"standing":         {"model"},                        // a standing policy across its runs: wake, run history (pure)
+	"locks":            {},                               // other maintenance tools' locks: Kured's and SUC's holders, Kured's lock format
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on
 	"observe":          {"model"},
-	"gate":             {"model", "observe"},                                                   // observe: the pod cache the readiness gate reads
-	"judgegate":        {"gate", "model"},                                                      // the judge behind the Gate interface
-	"drain":            {"model", "nodestep", "observe"},                                       // the Drain step: evictions, PDBs, drain policy auto
-	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"}, // drives one node through its steps (write: only behind interfaces)
-	"write":            {"model", "nodestep", "observe", "planner"},                            // node and status writes: records, cache waits, the status budget
-	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull"},        // a pass's read side: observes the fleet and decides the pass, writing nothing
-	"promotion":        {"model"},                                                              // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
-	"preflight":        {"model", "nodestep"},                                                  // the version-skew check before a node's swap (its halts)
-	"internal/fixture": {"model"},                                                              // the unit tests' fleets, targets and pods
+	"gate":             {"model", "observe"},                                                        // observe: the pod cache the readiness gate reads
+	"judgegate":        {"gate", "model"},                                                           // the judge behind the Gate interface
+	"drain":            {"model", "nodestep", "observe"},                                            // the Drain step: evictions, PDBs, drain policy auto
+	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"},      // drives one node through its steps (write: only behind interfaces)
+	"write":            {"model", "nodestep", "observe", "planner"},                                 // node and status writes: records, cache waits, the status budget
+	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull", "standing"}, // a pass's read side: observes the fleet and decides the pass, writing nothing
+	"promotion":        {"model"},                                                                   // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
+	"preflight":        {"model", "nodestep"},                                                       // the version-skew check before a node's swap (its halts)
+	"internal/fixture": {"model"},                                                                   // the unit tests' fleets, targets and pods
 }
 
 // roomViolations applies rooms to the package list.

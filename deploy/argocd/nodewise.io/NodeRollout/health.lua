@@ -1,7 +1,10 @@
 -- Argo CD health of a nodewise.io NodeRollout, read from status.phase:
 -- under way or waiting is Progressing, paused by a person Suspended,
--- halted, invalid or aborted Degraded (a person acts next), completed or
--- rolled back Healthy. It uses Argo CD's default libraries only (no string).
+-- halted, invalid or aborted Degraded (a person acts next), completed,
+-- rolled back or (a standing policy between runs) idle Healthy. A target
+-- DaemonSet off OnDelete (condition OnDelete False) is Degraded whatever
+-- the phase: no node starts until the chart is fixed. It uses Argo CD's
+-- default libraries only (no string).
 local hs = {}
 local st = obj.status
 if st == nil or st.observedGeneration == nil or tonumber(st.observedGeneration) ~= tonumber(obj.metadata.generation) then
@@ -24,6 +27,16 @@ local function why()
   return nil
 end
 
+if st.conditions ~= nil then
+  for _, c in ipairs(st.conditions) do
+    if c.type == "OnDelete" and c.status == "False" then
+      hs.status = "Degraded"
+      hs.message = c.message
+      return hs
+    end
+  end
+end
+
 local phase = st.phase
 if phase == nil or phase == "" then
   phase = "Pending"
@@ -32,7 +45,7 @@ local health = ({
   Pending = "Progressing", Progressing = "Progressing", WaitingForWindow = "Progressing", RollingBack = "Progressing",
   Paused = "Suspended",
   Halted = "Degraded", Failed = "Degraded", Aborted = "Degraded",
-  Completed = "Healthy", RolledBack = "Healthy",
+  Completed = "Healthy", RolledBack = "Healthy", Idle = "Healthy",
 })[phase]
 if health == nil then
   hs.status = "Unknown"
@@ -49,6 +62,9 @@ else
   if reason ~= nil then
     message = phase .. ": " .. reason
   end
+end
+if st.runs ~= nil and st.runs[1] ~= nil then
+  message = message .. "; run " .. tostring(st.runs[1].run) .. " " .. tostring(st.runs[1].outcome)
 end
 local total = st.counts ~= nil and tonumber(st.counts.total) or nil
 if total ~= nil and total > 0 then
