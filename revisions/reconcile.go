@@ -43,6 +43,12 @@ func (c *Controller) step(ctx context.Context, rm *v1alpha1.RevisionMigration, s
 	case v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
 		return 0, nil
 	case v1alpha1.MigrationHalted, v1alpha1.MigrationSucceeded:
+		if handedOver(rm.Status) {
+			return 0, c.refuseAbortAfterHandover(ctx, rm, spec)
+		}
+		if spec.Abort == "" && rm.Status.Phase == v1alpha1.MigrationSucceeded && spec.StableTag != "" {
+			return 0, c.handover(ctx, rm, spec, snap)
+		}
 		// A finished migration can still be rolled back while From is installed.
 		if spec.Abort == "" {
 			return 0, nil
