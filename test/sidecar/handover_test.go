@@ -32,7 +32,8 @@ import (
 // deploy/argocd's Namespace ignoreDifferences select exactly the labels that
 // differ from the namespaces as created, and nodewise's field manager owns
 // exactly the one it set. An abort after the handover changes nothing and
-// says how to go back.
+// says how to go back. The controller runs as deploy/sidecar's
+// ServiceAccount.
 func TestStableTagHandover(t *testing.T) {
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
@@ -55,9 +56,11 @@ func TestStableTagHandover(t *testing.T) {
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.controller(revisions.GateFunc(func(context.Context, revisions.WaveInput) (health.Verdict, error) {
+	// As deploy/sidecar's ServiceAccount, under its RBAC and admission
+	// policy: the handover needs no verb a migration does not have.
+	e.controllerAs(revisions.GateFunc(func(context.Context, revisions.WaveInput) (health.Verdict, error) {
 		return health.Verdict{Outcome: health.Pass}, nil
-	}))
+	}), e.asRevisionsServiceAccount())
 	e.waitPhase("hand", time.Minute, v1alpha1.MigrationSucceeded)
 	held := e.waitCondition("hand", revisions.ConditionTagHandedOver, metav1.ConditionFalse)
 	if !strings.Contains(held.Message, "s-other") {
