@@ -56,7 +56,7 @@ func (c *Controller) handover(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionTagHandedOver, Status: metav1.ConditionFalse, Reason: "Held", Message: conditionMessage(hold), ObservedGeneration: rm.Generation})
 		return c.writeStatus(ctx, rm)
 	}
-	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.StableTag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true}); err != nil {
+	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.StableTag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true, FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("pointing stable tag %s at %s: %w", spec.StableTag, spec.To, err)
 	}
 	onStable := 0

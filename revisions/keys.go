@@ -15,7 +15,8 @@ const (
 	// orchestrator's namespace beside the NodeRollout controller's.
 	LeaseName = "nodewise-revisions"
 	// FieldManager names every write of the RevisionMigration controller
-	// (namespace labels, workload restarts) in managedFields: a fixed name,
+	// to objects it does not own (namespace labels, workload restarts, tag
+	// webhooks and Services) in managedFields: a fixed name,
 	// so GitOps tools can trust it (Argo CD's managedFieldsManagers,
 	// deploy/argocd/argocd-cm.yaml).
 	FieldManager = "nodewise-revisions"

@@ -145,6 +145,17 @@ func TestStableTagHandover(t *testing.T) {
 			t.Errorf("tag %s points at %q (%v), want %s", tag, rev, err, want)
 		}
 	}
+	wh, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, revtag.WebhookName("stable"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var managers []string
+	for _, mf := range wh.ManagedFields {
+		managers = append(managers, mf.Manager)
+	}
+	if !strings.Contains(strings.Join(managers, ","), revisions.FieldManager) {
+		t.Errorf("the moved tag webhook's managers are %v, want %s among them", managers, revisions.FieldManager)
+	}
 	for name, want := range map[string]map[string]string{
 		"s-tagged":  git["s-tagged"], // Git's labels again: nothing left to ignore
 		"s-adopted": {"istio.io/rev": "stable", "team": "b", "move": "yes"},
