@@ -20,7 +20,8 @@ import (
 // points at To and every moved namespace is labelled istio.io/rev=<stableTag>.
 // It is False, reason Held, while a namespace the migration did not move
 // uses the stable tag (moving the tag would change that namespace's next
-// pods unjudged).
+// pods unjudged). The migration's reason says the same, so that Argo CD and
+// kstatus show it beside Succeeded.
 const ConditionTagHandedOver = "TagHandedOver"
 
 // A migration's tag is the canary: namespaces are moved onto it wave by wave,
@@ -54,6 +55,7 @@ func (c *Controller) handover(ctx context.Context, rm *v1alpha1.RevisionMigratio
 			return nil
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionTagHandedOver, Status: metav1.ConditionFalse, Reason: "Held", Message: conditionMessage(hold), ObservedGeneration: rm.Generation})
+		st.Reason = succeededReason(st, spec) + "; handover held: " + hold
 		return c.writeStatus(ctx, rm)
 	}
 	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.StableTag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true, FieldManager: FieldManager}); err != nil {
@@ -87,6 +89,7 @@ func (c *Controller) handover(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		msg += fmt.Sprintf("; left as someone else labelled them: %s", strings.Join(changed, ", "))
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionTagHandedOver, Status: metav1.ConditionTrue, Reason: "HandedOver", Message: conditionMessage(msg), ObservedGeneration: rm.Generation})
+	st.Reason = succeededReason(st, spec) + "; handed over to tag " + spec.StableTag
 	return c.writeStatus(ctx, rm)
 }
 

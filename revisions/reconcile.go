@@ -155,7 +155,7 @@ func targetOf(inv inventory.Inventory, rev string) (target, error) {
 func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) (time.Duration, error) {
 	st := &rm.Status
 	if int(st.CurrentWave) >= len(st.Waves) {
-		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, succeededReason(st, spec))
 	}
 	wave := st.CurrentWave
 	// Paused: the wave in flight finishes; one not started yet does not start.
@@ -225,7 +225,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		now := metav1.NewTime(c.cfg.Now())
 		st.WaveStartedAt = &now
 		if int(st.CurrentWave) >= len(st.Waves) {
-			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, succeededReason(st, spec))
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
 	case health.Fail:
@@ -368,4 +368,10 @@ func headline(v health.Verdict) string {
 		return v.Headline
 	}
 	return health.Lead(v.Reasons)
+}
+
+// succeededReason is a Succeeded migration's reason, which the handover to
+// spec.stableTag extends (GitOps tools show the reason).
+func succeededReason(st *v1alpha1.RevisionMigrationStatus, spec v1alpha1.RevisionMigrationSpec) string {
+	return fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To)
 }

@@ -66,6 +66,9 @@ func TestStableTagHandover(t *testing.T) {
 	if !strings.Contains(held.Message, "s-other") {
 		t.Errorf("handover held with %q, want it to name s-other", held.Message)
 	}
+	if r := e.migration("hand").Status.Reason; !strings.Contains(r, "handover held: tag stable (-> 1-27)") {
+		t.Errorf("reason %q does not say the handover is held (what Argo CD and kstatus show)", r)
+	}
 	if rev, _ := revtag.Get(ctx, cs, "stable"); rev != "1-27" {
 		t.Errorf("tag stable points at %s while s-other still uses it, want 1-27", rev)
 	}
@@ -140,6 +143,9 @@ func TestStableTagHandover(t *testing.T) {
 	}
 	done := e.waitCondition("hand", revisions.ConditionTagHandedOver, metav1.ConditionTrue)
 	t.Logf("handed over: %s", done.Message)
+	if r := e.migration("hand").Status.Reason; r != "all 2 namespaces on 1-28; handed over to tag stable" {
+		t.Errorf("reason %q after the handover", r)
+	}
 	for tag, want := range map[string]string{"stable": "1-28", "canary": "1-28"} {
 		if rev, err := revtag.Get(ctx, cs, tag); rev != want {
 			t.Errorf("tag %s points at %q (%v), want %s", tag, rev, err, want)
