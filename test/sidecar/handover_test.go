@@ -199,6 +199,66 @@ func TestStableTagHandover(t *testing.T) {
 	}
 }
 
+// TestStableTagHandoverKilledAtEveryStep: the handover survives a controller
+// killed after each persisted step (each namespace's patch, the status). After
+// every death each moved namespace is on the canary or on the stable tag,
+// never anything else, and none is on the stable tag before the tag points at
+// 1-28 (a namespace relabelled first would get 1.27.3 on its next pods). The
+// migration itself runs in-process and is held before the handover by a
+// namespace still on the stable tag, relabelled once that controller stops.
+func TestStableTagHandoverKilledAtEveryStep(t *testing.T) {
+	e := start(t, 3, "1.27.3", "1.28.1")
+	ctx, cs := e.ctx, e.c.Client
+	if err := revtag.Set(ctx, cs, revtag.SetOptions{Tag: "stable", Revision: "1-27"}); err != nil {
+		t.Fatal(err)
+	}
+	e.namespace("k-tagged", map[string]string{"istio.io/rev": "stable", "move": "yes"}, app{name: "web", replicas: 1})
+	e.namespace("k-adopted", map[string]string{"istio-injection": "enabled", "move": "yes"}, app{name: "web", replicas: 1})
+	e.namespace("k-hold", map[string]string{"istio.io/rev": "stable"})
+	e.allOn(2*time.Minute, "1.27.3", 1, "k-tagged", "k-adopted")
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "kill"}, Spec: v1alpha1.RevisionMigrationSpec{
+		From: "1-27", To: "1-28", StableTag: "stable", RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5},
+		Waves: []v1alpha1.Wave{{Name: "all", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{"move": "yes"}}}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := e.controller(nil)
+	e.waitCondition("kill", revisions.ConditionTagHandedOver, metav1.ConditionFalse)
+	stop()
+	if _, err := cs.CoreV1().Namespaces().Patch(ctx, "k-hold", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/rev":"1-27"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	handedOver := func() bool {
+		return meta.IsStatusConditionTrue(e.migration("kill").Status.Conditions, revisions.ConditionTagHandedOver)
+	}
+	check := func(deaths int) {
+		rev, err := revtag.Get(ctx, cs, "stable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ns := range []string{"k-tagged", "k-adopted"} {
+			l := e.labels(ns)
+			if _, inj := l["istio-injection"]; inj || (l["istio.io/rev"] != "canary" && l["istio.io/rev"] != "stable") {
+				t.Fatalf("after death %d: %s labelled %v, want istio.io/rev canary or stable and no istio-injection", deaths, ns, l)
+			}
+			if l["istio.io/rev"] == "stable" && rev != "1-28" {
+				t.Fatalf("after death %d: %s is on tag stable while it points at %s", deaths, ns, rev)
+			}
+		}
+	}
+	deaths := e.controllerUntil(2*time.Minute, handedOver, check)
+	t.Logf("FIGURE: the handover took %d controller processes, each killed after one persisted step", deaths)
+	if deaths < 3 {
+		t.Errorf("the handover took %d controller deaths, want one per namespace patch and one for the status (3)", deaths)
+	}
+	for _, ns := range []string{"k-tagged", "k-adopted"} {
+		if l := e.labels(ns); l["istio.io/rev"] != "stable" {
+			t.Errorf("%s labelled %v after the handover", ns, l)
+		}
+	}
+	e.allOn(time.Minute, "1.28.1", 1, "k-tagged", "k-adopted")
+}
+
 // waitCondition waits for the migration's condition typ to have status and
 // returns it.
 func (e *env) waitCondition(name, typ string, status metav1.ConditionStatus) metav1.Condition {
