@@ -40,6 +40,14 @@ func handedOver(st v1alpha1.RevisionMigrationStatus) bool {
 	return meta.IsStatusConditionTrue(st.Conditions, ConditionTagHandedOver)
 }
 
+// handoverBegun reports whether the stable tag already points at To: a
+// controller may have stopped between moving it and relabelling the
+// namespaces, whose recorded labels would now lead to To, so an abort waits
+// for the handover to finish (and is then refused).
+func handoverBegun(spec v1alpha1.RevisionMigrationSpec, snap *snapshot) bool {
+	return snap.inv.Tags[spec.StableTag] == spec.To
+}
+
 // handover moves spec.StableTag to spec.To and each moved namespace onto it.
 func (c *Controller) handover(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) error {
 	st := &rm.Status

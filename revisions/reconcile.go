@@ -46,7 +46,9 @@ func (c *Controller) step(ctx context.Context, rm *v1alpha1.RevisionMigration, s
 		if handedOver(rm.Status) {
 			return 0, c.refuseAbortAfterHandover(ctx, rm, spec)
 		}
-		if spec.Abort == "" && rm.Status.Phase == v1alpha1.MigrationSucceeded && spec.StableTag != "" {
+		// The handover runs once Succeeded, and, once begun, finishes before
+		// an abort is looked at (which it then refuses).
+		if rm.Status.Phase == v1alpha1.MigrationSucceeded && spec.StableTag != "" && (spec.Abort == "" || handoverBegun(spec, snap)) {
 			return 0, c.handover(ctx, rm, spec, snap)
 		}
 		// A finished migration can still be rolled back while From is installed.
