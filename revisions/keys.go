@@ -14,8 +14,12 @@ const (
 	// LeaseName is the RevisionMigration controller's Lease, in the
 	// orchestrator's namespace beside the NodeRollout controller's.
 	LeaseName = "nodewise-revisions"
-	// fieldManager names the controller's writes in managedFields.
-	fieldManager = "nodewise-revisions"
+	// FieldManager names every write of the RevisionMigration controller
+	// to objects it does not own (namespace labels, workload restarts, tag
+	// webhooks and Services) in managedFields: a fixed name,
+	// so GitOps tools can trust it (Argo CD's managedFieldsManagers,
+	// deploy/argocd/argocd-cm.yaml).
+	FieldManager = "nodewise-revisions"
 )
 
 // PausePatch is the merge patch that pauses a migration before its next wave.

@@ -43,6 +43,14 @@ func (c *Controller) step(ctx context.Context, rm *v1alpha1.RevisionMigration, s
 	case v1alpha1.MigrationAborted, v1alpha1.MigrationRefused:
 		return 0, nil
 	case v1alpha1.MigrationHalted, v1alpha1.MigrationSucceeded:
+		if handedOver(rm.Status) {
+			return 0, c.refuseAbortAfterHandover(ctx, rm, spec)
+		}
+		// The handover runs once Succeeded, and, once begun, finishes before
+		// an abort is looked at (which it then refuses).
+		if rm.Status.Phase == v1alpha1.MigrationSucceeded && spec.StableTag != "" && (spec.Abort == "" || handoverBegun(spec, snap)) {
+			return 0, c.handover(ctx, rm, spec, snap)
+		}
 		// A finished migration can still be rolled back while From is installed.
 		if spec.Abort == "" {
 			return 0, nil
@@ -149,7 +157,7 @@ func targetOf(inv inventory.Inventory, rev string) (target, error) {
 func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigration, spec v1alpha1.RevisionMigrationSpec, snap *snapshot) (time.Duration, error) {
 	st := &rm.Status
 	if int(st.CurrentWave) >= len(st.Waves) {
-		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+		return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, succeededReason(st, spec))
 	}
 	wave := st.CurrentWave
 	// Paused: the wave in flight finishes; one not started yet does not start.
@@ -219,7 +227,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		now := metav1.NewTime(c.cfg.Now())
 		st.WaveStartedAt = &now
 		if int(st.CurrentWave) >= len(st.Waves) {
-			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To))
+			return 0, c.setPhase(ctx, rm, v1alpha1.MigrationSucceeded, succeededReason(st, spec))
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("wave %s passed; starting wave %s", w.Name, st.Waves[st.CurrentWave].Name))
 	case health.Fail:
@@ -362,4 +370,10 @@ func headline(v health.Verdict) string {
 		return v.Headline
 	}
 	return health.Lead(v.Reasons)
+}
+
+// succeededReason is a Succeeded migration's reason, which the handover to
+// spec.stableTag extends (GitOps tools show the reason).
+func succeededReason(st *v1alpha1.RevisionMigrationStatus, spec v1alpha1.RevisionMigrationSpec) string {
+	return fmt.Sprintf("all %d namespaces on %s", len(st.Namespaces), spec.To)
 }

@@ -154,7 +154,7 @@ func (c *Controller) patchLabels(ctx context.Context, ns *corev1.Namespace, labe
 	if err != nil {
 		return fmt.Errorf("encoding the label patch of namespace %s: %w", ns.Name, err)
 	}
-	if _, err := c.cfg.Kube.CoreV1().Namespaces().Patch(ctx, ns.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+	if _, err := c.cfg.Kube.CoreV1().Namespaces().Patch(ctx, ns.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("namespace %s changed since it was read; retrying: %w", ns.Name, err)
 		}

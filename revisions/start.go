@@ -130,7 +130,7 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 		return c.setPhase(ctx, rm, v1alpha1.MigrationPending, reason)
 	}
-	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.Tag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true}); err != nil {
+	if err := revtag.Set(ctx, c.cfg.Kube, revtag.SetOptions{Tag: spec.Tag, Revision: spec.To, IstioNamespace: c.cfg.Inventory.IstioNamespace, Overwrite: true, FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("pointing tag %s at %s: %w", spec.Tag, spec.To, err)
 	}
 

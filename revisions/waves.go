@@ -52,6 +52,13 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 	if spec.Tag == "default" {
 		errs = append(errs, "the default tag is not a migration tag: pick another name (default canary)")
 	}
+	switch st := spec.StableTag; {
+	case st == "":
+	case st == "default":
+		errs = append(errs, "stableTag cannot be the default tag: move it with istiod's Helm defaultRevision or nodewise tag set default")
+	case st == spec.From || st == spec.To || st == Defaulted(spec).Tag:
+		errs = append(errs, "stableTag must differ from tag, from and to")
+	}
 	if spec.RateLimit.PodsPerSecond <= 0 {
 		errs = append(errs, "rateLimit.podsPerSecond must be greater than 0")
 	}

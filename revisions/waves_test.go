@@ -99,9 +99,12 @@ func TestValidate(t *testing.T) {
 		mut  func(*v1alpha1.RevisionMigrationSpec)
 		want string
 	}{
-		"zero rate":   {func(s *v1alpha1.RevisionMigrationSpec) { s.RateLimit.PodsPerSecond = 0 }, "podsPerSecond must be greater than 0"},
-		"same revs":   {func(s *v1alpha1.RevisionMigrationSpec) { s.To = "1-27" }, "different revisions"},
-		"default tag": {func(s *v1alpha1.RevisionMigrationSpec) { s.Tag = "default" }, "default tag"},
+		"zero rate":        {func(s *v1alpha1.RevisionMigrationSpec) { s.RateLimit.PodsPerSecond = 0 }, "podsPerSecond must be greater than 0"},
+		"same revs":        {func(s *v1alpha1.RevisionMigrationSpec) { s.To = "1-27" }, "different revisions"},
+		"default tag":      {func(s *v1alpha1.RevisionMigrationSpec) { s.Tag = "default" }, "default tag"},
+		"stable default":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "default" }, "stableTag cannot be the default tag"},
+		"stable is canary": {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "canary" }, "stableTag must differ from tag, from and to"},
+		"stable is to":     {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "1-28" }, "stableTag must differ from tag, from and to"},
 		"overlap same": {func(s *v1alpha1.RevisionMigrationSpec) {
 			s.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("tier", "1")}}
 		}, "overlap"},

@@ -119,11 +119,11 @@ func restart(ctx context.Context, c kubernetes.Interface, w workload, stamp stri
 	var err error
 	switch w.Kind {
 	case "Deployment":
-		_, err = c.AppsV1().Deployments(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		_, err = c.AppsV1().Deployments(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	case "StatefulSet":
-		_, err = c.AppsV1().StatefulSets(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		_, err = c.AppsV1().StatefulSets(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	case "DaemonSet":
-		_, err = c.AppsV1().DaemonSets(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		_, err = c.AppsV1().DaemonSets(w.Namespace).Patch(ctx, w.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	}
 	if err != nil {
 		return fmt.Errorf("restarting %s: %w", w, err)

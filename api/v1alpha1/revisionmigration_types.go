@@ -46,6 +46,7 @@ type Wave struct {
 // RevisionMigrationSpec says which sidecar namespaces move from one istiod
 // revision to another, through which tag, in which waves and how fast.
 // +kubebuilder:validation:XValidation:rule="self.from != self.to",message="from and to must be different revisions"
+// +kubebuilder:validation:XValidation:rule="!has(self.stableTag) || (self.stableTag != self.from && self.stableTag != self.to && (!has(self.tag) || self.stableTag != self.tag))",message="stableTag must differ from tag, from and to"
 // +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, a.name == b.name || !has(a.namespaceSelector) || !has(b.namespaceSelector) || a.namespaceSelector.matchLabels.exists(k, k in b.namespaceSelector.matchLabels && a.namespaceSelector.matchLabels[k] != b.namespaceSelector.matchLabels[k])))",message="wave namespace selectors overlap: every two selector waves must name a common label key with different values"
 // +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, !has(a.percent) || !has(b.percent) || self.waves.indexOf(a) >= self.waves.indexOf(b) || a.percent < b.percent))",message="percent waves must strictly increase"
 type RevisionMigrationSpec struct {
@@ -63,6 +64,17 @@ type RevisionMigrationSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="the default tag is not a migration tag: pick another name (default canary)"
 	// +optional
 	Tag string `json:"tag,omitempty"`
+	// StableTag is where the moved namespaces end. Once the migration
+	// Succeeded, the controller points this tag at To (creating it if need
+	// be) and puts each moved namespace on it, restarting nothing (the
+	// revision stays To): a namespace whose original labels named this tag
+	// gets them back, any other gets istio.io/rev=<stableTag>. Condition
+	// TagHandedOver records it. Tag then points at To with no namespace on
+	// it, free for the next migration. Unset: the namespaces stay on Tag.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self != 'default'",message="stableTag cannot be the default tag: move it with istiod's Helm defaultRevision or nodewise tag set default"
+	// +optional
+	StableTag string `json:"stableTag,omitempty"`
 	// TierLabel is the namespace label that orders namespaces (lowest tier first).
 	// +kubebuilder:default="nodewise.io/tier"
 	// +optional

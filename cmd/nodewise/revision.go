@@ -204,6 +204,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&spec.From, "from", "", "revision the namespaces use now (required)")
 	cmd.Flags().StringVar(&spec.To, "to", "", "revision to move them to (required)")
 	cmd.Flags().StringVar(&spec.Tag, "tag", v1alpha1.DefaultMigrationTag, "revision tag pointed at --to")
+	cmd.Flags().StringVar(&spec.StableTag, "stable-tag", "", "once Succeeded, point this tag at --to and move the namespaces onto it, restarting nothing (spec.stableTag)")
 	cmd.Flags().StringVar(&spec.TierLabel, "tier-label", v1alpha1.DefaultTierLabel, "namespace label ordering the waves")
 	cmd.Flags().Int32Var(&spec.RateLimit.PodsPerSecond, "rate", 0, "most pods restarted per second (required, > 0)")
 	cmd.Flags().StringArrayVar(&waves, "wave", nil, "a wave, in order: NAME=PERCENT% or NAME=key=value[,key=value] (default canary, 5%, 30%, 100%)")

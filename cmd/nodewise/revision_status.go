@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -134,6 +135,9 @@ func migrationOutcome(rm *v1alpha1.RevisionMigration) error {
 func migrationKey(rm *v1alpha1.RevisionMigration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%s|%d|%t", rm.Status.Phase, rm.Status.Reason, rm.Status.CurrentWave, rm.Spec.Paused)
+	if c := meta.FindStatusCondition(rm.Status.Conditions, revisions.ConditionTagHandedOver); c != nil {
+		fmt.Fprintf(&b, "|%s", c.Message)
+	}
 	for _, ns := range rm.Status.Namespaces {
 		fmt.Fprintf(&b, "|%s=%s/%d/%s", ns.Name, ns.Phase, ns.Pods, ns.Message)
 	}
@@ -157,6 +161,13 @@ func writeMigrationStatus(out io.Writer, rm *v1alpha1.RevisionMigration) error {
 	fmt.Fprintf(out, "phase %s%s, wave %s\n", st.Phase, paused, wave)
 	if st.Reason != "" {
 		fmt.Fprintf(out, "reason: %s\n", st.Reason)
+	}
+	if spec.StableTag != "" {
+		handover := "once Succeeded"
+		if c := meta.FindStatusCondition(st.Conditions, revisions.ConditionTagHandedOver); c != nil {
+			handover = c.Reason + ": " + c.Message
+		}
+		fmt.Fprintf(out, "handover to tag %s: %s\n", spec.StableTag, handover)
 	}
 	if len(st.Namespaces) > 0 {
 		fmt.Fprintln(out)

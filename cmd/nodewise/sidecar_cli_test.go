@@ -153,13 +153,14 @@ func TestSidecarCommands(t *testing.T) {
 	bad("podsPerSecond must be greater than 0", "revision", "migrate", "--from", "1-27", "--to", "1-28")
 	bad("selectors overlap", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--wave", "a=tier=1", "--wave", "b=team=x")
 	bad(`unknown revision "1-99"`, "revision", "migrate", "--from", "1-27", "--to", "1-99", "--rate", "2")
+	bad("stableTag cannot be the default tag", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--stable-tag", "default")
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
 	bad("--prometheus: gates.prometheus.address \"http://prometheus.example.com:9090\"", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next",
 		"--prometheus", "http://prometheus.example.com:9090")
 	bad("--builtin-gates=false needs --prometheus", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--builtin-gates=false")
-	plan := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--dry-run", "--prometheus", "http://prometheus.monitoring.svc:9090")
+	plan := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--stable-tag", "prod", "--dry-run", "--prometheus", "http://prometheus.monitoring.svc:9090")
 	if !strings.Contains(plan, "# gates from http://prometheus.monitoring.svc:9090: built-in config acceptance (istiod 1-28's rejected configs against 1-27's), built-in retry volume") ||
-		!strings.Contains(plan, "address: http://prometheus.monitoring.svc:9090") {
+		!strings.Contains(plan, "address: http://prometheus.monitoring.svc:9090") || !strings.Contains(plan, "stableTag: prod") {
 		t.Fatalf("dry run:\n%s", plan)
 	}
 	nwc, err := v1alpha1.NewForConfig(c.Config)

@@ -1,12 +1,16 @@
-// Package argocd ships nodewise's Argo CD health checks: a Lua script per
+// Package argocd ships nodewise's Argo CD settings: a Lua health check per
 // kind, laid out as Argo CD's own resource_customizations
-// (nodewise.io/<Kind>/health.lua), and argocd-cm.yaml, the patch of Argo CD's
+// (nodewise.io/<Kind>/health.lua), the Namespace fields a RevisionMigration
+// owns (ignoreDifferences), and argocd-cm.yaml, the patch of Argo CD's
 // argocd-cm ConfigMap that installs them.
 package argocd
 
 import (
 	"embed"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 //go:embed nodewise.io/*/health.lua argocd-cm.yaml
@@ -37,4 +41,30 @@ func ConfigMapKey(kind string) string {
 func ConfigMapPatch() []byte {
 	b, _ := files.ReadFile("argocd-cm.yaml") // embedded: it is there
 	return b
+}
+
+// NamespaceIgnoreDifferencesKey is the key of argocd-cm that holds the
+// ignoreDifferences of every Namespace (a core kind: no group).
+const NamespaceIgnoreDifferencesKey = "resource.customizations.ignoreDifferences.Namespace"
+
+// IgnoreDifferences is Argo CD's ignoreDifferences customization, as
+// argocd-cm carries it.
+type IgnoreDifferences struct {
+	JSONPointers          []string `json:"jsonPointers,omitempty"`
+	JQPathExpressions     []string `json:"jqPathExpressions,omitempty"`
+	ManagedFieldsManagers []string `json:"managedFieldsManagers,omitempty"`
+}
+
+// NamespaceIgnoreDifferences is what argocd-cm.yaml tells Argo CD to ignore
+// on Namespaces: the labels a RevisionMigration writes.
+func NamespaceIgnoreDifferences() (IgnoreDifferences, error) {
+	var cm corev1.ConfigMap
+	if err := yaml.Unmarshal(ConfigMapPatch(), &cm); err != nil {
+		return IgnoreDifferences{}, fmt.Errorf("argocd-cm.yaml: %w", err)
+	}
+	var d IgnoreDifferences
+	if err := yaml.UnmarshalStrict([]byte(cm.Data[NamespaceIgnoreDifferencesKey]), &d); err != nil {
+		return IgnoreDifferences{}, fmt.Errorf("argocd-cm.yaml %s: %w", NamespaceIgnoreDifferencesKey, err)
+	}
+	return d, nil
 }

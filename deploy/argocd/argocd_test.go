@@ -18,8 +18,8 @@ func TestConfigMapPatchCarriesEachScript(t *testing.T) {
 	if cm.Kind != "ConfigMap" || cm.Name != "argocd-cm" || cm.Namespace != "argocd" {
 		t.Errorf("argocd-cm.yaml patches %s %s/%s, want ConfigMap argocd/argocd-cm", cm.Kind, cm.Namespace, cm.Name)
 	}
-	if len(cm.Data) != len(Kinds) {
-		t.Errorf("argocd-cm.yaml has %d keys, want one per kind (%v)", len(cm.Data), Kinds)
+	if len(cm.Data) != len(Kinds)+1 {
+		t.Errorf("argocd-cm.yaml has %d keys, want one per kind (%v) and %s", len(cm.Data), Kinds, NamespaceIgnoreDifferencesKey)
 	}
 	for _, kind := range Kinds {
 		script, err := HealthScript(kind)

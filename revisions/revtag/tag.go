@@ -128,6 +128,9 @@ type SetOptions struct {
 	IstioNamespace string
 	// Overwrite allows moving an existing tag.
 	Overwrite bool
+	// FieldManager names the writes in managedFields (empty: the client's
+	// default, from its user agent).
+	FieldManager string
 }
 
 // Set creates the tag, or moves it when Overwrite is set. It validates
@@ -155,18 +158,18 @@ func Set(ctx context.Context, client kubernetes.Interface, o SetOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := applyWebhook(ctx, client, want); err != nil {
+	if err := applyWebhook(ctx, client, want, o.FieldManager); err != nil {
 		return err
 	}
 	return applyService(ctx, client, o)
 }
 
-func applyWebhook(ctx context.Context, client kubernetes.Interface, want *admv1.MutatingWebhookConfiguration) error {
+func applyWebhook(ctx context.Context, client kubernetes.Interface, want *admv1.MutatingWebhookConfiguration, manager string) error {
 	api := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := api.Get(ctx, want.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			_, err = api.Create(ctx, want, metav1.CreateOptions{})
+			_, err = api.Create(ctx, want, metav1.CreateOptions{FieldManager: manager})
 			if err != nil {
 				return fmt.Errorf("creating %s: %w", want.Name, err)
 			}
@@ -177,7 +180,7 @@ func applyWebhook(ctx context.Context, client kubernetes.Interface, want *admv1.
 		}
 		next := cur.DeepCopy()
 		next.Labels, next.Annotations, next.Webhooks = want.Labels, want.Annotations, want.Webhooks
-		if _, err := api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		if _, err := api.Update(ctx, next, metav1.UpdateOptions{FieldManager: manager}); err != nil {
 			return fmt.Errorf("moving %s: %w", want.Name, err)
 		}
 		return nil
@@ -199,7 +202,7 @@ func applyService(ctx context.Context, client kubernetes.Interface, o SetOptions
 			if len(revSvcs.Items) == 0 {
 				return nil
 			}
-			if _, err := api.Create(ctx, BuildService(&revSvcs.Items[0], o.Tag), metav1.CreateOptions{}); err != nil {
+			if _, err := api.Create(ctx, BuildService(&revSvcs.Items[0], o.Tag), metav1.CreateOptions{FieldManager: o.FieldManager}); err != nil {
 				return fmt.Errorf("creating tag service %s: %w", ServicePrefix+o.Tag, err)
 			}
 			return nil
@@ -214,7 +217,7 @@ func applyService(ctx context.Context, client kubernetes.Interface, o SetOptions
 			next.Labels[istio.LabelRev] = o.Revision
 			next.Spec.Selector = map[string]string{"app": "istiod", istio.LabelRev: o.Revision}
 		}
-		if _, err := api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		if _, err := api.Update(ctx, next, metav1.UpdateOptions{FieldManager: o.FieldManager}); err != nil {
 			return fmt.Errorf("moving tag service %s: %w", next.Name, err)
 		}
 		return nil

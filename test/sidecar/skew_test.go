@@ -132,8 +132,11 @@ func TestBadInput(t *testing.T) {
 		"decreasing": {func(s *v1alpha1.RevisionMigrationSpec) {
 			s.Waves = []v1alpha1.Wave{{Name: "a", Percent: p(30)}, {Name: "b", Percent: p(5)}}
 		}, "percent waves must strictly increase"},
-		"same-rev":    {func(s *v1alpha1.RevisionMigrationSpec) { s.To = "1-27" }, "from and to must be different revisions"},
-		"default-tag": {func(s *v1alpha1.RevisionMigrationSpec) { s.Tag = "default" }, "the default tag is not a migration tag"},
+		"same-rev":         {func(s *v1alpha1.RevisionMigrationSpec) { s.To = "1-27" }, "from and to must be different revisions"},
+		"default-tag":      {func(s *v1alpha1.RevisionMigrationSpec) { s.Tag = "default" }, "the default tag is not a migration tag"},
+		"stable-default":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "default" }, "stableTag cannot be the default tag"},
+		"stable-is-canary": {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "canary" }, "stableTag must differ from tag, from and to"},
+		"stable-is-from":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "1-27" }, "stableTag must differ from tag, from and to"},
 	} {
 		s := good
 		tc.mut(&s)

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/revisions"
+)
+
+// TestMigrationStatusShowsHandover: with spec.stableTag the human view says
+// where the namespaces end, and, once the controller has acted, whether the
+// handover happened or what holds it (which also changes -w's key).
+func TestMigrationStatusShowsHandover(t *testing.T) {
+	rm := &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", StableTag: "prod"}}
+	show := func() string {
+		var b bytes.Buffer
+		if err := writeMigrationStatus(&b, rm); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if out := show(); !strings.Contains(out, "handover to tag prod: once Succeeded") {
+		t.Errorf("before: %s", out)
+	}
+	before := migrationKey(rm)
+	meta.SetStatusCondition(&rm.Status.Conditions, metav1.Condition{Type: revisions.ConditionTagHandedOver, Status: metav1.ConditionFalse, Reason: "Held", Message: "tag prod (-> 1-27) is still used by namespaces this migration did not move: legacy"})
+	if out := show(); !strings.Contains(out, "handover to tag prod: Held: tag prod (-> 1-27) is still used by namespaces this migration did not move: legacy") {
+		t.Errorf("held: %s", out)
+	}
+	if migrationKey(rm) == before {
+		t.Error("a held handover does not change the watch key: -w would not print it")
+	}
+	rm.Spec.StableTag = ""
+	if out := show(); strings.Contains(out, "handover") {
+		t.Errorf("without stableTag: %s", out)
+	}
+}
