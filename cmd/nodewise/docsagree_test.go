@@ -14,13 +14,16 @@ import (
 // foreign are the names pages give that are other objects' or programs',
 // in sentences that do not say whose.
 var foreign = map[string]bool{
-	"spec.nodeName":         true, // a Pod's: the node it runs on (and the field selector on it)
-	"spec.unschedulable":    true, // a Node's: cordoned
-	"spec.template":         true, // a workload's pod template, whose annotation a restart sets
-	"status.hostIPs":        true, // a Pod's, read through the downward API
-	"prometheus.monitoring": true, // a Service's short host name, not a path
-	"--set":                 true, // helm's, setting a chart value
-	"--field-selector":      true, // kubectl's
+	"spec.nodeName":          true, // a Pod's: the node it runs on (and the field selector on it)
+	"spec.unschedulable":     true, // a Node's: cordoned
+	"spec.template":          true, // a workload's pod template, whose annotation a restart sets
+	"status.hostIPs":         true, // a Pod's, read through the downward API
+	"prometheus.monitoring":  true, // a Service's short host name, not a path
+	"spec.ignoreDifferences": true, // an Argo CD Application's
+	"spec.driftIgnoreRules":  true, // a Flux Kustomization's
+	"spec.driftDetection":    true, // a Flux HelmRelease's
+	"--set":                  true, // helm's, setting a chart value
+	"--field-selector":       true, // kubectl's
 }
 
 // TestDocsAgreeWithTheCode holds README.md and docs/*.md to the code: every
