@@ -25,7 +25,8 @@ func startDashboard(ctx context.Context, nwc *v1alpha1.Client, kube kubernetes.I
 		return nil, err
 	}
 	cfg := dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log,
-		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started"}
+		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started",
+		Freshness: &dashboard.FreshnessConfig{Client: kube}}
 	if agents != nil {
 		history, err := judgegate.Agents(*agents, kube, log)
 		if err != nil {
