@@ -86,7 +86,11 @@ func (s *Server) freshnessPage(r *http.Request) (pageData, string, any, int) {
 		return pd, "freshness.html", d, code
 	}
 	d.Summary, d.Version = rep.Summary(), rep.Version
-	d.Target = "at most " + strconv.Itoa(rep.Target.MaxMinorsBehind) + " minor(s) behind " + rep.Version
+	d.Target = "at most " + strconv.Itoa(rep.Target.MaxMinorsBehind) + " minor release"
+	if rep.Target.MaxMinorsBehind != 1 {
+		d.Target += "s"
+	}
+	d.Target += " behind " + rep.Version
 	if rep.MaxAge.Duration > 0 {
 		d.Target += ", pods younger than " + freshness.Human(rep.MaxAge.Duration)
 	}

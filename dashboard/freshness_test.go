@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nodewise/nodewise/istio"
+	"github.com/nodewise/nodewise/istio/freshness"
 )
 
 const day = 24 * time.Hour
@@ -89,7 +90,9 @@ func between(t *testing.T, page, from, to string) string {
 
 func freshnessEnv(t *testing.T, client *fake.Clientset) *env {
 	t.Helper()
-	return newEnvWith(t, func(c *Config) { c.Freshness = &FreshnessConfig{Client: client} })
+	return newEnvWith(t, func(c *Config) {
+		c.Freshness = &FreshnessConfig{Client: client, Target: freshness.Target{MaxMinorsBehind: 1}}
+	})
 }
 
 // TestFreshnessPageShowsEachTeamsLine: /freshness (linked from the list)
@@ -112,7 +115,7 @@ func TestFreshnessPageShowsEachTeamsLine(t *testing.T) {
 		`<tr><td>shop</td><td>Deployment cart</td><td>ana</td><td>3 of 3</td><td>1.27.3</td><td>24h</td><td class="reason">in 6d (<time datetime="2026-12-09">2026-12-09</time>)</td></tr>`,
 		`<td>Deployment legacy</td><td>bo</td><td>1 of 1</td><td>1.26.2</td><td>61d</td><td class="reason">never expected: no restart cadence (last restarted 61d ago)</td>`,
 		`never: its namespace is on revision 1-27 (1.27.3): a restart keeps it there; migrate the namespace`,
-		`<a href="/freshness?team=payments">payments</a>`)
+		`<a href="/freshness?team=payments">payments</a>`, "Target: at most 1 minor release behind 1.28.1.")
 	web := between(t, page, `data-team="web"`, "</section>")
 	if !strings.Contains(web, "No workload behind.") || strings.Contains(web, "<table") {
 		t.Errorf("the fresh team's section lists workloads:\n%s", web)
