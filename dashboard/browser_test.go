@@ -143,7 +143,7 @@ func confirmAction(ctx context.Context, verb string) error {
 // probe over the baseline and the soak, the swap marker standing where the
 // baseline ends; on the resets plot the node's soak is drawn above its
 // baseline and the controls' is not. It saves the plots as the screenshot
-// docs/dashboard.md shows (NODEWISE_SCREENSHOTS=docs/dashboard).
+// docs/dashboard.md shows (NODEWISE_SCREENSHOTS=$PWD/docs/dashboard from the repository root).
 func TestBrowserPlotsTheHaltedNode(t *testing.T) {
 	e := newEnvWith(t, func(c *Config) { c.History = haltedHistory() }, haltedRollout("faulty", 9))
 	ctx := browser.New(t) // closed before the server, whose Close waits for the page's event stream

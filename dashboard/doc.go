@@ -3,8 +3,8 @@
 // planned order by wave and zone, one node's judgement with the judge's
 // numbers before and after for each pod and, read from the node agents'
 // history, its judged windows plotted against its control nodes and the
-// probe (HistorySource), a halt's reason with what to do next, and a
-// migration's waves. It is served by `nodewise dashboard` (with
+// probe (HistorySource), a halt's reason with what to do next, a
+// migration's waves, and each team's proxy freshness (FreshnessConfig). It is served by `nodewise dashboard` (with
 // the user's kubeconfig, actions allowed) and, read-only, by the
 // orchestrator behind a chart value.
 //

@@ -66,6 +66,9 @@ type Config struct {
 	// Clusters reads several clusters at once (clusters.Read) for the
 	// /clusters page; nil leaves the page out.
 	Clusters func(ctx context.Context) []clusters.Report
+	// Freshness, when set, serves /freshness: each team's proxies against
+	// the target, read on each load (freshness.go); nil leaves it out.
+	Freshness *FreshnessConfig
 	// GrafanaURL is the base URL of a Grafana with nodewise's dashboards;
 	// empty leaves the Grafana links out.
 	GrafanaURL string
@@ -103,6 +106,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.GrafanaURL != "" && !strings.HasPrefix(cfg.GrafanaURL, "http://") && !strings.HasPrefix(cfg.GrafanaURL, "https://") {
 		return nil, fmt.Errorf("dashboard: GrafanaURL %q must start with http:// or https://", cfg.GrafanaURL)
 	}
+	if cfg.Freshness != nil && cfg.Freshness.Client == nil {
+		return nil, errors.New("dashboard: Config.Freshness.Client is required")
+	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
@@ -134,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /migrations/{name}", s.page(s.migrationPage))
 	if s.cfg.Clusters != nil {
 		s.mux.HandleFunc("GET /clusters", s.page(s.clustersPage))
+	}
+	if s.cfg.Freshness != nil {
+		s.mux.HandleFunc("GET /freshness", s.page(s.freshnessPage))
 	}
 	s.mux.HandleFunc("GET /events", s.events)
 	s.mux.HandleFunc("POST /rollouts/{name}/actions/{verb}", s.action)
@@ -213,7 +222,7 @@ type notFound struct{ What string }
 func (s *Server) listPage(*http.Request) (pageData, string, any, int) {
 	p := buildList(s.hub.allRollouts(), s.hub.allMigrations(), s.cfg.Now())
 	p.HasMigrations, p.MigrationsListed = s.hub.migrations != nil, s.hub.migrationsListed()
-	p.HasClusters = s.cfg.Clusters != nil
+	p.HasClusters, p.HasFreshness = s.cfg.Clusters != nil, s.cfg.Freshness != nil
 	return pageData{Title: "nodewise", Topic: "*"}, "list.html", p, http.StatusOK
 }
 

@@ -23,6 +23,8 @@ type listPage struct {
 	// HasClusters: the dashboard reads several clusters (Config.Clusters),
 	// shown on /clusters.
 	HasClusters bool
+	// HasFreshness: the dashboard serves /freshness (Config.Freshness).
+	HasFreshness bool
 	// MigrationsListed is false until they could be listed (no CRD, no RBAC).
 	MigrationsListed bool
 	Migrations       []migrationRow

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/clusters"
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
@@ -24,6 +25,8 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 		readOnly, fleet  bool
 		fleetContexts    []string
 		agents           judgegate.AgentConfig
+		freshMaxAge      string
+		fresh            = dashboard.FreshnessConfig{Keys: freshness.Keys{Team: freshness.DefaultTeamKey}}
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -36,9 +39,21 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			"signs your browser in (a cookie for this run only). Requests without the token, and requests naming\n" +
 			"another host (a DNS-rebinding page), are refused; scripts send Authorization: Bearer <token>.\n\n" +
 			"With the node agents' CA and token (--agent-ca, --agent-token-file) a judged node's page also plots\n" +
-			"its baseline and soak from the agents' history, against its control nodes and the probe.",
+			"its baseline and soak from the agents' history, against its control nodes and the probe.\n\n" +
+			"/freshness shows each team's proxies against the designated version (as `nodewise freshness`), read\n" +
+			"on each load with your credentials; ?team=NAME keeps one team.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fresh.Target.MaxMinorsBehind < 0 {
+				return fmt.Errorf("--freshness-max-minors-behind %d: want 0 or more", fresh.Target.MaxMinorsBehind)
+			}
+			if freshMaxAge != "" {
+				d, err := parseAge(freshMaxAge)
+				if err != nil {
+					return fmt.Errorf("--freshness-max-age: %w", err)
+				}
+				fresh.Target.MaxAge = d
+			}
 			nwc, err := g.nodewise()
 			if err != nil {
 				return err
@@ -54,7 +69,8 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			cfg := dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
-				Token: token, AllowedHosts: allowedHosts}
+				Token: token, AllowedHosts: allowedHosts, Freshness: &fresh}
+			fresh.Client = kube
 			if fleet || len(fleetContexts) > 0 {
 				cs, err := fleetFlags{contexts: fleetContexts, timeout: 15 * time.Second}.clusters(cmd, g)
 				if err != nil {
@@ -90,6 +106,9 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&fleet, "fleet", false, "add a page of every cluster in the kubeconfig (/clusters, as `nodewise fleet` reads them)")
 	f.StringSliceVar(&fleetContexts, "fleet-contexts", nil, "the page of clusters reads these kubeconfig contexts only (implies --fleet)")
 	addAgentFlags(f, &agents, "a judged node's page plots its windows from the agents' history")
+	f.IntVar(&fresh.Target.MaxMinorsBehind, "freshness-max-minors-behind", 1, "/freshness target: proxies at most this many minor releases behind the designated version")
+	f.StringVar(&freshMaxAge, "freshness-max-age", "", "/freshness target: pods younger than this (a duration such as 720h, or days such as 30d); unset: no age target")
+	f.StringVar(&fresh.Keys.Team, "freshness-team-key", freshness.DefaultTeamKey, "/freshness: label or annotation naming a workload's team (the workload's first, then its namespace's)")
 	f.StringSliceVar(&allowedHosts, "allowed-host", nil, "another name (host, or host:port) the dashboard answers to besides localhost, 127.0.0.1, [::1] and --address; needed to reach it by name when --address is not loopback (repeatable)")
 	return cmd
 }

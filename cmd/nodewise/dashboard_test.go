@@ -10,9 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/browser"
 	"github.com/nodewise/nodewise/test/testkit"
@@ -84,6 +87,67 @@ func TestDashboardCommandOnTheSimCluster(t *testing.T) {
 	}
 	if !strings.Contains(dom, want) {
 		t.Errorf("chromium --dump-dom %s does not name the halted node %s", rollout, node)
+	}
+	dashboardFreshness(t, c, bin, node)
+}
+
+// dashboardFreshness: /freshness of the built command, on the real API
+// server, gives team payments' line for its pod a minor behind the
+// installed istiod (the target flags reach the page), and a user whose RBAC
+// reads NodeRollouts but not pods gets 403 and the page saying so.
+func dashboardFreshness(t *testing.T, c *cluster.Cluster, bin, node string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "payments"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cart-0", Labels: map[string]string{"owner": "ana"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}, {Name: istio.ProxyContainer, Image: "istio/proxyv2:1.26.2"}}}}
+	if _, err := c.Client.CoreV1().Pods("shop").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(printed, path string) (int, string) {
+		t.Helper()
+		pu, err := url.Parse(printed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := testkit.Session(t, printed).Get("http://" + pu.Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		page, _, _ := strings.Cut(string(b), "</main>")
+		_, main, _ := strings.Cut(page, "<main")
+		return resp.StatusCode, main // the page's own part, without the inlined style
+	}
+	printed := testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "dashboard", "--address=127.0.0.1:0", "--freshness-max-minors-behind=0", "--freshness-max-age=30d")
+	code, page := get(printed, "/freshness?team=payments")
+	want := `<p class="team-line">payments: 1 of 1 pods behind 1.27.3 (up to 1 minor); the oldest pod is `
+	if code != http.StatusOK || !strings.Contains(page, want) || !strings.Contains(page, "Target: at most 0 minor releases behind 1.27.3, pods younger than 30d.") ||
+		!strings.Contains(page, "<td>Pod cart-0</td><td>ana</td><td>1 of 1</td><td>1.26.2</td>") {
+		t.Errorf("GET /freshness?team=payments: %d; want 200 with payments' line %q, the target and cart-0's row:\n%s", code, want, page)
+	}
+
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "rollout-viewer"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"nodewise.io"},
+		Resources: []string{"noderollouts", "revisionmigrations"}, Verbs: []string{"get", "list", "watch"}}}}
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rollout-viewer"}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "viewer"}}}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	printed = testkit.Serve(t, bin, "--kubeconfig="+c.Kubeconfig, "--as=viewer", "dashboard", "--address=127.0.0.1:0")
+	code, page = get(printed, "/freshness")
+	if code != http.StatusForbidden || !strings.Contains(page, `Forbidden: the dashboard&#39;s credentials may not read what freshness needs`) ||
+		!strings.Contains(page, `User &#34;viewer&#34; cannot list resource`) {
+		t.Errorf("GET /freshness as viewer: %d; want 403 saying what it may not list:\n%s", code, page)
+	}
+	if code, _ := get(printed, "/rollouts/up"); code != http.StatusOK {
+		t.Errorf("GET /rollouts/up as viewer: %d; the other pages keep working", code)
 	}
 }
 
@@ -187,4 +251,17 @@ func TestDashboardAgentFlags(t *testing.T) {
 	}
 	out, errOut, err := runIn(bin, "", "--kubeconfig", kc, "dashboard", "--address=127.0.0.1:0", "--agent-ca", filepath.Join(t.TempDir(), "ca.pem"))
 	oneLineFailure(t, "dashboard --agent-ca alone", out, errOut, err, "a token file (--agent-token-file)")
+}
+
+// TestDashboardFreshnessFlags: a malformed /freshness target is refused in
+// one line naming the flag, before the dashboard listens.
+func TestDashboardFreshnessFlags(t *testing.T) {
+	bin := testkit.Binary(t, "nodewise")
+	for _, tc := range []struct{ flag, want string }{
+		{"--freshness-max-age=soon", "--freshness-max-age: \"soon\""},
+		{"--freshness-max-minors-behind=-1", "--freshness-max-minors-behind -1: want 0 or more"},
+	} {
+		out, errOut, err := runIn(bin, "", "--kubeconfig", filepath.Join(t.TempDir(), "none"), "dashboard", "--address=127.0.0.1:0", tc.flag)
+		oneLineFailure(t, "dashboard "+tc.flag, out, errOut, err, tc.want)
+	}
 }

@@ -118,7 +118,7 @@ func printFreshness(out io.Writer, r freshness.Report, by string, tail int) erro
 	case "workload":
 		fmt.Fprintln(w, "WORKLOAD\tTEAM\tOWNER\tPODS\tSTALE\tOLDEST VERSION\tCADENCE\tNEXT RESTART")
 		for _, x := range r.Workloads {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.Ref(), x.Team, dash(x.Owner), x.Pods, x.Stale, x.OldestVersion, cadence(x), next(r, x))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.Ref(), x.Team, dash(x.Owner), x.Pods, x.Stale, x.OldestVersion, cadence(x), r.Next(x))
 		}
 	default:
 		groups := r.Teams
@@ -141,7 +141,7 @@ func printFreshness(out io.Writer, r freshness.Report, by string, tail int) erro
 		fmt.Fprintln(out)
 		fmt.Fprintln(out, "LONG TAIL (stale workloads that bound the exposure window):")
 		for _, x := range lt {
-			fmt.Fprintf(out, "  %s (team %s%s): %d stale pod%s, %s\n", x.Ref(), x.Team, ownerOf(x), x.Stale, map[bool]string{true: "", false: "s"}[x.Stale == 1], next(r, x))
+			fmt.Fprintf(out, "  %s (team %s%s): %d stale pod%s, %s\n", x.Ref(), x.Team, ownerOf(x), x.Stale, map[bool]string{true: "", false: "s"}[x.Stale == 1], r.Next(x))
 		}
 	}
 	return nil
@@ -166,26 +166,6 @@ func cadence(x freshness.Workload) string {
 		return "-"
 	}
 	return "every " + freshness.Human(x.Cadence.Duration)
-}
-
-func next(r freshness.Report, x freshness.Workload) string {
-	switch {
-	case x.Pinned != "":
-		return "never: " + x.Pinned
-	case x.NextRestart == nil && x.Stale > 0:
-		age := "never restarted"
-		if len(x.Restarts) > 0 {
-			age = "last restarted " + freshness.Human(r.Now.Sub(x.Restarts[len(x.Restarts)-1].Time)) + " ago"
-		}
-		return "never expected: no restart cadence (" + age + ")"
-	case x.NextRestart == nil:
-		return "-"
-	}
-	s := "in " + freshness.Human(x.NextRestart.Sub(r.Now.Time))
-	if x.Spread.Duration >= time.Second {
-		s += " ±" + freshness.Human(x.Spread.Duration)
-	}
-	return s
 }
 
 func ownerOf(x freshness.Workload) string {

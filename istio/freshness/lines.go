@@ -50,6 +50,28 @@ func (r Report) Summary() string {
 	return s
 }
 
+// Next says when a workload's pods are expected to restart by themselves
+// ("in 6d ±1d"), or why they never will.
+func (r Report) Next(w Workload) string {
+	switch {
+	case w.Pinned != "":
+		return "never: " + w.Pinned
+	case w.NextRestart == nil && w.Stale > 0:
+		age := "never restarted"
+		if len(w.Restarts) > 0 {
+			age = "last restarted " + Human(r.Now.Sub(w.Restarts[len(w.Restarts)-1].Time)) + " ago"
+		}
+		return "never expected: no restart cadence (" + age + ")"
+	case w.NextRestart == nil:
+		return "-"
+	}
+	s := "in " + Human(w.NextRestart.Sub(r.Now.Time))
+	if w.Spread.Duration >= time.Second {
+		s += " ±" + Human(w.Spread.Duration)
+	}
+	return s
+}
+
 func (r Report) exposure(e Exposure) string {
 	var parts []string
 	if e.Window.Duration > 0 || e.Never == 0 {

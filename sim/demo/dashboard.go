@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/dashboard"
+	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
@@ -25,7 +26,8 @@ func startDashboard(ctx context.Context, nwc *v1alpha1.Client, kube kubernetes.I
 		return nil, err
 	}
 	cfg := dashboard.Config{Rollouts: nwc.NodeRollouts(), Migrations: nwc.RevisionMigrations(), Log: log,
-		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started"}
+		Token: token, LoginHint: "open the dashboard URL with ?token= that `nodewise demo` printed when it started",
+		Freshness: &dashboard.FreshnessConfig{Client: kube, Target: freshness.Target{MaxMinorsBehind: 1}}}
 	if agents != nil {
 		history, err := judgegate.Agents(*agents, kube, log)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/promrig"
@@ -30,8 +31,8 @@ import (
 // (node health, rollouts), every panel queried against a real Prometheus
 // that scrapes the real node agents (HTTPS, bearer token, the node label a
 // kubernetes-pods job gives them) and the orchestrator's /metrics (its
-// NodeRollout controller, judge, RevisionMigration controller and proxy
-// inventory on one registry, as cmd/orchestrator wires them), while a
+// NodeRollout controller, judge, RevisionMigration controller, proxy
+// inventory and freshness on one registry, as cmd/orchestrator wires them), while a
 // sidecar migration runs and then a faulty ztunnel build halts at its
 // canary. Template variables are filled as Grafana fills "All": each
 // variable's label_values over the run. Every panel must return series;
@@ -46,6 +47,14 @@ func TestLiveGrafanaPanelsReturnData(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = col.Run(ctx) }()
+	// The revisions controller's freshness metrics, for the Freshness row
+	// (observed every few seconds: the run is minutes, not days).
+	fresh, err := freshness.NewCollector(freshness.CollectorConfig{Client: e.c.Client, Registry: e.reg, Log: zap.NewNop(),
+		Options: inventory.Options{IstioNamespace: cluster.IstioNamespace}, Interval: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = fresh.Run(ctx) }()
 	targets := []promrig.Target{{Addr: e.metricsAddr, Labels: map[string]string{"pod": "nodewise-orchestrator-0"}}}
 	for _, n := range e.c.Nodes {
 		targets = append(targets, promrig.Target{Addr: net.JoinHostPort(n.IP, strconv.Itoa(e.agents.Port)), HTTPS: true,

@@ -279,6 +279,13 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
+// dashboardPanel is the part of a Grafana panel the metric check reads.
+type dashboardPanel struct {
+	Title   string
+	Targets []struct{ Expr string }
+	Panels  []dashboardPanel
+}
+
 // TestAlertsAndRolloutDashboardUseExportedMetrics: every nodewise_ metric the
 // PrometheusRule and the rollout dashboard query is one the code declares
 // (histogram series by their family), so a renamed metric fails here rather
@@ -310,20 +317,20 @@ func TestAlertsAndRolloutDashboardUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
+	var d struct{ Panels []dashboardPanel }
 	if err := json.Unmarshal(dash, &d); err != nil {
 		t.Fatalf("rollout dashboard: %v", err)
 	}
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			exprs = append(exprs, tg.Expr)
+	var walk func([]dashboardPanel)
+	walk = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				exprs = append(exprs, tg.Expr)
+			}
+			walk(p.Panels) // a collapsed row's
 		}
 	}
+	walk(d.Panels)
 	seen := 0
 	for _, e := range exprs {
 		for _, m := range metricRef.FindAllString(e, -1) {

@@ -50,9 +50,9 @@ var allowed = map[string][]string{
 	"revisions":    {"api", "clusters", "health", "istio", "leader"}, // clusters: spec.promotion's upstream reads
 	"agentpki":     {},                                               // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
-	"dashboard":    {"api", "clusters", "health", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page
-	"hack":         {},                                            // build helpers (the pause image's binary)
-	"clusters":     {"api", "istio"},                              // several clusters read at once (nodewise fleet)
+	"dashboard":    {"api", "clusters", "health", "istio", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page; istio for the /freshness page (istio/freshness)
+	"hack":         {},                                                     // build helpers (the pause image's binary)
+	"clusters":     {"api", "istio"},                                       // several clusters read at once (nodewise fleet)
 }
 
 type pkg struct {
