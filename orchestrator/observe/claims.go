@@ -41,6 +41,18 @@ func (c *Claims) Claimed(rollout, node string) bool {
 	return c.claims[key(rollout, node)]
 }
 
+// ClaimOf is the rollout that claimed the node ("" when none did).
+func (c *Claims) ClaimOf(node string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.claims {
+		if rollout, n, ok := strings.Cut(k, "/"); ok && n == node {
+			return rollout
+		}
+	}
+	return ""
+}
+
 // StartWorker marks a goroutine driving the node; false when one already is.
 func (c *Claims) StartWorker(rollout, node string) bool {
 	c.mu.Lock()
