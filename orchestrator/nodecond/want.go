@@ -51,7 +51,7 @@ func Draining(rollout string) *Cond {
 // Halted is MaintenanceInProgress on a node the rollout failed on and left
 // cordoned for a person: it is still out, for nodewise's reason.
 func Halted(rollout string) *Cond {
-	return &Cond{locks.ReasonHalted, fmt.Sprintf("nodewise NodeRollout %s halted on the node and left it cordoned for a person: it stays out until `nodewise retry`, `nodewise skip` or an uncordon hands it back", rollout)}
+	return &Cond{locks.ReasonHalted, fmt.Sprintf("nodewise NodeRollout %s halted on the node and left it cordoned for a person: it stays out until `nodewise retry` or an uncordon hands it back", rollout)}
 }
 
 // FromRecord is what the node should carry given its record (rec), its
