@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/locks"
+	"github.com/nodewise/nodewise/sim/cluster"
 )
 
 // setCondition writes a node condition by type through the node's status
@@ -167,4 +168,41 @@ func TestOtherWritersConditionHoldsNode(t *testing.T) {
 			return nodewiseConditions(cs) == ""
 		})
 	}
+}
+
+// TestHaltedNodeLeftCordonedStaysInMaintenance: a ztunnel that never gets
+// Ready halts the rollout on its node and leaves the node cordoned for a
+// person; the node is still out for nodewise's reason, so it keeps
+// MaintenanceInProgress, now NodewiseHalted, until a person uncordons it.
+func TestHaltedNodeLeftCordonedStaysInMaintenance(t *testing.T) {
+	t.Parallel()
+	const name = "halted-conditions"
+	e := newEnv(t, 2, 1)
+	e.upgrade("1.28.1")
+	e.setImageTag(cluster.ZtunnelName, "1.28.1"+cluster.TagNeverReady)
+	e.runInProcess("solo")
+	e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
+		s.MaxParallel, s.MaxUnavailable = intstr.FromInt32(1), intstr.FromInt32(1)
+		s.SwapTimeout = &v1alpha1.Duration{Duration: 3 * time.Second}
+	}))
+	nr := e.waitPhase(name, time.Minute, v1alpha1.PhaseHalted, v1alpha1.PhaseCompleted)
+	halted := ""
+	for _, ns := range nr.Status.Nodes {
+		if ns.State == v1alpha1.NodeFailed {
+			halted = ns.Name
+		}
+	}
+	if nr.Status.Phase != v1alpha1.PhaseHalted || halted == "" || !e.unschedulable()[halted] {
+		t.Fatalf("phase %s, failed node %q (cordoned: %v): want Halted on a node left cordoned", nr.Status.Phase, halted, e.unschedulable())
+	}
+	e.waitConditions(halted, "MaintenanceInProgress NodewiseHalted", func(cs map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		m := cs[corev1.NodeMaintenanceInProgress]
+		return m.Status == corev1.ConditionTrue && m.Reason == locks.ReasonHalted && strings.Contains(m.Message, "NodeRollout "+name+" halted")
+	})
+	if _, err := e.c.Client.CoreV1().Nodes().Patch(context.Background(), halted, types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitConditions(halted, "no condition of nodewise's once a person uncordoned it", func(cs map[corev1.NodeConditionType]corev1.NodeCondition) bool {
+		return nodewiseConditions(cs) == ""
+	})
 }
