@@ -130,7 +130,7 @@ func (e *executor) wire() {
 		Alerts:    e.gate.FiringAlerts,
 		Promotion: (&promotion.Reader{Upstreams: clusters.Upstreams{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}}).Hold,
 	}
-	e.conditions = &nodecond.Writer{Kube: e.kube, Nodes: e.nodeWrites, Live: e.observer.RolloutLives, Now: e.cfg.Now, Log: e.log}
+	e.conditions = &nodecond.Writer{Kube: e.kube, Nodes: e.nodeWrites, Live: e.observer.RolloutLives, Now: e.cfg.Now, Log: e.log, WG: &e.wg}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,
 		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,

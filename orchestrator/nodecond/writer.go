@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,6 +34,8 @@ type Writer struct {
 	Live func(name string, uid types.UID) bool
 	Now  func() time.Time
 	Log  *zap.Logger
+	// WG counts the writes Out and Settled make in the background.
+	WG *sync.WaitGroup
 }
 
 // NodeSource is the node writer's view of the nodes (write.Nodes): the
@@ -44,9 +47,16 @@ type NodeSource interface {
 }
 
 // Out sets MaintenanceInProgress on a node rollout has just taken a slot
-// for, before its first step acts.
-func (w *Writer) Out(ctx context.Context, rollout, node string) error {
-	return w.Sync(ctx, node, func(*corev1.Node) Want { return Want{Maintenance: InFlight(rollout), DrainAsIs: true} })
+// for, in the background, beside the node's preflight; wait returns once
+// it is written (or its failure logged): the worker waits for it before
+// anything past the preflight acts on the node.
+func (w *Writer) Out(ctx context.Context, rollout, node string) (wait func()) {
+	done := make(chan struct{})
+	w.background(func() {
+		defer close(done)
+		w.logged(node, w.Sync(ctx, node, func(*corev1.Node) Want { return Want{Maintenance: InFlight(rollout), DrainAsIs: true} }))
+	})
+	return func() { <-done }
 }
 
 // Draining sets (on) or clears nodewise's DrainInProgress around the
@@ -61,9 +71,29 @@ func (w *Writer) Draining(ctx context.Context, rollout, node string, on bool) er
 
 // Settled brings the node's conditions to its final record: none once it
 // is handed back, MaintenanceInProgress (Halted) while a halt leaves it
-// cordoned.
-func (w *Writer) Settled(ctx context.Context, node string) error {
-	return w.Sync(ctx, node, w.fromRecord)
+// cordoned. It writes in the background, off the slot's path: the next
+// node starts without waiting for it.
+func (w *Writer) Settled(ctx context.Context, node string) {
+	w.background(func() { w.logged(node, w.Sync(ctx, node, w.fromRecord)) })
+}
+
+// background runs f in a goroutine counted in WG (the leader waits for
+// it as for the workers).
+func (w *Writer) background(f func()) {
+	w.WG.Add(1)
+	go func() {
+		defer w.WG.Done()
+		f()
+	}()
+}
+
+// logged logs a failed write. The conditions tell other tools; they gate
+// nothing of nodewise's (its budget reads the records), so the node's
+// steps go on, and the next full pass writes them again (Sweep).
+func (w *Writer) logged(node string, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		w.Log.Warn("writing the node's lifecycle conditions", zap.String("node", node), zap.Error(err))
+	}
 }
 
 func (w *Writer) fromRecord(n *corev1.Node) Want {
@@ -93,9 +123,7 @@ func (w *Writer) Sweep(ctx context.Context, nodes []*corev1.Node, claimedBy func
 		if Diff(n.Status.Conditions, want(n), w.Now()).Empty() {
 			continue
 		}
-		if err := w.Sync(ctx, n.Name, want); err != nil && !errors.Is(err, context.Canceled) {
-			w.Log.Warn("bringing a node's lifecycle conditions to its record", zap.String("node", n.Name), zap.Error(err))
-		}
+		w.logged(n.Name, w.Sync(ctx, n.Name, want))
 	}
 }
 

@@ -106,10 +106,11 @@ type StatusWriter interface {
 
 // Conditions writes MaintenanceInProgress on a node from the moment its
 // slot is taken (Out) until its final record hands it back (Settled), a
-// halt that leaves it cordoned keeping it (nodecond.Writer).
+// halt that leaves it cordoned keeping it (nodecond.Writer). Both write in
+// the background; Out's wait returns once its write is done.
 type Conditions interface {
-	Out(ctx context.Context, rollout, node string) error
-	Settled(ctx context.Context, node string) error
+	Out(ctx context.Context, rollout, node string) (wait func())
+	Settled(ctx context.Context, node string)
 }
 
 // Drainer runs the Drain step (drain.Drainer).

@@ -28,7 +28,9 @@ func (w *Worker) PersistState(ctx context.Context, nr *v1alpha1.NodeRollout, nod
 	if _, err := w.records().persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{}); err != nil {
 		return err
 	}
-	w.conditions(ctx, nr, node, func(ctx context.Context, c Conditions) error { return c.Settled(ctx, node) })
+	if w.Conditions != nil {
+		w.Conditions.Settled(ctx, node)
+	}
 	return nil
 }
 

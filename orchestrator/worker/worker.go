@@ -125,7 +125,10 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		w.Log.Info("nothing to resume: the node's record has settled", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)))
 		return errSettled
 	}
-	w.conditions(ctx, nr, node, func(ctx context.Context, c Conditions) error { return c.Out(ctx, nr.Name, node) })
+	outWritten := func() {}
+	if w.Conditions != nil {
+		outWritten = w.Conditions.Out(ctx, nr.Name, node) // beside the preflight, in place before the cordon
+	}
 	var v nodestep.View
 	if st == nodestep.Claimed || !fromRecord {
 		v.At = v1alpha1.NodePending // start from the first step
@@ -143,6 +146,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		if s.Act == nodestep.ActStop {
 			return fmt.Errorf("node %s: %s", node, s.Reason)
 		}
+		if s.State != v1alpha1.NodePreflight {
+			outWritten()
+		}
 		var checked chan error
 		if s.Act == nodestep.ActPreflight && s.Record {
 			// Preflight only observes: its checks run while its record is
@@ -159,7 +165,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		}
 		if s.Final {
 			w.records().finished(nr, node, s)
-			w.conditions(ctx, nr, node, func(ctx context.Context, c Conditions) error { return c.Settled(ctx, node) })
+			if w.Conditions != nil {
+				w.Conditions.Settled(ctx, node)
+			}
 			return nil
 		}
 		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {
@@ -196,21 +204,6 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		default:
 			v = nodestep.View{At: s.State}
 		}
-	}
-}
-
-// conditions writes the node's lifecycle conditions through write, when
-// the worker has a writer. They tell other tools what nodewise does; a
-// write that fails is logged and the steps go on (the next full pass
-// writes them again: nodecond.Writer.Sweep).
-func (w *Worker) conditions(ctx context.Context, nr *v1alpha1.NodeRollout, node string, write func(context.Context, Conditions) error) {
-	if w.Conditions == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := write(ctx, w.Conditions); err != nil {
-		w.Log.Warn("writing the node's lifecycle conditions", zap.String("rollout", nr.Name), zap.String("node", node), zap.Error(err))
 	}
 }
 
