@@ -55,7 +55,7 @@ func (e *executor) sweepConditions(ctx context.Context) {
 		e.log.Warn("listing nodes for their lifecycle conditions", zap.Error(err))
 		return
 	}
-	e.conditions.Sweep(ctx, nodes, e.claims.ClaimOf)
+	e.conditions.Sweep(ctx, nodes, e.claims.ByNode())
 }
 
 // sortByCreation orders rollouts oldest first.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -101,17 +102,18 @@ func (w *Writer) fromRecord(n *corev1.Node) Want {
 }
 
 // Sweep brings each node's conditions to what its record says
-// (FromRecord), a node claimed by a rollout with no record yet (claimedBy)
-// keeping MaintenanceInProgress. Only nodes that carry a condition of
-// nodewise's or a record are looked at; only a difference is written.
-func (w *Writer) Sweep(ctx context.Context, nodes []*corev1.Node, claimedBy func(node string) string) {
+// (FromRecord), a node claimed by a rollout with no record yet (claims:
+// the rollout by node) keeping MaintenanceInProgress. Only nodes that
+// carry a condition of nodewise's, are claimed, or whose record is in
+// flight or Failed are looked at; only a difference is written.
+func (w *Writer) Sweep(ctx context.Context, nodes []*corev1.Node, claims map[string]string) {
 	for _, cached := range nodes {
 		n := w.Nodes.Newest(cached.Name)
 		if n == nil {
 			continue
 		}
-		claim := claimedBy(n.Name)
-		if claim == "" && n.Annotations[model.AnnotationRolloutUID] == "" && !carries(n) {
+		claim := claims[n.Name]
+		if st := v1alpha1.NodeState(n.Annotations[model.AnnotationStep]); claim == "" && !model.InFlight(st) && st != v1alpha1.NodeFailed && !carries(n) {
 			continue
 		}
 		want := func(n *corev1.Node) Want {

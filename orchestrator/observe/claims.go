@@ -41,16 +41,17 @@ func (c *Claims) Claimed(rollout, node string) bool {
 	return c.claims[key(rollout, node)]
 }
 
-// ClaimOf is the rollout that claimed the node ("" when none did).
-func (c *Claims) ClaimOf(node string) string {
+// ByNode is, for each claimed node, the rollout that claimed it.
+func (c *Claims) ByNode() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	out := make(map[string]string, len(c.claims))
 	for k := range c.claims {
-		if rollout, n, ok := strings.Cut(k, "/"); ok && n == node {
-			return rollout
+		if rollout, node, ok := strings.Cut(k, "/"); ok {
+			out[node] = rollout
 		}
 	}
-	return ""
+	return out
 }
 
 // StartWorker marks a goroutine driving the node; false when one already is.
