@@ -21,6 +21,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodecond"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/preflight"
 	"github.com/nodewise/nodewise/orchestrator/promotion"
@@ -68,6 +69,8 @@ type executor struct {
 	views map[string]*fleet.View
 	// nodeWrites patches nodes and remembers what the API returned (Newest).
 	nodeWrites *write.Nodes
+	// conditions writes the lifecycle conditions of the nodes nodewise has out.
+	conditions *nodecond.Writer
 	// status queues and group-commits status writes.
 	status *write.Status
 	// worker drives the nodes the planner starts.
@@ -127,6 +130,7 @@ func (e *executor) wire() {
 		Alerts:    e.gate.FiringAlerts,
 		Promotion: (&promotion.Reader{Upstreams: clusters.Upstreams{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}}).Hold,
 	}
+	e.conditions = &nodecond.Writer{Kube: e.kube, Nodes: e.nodeWrites, Live: e.observer.RolloutLives, Now: e.cfg.Now, Log: e.log, WG: &e.wg}
 	w := &worker.Worker{
 		Log: e.log, Metrics: e.metrics, Now: e.cfg.Now, HoldAfterPersist: e.cfg.HoldAfterPersist,
 		Gate: e.gate, Recorder: e.recorder, Nodes: e.nodes, Pods: e.pods, DaemonSets: e.dss, Targets: e.targets,
@@ -136,6 +140,7 @@ func (e *executor) wire() {
 			model.SwapSurge:   swap.Surge{Waits: waits, Kube: e.kube, Log: e.log, DaemonSets: e.dss, Revisions: e.revs, Pods: e.pods},
 		},
 		Skew: e.skew, Fleet: e.observer, Prechecks: &worker.Prechecks{}, Freed: e.slotFreed, WG: &e.wg, Fence: e.fence,
+		Conditions: e.conditions,
 	}
 	if c, ok := e.cfg.Agents.(worker.CNIChecker); ok && e.gate.Reads().Samples {
 		w.CNI = c // the agents that answer the judge answer for istio-cni
@@ -143,7 +148,7 @@ func (e *executor) wire() {
 	w.Drainer = &drain.Drainer{
 		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,
 		Agents: e.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
-		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving,
+		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving, Conditions: e.conditions,
 	}
 	e.worker = w
 	e.apply = &applier{

@@ -294,7 +294,7 @@ func hasEvent(events []string, prefix string) bool {
 func (e *env) patched(resource string) []string {
 	var out []string
 	for _, a := range e.kube.Actions() {
-		if p, ok := a.(k8stesting.PatchAction); ok && a.GetVerb() == "patch" && a.GetResource().Resource == resource {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetVerb() == "patch" && a.GetResource().Resource == resource && a.GetSubresource() == "" {
 			out = append(out, p.GetName())
 		}
 	}

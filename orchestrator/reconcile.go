@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/fleet"
@@ -42,6 +43,19 @@ func (e *executor) reconcileAll(ctx context.Context) {
 	}
 	e.metrics.PruneRollouts(live) // a deleted rollout's series go with it
 	e.apply.kured.ReleaseGone(ctx, live)
+	e.sweepConditions(ctx)
+}
+
+// sweepConditions brings every node's lifecycle conditions to its record
+// (nodecond.Writer.Sweep): a condition a crashed leader left on a node no
+// record has out any more is cleared here.
+func (e *executor) sweepConditions(ctx context.Context) {
+	nodes, err := e.nodes.List(labels.Everything())
+	if err != nil {
+		e.log.Warn("listing nodes for their lifecycle conditions", zap.Error(err))
+		return
+	}
+	e.conditions.Sweep(ctx, nodes, e.claims.ByNode())
 }
 
 // sortByCreation orders rollouts oldest first.

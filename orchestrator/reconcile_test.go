@@ -220,6 +220,21 @@ func TestReconcileStartTakesTheFinalizerThenStartsOneNode(t *testing.T) {
 	if !slices.Equal(e.patched("nodes"), []string{"n1"}) {
 		t.Errorf("patched nodes %v, want only n1 (maxParallel 1)", e.patched("nodes"))
 	}
+	// n1 carried MaintenanceInProgress from its slot to its end (handed back: none left).
+	var status []string
+	for _, a := range e.kube.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetSubresource() == "status" && a.GetResource().Resource == "nodes" {
+			status = append(status, p.GetName()+": "+string(p.GetPatch()))
+		}
+	}
+	if len(status) != 2 || !strings.Contains(status[0], `"type":"MaintenanceInProgress"`) || !strings.Contains(status[1], `"$patch":"delete"`) {
+		t.Errorf("status patches of nodes %q, want n1's MaintenanceInProgress set, then removed", status)
+	}
+	for _, c := range e.apiNode("n1").Status.Conditions {
+		if c.Type == corev1.NodeMaintenanceInProgress {
+			t.Errorf("n1 handed back with %+v", c)
+		}
+	}
 }
 
 // TestReconcileStartWaitsForTheFinalizer: when the finalizer cannot be

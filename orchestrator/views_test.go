@@ -21,6 +21,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/nodecond"
 )
 
 // passes is how many passes of kind the executor ran.
@@ -36,6 +37,8 @@ func inFlightFleet(t *testing.T) *env {
 	objs := cluster(fixture.OldHash, "a", "b", "c")
 	a := nodeIn(objs, "a")
 	a.Annotations, a.Spec.Unschedulable = recordOf(nr, v1alpha1.NodeSwapZtunnel), true
+	m := nodecond.InFlight(nr.Name) // its worker set it with its slot
+	a.Status.Conditions = append(a.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeMaintenanceInProgress, Status: corev1.ConditionTrue, Reason: m.Reason, Message: m.Message})
 	e := newEnv(t, append(objs, nr)...)
 	e.ex.claims.StartWorker(nr.Name, "a")
 	e.ex.reconcileAll(e.ctx)

@@ -48,6 +48,14 @@ type Drainer struct {
 	Records  NodePatcher
 	// Leaving says why the node's steps must stop ("" while they go on).
 	Leaving func(nr *v1alpha1.NodeRollout, node string) nodestep.Leave
+	// Conditions sets DrainInProgress on the node while its pods are
+	// evicted (nodecond.Writer); nil: not written.
+	Conditions Draining
+}
+
+// Draining sets (on) or clears the node's DrainInProgress condition for rollout.
+type Draining interface {
+	Draining(ctx context.Context, rollout, node string, on bool) error
 }
 
 // StatusWriter writes a mutation of a NodeRollout's status (write.Status).
@@ -86,6 +94,8 @@ func (d *Drainer) Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.P
 	// pass makes the node safe (abort cleanup uncordons it).
 	dctx, stop := d.untilLeaving(ctx, nr, node)
 	defer stop()
+	d.draining(ctx, nr.Name, node, true)
+	defer d.draining(ctx, nr.Name, node, false)
 	for attempt := 1; ; attempt++ {
 		timeout := p.DrainTimeout // under pdbBlocked wait, every later attempt is finite too
 		if attempt == 1 {
@@ -148,6 +158,18 @@ func (d *Drainer) Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.P
 			}
 			return rec, false, err
 		}
+	}
+}
+
+// draining writes the node's DrainInProgress (on or off). A write that
+// fails is logged: the condition tells other tools, it gates nothing here
+// (the next full pass clears one left behind).
+func (d *Drainer) draining(ctx context.Context, rollout, node string, on bool) {
+	if d.Conditions == nil {
+		return
+	}
+	if err := d.Conditions.Draining(ctx, rollout, node, on); err != nil && ctx.Err() == nil {
+		d.Log.Warn("writing the node's DrainInProgress condition", zap.String("rollout", rollout), zap.String("node", node), zap.Bool("draining", on), zap.Error(err))
 	}
 }
 

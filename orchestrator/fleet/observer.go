@@ -215,15 +215,18 @@ func (o *Observer) nodeView(n *corev1.Node, np *nodePods, in *Inputs) (model.Nod
 	nv.State, fromRecord = nodestep.NodeState(o.Claims.Claimed(in.rollout, n.Name), step, in.uid, in.status[n.Name])
 	nv.Retried = fromRecord && nv.State == v1alpha1.NodePending
 	if nv.HeldBy == "" {
-		nv.HeldBy = step.HeldByAnother(in.uid, o.rolloutLives)
+		nv.HeldBy = locks.ConditionHolder(n) // another writer's MaintenanceInProgress or DrainInProgress
+	}
+	if nv.HeldBy == "" {
+		nv.HeldBy = step.HeldByAnother(in.uid, o.RolloutLives)
 	}
 	return nv, nil
 }
 
-// rolloutLives says the rollout cache holds a NodeRollout of that name
+// RolloutLives says the rollout cache holds a NodeRollout of that name
 // and UID. Without a cache (the CLI's plan) every rollout is taken to live:
 // a node another rollout's record holds shows held.
-func (o *Observer) rolloutLives(name string, uid types.UID) bool {
+func (o *Observer) RolloutLives(name string, uid types.UID) bool {
 	if o.Rollouts == nil {
 		return true
 	}

@@ -1,5 +1,6 @@
 // Package locks reads the locks other maintenance tools hold on nodes (Kured's
-// lock on its DaemonSet, system-upgrade-controller's job pods) and decides
+// lock on its DaemonSet, system-upgrade-controller's job pods, another
+// writer's node lifecycle conditions) and decides
 // the value of Kured's lock nodewise writes to hold it while nodes are in
 // flight. It is pure: the orchestrator reads and writes the objects.
 package locks

@@ -41,6 +41,19 @@ func (c *Claims) Claimed(rollout, node string) bool {
 	return c.claims[key(rollout, node)]
 }
 
+// ByNode is, for each claimed node, the rollout that claimed it.
+func (c *Claims) ByNode() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]string, len(c.claims))
+	for k := range c.claims {
+		if rollout, node, ok := strings.Cut(k, "/"); ok {
+			out[node] = rollout
+		}
+	}
+	return out
+}
+
 // StartWorker marks a goroutine driving the node; false when one already is.
 func (c *Claims) StartWorker(rollout, node string) bool {
 	c.mu.Lock()

@@ -67,6 +67,9 @@ type Worker struct {
 	// Prechecks holds the skew checks made for the nodes next in line
 	// (Precheck); nil: every preflight checks the skew itself.
 	Prechecks *Prechecks
+	// Conditions writes the node lifecycle conditions of the nodes this
+	// worker has out (nodecond.Writer); nil: none are written.
+	Conditions Conditions
 	// CNI asks the node agents for istio-cni's own health, in rollouts
 	// with an istio-cni target: before the cordon and after the swap
 	// (cnicheck.go). Nil (no agents): not checked.
@@ -99,6 +102,15 @@ type StatusWriter interface {
 	Mutate(ctx context.Context, name string, f func(*v1alpha1.NodeRolloutStatus)) error
 	MutateLater(name string, f func(*v1alpha1.NodeRolloutStatus))
 	Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool)
+}
+
+// Conditions writes MaintenanceInProgress on a node from the moment its
+// slot is taken (Out) until its final record hands it back (Settled), a
+// halt that leaves it cordoned keeping it (nodecond.Writer). Both write in
+// the background; Out's wait returns once its write is done.
+type Conditions interface {
+	Out(ctx context.Context, rollout, node string) (wait func())
+	Settled(ctx context.Context, node string)
 }
 
 // Drainer runs the Drain step (drain.Drainer).

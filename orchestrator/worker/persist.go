@@ -25,8 +25,13 @@ import (
 // RolledBack, Pending for a retry), from the node's newest record.
 func (w *Worker) PersistState(ctx context.Context, nr *v1alpha1.NodeRollout, node string, st v1alpha1.NodeState, reason string) error {
 	rec, _, _ := w.nodeRecord(nr, node)
-	_, err := w.records().persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{})
-	return err
+	if _, err := w.records().persist(ctx, nr, model.Policy{}, node, rec, nodestep.Step{State: st, Record: true, Reason: reason}, carried{}); err != nil {
+		return err
+	}
+	if w.Conditions != nil {
+		w.Conditions.Settled(ctx, node)
+	}
+	return nil
 }
 
 // nodeRecords writes a node's steps: its record (the node's annotations,

@@ -125,6 +125,10 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		w.Log.Info("nothing to resume: the node's record has settled", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)))
 		return errSettled
 	}
+	outWritten := func() {}
+	if w.Conditions != nil {
+		outWritten = w.Conditions.Out(ctx, nr.Name, node) // beside the preflight, in place before the cordon
+	}
 	var v nodestep.View
 	if st == nodestep.Claimed || !fromRecord {
 		v.At = v1alpha1.NodePending // start from the first step
@@ -142,6 +146,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		if s.Act == nodestep.ActStop {
 			return fmt.Errorf("node %s: %s", node, s.Reason)
 		}
+		if s.State != v1alpha1.NodePreflight {
+			outWritten()
+		}
 		var checked chan error
 		if s.Act == nodestep.ActPreflight && s.Record {
 			// Preflight only observes: its checks run while its record is
@@ -158,6 +165,9 @@ func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p mode
 		}
 		if s.Final {
 			w.records().finished(nr, node, s)
+			if w.Conditions != nil {
+				w.Conditions.Settled(ctx, node)
+			}
 			return nil
 		}
 		if !s.Record && s.Act == nodestep.ActSwap && s.State != rec.Step {

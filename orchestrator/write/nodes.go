@@ -82,8 +82,18 @@ func (w *Nodes) Patch(ctx context.Context, node, rv string, ann map[string]*stri
 	if err != nil {
 		return nodestep.Record{}, fmt.Errorf("patching node %s: %w", node, err)
 	}
+	w.Remember(node, rv, out)
+	return nodestep.ParseRecord(out.Annotations), nil
+}
+
+// Remember keeps out, what the API returned to a patch of the node
+// conditional on rv (none: ""), as this process's newest copy of it
+// (Newest): this writer's patches and the lifecycle conditions' status
+// patches (nodecond) read on from it, with no 409 for the cache's lag.
+func (w *Nodes) Remember(node, rv string, out *corev1.Node) {
 	_, _ = observe.TrimCached(out) // kept beside the cache, so trimmed as the cache is
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.written == nil {
 		w.written, w.older = map[string]*corev1.Node{}, map[string]map[string]bool{}
 	}
@@ -97,8 +107,6 @@ func (w *Nodes) Patch(ctx context.Context, node, rv string, ann map[string]*stri
 		w.older[node][rv] = true
 	}
 	w.written[node] = out
-	w.mu.Unlock()
-	return nodestep.ParseRecord(out.Annotations), nil
 }
 
 // Record writes a node's step record: ann turns prev, the record the step

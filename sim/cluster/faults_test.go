@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -82,8 +84,13 @@ func TestKubeletFaultsAndLifecycle(t *testing.T) {
 		t.Errorf("never-ready pod: ready %t restarts %d", podutils.IsPodReady(&stuck), stuck.Status.ContainerStatuses[0].RestartCount)
 	}
 
-	// NotReady and back.
+	// NotReady and back; a condition another writer set (a lifecycle
+	// condition) stays through both reports, as the kubelet keeps it.
 	node := c.Nodes[1].Name
+	theirs := `{"status":{"conditions":[{"type":"MaintenanceInProgress","status":"True","reason":"FirmwareUpdate"}]}}`
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(theirs), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
 	if err := SetNodeReady(ctx, c.Client, node, false); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +99,11 @@ func TestKubeletFaultsAndLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNodeReady(t, ctx, c, node, corev1.ConditionTrue)
+	if n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil || !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeMaintenanceInProgress && c.Reason == "FirmwareUpdate"
+	}) {
+		t.Errorf("after the kubelet's reports node %s lost another writer's condition: %v", node, err)
+	}
 
 	// Deletion: the runtime gets the pod's grace period as its deadline, and
 	// the pod is gone once it ends.

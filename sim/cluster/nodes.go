@@ -147,13 +147,20 @@ func (k *Kubelet) reportNodeStatus(ctx context.Context, node *corev1.Node) error
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
 		{Type: corev1.NodeReady, Status: ready, Reason: reason, Message: msg},
 	}
+	kubelets := map[corev1.NodeConditionType]bool{}
 	for i := range conds {
+		kubelets[conds[i].Type] = true
 		conds[i].LastHeartbeatTime = now
 		conds[i].LastTransitionTime = now
 		for _, old := range node.Status.Conditions {
 			if old.Type == conds[i].Type && old.Status == conds[i].Status {
 				conds[i].LastTransitionTime = old.LastTransitionTime
 			}
+		}
+	}
+	for _, old := range node.Status.Conditions {
+		if !kubelets[old.Type] {
+			conds = append(conds, old) // another writer's (a lifecycle condition): kept, as the kubelet keeps them
 		}
 	}
 	n.Status.Conditions = conds

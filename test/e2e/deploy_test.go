@@ -85,6 +85,8 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"", "pods", "", "create", "kube-system", false},
 		{"", "pods", "eviction", "create", "default", true},
 		{"", "nodes", "", "patch", "", true},
+		{"", "nodes", "status", "patch", "", true}, // the lifecycle conditions (fenced: nodewise-orchestrator-node-conditions)
+		{"", "nodes", "status", "update", "", false},
 		{"", "nodes", "", "delete", "", false},
 		{"nodewise.io", "noderollouts", "status", "update", "", true},
 		{"coordination.k8s.io", "leases", "", "update", "nodewise-system", true},

@@ -26,9 +26,17 @@ import (
 // and returns the canary's name once it is cordoned there.
 func (e *env) stuckInDrain(name string, mut func(*v1alpha1.NodeRolloutSpec)) string {
 	e.t.Helper()
+	canary, _ := e.stuckInDrainBy("solo", name, mut)
+	return canary
+}
+
+// stuckInDrainBy is stuckInDrain under an orchestrator of that identity
+// in this process, also returning what stops it.
+func (e *env) stuckInDrainBy(identity, name string, mut func(*v1alpha1.NodeRolloutSpec)) (string, func()) {
+	e.t.Helper()
 	canary := e.c.Nodes[0].Name
 	e.blockDrain(canary)
-	e.runInProcess("solo")
+	stop, _ := e.runInProcess(identity)
 	e.upgrade("1.28.1")
 	e.apply(rollout(name, func(s *v1alpha1.NodeRolloutSpec) {
 		s.CanaryNodes = []string{canary}
@@ -54,7 +62,7 @@ func (e *env) stuckInDrain(name string, mut func(*v1alpha1.NodeRolloutSpec)) str
 	if !e.unschedulable()[canary] {
 		e.t.Fatalf("%s not cordoned while draining", canary)
 	}
-	return canary
+	return canary, stop
 }
 
 // waitSchedulable waits until node is schedulable again.

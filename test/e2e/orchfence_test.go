@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/prepull"
 	"github.com/nodewise/nodewise/orchestrator/swap"
@@ -163,5 +165,35 @@ func TestOrchestratorFenceBeyondItsPodSpecs(t *testing.T) {
 	evil := slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "evil" })
 	if evil || n.Labels["node-role.kubernetes.io/istiod"] != "" || len(n.OwnerReferences) != 0 || n.Annotations[model.AnnotationKeepCordoned] != "" {
 		t.Errorf("node %s after the refused patches: taints %v, labels %v, owners %v, annotations %v", node, n.Spec.Taints, n.Labels, n.OwnerReferences, n.Annotations)
+	}
+
+	// Node status patches: its own lifecycle conditions, nothing else.
+	e.setCondition(node, corev1.NodeCondition{Type: corev1.NodeDrainInProgress, Status: corev1.ConditionTrue, Reason: "FirmwareUpdate"}) // another writer's
+	cond := func(typ, status, reason string) string {
+		return fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q,"reason":%q}]}}`, typ, status, reason)
+	}
+	statusRefused := map[string]string{
+		"Ready False":                         cond("Ready", "False", locks.ReasonInFlight),
+		"another writer's condition replaced": cond("DrainInProgress", "True", locks.ReasonDraining),
+		"another writer's condition removed":  `{"status":{"conditions":[{"type":"DrainInProgress","$patch":"delete"}]}}`,
+		"a lifecycle condition not its own":   cond("MaintenanceInProgress", "True", "FirmwareUpdate"),
+		"another condition type":              cond("NetworkUnavailable", "True", locks.ReasonInFlight),
+		"the capacity":                        `{"status":{"capacity":{"pods":"1"}}}`,
+		"a label through status":              `{"metadata":{"labels":{"node-role.kubernetes.io/istiod":""}}}`,
+	}
+	for what, patch := range statusRefused {
+		if _, err := nodes.Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err == nil || !strings.Contains(err.Error(), "the orchestrator may") {
+			t.Errorf("patching %s onto %s's status as the orchestrator: %v; want refused by the policy", what, node, err)
+		}
+	}
+	if _, err := nodes.Patch(ctx, node, types.StrategicMergePatchType, []byte(cond("MaintenanceInProgress", "True", locks.ReasonInFlight)), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("the orchestrator's MaintenanceInProgress: %v", err)
+	}
+	if _, err := nodes.Patch(ctx, node, types.StrategicMergePatchType, []byte(`{"status":{"conditions":[{"type":"MaintenanceInProgress","$patch":"delete"}]}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("the orchestrator's MaintenanceInProgress removed: %v", err)
+	}
+	cs := e.conditions(node)
+	if r, d := cs[corev1.NodeReady], cs[corev1.NodeDrainInProgress]; r.Status != corev1.ConditionTrue || d.Reason != "FirmwareUpdate" || d.Status != corev1.ConditionTrue {
+		t.Errorf("node %s after the refused status patches: Ready %+v, DrainInProgress %+v", node, r, d)
 	}
 }
