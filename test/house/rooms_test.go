@@ -31,6 +31,7 @@ var rooms = map[string][]string{
 	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull"},        // a pass's read side: observes the fleet and decides the pass, writing nothing
 	"promotion":        {"model"},                                                              // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
 	"preflight":        {"model", "nodestep"},                                                  // the version-skew check before a node's swap (its halts)
+	"silence":          {},                                                                     // the Alertmanager silence held over a node while it is out
 	"internal/fixture": {"model"},                                                              // the unit tests' fleets, targets and pods
 }
 
