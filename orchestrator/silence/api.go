@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,6 +40,9 @@ type Silence struct {
 
 // Active says the silence mutes alerts now.
 func (s Silence) Active() bool { return s.Status != nil && s.Status.State == "active" }
+
+// errNotFound is Alertmanager's answer for a silence ID it does not hold.
+var errNotFound = errors.New("no such silence")
 
 // api is Alertmanager's v2 silences API: three calls and their JSON.
 type api struct {
@@ -114,7 +118,11 @@ func (a *api) do(ctx context.Context, method, path string, body []byte, out any)
 		return fmt.Errorf("%s %s%s: reading the answer: %w", method, a.base, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s%s: %s: %s", method, a.base, strings.SplitN(path, "?", 2)[0], resp.Status, strings.TrimSpace(string(data[:min(len(data), 200)])))
+		err := fmt.Errorf("%s %s%s: %s: %s", method, a.base, strings.SplitN(path, "?", 2)[0], resp.Status, strings.TrimSpace(string(data[:min(len(data), 200)])))
+		if resp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("%w: %w", errNotFound, err)
+		}
+		return err
 	}
 	if out == nil {
 		return nil

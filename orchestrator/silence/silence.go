@@ -232,10 +232,18 @@ func (h *held) renew(ctx context.Context) {
 			h.startsAt = now
 		}
 	}
-	id, err := h.s.api.post(ctx, Silence{
-		ID: h.id, Matchers: h.matchers, StartsAt: h.startsAt, EndsAt: now.Add(h.s.cfg.TTL),
-		CreatedBy: CreatedBy, Comment: h.comment(),
-	})
+	post := func() (string, error) {
+		return h.s.api.post(ctx, Silence{
+			ID: h.id, Matchers: h.matchers, StartsAt: h.startsAt, EndsAt: now.Add(h.s.cfg.TTL),
+			CreatedBy: CreatedBy, Comment: h.comment(),
+		})
+	}
+	id, err := post()
+	if op == "extend" && errors.Is(err, errNotFound) {
+		// Alertmanager lost it (restarted without its storage): make it anew.
+		h.id, h.startsAt, op = "", now, "create"
+		id, err = post()
+	}
 	if err != nil {
 		h.failed(op, err)
 		return

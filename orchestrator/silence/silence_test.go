@@ -91,6 +91,25 @@ func TestLeftSilenceExpiresAndIsTakenOver(t *testing.T) {
 	eventually(t, "the left silence expires on its own", func() bool { return !only(t, am).Active() })
 }
 
+// TestSilenceLostWithAlertmanagerIsMadeAgain: an Alertmanager replaced
+// with empty storage answers the held ID's extension with 404; the next
+// extension makes the silence anew, under a new ID.
+func TestSilenceLostWithAlertmanagerIsMadeAgain(t *testing.T) {
+	am := promrig.StartAlertmanager(t)
+	end := newSilencer(t, am.URL, nil, nil).Hold(context.Background(), rollout("r1"), "node-1")
+	defer end(true)
+	lost := only(t, am)
+	am.Restart(t)
+	var all []Silence
+	eventually(t, "the silence is made again", func() bool {
+		am.GetJSON(t, "/api/v2/silences", &all)
+		return len(all) == 1
+	})
+	if s := all[0]; s.ID == lost.ID || !s.Active() || s.Matchers[0].Value != "node-1" {
+		t.Fatalf("after the restart: %+v, want a new active silence over node-1", s)
+	}
+}
+
 // TestUnreachableAlertmanagerHoldsNothingUp: with no Alertmanager, Hold
 // returns, the failure is counted and shown once as a Warning event, and
 // End returns.

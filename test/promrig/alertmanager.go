@@ -2,6 +2,7 @@ package promrig
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,12 +25,30 @@ func StartAlertmanager(t testing.TB) *Server {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "alertmanager.yml"), "--storage.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--cluster.listen-address=", "--log.level=warn")
 	srv := &Server{URL: "http://" + addr}
-	srv.cmd = run(t, cmd, filepath.Join(dir, "alertmanager.log"))
-	waitReady(t, "alertmanager", srv.URL)
+	starts := 0
+	srv.fresh = func(t testing.TB) {
+		data := filepath.Join(dir, "data")
+		if err := os.RemoveAll(data); err != nil {
+			t.Fatal(err)
+		}
+		starts++
+		cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "alertmanager.yml"), "--storage.path="+data,
+			"--web.listen-address="+addr, "--cluster.listen-address=", "--log.level=warn")
+		srv.cmd = run(t, cmd, filepath.Join(dir, fmt.Sprintf("alertmanager-%d.log", starts)))
+		waitReady(t, "alertmanager", srv.URL)
+	}
+	srv.fresh(t)
 	return srv
+}
+
+// Restart kills the Alertmanager and starts it again at the same address
+// with empty storage, as a pod without a volume that was replaced: every
+// silence is gone.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.fresh(t)
 }
 
 // GetJSON decodes the JSON the server answers at path into out.

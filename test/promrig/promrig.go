@@ -33,6 +33,8 @@ type Server struct {
 	// URL is its base URL, http://127.0.0.1:PORT.
 	URL string
 	cmd *exec.Cmd
+	// fresh starts the server again with empty storage (Alertmanager's Restart).
+	fresh func(testing.TB)
 }
 
 // Kill stops the server (the process this test started), as a server that
