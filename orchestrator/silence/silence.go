@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -63,6 +64,9 @@ type Silencer struct {
 	api      *api
 	matchers []matcherTemplate
 	errors   *prometheus.CounterVec
+	// down: the last call to Alertmanager failed. A node then starts
+	// without waiting for its silence; its keeper makes it.
+	down *atomic.Bool
 }
 
 // Validate checks cfg and fills its defaults; New calls it.
@@ -114,7 +118,7 @@ func New(cfg Config) (*Silencer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Silencer{matchers: ms}
+	s := &Silencer{matchers: ms, down: new(atomic.Bool)}
 	s.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodewise_alertmanager_silence_errors_total",
 		Help: "Calls to Alertmanager that failed while holding a node's silence, by operation (create, extend, expire, find). A failure never holds up a node.",
@@ -158,7 +162,8 @@ type held struct {
 }
 
 // Hold makes (or, after a restart, finds and takes over) the node's
-// silence, waiting at most Timeout, and extends it every Extend until end
+// silence, waiting at most Timeout (not at all while Alertmanager's last
+// call failed: the silence is made behind the node's start), and extends it every Extend until end
 // is called or ctx ends. A failure is reported and tried again at the next
 // extension. end(true), for a node handed back (passed, failed, aborted,
 // deleted), expires the silence now; end(false), for a node left behind
@@ -169,8 +174,12 @@ func (s *Silencer) Hold(ctx context.Context, nr *v1alpha1.NodeRollout, node stri
 	for _, t := range s.matchers {
 		h.matchers = append(h.matchers, t.render(subject{Node: node, Rollout: nr.Name}))
 	}
-	h.renew(ctx)
-	go h.keep(ctx)
+	if s.down.Load() {
+		go func() { h.renew(ctx); h.keep(ctx) }()
+	} else {
+		h.renew(ctx)
+		go h.keep(ctx)
+	}
 	return h.end
 }
 
@@ -253,6 +262,7 @@ func (h *held) renew(ctx context.Context) {
 			zap.String("node", h.node), zap.String("silence", id), zap.Duration("ttl", h.s.cfg.TTL))
 	}
 	h.id, h.failing = id, false
+	h.s.down.Store(false)
 }
 
 // find returns the ID of this node's active silence made for this rollout,
@@ -283,6 +293,7 @@ func (h *held) find(ctx context.Context) string {
 // event on the rollout at the first of a run of failures.
 func (h *held) failed(op string, err error) {
 	h.s.errors.WithLabelValues(op).Inc()
+	h.s.down.Store(true)
 	h.s.cfg.Logger.Warn("alertmanager silence: call failed; the node goes on without it", zap.String("op", op),
 		zap.String("rollout", h.nr.Name), zap.String("node", h.node), zap.Error(err))
 	if h.failing || errors.Is(err, context.Canceled) {

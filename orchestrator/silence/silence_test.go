@@ -2,7 +2,10 @@ package silence
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,6 +134,39 @@ func TestUnreachableAlertmanagerHoldsNothingUp(t *testing.T) {
 	}
 	if ev := <-rec.Events; !strings.HasPrefix(ev, "Warning SilenceFailed") || !strings.Contains(ev, "node-1") {
 		t.Fatalf("event %q", ev)
+	}
+}
+
+// TestNodesStartWithoutWaitingOnAFailingAlertmanager: once a call has
+// failed, a node's Hold returns without waiting for Alertmanager (here one
+// that answers nothing until the test ends); the silence is made behind it.
+func TestNodesStartWithoutWaitingOnAFailingAlertmanager(t *testing.T) {
+	var hang atomic.Bool
+	release := make(chan struct{})
+	am := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hang.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer am.Close()
+	defer close(release)
+	s, err := New(Config{URL: am.URL, Extend: time.Hour, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Hold(context.Background(), rollout("r1"), "node-1")(false) // fails: Alertmanager answers 503
+	hang.Store(true)
+	returned := make(chan func(bool))
+	go func() { returned <- s.Hold(context.Background(), rollout("r1"), "node-2") }()
+	select {
+	case end := <-returned:
+		go end(false) // its keeper waits on the hanging call until the test ends
+	case <-time.After(30 * time.Second): // a bound for a broken build, not a timing assertion
+		t.Fatal("Hold waited on an Alertmanager whose last call failed")
 	}
 }
 
