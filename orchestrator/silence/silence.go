@@ -163,9 +163,9 @@ type held struct {
 
 // Hold makes (or, after a restart, finds and takes over) the node's
 // silence, waiting at most Timeout (not at all while Alertmanager's last
-// call failed: the silence is made behind the node's start), and extends it every Extend until end
-// is called or ctx ends. A failure is reported and tried again at the next
-// extension. end(true), for a node handed back (passed, failed, aborted,
+// call failed: the silence is then made behind the node's start), and
+// extends it every Extend until end is called or ctx ends. A failure is
+// reported and tried again at the next extension. end(true), for a node handed back (passed, failed, aborted,
 // deleted), expires the silence now; end(false), for a node left behind
 // (this replica stops leading, or shuts down), lets it run out its TTL for
 // a successor to take over.
@@ -290,13 +290,17 @@ func (h *held) find(ctx context.Context) string {
 }
 
 // failed reports a failed call: logged and counted each time, a Warning
-// event on the rollout at the first of a run of failures.
+// event on the rollout at the first of a run of failures. A call cut short
+// by its worker's end (this replica leaving) is no failure of Alertmanager.
 func (h *held) failed(op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	h.s.errors.WithLabelValues(op).Inc()
 	h.s.down.Store(true)
 	h.s.cfg.Logger.Warn("alertmanager silence: call failed; the node goes on without it", zap.String("op", op),
 		zap.String("rollout", h.nr.Name), zap.String("node", h.node), zap.Error(err))
-	if h.failing || errors.Is(err, context.Canceled) {
+	if h.failing {
 		return
 	}
 	h.failing = true

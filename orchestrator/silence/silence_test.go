@@ -137,6 +137,25 @@ func TestUnreachableAlertmanagerHoldsNothingUp(t *testing.T) {
 	}
 }
 
+// TestAWorkersEndIsNoAlertmanagerFailure: calls cut short because the
+// worker's context ended (its replica leaving) are not counted, warned of,
+// or taken for Alertmanager being down.
+func TestAWorkersEndIsNoAlertmanagerFailure(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	s := newSilencer(t, "http://127.0.0.1:1", nil, rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Hold(ctx, rollout("r1"), "node-1")(false)
+	for _, op := range []string{"find", "create"} {
+		if n := testutil.ToFloat64(s.errors.WithLabelValues(op)); n != 0 {
+			t.Errorf("%s errors %v, want none counted", op, n)
+		}
+	}
+	if s.down.Load() || len(rec.Events) != 0 {
+		t.Errorf("down %v, %d events: want Alertmanager not taken for down", s.down.Load(), len(rec.Events))
+	}
+}
+
 // TestNodesStartWithoutWaitingOnAFailingAlertmanager: once a call has
 // failed, a node's Hold returns without waiting for Alertmanager (here one
 // that answers nothing until the test ends); the silence is made behind it.
