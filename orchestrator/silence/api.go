@@ -83,6 +83,13 @@ func (a *api) list(ctx context.Context, filter []Matcher) ([]Silence, error) {
 	return out, err
 }
 
+// get reads the silence id (GET /api/v2/silence/{id}).
+func (a *api) get(ctx context.Context, id string) (Silence, error) {
+	var out Silence
+	err := a.do(ctx, http.MethodGet, "/api/v2/silence/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
 // expire ends the silence id now (DELETE /api/v2/silence/{id}).
 func (a *api) expire(ctx context.Context, id string) error {
 	return a.do(ctx, http.MethodDelete, "/api/v2/silence/"+url.PathEscape(id), nil, nil)

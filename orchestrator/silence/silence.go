@@ -156,9 +156,12 @@ type held struct {
 	ended    sync.Once
 
 	// Owned by the keeping goroutine until done closes.
-	id       string
-	startsAt time.Time
-	failing  bool
+	id               string
+	startsAt, endsAt time.Time
+	failing          bool
+	// dropped: a person expired the silence before its end; it is not
+	// made again for this node's time out.
+	dropped bool
 }
 
 // Hold makes (or, after a restart, finds and takes over) the node's
@@ -170,10 +173,7 @@ type held struct {
 // (this replica stops leading, or shuts down), lets it run out its TTL for
 // a successor to take over.
 func (s *Silencer) Hold(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (end func(handedBack bool)) {
-	h := &held{s: s, nr: nr, node: node, stop: make(chan struct{}), done: make(chan struct{})}
-	for _, t := range s.matchers {
-		h.matchers = append(h.matchers, t.render(subject{Node: node, Rollout: nr.Name}))
-	}
+	h := s.held(nr, node)
 	if s.down.Load() {
 		go func() { h.renew(ctx); h.keep(ctx) }()
 	} else {
@@ -181,6 +181,14 @@ func (s *Silencer) Hold(ctx context.Context, nr *v1alpha1.NodeRollout, node stri
 		go h.keep(ctx)
 	}
 	return h.end
+}
+
+func (s *Silencer) held(nr *v1alpha1.NodeRollout, node string) *held {
+	h := &held{s: s, nr: nr, node: node, stop: make(chan struct{}), done: make(chan struct{})}
+	for _, t := range s.matchers {
+		h.matchers = append(h.matchers, t.render(subject{Node: node, Rollout: nr.Name}))
+	}
+	return h
 }
 
 // end stops extending the silence, and expires it if handedBack.
@@ -231,10 +239,19 @@ func (h *held) comment() string {
 
 // renew creates the silence, or extends the one held, to end TTL from now.
 func (h *held) renew(ctx context.Context) {
+	if h.dropped {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.Timeout)
 	defer cancel()
 	now := h.s.cfg.Now()
 	op := "extend"
+	if h.id != "" && h.expiredByHand(ctx) {
+		h.s.cfg.Logger.Info("alertmanager silence expired by someone else before its end: not made again while the node is out",
+			zap.String("rollout", h.nr.Name), zap.String("node", h.node), zap.String("silence", h.id))
+		h.id, h.dropped = "", true
+		return
+	}
 	if h.id == "" {
 		op = "create"
 		if h.id = h.find(ctx); h.id == "" {
@@ -261,8 +278,17 @@ func (h *held) renew(ctx context.Context) {
 		h.s.cfg.Logger.Info("alertmanager silence held while the node is out", zap.String("rollout", h.nr.Name),
 			zap.String("node", h.node), zap.String("silence", id), zap.Duration("ttl", h.s.cfg.TTL))
 	}
-	h.id, h.failing = id, false
+	h.id, h.endsAt, h.failing = id, now.Add(h.s.cfg.TTL), false
 	h.s.down.Store(false)
+}
+
+// expiredByHand says the held silence has ended before the end this holder
+// last gave it: someone expired it (one that ran out its TTL, its
+// extensions failing, ends when it was given). Alertmanager gives times to
+// the millisecond. A silence it cannot read is extended as usual.
+func (h *held) expiredByHand(ctx context.Context) bool {
+	cur, err := h.s.api.get(ctx, h.id)
+	return err == nil && !cur.Active() && cur.EndsAt.Add(time.Millisecond).Before(h.endsAt)
 }
 
 // find returns the ID of this node's active silence made for this rollout,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -73,6 +74,49 @@ func TestHoldMakesExtendsAndExpires(t *testing.T) {
 	end(true)
 	if s := only(t, am); s.Active() || s.Status.State != "expired" {
 		t.Fatalf("after the hand-back: %+v, want expired", s)
+	}
+}
+
+// TestSilenceExpiredByHandIsNotMadeAgain: a person who expires the
+// silence while the node is out has the last word: the next extension
+// finds it ended early and makes none, and the hand-back expires nothing.
+// A silence that ran out its TTL instead (its extensions failing) is made
+// again.
+func TestSilenceExpiredByHandIsNotMadeAgain(t *testing.T) {
+	am := promrig.StartAlertmanager(t)
+	s, err := New(Config{URL: am.URL, Extend: time.Hour, TTL: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.held(rollout("r1"), "node-1")
+	h.renew(t.Context())
+	first := only(t, am)
+	req, _ := http.NewRequest(http.MethodDelete, am.URL+"/api/v2/silence/"+first.ID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("expiring by hand: %v %v", err, resp)
+	}
+	h.renew(t.Context())
+	if s := only(t, am); s.ID != first.ID || s.Active() {
+		t.Fatalf("after an extension: %+v, want only %s, expired", s, first.ID)
+	}
+	close(h.done) // no keeper runs: renew was called here
+	h.end(true)
+
+	// Ran out instead: its end is the one given.
+	s.cfg.TTL = time.Second
+	lapsed := s.held(rollout("r1"), "node-2")
+	lapsed.renew(t.Context())
+	eventually(t, "the silence runs out", func() bool {
+		var all []Silence
+		am.GetJSON(t, "/api/v2/silences?filter="+url.QueryEscape(`node="node-2"`), &all)
+		return len(all) == 1 && !all[0].Active()
+	})
+	lapsed.renew(t.Context())
+	var all []Silence
+	am.GetJSON(t, "/api/v2/silences?filter="+url.QueryEscape(`node="node-2"`), &all)
+	if len(all) != 2 || (!all[0].Active() && !all[1].Active()) {
+		t.Fatalf("after the lapse and an extension: %+v, want it made again", all)
 	}
 }
 
