@@ -36,8 +36,10 @@ GENERATED := bpf api deploy/crds
 # the demo needs only the simulated cluster's.
 # registry is the OCI registry the image tests push nodewise's images and chart
 # to; kubelet runs sim/cluster's real node (a module of its own, so adding it
-# left the control plane's cache key alone; it reuses that build's packages).
-TOOLS      := etcd kubernetes prometheus istioctl registry kubelet
+# left the control plane's cache key alone; it reuses that build's packages);
+# alertmanager holds the silences of the orchestrator's tests (a module of its
+# own at Prometheus' dependency versions, so it reuses that build's packages).
+TOOLS      := etcd kubernetes prometheus alertmanager istioctl registry kubelet
 DEMO_TOOLS := etcd kubernetes
 
 # The version: one source, the chart's appVersion. Every binary carries it
@@ -216,7 +218,7 @@ deps-images: ## Install the Debian packages that build and run the images (build
 	$(if $(filter buildah,$(IMAGE_BUILDER)),$(call apt-install,$(IMAGE_PACKAGES)),$(call apt-install,$(filter-out buildah,$(IMAGE_PACKAGES))))
 
 .PHONY: tools
-tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, istioctl, the OCI registry, the kubelet) into bin/, cached by version.
+tools: $(addprefix tool-,$(TOOLS)) ## Build the pinned upstream tools (etcd, Kubernetes, Prometheus, Alertmanager, istioctl, the OCI registry, the kubelet) into bin/, cached by version.
 
 .PHONY: demo-tools
 demo-tools: $(addprefix tool-,$(DEMO_TOOLS)) ## Build only the tools the demo runs (etcd, Kubernetes).

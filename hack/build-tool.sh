@@ -24,14 +24,40 @@ if [ -n "$k8s" ]; then
 	ldflags="$ldflags -X $v.gitVersion=$k8s -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 fi
 export CGO_ENABLED=0
-key=$( (cat "$mod/go.mod" "$mod/go.sum"; [ -z "$k8s" ] || echo "$ldflags"; echo "CGO_ENABLED=$CGO_ENABLED") | sha256sum | cut -c1-12)
+key=$( (cat "$mod/go.mod" "$mod/go.sum"; [ ! -f "$mod/placeholders" ] || cat "$mod/placeholders"; [ -z "$k8s" ] || echo "$ldflags"; echo "CGO_ENABLED=$CGO_ENABLED") | sha256sum | cut -c1-12)
 out="$root/bin/.tools/$name-$key"
 if [ ! -f "$out/.done" ]; then
 	echo "building $name from the Go module proxy into bin/ (cold: minutes; cached by version afterwards)" >&2
 	rm -rf "$out.tmp"
 	mkdir -p "$out.tmp"
 	start=$(date +%s)
-	(cd "$mod" && go build -trimpath -ldflags="$ldflags" -o "$out.tmp/" tool)
+	# A module that embeds files its release build makes cannot build from
+	# the module proxy as it is (Alertmanager's ui embeds ui/app/dist, which
+	# npm makes). For each line "MODULE DIR" of tools/NAME/placeholders, a
+	# copy of MODULE gets a placeholder page in DIR and replaces MODULE in
+	# this build only (-modfile: go.mod stays as it is).
+	modfile=()
+	if [ -f "$mod/placeholders" ]; then
+		src="$out.src"
+		rm -rf "$src"
+		trap 'rm -rf "$src"' EXIT
+		mkdir -p "$src"
+		cp "$mod/go.mod" "$src/build.mod"
+		cp "$mod/go.sum" "$src/build.sum"
+		while read -r m d; do
+			case "$m" in '' | '#'*) continue ;; esac
+			(cd "$mod" && go mod download "$m")
+			copy="$src/$(echo "$m" | tr / _)"
+			cp -r "$(cd "$mod" && go list -m -f '{{.Dir}}' "$m")" "$copy"
+			chmod -R u+w "$copy"
+			mkdir -p "$copy/$d"
+			echo "<!doctype html><title>$m</title><p>Built without this page's assets (hack/build-tool.sh); the API answers." >"$copy/$d/index.html"
+			go mod edit -modfile="$src/build.mod" -replace="$m=$copy"
+		done <"$mod/placeholders"
+		modfile=(-modfile="$src/build.mod")
+	fi
+	(cd "$mod" && go build "${modfile[@]}" -trimpath -ldflags="$ldflags" -o "$out.tmp/" tool)
+	rm -rf "$out.src"
 	# A main package at a /vN module root is named after its parent element.
 	if [ "$name" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
 	touch "$out.tmp/.done"

@@ -12,7 +12,7 @@ readme=${README:-README.md}
 
 declare -A needs=(
 	[demo]="deps-run build tool:etcd tool:kubernetes"
-	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet tool:helm tool:staticcheck images deps-images"
+	[test]="deps tool:etcd tool:kubernetes tool:prometheus tool:alertmanager tool:istioctl tool:registry tool:kubelet tool:helm tool:staticcheck images deps-images"
 	[bench]="deps build tool:etcd tool:kubernetes tool:prometheus"
 	[bench-disruption]="deps-run tool:etcd tool:kubernetes"
 	[bench-surge]="deps-run tool:etcd tool:kubernetes"
@@ -22,7 +22,7 @@ declare -A needs=(
 	[bench-reconcile]=""
 	[generate]="deps"
 	[build]=""
-	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:istioctl tool:registry tool:kubelet"
+	[tools]="tool:etcd tool:kubernetes tool:prometheus tool:alertmanager tool:istioctl tool:registry tool:kubelet"
 	[deps]=""
 	[deps-run]=""
 	[demo-tools]="tool:etcd tool:kubernetes"
@@ -38,9 +38,9 @@ declare -A needs=(
 	[chart-package]="tool:helm"
 	[chart-sync]=""
 )
-# What a target must not build: the demo has no use for Prometheus or istioctl.
+# What a target must not build: the demo has no use for Prometheus, Alertmanager or istioctl.
 declare -A forbids=(
-	[demo]="tool:prometheus tool:istioctl deps"
+	[demo]="tool:prometheus tool:alertmanager tool:istioctl deps"
 )
 
 # make targets named in backticks (`make build tools`) or at the start of a

@@ -16,6 +16,7 @@ import (
 	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/silence"
 )
 
 // Config configures the orchestrator. Zero values get the defaults below.
@@ -68,6 +69,9 @@ type Config struct {
 	// Kured takes a lock this long after the last renewal (the orchestrator
 	// crashed and none came back). Default 10 m, minimum 2 s.
 	KuredLockTTL time.Duration
+	// Alertmanager holds a silence over each node's alerts while the node
+	// is out (package silence); nil: none.
+	Alertmanager *silence.Config
 	// HoldAfterPersist, a test hook, makes a worker block forever right after it
 	// first persists this step (for a step with no record of its own, as it
 	// begins), so a test can kill -9 the process at that point.
@@ -135,6 +139,11 @@ func (c *Config) validate() error {
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Alertmanager != nil {
+		if err := c.Alertmanager.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Alertmanager: %w", err))
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

@@ -25,6 +25,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/preflight"
 	"github.com/nodewise/nodewise/orchestrator/promotion"
+	"github.com/nodewise/nodewise/orchestrator/silence"
 	"github.com/nodewise/nodewise/orchestrator/swap"
 	"github.com/nodewise/nodewise/orchestrator/worker"
 	"github.com/nodewise/nodewise/orchestrator/write"
@@ -48,6 +49,7 @@ type executor struct {
 	targets  observe.Targets
 	gate     gate.Gate
 	recorder record.EventRecorder
+	silences *silence.Silencer // nil: none
 
 	rolloutStore cache.Store
 	kick         chan struct{}
@@ -149,6 +151,9 @@ func (e *executor) wire() {
 		Kube: e.kube, Log: e.log, Now: e.cfg.Now, EvictRetryDelay: e.cfg.EvictRetryDelay, Namespace: e.cfg.Namespace,
 		Agents: e.cfg.Agents, Targets: e.targets, Nodes: e.nodes, Recorder: e.recorder,
 		Status: e.status, Records: e.nodeWrites, Leaving: w.Leaving, Conditions: e.conditions,
+	}
+	if e.silences != nil {
+		w.Silences = e.silences.WithRecorder(e.recorder)
 	}
 	e.worker = w
 	e.apply = &applier{

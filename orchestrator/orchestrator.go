@@ -30,6 +30,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/observe"
 	"github.com/nodewise/nodewise/orchestrator/preflight"
+	"github.com/nodewise/nodewise/orchestrator/silence"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
 
@@ -47,6 +48,8 @@ type Orchestrator struct {
 	rollouts v1alpha1.NodeRolloutInterface
 	// leaseKube is the Lease's own client, the only one not fenced.
 	leaseKube kubernetes.Interface
+	// silences holds the nodes' Alertmanager silences (nil: none).
+	silences *silence.Silencer
 }
 
 // New validates cfg, fills defaults and builds the clients (every request counted).
@@ -83,7 +86,15 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the metadata client: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, meta: meta, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}, nil
+	o := &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, meta: meta, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}
+	if cfg.Alertmanager != nil {
+		sc := *cfg.Alertmanager
+		sc.Registry, sc.Logger, sc.Now = cfg.Registry, cfg.Logger.Named("silence"), cfg.Now
+		if o.silences, err = silence.New(sc); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
 }
 
 // Run serves metrics, campaigns for the Lease and, while leading, reconciles
@@ -193,15 +204,16 @@ func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	f := c.f
 	ex := &executor{
 		cfg: o.cfg, log: o.log, metrics: o.metrics, kube: o.kube, rollouts: o.rollouts,
-		nodes:   f.Core().V1().Nodes().Lister(),
-		pods:    observe.NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
-		dss:     f.Apps().V1().DaemonSets().Lister(),
-		revs:    f.Apps().V1().ControllerRevisions().Lister(),
-		kick:    make(chan struct{}, 1),
-		freed:   make(chan struct{}, 1),
-		status:  write.NewStatus(ctx, o.rollouts, o.log),
-		cpCache: c.cp,
-		fence:   o.guard.Check,
+		nodes:    f.Core().V1().Nodes().Lister(),
+		pods:     observe.NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
+		dss:      f.Apps().V1().DaemonSets().Lister(),
+		revs:     f.Apps().V1().ControllerRevisions().Lister(),
+		kick:     make(chan struct{}, 1),
+		freed:    make(chan struct{}, 1),
+		status:   write.NewStatus(ctx, o.rollouts, o.log),
+		cpCache:  c.cp,
+		fence:    o.guard.Check,
+		silences: o.silences,
 	}
 	ex.status.Fence = o.guard.Check
 	defer ex.status.Wait()

@@ -30,6 +30,7 @@ import (
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/silence"
 )
 
 func main() {
@@ -85,6 +86,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	var (
 		rc   runConfig
 		hold string
+		am   silence.Config
 	)
 	cfg, agents := &rc.orchestrator, &rc.agents
 	cfg.Version = buildinfo.Version() // on the leader Lease, for `nodewise version`
@@ -122,6 +124,14 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.StringVar(&rc.notify.cluster, "notify-cluster", "", "the cluster's name, in every webhook message (required with a webhook)")
 	fs.StringVar(&rc.notify.format, "notify-format", "slack", "webhook body: slack ({\"text\": ...}) or generic (the event as JSON)")
 	fs.StringVar(&rc.notify.dashboard, "notify-dashboard-url", "", "the dashboard's address people open (nodewise dashboard, or its Service behind a proxy): each webhook message links its node's, rollout's or migration's page there (empty: no links)")
+	fs.StringVar(&am.URL, "alertmanager-url", "", "Alertmanager's base URL: while a node is out, a silence over its alerts is held there (made before its cordon, extended, expired when the node is handed back; an Alertmanager that cannot be reached never holds up a node). Empty: off")
+	fs.Func("alertmanager-matcher", "which of a node's alerts its silence mutes: an Alertmanager matcher (name=\"value\", !=, =~, !~) whose value may use {{.Node}} and {{.Rollout}}; repeatable, all must match (default "+silence.DefaultMatcher+")", func(v string) error {
+		am.Matchers = append(am.Matchers, v)
+		return nil
+	})
+	fs.StringVar(&am.BearerTokenFile, "alertmanager-token-file", "", "bearer token file sent to Alertmanager, read for each request (empty: none)")
+	fs.DurationVar(&am.Extend, "alertmanager-silence-extend", 0, "how often a held silence is extended (default 1m)")
+	fs.DurationVar(&am.TTL, "alertmanager-silence-ttl", 0, "how far past each extension a silence ends: how long it outlives an orchestrator that crashed (default 3x --alertmanager-silence-extend)")
 	fs.IntVar(&agents.Port, "agent-port", 9443, "the node agents' port on each node's InternalIP")
 	fs.StringVar(&agents.ServerName, "agent-server-name", "", "name to verify in the agents' certificates (default: the node IP)")
 	fs.BoolVar(&agents.VerifyNodeName, "agent-verify-node-name", false, "verify that each agent's certificate names its node, as agentpki issues them (--agent-ca of the published bundle; always on with --agent-issuer)")
@@ -170,6 +180,12 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 		rc.agentNamespace = cfg.Namespace
 	}
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
+	switch {
+	case am.URL != "":
+		cfg.Alertmanager = &am
+	case len(am.Matchers) > 0 || am.BearerTokenFile != "" || am.Extend != 0 || am.TTL != 0:
+		return rc, errors.New("the --alertmanager-* flags need --alertmanager-url (see orchestrator --help)")
+	}
 	return rc, nil
 }
 

@@ -276,3 +276,18 @@ func keys(objs []*unstructured.Unstructured) []string {
 	}
 	return out
 }
+
+// The Alertmanager silences are off without --alertmanager-url; with it, the
+// matchers given replace the default; its other flags alone are refused.
+func TestAlertmanagerFlags(t *testing.T) {
+	if rc, err := parseFlags(nil, io.Discard); err != nil || rc.orchestrator.Alertmanager != nil {
+		t.Fatalf("no flags: %v, %+v; want no silences", err, rc.orchestrator.Alertmanager)
+	}
+	rc, err := parseFlags([]string{"--alertmanager-url=http://am:9093", "--alertmanager-matcher=instance=~\"{{.Node}}:.*\"", "--alertmanager-matcher=team=\"mesh\""}, io.Discard)
+	if am := rc.orchestrator.Alertmanager; err != nil || am == nil || am.URL != "http://am:9093" || len(am.Matchers) != 2 {
+		t.Fatalf("with a URL and two matchers: %v, %+v", err, am)
+	}
+	if _, err := parseFlags([]string{"--alertmanager-matcher=node=\"{{.Node}}\""}, io.Discard); err == nil || !strings.Contains(err.Error(), "--alertmanager-url") {
+		t.Fatalf("a matcher without a URL: %v; want --alertmanager-url asked for", err)
+	}
+}

@@ -70,6 +70,9 @@ type Worker struct {
 	// Conditions writes the node lifecycle conditions of the nodes this
 	// worker has out (nodecond.Writer); nil: none are written.
 	Conditions Conditions
+	// Silences holds an Alertmanager silence over each node while its
+	// worker has it out (silence.Silencer); nil: none.
+	Silences Silences
 	// CNI asks the node agents for istio-cni's own health, in rollouts
 	// with an istio-cni target: before the cordon and after the swap
 	// (cnicheck.go). Nil (no agents): not checked.
@@ -116,6 +119,14 @@ type Conditions interface {
 // Drainer runs the Drain step (drain.Drainer).
 type Drainer interface {
 	Drain(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record, deadline time.Time) (nodestep.Record, bool, error)
+}
+
+// Silences holds a silence over a node from its slot's start (before its
+// cordon) until end: end(true) for a node handed back expires it now,
+// end(false) leaves it to run out its short TTL (silence.Silencer). A
+// failure to reach Alertmanager never holds up or fails the node.
+type Silences interface {
+	Hold(ctx context.Context, nr *v1alpha1.NodeRollout, node string) (end func(handedBack bool))
 }
 
 // Skew checks a node's version skew against the control plane

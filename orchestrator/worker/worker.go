@@ -117,13 +117,19 @@ func (w *Worker) whileNodeExists(ctx context.Context, node string) (context.Cont
 }
 
 // driveNode is runNode's loop.
-func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) error {
+func (w *Worker) driveNode(ctx context.Context, nr *v1alpha1.NodeRollout, p model.Policy, node string) (err error) {
 	rec, st, fromRecord := w.nodeRecord(nr, node)
 	if fromRecord && !model.InFlight(st) && st != v1alpha1.NodePending {
 		// Resumed from a view behind the node's newest record (a new
 		// leader's cache catching up): the node has settled since.
 		w.Log.Info("nothing to resume: the node's record has settled", zap.String("rollout", nr.Name), zap.String("node", node), zap.String("step", string(st)))
 		return errSettled
+	}
+	if w.Silences != nil {
+		end := w.Silences.Hold(ctx, nr, node)
+		// Handed back (its steps ended, or it is gone): the silence goes
+		// now. Otherwise it runs out its TTL, for a successor to take over.
+		defer func() { end(err == nil || errors.Is(context.Cause(ctx), errNodeGone)) }()
 	}
 	outWritten := func() {}
 	if w.Conditions != nil {

@@ -605,3 +605,30 @@ func checkCredentialRBAC(t *testing.T, c *cluster.Cluster) {
 		}
 	}
 }
+
+// TestAlertmanagerValues: alertmanager.url turns on the orchestrator's
+// silences with the chart's extend period, the matchers reach it verbatim
+// (their {{.Node}} is the orchestrator's template, not Helm's), and
+// tokenSecret mounts the Secret's token where --alertmanager-token-file reads.
+func TestAlertmanagerValues(t *testing.T) {
+	args := func(objs map[string]*unstructured.Unstructured) string {
+		b, _ := json.Marshal(objs["Deployment "+Namespace+"/nodewise-orchestrator"].Object)
+		return string(b)
+	}
+	if got := args(render(t)); strings.Contains(got, "--alertmanager") || strings.Contains(got, "alertmanager-token") {
+		t.Errorf("default values: the orchestrator has Alertmanager flags or volumes: %s", got)
+	}
+	on := args(render(t, "alertmanager.url=http://am.monitoring:9093", "alertmanager.tokenSecret=am-token", `alertmanager.matchers[0]=node="{{.Node}}"`))
+	for _, want := range []string{
+		`--alertmanager-url=http://am.monitoring:9093`, `--alertmanager-silence-extend=1m`,
+		`--alertmanager-matcher=node=\"{{.Node}}\"`, `--alertmanager-token-file=/var/run/secrets/nodewise.io/alertmanager/token`,
+		`"mountPath":"/var/run/secrets/nodewise.io/alertmanager"`, `"secretName":"am-token"`,
+	} {
+		if !strings.Contains(on, want) {
+			t.Errorf("alertmanager values: the orchestrator lacks %s", want)
+		}
+	}
+	if _, err := Template(context.Background(), "alertmanager.url=am:9093"); err == nil {
+		t.Error("alertmanager.url without a scheme rendered; the schema wants http(s)://")
+	}
+}

@@ -33,6 +33,7 @@ var rooms = map[string][]string{
 	"promotion":        {"model"},                                                                   // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
 	"preflight":        {"model", "nodestep"},                                                       // the version-skew check before a node's swap (its halts)
 	"nodecond":         {"locks", "model", "nodestep"},                                              // the node lifecycle conditions (MaintenanceInProgress, DrainInProgress) of the nodes nodewise has out
+	"silence":          {},                                                                          // the Alertmanager silence held over a node while it is out
 	"internal/fixture": {"model"},                                                                   // the unit tests' fleets, targets and pods
 }
 

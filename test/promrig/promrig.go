@@ -1,6 +1,7 @@
 // Package promrig runs the real Prometheus (bin/prometheus, built by
 // `hack/build-tool.sh prometheus`) on loopback for tests, scraping the
-// targets a test serves.
+// targets a test serves, and the real Alertmanager (bin/alertmanager,
+// `hack/build-tool.sh alertmanager`) whose API a test calls.
 package promrig
 
 import (
@@ -32,6 +33,8 @@ type Server struct {
 	// URL is its base URL, http://127.0.0.1:PORT.
 	URL string
 	cmd *exec.Cmd
+	// fresh starts the server again with empty storage (Alertmanager's Restart).
+	fresh func(testing.TB)
 }
 
 // Kill stops the server (the process this test started), as a server that
@@ -52,7 +55,7 @@ func Start(t testing.TB, targets ...Target) *Server {
 // evaluated every second), for tests of alerts that fire.
 func StartWithRules(t testing.TB, rules string, targets ...Target) *Server {
 	t.Helper()
-	bin := find(t)
+	bin := find(t, "prometheus")
 	dir := t.TempDir()
 	var b strings.Builder
 	b.WriteString("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
@@ -92,42 +95,64 @@ func StartWithRules(t testing.TB, rules string, targets ...Target) *Server {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	srv := &Server{URL: "http://" + addr}
+	srv.cmd = run(t, cmd, filepath.Join(dir, "prometheus.log"))
+	waitReady(t, "prometheus", srv.URL)
+	return srv
+}
+
+// freeAddr is a loopback address with a free port.
+func freeAddr(t testing.TB) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// run starts cmd with its output in logPath; the process is killed when the
+// test ends, and its log shown if the test failed.
+func run(t testing.TB, cmd *exec.Cmd, logPath string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	srv := &Server{URL: "http://" + addr, cmd: cmd}
 	t.Cleanup(func() {
-		srv.Kill()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		logf.Close()
 		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s log:\n%s", filepath.Base(cmd.Path), b)
 		}
 	})
+	return cmd
+}
+
+// waitReady waits until the server at url answers /-/ready.
+func waitReady(t testing.TB, name, url string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute) // a bound on a broken rig, not a timing assertion
 	for {
-		resp, err := http.Get("http://" + addr + "/-/ready")
+		resp, err := http.Get(url + "/-/ready")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return srv
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus on %s never became ready", addr)
+			t.Fatalf("%s on %s never became ready", name, url)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -144,9 +169,9 @@ func writeTarget(b *strings.Builder, tg Target) {
 	}
 }
 
-// find looks for prometheus in $NODEWISE_BIN_DIR, then in every bin/ from
-// the working directory up.
-func find(t testing.TB) string {
+// find looks for the binary name in $NODEWISE_BIN_DIR, then in every bin/
+// from the working directory up.
+func find(t testing.TB, name string) string {
 	t.Helper()
 	var dirs []string
 	if env := os.Getenv("NODEWISE_BIN_DIR"); env != "" {
@@ -161,11 +186,11 @@ func find(t testing.TB) string {
 		}
 	}
 	for _, d := range dirs {
-		p := filepath.Join(d, "prometheus")
+		p := filepath.Join(d, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p
 		}
 	}
-	t.Fatalf("prometheus not found in %v: run `hack/build-tool.sh prometheus` (or `make tools`, or set NODEWISE_BIN_DIR)", dirs)
+	t.Fatalf("%s not found in %v: run `hack/build-tool.sh %s` (or `make tools`, or set NODEWISE_BIN_DIR)", name, dirs, name)
 	return ""
 }
