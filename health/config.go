@@ -78,6 +78,11 @@ type Config struct {
 	// nodes the caller names (spec.gates.controlGroup: Disabled), and the
 	// reasons say the control group is switched off.
 	NoControlGroup bool
+	// Fixed first decides at the soak's end, at the whole Significance
+	// (spec.gates.method: Fixed). By default the method is sequential: the
+	// soak is looked at every LookEvery, each look at a small share of the
+	// significance (sequential.go), and the end's judgement at the rest.
+	Fixed bool
 }
 
 // DefaultProbeNamespace is the namespace of the nodewise-probe DaemonSet (deploy/probe).
