@@ -126,8 +126,9 @@ func TestEndSignificanceLeavesTheLooksTheirShare(t *testing.T) {
 	if got := c.endSignificance(); math.Abs(got-0.0045) > 1e-12 {
 		t.Errorf("sequential end α %g, want 0.0045", got)
 	}
-	c.Fixed = true
-	if got := c.endSignificance(); got != 0.005 {
+	fixed := c
+	fixed.Fixed = true
+	if got := fixed.endSignificance(); got != 0.005 {
 		t.Errorf("fixed end α %g, want 0.005", got)
 	}
 	looks := 0.0
