@@ -306,6 +306,7 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 			DrainDeadline: deadline,
 			External:      external, Previous: prev,
 			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
+			Soak: in.Soak,
 		})
 		if err == nil {
 			if restored != nil {
