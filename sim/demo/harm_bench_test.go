@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,8 +34,8 @@ func BenchmarkHarmBeforeHalt(b *testing.B) {
 		for _, method := range []v1alpha1.DecisionMethod{v1alpha1.MethodFixed, v1alpha1.MethodSequential} {
 			b.Run(string(method), func(b *testing.B) {
 				e := newLiveEnv(b, 3)
-				node := e.faultyBuild(cluster.ZtunnelName, "1.28.2-rst")
-				nr := faultyRollout("harm-"+string(method), node, true)
+				node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst") // the -rst build on the live tests' 1.27 control plane
+				nr := faultyRollout("harm-"+strings.ToLower(string(method)), node, true)
 				nr.Spec.Baseline = &v1alpha1.Duration{Duration: 30 * time.Second}
 				nr.Spec.Soak, nr.Spec.Gates.Interval = nil, nil // the defaults: 5m, 1m
 				nr.Spec.Gates.Method = method
