@@ -61,10 +61,10 @@ type Policy struct {
 	// FixedDecision: spec.gates.method is Fixed, so the judge first decides
 	// at the soak's end; else it looks during the soak (sequential).
 	FixedDecision bool
-	Windows        []timewindow.Window
-	Paused         bool
-	Abort          bool
-	Rollback       bool
+	Windows       []timewindow.Window
+	Paused        bool
+	Abort         bool
+	Rollback      bool
 	// ZtunnelSwap is how ztunnel targets are swapped: SwapSurge (empty
 	// means it) or SwapReplace. It is the orchestrator's (Config.ZtunnelSwap),
 	// not the NodeRollout's.
