@@ -105,8 +105,8 @@ func (j *Judge) Look(ctx context.Context, in Input, elapsed time.Duration) (Verd
 // decide says which kind of decision v is and when: on its summary, in
 // its headline (an early failure's, after the evidence) and as its last reason.
 func decide(in Input, v Verdict) Verdict {
-	if v.Outcome == Inconclusive || v.Summary == nil {
-		return v
+	if v.Outcome == Inconclusive || v.Summary == nil || in.look != nil && v.Outcome != Fail {
+		return v // a look decides only a failure
 	}
 	cfg, judged := in.Gates, time.Duration(v.Summary.SoakSeconds)*time.Second
 	var d string
@@ -120,7 +120,7 @@ func decide(in Input, v Verdict) Verdict {
 	}
 	v.Summary.Decision = d
 	if in.look != nil {
-		v.Headline = joinHeadline(v.Headline, d) // the halt says it came early
+		v.Headline = joinHeadline(Cut(v.Headline, HeadlineMax-len(d)-2), d) // the halt says it came early
 	}
 	v.Reasons = append(v.Reasons, d)
 	return v

@@ -107,8 +107,8 @@ func TestPassingNeedsTheFullSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != Pass || decided {
-		t.Fatalf("look at 1:00 of a healthy node: %s, decided %t; want a Pass that decides nothing", v.Outcome, decided)
+	if v.Outcome != Pass || decided || v.Summary.Decision != "" {
+		t.Fatalf("look at 1:00 of a healthy node: %s, decided %t (%q); want a Pass that decides nothing", v.Outcome, decided, v.Summary.Decision)
 	}
 	*cur = simMore(r, pods, nil, *cur, 240)
 	end := mustJudge(t, j, in)
