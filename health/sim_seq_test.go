@@ -18,6 +18,10 @@ import (
 // of the significance, the first failing one failing the node; else the
 // fixed method's two judgements at the rest of the significance.
 
+// simSeqTrials is the nodes per case: every look of a healthy node's soak
+// is a judgement with its control group, about 0.7 s of CPU a node.
+var simSeqTrials = 150
+
 // seqRates are one case's figures under both methods.
 type seqRates struct {
 	trials                 int
@@ -106,12 +110,12 @@ func medianSeconds(s []int) string {
 // by side on the same draws at the defaults (5m/5m, a look every 5 s), and
 // one `falsefail method=… rate=…` line a method over every healthy node. It
 // fails when the sequential method fails more healthy nodes than the fixed
-// one. A report of several minutes of CPU (make bench-harm).
+// one. A report of about ten minutes of CPU (make bench-harm).
 func BenchmarkSimSequential(b *testing.B) {
 	for range b.N {
 		healthy := []clusterCase{{shift: shiftNone}, {shift: shiftNone, drained: true}, {shift: shiftLoad3x}, {shift: shiftDependency}}
 		regressions := []clusterCase{{shift: shiftNone, regress: "rst"}, {shift: shiftNone, regress: "probe"}, {shift: shiftNone, regress: "pod"}}
-		trials := simClusterTrials / 2
+		trials := simSeqTrials
 		b.Logf("%-55s %7s %12s %12s %14s %14s %9s", "case", "trials", "fail fixed", "fail seq", "median fixed", "median seq", "seq early")
 		var nodes, fixed, seq int
 		for i, c := range append(healthy, regressions...) {
