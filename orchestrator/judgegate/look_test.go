@@ -47,3 +47,25 @@ func TestGateLooksDuringTheSoak(t *testing.T) {
 		})
 	}
 }
+
+// TestSuccessorsJudgementAfterALookSaysWhereItsBaselineCameFrom: a
+// successor's first look during the soak takes the node's and its controls'
+// baselines back from their records into its Recorder; its judgement at the
+// soak's end, which then finds them there, still says they came from the
+// records, as a successor that did not look says.
+func TestSuccessorsJudgementAfterALookSaysWhereItsBaselineCameFrom(t *testing.T) {
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, nil, []string{"c1", "c2"}, "zone a")
+	_, atSoak := kept(t, r)
+	g := successor(t, r.agents)
+	in := r.in
+	in.Record, in.Controls, in.Soak = atSoak.Baseline, atSoak.Controls, 10*time.Minute
+	if _, decided, err := g.Look(context.Background(), in, time.Minute); err != nil || decided {
+		t.Fatalf("look at a healthy node: decided %t (%v)", decided, err)
+	}
+	v, err := g.Judge(context.Background(), in)
+	all := strings.Join(v.Reasons, "\n")
+	if err != nil || v.Outcome != health.Pass || !strings.Contains(all, "baseline restored from the record of the swap at") ||
+		!strings.Contains(all, "control group restored from the record of the swap at") {
+		t.Fatalf("%v %s %q: want a Pass that says its baseline and its controls came from the records", err, v.Outcome, v.Reasons)
+	}
+}
