@@ -56,7 +56,7 @@ func LookSignificance(alpha float64, soak, elapsed time.Duration) float64 {
 // under the fixed method, the part the looks did not spend under the
 // sequential one.
 func (c Config) endSignificance() float64 {
-	if c.Fixed {
+	if !c.Sequential {
 		return c.Significance
 	}
 	return c.Significance * (1 - SequentialShare)
@@ -64,7 +64,7 @@ func (c Config) endSignificance() float64 {
 
 // method names the decision method for a person.
 func (c Config) method() string {
-	if c.Fixed {
+	if !c.Sequential {
 		return "fixed test"
 	}
 	return "sequential test"
@@ -87,7 +87,7 @@ func (j *Judge) Look(ctx context.Context, in Input, elapsed time.Duration) (Verd
 	if err != nil {
 		return Verdict{}, false, fmt.Errorf("judge: %w", err)
 	}
-	if cfg.Fixed || in.Soak <= 0 {
+	if !cfg.Sequential || in.Soak <= 0 {
 		return Verdict{}, false, nil
 	}
 	cfg.Significance = LookSignificance(cfg.Significance, in.Soak, elapsed)

@@ -45,7 +45,7 @@ func TestLookFailsAClearRegressionEarly(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 1))
 	pods, series, soakStart, j, cur := seqNode(t, r)
 	*cur = simMore(r, pods, rstChange(pods), soakStart, int(LookEvery/time.Second))
-	in := Input{Node: "node-a", Baseline: series, SoakStart: soakStart, Soak: seqSoak}
+	in := Input{Node: "node-a", Gates: Config{Sequential: true}, Baseline: series, SoakStart: soakStart, Soak: seqSoak}
 	v, failed, err := j.Look(context.Background(), in, LookEvery)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestLookFailsAClearRegressionEarly(t *testing.T) {
 	if !strings.HasPrefix(v.Headline, "probe: resets received") || !strings.HasSuffix(v.Headline, want) || v.Summary.Decision != want {
 		t.Errorf("headline %q, decision %q: want the probe's resets, then %q", v.Headline, v.Summary.Decision, want)
 	}
-	in.Gates.Fixed = true
+	in.Gates.Sequential = false
 	if _, failed, _ := j.Look(context.Background(), in, LookEvery); failed {
 		t.Error("the fixed method decided during the soak")
 	}
@@ -74,7 +74,7 @@ func TestLooksDoNotFailHealthyNodesBeyondTheirAlpha(t *testing.T) {
 	var examples []string
 	for range nodes {
 		pods, series, soakStart, j, cur := seqNode(t, r)
-		in := Input{Node: "node-a", Baseline: series, SoakStart: soakStart, Soak: seqSoak}
+		in := Input{Node: "node-a", Gates: Config{Sequential: true}, Baseline: series, SoakStart: soakStart, Soak: seqSoak}
 		*cur = soakStart
 		for k := 1; k <= Looks(seqSoak); k++ {
 			*cur = simMore(r, pods, nil, *cur, int(LookEvery/time.Second))
@@ -102,7 +102,7 @@ func TestPassingNeedsTheFullSoak(t *testing.T) {
 	r := rand.New(rand.NewPCG(47, 3))
 	pods, series, soakStart, j, cur := seqNode(t, r)
 	*cur = simMore(r, pods, nil, soakStart, 60)
-	in := Input{Node: "node-a", Baseline: series, SoakStart: soakStart, Soak: seqSoak}
+	in := Input{Node: "node-a", Gates: Config{Sequential: true}, Baseline: series, SoakStart: soakStart, Soak: seqSoak}
 	v, decided, err := j.Look(context.Background(), in, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -119,15 +119,15 @@ func TestPassingNeedsTheFullSoak(t *testing.T) {
 }
 
 // The judgement at the soak's end spends what the looks did not: its
-// significance is the whole one under the fixed method, 90% of it under the
-// sequential one, so the end never rejects what the fixed method would not.
+// significance is the whole one under the fixed method (the default), 90%
+// of it under the sequential one, so the end never rejects what the fixed method would not.
 func TestEndSignificanceLeavesTheLooksTheirShare(t *testing.T) {
-	c, _ := NewConfig(Config{})
+	c, _ := NewConfig(Config{Sequential: true})
 	if got := c.endSignificance(); math.Abs(got-0.0045) > 1e-12 {
 		t.Errorf("sequential end α %g, want 0.0045", got)
 	}
 	fixed := c
-	fixed.Fixed = true
+	fixed.Sequential = false
 	if got := fixed.endSignificance(); got != 0.005 {
 		t.Errorf("fixed end α %g, want 0.005", got)
 	}

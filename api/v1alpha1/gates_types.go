@@ -43,11 +43,11 @@ type GatesSpec struct {
 	// +kubebuilder:validation:Enum=Enabled;Disabled
 	// +optional
 	ControlGroup ControlGroupPolicy `json:"controlGroup,omitempty"`
-	// Method is how the soak is judged: Sequential (default) tests the soak
-	// so far every few seconds with a small share of the significance spent
-	// on each look, and fails the node as soon as a regression is
-	// conclusive; Fixed first decides at the soak's end. Both pass a node
-	// only at the soak's end.
+	// Method is how the soak is judged: Fixed (default) first decides at
+	// the soak's end; Sequential also tests the soak so far every few
+	// seconds with a small share of the significance spent on each look,
+	// and fails the node as soon as a regression is conclusive. Both pass a
+	// node only at the soak's end.
 	// +kubebuilder:validation:Enum=Sequential;Fixed
 	// +optional
 	Method DecisionMethod `json:"method,omitempty"`

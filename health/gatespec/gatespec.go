@@ -54,7 +54,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		Inconclusive:        g.Inconclusive,
 		ProbeOptional:       g.Probe == v1alpha1.ProbeOptional,
 		NoControlGroup:      g.ControlGroup == v1alpha1.ControlGroupDisabled,
-		Fixed:               g.Method == v1alpha1.MethodFixed,
+		Sequential:          g.Method == v1alpha1.MethodSequential,
 		Counts:              map[health.Metric]health.CountThresholds{},
 		Latency:             map[health.Metric]health.LatencyThresholds{},
 	}

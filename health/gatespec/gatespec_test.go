@@ -41,9 +41,9 @@ func TestConfigDefaults(t *testing.T) {
 	if c.NoControlGroup {
 		t.Error("the control group is off by default")
 	}
-	for m, fixed := range map[v1alpha1.DecisionMethod]bool{"": false, v1alpha1.MethodSequential: false, v1alpha1.MethodFixed: true} {
-		if c, err := Config(v1alpha1.GatesSpec{Method: m}); err != nil || c.Fixed != fixed {
-			t.Errorf("method %q: Fixed %t (%v), want %t", m, c.Fixed, err, fixed)
+	for m, fixed := range map[v1alpha1.DecisionMethod]bool{"": false, v1alpha1.MethodSequential: true, v1alpha1.MethodFixed: false} {
+		if c, err := Config(v1alpha1.GatesSpec{Method: m}); err != nil || c.Sequential != fixed {
+			t.Errorf("method %q: Sequential %t (%v), want %t", m, c.Sequential, err, fixed)
 		}
 	}
 	for pol, off := range map[v1alpha1.ControlGroupPolicy]bool{v1alpha1.ControlGroupEnabled: false, v1alpha1.ControlGroupDisabled: true} {

@@ -19,7 +19,7 @@ var _ gate.Looker = (*Gate)(nil)
 // decides, and fails such a node closed with its reason.
 func (g *Gate) Look(ctx context.Context, in gate.GateInput, elapsed time.Duration) (health.Verdict, bool, error) {
 	cfg, err := gatespec.Config(in.Spec)
-	if err != nil || cfg.Fixed || !in.SwapStart.After(in.BaselineStart) {
+	if err != nil || !cfg.Sequential || !in.SwapStart.After(in.BaselineStart) {
 		return health.Verdict{}, false, nil
 	}
 	restored, err := g.restore(in.Node, in.BaselineStart, in.SwapStart, in.Record)

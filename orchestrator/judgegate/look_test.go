@@ -21,9 +21,9 @@ func TestGateLooksDuringTheSoak(t *testing.T) {
 		method  v1alpha1.DecisionMethod
 		decides bool
 	}{
-		{"a regression", true, "", true},
-		{"healthy", false, "", false},
-		{"a regression under the fixed method", true, v1alpha1.MethodFixed, false},
+		{"a regression", true, v1alpha1.MethodSequential, true},
+		{"healthy", false, v1alpha1.MethodSequential, false},
+		{"a regression under the fixed method (the default)", true, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10, Method: tc.method}, map[string]bool{"w1": tc.regress}, nil, "")
@@ -54,7 +54,7 @@ func TestGateLooksDuringTheSoak(t *testing.T) {
 // soak's end, which then finds them there, still says they came from the
 // records, as a successor that did not look says.
 func TestSuccessorsJudgementAfterALookSaysWhereItsBaselineCameFrom(t *testing.T) {
-	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10}, nil, []string{"c1", "c2"}, "zone a")
+	r := rigFleet(t, v1alpha1.GatesSpec{MinNodeConnections: 10, Method: v1alpha1.MethodSequential}, nil, []string{"c1", "c2"}, "zone a")
 	_, atSoak := kept(t, r)
 	g := successor(t, r.agents)
 	in := r.in
