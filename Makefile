@@ -131,6 +131,11 @@ bench-scale: deps demo-tools ## Roll a simulated cluster of NODES (1000) nodes, 
 bench-disruption: deps-run demo-tools ## Compare Istio's RollingUpdate with nodewise replace (drain never/always/auto) and surge (never/auto) on the live data plane (root): resets, failed requests, wall time.
 	$(GO) test -run '^$$' -bench BenchmarkDisruption -benchtime 1x -count 1 -timeout 60m ./sim/demo
 
+.PHONY: bench-harm
+bench-harm: deps-run demo-tools ## The faulty -rst ztunnel build on the live data plane (root) with the default soak, judged fixed then sequential: one `harm method=… resets_before_halt=… seconds_to_halt=…` line each; then both methods' false-fail rates and detection times over the seeded simulations.
+	$(GO) test -run '^$$' -bench BenchmarkHarmBeforeHalt -benchtime 1x -count 1 -timeout 30m ./sim/demo
+	$(GO) test -run '^$$' -bench BenchmarkSimSequential -benchtime 1x -count 1 -timeout 30m ./health
+
 .PHONY: bench-surge
 bench-surge: deps-run demo-tools ## A healthy build rolled on the live data plane (root) while every client sends x3 during the canary's soak: the control group on, then off, side by side.
 	$(GO) test -run '^$$' -bench BenchmarkClusterWideSurge -benchtime 1x -count 1 -timeout 30m ./sim/demo

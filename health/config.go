@@ -78,6 +78,12 @@ type Config struct {
 	// nodes the caller names (spec.gates.controlGroup: Disabled), and the
 	// reasons say the control group is switched off.
 	NoControlGroup bool
+	// Sequential also looks at the soak every LookEvery, each look at a
+	// small share of the significance, and the end's judgement tests at
+	// the rest (spec.gates.method: Sequential; sequential.go). By default
+	// (Fixed) the node is first judged at the soak's end, at the whole
+	// Significance.
+	Sequential bool
 }
 
 // DefaultProbeNamespace is the namespace of the nodewise-probe DaemonSet (deploy/probe).

@@ -45,6 +45,9 @@ func WriteExplain(w io.Writer, j Explanation) error {
 	if s.ConsecutiveQueryErrors > 0 {
 		fmt.Fprintf(&b, ", %d gate query errors in a row", s.ConsecutiveQueryErrors)
 	}
+	if s.Decision != "" {
+		fmt.Fprintf(&b, "\ndecision: %s", s.Decision)
+	}
 	fmt.Fprintf(&b, "\nbaseline %ds, soak %ds; %d pods compared", s.BaselineSeconds, s.SoakSeconds, s.PodsCompared)
 	if s.PodsNotCompared > 0 {
 		fmt.Fprintf(&b, " (%d appeared or left during a window)", s.PodsNotCompared)

@@ -22,7 +22,7 @@ func TestWriteExplain(t *testing.T) {
 	out := buf.String()
 	t.Logf("\n%s", out)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for _, want := range []string{"31 pods compared", "1 regressions"} {
+	for _, want := range []string{"31 pods compared", "1 regressions", "\ndecision: failed at 5:00 of soak, fixed test\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q", want)
 		}

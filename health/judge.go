@@ -76,6 +76,12 @@ type Input struct {
 	// before this Input (no samples for these windows), so that "no control"
 	// is not reported as "none left unswapped".
 	ControlsLeftOut int
+	// Soak is the policy's soak length (spec.soak), for the sequential
+	// method's looks (Look) and for saying when a decision was taken; zero
+	// when unknown.
+	Soak time.Duration
+	// look is set by Look: this judgement is a look during the soak.
+	look *look
 }
 
 // JudgeConfig configures a Judge.
@@ -138,6 +144,9 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	cfg, err := NewConfig(in.Gates)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("judge: %w", err)
+	}
+	if in.look == nil {
+		cfg.Significance = cfg.endSignificance() // a look's is set by Look
 	}
 	now := j.now()
 	cur, err := j.src.Snapshot(ctx, in.Node)
@@ -273,7 +282,18 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	return j.finish(in, Verdict{Outcome: Pass, Headline: passHeadline(a), Reasons: reasons, Summary: sum}), nil
 }
 
+// finish says which kind of decision v is (decide) and records it, but for
+// a look during the soak, which Look records only when it decides.
 func (j *Judge) finish(in Input, v Verdict) Verdict {
+	v = decide(in, v)
+	if in.look != nil {
+		return v
+	}
+	return j.record(in, v)
+}
+
+// record counts and logs a verdict.
+func (j *Judge) record(in Input, v Verdict) Verdict {
 	j.metrics.judgements.WithLabelValues(string(v.Outcome)).Inc()
 	j.log.Info("judged node", zap.String("node", in.Node), zap.String("outcome", string(v.Outcome)), zap.String("headline", v.Headline), zap.Strings("reasons", v.Reasons))
 	return v
@@ -281,7 +301,9 @@ func (j *Judge) finish(in Input, v Verdict) Verdict {
 
 // failClosed is the verdict when the judge cannot trust its inputs.
 func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict {
-	j.metrics.failedClosed.WithLabelValues(cause).Inc()
+	if in.look == nil {
+		j.metrics.failedClosed.WithLabelValues(cause).Inc()
+	}
 	s := &v1alpha1.NodeJudgement{IntervalOutcome: Fail}
 	if in.Previous != nil {
 		s.Judgements = in.Previous.Judgements
@@ -289,7 +311,10 @@ func (j *Judge) failClosed(in Input, cause, format string, args ...any) Verdict 
 	}
 	s.Judgements++
 	r := fmt.Sprintf(format, args...)
-	return j.finish(in, Verdict{Outcome: Fail, Headline: Cut(r, HeadlineMax), Reasons: []string{r}, Summary: s})
+	if in.look != nil {
+		return Verdict{Outcome: Fail, Headline: Cut(r, HeadlineMax), Reasons: []string{r}, Summary: s} // no evidence: Look does not decide on it
+	}
+	return j.record(in, Verdict{Outcome: Fail, Headline: Cut(r, HeadlineMax), Reasons: []string{r}, Summary: s})
 }
 
 // controlWindows fetches each control node's current snapshot and makes its

@@ -110,7 +110,7 @@ var (
 type clusterCase struct {
 	shift   clusterShift
 	drained bool   // the judged node was drained: only the probe is compared
-	regress string // "", "pod" (3× resets received in one pod of 30) or "probe" (3× in the probe)
+	regress string // "", "pod" (3× resets received in one pod of 30), "probe" (3× in the probe) or "rst" (a quarter of every pod's connections reset)
 }
 
 func (c clusterCase) String() string {
@@ -120,6 +120,8 @@ func (c clusterCase) String() string {
 		s = "3× resets in 1 pod of 30"
 	case "probe":
 		s = "3× resets in the probe"
+	case "rst":
+		s = "the -rst build (¼ of connections reset)"
 	}
 	if c.drained {
 		s += ", drained"
@@ -156,8 +158,10 @@ func newClusterNode(r *rand.Rand, workloads []simPod, probe simPod) clusterNode 
 	return n
 }
 
-// clusterSnapshots draws one node's baseline series and the snapshots at the soak's start and end.
-func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, soakPods []simPod) ([]wire.Snapshot, wire.Snapshot, wire.Snapshot) {
+// clusterSnapshots draws one node's baseline series, the snapshot at the
+// soak's start and the soak's snapshots every step seconds (the last at
+// its end; one step of t.soak draws the whole soak at once).
+func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, soakPods []simPod, step int) ([]wire.Snapshot, wire.Snapshot, []wire.Snapshot) {
 	name := fmt.Sprintf("node-%d", node)
 	start := simStart
 	cum := make([]wire.PodCounters, len(n.pods))
@@ -180,9 +184,14 @@ func clusterSnapshots(r *rand.Rand, node int, t clusterTiming, n clusterNode, so
 	addWindow(r, n.pods, cum, clusterSwap, nil)
 	at = at.Add(clusterSwap * time.Second)
 	s2 := snapshotOf(name, start, at, cum)
-	addWindow(r, soakPods, cum, t.soak, nil)
-	s3 := snapshotOf(name, start, at.Add(time.Duration(t.soak)*time.Second), cum)
-	return series, s2, s3
+	var soak []wire.Snapshot
+	for s := 0; s < t.soak; s += step {
+		d := min(step, t.soak-s)
+		addWindow(r, soakPods, cum, d, nil)
+		at = at.Add(time.Duration(d) * time.Second)
+		soak = append(soak, snapshotOf(name, start, at, cum))
+	}
+	return series, s2, soak
 }
 
 // onlyProbe keeps the probe's pods: on a drained node the workload's pods
@@ -198,13 +207,28 @@ func onlyProbe(s wire.Snapshot) wire.Snapshot {
 	return s
 }
 
-// clusterTrial draws a cluster and judges its first node with and without
-// its control group. When the judgement with the control fails and r2 is
-// not nil, again draws the next interval (gates.interval more of every
-// node's soak, from r2: fresh traffic, the same pods and changes) and judges
-// the longer soak with the control group, as the judge does before a Fail
-// under consecutiveFailures 2.
-func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (withControl, alone Assessment, target string, again *Assessment) {
+// clusterDraw is one drawn cluster: the judged node's baseline series and
+// every node's soak (the judged node first), drawn every step seconds.
+type clusterDraw struct {
+	c      clusterCase
+	series []wire.Snapshot
+	disp   Dispersion
+	nodes  []soaking
+	target string // the injected pod's workload, or the probe's namespace
+}
+
+// soaking is one node's soak: its pods in the soak, its baseline window and
+// its snapshots at the soak's start and every step.
+type soaking struct {
+	pods  []simPod
+	start wire.Snapshot
+	soak  []wire.Snapshot
+	base  Window
+}
+
+// drawCluster draws a cluster for case c, every node's soak in steps of
+// step seconds.
+func drawCluster(r *rand.Rand, cfg Config, t clusterTiming, c clusterCase, step int) clusterDraw {
 	workloads := make([]simPod, clusterWorkloads)
 	for i := range workloads {
 		workloads[i] = simWorkload(r)
@@ -216,15 +240,7 @@ func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) 
 		nodes[i] = newClusterNode(r, workloads, probe)
 	}
 	jit := newJitterer(r)
-	var windows []ControlWindow
-	var judged []wire.Snapshot
-	var soakStart, soakEnd wire.Snapshot
-	type soaking struct {
-		pods       []simPod
-		start, end wire.Snapshot
-		base       Window
-	}
-	var all []soaking // every node's soak, the judged node first
+	d := clusterDraw{c: c}
 	for i, n := range nodes {
 		soak := append([]simPod(nil), n.pods...)
 		if c.shift.apply != nil {
@@ -238,74 +254,90 @@ func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) 
 			soak[probeIdx].resetRecvP *= 3
 		case c.regress == "probe":
 			soak[probeIdx].resetRecvP *= 1 + 2.0/(clusterProbes-1)
+		case c.regress == "rst" && i == 0:
+			for j := range soak {
+				soak[j].resetRecvP = 0.25 // the faulty -rst build: a quarter of connections reset
+			}
 		case c.regress == "pod" && i == 0:
 			j := eligible(r, n.pods, resetsEligible)
 			soak[j].resetRecvP *= 3
-			target = fmt.Sprintf("wl%02d", n.workload[j])
+			d.target = fmt.Sprintf("wl%02d", n.workload[j])
 		}
-		series, s2, s3 := clusterSnapshots(r, i, t, n, soak)
+		series, s2, steps := clusterSnapshots(r, i, t, n, soak, step)
 		base, err := NewWindow(series[0], series[len(series)-1])
 		if err != nil {
 			panic(err)
 		}
-		all = append(all, soaking{soak, s2, s3, base})
+		d.nodes = append(d.nodes, soaking{soak, s2, steps, base})
 		if i == 0 {
-			judged, soakStart, soakEnd = series, s2, s3
-			continue
+			d.series = series
 		}
-		sw, err := NewWindow(s2, s3)
-		if err != nil {
-			panic(err)
-		}
-		windows = append(windows, ControlWindow{Node: s2.Node, Baseline: base, Soak: sw})
-	}
-	if c.drained {
-		soakStart, soakEnd = onlyProbe(soakStart), onlyProbe(soakEnd)
 	}
 	if c.regress == "probe" {
-		target = "nodewise-probe"
+		d.target = "nodewise-probe"
 	}
-	disp, err := EstimateDispersion(judged, cfg.CountDispersion)
-	if err != nil {
+	var err error
+	if d.disp, err = EstimateDispersion(d.series, cfg.CountDispersion); err != nil {
 		panic(err)
 	}
-	base, err := NewWindow(judged[0], judged[len(judged)-1])
-	if err != nil {
-		panic(err)
-	}
-	soak, err := NewWindow(soakStart, soakEnd)
-	if err != nil {
-		panic(err)
-	}
-	ctrl := &Control{Scope: "zone a", Nodes: windows}
-	withControl, alone = Assess(cfg, base, soak, disp, nil, ctrl), Assess(cfg, base, soak, disp, nil, nil)
-	if withControl.Outcome != Fail || r2 == nil {
-		return withControl, alone, target, nil
-	}
-	var later []ControlWindow
-	var end wire.Snapshot
-	for i, n := range all {
-		e := simMore(r2, n.pods, nil, n.end, t.interval)
-		if i == 0 {
-			end = e
-			continue
-		}
-		sw, err := NewWindow(n.start, e)
+	return d
+}
+
+// assess judges the judged node's soak from its start to end (its own
+// snapshot, and the control nodes' at the same step), with its control
+// group or, when alone, before/after alone.
+func (d clusterDraw) assess(cfg Config, end func(n soaking) wire.Snapshot, alone bool) Assessment {
+	var windows []ControlWindow
+	for _, n := range d.nodes[1:] {
+		sw, err := NewWindow(n.start, end(n))
 		if err != nil {
 			panic(err)
 		}
-		later = append(later, ControlWindow{Node: e.Node, Baseline: n.base, Soak: sw})
+		windows = append(windows, ControlWindow{Node: n.start.Node, Baseline: n.base, Soak: sw})
 	}
-	start := all[0].start
-	if c.drained {
-		start, end = onlyProbe(start), onlyProbe(end)
+	start, stop := d.nodes[0].start, end(d.nodes[0])
+	if d.c.drained {
+		start, stop = onlyProbe(start), onlyProbe(stop)
 	}
-	soak2, err := NewWindow(start, end)
+	soak, err := NewWindow(start, stop)
 	if err != nil {
 		panic(err)
 	}
-	next := Assess(cfg, base, soak2, disp, nil, &Control{Scope: "zone a", Nodes: later})
-	return withControl, alone, target, &next
+	var ctrl *Control
+	if !alone {
+		ctrl = &Control{Scope: "zone a", Nodes: windows}
+	}
+	return Assess(cfg, d.nodes[0].base, soak, d.disp, nil, ctrl)
+}
+
+// step is the soak's end at step i of every node's soak.
+func step(i int) func(n soaking) wire.Snapshot {
+	return func(n soaking) wire.Snapshot { return n.soak[i] }
+}
+
+// later draws gates.interval more of every node's soak from r2 (fresh
+// traffic, the same pods and changes): the soak's end of the next
+// judgement, which must fail too under consecutiveFailures 2.
+func (d clusterDraw) later(r2 *rand.Rand, t clusterTiming) func(n soaking) wire.Snapshot {
+	later := map[string]wire.Snapshot{}
+	for _, n := range d.nodes {
+		later[n.start.Node] = simMore(r2, n.pods, nil, n.soak[len(n.soak)-1], t.interval)
+	}
+	return func(n soaking) wire.Snapshot { return later[n.start.Node] }
+}
+
+// clusterTrial draws a cluster and judges its first node with and without
+// its control group. When the judgement with the control fails and r2 is
+// not nil, again judges the next interval's longer soak.
+func clusterTrial(r, r2 *rand.Rand, cfg Config, t clusterTiming, c clusterCase) (withControl, alone Assessment, target string, again *Assessment) {
+	d := drawCluster(r, cfg, t, c, t.soak)
+	last := step(0) // the one step: the whole soak
+	withControl, alone = d.assess(cfg, last, false), d.assess(cfg, last, true)
+	if withControl.Outcome != Fail || r2 == nil {
+		return withControl, alone, d.target, nil
+	}
+	next := d.assess(cfg, d.later(r2, t), false)
+	return withControl, alone, d.target, &next
 }
 
 // clusterRates are one case's figures, with the control group and without.

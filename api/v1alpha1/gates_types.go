@@ -43,6 +43,14 @@ type GatesSpec struct {
 	// +kubebuilder:validation:Enum=Enabled;Disabled
 	// +optional
 	ControlGroup ControlGroupPolicy `json:"controlGroup,omitempty"`
+	// Method is how the soak is judged: Fixed (default) first decides at
+	// the soak's end; Sequential also tests the soak so far every few
+	// seconds with a small share of the significance spent on each look,
+	// and fails the node as soon as a regression is conclusive. Both pass a
+	// node only at the soak's end.
+	// +kubebuilder:validation:Enum=Sequential;Fixed
+	// +optional
+	Method DecisionMethod `json:"method,omitempty"`
 	// Significance is the family-wise false-alarm rate of one judgement of one
 	// node, across all its pods and metrics (Holm correction), as a decimal in
 	// (0, 0.5] (default "0.005").
@@ -115,6 +123,15 @@ type ControlGroupPolicy string
 const (
 	ControlGroupEnabled  ControlGroupPolicy = "Enabled"
 	ControlGroupDisabled ControlGroupPolicy = "Disabled"
+)
+
+// DecisionMethod is how the soak is judged (see GatesSpec.Method).
+type DecisionMethod string
+
+// The decision methods.
+const (
+	MethodSequential DecisionMethod = "Sequential"
+	MethodFixed      DecisionMethod = "Fixed"
 )
 
 const (

@@ -86,6 +86,12 @@ type NodeJudgement struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=253
 	ControlNodes []string `json:"controlNodes,omitempty"`
+	// Decision says which kind of decision the judgement took and when:
+	// "failed early at 0:12 of 5:00 soak, sequential test", "failed at the
+	// soak's end, fixed test". Empty while no decision was taken.
+	// +optional
+	// +kubebuilder:validation:MaxLength=160
+	Decision string `json:"decision,omitempty"`
 }
 
 // MaxJudgedControls bounds NodeJudgement.ControlNodes: a zone's control

@@ -54,6 +54,7 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 		Inconclusive:        g.Inconclusive,
 		ProbeOptional:       g.Probe == v1alpha1.ProbeOptional,
 		NoControlGroup:      g.ControlGroup == v1alpha1.ControlGroupDisabled,
+		Sequential:          g.Method == v1alpha1.MethodSequential,
 		Counts:              map[health.Metric]health.CountThresholds{},
 		Latency:             map[health.Metric]health.LatencyThresholds{},
 	}
@@ -61,6 +62,11 @@ func Config(g v1alpha1.GatesSpec) (health.Config, error) {
 	case "", v1alpha1.ControlGroupEnabled, v1alpha1.ControlGroupDisabled:
 	default:
 		return health.Config{}, fmt.Errorf("gates.controlGroup %q: must be Enabled or Disabled", g.ControlGroup)
+	}
+	switch g.Method {
+	case "", v1alpha1.MethodSequential, v1alpha1.MethodFixed:
+	default:
+		return health.Config{}, fmt.Errorf("gates.method %q: must be Sequential or Fixed", g.Method)
 	}
 	if g.MinEvents < 0 {
 		return health.Config{}, fmt.Errorf("gates.minEvents %d: must be at least 1", g.MinEvents)

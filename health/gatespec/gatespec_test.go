@@ -41,6 +41,11 @@ func TestConfigDefaults(t *testing.T) {
 	if c.NoControlGroup {
 		t.Error("the control group is off by default")
 	}
+	for m, fixed := range map[v1alpha1.DecisionMethod]bool{"": false, v1alpha1.MethodSequential: true, v1alpha1.MethodFixed: false} {
+		if c, err := Config(v1alpha1.GatesSpec{Method: m}); err != nil || c.Sequential != fixed {
+			t.Errorf("method %q: Sequential %t (%v), want %t", m, c.Sequential, err, fixed)
+		}
+	}
 	for pol, off := range map[v1alpha1.ControlGroupPolicy]bool{v1alpha1.ControlGroupEnabled: false, v1alpha1.ControlGroupDisabled: true} {
 		if c, err := Config(v1alpha1.GatesSpec{ControlGroup: pol}); err != nil || c.NoControlGroup != off {
 			t.Errorf("controlGroup %s: NoControlGroup %t (%v), want %t", pol, c.NoControlGroup, err, off)
@@ -84,6 +89,7 @@ var badGates = []struct {
 	want string
 }{
 	{"unknown control group policy", map[string]any{"controlGroup": "Off"}, v1alpha1.GatesSpec{ControlGroup: "Off"}, "controlGroup"},
+	{"unknown decision method", map[string]any{"method": "Eventually"}, v1alpha1.GatesSpec{Method: "Eventually"}, "method"},
 	{"negative interval", map[string]any{"interval": "-1m"}, v1alpha1.GatesSpec{Interval: dur(-time.Minute)}, "gates.interval"},
 	{"interval of 1ns (#27 finding 7)", map[string]any{"interval": "1ns"}, v1alpha1.GatesSpec{Interval: dur(time.Nanosecond)}, "at least 1s"},
 	{"interval of 999ms", map[string]any{"interval": "999ms"}, v1alpha1.GatesSpec{Interval: dur(999 * time.Millisecond)}, "at least 1s"},

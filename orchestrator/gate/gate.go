@@ -59,6 +59,19 @@ type GateInput struct {
 	// (status.nodes[].controls), read back after a restart: a gate whose
 	// own samples lack a control's baseline takes it from there. "" none.
 	Controls string
+	// Soak is the policy's soak length: the sequential judge spreads its
+	// looks over it and says when a decision was taken.
+	Soak time.Duration
+}
+
+// Looker is a Gate that can fail a node while it soaks: the soak calls
+// Look every health.LookEvery with the node's input (as Judge gets it) and
+// how long it has soaked, and a Look that decides (true, with a Fail)
+// fails the node at once, before the soak's end. A Look that does not
+// decide changes nothing: passing a node is the judgement's, at the soak's
+// end. The judge's sequential method implements it (docs/health.md).
+type Looker interface {
+	Look(ctx context.Context, in GateInput, elapsed time.Duration) (health.Verdict, bool, error)
 }
 
 // KeepInput is what Keep records: a node's baseline window (and, once

@@ -51,6 +51,18 @@ type Gate struct {
 	// alertClients are spec.blocking.alerts' Prometheus clients by address
 	// (alerts.go), kept so each server's connections are reused.
 	alertClients map[string]*remote.Prometheus
+	// restored is what restore and restoreControls took back from each
+	// judged node's persisted records in this process, so that every later
+	// look and judgement of the node (its samples now in the Recorder) still
+	// says where its baseline and its controls came from.
+	restored map[string]restoredFrom
+}
+
+// restoredFrom is a node's records taken back for its swap at swap.
+type restoredFrom struct {
+	swap     time.Time
+	baseline *record.Baseline
+	controls string // the reason restoreControls gave
 }
 
 var _ gate.Gate = (*Gate)(nil)
@@ -75,7 +87,7 @@ func New(cfg Config) (*Gate, error) {
 			}
 		}
 	}
-	return &Gate{cfg: cfg, holds: map[string]map[string]bool{}}, nil
+	return &Gate{cfg: cfg, holds: map[string]map[string]bool{}, restored: map[string]restoredFrom{}}, nil
 }
 
 // Reads implements gate.Gate: the judge samples the agents from preflight
@@ -169,6 +181,7 @@ func (g *Gate) Done(node string) {
 		released = map[string]bool{node: true} // prepared by a predecessor process, or never
 	}
 	delete(g.holds, node)
+	delete(g.restored, node)
 	// Untrack under g.mu: a Prepare that holds n again either came first
 	// (n stays) or tracks it again after.
 	defer g.mu.Unlock()
@@ -306,6 +319,7 @@ func (g *Gate) Judge(ctx context.Context, in gate.GateInput) (health.Verdict, er
 			DrainDeadline: deadline,
 			External:      external, Previous: prev,
 			Control: control, ControlScope: in.ControlScope, ControlsLeftOut: len(dropped),
+			Soak: in.Soak,
 		})
 		if err == nil {
 			if restored != nil {
@@ -469,7 +483,7 @@ func (g *Gate) restoreControls(node string, control []string, baselineStart, swa
 		}
 	}
 	if len(need) == 0 || enc == "" {
-		return ""
+		return g.remembered(node, swapStart, func(r *restoredFrom) {}).controls
 	}
 	rec, err := record.DecodeControls(enc)
 	if err != nil {
@@ -502,7 +516,22 @@ func (g *Gate) restoreControls(node string, control []string, baselineStart, swa
 	reason := fmt.Sprintf("control group restored from the record of the swap at %s (this process did not sample it): %d control nodes of %d recorded, %d pods of %d kept",
 		rec.SwapStart.UTC().Format(time.RFC3339), restored, rec.Named, rec.KeptPods(), rec.Pods)
 	g.cfg.Logger.Info("control nodes restored from the persisted record", zap.String("node", node), zap.String("reason", reason))
+	g.remembered(node, swapStart, func(r *restoredFrom) { r.controls = reason })
 	return reason
+}
+
+// remembered applies set to what was restored for node's swap at swap (a
+// record of another swap is forgotten) and returns it.
+func (g *Gate) remembered(node string, swap time.Time, set func(*restoredFrom)) restoredFrom {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.restored[node]
+	if !r.swap.Equal(swap) {
+		r = restoredFrom{swap: swap}
+	}
+	set(&r)
+	g.restored[node] = r
+	return r
 }
 
 // restore seeds the Recorder with the persisted record when the Recorder
@@ -513,7 +542,7 @@ func (g *Gate) restoreControls(node string, control []string, baselineStart, swa
 // is an error: the node fails closed.
 func (g *Gate) restore(node string, baselineStart, swapStart time.Time, enc string) (*record.Baseline, error) {
 	if _, err := g.cfg.Recorder.Record(node, baselineStart, swapStart, time.Time{}); err == nil || enc == "" {
-		return nil, nil
+		return g.remembered(node, swapStart, func(r *restoredFrom) {}).baseline, nil
 	}
 	rec, err := record.DecodeBaseline(enc)
 	if err != nil {
@@ -527,6 +556,7 @@ func (g *Gate) restore(node string, baselineStart, swapStart time.Time, enc stri
 		return nil, err
 	}
 	g.cfg.Logger.Info("baseline restored from the persisted record", zap.String("node", node), zap.String("reason", restoredReason(rec)))
+	g.remembered(node, swapStart, func(r *restoredFrom) { r.baseline = &rec })
 	return &rec, nil
 }
 

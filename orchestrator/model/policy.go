@@ -58,10 +58,14 @@ type Policy struct {
 	// NoControlGroup: spec.gates.controlGroup is Disabled, so no node gets
 	// control nodes (Controls) and each is judged before/after alone.
 	NoControlGroup bool
-	Windows        []timewindow.Window
-	Paused         bool
-	Abort          bool
-	Rollback       bool
+	// FixedDecision: spec.gates.method is Fixed (the default), so the judge
+	// first decides at the soak's end; else it looks during the soak
+	// (Sequential).
+	FixedDecision bool
+	Windows       []timewindow.Window
+	Paused        bool
+	Abort         bool
+	Rollback      bool
 	// ZtunnelSwap is how ztunnel targets are swapped: SwapSurge (empty
 	// means it) or SwapReplace. It is the orchestrator's (Config.ZtunnelSwap),
 	// not the NodeRollout's.
@@ -125,6 +129,7 @@ func NewPolicy(spec v1alpha1.NodeRolloutSpec) (Policy, error) {
 		Soak:              durationOr(spec.Soak, DefaultSoak),
 		EnrollmentTimeout: durationOr(spec.EnrollmentTimeout, DefaultEnrollmentTimeout),
 		NoControlGroup:    spec.Gates.ControlGroup == v1alpha1.ControlGroupDisabled,
+		FixedDecision:     spec.Gates.Method != v1alpha1.MethodSequential,
 		Paused:            spec.Paused,
 		Version:           spec.Version,
 		Abort:             spec.Abort,

@@ -57,6 +57,19 @@ func PlannedGate(order []PlannedNode, i int, p model.Policy) string {
 	return fmt.Sprintf("%s, against %d control node%s in %s", w, len(nodes), plural, scope)
 }
 
+// PlannedDecision says how the judge decides on each node, as `nodewise
+// plan` prints it under the policy ("" when nothing is judged): when a
+// node can fail, and that passing takes the whole soak.
+func PlannedDecision(p model.Policy) string {
+	if p.Soak == 0 || p.Baseline == 0 {
+		return ""
+	}
+	if p.FixedDecision {
+		return fmt.Sprintf("Decision: fixed test (gates.method: Fixed): a node is first judged at the end of its %s soak, and fails after gates.consecutiveFailures failing judgements", shortDuration(p.Soak))
+	}
+	return fmt.Sprintf("Decision: sequential test (gates.method: Sequential): a look every few seconds fails a node as soon as a regression is conclusive; it passes only after its full %s soak", shortDuration(p.Soak))
+}
+
 // shortDuration prints 5m rather than 5m0s.
 func shortDuration(d time.Duration) string {
 	s := d.String()

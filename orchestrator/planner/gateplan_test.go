@@ -59,6 +59,17 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 			t.Errorf("node %s: %q, want %q", node, line, want)
 		}
 	}
+	if want := "Decision: fixed test (gates.method: Fixed): a node is first judged at the end of its 5m soak"; !strings.Contains(out, want) {
+		t.Errorf("the plan does not say how nodes are decided: want %q in\n%s", want, out)
+	}
+	seq, _ := model.NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{Method: v1alpha1.MethodSequential}})
+	b.Reset()
+	if err := RenderPlan(&b, Decision{Order: order}, seq, time.Now(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Decision: sequential test (gates.method: Sequential): a look every few seconds fails a node as soon as a regression is conclusive; it passes only after its full 5m soak"; !strings.Contains(b.String(), want+"\n") {
+		t.Errorf("gates.method Sequential: want %q in\n%s", want, b.String())
+	}
 	off, _ := model.NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{ControlGroup: v1alpha1.ControlGroupDisabled}})
 	b.Reset()
 	if err := RenderPlan(&b, Decision{Order: order}, off, time.Now(), 0); err != nil {

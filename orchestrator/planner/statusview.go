@@ -22,6 +22,9 @@ func RenderPlan(w io.Writer, d Decision, p model.Policy, now time.Time, est time
 	if p.Drain == v1alpha1.DrainAuto {
 		fmt.Fprintln(w, "Drain auto is decided per node at run time: drain when the node's agent may see a connection older than ztunnel's drain deadline (or cannot tell), else swap in place")
 	}
+	if line := PlannedDecision(p); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	renderSchedule(w, p, d.Order, now, est)
 	fmt.Fprintf(w, "Phase now: %s (%s)\n", d.Phase, d.Reason)
 	waves := 0

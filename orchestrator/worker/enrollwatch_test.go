@@ -109,10 +109,7 @@ func TestEnrollmentWatchdog(t *testing.T) {
 					s.EnrollmentTimeout = v1alpha1.DurationOf(tc.bound)
 				}
 			})
-			r.Sleep = func(ctx context.Context, until time.Time) error {
-				clk.AdvanceTo(until)
-				return ctx.Err()
-			}
+			r.sleepOn(clk)
 			if err := r.drive(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -192,10 +189,7 @@ func TestEnrollmentWatchdogOfASuccessor(t *testing.T) {
 	r.nr.Status.Nodes = []v1alpha1.NodeStatus{{Name: node1, State: v1alpha1.NodeSoak, StartTime: &metav1.Time{Time: t0.Add(-time.Minute)},
 		Baseline: "the predecessor's record"}}
 	r.status.unknown = true
-	r.Sleep = func(ctx context.Context, until time.Time) error {
-		clk.AdvanceTo(until)
-		return ctx.Err()
-	}
+	r.sleepOn(clk)
 	if err := r.drive(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func (l judgedLife) prepare(ctx context.Context, nr *v1alpha1.NodeRollout, p mod
 // that samples, its control group as the rollout stands now. Progress
 // persists an Inconclusive round in the node's status entry.
 func (l judgedLife) input(nr *v1alpha1.NodeRollout, p model.Policy, node string, rec nodestep.Record) gate.GateInput {
-	in := gate.GateInput{Node: node, Now: l.now(), Spec: nr.Spec.Gates}
+	in := gate.GateInput{Node: node, Now: l.now(), Spec: nr.Spec.Gates, Soak: p.Soak}
 	var persisted *v1alpha1.NodeJudgement
 	if ns, ok := statusEntry(l.status, nr, node); ok {
 		if ns.StartTime != nil {
