@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/wire"
@@ -177,4 +178,21 @@ func writeEnrollment(b *strings.Builder, s *v1alpha1.NodeJudgement) {
 	for _, p := range s.EnrollmentPods {
 		fmt.Fprintf(b, "\n  %s", p)
 	}
+}
+
+// WatchdogVerdict is the node's Fail by the enrollment watchdog
+// (WatchEnrollment's failures), soaked into its soak and past
+// spec.enrollmentTimeout, at now: the verdict the worker persists with the
+// Failed record.
+func WatchdogVerdict(before, cur *wire.Enrollment, failures []string, soaked, timeout time.Duration, now time.Time) Verdict {
+	ev := JudgeEnrollment(before, cur)
+	reasons := make([]string, 0, len(failures)+1)
+	for _, f := range failures {
+		reasons = append(reasons, "enrollment watchdog: "+f)
+	}
+	reasons = append(reasons, fmt.Sprintf("%s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",
+		soaked.Round(time.Second), timeout, ev.Summary))
+	return Verdict{Outcome: Fail, Headline: Lead(reasons[:len(failures)]), Reasons: reasons,
+		Summary: &v1alpha1.NodeJudgement{IntervalOutcome: Fail, Enrollment: ev.Summary, EnrollmentPods: ev.Pods,
+			SoakSeconds: int32(soaked / time.Second), JudgedAt: now.UTC().Format(time.RFC3339)}}
 }

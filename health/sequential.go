@@ -138,3 +138,11 @@ func clock(d time.Duration) string {
 	s := int(d.Round(time.Second) / time.Second)
 	return fmt.Sprintf("%d:%02d", s/60, s%60)
 }
+
+// NextLook is the first look after now in a soak that began at since: looks
+// fall every LookEvery from the soak's start, so a resumed soak keeps their
+// times.
+func NextLook(since, now time.Time) time.Time {
+	k := max(0, now.Sub(since)/LookEvery) + 1
+	return since.Add(k * LookEvery)
+}

@@ -2,14 +2,12 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/nodestep"
@@ -53,7 +51,7 @@ func (l judgedLife) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 	}
 	looker, _ := l.gate.(gate.Looker)
 	if looker != nil {
-		look = nextLook(since, l.now())
+		look = health.NextLook(since, l.now())
 	}
 	var preflight time.Time
 	if ns, ok := statusEntry(l.status, nr, node); ok && ns.StartTime != nil {
@@ -85,7 +83,9 @@ func (l judgedLife) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 			if err != nil {
 				l.log.Info("enrollment watchdog: no check this time", zap.String("node", node), zap.Error(err))
 			} else if failures := health.WatchEnrollment(before, cur); len(failures) > 0 {
-				return l.watchdogFailed(node, p, since, before, cur, failures)
+				l.log.Warn("enrollment watchdog failed the node", zap.String("node", node), zap.Strings("pods", failures))
+				v := health.WatchdogVerdict(before, cur, failures, l.now().Sub(since), p.EnrollmentTimeout, l.now())
+				return carried{verdict: &v}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", v.Line())
 			}
 			if check = l.now().Add(EnrollmentPoll); !check.Before(deadline) {
 				check = time.Time{}
@@ -100,36 +100,11 @@ func (l judgedLife) soak(ctx context.Context, nr *v1alpha1.NodeRollout, p model.
 				l.log.Warn("sequential judgement failed the node during its soak", zap.String("node", node), zap.String("verdict", v.Line()))
 				return carried{verdict: &v}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", v.Line())
 			}
-			if look = nextLook(since, l.now()); !look.Before(deadline) {
+			if look = health.NextLook(since, l.now()); !look.Before(deadline) {
 				look = time.Time{}
 			}
 		}
 	}
-}
-
-// nextLook is the first look after now: looks fall every health.LookEvery
-// from the soak's start, so a resumed soak keeps their times.
-func nextLook(since, now time.Time) time.Time {
-	k := max(0, now.Sub(since)/health.LookEvery) + 1
-	return since.Add(k * health.LookEvery)
-}
-
-// watchdogFailed is the node's failure by the enrollment watchdog: the
-// verdict and judgement persisted with the Failed record, and the halt.
-func (l judgedLife) watchdogFailed(node string, p model.Policy, since time.Time, before, cur *wire.Enrollment, failures []string) (carried, error) {
-	now := l.now()
-	ev := health.JudgeEnrollment(before, cur)
-	reasons := make([]string, 0, len(failures)+1)
-	for _, f := range failures {
-		reasons = append(reasons, "enrollment watchdog: "+f)
-	}
-	reasons = append(reasons, fmt.Sprintf("%s after the soak began with the new pods Ready (spec.enrollmentTimeout %s), before the soak's end; %s on the node",
-		now.Sub(since).Round(time.Second), p.EnrollmentTimeout, ev.Summary))
-	l.log.Warn("enrollment watchdog failed the node", zap.String("node", node), zap.Strings("pods", failures))
-	v := health.Verdict{Outcome: health.Fail, Headline: health.Lead(reasons[:len(failures)]), Reasons: reasons,
-		Summary: &v1alpha1.NodeJudgement{IntervalOutcome: health.Fail, Enrollment: ev.Summary, EnrollmentPods: ev.Pods,
-			SoakSeconds: int32(now.Sub(since) / time.Second), JudgedAt: now.UTC().Format(time.RFC3339)}}
-	return carried{verdict: &v}, nodestep.Halt(nodestep.HaltGateFailed, "gate %s", v.Line())
 }
 
 // sleepUntil waits until t on the worker's clock (Sleep, when a test sets it).
