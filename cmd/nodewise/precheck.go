@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os/exec"
@@ -40,19 +41,7 @@ func newPrecheckCmd(g *globalFlags) *cobra.Command {
 				}
 				target = v
 			}
-			cfg, err := g.restConfig()
-			if err != nil {
-				return err
-			}
-			client, err := g.kube()
-			if err != nil {
-				return err
-			}
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			in, err := precheck.Observe(cmd.Context(), client, dyn, inventory.Options{IstioNamespace: f.istioNamespace})
+			in, err := observePrecheck(cmd.Context(), g, f.istioNamespace)
 			if err != nil {
 				return err
 			}
@@ -116,4 +105,22 @@ func printFindings(out io.Writer, fs []precheck.Finding, analyzed bool) error {
 	}
 	_, err := fmt.Fprintln(out, note)
 	return err
+}
+
+// observePrecheck reads the cluster once for the precheck's checks (and the
+// upgrade plan, which reads the same inventory).
+func observePrecheck(ctx context.Context, g *globalFlags, istioNamespace string) (precheck.Input, error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return precheck.Input{}, err
+	}
+	client, err := g.kube()
+	if err != nil {
+		return precheck.Input{}, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return precheck.Input{}, err
+	}
+	return precheck.Observe(ctx, client, dyn, inventory.Options{IstioNamespace: istioNamespace})
 }

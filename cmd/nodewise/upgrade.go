@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/istio/inventory"
@@ -54,20 +53,7 @@ func newUpgradePlanCmd(g *globalFlags, status bool) *cobra.Command {
 			if to == "" && !status {
 				return errors.New("--to is required: the Istio version to upgrade to, such as 1.29.1")
 			}
-			cfg, err := g.restConfig()
-			if err != nil {
-				return err
-			}
-			client, err := g.kube()
-			if err != nil {
-				return err
-			}
-			dyn, err := dynamic.NewForConfig(cfg)
-			if err != nil {
-				return err
-			}
-			opts := inventory.Options{IstioNamespace: f.istioNamespace}
-			in, err := precheck.Observe(cmd.Context(), client, dyn, opts)
+			in, err := observePrecheck(cmd.Context(), g, f.istioNamespace)
 			if err != nil {
 				return err
 			}
