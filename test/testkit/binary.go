@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 var binaries sync.Map // command dir (./cmd/NAME) → *builtBinary
@@ -21,14 +24,16 @@ type builtBinary struct {
 // "orchestrator") once per test binary and returns its path, built as
 // `make build` builds (-trimpath, CGO_ENABLED=0), so every package comes
 // from the build cache make build (and make test's images) filled and only
-// the link is new. The file lives in a temporary directory of its own for
-// the test process's life.
+// the link is new. The file lives in a temporary directory of its own,
+// named for the test process; the next build removes those of processes
+// that have ended, so test runs do not leave a binary each behind.
 func Binary(tb testing.TB, cmd string) string {
 	tb.Helper()
 	v, _ := binaries.LoadOrStore(cmd, &builtBinary{})
 	b := v.(*builtBinary)
 	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "nodewise-test-"+cmd+"-")
+		sweepBinaries(cmd)
+		dir, err := os.MkdirTemp("", fmt.Sprintf("nodewise-test-%s-%d-", cmd, os.Getpid()))
 		if err != nil {
 			b.err = err
 			return
@@ -45,4 +50,23 @@ func Binary(tb testing.TB, cmd string) string {
 		tb.Fatal(b.err)
 	}
 	return b.path
+}
+
+// sweepBinaries removes the directories Binary made for cmd in test
+// processes that have ended: the pid is in the name (a name without one,
+// from an older build of this helper, goes once a day old).
+func sweepBinaries(cmd string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "nodewise-test-"+cmd+"-*"))
+	for _, dir := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(dir), "nodewise-test-"+cmd+"-")
+		pid, _, withPid := strings.Cut(rest, "-")
+		if n, err := strconv.Atoi(pid); withPid && err == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", n)); err == nil {
+				continue // that test process still runs
+			}
+		} else if fi, err := os.Stat(dir); err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
+			continue
+		}
+		_ = os.RemoveAll(dir)
+	}
 }
