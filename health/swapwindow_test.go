@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,60 @@ func TestJudgeFailsABrokenHandOver(t *testing.T) {
 	lv, decided, err := j.Look(context.Background(), in, 5*time.Second)
 	if err != nil || !decided || lv.Outcome != Fail || !strings.HasPrefix(lv.Headline, "swap window: failed connects") {
 		t.Errorf("sequential look: decided %v %s %q (%v), want an early Fail on the swap window", decided, lv.Outcome, lv.Headline, err)
+	}
+}
+
+// TestSimHealthySwapWindowFalseFail: the swap family on the seeded healthy
+// nodes of the acceptance simulation (sim_test.go: a 10-minute baseline,
+// then a 60 s swap window drawn from the same traffic, bursts and
+// over-dispersion, nothing refused or reset by the swap): it must fail at
+// most as often as the soak's families are allowed to (1%), and a broken
+// hand-over drawn on the same nodes (every pod's connects refused for a
+// third of the window, as a node without a listener for 20 s refuses
+// them) is caught on nearly every node.
+func TestSimHealthySwapWindowFalseFail(t *testing.T) {
+	cfg, err := NewConfig(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 7^0x9e3779b97f4a7c15))
+	const trials = 1000
+	fails, caught := 0, 0
+	var examples []string
+	for range trials {
+		series, swapEnd, _ := simSnapshots(r, newSimNode(r), nil)
+		last := series[len(series)-1]
+		base, err := NewWindow(series[0], last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disp, err := EstimateDispersion(series, cfg.CountDispersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw, err := NewWindow(last, swapEnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := assessSwap(cfg, base, sw, disp, OpenAtSwap(last)); s.Regressions() > 0 {
+			fails++
+			if len(examples) < 3 {
+				examples = append(examples, s.reasons()[0])
+			}
+		}
+		sw.Pods = append([]PodWindow(nil), sw.Pods...)
+		for i := range sw.Pods {
+			sw.Pods[i].Counts.ConnectFailures += sw.Pods[i].Counts.Connects / 3
+		}
+		if s := assessSwap(cfg, base, sw, disp, OpenAtSwap(last)); s.Regressions() > 0 {
+			caught++
+		}
+	}
+	t.Logf("healthy swap windows: %d of %d failed (%.2f%%), examples %q; a third of the connects refused caught on %d", fails, trials, 100*float64(fails)/trials, examples, caught)
+	if float64(fails)/trials > 0.01 {
+		t.Errorf("swap window false-Fail rate %.2f%% > 1%%", 100*float64(fails)/trials)
+	}
+	if caught < trials*99/100 {
+		t.Errorf("refused connects caught on %d of %d nodes, want at least 99%%", caught, trials)
 	}
 }
