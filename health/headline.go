@@ -56,29 +56,35 @@ func (c Comparison) headline() string {
 	return fmt.Sprintf("%s: %s %s/s → %s/s (%s)", who, metricLabel(c.Metric), FormatRate(c.Before), FormatRate(c.After), FormatP(c.PAdj))
 }
 
-// evidence is the headline of failing findings, worst first: the regressed
-// rows, then the external gates' failures, the first named and the rest
-// counted.
-func evidence(regressed []Comparison, gateFailures []string) string {
+// evidence is the headline of failing findings, worst first: the soak's
+// regressed rows, then the swap window's, then the external gates'
+// failures, the first named and the rest counted.
+func evidence(regressed []Comparison, swap SwapWindow, gateFailures []string) string {
 	var lead string
+	swapped := swap.worst()
 	switch {
 	case len(regressed) > 0:
 		lead = regressed[0].headline()
+	case len(swapped) > 0:
+		lead = swap.headline(swapped[0])
 	case len(gateFailures) > 0:
 		lead = firstLine(gateFailures[0])
 	default:
 		return ""
 	}
-	if n := len(regressed) + len(gateFailures) - 1; n > 0 {
+	if n := len(regressed) + len(swapped) + len(gateFailures) - 1; n > 0 {
 		return Lead(append([]string{lead}, make([]string, n)...))
 	}
 	return Cut(lead, HeadlineMax)
 }
 
 // regressedRows are a's regressed rows, worst first.
-func regressedRows(a Assessment) []Comparison {
+func regressedRows(a Assessment) []Comparison { return regressed(a.Rows) }
+
+// regressed are the regressed rows of rows, worst first.
+func regressed(rows []Comparison) []Comparison {
 	var out []Comparison
-	for _, r := range a.Rows {
+	for _, r := range rows {
 		if r.Regressed {
 			out = append(out, r)
 		}

@@ -156,10 +156,10 @@ func TestWorstFirst(t *testing.T) {
 	if want := []string{"big", "small", "", "slow"}; strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("order %q, want %q", got, want)
 	}
-	if h := evidence(rows, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "pod shop/big: resets received 1/s → 8/s (p<0.001) (+4 more)" {
+	if h := evidence(rows, SwapWindow{}, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "pod shop/big: resets received 1/s → 8/s (p<0.001) (+4 more)" {
 		t.Errorf("evidence %q", h)
 	}
-	if h := evidence(nil, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "gate prometheus: success rate 0.9 < 0.99" {
+	if h := evidence(nil, SwapWindow{}, []string{"gate prometheus: success rate 0.9 < 0.99"}); h != "gate prometheus: success rate 0.9 < 0.99" {
 		t.Errorf("a gate's failure alone: %q", h)
 	}
 }

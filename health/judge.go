@@ -173,13 +173,28 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	// their old connections at its deadline as it does on a node swapped in
 	// place. The pods the drain evicted are not in the soak, so nothing is
 	// subtracted for them.
-	var planned, swapResets map[PodKey]uint64
+	last := in.Baseline[len(in.Baseline)-1]
+	var planned, swapResets, open map[PodKey]uint64
 	if in.DrainDeadline > 0 {
-		last := in.Baseline[len(in.Baseline)-1]
 		planned, swapResets = PlannedDuringSwap(last, in.SoakStart, PlannedResets(last, in.DrainDeadline))
+		open = OpenAtSwap(last)
 	}
 	ctrl, dropped := j.controlWindows(ctx, in)
 	a := Assess(cfg, base, soak, disp, planned, ctrl)
+	// The swap itself, from the cordon to the soak's start: its failed
+	// connects and unplanned resets count against the node, apart.
+	var swap SwapWindow
+	if w, err := NewWindow(last, in.SoakStart); err != nil {
+		if in.SoakStart.Time.After(last.Time) { // else no swap window between them
+			a.Reasons = append(a.Reasons, fmt.Sprintf("swap window not judged: %v", err))
+		}
+	} else {
+		swap = assessSwap(cfg, base, w, disp, open)
+		a.Reasons = append(a.Reasons, swap.reasons()...)
+		if swap.Regressions() > 0 {
+			a.Outcome = Fail
+		}
+	}
 	if left := in.ControlsLeftOut + len(dropped); ctrl == nil && left > 0 {
 		for i, r := range a.Reasons {
 			if r == reasonNoControl {
@@ -190,6 +205,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	a.Reasons = append(a.Reasons, dropped...)
 	addSwapResets(&a, swapResets, in.DrainDeadline)
 	sum := summarize(a, now)
+	sum.Regressions += int32(swap.Regressions())
 	sum.PodAges = podAges(sum, in.Baseline[len(in.Baseline)-1], cur)
 	reasons := append([]string(nil), a.Reasons...)
 	if v, failed := j.gateEnrollment(in, cur, a, sum, reasons); failed {
@@ -246,7 +262,7 @@ func (j *Judge) Judge(ctx context.Context, in Input) (Verdict, error) {
 	if intervalFails {
 		sum.IntervalOutcome = Fail
 		sum.ConsecutiveFailures = prevFails + 1
-		worst := evidence(regressedRows(a), gateFailures)
+		worst := evidence(regressedRows(a), swap, gateFailures)
 		if int(sum.ConsecutiveFailures) >= cfg.ConsecutiveFailures {
 			return j.finish(in, Verdict{Outcome: Fail, Headline: worst, Reasons: reasons, Summary: sum}), nil
 		}

@@ -256,14 +256,19 @@ func (g ReadinessGate) Judge(_ context.Context, in GateInput) (health.Verdict, e
 		return health.Verdict{}, err
 	}
 	if len(r.Problems) > 0 {
-		return health.Verdict{Outcome: health.Fail, Headline: health.Lead(r.Problems), Reasons: r.Problems}, nil
+		return health.Verdict{Outcome: health.Fail, Headline: health.Lead(r.Problems), Reasons: append(r.Problems, ReasonNoBaseline)}, nil
 	}
 	// Say what was seen, and no more: the conditions as they stand at the
 	// end of the soak, and their last transitions.
 	return health.Verdict{Outcome: health.Pass, Headline: fmt.Sprintf("the node and its %d pods Ready through the soak", r.pods), Reasons: []string{fmt.Sprintf(
 		"node and the %d pods on it Ready at %s, none with a Ready transition since the soak began at %s (pods deleted meanwhile are not seen)",
-		r.pods, in.Now.UTC().Format(time.RFC3339), in.SoakStart.UTC().Format(time.RFC3339))}}, nil
+		r.pods, in.Now.UTC().Format(time.RFC3339), in.SoakStart.UTC().Format(time.RFC3339)), ReasonNoBaseline}}, nil
 }
+
+// ReasonNoBaseline is the readiness gate's reason for the baseline it
+// skipped: it judges the soak's Ready conditions alone, so preflight
+// waited for no baseline (Reads is empty).
+const ReasonNoBaseline = "no baseline read or waited for: the readiness gate (no judge wired: the orchestrator has no --agent-ca) judges the soak's Ready conditions alone, with nothing before the swap to compare"
 
 // readiness is what the Ready conditions of a node and its pods show of a soak.
 type readiness struct {

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,10 @@ func TestReadinessGateSeesANodeThatFlapped(t *testing.T) {
 			// failure with the readiness problem.
 			if want := map[health.Outcome]string{health.Pass: "Pass: the node and its 0 pods Ready through the soak", health.Fail: "Fail: " + v.Reasons[0]}[tc.want]; v.Line() != want {
 				t.Errorf("line %q, want %q", v.Line(), want)
+			}
+			// Whatever the outcome, the detail says why no baseline was waited.
+			if !slices.Contains(v.Reasons, ReasonNoBaseline) {
+				t.Errorf("reasons %q do not say the baseline was skipped", v.Reasons)
 			}
 		})
 	}

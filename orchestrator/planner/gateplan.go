@@ -70,6 +70,19 @@ func PlannedDecision(p model.Policy) string {
 	return fmt.Sprintf("Decision: sequential test (gates.method: Sequential): a look every few seconds fails a node as soon as a regression is conclusive; it passes only after its full %s soak", shortDuration(p.Soak))
 }
 
+// PlannedBaseline says when a node's preflight waits its baseline, as
+// `nodewise plan` prints it under the policy ("" when there is none): only
+// where a reader of it needs samples no agent already holds. The readiness
+// gate (an orchestrator without a judge: no --agent-ca) reads no baseline,
+// so it waits for none; the judge reads it back from the agents' history
+// and waits only for what that history does not cover.
+func PlannedBaseline(p model.Policy) string {
+	if p.Baseline == 0 || p.Soak == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Baseline: %s, waited only where nothing already holds it: skipped under the readiness gate (no judge wired, no --agent-ca: nothing reads a baseline); with the judge, read back from the agents' history at the slot's start and waited for only where that history falls short (a new or restarted agent, a baseline longer than --history-keep)", shortDuration(p.Baseline))
+}
+
 // shortDuration prints 5m rather than 5m0s.
 func shortDuration(d time.Duration) string {
 	s := d.String()

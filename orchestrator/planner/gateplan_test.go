@@ -62,6 +62,9 @@ func TestPlanPrintsEachNodesGate(t *testing.T) {
 	if want := "Decision: fixed test (gates.method: Fixed): a node is first judged at the end of its 5m soak"; !strings.Contains(out, want) {
 		t.Errorf("the plan does not say how nodes are decided: want %q in\n%s", want, out)
 	}
+	if want := "Baseline: 5m, waited only where nothing already holds it: skipped under the readiness gate (no judge wired, no --agent-ca: nothing reads a baseline)"; !strings.Contains(out, want) {
+		t.Errorf("the plan does not say when the baseline is waited: want %q in\n%s", want, out)
+	}
 	seq, _ := model.NewPolicy(v1alpha1.NodeRolloutSpec{Gates: v1alpha1.GatesSpec{Method: v1alpha1.MethodSequential}})
 	b.Reset()
 	if err := RenderPlan(&b, Decision{Order: order}, seq, time.Now(), 0); err != nil {

@@ -25,6 +25,9 @@ func RenderPlan(w io.Writer, d Decision, p model.Policy, now time.Time, est time
 	if line := PlannedDecision(p); line != "" {
 		fmt.Fprintln(w, line)
 	}
+	if line := PlannedBaseline(p); line != "" {
+		fmt.Fprintln(w, line)
+	}
 	renderSchedule(w, p, d.Order, now, est)
 	fmt.Fprintf(w, "Phase now: %s (%s)\n", d.Phase, d.Reason)
 	waves := 0

@@ -34,6 +34,7 @@ type disruptionRun struct {
 	wall   time.Duration
 	agents agreement // the node agents' per-pod resets vs the apps' own
 	judge  string    // the judge's verdict on each node
+	gate   string    // the rollout's end: Completed, or Halted with its reason ("-": no rollout)
 }
 
 // benchPreStopEnv sets the apps' preStop delay (dataplane.Traffic.PreStop):
@@ -49,7 +50,9 @@ const benchPreStopEnv = "NODEWISE_BENCH_PRESTOP"
 // clients' own ground truth for each (failed requests split into those sent
 // to pods being evicted and the rest, the swap's), then what the node agents
 // counted per pod against the apps' own count of resets, the judge's verdict
-// on each node, and last one line per run. The apps shut down as
+// on each node, how each rollout ended (a gate that fails halts it, the
+// swap window's failed connects among its reasons: the figures of a halted
+// run are up to its halt), and last one line per run. The apps shut down as
 // well-behaved Kubernetes apps do (a 2 s preStop once their endpoints are
 // gone, then the requests in flight are answered); NODEWISE_BENCH_PRESTOP=-1s
 // runs the rig's old abrupt apps instead. Run it with `make bench-disruption`.
@@ -102,9 +105,15 @@ func BenchmarkDisruption(b *testing.B) {
 	}
 	_ = tw.Flush()
 	fmt.Printf("\nWhat the node agents (eBPF, app side, per pod) and the judge saw, against the apps' own count of resets received\n(connects refused, requests and streams reset, served connections reset), each pod from the first to the last reading\nthat saw it (every 0.5 s):\n%s\n", sb.String())
+	fmt.Printf("How each rollout ended (a Halted run's figures are up to its halt):\n")
 	for _, r := range runs {
-		fmt.Printf("disruption run=%s swap=%s drain=%s streams_reset=%d requests_failed=%d requests=%d streams=%d wall_s=%d\n",
-			runSlug(r), r.swap, r.drain, r.truth.StreamsReset, r.truth.RequestsFailed, r.truth.Requests, r.truth.Streams, int(r.wall.Round(time.Second)/time.Second))
+		fmt.Printf("  %s: %s\n", r.name, r.gate)
+	}
+	fmt.Println()
+	for _, r := range runs {
+		fmt.Printf("disruption run=%s swap=%s drain=%s streams_reset=%d requests_failed=%d requests=%d streams=%d wall_s=%d gate=%s\n",
+			runSlug(r), r.swap, r.drain, r.truth.StreamsReset, r.truth.RequestsFailed, r.truth.Requests, r.truth.Streams, int(r.wall.Round(time.Second)/time.Second),
+			strings.SplitN(r.gate, ":", 2)[0])
 	}
 }
 
@@ -175,19 +184,31 @@ func benchRun(b *testing.B, name, swap string, policy v1alpha1.DrainPolicy, preS
 		nr.Spec.Gates.Probe = v1alpha1.ProbeOptional
 		got, err := runRollout(ctx, rc, nr, newView(nopWriter{}, false))
 		must(b, during(name, "running the rollout", err))
-		if got.Status.Phase != v1alpha1.PhaseCompleted {
+		// A gate that fails halts the rollout at that node: the swap
+		// window is judged too, so a hand-over that breaks connections
+		// halts at the canary. The figures are then the canary's alone.
+		if p := got.Status.Phase; p != v1alpha1.PhaseCompleted && p != v1alpha1.PhaseHalted {
 			b.Fatalf("%s: rollout %s: %s", name, got.Status.Phase, got.Status.HaltReason)
 		}
 		judgedRollout = got
 		decisions = drainDecisions(ctx, c)
 	}
-	must(b, during(name, "waiting for every old ztunnel to exit", waitUpgraded(ctx, c)))
+	if judgedRollout == nil || judgedRollout.Status.Phase == v1alpha1.PhaseCompleted {
+		must(b, during(name, "waiting for every old ztunnel to exit", waitUpgraded(ctx, c)))
+	}
 	wall := time.Since(start)
 	time.Sleep(2 * time.Second) // the last resets reach the clients
 	perPod := tally.finish()
 	_, after := dp.Truth()
-	return disruptionRun{name: name, swap: swap, drain: policy, truth: after.Sub(before), wall: wall,
-		agents: compareAgents(perPod), judge: verdicts(judgedRollout, decisions)}
+	r := disruptionRun{name: name, swap: swap, drain: policy, truth: after.Sub(before), wall: wall,
+		agents: compareAgents(perPod), judge: verdicts(judgedRollout, decisions), gate: "-"}
+	if judgedRollout != nil {
+		r.gate = string(judgedRollout.Status.Phase)
+		if judgedRollout.Status.Phase == v1alpha1.PhaseHalted {
+			r.gate += ": " + judgedRollout.Status.HaltReason
+		}
+	}
+	return r
 }
 
 // waitUpgraded waits until every node runs a Ready 1.28.1 ztunnel and no

@@ -75,6 +75,13 @@ func newLiveEnvWired(t testing.TB, nodes int, wire wireAgents, istio ...func(*cl
 // newLiveEnvTraffic is newLiveEnvWired with the app clients' traffic.
 func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire wireAgents, istio ...func(*cluster.IstioOptions)) *liveEnv {
 	t.Helper()
+	return newLiveEnvSwap(t, nodes, traffic, wire, model.SwapSurge, istio...)
+}
+
+// newLiveEnvSwap is newLiveEnvTraffic with the orchestrator swapping
+// ztunnel the swap way.
+func newLiveEnvSwap(t testing.TB, nodes int, traffic dataplane.Traffic, wire wireAgents, swap model.SwapKind, istio ...func(*cluster.IstioOptions)) *liveEnv {
+	t.Helper()
 	testkit.RequireNetns(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -135,7 +142,7 @@ func newLiveEnvTraffic(t testing.TB, nodes int, traffic dataplane.Traffic, wire 
 	}
 	reg := prometheus.NewRegistry()
 	metricsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testkit.FreePort(t, "127.0.0.1")))
-	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, model.SwapSurge, func(cfg *orchestrator.Config) {
+	stop, err := startOrchestrator(ctx, c, testLog(t), agentCfg, swap, func(cfg *orchestrator.Config) {
 		cfg.Registry, cfg.MetricsAddr = reg, metricsAddr
 	})
 	if err != nil {
