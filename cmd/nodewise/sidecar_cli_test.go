@@ -95,7 +95,7 @@ func TestSidecarCommands(t *testing.T) {
 	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1"); !strings.Contains(out, "pass 2: 1.27 -> 1.28") {
 		t.Fatalf("skew plan: %s", out)
 	}
-	bad("unknown component", "skew", "--max-behind", "waypoint=1")
+	bad("unknown component", "skew", "--max-behind", "gateway=1")
 	for _, o := range []string{"yaml", "json", "name", "jsonpath={.components}"} {
 		ok("skew", "-o", o)
 		ok("skew", "policy", "-o", o)
