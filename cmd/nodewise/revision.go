@@ -35,10 +35,11 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "remove REV",
-		Short: "Remove a revision's istiod and injector; refused while any proxy, tag or namespace still uses it",
+		Short: "Remove a revision's istiod and injector; refused while any proxy, waypoint, tag or namespace still uses it",
 		Long: "Removing a revision is the point of no return of a sidecar migration: proxies still\n" +
 			"injected by it lose their control plane. The command refuses, changing nothing, while\n" +
-			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
+			"any waypoint or other pod runs a proxy of REV, any tag points at REV, or any namespace is\n" +
+			"labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {

@@ -224,6 +224,9 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 		nodes.Why = fmt.Sprintf("%d of %d nodes behind", behind, len(inv.Nodes))
 	}
 	steps = append(steps, nodes)
+	if len(inv.Waypoints) > 0 {
+		steps = append(steps, waypointStep(n, inv, rev, to))
+	}
 
 	from := "default"
 	if len(old) > 0 {
@@ -266,7 +269,7 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 	for _, o := range old {
 		rm := Step{Pass: n, Name: "remove " + o, By: ByNodewise + " (then your chart change)", PointOfNoReturn: true,
 			Changes: "istiod " + o + " and its webhooks are deleted: going back means reinstalling it",
-			Do:      fmt.Sprintf("nodewise revision remove %s (refused while any proxy, tag or namespace uses it); then helm uninstall istiod-%s -n %s", o, o, in.IstioNamespace),
+			Do:      fmt.Sprintf("nodewise revision remove %s (refused while any proxy, waypoint, tag or namespace uses it); then helm uninstall istiod-%s -n %s", o, o, in.IstioNamespace),
 			Check:   "revision " + o + " is gone", State: Later}
 		if !installedRev(inv, o) && installedRev(inv, rev) {
 			rm.State, rm.Why = Done, "revision "+o+" is not installed"
@@ -367,6 +370,9 @@ func oldestVersion(inv inventory.Inventory) (skew.Version, bool) {
 			consider(p.Version)
 		}
 	}
+	for _, w := range inv.Waypoints {
+		consider(w.Version)
+	}
 	return best, found
 }
 
@@ -386,4 +392,36 @@ func migration(ms []v1alpha1.RevisionMigration, name string) *v1alpha1.RevisionM
 		}
 	}
 	return nil
+}
+
+// waypointStep moves every waypoint to rev: istiod rolls a waypoint's
+// Deployment onto the revision its Gateway's istio.io/rev names (else its
+// namespace's). Done when every waypoint's pods run to on rev. A cluster
+// without waypoints has no such step.
+func waypointStep(n int, inv inventory.Inventory, rev string, to skew.Version) Step {
+	st := Step{Pass: n, Name: "waypoints", By: ByYou,
+		Changes: fmt.Sprintf("every waypoint's Gateway labelled %s=%s: istiod %s rolls its Deployment onto the new proxy (L7 for the namespaces and services that use it)", istio.LabelRev, rev, rev),
+		Check:   fmt.Sprintf("every waypoint runs %s on %s", to, rev), State: Later}
+	var behind, rolling []string
+	var cmds []string
+	for _, w := range inv.Waypoints {
+		if inv.Resolve(w.Revision) == rev && atLeast(parse(w.Version), to) {
+			continue
+		}
+		behind = append(behind, w.Ref()+" "+w.Version+" on "+w.Revision)
+		if w.Rolling {
+			rolling = append(rolling, w.Ref())
+		}
+		cmds = append(cmds, fmt.Sprintf("kubectl label gateway -n %s %s %s=%s --overwrite", w.Namespace, w.Name, istio.LabelRev, rev))
+	}
+	st.Do = strings.Join(cmds, "; ")
+	switch {
+	case len(behind) == 0:
+		st.State, st.Why = Done, fmt.Sprintf("all %d waypoints run %s on %s", len(inv.Waypoints), to.MinorString(), rev)
+	case len(rolling) > 0:
+		st.State, st.Why = Running, fmt.Sprintf("%d of %d waypoints behind (%s); rolling: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "), strings.Join(rolling, ", "))
+	default:
+		st.Why = fmt.Sprintf("%d of %d waypoints behind: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "))
+	}
+	return st
 }

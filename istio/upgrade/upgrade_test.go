@@ -100,3 +100,47 @@ func TestStatusFollowsTheCluster(t *testing.T) {
 		t.Fatalf("old revision removed: current %+v, want done", p.Current())
 	}
 }
+
+// TestWaypointsAfterTheNodeComponents: a cluster with waypoints gets a
+// waypoint step between the node components and the sidecar namespaces
+// (Istio's ambient upgrade guide's order), with the label change per
+// waypoint to make; it is Next once the nodes are done, Running while a
+// waypoint rolls, Done when every waypoint runs the target on the new
+// revision; and a waypoint older than every sidecar sets where the plan
+// starts.
+func TestWaypointsAfterTheNodeComponents(t *testing.T) {
+	to := skew.MustParse("1.28.1")
+	in := Input{Inventory: cluster("1.27.3", "1-27"), To: to, PrecheckErrors: 0}
+	in.Inventory.Waypoints = []inventory.Waypoint{{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.27.3", Pods: 1}, {Namespace: "pay", Name: "reviews", Revision: "1-27", Version: "1.27.3", Pods: 1}}
+	in.Inventory.Revisions = append(in.Inventory.Revisions, inventory.Revision{Name: "1-28", Version: "1.28.1", Ready: true})
+	for i := range in.Inventory.Nodes {
+		in.Inventory.Nodes[i].Ztunnel, in.Inventory.Nodes[i].CNI = "1.28.1", "1.28.1"
+	}
+	p, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(p); got != "1:precheck=Done 1:istiod 1-28=Done 1:node components=Done 1:waypoints=Next 1:sidecar namespaces=Later 1:default tag=Later 1:remove 1-27=Later" {
+		t.Fatalf("steps: %s", got)
+	}
+	cur := p.Current()
+	if cur.Do != "kubectl label gateway -n mesh waypoint istio.io/rev=1-28 --overwrite; kubectl label gateway -n pay reviews istio.io/rev=1-28 --overwrite" ||
+		cur.Why != "2 of 2 waypoints behind: mesh/waypoint 1.27.3 on 1-27, pay/reviews 1.27.3 on 1-27" {
+		t.Fatalf("waypoint step: do %q, why %q", cur.Do, cur.Why)
+	}
+	in.Inventory.Waypoints[0] = inventory.Waypoint{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.27.3", Pods: 2, Rolling: true}
+	if p, _ = Build(in); p.Current().Name != "waypoints" || p.Current().State != Running {
+		t.Fatalf("a waypoint rolling: current %+v", p.Current())
+	}
+	for i := range in.Inventory.Waypoints {
+		in.Inventory.Waypoints[i].Revision, in.Inventory.Waypoints[i].Version, in.Inventory.Waypoints[i].Rolling = "1-28", "1.28.1", false
+	}
+	if p, _ = Build(in); p.Current().Name != "sidecar namespaces" {
+		t.Fatalf("waypoints moved: current %+v, want the sidecar namespaces", p.Current())
+	}
+	in = Input{Inventory: cluster("1.27.3", "1-27"), To: skew.MustParse("1.28.1")}
+	in.Inventory.Waypoints = []inventory.Waypoint{{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.26.0"}}
+	if p, _ = Build(in); len(p.Passes) != 2 {
+		t.Fatalf("a 1.26 waypoint under 1.28: %d passes, want 2", len(p.Passes))
+	}
+}
