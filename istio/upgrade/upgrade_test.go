@@ -103,8 +103,9 @@ func TestStatusFollowsTheCluster(t *testing.T) {
 
 // TestWaypointsAfterTheNodeComponents: a cluster with waypoints gets a
 // waypoint step between the node components and the sidecar namespaces
-// (Istio's ambient upgrade guide's order), with the label change per
-// waypoint to make; it is Next once the nodes are done, Running while a
+// (Istio's ambient upgrade guide's order), applying a waypoints: Only
+// RevisionMigration (the label change per waypoint given for doing it by
+// hand), Blocked when that halts; it is Next once the nodes are done, Running while a
 // waypoint rolls, Done when every waypoint runs the target on the new
 // revision; and a waypoint older than every sidecar sets where the plan
 // starts.
@@ -124,10 +125,19 @@ func TestWaypointsAfterTheNodeComponents(t *testing.T) {
 		t.Fatalf("steps: %s", got)
 	}
 	cur := p.Current()
-	if cur.Do != "kubectl label gateway -n mesh waypoint istio.io/rev=1-28 --overwrite; kubectl label gateway -n pay reviews istio.io/rev=1-28 --overwrite" ||
+	if !strings.HasSuffix(cur.Do, "by hand: kubectl label gateway -n mesh waypoint istio.io/rev=1-28 --overwrite; kubectl label gateway -n pay reviews istio.io/rev=1-28 --overwrite") ||
 		cur.Why != "2 of 2 waypoints behind: mesh/waypoint 1.27.3 on 1-27, pay/reviews 1.27.3 on 1-27" {
 		t.Fatalf("waypoint step: do %q, why %q", cur.Do, cur.Why)
 	}
+	if rm, ok := cur.Object.(*v1alpha1.RevisionMigration); !ok || rm.Name != "waypoints-1-28" || rm.Spec.From != "1-27" || rm.Spec.To != "1-28" || rm.Spec.Waypoints != v1alpha1.WaypointsOnly {
+		t.Fatalf("waypoint step object %+v, want RevisionMigration waypoints-1-28 1-27 -> 1-28, waypoints: Only", cur.Object)
+	}
+	in.Migrations = []v1alpha1.RevisionMigration{{}}
+	in.Migrations[0].Name, in.Migrations[0].Status.Phase, in.Migrations[0].Status.Reason = "waypoints-1-28", v1alpha1.MigrationHalted, "wave canary failed its gate"
+	if p, _ = Build(in); p.Current().State != Blocked || !strings.Contains(p.Current().Why, "wave canary failed its gate") {
+		t.Fatalf("waypoint migration halted: current %+v", p.Current())
+	}
+	in.Migrations = nil
 	in.Inventory.Waypoints[0] = inventory.Waypoint{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.27.3", Pods: 2, Rolling: true}
 	if p, _ = Build(in); p.Current().Name != "waypoints" || p.Current().State != Running {
 		t.Fatalf("a waypoint rolling: current %+v", p.Current())

@@ -31,7 +31,7 @@ func RemovalBlockers(inv inventory.Inventory, rev string) []string {
 		}
 	}
 	if len(waypoints) > 0 {
-		out = append(out, fmt.Sprintf("waypoints %s run it (move their Gateways' %s first)", strings.Join(waypoints, ", "), istio.LabelRev))
+		out = append(out, fmt.Sprintf("waypoints %s run it (move them first: a RevisionMigration with waypoints: Only)", strings.Join(waypoints, ", ")))
 	}
 	byNS := map[string]int{}
 	for _, p := range inv.Pods {

@@ -132,7 +132,7 @@ func TestRemovalBlockers(t *testing.T) {
 	// again as the namespace's proxies.
 	inv.Pods = append(inv.Pods, inventory.Pod{Namespace: "m", Name: "wp-1", Mode: inventory.ModeWaypoint, Waypoint: "wp", Revision: "1-26"})
 	inv.Waypoints = []inventory.Waypoint{{Namespace: "m", Name: "wp", Revision: "1-26"}, {Namespace: "n", Name: "reviews", Revision: "1-26"}, {Namespace: "o", Name: "wp", Revision: "1-28"}}
-	if b := RemovalBlockers(inv, "1-26"); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews run it (move their Gateways' istio.io/rev first)" {
+	if b := RemovalBlockers(inv, "1-26"); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews run it (move them first: a RevisionMigration with waypoints: Only)" {
 		t.Fatalf("blockers of a revision only waypoints use = %q", b)
 	}
 }
