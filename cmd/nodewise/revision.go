@@ -108,7 +108,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	var name string
 	var waves []string
 	var overwrite, dryRun, builtIn bool
-	var promAddr string
+	var promAddr, waypoints string
 	var addrs remote.AddressPolicy
 	spec := v1alpha1.RevisionMigrationSpec{}
 	out := newPrintFlags("created")
@@ -141,6 +141,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			} else if !builtIn {
 				return errors.New("--builtin-gates=false needs --prometheus: without an address there are no built-in gates to turn off")
 			}
+			spec.Waypoints = v1alpha1.WaypointsMode(waypoints)
 			spec = revisions.Defaulted(spec)
 			if err := revisions.Validate(spec); err != nil {
 				return err
@@ -169,6 +170,15 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			if cur, err := revtag.Get(cmd.Context(), client, spec.Tag); err == nil && cur != spec.To && !overwrite {
 				return fmt.Errorf("%w: %q points at %s; pass --overwrite to let the migration move it to %s", revtag.ErrTagExists, spec.Tag, cur, spec.To)
 			} else if err != nil && !errors.Is(err, revtag.ErrUnknownTag) {
+				return err
+			}
+			if dryRun && spec.Waypoints == v1alpha1.WaypointsOnly {
+				fmt.Fprintf(cmd.OutOrStdout(), "waypoints: Only: the waypoint Gateways on %s are found, tiered and recorded when the migration starts\n", spec.From)
+				out, err := yaml.Marshal(rm)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
 			if dryRun {
@@ -211,6 +221,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&waves, "wave", nil, "a wave, in order: NAME=PERCENT% or NAME=key=value[,key=value] (default canary, 5%, 30%, 100%)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "let the migration move --tag if it already points elsewhere")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the RevisionMigration instead of creating it")
+	cmd.Flags().StringVar(&waypoints, "waypoints", "", "Only: move the ambient waypoint Gateways on --from instead of sidecar namespaces (spec.waypoints; default Exclude)")
 	out.addFlags(cmd)
 	cmd.Flags().StringVar(&promAddr, "prometheus", "", "Prometheus base URL for spec.gates.prometheus.address: turns on the built-in gates (istiod's rejected configs per revision, retries per request against the control)")
 	cmd.Flags().BoolVar(&builtIn, "builtin-gates", true, "with --prometheus, run the built-in gates (false sets spec.gates.prometheus.builtIn.disabled)")

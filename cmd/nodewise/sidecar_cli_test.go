@@ -157,6 +157,11 @@ func TestSidecarCommands(t *testing.T) {
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
 	bad("--prometheus: gates.prometheus.address \"http://prometheus.example.com:9090\"", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next",
 		"--prometheus", "http://prometheus.example.com:9090")
+	bad(`waypoints "Include": want Exclude or Only`, "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Include")
+	bad("a waypoints: Only migration has none", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Only", "--stable-tag", "prod")
+	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--waypoints", "Only", "--dry-run"); !strings.Contains(out, "waypoints: Only\n") || !strings.Contains(out, "the waypoint Gateways on 1-27") {
+		t.Fatalf("revision migrate --waypoints Only --dry-run:\n%s", out)
+	}
 	bad("--builtin-gates=false needs --prometheus", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--builtin-gates=false")
 	plan := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--stable-tag", "prod", "--dry-run", "--prometheus", "http://prometheus.monitoring.svc:9090")
 	if !strings.Contains(plan, "# gates from http://prometheus.monitoring.svc:9090: built-in config acceptance (istiod 1-28's rejected configs against 1-27's), built-in retry volume") ||
