@@ -12,7 +12,30 @@ const (
 	GatewayManagedWaypoint = "istio.io-mesh-controller"
 	// LabelGatewayName names the Gateway a gateway pod (a waypoint) runs.
 	LabelGatewayName = "istio.io/gateway-name"
+	// LabelK8sGatewayName names the Gateway on the Deployment, Service and
+	// pods istiod creates for it (Gateway API's own key).
+	LabelK8sGatewayName = "gateway.networking.k8s.io/gateway-name"
+	// LabelUseWaypoint names the waypoint a namespace, service or pod uses.
+	LabelUseWaypoint = "istio.io/use-waypoint"
+	// LabelUseWaypointCanary and AnnotationUseWaypointCanaryWeight (Istio
+	// 1.31 and later) name a second, canary waypoint and the percentage of
+	// the user's in-mesh connections it takes (0-100, default 0).
+	LabelUseWaypointCanary            = "istio.io/use-waypoint-canary"
+	AnnotationUseWaypointCanaryWeight = "istio.io/use-waypoint-canary-weight"
+	// WaypointGatewayClass is the GatewayClass of Istio's Envoy waypoints.
+	WaypointGatewayClass = "istio-waypoint"
 )
+
+// WaypointName is the Gateway a waypoint pod runs, or "" for any other pod.
+func WaypointName(podLabels map[string]string) string {
+	if podLabels[LabelGatewayManaged] != GatewayManagedWaypoint {
+		return ""
+	}
+	if n := podLabels[LabelK8sGatewayName]; n != "" {
+		return n
+	}
+	return podLabels[LabelGatewayName]
+}
 
 // Ambient says whether Istio puts a pod in the ambient mesh, from its
 // namespace's labels and its own, and why not when it does not: the pod's

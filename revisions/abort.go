@@ -59,7 +59,12 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		if ns.Phase != v1alpha1.NamespaceReverting || ns.RestartedAt != "" {
 			continue
 		}
-		msg, err := c.restore(ctx, ns, spec.Tag)
+		var msg string
+		if spec.Waypoints == v1alpha1.WaypointsOnly {
+			msg, err = c.restoreWaypoints(ctx, ns, spec.To)
+		} else {
+			msg, err = c.restore(ctx, ns, spec.Tag)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -75,7 +80,12 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			return 0, err
 		}
 	}
-	wait, err := c.drive(ctx, rm, spec, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back)
+	var wait time.Duration
+	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		wait, err = c.waitWaypoints(ctx, rm, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back)
+	} else {
+		wait, err = c.drive(ctx, rm, spec, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back)
+	}
 	if err != nil {
 		return 0, err
 	}

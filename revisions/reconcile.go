@@ -177,16 +177,28 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	}
 	c.track(ctx, rm, snap)
 
-	// 1. Retag: record the original labels, then patch them.
-	if err := c.retagWave(ctx, rm, spec, snap, wave); err != nil {
+	// 1. Retag: record the original labels, then patch them (a waypoint
+	// migration: its Gateways').
+	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		err = c.moveWaypoints(ctx, rm, spec, wave)
+	} else {
+		err = c.retagWave(ctx, rm, spec, snap, wave)
+	}
+	if err != nil {
 		return 0, err
 	}
 	// 2. Stamp: record restartedAt before any workload carries it.
 	if err := c.stamp(ctx, rm, wave, v1alpha1.NamespaceRetagged, v1alpha1.NamespaceRestarting); err != nil {
 		return 0, err
 	}
-	// 3. Restart and wait.
-	wait, err := c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	// 3. Restart and wait (a waypoint migration only waits: istiod rolls
+	// the waypoints).
+	var wait time.Duration
+	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		wait, err = c.waitWaypoints(ctx, rm, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	} else {
+		wait, err = c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+	}
 	var wrong errWrongProxy
 	if errors.As(err, &wrong) {
 		// A Fail, never a hold: the restart put the old proxy back.

@@ -82,6 +82,21 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		inScope[m.Name] = m.Original[istio.LabelRev]
 		members[m.Name] = m
 	}
+	var waypoints map[string]map[string]string
+	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		gws, err := c.waypointGateways(ctx)
+		if err != nil {
+			return c.refuse(ctx, rm, err.Error())
+		}
+		cands, waypoints = waypointScope(gws, snap.objects.Namespaces, inv.Tags, spec.From)
+		inScope, members, scope.Skipped = map[string]string{}, map[string]Member{}, nil
+		for _, cand := range cands {
+			inScope[cand.Name] = ""
+		}
+		if len(cands) == 0 {
+			return c.refuse(ctx, rm, fmt.Sprintf("no waypoint Gateway uses revision %s (by its own %s, its namespace's, or the default tag)", spec.From, istio.LabelRev))
+		}
+	}
 	if len(cands) == 0 {
 		reason := fmt.Sprintf("no namespace uses revision %s (directly or through a tag other than %s)", spec.From, spec.Tag)
 		if len(scope.Skipped) > 0 {
@@ -106,6 +121,14 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 		if v, err := skew.ParseVersion(p.Version); err == nil {
 			proxies = append(proxies, skew.Observation{Component: skew.Sidecar, Subject: p.Namespace + "/" + p.Name, Revision: p.Revision, Version: v})
+		}
+	}
+	for _, w := range inv.Waypoints {
+		if _, moved := waypoints[w.Namespace][w.Name]; !moved {
+			continue
+		}
+		if v, err := skew.ParseVersion(w.Version); err == nil {
+			proxies = append(proxies, skew.Observation{Component: skew.Waypoint, Subject: w.Ref(), Revision: w.Revision, Version: v})
 		}
 	}
 	if err := skew.CheckControlPlaneMove(c.cfg.Policy, proxies, target); err != nil {
@@ -142,7 +165,7 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	for i, w := range waves {
 		for _, ns := range w.Namespaces {
 			st.Namespaces = append(st.Namespaces, v1alpha1.NamespaceStatus{Name: ns, Wave: int32(i), OriginalRev: inScope[ns],
-				Adopted: members[ns].Implicit != "", OriginalLabels: members[ns].Original, Phase: v1alpha1.NamespacePending})
+				Adopted: members[ns].Implicit != "", OriginalLabels: members[ns].Original, Waypoints: waypoints[ns], Phase: v1alpha1.NamespacePending})
 		}
 	}
 	now := metav1.NewTime(c.cfg.Now())

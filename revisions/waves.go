@@ -52,6 +52,15 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 	if spec.Tag == "default" {
 		errs = append(errs, "the default tag is not a migration tag: pick another name (default canary)")
 	}
+	switch spec.Waypoints {
+	case "", v1alpha1.WaypointsExclude:
+	case v1alpha1.WaypointsOnly:
+		if spec.StableTag != "" {
+			errs = append(errs, "stableTag hands sidecar namespaces over to a tag: a waypoints: Only migration has none")
+		}
+	default:
+		errs = append(errs, fmt.Sprintf("waypoints %q: want Exclude or Only", spec.Waypoints))
+	}
 	switch st := spec.StableTag; {
 	case st == "":
 	case st == "default":

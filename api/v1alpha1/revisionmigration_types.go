@@ -46,6 +46,7 @@ type Wave struct {
 // RevisionMigrationSpec says which sidecar namespaces move from one istiod
 // revision to another, through which tag, in which waves and how fast.
 // +kubebuilder:validation:XValidation:rule="self.from != self.to",message="from and to must be different revisions"
+// +kubebuilder:validation:XValidation:rule="!has(self.waypoints) || self.waypoints != 'Only' || !has(self.stableTag)",message="stableTag hands sidecar namespaces over to a tag: a waypoints: Only migration has none"
 // +kubebuilder:validation:XValidation:rule="!has(self.stableTag) || (self.stableTag != self.from && self.stableTag != self.to && (!has(self.tag) || self.stableTag != self.tag))",message="stableTag must differ from tag, from and to"
 // +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, a.name == b.name || !has(a.namespaceSelector) || !has(b.namespaceSelector) || a.namespaceSelector.matchLabels.exists(k, k in b.namespaceSelector.matchLabels && a.namespaceSelector.matchLabels[k] != b.namespaceSelector.matchLabels[k])))",message="wave namespace selectors overlap: every two selector waves must name a common label key with different values"
 // +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, !has(a.percent) || !has(b.percent) || self.waves.indexOf(a) >= self.waves.indexOf(b) || a.percent < b.percent))",message="percent waves must strictly increase"
@@ -116,7 +117,24 @@ type RevisionMigrationSpec struct {
 	// before production). See docs/clusters.md.
 	// +optional
 	Promotion *PromotionSpec `json:"promotion,omitempty"`
+	// Waypoints says what moves: Exclude (the default) the sidecar
+	// namespaces; Only the ambient waypoints on From: each waypoint
+	// Gateway's istio.io/rev is set to To (its original recorded first; an
+	// abort puts it back), istiod rolls its Deployment, and the wave's
+	// namespaces (the waypoints' own: their backends) are judged like a
+	// sidecar wave. Waves group waypoints by their namespace's tier.
+	// +optional
+	Waypoints WaypointsMode `json:"waypoints,omitempty"`
 }
+
+// WaypointsMode says whether a migration moves sidecar namespaces or waypoints.
+// +kubebuilder:validation:Enum=Exclude;Only
+type WaypointsMode string
+
+const (
+	WaypointsExclude WaypointsMode = "Exclude"
+	WaypointsOnly    WaypointsMode = "Only"
+)
 
 // ImplicitPolicy says whether a migration adopts namespaces that use From implicitly.
 // +kubebuilder:validation:Enum=Adopt;Leave
@@ -201,6 +219,11 @@ type NamespaceStatus struct {
 	// labels were patched. An abort restores exactly these.
 	// +optional
 	OriginalLabels map[string]string `json:"originalLabels,omitempty"`
+	// Waypoints (waypoints: Only) are the namespace's waypoint Gateways the
+	// migration moves, each with its istio.io/rev label recorded before it
+	// was changed ("" when it had none). An abort restores exactly these.
+	// +optional
+	Waypoints map[string]string `json:"waypoints,omitempty"`
 	// +optional
 	Phase NamespacePhase `json:"phase,omitempty"`
 	// RestartedAt is the kubectl.kubernetes.io/restartedAt value stamped on the

@@ -26,7 +26,7 @@ func newInventoryCmd(g *globalFlags) *cobra.Command {
 	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "inventory",
-		Short: "Show every meshed pod's proxy version and revision, ztunnel and istio-cni per node, and istiod revisions",
+		Short: "Show every meshed pod's proxy version and revision, ztunnel and istio-cni per node, waypoints, and istiod revisions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.check(); err != nil {
@@ -86,6 +86,17 @@ func printInventory(out io.Writer, inv inventory.Inventory) error {
 			rev, implicit = "-", "opted out"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ns.Name, strings.Join(labels, ","), rev, implicit)
+	}
+	if len(inv.Waypoints) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "WAYPOINT\tREVISION\tVERSION\tREADY")
+		for _, wp := range inv.Waypoints {
+			rolling := ""
+			if wp.Rolling {
+				rolling = " (rolling)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s%s\t%d/%d\n", wp.Ref(), wp.Revision, wp.Version, rolling, wp.Ready, wp.Pods)
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NAMESPACE\tMODE\tREVISION\tVERSION\tPODS")

@@ -35,10 +35,11 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 	var output dataOutput
 	cmd := &cobra.Command{
 		Use:   "remove REV",
-		Short: "Remove a revision's istiod and injector; refused while any proxy, tag or namespace still uses it",
+		Short: "Remove a revision's istiod and injector; refused while any proxy, waypoint, tag or namespace still uses it",
 		Long: "Removing a revision is the point of no return of a sidecar migration: proxies still\n" +
 			"injected by it lose their control plane. The command refuses, changing nothing, while\n" +
-			"any pod runs a proxy of REV, any tag points at REV, or any namespace is labelled with it.",
+			"any waypoint or other pod runs a proxy of REV, any tag points at REV, or any namespace is\n" +
+			"labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
@@ -107,7 +108,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	var name string
 	var waves []string
 	var overwrite, dryRun, builtIn bool
-	var promAddr string
+	var promAddr, waypoints string
 	var addrs remote.AddressPolicy
 	spec := v1alpha1.RevisionMigrationSpec{}
 	out := newPrintFlags("created")
@@ -140,6 +141,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			} else if !builtIn {
 				return errors.New("--builtin-gates=false needs --prometheus: without an address there are no built-in gates to turn off")
 			}
+			spec.Waypoints = v1alpha1.WaypointsMode(waypoints)
 			spec = revisions.Defaulted(spec)
 			if err := revisions.Validate(spec); err != nil {
 				return err
@@ -168,6 +170,15 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			if cur, err := revtag.Get(cmd.Context(), client, spec.Tag); err == nil && cur != spec.To && !overwrite {
 				return fmt.Errorf("%w: %q points at %s; pass --overwrite to let the migration move it to %s", revtag.ErrTagExists, spec.Tag, cur, spec.To)
 			} else if err != nil && !errors.Is(err, revtag.ErrUnknownTag) {
+				return err
+			}
+			if dryRun && spec.Waypoints == v1alpha1.WaypointsOnly {
+				fmt.Fprintf(cmd.OutOrStdout(), "waypoints: Only: the waypoint Gateways on %s are found, tiered and recorded when the migration starts\n", spec.From)
+				out, err := yaml.Marshal(rm)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(out)
 				return err
 			}
 			if dryRun {
@@ -210,6 +221,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&waves, "wave", nil, "a wave, in order: NAME=PERCENT% or NAME=key=value[,key=value] (default canary, 5%, 30%, 100%)")
 	cmd.Flags().BoolVar(&overwrite, "overwrite", false, "let the migration move --tag if it already points elsewhere")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the RevisionMigration instead of creating it")
+	cmd.Flags().StringVar(&waypoints, "waypoints", "", "Only: move the ambient waypoint Gateways on --from instead of sidecar namespaces (spec.waypoints; default Exclude)")
 	out.addFlags(cmd)
 	cmd.Flags().StringVar(&promAddr, "prometheus", "", "Prometheus base URL for spec.gates.prometheus.address: turns on the built-in gates (istiod's rejected configs per revision, retries per request against the control)")
 	cmd.Flags().BoolVar(&builtIn, "builtin-gates", true, "with --prometheus, run the built-in gates (false sets spec.gates.prometheus.builtIn.disabled)")

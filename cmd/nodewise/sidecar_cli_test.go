@@ -95,7 +95,7 @@ func TestSidecarCommands(t *testing.T) {
 	if out := ok("skew", "plan", "--from", "1.26.0", "--to", "1.28.1"); !strings.Contains(out, "pass 2: 1.27 -> 1.28") {
 		t.Fatalf("skew plan: %s", out)
 	}
-	bad("unknown component", "skew", "--max-behind", "waypoint=1")
+	bad("unknown component", "skew", "--max-behind", "gateway=1")
 	for _, o := range []string{"yaml", "json", "name", "jsonpath={.components}"} {
 		ok("skew", "-o", o)
 		ok("skew", "policy", "-o", o)
@@ -157,6 +157,11 @@ func TestSidecarCommands(t *testing.T) {
 	bad("pass --overwrite", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2")
 	bad("--prometheus: gates.prometheus.address \"http://prometheus.example.com:9090\"", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next",
 		"--prometheus", "http://prometheus.example.com:9090")
+	bad(`waypoints "Include": want Exclude or Only`, "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Include")
+	bad("a waypoints: Only migration has none", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Only", "--stable-tag", "prod")
+	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--waypoints", "Only", "--dry-run"); !strings.Contains(out, "waypoints: Only\n") || !strings.Contains(out, "the waypoint Gateways on 1-27") {
+		t.Fatalf("revision migrate --waypoints Only --dry-run:\n%s", out)
+	}
 	bad("--builtin-gates=false needs --prometheus", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--builtin-gates=false")
 	plan := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--stable-tag", "prod", "--dry-run", "--prometheus", "http://prometheus.monitoring.svc:9090")
 	if !strings.Contains(plan, "# gates from http://prometheus.monitoring.svc:9090: built-in config acceptance (istiod 1-28's rejected configs against 1-27's), built-in retry volume") ||

@@ -68,7 +68,7 @@ func newSkewCmd(g *globalFlags) *cobra.Command {
 	}
 	f.bind(cmd)
 	output.addFlag(cmd)
-	cmd.PersistentFlags().StringSliceVar(&overrides, "max-behind", nil, "override the policy: component=minors (components: sidecar, ztunnel, istio-cni)")
+	cmd.PersistentFlags().StringSliceVar(&overrides, "max-behind", nil, "override the policy: component=minors (components: sidecar, ztunnel, istio-cni, waypoint)")
 	cmd.AddCommand(newSkewPlanCmd(g, &overrides), newSkewPolicyCmd(&overrides))
 	return cmd
 }
@@ -108,8 +108,8 @@ func newSkewPlanCmd(g *globalFlags, overrides *[]string) *cobra.Command {
 					return err
 				}
 				var ok bool
-				if oldest, ok = skew.OldestSidecar(inv); !ok {
-					return fmt.Errorf("no sidecar proxies with a readable version found; pass --from")
+				if oldest, ok = skew.OldestProxy(inv); !ok {
+					return fmt.Errorf("no sidecar or waypoint proxies with a readable version found; pass --from")
 				}
 			}
 			passes, err := skew.Plan(policy, oldest, target)

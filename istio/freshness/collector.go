@@ -37,9 +37,12 @@ type Collector struct {
 	overAge *prometheus.Desc
 	window  *prometheus.Desc
 	never   *prometheus.Desc
-	errors  prometheus.Counter
-	mu      sync.Mutex
-	report  *Report
+	// waypoints and staleWaypoints are per namespace.
+	waypoints      *prometheus.Desc
+	staleWaypoints *prometheus.Desc
+	errors         prometheus.Counter
+	mu             sync.Mutex
+	report         *Report
 }
 
 // NewCollector validates cfg and registers the collector on cfg.Registry.
@@ -69,6 +72,9 @@ func NewCollector(cfg CollectorConfig) (*Collector, error) {
 			"Estimated time until every stale proxy of a team runs the designated version without forcing (team=\"\" is the fleet); the workloads no restart is expected to fix are counted apart.", []string{"team"}, nil),
 		never: prometheus.NewDesc("nodewise_freshness_never_workloads",
 			"Stale workloads no restart of their own is expected to fix (no restart history, or pinned to an older revision), by team (team=\"\" is the fleet).", []string{"team"}, nil),
+		waypoints: prometheus.NewDesc("nodewise_freshness_waypoints", "Ambient waypoints (Gateways of class istio-waypoint with a running pod) by namespace.", []string{"namespace"}, nil),
+		staleWaypoints: prometheus.NewDesc("nodewise_freshness_stale_waypoints",
+			"Ambient waypoints whose oldest pod runs a proxy older than the designated version, by namespace.", []string{"namespace"}, nil),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodewise_freshness_errors_total",
 			Help: "Freshness observations that failed; the metrics keep the last good one.",
@@ -104,7 +110,7 @@ func (c *Collector) Refresh(ctx context.Context) {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pods, c.stale, c.lagging, c.overAge, c.window, c.never} {
+	for _, d := range []*prometheus.Desc{c.pods, c.stale, c.lagging, c.overAge, c.window, c.never, c.waypoints, c.staleWaypoints} {
 		ch <- d
 	}
 }
@@ -138,5 +144,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, g := range append([]Group{{Exposure: r.Fleet.Exposure}}, r.Teams...) {
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, g.Exposure.Window.Seconds(), g.Name)
 		ch <- prometheus.MustNewConstMetric(c.never, prometheus.GaugeValue, float64(g.Exposure.Never), g.Name)
+	}
+	stale := map[string]int{}
+	for _, w := range r.Waypoints.Behind {
+		stale[w.Namespace]++
+	}
+	for ns, n := range r.Waypoints.PerNamespace {
+		ch <- prometheus.MustNewConstMetric(c.waypoints, prometheus.GaugeValue, float64(n), ns)
+		ch <- prometheus.MustNewConstMetric(c.staleWaypoints, prometheus.GaugeValue, float64(stale[ns]), ns)
 	}
 }

@@ -138,6 +138,18 @@ type Nodes struct {
 	OverAgeAmbient int `json:"overAgeAmbient"`
 }
 
+// Waypoints is the ambient waypoints against the target, each waypoint
+// counted once (by its oldest pod).
+type Waypoints struct {
+	Waypoints int `json:"waypoints"`
+	Stale     int `json:"stale"`
+	Lagging   int `json:"lagging"`
+	// PerNamespace counts the waypoints of each namespace.
+	PerNamespace map[string]int `json:"perNamespace,omitempty"`
+	// Behind lists the stale waypoints.
+	Behind []inventory.Waypoint `json:"behind,omitempty"`
+}
+
 // Report is one measurement of the mesh's freshness.
 type Report struct {
 	Now     metav1.Time     `json:"now"`
@@ -150,6 +162,7 @@ type Report struct {
 	Teams      []Group    `json:"teams"`
 	Namespaces []Group    `json:"namespaces"`
 	Nodes      Nodes      `json:"ambient"`
+	Waypoints  Waypoints  `json:"waypoints"`
 	Workloads  []Workload `json:"workloads"`
 }
 
@@ -241,6 +254,9 @@ func Build(opts inventory.Options, o Objects, t Target, keys Keys, now time.Time
 			continue
 		}
 		overAge := t.MaxAge > 0 && now.Sub(p.CreationTimestamp.Time) > t.MaxAge
+		if ip.Mode == inventory.ModeWaypoint {
+			continue // istiod's, counted per waypoint below
+		}
 		if ip.Mode == inventory.ModeAmbient {
 			r.Nodes.AmbientPods++
 			if overAge {
@@ -315,6 +331,21 @@ func Build(opts inventory.Options, o Objects, t Target, keys Keys, now time.Time
 		}
 		if zl || cl {
 			r.Nodes.LaggingNodes++
+		}
+	}
+	r.Waypoints.Waypoints = len(inv.Waypoints)
+	for _, w := range inv.Waypoints {
+		if r.Waypoints.PerNamespace == nil {
+			r.Waypoints.PerNamespace = map[string]int{}
+		}
+		r.Waypoints.PerNamespace[w.Namespace]++
+		stale, lagging := nodeStale(w.Version, target, t.MaxMinorsBehind)
+		if stale {
+			r.Waypoints.Stale++
+			r.Waypoints.Behind = append(r.Waypoints.Behind, w)
+		}
+		if lagging {
+			r.Waypoints.Lagging++
 		}
 	}
 	return r, nil

@@ -280,3 +280,61 @@ func objects[T any, P interface {
 	}
 	return to
 }
+
+// waypoint adds the pods of a waypoint's Deployment as istiod creates them:
+// their own istio-proxy on the Gateway's revision.
+func (f *fleet) waypoint(ns, gateway, rev, version string, pods int) {
+	for i := range pods {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", gateway, i), CreationTimestamp: metav1.NewTime(now.Add(-day)),
+			OwnerReferences: controller("ReplicaSet", gateway+"-rs"),
+			Labels:          map[string]string{istio.LabelGatewayManaged: istio.GatewayManagedWaypoint, istio.LabelK8sGatewayName: gateway},
+			Annotations:     map[string]string{istio.LabelRev: rev}}}
+		p.Spec.NodeName = "n1"
+		p.Spec.Containers = []corev1.Container{{Name: istio.ProxyContainer, Image: "istio/proxyv2:" + version}}
+		f.o.Pods = append(f.o.Pods, p)
+	}
+}
+
+// TestWaypointsAgainstTheTarget: each waypoint counts once against the
+// designated version (never as a sidecar workload), the stale ones are
+// named in the report and the summary, and the metrics count them per
+// namespace.
+func TestWaypointsAgainstTheTarget(t *testing.T) {
+	f := twoTeams()
+	f.namespace("mesh", map[string]string{istio.LabelDataplaneMode: istio.DataplaneModeAmbient})
+	f.waypoint("mesh", "waypoint", "1-27", "1.27.3", 2)
+	f.waypoint("mesh", "reviews", "1-28", "1.28.1", 1)
+	r := f.build(t, Target{MaxMinorsBehind: 0})
+	if w := r.Waypoints; w.Waypoints != 2 || w.Stale != 1 || w.Lagging != 1 || len(w.Behind) != 1 || w.Behind[0].Ref() != "mesh/waypoint" {
+		t.Fatalf("waypoints %+v, want 2 with mesh/waypoint stale and lagging", w)
+	}
+	if r.Fleet.Pods != 10 {
+		t.Errorf("fleet has %d sidecar pods, want 10: waypoint pods are not sidecar workloads", r.Fleet.Pods)
+	}
+	if s := r.Summary(); !strings.Contains(s, "; waypoints: 1 of 2 behind (mesh/waypoint 1.27.3)") {
+		t.Errorf("summary %q does not name the stale waypoint", s)
+	}
+
+	var objs []runtime.Object
+	objs = objects(objs, f.o.Namespaces)
+	objs = objects(objs, f.o.Pods)
+	objs = objects(objs, f.o.Deployments)
+	objs = objects(objs, f.o.Webhooks)
+	reg := prometheus.NewRegistry()
+	c, err := NewCollector(CollectorConfig{Client: fake.NewClientset(objs...), Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Refresh(context.Background())
+	want := `
+# HELP nodewise_freshness_stale_waypoints Ambient waypoints whose oldest pod runs a proxy older than the designated version, by namespace.
+# TYPE nodewise_freshness_stale_waypoints gauge
+nodewise_freshness_stale_waypoints{namespace="mesh"} 1
+# HELP nodewise_freshness_waypoints Ambient waypoints (Gateways of class istio-waypoint with a running pod) by namespace.
+# TYPE nodewise_freshness_waypoints gauge
+nodewise_freshness_waypoints{namespace="mesh"} 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "nodewise_freshness_waypoints", "nodewise_freshness_stale_waypoints"); err != nil {
+		t.Error(err)
+	}
+}

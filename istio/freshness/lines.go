@@ -47,6 +47,17 @@ func (r Report) Summary() string {
 	if r.Nodes.StaleZtunnel+r.Nodes.StaleCNI > 0 {
 		s += fmt.Sprintf("; ambient: %d of %d nodes behind", max(r.Nodes.StaleZtunnel, r.Nodes.StaleCNI), r.Nodes.Nodes)
 	}
+	if wp := r.Waypoints; wp.Stale > 0 {
+		names := make([]string, 0, len(wp.Behind))
+		for i, w := range wp.Behind {
+			if i == 3 {
+				names = append(names, fmt.Sprintf("%d more", len(wp.Behind)-i))
+				break
+			}
+			names = append(names, w.Ref()+" "+w.Version)
+		}
+		s += fmt.Sprintf("; waypoints: %d of %d behind (%s)", wp.Stale, wp.Waypoints, strings.Join(names, ", "))
+	}
 	return s
 }
 

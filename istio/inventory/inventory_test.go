@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -152,5 +153,49 @@ nodewise_proxy_pods{mode="sidecar",namespace="b",revision="1-28",version="1.28.0
 	}
 	if _, err := NewCollector(CollectorConfig{Client: fake.NewSimpleClientset()}); err == nil {
 		t.Fatal("collector without a registry accepted")
+	}
+}
+
+// waypointPod is a pod of the Deployment istiod creates for a waypoint
+// Gateway: its labels, the template's istio.io/rev annotation (rev, when
+// set) and its own istio-proxy.
+func waypointPod(ns, gateway, name, rev, image string) *corev1.Pod {
+	p := sidecarPod(ns, name, image, "", map[string]string{
+		istio.LabelGatewayManaged: istio.GatewayManagedWaypoint, istio.LabelK8sGatewayName: gateway, istio.LabelGatewayName: gateway,
+		istio.LabelInject: "false", istio.LabelDataplaneMode: istio.DataplaneModeNone}, false)
+	p.Spec.Containers = p.Spec.Containers[1:]
+	if rev != "" {
+		p.Annotations[istio.LabelRev] = rev
+	}
+	return p
+}
+
+// TestWaypoints: waypoint pods are their own mode (never sidecars), each
+// waypoint takes the revision istiod's template wrote, else its
+// namespace's (a tag resolved), and a waypoint mid-roll reports its oldest
+// pod and says it is rolling.
+func TestWaypoints(t *testing.T) {
+	objs := append(fixture(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mesh", Labels: map[string]string{istio.LabelDataplaneMode: "ambient", istio.LabelRev: "canary"}}},
+		waypointPod("amb", "waypoint", "waypoint-a", "1-27", "istio/proxyv2:1.27.3"),
+		waypointPod("mesh", "reviews", "reviews-a", "", "istio/proxyv2:1.28.0"),
+		waypointPod("mesh", "waypoint", "waypoint-b", "1-28", "istio/proxyv2:1.28.0"),
+		waypointPod("mesh", "waypoint", "waypoint-c", "1-27", "istio/proxyv2:1.27.3"),
+	)
+	inv, err := Observe(context.Background(), fake.NewSimpleClientset(objs...), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range inv.Pods {
+		if strings.HasPrefix(p.Name, "waypoint-") || strings.HasPrefix(p.Name, "reviews-") {
+			if p.Mode != ModeWaypoint {
+				t.Errorf("pod %s/%s is %s, want waypoint", p.Namespace, p.Name, p.Mode)
+			}
+		}
+	}
+	got := fmt.Sprint(inv.Waypoints)
+	want := "[{amb waypoint 1-27 1.27.3 1 1 false} {mesh reviews 1-28 1.28.0 1 1 false} {mesh waypoint 1-27 1.27.3 2 2 true}]"
+	if got != want {
+		t.Fatalf("waypoints\n got %s\nwant %s", got, want)
 	}
 }

@@ -184,7 +184,41 @@ func Build(opts Options, o Objects) (Inventory, error) {
 		}
 		return inv.Pods[i].Name < inv.Pods[j].Name
 	})
+	inv.Waypoints = WaypointsOf(inv.Pods)
 	return inv, nil
+}
+
+// WaypointsOf groups the waypoint pods by waypoint, sorted by namespace and
+// name. Each waypoint takes its oldest pod's version and revision.
+func WaypointsOf(pods []Pod) []Waypoint {
+	type key struct{ ns, name string }
+	at := map[key]int{}
+	var out []Waypoint
+	for _, p := range pods {
+		if p.Mode != ModeWaypoint {
+			continue
+		}
+		k := key{p.Namespace, p.Waypoint}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, Waypoint{Namespace: p.Namespace, Name: p.Waypoint, Revision: p.Revision, Version: p.Version})
+		}
+		w := &out[i]
+		w.Pods++
+		if p.Ready {
+			w.Ready++
+		}
+		if p.Revision != w.Revision || p.Version != w.Version {
+			w.Rolling = true
+			if older(p.Version, w.Version) {
+				w.Revision, w.Version = p.Revision, p.Version
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ref() < out[j].Ref() })
+	return out
 }
 
 // Revisions lists the istiod revisions with their versions, readiness and

@@ -74,8 +74,27 @@ func statusRevision(p *corev1.Pod) string {
 // resolved to its revision), then "default". Its version is the istio-proxy
 // image tag. An ambient pod (namespace or pod labelled
 // istio.io/dataplane-mode=ambient, no sidecar) takes its node's ztunnel.
+// A waypoint pod (istio.WaypointName) runs its own istio-proxy: its revision
+// is the one istiod's waypoint template wrote (the pod's istio.io/rev
+// annotation, else label), else its namespace's istio.io/rev, else
+// "default", a tag resolved to its revision.
 func ClassifyPod(p *corev1.Pod, ns Namespace, tags map[string]string, nodes map[string]Node) (Pod, bool) {
 	out := Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Ready: podutils.IsPodReady(p)}
+	if gw := istio.WaypointName(p.Labels); gw != "" {
+		out.Mode, out.Waypoint, out.Version = ModeWaypoint, gw, Unknown
+		if c, ok := sidecarContainer(p); ok {
+			out.Version = ImageTag(c.Image)
+		} else if len(p.Spec.Containers) > 0 {
+			out.Version = ImageTag(p.Spec.Containers[0].Image)
+		}
+		for _, rev := range []string{p.Annotations[istio.LabelRev], p.Labels[istio.LabelRev], ns.Rev, istio.DefaultRevision} {
+			if rev != "" {
+				out.Revision = resolve(rev, tags)
+				break
+			}
+		}
+		return out, true
+	}
 	if c, ok := sidecarContainer(p); ok {
 		out.Mode = ModeSidecar
 		out.Version = ImageTag(c.Image)
@@ -136,4 +155,34 @@ func resolve(revOrTag string, tags map[string]string) string {
 		return rev
 	}
 	return revOrTag
+}
+
+// older says whether image tag a is an older release than b, comparing
+// their leading numbers ("1.27.3-distroless" < "1.28.0"). An unreadable tag
+// is older than nothing and newer than nothing.
+func older(a, b string) bool {
+	num := func(s string) []int {
+		var out []int
+		for _, part := range strings.SplitN(strings.TrimPrefix(s, "v"), ".", 3) {
+			n, i := 0, 0
+			for ; i < len(part) && part[i] >= '0' && part[i] <= '9'; i++ {
+				n = n*10 + int(part[i]-'0')
+			}
+			if i == 0 {
+				return nil
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	x, y := num(a), num(b)
+	if x == nil || y == nil {
+		return false
+	}
+	for i := 0; i < len(x) && i < len(y); i++ {
+		if x[i] != y[i] {
+			return x[i] < y[i]
+		}
+	}
+	return len(x) < len(y)
 }

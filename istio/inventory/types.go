@@ -6,6 +6,9 @@ type Mode string
 const (
 	ModeSidecar Mode = "sidecar"
 	ModeAmbient Mode = "ambient"
+	// ModeWaypoint is a waypoint's own Envoy pod: the L7 proxy istiod runs
+	// for a Gateway of class istio-waypoint, on the Gateway's revision.
+	ModeWaypoint Mode = "waypoint"
 )
 
 // Pod is one meshed pod and the proxy that serves it.
@@ -21,7 +24,28 @@ type Pod struct {
 	// node's ztunnel version (ambient). "unknown" when it cannot be read.
 	Version string `json:"version"`
 	Ready   bool   `json:"ready"`
+	// Waypoint is the Gateway a waypoint pod runs (ModeWaypoint only).
+	Waypoint string `json:"waypoint,omitempty"`
 }
+
+// Waypoint is one waypoint (a Gateway of class istio-waypoint) as its pods
+// run it. A waypoint whose Deployment has no pod is not seen.
+type Waypoint struct {
+	Namespace string `json:"namespace"`
+	// Name is the Gateway's name.
+	Name string `json:"name"`
+	// Revision and Version are its oldest pod's: the revision that must
+	// stay installed while the waypoint runs it.
+	Revision string `json:"revision"`
+	Version  string `json:"version"`
+	Pods     int    `json:"pods"`
+	Ready    int    `json:"ready"`
+	// Rolling: its pods run more than one revision or version.
+	Rolling bool `json:"rolling,omitempty"`
+}
+
+// Ref is "namespace/name".
+func (w Waypoint) Ref() string { return w.Namespace + "/" + w.Name }
 
 // Node is the shared ambient data plane on one node.
 type Node struct {
@@ -64,6 +88,8 @@ type Inventory struct {
 	Nodes      []Node            `json:"nodes"`
 	Namespaces []Namespace       `json:"namespaces"`
 	Pods       []Pod             `json:"pods"`
+	// Waypoints are the waypoints of Pods (ModeWaypoint), one entry each.
+	Waypoints []Waypoint `json:"waypoints,omitempty"`
 }
 
 // RevisionVersion returns the istiod version serving a revision or tag.

@@ -8,7 +8,8 @@ import (
 // Observation is one data-plane component and the control plane it talks to.
 type Observation struct {
 	Component Component
-	// Subject names the thing: namespace/pod for sidecars, the node for ztunnel and CNI.
+	// Subject names the thing: namespace/pod for sidecars, the node for ztunnel
+	// and CNI, namespace/gateway for waypoints.
 	Subject  string
 	Revision string
 	Version  Version

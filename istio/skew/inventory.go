@@ -7,8 +7,9 @@ import (
 
 // FromInventory turns an inventory into observations: each sidecar against
 // its revision's istiod, each node's ztunnel and istio-cni against the istiod
-// of the ztunnel's revision (the default tag's when unlabelled). Components
-// whose version cannot be read are left out.
+// of the ztunnel's revision (the default tag's when unlabelled), each
+// waypoint (its oldest pod) against its revision's istiod. Components whose
+// version cannot be read are left out.
 func FromInventory(inv inventory.Inventory) ([]Observation, error) {
 	cp := map[string]Version{}
 	for _, r := range inv.Revisions {
@@ -31,6 +32,14 @@ func FromInventory(inv inventory.Inventory) ([]Observation, error) {
 		}
 		c, ok := lookup(p.Revision)
 		out = append(out, Observation{Component: Sidecar, Subject: p.Namespace + "/" + p.Name, Revision: p.Revision, Version: v, ControlPlane: c, HasControlPlane: ok})
+	}
+	for _, w := range inv.Waypoints {
+		v, err := ParseVersion(w.Version)
+		if err != nil {
+			continue
+		}
+		c, ok := lookup(w.Revision)
+		out = append(out, Observation{Component: Waypoint, Subject: w.Ref(), Revision: w.Revision, Version: v, ControlPlane: c, HasControlPlane: ok})
 	}
 	for _, n := range inv.Nodes {
 		rev := n.ZtunnelRevision
@@ -65,6 +74,19 @@ func OldestSidecar(inv inventory.Inventory) (Version, bool) {
 			continue
 		}
 		if !found || v.Less(oldest) {
+			oldest, found = v, true
+		}
+	}
+	return oldest, found
+}
+
+// OldestProxy is the oldest readable Envoy proxy version in the inventory:
+// sidecars and waypoints, which the same skew policy binds to their
+// revision's istiod.
+func OldestProxy(inv inventory.Inventory) (Version, bool) {
+	oldest, found := OldestSidecar(inv)
+	for _, w := range inv.Waypoints {
+		if v, err := ParseVersion(w.Version); err == nil && (!found || v.Less(oldest)) {
 			oldest, found = v, true
 		}
 	}

@@ -17,6 +17,9 @@ const (
 	Ztunnel Component = "ztunnel"
 	// CNI is the istio-cni node agent.
 	CNI Component = "istio-cni"
+	// Waypoint is an ambient waypoint's Envoy, bound to the istiod of its
+	// Gateway's revision.
+	Waypoint Component = "waypoint"
 )
 
 // Rule bounds how far a component may drift from its control plane, in minor
@@ -40,15 +43,17 @@ type Policy map[Component]Rule
 //	| sidecar   | 1 minor       | never           | istio.io/latest/docs/releases/supported-releases ("Control Plane/Data Plane Skew") |
 //	| ztunnel   | 1 minor       | never           | ambient upgrade guide: ztunnel 1.x works with istiod 1.x and 1.x+1 |
 //	| istio-cni | 1 minor       | never           | CNI upgrade notes; Istio also tolerates CNI one minor ahead, we do not (data plane never newer) |
+//	| waypoint  | 1 minor       | never           | supported-releases: a waypoint is an Envoy proxy, under the same data-plane skew as a sidecar |
 //
 // Override it with Policy.Override ("sidecar=2" and so on) when a vendor's
 // support statement is wider.
 func DefaultPolicy() Policy {
 	const sup = "istio.io/latest/docs/releases/supported-releases#control-planedata-plane-skew"
 	return Policy{
-		Sidecar: {Component: Sidecar, MaxBehind: 1, MaxAhead: 0, Source: sup},
-		Ztunnel: {Component: Ztunnel, MaxBehind: 1, MaxAhead: 0, Source: "istio.io/latest/docs/ambient/upgrade (ztunnel at istiod's minor or one behind)"},
-		CNI:     {Component: CNI, MaxBehind: 1, MaxAhead: 0, Source: "istio.io/latest/docs/setup/additional-setup/cni#upgrade (CNI at istiod's minor or one behind)"},
+		Sidecar:  {Component: Sidecar, MaxBehind: 1, MaxAhead: 0, Source: sup},
+		Ztunnel:  {Component: Ztunnel, MaxBehind: 1, MaxAhead: 0, Source: "istio.io/latest/docs/ambient/upgrade (ztunnel at istiod's minor or one behind)"},
+		CNI:      {Component: CNI, MaxBehind: 1, MaxAhead: 0, Source: "istio.io/latest/docs/setup/additional-setup/cni#upgrade (CNI at istiod's minor or one behind)"},
+		Waypoint: {Component: Waypoint, MaxBehind: 1, MaxAhead: 0, Source: sup + " (a waypoint is an Envoy proxy of its Gateway's revision)"},
 	}
 }
 

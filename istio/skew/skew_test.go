@@ -3,6 +3,8 @@ package skew
 import (
 	"strings"
 	"testing"
+
+	"github.com/nodewise/nodewise/istio/inventory"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -74,7 +76,7 @@ func TestOverride(t *testing.T) {
 	if ok, _ := DefaultPolicy().Supports(Sidecar, MustParse("1.26.0"), MustParse("1.28.0")); ok {
 		t.Fatal("Override changed the default table")
 	}
-	for _, bad := range []string{"sidecar", "waypoint=1", "sidecar=-1", "sidecar=two"} {
+	for _, bad := range []string{"sidecar", "gateway=1", "sidecar=-1", "sidecar=two"} {
 		if _, err := DefaultPolicy().Override([]string{bad}); err == nil {
 			t.Errorf("Override(%q) accepted", bad)
 		}
@@ -132,5 +134,26 @@ func TestCheckControlPlaneMove(t *testing.T) {
 	}
 	if err := CheckControlPlaneMove(DefaultPolicy(), proxies[:1], MustParse("1.28.0")); err != nil {
 		t.Fatalf("1.27 proxies under 1.28 refused: %v", err)
+	}
+}
+
+// TestWaypointSkew: a waypoint is checked against its own revision's
+// istiod, and counts as the oldest proxy a plan starts from.
+func TestWaypointSkew(t *testing.T) {
+	inv := inventory.Inventory{
+		Revisions: []inventory.Revision{{Name: "1-26", Version: "1.26.2"}, {Name: "1-28", Version: "1.28.0"}},
+		Waypoints: []inventory.Waypoint{{Namespace: "shop", Name: "waypoint", Revision: "1-28", Version: "1.26.2"}, {Namespace: "pay", Name: "waypoint", Revision: "1-26", Version: "1.26.2"}},
+		Pods:      []inventory.Pod{{Namespace: "a", Name: "p", Mode: inventory.ModeSidecar, Revision: "1-28", Version: "1.28.0"}},
+	}
+	obs, err := FromInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := Check(DefaultPolicy(), obs)
+	if len(v) != 1 || v[0].Component != Waypoint || v[0].Subject != "shop/waypoint" || !strings.Contains(v[0].Reason, "2 minors behind") {
+		t.Fatalf("violations %+v, want waypoint shop/waypoint 2 minors behind 1.28", v)
+	}
+	if oldest, ok := OldestProxy(inv); !ok || oldest != MustParse("1.26.2") {
+		t.Fatalf("oldest proxy %v (%v), want the waypoints' 1.26.2", oldest, ok)
 	}
 }

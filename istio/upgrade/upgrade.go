@@ -229,6 +229,9 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 	if len(old) > 0 {
 		from = old[0]
 	}
+	if len(inv.Waypoints) > 0 {
+		steps = append(steps, waypointStep(n, in.Migrations, inv, from, rev, to))
+	}
 	rm := &v1alpha1.RevisionMigration{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RevisionMigration"},
 		ObjectMeta: metav1.ObjectMeta{Name: "sidecars-" + rev},
 		Spec:       v1alpha1.RevisionMigrationSpec{From: from, To: rev, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}}}
@@ -266,7 +269,7 @@ func (in Input) pass(n int, pass skew.Pass, old []string) ([]Step, string) {
 	for _, o := range old {
 		rm := Step{Pass: n, Name: "remove " + o, By: ByNodewise + " (then your chart change)", PointOfNoReturn: true,
 			Changes: "istiod " + o + " and its webhooks are deleted: going back means reinstalling it",
-			Do:      fmt.Sprintf("nodewise revision remove %s (refused while any proxy, tag or namespace uses it); then helm uninstall istiod-%s -n %s", o, o, in.IstioNamespace),
+			Do:      fmt.Sprintf("nodewise revision remove %s (refused while any proxy, waypoint, tag or namespace uses it); then helm uninstall istiod-%s -n %s", o, o, in.IstioNamespace),
 			Check:   "revision " + o + " is gone", State: Later}
 		if !installedRev(inv, o) && installedRev(inv, rev) {
 			rm.State, rm.Why = Done, "revision "+o+" is not installed"
@@ -367,6 +370,9 @@ func oldestVersion(inv inventory.Inventory) (skew.Version, bool) {
 			consider(p.Version)
 		}
 	}
+	for _, w := range inv.Waypoints {
+		consider(w.Version)
+	}
 	return best, found
 }
 
@@ -386,4 +392,43 @@ func migration(ms []v1alpha1.RevisionMigration, name string) *v1alpha1.RevisionM
 		}
 	}
 	return nil
+}
+
+// waypointStep moves every waypoint to rev, by a RevisionMigration with
+// waypoints: Only (it labels each waypoint Gateway istio.io/rev=rev in
+// waves; istiod rolls the waypoint's Deployment). Done when every
+// waypoint's pods run to on rev. A cluster without waypoints has no such
+// step.
+func waypointStep(n int, ms []v1alpha1.RevisionMigration, inv inventory.Inventory, from, rev string, to skew.Version) Step {
+	rm := &v1alpha1.RevisionMigration{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RevisionMigration"},
+		ObjectMeta: metav1.ObjectMeta{Name: "waypoints-" + rev},
+		Spec:       v1alpha1.RevisionMigrationSpec{From: from, To: rev, Waypoints: v1alpha1.WaypointsOnly, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}}}
+	st := Step{Pass: n, Name: "waypoints", By: ByNodewise, Object: rm,
+		Changes: fmt.Sprintf("each waypoint's Gateway labelled %s=%s in waves, judged: istiod %s rolls its Deployment onto the new proxy (L7 for the namespaces and services that use it)", istio.LabelRev, rev, rev),
+		Check:   fmt.Sprintf("every waypoint runs %s on %s", to, rev), State: Later}
+	var behind, rolling, cmds []string
+	for _, w := range inv.Waypoints {
+		if inv.Resolve(w.Revision) == rev && atLeast(parse(w.Version), to) {
+			continue
+		}
+		behind = append(behind, w.Ref()+" "+w.Version+" on "+w.Revision)
+		if w.Rolling {
+			rolling = append(rolling, w.Ref())
+		}
+		cmds = append(cmds, fmt.Sprintf("kubectl label gateway -n %s %s %s=%s --overwrite", w.Namespace, w.Name, istio.LabelRev, rev))
+	}
+	st.Do = "apply RevisionMigration waypoints-" + rev + " (upgrade plan -o yaml prints it); unjudged, by hand: " + strings.Join(cmds, "; ")
+	switch m := migration(ms, rm.Name); {
+	case len(behind) == 0:
+		st.State, st.Why = Done, fmt.Sprintf("all %d waypoints run %s on %s", len(inv.Waypoints), to.MinorString(), rev)
+	case m != nil && (m.Status.Phase == v1alpha1.MigrationHalted || m.Status.Phase == v1alpha1.MigrationRefused || m.Status.Phase == v1alpha1.MigrationAborted):
+		st.State, st.Why = Blocked, fmt.Sprintf("RevisionMigration %s is %s: %s", m.Name, m.Status.Phase, m.Status.Reason)
+	case m != nil:
+		st.State, st.Why = Running, fmt.Sprintf("RevisionMigration %s is %s; %d of %d waypoints behind", m.Name, m.Status.Phase, len(behind), len(inv.Waypoints))
+	case len(rolling) > 0:
+		st.State, st.Why = Running, fmt.Sprintf("%d of %d waypoints behind (%s); rolling: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "), strings.Join(rolling, ", "))
+	default:
+		st.Why = fmt.Sprintf("%d of %d waypoints behind: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "))
+	}
+	return st
 }

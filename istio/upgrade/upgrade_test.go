@@ -100,3 +100,57 @@ func TestStatusFollowsTheCluster(t *testing.T) {
 		t.Fatalf("old revision removed: current %+v, want done", p.Current())
 	}
 }
+
+// TestWaypointsAfterTheNodeComponents: a cluster with waypoints gets a
+// waypoint step between the node components and the sidecar namespaces
+// (Istio's ambient upgrade guide's order), applying a waypoints: Only
+// RevisionMigration (the label change per waypoint given for doing it by
+// hand), Blocked when that halts; it is Next once the nodes are done, Running while a
+// waypoint rolls, Done when every waypoint runs the target on the new
+// revision; and a waypoint older than every sidecar sets where the plan
+// starts.
+func TestWaypointsAfterTheNodeComponents(t *testing.T) {
+	to := skew.MustParse("1.28.1")
+	in := Input{Inventory: cluster("1.27.3", "1-27"), To: to, PrecheckErrors: 0}
+	in.Inventory.Waypoints = []inventory.Waypoint{{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.27.3", Pods: 1}, {Namespace: "pay", Name: "reviews", Revision: "1-27", Version: "1.27.3", Pods: 1}}
+	in.Inventory.Revisions = append(in.Inventory.Revisions, inventory.Revision{Name: "1-28", Version: "1.28.1", Ready: true})
+	for i := range in.Inventory.Nodes {
+		in.Inventory.Nodes[i].Ztunnel, in.Inventory.Nodes[i].CNI = "1.28.1", "1.28.1"
+	}
+	p, err := Build(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(p); got != "1:precheck=Done 1:istiod 1-28=Done 1:node components=Done 1:waypoints=Next 1:sidecar namespaces=Later 1:default tag=Later 1:remove 1-27=Later" {
+		t.Fatalf("steps: %s", got)
+	}
+	cur := p.Current()
+	if !strings.HasSuffix(cur.Do, "by hand: kubectl label gateway -n mesh waypoint istio.io/rev=1-28 --overwrite; kubectl label gateway -n pay reviews istio.io/rev=1-28 --overwrite") ||
+		cur.Why != "2 of 2 waypoints behind: mesh/waypoint 1.27.3 on 1-27, pay/reviews 1.27.3 on 1-27" {
+		t.Fatalf("waypoint step: do %q, why %q", cur.Do, cur.Why)
+	}
+	if rm, ok := cur.Object.(*v1alpha1.RevisionMigration); !ok || rm.Name != "waypoints-1-28" || rm.Spec.From != "1-27" || rm.Spec.To != "1-28" || rm.Spec.Waypoints != v1alpha1.WaypointsOnly {
+		t.Fatalf("waypoint step object %+v, want RevisionMigration waypoints-1-28 1-27 -> 1-28, waypoints: Only", cur.Object)
+	}
+	in.Migrations = []v1alpha1.RevisionMigration{{}}
+	in.Migrations[0].Name, in.Migrations[0].Status.Phase, in.Migrations[0].Status.Reason = "waypoints-1-28", v1alpha1.MigrationHalted, "wave canary failed its gate"
+	if p, _ = Build(in); p.Current().State != Blocked || !strings.Contains(p.Current().Why, "wave canary failed its gate") {
+		t.Fatalf("waypoint migration halted: current %+v", p.Current())
+	}
+	in.Migrations = nil
+	in.Inventory.Waypoints[0] = inventory.Waypoint{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.27.3", Pods: 2, Rolling: true}
+	if p, _ = Build(in); p.Current().Name != "waypoints" || p.Current().State != Running {
+		t.Fatalf("a waypoint rolling: current %+v", p.Current())
+	}
+	for i := range in.Inventory.Waypoints {
+		in.Inventory.Waypoints[i].Revision, in.Inventory.Waypoints[i].Version, in.Inventory.Waypoints[i].Rolling = "1-28", "1.28.1", false
+	}
+	if p, _ = Build(in); p.Current().Name != "sidecar namespaces" {
+		t.Fatalf("waypoints moved: current %+v, want the sidecar namespaces", p.Current())
+	}
+	in = Input{Inventory: cluster("1.27.3", "1-27"), To: skew.MustParse("1.28.1")}
+	in.Inventory.Waypoints = []inventory.Waypoint{{Namespace: "mesh", Name: "waypoint", Revision: "1-27", Version: "1.26.0"}}
+	if p, _ = Build(in); len(p.Passes) != 2 {
+		t.Fatalf("a 1.26 waypoint under 1.28: %d passes, want 2", len(p.Passes))
+	}
+}

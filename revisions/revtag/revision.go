@@ -18,14 +18,24 @@ import (
 // ErrRevisionInUse means proxies, tags or namespaces still use the revision.
 var ErrRevisionInUse = errors.New("revision still in use")
 
-// RemovalBlockers lists what still uses a revision, worst first: running
-// proxies (the point of no return), tags pointing at it, namespaces labelled
-// with it. Empty means the revision can go. It is pure.
+// RemovalBlockers lists what still uses a revision, worst first: the
+// waypoints running it (removing it breaks L7 for every workload behind
+// them), running proxies (the point of no return), tags pointing at it,
+// namespaces labelled with it. Empty means the revision can go. It is pure.
 func RemovalBlockers(inv inventory.Inventory, rev string) []string {
 	var out []string
+	var waypoints []string
+	for _, w := range inv.Waypoints {
+		if w.Revision == rev {
+			waypoints = append(waypoints, w.Ref())
+		}
+	}
+	if len(waypoints) > 0 {
+		out = append(out, fmt.Sprintf("waypoints %s run it (move them first: a RevisionMigration with waypoints: Only)", strings.Join(waypoints, ", ")))
+	}
 	byNS := map[string]int{}
 	for _, p := range inv.Pods {
-		if p.Revision == rev {
+		if p.Revision == rev && p.Mode != inventory.ModeWaypoint {
 			byNS[p.Namespace]++
 		}
 	}

@@ -128,6 +128,13 @@ func TestRemovalBlockers(t *testing.T) {
 	if b := RemovalBlockers(inv, "1-26"); len(b) != 0 {
 		t.Fatalf("unused revision blocked by %q", b)
 	}
+	// Waypoints on the revision are named first, their pods not counted
+	// again as the namespace's proxies.
+	inv.Pods = append(inv.Pods, inventory.Pod{Namespace: "m", Name: "wp-1", Mode: inventory.ModeWaypoint, Waypoint: "wp", Revision: "1-26"})
+	inv.Waypoints = []inventory.Waypoint{{Namespace: "m", Name: "wp", Revision: "1-26"}, {Namespace: "n", Name: "reviews", Revision: "1-26"}, {Namespace: "o", Name: "wp", Revision: "1-28"}}
+	if b := RemovalBlockers(inv, "1-26"); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews run it (move them first: a RevisionMigration with waypoints: Only)" {
+		t.Fatalf("blockers of a revision only waypoints use = %q", b)
+	}
 }
 
 // When the revision has an istiod Service, the tag gets istioctl's tag

@@ -28,25 +28,7 @@ func agentWaves(t *testing.T, to string) (*env, *fakeAgents, []string) {
 	}
 	e.allOn(2*time.Minute, "1.27.3", 2, nss...)
 	agents := newFakeAgents(e.c.Client)
-	gate, err := revisions.NewAgentGate(revisions.AgentGateConfig{Source: agents, Soak: 3 * time.Second, Baseline: 5 * time.Second, Every: time.Second, Log: zaptest.NewLogger(t).Named("gate")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	t.Cleanup(cancel)
-	go func() { _ = gate.Run(ctx) }()
-	// The agents are sampled from before the first wave, as a controller
-	// tracking a migration's nodes from its start would.
-	nodes, err := e.c.Client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, n := range nodes.Items {
-		names = append(names, n.Name)
-	}
-	gate.Track(e.ctx, names)
-	time.Sleep(3 * time.Second)
+	gate := e.agentGate(agents)
 	// As cmd/orchestrator wires it: the spec's gates and the agents' together.
 	e.controller(revisions.Gates(revisions.SpecGates(remote.AddressPolicy{}, zaptest.NewLogger(t)), gate))
 	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
@@ -56,6 +38,31 @@ func agentWaves(t *testing.T, to string) (*env, *fakeAgents, []string) {
 		t.Fatal(err)
 	}
 	return e, agents, nss
+}
+
+// agentGate is an AgentGate over agents (3 s soak, 5 s baseline, sampled
+// every second) that samples every node from 3 s before it returns, as a
+// controller tracking a migration's nodes from its start would.
+func (e *env) agentGate(agents *fakeAgents) *revisions.AgentGate {
+	e.t.Helper()
+	gate, err := revisions.NewAgentGate(revisions.AgentGateConfig{Source: agents, Soak: 3 * time.Second, Baseline: 5 * time.Second, Every: time.Second, Log: zaptest.NewLogger(e.t).Named("gate")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.t.Cleanup(cancel)
+	go func() { _ = gate.Run(ctx) }()
+	nodes, err := e.c.Client.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	gate.Track(e.ctx, names)
+	time.Sleep(3 * time.Second)
+	return gate
 }
 
 // TestAgentGateHaltsFaultyCanary: a 1-28 whose sidecar resets 30% of its

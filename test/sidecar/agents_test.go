@@ -16,7 +16,8 @@ import (
 // fakeAgents stands in for the node agents of the simulated cluster: each
 // pod on a node opens connections at a steady rate, and its resets and
 // connect latency follow its proxy's image tag (a "-rst" proxy resets 30% of
-// its connections, as the live rig's stand-ins do) and a cluster-wide factor
+// its connections, as the live rig's stand-ins do; a pod without a sidecar
+// follows its namespace's waypoint) and a cluster-wide factor
 // a test can change (a traffic change every pod sees).
 type fakeAgents struct {
 	cs    kubernetes.Interface
@@ -58,6 +59,18 @@ func (f *fakeAgents) Snapshot(ctx context.Context, node string) (wire.Snapshot, 
 	if err != nil {
 		return wire.Snapshot{}, err
 	}
+	// An ambient pod's L7 proxy is its namespace's waypoint: a "-rst"
+	// waypoint resets the connections of the pods behind it.
+	wps, err := f.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "gateway.istio.io/managed=istio.io-mesh-controller"})
+	if err != nil {
+		return wire.Snapshot{}, err
+	}
+	faultyWaypoint := map[string]bool{}
+	for i := range wps.Items {
+		if p := &wps.Items[i]; p.DeletionTimestamp == nil && strings.HasSuffix(proxyTag(p), "-rst") {
+			faultyWaypoint[p.Namespace] = true
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.served++
@@ -78,7 +91,7 @@ func (f *fakeAgents) Snapshot(ctx context.Context, node string) (wire.Snapshot, 
 		dt := now.Sub(fp.last).Seconds()
 		fp.last = now
 		share, bucket := healthyResetShare, 10 // about 1 ms
-		if strings.HasSuffix(proxyTag(p), "-rst") {
+		if tag := proxyTag(p); strings.HasSuffix(tag, "-rst") || tag == "" && faultyWaypoint[p.Namespace] {
 			share = faultyResetShare
 		}
 		if f.surge {

@@ -137,6 +137,8 @@ func TestBadInput(t *testing.T) {
 		"stable-default":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "default" }, "stableTag cannot be the default tag"},
 		"stable-is-canary": {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "canary" }, "stableTag must differ from tag, from and to"},
 		"stable-is-from":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "1-27" }, "stableTag must differ from tag, from and to"},
+		"waypoints-stable": {func(s *v1alpha1.RevisionMigrationSpec) { s.Waypoints, s.StableTag = v1alpha1.WaypointsOnly, "stable" }, "a waypoints: Only migration has none"},
+		"waypoints-mode":   {func(s *v1alpha1.RevisionMigrationSpec) { s.Waypoints = "Include" }, "supported values"},
 	} {
 		s := good
 		tc.mut(&s)
