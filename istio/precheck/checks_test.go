@@ -115,7 +115,9 @@ func TestConnectionLifetimes(t *testing.T) {
 		{"a limit for the namespace's hosts from elsewhere", func(in *Input) {
 			in.DestinationRules = append(in.DestinationRules, maxDuration("other", "*.shop.svc.cluster.local", "http"))
 		}, 0},
-		{"a mesh-wide limit", func(in *Input) { in.DestinationRules = append(in.DestinationRules, maxDuration("istio-system", "*.local", "tcp")) }, 0},
+		{"a mesh-wide limit", func(in *Input) {
+			in.DestinationRules = append(in.DestinationRules, maxDuration("istio-system", "*.local", "tcp"))
+		}, 0},
 		{"a limit on another namespace", func(in *Input) { in.DestinationRules = append(in.DestinationRules, maxDuration("pay", "api", "tcp")) }, 1},
 		{"a rule with no limit", func(in *Input) {
 			in.DestinationRules = append(in.DestinationRules, unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"namespace": "shop"}, "spec": map[string]any{"host": "web"}}})

@@ -143,6 +143,16 @@ func Errors(fs []Finding) []Finding {
 	return out
 }
 
+// Headline is the one line that refuses an upgrade on errs (Errors of a
+// Check): their count, then one finding a clause.
+func Headline(errs []Finding) string {
+	lines := make([]string, len(errs))
+	for i, f := range errs {
+		lines[i] = f.String()
+	}
+	return fmt.Sprintf("precheck found %d error%s (nodewise precheck shows them): %s", len(errs), plural(len(errs)), strings.Join(lines, "; "))
+}
+
 func installed(inv inventory.Inventory) map[string]bool {
 	revs := map[string]bool{}
 	for _, r := range inv.Revisions {
