@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/test/testkit"
 )
 
 // TestPrecheckHoldsTheFirstNode: one node already failed to pull the
@@ -66,6 +71,16 @@ func TestPrecheckHoldsTheFirstNode(t *testing.T) {
 	}
 	if held.Status.Phase != v1alpha1.PhasePending || held.Status.StartTime != nil || c.Reason != "PrecheckFailed" {
 		t.Errorf("phase %s, start %v, reason %s: want Pending, not started, PrecheckFailed", held.Status.Phase, held.Status.StartTime, c.Reason)
+	}
+	// nodewise precheck says the same, one line, and exits 4.
+	var out bytes.Buffer
+	cmd := exec.Command(testkit.Binary(t, "nodewise"), "--kubeconfig="+e.c.Kubeconfig, "precheck")
+	cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, append(os.Environ(), "PATH=/nonexistent") // no istioctl: its analyzers are another test's
+
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 || !strings.Contains("\n"+out.String(), "\nError image-pull: node "+node+": cannot pull "+image+", which NodeRollout held's target istio-system/ztunnel needs: ErrImagePull") {
+		t.Errorf("nodewise precheck: %v, printed:\n%s\nwant exit 4 and the node's image-pull error", err, out.String())
 	}
 	time.Sleep(2 * time.Second) // a pass a broken orchestrator would cordon in
 	if uns := e.unschedulable(); len(uns) != 0 {
