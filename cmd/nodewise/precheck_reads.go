@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,7 +23,7 @@ import (
 
 // rolloutPulls are the images each NodeRollout not yet finished needs: its
 // targets' templates on the nodes it selects. None when the cluster does
-// not serve nodewise.io.
+// not serve NodeRollouts.
 func rolloutPulls(ctx context.Context, g *globalFlags, kube kubernetes.Interface, nodes []corev1.Node) ([]precheck.Pull, error) {
 	if !g.groupServed(ctx) {
 		return nil, nil
@@ -32,7 +33,10 @@ func rolloutPulls(ctx context.Context, g *globalFlags, kube kubernetes.Interface
 		return nil, err
 	}
 	list, err := nw.NodeRollouts().List(ctx, metav1.ListOptions{})
-	if err != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil // the sidecar wing alone: no NodeRollout CRD
+	case err != nil:
 		return nil, fmt.Errorf("listing NodeRollouts: %w", err)
 	}
 	var out []precheck.Pull
