@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/promotion"
 	"github.com/nodewise/nodewise/orchestrator/silence"
 	"github.com/nodewise/nodewise/orchestrator/swap"
+	"github.com/nodewise/nodewise/orchestrator/upgradecheck"
 	"github.com/nodewise/nodewise/orchestrator/worker"
 	"github.com/nodewise/nodewise/orchestrator/write"
 )
@@ -41,6 +43,7 @@ type executor struct {
 	log      *zap.Logger
 	metrics  *metrics.Metrics
 	kube     kubernetes.Interface
+	dyn      dynamic.Interface // nil: the precheck reads no AuthorizationPolicy
 	rollouts v1alpha1.NodeRolloutInterface
 	nodes    corelisters.NodeLister
 	pods     observe.PodCache
@@ -131,6 +134,7 @@ func (e *executor) wire() {
 		},
 		Alerts:    e.gate.FiringAlerts,
 		Promotion: (&promotion.Reader{Upstreams: clusters.Upstreams{Kube: e.kube, Namespace: e.cfg.Namespace, Now: e.cfg.Now}}).Hold,
+		Precheck:  (&upgradecheck.Reader{Kube: e.kube, Dynamic: e.dyn, IstioNamespace: e.cfg.IstioNamespace, Now: e.cfg.Now}).Hold,
 	}
 	e.conditions = &nodecond.Writer{Kube: e.kube, Nodes: e.nodeWrites, Live: e.observer.RolloutLives, Now: e.cfg.Now, Log: e.log, WG: &e.wg}
 	w := &worker.Worker{

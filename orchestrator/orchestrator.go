@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -46,6 +47,8 @@ type Orchestrator struct {
 	// meta reads objects' metadata only (observe.CatchUp's node list).
 	meta     metadata.Interface
 	rollouts v1alpha1.NodeRolloutInterface
+	// dyn reads Istio's AuthorizationPolicies for the precheck.
+	dyn dynamic.Interface
 	// leaseKube is the Lease's own client, the only one not fenced.
 	leaseKube kubernetes.Interface
 	// silences holds the nodes' Alertmanager silences (nil: none).
@@ -86,7 +89,11 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the metadata client: %w", err)
 	}
-	o := &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, meta: meta, rollouts: nw.NodeRollouts(), leaseKube: leaseKube}
+	dyn, err := dynamic.NewForConfig(fenced)
+	if err != nil {
+		return nil, fmt.Errorf("building the dynamic client: %w", err)
+	}
+	o := &Orchestrator{cfg: cfg, log: cfg.Logger, metrics: m, guard: guard, kube: kube, meta: meta, rollouts: nw.NodeRollouts(), leaseKube: leaseKube, dyn: dyn}
 	if cfg.Alertmanager != nil {
 		sc := *cfg.Alertmanager
 		sc.Registry, sc.Logger, sc.Now = cfg.Registry, cfg.Logger.Named("silence"), cfg.Now
@@ -203,7 +210,7 @@ func (c *caches) watched() []watcher {
 func (o *Orchestrator) lead(ctx context.Context, c *caches) error {
 	f := c.f
 	ex := &executor{
-		cfg: o.cfg, log: o.log, metrics: o.metrics, kube: o.kube, rollouts: o.rollouts,
+		cfg: o.cfg, log: o.log, metrics: o.metrics, kube: o.kube, rollouts: o.rollouts, dyn: o.dyn,
 		nodes:    f.Core().V1().Nodes().Lister(),
 		pods:     observe.NewPodCache(f.Core().V1().Pods().Informer().GetIndexer()),
 		dss:      f.Apps().V1().DaemonSets().Lister(),

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -205,23 +204,12 @@ func claimedBy(all []v1alpha1.RevisionMigration, self string, namespaces map[str
 // clause, or "" when no error is found.
 func (c *Controller) precheck(ctx context.Context, snap *snapshot, to skew.Version) (string, error) {
 	in := precheck.Input{Inventory: snap.inv, Pods: snap.objects.Pods, To: to}
-	if c.cfg.Dynamic != nil {
-		aps, err := c.cfg.Dynamic.Resource(precheck.AuthorizationPolicies).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		switch {
-		case apierrors.IsNotFound(err): // Istio's CRD is not installed: no policies
-		case err != nil:
-			return "", fmt.Errorf("listing authorization policies: %w", err)
-		default:
-			in.AuthorizationPolicies = aps.Items
-		}
+	var err error
+	if in.AuthorizationPolicies, err = precheck.List(ctx, c.cfg.Dynamic, precheck.AuthorizationPolicies); err != nil {
+		return "", err
 	}
-	errs := precheck.Errors(precheck.Check(in))
-	if len(errs) == 0 {
-		return "", nil
+	if errs := precheck.Errors(precheck.Check(in)); len(errs) > 0 {
+		return precheck.Headline(errs), nil
 	}
-	lines := make([]string, len(errs))
-	for i, f := range errs {
-		lines[i] = f.String()
-	}
-	return fmt.Sprintf("precheck found %d error%s (nodewise precheck shows them): %s", len(errs), map[bool]string{true: "", false: "s"}[len(errs) == 1], strings.Join(lines, "; ")), nil
+	return "", nil
 }

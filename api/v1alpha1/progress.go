@@ -110,6 +110,12 @@ func (s *NodeRolloutStatus) FollowPhase(now metav1.Time) {
 // fix. No node starts meanwhile.
 const ConditionOnDelete = "OnDelete"
 
+// ConditionPrechecked is False (reason PrecheckFailed) while nodewise
+// precheck's checks hold a NodeRollout before its first node, its message
+// one clause per error finding; True once the rollout has started past a
+// hold. No node starts meanwhile.
+const ConditionPrechecked = "Prechecked"
+
 // Progress is what s tells a GitOps tool, and the message it has to say
 // why: its phase's (the halt reason for a halt), but Stalled while a
 // target is off OnDelete (condition OnDelete False, its message), which

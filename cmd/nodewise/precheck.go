@@ -12,21 +12,26 @@ import (
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/precheck"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/orchestrator/judgegate"
 )
 
 func newPrecheckCmd(g *globalFlags) *cobra.Command {
 	var f sidecarFlags
 	var output dataOutput
 	var to, istioctl string
+	var agents judgegate.AgentConfig
 	cmd := &cobra.Command{
 		Use:   "precheck",
 		Short: "Find what is known to break an Istio upgrade before anything moves",
 		Long: "Checks revision tags and namespace labels against the installed istiod revisions, dry-run\n" +
 			"authorization policies that ztunnels older than 1.29 enforce, the workload-discovery response\n" +
-			"against gRPC's 4 MiB limit, and sidecar drains at Envoy's edge defaults; with istioctl on the\n" +
-			"PATH (or --istioctl), istioctl analyze's errors and warnings too. One line per finding, errors\n" +
-			"first. The RevisionMigration controller runs the same checks (without istioctl) and refuses to\n" +
-			"start on an error. See docs/sidecar.md#precheck.\n\n" +
+			"against gRPC's 4 MiB limit, sidecar drains at Envoy's edge defaults, and each unfinished\n" +
+			"NodeRollout's new images on its nodes (a node where a pod failed to pull one); with the node\n" +
+			"agents' --agent-ca and --agent-token-file, sidecar connections that outlive the proxies' drain\n" +
+			"with no maximum connection duration; with istioctl on the PATH (or --istioctl), istioctl\n" +
+			"analyze's errors and warnings too. One line per finding, errors first. The RevisionMigration\n" +
+			"and NodeRollout controllers run the checks they can decide (without istioctl or the agents)\n" +
+			"and refuse to start on an error. See docs/sidecar.md#precheck.\n\n" +
 			"Exit status: 0 with no error finding (warnings allowed), 4 with any, 1 on any failure to check.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +51,16 @@ func newPrecheckCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			in.To = target
+			lifetimes := "connection lifetimes: not checked (--agent-ca and --agent-token-file reach the node agents)"
+			if agents.CAFile != "" || agents.TokenFile != "" {
+				kube, err := g.kube()
+				if err != nil {
+					return err
+				}
+				if in.Connections, lifetimes, err = agentConnections(cmd.Context(), agents, kube, in.Pods); err != nil {
+					return err
+				}
+			}
 			findings := precheck.Check(in)
 			if istioctl == "" {
 				istioctl, _ = exec.LookPath("istioctl")
@@ -75,7 +90,7 @@ func newPrecheckCmd(g *globalFlags) *cobra.Command {
 					n = append(n, f.Subject)
 				}
 				return n
-			}, func() error { return printFindings(out, findings, istioctl != "") })
+			}, func() error { return printFindings(out, findings, lifetimes, istioctl != "") })
 			if err != nil {
 				return err
 			}
@@ -88,17 +103,19 @@ func newPrecheckCmd(g *globalFlags) *cobra.Command {
 	f.bind(cmd)
 	output.addFlag(cmd)
 	cmd.Flags().StringVar(&to, "to", "", "the version the upgrade goes to (default: the newest installed revision's), for the checks that depend on it")
+	addAgentFlags(cmd.Flags(), &agents, "the connection-lifetime check reads each sidecar node's agent")
 	cmd.Flags().StringVar(&istioctl, "istioctl", "", "istioctl binary whose analyzers run too (default: istioctl on the PATH, if any)")
 	return cmd
 }
 
-func printFindings(out io.Writer, fs []precheck.Finding, analyzed bool) error {
+func printFindings(out io.Writer, fs []precheck.Finding, lifetimes string, analyzed bool) error {
 	if len(fs) == 0 {
 		fmt.Fprintln(out, "precheck: nothing found")
 	}
 	for _, f := range fs {
 		fmt.Fprintln(out, f.String())
 	}
+	fmt.Fprintln(out, lifetimes)
 	note := "istioctl analyze: not run (no istioctl on the PATH; --istioctl names one)"
 	if analyzed {
 		note = "istioctl analyze: included"
@@ -122,5 +139,12 @@ func observePrecheck(ctx context.Context, g *globalFlags, istioNamespace string)
 	if err != nil {
 		return precheck.Input{}, err
 	}
-	return precheck.Observe(ctx, client, dyn, inventory.Options{IstioNamespace: istioNamespace})
+	in, err := precheck.Observe(ctx, client, dyn, inventory.Options{IstioNamespace: istioNamespace})
+	if err != nil {
+		return precheck.Input{}, err
+	}
+	if in.Pulls, err = rolloutPulls(ctx, g, client, in.Nodes); err != nil {
+		return precheck.Input{}, err
+	}
+	return in, nil
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -18,8 +19,38 @@ import (
 // AuthorizationPolicies is the resource of Istio's authorization policies.
 var AuthorizationPolicies = schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "authorizationpolicies"}
 
-// Observe reads the cluster once and builds the checks' input. A cluster
-// without Istio's AuthorizationPolicy CRD has no policies.
+// DestinationRules is the resource of Istio's destination rules.
+var DestinationRules = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+
+// List lists every object of one of Istio's resources (gvr) in every
+// namespace: none when dyn is nil or the CRD is not installed.
+func List(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource) ([]unstructured.Unstructured, error) {
+	if dyn == nil {
+		return nil, nil
+	}
+	l, err := dyn.Resource(gvr).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("listing %s: %w", gvr.Resource, err)
+	}
+	return l.Items, nil
+}
+
+// Nodes lists every node, for the images each has (from the API server's
+// watch cache).
+func Nodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
+	l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	return l.Items, nil
+}
+
+// Observe reads the cluster once and builds the checks' input (all but the
+// Pulls and the Connections, which the caller knows). A cluster without
+// Istio's CRDs has no policies and no rules.
 func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, opts inventory.Options) (Input, error) {
 	o, err := inventory.List(ctx, client, opts)
 	if err != nil {
@@ -30,18 +61,20 @@ func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		return Input{}, err
 	}
 	in := Input{Inventory: inv, Pods: o.Pods, MeshConfigs: map[string]*corev1.ConfigMap{}}
-	aps, err := dyn.Resource(AuthorizationPolicies).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return Input{}, fmt.Errorf("listing authorization policies: %w", err)
-	default:
-		in.AuthorizationPolicies = aps.Items
+	if in.AuthorizationPolicies, err = List(ctx, dyn, AuthorizationPolicies); err != nil {
+		return Input{}, err
+	}
+	if in.DestinationRules, err = List(ctx, dyn, DestinationRules); err != nil {
+		return Input{}, err
+	}
+	if in.Nodes, err = Nodes(ctx, client); err != nil {
+		return Input{}, err
 	}
 	ns := opts.IstioNamespace
 	if ns == "" {
 		ns = "istio-system"
 	}
+	in.RootNamespace = ns
 	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return Input{}, fmt.Errorf("listing istiod's mesh config in %s: %w", ns, err)

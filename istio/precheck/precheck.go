@@ -2,7 +2,10 @@
 // Istio upgrade and can be decided from the API: revision tags and
 // namespace labels that point at no istiod, a dry-run authorization policy
 // that older ztunnels enforce, istiod's workload-discovery response near
-// gRPC's message limit, and sidecar drains left at Envoy's edge defaults.
+// gRPC's message limit, sidecar drains left at Envoy's edge defaults, new
+// images some target node failed to pull, and sidecar workloads whose
+// connections outlive their proxies' drain with no maximum connection
+// duration.
 // Check is pure; Observe reads the cluster.
 package precheck
 
@@ -63,6 +66,17 @@ type Input struct {
 	AuthorizationPolicies []unstructured.Unstructured
 	// MeshConfigs are the istiod ConfigMaps (istio, istio-<rev>) by name.
 	MeshConfigs map[string]*corev1.ConfigMap
+	// Nodes are every node (for the images each already has); Pulls the
+	// images the upgrade needs on its target nodes.
+	Nodes []corev1.Node
+	Pulls []Pull
+	// Connections are the node agents' counts of each pod's open
+	// connections by age; DestinationRules every networking.istio.io one;
+	// RootNamespace is Istio's (default istio-system), where a rule applies
+	// mesh-wide.
+	Connections      []PodConnections
+	DestinationRules []unstructured.Unstructured
+	RootNamespace    string
 	// To is the version the upgrade goes to (zero: none named; the
 	// version checks then take the newest installed revision).
 	To skew.Version
@@ -98,6 +112,8 @@ func Check(in Input) []Finding {
 	out = append(out, dryRun(in)...)
 	out = append(out, discoverySize(in.Pods)...)
 	out = append(out, drains(in)...)
+	out = append(out, images(in)...)
+	out = append(out, lifetimes(in)...)
 	Sort(out)
 	return out
 }
@@ -125,6 +141,16 @@ func Errors(fs []Finding) []Finding {
 		}
 	}
 	return out
+}
+
+// Headline is the one line that refuses an upgrade on errs (Errors of a
+// Check): their count, then one finding a clause.
+func Headline(errs []Finding) string {
+	lines := make([]string, len(errs))
+	for i, f := range errs {
+		lines[i] = f.String()
+	}
+	return fmt.Sprintf("precheck found %d error%s (nodewise precheck shows them): %s", len(errs), plural(len(errs)), strings.Join(lines, "; "))
 }
 
 func installed(inv inventory.Inventory) map[string]bool {

@@ -58,6 +58,11 @@ type Observer struct {
 	// the rollout has started. Nil: a rollout that asks for promotion is
 	// held, since its upstreams cannot be read.
 	Promotion func(ctx context.Context, nr *v1alpha1.NodeRollout, targets []model.TargetView) string
+	// Precheck says what nodewise precheck's checks find against nr's
+	// start on nodes, the nodes it selects (upgradecheck.Reader.Hold), ""
+	// when nothing; Pass asks it until the rollout has started. Nil: no
+	// precheck.
+	Precheck func(ctx context.Context, nr *v1alpha1.NodeRollout, targets []model.TargetView, nodes []string) string
 	// IstioNamespace is where the targets must live.
 	IstioNamespace string
 	// ZtunnelSwap is how ztunnel is swapped on each node (Config.ZtunnelSwap).

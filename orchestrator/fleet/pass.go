@@ -87,6 +87,15 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 			ps.Snap.PromotionHold = o.Promotion(ctx, nr, ps.Snap.Targets)
 		}
 	}
+	if o.Precheck != nil && ps.Snap.Status.StartTime == nil && ps.Snap.PromotionHold == "" && !deleting {
+		var nodes []string
+		for _, n := range ps.Snap.Nodes {
+			if p.Selector == nil || p.Selector.Matches(model.LabelSet(n.Labels)) {
+				nodes = append(nodes, n.Name)
+			}
+		}
+		ps.Snap.PrecheckHold = o.Precheck(ctx, nr, ps.Snap.Targets, nodes)
+	}
 	if !deleting {
 		r, pending, err := model.PendingNodeRequest(nr.Annotations)
 		switch {

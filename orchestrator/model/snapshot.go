@@ -30,6 +30,9 @@ type Snapshot struct {
 	// PromotionHold says what spec.promotion's upstream clusters still
 	// lack (read by fleet.Observer), "" when nothing or no promotion.
 	PromotionHold string
+	// PrecheckHold is what nodewise precheck's checks found before the
+	// first start (read by fleet.Observer), "" when nothing.
+	PrecheckHold string
 }
 
 // TargetView is one target DaemonSet as the planner needs it.

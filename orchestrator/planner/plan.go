@@ -62,6 +62,9 @@ type Decision struct {
 	// Promotion is what the upstream clusters still lack before the
 	// rollout may start (spec.promotion), "" when nothing.
 	Promotion string
+	// Precheck is what the precheck found before the first start, "" when
+	// nothing.
+	Precheck string
 	// MaxParallel and MaxUnavailable are the policy's limits resolved
 	// against the selected nodes (a percentage scales with them).
 	MaxParallel, MaxUnavailable int
@@ -259,6 +262,11 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 	// rollout is under way and goes on by its own judge.
 	if s.PromotionHold != "" && s.Status.StartTime == nil {
 		d.Phase, d.Reason, d.Promotion = v1alpha1.PhasePending, "waiting for promotion: "+s.PromotionHold, s.PromotionHold
+		return d
+	}
+	// So does the precheck: it fails closed, and nothing is cordoned.
+	if s.PrecheckHold != "" && s.Status.StartTime == nil {
+		d.Phase, d.Reason, d.Precheck = v1alpha1.PhasePending, s.PrecheckHold, s.PrecheckHold
 		return d
 	}
 	switch {

@@ -683,6 +683,24 @@ func TestPlanWaitsForPromotionBeforeTheFirstStart(t *testing.T) {
 	}
 }
 
+// TestPlanHeldByThePrecheckBeforeTheFirstStart: the precheck's error
+// findings hold a rollout that has not started in Pending, with no action
+// (nothing is cordoned or pre-pulled), saying what it found; once a node has
+// started, the rollout goes on by its own judge.
+func TestPlanHeldByThePrecheckBeforeTheFirstStart(t *testing.T) {
+	p := fixture.Policy(t, func(s *v1alpha1.NodeRolloutSpec) { s.Prepull = true })
+	s := model.Snapshot{Nodes: fixture.Fleet(1, 4), Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType),
+		PrecheckHold: "precheck found 1 error (nodewise precheck shows them): Error revision-tags: tag prod: points at revision 1-27"}
+	d := Plan(s, p, time.Now())
+	if d.Phase != v1alpha1.PhasePending || d.Precheck != s.PrecheckHold || d.Reason != s.PrecheckHold || len(d.Actions) != 0 {
+		t.Fatalf("not started: phase %s precheck %q reason %q actions %v; want Pending, no action", d.Phase, d.Precheck, d.Reason, d.Actions)
+	}
+	s.Status.StartTime = &metav1.Time{Time: time.Now()}
+	if d = Plan(s, p, time.Now()); d.Phase != v1alpha1.PhaseProgressing || len(d.Actions) == 0 || d.Precheck != "" {
+		t.Errorf("started: phase %s actions %v precheck %q; want it to go on", d.Phase, d.Actions, d.Precheck)
+	}
+}
+
 // TestPlanHaltsOffThePinnedVersion: with spec.version set, a target
 // template at another version halts the rollout, naming both, and the node
 // already done on the pinned version is not swapped again; the pinned

@@ -119,12 +119,17 @@ func setConditions(s *v1alpha1.NodeRolloutStatus, d planner.Decision, targets []
 		}
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
 	}
-	valid := (d.Phase != v1alpha1.PhasePending || d.Promotion != "") && d.Phase != v1alpha1.PhaseFailed
+	valid := (d.Phase != v1alpha1.PhasePending || d.Promotion != "" || d.Precheck != "") && d.Phase != v1alpha1.PhaseFailed
 	cond("Valid", valid, map[bool]string{true: "Valid", false: "Invalid"}[valid], map[bool]string{true: "", false: d.Reason}[valid])
 	if d.Promotion != "" {
 		cond("Promoted", false, "WaitingForUpstream", d.Promotion)
 	} else if promoted := meta.FindStatusCondition(s.Conditions, "Promoted"); promoted != nil && s.StartTime != nil {
 		cond("Promoted", true, "UpstreamCompleted", "")
+	}
+	if d.Precheck != "" {
+		cond(v1alpha1.ConditionPrechecked, false, "PrecheckFailed", d.Precheck)
+	} else if pc := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionPrechecked); pc != nil && s.StartTime != nil {
+		cond(v1alpha1.ConditionPrechecked, true, "PrecheckPassed", "")
 	}
 	cond("Halted", s.Phase == v1alpha1.PhaseHalted, string(s.Phase), s.HaltReason)
 	cond("Complete", s.Phase == v1alpha1.PhaseCompleted || s.Phase == v1alpha1.PhaseRolledBack || s.Phase == v1alpha1.PhaseIdle, string(s.Phase), "")

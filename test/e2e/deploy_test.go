@@ -67,6 +67,10 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "list", "", true}, // revision tags
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "watch", "", true},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "", "update", "", false},
+		{"", "namespaces", "", "list", "", true}, // the precheck before a rollout's first node: revision labels
+		{"", "namespaces", "", "update", "", false},
+		{"security.istio.io", "authorizationpolicies", "", "list", "", true}, // the precheck: dry-run policies
+		{"security.istio.io", "authorizationpolicies", "", "update", "", false},
 		{"", "pods", "", "delete", "istio-system", true}, // the targets' old pods
 		{"", "pods", "", "delete", "default", false},     // nobody else's
 		{"", "pods", "", "delete", "kube-system", false},
