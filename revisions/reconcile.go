@@ -223,7 +223,9 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	}
 	w := st.Waves[wave]
 	verdict := health.Verdict{Outcome: health.Pass}
-	if c.cfg.Gate != nil {
+	// A wave that moved nothing (a percent wave past a small fleet's last
+	// namespace, or every namespace skipped) has nothing to judge: it passes.
+	if c.cfg.Gate != nil && moved(st, wave) {
 		in := c.waveInput(rm, spec, snap, wave)
 		verdict, err = c.cfg.Gate.Judge(ctx, in)
 		if err != nil {
@@ -252,6 +254,16 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 		}
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationGating, reason)
 	}
+}
+
+// moved reports whether wave moved any namespace (one not Skipped).
+func moved(st *v1alpha1.RevisionMigrationStatus, wave int32) bool {
+	for _, ns := range st.Namespaces {
+		if ns.Wave == wave && ns.Phase != v1alpha1.NamespaceSkipped {
+			return true
+		}
+	}
+	return false
 }
 
 // waveStarted reports whether any namespace of wave has left Pending (its
