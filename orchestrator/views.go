@@ -88,7 +88,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 		moved := false
 		for _, name := range nodes {
-			was, had := fv.Nodes[name]
+			at, had := fv.Roster.Index(name)
 			n, err := e.nodes.Get(name)
 			if err != nil || !had {
 				full() // a node new or gone (or unreadable)
@@ -100,7 +100,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 				full()
 				return
 			}
-			moved = moved || !planner.Unmoved(was, nv)
+			moved = moved || !planner.Unmoved(*fv.Roster.Node(at), nv)
 			views = append(views, update{fv, nv})
 		}
 		if moved || plan {
@@ -108,7 +108,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 	}
 	for _, u := range views {
-		u.fv.Nodes[u.node.Name] = u.node
+		u.fv.Roster.Update(u.node)
 	}
 	e.metrics.NodeViews.Add(float64(built))
 	if len(replan) == 0 {
