@@ -280,17 +280,18 @@ func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d pl
 	// behind, so the loop is free to start the next node meanwhile.
 	next := *prev.DeepCopy()
 	mutate(&next)
+	cur := next // what the status will be, without a copy made again (a worker's step queued meanwhile shows next pass)
 	switch {
 	case known && equality.Semantic.DeepEqual(prev, next):
-		// nothing new to write
+		cur = prev // nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
 		a.status.MutateLater(nr.Name, mutate)
 	default:
 		if err := a.status.Mutate(ctx, nr.Name, mutate); err != nil {
 			return err
 		}
+		cur, _ = a.status.Current(nr.Name, "")
 	}
-	cur, _ := a.status.Current(nr.Name, "")
 	a.updateGauges(nr.Name, cur.Nodes)
 	a.metrics.Halted.WithLabelValues(nr.Name).Set(boolGauge(cur.Phase == v1alpha1.PhaseHalted))
 	if prevPhase != cur.Phase {

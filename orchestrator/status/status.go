@@ -55,14 +55,21 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash, Images: t.Images})
 		}
 	}
-	// One index for the whole plan: nodeEntry per node would be
-	// quadratic in the fleet, every pass.
-	at := make(map[string]int, len(s.Nodes))
-	for i := range s.Nodes {
-		at[s.Nodes[i].Name] = i
-	}
-	for _, pn := range d.Order {
-		i, ok := at[pn.Name]
+	// The entries mostly stand in plan order: one index for the whole plan
+	// only once one does not (nodeEntry per node would be quadratic in
+	// the fleet, every pass).
+	var at map[string]int
+	for k, pn := range d.Order {
+		i, ok := k, k < len(s.Nodes) && s.Nodes[k].Name == pn.Name
+		if !ok {
+			if at == nil {
+				at = make(map[string]int, len(s.Nodes))
+				for i := range s.Nodes {
+					at[s.Nodes[i].Name] = i
+				}
+			}
+			i, ok = at[pn.Name]
+		}
 		if !ok {
 			s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: pn.Name, State: v1alpha1.NodePending})
 			i = len(s.Nodes) - 1
@@ -93,6 +100,9 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 // (deleted, or relabelled out of the selector, before they started):
 // nothing of them is left to show. Entries that started stay, as history.
 func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []v1alpha1.NodeStatus {
+	if len(nodes) == len(order) {
+		return nodes // every entry is a planned node's (Record gave each its own)
+	}
 	planned := make(map[string]bool, len(order))
 	for _, pn := range order {
 		planned[pn.Name] = true
