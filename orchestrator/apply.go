@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -278,11 +277,11 @@ func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d pl
 	// goes on: a successor plans from it (a halt stays a halt). The rest
 	// (counts, the plan's node list, conditions of the same phase) is written
 	// behind, so the loop is free to start the next node meanwhile.
-	next := *prev.DeepCopy()
+	next := recordCopy(prev)
 	mutate(&next)
 	cur := next // what the status will be, without a copy made again (a worker's step queued meanwhile shows next pass)
 	switch {
-	case known && equality.Semantic.DeepEqual(prev, next):
+	case known && sameStatus(prev, next):
 		cur = prev // nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
 		a.status.MutateLater(nr.Name, mutate)

@@ -36,4 +36,3 @@ func NextInLineFrom(r *roster.Roster, d Decision) []string {
 	}
 	return next
 }
-
