@@ -313,17 +313,20 @@ func (a *applier) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error
 }
 
 func (a *applier) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
-	by := map[v1alpha1.NodeState]int{}
+	states := []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack}
+	by := make([]int, len(states)) // by index in states: Pending first, the most entries
 	a.metrics.NodeState.DeletePartialMatch(prometheus.Labels{"rollout": rollout})
 	for _, n := range nodes {
-		by[n.State]++
+		if i := slices.Index(states, n.State); i >= 0 {
+			by[i]++
+		}
 		switch n.State {
 		case "", v1alpha1.NodePending, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeRolledBack:
 		default:
 			a.metrics.NodeState.WithLabelValues(rollout, n.Name, string(n.State)).Set(1)
 		}
 	}
-	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
-		a.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
+	for i, st := range states {
+		a.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[i]))
 	}
 }

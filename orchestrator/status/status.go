@@ -59,6 +59,9 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 	// only once one does not (nodeEntry per node would be quadratic in
 	// the fleet, every pass).
 	var at map[string]int
+	// The settled and held nodes are few: their sets are looked up only
+	// until each of their nodes has been met.
+	settledLeft, heldLeft := len(settled), len(d.Held)
 	for k, pn := range d.Order {
 		i, ok := k, k < len(s.Nodes) && s.Nodes[k].Name == pn.Name
 		if !ok {
@@ -77,13 +80,25 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 		}
 		ns := &s.Nodes[i]
 		ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
-		if st, found := settled[pn.Name]; found && ns.State != st {
-			ns.State, ns.StateSince = st, &now
-			if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
-				ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+		if settledLeft > 0 {
+			if st, found := settled[pn.Name]; found {
+				settledLeft--
+				if ns.State != st {
+					ns.State, ns.StateSince = st, &now
+					if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
+						ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+					}
+				}
 			}
 		}
-		ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
+		why := ""
+		if heldLeft > 0 {
+			if w, found := d.Held[pn.Name]; found {
+				heldLeft--
+				why = w
+			}
+		}
+		ns.Reason = planner.HeldReason(*ns, why)
 	}
 	if d.Phase != v1alpha1.PhasePending {
 		s.Nodes = pruneUnplanned(s.Nodes, d.Order)
