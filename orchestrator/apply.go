@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -278,19 +277,20 @@ func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d pl
 	// goes on: a successor plans from it (a halt stays a halt). The rest
 	// (counts, the plan's node list, conditions of the same phase) is written
 	// behind, so the loop is free to start the next node meanwhile.
-	next := *prev.DeepCopy()
+	next := recordCopy(prev)
 	mutate(&next)
+	cur := next // what the status will be, without a copy made again (a worker's step queued meanwhile shows next pass)
 	switch {
-	case known && equality.Semantic.DeepEqual(prev, next):
-		// nothing new to write
+	case known && sameStatus(prev, next):
+		cur = prev // nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
 		a.status.MutateLater(nr.Name, mutate)
 	default:
 		if err := a.status.Mutate(ctx, nr.Name, mutate); err != nil {
 			return err
 		}
+		cur, _ = a.status.Current(nr.Name, "")
 	}
-	cur, _ := a.status.Current(nr.Name, "")
 	a.updateGauges(nr.Name, cur.Nodes)
 	a.metrics.Halted.WithLabelValues(nr.Name).Set(boolGauge(cur.Phase == v1alpha1.PhaseHalted))
 	if prevPhase != cur.Phase {
@@ -313,17 +313,20 @@ func (a *applier) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error
 }
 
 func (a *applier) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
-	by := map[v1alpha1.NodeState]int{}
+	states := []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack}
+	by := make([]int, len(states)) // by index in states: Pending first, the most entries
 	a.metrics.NodeState.DeletePartialMatch(prometheus.Labels{"rollout": rollout})
 	for _, n := range nodes {
-		by[n.State]++
+		if i := slices.Index(states, n.State); i >= 0 {
+			by[i]++
+		}
 		switch n.State {
 		case "", v1alpha1.NodePending, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeRolledBack:
 		default:
 			a.metrics.NodeState.WithLabelValues(rollout, n.Name, string(n.State)).Set(1)
 		}
 	}
-	for _, st := range []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack} {
-		a.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[st]))
+	for i, st := range states {
+		a.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[i]))
 	}
 }

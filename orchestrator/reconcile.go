@@ -100,10 +100,11 @@ func (e *executor) reconcileFrom(ctx context.Context, nr *v1alpha1.NodeRollout, 
 	if acted, err := e.apply.act(ctx, nr, ps); !acted || err != nil {
 		return err
 	}
+	next := ps.NextInLine() // before viewsAfter brings the acted nodes' views up to date
 	if !ps.Snap.ResumeRequested && !ps.Deleting {
 		keep = e.viewsAfter(ps)
 	}
-	e.precheck(ctx, nr, ps.Policy, ps.NextInLine())
+	e.precheck(ctx, nr, ps.Policy, next)
 	return e.apply.record(ctx, nr, ps)
 }
 
@@ -124,7 +125,7 @@ func (e *executor) viewsAfter(ps *fleet.Pass) *fleet.View {
 	}
 	fv := ps.Kept
 	if fv == nil {
-		fv = fleet.NewView(ps.Inputs, ps.Snap)
+		fv = fleet.NewView(ps.Inputs, ps.Snap, ps.Roster)
 	}
 	for _, a := range ps.Decision.Actions {
 		if a.Kind == planner.ActResume {
@@ -139,7 +140,9 @@ func (e *executor) viewsAfter(ps *fleet.Pass) *fleet.View {
 			return nil
 		}
 		e.metrics.NodeViews.Inc()
-		fv.Nodes[a.Node] = nv
+		if !fv.Roster.Update(nv) {
+			return nil
+		}
 	}
 	return fv
 }

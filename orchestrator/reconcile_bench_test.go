@@ -171,9 +171,9 @@ func newBenchFleet(b *testing.B, n int) *benchFleet {
 }
 
 // views are the node views kept from the last full pass.
-func (f *benchFleet) views(rollout string) map[string]model.NodeView {
-	if fv := f.ex.views[rollout]; fv != nil {
-		return fv.Nodes
+func (f *benchFleet) views(rollout string) []model.NodeView {
+	if fv := f.ex.views[rollout]; fv != nil && fv.Roster != nil {
+		return fv.Roster.Nodes()
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 		moved := false
 		for _, name := range nodes {
-			was, had := fv.Nodes[name]
+			at, had := fv.Roster.Index(name)
 			n, err := e.nodes.Get(name)
 			if err != nil || !had {
 				full() // a node new or gone (or unreadable)
@@ -100,7 +100,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 				full()
 				return
 			}
-			moved = moved || !planner.Unmoved(was, nv)
+			moved = moved || !planner.Unmoved(*fv.Roster.Node(at), nv)
 			views = append(views, update{fv, nv})
 		}
 		if moved || plan {
@@ -108,7 +108,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 	}
 	for _, u := range views {
-		u.fv.Nodes[u.node.Name] = u.node
+		u.fv.Roster.Update(u.node)
 	}
 	e.metrics.NodeViews.Add(float64(built))
 	if len(replan) == 0 {
@@ -119,10 +119,21 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 	sortByCreation(replan)
 	for _, nr := range replan {
 		e.metrics.Passes.WithLabelValues("views").Inc()
-		if err := e.reconcileFrom(ctx, nr.DeepCopy(), e.views[nr.Name]); err != nil && ctx.Err() == nil {
+		if err := e.reconcileFrom(ctx, copyRollout(nr), e.views[nr.Name]); err != nil && ctx.Err() == nil {
 			e.log.Warn("reconciling", zap.String("rollout", nr.Name), zap.Error(err))
 		}
 	}
+}
+
+// copyRollout is a copy of the cached nr for a pass but its status, shared
+// with the cache (a pass reads the status, never changes it; it reads the
+// status writer's when that has one: reconcileFrom).
+func copyRollout(nr *v1alpha1.NodeRollout) *v1alpha1.NodeRollout {
+	c := *nr
+	c.Status = v1alpha1.NodeRolloutStatus{}
+	out := c.DeepCopy()
+	out.Status = nr.Status
+	return out
 }
 
 // nodeEvent marks the node of a Node event changed.

@@ -11,6 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
+	"github.com/nodewise/nodewise/orchestrator/roster"
 	"github.com/nodewise/nodewise/orchestrator/standing"
 )
 
@@ -31,9 +32,12 @@ type Pass struct {
 	Policy   model.Policy
 	Snap     model.Snapshot
 	// Inputs are what the snapshot's node views were built from; Kept is
-	// the views it came from (nil: the fleet was observed anew).
+	// the views it came from (nil: the fleet was observed anew); Roster
+	// keeps the snapshot's nodes with what the plan reads of each (Kept's,
+	// or made for this pass).
 	Inputs *Inputs
 	Kept   *View
+	Roster *roster.Roster
 	// Request is a pending `nodewise retry` or `skip`, decided; IgnoredRequest
 	// is why one could not be read.
 	Request        *NodeRequest
@@ -70,12 +74,13 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 	ps := &Pass{Deleting: deleting, Requests: model.DueRequests(nr, metav1.NewTime(now)), Policy: o.policy(nr)}
 	p := ps.Policy
 	if kept != nil && kept.In != nil {
-		ps.Snap, ps.Inputs, ps.Kept = kept.Snapshot(nr), kept.In, kept
+		ps.Snap, ps.Inputs, ps.Kept, ps.Roster = kept.Snapshot(nr), kept.In, kept, kept.Roster
 	} else {
 		var err error
 		if ps.Snap, ps.Inputs, err = o.Observe(nr, p); err != nil {
 			return nil, err
 		}
+		ps.Roster = planner.NewRoster(ps.Snap, p)
 	}
 	ps.Snap.AlertsBlock = o.alertsBlock(ctx, p.Blocking) // read here, not in the workers' snapshots
 	if standing.Due(nr.Status, nr.Spec, ps.Snap.Targets) {
@@ -106,7 +111,7 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 			return ps, nil // the next pass plans from the node's new state
 		}
 	}
-	ps.Decision = planner.Plan(ps.Snap, p, now)
+	ps.Decision = planner.PlanFrom(ps.Roster, ps.Snap, p, now)
 	if ps.Decision.Phase == v1alpha1.PhaseCompleted && nr.Status.Phase != v1alpha1.PhaseCompleted {
 		// Completed is final: the rollout's and the DaemonSet's watches
 		// have no order between them, so the plan may predate the new
@@ -234,5 +239,5 @@ func (ps *Pass) NoneInFlight() bool {
 
 // NextInLine are the nodes whose skew check may run ahead (planner.NextInLine).
 func (ps *Pass) NextInLine() []string {
-	return planner.NextInLine(ps.Snap, ps.Policy, ps.Decision)
+	return planner.NextInLineFrom(ps.Roster, ps.Decision)
 }

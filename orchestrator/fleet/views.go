@@ -10,44 +10,37 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/model"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 	"github.com/nodewise/nodewise/orchestrator/prepull"
+	"github.com/nodewise/nodewise/orchestrator/roster"
 )
 
 // View is what a rollout's last full pass planned from, kept so that the
 // passes informer events start rebuild only the views of the nodes the
-// events named (ViewOf) instead of observing the fleet again.
+// events named (ViewOf, roster.Roster.Update) instead of observing the
+// fleet again, and plan from the facts kept with them (planner.PlanFrom).
 type View struct {
 	UID types.UID
 	// Finished: the pass returned before observing (a finished rollout):
 	// no node's change wakes it.
 	Finished bool
 	In       *Inputs
-	Nodes    map[string]model.NodeView
-	// Names are the nodes in the order the full pass listed them, so that
-	// a views pass plans over them in the same order.
-	Names []string
+	// Roster keeps the node views in the order the full pass listed them,
+	// so that a views pass plans over them in the same order, with what
+	// the plan reads of each.
+	Roster *roster.Roster
 	// Unreadable are the other tools' locks the full pass could not read.
 	Unreadable []string
 }
 
-// NewView is the view of a full pass's snapshot, built from in.
-func NewView(in *Inputs, snap model.Snapshot) *View {
-	v := &View{In: in, Nodes: make(map[string]model.NodeView, len(snap.Nodes)), Names: make([]string, 0, len(snap.Nodes)), Unreadable: snap.UnreadableLocks}
-	for _, n := range snap.Nodes {
-		v.Nodes[n.Name] = n
-		v.Names = append(v.Names, n.Name)
-	}
-	return v
+// NewView is the view of a pass's snapshot, its nodes kept by r.
+func NewView(in *Inputs, snap model.Snapshot, r *roster.Roster) *View {
+	return &View{In: in, Roster: r, Unreadable: snap.UnreadableLocks}
 }
 
 // Snapshot is the planner's snapshot from the kept views: what Observe
-// would build, without observing the fleet again.
+// would build, without observing the fleet again. Its nodes are the
+// roster's own (not a copy): Roster.Update changes them in place.
 func (v *View) Snapshot(nr *v1alpha1.NodeRollout) model.Snapshot {
-	s := model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations), Targets: v.In.targets, UnreadableLocks: v.Unreadable}
-	s.Nodes = make([]model.NodeView, 0, len(v.Names))
-	for _, name := range v.Names {
-		s.Nodes = append(s.Nodes, v.Nodes[name])
-	}
-	return s
+	return model.Snapshot{Status: nr.Status, ResumeRequested: model.ResumeRequested(nr.Annotations), Targets: v.In.targets, UnreadableLocks: v.Unreadable, Nodes: v.Roster.Nodes()}
 }
 
 // ViewOf is one node's view from its own pods alone: the inputs of the

@@ -19,21 +19,6 @@ func heldByOthers(n model.NodeView) bool {
 	return n.HeldBy != "" || n.Unschedulable
 }
 
-// othersUnavailable counts the rollout's nodes other maintenance makes
-// unavailable, when the policy counts them (0 otherwise).
-func othersUnavailable(nodes []model.NodeView, p model.Policy) int {
-	if !p.CountOthers {
-		return 0
-	}
-	n := 0
-	for _, v := range nodes {
-		if heldByOthers(v) {
-			n++
-		}
-	}
-	return n
-}
-
 // heldPrefix starts the status reason of a node another tool holds, so the
 // reason is cleared (and only it) once the tool lets go.
 const heldPrefix = "waiting: "

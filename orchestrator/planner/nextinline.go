@@ -5,6 +5,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/roster"
 )
 
 // NextInLine is the nodes the decision leaves due but not started, in plan
@@ -13,29 +14,25 @@ import (
 // node that waits (held by another tool, NotReady) is not among them, nor
 // any node unless the rollout progresses. It is pure.
 func NextInLine(s model.Snapshot, p model.Policy, d Decision) []string {
+	return NextInLineFrom(NewRoster(s, p), d)
+}
+
+// NextInLineFrom is NextInLine with the snapshot's nodes as r keeps them
+// (PlanFrom): it reads the views of the nodes it walks only.
+func NextInLineFrom(r *roster.Roster, d Decision) []string {
 	if d.Phase != v1alpha1.PhaseProgressing || d.MaxParallel <= 0 {
 		return nil
-	}
-	byName := make(map[string]model.NodeView, len(s.Nodes))
-	for _, n := range s.Nodes {
-		byName[n.Name] = n
 	}
 	var next []string
 	for _, pn := range d.Order {
 		if len(next) == d.MaxParallel {
 			break
 		}
-		n := byName[pn.Name]
-		if !dueToStart(n, s.Targets) || waitReason(n) != "" || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
+		i, _ := r.Index(pn.Name)
+		if f := r.Facts(i); !f.Due || f.Held || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
 			continue
 		}
 		next = append(next, pn.Name)
 	}
 	return next
-}
-
-// dueToStart says whether a node waits to start: pending, and behind the targets
-// (or retried).
-func dueToStart(n model.NodeView, targets []model.TargetView) bool {
-	return (n.State == "" || n.State == v1alpha1.NodePending) && (!n.UpToDate(targets) || n.Retried)
 }

@@ -4,24 +4,19 @@ import (
 	"sort"
 
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/roster"
 )
 
-// PlannedNode is one node's place in the plan.
-type PlannedNode struct {
-	Name   string
-	Zone   string
-	Canary bool
-	Wave   int // from 1
-	// Window groups the nodes that may overlap, from 1: a node starts only
-	// once every node of a lower window is finished, and within a window a
-	// node starts as soon as a slot frees (at most maxParallel at once, and
-	// maxUnavailable). Each canary wave and each ramp wave is a window of
-	// its own (a barrier: the next, larger wave waits until all its nodes
-	// passed their gate); once the ramp reaches maxParallel, the rest of the
-	// zone is one window, a sliding window like the DaemonSet controller's
-	// RollingUpdate. A zone boundary is always a barrier.
-	Window int
-}
+// PlannedNode is one node's place in the plan. Its Window groups the nodes
+// that may overlap, from 1: a node starts only once every node of a lower
+// window is finished, and within a window a node starts as soon as a slot
+// frees (at most maxParallel at once, and maxUnavailable). Each canary wave
+// and each ramp wave is a window of its own (a barrier: the next, larger
+// wave waits until all its nodes passed their gate); once the ramp reaches
+// maxParallel, the rest of the zone is one window, a sliding window like
+// the DaemonSet controller's RollingUpdate. A zone boundary is always a
+// barrier.
+type PlannedNode = roster.Slot
 
 // Order puts the selected nodes in rollout order and assigns waves and
 // windows: each canary is a wave of its own; then zone by zone (zones sorted

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/orchestrator/roster"
 )
 
 // ActionKind is what the executor is asked to do with one node.
@@ -81,6 +82,8 @@ func selectedNodes(s model.Snapshot, p model.Policy) []model.NodeView {
 	return selected
 }
 
+func known(r *roster.Roster, name string) bool { _, ok := r.Index(name); return ok }
+
 // ValidateTargets checks the targets exist and use OnDelete. A target without
 // a ControllerRevision yet is not settled: the plan waits for it (Plan).
 func ValidateTargets(targets []model.TargetView) error {
@@ -99,43 +102,45 @@ func ValidateTargets(targets []model.TargetView) error {
 // Plan decides the next actions from a snapshot, a policy and the time. It is
 // pure: it reads nothing else and changes nothing.
 func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
-	selected := selectedNodes(s, p)
-	byName := make(map[string]model.NodeView, len(selected))
-	for _, n := range selected {
-		byName[n.Name] = n
+	return PlanFrom(NewRoster(s, p), s, p, now)
+}
+
+// NewRoster keeps s's nodes (the slice itself) with what a plan by p reads
+// of each (factsOf), for PlanFrom.
+func NewRoster(s model.Snapshot, p model.Policy) *roster.Roster {
+	return roster.New(s.Nodes, func(n model.NodeView) roster.Facts { return factsOf(n, p, s.Targets) })
+}
+
+// PlanFrom is Plan with s's nodes as r keeps them (NewRoster, then
+// roster.Update for each node changed since): it walks only the nodes it
+// may act on, those waiting, and the current window, and decides exactly
+// what Plan decides.
+func PlanFrom(r *roster.Roster, s model.Snapshot, p model.Policy, now time.Time) Decision {
+	nsel, failed, others, done := r.Counts()
+	maxParallel, maxUnavailable := p.MaxParallel.Of(nsel), p.MaxUnavailable.Of(nsel)
+	if key := fmt.Sprint(maxParallel, p.Canaries); r.Stale(key) {
+		order, missing := Order(r.Selected(), p.Canaries, maxParallel)
+		r.Arrange(key, order, missing)
 	}
-	maxParallel, maxUnavailable := p.MaxParallel.Of(len(selected)), p.MaxUnavailable.Of(len(selected))
-	order, missing := Order(selected, p.Canaries, maxParallel)
+	order, missing := r.Order()
 	d := Decision{Order: order, MaxParallel: maxParallel, MaxUnavailable: maxUnavailable}
 
 	// A pre-pull pod has done its work once its node is under way.
-	for _, n := range s.Nodes {
-		if n.Prepull.Exists && n.State != "" && n.State != v1alpha1.NodePending {
-			d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: n.Name})
-		}
+	for _, i := range r.PrepullDone() {
+		d.Actions = append(d.Actions, Action{Kind: ActPrepullDone, Node: r.Node(i).Name})
 	}
 	// Nodes in flight always finish, whatever else is true: a node
 	// relabelled out of the selector too (its worker makes it safe), and it
 	// counts against maxUnavailable until it is.
-	inflight, failed := 0, 0
-	present := make(map[string]bool, len(s.Nodes))
-	for _, n := range s.Nodes {
-		present[n.Name] = true
-		if model.InFlight(n.State) {
-			inflight++
-			d.Actions = append(d.Actions, Action{Kind: ActResume, Node: n.Name})
-		}
-	}
-	for _, n := range selected {
-		if n.State == v1alpha1.NodeFailed {
-			failed++
-		}
+	inflight := len(r.InFlight())
+	for _, i := range r.InFlight() {
+		d.Actions = append(d.Actions, Action{Kind: ActResume, Node: r.Node(i).Name})
 	}
 	// A node deleted while in flight has no record left to resume from: its
 	// status entry ends, or it would read in flight forever.
 	forgets := 0
 	for _, ns := range s.Status.Nodes {
-		if model.InFlight(ns.State) && !present[ns.Name] {
+		if model.InFlight(ns.State) && !known(r, ns.Name) {
 			d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
 			forgets++
 		}
@@ -167,7 +172,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		}
 	}
 	if p.Rollback {
-		return planRollback(s, p, d, byName, inflight)
+		return planRollback(s, p, d, r, inflight)
 	}
 	if p.Abort {
 		d.Phase, d.Reason = v1alpha1.PhaseAborted, "aborted by the user"
@@ -183,6 +188,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		}
 	}
 	if failed > 0 || s.Status.Phase == v1alpha1.PhaseHalted {
+		selected := r.Selected()
 		if s.ResumeRequested {
 			for _, n := range selected {
 				if n.State == v1alpha1.NodeFailed {
@@ -199,13 +205,13 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		return d
 	}
 
-	// Nodes already on the newest revisions are done without disruption.
-	done := 0
-	current := 0 // the lowest window with unfinished work
-	var skipped []string
+	// Nodes already on the newest revisions are done without disruption;
+	// done counts the finished (factsOf), current is the lowest window with
+	// unfinished work.
+	current := r.Current()
 	skipWhy := map[string]string{}
-	for _, pn := range order {
-		n := byName[pn.Name]
+	for _, pos := range r.Visit() {
+		n, _ := r.At(pos)
 		st := n.State
 		if (st == "" || st == v1alpha1.NodePending) && n.UpToDate(s.Targets) && !n.Retried {
 			d.Actions = append(d.Actions, Action{Kind: ActMarkDone, Node: n.Name, Reason: "already on the newest revision"})
@@ -214,27 +220,15 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		if st == v1alpha1.NodeDone {
 			// A template changed again mid-rollout: a node done on the
 			// revision before is not done on the newest; it goes again.
-			if why, ok := behind(n, s.Targets); ok {
+			if why, ok := behind(*n, s.Targets); ok {
 				d.Actions = append(d.Actions, Action{Kind: ActRetry, Node: n.Name, Reason: why})
 				st = v1alpha1.NodePending
 			}
 		}
-		if why := notReadyExpired(n, p, now); why != "" && (st == "" || st == v1alpha1.NodePending) {
+		if why := notReadyExpired(*n, p, now); why != "" && (st == "" || st == v1alpha1.NodePending) {
 			d.Actions = append(d.Actions, Action{Kind: ActSkip, Node: n.Name, Reason: why})
 			skipWhy[n.Name] = why
-			st = v1alpha1.NodeSkipped
-		}
-		if st == v1alpha1.NodeSkipped {
-			skipped = append(skipped, n.Name)
-		}
-		if model.Terminal(st) {
 			done++
-			continue
-		}
-		// A NotReady node not yet started holds no window: the ones after
-		// it go on, and it goes when it is back (notReadyWaits).
-		if current == 0 && !notReadyWaits(n) {
-			current = pn.Window
 		}
 	}
 	if current == 0 {
@@ -250,6 +244,12 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 			// and the deleted nodes' entries would read in flight forever.
 			d.Phase, d.Reason = v1alpha1.PhaseProgressing, fmt.Sprintf("ending the status of %d node(s) deleted in flight", forgets)
 			return d
+		}
+		var skipped []string
+		for pos := range order {
+			if n, _ := r.At(pos); n.State == v1alpha1.NodeSkipped || skipWhy[n.Name] != "" {
+				skipped = append(skipped, n.Name)
+			}
 		}
 		d.Phase, d.Reason = v1alpha1.PhaseCompleted, fmt.Sprintf("%d node(s) on the newest revision", done-len(skipped))
 		if sk := skippedSummary(skipped, skipWhy, s.Status); sk != "" {
@@ -297,19 +297,27 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 
 	// Within the current window, nodes start in plan order as slots free,
 	// with the nodes other maintenance holds counted (locks.go).
-	others := othersUnavailable(selected, p)
+	if !p.CountOthers {
+		others = 0
+	}
 	slots := d.MaxParallel - inflight - failed
 	budget := d.MaxUnavailable - others - inflight - failed
 	wave := 0
 	var held []string
-	walk, moved := opportunistic(order, byName, p, current, s.Targets)
-	for i, pn := range walk {
-		hoisted := i < len(moved)
-		n := byName[pn.Name]
-		due := dueToStart(n, s.Targets)
+	lifted, moved := opportunistic(r, order, p, current)
+	lo, hi := r.Span(current)
+	for i, pos := range slices.Concat(lifted, walkOrder(r.Held(), lo, hi, lifted)) {
+		hoisted := i < len(lifted)
+		pn := order[pos]
+		if hoisted {
+			pn.Window = current
+		}
+		n, f := r.At(pos)
+		due := f.Due
 		// A node that waits (another tool holds it, NotReady) says so in
 		// status whatever its window.
-		if why := waitReason(n); due && why != "" {
+		if f.Held {
+			why := waitReason(*n)
 			held = append(held, n.Name+" "+why)
 			if d.Held == nil {
 				d.Held = map[string]string{}
@@ -326,7 +334,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 		if due {
 			// A node someone else has cordoned is unavailable already:
 			// swapping it takes a slot but no more of the budget.
-			out := p.CountOthers && heldByOthers(n)
+			out := p.CountOthers && heldByOthers(*n)
 			if slots <= 0 || (budget <= 0 && !out) {
 				continue
 			}
@@ -373,7 +381,7 @@ func Plan(s model.Snapshot, p model.Policy, now time.Time) Decision {
 
 // planRollback swaps upgraded nodes back in reverse plan order once every
 // target's newest revision differs from the one the rollout moved nodes to.
-func planRollback(s model.Snapshot, p model.Policy, d Decision, byName map[string]model.NodeView, inflight int) Decision {
+func planRollback(s model.Snapshot, p model.Policy, d Decision, r *roster.Roster, inflight int) Decision {
 	if p.Abort {
 		// An abort stops a rollback too: no node starts its swap back, the
 		// ones in flight are made safe (abortedStep).
@@ -395,7 +403,7 @@ func planRollback(s model.Snapshot, p model.Policy, d Decision, byName map[strin
 	remaining := 0
 	budget := min(d.MaxUnavailable, d.MaxParallel) - inflight
 	for i := len(d.Order) - 1; i >= 0; i-- {
-		n := byName[d.Order[i].Name]
+		n, _ := r.At(i)
 		// A Failed node (the one a halt stopped on) may have been swapped
 		// too: it goes back like the Done ones.
 		if n.State != v1alpha1.NodeDone && n.State != v1alpha1.NodeFailed {

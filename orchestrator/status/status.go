@@ -55,14 +55,24 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash, Images: t.Images})
 		}
 	}
-	// One index for the whole plan: nodeEntry per node would be
-	// quadratic in the fleet, every pass.
-	at := make(map[string]int, len(s.Nodes))
-	for i := range s.Nodes {
-		at[s.Nodes[i].Name] = i
-	}
-	for _, pn := range d.Order {
-		i, ok := at[pn.Name]
+	// The entries mostly stand in plan order: one index for the whole plan
+	// only once one does not (nodeEntry per node would be quadratic in
+	// the fleet, every pass).
+	var at map[string]int
+	// The settled and held nodes are few: their sets are looked up only
+	// until each of their nodes has been met.
+	settledLeft, heldLeft := len(settled), len(d.Held)
+	for k, pn := range d.Order {
+		i, ok := k, k < len(s.Nodes) && s.Nodes[k].Name == pn.Name
+		if !ok {
+			if at == nil {
+				at = make(map[string]int, len(s.Nodes))
+				for i := range s.Nodes {
+					at[s.Nodes[i].Name] = i
+				}
+			}
+			i, ok = at[pn.Name]
+		}
 		if !ok {
 			s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: pn.Name, State: v1alpha1.NodePending})
 			i = len(s.Nodes) - 1
@@ -70,13 +80,25 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 		}
 		ns := &s.Nodes[i]
 		ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
-		if st, found := settled[pn.Name]; found && ns.State != st {
-			ns.State, ns.StateSince = st, &now
-			if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
-				ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+		if settledLeft > 0 {
+			if st, found := settled[pn.Name]; found {
+				settledLeft--
+				if ns.State != st {
+					ns.State, ns.StateSince = st, &now
+					if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
+						ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+					}
+				}
 			}
 		}
-		ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
+		why := ""
+		if heldLeft > 0 {
+			if w, found := d.Held[pn.Name]; found {
+				heldLeft--
+				why = w
+			}
+		}
+		ns.Reason = planner.HeldReason(*ns, why)
 	}
 	if d.Phase != v1alpha1.PhasePending {
 		s.Nodes = pruneUnplanned(s.Nodes, d.Order)
@@ -93,6 +115,9 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 // (deleted, or relabelled out of the selector, before they started):
 // nothing of them is left to show. Entries that started stay, as history.
 func pruneUnplanned(nodes []v1alpha1.NodeStatus, order []planner.PlannedNode) []v1alpha1.NodeStatus {
+	if len(nodes) == len(order) {
+		return nodes // every entry is a planned node's (Record gave each its own)
+	}
 	planned := make(map[string]bool, len(order))
 	for _, pn := range order {
 		planned[pn.Name] = true

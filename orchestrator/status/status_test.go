@@ -75,3 +75,40 @@ func TestRecordSetsGitOpsConditions(t *testing.T) {
 		}
 	}
 }
+
+// Record merges the plan into entries in plan order or not, catches up
+// every settled record and says why every held node waits, wherever they
+// stand: a settled node not planned, an entry out of order and a new node
+// change none of that.
+func TestRecordMergesEntriesInAndOutOfPlanOrder(t *testing.T) {
+	now := metav1.Now()
+	order := []planner.PlannedNode{{Name: "a", Wave: 1}, {Name: "b", Wave: 2}, {Name: "c", Wave: 2}, {Name: "d", Wave: 3}, {Name: "e", Wave: 3}}
+	for _, tc := range []struct {
+		name    string
+		entries []string
+	}{
+		{"in plan order", []string{"a", "b", "c", "d", "e"}},
+		{"out of order, one new", []string{"b", "a", "d", "c"}},
+	} {
+		s := v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseProgressing}
+		for _, n := range tc.entries {
+			s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: n, State: v1alpha1.NodePending, Reason: "waiting: old"})
+		}
+		d := planner.Decision{Phase: v1alpha1.PhaseProgressing, Order: order, Held: map[string]string{"c": "Kured's lock"}}
+		settled := map[string]v1alpha1.NodeState{"gone": v1alpha1.NodeDone, "d": v1alpha1.NodeDone, "e": v1alpha1.NodeSkipped}
+		Record(&s, &v1alpha1.NodeRollout{}, d, nil, settled, now)
+		got := map[string]v1alpha1.NodeStatus{}
+		for _, ns := range s.Nodes {
+			got[ns.Name] = ns
+		}
+		if len(s.Nodes) != 5 || got["e"].Wave != 3 || got["b"].Wave != 2 {
+			t.Errorf("%s: entries %+v, want a to e with their waves", tc.name, s.Nodes)
+		}
+		if got["d"].State != v1alpha1.NodeDone || got["e"].State != v1alpha1.NodeSkipped {
+			t.Errorf("%s: d %s, e %s: want the settled records caught up", tc.name, got["d"].State, got["e"].State)
+		}
+		if got["c"].Reason != "waiting: Kured's lock" || got["a"].Reason != "" || got["b"].Reason != "" {
+			t.Errorf("%s: reasons a %q, b %q, c %q: want only c held", tc.name, got["a"].Reason, got["b"].Reason, got["c"].Reason)
+		}
+	}
+}

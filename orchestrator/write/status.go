@@ -45,8 +45,13 @@ type Status struct {
 	last    time.Time   // when the last write was sent
 	// urgent wakes a writer pacing a write behind when a caller waits.
 	urgent chan struct{}
-	// current is the last NodeRollout the API returned to this process, by name.
+	// current is the last NodeRollout the API returned to this process, by
+	// name; never changed (a write changes a copy).
 	current map[string]*v1alpha1.NodeRollout
+	// shown is, by name, what Current returns, made when first asked and
+	// dropped once a mutation is queued or an answer remembered: every
+	// pass and worker asking in between shares it, uncopied.
+	shown map[string]v1alpha1.NodeRolloutStatus
 	// life is the leader's context: the writer goroutine runs on it, not on
 	// the context of whoever queued first (a node worker's, a drain's),
 	// which may end while writes behind are still queued.
@@ -65,7 +70,7 @@ type statusReq struct {
 // context), not on the context of whoever queued first (a node worker's, a
 // drain's), which may end while writes behind are still queued.
 func NewStatus(life context.Context, rollouts v1alpha1.NodeRolloutInterface, log *zap.Logger) *Status {
-	return &Status{rollouts: rollouts, log: log, life: life, current: map[string]*v1alpha1.NodeRollout{}, urgent: make(chan struct{}, 1)}
+	return &Status{rollouts: rollouts, log: log, life: life, current: map[string]*v1alpha1.NodeRollout{}, shown: map[string]v1alpha1.NodeRolloutStatus{}, urgent: make(chan struct{}, 1)}
 }
 
 // Wait waits for the writer goroutines to end (after life ends).
@@ -100,6 +105,7 @@ const statusEvery = 500 * time.Millisecond
 func (w *Status) enqueue(r statusReq) {
 	w.mu.Lock()
 	w.pending = append(w.pending, r)
+	delete(w.shown, r.name)
 	start := !w.active
 	w.active = true
 	urgent := w.urgent
@@ -246,6 +252,7 @@ func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
 func (w *Status) remember(name string, nr *v1alpha1.NodeRollout) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	delete(w.shown, name)
 	if nr == nil {
 		delete(w.current, name)
 		return
@@ -257,7 +264,9 @@ func (w *Status) remember(name string, nr *v1alpha1.NodeRollout) {
 // (the API's answer, with every entry a status over its budget left out of
 // what was written) with every mutation still queued or in flight applied:
 // what the status will be once the queue is written. ok is false when this
-// process has not written the rollout (uid: of the same object) yet.
+// process has not written the rollout (uid: of the same object) yet. The
+// status is shared with every caller until the next mutation or answer:
+// read it, never change it (DeepCopy first).
 func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -265,13 +274,24 @@ func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus
 	if cur == nil || (uid != "" && cur.UID != uid) {
 		return v1alpha1.NodeRolloutStatus{}, false
 	}
-	s := *cur.Status.DeepCopy()
+	if s, ok := w.shown[name]; ok {
+		return s, true
+	}
+	var queued []statusReq
 	for _, q := range append(w.writing[:len(w.writing):len(w.writing)], w.pending...) {
 		if q.name == name {
-			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing
+			queued = append(queued, q)
 		}
 	}
-	s.Counts = counted(&s)
+	s := cur.Status // the answer itself, when nothing changes it
+	if c := counted(&s); len(queued) > 0 || c != s.Counts {
+		s = *cur.Status.DeepCopy()
+		for _, q := range queued {
+			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing
+		}
+		s.Counts = counted(&s)
+	}
+	w.shown[name] = s
 	return s, true
 }
 

@@ -15,7 +15,8 @@ var rooms = map[string][]string{
 	"model":            {"timewindow"},
 	"timewindow":       {}, // maintenance windows and blackouts as spans of time (time zones, DST)
 	"metrics":          {},
-	"planner":          {"model", "timewindow"},
+	"planner":          {"model", "roster", "timewindow"},
+	"roster":           {"model"},                        // a rollout's nodes with what its plan reads of each, kept between passes (pure)
 	"prepull":          {"model", "nodestep", "swap"},    // the pre-pull pods: made, read and written
 	"kuredlock":        {"locks", "model", "observe"},    // writes Kured's lock on its DaemonSet (observe: the API server's clock)
 	"status":           {"model", "planner", "standing"}, // what a rollout's status says after a pass (pure)
@@ -24,18 +25,18 @@ var rooms = map[string][]string{
 	"nodestep":         {"model"},
 	"swap":             {"model", "nodestep", "observe"}, // observe: the caches it waits on
 	"observe":          {"model"},
-	"gate":             {"model", "observe"},                                                        // observe: the pod cache the readiness gate reads
-	"judgegate":        {"gate", "model"},                                                           // the judge behind the Gate interface
-	"drain":            {"model", "nodestep", "observe"},                                            // the Drain step: evictions, PDBs, drain policy auto
-	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"},      // drives one node through its steps (write: only behind interfaces)
-	"write":            {"model", "nodestep", "observe", "planner"},                                 // node and status writes: records, cache waits, the status budget
-	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull", "standing"}, // a pass's read side: observes the fleet and decides the pass, writing nothing
-	"promotion":        {"model"},                                                                   // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
-	"preflight":        {"model", "nodestep"},                                                       // the version-skew check before a node's swap (its halts)
-	"nodecond":         {"locks", "model", "nodestep"},                                              // the node lifecycle conditions (MaintenanceInProgress, DrainInProgress) of the nodes nodewise has out
-	"silence":          {},                                                                          // the Alertmanager silence held over a node while it is out
-	"upgradecheck":     {"model"},                                                                   // nodewise precheck's checks before a rollout's first node (reads the cluster, writes nothing)
-	"internal/fixture": {"model"},                                                                   // the unit tests' fleets, targets and pods
+	"gate":             {"model", "observe"},                                                                  // observe: the pod cache the readiness gate reads
+	"judgegate":        {"gate", "model"},                                                                     // the judge behind the Gate interface
+	"drain":            {"model", "nodestep", "observe"},                                                      // the Drain step: evictions, PDBs, drain policy auto
+	"worker":           {"gate", "metrics", "model", "nodestep", "observe", "planner", "swap"},                // drives one node through its steps (write: only behind interfaces)
+	"write":            {"model", "nodestep", "observe", "planner"},                                           // node and status writes: records, cache waits, the status budget
+	"fleet":            {"locks", "model", "nodestep", "observe", "planner", "prepull", "roster", "standing"}, // a pass's read side: observes the fleet and decides the pass, writing nothing
+	"promotion":        {"model"},                                                                             // spec.promotion: what the upstream clusters still lack (reads them, writes nothing)
+	"preflight":        {"model", "nodestep"},                                                                 // the version-skew check before a node's swap (its halts)
+	"nodecond":         {"locks", "model", "nodestep"},                                                        // the node lifecycle conditions (MaintenanceInProgress, DrainInProgress) of the nodes nodewise has out
+	"silence":          {},                                                                                    // the Alertmanager silence held over a node while it is out
+	"upgradecheck":     {"model"},                                                                             // nodewise precheck's checks before a rollout's first node (reads the cluster, writes nothing)
+	"internal/fixture": {"model"},                                                                             // the unit tests' fleets, targets and pods
 }
 
 // roomViolations applies rooms to the package list.
