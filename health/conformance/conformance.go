@@ -8,6 +8,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -149,6 +150,11 @@ func Timeout(g v1alpha1.ConformanceGate) time.Duration {
 // server takes the Job; an error is a failure to ask (retry, refuse nothing).
 func (r Runner) Validate(ctx context.Context) (string, error) {
 	job := r.Job(v1alpha1.ConformanceStatus{Step: StepStart, Attempt: 1, Job: JobName(r.Owner.Name, StepStart, 1), Namespace: r.Gate.Namespace})
+	// Whoever may write the policy must not get the controllers' own
+	// credentials through its Job: it runs beside them.
+	if sa := cmp.Or(job.Spec.Template.Spec.ServiceAccountName, job.Spec.Template.Spec.DeprecatedServiceAccount); strings.HasPrefix(sa, "nodewise-") {
+		return fmt.Sprintf("gates.conformance: the Job may not run as nodewise's own ServiceAccount %s; give it one of its own", sa), nil
+	}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	_, err := r.Kube.BatchV1().Jobs(job.Namespace).Create(ctx, job, dry)
 	if err == nil {

@@ -118,3 +118,19 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("a foreign Job: %+v", res)
 	}
 }
+
+// Validate refuses nodewise's own ServiceAccounts before asking the server.
+func TestValidateRefusesOwnServiceAccount(t *testing.T) {
+	kube := fake.NewClientset()
+	r := Runner{Kube: kube, Owner: metav1.OwnerReference{Name: "m"}, Gate: v1alpha1.ConformanceGate{Namespace: "nodewise-system",
+		JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			ServiceAccountName: "nodewise-orchestrator", Containers: []corev1.Container{{Name: "suite", Image: "suite:1"}}}}}}}}
+	refusal, err := r.Validate(context.Background())
+	if err != nil || !strings.Contains(refusal, "nodewise-orchestrator") {
+		t.Fatalf("Validate = %q, %v; want a refusal naming the ServiceAccount", refusal, err)
+	}
+	r.Gate.JobTemplate.Spec.Template.Spec.ServiceAccountName = "mesh-suite"
+	if refusal, err := r.Validate(context.Background()); err != nil || refusal != "" {
+		t.Fatalf("Validate of the suite's own ServiceAccount = %q, %v", refusal, err)
+	}
+}

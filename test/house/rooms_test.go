@@ -34,6 +34,7 @@ var rooms = map[string][]string{
 	"preflight":        {"model", "nodestep"},                                                       // the version-skew check before a node's swap (its halts)
 	"nodecond":         {"locks", "model", "nodestep"},                                              // the node lifecycle conditions (MaintenanceInProgress, DrainInProgress) of the nodes nodewise has out
 	"silence":          {},                                                                          // the Alertmanager silence held over a node while it is out
+	"jobgate":          {},                                                                          // spec.gates.conformance: the user's Job before nodes start
 	"internal/fixture": {"model"},                                                                   // the unit tests' fleets, targets and pods
 }
 

@@ -1,12 +1,10 @@
 package sidecar
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -36,19 +34,11 @@ func TestConformanceGate(t *testing.T) {
 	sa := e.asRevisionsServiceAccount()
 	stop := e.controllerAs(nil, sa)
 
-	backoff := int32(0)
 	timeout := v1alpha1.Duration{Duration: 3 * time.Second}
 	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "c"},
 		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5},
-			Gates: &v1alpha1.GatesSpec{Conformance: &v1alpha1.ConformanceGate{Namespace: conformanceNS, Timeout: &timeout,
-				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{BackoffLimit: &backoff, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					// The controller's namespace enforces PodSecurity restricted.
-					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-					Containers: []corev1.Container{{Name: "suite", Image: "docker.io/nodewise/conformance:1.0", SecurityContext: &corev1.SecurityContext{
-						AllowPrivilegeEscalation: ptr(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
-				}}}}}}},
+			Gates: &v1alpha1.GatesSpec{Conformance: &v1alpha1.ConformanceGate{Namespace: conformanceNS, Timeout: &timeout, JobTemplate: testkit.ConformanceJob()}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +64,7 @@ func TestConformanceGate(t *testing.T) {
 	e.patch("c", `{"spec":{"gates":{"conformance":{"timeout":"1m"}}}}`)
 	e.resume("c", "r1")
 	second := conformance.JobName("c", conformance.StepStart, 2)
-	e.finishJobPod(second, corev1.PodFailed)
+	testkit.FinishJobPod(t, ctx, e.c.Client, conformanceNS, second, corev1.PodFailed)
 	rm = e.waitPhase("c", time.Minute, v1alpha1.MigrationHalted)
 	if !strings.Contains(rm.Status.Reason, second) || !strings.Contains(rm.Status.Reason, "failed") || !strings.Contains(rm.Status.Reason, "no logs from pod") {
 		t.Fatalf("failed conformance: reason %q, want Job %s, failed, and why there are no log lines", rm.Status.Reason, second)
@@ -90,7 +80,7 @@ func TestConformanceGate(t *testing.T) {
 	// 3. Resumed, the controller restarted while the third Job runs.
 	e.resume("c", "r2")
 	third := conformance.JobName("c", conformance.StepStart, 3)
-	e.jobPod(third)
+	testkit.JobPod(t, ctx, e.c.Client, conformanceNS, third)
 	stop()
 	e.controllerAs(nil, sa)
 	time.Sleep(time.Second) // five reconcile intervals of the new controller with the Job running
@@ -115,7 +105,7 @@ func TestConformanceGate(t *testing.T) {
 	unmoved("while the conformance Job runs")
 
 	// 4. The Job passes: the wave starts, and the passed Job is removed.
-	e.finishJobPod(third, corev1.PodSucceeded)
+	testkit.FinishJobPod(t, ctx, e.c.Client, conformanceNS, third, corev1.PodSucceeded)
 	rm = e.waitPhase("c", time.Minute, v1alpha1.MigrationSucceeded)
 	if c := rm.Status.Conformance; c == nil || c.Outcome != v1alpha1.ConformancePassed || c.Job != third {
 		t.Fatalf("status.conformance %+v, want %s Passed", c, third)
@@ -125,50 +115,4 @@ func TestConformanceGate(t *testing.T) {
 		_, err := e.c.Client.BatchV1().Jobs(conformanceNS).Get(ctx, third, metav1.GetOptions{})
 		return err != nil, err
 	})
-}
-
-// jobPod waits for the Job's pod to be Running (the simulated kubelet's
-// doing) and returns it.
-func (e *env) jobPod(job string) *corev1.Pod {
-	e.t.Helper()
-	var pod *corev1.Pod
-	testkit.WaitFor(e.t, 30*time.Second, "a Running pod of Job "+job, func() (bool, error) {
-		pods, err := e.c.Client.CoreV1().Pods(conformanceNS).List(e.ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
-		if err != nil {
-			return false, err
-		}
-		for i := range pods.Items {
-			if p := &pods.Items[i]; p.Status.Phase == corev1.PodRunning {
-				pod = p
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("%d pods", len(pods.Items))
-	})
-	return pod
-}
-
-// finishJobPod acts as the kubelet: the Job's pod's container exits (0 for
-// Succeeded, 1 for Failed), and the job controller judges the Job from that.
-func (e *env) finishJobPod(job string, phase corev1.PodPhase) {
-	e.t.Helper()
-	pod := e.jobPod(job)
-	code := int32(0)
-	if phase == corev1.PodFailed {
-		code = 1
-	}
-	now := metav1.Now()
-	pod.Status.Phase = phase
-	for i := range pod.Status.ContainerStatuses {
-		cs := &pod.Status.ContainerStatuses[i]
-		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", StartedAt: now, FinishedAt: now}}
-	}
-	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
-			c.Status = corev1.ConditionFalse
-		}
-	}
-	if _, err := e.c.Client.CoreV1().Pods(conformanceNS).UpdateStatus(e.ctx, pod, metav1.UpdateOptions{}); err != nil {
-		e.t.Fatalf("finishing pod %s: %v", pod.Name, err)
-	}
 }
