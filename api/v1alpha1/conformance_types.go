@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -105,4 +107,16 @@ type ConformanceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Message string `json:"message,omitempty"`
+}
+
+// Line is the run in one line, as nodewise's status and explain print it:
+// the point, the attempt, the Job and how it went, with a failure's message
+// (its first line).
+func (c *ConformanceStatus) Line() string {
+	line := fmt.Sprintf("conformance %s (attempt %d): Job %s/%s %s", c.Step, c.Attempt, c.Namespace, c.Job, c.Outcome)
+	if c.Outcome == ConformanceFailed && c.Message != "" {
+		msg, _, _ := strings.Cut(c.Message, "\n")
+		line += ": " + msg
+	}
+	return line
 }

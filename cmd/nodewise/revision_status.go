@@ -250,11 +250,7 @@ func patchMigration(cmd *cobra.Command, g *globalFlags, out *printFlags, name st
 func conformanceLine(g *v1alpha1.GatesSpec, c *v1alpha1.ConformanceStatus) string {
 	switch {
 	case c != nil:
-		line := fmt.Sprintf("conformance %s (attempt %d): Job %s/%s %s", c.Step, c.Attempt, c.Namespace, c.Job, c.Outcome)
-		if c.Outcome == v1alpha1.ConformanceFailed && c.Message != "" {
-			line += ": " + firstLine(c.Message)
-		}
-		return line
+		return c.Line()
 	case g != nil && g.Conformance != nil:
 		return fmt.Sprintf("conformance: Job in %s before the first step, not run yet", g.Conformance.Namespace)
 	}
