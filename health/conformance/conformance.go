@@ -277,7 +277,10 @@ func (r Runner) lastLines(ctx context.Context, job *batchv1.Job) string {
 		n = v1alpha1.DefaultConformanceLogLines
 	}
 	limit := int64(16 << 10)
-	raw, err := r.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, TailLines: &n, LimitBytes: &limit}).DoRaw(ctx)
+	// Bounded: the API server dials the node's kubelet, which may not answer.
+	logCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, err := r.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, TailLines: &n, LimitBytes: &limit}).DoRaw(logCtx)
 	if err != nil {
 		return fmt.Sprintf("no logs from pod %s: %s", pod.Name, cut(err.Error(), 200))
 	}
