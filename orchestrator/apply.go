@@ -18,6 +18,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/jobgate"
 	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/locks"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
@@ -47,6 +48,8 @@ type applier struct {
 	kube    kubernetes.Interface
 	targets observe.Targets
 	now     func() time.Time
+	// jobs runs spec.gates.conformance's Job before nodes start.
+	jobs jobgate.Gate
 }
 
 // act carries out ps on nr up to its node actions; acted says it took
@@ -69,6 +72,17 @@ func (a *applier) act(ctx context.Context, nr *v1alpha1.NodeRollout, ps *fleet.P
 	if ps.NotYet != "" {
 		a.log.Info("not completing yet", zap.String("rollout", nr.Name), zap.String("why", ps.NotYet))
 		return false, nil
+	}
+	if step := jobgate.Step(nr, ps.CanariesDone()); step != "" && ps.Starts() && !ps.Deleting {
+		v, err := a.jobs.Before(ctx, nr, step)
+		switch {
+		case err != nil:
+			ps.HoldStarts(v1alpha1.PhaseProgressing, "no node starts: conformance gate: "+err.Error()) // fail closed
+		case v.Halt != "":
+			ps.HoldStarts(v1alpha1.PhaseHalted, v.Halt)
+		case v.Hold != "":
+			ps.HoldStarts(v1alpha1.PhaseProgressing, v.Hold)
+		}
 	}
 	a.holdKuredLock(ctx, nr, ps) // before any node starts
 	if !ps.Deleting && ps.HoldsNodes() && !slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) {

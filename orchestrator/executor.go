@@ -19,6 +19,7 @@ import (
 	"github.com/nodewise/nodewise/orchestrator/drain"
 	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/gate"
+	"github.com/nodewise/nodewise/orchestrator/jobgate"
 	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/metrics"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -163,6 +164,7 @@ func (e *executor) wire() {
 	e.apply = &applier{
 		log: e.log, metrics: e.metrics, recorder: e.recorder, rollouts: e.rollouts, status: e.status, worker: w, claims: &e.claims,
 		gate: e.gate, kube: e.kube, targets: e.targets, now: e.cfg.Now,
+		jobs: jobgate.Gate{Kube: e.kube, Mutate: e.status.Mutate, Now: e.cfg.Now, Log: e.log},
 		kured: &kuredlock.Writer{
 			Kube: e.kube, DaemonSets: e.dss, Namespace: e.cfg.KuredNamespace, DaemonSet: e.cfg.KuredDaemonSet,
 			TTL: e.cfg.KuredLockTTL, Now: e.cfg.Now, Clock: &e.kuredClock, Log: e.log,

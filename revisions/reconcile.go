@@ -171,6 +171,12 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	if st.Phase == v1alpha1.MigrationPaused {
 		return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("resumed: starting wave %s", st.Waves[wave].Name))
 	}
+	// 0. Conformance: the user's Job, before anything of the wave moves.
+	if !waveStarted(st, wave) {
+		if pass, next, err := c.conformance(ctx, rm, spec, wave); !pass || err != nil {
+			return next, err
+		}
+	}
 	to, err := targetOf(snap.inv, spec.To)
 	if err != nil {
 		return 0, err
@@ -291,6 +297,9 @@ func (c *Controller) resume(ctx context.Context, rm *v1alpha1.RevisionMigration,
 		return c.writeStatus(ctx, rm)
 	}
 	w := &st.Waves[st.CurrentWave]
+	if cf := st.Conformance; cf != nil && cf.Outcome == v1alpha1.ConformanceFailed && !waveStarted(st, st.CurrentWave) {
+		return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("resumed after a halt: the conformance Job runs again before wave %s", w.Name))
+	}
 	w.ReadyAt = nil
 	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("resumed after a halt: wave %s is judged again from a fresh soak", w.Name))
 }

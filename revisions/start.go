@@ -21,6 +21,15 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	if err := Validate(spec); err != nil {
 		return c.refuse(ctx, rm, err.Error())
 	}
+	if g := conformanceGate(spec); g != nil {
+		refusal, err := c.conformanceRunner(rm, spec, *g).Validate(ctx)
+		if err != nil {
+			return err
+		}
+		if refusal != "" {
+			return c.refuse(ctx, rm, refusal)
+		}
+	}
 	inv := snap.inv
 	known := func() string {
 		var names []string

@@ -100,6 +100,11 @@ type GatesSpec struct {
 	// Prometheus adds external gates: instant queries with thresholds.
 	// +optional
 	Prometheus *PrometheusGates `json:"prometheus,omitempty"`
+	// Conformance runs a user-supplied Job before the first wave or node
+	// (and, as When says, between waves or after the canaries); its
+	// failure or timeout halts. See docs/sidecar.md and docs/health.md.
+	// +optional
+	Conformance *ConformanceGate `json:"conformance,omitempty"`
 }
 
 // InconclusivePolicy is what an Inconclusive verdict does to the rollout.

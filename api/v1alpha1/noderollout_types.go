@@ -224,6 +224,7 @@ type BlockingAlert struct {
 
 // NodeRolloutSpec is what to roll and how.
 // +kubebuilder:validation:XValidation:rule="!has(self.standing) || !self.standing || !has(self.version)",message="spec.standing and spec.version are exclusive: a standing policy rolls each new revision of its targets as it appears, a pinned rollout only the one version it names; to review each version, leave standing off and apply one pinned NodeRollout per version"
+// +kubebuilder:validation:XValidation:rule="!has(self.gates) || !has(self.gates.conformance) || !has(self.gates.conformance.when) || self.gates.conformance.when != 'AfterCanary' || (has(self.canaryNodes) && size(self.canaryNodes) > 0)",message="gates.conformance.when AfterCanary needs spec.canaryNodes"
 // +kubebuilder:validation:XValidation:rule="!has(self.standing) || !self.standing || !has(self.rollback) || !self.rollback",message="spec.rollback is for one-shot rollouts: a standing policy rolls a restored template as its next run, judged (revert the chart in Git; after a halt, nodewise resume)"
 type NodeRolloutSpec struct {
 	// Targets are swapped in this order on each node. Default: istio-system/istio-cni-node,
@@ -352,6 +353,7 @@ type NodeRolloutSpec struct {
 	// Gates judge each node after its soak.
 	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || (has(self.prometheus.queries) && size(self.prometheus.queries) > 0)",message="gates.prometheus.queries: a NodeRollout needs at least one query"
 	// +kubebuilder:validation:XValidation:rule="!has(self.prometheus) || !has(self.prometheus.builtIn)",message="gates.prometheus.builtIn is for RevisionMigrations only"
+	// +kubebuilder:validation:XValidation:rule="!has(self.conformance) || !has(self.conformance.when) || self.conformance.when != 'EveryWave'",message="gates.conformance.when EveryWave is for RevisionMigrations; a NodeRollout takes Start or AfterCanary"
 	// +optional
 	Gates GatesSpec `json:"gates,omitempty"`
 }
@@ -570,6 +572,9 @@ type NodeRolloutStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
 	Runs []RunRecord `json:"runs,omitempty"`
+	// Conformance is the last run of spec.gates.conformance's Job.
+	// +optional
+	Conformance *ConformanceStatus `json:"conformance,omitempty"`
 }
 
 // MaxRuns bounds status.runs.

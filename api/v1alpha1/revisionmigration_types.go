@@ -98,7 +98,10 @@ type RevisionMigrationSpec struct {
 	// +kubebuilder:default=Adopt
 	// +optional
 	ImplicitNamespaces ImplicitPolicy `json:"implicitNamespaces,omitempty"`
-	// Gates are the judge's external gates run after each wave is Ready.
+	// Gates are the judge's external gates run after each wave is Ready,
+	// and the conformance Job run before the first wave (and, with
+	// conformance.when EveryWave, before each later one).
+	// +kubebuilder:validation:XValidation:rule="!has(self.conformance) || !has(self.conformance.when) || self.conformance.when != 'AfterCanary'",message="gates.conformance.when AfterCanary is for NodeRollouts; a RevisionMigration takes Start or EveryWave"
 	// +optional
 	Gates *GatesSpec `json:"gates,omitempty"`
 	// Abort rolls moved namespaces back to their original labels and
@@ -292,6 +295,9 @@ type RevisionMigrationStatus struct {
 	// judged again from a fresh soak).
 	// +optional
 	ResumeToken string `json:"resumeToken,omitempty"`
+	// Conformance is the last run of spec.gates.conformance's Job.
+	// +optional
+	Conformance *ConformanceStatus `json:"conformance,omitempty"`
 }
 
 // SkippedNamespace is a namespace using From that a migration does not move.

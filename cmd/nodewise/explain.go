@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -25,9 +26,6 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 			if err := output.check(); err != nil {
 				return err
 			}
-			if node == "" {
-				return fmt.Errorf("--node is required: the node whose judgement to explain")
-			}
 			cfg, err := g.restConfig()
 			if err != nil {
 				return err
@@ -36,6 +34,9 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if node == "" {
+				return explainRollout(cmd.Context(), nwc.NodeRollouts(), args[0], cmd.OutOrStdout())
+			}
 			return explainNode(cmd.Context(), nwc.NodeRollouts(), args[0], node, output, cmd.OutOrStdout())
 		},
 	}
@@ -43,6 +44,25 @@ func newExplainCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringVar(&node, "node", "", "the node to explain (required)")
 	_ = cmd.RegisterFlagCompletionFunc("node", completeRolloutNodes(g))
 	return cmd
+}
+
+// explainRollout is explain without --node: a rollout's conformance run
+// (spec.gates.conformance), the one judgement that is no node's, beside
+// its phase and reason; --node is required for anything else.
+func explainRollout(ctx context.Context, rollouts rolloutGetter, name string, out io.Writer) error {
+	nr, err := rollouts.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading NodeRollout %s: %w", name, err)
+	}
+	c := nr.Status.Conformance
+	if c == nil {
+		return fmt.Errorf("--node is required: the node whose judgement to explain")
+	}
+	fmt.Fprintf(out, "NodeRollout %s: %s: %s\n%s\n", name, nr.Status.Phase, firstLine(cmp.Or(nr.Status.HaltReason, nr.Status.PhaseReason())), c.Line())
+	if c.Message != "" {
+		fmt.Fprintf(out, "  %s\n", c.Message)
+	}
+	return nil
 }
 
 // rolloutGetter is the one read explain needs.

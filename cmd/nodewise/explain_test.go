@@ -69,3 +69,24 @@ func TestExplainNode(t *testing.T) {
 		t.Errorf("unknown rollout: %v", err)
 	}
 }
+
+// TestExplainRolloutConformance: explain without --node shows a rollout's
+// conformance run beside its phase and reason; without a run it still asks for --node.
+func TestExplainRolloutConformance(t *testing.T) {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "up"}}
+	nr.Status.Phase, nr.Status.HaltReason = v1alpha1.PhaseHalted, "conformance Job qa/up-conformance-start-1 timed out: not done after 10m0s; no logs: it has no pod left"
+	nr.Status.Conformance = &v1alpha1.ConformanceStatus{Step: "start", Attempt: 1, Namespace: "qa", Job: "up-conformance-start-1", Outcome: v1alpha1.ConformanceFailed, Message: nr.Status.HaltReason}
+	var out bytes.Buffer
+	if err := explainRollout(context.Background(), rolloutsByName{"up": nr}, "up", &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "NodeRollout up: Halted: conformance Job qa/up-conformance-start-1 timed out: not done after 10m0s; no logs: it has no pod left\n" +
+		"conformance start (attempt 1): Job qa/up-conformance-start-1 Failed: conformance Job qa/up-conformance-start-1 timed out"
+	if !strings.HasPrefix(out.String(), want) {
+		t.Errorf("explain:\n%s\nwant it to start with\n%s", out.String(), want)
+	}
+	nr.Status.Conformance = nil
+	if err := explainRollout(context.Background(), rolloutsByName{"up": nr}, "up", &out); err == nil || !strings.Contains(err.Error(), "--node is required") {
+		t.Errorf("without a conformance run: %v, want --node required", err)
+	}
+}

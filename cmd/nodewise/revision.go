@@ -374,6 +374,9 @@ func newRevisionExplainCmd(g *globalFlags) *cobra.Command {
 // writeWaveExplain prints each judged wave's outcome, reasons and table.
 func writeWaveExplain(out io.Writer, rm *v1alpha1.RevisionMigration, only string) error {
 	fmt.Fprintf(out, "revisionmigration %s: %s: %s\n", rm.Name, rm.Status.Phase, rm.Status.Reason)
+	if line := conformanceLine(rm.Spec.Gates, rm.Status.Conformance); line != "" {
+		fmt.Fprintf(out, "\n%s\n", line)
+	}
 	found := false
 	for _, w := range rm.Status.Waves {
 		if only != "" && w.Name != only {

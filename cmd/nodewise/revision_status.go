@@ -135,6 +135,9 @@ func migrationOutcome(rm *v1alpha1.RevisionMigration) error {
 func migrationKey(rm *v1alpha1.RevisionMigration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%s|%d|%t", rm.Status.Phase, rm.Status.Reason, rm.Status.CurrentWave, rm.Spec.Paused)
+	if c := rm.Status.Conformance; c != nil {
+		fmt.Fprintf(&b, "|%s/%d/%s", c.Step, c.Attempt, c.Outcome)
+	}
 	if c := meta.FindStatusCondition(rm.Status.Conditions, revisions.ConditionTagHandedOver); c != nil {
 		fmt.Fprintf(&b, "|%s", c.Message)
 	}
@@ -161,6 +164,9 @@ func writeMigrationStatus(out io.Writer, rm *v1alpha1.RevisionMigration) error {
 	fmt.Fprintf(out, "phase %s%s, wave %s\n", st.Phase, paused, wave)
 	if st.Reason != "" {
 		fmt.Fprintf(out, "reason: %s\n", st.Reason)
+	}
+	if line := conformanceLine(spec.Gates, st.Conformance); line != "" {
+		fmt.Fprintln(out, line)
 	}
 	if spec.StableTag != "" {
 		handover := "once Succeeded"
@@ -237,4 +243,16 @@ func patchMigration(cmd *cobra.Command, g *globalFlags, out *printFlags, name st
 		return fmt.Errorf("updating RevisionMigration %s: %w", name, g.clarify(ctx, err))
 	}
 	return printer.print(cmd.OutOrStdout(), rm, what)
+}
+
+// conformanceLine is spec.gates.conformance's last run in one line (the
+// point, the attempt, the Job, how it went), "" when the spec has no such gate.
+func conformanceLine(g *v1alpha1.GatesSpec, c *v1alpha1.ConformanceStatus) string {
+	switch {
+	case c != nil:
+		return c.Line()
+	case g != nil && g.Conformance != nil:
+		return fmt.Sprintf("conformance: Job in %s before the first step, not run yet", g.Conformance.Namespace)
+	}
+	return ""
 }

@@ -40,3 +40,37 @@ func TestMigrationStatusShowsHandover(t *testing.T) {
 		t.Errorf("without stableTag: %s", out)
 	}
 }
+
+// TestMigrationStatusShowsConformance: the conformance gate's step, Job and
+// outcome in one line, with a failure's reason; explain has the same line.
+func TestMigrationStatusShowsConformance(t *testing.T) {
+	rm := &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28",
+		Gates: &v1alpha1.GatesSpec{Conformance: &v1alpha1.ConformanceGate{Namespace: "qa"}}}}
+	var b bytes.Buffer
+	if err := writeMigrationStatus(&b, rm); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "conformance: Job in qa before the first step, not run yet") {
+		t.Errorf("before its run: %s", b.String())
+	}
+	before := migrationKey(rm)
+	rm.Status.Phase, rm.Status.Reason = v1alpha1.MigrationHalted, "wave canary not started: conformance Job qa/m-conformance-start-1 failed"
+	rm.Status.Conformance = &v1alpha1.ConformanceStatus{Step: "start", Attempt: 1, Job: "m-conformance-start-1", Namespace: "qa",
+		Outcome: v1alpha1.ConformanceFailed, Message: "conformance Job qa/m-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS"}
+	want := "conformance start (attempt 1): Job qa/m-conformance-start-1 Failed: conformance Job qa/m-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS\n"
+	for name, write := range map[string]func(*bytes.Buffer) error{
+		"status":  func(b *bytes.Buffer) error { return writeMigrationStatus(b, rm) },
+		"explain": func(b *bytes.Buffer) error { return writeWaveExplain(b, rm, "") },
+	} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%s: %s, want the line %q", name, b.String(), want)
+		}
+	}
+	if migrationKey(rm) == before {
+		t.Error("a conformance run does not change the watch key")
+	}
+}

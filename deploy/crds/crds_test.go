@@ -109,3 +109,35 @@ func TestNodeRolloutUnknownFields(t *testing.T) {
 		t.Errorf("a rollout with every field spelled right: unknown %v", got)
 	}
 }
+
+// spec.gates.conformance: a Job template of any shape (checked by a dry run
+// at start, not by the schema), a namespace, a timeout of at least 1s, and
+// a point that belongs to the kind.
+func TestConformanceGateValidation(t *testing.T) {
+	const job = "jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: suite, image: 'example.com/suite:1'}]}}}}"
+	for _, tc := range []struct{ kind, spec, want string }{
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa, " + job + ", timeout: 5m, when: EveryWave}}}", ""},
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa, " + job + ", when: AfterCanary}}}", "AfterCanary is for NodeRollouts"},
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa, " + job + ", timeout: 0s}}}", "timeout must be a positive duration"},
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: QA, " + job + "}}}", "spec.gates.conformance.namespace"},
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa}}}", "spec.gates.conformance.jobTemplate: Required"},
+		{"RevisionMigration", "{from: a, to: b, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa, " + job + ", when: Sometimes}}}", "spec.gates.conformance.when"},
+		{"NodeRollout", "{canaryNodes: [n1], gates: {conformance: {namespace: qa, " + job + ", when: AfterCanary, logLines: 20}}}", ""},
+		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", when: AfterCanary}}}", "AfterCanary needs spec.canaryNodes"},
+		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", when: EveryWave}}}", "EveryWave is for RevisionMigrations"},
+		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", logLines: 0}}}", "spec.gates.conformance.logLines"},
+	} {
+		v, err := ForKind(tc.kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := "apiVersion: nodewise.io/v1alpha1\nkind: " + tc.kind + "\nmetadata: {name: x}\nspec: " + tc.spec + "\n"
+		errs := v.Validate(t.Context(), object(t, doc))
+		switch {
+		case tc.want == "" && len(errs) != 0:
+			t.Errorf("%s %s: %v", tc.kind, tc.spec, errs)
+		case tc.want != "" && !strings.Contains(fmt.Sprint(errs), tc.want):
+			t.Errorf("%s %s: %v; want an error with %q", tc.kind, tc.spec, errs, tc.want)
+		}
+	}
+}

@@ -211,6 +211,39 @@ func (ps *Pass) KuredLockRefused(why string) {
 	d.Reason += "; no node starts: " + why
 }
 
+// HoldStarts drops the plan's starts of nodes not in flight, which wait:
+// the rollout is in phase (Progressing for a hold, Halted for a halt) with
+// reason why. Nodes already in flight finish.
+func (ps *Pass) HoldStarts(phase v1alpha1.RolloutPhase, why string) {
+	d := &ps.Decision
+	inFlight := func(node string) bool {
+		return slices.ContainsFunc(ps.Snap.Nodes, func(n model.NodeView) bool { return n.Name == node && model.InFlight(n.State) })
+	}
+	d.Actions = slices.DeleteFunc(d.Actions, func(a planner.Action) bool { return starts(a) && !inFlight(a.Node) })
+	ps.KuredNodes = slices.DeleteFunc(ps.KuredNodes, func(n string) bool { return !inFlight(n) })
+	d.Phase, d.Reason = phase, why
+}
+
+// Starts says the decision starts a node that is not in flight.
+func (ps *Pass) Starts() bool {
+	for _, a := range ps.Decision.Actions {
+		if a.Kind == planner.ActStart {
+			return true
+		}
+	}
+	return false
+}
+
+// CanariesDone says every canary node of the policy is done (or skipped).
+func (ps *Pass) CanariesDone() bool {
+	for _, c := range ps.Policy.Canaries {
+		if !slices.ContainsFunc(ps.Snap.Nodes, func(n model.NodeView) bool { return n.Name == c && model.Terminal(n.State) }) {
+			return false
+		}
+	}
+	return true
+}
+
 // HoldsNodes says the decision starts or drives a node: the rollout must
 // hold its finalizer (model.FinalizerReleaseNodes) before it acts, so that
 // deleting it is an abort first (its in-flight nodes made safe) and not

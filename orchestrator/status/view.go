@@ -28,6 +28,9 @@ func RenderStatus(w io.Writer, nr *v1alpha1.NodeRollout, now time.Time) error {
 	if s.HaltReason != "" {
 		fmt.Fprintln(w, haltLine(nr))
 	}
+	if s.Conformance != nil {
+		fmt.Fprintln(w, trunc(s.Conformance.Line(), HaltLineMax))
+	}
 	if o := s.Omitted; o != nil {
 		fmt.Fprintf(w, "DEGRADED: the status is over its size budget and lists %d of %d nodes (in flight and failed first); not listed: %s (each node's step: annotation %s)\n",
 			c.Total-o.Total, c.Total, countsLine(*o), model.AnnotationStep)

@@ -103,3 +103,24 @@ func TestRenderStatusShowsAStandingPolicysRuns(t *testing.T) {
 		t.Errorf("a one-shot rollout's view mentions standing:\n%s", buf.String())
 	}
 }
+
+// TestRenderStatusShowsTheConformanceRun: a rollout halted by its
+// conformance Job shows the halt (naming the Job) and the run in one line each.
+func TestRenderStatusShowsTheConformanceRun(t *testing.T) {
+	nr := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "up"}, Status: v1alpha1.NodeRolloutStatus{Phase: v1alpha1.PhaseHalted,
+		HaltReason: "conformance Job qa/up-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS",
+		Conformance: &v1alpha1.ConformanceStatus{Step: "start", Attempt: 1, Namespace: "qa", Job: "up-conformance-start-1", Outcome: v1alpha1.ConformanceFailed,
+			Message: "conformance Job qa/up-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS"}}}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, nr, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"HALTED: conformance Job qa/up-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS\n",
+		"conformance start (attempt 1): Job qa/up-conformance-start-1 Failed: conformance Job qa/up-conformance-start-1 failed: BackoffLimitExceeded; last log lines of pod p: FAIL TestMTLS\n",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("status view:\n%s\nwant the line %q", buf.String(), want)
+		}
+	}
+}

@@ -221,6 +221,9 @@ func (s *state) apiserverArgv(b binaries) []string {
 		// SO_REUSEADDR, so a restarted API server can bind its port while the
 		// killed one's connections linger in TIME_WAIT.
 		"--permit-address-sharing=true",
+		// The real node's kubelet (logs, exec) is reached at its InternalIP:
+		// its hostname resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--profiling=false", "--v=1",
 	}, audit...)
 }

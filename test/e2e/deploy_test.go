@@ -95,6 +95,15 @@ func TestOrchestratorRBACLeastPrivilege(t *testing.T) {
 		{"nodewise.io", "noderollouts", "status", "update", "", true},
 		{"coordination.k8s.io", "leases", "", "update", "nodewise-system", true},
 		{"coordination.k8s.io", "leases", "", "update", "kube-system", false},
+		// spec.gates.conformance, in its own namespace only: the Job, its
+		// pods' logs, and the pod create its dry run needs.
+		{"batch", "jobs", "", "create", "nodewise-system", true},
+		{"batch", "jobs", "", "delete", "nodewise-system", true},
+		{"batch", "jobs", "", "create", "default", false},
+		{"batch", "jobs", "", "update", "nodewise-system", false},
+		{"", "pods", "log", "get", "nodewise-system", true},
+		{"", "pods", "log", "get", "default", false},
+		{"", "pods", "", "create", "nodewise-system", true},
 	} {
 		sar := &authv1.SubjectAccessReview{Spec: authv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts"},
 			ResourceAttributes: &authv1.ResourceAttributes{Group: tc.group, Resource: tc.resource, Subresource: tc.sub, Verb: tc.verb, Namespace: tc.ns}}}

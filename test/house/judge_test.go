@@ -19,6 +19,7 @@ var judgeRooms = map[string][]string{
 	"remote/agenttest": {"wire"},               // a node agent's snapshot API served for tests
 	"record":           {"", "wire"},           // the sample recorder, clock placement, the persisted records' codecs
 	"gatespec":         {"", "remote", "wire"}, // NodeRollout spec.gates to the judge's Config and the gates
+	"conformance":      {},                     // spec.gates.conformance: the user's Job, run and judged
 }
 
 // agentSees is what of health/ the node agent's non-test code may import:

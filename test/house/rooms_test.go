@@ -36,6 +36,7 @@ var rooms = map[string][]string{
 	"nodecond":         {"locks", "model", "nodestep"},                                                        // the node lifecycle conditions (MaintenanceInProgress, DrainInProgress) of the nodes nodewise has out
 	"silence":          {},                                                                                    // the Alertmanager silence held over a node while it is out
 	"upgradecheck":     {"model"},                                                                             // nodewise precheck's checks before a rollout's first node (reads the cluster, writes nothing)
+	"jobgate":          {},                                                                                    // spec.gates.conformance: the user's Job before nodes start
 	"internal/fixture": {"model"},                                                                             // the unit tests' fleets, targets and pods
 }
 
