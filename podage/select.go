@@ -153,12 +153,14 @@ func candidates(r freshness.Report, p policy, covered func(ns string) bool) []ca
 // recordKey is a status record's candidate key.
 func recordKey(w v1alpha1.PodAgeWorkload) string { return w.Kind + " " + w.Namespace + "/" + w.Name }
 
-// merge brings the status records in line with the candidates at now: a
-// workload that no longer misses the target leaves (unless it is in the
-// wave in flight), a live opt-out is recorded, and an expired one no longer
-// protects. It returns the records and the candidates that need a notice
-// (none sent yet). It is pure.
-func merge(records []v1alpha1.PodAgeWorkload, cands []candidate) ([]v1alpha1.PodAgeWorkload, []candidate) {
+// merge brings the status records in line with the candidates: a workload
+// that no longer misses the target leaves, unless it is in the last wave
+// (restarting, or restarted: the record of what that wave did); a live
+// opt-out is recorded, and an expired one no longer protects; a workload
+// restarted in an earlier wave that misses the target again starts over
+// with a new notice. It returns the records and the candidates that need a
+// notice. It is pure.
+func merge(records []v1alpha1.PodAgeWorkload, cands []candidate, wave int32) ([]v1alpha1.PodAgeWorkload, []candidate) {
 	byKey := map[string]int{}
 	for i, r := range records {
 		byKey[recordKey(r)] = i
@@ -176,9 +178,12 @@ func merge(records []v1alpha1.PodAgeWorkload, cands []candidate) ([]v1alpha1.Pod
 			r = v1alpha1.PodAgeWorkload{Namespace: c.namespace, Kind: c.kind, Name: c.name}
 		}
 		r.Team, r.Owner, r.Why = c.team, c.owner, c.why
+		if r.State == v1alpha1.WorkloadRestarted && r.Wave != wave {
+			r = v1alpha1.PodAgeWorkload{Namespace: c.namespace, Kind: c.kind, Name: c.name, Team: c.team, Owner: c.owner, Why: c.why}
+		}
 		switch {
 		case r.State == v1alpha1.WorkloadRestarting || r.State == v1alpha1.WorkloadRestarted:
-			// In the hands of a wave: never restarted twice for one notice.
+			// In the hands of the last wave: never restarted twice for one notice.
 		case c.optOut != nil:
 			r.State, r.OptOutUntil, r.Message = v1alpha1.WorkloadOptedOut, c.optOut, "opted out until "+c.optOut.UTC().Format(time.RFC3339)
 		case r.NoticeSentAt == nil:
@@ -190,7 +195,7 @@ func merge(records []v1alpha1.PodAgeWorkload, cands []candidate) ([]v1alpha1.Pod
 		out = append(out, r)
 	}
 	for _, r := range records {
-		if !seen[recordKey(r)] && r.State == v1alpha1.WorkloadRestarting {
+		if !seen[recordKey(r)] && (r.State == v1alpha1.WorkloadRestarting || r.State == v1alpha1.WorkloadRestarted && r.Wave == wave) {
 			out = append(out, r)
 		}
 	}

@@ -54,7 +54,7 @@ func (c *Controller) decide(ctx context.Context, p *v1alpha1.PodAgePolicy, snap 
 		return err
 	}
 	c.track(ctx, snap, covered)
-	records, toNotice := merge(st.Workloads, candidates(report, pol, covered))
+	records, toNotice := merge(st.Workloads, candidates(report, pol, covered), st.Wave)
 	st.Workloads = records
 	if err := c.notices(ctx, p, pol, toNotice, now); err != nil {
 		return err

@@ -229,6 +229,21 @@ func (a *ageEnv) get() *v1alpha1.PodAgePolicy {
 	return p
 }
 
+// pass changes the policy's spec (its wave size) and waits until the
+// controller observed it: a whole pass ran on the clock as it is now.
+func (a *ageEnv) pass(waveSize int) *v1alpha1.PodAgePolicy {
+	a.t.Helper()
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, fmt.Appendf(nil, `{"spec":{"waveSize":%d}}`, waveSize), metav1.PatchOptions{}); err != nil {
+		a.t.Fatal(err)
+	}
+	var p *v1alpha1.PodAgePolicy
+	testkit.WaitFor(a.t, 20*time.Second, "a pass on the clock as it is", func() (bool, error) {
+		p = a.get()
+		return p.Status.ObservedGeneration == p.Generation, fmt.Errorf("observed %d of %d", p.Status.ObservedGeneration, p.Generation)
+	})
+	return p
+}
+
 // records are the policy's workload records by "Kind ns/name".
 func records(p *v1alpha1.PodAgePolicy) map[string]v1alpha1.PodAgeWorkload {
 	out := map[string]v1alpha1.PodAgeWorkload{}
@@ -301,16 +316,19 @@ func TestPodAgePolicyRestartsOverAgeAfterNotice(t *testing.T) {
 	a := startAge(t)
 	a.controller(nil)
 	a.policy(true, 10)
-	p := a.noticed()
+	a.noticed()
+	// Half the notice: the restart budget fills, the notice has not run out.
+	a.advance(500 * time.Millisecond)
+	p := a.pass(9)
 	if s := a.stamped(); len(s) > 0 || p.Status.Wave != 0 {
 		t.Fatalf("restarted %v (wave %d) before the notice period passed", s, p.Status.Wave)
 	}
-	a.advance(1100 * time.Millisecond)
+	a.advance(600 * time.Millisecond)
 	testkit.WaitFor(t, 45*time.Second, "the wave", func() (bool, error) {
 		p = a.get()
 		rs := records(p)
 		for _, w := range []string{"Deployment pa-a/web", "Pod pa-a/solo", "Deployment pa-b/api", "Deployment pa-b/expired"} {
-			if _, ok := rs[w]; ok && rs[w].State != v1alpha1.WorkloadRestarted {
+			if rs[w].State != v1alpha1.WorkloadRestarted {
 				return false, fmt.Errorf("%s %s: %s (%s)", w, rs[w].State, rs[w].Message, p.Status.Reason)
 			}
 		}
@@ -347,15 +365,7 @@ func TestPodAgePolicyRestartsNothingOutsideWindow(t *testing.T) {
 	a.policy(false, 10)
 	a.noticed()
 	a.advance(1100 * time.Millisecond)
-	// A spec change the controller must observe: one pass after the clock moved.
-	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, []byte(`{"spec":{"waveSize":9}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var p *v1alpha1.PodAgePolicy
-	testkit.WaitFor(t, 20*time.Second, "a pass after the notice period", func() (bool, error) {
-		p = a.get()
-		return p.Status.ObservedGeneration == p.Generation, fmt.Errorf("observed %d of %d", p.Status.ObservedGeneration, p.Generation)
-	})
+	p := a.pass(9)
 	if s := a.stamped(); len(s) > 0 || p.Status.Wave != 0 {
 		t.Fatalf("restarted %v (wave %d) outside the window", s, p.Status.Wave)
 	}
@@ -364,5 +374,51 @@ func TestPodAgePolicyRestartsNothingOutsideWindow(t *testing.T) {
 	}
 	if p.Status.Phase != v1alpha1.PodAgeWaiting || p.Status.NextWindow == nil || !strings.Contains(p.Status.Reason, "outside the maintenance windows") {
 		t.Errorf("status %s next window %v: %s", p.Status.Phase, p.Status.NextWindow, p.Status.Reason)
+	}
+}
+
+// TestPodAgePolicyHaltsOnFaultyProxyBuild: the proxy build of the
+// namespaces' revision turns faulty (its sidecars reset 30% of their
+// connections) after the workloads started; the policy's first wave, one
+// workload, restarts onto it, the node agents' evidence fails the wave
+// against the workloads not yet restarted, and the policy halts with the
+// reason and the table in status. No other workload is restarted.
+func TestPodAgePolicyHaltsOnFaultyProxyBuild(t *testing.T) {
+	a := startAge(t)
+	a.inj.SetRevision("1-27", "1.27.4-rst")
+	agents := newFakeAgents(a.c.Client)
+	gate, err := revisions.NewAgentGate(revisions.AgentGateConfig{Source: agents, Soak: 3 * time.Second, Baseline: 5 * time.Second, Every: time.Second, Log: zaptest.NewLogger(t).Named("gate")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(a.ctx)
+	t.Cleanup(cancel)
+	go func() { _ = gate.Run(ctx) }()
+	a.controller(revisions.Gates(gate))
+	a.policy(true, 1)
+	a.noticed()
+	// Samples from before the wave: the baseline.
+	time.Sleep(3 * time.Second)
+	a.advance(1100 * time.Millisecond)
+	var p *v1alpha1.PodAgePolicy
+	testkit.WaitFor(t, 60*time.Second, "the halt", func() (bool, error) {
+		p = a.get()
+		if p.Status.Wave > 1 {
+			t.Fatalf("wave %d started: %s", p.Status.Wave, p.Status.Reason)
+		}
+		return p.Status.Phase == v1alpha1.PodAgeHalted, fmt.Errorf("%s: %s", p.Status.Phase, p.Status.Reason)
+	})
+	t.Logf("halted: %s", p.Status.Reason)
+	if !strings.Contains(p.Status.Reason, "wave 1 failed its gate") || !strings.Contains(p.Status.Reason, "resetsReceived") {
+		t.Errorf("halt reason %q does not name the wave's resets", p.Status.Reason)
+	}
+	if j := p.Status.Judgement; j == nil || j.Outcome != "Fail" || len(j.Rows) == 0 {
+		t.Errorf("judgement %+v, want a Fail with its table", j)
+	}
+	if got := strings.Join(a.stamped(), " "); got != "pa-a/web" {
+		t.Errorf("restarted %q, want only the first wave's pa-a/web", got)
+	}
+	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
+		t.Errorf("solo evicted after the halt: %v", err)
 	}
 }
