@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -115,6 +116,9 @@ func (c *Controller) Run(ctx context.Context) error {
 // Pass reads the cluster once and takes one step of every policy.
 func (c *Controller) Pass(ctx context.Context) error {
 	list, err := c.cfg.Policies.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // the CRD is not installed: no policy
+	}
 	if err != nil {
 		return fmt.Errorf("listing PodAgePolicies: %w", err)
 	}
