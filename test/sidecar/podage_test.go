@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/notify"
@@ -167,13 +170,17 @@ func (a *ageEnv) advance(d time.Duration) { a.now.Add(int64(d)) }
 
 // controller runs a PodAgePolicy controller on the test's clock, sending
 // notices through a notify.Notifier whose default webhook is a.def.
-func (a *ageEnv) controller(gate revisions.Gate) {
+func (a *ageEnv) controller(gate revisions.Gate) { a.controllerWith(a.c.Client, gate) }
+
+// controllerWith runs a controller that reaches the cluster through kube;
+// stop ends it.
+func (a *ageEnv) controllerWith(kube kubernetes.Interface, gate revisions.Gate) (stop func()) {
 	a.t.Helper()
 	n, err := notify.New(notify.Config{Source: noRollouts{}, Cluster: "test", URL: a.def.srv.URL, Format: notify.FormatGeneric})
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	ctrl, err := podage.New(podage.Config{Kube: a.c.Client, Policies: a.pc, Notifier: n, Gate: gate, Namespace: a.ctrlNS,
+	ctrl, err := podage.New(podage.Config{Kube: kube, Policies: a.pc, Notifier: n, Gate: gate, Namespace: a.ctrlNS,
 		Interval: 200 * time.Millisecond, Now: a.clock, Log: zaptest.NewLogger(a.t).Named("podage"), Registry: prometheus.NewRegistry()})
 	if err != nil {
 		a.t.Fatal(err)
@@ -181,7 +188,16 @@ func (a *ageEnv) controller(gate revisions.Gate) {
 	ctx, cancel := context.WithCancel(a.ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ctrl.Run(ctx) }()
-	a.t.Cleanup(func() { cancel(); <-done })
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	a.t.Cleanup(stop)
+	return stop
 }
 
 type noRollouts struct{}
@@ -420,5 +436,73 @@ func TestPodAgePolicyHaltsOnFaultyProxyBuild(t *testing.T) {
 	}
 	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
 		t.Errorf("solo evicted after the halt: %v", err)
+	}
+}
+
+// TestPodAgePolicyResumesAWaveWithoutRestartingTwice: a controller that
+// records its first wave and dies before any restart reaches the cluster
+// (every restart and eviction it sends fails) leaves the wave in status; a
+// new controller makes exactly those restarts, with the recorded stamps,
+// once each, and starts no second wave for them.
+func TestPodAgePolicyResumesAWaveWithoutRestartingTwice(t *testing.T) {
+	a := startAge(t)
+	cfg := rest.CopyConfig(a.c.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/deployments/") || strings.HasSuffix(r.URL.Path, "/eviction") {
+				return nil, errors.New("the controller died here")
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	dying, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := a.controllerWith(dying, nil)
+	a.policy(true, 10)
+	a.noticed()
+	a.advance(1100 * time.Millisecond)
+	wave := []string{"Deployment pa-a/web", "Deployment pa-b/api", "Deployment pa-b/expired", "Pod pa-a/solo"}
+	var p *v1alpha1.PodAgePolicy
+	testkit.WaitFor(t, 20*time.Second, "the wave recorded", func() (bool, error) {
+		p = a.get()
+		rs := records(p)
+		for _, w := range wave {
+			if rs[w].State != v1alpha1.WorkloadRestarting || rs[w].RestartedAt == "" {
+				return false, fmt.Errorf("%s %s (%s)", w, rs[w].State, p.Status.Reason)
+			}
+		}
+		return true, nil
+	})
+	stop()
+	if s := a.stamped(); len(s) > 0 {
+		t.Fatalf("restarted %v by a controller whose restarts all failed", s)
+	}
+	recorded := records(p)
+	a.controller(nil)
+	testkit.WaitFor(t, 45*time.Second, "the wave finished by the new controller", func() (bool, error) {
+		p = a.get()
+		return p.Status.Phase == v1alpha1.PodAgeWaiting && records(p)["Deployment pa-a/web"].State == v1alpha1.WorkloadRestarted, fmt.Errorf("%s: %s", p.Status.Phase, p.Status.Reason)
+	})
+	if p.Status.Wave != 1 {
+		t.Errorf("wave %d, want the recorded wave 1 finished", p.Status.Wave)
+	}
+	for _, w := range []struct{ ns, name string }{{"pa-a", "web"}, {"pa-b", "api"}, {"pa-b", "expired"}} {
+		d, err := a.c.Client.AppsV1().Deployments(w.ns).Get(a.ctx, w.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := recorded["Deployment "+w.ns+"/"+w.name].RestartedAt
+		if got := d.Spec.Template.Annotations[revisions.AnnotationRestartedAt]; got != want {
+			t.Errorf("%s/%s stamped %q, want the recorded %q", w.ns, w.name, got, want)
+		}
+		rss, err := a.c.Client.AppsV1().ReplicaSets(w.ns).List(a.ctx, metav1.ListOptions{LabelSelector: "app=" + w.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rss.Items) != 2 {
+			t.Errorf("%s/%s has %d ReplicaSets, want 2: restarted exactly once", w.ns, w.name, len(rss.Items))
+		}
 	}
 }
