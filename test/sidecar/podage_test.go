@@ -41,6 +41,8 @@ type ageEnv struct {
 	now        atomic.Int64
 	teamA, def *inbox
 	ctrlNS     string
+	// rate is the policy's restart budget (default 100 pods/s, no namespace limit).
+	rate v1alpha1.PodAgeRateLimit
 }
 
 // inbox is a webhook that keeps the notices it receives.
@@ -228,12 +230,19 @@ func (a *ageEnv) policy(open bool, waveSize int32) {
 			Notice:             &v1alpha1.Duration{Duration: time.Second},
 			MaintenanceWindows: []v1alpha1.MaintenanceWindow{a.window(open)},
 			Routes:             []v1alpha1.NoticeRoute{{Team: "a", Secret: "team-a-webhook"}},
-			RateLimit:          v1alpha1.PodAgeRateLimit{PodsPerSecond: 100},
+			RateLimit:          a.rateLimit(),
 			WaveSize:           waveSize,
 		},
 	}, metav1.CreateOptions{}); err != nil {
 		a.t.Fatal(err)
 	}
+}
+
+func (a *ageEnv) rateLimit() v1alpha1.PodAgeRateLimit {
+	if a.rate.PodsPerSecond == 0 {
+		return v1alpha1.PodAgeRateLimit{PodsPerSecond: 100}
+	}
+	return a.rate
 }
 
 func (a *ageEnv) get() *v1alpha1.PodAgePolicy {
@@ -504,5 +513,53 @@ func TestPodAgePolicyResumesAWaveWithoutRestartingTwice(t *testing.T) {
 		if len(rss.Items) != 2 {
 			t.Errorf("%s/%s has %d ReplicaSets, want 2: restarted exactly once", w.ns, w.name, len(rss.Items))
 		}
+	}
+}
+
+// TestPodAgePolicyKeepsToItsRestartBudgets: the controller's clock stands
+// still, so each budget holds exactly what the test lets accrue. With one
+// pod a second per namespace, the first wave takes one workload of each
+// namespace and the others wait for their namespace's budget; with one pod
+// a second cluster-wide, the next wave takes one workload and the other
+// waits for the cluster's.
+func TestPodAgePolicyKeepsToItsRestartBudgets(t *testing.T) {
+	a := startAge(t)
+	a.rate = v1alpha1.PodAgeRateLimit{PodsPerSecond: 100, NamespacePodsPerSecond: 1}
+	a.controller(nil)
+	a.policy(true, 10)
+	a.noticed()
+	a.advance(1100 * time.Millisecond)
+	var p *v1alpha1.PodAgePolicy
+	testkit.WaitFor(t, 45*time.Second, "the first wave", func() (bool, error) {
+		p = a.get()
+		return p.Status.Wave == 1 && p.Status.Phase == v1alpha1.PodAgeWaiting, fmt.Errorf("wave %d %s: %s", p.Status.Wave, p.Status.Phase, p.Status.Reason)
+	})
+	if got := strings.Join(a.stamped(), " "); got != "pa-a/web pa-b/api" {
+		t.Errorf("first wave restarted %q, want one workload a namespace: pa-a/web pa-b/api", got)
+	}
+	rs := records(p)
+	for _, w := range []string{"Deployment pa-b/expired", "Pod pa-a/solo"} {
+		if !strings.Contains(rs[w].Message, "namespace") || rs[w].State != v1alpha1.WorkloadNoticed {
+			t.Errorf("%s %s: %q, want it waiting for its namespace's budget", w, rs[w].State, rs[w].Message)
+		}
+	}
+	// A new budget: one pod a second for the whole cluster.
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, []byte(`{"spec":{"rateLimit":{"podsPerSecond":1,"namespacePodsPerSecond":100}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.pass(8)
+	a.advance(1100 * time.Millisecond)
+	testkit.WaitFor(t, 45*time.Second, "the second wave", func() (bool, error) {
+		p = a.get()
+		return p.Status.Wave == 2 && p.Status.Phase == v1alpha1.PodAgeWaiting, fmt.Errorf("wave %d %s: %s", p.Status.Wave, p.Status.Phase, p.Status.Reason)
+	})
+	if got := strings.Join(a.stamped(), " "); got != "pa-a/web pa-b/api pa-b/expired" {
+		t.Errorf("after the second wave restarted %q, want pa-b/expired added alone", got)
+	}
+	if r := records(p)["Pod pa-a/solo"]; !strings.Contains(r.Message, "restart budget (1 pods/s)") || r.State != v1alpha1.WorkloadNoticed {
+		t.Errorf("solo %s: %q, want it waiting for the cluster's budget", r.State, r.Message)
+	}
+	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
+		t.Errorf("solo evicted past the cluster's budget: %v", err)
 	}
 }
