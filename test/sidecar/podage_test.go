@@ -446,6 +446,26 @@ func TestPodAgePolicyHaltsOnFaultyProxyBuild(t *testing.T) {
 	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
 		t.Errorf("solo evicted after the halt: %v", err)
 	}
+	// The verbs `nodewise podage resume` and `abort` send: resume judges the
+	// halted wave again (still faulty: halted again, nothing more restarted);
+	// abort stops the policy.
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, revisions.ResumePatch("r1"), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the resumed wave judged again", func() (bool, error) {
+		p = a.get()
+		return p.Status.ResumeToken == "r1" && p.Status.Phase == v1alpha1.PodAgeHalted, fmt.Errorf("%s: %s", p.Status.Phase, p.Status.Reason)
+	})
+	if got := strings.Join(a.stamped(), " "); got != "pa-a/web" || p.Status.Wave != 1 {
+		t.Errorf("after resume: wave %d, restarted %q; want wave 1 judged again and nothing more restarted", p.Status.Wave, got)
+	}
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, []byte(`{"spec":{"abort":"faulty 1.27.4 build"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 20*time.Second, "aborted", func() (bool, error) {
+		p = a.get()
+		return p.Status.Phase == v1alpha1.PodAgeAborted, fmt.Errorf("%s: %s", p.Status.Phase, p.Status.Reason)
+	})
 }
 
 // TestPodAgePolicyResumesAWaveWithoutRestartingTwice: a controller that
@@ -543,11 +563,25 @@ func TestPodAgePolicyKeepsToItsRestartBudgets(t *testing.T) {
 			t.Errorf("%s %s: %q, want it waiting for its namespace's budget", w, rs[w].State, rs[w].Message)
 		}
 	}
-	// A new budget: one pod a second for the whole cluster.
-	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, []byte(`{"spec":{"rateLimit":{"podsPerSecond":1,"namespacePodsPerSecond":100}}}`), metav1.PatchOptions{}); err != nil {
+	// Paused (`nodewise podage pause`): no wave starts, though the
+	// namespaces' budgets now allow the two that wait.
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, revisions.PausePatch(), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	a.pass(8)
+	a.pass(7)
+	a.advance(1100 * time.Millisecond)
+	if p = a.pass(6); p.Status.Phase != v1alpha1.PodAgePaused || p.Status.Wave != 1 {
+		t.Fatalf("paused policy: wave %d %s: %s", p.Status.Wave, p.Status.Phase, p.Status.Reason)
+	}
+	// Resumed (`nodewise podage resume`) with a new budget: one pod a second
+	// for the whole cluster, starting empty.
+	resume := string(revisions.ResumePatch("r1"))
+	resume = strings.Replace(resume, `"paused":false`, `"paused":false,"rateLimit":{"podsPerSecond":1,"namespacePodsPerSecond":100}`, 1)
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, []byte(resume), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.pass(5) // the resume acknowledged
+	a.pass(4) // a pass that looks for a wave: the new budget starts here
 	a.advance(1100 * time.Millisecond)
 	testkit.WaitFor(t, 45*time.Second, "the second wave", func() (bool, error) {
 		p = a.get()
