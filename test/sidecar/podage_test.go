@@ -238,6 +238,19 @@ func (a *ageEnv) policy(open bool, waveSize int32) {
 	}
 }
 
+// setWindow makes the policy's only maintenance window open or closed at
+// the clock as it is now.
+func (a *ageEnv) setWindow(open bool) {
+	a.t.Helper()
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"maintenanceWindows": []v1alpha1.MaintenanceWindow{a.window(open)}}})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if _, err := a.pc.Patch(a.ctx, "age", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
 func (a *ageEnv) rateLimit() v1alpha1.PodAgeRateLimit {
 	if a.rate.PodsPerSecond == 0 {
 		return v1alpha1.PodAgeRateLimit{PodsPerSecond: 100}
@@ -331,9 +344,10 @@ func (a *ageEnv) noticed() *v1alpha1.PodAgePolicy {
 	return p
 }
 
-// TestPodAgePolicyRestartsOverAgeAfterNotice: in an open window, only the
-// over-age workloads of both teams are restarted, each only after its team
-// was told through its own route and the notice period passed: the
+// TestPodAgePolicyRestartsOverAgeAfterNotice: only the over-age workloads
+// of both teams are restarted, each only after its team was told through
+// its own route and the notice period passed, and only inside the window
+// (closed, the policy restarts nothing and says when restarts resume): the
 // Deployments by their own rollout restart, the bare pod by eviction; the
 // one whose PDB allows no disruption is blocked and says so; a live opt-out
 // protects, an expired one does not; the young workloads are left alone.
@@ -348,7 +362,21 @@ func TestPodAgePolicyRestartsOverAgeAfterNotice(t *testing.T) {
 	if s := a.stamped(); len(s) > 0 || p.Status.Wave != 0 {
 		t.Fatalf("restarted %v (wave %d) before the notice period passed", s, p.Status.Wave)
 	}
+	// The window closes and the notice runs out: nothing is restarted.
+	a.setWindow(false)
 	a.advance(600 * time.Millisecond)
+	p = a.pass(8)
+	if s := a.stamped(); len(s) > 0 || p.Status.Wave != 0 {
+		t.Fatalf("restarted %v (wave %d) outside the window", s, p.Status.Wave)
+	}
+	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
+		t.Fatalf("solo evicted outside the window: %v", err)
+	}
+	if p.Status.Phase != v1alpha1.PodAgeWaiting || p.Status.NextWindow == nil || !strings.Contains(p.Status.Reason, "outside the maintenance windows") {
+		t.Errorf("status %s next window %v: %s", p.Status.Phase, p.Status.NextWindow, p.Status.Reason)
+	}
+	// The window opens.
+	a.setWindow(true)
 	testkit.WaitFor(t, 45*time.Second, "the wave", func() (bool, error) {
 		p = a.get()
 		rs := records(p)
@@ -378,27 +406,6 @@ func TestPodAgePolicyRestartsOverAgeAfterNotice(t *testing.T) {
 	}
 	if r := rs["Deployment pa-b/optout"]; r.State != v1alpha1.WorkloadOptedOut {
 		t.Errorf("optout is %s, want OptedOut", r.State)
-	}
-}
-
-// TestPodAgePolicyRestartsNothingOutsideWindow: with its window closed, a
-// policy tells the owners but restarts nothing, though the notice period
-// has passed, and says when restarts resume.
-func TestPodAgePolicyRestartsNothingOutsideWindow(t *testing.T) {
-	a := startAge(t)
-	a.controller(nil)
-	a.policy(false, 10)
-	a.noticed()
-	a.advance(1100 * time.Millisecond)
-	p := a.pass(9)
-	if s := a.stamped(); len(s) > 0 || p.Status.Wave != 0 {
-		t.Fatalf("restarted %v (wave %d) outside the window", s, p.Status.Wave)
-	}
-	if _, err := a.c.Client.CoreV1().Pods("pa-a").Get(a.ctx, "solo", metav1.GetOptions{}); err != nil {
-		t.Fatalf("solo evicted outside the window: %v", err)
-	}
-	if p.Status.Phase != v1alpha1.PodAgeWaiting || p.Status.NextWindow == nil || !strings.Contains(p.Status.Reason, "outside the maintenance windows") {
-		t.Errorf("status %s next window %v: %s", p.Status.Phase, p.Status.NextWindow, p.Status.Reason)
 	}
 }
 
