@@ -9,6 +9,8 @@
 // generic JSON one, through a retrying HTTP client. It watches their status
 // from outside the controllers (observe, diff, send), so it needs nothing but
 // read access to both kinds; run it under its own Lease so one replica sends.
+// The PodAgePolicy controller sends its notices (a team's workloads to be
+// restarted, and from when) through SendTo, to each team's own webhook.
 package notify
 
 import (
@@ -31,6 +33,9 @@ const (
 	Completed Kind = "completed"
 	Failed    Kind = "failed"  // a rollout that cannot run at all (Failed), and why
 	Verdict   Kind = "verdict" // a canary node's gate verdict
+	// Notice tells a team ahead of time that a PodAgePolicy will restart
+	// its workloads, and from when.
+	Notice Kind = "notice"
 )
 
 // Event is one message: the generic shape as JSON.
@@ -41,6 +46,11 @@ type Event struct {
 	// Rollout names a NodeRollout's event, Migration a RevisionMigration's.
 	Rollout   string `json:"rollout,omitempty"`
 	Migration string `json:"migration,omitempty"`
+	// Policy names a PodAgePolicy's notice; Team is the team told, and
+	// Workloads what will be restarted ("Deployment ns/name").
+	Policy    string   `json:"policy,omitempty"`
+	Team      string   `json:"team,omitempty"`
+	Workloads []string `json:"workloads,omitempty"`
 	// Wave is a migration's current wave (halted: the wave that failed).
 	Wave    string   `json:"wave,omitempty"`
 	Nodes   []string `json:"nodes,omitempty"` // halted: the failed nodes; verdict: the canary
@@ -90,6 +100,9 @@ func (e Event) Text() string {
 
 func (e Event) text() string {
 	from := "nodewise [" + e.Cluster + "]"
+	if e.Kind == Notice {
+		return fmt.Sprintf(":alarm_clock: %s: PodAgePolicy %s will restart team %s's %s: %s", from, e.Policy, e.Team, strings.Join(e.Workloads, ", "), e.Headline)
+	}
 	if e.Migration != "" {
 		switch e.Kind {
 		case Halted:
@@ -114,6 +127,8 @@ func (e Event) text() string {
 // node or of a canary's verdict, else the rollout's or the migration's.
 func (e Event) page() []string {
 	switch {
+	case e.Policy != "":
+		return []string{"freshness"}
 	case e.Migration != "":
 		return []string{"migrations", e.Migration}
 	case len(e.Nodes) == 1 && (e.Kind == Halted || e.Kind == Verdict):

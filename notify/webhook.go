@@ -197,24 +197,36 @@ func (n *Notifier) Body(e Event) ([]byte, error) {
 }
 
 // Send posts one event, retrying refused or failed attempts.
-func (n *Notifier) Send(ctx context.Context, e Event) error {
+func (n *Notifier) Send(ctx context.Context, e Event) error { return n.SendTo(ctx, "", e) }
+
+// SendTo posts one event to a route of its own (a team's webhook, http or
+// https), in the configured format; "" is the configured webhook.
+func (n *Notifier) SendTo(ctx context.Context, route string, e Event) error {
+	target := n.cfg.URL
+	if route != "" {
+		u, err := url.Parse(route)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("notify: route %q: want an http:// or https:// URL", redact(route))
+		}
+		target = route
+	}
 	body, err := n.Body(e)
 	if err != nil {
 		return err
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, n.cfg.URL, bytes.NewReader(body))
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("building the request to %s: %w", redact(n.cfg.URL), err)
+		return fmt.Errorf("building the request to %s: %w", redact(target), err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("posting to %s: %w", redact(n.cfg.URL), err)
+		return fmt.Errorf("posting to %s: %w", redact(target), err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("posting to %s: %s", redact(n.cfg.URL), resp.Status)
+		return fmt.Errorf("posting to %s: %s", redact(target), resp.Status)
 	}
 	n.cfg.Logger.Info("notified", zap.String("kind", string(e.Kind)), zap.String("rollout", e.Rollout), zap.String("migration", e.Migration), zap.Strings("nodes", e.Nodes))
 	return nil

@@ -54,6 +54,20 @@ type RevisionMigrationInterface interface {
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
+// PodAgePolicyInterface reads and writes PodAgePolicies (cluster-scoped),
+// with the methods client-gen would generate.
+// +kubebuilder:object:generate=false
+type PodAgePolicyInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*PodAgePolicy, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*PodAgePolicyList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Create(ctx context.Context, p *PodAgePolicy, opts metav1.CreateOptions) (*PodAgePolicy, error)
+	Update(ctx context.Context, p *PodAgePolicy, opts metav1.UpdateOptions) (*PodAgePolicy, error)
+	UpdateStatus(ctx context.Context, p *PodAgePolicy, opts metav1.UpdateOptions) (*PodAgePolicy, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*PodAgePolicy, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
 // Client is the typed client of the nodewise.io/v1alpha1 group: one REST
 // client, one Scheme, a typed accessor per resource.
 // +kubebuilder:object:generate=false
@@ -85,4 +99,10 @@ func (c *Client) NodeRollouts() NodeRolloutInterface {
 func (c *Client) RevisionMigrations() RevisionMigrationInterface {
 	return gentype.NewClientWithList[*RevisionMigration, *RevisionMigrationList]("revisionmigrations", c.rc, metav1.ParameterCodec, "",
 		func() *RevisionMigration { return &RevisionMigration{} }, func() *RevisionMigrationList { return &RevisionMigrationList{} })
+}
+
+// PodAgePolicies is the PodAgePolicy resource.
+func (c *Client) PodAgePolicies() PodAgePolicyInterface {
+	return gentype.NewClientWithList[*PodAgePolicy, *PodAgePolicyList]("podagepolicies", c.rc, metav1.ParameterCodec, "",
+		func() *PodAgePolicy { return &PodAgePolicy{} }, func() *PodAgePolicyList { return &PodAgePolicyList{} })
 }

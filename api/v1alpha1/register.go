@@ -19,7 +19,7 @@ var (
 // addKnownTypes lists the kinds explicitly (no init-time registration), so
 // Scheme, built at package initialisation, holds them.
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &NodeRollout{}, &NodeRolloutList{}, &RevisionMigration{}, &RevisionMigrationList{})
+	s.AddKnownTypes(GroupVersion, &NodeRollout{}, &NodeRolloutList{}, &RevisionMigration{}, &RevisionMigrationList{}, &PodAgePolicy{}, &PodAgePolicyList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

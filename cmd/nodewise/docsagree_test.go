@@ -37,7 +37,8 @@ func TestDocsAgreeWithTheCode(t *testing.T) {
 	root := filepath.Join("..", "..")
 	kinds, err := docscheck.FromCRDs(
 		filepath.Join(root, "deploy", "crds", "nodewise.io_noderollouts.yaml"),
-		filepath.Join(root, "deploy", "crds", "nodewise.io_revisionmigrations.yaml"))
+		filepath.Join(root, "deploy", "crds", "nodewise.io_revisionmigrations.yaml"),
+		filepath.Join(root, "deploy", "crds", "nodewise.io_podagepolicies.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

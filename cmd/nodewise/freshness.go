@@ -1,18 +1,24 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/freshness"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
+	"github.com/nodewise/nodewise/podage"
 )
 
 func newFreshnessCmd(g *globalFlags) *cobra.Command {
@@ -61,13 +67,23 @@ func newFreshnessCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var policies []v1alpha1.PodAgePolicy
+			if contract {
+				if policies, err = podAgePolicies(cmd.Context(), g); err != nil {
+					return err
+				}
+				// The enforced policy's target is the published one.
+				if len(policies) > 0 {
+					target, keys = policyTarget(policies[0].Spec, target, keys)
+				}
+			}
 			r, err := freshness.Observe(cmd.Context(), client, inventory.Options{IstioNamespace: f.istioNamespace}, target, keys, time.Now())
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
 			if contract {
-				return printContract(out, r)
+				return printContract(out, r, policies)
 			}
 			names := func() []string {
 				var n []string
@@ -182,7 +198,42 @@ func dash(s string) string {
 	return s
 }
 
-func printContract(out io.Writer, r freshness.Report) error {
+// podAgePolicies lists the PodAgePolicies by name; none when their CRD is
+// not installed.
+func podAgePolicies(ctx context.Context, g *globalFlags) ([]v1alpha1.PodAgePolicy, error) {
+	pc, err := podAgeClient(g)
+	if err != nil {
+		return nil, err
+	}
+	list, err := pc.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing PodAgePolicies: %w", g.clarify(ctx, err))
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items, nil
+}
+
+// policyTarget is a policy's target and keys over the flags'.
+func policyTarget(s v1alpha1.PodAgePolicySpec, t freshness.Target, k freshness.Keys) (freshness.Target, freshness.Keys) {
+	if s.MaxAge != nil && s.MaxAge.Err() == nil {
+		t.MaxAge = s.MaxAge.Duration
+	}
+	if s.MaxMinorsBehind != nil {
+		t.MaxMinorsBehind = int(*s.MaxMinorsBehind)
+	}
+	if s.TeamKey != "" {
+		k.Team = s.TeamKey
+	}
+	if s.OwnerKey != "" {
+		k.Owner = s.OwnerKey
+	}
+	return t, k
+}
+
+func printContract(out io.Writer, r freshness.Report, policies []v1alpha1.PodAgePolicy) error {
 	p := skew.DefaultPolicy()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Proxy freshness contract\n\n")
@@ -202,7 +253,17 @@ func printContract(out io.Writer, r freshness.Report) error {
 	}
 	b.WriteString(".\n")
 	fmt.Fprintf(&b, "- **Teams and owners:** the `%s` and `%s` label or annotation of the workload, else of its namespace.\n", r.Keys.Team, r.Keys.Owner)
-	b.WriteString("- **What happens to workloads that miss the target:** they are reported to their team (`nodewise freshness`, the `nodewise_freshness_*` metrics). A proxy changes version only when its pod restarts; the platform moves namespaces between revisions with RevisionMigration waves, which restart the workloads of each wave.\n")
+	b.WriteString("- **What happens to workloads that miss the target:** they are reported to their team (`nodewise freshness`, the `nodewise_freshness_*` metrics). A proxy changes version only when its pod restarts; the platform moves namespaces between revisions with RevisionMigration waves, which restart the workloads of each wave.")
+	if len(policies) == 0 {
+		b.WriteString(" No PodAgePolicy enforces the target: nothing restarts a workload for its age.\n")
+	} else {
+		b.WriteString("\n")
+	}
+	for _, p := range policies {
+		for _, line := range podage.Contract(p) {
+			b.WriteString("- " + line + "\n")
+		}
+	}
 	fmt.Fprintf(&b, "\nToday: %s.\n", r.Summary())
 	_, err := io.WriteString(out, b.String())
 	return err

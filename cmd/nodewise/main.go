@@ -60,7 +60,7 @@ func newRootCmd(argv0 string) *cobra.Command {
 	g.conn.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		newSimCmd(g),
-		newInventoryCmd(g), newFreshnessCmd(g), newPrecheckCmd(g), newUpgradeCmd(g), newSkewCmd(g), newFleetCmd(g), newTagCmd(g), newRevisionCmd(g),
+		newInventoryCmd(g), newFreshnessCmd(g), newPrecheckCmd(g), newUpgradeCmd(g), newSkewCmd(g), newFleetCmd(g), newTagCmd(g), newRevisionCmd(g), newPodAgeCmd(g),
 		newPlanCmd(g), newApplyCmd(g), newGetCmd(g), newStatusCmd(g), newPauseCmd(g), newResumeCmd(g), newAbortCmd(g), newRollbackCmd(g), newRetryCmd(g), newSkipCmd(g),
 		newExplainCmd(g), newDashboardCmd(g), newDemoCmd(g), newVersionCmd(g),
 	)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -12,6 +14,7 @@ import (
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/notify"
 	"github.com/nodewise/nodewise/orchestrator"
+	"github.com/nodewise/nodewise/podage"
 )
 
 // notifyFlags turn on the webhook notifier (package notify).
@@ -52,4 +55,29 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 			Version: buildinfo.Version(),
 		}, n.Run)
 	}, nil
+}
+
+// noticeSender is what sends a PodAgePolicy's notices: the webhook notifier
+// (a team's route overrides its URL); nil without a webhook, and then no
+// policy restarts anything, since no notice can go out.
+func noticeSender(f notifyFlags, log *zap.Logger) (podage.Notifier, error) {
+	if f.webhook == "" {
+		return nil, nil
+	}
+	if f.cluster == "" {
+		return nil, errors.New("--notify-cluster is required with a webhook: every message names its cluster")
+	}
+	n, err := notify.New(notify.Config{Source: noRollouts{}, Cluster: f.cluster, URL: f.webhook, Format: f.format,
+		DashboardURL: f.dashboard, Logger: log.Named("notices")})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// noRollouts is the notice sender's Source: it sends, it never watches.
+type noRollouts struct{}
+
+func (noRollouts) List(context.Context, metav1.ListOptions) (*v1alpha1.NodeRolloutList, error) {
+	return &v1alpha1.NodeRolloutList{}, nil
 }

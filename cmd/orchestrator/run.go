@@ -23,6 +23,7 @@ import (
 	"github.com/nodewise/nodewise/leader"
 	"github.com/nodewise/nodewise/orchestrator"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
+	"github.com/nodewise/nodewise/podage"
 	"github.com/nodewise/nodewise/revisions"
 )
 
@@ -277,12 +278,25 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 	if err != nil {
 		return nil, err
 	}
+	// The PodAgePolicy controller restarts workloads as the migrations do,
+	// with the same rights, gate and Lease.
+	notices, err := noticeSender(rc.notify, log)
+	if err != nil {
+		return nil, err
+	}
+	ages, err := podage.New(podage.Config{
+		Kube: kube, Policies: nwc.PodAgePolicies(), Notifier: notices, Gate: gate, Inventory: opts,
+		Namespace: cfg.Namespace, Log: log.Named("podage"), Registry: cfg.Registry,
+	})
+	if err != nil {
+		return nil, err
+	}
 	lead := func(ctx context.Context) error {
 		return leader.Run(ctx, leader.Election{
 			Client: kube, Namespace: cfg.Namespace, Name: revisions.LeaseName, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
 			Version: buildinfo.Version(),
-		}, ctrl.Run)
+		}, func(ctx context.Context) error { return runAll(ctx, []task{ctrl.Run, ages.Run}) })
 	}
 	return append(tasks, lead), nil
 }

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
 )
@@ -100,6 +101,9 @@ type Workload struct {
 	// the designated version (Pinned says why).
 	NextRestart *metav1.Time `json:"nextRestart,omitempty"`
 	Pinned      string       `json:"pinned,omitempty"`
+	// OptedOutUntil is when its max-age opt-out
+	// (v1alpha1.AnnotationMaxAgeOptOutUntil) ends, while it protects.
+	OptedOutUntil *metav1.Time `json:"optedOutUntil,omitempty"`
 }
 
 // Ref is "Deployment ns/name".
@@ -115,6 +119,8 @@ type Group struct {
 	MinorsBehind int          `json:"minorsBehind"`
 	OldestPod    *metav1.Time `json:"oldestPod,omitempty"`
 	Exposure     Exposure     `json:"exposure"`
+	// OptedOut counts the workloads a live max-age opt-out protects.
+	OptedOut int `json:"optedOut,omitempty"`
 }
 
 // Exposure is how long until every stale proxy of a group runs the
@@ -271,6 +277,7 @@ func Build(opts inventory.Options, o Objects, t Target, keys Keys, now time.Time
 			w.Team = pick(keys.Team, meta, namespaces[p.Namespace], NoTeam)
 			w.Owner = pick(keys.Owner, meta, namespaces[p.Namespace], "")
 			w.Restarts = h.revisions[k]
+			w.OptedOutUntil = OptOutUntil(meta, now)
 			byRef[k] = w
 			order = append(order, w)
 		}
@@ -376,6 +383,25 @@ func pinned(inv inventory.Inventory, revision string, target skew.Version) strin
 	return fmt.Sprintf("its namespace is on revision %s (%s): a restart keeps it there; migrate the namespace", revision, ver)
 }
 
+// OptOutUntil is when a workload's max-age opt-out ends, read from its
+// v1alpha1.AnnotationMaxAgeOptOutUntil annotation; nil when it has none, its
+// time is past at now, or it is not an RFC 3339 time (which protects nothing).
+func OptOutUntil(meta *metav1.ObjectMeta, now time.Time) *metav1.Time {
+	if meta == nil {
+		return nil
+	}
+	v, ok := meta.Annotations[v1alpha1.AnnotationMaxAgeOptOutUntil]
+	if !ok {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil || !t.After(now) {
+		return nil
+	}
+	mt := metav1.NewTime(t)
+	return &mt
+}
+
 // pick reads key from the workload's labels, then its annotations, then the
 // namespace's labels and annotations.
 func pick(key string, meta *metav1.ObjectMeta, ns *corev1.Namespace, def string) string {
@@ -465,6 +491,9 @@ func (g *Group) add(w Workload, now time.Time) {
 	g.Lagging += w.Lagging
 	g.OverAge += w.OverAge
 	g.MinorsBehind = max(g.MinorsBehind, w.MinorsBehind)
+	if w.OptedOutUntil != nil {
+		g.OptedOut++
+	}
 	if w.OldestPod != nil && (g.OldestPod == nil || w.OldestPod.Before(g.OldestPod)) {
 		g.OldestPod = w.OldestPod
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/skew"
@@ -336,5 +337,39 @@ nodewise_freshness_waypoints{namespace="mesh"} 2
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "nodewise_freshness_waypoints", "nodewise_freshness_stale_waypoints"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestOptOutCountedUntilItExpires: a workload whose max-age opt-out lies
+// ahead is counted as opted out, with its end; one whose opt-out has passed,
+// or is not an RFC 3339 time, is not.
+func TestOptOutCountedUntilItExpires(t *testing.T) {
+	f := twoTeams()
+	for i, v := range map[string]string{"cart": now.Add(day).Format(time.RFC3339), "pay": now.Add(-time.Hour).Format(time.RFC3339), "legacy": "next week"} {
+		for j := range f.o.Deployments {
+			if f.o.Deployments[j].Name == i {
+				f.o.Deployments[j].Annotations = map[string]string{v1alpha1.AnnotationMaxAgeOptOutUntil: v}
+			}
+		}
+	}
+	r := f.build(t, Target{MaxMinorsBehind: 1, MaxAge: 30 * day})
+	if w := workload(t, r, "Deployment shop/cart"); w.OptedOutUntil == nil || !w.OptedOutUntil.Equal(&metav1.Time{Time: now.Add(day)}) {
+		t.Errorf("cart opted out until %v, want %s", w.OptedOutUntil, now.Add(day))
+	}
+	for _, ref := range []string{"Deployment shop/pay", "Deployment shop/legacy"} {
+		if w := workload(t, r, ref); w.OptedOutUntil != nil {
+			t.Errorf("%s opted out until %s: an expired or unreadable opt-out protects nothing", ref, w.OptedOutUntil)
+		}
+	}
+	if r.Fleet.OptedOut != 1 {
+		t.Errorf("fleet counts %d opted-out workloads, want 1", r.Fleet.OptedOut)
+	}
+	for _, g := range r.Teams {
+		if want := map[string]int{"payments": 1}[g.Name]; g.OptedOut != want {
+			t.Errorf("team %s counts %d opted out, want %d", g.Name, g.OptedOut, want)
+		}
+	}
+	if line := r.Line(r.Fleet); !strings.Contains(line, "1 workload opted out") {
+		t.Errorf("fleet line %q does not count the opt-out", line)
 	}
 }

@@ -26,6 +26,9 @@ func (r Report) Line(g Group) string {
 	if g.OverAge > 0 {
 		fmt.Fprintf(&b, "; %d over the %s maximum age", g.OverAge, Human(r.MaxAge.Duration))
 	}
+	if g.OptedOut > 0 {
+		fmt.Fprintf(&b, "; %d workload%s opted out of the maximum age", g.OptedOut, plural(g.OptedOut))
+	}
 	if g.Stale > 0 {
 		b.WriteString("; " + r.exposure(g.Exposure))
 	}

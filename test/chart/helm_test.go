@@ -104,8 +104,9 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		return ds.Status.NumberReady == 2 && ds.Spec.Template.Annotations["example.com/team"] == "mesh" && ds.Spec.Template.Spec.NodeSelector["kubernetes.io/os"] == "linux", nil
 	})
 	// Uninstalling keeps the CRDs (and so every rollout) and the Istio namespace.
+	chartCRDs := []string{"noderollouts.nodewise.io", "revisionmigrations.nodewise.io", "podagepolicies.nodewise.io"}
 	helm("uninstall", "nodewise", "-n", Namespace)
-	for _, name := range []string{"noderollouts.nodewise.io", "revisionmigrations.nodewise.io"} {
+	for _, name := range chartCRDs {
 		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Fatalf("helm uninstall deleted CRD %s (want it kept): %v", name, err)
 		}
@@ -120,7 +121,7 @@ func TestChartInstallAndUpgrade(t *testing.T) {
 		_, err := c.Client.CoreV1().Namespaces().Get(ctx, "nodewise-probe", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), err
 	})
-	for _, name := range []string{"noderollouts.nodewise.io", "revisionmigrations.nodewise.io"} {
+	for _, name := range chartCRDs {
 		if err := ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@
 //	health/*                       the judge; of ours, only api (inside it, judge_test.go's judgeRooms)
 //	istio/*, leader, bpf, probe    leaves over api (or nothing)
 //	clusters                       several clusters read at once: over api and istio
+//	podage                         the PodAgePolicy controller, above both wings (their restarts, judge and windows)
 //	kubeconfig, buildinfo          leaves: client config loading, the build version
 //	deploy/crds                    the embedded CRDs and their offline validator, a leaf
 //	api/*                          the CRD types, client and Scheme
@@ -50,9 +51,10 @@ var allowed = map[string][]string{
 	"revisions":    {"api", "clusters", "health", "istio", "leader"}, // clusters: spec.promotion's upstream reads
 	"agentpki":     {},                                               // the agents' credentials: Kubernetes only, wired by cmd
 	"notify":       {"api"},
-	"dashboard":    {"api", "clusters", "health", "istio", "orchestrator"}, // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page; istio for the /freshness page (istio/freshness)
-	"hack":         {},                                                     // build helpers (the pause image's binary)
-	"clusters":     {"api", "istio"},                                       // several clusters read at once (nodewise fleet)
+	"dashboard":    {"api", "clusters", "health", "istio", "orchestrator"},            // a view of both wings' objects; orchestrator for its annotation keys only; health for health/wire's agent history it plots; clusters for the /clusters page; istio for the /freshness page (istio/freshness)
+	"hack":         {},                                                                // build helpers (the pause image's binary)
+	"clusters":     {"api", "istio"},                                                  // several clusters read at once (nodewise fleet)
+	"podage":       {"api", "health", "istio", "notify", "orchestrator", "revisions"}, // the PodAgePolicy controller, above both wings: orchestrator for its timewindow room only, revisions for its restarts and wave judge
 }
 
 type pkg struct {

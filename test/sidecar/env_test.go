@@ -84,6 +84,13 @@ func (e *env) namespace(name string, labels map[string]string, apps ...app) {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+	e.apps(name, apps...)
+}
+
+// apps creates apps, each with a maxUnavailable=1 PDB, in an existing namespace.
+func (e *env) apps(name string, apps ...app) {
+	e.t.Helper()
+	ctx, cs := e.ctx, e.c.Client
 	for _, a := range apps {
 		l := map[string]string{"app": a.name}
 		tmpl := corev1.PodTemplateSpec{

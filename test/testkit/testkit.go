@@ -29,6 +29,7 @@ func CRDDir() string { return filepath.Join(RepoRoot(), "deploy", "crds") }
 const (
 	NodeRolloutsCRD       = "nodewise.io_noderollouts.yaml"
 	RevisionMigrationsCRD = "nodewise.io_revisionmigrations.yaml"
+	PodAgePoliciesCRD     = "nodewise.io_podagepolicies.yaml"
 )
 
 // CRD is the path of the CRD file name in CRDDir (NodeRolloutsCRD,
