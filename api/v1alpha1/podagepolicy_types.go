@@ -68,7 +68,9 @@ type PodAgePolicySpec struct {
 	// +optional
 	WaveSize int32 `json:"waveSize,omitempty"`
 	// Gates are the judge's external gates, run on each wave as on a
-	// migration's.
+	// migration's. A conformance Job is not run by a PodAgePolicy: its
+	// restarts change no version to test.
+	// +kubebuilder:validation:XValidation:rule="!has(self.conformance)",message="gates.conformance is for a RevisionMigration or a NodeRollout: a PodAgePolicy moves no version to test"
 	// +optional
 	Gates *GatesSpec `json:"gates,omitempty"`
 	// Paused: no new wave starts; the wave in flight finishes.

@@ -126,6 +126,8 @@ func TestConformanceGateValidation(t *testing.T) {
 		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", when: AfterCanary}}}", "AfterCanary needs spec.canaryNodes"},
 		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", when: EveryWave}}}", "EveryWave is for RevisionMigrations"},
 		{"NodeRollout", "{gates: {conformance: {namespace: qa, " + job + ", logLines: 0}}}", "spec.gates.conformance.logLines"},
+		{"PodAgePolicy", "{maxAge: 720h, rateLimit: {podsPerSecond: 1}}", ""},
+		{"PodAgePolicy", "{maxAge: 720h, rateLimit: {podsPerSecond: 1}, gates: {conformance: {namespace: qa, " + job + "}}}", "a PodAgePolicy moves no version to test"},
 	} {
 		v, err := ForKind(tc.kind)
 		if err != nil {
