@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -23,6 +24,10 @@ type FreshnessConfig struct {
 	Keys    freshness.Keys
 	// Tail is how many long-tail workloads the page lists (default 10).
 	Tail int
+	// Restarts, when set, says what the platform will do to each of the
+	// given teams' workloads behind (its PodAgePolicies: how many, from
+	// when, in which windows), by team; a team it leaves out gets no line.
+	Restarts func(ctx context.Context, teams []string, now time.Time) (map[string]string, error)
 }
 
 // freshnessReads is what freshness.Observe lists, cluster-wide, for the
@@ -47,10 +52,11 @@ type freshnessData struct {
 	Tail    []workloadFreshness
 }
 
-// teamFreshness is one team: its lead's line and its workloads behind.
+// teamFreshness is one team: its lead's line, what the platform will
+// restart and when, and its workloads behind.
 type teamFreshness struct {
-	Name, Line string
-	Workloads  []workloadFreshness
+	Name, Line, Restart string
+	Workloads           []workloadFreshness
 }
 
 // workloadFreshness is one workload's row.
@@ -110,6 +116,21 @@ func (s *Server) freshnessPage(r *http.Request) (pageData, string, any, int) {
 	if d.Team != "" && len(d.Teams) == 0 {
 		d.Unknown = true
 		return pd, "freshness.html", d, http.StatusNotFound
+	}
+	if fc.Restarts != nil {
+		var names []string
+		for _, t := range d.Teams {
+			names = append(names, t.Name)
+		}
+		plan, err := fc.Restarts(r.Context(), names, s.cfg.Now())
+		for i := range d.Teams {
+			switch {
+			case err != nil:
+				d.Teams[i].Restart = "what the platform will restart cannot be read: " + firstLine(err.Error())
+			default:
+				d.Teams[i].Restart = plan[d.Teams[i].Name]
+			}
+		}
 	}
 	tail := fc.Tail
 	if tail <= 0 {

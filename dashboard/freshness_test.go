@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -160,4 +161,32 @@ func TestFreshnessPageSaysWhenForbidden(t *testing.T) {
 	if strings.Contains(page, "freshness-summary") {
 		t.Error("a page that could not read the cluster shows a summary")
 	}
+}
+
+// TestFreshnessPageSaysWhatThePlatformWillRestart: a team lead reads, after
+// the team's line, what the platform's policies will restart of it and
+// when; a team they leave alone gets nothing more, and a policy that
+// cannot be read says so on every team instead of hiding it.
+func TestFreshnessPageSaysWhatThePlatformWillRestart(t *testing.T) {
+	var asked []string
+	fail := false
+	e := newEnvWith(t, func(c *Config) {
+		c.Freshness = &FreshnessConfig{Client: teamsCluster(), Target: freshness.Target{MaxMinorsBehind: 1},
+			Restarts: func(_ context.Context, teams []string, _ time.Time) (map[string]string, error) {
+				asked = teams
+				if fail {
+					return nil, errors.New("podagepolicies is forbidden")
+				}
+				return map[string]string{"checkout": "the platform will restart 1 workload from 2026-12-09 22:00 UTC (PodAgePolicy age)"}, nil
+			}}
+	})
+	_, page := e.get("/freshness")
+	wantIn(t, page, `<p class="team-line">checkout: 1 of 1 pods behind 1.28.1 (up to 2 minors); the oldest pod is 61d old; 1 workload never on 1.28.1 without a forced restart or migration; the platform will restart 1 workload from 2026-12-09 22:00 UTC (PodAgePolicy age)</p>`,
+		`<p class="team-line">web: all 2 pods on 1.28.1; the oldest pod is 2d old</p>`)
+	if len(asked) != 4 {
+		t.Errorf("asked for teams %v, want the 4 on the page", asked)
+	}
+	fail = true
+	_, page = e.get("/freshness?team=web")
+	wantIn(t, page, `<p class="team-line">web: all 2 pods on 1.28.1; the oldest pod is 2d old; what the platform will restart cannot be read: podagepolicies is forbidden</p>`)
 }

@@ -71,6 +71,13 @@ func newDashboardCmd(g *globalFlags) *cobra.Command {
 			cfg := dashboard.Config{Rollouts: rollouts, Migrations: nwc.RevisionMigrations(), ReadOnly: readOnly, GrafanaURL: grafana,
 				Token: token, AllowedHosts: allowedHosts, Freshness: &fresh}
 			fresh.Client = kube
+			fresh.Restarts = func(ctx context.Context, teams []string, now time.Time) (map[string]string, error) {
+				policies, err := podAgePolicies(ctx, g)
+				if err != nil {
+					return nil, err
+				}
+				return restartsByTeam(policies, teams, now), nil
+			}
 			if fleet || len(fleetContexts) > 0 {
 				cs, err := fleetFlags{contexts: fleetContexts, timeout: 15 * time.Second}.clusters(cmd, g)
 				if err != nil {

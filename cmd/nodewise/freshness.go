@@ -216,6 +216,25 @@ func podAgePolicies(ctx context.Context, g *globalFlags) ([]v1alpha1.PodAgePolic
 	return list.Items, nil
 }
 
+// restartsByTeam is what the PodAgePolicies will restart of each team's
+// workloads, one line a team (the policies' lines joined), for the
+// dashboard's freshness page.
+func restartsByTeam(policies []v1alpha1.PodAgePolicy, teams []string, now time.Time) map[string]string {
+	out := map[string]string{}
+	for _, t := range teams {
+		var lines []string
+		for _, p := range policies {
+			if l := podage.Schedule(p, t, now); l != "" {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			out[t] = strings.Join(lines, "; ")
+		}
+	}
+	return out
+}
+
 // policyTarget is a policy's target and keys over the flags'.
 func policyTarget(s v1alpha1.PodAgePolicySpec, t freshness.Target, k freshness.Keys) (freshness.Target, freshness.Keys) {
 	if s.MaxAge != nil && s.MaxAge.Err() == nil {
