@@ -26,6 +26,23 @@ const (
 	WaypointGatewayClass = "istio-waypoint"
 )
 
+// WaypointRevision is the revision istiod serves a waypoint Gateway from:
+// its istio.io/rev label, else its namespace's, else the default tag; a tag
+// resolves to its revision through tags (tag → revision).
+func WaypointRevision(gwLabels, nsLabels, tags map[string]string) string {
+	sel := gwLabels[LabelRev]
+	if sel == "" {
+		sel = nsLabels[LabelRev]
+	}
+	if sel == "" {
+		sel = DefaultTag
+	}
+	if rev, ok := tags[sel]; ok {
+		return rev
+	}
+	return sel
+}
+
 // WaypointName is the Gateway a waypoint pod runs, or "" for any other pod.
 func WaypointName(podLabels map[string]string) string {
 	if podLabels[LabelGatewayManaged] != GatewayManagedWaypoint {

@@ -48,23 +48,6 @@ func (c *Controller) waypointGateways(ctx context.Context) ([]unstructured.Unstr
 	return out, nil
 }
 
-// waypointRevision is the revision istiod serves a Gateway from: its
-// istio.io/rev label, else its namespace's, else the default tag; a tag
-// resolves to its revision.
-func waypointRevision(gwLabels, nsLabels, tags map[string]string) string {
-	sel := gwLabels[istio.LabelRev]
-	if sel == "" {
-		sel = nsLabels[istio.LabelRev]
-	}
-	if sel == "" {
-		sel = istio.DefaultTag
-	}
-	if rev, ok := tags[sel]; ok {
-		return rev
-	}
-	return sel
-}
-
 // waypointScope is a waypoints: Only migration's namespaces: those with a
 // waypoint Gateway on from, each with those Gateways' original istio.io/rev
 // labels ("" for none). It is pure.
@@ -75,7 +58,7 @@ func waypointScope(gws []unstructured.Unstructured, nss []corev1.Namespace, tags
 	}
 	moved := map[string]map[string]string{}
 	for _, g := range gws {
-		if waypointRevision(g.GetLabels(), labels[g.GetNamespace()], tags) != from {
+		if istio.WaypointRevision(g.GetLabels(), labels[g.GetNamespace()], tags) != from {
 			continue
 		}
 		if moved[g.GetNamespace()] == nil {

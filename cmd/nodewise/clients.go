@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -42,6 +43,16 @@ func (g *globalFlags) namespace(def string) string {
 		return *g.conn.Namespace
 	}
 	return def
+}
+
+// dynamic is a client for objects nodewise has no typed client of (Gateway
+// API's Gateways, Istio's policies).
+func (g *globalFlags) dynamic() (dynamic.Interface, error) {
+	cfg, err := g.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(cfg)
 }
 
 func (g *globalFlags) kube() (kubernetes.Interface, error) {

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/precheck"
@@ -127,15 +126,11 @@ func printFindings(out io.Writer, fs []precheck.Finding, lifetimes string, analy
 // observePrecheck reads the cluster once for the precheck's checks (and the
 // upgrade plan, which reads the same inventory).
 func observePrecheck(ctx context.Context, g *globalFlags, istioNamespace string) (precheck.Input, error) {
-	cfg, err := g.restConfig()
-	if err != nil {
-		return precheck.Input{}, err
-	}
 	client, err := g.kube()
 	if err != nil {
 		return precheck.Input{}, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := g.dynamic()
 	if err != nil {
 		return precheck.Input{}, err
 	}

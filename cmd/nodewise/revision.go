@@ -38,8 +38,8 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 		Short: "Remove a revision's istiod and injector; refused while any proxy, waypoint, tag or namespace still uses it",
 		Long: "Removing a revision is the point of no return of a sidecar migration: proxies still\n" +
 			"injected by it lose their control plane. The command refuses, changing nothing, while\n" +
-			"any waypoint or other pod runs a proxy of REV, any tag points at REV, or any namespace is\n" +
-			"labelled with it.",
+			"any waypoint or other pod runs a proxy of REV, any waypoint Gateway is served from REV (one\n" +
+			"scaled to zero included), any tag points at REV, or any namespace is labelled with it.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.check(); err != nil {
@@ -49,7 +49,11 @@ func newRevisionRemoveCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			deleted, err := revtag.RemoveRevision(cmd.Context(), client, args[0], inventory.Options{IstioNamespace: f.istioNamespace}, dryRun)
+			dyn, err := g.dynamic()
+			if err != nil {
+				return err
+			}
+			deleted, err := revtag.RemoveRevision(cmd.Context(), client, dyn, args[0], inventory.Options{IstioNamespace: f.istioNamespace}, dryRun)
 			if err != nil {
 				return err
 			}

@@ -9,29 +9,85 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 )
 
+// gatewaysGVR is Gateway API's Gateway, the object a waypoint is.
+var gatewaysGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gateways"}
+
+// servedWaypoints names the waypoint Gateways istiod serves from rev (see
+// istio.WaypointRevision), whether or not a pod runs them: a waypoint
+// scaled to zero comes back on rev. None when dyn is nil or the cluster
+// has no Gateway API.
+func servedWaypoints(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, tags map[string]string, rev string) ([]string, error) {
+	if dyn == nil {
+		return nil, nil
+	}
+	list, err := dyn.Resource(gatewaysGVR).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing waypoint Gateways (gateway.networking.k8s.io/v1): %w", err)
+	}
+	nsLabels := map[string]map[string]string{}
+	var out []string
+	for _, g := range list.Items {
+		if class, _, _ := unstructured.NestedString(g.Object, "spec", "gatewayClassName"); class != istio.WaypointGatewayClass {
+			continue
+		}
+		labels, ok := nsLabels[g.GetNamespace()]
+		if !ok {
+			ns, err := client.CoreV1().Namespaces().Get(ctx, g.GetNamespace(), metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading namespace %s of waypoint %s: %w", g.GetNamespace(), g.GetName(), err)
+			}
+			if ns != nil {
+				labels = ns.Labels
+			}
+			nsLabels[g.GetNamespace()] = labels
+		}
+		if istio.WaypointRevision(g.GetLabels(), labels, tags) == rev {
+			out = append(out, g.GetNamespace()+"/"+g.GetName())
+		}
+	}
+	return out, nil
+}
+
 // ErrRevisionInUse means proxies, tags or namespaces still use the revision.
 var ErrRevisionInUse = errors.New("revision still in use")
 
 // RemovalBlockers lists what still uses a revision, worst first: the
-// waypoints running it (removing it breaks L7 for every workload behind
-// them), running proxies (the point of no return), tags pointing at it,
-// namespaces labelled with it. Empty means the revision can go. It is pure.
-func RemovalBlockers(inv inventory.Inventory, rev string) []string {
+// waypoints running it or served from it (removing it breaks L7 for every
+// workload behind them; served names the waypoint Gateways istiod serves
+// from rev, those scaled to zero included), running proxies (the point of
+// no return), tags pointing at it, namespaces labelled with it. Empty
+// means the revision can go. It is pure.
+func RemovalBlockers(inv inventory.Inventory, rev string, served []string) []string {
 	var out []string
+	seen := map[string]bool{}
 	var waypoints []string
 	for _, w := range inv.Waypoints {
-		if w.Revision == rev {
+		if w.Revision == rev && !seen[w.Ref()] {
+			seen[w.Ref()] = true
 			waypoints = append(waypoints, w.Ref())
 		}
 	}
+	for _, ref := range served {
+		if !seen[ref] {
+			seen[ref] = true
+			waypoints = append(waypoints, ref)
+		}
+	}
+	sort.Strings(waypoints)
 	if len(waypoints) > 0 {
-		out = append(out, fmt.Sprintf("waypoints %s run it (move them first: a RevisionMigration with waypoints: Only)", strings.Join(waypoints, ", ")))
+		out = append(out, fmt.Sprintf("waypoints %s use it (move them first: a RevisionMigration with waypoints: Only)", strings.Join(waypoints, ", ")))
 	}
 	byNS := map[string]int{}
 	for _, p := range inv.Pods {
@@ -69,7 +125,7 @@ func RemovalBlockers(inv inventory.Inventory, rev string) []string {
 // labelled Deployments, Services and ConfigMaps in the Istio namespace. It
 // refuses, changing nothing, while RemovalBlockers lists anything. With
 // dryRun it only returns the objects it would delete.
-func RemoveRevision(ctx context.Context, client kubernetes.Interface, rev string, opts inventory.Options, dryRun bool) ([]string, error) {
+func RemoveRevision(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, rev string, opts inventory.Options, dryRun bool) ([]string, error) {
 	if _, err := RevisionWebhook(ctx, client, rev); err != nil {
 		return nil, err
 	}
@@ -77,7 +133,11 @@ func RemoveRevision(ctx context.Context, client kubernetes.Interface, rev string
 	if err != nil {
 		return nil, err
 	}
-	if b := RemovalBlockers(inv, rev); len(b) > 0 {
+	served, err := servedWaypoints(ctx, client, dyn, inv.Tags, rev)
+	if err != nil {
+		return nil, err
+	}
+	if b := RemovalBlockers(inv, rev, served); len(b) > 0 {
 		return nil, fmt.Errorf("%w: refusing to remove %s while %s", ErrRevisionInUse, rev, strings.Join(b, "; "))
 	}
 	ns := opts.IstioNamespace

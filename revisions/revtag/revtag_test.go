@@ -3,12 +3,18 @@ package revtag
 import (
 	"context"
 	"errors"
+	"sort"
+	"strings"
 	"testing"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodewise/nodewise/istio"
@@ -122,18 +128,26 @@ func TestRemovalBlockers(t *testing.T) {
 		Tags: map[string]string{"canary": "1-28", "default": "1-27"},
 		Pods: []inventory.Pod{{Namespace: "a", Revision: "1-27"}, {Namespace: "a", Revision: "1-27"}, {Namespace: "b", Revision: "1-28"}},
 	}
-	if b := RemovalBlockers(inv, "1-27"); len(b) != 2 || b[0] != "2 proxies in namespace a" || b[1] != "tag default" {
+	if b := RemovalBlockers(inv, "1-27", nil); len(b) != 2 || b[0] != "2 proxies in namespace a" || b[1] != "tag default" {
 		t.Fatalf("blockers = %q", b)
 	}
-	if b := RemovalBlockers(inv, "1-26"); len(b) != 0 {
+	if b := RemovalBlockers(inv, "1-26", nil); len(b) != 0 {
 		t.Fatalf("unused revision blocked by %q", b)
 	}
 	// Waypoints on the revision are named first, their pods not counted
 	// again as the namespace's proxies.
 	inv.Pods = append(inv.Pods, inventory.Pod{Namespace: "m", Name: "wp-1", Mode: inventory.ModeWaypoint, Waypoint: "wp", Revision: "1-26"})
 	inv.Waypoints = []inventory.Waypoint{{Namespace: "m", Name: "wp", Revision: "1-26"}, {Namespace: "n", Name: "reviews", Revision: "1-26"}, {Namespace: "o", Name: "wp", Revision: "1-28"}}
-	if b := RemovalBlockers(inv, "1-26"); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews run it (move them first: a RevisionMigration with waypoints: Only)" {
+	if b := RemovalBlockers(inv, "1-26", nil); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews use it (move them first: a RevisionMigration with waypoints: Only)" {
 		t.Fatalf("blockers of a revision only waypoints use = %q", b)
+	}
+	// A waypoint Gateway served from the revision with no pod (scaled to
+	// zero) blocks too, named once beside those that run.
+	if b := RemovalBlockers(inv, "1-26", []string{"n/reviews", "p/idle"}); len(b) != 1 || b[0] != "waypoints m/wp, n/reviews, p/idle use it (move them first: a RevisionMigration with waypoints: Only)" {
+		t.Fatalf("blockers with a waypoint scaled to zero = %q", b)
+	}
+	if b := RemovalBlockers(inventory.Inventory{}, "1-26", []string{"p/idle"}); len(b) != 1 {
+		t.Fatalf("a revision only a scaled-down waypoint uses: blockers %q, want it named", b)
 	}
 }
 
@@ -171,5 +185,48 @@ func TestSetKeepsTagServiceInStep(t *testing.T) {
 	tags, _ := List(ctx, c, "istio-system")
 	if len(tags) != 1 || tags[0].Revision != "1-28" {
 		t.Fatalf("list after move: %+v", tags)
+	}
+}
+
+// TestServedWaypointsResolveAsIstiodDoes: a waypoint Gateway is served from
+// its own istio.io/rev, else its namespace's, else the default tag, a tag
+// resolving to its revision; Gateways of another class are no waypoints.
+// None of them has a pod: a waypoint scaled to zero still uses its revision.
+func TestServedWaypointsResolveAsIstiodDoes(t *testing.T) {
+	gw := func(ns, name, class, rev string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+			"metadata": map[string]any{"namespace": ns, "name": name},
+			"spec":     map[string]any{"gatewayClassName": class},
+		}}
+		if rev != "" {
+			u.SetLabels(map[string]string{istio.LabelRev: rev})
+		}
+		return u
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gatewaysGVR: "GatewayList"})
+	for _, g := range []*unstructured.Unstructured{
+		gw("a", "own", istio.WaypointGatewayClass, "1-26"),
+		gw("b", "from-namespace", istio.WaypointGatewayClass, ""),
+		gw("c", "default-tag", istio.WaypointGatewayClass, ""),
+		gw("c", "by-tag", istio.WaypointGatewayClass, "stable"),
+		gw("a", "ingress", "istio", "1-26"),
+	} {
+		if _, err := dyn.Resource(gatewaysGVR).Namespace(g.GetNamespace()).Create(context.Background(), g, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kube := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{istio.LabelRev: "1-26"}}})
+	tags := map[string]string{"default": "1-28", "stable": "1-26"}
+	got, err := servedWaypoints(context.Background(), kube, dyn, tags, "1-26")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	if want := "a/own b/from-namespace c/by-tag"; strings.Join(got, " ") != want {
+		t.Errorf("served from 1-26: %v, want %s", got, want)
+	}
+	if got, _ := servedWaypoints(context.Background(), kube, dyn, tags, "1-28"); strings.Join(got, " ") != "c/default-tag" {
+		t.Errorf("served from 1-28: %v, want c/default-tag (the default tag's)", got)
 	}
 }

@@ -86,14 +86,14 @@ func TestSkewTwoPasses(t *testing.T) {
 	e.allOn(time.Minute, "1.28.1", 2, "legacy", "current")
 
 	// No proxy runs 1-26 any more, but the default tag still points at it.
-	_, err = revtag.RemoveRevision(ctx, cs, "1-26", inventory.Options{}, true)
+	_, err = revtag.RemoveRevision(ctx, cs, nil, "1-26", inventory.Options{}, true)
 	if !errors.Is(err, revtag.ErrRevisionInUse) || !strings.Contains(err.Error(), "tag default") || strings.Contains(err.Error(), "proxies") {
 		t.Fatalf("removing 1-26: %v", err)
 	}
 	if err := revtag.Set(ctx, cs, revtag.SetOptions{Tag: "default", Revision: "1-28", Overwrite: true}); err != nil {
 		t.Fatal(err)
 	}
-	deleted, err := revtag.RemoveRevision(ctx, cs, "1-26", inventory.Options{}, false)
+	deleted, err := revtag.RemoveRevision(ctx, cs, nil, "1-26", inventory.Options{}, false)
 	if err != nil {
 		t.Fatalf("removing an unused revision: %v", err)
 	}

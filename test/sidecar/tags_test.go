@@ -172,7 +172,7 @@ func TestInjectionInventoryAndTags(t *testing.T) {
 	}
 
 	// Revision removal is refused while proxies run it, and names them.
-	_, err = revtag.RemoveRevision(ctx, cs, "1-27", inventory.Options{}, false)
+	_, err = revtag.RemoveRevision(ctx, cs, nil, "1-27", inventory.Options{}, false)
 	if !errors.Is(err, revtag.ErrRevisionInUse) || !strings.Contains(err.Error(), "2 proxies in namespace old") {
 		t.Fatalf("removing 1-27 with proxies on it: %v", err)
 	}

@@ -206,7 +206,7 @@ func TestWaypointsThroughTheUpgrade(t *testing.T) {
 	}
 
 	stderr := nodewiseFails(t, bin, kc, "revision", "remove", "1-28")
-	if !strings.Contains(stderr, "refusing to remove 1-28 while waypoints edge/waypoint run it") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+	if !strings.Contains(stderr, "refusing to remove 1-28 while waypoints edge/waypoint use it") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("revision remove 1-28 with a waypoint on it: %q, want one line naming edge/waypoint", stderr)
 	}
 	if _, err := cs.AppsV1().Deployments(cluster.IstioNamespace).Get(ctx, "istiod-1-28", metav1.GetOptions{}); err != nil {
