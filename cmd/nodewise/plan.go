@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/conformance"
 	"github.com/nodewise/nodewise/health/gatespec"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/orchestrator/fleet"
@@ -57,7 +58,7 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			if synthetic {
-				return planSynthetic(cmd.OutOrStdout(), output, nr.Name, fleet, p, perSwap)
+				return planSynthetic(cmd.OutOrStdout(), output, nr.Name, nr.Spec.Gates.Conformance, fleet, p, perSwap)
 			}
 			if offline && !output.human() {
 				r := planReport{Rollout: nr.Name, Offline: true, Nodes: []planNode{}}
@@ -78,6 +79,9 @@ func newPlanCmd(g *globalFlags) *cobra.Command {
 			}
 			if err := planner.RenderPlan(cmd.OutOrStdout(), d, p, time.Now(), planner.Estimate(d.Order, p, perSwap)); err != nil {
 				return err
+			}
+			if line := conformance.Planned(nr.Spec.Gates.Conformance); line != "" {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}
 			kube, rc, err := rolloutClients(g)
 			if err != nil {
@@ -199,7 +203,7 @@ func checkGates(ctx context.Context, gates v1alpha1.GatesSpec, addrs remote.Addr
 
 // planSynthetic prints the plan of p for the synthetic fleet f, as the
 // online plan prints a cluster's (its swaps and forecast need the cluster).
-func planSynthetic(w io.Writer, output dataOutput, name string, f syntheticFleet, p model.Policy, perSwap time.Duration) error {
+func planSynthetic(w io.Writer, output dataOutput, name string, gate *v1alpha1.ConformanceGate, f syntheticFleet, p model.Policy, perSwap time.Duration) error {
 	snap, p := f.snapshot(p)
 	now := time.Now()
 	d := planner.Plan(snap, p, now)
@@ -210,7 +214,14 @@ func planSynthetic(w io.Writer, output dataOutput, name string, f syntheticFleet
 		return output.print(w, r, r.names, nil)
 	}
 	fmt.Fprintf(w, "valid NodeRollout %s; planned for a synthetic fleet of %d nodes in %d zones (offline: names and zones made up)\n", name, f.Nodes, f.Zones)
-	return planner.RenderPlan(w, d, p, now, est)
+	if err := planner.RenderPlan(w, d, p, now, est); err != nil {
+		return err
+	}
+	if line := conformance.Planned(gate); line != "" {
+		_, err := fmt.Fprintln(w, line)
+		return err
+	}
+	return nil
 }
 
 func planAgainstCluster(ctx context.Context, g *globalFlags, nr *v1alpha1.NodeRollout, p model.Policy) (planner.Decision, error) {

@@ -159,3 +159,19 @@ func TestPlanOfflineSyntheticFleet(t *testing.T) {
 		t.Errorf("--nodes without --offline: %v", err)
 	}
 }
+
+// A rollout with a conformance gate says in its plan where the Job runs.
+func TestPlanOfflineNamesTheConformanceGate(t *testing.T) {
+	doc := goodRollout + "  gates:\n    conformance:\n      namespace: qa\n      when: AfterCanary\n      timeout: 5m\n" +
+		"      jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: suite, image: 'example.com/suite:1'}]}}}}\n"
+	out, errOut, err := planOffline(t, doc, "--nodes", "6", "--zones", "2")
+	if err != nil {
+		t.Fatalf("%v %q", err, errOut)
+	}
+	if want := "Conformance: your Job runs in namespace qa before the first node, and again after the canaries before the nodes that follow; a failure or 5m0s without an outcome halts"; !strings.Contains(out, want) {
+		t.Errorf("plan does not say where the conformance Job runs (%q):\n%s", want, out)
+	}
+	if out, _, _ := planOffline(t, goodRollout, "--nodes", "6", "--zones", "2"); strings.Contains(out, "Conformance:") {
+		t.Errorf("a rollout without the gate plans one:\n%s", out)
+	}
+}

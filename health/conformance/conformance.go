@@ -135,6 +135,25 @@ func labelValue(s string) string {
 	return strings.TrimRight(s, "-_.")
 }
 
+// Planned says where the gate runs its Job, as `nodewise plan` and
+// `revision migrate --dry-run` print it ("" without a gate): the points,
+// the namespace and the timeout, and that a failure halts.
+func Planned(gate *v1alpha1.ConformanceGate) string {
+	if gate == nil {
+		return ""
+	}
+	g := *gate
+	where := "before the first node or wave"
+	switch g.When {
+	case v1alpha1.ConformanceAfterCanary:
+		where = "before the first node, and again after the canaries before the nodes that follow"
+	case v1alpha1.ConformanceEveryWave:
+		where = "before each wave"
+	}
+	return fmt.Sprintf("Conformance: your Job runs in namespace %s %s; a failure or %s without an outcome halts, naming the Job and quoting its last log lines",
+		g.Namespace, where, Timeout(g))
+}
+
 // Timeout is the gate's timeout with its default.
 func Timeout(g v1alpha1.ConformanceGate) time.Duration {
 	if g.Timeout != nil && g.Timeout.Duration > 0 {
