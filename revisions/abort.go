@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/health/conformance"
 )
 
 func abortReason(scope v1alpha1.AbortScope) string {
@@ -23,6 +24,9 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	// Only From is needed to go back: an abort works even if To is gone.
 	back, err := targetOf(snap.inv, spec.From)
 	if err != nil {
+		return 0, err
+	}
+	if err := c.stopConformance(ctx, rm); err != nil {
 		return 0, err
 	}
 	// After the last wave passed, the current wave is the last one.
@@ -109,4 +113,19 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			st.Waves[current].Name, rolledBack, spec.From, stay, spec.To, len(st.Namespaces)-rolledBack-stay)
 	}
 	return 0, c.setPhase(ctx, rm, v1alpha1.MigrationAborted, reason)
+}
+
+// stopConformance ends a conformance run the abort finds in flight: the
+// run is recorded Failed first, then its Job (and pods) deleted, so the
+// suite stops testing a revision the abort moves away from.
+func (c *Controller) stopConformance(ctx context.Context, rm *v1alpha1.RevisionMigration) error {
+	rec := rm.Status.Conformance
+	if rec == nil || rec.Outcome != v1alpha1.ConformanceRunning {
+		return nil
+	}
+	rec.Outcome, rec.Message = v1alpha1.ConformanceFailed, "stopped by the abort: its Job was deleted"
+	if err := c.writeStatus(ctx, rm); err != nil {
+		return err
+	}
+	return conformance.Runner{Kube: c.cfg.Kube}.Remove(ctx, *rec)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -174,5 +175,40 @@ func TestEmptyWavePassesWithoutItsGate(t *testing.T) {
 	}
 	if rm.Status.Phase != v1alpha1.MigrationSucceeded || judged != 0 {
 		t.Fatalf("empty last wave: phase %s %q, gate asked %d times; want Succeeded without the gate", rm.Status.Phase, rm.Status.Reason, judged)
+	}
+}
+
+// TestAbortStopsARunningConformanceJob: an abort while the conformance Job
+// runs records the run Failed, then deletes the Job.
+func TestAbortStopsARunningConformanceJob(t *testing.T) {
+	c, mc, kube, snap := newTestController(t)
+	ctx := context.Background()
+	snap.inv.Revisions = append(snap.inv.Revisions, inventory.Revision{Name: "1-27", Version: "1.27.3", Ready: true})
+	rm := twoWaves(v1alpha1.MigrationGating, v1alpha1.NamespacePending)
+	rm.Status.CurrentWave = 0
+	rm.Status.Namespaces[0].Phase = v1alpha1.NamespacePending
+	rm.Status.Conformance = &v1alpha1.ConformanceStatus{Step: "before-wave-0", Attempt: 1, Job: "m-conformance-1", Namespace: "qa", Outcome: v1alpha1.ConformanceRunning}
+	rm.Spec.Abort = v1alpha1.AbortAll
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "qa", Name: "m-conformance-1"}}
+	if _, err := kube.BatchV1().Jobs("qa").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // the abort is recorded (Aborting), then carried out
+		if _, err := c.reconcile(ctx, rm, snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.BatchV1().Jobs("qa").Get(ctx, "m-conformance-1", metav1.GetOptions{}); err == nil {
+		t.Error("the running conformance Job outlived the abort")
+	}
+	failed := false
+	for _, w := range mc.writes {
+		failed = failed || (w.Conformance != nil && w.Conformance.Outcome == v1alpha1.ConformanceFailed)
+	}
+	if !failed {
+		t.Error("the stopped run was never recorded Failed")
+	}
+	if rm.Status.Phase != v1alpha1.MigrationAborted {
+		t.Errorf("phase %s %q, want Aborted", rm.Status.Phase, rm.Status.Reason)
 	}
 }

@@ -246,12 +246,12 @@ func (r Runner) Check(ctx context.Context, rec v1alpha1.ConformanceStatus, now t
 	return Result{Outcome: v1alpha1.ConformanceRunning}, nil
 }
 
-// Remove deletes the run's Job and its pods (a passed run's, once the pass
-// is persisted).
+// Remove deletes the run's Job and its pods (a passed run's once the pass
+// is persisted, a running one's once an abort is).
 func (r Runner) Remove(ctx context.Context, rec v1alpha1.ConformanceStatus) error {
 	err := r.Kube.BatchV1().Jobs(rec.Namespace).Delete(ctx, rec.Job, background())
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting passed conformance Job %s/%s: %w", rec.Namespace, rec.Job, err)
+		return fmt.Errorf("deleting conformance Job %s/%s: %w", rec.Namespace, rec.Job, err)
 	}
 	return nil
 }
