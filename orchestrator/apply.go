@@ -73,6 +73,11 @@ func (a *applier) act(ctx context.Context, nr *v1alpha1.NodeRollout, ps *fleet.P
 		a.log.Info("not completing yet", zap.String("rollout", nr.Name), zap.String("why", ps.NotYet))
 		return false, nil
 	}
+	if ps.Decision.Phase == v1alpha1.PhaseAborted {
+		if err := a.jobs.Stop(ctx, nr); err != nil {
+			return false, err
+		}
+	}
 	if step := jobgate.Step(nr, ps.CanariesDone()); step != "" && ps.Starts() && !ps.Deleting {
 		v, err := a.jobs.Before(ctx, nr, step)
 		switch {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -291,6 +292,28 @@ func TestReconcileAbortedFinishes(t *testing.T) {
 	}
 	if !hasEvent(e.emitted(), "Normal Aborted") {
 		t.Error("no Aborted event")
+	}
+}
+
+// TestReconcileAbortStopsTheConformanceJob: an abort while the rollout's
+// conformance Job runs deletes that Job and records the run stopped.
+func TestReconcileAbortStopsTheConformanceJob(t *testing.T) {
+	e := newEnv(t, append(cluster(fixture.OldHash, "n1"), rollout("r", func(nr *v1alpha1.NodeRollout) {
+		nr.Spec.Abort = true
+		nr.Spec.Gates.Conformance = &v1alpha1.ConformanceGate{Namespace: "qa"}
+		nr.Status.Conformance = &v1alpha1.ConformanceStatus{Step: "start", Attempt: 1, Job: "r-conformance-start-1", Namespace: "qa", Outcome: v1alpha1.ConformanceRunning}
+	}))...)
+	if _, err := e.kube.BatchV1().Jobs("qa").Create(e.ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "qa", Name: "r-conformance-start-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pass("r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.kube.BatchV1().Jobs("qa").Get(e.ctx, "r-conformance-start-1", metav1.GetOptions{}); err == nil {
+		t.Error("the conformance Job outlived the abort")
+	}
+	if got := e.stored("r").Status; got.Phase != v1alpha1.PhaseAborted || got.Conformance == nil || got.Conformance.Outcome != v1alpha1.ConformanceFailed {
+		t.Fatalf("status %s, conformance %+v: want Aborted, the run Failed", got.Phase, got.Conformance)
 	}
 }
 

@@ -127,6 +127,25 @@ func (g Gate) finish(ctx context.Context, nr *v1alpha1.NodeRollout, rec v1alpha1
 	return Verdict{}, nil
 }
 
+// Stop ends a run an abort finds in flight: recorded Failed first, then
+// its Job (and pods) deleted, so the suite stops testing a version the
+// rollout no longer moves to. Nothing when no run is in flight.
+func (g Gate) Stop(ctx context.Context, nr *v1alpha1.NodeRollout) error {
+	rec := nr.Status.Conformance
+	if rec == nil || rec.Outcome != v1alpha1.ConformanceRunning {
+		return nil
+	}
+	const msg = "stopped by the abort: its Job was deleted"
+	if err := g.Mutate(ctx, nr.Name, func(s *v1alpha1.NodeRolloutStatus) {
+		if s.Conformance != nil && s.Conformance.Job == rec.Job {
+			s.Conformance.Outcome, s.Conformance.Message = v1alpha1.ConformanceFailed, msg
+		}
+	}); err != nil {
+		return fmt.Errorf("recording conformance run %s stopped: %w", rec.Job, err)
+	}
+	return conformance.Runner{Kube: g.Kube}.Remove(ctx, *rec)
+}
+
 // cut bounds a message to what status.conformance.message takes.
 func cut(s string) string {
 	if len(s) > 4096 {
