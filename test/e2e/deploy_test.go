@@ -309,9 +309,25 @@ func TestDeployBeforeIstio(t *testing.T) {
 	}
 	plain := bridge.DeepCopy()
 	plain.Name, plain.Labels = "plain", nil
-	if _, err := as.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, plain, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only create surge bridge pods") {
-		t.Errorf("the orchestrator creating a pod that is no bridge: %v; want refused by nodewise-surge-bridge-labelled", err)
+	// The second policy reaches the admission chain on its own, as the
+	// first did: poll for it the same way.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var made *corev1.Pod
+		if made, denied = as.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, plain, metav1.CreateOptions{}); denied == nil {
+			zero := int64(0)
+			_ = c.Client.CoreV1().Pods(cluster.IstioNamespace).Delete(ctx, made.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		return denied != nil && strings.Contains(denied.Error(), "only create surge bridge pods"), nil
+	})
+	if err != nil {
+		t.Errorf("the orchestrator creating a pod that is no bridge: last %v; want refused by nodewise-surge-bridge-labelled", denied)
 	}
+	// The admin's create below needs the name free again (a pod deleted
+	// with grace 0 can linger a moment).
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).Get(ctx, plain.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 	// Anyone else's pod (here the admin's, as istiod's ReplicaSet's would be) is admitted.
 	if _, err := c.Client.CoreV1().Pods(cluster.IstioNamespace).Create(ctx, plain, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating a pod in %s before Istio, with nodewise installed: %v", cluster.IstioNamespace, err)
