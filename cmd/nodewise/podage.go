@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/revisions"
@@ -49,37 +48,20 @@ func newPodAgeCmd(g *globalFlags) *cobra.Command {
 }
 
 func podAgeClient(g *globalFlags) (v1alpha1.PodAgePolicyInterface, error) {
-	cfg, err := g.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	nwc, err := v1alpha1.NewForConfig(cfg)
+	nwc, err := g.nodewise()
 	if err != nil {
 		return nil, err
 	}
 	return nwc.PodAgePolicies(), nil
 }
 
-// patchPodAge merge-patches a PodAgePolicy (no resourceVersion: the
-// controller's status writes cannot make it conflict) and prints the result.
+// patchPodAge merge-patches a PodAgePolicy and prints the result.
 func patchPodAge(cmd *cobra.Command, g *globalFlags, out *printFlags, name string, patch []byte, what string) error {
-	printer, err := out.toPrinter()
-	if err != nil {
-		return err
-	}
 	pc, err := podAgeClient(g)
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	p, err := pc.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: patchFieldManager})
-	if err != nil {
-		return fmt.Errorf("updating PodAgePolicy %s: %w", name, g.clarify(ctx, err))
-	}
-	return printer.print(cmd.OutOrStdout(), p, what)
+	return mergePatch(cmd, g, out, "PodAgePolicy", name, patch, what, pc.Patch)
 }
 
 func newPodAgeStatusCmd(g *globalFlags) *cobra.Command {

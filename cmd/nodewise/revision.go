@@ -424,11 +424,7 @@ func openMigrations(g *globalFlags, out *printFlags) (objectPrinter, v1alpha1.Re
 }
 
 func migrationClient(g *globalFlags) (v1alpha1.RevisionMigrationInterface, error) {
-	cfg, err := g.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	nwc, err := v1alpha1.NewForConfig(cfg)
+	nwc, err := g.nodewise()
 	if err != nil {
 		return nil, err
 	}

@@ -227,10 +227,22 @@ func newRevisionResumeCmd(g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-// patchMigration merge-patches a RevisionMigration (no resourceVersion: the
-// controller's status writes cannot make it conflict) and prints the result.
+// patchMigration merge-patches a RevisionMigration and prints the result.
 func patchMigration(cmd *cobra.Command, g *globalFlags, out *printFlags, name string, patch []byte, what string) error {
-	printer, mc, err := openMigrations(g, out)
+	mc, err := migrationClient(g)
+	if err != nil {
+		return err
+	}
+	return mergePatch(cmd, g, out, "RevisionMigration", name, patch, what, mc.Patch)
+}
+
+// mergePatch merge-patches one nodewise object through patchFn (no
+// resourceVersion: the controllers' status writes cannot make it
+// conflict) and prints the result in the -o format; kind names it in an
+// error. The verbs of every nodewise kind go through it.
+func mergePatch[T runtime.Object](cmd *cobra.Command, g *globalFlags, out *printFlags, kind, name string, patch []byte, what string,
+	patchFn func(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (T, error)) error {
+	printer, err := out.toPrinter()
 	if err != nil {
 		return err
 	}
@@ -238,11 +250,11 @@ func patchMigration(cmd *cobra.Command, g *globalFlags, out *printFlags, name st
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	rm, err := mc.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: patchFieldManager})
+	obj, err := patchFn(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: patchFieldManager})
 	if err != nil {
-		return fmt.Errorf("updating RevisionMigration %s: %w", name, g.clarify(ctx, err))
+		return fmt.Errorf("updating %s %s: %w", kind, name, g.clarify(ctx, err))
 	}
-	return printer.print(cmd.OutOrStdout(), rm, what)
+	return printer.print(cmd.OutOrStdout(), obj, what)
 }
 
 // conformanceLine is spec.gates.conformance's last run in one line (the
