@@ -18,6 +18,7 @@ import (
 // the token check naming the kubeconfig, while the judge's traffic verdict
 // on the same node was Pass: traffic alone would have passed it.
 func TestLiveBadTokenCNIBuildHaltsAtCanary(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
 	setCNI := func(tag string) {

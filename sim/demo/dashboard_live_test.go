@@ -30,6 +30,7 @@ import (
 // Screenshots go to $NODEWISE_SCREENSHOTS (docs/dashboard has the ones the
 // docs show).
 func TestLiveDashboardShowsTheHalt(t *testing.T) {
+	t.Parallel()
 	bin := testkit.Binary(t, "nodewise")
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()

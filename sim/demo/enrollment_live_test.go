@@ -23,6 +23,7 @@ import (
 // HBONE, so the traffic figures alone pass the node; the enrollment check
 // halts the rollout there, naming the pod and the listeners check.
 func TestLiveNoListenBuildHaltsOnEnrollment(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-nolisten")
 	nr := faultyRollout("nolisten", node, true)
@@ -96,6 +97,7 @@ func TestLiveHealthyRolloutKeepsEveryPodEnrolled(t *testing.T) {
 // the node is Pass; the enrollment check halts the rollout at that canary,
 // naming the pod and the redirection check.
 func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
+	t.Parallel()
 	cniFaultHaltsOnEnrollment(t, newLiveEnv(t, 3), "cni-noreadd", dataplane.TagNoReadd, wire.CheckRedirection)
 }
 
@@ -107,6 +109,7 @@ func TestLiveNoReaddCNIBuildHaltsOnEnrollment(t *testing.T) {
 // their peers; nothing fails, and the judge's traffic verdict is Pass. The
 // bypass check halts the rollout at that canary, naming the pod.
 func TestLiveBypassCNIBuildHaltsOnEnrollment(t *testing.T) {
+	t.Parallel()
 	traffic := liveTraffic
 	traffic.StreamLife = 3 * time.Second
 	cniFaultHaltsOnEnrollment(t, newLiveEnvTraffic(t, 3, traffic, testAgents(t)), "cni-bypass", dataplane.TagBypass, wire.CheckBypass)
@@ -231,6 +234,7 @@ func ambientPodsOn(ctx context.Context, c *cluster.Cluster, node string) (apps, 
 // its soak starts without redirection, and the gate at the soak's end fails
 // the node naming that pod, new since the swap, and the redirection check.
 func TestLiveNoAddCNIBuildFailsAPodNewInTheSoak(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
 	node := e.faultyBuild(cluster.CNIName, "1.27.5"+dataplane.TagNoAdd)

@@ -243,6 +243,7 @@ func nodeStatus(t testing.TB, nr *v1alpha1.NodeRollout, node string) v1alpha1.No
 // gated the node through its agent (a drained node has no traffic left in
 // its soak: Inconclusive, which this rollout lets pass).
 func TestLiveDrainAutoSwapNoReset(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	e.upgrade("1.28.1")
 	before := e.settle()
@@ -278,6 +279,7 @@ func TestLiveDrainAutoSwapNoReset(t *testing.T) {
 // older than the deadline. The judge counts those resets as planned (from
 // the agent's connection ages before the swap) and passes the node.
 func TestLiveInPlaceSwapResetsOldStreams(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	e.upgrade("1.28.1")
 	before := e.settle()
@@ -340,6 +342,7 @@ func assertBaselineFromHistory(t testing.TB, ns v1alpha1.NodeStatus) {
 // pods: the judge sees the resets through that node's agent and the rollout
 // halts there, with the judge's reason.
 func TestLiveRstBuildHaltsAtCanary(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	node := e.faultyBuild(cluster.ZtunnelName, "1.27.4-rst")
 	nr := e.run(faultyRollout("rst", node, true), node)

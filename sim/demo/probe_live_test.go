@@ -32,6 +32,7 @@ func drainedRollout(name, canary string) *v1alpha1.NodeRollout {
 // stand-in's behaviour) onto a drained canary and checks the judge halted
 // there on the probe's evidence.
 func haltsOnProbe(t *testing.T, tag string) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
 	if err := cluster.SetImageTag(ctx, e.c.Client, cluster.ZtunnelName, tag); err != nil {
@@ -142,6 +143,7 @@ func workloadPodsOn(ctx context.Context, t *testing.T, c *cluster.Cluster, node 
 // side (the probe's own sockets) and the proxy side (the stand-in's sockets
 // in the probe's namespace, outbound and inbound).
 func TestLiveProbeRunsThroughTheStandins(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnv(t, 3)
 	ctx := context.Background()
 	e.settle()

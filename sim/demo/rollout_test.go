@@ -18,6 +18,7 @@ import (
 // terminal, and a rollout deleted while followed is an error at once (a
 // poll of Get took the NotFound for a busy server and waited its 15 min).
 func TestRunRolloutFollowsAWatch(t *testing.T) {
+	t.Parallel()
 	c := cluster.Start(t, cluster.Options{Nodes: 1})
 	ctx := context.Background()
 	if err := cluster.InstallCRD(ctx, c.Config, testkit.CRD("nodewise.io_noderollouts.yaml")); err != nil {

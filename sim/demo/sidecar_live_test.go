@@ -96,6 +96,7 @@ func onlyProxy(t *testing.T, e *liveEnv, ns, version, when string) {
 // its canary wave on the eBPF agents' evidence alone (no Prometheus gate),
 // and the namespace of the next wave keeps the old proxy.
 func TestLiveSidecarRstHaltsAtCanaryWave(t *testing.T) {
+	t.Parallel()
 	e, mc := liveSidecars(t, "1.28.1-rst")
 	for _, ns := range []string{"catalog", "ledger"} {
 		onlyProxy(t, e, ns, "1.27.3", "before the migration")

@@ -15,6 +15,7 @@ import (
 // halts at its first node on the swap window's failed connects, though
 // the build and its soak are healthy (about 40 s).
 func TestLiveReplaceSwapHaltsOnTheSwapWindow(t *testing.T) {
+	t.Parallel()
 	e := newLiveEnvSwap(t, 3, liveTraffic, testAgents(t), model.SwapReplace)
 	e.upgrade("1.28.1")
 	e.settle()
