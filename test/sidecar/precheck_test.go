@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/istio/precheck"
@@ -114,22 +112,7 @@ func (e *env) migrationNamespaceRev(t *testing.T, ns string) string {
 // as the built istioctl renders it in Istio's base chart.
 func installAuthorizationPolicyCRD(t *testing.T, e *env) {
 	t.Helper()
-	for _, u := range testkit.IstioManifest(t, "--set", "profile=ambient") {
-		if u.GetKind() != "CustomResourceDefinition" || u.GetName() != "authorizationpolicies.security.istio.io" {
-			continue
-		}
-		b, err := yaml.Marshal(u.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "authorizationpolicies.yaml")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cluster.InstallCRDs(t, e.c, path)
-		return
-	}
-	t.Fatal("istioctl manifest generate rendered no AuthorizationPolicy CRD")
+	cluster.InstallCRDs(t, e.c, testkit.IstioCRD(t, "authorizationpolicies.security.istio.io"))
 }
 
 // TestPrecheckRefusesAnUnpullableProxy: a canary pod of revision 1-29 could
