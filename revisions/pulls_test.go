@@ -9,14 +9,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/istio/inventory"
 	"github.com/nodewise/nodewise/istio/precheck"
 )
 
 // TestPulls: a migration to 1-29 needs 1-29's proxy on the nodes of the
-// namespaces it restarts (not the others') and 1-29's istiod image where
-// its pods run. The proxy image is what 1-29's sidecars run, else
-// istiod's image with proxyv2 for its name.
+// namespaces it restarts (not the others'), or of the waypoints it moves,
+// and 1-29's istiod image where its pods run. The proxy image is what
+// 1-29's sidecars run, else istiod's image with proxyv2 for its name.
 func TestPulls(t *testing.T) {
 	istiodLabels := map[string]string{"app": "istiod", "istio.io/rev": "1-29"}
 	istiod := appsv1.Deployment{
@@ -48,19 +49,27 @@ func TestPulls(t *testing.T) {
 			}, extra...),
 		}
 	}
-	spec := v1alpha1.RevisionMigrationSpec{From: "1-28", To: "1-29"}
+	waypoint := pod("mesh", "waypoint-x", "n4", map[string]string{istio.LabelGatewayManaged: istio.GatewayManagedWaypoint, istio.LabelK8sGatewayName: "waypoint"}, "reg.example/istio/proxyv2:1.28.1")
+	waypoint.Annotations = map[string]string{istio.LabelRev: "1-28"}
+	sidecars := v1alpha1.RevisionMigrationSpec{From: "1-28", To: "1-29"}
+	waypoints := v1alpha1.RevisionMigrationSpec{From: "1-28", To: "1-29", Waypoints: v1alpha1.WaypointsOnly}
 	const proxy, istiodFor = "RevisionMigration m's revision 1-29 (its sidecar proxy)", "RevisionMigration m's revision 1-29 (its istiod)"
 	for _, tc := range []struct {
 		name string
+		spec v1alpha1.RevisionMigrationSpec
 		o    inventory.Objects
 		want []precheck.Pull
 	}{
-		{"derived from istiod", objects(), []precheck.Pull{
+		{"derived from istiod", sidecars, objects(), []precheck.Pull{
 			{For: proxy, Images: []string{"reg.example/istio/proxyv2:1.29.0"}, Nodes: []string{"n1", "n2"}},
 			{For: istiodFor, Images: []string{"reg.example/istio/pilot:1.29.0"}, Nodes: []string{"n0"}},
 		}},
-		{"what 1-29's sidecars run", objects(pod("canary", "web", "n3", nil, "mirror.example/proxy:1.29.0-distroless")), []precheck.Pull{
+		{"what 1-29's sidecars run", sidecars, objects(pod("canary", "web", "n3", nil, "mirror.example/proxy:1.29.0-distroless")), []precheck.Pull{
 			{For: proxy, Images: []string{"mirror.example/proxy:1.29.0-distroless"}, Nodes: []string{"n1", "n2"}},
+			{For: istiodFor, Images: []string{"reg.example/istio/pilot:1.29.0"}, Nodes: []string{"n0"}},
+		}},
+		{"waypoints: Only: the waypoints' nodes", waypoints, objects(waypoint), []precheck.Pull{
+			{For: proxy, Images: []string{"reg.example/istio/proxyv2:1.29.0"}, Nodes: []string{"n4"}},
 			{For: istiodFor, Images: []string{"reg.example/istio/pilot:1.29.0"}, Nodes: []string{"n0"}},
 		}},
 	} {
@@ -69,7 +78,7 @@ func TestPulls(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := Pulls("m", spec, inv, tc.o, "istio-system"); !reflect.DeepEqual(got, tc.want) {
+			if got := Pulls("m", tc.spec, inv, tc.o, "istio-system"); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Pulls:\n got %+v\nwant %+v", got, tc.want)
 			}
 		})
