@@ -44,7 +44,9 @@ func Pulls(name string, spec v1alpha1.RevisionMigrationSpec, inv inventory.Inven
 		images[path.Dir(istiodImage)+"/proxyv2:"+tag] = true
 	}
 	var nodes []string
+	proxy := "sidecar proxy"
 	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		proxy = "waypoint proxy"
 		for _, p := range inv.Pods {
 			if p.Mode == inventory.ModeWaypoint && p.Revision == inv.Resolve(spec.From) && p.Node != "" {
 				nodes = append(nodes, p.Node)
@@ -61,7 +63,7 @@ func Pulls(name string, spec v1alpha1.RevisionMigrationSpec, inv inventory.Inven
 	}
 	var out []precheck.Pull
 	if len(images) > 0 && len(nodes) > 0 {
-		out = append(out, precheck.Pull{For: fmt.Sprintf("RevisionMigration %s's revision %s (its sidecar proxy)", name, to), Images: slices.Sorted(maps.Keys(images)), Nodes: unique(nodes)})
+		out = append(out, precheck.Pull{For: fmt.Sprintf("RevisionMigration %s's revision %s (its %s)", name, to, proxy), Images: slices.Sorted(maps.Keys(images)), Nodes: unique(nodes)})
 	}
 	if istiodImage != "" && len(istiodNodes) > 0 {
 		out = append(out, precheck.Pull{For: fmt.Sprintf("RevisionMigration %s's revision %s (its istiod)", name, to), Images: []string{istiodImage}, Nodes: unique(istiodNodes)})

@@ -69,7 +69,7 @@ func TestPulls(t *testing.T) {
 			{For: istiodFor, Images: []string{"reg.example/istio/pilot:1.29.0"}, Nodes: []string{"n0"}},
 		}},
 		{"waypoints: Only: the waypoints' nodes", waypoints, objects(waypoint), []precheck.Pull{
-			{For: proxy, Images: []string{"reg.example/istio/proxyv2:1.29.0"}, Nodes: []string{"n4"}},
+			{For: "RevisionMigration m's revision 1-29 (its waypoint proxy)", Images: []string{"reg.example/istio/proxyv2:1.29.0"}, Nodes: []string{"n4"}},
 			{For: istiodFor, Images: []string{"reg.example/istio/pilot:1.29.0"}, Nodes: []string{"n0"}},
 		}},
 	} {
