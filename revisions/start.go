@@ -58,7 +58,7 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	if _, err := revtag.RevisionWebhook(ctx, c.cfg.Kube, spec.To); err != nil {
 		return c.refuse(ctx, rm, err.Error())
 	}
-	if reason, err := c.precheck(ctx, snap, target); err != nil || reason != "" {
+	if reason, err := c.precheck(ctx, rm.Name, spec, snap, target); err != nil || reason != "" {
 		if err != nil {
 			reason = "precheck could not run (nothing moves until it does): " + err.Error()
 		}
@@ -209,13 +209,23 @@ func claimedBy(all []v1alpha1.RevisionMigration, self string, namespaces map[str
 }
 
 // precheck runs nodewise precheck's checks that the controller can decide
-// (istioctl's analyzers are the CLI's): the reason to refuse, one finding a
+// (istioctl's analyzers are the CLI's), To's images on the nodes the
+// migration touches among them: the reason to refuse, one finding a
 // clause, or "" when no error is found.
-func (c *Controller) precheck(ctx context.Context, snap *snapshot, to skew.Version) (string, error) {
+func (c *Controller) precheck(ctx context.Context, name string, spec v1alpha1.RevisionMigrationSpec, snap *snapshot, to skew.Version) (string, error) {
 	in := precheck.Input{Inventory: snap.inv, Pods: snap.objects.Pods, To: to}
 	var err error
 	if in.AuthorizationPolicies, err = precheck.List(ctx, c.cfg.Dynamic, precheck.AuthorizationPolicies); err != nil {
 		return "", err
+	}
+	istioNS := c.cfg.Inventory.IstioNamespace
+	if istioNS == "" {
+		istioNS = istio.DefaultNamespace
+	}
+	if in.Pulls = Pulls(name, spec, snap.inv, snap.objects, istioNS); len(in.Pulls) > 0 {
+		if in.Nodes, err = precheck.Nodes(ctx, c.cfg.Kube); err != nil {
+			return "", err
+		}
 	}
 	if errs := precheck.Errors(precheck.Check(in)); len(errs) > 0 {
 		return precheck.Headline(errs), nil

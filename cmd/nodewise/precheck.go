@@ -25,7 +25,8 @@ func newPrecheckCmd(g *globalFlags) *cobra.Command {
 		Long: "Checks revision tags and namespace labels against the installed istiod revisions, dry-run\n" +
 			"authorization policies that ztunnels older than 1.29 enforce, the workload-discovery response\n" +
 			"against gRPC's 4 MiB limit, sidecar drains at Envoy's edge defaults, and each unfinished\n" +
-			"NodeRollout's new images on its nodes (a node where a pod failed to pull one); with the node\n" +
+			"NodeRollout's new images on its nodes and each RevisionMigration's proxy and istiod images on\n" +
+			"the nodes it restarts pods on (a node where a pod failed to pull one); with the node\n" +
 			"agents' --agent-ca and --agent-token-file, sidecar connections that outlive the proxies' drain\n" +
 			"with no maximum connection duration; with istioctl on the PATH (or --istioctl), istioctl\n" +
 			"analyze's errors and warnings too. One line per finding, errors first. The RevisionMigration\n" +
@@ -134,12 +135,17 @@ func observePrecheck(ctx context.Context, g *globalFlags, istioNamespace string)
 	if err != nil {
 		return precheck.Input{}, err
 	}
-	in, err := precheck.Observe(ctx, client, dyn, inventory.Options{IstioNamespace: istioNamespace})
+	in, o, err := precheck.Observe(ctx, client, dyn, inventory.Options{IstioNamespace: istioNamespace})
 	if err != nil {
 		return precheck.Input{}, err
 	}
 	if in.Pulls, err = rolloutPulls(ctx, g, client, in.Nodes); err != nil {
 		return precheck.Input{}, err
 	}
+	more, err := migrationPulls(ctx, g, in, o)
+	if err != nil {
+		return precheck.Input{}, err
+	}
+	in.Pulls = append(in.Pulls, more...)
 	return in, nil
 }

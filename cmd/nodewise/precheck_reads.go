@@ -19,6 +19,7 @@ import (
 	"github.com/nodewise/nodewise/istio/precheck"
 	"github.com/nodewise/nodewise/orchestrator/judgegate"
 	"github.com/nodewise/nodewise/orchestrator/model"
+	"github.com/nodewise/nodewise/revisions"
 )
 
 // rolloutPulls are the images each NodeRollout not yet finished needs: its
@@ -66,6 +67,37 @@ func rolloutPulls(ctx context.Context, g *globalFlags, kube kubernetes.Interface
 			}
 			out = append(out, pull)
 		}
+	}
+	return out, nil
+}
+
+// migrationPulls are the images each RevisionMigration yet to finish (or
+// refused: the precheck says why, node by node) needs (revisions.Pulls):
+// its To revision's proxy on the nodes of the namespaces it restarts, and
+// its istiod. None when the cluster does not serve
+// RevisionMigrations.
+func migrationPulls(ctx context.Context, g *globalFlags, in precheck.Input, o inventory.Objects) ([]precheck.Pull, error) {
+	if !g.groupServed(ctx) {
+		return nil, nil
+	}
+	nw, err := g.nodewise()
+	if err != nil {
+		return nil, err
+	}
+	list, err := nw.RevisionMigrations().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil // the node wing alone: no RevisionMigration CRD
+	case err != nil:
+		return nil, fmt.Errorf("listing RevisionMigrations: %w", err)
+	}
+	var out []precheck.Pull
+	for _, rm := range list.Items {
+		switch rm.Status.Phase {
+		case v1alpha1.MigrationSucceeded, v1alpha1.MigrationAborting, v1alpha1.MigrationAborted:
+			continue
+		}
+		out = append(out, revisions.Pulls(rm.Name, rm.Spec, in.Inventory, o, in.RootNamespace)...)
 	}
 	return out, nil
 }

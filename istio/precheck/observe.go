@@ -49,26 +49,27 @@ func Nodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, err
 }
 
 // Observe reads the cluster once and builds the checks' input (all but the
-// Pulls and the Connections, which the caller knows). A cluster without
+// Pulls and the Connections, which the caller knows), with the objects its
+// inventory was built from (for the caller's Pulls). A cluster without
 // Istio's CRDs has no policies and no rules.
-func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, opts inventory.Options) (Input, error) {
+func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, opts inventory.Options) (Input, inventory.Objects, error) {
 	o, err := inventory.List(ctx, client, opts)
 	if err != nil {
-		return Input{}, err
+		return Input{}, o, err
 	}
 	inv, err := inventory.Build(opts, o)
 	if err != nil {
-		return Input{}, err
+		return Input{}, o, err
 	}
 	in := Input{Inventory: inv, Pods: o.Pods, MeshConfigs: map[string]*corev1.ConfigMap{}}
 	if in.AuthorizationPolicies, err = List(ctx, dyn, AuthorizationPolicies); err != nil {
-		return Input{}, err
+		return Input{}, o, err
 	}
 	if in.DestinationRules, err = List(ctx, dyn, DestinationRules); err != nil {
-		return Input{}, err
+		return Input{}, o, err
 	}
 	if in.Nodes, err = Nodes(ctx, client); err != nil {
-		return Input{}, err
+		return Input{}, o, err
 	}
 	ns := opts.IstioNamespace
 	if ns == "" {
@@ -77,7 +78,7 @@ func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	in.RootNamespace = ns
 	cms, err := client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return Input{}, fmt.Errorf("listing istiod's mesh config in %s: %w", ns, err)
+		return Input{}, o, fmt.Errorf("listing istiod's mesh config in %s: %w", ns, err)
 	}
 	for i := range cms.Items {
 		cm := &cms.Items[i]
@@ -85,5 +86,5 @@ func Observe(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 			in.MeshConfigs[cm.Name] = cm
 		}
 	}
-	return in, nil
+	return in, o, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 )
 
 // IstioManifest renders Istio's charts with the built istioctl
@@ -51,4 +52,28 @@ func IstioManifest(tb testing.TB, args ...string) []unstructured.Unstructured {
 			objs = append(objs, u)
 		}
 	}
+}
+
+// IstioCRD writes Istio's own CustomResourceDefinition name (such as
+// "destinationrules.networking.istio.io"), as the built istioctl renders it
+// in Istio's base chart, to a file in a test directory and returns its path
+// (for cluster.InstallCRDs).
+func IstioCRD(tb testing.TB, name string) string {
+	tb.Helper()
+	for _, u := range IstioManifest(tb, "--set", "profile=ambient") {
+		if u.GetKind() != "CustomResourceDefinition" || u.GetName() != name {
+			continue
+		}
+		b, err := yaml.Marshal(u.Object)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		path := filepath.Join(tb.TempDir(), name+".yaml")
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+		return path
+	}
+	tb.Fatalf("istioctl manifest generate rendered no CustomResourceDefinition %s", name)
+	return ""
 }
