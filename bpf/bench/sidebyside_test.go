@@ -64,6 +64,10 @@ func BenchmarkBuildsSideBySide(b *testing.B) {
 		b.Fatalf("enabling BPF run-time stats: %v", err)
 	}
 	defer stats.Close()
+	specs := make([]func() (*ebpf.CollectionSpec, error), len(builds))
+	for i, bd := range builds {
+		specs[i] = bd.spec
+	}
 	ratios := make([]float64, len(builds))
 	for round := range rounds * b.N {
 		order := make([]int, len(builds))
@@ -72,10 +76,6 @@ func BenchmarkBuildsSideBySide(b *testing.B) {
 			if round%2 == 1 {
 				order[i] = len(builds) - 1 - i
 			}
-		}
-		specs := make([]func() (*ebpf.CollectionSpec, error), len(builds))
-		for i, bd := range builds {
-			specs[i] = bd.spec
 		}
 		means, floorNs, rate := sideBySide(b, pods, specs, order)
 		line := fmt.Sprintf("ebpf-ab round=%d rate=%.0f floor_ns=%.1f", round, rate, floorNs)
