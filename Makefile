@@ -107,6 +107,10 @@ APPS ?= 10
 bench-ebpf: deps ## The agent's eBPF programs beside a program that only counts, on one hook under 20,000 and 50,000 new connections/s from 110 pod namespaces (root): one `ebpf median_ns=… floor_ns=… ratio=… rate=…` line a rate, from the kernel's run-time statistics.
 	$(GO) test -run '^$$' -bench BenchmarkProgramRunTime -benchtime 1x -count 1 -timeout 30m ./bpf/bench
 
+.PHONY: bench-ebpf-ab
+bench-ebpf-ab: deps ## Variants of the eBPF programs side by side with the production build and a copy of it (the control), on the same events of bench-ebpf's churn (root): BUILDS="a.o b.o" (compiled by hack/ebpf-variant.sh), ROUNDS (4); one `ebpf-ab round=…` line a round and each build's mean ratio to the floor.
+	NODEWISE_EBPF_BUILDS="$(BUILDS)" NODEWISE_EBPF_ROUNDS=$(or $(ROUNDS),4) $(GO) test -run '^$$' -bench BenchmarkBuildsSideBySide -benchtime 1x -count 1 -timeout 30m ./bpf/bench
+
 .PHONY: bench-reconcile
 bench-reconcile: ## The reconcile pass one node's change starts, at 1,000 and 5,000 nodes (in-process caches): the event's pass beside the full pass it replaced; one `reconcile nodes=… change=… mode=… cpu_us_per_change=… …` line each, and the 5,000/1,000 ratios.
 	$(GO) test -run '^$$' -bench BenchmarkReconcilePerNodeChange -benchtime 1x -count 1 -timeout 30m ./orchestrator

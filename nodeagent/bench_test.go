@@ -94,13 +94,7 @@ func BenchmarkAgentConnectionChurn(b *testing.B) {
 		{rate: 20000, pods: 110, rounds: 3},
 		{rate: 50000, pods: 110, rounds: 3},
 	}
-	r := netrig.New(b)
-	var pods []*netrig.Pod
-	for i := range 110 {
-		p := r.AddPod(fmt.Sprintf("bench-%d", i))
-		netrig.ServeRawEcho(b, p, 8080)
-		pods = append(pods, p)
-	}
+	pods := netrig.New(b).AddEchoPods("bench", 110, 8080)
 	files := writeTLSFiles(b)
 	// Statistics someone else turned on stay on through B: say so.
 	if on, err := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled"); err == nil && strings.TrimSpace(string(on)) != "0" {

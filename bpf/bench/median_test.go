@@ -38,13 +38,7 @@ const medianWindow = 100 * time.Millisecond
 //	ebpf median_ns=… floor_ns=… ratio=… rate=… achieved=… mean_ns=… runs=… windows=… ns_per_conn=… runs_per_conn=… progs=name:mean_nsxruns,… timed_p50_ns=… empty_timed_p50_ns=… gen_cpu_us_per_conn=… failed=… load=…
 func BenchmarkProgramRunTime(b *testing.B) {
 	netrig.RequireKernel(b)
-	r := netrig.New(b)
-	var pods []*netrig.Pod
-	for i := range 110 {
-		p := r.AddPod(fmt.Sprintf("ebpf-%d", i))
-		netrig.ServeRawEcho(b, p, 8080)
-		pods = append(pods, p)
-	}
+	pods := netrig.New(b).AddEchoPods("ebpf", 110, 8080)
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		b.Fatalf("enabling BPF run-time stats: %v", err)

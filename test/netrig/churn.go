@@ -116,6 +116,19 @@ func Churn(pods []*Pod, port int, rate float64, d time.Duration) Churned {
 	return l
 }
 
+// AddEchoPods adds n pods, named prefix-0 and on, each serving echo on
+// port (ServeRawEcho): the churn's pods.
+func (r *Rig) AddEchoPods(prefix string, n, port int) []*Pod {
+	r.t.Helper()
+	pods := make([]*Pod, 0, n)
+	for i := range n {
+		p := r.AddPod(fmt.Sprintf("%s-%d", prefix, i))
+		ServeRawEcho(r.t, p, port)
+		pods = append(pods, p)
+	}
+	return pods
+}
+
 // ServeRawEcho serves echo on port inside the pod's namespace from one
 // thread making blocking system calls, as EchoOnce does on the client side:
 // Go's net server costs a poller wake-up and a goroutine hand-off per
