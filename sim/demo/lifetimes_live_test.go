@@ -29,6 +29,7 @@ import (
 // maximum connection duration for catalog's service, it warns of ledger
 // alone.
 func TestLivePrecheckReadsConnectionLifetimes(t *testing.T) {
+	t.Parallel()
 	inj, err := injector.Start()
 	if err != nil {
 		t.Fatal(err)
