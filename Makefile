@@ -18,7 +18,8 @@ TEST_FLAGS ?= -count=1 -p 2 -timeout 40m
 SLOW_PKGS := ./test/e2e ./test/sidecar ./health ./cmd/nodewise ./test/chart
 # The live data plane's tests judge latency and wait on many processes: they
 # run after the others, with the machine to themselves (beside test/e2e they
-# failed on load: srtt noise, sample apps not Ready in 3 min).
+# failed on load: srtt noise, sample apps not Ready in 3 min). Inside it, the
+# tests that load cannot fail run two at a time (sim/demo/main_test.go).
 LIVE_PKGS := ./sim/demo
 # make test runs with NODEWISE_TEST_STRICT set: a test whose machine lacks root,
 # BTF or a package fails there instead of skipping (test/testkit.Unavailable).
