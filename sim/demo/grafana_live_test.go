@@ -38,6 +38,7 @@ import (
 // variable's label_values over the run. Every panel must return series;
 // the test names each that returns none.
 func TestLiveGrafanaPanelsReturnData(t *testing.T) {
+	t.Parallel()
 	e, mc := liveSidecars(t, "1.28.1")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

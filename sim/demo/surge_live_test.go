@@ -142,6 +142,7 @@ func TestLiveClusterWideSurgePassesOnControls(t *testing.T) {
 // judged before/after alone: the control group is what let the rollout
 // above complete.
 func TestLiveClusterWideSurgeHaltsWithoutControls(t *testing.T) {
+	t.Parallel()
 	e, canary := surgeEnv(t)
 	nr := e.runSurged(surgeRollout("surge-alone", canary, v1alpha1.ControlGroupDisabled), canary)
 	ns := nodeStatus(t, nr, canary)
