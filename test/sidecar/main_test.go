@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -27,8 +28,8 @@ import (
 const controllerEnv = "NODEWISE_TEST_MIGRATION_CONTROLLER_KUBECONFIG"
 
 // dieAfterWriteEnv, when set, makes that controller SIGKILL itself right after
-// its first successful write of a RevisionMigration status, a namespace or a
-// workload: the crash tests kill it at every persisted step in turn.
+// its first successful write of a RevisionMigration status, a namespace, a
+// workload or a Gateway: the crash tests kill it at every persisted step in turn.
 const dieAfterWriteEnv = "NODEWISE_TEST_MIGRATION_CONTROLLER_DIE_AFTER_WRITE"
 
 func TestMain(m *testing.M) {
@@ -63,7 +64,11 @@ func runController(kubeconfig string) error {
 	if err != nil {
 		return err
 	}
-	ctrl, err := revisions.New(revisions.Config{Kube: kube, Migrations: mc, Log: log, Registry: prometheus.NewRegistry(), Interval: 200 * time.Millisecond})
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctrl, err := revisions.New(revisions.Config{Kube: kube, Migrations: mc, Dynamic: dyn, Log: log, Registry: prometheus.NewRegistry(), Interval: 200 * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -98,7 +103,7 @@ func (e *env) controllerProcess(name string) (kill func()) {
 }
 
 // dieAfterWrite kills the process as soon as one persisted step (a write of
-// a migration's status, a namespace or a workload) has succeeded, before the
+// a migration's status, a namespace, a workload or a Gateway) has succeeded, before the
 // controller sees the response.
 func dieAfterWrite(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -108,7 +113,7 @@ func dieAfterWrite(rt http.RoundTripper) http.RoundTripper {
 		}
 		p := r.URL.Path
 		if strings.HasSuffix(p, "/status") && strings.Contains(p, "/revisionmigrations/") || strings.Contains(p, "/namespaces/") && !strings.Contains(p, "/events") &&
-			(strings.Count(p, "/") == 4 || strings.Contains(p, "/deployments/") || strings.Contains(p, "/statefulsets/") || strings.Contains(p, "/daemonsets/")) {
+			(strings.Count(p, "/") == 4 || strings.Contains(p, "/deployments/") || strings.Contains(p, "/statefulsets/") || strings.Contains(p, "/daemonsets/") || strings.Contains(p, "/gateways")) {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

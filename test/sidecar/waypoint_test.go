@@ -292,18 +292,21 @@ func waypointWaves(t *testing.T, to string, busy bool) (*env, *waypointFake) {
 	return waypointWavesFrom(t, "1.27.3", to, busy, nil)
 }
 
-// waypointWavesFrom is waypointWaves from version from (its revision's
-// Gateways labelled so) to version to, with the migration's
-// waypointCanaryWeights (nil: the default).
-func waypointWavesFrom(t *testing.T, from, to string, busy bool, weights []int32) (*env, *waypointFake) {
-	fromRev, err := cluster.Revision(from)
+// mustRevision is cluster.Revision, failing the test on an error.
+func mustRevision(t *testing.T, version string) string {
+	t.Helper()
+	rev, err := cluster.Revision(version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	toRev, err := cluster.Revision(to)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return rev
+}
+
+// waypointNamespaces starts the cluster of waypointWaves at versions from
+// and to: three ambient namespaces with their waypoints on from (wp-2's by
+// the default tag), all Ready, the istiod stand-in reconciling them.
+func waypointNamespaces(t *testing.T, from, to string) (*env, *waypointFake) {
+	fromRev, toRev := mustRevision(t, from), mustRevision(t, to)
 	e := start(t, 3, from, to)
 	wp := e.waypoints(map[string]string{fromRev: from, toRev: to})
 	for i := 1; i <= 3; i++ {
@@ -324,6 +327,15 @@ func waypointWavesFrom(t *testing.T, from, to string, busy bool, weights []int32
 		}
 		return true, nil
 	})
+	return e, wp
+}
+
+// waypointWavesFrom is waypointWaves from version from (its revision's
+// Gateways labelled so) to version to, with the migration's
+// waypointCanaryWeights (nil: the default).
+func waypointWavesFrom(t *testing.T, from, to string, busy bool, weights []int32) (*env, *waypointFake) {
+	fromRev, toRev := mustRevision(t, from), mustRevision(t, to)
+	e, wp := waypointNamespaces(t, from, to)
 	agents := newFakeAgents(e.c.Client)
 	agents.setSurge(busy)
 	gate := e.agentGate(agents)

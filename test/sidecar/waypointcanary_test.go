@@ -177,3 +177,74 @@ func TestWaypointCanaryHaltsOnFaultyBuild(t *testing.T) {
 		t.Errorf("wp-1 went through %q, want the primary on 1-31 throughout", got)
 	}
 }
+
+// TestWaypointCanaryKilledAtEveryStep: a canary migration of wp-1's
+// waypoint (one wave, weights 50 and 100), run by controllers each killed after one persisted
+// step (a status write, a Gateway created or deleted, a namespace or Gateway
+// patched), ends as an unkilled one does. After every death each namespace
+// has at most its primary and the one canary Gateway (nodewise's, owned by
+// the primary), is pointed at a canary only while that canary exists and
+// only at a recorded weight, and its primary leaves 1-31 only once the
+// promotion is recorded.
+func TestWaypointCanaryKilledAtEveryStep(t *testing.T) {
+	e, wp := waypointNamespaces(t, "1.31.1", "1.32.0")
+	ctx := e.ctx
+	if _, err := e.mc.Create(ctx, &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "wp"}, Spec: v1alpha1.RevisionMigrationSpec{
+		From: "1-31", To: "1-32", Waypoints: v1alpha1.WaypointsOnly, WaypointCanaryWeights: []int32{50, 100}, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5},
+		Waves: []v1alpha1.Wave{{Name: "tier-1", NamespaceSelector: &v1alpha1.WaveSelector{MatchLabels: map[string]v1alpha1.LabelValue{v1alpha1.DefaultTierLabel: "1"}}}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(deaths int) {
+		rm := e.migration("wp")
+		promoted := len(rm.Status.Waves) > 0 && rm.Status.Waves[0].CanaryPromoted
+		for i := 1; i <= 3; i++ {
+			ns := fmt.Sprintf("wp-%d", i)
+			gws, err := wp.dyn.Resource(gatewaysGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var primaryUID, canaryOwner string
+			canary := false
+			for _, g := range gws.Items {
+				switch g.GetName() {
+				case "waypoint":
+					primaryUID = string(g.GetUID())
+					if rev := g.GetLabels()[istio.LabelRev]; rev == "1-32" && !promoted {
+						t.Fatalf("after death %d: %s's primary on 1-32 before the promotion was recorded", deaths, ns)
+					}
+				case "waypoint-1-32":
+					canary = true
+					if len(g.GetOwnerReferences()) == 1 {
+						canaryOwner = string(g.GetOwnerReferences()[0].UID)
+					}
+					if g.GetLabels()["app.kubernetes.io/managed-by"] != "nodewise-revisions" {
+						t.Fatalf("after death %d: canary %s/%s not labelled as nodewise's: %v", deaths, ns, g.GetName(), g.GetLabels())
+					}
+				default:
+					t.Fatalf("after death %d: unexpected Gateway %s/%s", deaths, ns, g.GetName())
+				}
+			}
+			if canary && canaryOwner != primaryUID {
+				t.Fatalf("after death %d: %s's canary owned by %q, want the primary %q", deaths, ns, canaryOwner, primaryUID)
+			}
+			n, err := e.c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := n.Labels[istio.LabelUseWaypointCanary]; c != "" {
+				weight := n.Annotations[istio.AnnotationUseWaypointCanaryWeight]
+				if c != "waypoint-1-32" || !canary || (weight != "50" && weight != "100") {
+					t.Fatalf("after death %d: %s points at canary %q (exists: %t) at weight %q", deaths, ns, c, canary, weight)
+				}
+			}
+		}
+	}
+	succeeded := func() bool { return e.migration("wp").Status.Phase == v1alpha1.MigrationSucceeded }
+	deaths := e.controllerUntil(2*time.Minute, succeeded, check)
+	t.Logf("FIGURE: the canary migration took %d controller processes, each killed after one persisted step", deaths)
+	if got := wp.gatewayRev("wp-1", "waypoint"); got != "1-32" {
+		t.Errorf("Gateway wp-1/waypoint labelled %q, want 1-32", got)
+	}
+	wp.canaryGone("wp-1", "waypoint-1-32")
+}
