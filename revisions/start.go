@@ -192,7 +192,7 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		st.WaypointMethod = v1alpha1.WaypointRelabel
 		method := "waypoints relabelled in place"
 		if ok {
-			st.WaypointMethod, method = v1alpha1.WaypointCanary, "waypoints by weighted canary "+weightList(spec.WaypointCanaryWeights)
+			st.WaypointMethod, method = v1alpha1.WaypointCanary, "waypoints by weighted canary "+WeightSteps(spec.WaypointCanaryWeights)
 		}
 		reason += fmt.Sprintf("; %s (%s)", method, why)
 	}

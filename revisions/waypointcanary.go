@@ -425,8 +425,8 @@ func userRef(u v1alpha1.WaypointUser) string {
 	return u.Namespace + "/" + u.Name
 }
 
-// weightList is "10→50→100%".
-func weightList(ws []int32) string {
+// WeightSteps is a canary's weights as people read them: "10→50→100%".
+func WeightSteps(ws []int32) string {
 	parts := make([]string, len(ws))
 	for i, w := range ws {
 		parts[i] = strconv.Itoa(int(w))

@@ -178,6 +178,7 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			}
 			if dryRun && spec.Waypoints == v1alpha1.WaypointsOnly {
 				fmt.Fprintf(cmd.OutOrStdout(), "waypoints: Only: the waypoint Gateways on %s are found, tiered and recorded when the migration starts\n", spec.From)
+				fmt.Fprintln(cmd.OutOrStdout(), waypointMethodLine(revisions.Defaulted(spec), v1alpha1.RevisionMigrationStatus{}))
 				out, err := yaml.Marshal(rm)
 				if err != nil {
 					return err
