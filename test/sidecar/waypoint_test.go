@@ -104,11 +104,37 @@ func (w *waypointFake) run() {
 					err = nil // deleted since the list
 				}
 			}
+			if err == nil {
+				err = w.collect(list.Items)
+			}
 			if err != nil {
 				w.e.t.Logf("waypoint stand-in: %v", err)
 			}
 		}
 	}()
+}
+
+// collect deletes the waypoint Deployments whose Gateway is not in gws, as
+// the garbage collector does through their owner reference (which it would
+// only do once its periodic discovery has found the Gateway CRD the test
+// installed).
+func (w *waypointFake) collect(gws []unstructured.Unstructured) error {
+	have := map[string]bool{}
+	for _, g := range gws {
+		have[g.GetNamespace()+"/"+g.GetName()] = true
+	}
+	deps, err := w.e.c.Client.AppsV1().Deployments("").List(w.e.ctx, metav1.ListOptions{LabelSelector: istio.LabelGatewayManaged + "=" + istio.GatewayManagedWaypoint})
+	if err != nil {
+		return err
+	}
+	for _, d := range deps.Items {
+		if !have[d.Namespace+"/"+d.Name] {
+			if err := w.e.c.Client.AppsV1().Deployments(d.Namespace).Delete(w.e.ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // reconcileErr picks the Gateway's revision as istiod does (its

@@ -57,6 +57,16 @@ func (w *waypointFake) watchCanaries() *canaryWatch {
 	return cw
 }
 
+// settled waits until the watcher has seen ns in state (it samples every
+// 100 ms, so a migration can finish before its last sample).
+func (cw *canaryWatch) settled(t *testing.T, ns, state string) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, ns+" seen as "+state, func() (bool, error) {
+		got := cw.states(ns)
+		return len(got) > 0 && got[len(got)-1] == state, fmt.Errorf("seen %q", got)
+	})
+}
+
 func (cw *canaryWatch) states(ns string) []string {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
@@ -118,6 +128,7 @@ func TestWaypointCanaryMovesAll(t *testing.T) {
 		}
 		// The primary stays as it was while the weights step, then moves.
 		want := []string{"@/" + orig, "waypoint-1-32@50/" + orig, "waypoint-1-32@100/" + orig, "waypoint-1-32@100/1-32", "@/1-32"}
+		cw.settled(t, ns, "@/1-32")
 		if got := cw.states(ns); strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("%s went through %q, want %q", ns, got, want)
 		}
@@ -149,6 +160,7 @@ func TestWaypointCanaryHaltsOnFaultyBuild(t *testing.T) {
 			rm.Status.Phase, rm.Status.CurrentWave, rm.Status.Waves[0].CanaryWeight, rm.Status.Reason)
 	}
 	t.Logf("halted: %s", rm.Status.Reason)
+	cw.settled(t, "wp-1", "waypoint-1-32@10/1-31")
 	if got := cw.states("wp-1"); strings.Join(got, " ") != "@/1-31 waypoint-1-32@10/1-31" {
 		t.Errorf("wp-1 went through %q, want the canary at 10%% and the primary on 1-31", got)
 	}
@@ -173,6 +185,7 @@ func TestWaypointCanaryHaltsOnFaultyBuild(t *testing.T) {
 		t.Errorf("after the abort the primary Gateway is labelled %q, want 1-31", got)
 	}
 	wp.canaryGone("wp-1", "waypoint-1-32")
+	cw.settled(t, "wp-1", "@/1-31")
 	if got := cw.states("wp-1"); strings.Join(got, " ") != "@/1-31 waypoint-1-32@10/1-31 @/1-31" {
 		t.Errorf("wp-1 went through %q, want the primary on 1-31 throughout", got)
 	}
