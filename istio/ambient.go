@@ -17,11 +17,17 @@ const (
 	LabelK8sGatewayName = "gateway.networking.k8s.io/gateway-name"
 	// LabelUseWaypoint names the waypoint a namespace, service or pod uses.
 	LabelUseWaypoint = "istio.io/use-waypoint"
+	// LabelUseWaypointNamespace names the namespace of LabelUseWaypoint's
+	// waypoint when it is not the user's own.
+	LabelUseWaypointNamespace = "istio.io/use-waypoint-namespace"
 	// LabelUseWaypointCanary and AnnotationUseWaypointCanaryWeight (Istio
 	// 1.31 and later) name a second, canary waypoint and the percentage of
 	// the user's in-mesh connections it takes (0-100, default 0).
 	LabelUseWaypointCanary            = "istio.io/use-waypoint-canary"
 	AnnotationUseWaypointCanaryWeight = "istio.io/use-waypoint-canary-weight"
+	// LabelUseWaypointCanaryNamespace names the canary's namespace when it
+	// is not the user's own.
+	LabelUseWaypointCanaryNamespace = "istio.io/use-waypoint-canary-namespace"
 	// WaypointGatewayClass is the GatewayClass of Istio's Envoy waypoints.
 	WaypointGatewayClass = "istio-waypoint"
 )

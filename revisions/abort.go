@@ -65,7 +65,11 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 		}
 		var msg string
 		if spec.Waypoints == v1alpha1.WaypointsOnly {
-			msg, err = c.restoreWaypoints(ctx, ns, spec.To)
+			// Canaries first: their users go back to the untouched (or
+			// restored) primary.
+			if err = c.removeCanaries(ctx, ns); err == nil {
+				msg, err = c.restoreWaypoints(ctx, ns, spec.To)
+			}
 		} else {
 			msg, err = c.restore(ctx, ns, spec.Tag)
 		}
@@ -86,7 +90,7 @@ func (c *Controller) abort(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 	}
 	var wait time.Duration
 	if spec.Waypoints == v1alpha1.WaypointsOnly {
-		wait, err = c.waitWaypoints(ctx, rm, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back)
+		wait, err = c.waitWaypoints(ctx, rm, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back, false)
 	} else {
 		wait, err = c.drive(ctx, rm, spec, snap, -1, v1alpha1.NamespaceReverting, v1alpha1.NamespaceRolledBack, back)
 	}

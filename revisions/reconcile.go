@@ -185,9 +185,13 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 
 	// 1. Retag: record the original labels, then patch them (a waypoint
 	// migration: its Gateways').
-	if spec.Waypoints == v1alpha1.WaypointsOnly {
+	canary := spec.Waypoints == v1alpha1.WaypointsOnly && st.WaypointMethod == v1alpha1.WaypointCanary
+	switch {
+	case canary:
+		err = c.startCanaries(ctx, rm, spec, wave)
+	case spec.Waypoints == v1alpha1.WaypointsOnly:
 		err = c.moveWaypoints(ctx, rm, spec, wave)
-	} else {
+	default:
 		err = c.retagWave(ctx, rm, spec, snap, wave)
 	}
 	if err != nil {
@@ -201,7 +205,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	// the waypoints).
 	var wait time.Duration
 	if spec.Waypoints == v1alpha1.WaypointsOnly {
-		wait, err = c.waitWaypoints(ctx, rm, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
+		wait, err = c.waitWaypoints(ctx, rm, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to, canary)
 	} else {
 		wait, err = c.drive(ctx, rm, spec, snap, wave, v1alpha1.NamespaceRestarting, v1alpha1.NamespaceReady, to)
 	}
@@ -218,6 +222,16 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 			return wait, nil
 		}
 	}
+	// A waypoint canary: each weight is judged as a wave is; once promoted,
+	// the wave is done when the canaries are gone.
+	promoted := false
+	if canary {
+		step, err := c.canaryWave(ctx, rm, spec, snap, wave, to)
+		if err != nil || step == canaryWait {
+			return c.cfg.Interval, err
+		}
+		promoted = step == canaryDone
+	}
 	// 4. Gate, from when the wave was first Ready (persisted: the soak
 	// survives a restart).
 	if st.Waves[wave].ReadyAt == nil {
@@ -231,7 +245,7 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	verdict := health.Verdict{Outcome: health.Pass}
 	// A wave that moved nothing (a percent wave past a small fleet's last
 	// namespace, or every namespace skipped) has nothing to judge: it passes.
-	if c.cfg.Gate != nil && moved(st, wave) {
+	if c.cfg.Gate != nil && moved(st, wave) && !promoted {
 		in := c.waveInput(rm, spec, snap, wave)
 		verdict, err = c.cfg.Gate.Judge(ctx, in)
 		if err != nil {
@@ -243,6 +257,9 @@ func (c *Controller) progress(ctx context.Context, rm *v1alpha1.RevisionMigratio
 	}
 	switch verdict.Outcome {
 	case health.Pass:
+		if canary && !promoted {
+			return c.cfg.Interval, c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, nextWeight(spec, &st.Waves[wave]))
+		}
 		st.CurrentWave++
 		now := metav1.NewTime(c.cfg.Now())
 		st.WaveStartedAt = &now

@@ -184,8 +184,19 @@ func (c *Controller) start(ctx context.Context, rm *v1alpha1.RevisionMigration, 
 			adopted++
 		}
 	}
-	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, fmt.Sprintf("%d namespaces (%d adopted, %d skipped) in %d waves, %s (%s) -> %s (%s) via tag %s",
-		len(st.Namespaces), adopted, len(st.Skipped), len(waves), spec.From, fromV, spec.To, toV, spec.Tag))
+	reason := fmt.Sprintf("%d namespaces (%d adopted, %d skipped) in %d waves, %s (%s) -> %s (%s) via tag %s",
+		len(st.Namespaces), adopted, len(st.Skipped), len(waves), spec.From, fromV, spec.To, toV, spec.Tag)
+	if spec.Waypoints == v1alpha1.WaypointsOnly {
+		// Decided once: a migration does not change method halfway.
+		ok, why := skew.WaypointCanary(inv, target)
+		st.WaypointMethod = v1alpha1.WaypointRelabel
+		method := "waypoints relabelled in place"
+		if ok {
+			st.WaypointMethod, method = v1alpha1.WaypointCanary, "waypoints by weighted canary "+WeightSteps(spec.WaypointCanaryWeights)
+		}
+		reason += fmt.Sprintf("; %s (%s)", method, why)
+	}
+	return c.setPhase(ctx, rm, v1alpha1.MigrationProgressing, reason)
 }
 
 // claimedBy returns the first live migration (other than self) holding one of

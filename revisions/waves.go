@@ -22,7 +22,11 @@ func DefaultWaves() []v1alpha1.Wave {
 	}
 }
 
-// Defaulted fills the spec's defaults (tag, tier label, waves).
+// DefaultWaypointCanaryWeights are a waypoint canary's steps: 10%, 50%, then every connection.
+func DefaultWaypointCanaryWeights() []int32 { return []int32{10, 50, 100} }
+
+// Defaulted fills the spec's defaults (tag, tier label, waves, and a
+// waypoints: Only migration's canary weights).
 func Defaulted(spec v1alpha1.RevisionMigrationSpec) v1alpha1.RevisionMigrationSpec {
 	if spec.Tag == "" {
 		spec.Tag = v1alpha1.DefaultMigrationTag
@@ -32,6 +36,9 @@ func Defaulted(spec v1alpha1.RevisionMigrationSpec) v1alpha1.RevisionMigrationSp
 	}
 	if len(spec.Waves) == 0 {
 		spec.Waves = DefaultWaves()
+	}
+	if spec.Waypoints == v1alpha1.WaypointsOnly && len(spec.WaypointCanaryWeights) == 0 {
+		spec.WaypointCanaryWeights = DefaultWaypointCanaryWeights()
 	}
 	return spec
 }
@@ -61,6 +68,7 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 	default:
 		errs = append(errs, fmt.Sprintf("waypoints %q: want Exclude or Only", spec.Waypoints))
 	}
+	errs = append(errs, validWeights(spec)...)
 	switch st := spec.StableTag; {
 	case st == "":
 	case st == "default":
@@ -113,6 +121,33 @@ func Validate(spec v1alpha1.RevisionMigrationSpec) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSpec, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// validWeights checks spec.waypointCanaryWeights as the CRD's rules do.
+func validWeights(spec v1alpha1.RevisionMigrationSpec) []string {
+	ws := spec.WaypointCanaryWeights
+	if len(ws) == 0 {
+		return nil
+	}
+	if spec.Waypoints != v1alpha1.WaypointsOnly {
+		return []string{"waypointCanaryWeights is for a waypoints: Only migration"}
+	}
+	var errs []string
+	if len(ws) > 5 {
+		errs = append(errs, "waypointCanaryWeights: at most 5 steps")
+	}
+	for i, w := range ws {
+		if w < 1 || w > 100 {
+			errs = append(errs, fmt.Sprintf("waypointCanaryWeights[%d]: %d is not a percentage 1..100", i, w))
+		}
+		if i > 0 && w <= ws[i-1] {
+			errs = append(errs, fmt.Sprintf("waypointCanaryWeights must strictly increase (%d after %d)", w, ws[i-1]))
+		}
+	}
+	if ws[len(ws)-1] != 100 {
+		errs = append(errs, "waypointCanaryWeights must end at 100 (the canary takes every connection before the primary is promoted)")
+	}
+	return errs
 }
 
 // overlap is true unless a and b name a common key with different values,

@@ -117,6 +117,16 @@ func TestValidate(t *testing.T) {
 		"decreasing": {func(s *v1alpha1.RevisionMigrationSpec) {
 			s.Waves = []v1alpha1.Wave{{Name: "a", Percent: p32(30)}, {Name: "b", Percent: p32(5)}}
 		}, "strictly increase"},
+		"weights on sidecars": {func(s *v1alpha1.RevisionMigrationSpec) { s.WaypointCanaryWeights = []int32{50, 100} }, "waypointCanaryWeights is for a waypoints: Only migration"},
+		"weights repeat": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{50, 50, 100}
+		}, "waypointCanaryWeights must strictly increase"},
+		"weights short of 100": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{10, 50}
+		}, "must end at 100"},
+		"weight 0": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{0, 100}
+		}, "0 is not a percentage 1..100"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := good
@@ -126,6 +136,11 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
+	}
+	wp := good
+	wp.Waypoints = v1alpha1.WaypointsOnly
+	if d := Defaulted(wp); Validate(d) != nil || fmt.Sprint(d.WaypointCanaryWeights) != "[10 50 100]" {
+		t.Fatalf("a waypoints: Only migration defaults to weights %v (%v), want [10 50 100]", d.WaypointCanaryWeights, Validate(d))
 	}
 	disjoint := good
 	disjoint.Waves = []v1alpha1.Wave{{Name: "a", NamespaceSelector: sel("tier", "1")}, {Name: "b", NamespaceSelector: sel("tier", "2")}}

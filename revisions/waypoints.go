@@ -165,37 +165,27 @@ func (c *Controller) setWaypointRevs(ctx context.Context, ns *v1alpha1.Namespace
 }
 
 // waitWaypoints marks the namespaces in phase in (of wave, or every wave
-// for -1) done once every one of their moved waypoints runs t: all its pods
-// Ready on t's revision at t's minor, none left on another.
-func (c *Controller) waitWaypoints(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot, wave int32, in, done v1alpha1.NamespacePhase, t target) (time.Duration, error) {
+// for -1) done once every one of their waypoints runs t: all its pods
+// Ready on t's revision at t's minor, none left on another. The waypoints
+// waited for are the moved Gateways, or with canaries their canaries.
+func (c *Controller) waitWaypoints(ctx context.Context, rm *v1alpha1.RevisionMigration, snap *snapshot, wave int32, in, done v1alpha1.NamespacePhase, t target, canaries bool) (time.Duration, error) {
 	changed := false
 	for i := range rm.Status.Namespaces {
 		ns := &rm.Status.Namespaces[i]
 		if ns.Phase != in || (wave >= 0 && ns.Wave != wave) {
 			continue
 		}
-		msg := ""
-		for _, name := range sortedKeys(ns.Waypoints) {
-			msg = fmt.Sprintf("waiting for waypoint %s/%s to run %s: no pod seen", ns.Name, name, t.rev)
-			for _, w := range snap.inv.Waypoints {
-				if w.Namespace != ns.Name || w.Name != name {
-					continue
-				}
-				switch {
-				case w.Rolling || w.Revision != t.rev || !sameMinor(w.Version, t.version):
-					msg = fmt.Sprintf("waiting for waypoint %s to roll onto %s (its oldest pod runs %s on %s)", w.Ref(), t.rev, w.Version, w.Revision)
-				case w.Ready < w.Pods:
-					msg = fmt.Sprintf("waiting for waypoint %s: %d of %d pods Ready", w.Ref(), w.Ready, w.Pods)
-				default:
-					msg = ""
-				}
-			}
-			if msg != "" {
-				break
-			}
+		names := sortedKeys(ns.Waypoints)
+		if canaries {
+			names = canaryNames(ns)
 		}
+		msg := waypointsWait(snap, ns.Name, names, t)
 		if msg == "" {
-			ns.Phase, msg = done, fmt.Sprintf("waypoints %s Ready on %s", waypointNames(ns), t.rev)
+			what := "waypoints " + waypointNames(ns)
+			if canaries {
+				what = "canary waypoints " + ns.Name + "/" + strings.Join(names, ", "+ns.Name+"/")
+			}
+			ns.Phase, msg = done, fmt.Sprintf("%s Ready on %s", what, t.rev)
 			c.cfg.Log.Info("waypoints done", zap.String("namespace", ns.Name), zap.String("phase", string(done)))
 		}
 		if ns.Message != msg {
@@ -206,6 +196,31 @@ func (c *Controller) waitWaypoints(ctx context.Context, rm *v1alpha1.RevisionMig
 		return c.cfg.Interval, nil
 	}
 	return c.cfg.Interval, c.writeStatus(ctx, rm)
+}
+
+// waypointsWait is what the first of ns's waypoints names not yet running t
+// waits for, or "" when every one does. It is pure.
+func waypointsWait(snap *snapshot, ns string, names []string, t target) string {
+	for _, name := range names {
+		msg := fmt.Sprintf("waiting for waypoint %s/%s to run %s: no pod seen", ns, name, t.rev)
+		for _, w := range snap.inv.Waypoints {
+			if w.Namespace != ns || w.Name != name {
+				continue
+			}
+			switch {
+			case w.Rolling || w.Revision != t.rev || !sameMinor(w.Version, t.version):
+				msg = fmt.Sprintf("waiting for waypoint %s to roll onto %s (its oldest pod runs %s on %s)", w.Ref(), t.rev, w.Version, w.Revision)
+			case w.Ready < w.Pods:
+				msg = fmt.Sprintf("waiting for waypoint %s: %d of %d pods Ready", w.Ref(), w.Ready, w.Pods)
+			default:
+				msg = ""
+			}
+		}
+		if msg != "" {
+			return msg
+		}
+	}
+	return ""
 }
 
 func waypointNames(ns *v1alpha1.NamespaceStatus) string {

@@ -70,3 +70,37 @@ func TestValidateWaypoints(t *testing.T) {
 		}
 	}
 }
+
+// TestNextWeight: a passed weight moves the wave to the next larger weight
+// of the spec, from a fresh soak, and after the last to the promotion; a
+// weight no longer in an edited spec moves to the next larger one.
+func TestNextWeight(t *testing.T) {
+	spec := v1alpha1.RevisionMigrationSpec{WaypointCanaryWeights: []int32{10, 50, 100}}
+	for _, tc := range []struct {
+		at       int32
+		want     int32
+		promoted bool
+	}{{10, 50, false}, {50, 100, false}, {30, 50, false}, {100, 100, true}} {
+		now := metav1.Now()
+		w := v1alpha1.ResolvedWave{Name: "canary", CanaryWeight: tc.at, ReadyAt: &now}
+		reason := nextWeight(spec, &w)
+		if w.CanaryWeight != tc.want || w.CanaryPromoted != tc.promoted || w.ReadyAt != nil {
+			t.Errorf("after %d%%: weight %d, promoted %t, readyAt %v; want %d, %t, a fresh soak", tc.at, w.CanaryWeight, w.CanaryPromoted, w.ReadyAt, tc.want, tc.promoted)
+		}
+		if want := fmt.Sprintf("wave canary: waypoint canary at %d%% passed", tc.at); reason[:len(want)] != want {
+			t.Errorf("reason %q, want it to start %q", reason, want)
+		}
+	}
+}
+
+// TestCanaryName: <primary>-<to>, the primary cut so the name stays a
+// label value (istiod names the Deployment after it).
+func TestCanaryName(t *testing.T) {
+	if got := canaryName("waypoint", "1-32"); got != "waypoint-1-32" {
+		t.Errorf("canaryName = %q", got)
+	}
+	long := fmt.Sprintf("%063d", 0)
+	if got := canaryName(long, "1-32"); len(got) != 63 || got[58:] != "-1-32" {
+		t.Errorf("canaryName of a 63-character Gateway = %q (%d characters)", got, len(got))
+	}
+}

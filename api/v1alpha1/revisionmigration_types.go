@@ -46,6 +46,7 @@ type Wave struct {
 // RevisionMigrationSpec says which sidecar namespaces move from one istiod
 // revision to another, through which tag, in which waves and how fast.
 // +kubebuilder:validation:XValidation:rule="self.from != self.to",message="from and to must be different revisions"
+// +kubebuilder:validation:XValidation:rule="!has(self.waypointCanaryWeights) || (has(self.waypoints) && self.waypoints == 'Only')",message="waypointCanaryWeights is for a waypoints: Only migration"
 // +kubebuilder:validation:XValidation:rule="!has(self.waypoints) || self.waypoints != 'Only' || !has(self.stableTag)",message="stableTag hands sidecar namespaces over to a tag: a waypoints: Only migration has none"
 // +kubebuilder:validation:XValidation:rule="!has(self.stableTag) || (self.stableTag != self.from && self.stableTag != self.to && (!has(self.tag) || self.stableTag != self.tag))",message="stableTag must differ from tag, from and to"
 // +kubebuilder:validation:XValidation:rule="!has(self.waves) || self.waves.all(a, self.waves.all(b, a.name == b.name || !has(a.namespaceSelector) || !has(b.namespaceSelector) || a.namespaceSelector.matchLabels.exists(k, k in b.namespaceSelector.matchLabels && a.namespaceSelector.matchLabels[k] != b.namespaceSelector.matchLabels[k])))",message="wave namespace selectors overlap: every two selector waves must name a common label key with different values"
@@ -128,6 +129,46 @@ type RevisionMigrationSpec struct {
 	// sidecar wave. Waves group waypoints by their namespace's tier.
 	// +optional
 	Waypoints WaypointsMode `json:"waypoints,omitempty"`
+	// WaypointCanaryWeights are the steps of a waypoint's weighted canary
+	// (waypoints: Only, where the installed Istio supports it: see
+	// status.waypointMethod): the percentage of its users' new connections
+	// sent to the canary waypoint on To, each step judged as a wave is,
+	// strictly increasing and ending at 100. Empty means 10, 50, 100.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=100
+	// +kubebuilder:validation:XValidation:rule="self.all(a, self.indexOf(a) == self.lastIndexOf(a) && self.all(b, self.indexOf(a) >= self.indexOf(b) || a < b))",message="waypointCanaryWeights must strictly increase"
+	// +kubebuilder:validation:XValidation:rule="self[size(self) - 1] == 100",message="waypointCanaryWeights must end at 100 (the canary takes every connection before the primary is promoted)"
+	// +optional
+	WaypointCanaryWeights []int32 `json:"waypointCanaryWeights,omitempty"`
+}
+
+// WaypointMethod is how a waypoints: Only migration moves each waypoint.
+// +kubebuilder:validation:Enum=Canary;Relabel
+type WaypointMethod string
+
+const (
+	// WaypointCanary: a canary Gateway on To beside the primary, its users'
+	// connections shifted to it by weight, then the primary relabelled and
+	// the canary removed.
+	WaypointCanary WaypointMethod = "Canary"
+	// WaypointRelabel: the primary Gateway's istio.io/rev set to To in place.
+	WaypointRelabel WaypointMethod = "Relabel"
+)
+
+// WaypointUser is an object whose istio.io/use-waypoint names a moved
+// waypoint: a Namespace or a Service.
+type WaypointUser struct {
+	// Kind is Namespace or Service.
+	// +kubebuilder:validation:Enum=Namespace;Service
+	Kind string `json:"kind"`
+	// Namespace is a Service's namespace (empty for a Namespace).
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Waypoint is the primary Gateway it uses (in the status entry's namespace).
+	Waypoint string `json:"waypoint"`
 }
 
 // WaypointsMode says whether a migration moves sidecar namespaces or waypoints.
@@ -227,6 +268,16 @@ type NamespaceStatus struct {
 	// was changed ("" when it had none). An abort restores exactly these.
 	// +optional
 	Waypoints map[string]string `json:"waypoints,omitempty"`
+	// Canaries (status.waypointMethod Canary) name each moved Gateway's
+	// canary Gateway, recorded before it is created.
+	// +optional
+	Canaries map[string]string `json:"canaries,omitempty"`
+	// WaypointUsers (status.waypointMethod Canary) are the objects that use
+	// the moved Gateways, recorded before any is pointed at a canary: an
+	// abort or the promotion removes their canary label and weight.
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	WaypointUsers []WaypointUser `json:"waypointUsers,omitempty"`
 	// +optional
 	Phase NamespacePhase `json:"phase,omitempty"`
 	// RestartedAt is the kubectl.kubernetes.io/restartedAt value stamped on the
@@ -298,6 +349,11 @@ type RevisionMigrationStatus struct {
 	// Conformance is the last run of spec.gates.conformance's Job.
 	// +optional
 	Conformance *ConformanceStatus `json:"conformance,omitempty"`
+	// WaypointMethod is how a waypoints: Only migration moves its
+	// waypoints, decided when it starts from the installed Istio: Canary
+	// when the istiod of To and every ztunnel are 1.31 or later, else Relabel.
+	// +optional
+	WaypointMethod WaypointMethod `json:"waypointMethod,omitempty"`
 }
 
 // SkippedNamespace is a namespace using From that a migration does not move.
@@ -319,6 +375,15 @@ type ResolvedWave struct {
 	// `nodewise revision explain` prints.
 	// +optional
 	Judgement *WaveJudgement `json:"judgement,omitempty"`
+	// CanaryWeight (status.waypointMethod Canary) is the canary weight the
+	// wave's waypoint users carry, recorded before they are patched; each
+	// weight is judged from a fresh soak.
+	// +optional
+	CanaryWeight int32 `json:"canaryWeight,omitempty"`
+	// CanaryPromoted: every weight passed; the primary Gateways move to To
+	// (recorded before their labels change), then the canaries are removed.
+	// +optional
+	CanaryPromoted bool `json:"canaryPromoted,omitempty"`
 }
 
 // WaveJudgement is a wave's gate judgement: the outcome, why, and the rows

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,12 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/istio/inventory"
+	"github.com/nodewise/nodewise/istio/skew"
 	"github.com/nodewise/nodewise/revisions"
 	"github.com/nodewise/nodewise/revisions/revtag"
 )
@@ -178,6 +181,11 @@ func newRevisionMigrateCmd(g *globalFlags) *cobra.Command {
 			}
 			if dryRun && spec.Waypoints == v1alpha1.WaypointsOnly {
 				fmt.Fprintf(cmd.OutOrStdout(), "waypoints: Only: the waypoint Gateways on %s are found, tiered and recorded when the migration starts\n", spec.From)
+				line, err := waypointMethodNow(cmd.Context(), client, revisions.Defaulted(spec), f.istioNamespace)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), line)
 				out, err := yaml.Marshal(rm)
 				if err != nil {
 					return err
@@ -429,4 +437,28 @@ func migrationClient(g *globalFlags) (v1alpha1.RevisionMigrationInterface, error
 		return nil, err
 	}
 	return nwc.RevisionMigrations(), nil
+}
+
+// waypointMethodNow is how a waypoints: Only migration started now would
+// move its waypoints, from the live inventory, as revisions' start decides.
+func waypointMethodNow(ctx context.Context, client kubernetes.Interface, spec v1alpha1.RevisionMigrationSpec, istioNamespace string) (string, error) {
+	inv, err := inventory.Observe(ctx, client, inventory.Options{IstioNamespace: istioNamespace})
+	if err != nil {
+		return "", err
+	}
+	st := v1alpha1.RevisionMigrationStatus{WaypointMethod: v1alpha1.WaypointRelabel}
+	why := fmt.Sprintf("revision %s: no readable istiod version", spec.To)
+	if v, ok := inv.RevisionVersion(spec.To); ok {
+		if to, err := skew.ParseVersion(v); err == nil {
+			var canary bool
+			if canary, why = skew.WaypointCanary(inv, to); canary {
+				st.WaypointMethod = v1alpha1.WaypointCanary
+			}
+		}
+	}
+	line := waypointMethodLine(spec, st)
+	if st.WaypointMethod == v1alpha1.WaypointRelabel {
+		line = "waypoints: relabelled in place"
+	}
+	return line + " (" + why + ")", nil
 }

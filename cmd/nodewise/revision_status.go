@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/revisions"
 )
 
@@ -135,6 +136,9 @@ func migrationOutcome(rm *v1alpha1.RevisionMigration) error {
 func migrationKey(rm *v1alpha1.RevisionMigration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%s|%d|%t", rm.Status.Phase, rm.Status.Reason, rm.Status.CurrentWave, rm.Spec.Paused)
+	for _, w := range rm.Status.Waves {
+		fmt.Fprintf(&b, "|%d/%t", w.CanaryWeight, w.CanaryPromoted)
+	}
 	if c := rm.Status.Conformance; c != nil {
 		fmt.Fprintf(&b, "|%s/%d/%s", c.Step, c.Attempt, c.Outcome)
 	}
@@ -166,6 +170,9 @@ func writeMigrationStatus(out io.Writer, rm *v1alpha1.RevisionMigration) error {
 		fmt.Fprintf(out, "reason: %s\n", st.Reason)
 	}
 	if line := conformanceLine(spec.Gates, st.Conformance); line != "" {
+		fmt.Fprintln(out, line)
+	}
+	if line := waypointMethodLine(spec, st); line != "" {
 		fmt.Fprintln(out, line)
 	}
 	if spec.StableTag != "" {
@@ -267,4 +274,32 @@ func conformanceLine(g *v1alpha1.GatesSpec, c *v1alpha1.ConformanceStatus) strin
 		return fmt.Sprintf("conformance: Job in %s before the first step, not run yet", g.Conformance.Namespace)
 	}
 	return ""
+}
+
+// waypointMethodLine is how a waypoints: Only migration moves its waypoints
+// and, by canary, where the current wave's weight is; "" for a sidecar one.
+func waypointMethodLine(spec v1alpha1.RevisionMigrationSpec, st v1alpha1.RevisionMigrationStatus) string {
+	if spec.Waypoints != v1alpha1.WaypointsOnly {
+		return ""
+	}
+	steps := revisions.WeightSteps(spec.WaypointCanaryWeights)
+	switch st.WaypointMethod {
+	case v1alpha1.WaypointCanary:
+		line := "waypoints: by weighted canary " + steps
+		if n := len(st.Waves); n > 0 {
+			w := st.Waves[min(int(st.CurrentWave), n-1)]
+			switch {
+			case w.CanaryPromoted:
+				line += fmt.Sprintf("; wave %s promoted (primaries moving to %s, canaries then removed)", w.Name, spec.To)
+			case w.CanaryWeight > 0:
+				line += fmt.Sprintf("; wave %s at %d%%", w.Name, w.CanaryWeight)
+			default:
+				line += fmt.Sprintf("; wave %s: canaries starting", w.Name)
+			}
+		}
+		return line
+	case v1alpha1.WaypointRelabel:
+		return "waypoints: relabelled in place (" + istio.LabelRev + "=" + spec.To + " on each Gateway; weighted canaries need istiod and every ztunnel at 1.31+)"
+	}
+	return "waypoints: by weighted canary " + steps + " if istiod " + spec.To + " and every ztunnel are 1.31+, else relabelled in place (decided at start)"
 }

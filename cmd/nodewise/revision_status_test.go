@@ -74,3 +74,41 @@ func TestMigrationStatusShowsConformance(t *testing.T) {
 		t.Error("a conformance run does not change the watch key")
 	}
 }
+
+// TestMigrationStatusShowsWaypointMethod: a waypoints: Only migration's
+// status says how its waypoints move: before its start, what decides; by
+// canary, the current wave's weight and then its promotion (each a new
+// watch key); relabelled, that and why. A sidecar migration says nothing.
+func TestMigrationStatusShowsWaypointMethod(t *testing.T) {
+	rm := &v1alpha1.RevisionMigration{ObjectMeta: metav1.ObjectMeta{Name: "wp"}, Spec: v1alpha1.RevisionMigrationSpec{From: "1-31", To: "1-32", Waypoints: v1alpha1.WaypointsOnly}}
+	show := func() string {
+		var b bytes.Buffer
+		if err := writeMigrationStatus(&b, rm); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if out := show(); !strings.Contains(out, "waypoints: by weighted canary 10→50→100% if istiod 1-32 and every ztunnel are 1.31+, else relabelled in place (decided at start)\n") {
+		t.Errorf("before the start: %s", out)
+	}
+	rm.Status.WaypointMethod, rm.Status.Waves = v1alpha1.WaypointCanary, []v1alpha1.ResolvedWave{{Name: "canary", CanaryWeight: 50}}
+	key := migrationKey(rm)
+	if out := show(); !strings.Contains(out, "waypoints: by weighted canary 10→50→100%; wave canary at 50%\n") {
+		t.Errorf("at 50%%: %s", out)
+	}
+	rm.Status.Waves[0].CanaryWeight, rm.Status.Waves[0].CanaryPromoted = 100, true
+	if out := show(); !strings.Contains(out, "waypoints: by weighted canary 10→50→100%; wave canary promoted (primaries moving to 1-32, canaries then removed)\n") {
+		t.Errorf("promoted: %s", out)
+	}
+	if migrationKey(rm) == key {
+		t.Error("a weight step does not change the watch key: -w would not print it")
+	}
+	rm.Status.WaypointMethod = v1alpha1.WaypointRelabel
+	if out := show(); !strings.Contains(out, "waypoints: relabelled in place (istio.io/rev=1-32 on each Gateway; weighted canaries need istiod and every ztunnel at 1.31+)\n") {
+		t.Errorf("relabelled: %s", out)
+	}
+	rm.Spec.Waypoints = ""
+	if out := show(); strings.Contains(out, "waypoints:") {
+		t.Errorf("a sidecar migration: %s", out)
+	}
+}

@@ -159,7 +159,8 @@ func TestSidecarCommands(t *testing.T) {
 		"--prometheus", "http://prometheus.example.com:9090")
 	bad(`waypoints "Include": want Exclude or Only`, "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Include")
 	bad("a waypoints: Only migration has none", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--waypoints", "Only", "--stable-tag", "prod")
-	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--waypoints", "Only", "--dry-run"); !strings.Contains(out, "waypoints: Only\n") || !strings.Contains(out, "the waypoint Gateways on 1-27") {
+	if out := ok("revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--waypoints", "Only", "--dry-run"); !strings.Contains(out, "waypoints: Only\n") || !strings.Contains(out, "the waypoint Gateways on 1-27") ||
+		!strings.Contains(out, "waypoints: relabelled in place (istiod 1.28") {
 		t.Fatalf("revision migrate --waypoints Only --dry-run:\n%s", out)
 	}
 	bad("--builtin-gates=false needs --prometheus", "revision", "migrate", "--from", "1-27", "--to", "1-28", "--rate", "2", "--tag", "next", "--builtin-gates=false")

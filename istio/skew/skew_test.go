@@ -1,6 +1,7 @@
 package skew
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -155,5 +156,33 @@ func TestWaypointSkew(t *testing.T) {
 	}
 	if oldest, ok := OldestProxy(inv); !ok || oldest != MustParse("1.26.2") {
 		t.Fatalf("oldest proxy %v (%v), want the waypoints' 1.26.2", oldest, ok)
+	}
+}
+
+func TestWaypointCanarySupport(t *testing.T) {
+	nodes := func(versions ...string) inventory.Inventory {
+		var inv inventory.Inventory
+		for i, v := range versions {
+			inv.Nodes = append(inv.Nodes, inventory.Node{Name: fmt.Sprintf("n%d", i), Ztunnel: v})
+		}
+		return inv
+	}
+	for name, tc := range map[string]struct {
+		inv  inventory.Inventory
+		to   string
+		ok   bool
+		want string
+	}{
+		"all 1.31+":         {nodes("1.31.0", "1.32.1", ""), "1.32.0", true, "all 2 ztunnels at 1.31 or later"},
+		"istiod 1.30":       {nodes("1.31.0"), "1.30.2", false, "istiod 1.30.2 predates"},
+		"one old ztunnel":   {nodes("1.31.0", "1.30.4"), "1.31.0", false, `ztunnel on n1 runs "1.30.4"`},
+		"unreadable":        {nodes("latest"), "1.31.0", false, `ztunnel on n0 runs "latest"`},
+		"no ztunnel":        {nodes(""), "1.31.0", false, "no ztunnel seen"},
+		"release candidate": {nodes("1.31.0-rc.1"), "1.31.0-rc.1", true, "all 1 ztunnels"},
+	} {
+		ok, why := WaypointCanary(tc.inv, MustParse(tc.to))
+		if ok != tc.ok || !strings.Contains(why, tc.want) {
+			t.Errorf("%s: %t %q, want %t with %q", name, ok, why, tc.ok, tc.want)
+		}
 	}
 }

@@ -403,9 +403,14 @@ func waypointStep(n int, ms []v1alpha1.RevisionMigration, inv inventory.Inventor
 	rm := &v1alpha1.RevisionMigration{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "RevisionMigration"},
 		ObjectMeta: metav1.ObjectMeta{Name: "waypoints-" + rev},
 		Spec:       v1alpha1.RevisionMigrationSpec{From: from, To: rev, Waypoints: v1alpha1.WaypointsOnly, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5}}}
-	st := Step{Pass: n, Name: "waypoints", By: ByNodewise, Object: rm,
-		Changes: fmt.Sprintf("each waypoint's Gateway labelled %s=%s in waves, judged: istiod %s rolls its Deployment onto the new proxy (L7 for the namespaces and services that use it)", istio.LabelRev, rev, rev),
-		Check:   fmt.Sprintf("every waypoint runs %s on %s", to, rev), State: Later}
+	changes := fmt.Sprintf("each waypoint's Gateway labelled %s=%s in waves, judged: istiod %s rolls its Deployment onto the new proxy (L7 for the namespaces and services that use it)", istio.LabelRev, rev, rev)
+	if ok, why := skew.WaypointCanary(inv, to); ok {
+		changes = fmt.Sprintf("each waypoint moved in waves by weighted canary (%s): a canary Gateway on %s beside it, its users' connections shifted to it 10→50→100%%, each step judged, then the Gateway labelled %s=%s and the canary removed", why, rev, istio.LabelRev, rev)
+	} else if !to.Less(skew.WaypointCanaryMin) {
+		changes += fmt.Sprintf("; by weighted canary instead if every ztunnel is %s+ when the migration starts (now: %s)", skew.WaypointCanaryMin, why)
+	}
+	st := Step{Pass: n, Name: "waypoints", By: ByNodewise, Object: rm, Changes: changes,
+		Check: fmt.Sprintf("every waypoint runs %s on %s", to, rev), State: Later}
 	var behind, rolling, cmds []string
 	for _, w := range inv.Waypoints {
 		if inv.Resolve(w.Revision) == rev && atLeast(parse(w.Version), to) {
@@ -424,11 +429,27 @@ func waypointStep(n int, ms []v1alpha1.RevisionMigration, inv inventory.Inventor
 	case m != nil && (m.Status.Phase == v1alpha1.MigrationHalted || m.Status.Phase == v1alpha1.MigrationRefused || m.Status.Phase == v1alpha1.MigrationAborted):
 		st.State, st.Why = Blocked, fmt.Sprintf("RevisionMigration %s is %s: %s", m.Name, m.Status.Phase, m.Status.Reason)
 	case m != nil:
-		st.State, st.Why = Running, fmt.Sprintf("RevisionMigration %s is %s; %d of %d waypoints behind", m.Name, m.Status.Phase, len(behind), len(inv.Waypoints))
+		st.State, st.Why = Running, fmt.Sprintf("RevisionMigration %s is %s%s; %d of %d waypoints behind", m.Name, m.Status.Phase, canaryAt(m.Status), len(behind), len(inv.Waypoints))
 	case len(rolling) > 0:
 		st.State, st.Why = Running, fmt.Sprintf("%d of %d waypoints behind (%s); rolling: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "), strings.Join(rolling, ", "))
 	default:
 		st.Why = fmt.Sprintf("%d of %d waypoints behind: %s", len(behind), len(inv.Waypoints), strings.Join(behind, ", "))
 	}
 	return st
+}
+
+// canaryAt is where a waypoint canary migration's current wave is (" (wave
+// W by canary at 50%)"), or "" for one that relabels in place.
+func canaryAt(st v1alpha1.RevisionMigrationStatus) string {
+	if st.WaypointMethod != v1alpha1.WaypointCanary || int(st.CurrentWave) >= len(st.Waves) {
+		return ""
+	}
+	w := st.Waves[st.CurrentWave]
+	switch {
+	case w.CanaryPromoted:
+		return fmt.Sprintf(" (wave %s by canary: promoting)", w.Name)
+	case w.CanaryWeight > 0:
+		return fmt.Sprintf(" (wave %s by canary at %d%%)", w.Name, w.CanaryWeight)
+	}
+	return fmt.Sprintf(" (wave %s by canary: starting)", w.Name)
 }

@@ -154,3 +154,51 @@ func TestWaypointsAfterTheNodeComponents(t *testing.T) {
 		t.Fatalf("a 1.26 waypoint under 1.28: %d passes, want 2", len(p.Passes))
 	}
 }
+
+// TestWaypointStepSaysItsMethod: to 1.32 with every ztunnel on 1.32 the
+// waypoint step says it moves them by weighted canary, and while its
+// migration runs, where the current wave's weight is; with a ztunnel still
+// on 1.30 it relabels, and says the canary is used once every ztunnel is
+// 1.31+; to 1.28 it relabels and says nothing of canaries.
+func TestWaypointStepSaysItsMethod(t *testing.T) {
+	step := func(in Input) Step {
+		p, err := Build(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range p.Steps {
+			if s.Name == "waypoints" {
+				return s
+			}
+		}
+		t.Fatal("no waypoint step")
+		return Step{}
+	}
+	in := Input{Inventory: cluster("1.31.2", "1-31"), To: skew.MustParse("1.32.0")}
+	in.Inventory.Waypoints = []inventory.Waypoint{{Namespace: "mesh", Name: "waypoint", Revision: "1-31", Version: "1.31.2", Pods: 1}}
+	in.Inventory.Revisions = append(in.Inventory.Revisions, inventory.Revision{Name: "1-32", Version: "1.32.0", Ready: true})
+	for i := range in.Inventory.Nodes {
+		in.Inventory.Nodes[i].Ztunnel, in.Inventory.Nodes[i].CNI = "1.32.0", "1.32.0"
+	}
+	if s := step(in); !strings.HasPrefix(s.Changes, "each waypoint moved in waves by weighted canary (istiod 1.32.0 and all") {
+		t.Errorf("all on 1.32: %q", s.Changes)
+	}
+	m := v1alpha1.RevisionMigration{}
+	m.Name, m.Status.Phase, m.Status.WaypointMethod = "waypoints-1-32", v1alpha1.MigrationGating, v1alpha1.WaypointCanary
+	m.Status.Waves = []v1alpha1.ResolvedWave{{Name: "canary", CanaryWeight: 50}}
+	in.Migrations = []v1alpha1.RevisionMigration{m}
+	if s := step(in); s.State != Running || s.Why != "RevisionMigration waypoints-1-32 is Gating (wave canary by canary at 50%); 1 of 1 waypoints behind" {
+		t.Errorf("running: %s %q", s.State, s.Why)
+	}
+	in.Migrations = nil
+	in.Inventory.Nodes[0].Ztunnel = "1.30.4"
+	if s := step(in); !strings.HasPrefix(s.Changes, "each waypoint's Gateway labelled istio.io/rev=") || !strings.Contains(s.Changes, "by weighted canary instead if every ztunnel is 1.31+ when the migration starts (now: ztunnel on") {
+		t.Errorf("a ztunnel on 1.30: %q", s.Changes)
+	}
+	old := Input{Inventory: cluster("1.27.3", "1-27"), To: skew.MustParse("1.28.1")}
+	old.Inventory.Waypoints = in.Inventory.Waypoints[:1]
+	old.Inventory.Waypoints[0].Revision, old.Inventory.Waypoints[0].Version = "1-27", "1.27.3"
+	if s := step(old); strings.Contains(s.Changes, "canary") {
+		t.Errorf("to 1.28: %q", s.Changes)
+	}
+}

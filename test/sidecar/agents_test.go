@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -11,13 +12,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodewise/nodewise/health/wire"
+	"github.com/nodewise/nodewise/istio"
 )
 
 // fakeAgents stands in for the node agents of the simulated cluster: each
 // pod on a node opens connections at a steady rate, and its resets and
 // connect latency follow its proxy's image tag (a "-rst" proxy resets 30% of
 // its connections, as the live rig's stand-ins do; a pod without a sidecar
-// follows its namespace's waypoint) and a cluster-wide factor
+// follows its namespace's waypoint and weighted canary waypoint) and a cluster-wide factor
 // a test can change (a traffic change every pod sees).
 type fakeAgents struct {
 	cs    kubernetes.Interface
@@ -59,16 +61,53 @@ func (f *fakeAgents) Snapshot(ctx context.Context, node string) (wire.Snapshot, 
 	if err != nil {
 		return wire.Snapshot{}, err
 	}
-	// An ambient pod's L7 proxy is its namespace's waypoint: a "-rst"
-	// waypoint resets the connections of the pods behind it.
+	// An ambient pod's L7 proxy is its namespace's waypoint (istio.io/use-waypoint),
+	// or for the share of connections its istio.io/use-waypoint-canary-weight
+	// says, the canary waypoint: a "-rst" waypoint resets the connections
+	// it carries.
 	wps, err := f.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "gateway.istio.io/managed=istio.io-mesh-controller"})
 	if err != nil {
 		return wire.Snapshot{}, err
 	}
-	faultyWaypoint := map[string]bool{}
+	faultyWaypoint := map[string]bool{} // by namespace/gateway, and by namespace
 	for i := range wps.Items {
 		if p := &wps.Items[i]; p.DeletionTimestamp == nil && strings.HasSuffix(proxyTag(p), "-rst") {
+			faultyWaypoint[p.Namespace+"/"+p.Labels[istio.LabelK8sGatewayName]] = true
 			faultyWaypoint[p.Namespace] = true
+		}
+	}
+	nss, err := f.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return wire.Snapshot{}, err
+	}
+	// faultyShare is the share of an ambient namespace's connections that a
+	// faulty waypoint carries.
+	faultyShare := map[string]float64{}
+	for _, n := range nss.Items {
+		at := func(key string) string {
+			if v := n.Labels[key]; v != "" {
+				return v
+			}
+			return n.Name
+		}
+		primary, canary := n.Labels[istio.LabelUseWaypoint], n.Labels[istio.LabelUseWaypointCanary]
+		if primary == "" {
+			if faultyWaypoint[n.Name] {
+				faultyShare[n.Name] = 1
+			}
+			continue
+		}
+		w := 0.0
+		if canary != "" {
+			if v, err := strconv.Atoi(n.Annotations[istio.AnnotationUseWaypointCanaryWeight]); err == nil && v >= 0 && v <= 100 {
+				w = float64(v) / 100
+			}
+		}
+		if faultyWaypoint[at(istio.LabelUseWaypointNamespace)+"/"+primary] {
+			faultyShare[n.Name] += 1 - w
+		}
+		if canary != "" && faultyWaypoint[at(istio.LabelUseWaypointCanaryNamespace)+"/"+canary] {
+			faultyShare[n.Name] += w
 		}
 	}
 	f.mu.Lock()
@@ -91,8 +130,12 @@ func (f *fakeAgents) Snapshot(ctx context.Context, node string) (wire.Snapshot, 
 		dt := now.Sub(fp.last).Seconds()
 		fp.last = now
 		share, bucket := healthyResetShare, 10 // about 1 ms
-		if tag := proxyTag(p); strings.HasSuffix(tag, "-rst") || tag == "" && faultyWaypoint[p.Namespace] {
+		switch tag := proxyTag(p); {
+		case strings.HasSuffix(tag, "-rst"):
 			share = faultyResetShare
+		case tag == "":
+			f := faultyShare[p.Namespace]
+			share = (1-f)*healthyResetShare + f*faultyResetShare
 		}
 		if f.surge {
 			share, bucket = share*20, 12

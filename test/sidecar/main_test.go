@@ -114,7 +114,7 @@ func dieAfterWrite(rt http.RoundTripper) http.RoundTripper {
 		}
 		p := r.URL.Path
 		if strings.HasSuffix(p, "/status") && strings.Contains(p, "/revisionmigrations/") || strings.Contains(p, "/namespaces/") && !strings.Contains(p, "/events") &&
-			(strings.Count(p, "/") == 4 || strings.Contains(p, "/deployments/") || strings.Contains(p, "/statefulsets/") || strings.Contains(p, "/daemonsets/") || strings.Contains(p, "/gateways/")) {
+			(strings.Count(p, "/") == 4 || strings.Contains(p, "/deployments/") || strings.Contains(p, "/statefulsets/") || strings.Contains(p, "/daemonsets/") || strings.Contains(p, "/gateways")) {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

@@ -12,11 +12,14 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodewise/nodewise/istio"
 	"github.com/nodewise/nodewise/sim/cluster"
 	"github.com/nodewise/nodewise/test/testkit"
 )
@@ -108,14 +111,18 @@ func allowInjectionURLs(t *testing.T, manifest string, prefixes ...string) strin
 
 // TestRevisionsServiceAccountLimits: the revisions controller's ServiceAccount
 // with deploy/sidecar's RBAC and admission policy cannot register an
-// arbitrary webhook, change a Deployment's image or relabel a namespace's
-// other labels, and can still do what a migration does (a revision-tag
-// webhook, the restart annotation, istio.io/rev).
+// arbitrary webhook, change a Deployment's image, relabel a namespace's
+// other labels, repoint a Service, create a Gateway other than a canary
+// waypoint or delete one it did not make, and can still do what a migration
+// does (a revision-tag webhook, the restart annotation, istio.io/rev, a
+// waypoint canary's keys on namespaces and Services, a canary waypoint).
 func TestRevisionsServiceAccountLimits(t *testing.T) {
 	e := start(t, 3, "1.27.3")
 	ctx := context.Background()
 	e.namespace("shop", map[string]string{"istio.io/rev": "1-27", "team": "payments"}, app{name: "web", replicas: 1})
-	kube := kubernetes.NewForConfigOrDie(e.asRevisionsServiceAccount())
+	wp := e.waypoints(nil)
+	saConfig := e.asRevisionsServiceAccount()
+	kube := kubernetes.NewForConfigOrDie(saConfig)
 
 	refused := func(what string, err error, want string) {
 		t.Helper()
@@ -151,6 +158,46 @@ func TestRevisionsServiceAccountLimits(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "intercept", Namespace: cluster.IstioNamespace}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}}
 	_, err = kube.CoreV1().Services(cluster.IstioNamespace).Create(ctx, svc, metav1.CreateOptions{})
 	refused("creating Service istio-system/intercept", err, "only the revision-tag Services")
+
+	// A waypoint canary: its keys on namespaces and Services, its Gateway.
+	canaryKeys := `{"metadata":{"labels":{"istio.io/use-waypoint-canary":"waypoint-1-28"},"annotations":{"istio.io/use-waypoint-canary-weight":"10"}}}`
+	_, err = kube.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(canaryKeys), metav1.PatchOptions{})
+	allowed("pointing namespace shop at a canary waypoint", err)
+	_, err = kube.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"annotations":{"team":"attacker"}}}`), metav1.PatchOptions{})
+	refused("annotating namespace shop", err, "waypoint canary keys")
+	user := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "reviews", Namespace: "shop", Labels: map[string]string{"istio.io/use-waypoint": "waypoint"}}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 9080}}}}
+	if _, err := e.c.Client.CoreV1().Services("shop").Create(ctx, user, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = kube.CoreV1().Services("shop").Patch(ctx, "reviews", types.MergePatchType, []byte(canaryKeys), metav1.PatchOptions{})
+	allowed("pointing Service shop/reviews at a canary waypoint", err)
+	_, err = kube.CoreV1().Services("shop").Patch(ctx, "reviews", types.MergePatchType, []byte(`{"metadata":{"labels":{"istio.io/use-waypoint":"evil"}}}`), metav1.PatchOptions{})
+	refused("repointing Service shop/reviews's waypoint", err, "only the revision-tag Services")
+	_, err = kube.CoreV1().Services("shop").Patch(ctx, "reviews", types.MergePatchType, []byte(`{"spec":{"ports":[{"port":22}]}}`), metav1.PatchOptions{})
+	refused("changing Service shop/reviews's ports", err, "only the revision-tag Services")
+	gws := dynamic.NewForConfigOrDie(saConfig).Resource(gatewaysGVR).Namespace("shop")
+	gateway := func(name, class string, labels map[string]string, owned bool) *unstructured.Unstructured {
+		g := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+			"metadata": map[string]any{"namespace": "shop", "name": name},
+			"spec":     map[string]any{"gatewayClassName": class, "listeners": []any{map[string]any{"name": "mesh", "port": int64(15008), "protocol": "HBONE"}}}}}
+		g.SetLabels(labels)
+		if owned {
+			g.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "gateway.networking.k8s.io/v1", Kind: "Gateway", Name: "waypoint", UID: "00000000-0000-0000-0000-000000000001"}})
+		}
+		return g
+	}
+	ours := map[string]string{"app.kubernetes.io/managed-by": "nodewise-revisions", "istio.io/rev": "1-28"}
+	_, err = gws.Create(ctx, gateway("ingress", "istio", ours, true), metav1.CreateOptions{})
+	refused("creating an ingress Gateway", err, "only canary waypoints")
+	_, err = gws.Create(ctx, gateway("unowned", istio.WaypointGatewayClass, ours, false), metav1.CreateOptions{})
+	refused("creating a waypoint Gateway owned by none", err, "only canary waypoints")
+	_, err = gws.Create(ctx, gateway("waypoint-1-28", istio.WaypointGatewayClass, ours, true), metav1.CreateOptions{})
+	allowed("creating canary waypoint shop/waypoint-1-28", err)
+	if _, err := wp.dyn.Resource(gatewaysGVR).Namespace("shop").Create(ctx, gateway("theirs", istio.WaypointGatewayClass, nil, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("deleting Gateway shop/theirs", gws.Delete(ctx, "theirs", metav1.DeleteOptions{}), "only the canary waypoints it created")
+	allowed("deleting canary waypoint shop/waypoint-1-28", gws.Delete(ctx, "waypoint-1-28", metav1.DeleteOptions{}))
 
 	// The cluster's admin is not limited by the policy.
 	dep, err := e.c.Client.AppsV1().Deployments("shop").Get(ctx, "web", metav1.GetOptions{})

@@ -139,6 +139,16 @@ func TestBadInput(t *testing.T) {
 		"stable-is-from":   {func(s *v1alpha1.RevisionMigrationSpec) { s.StableTag = "1-27" }, "stableTag must differ from tag, from and to"},
 		"waypoints-stable": {func(s *v1alpha1.RevisionMigrationSpec) { s.Waypoints, s.StableTag = v1alpha1.WaypointsOnly, "stable" }, "a waypoints: Only migration has none"},
 		"waypoints-mode":   {func(s *v1alpha1.RevisionMigrationSpec) { s.Waypoints = "Include" }, "supported values"},
+		"weights-sidecar":  {func(s *v1alpha1.RevisionMigrationSpec) { s.WaypointCanaryWeights = []int32{50, 100} }, "waypointCanaryWeights is for a waypoints: Only migration"},
+		"weights-order": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{50, 50, 100}
+		}, "waypointCanaryWeights must strictly increase"},
+		"weights-end": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{10, 50}
+		}, "waypointCanaryWeights must end at 100"},
+		"weights-range": {func(s *v1alpha1.RevisionMigrationSpec) {
+			s.Waypoints, s.WaypointCanaryWeights = v1alpha1.WaypointsOnly, []int32{0, 100}
+		}, "should be greater than or equal to 1"},
 	} {
 		s := good
 		tc.mut(&s)

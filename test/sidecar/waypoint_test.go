@@ -100,13 +100,41 @@ func (w *waypointFake) run() {
 			}
 			list, err := w.dyn.Resource(gatewaysGVR).List(w.e.ctx, metav1.ListOptions{})
 			for i := 0; err == nil && i < len(list.Items); i++ {
-				err = w.reconcileErr(list.Items[i].GetNamespace(), list.Items[i].GetName())
+				if err = w.reconcileErr(list.Items[i].GetNamespace(), list.Items[i].GetName()); apierrors.IsNotFound(err) {
+					err = nil // deleted since the list
+				}
+			}
+			if err == nil {
+				err = w.collect(list.Items)
 			}
 			if err != nil {
 				w.e.t.Logf("waypoint stand-in: %v", err)
 			}
 		}
 	}()
+}
+
+// collect deletes the waypoint Deployments whose Gateway is not in gws, as
+// the garbage collector does through their owner reference (which it would
+// only do once its periodic discovery has found the Gateway CRD the test
+// installed).
+func (w *waypointFake) collect(gws []unstructured.Unstructured) error {
+	have := map[string]bool{}
+	for _, g := range gws {
+		have[g.GetNamespace()+"/"+g.GetName()] = true
+	}
+	deps, err := w.e.c.Client.AppsV1().Deployments("").List(w.e.ctx, metav1.ListOptions{LabelSelector: istio.LabelGatewayManaged + "=" + istio.GatewayManagedWaypoint})
+	if err != nil {
+		return err
+	}
+	for _, d := range deps.Items {
+		if !have[d.Namespace+"/"+d.Name] {
+			if err := w.e.c.Client.AppsV1().Deployments(d.Namespace).Delete(w.e.ctx, d.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // reconcileErr picks the Gateway's revision as istiod does (its
@@ -146,9 +174,12 @@ func (w *waypointFake) reconcileErr(ns, name string) error {
 	}
 	deps := cs.AppsV1().Deployments(ns)
 	d, err := deps.Get(ctx, name, metav1.GetOptions{})
+	// Owned by its Gateway, as istiod makes it: deleting a (canary) Gateway
+	// deletes its waypoint.
+	owner := []metav1.OwnerReference{{APIVersion: gw.GetAPIVersion(), Kind: gw.GetKind(), Name: name, UID: gw.GetUID()}}
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err = deps.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		_, err = deps.Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, OwnerReferences: owner},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{istio.LabelK8sGatewayName: name}}, Template: tmpl}}, metav1.CreateOptions{})
 	case err == nil && d.Spec.Template.Annotations[istio.LabelRev] != rev:
 		d.Spec.Template = tmpl
@@ -284,12 +315,30 @@ func (w *waypointFake) gatewayRev(ns, name string) string {
 // quiet one from the start (enough events for the agents to test every
 // wave against the earlier ones in a 3 s soak).
 func waypointWaves(t *testing.T, to string, busy bool) (*env, *waypointFake) {
-	e := start(t, 3, "1.27.3", to)
-	wp := e.waypoints(map[string]string{"1-27": "1.27.3", "1-28": to})
+	return waypointWavesFrom(t, "1.27.3", to, busy, nil)
+}
+
+// mustRevision is cluster.Revision, failing the test on an error.
+func mustRevision(t *testing.T, version string) string {
+	t.Helper()
+	rev, err := cluster.Revision(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// waypointNamespaces starts the cluster of waypointWaves at versions from
+// and to: three ambient namespaces with their waypoints on from (wp-2's by
+// the default tag), all Ready, the istiod stand-in reconciling them.
+func waypointNamespaces(t *testing.T, from, to string) (*env, *waypointFake) {
+	fromRev, toRev := mustRevision(t, from), mustRevision(t, to)
+	e := start(t, 3, from, to)
+	wp := e.waypoints(map[string]string{fromRev: from, toRev: to})
 	for i := 1; i <= 3; i++ {
 		ns := fmt.Sprintf("wp-%d", i)
 		e.namespace(ns, map[string]string{istio.LabelDataplaneMode: istio.DataplaneModeAmbient, istio.LabelUseWaypoint: "waypoint", v1alpha1.DefaultTierLabel: fmt.Sprint(i)}, app{name: "web", replicas: 2})
-		rev := "1-27"
+		rev := fromRev
 		if i == 2 {
 			rev = ""
 		}
@@ -304,13 +353,22 @@ func waypointWaves(t *testing.T, to string, busy bool) (*env, *waypointFake) {
 		}
 		return true, nil
 	})
+	return e, wp
+}
+
+// waypointWavesFrom is waypointWaves from version from (its revision's
+// Gateways labelled so) to version to, with the migration's
+// waypointCanaryWeights (nil: the default).
+func waypointWavesFrom(t *testing.T, from, to string, busy bool, weights []int32) (*env, *waypointFake) {
+	fromRev, toRev := mustRevision(t, from), mustRevision(t, to)
+	e, wp := waypointNamespaces(t, from, to)
 	agents := newFakeAgents(e.c.Client)
 	agents.setSurge(busy)
 	gate := e.agentGate(agents)
 	e.controllerWith(revisions.Config{Gate: gate, Dynamic: wp.dyn}, e.c.Config)
 	if _, err := e.mc.Create(e.ctx, &v1alpha1.RevisionMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: "wp"},
-		Spec: v1alpha1.RevisionMigrationSpec{From: "1-27", To: "1-28", Waypoints: v1alpha1.WaypointsOnly, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5},
+		Spec: v1alpha1.RevisionMigrationSpec{From: fromRev, To: toRev, Waypoints: v1alpha1.WaypointsOnly, WaypointCanaryWeights: weights, RateLimit: v1alpha1.RestartRateLimit{PodsPerSecond: 5},
 			// One namespace a wave (the default waves would end with an
 			// empty one for three namespaces, which no agent can judge).
 			Waves: []v1alpha1.Wave{{Name: "canary", Percent: ptr(int32(33))}, {Name: "half", Percent: ptr(int32(66))}, {Name: "all", Percent: ptr(int32(100))}}},
