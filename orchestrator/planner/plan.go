@@ -334,8 +334,11 @@ func PlanFrom(r *roster.Roster, s model.Snapshot, p model.Policy, now time.Time)
 		if due {
 			// A node someone else has cordoned is unavailable already:
 			// swapping it takes a slot but no more of the budget.
+			if slots <= 0 {
+				continue
+			}
 			out := p.CountOthers && heldByOthers(*n)
-			if slots <= 0 || (budget <= 0 && !out) {
+			if budget <= 0 && !out {
 				continue
 			}
 			// With prepull, a node starts only once its new images are on
