@@ -23,21 +23,13 @@ func NextInLineFrom(r *roster.Roster, d Decision) []string {
 	if d.Phase != v1alpha1.PhaseProgressing || d.MaxParallel <= 0 {
 		return nil
 	}
-	order, _ := r.Order()
-	arranged := len(order) == len(d.Order) && len(order) > 0 && &order[0] == &d.Order[0] // r's own: read by position
 	var next []string
-	for pos, pn := range d.Order {
+	for _, pn := range d.Order {
 		if len(next) == d.MaxParallel {
 			break
 		}
-		var f roster.Facts
-		if arranged {
-			_, f = r.At(pos)
-		} else {
-			i, _ := r.Index(pn.Name)
-			f = r.Facts(i)
-		}
-		if !f.Due || f.Held || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
+		i, _ := r.Index(pn.Name)
+		if f := r.Facts(i); !f.Due || f.Held || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
 			continue
 		}
 		next = append(next, pn.Name)

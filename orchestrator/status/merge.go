@@ -37,7 +37,7 @@ func mergeAll(s *v1alpha1.NodeRolloutStatus, d planner.Decision, settled map[str
 			i = len(s.Nodes) - 1
 			at[pn.Name] = i
 		}
-		mergeEntry(&s.Nodes[i], pn, d, settled, now, ok || s.Omitted == nil)
+		mergeEntry(&s.Nodes[i], pn, d, settled, &now, ok || s.Omitted == nil)
 	}
 	if d.Phase != v1alpha1.PhasePending {
 		s.Nodes = pruneUnplanned(s.Nodes, d.Order)
@@ -52,12 +52,12 @@ func mergeAll(s *v1alpha1.NodeRolloutStatus, d planner.Decision, settled map[str
 // place in the plan, its settled record (settled; lost tells an entry
 // whose write was lost from one a degraded status omitted, write/omit.go)
 // and why it is held (d.Held).
-func mergeEntry(ns *v1alpha1.NodeStatus, pn planner.PlannedNode, d planner.Decision, settled map[string]v1alpha1.NodeState, now metav1.Time, lost bool) {
+func mergeEntry(ns *v1alpha1.NodeStatus, pn planner.PlannedNode, d planner.Decision, settled map[string]v1alpha1.NodeState, now *metav1.Time, lost bool) {
 	ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
 	if st, found := settled[pn.Name]; found && ns.State != st {
-		ns.State, ns.StateSince = st, &now
+		ns.State, ns.StateSince = st, now
 		if lost {
-			ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
+			ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, now)
 		}
 	}
 	ns.Reason = planner.HeldReason(*ns, d.Held[pn.Name])
@@ -85,7 +85,7 @@ func mergeOnly(s *v1alpha1.NodeRolloutStatus, d planner.Decision, settled map[st
 	for _, p := range only {
 		was := &s.Nodes[p]
 		ns := *was
-		mergeEntry(&ns, d.Order[p], d, settled, now, true)
+		mergeEntry(&ns, d.Order[p], d, settled, &now, true)
 		if ns.Zone == was.Zone && ns.Canary == was.Canary && ns.Wave == was.Wave && ns.State == was.State &&
 			ns.StateSince == was.StateSince && ns.Reason == was.Reason && ns.FinishTime == was.FinishTime {
 			continue // the fields mergeEntry sets, as they were
