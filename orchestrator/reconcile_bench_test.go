@@ -108,7 +108,7 @@ type benchFleet struct {
 	nr                *v1alpha1.NodeRollout
 }
 
-func newBenchFleet(b *testing.B, n int) *benchFleet {
+func newBenchFleet(b testing.TB, n int) *benchFleet {
 	b.Helper()
 	nr := rollout("fleet", func(nr *v1alpha1.NodeRollout) {
 		nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(50), intstr.FromInt32(50)
