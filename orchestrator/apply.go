@@ -332,12 +332,14 @@ func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, ps *
 	}
 	entries, whole := status.Gauged(cur, edits, gauged)
 	var counts *v1alpha1.RolloutCounts // the rest of the entries by their counts
-	if !whole {
+	if whole {
+		gauged = nil
+	} else {
 		counts = &cur.Counts
 	}
 	a.updateGauges(nr.Name, entries, counts)
 	if ps.Kept != nil {
-		ps.Kept.Merged(d, entries)
+		ps.Kept.Merged(d, entries, gauged)
 	}
 	a.metrics.Halted.WithLabelValues(nr.Name).Set(boolGauge(cur.Phase == v1alpha1.PhaseHalted))
 	if prevPhase != cur.Phase {

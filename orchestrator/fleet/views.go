@@ -36,11 +36,11 @@ type View struct {
 }
 
 // merge is what a merge of the plan into the status left: the order it
-// merged (the roster's own slice), the nodes it held and those whose
-// entries it found in flight or failed.
+// merged (the roster's own slice), and the positions in it of the nodes it
+// held and of those whose entries it found in flight or failed.
 type merge struct {
 	order     []roster.Slot
-	held, out []string
+	held, out []int
 }
 
 // Update brings a node's view up to date (roster.Roster.Update; false: the
@@ -66,45 +66,60 @@ func (v *View) Scope(d planner.Decision) (only, gauged []int) {
 		return nil, nil
 	}
 	seen := map[int]bool{}
-	add := func(set *[]int, name string) bool {
-		p, ok := v.Roster.Pos(name)
-		if ok && !seen[p] {
+	add := func(set *[]int, p int) {
+		if !seen[p] {
 			seen[p] = true
 			*set = append(*set, p)
 		}
-		return ok
 	}
-	names := slices.Concat(v.changed, m.held)
+	names := slices.Clone(v.changed)
 	for name := range d.Held {
 		names = append(names, name)
 	}
 	for _, name := range names {
-		if !add(&only, name) {
+		i, ok := v.Roster.Index(name)
+		p, placed := v.Roster.Pos(i)
+		if !ok || !placed {
 			return nil, nil
 		}
+		add(&only, p)
+	}
+	for _, p := range m.held {
+		add(&only, p)
 	}
 	gauged = slices.Clone(only)
 	for _, i := range v.Roster.InFlight() {
-		add(&gauged, v.Roster.Node(i).Name) // one out of the order has no entry to gauge here
+		if p, ok := v.Roster.Pos(i); ok { // one out of the order has no entry to gauge here
+			add(&gauged, p)
+		}
 	}
-	for _, name := range m.out {
-		add(&gauged, name)
+	for _, p := range m.out {
+		add(&gauged, p)
 	}
 	slices.Sort(only)
 	slices.Sort(gauged)
 	return only, gauged
 }
 
-// Merged remembers that decision d was merged into the status, the entries
-// gauged found in flight or failed (gauged: every entry's when whole).
-func (v *View) Merged(d planner.Decision, gauged []v1alpha1.NodeStatus) {
+// Merged remembers that decision d was merged into the status, and which
+// of the entries gauged (at positions at of the order; nil: every entry,
+// by its index) it found in flight or failed.
+func (v *View) Merged(d planner.Decision, gauged []v1alpha1.NodeStatus, at []int) {
 	m := &merge{order: d.Order}
 	for name := range d.Held {
-		m.held = append(m.held, name)
+		if i, ok := v.Roster.Index(name); ok {
+			if p, ok := v.Roster.Pos(i); ok {
+				m.held = append(m.held, p)
+			}
+		}
 	}
-	for _, ns := range gauged {
-		if model.InFlight(ns.State) || ns.State == v1alpha1.NodeFailed {
-			m.out = append(m.out, ns.Name)
+	for k, ns := range gauged {
+		p := k
+		if at != nil {
+			p = at[k]
+		}
+		if (model.InFlight(ns.State) || ns.State == v1alpha1.NodeFailed) && p < len(d.Order) && d.Order[p].Name == ns.Name {
+			m.out = append(m.out, p)
 		}
 	}
 	v.changed, v.merged = nil, m

@@ -90,8 +90,7 @@ func known(r *roster.Roster, name string) bool { _, ok := r.Index(name); return 
 func unknownInFlight(r *roster.Roster, st v1alpha1.NodeRolloutStatus) (out []v1alpha1.NodeStatus) {
 	k := 0
 	for _, i := range r.InFlight() {
-		n := r.Node(i).Name
-		if p, ok := r.Pos(n); ok && p < len(st.Nodes) && st.Nodes[p].Name == n && model.InFlight(st.Nodes[p].State) {
+		if p, ok := r.Pos(i); ok && p < len(st.Nodes) && st.Nodes[p].Name == r.Node(i).Name && model.InFlight(st.Nodes[p].State) {
 			k++
 		}
 	}

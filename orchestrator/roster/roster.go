@@ -86,11 +86,10 @@ func (r *Roster) Index(name string) (i int, ok bool) {
 	return i, ok
 }
 
-// Pos is the position in the plan order of the node named (ok false: it
-// has none, or the order is stale).
-func (r *Roster) Pos(name string) (p int, ok bool) {
-	i, known := r.at[name]
-	if !known || r.stale || r.pos[i] < 0 {
+// Pos is the position in the plan order of the node at index i of the
+// snapshot's order (ok false: it has none, or the order is stale).
+func (r *Roster) Pos(i int) (p int, ok bool) {
+	if r.stale || i < 0 || i >= len(r.pos) || r.pos[i] < 0 {
 		return 0, false
 	}
 	return r.pos[i], true
