@@ -112,7 +112,11 @@ func (a *applier) record(ctx context.Context, nr *v1alpha1.NodeRollout, ps *flee
 			return err
 		}
 	}
-	if err := a.writePhase(ctx, nr, ps.Decision, ps.Snap.Targets, a.settledRecords(nr, ps)); err != nil {
+	var only, gauged []int
+	if ps.Kept != nil {
+		only, gauged = ps.Kept.Scope(ps.Decision)
+	}
+	if err := a.writePhase(ctx, nr, ps, a.settledRecords(nr, ps, only), only, gauged); err != nil {
 		return err
 	}
 	if ps.Deleting && slices.Contains(nr.Finalizers, model.FinalizerReleaseNodes) && ps.NoneInFlight() && !a.claims.Holds(nr.Name) {
@@ -267,9 +271,19 @@ func (a *applier) prepull(ctx context.Context, nr *v1alpha1.NodeRollout, p model
 // mirrors it, written behind in batches, so a leader gone before the batch
 // was written leaves the entry behind its record. No worker resumes a
 // settled node: writePhase brings the entry to the record.
-func (a *applier) settledRecords(nr *v1alpha1.NodeRollout, ps *fleet.Pass) map[string]v1alpha1.NodeState {
+// A merge of some entries only (only: positions in the plan order) reads
+// the records of their nodes only.
+func (a *applier) settledRecords(nr *v1alpha1.NodeRollout, ps *fleet.Pass, only []int) map[string]v1alpha1.NodeState {
 	out := map[string]v1alpha1.NodeState{}
-	for _, n := range ps.Snap.Nodes {
+	nodes := ps.Snap.Nodes
+	if only != nil {
+		nodes = make([]model.NodeView, 0, len(only))
+		for _, p := range only {
+			n, _ := ps.Roster.At(p)
+			nodes = append(nodes, *n)
+		}
+	}
+	for _, n := range nodes {
 		switch n.State {
 		case v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack:
 			if !a.claims.Working(nr.Name, n.Name) {
@@ -284,24 +298,29 @@ func (a *applier) settledRecords(nr *v1alpha1.NodeRollout, ps *fleet.Pass) map[s
 }
 
 // writePhase records the decision's phase, the plan's node list (each
-// entry caught up with its node's settled record, given), counts, targets and
+// entry caught up with its node's settled record, given; the entries at
+// only alone when given, status.RecordOnly), counts, targets and
 // conditions, and emits an Event when the phase changes.
-func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView, settled map[string]v1alpha1.NodeState) error {
+func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, ps *fleet.Pass, settled map[string]v1alpha1.NodeState, only, gauged []int) error {
+	d, targets := ps.Decision, ps.Snap.Targets
 	now := metav1.NewTime(a.now())
 	// The mutation must stay pure (currentStatus applies queued ones to copies).
 	prev, known := a.status.Current(nr.Name, nr.UID)
 	prevPhase := prev.Phase
-	mutate := func(s *v1alpha1.NodeRolloutStatus) { status.Record(s, nr, d, targets, settled, now) }
+	mutate := func(s *v1alpha1.NodeRolloutStatus) { status.RecordOnly(s, nr, d, targets, settled, now, only, nil) }
 	// A new phase (or generation, or halt reason) is written before the loop
 	// goes on: a successor plans from it (a halt stays a halt). The rest
 	// (counts, the plan's node list, conditions of the same phase) is written
 	// behind, so the loop is free to start the next node meanwhile.
-	next := recordCopy(prev)
-	mutate(&next)
+	next, edits, part := status.Preview(prev, nr, d, targets, settled, now, only)
+	if !part {
+		next = status.RecordCopy(prev)
+		mutate(&next)
+	}
 	cur := next // what the status will be, without a copy made again (a worker's step queued meanwhile shows next pass)
 	switch {
-	case known && sameStatus(prev, next):
-		cur = prev // nothing new to write
+	case known && len(edits) == 0 && status.Same(prev, next):
+		cur, edits = prev, nil // nothing new to write
 	case known && next.Phase == prev.Phase && next.HaltReason == prev.HaltReason && next.ObservedGeneration == prev.ObservedGeneration:
 		a.status.MutateLater(nr.Name, mutate)
 	default:
@@ -309,8 +328,19 @@ func (a *applier) writePhase(ctx context.Context, nr *v1alpha1.NodeRollout, d pl
 			return err
 		}
 		cur, _ = a.status.Current(nr.Name, "")
+		edits, gauged = nil, nil
 	}
-	a.updateGauges(nr.Name, cur.Nodes)
+	entries, whole := status.Gauged(cur, edits, gauged)
+	var counts *v1alpha1.RolloutCounts // the rest of the entries by their counts
+	if whole {
+		gauged = nil
+	} else {
+		counts = &cur.Counts
+	}
+	a.updateGauges(nr.Name, entries, counts)
+	if ps.Kept != nil {
+		ps.Kept.Merged(d, entries, gauged)
+	}
 	a.metrics.Halted.WithLabelValues(nr.Name).Set(boolGauge(cur.Phase == v1alpha1.PhaseHalted))
 	if prevPhase != cur.Phase {
 		typ := corev1.EventTypeNormal
@@ -331,7 +361,10 @@ func (a *applier) ackResume(ctx context.Context, nr *v1alpha1.NodeRollout) error
 	return nil
 }
 
-func (a *applier) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
+// updateGauges sets the node-state gauges of rollout from its entries:
+// every one, or (c given) those in flight or failed among others, the
+// rest by their counts.
+func (a *applier) updateGauges(rollout string, nodes []v1alpha1.NodeStatus, c *v1alpha1.RolloutCounts) {
 	states := []v1alpha1.NodeState{v1alpha1.NodePending, v1alpha1.NodePreflight, v1alpha1.NodeCordon, v1alpha1.NodeDrain, v1alpha1.NodeSwapCNI, v1alpha1.NodeSwapZtunnel, v1alpha1.NodeWaitReady, v1alpha1.NodeUncordon, v1alpha1.NodeSoak, v1alpha1.NodeGate, v1alpha1.NodeDone, v1alpha1.NodeSkipped, v1alpha1.NodeFailed, v1alpha1.NodeRolledBack}
 	by := make([]int, len(states)) // by index in states: Pending first, the most entries
 	a.metrics.NodeState.DeletePartialMatch(prometheus.Labels{"rollout": rollout})
@@ -344,6 +377,9 @@ func (a *applier) updateGauges(rollout string, nodes []v1alpha1.NodeStatus) {
 		default:
 			a.metrics.NodeState.WithLabelValues(rollout, n.Name, string(n.State)).Set(1)
 		}
+	}
+	if c != nil {
+		by[0], by[10], by[11], by[13] = int(c.Pending), int(c.Done), int(c.Skipped), int(c.RolledBack)
 	}
 	for i, st := range states {
 		a.metrics.NodesByState.WithLabelValues(rollout, string(st)).Set(float64(by[i]))

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/planner"
 )
 
@@ -30,7 +31,7 @@ func TestWritePhaseRebuildsADegradedStatus(t *testing.T) {
 	e := newEnv(t, nr)
 	d := planner.Decision{Phase: v1alpha1.PhaseProgressing, Reason: "wave 2", Order: []planner.PlannedNode{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}, {Name: "n4"}}}
 	settled := map[string]v1alpha1.NodeState{"n2": v1alpha1.NodeDone, "n3": v1alpha1.NodeDone}
-	if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), d, nil, settled); err != nil {
+	if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), &fleet.Pass{Decision: d}, settled, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.ex.status.Mutate(e.ctx, "r", func(*v1alpha1.NodeRolloutStatus) {}); err != nil {

@@ -140,7 +140,7 @@ func (e *executor) viewsAfter(ps *fleet.Pass) *fleet.View {
 			return nil
 		}
 		e.metrics.NodeViews.Inc()
-		if !fv.Roster.Update(nv) {
+		if !fv.Update(nv) {
 			return nil
 		}
 	}

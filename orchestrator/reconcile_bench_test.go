@@ -45,7 +45,9 @@ import (
 //
 //	reconcile nodes=N change=C mode=M cpu_us_per_change=… wall_us_per_change=… allocs_per_change=… requests_per_change=… nodes_touched=…
 //
-// and the ratio of the 5,000-node figures to the 1,000-node ones.
+// and the ratio of the 5,000-node figures to the 1,000-node ones. It fails
+// when a change that moves the plan costs more than 1.5 × the CPU at 5,000
+// nodes than at 1,000 (issue #47's bar), in the same run.
 func BenchmarkReconcilePerNodeChange(b *testing.B) {
 	sizes := []int{1000, 5000}
 	changes := []string{"inflight-pod-ready", "heartbeat", "pending-notready"}
@@ -84,6 +86,9 @@ func BenchmarkReconcilePerNodeChange(b *testing.B) {
 			fmt.Println(l)
 		}
 	}
+	if lo, hi := got[key{sizes[0], "pending-notready", "event"}], got[key{sizes[1], "pending-notready", "event"}]; ratio(hi.cpuUS, lo.cpuUS) > 1.5 {
+		b.Errorf("a plan-moving change's pass costs %.0f µs of CPU at %d nodes, %.0f µs at %d: ×%.2f, more than 1.5", hi.cpuUS, sizes[1], lo.cpuUS, sizes[0], ratio(hi.cpuUS, lo.cpuUS))
+	}
 }
 
 func ratio(a, b float64) float64 {
@@ -103,7 +108,7 @@ type benchFleet struct {
 	nr                *v1alpha1.NodeRollout
 }
 
-func newBenchFleet(b *testing.B, n int) *benchFleet {
+func newBenchFleet(b testing.TB, n int) *benchFleet {
 	b.Helper()
 	nr := rollout("fleet", func(nr *v1alpha1.NodeRollout) {
 		nr.Spec.MaxParallel, nr.Spec.MaxUnavailable = intstr.FromInt32(50), intstr.FromInt32(50)

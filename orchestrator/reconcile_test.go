@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
 	"github.com/nodewise/nodewise/health"
+	"github.com/nodewise/nodewise/orchestrator/fleet"
 	"github.com/nodewise/nodewise/orchestrator/gate"
 	"github.com/nodewise/nodewise/orchestrator/internal/fixture"
 	"github.com/nodewise/nodewise/orchestrator/model"
@@ -803,7 +804,7 @@ func TestWritePhaseKeepsAHalt(t *testing.T) {
 				}
 			})
 			e := newEnv(t, nr)
-			if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), tc.d, nil, nil); err != nil {
+			if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), &fleet.Pass{Decision: tc.d}, nil, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			got := e.stored("r").Status
@@ -832,7 +833,7 @@ func TestWritePhaseCatchesUpSettledRecords(t *testing.T) {
 	e := newEnv(t, nr)
 	d := planner.Decision{Phase: v1alpha1.PhaseProgressing, Reason: "wave 2", Order: []planner.PlannedNode{{Name: "n1"}, {Name: "n2"}, {Name: "n3"}, {Name: "n4"}}}
 	settled := map[string]v1alpha1.NodeState{"n1": v1alpha1.NodeDone, "n2": v1alpha1.NodeFailed, "n3": v1alpha1.NodeDone, "n4": v1alpha1.NodeSkipped}
-	if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), d, nil, settled); err != nil {
+	if err := e.ex.apply.writePhase(e.ctx, e.stored("r"), &fleet.Pass{Decision: d}, settled, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The catch-up is written behind (the phase did not change): a write
@@ -874,18 +875,18 @@ func TestNodeStateSeries(t *testing.T) {
 			t.Errorf("%s: %v", when, err)
 		}
 	}
-	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeSoak}, {Name: "n2", State: v1alpha1.NodePending}, {Name: "n3", State: v1alpha1.NodeDone}})
-	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeSoak}, {Name: "n2", State: v1alpha1.NodePending}, {Name: "n3", State: v1alpha1.NodeDone}}, nil)
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}}, nil)
 	want("n1 in Soak", `nodewise_rollout_node_state{node="n1",rollout="r",state="Soak"} 1
 nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
 `)
-	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}, {Name: "n2", State: v1alpha1.NodeCordon}, {Name: "n3", State: v1alpha1.NodeDone}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}, {Name: "n2", State: v1alpha1.NodeCordon}, {Name: "n3", State: v1alpha1.NodeDone}}, nil)
 	want("n1 Failed, n2 in Cordon", `nodewise_rollout_node_state{node="n1",rollout="r",state="Failed"} 1
 nodewise_rollout_node_state{node="n2",rollout="r",state="Cordon"} 1
 nodewise_rollout_node_state{node="n9",rollout="other",state="Failed"} 1
 `)
-	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}})
-	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeRolledBack}, {Name: "n2", State: v1alpha1.NodeDone}, {Name: "n3", State: v1alpha1.NodeDone}}, nil)
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeSkipped}}, nil)
 	want("all settled", "")
 }
 
@@ -897,9 +898,9 @@ func TestDeletedRolloutSeriesGo(t *testing.T) {
 	done := &v1alpha1.NodeRollout{ObjectMeta: metav1.ObjectMeta{Name: "other", Generation: 1}}
 	done.Status.Phase, done.Status.ObservedGeneration = v1alpha1.PhaseCompleted, 1
 	e.put(done)
-	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("r", []v1alpha1.NodeStatus{{Name: "n1", State: v1alpha1.NodeFailed}}, nil)
 	e.ex.metrics.Halted.WithLabelValues("r").Set(1)
-	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}})
+	e.ex.apply.updateGauges("other", []v1alpha1.NodeStatus{{Name: "n9", State: v1alpha1.NodeFailed}}, nil)
 	e.ex.metrics.Halted.WithLabelValues("other").Set(0)
 	series := func(rollout string) int {
 		n := 0

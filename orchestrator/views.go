@@ -108,7 +108,7 @@ func (e *executor) reconcileChanged(ctx context.Context) {
 		}
 	}
 	for _, u := range views {
-		u.fv.Roster.Update(u.node)
+		u.fv.Update(u.node)
 	}
 	e.metrics.NodeViews.Add(float64(built))
 	if len(replan) == 0 {

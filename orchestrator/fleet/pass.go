@@ -124,7 +124,7 @@ func (o *Observer) Pass(ctx context.Context, nr *v1alpha1.NodeRollout, kept *Vie
 			return ps, nil // the DaemonSet's event starts the next pass
 		}
 	}
-	ps.KuredNodes = kuredNodes(p, ps.Snap, ps.Decision)
+	ps.KuredNodes = kuredNodes(p, ps.Roster, ps.Decision)
 	return ps, nil
 }
 
@@ -169,15 +169,13 @@ func (o *Observer) policy(nr *v1alpha1.NodeRollout) model.Policy {
 // kuredNodes are the nodes Kured's lock is held for: the rollout's in
 // flight and those the plan starts (none when the rollout only honours
 // the lock).
-func kuredNodes(p model.Policy, snap model.Snapshot, d planner.Decision) []string {
+func kuredNodes(p model.Policy, r *roster.Roster, d planner.Decision) []string {
 	if !p.TakeKuredLock {
 		return nil
 	}
 	var nodes []string
-	for _, n := range snap.Nodes {
-		if model.InFlight(n.State) {
-			nodes = append(nodes, n.Name)
-		}
+	for _, i := range r.InFlight() {
+		nodes = append(nodes, r.Node(i).Name)
 	}
 	for _, a := range d.Actions {
 		if starts(a) && !slices.Contains(nodes, a.Node) {

@@ -43,7 +43,7 @@ func TestKuredLockDecisions(t *testing.T) {
 		take bool
 		want []string
 	}{{true, []string{"a", "b"}}, {false, nil}} {
-		if got := kuredNodes(model.Policy{TakeKuredLock: tc.take}, snap, d); !slices.Equal(got, tc.want) {
+		if got := kuredNodes(model.Policy{TakeKuredLock: tc.take}, planner.NewRoster(snap, model.Policy{}), d); !slices.Equal(got, tc.want) {
 			t.Errorf("take %v: Kured's lock for %v, want %v", tc.take, got, tc.want)
 		}
 	}

@@ -29,6 +29,100 @@ type View struct {
 	Roster *roster.Roster
 	// Unreadable are the other tools' locks the full pass could not read.
 	Unreadable []string
+	// changed are the nodes whose views changed since the plan was last
+	// merged into the status; merged is that merge (nil: none yet).
+	changed []string
+	merged  *merge
+}
+
+// merge is what a merge of the plan into the status left: the order it
+// merged (the roster's own slice), and the positions in it of the nodes it
+// held and of those whose entries it found in flight or failed.
+type merge struct {
+	order     []roster.Slot
+	held, out []int
+}
+
+// Update brings a node's view up to date (roster.Roster.Update; false: the
+// roster has no view of it) and remembers it changed since the last merge.
+func (v *View) Update(n model.NodeView) bool {
+	if !v.Roster.Update(n) {
+		return false
+	}
+	v.changed = append(v.changed, n.Name)
+	return true
+}
+
+// Scope is what a merge of decision d into the status may touch
+// (status.RecordOnly's only): the positions in d's order of the nodes whose
+// views changed since the last merge, of those d holds and of those held
+// then; and gauged, those with the entries in flight or failed then and the
+// nodes in flight now (whose entries a worker moves). Both are nil when
+// every entry may change: no merge yet, an order arranged since, a node
+// without a place in it.
+func (v *View) Scope(d planner.Decision) (only, gauged []int) {
+	m := v.merged
+	if m == nil || len(d.Order) == 0 || len(m.order) != len(d.Order) || &m.order[0] != &d.Order[0] {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	add := func(set *[]int, p int) {
+		if !seen[p] {
+			seen[p] = true
+			*set = append(*set, p)
+		}
+	}
+	names := slices.Clone(v.changed)
+	for name := range d.Held {
+		names = append(names, name)
+	}
+	for _, name := range names {
+		i, ok := v.Roster.Index(name)
+		p, placed := v.Roster.Pos(i)
+		if !ok || !placed {
+			return nil, nil
+		}
+		add(&only, p)
+	}
+	for _, p := range m.held {
+		add(&only, p)
+	}
+	gauged = slices.Clone(only)
+	for _, i := range v.Roster.InFlight() {
+		if p, ok := v.Roster.Pos(i); ok { // one out of the order has no entry to gauge here
+			add(&gauged, p)
+		}
+	}
+	for _, p := range m.out {
+		add(&gauged, p)
+	}
+	slices.Sort(only)
+	slices.Sort(gauged)
+	return only, gauged
+}
+
+// Merged remembers that decision d was merged into the status, and which
+// of the entries gauged (at positions at of the order; nil: every entry,
+// by its index) it found in flight or failed.
+func (v *View) Merged(d planner.Decision, gauged []v1alpha1.NodeStatus, at []int) {
+	m := &merge{order: d.Order}
+	for name := range d.Held {
+		if i, ok := v.Roster.Index(name); ok {
+			if p, ok := v.Roster.Pos(i); ok {
+				m.held = append(m.held, p)
+			}
+		}
+	}
+	for k, ns := range gauged {
+		p := k
+		if at != nil {
+			p = at[k]
+		}
+		if (model.InFlight(ns.State) || ns.State == v1alpha1.NodeFailed) && p < len(d.Order) && d.Order[p].Name == ns.Name {
+			m.out = append(m.out, p)
+		}
+	}
+	v.changed, v.merged = nil, m
 }
 
 // NewView is the view of a pass's snapshot, its nodes kept by r.

@@ -23,13 +23,19 @@ func NextInLineFrom(r *roster.Roster, d Decision) []string {
 	if d.Phase != v1alpha1.PhaseProgressing || d.MaxParallel <= 0 {
 		return nil
 	}
+	order, _ := r.Order()
 	var next []string
-	for _, pn := range d.Order {
+	for pos, pn := range d.Order {
 		if len(next) == d.MaxParallel {
 			break
 		}
-		i, _ := r.Index(pn.Name)
-		if f := r.Facts(i); !f.Due || f.Held || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
+		var f roster.Facts
+		if len(order) == len(d.Order) && &order[0] == &d.Order[0] { // r's own order: read by position
+			_, f = r.At(pos)
+		} else if i, ok := r.Index(pn.Name); ok {
+			f = r.Facts(i)
+		}
+		if !f.Due || f.Held || slices.ContainsFunc(d.Actions, func(a Action) bool { return a.Node == pn.Name }) {
 			continue
 		}
 		next = append(next, pn.Name)

@@ -84,6 +84,24 @@ func selectedNodes(s model.Snapshot, p model.Policy) []model.NodeView {
 
 func known(r *roster.Roster, name string) bool { _, ok := r.Index(name); return ok }
 
+// unknownInFlight are the entries of st in flight whose nodes r has no view
+// of. None are looked for when st's counts (of its entries alone) find no
+// entry in flight but those of nodes r has in flight, at their places.
+func unknownInFlight(r *roster.Roster, st v1alpha1.NodeRolloutStatus) (out []v1alpha1.NodeStatus) {
+	k := 0
+	for _, i := range r.InFlight() {
+		if p, ok := r.Pos(i); ok && p < len(st.Nodes) && st.Nodes[p].Name == r.Node(i).Name && model.InFlight(st.Nodes[p].State) {
+			k++
+		}
+	}
+	for j := 0; (int(st.Counts.Total) != len(st.Nodes) || int(st.Counts.InProgress) != k) && j < len(st.Nodes); j++ {
+		if ns := st.Nodes[j]; model.InFlight(ns.State) && !known(r, ns.Name) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
 // ValidateTargets checks the targets exist and use OnDelete. A target without
 // a ControllerRevision yet is not settled: the plan waits for it (Plan).
 func ValidateTargets(targets []model.TargetView) error {
@@ -139,11 +157,9 @@ func PlanFrom(r *roster.Roster, s model.Snapshot, p model.Policy, now time.Time)
 	// A node deleted while in flight has no record left to resume from: its
 	// status entry ends, or it would read in flight forever.
 	forgets := 0
-	for _, ns := range s.Status.Nodes {
-		if model.InFlight(ns.State) && !known(r, ns.Name) {
-			d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
-			forgets++
-		}
+	for _, ns := range unknownInFlight(r, s.Status) {
+		d.Actions = append(d.Actions, Action{Kind: ActForget, Node: ns.Name, Reason: "node deleted during its " + string(ns.State) + " step"})
+		forgets++
 	}
 
 	if p.Invalid != "" {
@@ -308,6 +324,9 @@ func PlanFrom(r *roster.Roster, s model.Snapshot, p model.Policy, now time.Time)
 	lo, hi := r.Span(current)
 	for i, pos := range slices.Concat(lifted, walkOrder(r.Held(), lo, hi, lifted)) {
 		hoisted := i < len(lifted)
+		if _, waits := slices.BinarySearch(r.Held(), pos); slots <= 0 && wave != 0 && !hoisted && !waits {
+			continue // no slot left and the wave known: in the window, only a waiting node has more to say
+		}
 		pn := order[pos]
 		if hoisted {
 			pn.Window = current
@@ -334,8 +353,11 @@ func PlanFrom(r *roster.Roster, s model.Snapshot, p model.Policy, now time.Time)
 		if due {
 			// A node someone else has cordoned is unavailable already:
 			// swapping it takes a slot but no more of the budget.
+			if slots <= 0 {
+				continue
+			}
 			out := p.CountOthers && heldByOthers(*n)
-			if slots <= 0 || (budget <= 0 && !out) {
+			if budget <= 0 && !out {
 				continue
 			}
 			// With prepull, a node starts only once its new images are on

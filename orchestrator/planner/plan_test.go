@@ -537,22 +537,30 @@ func TestPlanKeepsANodeThatLeftTheSelector(t *testing.T) {
 }
 
 // TestPlanForgetsADeletedNode: a status entry in flight whose Node is gone
-// is ended (ActForget); one that finished is left as history.
+// is ended (ActForget); one that finished is left as history; with the
+// status's counts or without, and beside a present node in flight.
 func TestPlanForgetsADeletedNode(t *testing.T) {
 	nodes := fixture.Fleet(1, 2)
-	st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{
-		{Name: "gone-soaking", State: v1alpha1.NodeSoak},
-		{Name: "gone-done", State: v1alpha1.NodeDone},
-	}}
-	d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, fixture.Policy(t, nil), time.Now())
-	var forgot []Action
-	for _, a := range d.Actions {
-		if a.Kind == ActForget {
-			forgot = append(forgot, a)
+	nodes[0].State = v1alpha1.NodeSoak
+	for _, counted := range []bool{false, true} {
+		st := v1alpha1.NodeRolloutStatus{Nodes: []v1alpha1.NodeStatus{
+			{Name: nodes[0].Name, State: v1alpha1.NodeSoak},
+			{Name: "gone-soaking", State: v1alpha1.NodeSoak},
+			{Name: "gone-done", State: v1alpha1.NodeDone},
+		}}
+		if counted {
+			st.Counts = Counts(st.Nodes)
 		}
-	}
-	if len(forgot) != 1 || forgot[0].Node != "gone-soaking" || !strings.Contains(forgot[0].Reason, "deleted during its Soak step") {
-		t.Errorf("forget actions %+v, want one for gone-soaking naming its step", forgot)
+		d := Plan(model.Snapshot{Nodes: nodes, Targets: fixture.Targets(appsv1.OnDeleteDaemonSetStrategyType), Status: st}, fixture.Policy(t, nil), time.Now())
+		var forgot []Action
+		for _, a := range d.Actions {
+			if a.Kind == ActForget {
+				forgot = append(forgot, a)
+			}
+		}
+		if len(forgot) != 1 || forgot[0].Node != "gone-soaking" || !strings.Contains(forgot[0].Reason, "deleted during its Soak step") {
+			t.Errorf("counted %v: forget actions %+v, want one for gone-soaking naming its step", counted, forgot)
+		}
 	}
 }
 

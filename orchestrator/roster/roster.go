@@ -86,6 +86,15 @@ func (r *Roster) Index(name string) (i int, ok bool) {
 	return i, ok
 }
 
+// Pos is the position in the plan order of the node at index i of the
+// snapshot's order (ok false: it has none, or the order is stale).
+func (r *Roster) Pos(i int) (p int, ok bool) {
+	if r.stale || i < 0 || i >= len(r.pos) || r.pos[i] < 0 {
+		return 0, false
+	}
+	return r.pos[i], true
+}
+
 // Facts are the facts of the node at index i of the snapshot's order.
 func (r *Roster) Facts(i int) Facts { return r.facts[i] }
 

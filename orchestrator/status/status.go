@@ -4,9 +4,6 @@
 package status
 
 import (
-	"cmp"
-	"fmt"
-
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +20,17 @@ import (
 // caught up with its node's settled record, given), counts and conditions.
 // It is pure: the caller applies it to a copy first, then queues or writes it.
 func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView, settled map[string]v1alpha1.NodeState, now metav1.Time) {
+	RecordOnly(s, nr, d, targets, settled, now, nil, nil)
+}
+
+// RecordOnly is Record merging the plan into the entries at the positions
+// only of d.Order alone (the nodes whose entries may change: those whose
+// views changed since the last merge, those held now or then), the counts
+// brought along by the entries' changes, when s's entries stand in plan
+// order (Aligned); into every entry (Record) when only is nil or they do
+// not. An entry it changes goes to put when given (s's entries are then
+// left as they are: Preview), else into s.
+func RecordOnly(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.Decision, targets []model.TargetView, settled map[string]v1alpha1.NodeState, now metav1.Time, only []int, put func(int, v1alpha1.NodeStatus)) {
 	if s.Phase == v1alpha1.PhaseHalted && d.Phase != v1alpha1.PhaseHalted && !model.ResumeRequested(nr.Annotations) && !nr.Spec.Rollback && !nr.Spec.Abort && d.Phase != v1alpha1.PhasePending {
 		return // a halt is only cleared by resume, rollback or abort
 	}
@@ -55,58 +63,11 @@ func Record(s *v1alpha1.NodeRolloutStatus, nr *v1alpha1.NodeRollout, d planner.D
 			s.Targets = append(s.Targets, v1alpha1.TargetStatus{Namespace: t.Ref.Namespace, Name: t.Ref.Name, Revision: t.NewestHash, Images: t.Images})
 		}
 	}
-	// The entries mostly stand in plan order: one index for the whole plan
-	// only once one does not (nodeEntry per node would be quadratic in
-	// the fleet, every pass).
-	var at map[string]int
-	// The settled and held nodes are few: their sets are looked up only
-	// until each of their nodes has been met.
-	settledLeft, heldLeft := len(settled), len(d.Held)
-	for k, pn := range d.Order {
-		i, ok := k, k < len(s.Nodes) && s.Nodes[k].Name == pn.Name
-		if !ok {
-			if at == nil {
-				at = make(map[string]int, len(s.Nodes))
-				for i := range s.Nodes {
-					at[s.Nodes[i].Name] = i
-				}
-			}
-			i, ok = at[pn.Name]
-		}
-		if !ok {
-			s.Nodes = append(s.Nodes, v1alpha1.NodeStatus{Name: pn.Name, State: v1alpha1.NodePending})
-			i = len(s.Nodes) - 1
-			at[pn.Name] = i
-		}
-		ns := &s.Nodes[i]
-		ns.Zone, ns.Canary, ns.Wave = pn.Zone, pn.Canary, int32(pn.Wave)
-		if settledLeft > 0 {
-			if st, found := settled[pn.Name]; found {
-				settledLeft--
-				if ns.State != st {
-					ns.State, ns.StateSince = st, &now
-					if ok || s.Omitted == nil { // an entry a degraded status omitted (write/omit.go) was not lost
-						ns.Reason, ns.FinishTime = fmt.Sprintf("status caught up with the node's record (%s): the status write behind it was lost with its leader", st), cmp.Or(ns.FinishTime, &now)
-					}
-				}
-			}
-		}
-		why := ""
-		if heldLeft > 0 {
-			if w, found := d.Held[pn.Name]; found {
-				heldLeft--
-				why = w
-			}
-		}
-		ns.Reason = planner.HeldReason(*ns, why)
+	if only != nil && Aligned(*s, d, only) {
+		mergeOnly(s, d, settled, now, only, put)
+	} else {
+		mergeAll(s, d, settled, now)
 	}
-	if d.Phase != v1alpha1.PhasePending {
-		s.Nodes = pruneUnplanned(s.Nodes, d.Order)
-	}
-	if len(d.Order) > 0 {
-		s.Omitted = nil // every planned node has its entry again, an omitted one too
-	}
-	s.Counts = planner.Counts(s.Nodes)
 	setConditions(s, d, targets, nr.Generation, now)
 	standing.Note(s, d.Reason, now)
 }

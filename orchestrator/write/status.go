@@ -248,8 +248,16 @@ func (w *Status) write(ctx context.Context, name string, qs []statusReq) error {
 	})
 }
 
-// remember records the NodeRollout the API returned (nil forgets it).
+// remember records the NodeRollout the API returned (nil forgets it), its
+// counts counted here, once, rather than by each pass that reads it.
 func (w *Status) remember(name string, nr *v1alpha1.NodeRollout) {
+	if nr != nil {
+		if c := counted(&nr.Status); c != nr.Status.Counts {
+			counts := *nr // the answer itself is never changed: a copy, its entries shared
+			counts.Status.Counts = c
+			nr = &counts
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.shown, name)
@@ -283,8 +291,8 @@ func (w *Status) Current(name string, uid types.UID) (v1alpha1.NodeRolloutStatus
 			queued = append(queued, q)
 		}
 	}
-	s := cur.Status // the answer itself, when nothing changes it
-	if c := counted(&s); len(queued) > 0 || c != s.Counts {
+	s := cur.Status // the answer itself, when nothing changes it (counted: remember)
+	if len(queued) > 0 {
 		s = *cur.Status.DeepCopy()
 		for _, q := range queued {
 			q.f(&s) // mutations are idempotent: applying one the API already holds changes nothing

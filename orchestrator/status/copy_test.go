@@ -1,4 +1,4 @@
-package orchestrator
+package status
 
 import (
 	"reflect"
@@ -11,7 +11,7 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// sameStatus agrees with equality.Semantic on a status and its record
+// Same agrees with equality.Semantic on a status and its record
 // copy with each field of one node entry changed in turn, and on the
 // copy left alone; a field added to NodeStatus fails here until
 // sameEntry compares it.
@@ -49,11 +49,11 @@ func TestSameStatusIsSemanticEquality(t *testing.T) {
 	}
 	differ := 0
 	for name, change := range changes {
-		next := recordCopy(base)
+		next := RecordCopy(base)
 		change(&next.Nodes[0])
 		want := equality.Semantic.DeepEqual(base, next)
-		if got := sameStatus(base, next); got != want {
-			t.Errorf("%s: sameStatus %v, equality.Semantic %v", name, got, want)
+		if got := Same(base, next); got != want {
+			t.Errorf("%s: Same %v, equality.Semantic %v", name, got, want)
 		}
 		if !want {
 			differ++
@@ -62,9 +62,9 @@ func TestSameStatusIsSemanticEquality(t *testing.T) {
 	if differ != len(changes)-3 { // none, the same instant, an equal new judgement
 		t.Fatalf("%d of %d changes differ: the table proves little", differ, len(changes))
 	}
-	next := recordCopy(base)
+	next := RecordCopy(base)
 	next.Phase = v1alpha1.PhaseHalted
-	if sameStatus(base, next) {
+	if Same(base, next) {
 		t.Error("a new phase is not the same status")
 	}
 }

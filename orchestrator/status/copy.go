@@ -1,4 +1,4 @@
-package orchestrator
+package status
 
 import (
 	"slices"
@@ -9,11 +9,11 @@ import (
 	"github.com/nodewise/nodewise/api/v1alpha1"
 )
 
-// recordCopy is a copy of s that status.Record may change: its node
+// RecordCopy is a copy of s that Record may change: its node
 // entries copied one level only (Record sets their fields, never what they
 // point to), the rest deep. An entry Record leaves alone shares its
-// pointers and slices with s's, so sameStatus compares it at once.
-func recordCopy(s v1alpha1.NodeRolloutStatus) v1alpha1.NodeRolloutStatus {
+// pointers and slices with s's, so Same compares it at once.
+func RecordCopy(s v1alpha1.NodeRolloutStatus) v1alpha1.NodeRolloutStatus {
 	nodes := s.Nodes
 	s.Nodes = nil
 	c := *s.DeepCopy()
@@ -21,13 +21,16 @@ func recordCopy(s v1alpha1.NodeRolloutStatus) v1alpha1.NodeRolloutStatus {
 	return c
 }
 
-// sameStatus is equality.Semantic.DeepEqual(a, b), the node entries
+// Same is equality.Semantic.DeepEqual(a, b), the node entries
 // compared field by field rather than by reflection.
-func sameStatus(a, b v1alpha1.NodeRolloutStatus) bool {
+func Same(a, b v1alpha1.NodeRolloutStatus) bool {
 	if len(a.Nodes) != len(b.Nodes) || (a.Nodes == nil) != (b.Nodes == nil) {
 		return false
 	}
 	for i := range a.Nodes {
+		if i == 0 && &a.Nodes[0] == &b.Nodes[0] {
+			break // the same entries (status.Preview shares them)
+		}
 		if !sameEntry(&a.Nodes[i], &b.Nodes[i]) {
 			return false
 		}
