@@ -120,7 +120,6 @@ func TestAbortMidWave(t *testing.T) {
 // The controller runs with deploy/'s RBAC only; a DaemonSet is restarted too;
 // the halted migration is then aborted.
 func TestGates(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx := e.ctx
 	// g-1 also runs a DaemonSet (3 nodes): restarted through the split-out RBAC role.
@@ -212,7 +211,6 @@ func firstKey(m map[string]string) string {
 // gate, goes back to 1-27; tier-3 is never touched. While the wave is held
 // the controller reads only its informers: it makes no request at all.
 func TestAbortWave(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	for i, ns := range []string{"aw-1", "aw-2", "aw-3"} {

@@ -24,7 +24,6 @@ import (
 // namespace's labels are its originals byte for byte and its pods are back
 // on 1.27.3.
 func TestAdoptImplicitKilledAtEveryStep(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	tier := v1alpha1.DefaultTierLabel
@@ -155,7 +154,6 @@ func TestAdoptImplicitKilledAtEveryStep(t *testing.T) {
 // Fail with that reason at once, never a wave that waits forever and never
 // a pass; the next wave does not start.
 func TestOldProxyAfterRestartHalts(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	e.namespace("op-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 2})
 	e.namespace("op-2", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "2"}, app{name: "web", replicas: 2})

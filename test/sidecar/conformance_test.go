@@ -27,7 +27,6 @@ const conformanceNS = "nodewise-system"
 // Job); the Job passes and the wave starts. The controller
 // runs as its own ServiceAccount with deploy/sidecar's RBAC.
 func TestConformanceGate(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx := e.ctx
 	e.namespace("c-1", map[string]string{"istio.io/rev": "1-27", v1alpha1.DefaultTierLabel: "1"}, app{name: "web", replicas: 1})

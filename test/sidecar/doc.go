@@ -3,9 +3,7 @@
 // injector registered per revision, the real istioctl for tag interop, and
 // the RevisionMigration controller run in-process.
 //
-// Each test starts a cluster and an injector of its own. A test whose outcome
-// no timing decides (crash at every step, policy, inventory, bad input, the
-// upgrade plan) calls t.Parallel() and runs beside another; a test judged by
-// agents over soaks, or that acts inside a wave, a window or a budget, stays
-// serial.
+// Each test starts a cluster and an injector of its own, one at a time: the
+// package runs beside test/e2e, whose serial tests bound lease and lock
+// renewals in seconds, and two clusters here at once delay those renewals.
 package sidecar

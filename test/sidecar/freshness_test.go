@@ -25,7 +25,6 @@ import (
 // is on the old revision, so no restart will. The report names each team's
 // laggards and the window within its stated error, and the CLI prints them.
 func TestFreshnessTwoTeams(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	e.namespace("shop", map[string]string{"istio.io/rev": "1-27", "team": "payments", "owner": "ana"}, app{name: "cart", replicas: 1}, app{name: "legacy", replicas: 1})

@@ -207,7 +207,6 @@ func TestStableTagHandover(t *testing.T) {
 // migration itself runs in-process and is held before the handover by a
 // namespace still on the stable tag, relabelled once that controller stops.
 func TestStableTagHandoverKilledAtEveryStep(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	if err := revtag.Set(ctx, cs, revtag.SetOptions{Tag: "stable", Revision: "1-27"}); err != nil {

@@ -23,7 +23,6 @@ import (
 // ControllerRevision each); pod creations stay within the rate limit; no app
 // ever has fewer Ready pods than its PDB allows.
 func TestMigrationWavesCrashAndResume(t *testing.T) {
-	t.Parallel()
 	e := start(t, 6, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	const rate = 2

@@ -29,7 +29,6 @@ import (
 // controller refuses a migration naming both, `nodewise precheck` prints
 // both and exits 4, and once they are fixed a migration starts.
 func TestPrecheckRefusesAMigration(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.28.1", "1.29.0")
 	ctx, cs := e.ctx, e.c.Client
 	installAuthorizationPolicyCRD(t, e)

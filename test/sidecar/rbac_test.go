@@ -117,7 +117,6 @@ func allowInjectionURLs(t *testing.T, manifest string, prefixes ...string) strin
 // does (a revision-tag webhook, the restart annotation, istio.io/rev, a
 // waypoint canary's keys on namespaces and Services, a canary waypoint).
 func TestRevisionsServiceAccountLimits(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3")
 	ctx := context.Background()
 	e.namespace("shop", map[string]string{"istio.io/rev": "1-27", "team": "payments"}, app{name: "web", replicas: 1})

@@ -22,7 +22,6 @@ import (
 // cluster; then both passes run and every proxy ends on 1.28.1; the old
 // revision still cannot be removed while a tag points at it.
 func TestSkewTwoPasses(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.26.1", "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	e.namespace("legacy", map[string]string{"istio.io/rev": "default"}, app{name: "web", replicas: 2})
@@ -108,7 +107,6 @@ func TestSkewTwoPasses(t *testing.T) {
 // rejects (zero rate, overlapping selectors, ...), and the controller refuses
 // what only the cluster can judge (unknown revisions).
 func TestBadInput(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx := e.ctx
 	e.namespace("bi", map[string]string{"istio.io/rev": "1-27"}, app{name: "web", replicas: 1})

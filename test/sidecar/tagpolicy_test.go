@@ -51,7 +51,6 @@ func allowedAsMigration(t *testing.T) func(what string, err error) {
 // change a workload's update strategy. A tag Service pointing elsewhere is
 // refused; the one nodewise builds passes.
 func TestRevisionsPolicyPinsWhatATagIs(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3")
 	ctx := context.Background()
 	e.namespace("shop", map[string]string{"istio.io/rev": "1-27"}, app{name: "web", replicas: 1})
@@ -125,7 +124,6 @@ func TestRevisionsPolicyPinsWhatATagIs(t *testing.T) {
 // they are: no webhook to an outside URL with kube-system labelled onto its
 // tag. What a migration writes still passes.
 func TestRevisionsPolicyFencesWhereATagPoints(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3")
 	ctx := context.Background()
 	e.namespace("shop", map[string]string{"istio.io/rev": "1-27"}, app{name: "web", replicas: 1})

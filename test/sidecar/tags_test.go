@@ -73,7 +73,6 @@ func tagRows(out string) map[string]string {
 // nodewise_proxy_pods metric report it; tags written by nodewise are read by
 // the real istioctl and the other way round.
 func TestInjectionInventoryAndTags(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 

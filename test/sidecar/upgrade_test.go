@@ -21,7 +21,6 @@ import (
 // `nodewise upgrade status` reports each step as the cluster reaches it, up
 // to the old revision's removal, the point of no return.
 func TestUpgradePlanFollowed(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3")
 	ctx, cs := e.ctx, e.c.Client
 	e.namespace("shop", map[string]string{"istio.io/rev": "default"}, app{name: "web", replicas: 2})

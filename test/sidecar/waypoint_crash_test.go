@@ -73,7 +73,6 @@ func (h *gatewayHistory) of(key string) []string {
 // status; the migration succeeds with each Gateway moved once (1-27 or none,
 // then 1-28), and the abort puts each back once on its original label.
 func TestWaypointWavesKilledAtEveryStep(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	wp := e.waypoints(map[string]string{"1-27": "1.27.3", "1-28": "1.28.1"})
 	original := map[string]string{"wp-1": "1-27", "wp-2": ""}

@@ -208,7 +208,6 @@ func nodewiseFails(t *testing.T, bin string, args ...string) string {
 // (nodewise labelling each Gateway, the istiod stand-in rolling it), moves
 // on; the real istioctl lists the waypoints on the revision nodewise set.
 func TestWaypointsThroughTheUpgrade(t *testing.T) {
-	t.Parallel()
 	e := start(t, 3, "1.27.3", "1.28.1")
 	ctx, cs := e.ctx, e.c.Client
 	wp := e.waypoints(map[string]string{"1-27": "1.27.3", "1-28": "1.28.1"})
