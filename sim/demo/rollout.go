@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -82,7 +83,14 @@ func runRollout(ctx context.Context, rc v1alpha1.NodeRolloutInterface, nr *v1alp
 	defer cancel()
 	lw := cluster.ListWatch(rc.List, rc.Watch, cluster.ByName(nr.Name))
 	var last *v1alpha1.NodeRollout
-	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, nil, func(e watch.Event) (bool, error) {
+	// Deleted before the watch's first list: no Deleted event will come.
+	listed := func(store cache.Store) (bool, error) {
+		if _, exists, err := store.GetByKey(nr.Name); err == nil && !exists {
+			return false, fmt.Errorf("NodeRollout %s was deleted before it finished (phase -)", nr.Name)
+		}
+		return false, nil
+	}
+	_, err := watchtools.UntilWithSync(wctx, lw, &v1alpha1.NodeRollout{}, listed, func(e watch.Event) (bool, error) {
 		cur, ok := e.Object.(*v1alpha1.NodeRollout)
 		if !ok {
 			return false, nil

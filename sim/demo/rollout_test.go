@@ -90,4 +90,26 @@ func TestRunRolloutFollowsAWatch(t *testing.T) {
 	if err := wait("deleted", deleted); err == nil || !strings.Contains(err.Error(), "was deleted") {
 		t.Errorf("deleted rollout: %v, want an error saying it was deleted", err)
 	}
+
+	// Deleted before runRollout's watch first lists it: no Deleted event
+	// comes, and the list alone must end the wait.
+	early := make(chan error, 1)
+	go func() {
+		_, err := runRollout(ctx, deleteOnCreate{rc}, healthyRollout("early", c.Nodes[0].Name), newView(testWriter{t}, false))
+		early <- err
+	}()
+	if err := wait("early", early); err == nil || !strings.Contains(err.Error(), "was deleted") {
+		t.Errorf("rollout deleted before the watch: %v, want an error saying it was deleted", err)
+	}
+}
+
+// deleteOnCreate deletes each NodeRollout right after creating it.
+type deleteOnCreate struct{ v1alpha1.NodeRolloutInterface }
+
+func (d deleteOnCreate) Create(ctx context.Context, nr *v1alpha1.NodeRollout, opts metav1.CreateOptions) (*v1alpha1.NodeRollout, error) {
+	got, err := d.NodeRolloutInterface.Create(ctx, nr, opts)
+	if err == nil {
+		err = d.Delete(ctx, nr.Name, metav1.DeleteOptions{})
+	}
+	return got, err
 }
