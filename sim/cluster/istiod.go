@@ -18,8 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodewise/nodewise/sim/simpki"
@@ -259,16 +257,7 @@ func (c *Cluster) writeServiceAccountKubeconfig(ctx context.Context, path, sa st
 	if err != nil {
 		return fmt.Errorf("issuing a token for %s/%s: %w", IstioNamespace, sa, err)
 	}
-	ca, err := os.ReadFile(filepath.Join(c.Dir, "pki", "ca.crt"))
-	if err != nil {
-		return err
-	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["nodewise-sim"] = &clientcmdapi.Cluster{Server: c.state.serverURL(), CertificateAuthorityData: ca}
-	cfg.AuthInfos[sa] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["nodewise-sim"] = &clientcmdapi.Context{Cluster: "nodewise-sim", AuthInfo: sa}
-	cfg.CurrentContext = "nodewise-sim"
-	return clientcmd.WriteToFile(*cfg, path)
+	return c.state.writeTokenKubeconfig(path, "system:serviceaccount:"+IstioNamespace+":"+sa, tr.Status.Token)
 }
 
 // Stop stops pilot-discovery (SIGTERM, then SIGKILL), by its PID.
