@@ -3,7 +3,10 @@ package cluster
 import (
 	"slices"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -39,5 +42,37 @@ func TestIstiodEnvIsTheChartsLiterals(t *testing.T) {
 	}
 	if _, err := istiodEnv([]unstructured.Unstructured{*other}, "1-28"); err == nil {
 		t.Fatal("no error when the chart rendered no istiod-1-28 Deployment")
+	}
+}
+
+// TestNativeSidecarRunsBesideTheContainers: an init container with
+// restartPolicy Always (istiod injects istio-proxy so) is reported Running
+// and Ready, as a kubelet does, and a sidecar that never gets Ready keeps
+// its pod from Ready; a plain init container has Completed.
+func TestNativeSidecarRunsBesideTheContainers(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	pod := func(proxyTag string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", UID: "u1"}, Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{
+				{Name: "istio-init", Image: "docker.io/istio/proxyv2:1.28.1"},
+				{Name: "istio-proxy", Image: "docker.io/istio/proxyv2:" + proxyTag, RestartPolicy: &always},
+			},
+			Containers: []corev1.Container{{Name: "web", Image: "docker.io/nodewise/sample-web:1.0"}},
+		}}
+	}
+	node := &NodeSpec{Name: "node-001", IP: "127.1.0.1"}
+	st := runningStatus(pod("1.28.1"), node, "198.18.0.5", time.Now())
+	if len(st.InitContainerStatuses) != 2 || st.InitContainerStatuses[0].State.Terminated == nil {
+		t.Fatalf("istio-init: %+v, want Completed", st.InitContainerStatuses)
+	}
+	proxy := st.InitContainerStatuses[1]
+	if proxy.State.Running == nil || !proxy.Ready || proxy.Started == nil || !*proxy.Started {
+		t.Fatalf("native sidecar istio-proxy: %+v, want Running, Started and Ready", proxy)
+	}
+	if !podReady(&corev1.Pod{Status: *st}) {
+		t.Fatal("pod with a Ready native sidecar not Ready")
+	}
+	if st := runningStatus(pod("1.28.1"+TagNeverReady), node, "198.18.0.5", time.Now()); podReady(&corev1.Pod{Status: *st}) {
+		t.Fatal("pod Ready while its native sidecar never is")
 	}
 }
