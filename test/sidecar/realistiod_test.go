@@ -51,30 +51,38 @@ func TestRealIstiodMigration(t *testing.T) {
 	cs := c.Client
 
 	// istiod keeps its tag webhook's caBundle: a wrong one is patched back.
+	// tagWebhook returns the tag's revision, and the URL and caBundle of
+	// its webhooks when all agree (else what differs).
 	tagWebhook := func() (url, rev string, ca []byte) {
 		wh, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, revtag.WebhookName("prod"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range wh.Webhooks {
+		for i, h := range wh.Webhooks {
 			if h.ClientConfig.URL == nil {
 				t.Fatalf("tag prod's webhook %s has no URL: %+v", h.Name, h.ClientConfig)
+			}
+			if i > 0 && (*h.ClientConfig.URL != url || !bytes.Equal(h.ClientConfig.CABundle, ca)) {
+				return "webhooks differ", wh.Labels["istio.io/rev"], nil
 			}
 			url, ca = *h.ClientConfig.URL, h.ClientConfig.CABundle
 		}
 		return url, wh.Labels["istio.io/rev"], ca
 	}
-	if url, rev, _ := tagWebhook(); url != old.InjectURL || rev != "1-28" {
-		t.Fatalf("istiod 1-28's chart made tag prod -> %s at %s, want 1-28 at %s", rev, url, old.InjectURL)
+	if url, rev, ca := tagWebhook(); url != old.InjectURL || rev != "1-28" || !bytes.Equal(ca, old.CABundle) {
+		t.Fatalf("istiod 1-28's chart made tag prod -> %s at %s (its CA: %t), want 1-28 at %s", rev, url, bytes.Equal(ca, old.CABundle), old.InjectURL)
 	}
 	wrong := base64JSON(c.Config.CAData)
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, revtag.WebhookName("prod"), types.JSONPatchType,
 		[]byte(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":`+wrong+`}]`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, ca := tagWebhook(); ca != nil {
+		t.Fatal("the spoiled caBundle did not take")
+	}
 	testkit.WaitFor(t, 30*time.Second, "istiod 1-28 to patch its CA back into tag prod", func() (bool, error) {
-		_, _, ca := tagWebhook()
-		return bytes.Equal(ca, old.CABundle), fmt.Errorf("caBundle of %d bytes", len(ca))
+		url, _, ca := tagWebhook()
+		return bytes.Equal(ca, old.CABundle), fmt.Errorf("%s, caBundle of %d bytes", url, len(ca))
 	})
 
 	// Injection by istiod 1-28 through its tag.
