@@ -88,6 +88,11 @@ func TestRealIstiodMigration(t *testing.T) {
 	// Injection by istiod 1-28 through its tag.
 	e.namespace("shop", map[string]string{"istio.io/rev": "prod"}, app{name: "web", replicas: 2})
 	injectedBy(t, e, "shop", old, 2)
+	// istiod publishes the mesh root in the namespace (no fixture does here).
+	testkit.WaitFor(t, 30*time.Second, "istiod's istio-ca-root-cert in shop", func() (bool, error) {
+		_, err := cs.CoreV1().ConfigMaps("shop").Get(ctx, "istio-ca-root-cert", metav1.GetOptions{})
+		return err == nil, err
+	})
 	if n := injections(t, next); n != 0 {
 		t.Fatalf("istiod 1-29 injected %v pods before any namespace used it", n)
 	}
