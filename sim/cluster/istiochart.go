@@ -1,12 +1,8 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os/exec"
 	"sort"
 	"time"
 
@@ -16,42 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
-
-// RenderIstio renders Istio's charts with the istioctl at path
-// (`istioctl manifest generate` with args: "--set", "profile=ambient", or
-// "-f", an IstioOperator file) and returns every object, in order. The charts
-// are the ones compiled into that istioctl, so nothing is read from the Go
-// module cache.
-func RenderIstio(ctx context.Context, istioctl string, args ...string) ([]unstructured.Unstructured, error) {
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, istioctl, append([]string{"manifest", "generate"}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("istioctl manifest generate: %w\n%s", err, errOut.String())
-	}
-	var objs []unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	for {
-		var u unstructured.Unstructured
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the rendered manifest: %w", err)
-		}
-		if u.Object != nil {
-			objs = append(objs, u)
-		}
-	}
-}
 
 // applyOrder ranks kinds so that what an object needs exists before it: the
 // CRDs, the identities and their RBAC, the configuration, then the

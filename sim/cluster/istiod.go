@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nodewise/nodewise/sim/istiochart"
 	"github.com/nodewise/nodewise/sim/simpki"
 )
 
@@ -211,7 +212,7 @@ func (c *Cluster) renderIstiod(ctx context.Context, istioctl, dir, rev string, o
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	objs, err := RenderIstio(rctx, istioctl, "-f", file)
+	objs, err := istiochart.Render(rctx, istioctl, "-f", file)
 	if err != nil {
 		return nil, fmt.Errorf("rendering istiod %s: %w", rev, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodewise/nodewise/sim/cluster"
+	"github.com/nodewise/nodewise/sim/istiochart"
 )
 
 // IstioManifest renders Istio's charts with the built istioctl
@@ -28,7 +28,7 @@ func IstioManifest(tb testing.TB, args ...string) []unstructured.Unstructured {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	objs, err := cluster.RenderIstio(ctx, istioctl, args...)
+	objs, err := istiochart.Render(ctx, istioctl, args...)
 	if err != nil {
 		tb.Fatal(err)
 	}
