@@ -34,7 +34,7 @@ import (
 // RevisionMigration to 1-29 with stableTag prod retags the namespace
 // through canary, restarts it, and hands prod over to 1-29: the pods come
 // back Ready, injected by istiod 1-29 on its proxy image, and istiod's tag
-// webhook now calls 1-29. The inventory reads both revisions' versions and
+// webhook, like the canary tag nodewise created, now calls 1-29. The inventory reads both revisions' versions and
 // the pods' revisions before and after.
 func TestRealIstiodMigration(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,6 +134,16 @@ func TestRealIstiodMigration(t *testing.T) {
 	injectedBy(t, e, "shop", next, 2)
 	if url, rev, ca := tagWebhook(); url != next.InjectURL || rev != "1-29" || !bytes.Equal(ca, next.CABundle) {
 		t.Errorf("after the handover tag prod -> %s at %s (CA of 1-29: %t), want 1-29 at %s", rev, url, bytes.Equal(ca, next.CABundle), next.InjectURL)
+	}
+	// The canary tag nodewise created calls 1-29 as its own webhook does.
+	canary, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, revtag.WebhookName("canary"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range canary.Webhooks {
+		if h.ClientConfig.URL == nil || *h.ClientConfig.URL != next.InjectURL || !bytes.Equal(h.ClientConfig.CABundle, next.CABundle) {
+			t.Errorf("nodewise's tag canary, webhook %s: %+v, want istiod 1-29's URL %s and CA", h.Name, h.ClientConfig, next.InjectURL)
+		}
 	}
 	ns, err := cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 	if err != nil {
