@@ -292,19 +292,27 @@ func (c *Cluster) boot(ctx context.Context) error {
 // startComponent starts one process and records it before anything waits on
 // it, so a crash during start-up still leaves `down` able to stop it.
 func (c *Cluster) startComponent(name string, argv []string) error {
-	p, err := startProcess(name, argv, filepath.Join(c.state.Dir, "logs", name+".log"), c.detached())
+	_, err := c.startComponentEnv(name, argv, nil)
+	return err
+}
+
+// startComponentEnv is startComponent with env added to the environment; it
+// returns the process as recorded.
+func (c *Cluster) startComponentEnv(name string, argv, env []string) (*process, error) {
+	p, err := startProcessEnv(name, argv, filepath.Join(c.state.Dir, "logs", name+".log"), c.detached(), env)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if old := c.state.process(name); old != nil {
 		*old = *p
+		p = old
 	} else {
 		c.state.Processes = append(c.state.Processes, p)
 	}
 	if err := writePIDFile(c.state.Dir, p); err != nil {
-		return err
+		return p, err
 	}
-	return c.state.save()
+	return p, c.state.save()
 }
 
 func (c *Cluster) detached() bool { return len(c.state.Options.KubeletArgv) > 0 }

@@ -296,13 +296,19 @@ func flatten(parts ...[]string) []string {
 
 // writeKubeconfig writes a kubeconfig for user that trusts the cluster CA.
 func (s *state) writeKubeconfig(path, user string, pk pki) error {
-	ca, err := os.ReadFile(pk.path("ca.crt"))
+	return s.writeTokenKubeconfig(path, user, pk.tokens[user])
+}
+
+// writeTokenKubeconfig writes a kubeconfig that trusts the cluster CA and
+// authenticates user with a bearer token.
+func (s *state) writeTokenKubeconfig(path, user, token string) error {
+	ca, err := os.ReadFile(filepath.Join(s.Dir, "pki", "ca.crt"))
 	if err != nil {
 		return err
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["nodewise-sim"] = &clientcmdapi.Cluster{Server: s.serverURL(), CertificateAuthorityData: ca}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: pk.tokens[user]}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["nodewise-sim"] = &clientcmdapi.Context{Cluster: "nodewise-sim", AuthInfo: user}
 	cfg.CurrentContext = "nodewise-sim"
 	return clientcmd.WriteToFile(*cfg, path)

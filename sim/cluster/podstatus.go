@@ -24,8 +24,26 @@ func runningStatus(pod *corev1.Pod, node *NodeSpec, ip string, now time.Time) *c
 	if s.QOSClass == "" {
 		s.QOSClass = podQOS(pod)
 	}
+	allReady := true
+	running := func(c corev1.Container) corev1.ContainerStatus {
+		tag := imageTag(c.Image)
+		ready := !strings.HasSuffix(tag, TagNeverReady) && !strings.HasSuffix(tag, TagCrashLoop)
+		allReady = allReady && ready
+		started := true
+		return corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: imageID(c.Image), ContainerID: containerID(pod.UID, c.Name),
+			Ready: ready, Started: &started,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
+		}
+	}
 	s.InitContainerStatuses = nil
 	for _, c := range pod.Spec.InitContainers {
+		// A native sidecar (restartPolicy Always: istiod injects istio-proxy
+		// so) keeps running beside the containers, and counts for Ready.
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			s.InitContainerStatuses = append(s.InitContainerStatuses, running(c))
+			continue
+		}
 		s.InitContainerStatuses = append(s.InitContainerStatuses, corev1.ContainerStatus{
 			Name: c.Name, Image: c.Image, ImageID: imageID(c.Image), ContainerID: containerID(pod.UID, c.Name),
 			Ready: true,
@@ -33,18 +51,9 @@ func runningStatus(pod *corev1.Pod, node *NodeSpec, ip string, now time.Time) *c
 				ExitCode: 0, Reason: "Completed", StartedAt: t, FinishedAt: t}},
 		})
 	}
-	allReady := true
 	s.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
-		tag := imageTag(c.Image)
-		ready := !strings.HasSuffix(tag, TagNeverReady) && !strings.HasSuffix(tag, TagCrashLoop)
-		allReady = allReady && ready
-		started := true
-		s.ContainerStatuses = append(s.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: imageID(c.Image), ContainerID: containerID(pod.UID, c.Name),
-			Ready: ready, Started: &started,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
-		})
+		s.ContainerStatuses = append(s.ContainerStatuses, running(c))
 	}
 	ready := corev1.ConditionFalse
 	reason := "ContainersNotReady"

@@ -24,6 +24,7 @@ var foreignPrograms = []string{
 	"kubectl", "helm", "istioctl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
 	"kubelet", "etcd", "containerd", "docker", "podman", "buildah", "chromium", "go", "make",
 	"Helm", "Kured", "kured", "Istio", "istio-cni", "ztunnel", "kind", "curl", "openssl", "krew",
+	"pilot-discovery",
 }
 
 var (

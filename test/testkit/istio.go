@@ -1,19 +1,16 @@
 package testkit
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodewise/nodewise/sim/istiochart"
 )
 
 // IstioManifest renders Istio's charts with the built istioctl
@@ -31,27 +28,11 @@ func IstioManifest(tb testing.TB, args ...string) []unstructured.Unstructured {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, istioctl, append([]string{"manifest", "generate"}, args...)...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		tb.Fatalf("istioctl manifest generate: %v\n%s", err, errOut.String())
+	objs, err := istiochart.Render(ctx, istioctl, args...)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	var objs []unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(&out, 4096)
-	for {
-		var u unstructured.Unstructured
-		err := dec.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			tb.Fatalf("reading the rendered manifest: %v", err)
-		}
-		if u.Object != nil {
-			objs = append(objs, u)
-		}
-	}
+	return objs
 }
 
 // IstioCRD writes Istio's own CustomResourceDefinition name (such as
