@@ -73,11 +73,14 @@ func TestRealIstiodMigration(t *testing.T) {
 		t.Fatalf("istiod 1-28's chart made tag prod -> %s at %s (its CA: %t), want 1-28 at %s", rev, url, bytes.Equal(ca, old.CABundle), old.InjectURL)
 	}
 	wrong := base64JSON(c.Config.CAData)
-	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, revtag.WebhookName("prod"), types.JSONPatchType,
-		[]byte(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":`+wrong+`}]`), metav1.PatchOptions{}); err != nil {
+	// The patch's answer shows the spoiled CA written; istiod may put its own
+	// back before any later read.
+	spoiled, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, revtag.WebhookName("prod"), types.JSONPatchType,
+		[]byte(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":`+wrong+`}]`), metav1.PatchOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ca := tagWebhook(); ca != nil {
+	if !bytes.Equal(spoiled.Webhooks[0].ClientConfig.CABundle, c.Config.CAData) {
 		t.Fatal("the spoiled caBundle did not take")
 	}
 	testkit.WaitFor(t, 30*time.Second, "istiod 1-28 to patch its CA back into tag prod", func() (bool, error) {
