@@ -43,7 +43,7 @@ for b in nft xtables-legacy-multi xtables-nft-multi; do
 	copy_with_libs "$(PATH=/usr/sbin:/sbin:$PATH command -v "$b")"
 done
 # iptables loads its matches and targets (REDIRECT, TPROXY, mark, ...) at run time.
-xt=$(dirname "$(ldd "$(PATH=/usr/sbin:$PATH command -v xtables-nft-multi)" | grep -o '/[^ ]*libxtables[^ ]*')")/xtables
+xt=$(dirname "$(readlink -f "$(ldd "$(PATH=/usr/sbin:$PATH command -v xtables-nft-multi)" | grep -o '/[^ ]*libxtables[^ ]*')")")/xtables
 for so in "$xt"/*.so; do copy_with_libs "$so"; done
 for v in legacy nft; do
 	for t in iptables ip6tables; do
