@@ -60,6 +60,19 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 		refs[img] = ref
 	}
 	chart := istioCNIChart(t, ctx)
+	// istio-cni writes host rules (kubelet probes' SNAT) that only its own
+	// clean-up removes, when its DaemonSet goes; the host dirs its chart
+	// hardcodes go too, when this test made them.
+	for _, d := range []string{"/var/run/istio-cni", "/var/run/ztunnel"} {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = exec.CommandContext(ctx, filepath.Join(bin, "helm"), "uninstall", "istio-cni", "-n", IstioNamespace, "--kubeconfig", c.Kubeconfig, "--wait", "--ignore-not-found").Run()
+	})
 	createNamespace(t, ctx, c.Client, IstioNamespace)
 	if _, err := c.Client.AppsV1().DaemonSets(IstioNamespace).Create(ctx, zdsZtunnel(n.Name, refs["ztunnel"]), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
