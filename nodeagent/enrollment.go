@@ -261,7 +261,12 @@ func openNetns(procRoot string, p MeshPod) (int, error) {
 // and its iptables in-pod rules (1.22 to 1.26, and later without the
 // nftables backend) as iptables-nft writes them (chains ISTIO_OUTPUT and
 // ISTIO_PRERT, REDIRECT or TPROXY targets).
-const nftTablePrefix = "istio-proxy-"
+//
+// Istio's in-pod nftables tables have been named both ways: istio-proxy-*
+// in the layout the live data plane's stand-in writes, istio-ambient-*
+// (istio-ambient-nat, -mangle, -raw) as the istio-cni tools/istioctl pins
+// writes them (seen on sim/cluster's real node).
+var nftTablePrefixes = []string{"istio-proxy-", "istio-ambient-"}
 
 // checkRedirection reads the nftables ruleset of a namespace and returns
 // what is missing ("" when the redirect to 15001 and to 15006 are both there).
@@ -277,7 +282,8 @@ func checkRedirection(netnsFd int) (string, error) {
 	var out, in bool
 	var istioChains int
 	for _, ch := range chains {
-		native := strings.HasPrefix(ch.Table.Name, nftTablePrefix) && ch.Table.Family == nftables.TableFamilyINet
+		native := ch.Table.Family == nftables.TableFamilyINet &&
+			(strings.HasPrefix(ch.Table.Name, nftTablePrefixes[0]) || strings.HasPrefix(ch.Table.Name, nftTablePrefixes[1]))
 		legacy := strings.HasPrefix(ch.Name, "ISTIO_")
 		if !native && !legacy {
 			continue
@@ -308,7 +314,7 @@ func checkRedirection(netnsFd int) (string, error) {
 	}
 	switch {
 	case istioChains == 0:
-		return "no istio-cni rules in its netns (no table inet " + nftTablePrefix + "*, no ISTIO_* chain)", nil
+		return "no istio-cni rules in its netns (no table inet " + strings.Join(nftTablePrefixes, "* or ") + "*, no ISTIO_* chain)", nil
 	case !out && !in:
 		return fmt.Sprintf("istio-cni's chains redirect neither to %d nor to %d", ztunnelOutbound, ztunnelInbound), nil
 	case !out:

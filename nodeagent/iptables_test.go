@@ -73,3 +73,32 @@ func TestEnrollmentIptablesBackends(t *testing.T) {
 		}
 	}
 }
+
+// istioAmbientRules is the in-pod layout of the istio-cni tools/istioctl
+// pins, as its log printed it on sim/cluster's real node (trimmed): tables
+// inet istio-ambient-*, not istio-proxy-*.
+const istioAmbientRules = `table inet istio-ambient-nat {
+	chain prerouting { type nat hook prerouting priority -100; policy accept; jump istio-prerouting; }
+	chain output { type nat hook output priority -100; policy accept; jump istio-output; }
+	chain istio-prerouting {
+		ip daddr != 127.0.0.1/32 tcp dport != 15008 meta mark & 0xfff != 0x539 counter redirect to :15006
+	}
+	chain istio-output {
+		meta l4proto tcp ip daddr != 127.0.0.1/32 meta mark & 0xfff != 0x539 counter redirect to :15001
+	}
+}
+`
+
+// TestEnrollmentReadsIstioAmbientTables: the real istio-cni's nftables
+// backend names its in-pod tables inet istio-ambient-*; a pod with them is
+// enrolled, not "no istio-cni rules".
+func TestEnrollmentReadsIstioAmbientTables(t *testing.T) {
+	r := netrig.New(t)
+	p := r.AddPod("ambient-tables")
+	p.StartStandin()
+	installRules(t, p.Name, istioAmbientRules)
+	e := CheckEnrollment(meshFake{pods: []MeshPod{meshPod(p)}, zt: Ztunnels{Current: p.StandinPID()}}, "/proc", time.Now())
+	if e.Error != "" || len(e.Pods) != 1 || e.Pods[0].Result != wire.Enrolled {
+		t.Fatalf("a pod with istio-cni's istio-ambient-* tables: %+v, want enrolled", e)
+	}
+}

@@ -60,6 +60,7 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 		refs[img] = ref
 	}
 	chart := istioCNIChart(t, ctx)
+	sharedNetnsDir(t)
 	// istio-cni writes host rules (kubelet probes' SNAT) that only its own
 	// clean-up removes, when its DaemonSet goes; the host dirs its chart
 	// hardcodes go too, when this test made them.
@@ -120,7 +121,7 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 			}
 		}
 		if b.nftables {
-			// The pod's rules removed (its istio-proxy-* tables deleted):
+			// The pod's rules removed (its istio-ambient-* tables deleted):
 			// not enrolled, on redirection.
 			removeNftRules(t, ctx, mesh, pod)
 			got := waitEnrollment(t, ctx, mesh, pod, func(p wire.PodEnrollment) bool { return p.Result != wire.Enrolled })
@@ -202,8 +203,11 @@ func installIstioCNI(t *testing.T, ctx context.Context, c *Cluster, n *RealNode,
 	args := []string{verb, "istio-cni", chart, "-n", IstioNamespace, "--kubeconfig", c.Kubeconfig,
 		"--set", "ambient.enabled=true", "--set", "ambient.ipv6=false",
 		"--set", "image=" + image, "--set", "pullPolicy=Never",
-		"--set", "cniConfDir=" + n.CNIConfDir, "--set", "cniBinDir=" + n.CNIBinDir,
+		"--set", "cniConfDir=" + n.CNIConfDir, "--set", "cniBinDir=" + n.CNIBinDir, "--set", "cniNetnsDir=/run/netns",
 		"--set", fmt.Sprintf("global.nativeNftables=%t", b.nftables),
+		// The host's netns from its own (host network), not from
+		// /host/proc/1/ns/net: this machine's PID 1 is not the node's to enter.
+		"--set", "env.ALLOW_SWITCH_TO_HOST_NS=false",
 		"--set-json", `affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["` + n.Name + `"]}]}]}}}`,
 	}
 	if b.iptables != "" {
@@ -232,6 +236,8 @@ func installIstioCNI(t *testing.T, ctx context.Context, c *Cluster, n *RealNode,
 // snapshot over ZDS).
 func waitIstioCNIAndZtunnel(t *testing.T, ctx context.Context, c *Cluster, n *RealNode) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	for _, sel := range []string{"k8s-app=istio-cni-node", "app=ztunnel"} {
 		waitPods(t, ctx, c.Client, IstioNamespace, sel, func(pods []corev1.Pod) bool {
 			for _, p := range pods {
@@ -325,7 +331,7 @@ func waitEnrollment(t *testing.T, ctx context.Context, mesh *nodeagent.KubeMesh,
 	return last
 }
 
-// removeNftRules deletes the pod's istio-proxy-* tables in its namespace.
+// removeNftRules deletes the pod's istio-cni tables (inet istio-*) in its namespace.
 func removeNftRules(t *testing.T, ctx context.Context, mesh *nodeagent.KubeMesh, pod *corev1.Pod) {
 	t.Helper()
 	pods, err := mesh.AmbientPods()
@@ -343,7 +349,7 @@ func removeNftRules(t *testing.T, ctx context.Context, mesh *nodeagent.KubeMesh,
 		deleted := 0
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line) // table inet istio-proxy-nat
-			if len(f) == 3 && strings.HasPrefix(f[2], "istio-proxy-") {
+			if len(f) == 3 && f[1] == "inet" && strings.HasPrefix(f[2], "istio-") {
 				if out, err := exec.CommandContext(ctx, "nsenter", "--net="+p.Netns, "nft", "delete", "table", f[1], f[2]).CombinedOutput(); err != nil {
 					t.Fatalf("nft delete table %s %s: %v: %s", f[1], f[2], err, out)
 				}
@@ -351,7 +357,7 @@ func removeNftRules(t *testing.T, ctx context.Context, mesh *nodeagent.KubeMesh,
 			}
 		}
 		if deleted == 0 {
-			t.Fatalf("no istio-proxy-* table in %s's netns: %s", pod.Name, out)
+			t.Fatalf("no inet istio-* table in %s's netns: %s", pod.Name, out)
 		}
 		return
 	}
@@ -389,5 +395,31 @@ func logsOf(t *testing.T, c *Cluster, n *RealNode, selector, container string) {
 		}
 		lines := strings.Split(log, "\n")
 		t.Logf("--- tail of %s/%s:\n%s", p.Name, container, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+}
+
+// sharedNetnsDir makes the host's /run/netns a shared mount of itself, as
+// `ip netns add` does, when it is not one yet: istio-cni's chart mounts it
+// with HostToContainer propagation, which the runtime refuses on a path
+// whose mount is private (this machine's root is). Left in place, as ip
+// leaves it.
+func sharedNetnsDir(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[4] == "/run/netns" && strings.Contains(line, " shared:") {
+			return
+		}
+	}
+	if err := os.MkdirAll("/run/netns", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--bind", "/run/netns", "/run/netns"}, {"--make-shared", "/run/netns"}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %s: %v: %s", strings.Join(args, " "), err, out)
+		}
 	}
 }
