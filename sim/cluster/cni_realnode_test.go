@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -372,7 +374,8 @@ func cniAgent(t *testing.T, c *Cluster, n *RealNode) *nodeagent.Agent {
 	if err := os.WriteFile(token, []byte("unused"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := nodeagent.New(nodeagent.Config{Node: n.Name, Mode: nodeagent.ModeProc, CertFile: "unused", KeyFile: "unused", TokenFile: token,
+	noCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("not served") }
+	a, err := nodeagent.New(nodeagent.Config{Node: n.Name, Mode: nodeagent.ModeProc, GetCertificate: noCert, TokenFile: token,
 		CNIConfDir: n.CNIConfDir, CNIBinDir: n.CNIBinDir, CNITokenReviews: c.Client.AuthenticationV1().TokenReviews()})
 	if err != nil {
 		t.Fatal(err)
