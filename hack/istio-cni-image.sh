@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # istio-cni-image.sh BUILDER [NAME:TAG...] packs the real istio-cni (bin/install-cni
-# and bin/istio-cni, built from istio.io/istio by make tool-istioctl) into
+# and bin/istio-cni, built from istio.io/istio by make tool-istioctl; install-cni
+# rebuilt with one path changed, below) into
 # bin/images/istio-cni.tar, an OCI archive FROM scratch laid out as Istio's
 # install-cni image is: install-cni in /usr/local/bin, the plugin in
 # /opt/cni/bin (which install-cni copies to the node), and the binaries its
@@ -26,7 +27,26 @@ done
 rm -rf "$ctx"
 fs=$ctx/rootfs
 mkdir -p "$fs/usr/local/bin" "$fs/opt/cni/bin" "$fs/usr/sbin" "$fs/run" "$fs/tmp" "$fs/etc"
-cp -L "$root/bin/install-cni" "$fs/usr/local/bin/install-cni"
+# install-cni finds the host's netns as /host/proc/1/ns/net (its pod netns
+# finder, cni/pkg/nodeagent/podcgroupns_linux.go), and this machine's PID 1
+# (the sandbox's init) may not be entered: the image's install-cni is built
+# from the same pinned source with that one path read as
+# /host/proc/self/ns/net, the same netns for its host-network pod (the
+# chart's env ALLOW_SWITCH_TO_HOST_NS=false does the same for the rest).
+src=$(cd "$root/tools/istioctl" && go list -m -f '{{.Dir}}' istio.io/istio)
+patched=$out/istio-cni-src
+rm -rf "$patched"
+cp -r "$src" "$patched"
+chmod -R u+w "$patched"
+f=$patched/cni/pkg/nodeagent/podcgroupns_linux.go
+sed -i 's|fs.Stat(proc, path.Join("1", "ns", "net"))|fs.Stat(proc, path.Join("self", "ns", "net"))|' "$f"
+grep -q '"self", "ns", "net"' "$f" || { echo "istio-cni-image.sh: $f no longer reads 1/ns/net: revisit the patch" >&2; exit 2; }
+cp "$root/tools/istioctl/go.mod" "$patched/build.mod"
+cp "$root/tools/istioctl/go.sum" "$patched/build.sum"
+go mod edit -modfile="$patched/build.mod" -replace="istio.io/istio=$patched"
+(cd "$root/tools/istioctl" && CGO_ENABLED=0 go build -modfile="$patched/build.mod" -trimpath -ldflags='-s -w' \
+	-o "$fs/usr/local/bin/install-cni" istio.io/istio/cni/cmd/install-cni)
+rm -rf "$patched"
 cp -L "$root/bin/istio-cni" "$fs/opt/cni/bin/istio-cni"
 # A file and every library ldd resolves for it, at the same paths.
 copy_with_libs() {
