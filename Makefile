@@ -160,10 +160,11 @@ IMAGE_BUILDER ?= buildah
 IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates iptables
 
 .PHONY: images
-images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and pause, the test node's sandbox).
+images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and, for the test node: pause, its sandbox; ztunnel, the ZDS stand-in; istio-cni, once make tool-istioctl has built it).
 	@: set-up: images
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause
-	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause ./hack/ztunnel
+	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause ztunnel
+	@if [ -x $(BIN)/install-cni ] && [ -x $(BIN)/istio-cni ]; then hack/istio-cni-image.sh $(IMAGE_BUILDER); else echo "no bin/install-cni: make tool-istioctl, then make images, packs istio-cni"; fi
 
 .PHONY: image-context
 image-context: build ## Write only the images' build context (bin/images/context), for docker buildx by hand (see the Dockerfile).

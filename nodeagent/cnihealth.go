@@ -38,6 +38,10 @@ const (
 	// cni chart, in the namespace istio-cni runs in.
 	DefaultCNIServiceAccountName = "istio-cni"
 	cniPluginName                = "istio-cni" // the binary, and the plugin's "type" in the config
+	// cniRunDirKubeconfig is the kubeconfig's name in istio-cni's run dir
+	// (the plugin config's cni_agent_run_dir), where recent install-cni
+	// writes it instead of the conf dir.
+	cniRunDirKubeconfig = "istio-cni-kubeconfig"
 )
 
 // cniTimeout bounds each check that waits on something else (the API
@@ -58,6 +62,7 @@ func (c *Config) cniDefaults() {
 	}
 	if c.CNIKubeconfig == "" {
 		c.CNIKubeconfig = filepath.Join(c.CNIConfDir, DefaultCNIKubeconfigName)
+		c.cniKubeconfigDefault = true
 	}
 	if c.CNIServiceAccount == "" {
 		c.CNIServiceAccount = "system:serviceaccount:" + istio.DefaultNamespace + ":" + DefaultCNIServiceAccountName
@@ -72,28 +77,54 @@ func (c *Config) cniDefaults() {
 // API server; it changes nothing.
 func (a *Agent) CheckCNI(ctx context.Context, expected string) wire.CNIHealth {
 	h := wire.CNIHealth{Node: a.cfg.Node, Time: time.Now(), Expected: expected}
-	h.Checks = append(h.Checks, checkCNIConfig(a.cfg.CNIConfDir))
-	kc, token, err := loadCNIKubeconfig(a.cfg.CNIKubeconfig)
+	conf, plugin := checkCNIConfig(a.cfg.CNIConfDir)
+	h.Checks = append(h.Checks, conf)
+	path := a.cfg.CNIKubeconfig
+	if a.cfg.cniKubeconfigDefault {
+		path = plugin.kubeconfig(path)
+	}
+	kc, token, err := loadCNIKubeconfig(path)
 	h.Checks = append(h.Checks, kc)
 	if err != nil {
-		h.Checks = append(h.Checks, wire.CNICheck{Check: wire.CNICheckToken, File: a.cfg.CNIKubeconfig, Detail: "not checked: " + kc.Detail})
+		h.Checks = append(h.Checks, wire.CNICheck{Check: wire.CNICheckToken, File: path, Detail: "not checked: " + kc.Detail})
 	} else {
-		h.Checks = append(h.Checks, checkCNIToken(ctx, a.cfg.CNIKubeconfig, token, a.cfg.CNITokenReviews, a.cfg.CNIServiceAccount))
+		h.Checks = append(h.Checks, checkCNIToken(ctx, path, token, a.cfg.CNITokenReviews, a.cfg.CNIServiceAccount))
 	}
 	h.Checks = append(h.Checks, checkCNIPlugin(ctx, filepath.Join(a.cfg.CNIBinDir, cniPluginName), expected))
 	return h
 }
 
+// cniPluginConf is what the check reads of istio-cni's entry in the CNI
+// config: where its kubeconfig is.
+type cniPluginConf struct {
+	Type string `json:"type"`
+	// RunDir is istio-cni's run dir on the node, named in the entry by the
+	// istio-cni this module pins (Istio 1.31 dev; older releases name a
+	// kubeconfig in the conf dir instead): its install-cni writes the
+	// kubeconfig there, not in the conf dir.
+	RunDir string `json:"cni_agent_run_dir"`
+}
+
+// kubeconfig is the kubeconfig istio-cni's plugin uses: the one in its run
+// dir when its config names one, else def.
+func (p cniPluginConf) kubeconfig(def string) string {
+	if p.RunDir != "" {
+		return filepath.Join(p.RunDir, cniRunDirKubeconfig)
+	}
+	return def
+}
+
 // checkCNIConfig reads the conf dir as the runtime does (libcni: *.conf,
 // *.conflist, *.json, by name; the first is the network) and looks for the
 // istio-cni plugin in that first file: chained into its plugins (Istio's
-// default), or the file's own type (istio-cni's own config).
-func checkCNIConfig(dir string) wire.CNICheck {
-	c := wire.CNICheck{Check: wire.CNICheckConfig, File: dir}
+// default), or the file's own type (istio-cni's own config). It returns
+// istio-cni's entry when it found one.
+func checkCNIConfig(dir string) (c wire.CNICheck, plugin cniPluginConf) {
+	c = wire.CNICheck{Check: wire.CNICheckConfig, File: dir}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		c.Detail = fmt.Sprintf("cannot read the CNI conf dir: %v", err)
-		return c
+		return c, plugin
 	}
 	var names []string
 	for _, e := range entries {
@@ -106,39 +137,37 @@ func checkCNIConfig(dir string) wire.CNICheck {
 	}
 	if len(names) == 0 {
 		c.Detail = "no CNI config (*.conf, *.conflist, *.json) in the conf dir"
-		return c
+		return c, plugin
 	}
 	sort.Strings(names)
 	c.File = filepath.Join(dir, names[0])
 	b, err := os.ReadFile(c.File)
 	if err != nil {
 		c.Detail = fmt.Sprintf("cannot read the CNI config the runtime uses: %v", err)
-		return c
+		return c, plugin
 	}
 	var conf struct {
-		Type    string `json:"type"`
-		Plugins []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
+		cniPluginConf
+		Plugins []cniPluginConf `json:"plugins"`
 	}
 	if err := json.Unmarshal(b, &conf); err != nil {
 		c.Detail = fmt.Sprintf("the CNI config the runtime uses is not JSON: %v", err)
-		return c
+		return c, plugin
 	}
 	if conf.Type == cniPluginName {
 		c.OK, c.Detail = true, "istio-cni's own config, first by name"
-		return c
+		return c, conf.cniPluginConf
 	}
 	types := make([]string, 0, len(conf.Plugins))
 	for _, p := range conf.Plugins {
 		if p.Type == cniPluginName {
 			c.OK, c.Detail = true, fmt.Sprintf("istio-cni chained into the primary config (plugin %d of %d)", len(types)+1, len(conf.Plugins))
-			return c
+			return c, p
 		}
 		types = append(types, p.Type)
 	}
 	c.Detail = fmt.Sprintf("no istio-cni plugin in the CNI config the runtime uses (first by name; its plugins: %s): new pods are not handed to istio-cni", strings.Join(types, ", "))
-	return c
+	return c, plugin
 }
 
 // loadCNIKubeconfig reads istio-cni's kubeconfig and returns the token it

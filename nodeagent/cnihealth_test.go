@@ -158,6 +158,38 @@ func TestCNIKubeconfigMissingFails(t *testing.T) {
 	}
 }
 
+// TestCNIKubeconfigInRunDir: an istio-cni whose plugin config names its
+// run dir (cni_agent_run_dir, as the pinned Istio writes it) keeps its
+// kubeconfig there, not in the conf dir: the check reads that one, and its
+// absence fails naming it; a kubeconfig given in the Config wins.
+func TestCNIKubeconfigInRunDir(t *testing.T) {
+	n := newCNINode(t, "1.31.0")
+	run := t.TempDir()
+	n.write(t, "10-calico.conflist", `{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[{"type":"calico"},{"type":"istio-cni","cni_agent_run_dir":"`+run+`"}]}`)
+	b, err := os.ReadFile(filepath.Join(n.conf, DefaultCNIKubeconfigName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(n.conf, DefaultCNIKubeconfigName)); err != nil {
+		t.Fatal(err)
+	}
+	inRun := filepath.Join(run, "istio-cni-kubeconfig")
+	if kc := check(t, n.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckKubeconfig); kc.OK || kc.File != inRun {
+		t.Errorf("no kubeconfig in the run dir: %+v, want a failure on %s", kc, inRun)
+	}
+	if err := os.WriteFile(inRun, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if kc := check(t, n.agent(t).CheckCNI(context.Background(), ""), wire.CNICheckKubeconfig); !kc.OK || kc.File != inRun {
+		t.Errorf("the run dir's kubeconfig: %+v, want it read and passed", kc)
+	}
+	a := n.agent(t)
+	a.cfg.CNIKubeconfig, a.cfg.cniKubeconfigDefault = filepath.Join(n.conf, "given"), false
+	if kc := check(t, a.CheckCNI(context.Background(), ""), wire.CNICheckKubeconfig); kc.File != a.cfg.CNIKubeconfig {
+		t.Errorf("a kubeconfig given in the Config was not the one read: %+v", kc)
+	}
+}
+
 // TestCNIPluginWrongVersionFails: a plugin of another version than asked
 // fails, naming the binary and both versions; a missing one fails too.
 func TestCNIPluginWrongVersionFails(t *testing.T) {

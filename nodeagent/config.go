@@ -60,9 +60,14 @@ type Config struct {
 	// CNIConfDir and CNIBinDir are the node's CNI conf and bin dirs as the
 	// agent sees them (default /etc/cni/net.d, /opt/cni/bin; the DaemonSet
 	// mounts the host's read-only), and CNIKubeconfig the kubeconfig
-	// istio-cni writes (default CNIConfDir/ZZZ-istio-cni-kubeconfig): what
+	// istio-cni writes (default: istio-cni-kubeconfig in the run dir
+	// istio-cni's plugin config names, as recent Istio writes it, else
+	// CNIConfDir/ZZZ-istio-cni-kubeconfig): what
 	// the istio-cni health check reads (/v1/cni, CheckCNI).
 	CNIConfDir, CNIBinDir, CNIKubeconfig string
+	// cniKubeconfigDefault: CNIKubeconfig was not given, so the check
+	// reads the kubeconfig istio-cni's plugin config says it uses.
+	cniKubeconfigDefault bool
 	// CNITokenReviews checks the token in istio-cni's kubeconfig with a
 	// TokenReview made under the agent's own identity (its ServiceAccount,
 	// allowed to create tokenreviews); nil: the token check fails, saying

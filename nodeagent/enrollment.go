@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -176,6 +178,10 @@ func checkPod(p MeshPod, procRoot string, current map[uint64]bool, ztunnelSocket
 	}
 	defer unix.Close(fd)
 	if detail, err := checkRedirection(fd); err != nil {
+		var legacy legacyTablesError
+		if errors.As(err, &legacy) {
+			return notCheckable("cannot check its redirection: " + legacy.Error())
+		}
 		return notCheckable(fmt.Sprintf("reading its nftables ruleset: %v", err))
 	} else if detail != "" {
 		return failed(wire.CheckRedirection, detail)
@@ -255,7 +261,12 @@ func openNetns(procRoot string, p MeshPod) (int, error) {
 // and its iptables in-pod rules (1.22 to 1.26, and later without the
 // nftables backend) as iptables-nft writes them (chains ISTIO_OUTPUT and
 // ISTIO_PRERT, REDIRECT or TPROXY targets).
-const nftTablePrefix = "istio-proxy-"
+//
+// Istio's in-pod nftables tables have been named both ways: istio-proxy-*
+// in the layout the live data plane's stand-in writes, istio-ambient-*
+// (istio-ambient-nat, -mangle, -raw) as the istio-cni tools/istioctl pins
+// writes them (seen on sim/cluster's real node).
+var nftTablePrefixes = []string{"istio-proxy-", "istio-ambient-"}
 
 // checkRedirection reads the nftables ruleset of a namespace and returns
 // what is missing ("" when the redirect to 15001 and to 15006 are both there).
@@ -271,7 +282,8 @@ func checkRedirection(netnsFd int) (string, error) {
 	var out, in bool
 	var istioChains int
 	for _, ch := range chains {
-		native := strings.HasPrefix(ch.Table.Name, nftTablePrefix) && ch.Table.Family == nftables.TableFamilyINet
+		native := ch.Table.Family == nftables.TableFamilyINet &&
+			(strings.HasPrefix(ch.Table.Name, nftTablePrefixes[0]) || strings.HasPrefix(ch.Table.Name, nftTablePrefixes[1]))
 		legacy := strings.HasPrefix(ch.Name, "ISTIO_")
 		if !native && !legacy {
 			continue
@@ -288,9 +300,21 @@ func checkRedirection(netnsFd int) (string, error) {
 			}
 		}
 	}
+	if istioChains == 0 {
+		// istio-cni's iptables backend on a host whose iptables is the
+		// legacy one writes x_tables tables, which nftables netlink does
+		// not show: their absence from the ruleset proves nothing.
+		tables, err := legacyTables(netnsFd)
+		if err != nil {
+			return "", fmt.Errorf("looking for legacy iptables tables: %w", err)
+		}
+		if len(tables) > 0 {
+			return "", legacyTablesError{tables}
+		}
+	}
 	switch {
 	case istioChains == 0:
-		return "no istio-cni rules in its netns (no table inet " + nftTablePrefix + "*, no ISTIO_* chain)", nil
+		return "no istio-cni rules in its netns (no table inet " + strings.Join(nftTablePrefixes, "* or ") + "*, no ISTIO_* chain)", nil
 	case !out && !in:
 		return fmt.Sprintf("istio-cni's chains redirect neither to %d nor to %d", ztunnelOutbound, ztunnelInbound), nil
 	case !out:
@@ -299,6 +323,74 @@ func checkRedirection(netnsFd int) (string, error) {
 		return fmt.Sprintf("no rule redirects inbound traffic to %d", ztunnelInbound), nil
 	}
 	return "", nil
+}
+
+// legacyTablesError says a namespace has legacy iptables tables, which the
+// check cannot read.
+type legacyTablesError struct{ tables []string }
+
+func (e legacyTablesError) Error() string {
+	return fmt.Sprintf("its netns holds legacy iptables tables (%s), which the agent cannot read (it reads nftables over netlink): istio-cni's iptables backend writes them on a host whose iptables is the legacy one", strings.Join(e.tables, ", "))
+}
+
+// legacyTables are the legacy iptables (x_tables) tables of a namespace
+// that hold a rule or a chain of their own ("ip:nat", "ip6:mangle"), read
+// inside it: the tables the kernel lists in /proc/thread-self/net/
+// ip{,6}_tables_names (those something has used there: an iptables-legacy
+// binary, if only to list them), and of each its entry count
+// (IPT_SO_GET_INFO, CAP_NET_ADMIN), more than its built-in chains' policies
+// and the table's end when anything was added. A kernel without legacy
+// iptables has no such file: none.
+func legacyTables(netnsFd int) ([]string, error) {
+	var tables []string
+	err := inNetns(netnsFd, func() error {
+		for _, fam := range []struct {
+			name          string
+			domain, level int
+		}{{"ip", unix.AF_INET, unix.SOL_IP}, {"ip6", unix.AF_INET6, unix.SOL_IPV6}} {
+			b, err := os.ReadFile("/proc/thread-self/net/" + fam.name + "_tables_names")
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			for _, t := range strings.Fields(string(b)) {
+				used, err := legacyTableUsed(fam.domain, fam.level, t)
+				if err != nil {
+					return fmt.Errorf("%s table %s: %w", fam.name, t, err)
+				}
+				if used {
+					tables = append(tables, fam.name+":"+t)
+				}
+			}
+		}
+		return nil
+	})
+	return tables, err
+}
+
+// legacyTableUsed asks the kernel for a legacy table's summary (struct
+// ipt_getinfo: name[32], valid_hooks, hook_entry[5], underflow[5],
+// num_entries, size; the same for ip6tables): an unused table has one entry
+// per built-in chain (its policy) and one that ends the table.
+func legacyTableUsed(domain, level int, table string) (bool, error) {
+	const soGetInfo = 64 // IPT_SO_GET_INFO, IP6T_SO_GET_INFO
+	fd, err := unix.Socket(domain, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	var info [84]byte
+	copy(info[:32], table)
+	size := uint32(len(info))
+	if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), soGetInfo,
+		uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
+		return false, fmt.Errorf("getsockopt IPT_SO_GET_INFO: %w", errno)
+	}
+	hooks := bits.OnesCount32(binary.NativeEndian.Uint32(info[32:36]))
+	entries := binary.NativeEndian.Uint32(info[76:80])
+	return int(entries) > hooks+1, nil
 }
 
 // redirectPorts are the ports a rule redirects or tproxies to: an nft

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type ContainerdOptions struct {
 	// registry that serves it (http://127.0.0.1:5000): the CRI pulls through
 	// a hosts.toml per host under Dir/certs.d.
 	RegistryMirrors map[string]string
+	// CNIBinDir is where the CRI finds its CNI plugins; empty means
+	// Debian's /usr/lib/cni.
+	CNIBinDir string
 }
 
 // cniBinDir is where Debian's containernetworking-plugins installs bridge,
@@ -123,7 +127,7 @@ func containerdConfig(c *Containerd, opts ContainerdOptions) string {
     conf_dir = %q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
-`, opts.SandboxImage, cniBinDir, filepath.Join(c.Dir, "cni"), filepath.Join(c.Dir, "certs.d"))
+`, opts.SandboxImage, cmp.Or(opts.CNIBinDir, cniBinDir), filepath.Join(c.Dir, "cni"), filepath.Join(c.Dir, "certs.d"))
 	return b.String()
 }
 

@@ -31,6 +31,11 @@ type RealNode struct {
 	// PodCIDR is the host-local range its pods get their IPs from.
 	PodCIDR string
 
+	// CNIConfDir and CNIBinDir are the node's CNI dirs (its /etc/cni/net.d
+	// and /opt/cni/bin): the conflist of the bridge CNI, and the plugins,
+	// Debian's linked in, where an installer such as istio-cni's adds its own.
+	CNIConfDir, CNIBinDir string
+
 	// IP is the node's InternalIP: the bridge's gateway address, so that
 	// its pods reach a hostNetwork pod (the agent) at the node's IP.
 	IP string
@@ -77,10 +82,15 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 		return nil, fmt.Errorf("the sandbox image (make images builds it): %w", err)
 	}
 	n := &RealNode{Name: opts.Name, PodCIDR: opts.PodCIDR, dir: dir, bridge: "nwreal" + fmt.Sprint(os.Getpid()%10000)}
-	n.Containerd, err = StartContainerd(ctx, filepath.Join(dir, "containerd"), ContainerdOptions{CRI: true, SandboxImage: pause, RegistryMirrors: opts.RegistryMirrors})
+	n.CNIBinDir = filepath.Join(dir, "cni-bin")
+	if err := linkCNIPlugins(n.CNIBinDir); err != nil {
+		return nil, err
+	}
+	n.Containerd, err = StartContainerd(ctx, filepath.Join(dir, "containerd"), ContainerdOptions{CRI: true, SandboxImage: pause, RegistryMirrors: opts.RegistryMirrors, CNIBinDir: n.CNIBinDir})
 	if err != nil {
 		return nil, err
 	}
+	n.CNIConfDir = filepath.Join(n.Containerd.Dir, "cni")
 	if _, err := n.Containerd.Import(ctx, pauseTar); err != nil {
 		n.Stop()
 		return nil, err
@@ -92,7 +102,7 @@ func (c *Cluster) StartRealNode(ctx context.Context, dir string, opts RealNodeOp
 	cni := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"nodewise","plugins":[`+
 		`{"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}]}},`+
 		`{"type":"loopback"}]}`, n.bridge, opts.PodCIDR)
-	if err := os.WriteFile(filepath.Join(n.Containerd.Dir, "cni", "10-nodewise.conflist"), []byte(cni), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.CNIConfDir, "10-nodewise.conflist"), []byte(cni), 0o644); err != nil {
 		n.Stop()
 		return nil, err
 	}
@@ -248,6 +258,20 @@ func (n *RealNode) plumb(apiPort int) error {
 			return fmt.Errorf("real node: iptables -t nat -A %s: %v: %s", strings.Join(rule, " "), err, out)
 		}
 		n.nat = append(n.nat, rule)
+	}
+	return nil
+}
+
+// linkCNIPlugins makes dir the node's CNI bin dir, with Debian's bridge,
+// host-local and loopback linked in.
+func linkCNIPlugins(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if err := os.Symlink(filepath.Join(cniBinDir, p), filepath.Join(dir, p)); err != nil {
+			return fmt.Errorf("real node: the CNI plugin %s: %w", p, err)
+		}
 	}
 	return nil
 }
