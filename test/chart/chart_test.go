@@ -394,14 +394,16 @@ func TestChartValues(t *testing.T) {
 			t.Errorf("%v: the agent adds capabilities %s and drops %v, want %s and ALL", tc.set, got, drop, tc.want)
 		}
 	}
-	// The host paths are read-only and created by no one; the cgroup tree is
+	// The host paths are read-only and created by no one but istio-cni's run
+	// dir (an empty dir where istio-cni is not installed); the cgroup tree is
 	// mounted only for eBPF (mode=proc names pods through /proc alone).
 	for _, tc := range []struct {
 		set  []string
 		want string
 	}{
-		{nil, "[/sys/fs/cgroup:Directory /proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory]"},
-		{[]string{"agent.mode=proc"}, "[/proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory]"},
+		{nil, "[/sys/fs/cgroup:Directory /proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory /var/run/istio-cni:DirectoryOrCreate]"},
+		{[]string{"agent.mode=proc"}, "[/proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory /var/run/istio-cni:DirectoryOrCreate]"},
+		{[]string{"agent.cni.runDir="}, "[/sys/fs/cgroup:Directory /proc:Directory /etc/cni/net.d:Directory /opt/cni/bin:Directory]"},
 	} {
 		spec, _, _ := unstructured.NestedMap(render(t, tc.set...)["DaemonSet "+AgentNamespace+"/nodewise-agent"].Object, "spec", "template", "spec")
 		var paths []string
