@@ -49,7 +49,7 @@ ENTRYPOINT ["/pause"]
 
 # The stand-in ztunnel of sim/cluster's real node, not shipped: it speaks
 # ZDS with the real istio-cni and listens in each pod it is handed
-# (hack/ztunnel). Root, as ztunnel runs, for setns into the pods' netns.
+# (sim/zds/ztunnel). Root, as ztunnel runs, for setns into the pods' netns.
 FROM scratch AS ztunnel
 COPY rootfs/ /
 COPY ztunnel /ztunnel

@@ -162,7 +162,7 @@ IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certifi
 .PHONY: images
 images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and, for the test node: pause, its sandbox; ztunnel, the ZDS stand-in; istio-cni, once make tool-istioctl has built it).
 	@: set-up: images
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause ./hack/ztunnel
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause ./sim/zds/ztunnel
 	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause ztunnel
 	@if [ -x $(BIN)/install-cni ] && [ -x $(BIN)/istio-cni ]; then hack/istio-cni-image.sh $(IMAGE_BUILDER); else echo "no bin/install-cni: make tool-istioctl, then make images, packs istio-cni"; fi
 

@@ -253,7 +253,7 @@ func waitIstioCNIAndZtunnel(t *testing.T, ctx context.Context, c *Cluster, n *Re
 }
 
 // zdsZtunnel is the node's ztunnel DaemonSet: Istio's name, labels and
-// container name, the ZDS stand-in (hack/ztunnel) as its container, with
+// container name, the ZDS stand-in (sim/zds/ztunnel) as its container, with
 // ztunnel's chart's privileges (root, NET_ADMIN, SYS_ADMIN, NET_RAW: it
 // enters the pods' namespaces) and its socket dir, the host's
 // /var/run/ztunnel, which istio-cni's chart mounts too.

@@ -6,7 +6,7 @@
 // each answered with an Ack.
 //
 // Ztunnel is the stand-in ztunnel of sim/cluster's real node (the image
-// hack/ztunnel builds): for each pod it is handed it opens ztunnel's in-pod
+// sim/zds/ztunnel builds): for each pod it is handed it opens ztunnel's in-pod
 // listeners (15001 outbound, 15006 inbound, 15008 HBONE) inside the pod's
 // namespace, the sockets the node agent's enrollment check matches to the
 // ztunnel process, and closes them when the pod is deleted. It proxies
