@@ -54,12 +54,12 @@ grep -q '"self", "ns", "net"' "$f" || { echo "istio-cni-image.sh: $f no longer r
 cp "$root/tools/istioctl/go.mod" "$patched/build.mod"
 cp "$root/tools/istioctl/go.sum" "$patched/build.sum"
 go mod edit -modfile="$patched/build.mod" -replace="istio.io/istio=$patched"
-gobuild() { # OUT PKG [go build flags...]
-	local o=$1 pkg=$2
-	shift 2
-	(cd "$root/tools/istioctl" && CGO_ENABLED=0 go build -modfile="$patched/build.mod" -trimpath "$@" -o "$o" "$pkg")
+gobuild() { # OUT [go build flags and packages...]
+	local o=$1
+	shift
+	(cd "$root/tools/istioctl" && CGO_ENABLED=0 go build -modfile="$patched/build.mod" -trimpath -o "$o" "$@")
 }
-gobuild "$fs/usr/local/bin/install-cni" istio.io/istio/cni/cmd/install-cni -ldflags='-s -w'
+gobuild "$fs/usr/local/bin/install-cni" -ldflags='-s -w' istio.io/istio/cni/cmd/install-cni
 # The rollout's builds, in a directory each: install-cni and the plugin
 # stamped with the build's version; the faulty one's overlay turns
 # reconcileExistingPod's CreateInpodRules into DeleteInpodRules.
@@ -76,8 +76,9 @@ bstart=$(date +%s)
 for v in "${rollout_builds[@]}"; do
 	flags=(-ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$v")
 	[ "$v" != "$faulty" ] || flags+=(-overlay="$builds/overlay.json")
-	gobuild "$builds/$v/install-cni" istio.io/istio/cni/cmd/install-cni "${flags[@]}"
-	gobuild "$builds/$v/istio-cni" istio.io/istio/cni/cmd/istio-cni "${flags[@]}"
+	# One go build, both binaries (linked in parallel) into the build's directory.
+	mkdir -p "$builds/$v"
+	gobuild "$builds/$v/" "${flags[@]}" istio.io/istio/cni/cmd/install-cni istio.io/istio/cni/cmd/istio-cni
 done
 echo "istio-cni rollout builds ${rollout_builds[*]} (faulty $faulty): $(( $(date +%s) - bstart ))s"
 rm -rf "$patched"
