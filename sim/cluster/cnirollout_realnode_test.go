@@ -14,8 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
-	"github.com/nodewise/nodewise/health"
-	"github.com/nodewise/nodewise/health/record"
+	"github.com/nodewise/nodewise/health/remote"
 	"github.com/nodewise/nodewise/health/wire"
 	"github.com/nodewise/nodewise/nodeagent"
 	"github.com/nodewise/nodewise/orchestrator"
@@ -183,20 +182,12 @@ func runInProcessAgent(t *testing.T, ctx context.Context, c *Cluster, n *RealNod
 }
 
 // runJudgedOrchestrator runs the orchestrator in this process until the
-// test ends, with the judge gate the chart wires (its Recorder sampling the
-// agents every 500 ms) and agents as its agents.
+// test ends, with the judge gate the chart wires (judgegate.BuildOn, its
+// Recorder sampling the agents every 500 ms) and agents as its agents.
 func runJudgedOrchestrator(t *testing.T, ctx context.Context, c *Cluster, agents inProcessAgent) {
 	t.Helper()
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	rec, err := record.NewRecorder(record.RecorderConfig{Source: agents, Every: 500 * time.Millisecond, Keep: 30 * time.Minute, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	judge, err := health.NewJudge(health.JudgeConfig{Source: rec, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := judgegate.New(judgegate.Config{Judge: judge, Recorder: rec, Logger: log})
+	g, rec, err := judgegate.BuildOn(agents, 500*time.Millisecond, remote.AddressPolicy{}, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
