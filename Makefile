@@ -160,7 +160,7 @@ IMAGE_BUILDER ?= buildah
 IMAGE_PACKAGES := buildah containerd runc containernetworking-plugins ca-certificates iptables
 
 .PHONY: images
-images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and, for the test node: pause, its sandbox; ztunnel, the ZDS stand-in; istio-cni, once make tool-istioctl has built it).
+images: build deps-images ## Build the orchestrator, nodeagent and probe images FROM scratch around the static binaries: OCI archives bin/images/NAME.tar tagged $(IMAGE_REPO)/NAME:$(IMAGE_TAG) (and, for the test node: pause, its sandbox; ztunnel, the ZDS stand-in; istio-cni, once make tool-istioctl has built it, and its builds 1.28.1-1.28.3 for the istio-cni rollout test).
 	@: set-up: images
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./hack/pause ./sim/zds/ztunnel
 	@hack/images.sh $(VERSION) $(IMAGE_TAG) $(IMAGE_REPO) $(IMAGE_BUILDER) $(IMAGES) pause ztunnel

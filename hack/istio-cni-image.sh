@@ -9,6 +9,16 @@
 # names: nft (its nftables backend) and iptables, legacy and nft
 # (xtables-{legacy,nft}-multi with their extensions, its iptables backend).
 # Tagged ghcr.io/nodewise/istio-cni:dev unless NAME:TAGs are given.
+#
+# Beside it, the builds a NodeRollout of istio-cni rolls between
+# (TestRealIstioCNIRolloutOnRealNode), each bin/images/istio-cni-TAG.tar
+# tagged ghcr.io/nodewise/istio-cni:TAG, from the same source stamped with
+# Istio's version variables (pkg/version's buildVersion: the version
+# install-cni logs and the plugin prints) as TAG: 1.28.1 and 1.28.2 are
+# healthy; 1.28.3 is faulty, built with -overlay replacing one file so that
+# its start-up reconciliation of the pods already enrolled deletes their
+# in-pod rules instead of writing them. Only the link (and for 1.28.3 the
+# overlaid package) is redone: the Go build cache holds the rest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 builder=${1:?usage: istio-cni-image.sh BUILDER [NAME:TAG...]}
@@ -44,8 +54,33 @@ grep -q '"self", "ns", "net"' "$f" || { echo "istio-cni-image.sh: $f no longer r
 cp "$root/tools/istioctl/go.mod" "$patched/build.mod"
 cp "$root/tools/istioctl/go.sum" "$patched/build.sum"
 go mod edit -modfile="$patched/build.mod" -replace="istio.io/istio=$patched"
-(cd "$root/tools/istioctl" && CGO_ENABLED=0 go build -modfile="$patched/build.mod" -trimpath -ldflags='-s -w' \
-	-o "$fs/usr/local/bin/install-cni" istio.io/istio/cni/cmd/install-cni)
+gobuild() { # OUT [go build flags and packages...]
+	local o=$1
+	shift
+	(cd "$root/tools/istioctl" && CGO_ENABLED=0 go build -modfile="$patched/build.mod" -trimpath -o "$o" "$@")
+}
+gobuild "$fs/usr/local/bin/install-cni" -ldflags='-s -w' istio.io/istio/cni/cmd/install-cni
+# The rollout's builds, in a directory each: install-cni and the plugin
+# stamped with the build's version; the faulty one's overlay turns
+# reconcileExistingPod's CreateInpodRules into DeleteInpodRules.
+rollout_builds=(1.28.1 1.28.2 1.28.3)
+faulty=1.28.3
+builds=$out/istio-cni-builds
+rm -rf "$builds"
+mkdir -p "$builds/overlay"
+n=$patched/cni/pkg/nodeagent/net_linux.go
+sed '/^func (s \*NetServer) reconcileExistingPod/,/^}/ s|return s.trafficManager.CreateInpodRules(log, podCfg)|_ = podCfg; return s.trafficManager.DeleteInpodRules(log)|' "$n" >"$builds/overlay/net_linux.go"
+grep -q 'return s.trafficManager.DeleteInpodRules(log)' "$builds/overlay/net_linux.go" || { echo "istio-cni-image.sh: $n's reconcileExistingPod no longer calls CreateInpodRules: revisit the faulty build" >&2; exit 2; }
+printf '{"Replace":{"%s":"%s"}}\n' "$n" "$builds/overlay/net_linux.go" >"$builds/overlay.json"
+bstart=$(date +%s)
+for v in "${rollout_builds[@]}"; do
+	flags=(-ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$v")
+	[ "$v" != "$faulty" ] || flags+=(-overlay="$builds/overlay.json")
+	# One go build, both binaries (linked in parallel) into the build's directory.
+	mkdir -p "$builds/$v"
+	gobuild "$builds/$v/" "${flags[@]}" istio.io/istio/cni/cmd/install-cni istio.io/istio/cni/cmd/istio-cni
+done
+echo "istio-cni rollout builds ${rollout_builds[*]} (faulty $faulty): $(( $(date +%s) - bstart ))s"
 rm -rf "$patched"
 cp -L "$root/bin/istio-cni" "$fs/opt/cni/bin/istio-cni"
 # A file and every library ldd resolves for it, at the same paths.
@@ -85,23 +120,36 @@ ENTRYPOINT ["/usr/local/bin/install-cni"]
 CF
 
 epoch=$(git -C "$root" log -1 --format=%ct 2>/dev/null || echo 0)
-start=$(date +%s)
-rm -f "$out/istio-cni.tar"
-case $builder in
-buildah)
-	b=(buildah --root "$out/.storage" --runroot "$out/.run" --storage-driver vfs)
-	tags=(); for r in "${refs[@]}"; do tags+=(-t "$r"); done
-	"${b[@]}" bud --quiet --timestamp "$epoch" "${tags[@]}" -f "$ctx/Containerfile" "$ctx" >/dev/null
-	"${b[@]}" push --quiet "${refs[0]}" "oci-archive:$out/istio-cni.tar:${refs[0]}"
-	"${b[@]}" rmi --force "${refs[@]}" >/dev/null
-	;;
-docker)
-	SOURCE_DATE_EPOCH=$epoch docker buildx build --quiet -t "${refs[0]}" -f "$ctx/Containerfile" \
-		--output "type=oci,dest=$out/istio-cni.tar" "$ctx" >/dev/null
-	;;
-*)
-	echo "istio-cni-image.sh: BUILDER must be buildah or docker, got $builder" >&2
-	exit 2
-	;;
-esac
-echo "bin/images/istio-cni.tar  ${refs[0]}  ($(du -h "$out/istio-cni.tar" | cut -f1), $(( $(date +%s) - start ))s)"
+# pack ARCHIVE REF... packs the context's rootfs as bin/images/ARCHIVE tagged REFs.
+pack() {
+	local archive=$out/$1 start
+	shift
+	local refs=("$@")
+	start=$(date +%s)
+	rm -f "$archive"
+	case $builder in
+	buildah)
+		local b=(buildah --root "$out/.storage" --runroot "$out/.run" --storage-driver vfs) tags=() r
+		for r in "${refs[@]}"; do tags+=(-t "$r"); done
+		"${b[@]}" bud --quiet --timestamp "$epoch" "${tags[@]}" -f "$ctx/Containerfile" "$ctx" >/dev/null
+		"${b[@]}" push --quiet "${refs[0]}" "oci-archive:$archive:${refs[0]}"
+		"${b[@]}" rmi --force "${refs[@]}" >/dev/null
+		;;
+	docker)
+		SOURCE_DATE_EPOCH=$epoch docker buildx build --quiet -t "${refs[0]}" -f "$ctx/Containerfile" \
+			--output "type=oci,dest=$archive" "$ctx" >/dev/null
+		;;
+	*)
+		echo "istio-cni-image.sh: BUILDER must be buildah or docker, got $builder" >&2
+		exit 2
+		;;
+	esac
+	echo "bin/images/$(basename "$archive")  ${refs[0]}  ($(du -h "$archive" | cut -f1), $(( $(date +%s) - start ))s)"
+}
+pack istio-cni.tar "${refs[@]}"
+for v in "${rollout_builds[@]}"; do
+	cp "$builds/$v/install-cni" "$fs/usr/local/bin/install-cni"
+	cp "$builds/$v/istio-cni" "$fs/opt/cni/bin/istio-cni"
+	pack "istio-cni-$v.tar" "ghcr.io/nodewise/istio-cni:$v"
+done
+rm -rf "$builds"

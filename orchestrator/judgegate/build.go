@@ -54,7 +54,15 @@ func Build(cfg AgentConfig, gateAddresses remote.AddressPolicy, kube kubernetes.
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := record.NewRecorder(record.RecorderConfig{Source: agents, Every: cfg.SampleEvery, Logger: log.Named("recorder")})
+	return BuildOn(agents, cfg.SampleEvery, gateAddresses, reg, log)
+}
+
+// BuildOn assembles the judge over a source of the agents' snapshots: the
+// recorder that samples nodes in flight every every (0: the recorder's
+// default; run it alongside the orchestrator) and the gate. Build gives it
+// the agent client; a test may give it agents of its own.
+func BuildOn(agents health.SnapshotSource, every time.Duration, gateAddresses remote.AddressPolicy, reg prometheus.Registerer, log *zap.Logger) (*Gate, *record.Recorder, error) {
+	rec, err := record.NewRecorder(record.RecorderConfig{Source: agents, Every: every, Logger: log.Named("recorder")})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -61,46 +61,7 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 		}
 		refs[img] = ref
 	}
-	chart := istioCNIChart(t, ctx)
-	sharedNetnsDir(t)
-	// istio-cni writes host rules (kubelet probes' SNAT) that only its own
-	// clean-up removes, when its DaemonSet goes; the host dirs its chart
-	// hardcodes go too, when this test made them.
-	for _, d := range []string{"/var/run/istio-cni", "/var/run/ztunnel"} {
-		if _, err := os.Stat(d); os.IsNotExist(err) {
-			t.Cleanup(func() { os.RemoveAll(d) })
-		}
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = exec.CommandContext(ctx, filepath.Join(bin, "helm"), "uninstall", "istio-cni", "-n", IstioNamespace, "--kubeconfig", c.Kubeconfig, "--wait", "--ignore-not-found").Run()
-	})
-	createNamespace(t, ctx, c.Client, IstioNamespace)
-	if _, err := c.Client.AppsV1().DaemonSets(IstioNamespace).Create(ctx, zdsZtunnel(n.Name, refs["ztunnel"]), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logsOf(t, c, n, "k8s-app=istio-cni-node", "install-cni")
-			logsOf(t, c, n, "app=ztunnel", "istio-proxy")
-		}
-	})
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ambient", Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	mesh, err := nodeagent.NewKubeMesh(c.Client, n.Name, "/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mesh.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	pause, _, err := archiveImage(filepath.Join(dir, "pause.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	chart, mesh, pause := istioCNIOnRealNode(t, ctx, c, n, bin, refs["ztunnel"])
 	setup := time.Since(start)
 
 	// Each backend: istio-cni (re)started with it, a pod started under it.
@@ -138,7 +99,7 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 	// The CNI health check against the real istio-cni's files: its plugin
 	// chained into the node's conflist, the kubeconfig in its run dir, the
 	// plugin binary; then its ServiceAccount deleted, which revokes the token.
-	agent := cniAgent(t, c, n)
+	agent := cniAgent(t, c, n, nil)
 	h := agent.CheckCNI(ctx, "")
 	if !h.OK() {
 		t.Errorf("the CNI health of the installed istio-cni: %v, want ok", h.Problems())
@@ -150,7 +111,7 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tok wire.CNICheck
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, k := range agent.CheckCNI(ctx, "").Checks {
 			if k.Check == wire.CNICheckToken {
 				tok = k
@@ -180,6 +141,57 @@ func TestRealIstioCNIOnRealNode(t *testing.T) {
 	t.Logf("istio-cni down: %s; setup %s, whole test %s", got, setup.Round(time.Second), time.Since(start).Round(time.Second))
 }
 
+// istioCNIOnRealNode readies the real node for Istio's istio-cni chart:
+// /run/netns shared, the ZDS stand-in ztunnel (image ztunnel) as the node's
+// ztunnel DaemonSet, the ambient namespace and the agent's mesh source on
+// the host's /proc, started. It returns the chart, that source and the
+// pause image for ambient pods; istio-cni is uninstalled when the test
+// ends, and its pod's and ztunnel's logs are logged if it failed.
+func istioCNIOnRealNode(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, bin, ztunnel string) (string, *nodeagent.KubeMesh, string) {
+	t.Helper()
+	chart := istioCNIChart(t, ctx)
+	sharedNetnsDir(t)
+	// istio-cni writes host rules (kubelet probes' SNAT) that only its own
+	// clean-up removes, when its DaemonSet goes; the host dirs its chart
+	// hardcodes go too, when this test made them.
+	for _, d := range []string{"/var/run/istio-cni", "/var/run/ztunnel"} {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = exec.CommandContext(ctx, filepath.Join(bin, "helm"), "uninstall", "istio-cni", "-n", IstioNamespace, "--kubeconfig", c.Kubeconfig, "--wait", "--ignore-not-found").Run()
+	})
+	createNamespace(t, ctx, c.Client, IstioNamespace)
+	if _, err := c.Client.AppsV1().DaemonSets(IstioNamespace).Create(ctx, zdsZtunnel(n.Name, ztunnel), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logsOf(t, c, n, "k8s-app=istio-cni-node", "install-cni")
+			logsOf(t, c, n, "app=ztunnel", "istio-proxy")
+		}
+	})
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ambient", Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mesh, err := nodeagent.NewKubeMesh(c.Client, n.Name, "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mesh.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pause, _, err := archiveImage(filepath.Join(imagesDir(), "pause.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chart, mesh, pause
+}
+
 // istioCNIChart is Istio's istio-cni chart in the module tools/istioctl
 // pins (the source bin/install-cni was built from).
 func istioCNIChart(t *testing.T, ctx context.Context) string {
@@ -200,7 +212,8 @@ func istioCNIChart(t *testing.T, ctx context.Context) string {
 // installIstioCNI installs (or upgrades) istio-cni with its chart on the
 // real node alone, ambient on, with backend b, and restarts its pod so
 // that it runs with it (its settings are a ConfigMap its pod reads at start).
-func installIstioCNI(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, bin, chart, image, verb string, b istioCNIBackend) {
+// extra are more helm arguments.
+func installIstioCNI(t *testing.T, ctx context.Context, c *Cluster, n *RealNode, bin, chart, image, verb string, b istioCNIBackend, extra ...string) {
 	t.Helper()
 	args := []string{verb, "istio-cni", chart, "-n", IstioNamespace, "--kubeconfig", c.Kubeconfig,
 		"--set", "ambient.enabled=true", "--set", "ambient.ipv6=false",
@@ -215,6 +228,7 @@ func installIstioCNI(t *testing.T, ctx context.Context, c *Cluster, n *RealNode,
 	if b.iptables != "" {
 		args = append(args, "--set", "env.FORCE_IPTABLES_BINARY="+b.iptables)
 	}
+	args = append(args, extra...)
 	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "helm"), args...).CombinedOutput(); err != nil {
 		t.Fatalf("helm %s: %v: %s", strings.Join(args, " "), err, out)
 	}
@@ -366,9 +380,11 @@ func removeNftRules(t *testing.T, ctx context.Context, mesh *nodeagent.KubeMesh,
 	t.Fatalf("the mesh source does not list %s", pod.Name)
 }
 
-// cniAgent is a node agent for the CNI health check alone, reading the
-// real node's CNI dirs and reviewing tokens with the admin's client.
-func cniAgent(t *testing.T, c *Cluster, n *RealNode) *nodeagent.Agent {
+// cniAgent is a node agent in proc mode on this host, reading the real
+// node's CNI dirs and reviewing tokens with the admin's client, on
+// loopback once run; with mesh (nil: none) its snapshots carry the ambient
+// pods' enrollment.
+func cniAgent(t *testing.T, c *Cluster, n *RealNode, mesh nodeagent.MeshSource) *nodeagent.Agent {
 	t.Helper()
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("unused"), 0o600); err != nil {
@@ -376,7 +392,8 @@ func cniAgent(t *testing.T, c *Cluster, n *RealNode) *nodeagent.Agent {
 	}
 	noCert := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, errors.New("not served") }
 	a, err := nodeagent.New(nodeagent.Config{Node: n.Name, Mode: nodeagent.ModeProc, GetCertificate: noCert, TokenFile: token,
-		CNIConfDir: n.CNIConfDir, CNIBinDir: n.CNIBinDir, CNITokenReviews: c.Client.AuthenticationV1().TokenReviews()})
+		CNIConfDir: n.CNIConfDir, CNIBinDir: n.CNIBinDir, CNITokenReviews: c.Client.AuthenticationV1().TokenReviews(),
+		ListenAddr: "127.0.0.1:0", Mesh: mesh})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -248,14 +248,22 @@ func realNodeStatus(t *testing.T, nr *v1alpha1.NodeRollout, node string) v1alpha
 // does, and waits until the DaemonSet controller has seen it.
 func setZtunnelTag(t *testing.T, ctx context.Context, c *Cluster, tag string) {
 	t.Helper()
+	setTemplateImage(t, ctx, c, ZtunnelName, realZtunnelRepo+":"+tag)
+}
+
+// setTemplateImage moves the first container of an Istio DaemonSet's
+// template to image, as a chart upgrade does, and waits until the
+// DaemonSet controller has seen it.
+func setTemplateImage(t *testing.T, ctx context.Context, c *Cluster, name, image string) {
+	t.Helper()
 	dss := c.Client.AppsV1().DaemonSets(IstioNamespace)
 	var gen int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		ds, err := dss.Get(ctx, ZtunnelName, metav1.GetOptions{})
+		ds, err := dss.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		ds.Spec.Template.Spec.Containers[0].Image = realZtunnelRepo + ":" + tag
+		ds.Spec.Template.Spec.Containers[0].Image = image
 		ds, err = dss.Update(ctx, ds, metav1.UpdateOptions{})
 		if err == nil {
 			gen = ds.Generation
@@ -266,11 +274,11 @@ func setZtunnelTag(t *testing.T, ctx context.Context, c *Cluster, tag string) {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		ds, err := dss.Get(ctx, ZtunnelName, metav1.GetOptions{})
+		ds, err := dss.Get(ctx, name, metav1.GetOptions{})
 		return err == nil && ds.Status.ObservedGeneration >= gen, nil
 	})
 	if err != nil {
-		t.Fatalf("the DaemonSet controller never observed ztunnel's template %s: %v", tag, err)
+		t.Fatalf("the DaemonSet controller never observed %s's template %s: %v", name, image, err)
 	}
 }
 
