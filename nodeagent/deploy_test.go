@@ -59,10 +59,10 @@ func TestDaemonSetIsLeastPrivilege(t *testing.T) {
 			t.Errorf("volume %s is mounted writable", m.Name)
 		}
 	}
-	// cgroups and /proc attribute sockets to pods; the CNI dirs are read
-	// for istio-cni's health (its config, kubeconfig and plugin). All of
-	// them read-only (above).
-	allowed := map[string]bool{"/sys/fs/cgroup": true, "/proc": true, "/etc/cni/net.d": true, "/opt/cni/bin": true}
+	// cgroups and /proc attribute sockets to pods; the CNI dirs and
+	// istio-cni's run dir are read for istio-cni's health (its config,
+	// kubeconfig and plugin). All of them read-only (above).
+	allowed := map[string]bool{"/sys/fs/cgroup": true, "/proc": true, "/etc/cni/net.d": true, "/opt/cni/bin": true, "/var/run/istio-cni": true}
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil && !allowed[v.HostPath.Path] {
 			t.Errorf("unexpected hostPath %s", v.HostPath.Path)
