@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,8 @@ func TestNoReaddDropsOnePodsRedirection(t *testing.T) {
 // straight to the peer. The agent's check finds that pod not enrolled on
 // bypass (not on redirection: the rules look right), the server still
 // enrolled, and the traffic goes on without a failure.
+var bypassDetail = regexp.MustCompile(`^[12] open connections go straight to their peer, not through ztunnel's outbound listener \(first 198\.18\.0\.2:`)
+
 func TestBypassUnhooksOnePodsOutbound(t *testing.T) {
 	// Streams live 1 to 1.5 s: those redirected before the fault end, and
 	// their successors open without ztunnel, within two seconds.
@@ -134,9 +137,11 @@ func TestBypassUnhooksOnePodsOutbound(t *testing.T) {
 	}
 	for _, p := range e.Pods {
 		switch role := strings.TrimPrefix(p.Name, prefix+"-"); {
+		// One of the two streams may be between its end and its successor
+		// (the 100 ms gap) when the check runs.
 		case role == "cli" && (p.Result != wire.NotEnrolled || p.Failed != wire.CheckBypass ||
-			!strings.HasPrefix(p.Detail, "2 open connections go straight to their peer, not through ztunnel's outbound listener (first 198.18.0.2:")):
-			t.Errorf("pod cli: %s, want not enrolled on bypass, its two streams straight to the peer", p)
+			!bypassDetail.MatchString(p.Detail)):
+			t.Errorf("pod cli: %s, want not enrolled on bypass, its streams straight to the peer", p)
 		case role == "srv" && p.Result != wire.Enrolled:
 			t.Errorf("pod srv: %s, want enrolled", p)
 		}
