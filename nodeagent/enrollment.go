@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -283,7 +284,7 @@ func checkRedirection(netnsFd int) (string, error) {
 	var istioChains int
 	for _, ch := range chains {
 		native := ch.Table.Family == nftables.TableFamilyINet &&
-			(strings.HasPrefix(ch.Table.Name, nftTablePrefixes[0]) || strings.HasPrefix(ch.Table.Name, nftTablePrefixes[1]))
+			slices.ContainsFunc(nftTablePrefixes, func(p string) bool { return strings.HasPrefix(ch.Table.Name, p) })
 		legacy := strings.HasPrefix(ch.Name, "ISTIO_")
 		if !native && !legacy {
 			continue
