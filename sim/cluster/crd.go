@@ -27,6 +27,12 @@ func InstallCRD(ctx context.Context, cfg *rest.Config, path string) error {
 	if err := yaml.Unmarshal(data, crd); err != nil {
 		return fmt.Errorf("parsing CRD %s: %w", path, err)
 	}
+	return installCRD(ctx, cfg, crd)
+}
+
+// installCRD creates crd (an existing one is left as it is) and waits until
+// the API server serves it: InstallCRD's, and a rendered chart's CRDs.
+func installCRD(ctx context.Context, cfg *rest.Config, crd *apiextv1.CustomResourceDefinition) error {
 	ax, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return err

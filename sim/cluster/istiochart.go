@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -38,8 +37,8 @@ func rank(kind string) int {
 
 // applyRendered creates each object a chart rendered, in dependency order
 // (applyOrder); one that exists already (a CRD the previous revision's
-// chart created) is left as it is. It then waits until every CRD among them
-// is served.
+// chart created) is left as it is. Its CRDs go through installCRD, which
+// waits until each is served.
 func applyRendered(ctx context.Context, cfg *rest.Config, objs []unstructured.Unstructured) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -52,10 +51,19 @@ func applyRendered(ctx context.Context, cfg *rest.Config, objs []unstructured.Un
 	}
 	objs = append([]unstructured.Unstructured(nil), objs...)
 	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i].GetKind()) < rank(objs[j].GetKind()) })
-	var crds []string
 	for i := range objs {
 		u := &objs[i]
 		gvk := u.GroupVersionKind()
+		if gvk.Kind == "CustomResourceDefinition" {
+			crd := &apiextv1.CustomResourceDefinition{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, crd); err != nil {
+				return fmt.Errorf("CRD %s: %w", u.GetName(), err)
+			}
+			if err := installCRD(ctx, cfg, crd); err != nil {
+				return err
+			}
+			continue
+		}
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if meta.IsNoMatchError(err) {
 			mapper.Reset() // a kind of a CRD created just now
@@ -74,41 +82,6 @@ func applyRendered(ctx context.Context, cfg *rest.Config, objs []unstructured.Un
 		if _, err := ri.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating %s %s: %w", gvk.Kind, u.GetName(), err)
 		}
-		if gvk.Kind == "CustomResourceDefinition" {
-			crds = append(crds, u.GetName())
-		}
-	}
-	return waitEstablished(ctx, dyn, crds)
-}
-
-var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// waitEstablished waits up to a minute until every named CRD is Established.
-func waitEstablished(ctx context.Context, dyn dynamic.Interface, names []string) error {
-	left := append([]string(nil), names...)
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for len(left) > 0 {
-			crd, err := dyn.Resource(crdResource).Get(ctx, left[0], metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-			established := false
-			for _, c := range conds {
-				cm, _ := c.(map[string]any)
-				if cm["type"] == "Established" && cm["status"] == "True" {
-					established = true
-				}
-			}
-			if !established {
-				return false, nil
-			}
-			left = left[1:]
-		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for %d CRDs to be established (first not yet: %v): %w", len(names), left[:min(1, len(left))], err)
 	}
 	return nil
 }
