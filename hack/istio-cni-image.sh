@@ -44,6 +44,8 @@ mkdir -p "$fs/usr/local/bin" "$fs/opt/cni/bin" "$fs/usr/sbin" "$fs/run" "$fs/tmp
 # /host/proc/self/ns/net, the same netns for its host-network pod (the
 # chart's env ALLOW_SWITCH_TO_HOST_NS=false does the same for the rest).
 src=$(cd "$root/tools/istioctl" && go list -m -f '{{.Dir}}' istio.io/istio)
+# A copy of the module, since go build -overlay may not replace a file under
+# GOMODCACHE (the faulty build's overlay below points into the copy too).
 patched=$out/istio-cni-src
 rm -rf "$patched"
 cp -r "$src" "$patched"
