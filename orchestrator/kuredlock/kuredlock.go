@@ -70,14 +70,15 @@ func (w *Writer) Sync(ctx context.Context, holder string, nodes []string) (Write
 		}
 		return Unchanged, err
 	}
+	wrote := Unchanged // a write already made, when the clock it read was then measured off
 	for range 5 {
 		fresh, err := w.Kube.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return Unchanged, fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
+			return wrote, fmt.Errorf("reading Kured's DaemonSet %s/%s: %w", ns, name, err)
 		}
 		ch, err := w.change(fresh, holder, nodes)
 		if err != nil || (!ch.Write && !ch.Remove) {
-			return Unchanged, err
+			return wrote, err
 		}
 		had := slices.Contains(locks.NodewiseHolders(fresh.Annotations[locks.AnnotationKured]), holder)
 		delete(fresh.Annotations, locks.AnnotationKured)
@@ -90,19 +91,37 @@ func (w *Writer) Sync(ctx context.Context, holder string, nodes []string) (Write
 			continue
 		}
 		if err != nil {
-			return Unchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: %w", ns, name, err)
+			return wrote, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: %w", ns, name, err)
 		}
-		w.Clock.Observe(out, model.FieldManager, sent, w.Now()) // Kured reads created by its clock: the next is the API server's
+		// Kured reads created by its clock: the API server's, as measured
+		// from this answer.
+		moved, _ := w.Clock.Observe(out, model.FieldManager, sent, w.Now())
+		now := Renewed
 		switch {
 		case len(nodes) == 0:
 			w.Log.Info("released Kured's lock", zap.String("holder", holder), zap.String("daemonset", ns+"/"+name))
-			return Released, nil
+			now = Released
 		case !had:
 			w.Log.Info("took Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("daemonset", ns+"/"+name))
-			return Taken, nil
+			now = Taken
+		default:
+			w.Log.Debug("renewed Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("value", ch.Value))
 		}
-		w.Log.Debug("renewed Kured's lock", zap.String("holder", holder), zap.Strings("nodes", nodes), zap.String("value", ch.Value))
-		return Renewed, nil
+		if wrote == Unchanged && len(nodes) > 0 && moved > time.Second {
+			// created was read from a clock then measured over a second
+			// behind the API server's (the first write of this process, or a
+			// clock stepped since): Kured would read the lock that much
+			// older. Once more, by the measured clock.
+			wrote = now
+			continue
+		}
+		if wrote != Unchanged {
+			return wrote, nil
+		}
+		return now, nil
+	}
+	if wrote != Unchanged {
+		return wrote, nil // written, if by the clock before its measure
 	}
 	return Unchanged, fmt.Errorf("writing Kured's lock on DaemonSet %s/%s: conflicts, 5 times in a row", ns, name)
 }

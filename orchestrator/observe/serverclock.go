@@ -30,8 +30,9 @@ func (c *ServerClock) Now(local time.Time) time.Time {
 // of manager's (an Update, the fields it owns changed) sent at local time
 // sent and answered at answered: the server stamped the entry between the
 // two, and truncated its time to the second, so the middle of both spans is
-// taken. It reports whether obj had such an entry.
-func (c *ServerClock) Observe(obj metav1.Object, manager string, sent, answered time.Time) bool {
+// taken. It reports how far the measure moved the clock, and whether obj
+// had such an entry.
+func (c *ServerClock) Observe(obj metav1.Object, manager string, sent, answered time.Time) (moved time.Duration, ok bool) {
 	var stamp time.Time
 	for _, f := range obj.GetManagedFields() {
 		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationUpdate && f.Subresource == "" && f.Time != nil {
@@ -39,11 +40,12 @@ func (c *ServerClock) Observe(obj metav1.Object, manager string, sent, answered 
 		}
 	}
 	if stamp.IsZero() {
-		return false
+		return 0, false
 	}
 	local := sent.Add(answered.Sub(sent) / 2)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.offset = stamp.Add(500 * time.Millisecond).Sub(local).Round(time.Millisecond)
-	return true
+	offset := stamp.Add(500 * time.Millisecond).Sub(local).Round(time.Millisecond)
+	moved, c.offset = offset-c.offset, offset
+	return moved, true
 }

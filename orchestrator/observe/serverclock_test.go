@@ -25,13 +25,13 @@ func TestServerClockFromTheWriteStamp(t *testing.T) {
 	if got := c.Now(local); !got.Equal(local) {
 		t.Fatalf("before a measure: %s, want the local clock", got)
 	}
-	if !c.Observe(ds, "nodewise", local.Add(-100*time.Millisecond), local.Add(100*time.Millisecond)) {
-		t.Fatal("no measure from nodewise's entry")
+	if moved, ok := c.Observe(ds, "nodewise", local.Add(-100*time.Millisecond), local.Add(100*time.Millisecond)); !ok || moved != 7500*time.Millisecond {
+		t.Fatalf("measure from nodewise's entry: moved %s (%t), want 7.5s", moved, ok)
 	}
 	if got, want := c.Now(local), local.Add(7500*time.Millisecond); !got.Equal(want) {
 		t.Errorf("API server's time %s, want %s", got, want)
 	}
-	if c.Observe(&appsv1.DaemonSet{}, "nodewise", local, local) || !c.Now(local).Equal(local.Add(7500*time.Millisecond)) {
+	if _, ok := c.Observe(&appsv1.DaemonSet{}, "nodewise", local, local); ok || !c.Now(local).Equal(local.Add(7500*time.Millisecond)) {
 		t.Error("an answer without the entry changed the measure")
 	}
 }
