@@ -207,13 +207,25 @@ func (n *RealNode) Stop() {
 	if n.Containerd != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if out, err := n.Containerd.ctr(ctx, "tasks", "ls", "-q"); err == nil {
-			for _, id := range strings.Fields(out) {
+		var netns []string
+		if out, err := n.Containerd.ctr(ctx, "tasks", "ls"); err == nil {
+			var ids, pids []string
+			for _, line := range strings.Split(out, "\n")[1:] { // TASK PID STATUS
+				if f := strings.Fields(line); len(f) > 1 {
+					ids, pids = append(ids, f[0]), append(pids, f[1])
+				}
+			}
+			netns = podNetns(pids)
+			for _, id := range ids {
 				_, _ = n.Containerd.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", id)
 			}
 		}
 		time.Sleep(500 * time.Millisecond) // the shims exit with their tasks
 		n.Containerd.Stop()
+		for _, p := range netns {
+			_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			_ = os.Remove(p)
+		}
 	}
 	unmountUnder(n.dir)
 	for _, rule := range n.nat {
@@ -254,8 +266,10 @@ func (n *RealNode) plumb(apiPort int) error {
 		{"PREROUTING", "-i", n.bridge, "-d", serviceIP, "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to},
 		{"OUTPUT", "-d", serviceIP, "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", to},
 	} {
-		if out, err := exec.Command("iptables", append([]string{"-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
-			return fmt.Errorf("real node: iptables -t nat -A %s: %v: %s", strings.Join(rule, " "), err, out)
+		// First in its chain: a rule left by a node killed before its Stop
+		// (its API server gone) must not answer for this one.
+		if out, err := exec.Command("iptables", append([]string{"-t", "nat", "-I"}, rule...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("real node: iptables -t nat -I %s: %v: %s", strings.Join(rule, " "), err, out)
 		}
 		n.nat = append(n.nat, rule)
 	}
@@ -274,6 +288,35 @@ func linkCNIPlugins(dir string) error {
 		}
 	}
 	return nil
+}
+
+// podNetns are the entries of containerd's netns dir (/run/netns, where
+// its CRI pins each pod sandbox's network namespace as cni-<uuid>) that
+// are the network namespaces of the processes pids: the node's pods', which
+// outlive a kill of their tasks, since the kubelet stops none of them.
+func podNetns(pids []string) []string {
+	inode := func(path string) uint64 {
+		var st syscall.Stat_t
+		if syscall.Stat(path, &st) != nil {
+			return 0
+		}
+		return st.Ino
+	}
+	ours := map[uint64]bool{}
+	for _, pid := range pids {
+		if ino := inode("/proc/" + pid + "/ns/net"); ino != 0 {
+			ours[ino] = true
+		}
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	var paths []string
+	for _, e := range entries {
+		p := filepath.Join("/run/netns", e.Name())
+		if strings.HasPrefix(e.Name(), "cni-") && ours[inode(p)] {
+			paths = append(paths, p)
+		}
+	}
+	return paths
 }
 
 // unmountUnder detaches every mount below dir (rootfs overlays, netns and
