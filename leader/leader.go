@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,14 @@ type Election struct {
 	// Version is the build of this replica, written on the Lease with each
 	// of its writes (VersionAnnotation) while it holds it; empty writes none.
 	Version string
+	// Address is where this replica's process answers PresencePath (its
+	// metrics server, by an address the other replicas reach: the pod's IP),
+	// written on the Lease with each of its writes (AddressAnnotation). A
+	// standby follows the holder's presence there and takes over as soon as
+	// the holder's process is gone, rather than a lease duration after its
+	// last renewal. Empty: none written, and this replica's Lease expires
+	// when its process is gone.
+	Address string
 	// Leading, when set, is told when this replica starts and stops leading.
 	Leading func(bool)
 	// Guard, when set, is the fence of this replica's writes: told of every
@@ -57,8 +66,21 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	if err := leaseNamespaceExists(ctx, le); err != nil {
 		return err
 	}
+	if le.Address != "" {
+		if err := reachable(ctx, le.Address, le.Identity); err != nil {
+			le.Log.Warn("not writing this replica's address on the leader Lease: a standby will wait for the Lease to expire", zap.String("lease", le.Namespace+"/"+le.Name), zap.Error(err))
+			le.Address = ""
+		}
+	}
 	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Version, le.Log)
-	lock.guard = le.Guard
+	lock.guard, lock.address = le.Guard, le.Address
+	restart := make(chan struct{}, 1)
+	lock.holders = newHolderWatch(le.Log.With(zap.String("lease", le.Namespace+"/"+le.Name)), func() {
+		select {
+		case restart <- struct{}{}:
+		default:
+		}
+	})
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWatch() // after the elector's release, which may read the Lease
 	go lock.run(wctx)
@@ -74,6 +96,25 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	if !synced {
 		le.Log.Warn("the leader Lease's watch has not synced; campaigning with reads from the API", zap.String("lease", le.Namespace+"/"+le.Name))
 	}
+	for {
+		led, err := campaign(ctx, le, lock, restart, lead)
+		if err != nil || led || ctx.Err() != nil {
+			return err
+		}
+		// Standing by, the holder's process was found gone: a new elector
+		// tries at once (client-go's waits a retry period, up to 2.2 of
+		// them, between two tries).
+	}
+}
+
+// campaign runs one elector until ctx ends, this replica stops leading, or
+// (standing by) restart is signalled. It reports whether it led, and Run's
+// error.
+func campaign(ctx context.Context, le Election, lock *watchedLease, restart <-chan struct{}, lead func(context.Context) error) (bool, error) {
+	ectx, stop := context.WithCancel(ctx)
+	defer stop()
+	var mu sync.Mutex
+	led := false
 	leadErr := make(chan error, 1)
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
@@ -84,11 +125,19 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 		Name:            le.Name,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				led = true
+				mu.Unlock()
 				le.Leading(true)
 				le.Log.Info("leading", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
 				leadErr <- lead(lctx)
 			},
-			OnStoppedLeading: func() {
+			OnStoppedLeading: func() { // also when an elector that never led ends
+				mu.Lock()
+				defer mu.Unlock()
+				if !led {
+					return
+				}
 				le.Guard.Lost()
 				le.Leading(false)
 				le.Log.Info("stopped leading", zap.String("lease", le.Namespace+"/"+le.Name), zap.String("identity", le.Identity))
@@ -96,20 +145,40 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+		return false, fmt.Errorf("leader election: %w", err)
 	}
-	elector.Run(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		elector.Run(ectx)
+	}()
+	select {
+	case <-done:
+	case <-restart:
+		mu.Lock()
+		leading := led
+		mu.Unlock()
+		if !leading {
+			stop()
+		}
+		<-done
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	if ctx.Err() != nil {
-		return nil
+		return led, nil
+	}
+	if !led {
+		return false, nil
 	}
 	select {
 	case err := <-leadErr:
 		if err != nil && !errors.Is(err, context.Canceled) {
-			return err
+			return true, err
 		}
 	default:
 	}
-	return ErrLost
+	return true, ErrLost
 }
 
 // Check is one health check: nil when healthy, otherwise why not.
@@ -122,8 +191,9 @@ const checkTimeout = 3 * time.Second
 // returned server is closed. /healthz (readiness) answers 200 "ok" only when
 // every check passes, and 503 with the first failure otherwise. /livez
 // (liveness) answers "ok" whenever the process serves: an API server outage
-// makes a replica unready, and restarting it would not help.
-func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ...Check) (*http.Server, error) {
+// makes a replica unready, and restarting it would not help. With an
+// identity, PresencePath answers as that replica (Election.Address).
+func ServeMetrics(addr, identity string, g prometheus.Gatherer, log *zap.Logger, checks ...Check) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
@@ -142,6 +212,9 @@ func ServeMetrics(addr string, g prometheus.Gatherer, log *zap.Logger, checks ..
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	if identity != "" {
+		mux.HandleFunc(PresencePath, presence(identity))
+	}
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))

@@ -15,7 +15,7 @@ import (
 // with the check's reason while /livez still answers.
 func TestLivenessOutlastsAFailingCheck(t *testing.T) {
 	down := func(context.Context) error { return errors.New("API server does not answer") }
-	srv, err := ServeMetrics("127.0.0.1:0", prometheus.NewRegistry(), zap.NewNop(), down)
+	srv, err := ServeMetrics("127.0.0.1:0", "", prometheus.NewRegistry(), zap.NewNop(), down)
 	if err != nil {
 		t.Fatal(err)
 	}

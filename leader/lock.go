@@ -27,16 +27,20 @@ import (
 // it, which `nodewise version` prints as the running server's version.
 const VersionAnnotation = "nodewise.io/version"
 
-// stampVersion sets VersionAnnotation on the Lease this replica writes
-// (nothing when it was given no version).
-func (l *watchedLease) stampVersion(lease *coordinationv1.Lease) {
-	if l.version == "" {
-		return
-	}
+// stamp sets VersionAnnotation and AddressAnnotation on the Lease this
+// replica writes (each only when this replica has one; an address a
+// previous holder wrote is removed).
+func (l *watchedLease) stamp(lease *coordinationv1.Lease) {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	lease.Annotations[VersionAnnotation] = l.version
+	if l.version != "" {
+		lease.Annotations[VersionAnnotation] = l.version
+	}
+	delete(lease.Annotations, AddressAnnotation)
+	if l.address != "" {
+		lease.Annotations[AddressAnnotation] = l.address
+	}
 }
 
 // watchedLease is the election's lock on one Lease. It reads the Lease from
@@ -56,6 +60,9 @@ type watchedLease struct {
 	identity        string
 	guard           *Guard // told of each successful write of this replica's record (nil: none)
 	version         string // written on the Lease (VersionAnnotation)
+	address         string // written on the Lease (AddressAnnotation)
+	holders         *holderWatch
+	ctx             context.Context // the watch's, set by run
 	informer        cache.SharedIndexInformer
 	log             *zap.Logger
 	mu              sync.Mutex
@@ -85,6 +92,9 @@ func newWatchedLease(c kubernetes.Interface, namespace, name, identity, version 
 				l.unseen = ""
 			}
 			l.mu.Unlock()
+			if l.holders != nil {
+				l.holders.follow(l.ctx, l.identity, holder(lease), lease.Annotations[AddressAnnotation])
+			}
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -95,7 +105,10 @@ func newWatchedLease(c kubernetes.Interface, namespace, name, identity, version 
 }
 
 // run watches the Lease until ctx ends.
-func (l *watchedLease) run(ctx context.Context) { l.informer.RunWithContext(ctx) }
+func (l *watchedLease) run(ctx context.Context) {
+	l.ctx = ctx
+	l.informer.RunWithContext(ctx)
+}
 
 // Get returns the Lease's election record, from the cache when the cache is
 // synced and has shown this replica's own last write, from the API
@@ -141,6 +154,14 @@ func (l *watchedLease) Get(ctx context.Context) (*resourcelock.LeaderElectionRec
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the election record of %s: %w", l.Describe(), err)
 	}
+	if l.holders != nil && l.holders.isGone(record.HolderIdentity) {
+		// The holder's process is gone (holderWatch): the record is given
+		// to the elector as one whose time ran out a second before it was
+		// observed, and changed, so that the elector observes it anew. Its
+		// takeover is still an Update conditional on the Lease read here.
+		record.LeaseDurationSeconds = -1
+		raw = append(raw, " holder gone"...)
+	}
 	return record, raw, nil
 }
 
@@ -151,7 +172,7 @@ func (l *watchedLease) Create(ctx context.Context, ler resourcelock.LeaderElecti
 		Spec:       resourcelock.LeaderElectionRecordToLeaseSpec(&ler),
 	}
 	sent := l.guard.Now()
-	l.stampVersion(lease)
+	l.stamp(lease)
 	created, err := l.client.Leases(l.namespace).Create(ctx, lease, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -178,7 +199,7 @@ func (l *watchedLease) Update(ctx context.Context, ler resourcelock.LeaderElecti
 	}
 	lease.Spec = resourcelock.LeaderElectionRecordToLeaseSpec(&ler)
 	sent := l.guard.Now()
-	l.stampVersion(lease)
+	l.stamp(lease)
 	updated, err := l.client.Leases(l.namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		return err

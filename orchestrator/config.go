@@ -39,6 +39,10 @@ type Config struct {
 	EvictRetryDelay time.Duration
 	// MetricsAddr serves /metrics and /healthz when set (e.g. ":8080").
 	MetricsAddr string
+	// Address is where the other replicas reach this one's metrics server
+	// (host:port), written on the leader Lease (leader.Election.Address);
+	// empty: none, and a standby waits for the Lease to expire.
+	Address string
 	// Registry receives the metrics (default: a new registry).
 	Registry *prometheus.Registry
 	// Logger is the structured logger (default: no-op).

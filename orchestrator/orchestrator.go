@@ -116,7 +116,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 			}
 			return nil
 		}
-		srv, err := leader.ServeMetrics(o.cfg.MetricsAddr, o.cfg.Registry, o.log, cachesSynced, leader.APIReachable(o.kube))
+		srv, err := leader.ServeMetrics(o.cfg.MetricsAddr, o.cfg.Identity, o.cfg.Registry, o.log, cachesSynced, leader.APIReachable(o.kube))
 		if err != nil {
 			return err
 		}
@@ -141,7 +141,7 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	return leader.Run(ctx, leader.Election{
 		Client: o.leaseKube, Namespace: o.cfg.Namespace, Name: model.LeaseName, Identity: o.cfg.Identity,
 		LeaseDuration: o.cfg.LeaseDuration, RenewDeadline: o.cfg.RenewDeadline, RetryPeriod: o.cfg.RetryPeriod,
-		Log: o.log, Guard: o.guard, Version: o.cfg.Version, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
+		Log: o.log, Guard: o.guard, Version: o.cfg.Version, Address: o.cfg.Address, Leading: func(leading bool) { o.metrics.IsLeader.Set(boolGauge(leading)) },
 	}, func(lctx context.Context) error { return o.lead(lctx, c) })
 }
 

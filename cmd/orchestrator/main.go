@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -101,6 +102,7 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	fs.DurationVar(&cfg.Resync, "resync", 0, "re-plan period without events (default 2s)")
 	fs.DurationVar(&cfg.EvictRetryDelay, "evict-retry-delay", 0, "delay after a refused eviction (default and minimum 5s)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", ":8080", "address of /metrics and /healthz (empty: off)")
+	fs.StringVar(&cfg.Address, "advertise-address", "", "host:port where the other replicas reach --metrics-addr, written on the leader Leases: a standby takes over as soon as the leader's process is gone, not a lease duration later (default $POD_IP with --metrics-addr's port, or --metrics-addr when it names a host; neither: the Lease expires)")
 	fs.StringVar(&rc.dashboardAddr, "dashboard-addr", "", "loopback address of the read-only dashboard, a port of its own, reached with kubectl port-forward (e.g. 127.0.0.1:3100; empty: off)")
 	fs.Func("ztunnel-swap", "how ztunnel is swapped on each node: surge (default: make-before-break, a new pod Ready beside the old one) or replace (delete, then the DaemonSet recreates)", func(v string) error {
 		cfg.ZtunnelSwap = model.SwapKind(v)
@@ -179,6 +181,11 @@ func parseFlags(args []string, out io.Writer) (runConfig, error) {
 	if rc.agentNamespace == "" {
 		rc.agentNamespace = cfg.Namespace
 	}
+	addr, err := advertiseAddress(cfg.Address, cfg.MetricsAddr, os.Getenv("POD_IP"))
+	if err != nil {
+		return rc, err
+	}
+	cfg.Address = addr
 	cfg.HoldAfterPersist = v1alpha1.NodeState(hold)
 	switch {
 	case am.URL != "":
@@ -202,4 +209,35 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// advertiseAddress is where the other replicas reach this one's metrics
+// server: --advertise-address, else the pod's IP with --metrics-addr's port,
+// else --metrics-addr when it names a host; none without a metrics server
+// (an address nothing answers on would tell a standby this replica is gone).
+func advertiseAddress(flagAddr, metricsAddr, podIP string) (string, error) {
+	if metricsAddr == "" {
+		if flagAddr != "" {
+			return "", errors.New("--advertise-address needs --metrics-addr: a standby reaches the leader there (see orchestrator --help)")
+		}
+		return "", nil
+	}
+	if flagAddr != "" {
+		if _, _, err := net.SplitHostPort(flagAddr); err != nil {
+			return "", fmt.Errorf("--advertise-address: %w (want host:port)", err)
+		}
+		return flagAddr, nil
+	}
+	host, port, err := net.SplitHostPort(metricsAddr)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-addr: %w (want [host]:port)", err)
+	}
+	switch ip := net.ParseIP(host); {
+	case port == "0": // known only once listening
+	case podIP != "":
+		return net.JoinHostPort(podIP, port), nil
+	case host != "" && (ip == nil || !ip.IsUnspecified()):
+		return metricsAddr, nil
+	}
+	return "", nil
 }

@@ -52,7 +52,7 @@ func notifier(f notifyFlags, kube kubernetes.Interface, cfg orchestrator.Config)
 		return leader.Run(ctx, leader.Election{
 			Client: kube, Namespace: cfg.Namespace, Name: notifyLease, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: cfg.Logger,
-			Version: buildinfo.Version(),
+			Version: buildinfo.Version(), Address: cfg.Address,
 		}, n.Run)
 	}, nil
 }

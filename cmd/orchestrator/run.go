@@ -159,7 +159,7 @@ func run(ctx context.Context, rc runConfig) error {
 		}
 		tasks = append(tasks, revTasks...)
 		if !set["noderollout"] && cfg.MetricsAddr != "" {
-			srv, err := leader.ServeMetrics(cfg.MetricsAddr, cfg.Registry, log, leader.APIReachable(kube))
+			srv, err := leader.ServeMetrics(cfg.MetricsAddr, cfg.Identity, cfg.Registry, log, leader.APIReachable(kube))
 			if err != nil {
 				return err
 			}
@@ -295,7 +295,7 @@ func revisionTasks(kube kubernetes.Interface, cfg orchestrator.Config, rc runCon
 		return leader.Run(ctx, leader.Election{
 			Client: kube, Namespace: cfg.Namespace, Name: revisions.LeaseName, Identity: cfg.Identity,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod, Log: log,
-			Version: buildinfo.Version(),
+			Version: buildinfo.Version(), Address: cfg.Address,
 		}, func(ctx context.Context) error { return runAll(ctx, []task{ctrl.Run, ages.Run}) })
 	}
 	return append(tasks, lead), nil

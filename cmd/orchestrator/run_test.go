@@ -291,3 +291,29 @@ func TestAlertmanagerFlags(t *testing.T) {
 		t.Fatalf("a matcher without a URL: %v; want --alertmanager-url asked for", err)
 	}
 }
+
+// The address written on the leader Leases: the flag, else the pod's IP
+// with the metrics port, else the metrics address when it names a host;
+// never one without a metrics server to answer on it.
+func TestAdvertiseAddress(t *testing.T) {
+	for _, c := range []struct {
+		flag, metrics, podIP, want, err string
+	}{
+		{metrics: ":8080", podIP: "10.0.0.7", want: "10.0.0.7:8080"},
+		{metrics: ":8080", podIP: "fd00::7", want: "[fd00::7]:8080"},
+		{metrics: ":8080"},
+		{metrics: "0.0.0.0:8080"},
+		{metrics: "127.0.0.1:9090", want: "127.0.0.1:9090"},
+		{metrics: "127.0.0.1:0"}, // its port is known only once listening
+		{flag: "10.1.2.3:8080", metrics: ":8080", podIP: "10.0.0.7", want: "10.1.2.3:8080"},
+		{flag: "10.1.2.3", metrics: ":8080", err: "--advertise-address"},
+		{flag: "10.1.2.3:8080", err: "needs --metrics-addr"},
+		{podIP: "10.0.0.7"},
+		{metrics: "8080", err: "--metrics-addr"},
+	} {
+		got, err := advertiseAddress(c.flag, c.metrics, c.podIP)
+		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("advertiseAddress(%q, %q, %q) = %q, %v; want %q, error %q", c.flag, c.metrics, c.podIP, got, err, c.want, c.err)
+		}
+	}
+}

@@ -48,11 +48,14 @@ pod-security.kubernetes.io/audit: {{ .level }}
 pod-security.kubernetes.io/warn: {{ .level }}
 {{- end -}}
 
+{{/* The controllers' env: POD_NAME (their Lease identity), POD_NAMESPACE (the Leases' namespace), POD_IP (with the metrics port, where a standby follows the leader: --advertise-address). */}}
 {{- define "nodewise.podEnv" -}}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: POD_IP
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
 {{- end -}}
 
 {{/*
