@@ -19,8 +19,17 @@ func TestBrowserFreshnessPageReadsTheTeamLine(t *testing.T) {
 	ctx := browser.New(t)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed), chromedp.Click(chromedp.CSS(`a[href="/freshness"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`section[data-team="payments"] .team-line`))); err != nil {
+	// The link is clicked by the page's own script: the list re-renders
+	// itself once loaded, so a node looked up before it (chromedp.Click)
+	// may be gone by the click ("Could not find node with given id").
+	link := `a[href="/freshness"]`
+	if err := chromedp.Do(ctx, chromedp.Navigate(e.printed), chromedp.WaitVisible(chromedp.CSS(link))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := browser.Eval[bool](ctx, `(document.querySelector('`+link+`').click(), true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`section[data-team="payments"] .team-line`))); err != nil {
 		t.Fatal(err)
 	}
 	line, err := browser.Text(ctx, `section[data-team="payments"] .team-line`)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nodewise/nodewise/orchestrator/kuredlock"
 	"github.com/nodewise/nodewise/orchestrator/locks"
+	"github.com/nodewise/nodewise/orchestrator/model"
 )
 
 func kuredDS(ns, lock string) *appsv1.DaemonSet {
@@ -85,6 +87,14 @@ func TestKuredLockConflictNeverClobbersKured(t *testing.T) {
 	kuredLock := `{"nodeID":"node-3","metadata":{"unschedulable":false},"created":"2026-11-30T09:59:59Z","TTL":0}`
 	for _, kuredWrites := range []bool{true, false} {
 		e := newEnv(t, kuredDS("kube-system", ""))
+		// The API server's clock (the fake stamps the real time; the test's
+		// clock reads t0) measured as an earlier write would have: else the
+		// take is written again by the measured clock, a write this test
+		// does not count.
+		stamp := metav1.NewTime(time.Now().Truncate(time.Second))
+		e.ex.kuredClock.Observe(&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
+			{Manager: model.FieldManager, Operation: metav1.ManagedFieldsOperationUpdate, Time: &stamp},
+		}}}, model.FieldManager, t0, t0)
 		updates := 0
 		e.kube.PrependReactor("update", "daemonsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			updates++
