@@ -196,12 +196,21 @@ func askPresence(ctx context.Context, c *http.Client, addr, identity string) (*h
 // would ask: an address that does not (a wrong port, an IP the other
 // replicas cannot reach) is not written on the Lease, since a standby that
 // finds it refusing would take the Lease over from a live leader.
+// It asks for 5 s at most: the process's metrics server may start beside
+// the election.
 func reachable(ctx context.Context, addr, identity string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := askPresence(ctx, http.DefaultClient, addr, identity)
-	if err == nil {
-		resp.Body.Close()
+	for {
+		resp, err := askPresence(ctx, http.DefaultClient, addr, identity)
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return err
 }
