@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodewise/nodewise/api/v1alpha1"
@@ -28,10 +31,14 @@ import (
 )
 
 // swapClock records, per node, when the first old data-plane pod was deleted
-// and when the last new pod became Ready: the node's swap as the cluster saw it.
+// and when the last new pod became Ready: the node's swap as the cluster saw
+// it; and when the node was cordoned and uncordoned: its time out, which
+// holds its slot (the record written with the cordon, Done with the uncordon).
 type swapClock struct {
-	start, end map[string]time.Time
-	stop       func()
+	mu                   sync.Mutex
+	start, end           map[string]time.Time
+	cordoned, uncordoned map[string]time.Time
+	stop                 func()
 }
 
 func (e *env) clockSwaps(newVersion string) *swapClock {
@@ -40,21 +47,53 @@ func (e *env) clockSwaps(newVersion string) *swapClock {
 
 // clockSwaps starts a swapClock on the data-plane pods of the cluster.
 func clockSwaps(t testing.TB, client kubernetes.Interface, newVersion string) *swapClock {
-	sc := &swapClock{start: map[string]time.Time{}, end: map[string]time.Time{}}
+	sc := &swapClock{start: map[string]time.Time{}, end: map[string]time.Time{}, cordoned: map[string]time.Time{}, uncordoned: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	pl, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: pl.ResourceVersion})
+	nl, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
+	// Watches that outlive the API server's request timeout (a 5,000-node
+	// rollout does) are resumed from their last event, not ended.
+	retry := func(rv string, w cache.WatchFuncWithContext) watch.Interface {
+		rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rw
+	}
+	w := retry(pl.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return client.CoreV1().Pods(ns).Watch(ctx, o)
+	})
+	nw := retry(nl.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return client.CoreV1().Nodes().Watch(ctx, o)
+	})
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		for ev := range nw.ResultChan() {
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			sc.mu.Lock()
+			if _, was := sc.cordoned[n.Name]; n.Spec.Unschedulable && !was {
+				sc.cordoned[n.Name] = now
+			} else if _, out := sc.uncordoned[n.Name]; was && !n.Spec.Unschedulable && !out {
+				sc.uncordoned[n.Name] = now
+			}
+			sc.mu.Unlock()
+		}
+	}()
 	readyNew := map[string]int{}
 	seen := map[string]bool{}
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok || dsOf(p) == "" || ev.Type == watch.Deleted {
@@ -63,6 +102,7 @@ func clockSwaps(t testing.TB, client kubernetes.Interface, newVersion string) *s
 			now := time.Now()
 			node := p.Spec.NodeName
 			isNew := strings.HasSuffix(p.Spec.Containers[0].Image, ":"+newVersion)
+			sc.mu.Lock()
 			if !isNew && p.DeletionTimestamp != nil {
 				if _, ok := sc.start[node]; !ok {
 					sc.start[node] = now
@@ -75,13 +115,34 @@ func clockSwaps(t testing.TB, client kubernetes.Interface, newVersion string) *s
 					sc.end[node] = now
 				}
 			}
+			sc.mu.Unlock()
 		}
 	}()
-	sc.stop = func() { cancel(); <-done }
+	sc.stop = func() { cancel(); <-done; <-done }
 	return sc
 }
 
 func (sc *swapClock) took(node string) time.Duration { return sc.end[node].Sub(sc.start[node]) }
+
+// out is how long node was cordoned (0 if the clock did not see both).
+func (sc *swapClock) out(node string) time.Duration {
+	c, u := sc.cordoned[node], sc.uncordoned[node]
+	if c.IsZero() || u.IsZero() {
+		return 0
+	}
+	return u.Sub(c)
+}
+
+// clocked is how many nodes the clock saw both ends of a swap on.
+func (sc *swapClock) clocked() int {
+	n := 0
+	for node, end := range sc.end {
+		if start, ok := sc.start[node]; ok && end.After(start) {
+			n++
+		}
+	}
+	return n
+}
 
 // BenchmarkNodeRollout200 rolls 200 simulated nodes with zero soak and
 // prints the wall time, the floor (see swapFloors), API

@@ -116,6 +116,9 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 	say("rollout Completed")
 
 	floor, barrierFloor, waves := swapFloors(nr, parallel, sc)
+	if c := sc.clocked(); c < nodes {
+		b.Errorf("the swap clock saw %d of %d nodes' swaps: the floor leaves the others out", c, nodes)
+	}
 	verbs := requestsByVerb(leaderFams)
 	for v, n := range requestsByVerb(standbyFams) {
 		verbs[v] += n
@@ -151,7 +154,7 @@ func BenchmarkNodeRolloutScale(b *testing.B) {
 		leaseReads, (reads-leaseReads)/float64(nodes))
 	fmt.Printf("mean time per node in each step, successor: %s\n", stepMeans(standbyFams))
 	inSlot, swapped, busy := slotUse(nr, sc, parallel, wall)
-	fmt.Printf("a node in its slot, first record to Done (status times, whole seconds): mean %.2f s, of which its swaps as the cluster saw them %.2f s; the %d slots were busy %.0f%% of the wall\n",
+	fmt.Printf("a node in its slot, cordon to uncordon (as the cluster saw them): mean %.2f s, of which its swaps as the cluster saw them %.2f s; the %d slots were busy %.0f%% of the wall\n",
 		inSlot.Seconds(), swapped.Seconds(), parallel, 100*busy)
 	fmt.Printf("orchestrator peak RSS: leader %.1f MiB (killed at %d/%d), successor %.1f MiB; CPU: leader %.1f s, successor %.1f s\n",
 		float64(leaderRSS)/1024, doneAtKill, nodes, float64(standbyRSS)/1024, leaderCPU, standbyCPU)
@@ -356,18 +359,20 @@ func requestsByVerb(fams map[string]*dto) map[string]float64 {
 }
 
 // slotUse is where a rollout's wall time goes beyond its floor: the mean
-// time a node held its slot (from its first record to Done, as status
-// records them), the mean of its swaps as the cluster saw them (the floor's
-// measure), and the share of slots × wall the nodes held (the rest is the
-// planner refilling a slot, and preflight before the first record).
+// time a node was out (cordon to uncordon as the cluster saw them: its
+// first record goes with the cordon, Done with the uncordon), the mean of
+// its swaps as the cluster saw them (the floor's measure), and the share of
+// slots × wall the nodes were out (the rest is the planner refilling a
+// slot, and preflight before the cordon).
 func slotUse(nr *v1alpha1.NodeRollout, sc *swapClock, slots int, wall time.Duration) (inSlot, swapped time.Duration, busy float64) {
 	var sum, sw time.Duration
 	n := 0
 	for _, ns := range nr.Status.Nodes {
-		if ns.StartTime == nil || ns.FinishTime == nil {
+		out := sc.out(ns.Name)
+		if out <= 0 {
 			continue
 		}
-		sum += ns.FinishTime.Sub(ns.StartTime.Time)
+		sum += out
 		sw += sc.took(ns.Name)
 		n++
 	}
