@@ -126,6 +126,10 @@ func campaign(ctx context.Context, le Election, lock *watchedLease, restart <-ch
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				mu.Lock()
+				if lctx.Err() != nil { // stopped for a restart as it took the Lease
+					mu.Unlock()
+					return
+				}
 				led = true
 				mu.Unlock()
 				le.Leading(true)
