@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,14 +97,18 @@ func TestStandbyTakesOverFromAGoneLeader(t *testing.T) {
 		return false, nil, nil
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	var running sync.WaitGroup
+	t.Cleanup(func() { cancel(); running.Wait() }) // the replicas log through t until they end
 	replica := func(id string) (srvClose func(), leading <-chan bool) {
 		srv, err := ServeMetrics("127.0.0.1:0", id, prometheus.NewRegistry(), zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { srv.Close() })
 		ch := make(chan bool, 4)
+		running.Add(1)
 		go func() {
+			defer running.Done()
 			_ = Run(ctx, Election{
 				Client: kube, Namespace: "ns", Name: "l", Identity: id, Address: srv.Addr,
 				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
