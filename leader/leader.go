@@ -74,15 +74,15 @@ func Run(ctx context.Context, le Election, lead func(context.Context) error) err
 	}
 	lock := newWatchedLease(le.Client, le.Namespace, le.Name, le.Identity, le.Version, le.Log)
 	lock.guard, lock.address = le.Guard, le.Address
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch() // after the elector's release, which may read the Lease
 	restart := make(chan struct{}, 1)
-	lock.holders = newHolderWatch(le.Log.With(zap.String("lease", le.Namespace+"/"+le.Name)), func() {
+	lock.holders = newHolderWatch(wctx, le.Identity, le.Log.With(zap.String("lease", le.Namespace+"/"+le.Name)), func() {
 		select {
 		case restart <- struct{}{}:
 		default:
 		}
 	})
-	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWatch() // after the elector's release, which may read the Lease
 	go lock.run(wctx)
 	// Campaign once the watch has synced, so that standing by costs no GETs;
 	// a watch that cannot sync (RBAC without list and watch on the Lease) is

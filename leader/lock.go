@@ -62,7 +62,6 @@ type watchedLease struct {
 	version         string // written on the Lease (VersionAnnotation)
 	address         string // written on the Lease (AddressAnnotation)
 	holders         *holderWatch
-	ctx             context.Context // the watch's, set by run
 	informer        cache.SharedIndexInformer
 	log             *zap.Logger
 	mu              sync.Mutex
@@ -93,7 +92,7 @@ func newWatchedLease(c kubernetes.Interface, namespace, name, identity, version 
 			}
 			l.mu.Unlock()
 			if l.holders != nil {
-				l.holders.follow(l.ctx, l.identity, holder(lease), lease.Annotations[AddressAnnotation])
+				l.holders.follow(holder(lease), lease.Annotations[AddressAnnotation])
 			}
 		}
 	}
@@ -105,10 +104,7 @@ func newWatchedLease(c kubernetes.Interface, namespace, name, identity, version 
 }
 
 // run watches the Lease until ctx ends.
-func (l *watchedLease) run(ctx context.Context) {
-	l.ctx = ctx
-	l.informer.RunWithContext(ctx)
-}
+func (l *watchedLease) run(ctx context.Context) { l.informer.RunWithContext(ctx) }
 
 // Get returns the Lease's election record, from the cache when the cache is
 // synced and has shown this replica's own last write, from the API

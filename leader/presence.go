@@ -67,6 +67,8 @@ func presence(identity string) http.HandlerFunc {
 // without waiting out the lease duration. Anything else (a timeout, a reset,
 // an answer) proves nothing, and the Lease expires as it would.
 type holderWatch struct {
+	ctx    context.Context // the Lease watch's: the streams end with it
+	self   string          // this replica's identity, never followed
 	log    *zap.Logger
 	client *http.Client
 	gone   func() // told when the watched holder's process is found gone
@@ -77,19 +79,18 @@ type holderWatch struct {
 	goneHold string // the holder whose process is gone
 }
 
-func newHolderWatch(log *zap.Logger, gone func()) *holderWatch {
+func newHolderWatch(ctx context.Context, self string, log *zap.Logger, gone func()) *holderWatch {
 	d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 10 * time.Second}
-	return &holderWatch{log: log, gone: gone, client: &http.Client{Transport: &http.Transport{
+	return &holderWatch{ctx: ctx, self: self, log: log, gone: gone, client: &http.Client{Transport: &http.Transport{
 		DialContext: d.DialContext, DisableKeepAlives: true, ResponseHeaderTimeout: 5 * time.Second,
 	}}}
 }
 
-// follow watches holder at addr from now on (holder "" or addr "": nothing).
-// Called with each Lease the watch shows, and with this replica's identity
-// as holder when it holds the Lease itself.
-func (h *holderWatch) follow(ctx context.Context, self, holder, addr string) {
+// follow watches holder at addr from now on (holder "" or this replica,
+// or addr "": nothing). Called with each Lease the watch shows.
+func (h *holderWatch) follow(holder, addr string) {
 	target := ""
-	if holder != "" && holder != self && addr != "" {
+	if holder != "" && holder != h.self && addr != "" {
 		target = holder + "@" + addr
 	}
 	h.mu.Lock()
@@ -108,7 +109,7 @@ func (h *holderWatch) follow(ctx context.Context, self, holder, addr string) {
 	if target == "" {
 		return
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(h.ctx)
 	h.cancel = cancel
 	go h.watch(wctx, holder, addr)
 }

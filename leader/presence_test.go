@@ -33,9 +33,9 @@ func TestHolderGoneOnlyWhenItsAddressRefuses(t *testing.T) {
 	other := httptest.NewServer(presence("c"))
 	defer other.Close()
 	gone := make(chan struct{}, 1)
-	h := newHolderWatch(zaptest.NewLogger(t), func() { gone <- struct{}{} })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	h := newHolderWatch(ctx, "b", zaptest.NewLogger(t), func() { gone <- struct{}{} })
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
@@ -46,8 +46,8 @@ func TestHolderGoneOnlyWhenItsAddressRefuses(t *testing.T) {
 		}
 	}
 
-	h.follow(ctx, "b", "b", addr) // its own Lease: nothing to follow
-	h.follow(ctx, "b", "a", addr)
+	h.follow("b", addr) // its own Lease: nothing to follow
+	h.follow("a", addr)
 	waitFor("presence stream", func() bool { return streams.Load() == 1 })
 	srv.CloseClientConnections() // the stream cut, the process alive
 	waitFor("second presence stream", func() bool { return streams.Load() == 2 })
@@ -55,14 +55,14 @@ func TestHolderGoneOnlyWhenItsAddressRefuses(t *testing.T) {
 		t.Fatal("a cut stream made the holder gone while its address answers")
 	}
 
-	h.follow(ctx, "b", "a", strings.TrimPrefix(other.URL, "http://")) // answers as c
+	h.follow("a", strings.TrimPrefix(other.URL, "http://")) // answers as c
 	select {
 	case <-gone:
 		t.Fatal("an address answering as another replica made the holder gone")
 	case <-time.After(500 * time.Millisecond):
 	}
 
-	h.follow(ctx, "b", "a", addr)
+	h.follow("a", addr)
 	waitFor("third presence stream", func() bool { return streams.Load() == 3 })
 	// The process exits: its port refuses, its connections close.
 	srv.Listener.Close()
@@ -76,7 +76,7 @@ func TestHolderGoneOnlyWhenItsAddressRefuses(t *testing.T) {
 	if !h.isGone("a") || h.isGone("b") || h.isGone("") {
 		t.Fatalf("gone: a %t, b %t, none %t; want only a", h.isGone("a"), h.isGone("b"), h.isGone(""))
 	}
-	h.follow(ctx, "b", "c", "") // another holder since
+	h.follow("c", "") // another holder since
 	if h.isGone("a") {
 		t.Fatal("the mark outlived its holder")
 	}
